@@ -1,0 +1,117 @@
+/* cfg — the one config language: `bfworker train CONFIG.yaml`, a sweep's
+ * `base`, and `--set key=value` overrides all go through the schema table in
+ * cfg.c, which is the single source of truth for keys, types, ranges and
+ * defaults (the jobs module validates sweeps against the same table).
+ *
+ * Keys are dotted paths ("model.d_model"). Errors name the place
+ * (FILE:LINE:COL, or "--set" for overrides) and, for an unknown key, the
+ * nearest valid one. */
+#ifndef CFG_H
+#define CFG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CFG_PATH_MAX 512
+#define CFG_NAME_MAX 64
+#define CFG_MAX_LAYERS 64
+
+typedef enum { CFG_SCHED_CONSTANT = 0, CFG_SCHED_LINEAR, CFG_SCHED_EXP, CFG_SCHED_COSINE } cfg_sched_kind;
+
+/* A value that moves from start to end over training progress p in [0,1]. */
+typedef struct cfg_schedule {
+    cfg_sched_kind kind;
+    float start, end;
+} cfg_schedule;
+
+/* Value of a schedule at progress p (clamped to [0,1]). exp interpolates
+ * geometrically (start*(end/start)^p; falls back to linear if either is <= 0),
+ * cosine is end + (start-end)*(1+cos(pi p))/2. */
+float cfg_schedule_at(const cfg_schedule *s, float p);
+const char *cfg_sched_name(cfg_sched_kind k);
+
+typedef struct bf_config {
+    char pipeline[CFG_NAME_MAX]; /* budgetformer | lm | s2s */
+    char device[CFG_NAME_MAX];   /* auto | cpu | cuda */
+    struct {
+        char set[CFG_NAME_MAX];  /* prepared set by name: wordnet | kjv | fashion_mnist, or "" */
+        char train[CFG_PATH_MAX], val[CFG_PATH_MAX], test[CFG_PATH_MAX]; /* user TSV splits */
+        char path[CFG_PATH_MAX]; /* lm: one UTF-8 text file */
+        float val_fraction;      /* lm: tail fraction held out for validation */
+        char dir[CFG_PATH_MAX];  /* where prepared sets live (default: $BF_DATA or ./data) */
+    } data;
+    struct {
+        int layers, d_model, heads, seq_len, vocab;
+    } model;
+    struct {
+        char out_proj[CFG_NAME_MAX]; /* dense | hadamard */
+    } attn;
+    struct {
+        int enabled;
+        float range[2];          /* [s_min, s_max] */
+        cfg_schedule temperature, noise;
+        float lambda_budget, lambda_entropy;
+    } budget;
+    struct {
+        float retention, gate_scale, ponder_weight, prior_weight;
+    } avit;
+    struct {
+        char mixer[CFG_NAME_MAX];   /* bimamba | bilstm */
+        int replace_auto;           /* K of "auto:K", or 0 when a list is given */
+        int replace_layers[CFG_MAX_LAYERS];
+        int n_replace;
+        int stage1_steps, stage2_steps;
+        float lambda_mse, lambda_halt;
+        int unfreeze;
+    } distill;
+    struct {
+        int steps, batch;
+        float lr;
+        int warmup;
+        float weight_decay, clip;
+        uint64_t seed;
+        int eval_every, checkpoint_every, log_every;
+    } train;
+} bf_config;
+
+/* Fills every key with its default. */
+void cfg_defaults(bf_config *c);
+
+/* Reads a YAML file (a mapping of sections, or dotted keys at top level) into
+ * c, on top of what c already holds. Returns 0, or -1 with
+ * "FILE:LINE:COL: message" in err. Files over 1 MiB are refused. */
+int cfg_load_file(bf_config *c, const char *path, char *err, size_t errlen);
+
+/* Applies one "key=value" override (value in YAML flow syntax: 3, 0.1, true,
+ * [0.1, 0.3], {schedule: exp, start: 1, end: 0.1}). Returns 0 or -1 with
+ * "--set KEY: message". */
+int cfg_set(bf_config *c, const char *assignment, char *err, size_t errlen);
+
+/* Sets one key from a YAML value given as flow text; `where` prefixes errors
+ * (e.g. "sweep.yaml:12:7"). Used by the jobs module for sweep parameters. */
+int cfg_set_value(bf_config *c, const char *key, const char *yaml_value, const char *where,
+                  char *err, size_t errlen);
+
+/* Cross-key checks (heads divide d_model, out_proj width valid, range inside
+ * [0,1] and ordered, pipeline known, ...). Returns 0 or -1 with a message. */
+int cfg_validate(const bf_config *c, char *err, size_t errlen);
+
+/* 1 if key is in the schema (exact dotted path), else 0. */
+int cfg_key_known(const char *key);
+/* The schema key nearest to key (edit distance), for "did you mean". */
+const char *cfg_nearest_key(const char *key);
+
+/* Writes the resolved config as canonical YAML (every key, sorted, one per
+ * line as "key: value"); returns bytes needed excluding NUL (snprintf-like). */
+size_t cfg_dump(const bf_config *c, char *buf, size_t buflen);
+/* Stable 64-bit hash of the canonical dump (FNV-1a), as 16 hex digits in out[17]. */
+void cfg_hash(const bf_config *c, char out[17]);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,212 @@
+/* bk — the compute core: one op set, two backends (CPU reference, CUDA).
+ *
+ * Conventions, for every op below:
+ *  - fp32, row-major, contiguous unless a leading dimension is given.
+ *  - Pointers live on the backend's device (host memory for CPU, device memory
+ *    for CUDA). Index arrays (int) and masks (float, 1 = active) too.
+ *  - Backward functions ACCUMULATE (+=) into every gradient they write, so
+ *    residual branches and shared weights need no extra adds. A gradient
+ *    pointer documented as nullable may be NULL: that gradient is not wanted
+ *    (frozen weights, inputs that are data).
+ *  - Forward functions overwrite their outputs.
+ *  - Ops never allocate; scratch buffers are passed in, sized as documented.
+ *  - Shapes are written in the comment above each op, llm.c style.
+ *
+ * Dimension names: B batch, T tokens, C channels (d_model), NH heads,
+ * HS = C/NH head size, N rows (any flattening of leading dims), V classes or
+ * vocabulary, d transform width.
+ */
+#ifndef BK_H
+#define BK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { BK_CPU = 0, BK_CUDA = 1 } bk_device;
+
+/* Arguments of multi-head scaled dot-product attention. The qkv layout is
+ * [B, T, 3C]: q in columns [0, C), k in [C, 2C), v in [2C, 3C); head h owns
+ * columns [h*HS, (h+1)*HS) of each. */
+typedef struct bk_attn_args {
+    int B, T, C, NH;
+    int causal;         /* 1: query t sees keys <= t */
+    const float *mask;  /* [B, T] key mask, 1 = token may be attended to, 0 = removed;
+                           NULL = all active. A query row with no visible key outputs 0. */
+    const float *gate;  /* [B, NH] per-head weight w multiplying each head's output;
+                           NULL = all 1 */
+} bk_attn_args;
+
+/* AdamW hyper-parameters (decoupled weight decay, bias correction). */
+typedef struct bk_adamw {
+    float lr, beta1, beta2, eps, weight_decay;
+} bk_adamw;
+
+/* The backend interface. bk_cpu() and bk_cuda() return tables with the same
+ * signatures; models call ops only through a table, so one binary runs on both. */
+typedef struct bk_backend {
+    const char *name;
+    bk_device device;
+
+    /* ---- memory ---- */
+    /* Returns zeroed memory of `bytes` on the device, or NULL. */
+    void *(*alloc)(size_t bytes);
+    void (*release)(void *p);
+    void (*to_device)(void *dst, const void *src_host, size_t bytes);
+    void (*to_host)(void *dst_host, const void *src, size_t bytes);
+    void (*copy)(void *dst, const void *src, size_t bytes); /* device to device */
+    void (*zero)(void *p, size_t bytes);
+    void (*sync)(void); /* waits for queued device work */
+
+    /* ---- elementwise, n elements ---- */
+    /* out = a + b (out may alias a or b) */
+    void (*add)(float *out, const float *a, const float *b, size_t n);
+    /* y += alpha * x */
+    void (*axpy)(float *y, const float *x, float alpha, size_t n);
+    /* x *= alpha */
+    void (*scale)(float *x, float alpha, size_t n);
+    /* GELU, tanh approximation */
+    void (*gelu_forward)(float *out, const float *inp, size_t n);
+    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+    /* SiLU x*sigmoid(x) */
+    void (*silu_forward)(float *out, const float *inp, size_t n);
+    void (*silu_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+    /* sigmoid; the backward reads the forward's output */
+    void (*sigmoid_forward)(float *out, const float *inp, size_t n);
+    void (*sigmoid_backward)(float *dinp, const float *out, const float *dout, size_t n);
+    /* softplus log(1+e^x), stable for large |x| */
+    void (*softplus_forward)(float *out, const float *inp, size_t n);
+    void (*softplus_backward)(float *dinp, const float *inp, const float *dout, size_t n);
+
+    /* ---- embeddings ---- */
+    /* out[N,C] = table[idx[n], :]; idx in [0, V) (checked by the caller) */
+    void (*embedding_forward)(float *out, const int *idx, const float *table, int N, int C);
+    /* dtable[idx[n], :] += dout[n, :] */
+    void (*embedding_backward)(float *dtable, const float *dout, const int *idx, int N, int C);
+    /* out[B,T,C] = inp[B,T,C] + pos[T,C] (out may alias inp) */
+    void (*posadd_forward)(float *out, const float *inp, const float *pos, int B, int T, int C);
+    /* dinp += dout (nullable); dpos += sum over b of dout */
+    void (*posadd_backward)(float *dinp, float *dpos, const float *dout, int B, int T, int C);
+
+    /* ---- matrix products ---- */
+    /* out[N,OC] = inp[N,IC] @ w[OC,IC]^T + bias[OC] (bias nullable) */
+    void (*linear_forward)(float *out, const float *inp, const float *w, const float *bias, int N,
+                           int IC, int OC);
+    /* dinp[N,IC] += dout @ w; dw[OC,IC] += dout^T @ inp; dbias[OC] += sum_n dout.
+     * dinp, dw, dbias nullable. */
+    void (*linear_backward)(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                            const float *w, int N, int IC, int OC);
+    /* Strided batched GEMM, row-major: for i in [0,batch):
+     *   C_i[M,N] = alpha * op(A_i)[M,K] @ op(B_i)[K,N] + beta * C_i
+     * op(X) = X or X^T by transa/transb; lda/ldb/ldc are row strides of the
+     * matrices as stored; strides are element offsets between batch items. */
+    void (*gemm)(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
+                 long long strideA, const float *Bm, int ldb, long long strideB, float beta, float *Cm,
+                 int ldc, long long strideC, int batch);
+
+    /* ---- normalisation ---- */
+    /* LayerNorm over C, eps 1e-5. Saves mean[N] and rstd[N] for the backward. */
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                              const float *b, int N, int C);
+    /* dinp, dw, db nullable */
+    void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                               const float *w, const float *mean, const float *rstd, int N, int C);
+    /* Row softmax over C */
+    void (*softmax_forward)(float *out, const float *inp, int N, int C);
+    void (*softmax_backward)(float *dinp, const float *out, const float *dout, int N, int C);
+
+    /* ---- attention ---- */
+    /* out[B,T,C] = concat_h gate[b,h] * softmax(q_h k_h^T / sqrt(HS) + masks) v_h
+     * att[B,NH,T,T] receives the probabilities (saved for the backward);
+     * masked or causal-hidden entries are exactly 0. */
+    void (*attention_forward)(float *out, float *att, const float *qkv, const bk_attn_args *a);
+    /* dqkv[B,T,3C] +=; dgate[B,NH] += (nullable; only read when a->gate).
+     * scratch: B*NH*T*T floats. */
+    void (*attention_backward)(float *dqkv, float *dgate, float *scratch, const float *dout,
+                               const float *qkv, const float *att, const bk_attn_args *a);
+    /* Inference with only K selected heads per sample. x[B,T,C] is the block
+     * input (after LayerNorm); wqkv[3C,C], bqkv[3C] (nullable) the projection
+     * that attention_forward's qkv would come from; heads[B,K] distinct head
+     * ids. Only the Q/K/V rows of the selected heads are computed, only their
+     * scores, and out[B,T,C] holds their outputs with every other head's
+     * columns set to 0 (a->gate is ignored). scratch: B*K*T*(3*HS + T) floats. */
+    void (*attention_selected_forward)(float *out, float *scratch, const float *x, const float *wqkv,
+                                       const float *bqkv, const int *heads, int K,
+                                       const bk_attn_args *a);
+    /* y[B,T,OC] = sum over the K selected heads of c_h[B,T,HS] @ wo[:, h cols]^T + bo
+     * (bo nullable): the output projection restricted to the selected heads'
+     * columns; c[B,T,C] as written by attention_selected_forward. */
+    void (*linear_selected_forward)(float *y, const float *c, const float *wo, const float *bo,
+                                    const int *heads, int K, int B, int T, int C, int NH, int OC);
+
+    /* ---- Walsh–Hadamard ---- */
+    /* out[N,d] = alpha ⊙ (H_d inp)/sqrt(d) + beta, per row. d must satisfy
+     * bk_fwht_valid. alpha and beta nullable (then the plain normalised
+     * transform). out may alias inp. */
+    void (*fwht_forward)(float *out, const float *inp, const float *alpha, const float *beta, int N,
+                         int d);
+    /* dinp += H_d^T (alpha ⊙ dout)/sqrt(d); dalpha += sum_n dout ⊙ (H_d inp)/sqrt(d);
+     * dbeta += sum_n dout. dinp, dalpha, dbeta nullable; alpha nullable (= 1).
+     * scratch: N*d floats. */
+    void (*fwht_backward)(float *dinp, float *dalpha, float *dbeta, float *scratch, const float *dout,
+                          const float *inp, const float *alpha, int N, int d);
+
+    /* ---- pooling and losses ---- */
+    /* out[B,C] = masked mean over t of inp[B,T,C] (mask[B,T] nullable; a row
+     * with no active token pools to 0) */
+    void (*meanpool_forward)(float *out, const float *inp, const float *mask, int B, int T, int C);
+    void (*meanpool_backward)(float *dinp, const float *dout, const float *mask, int B, int T, int C);
+    /* losses[N] = -log softmax(logits[N,V])[target]; probs[N,V] saved.
+     * target < 0 means "ignore": loss 0, and no gradient in the backward. */
+    void (*crossentropy_forward)(float *losses, float *probs, const float *logits, const int *targets,
+                                 int N, int V);
+    /* dlogits[N,V] += (probs - onehot(target)) * dlosses[n] */
+    void (*crossentropy_backward)(float *dlogits, const float *probs, const int *targets,
+                                  const float *dlosses, int N, int V);
+    /* loss[0] = sum_n mask[n] * sum_c (a-b)^2 / max(1, C * sum_n mask[n])
+     * (mask[N] nullable = all 1). loss is one float on the device. */
+    void (*mse_forward)(float *loss, const float *a, const float *b, const float *mask, int N, int C);
+    /* da += dloss * d loss/da, db += dloss * d loss/db (both nullable) */
+    void (*mse_backward)(float *da, float *db, const float *a, const float *b, const float *mask,
+                         float dloss, int N, int C);
+
+    /* ---- optimiser ---- */
+    /* Returns sqrt(sum g^2) over n floats, on the host. */
+    float (*global_norm)(const float *g, size_t n);
+    /* One AdamW step t (1-based) on n parameters, gradients multiplied by
+     * grad_scale first (global-norm clipping passes min(1, clip/norm)). */
+    void (*adamw_update)(float *p, const float *g, float *m, float *v, size_t n, const bk_adamw *h,
+                         int t, float grad_scale);
+
+    /* ---- random numbers (Philox4x32-10, counter-based: element i of a
+     * stream depends only on (seed, stream, offset + i)) ---- */
+    void (*rng_uniform)(float *out, size_t n, uint64_t seed, uint64_t stream, uint64_t offset);
+    void (*rng_normal)(float *out, size_t n, uint64_t seed, uint64_t stream, uint64_t offset);
+} bk_backend;
+
+/* The CPU reference backend; always available. */
+const bk_backend *bk_cpu(void);
+
+/* The CUDA backend, or NULL when bf was built without CUDA or no GPU is
+ * usable; *why (nullable) then points to a static reason. */
+const bk_backend *bk_cuda(const char **why);
+
+/* Picks a backend by name: "cpu", "cuda" or "auto" (CUDA when usable, else
+ * CPU). Returns 0, or -1 with a message in err. */
+int bk_select(const char *device, const bk_backend **out, char *err, size_t errlen);
+
+/* 1 when d is a width the Walsh–Hadamard op supports: d = 2^n or 12*2^n, d >= 1. */
+int bk_fwht_valid(int d);
+
+/* Entry (i, j) of the unnormalised H_d (+1 or -1) that fwht_forward applies:
+ * Sylvester H_{2^n} in natural order, or H_12 (Paley) ⊗ H_{2^n}. For tests and
+ * docs; d must be valid. */
+int bk_hadamard_entry(int d, int i, int j);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,67 @@
+/* Philox4x32-10 counter-based RNG (Salmon et al., SC'11), shared by the CPU
+ * and CUDA backends so both produce the same stream. A value depends only on
+ * (seed, stream, index): reproducible per rank and step with no state to save. */
+#ifndef BK_RNG_H
+#define BK_RNG_H
+
+#include <stdint.h>
+#include <math.h>
+
+#ifdef __CUDACC__
+#define BK_HOSTDEV __host__ __device__ __forceinline__
+#else
+#define BK_HOSTDEV static inline
+#endif
+
+BK_HOSTDEV void bk_philox4x32(const uint32_t ctr_in[4], const uint32_t key_in[2], uint32_t out[4]) {
+    uint32_t c0 = ctr_in[0], c1 = ctr_in[1], c2 = ctr_in[2], c3 = ctr_in[3];
+    uint32_t k0 = key_in[0], k1 = key_in[1];
+    for (int r = 0; r < 10; r++) {
+        uint64_t p0 = (uint64_t)0xD2511F53u * c0;
+        uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
+        uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
+        uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
+        uint32_t n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+        c0 = n0; c1 = lo1; c2 = n2; c3 = lo0;
+        k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+    }
+    out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+}
+
+/* Four 32-bit words for block `block` of (seed, stream). */
+BK_HOSTDEV void bk_philox_block(uint64_t seed, uint64_t stream, uint64_t block, uint32_t out[4]) {
+    uint32_t ctr[4] = {(uint32_t)block, (uint32_t)(block >> 32), (uint32_t)stream,
+                       (uint32_t)(stream >> 32)};
+    uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    bk_philox4x32(ctr, key, out);
+}
+
+/* Maps 32 random bits to a float in (0, 1): never exactly 0 or 1, so log()
+ * of it is finite (Gumbel noise needs that). */
+BK_HOSTDEV float bk_u32_to_unit(uint32_t x) {
+    return ((float)(x >> 8) + 0.5f) * (1.0f / 16777216.0f);
+}
+
+/* Uniform (0,1) value number `index` of (seed, stream). */
+BK_HOSTDEV float bk_rng_uniform_at(uint64_t seed, uint64_t stream, uint64_t index) {
+    uint32_t w[4];
+    bk_philox_block(seed, stream, index >> 2, w);
+    return bk_u32_to_unit(w[index & 3]);
+}
+
+/* Standard normal value number `index` (Box–Muller on words 2i, 2i+1 of the
+ * block pair; uses two uniforms of an independent sub-stream). */
+BK_HOSTDEV float bk_rng_normal_at(uint64_t seed, uint64_t stream, uint64_t index) {
+    uint32_t w[4];
+    bk_philox_block(seed, stream ^ 0x8000000000000000ull, index >> 1, w);
+    int half = (int)(index & 1);
+    float u1 = bk_u32_to_unit(w[2 * half]), u2 = bk_u32_to_unit(w[2 * half + 1]);
+    return sqrtf(-2.0f * logf(u1)) * cosf(6.28318530717958647692f * u2);
+}
+
+/* Gumbel(0,1) value number `index`: -log(-log(u)). */
+BK_HOSTDEV float bk_rng_gumbel_at(uint64_t seed, uint64_t stream, uint64_t index) {
+    return -logf(-logf(bk_rng_uniform_at(seed, stream, index)));
+}
+
+#endif
