@@ -97,13 +97,76 @@ int cfg_set_value(bf_config *c, const char *key, const char *yaml_value, const c
                   char *err, size_t errlen);
 
 /* Cross-key checks (heads divide d_model, out_proj width valid, range inside
- * [0,1] and ordered, pipeline known, ...). Returns 0 or -1 with a message. */
+ * [0,1] and ordered, pipeline known, ...). Returns 0 or -1 with a message;
+ * several problems are reported one per line ('\n'-separated). */
 int cfg_validate(const bf_config *c, char *err, size_t errlen);
 
 /* 1 if key is in the schema (exact dotted path), else 0. */
 int cfg_key_known(const char *key);
 /* The schema key nearest to key (edit distance), for "did you mean". */
 const char *cfg_nearest_key(const char *key);
+
+/* ---- Schema introspection (additions for jobs/ and docs) ---- */
+
+typedef enum {
+    CFG_T_INT,    /* int, range [min, max] */
+    CFG_T_U64,    /* uint64_t, any non-negative integer */
+    CFG_T_FLOAT,  /* float, range [min, max] */
+    CFG_T_BOOL,   /* int 0/1, written true | false */
+    CFG_T_ENUM,   /* char[size], one of `choices` ("a|b|c") */
+    CFG_T_STR,    /* char[size], a name or path */
+    CFG_T_PAIR,   /* float[2], each in [min, max] */
+    CFG_T_SCHED,  /* cfg_schedule, start and end in [min, max] */
+    CFG_T_LAYERS  /* distill.replace_layers: [i, ...] (each in [min, max]) or auto:K */
+} cfg_type;
+
+/* One row of the schema table (common/cfg_schema.c). `def` is the default as
+ * YAML flow text, applied through the same setter as user input. */
+typedef struct cfg_field {
+    const char *key;
+    cfg_type type;
+    size_t offset, size;
+    double min, max; /* inclusive; min == max == 0 means unbounded */
+    const char *def;
+    const char *choices;
+    const char *help;
+} cfg_field;
+
+size_t cfg_field_count(void);
+const cfg_field *cfg_field_at(size_t i);    /* NULL past the end */
+const cfg_field *cfg_field_find(const char *key); /* NULL if unknown */
+const char *cfg_type_name(cfg_type t);      /* "integer", "number", ... */
+/* 1 if prefix is a section ("model", "budget", ...), else 0. */
+int cfg_is_section(const char *prefix);
+
+/* Error sink: called once per error with a complete "WHERE: message" line. */
+typedef void (*cfg_error_fn)(void *ud, const char *msg);
+
+struct yaml_document_s;
+struct yaml_node_s;
+
+/* Loads a YAML mapping node (sections or dotted keys, like a config file)
+ * into c, reporting every error (not only the first) to fn with FILE:LINE:COL
+ * positions. Returns the number of errors. `file` names the document in
+ * messages. The document stays owned by the caller. Alias expansion is
+ * capped (CFG_MAX_NODES visited nodes, depth CFG_MAX_DEPTH). */
+#define CFG_MAX_NODES 100000
+#define CFG_MAX_DEPTH 64
+int cfg_load_node(bf_config *c, struct yaml_document_s *doc, struct yaml_node_s *map,
+                  const char *file, cfg_error_fn fn, void *ud);
+/* Visits every node reachable from the document root with aliases expanded,
+ * and refuses the document (-1, "FILE:LINE:COL: message") past CFG_MAX_NODES
+ * visits or CFG_MAX_DEPTH levels: an alias bomb or a self-containing alias is
+ * refused before anything walks it. Returns 0 when the document is small. */
+int cfg_yaml_check_expansion(struct yaml_document_s *doc, const char *file, char *err,
+                             size_t errlen);
+/* Sets one key from a YAML node; errors are "FILE:LINE:COL: message" at the
+ * node's position. Returns 0 or -1. */
+int cfg_set_node(bf_config *c, const char *key, struct yaml_document_s *doc,
+                 struct yaml_node_s *node, const char *file, char *err, size_t errlen);
+/* Formats one key's current value as canonical YAML flow text (as cfg_dump
+ * writes it); returns bytes needed excluding NUL, or 0 for an unknown key. */
+size_t cfg_format_value(const bf_config *c, const char *key, char *buf, size_t buflen);
 
 /* Writes the resolved config as canonical YAML (every key, sorted, one per
  * line as "key: value"); returns bytes needed excluding NUL (snprintf-like). */

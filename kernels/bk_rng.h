@@ -37,9 +37,12 @@ BK_HOSTDEV void bk_philox_block(uint64_t seed, uint64_t stream, uint64_t block, 
 }
 
 /* Maps 32 random bits to a float in (0, 1): never exactly 0 or 1, so log()
- * of it is finite (Gumbel noise needs that). */
+ * of it is finite (Gumbel noise needs that). Uses the top 23 bits k and
+ * returns (k + 0.5) / 2^23: k + 0.5 < 2^23 is exact in a float, so every
+ * value is the centre of its bin and the largest is 1 - 2^-24. (With 24 bits,
+ * k + 0.5 >= 2^23 rounds to an integer and 0xffffffff mapped to exactly 1.) */
 BK_HOSTDEV float bk_u32_to_unit(uint32_t x) {
-    return ((float)(x >> 8) + 0.5f) * (1.0f / 16777216.0f);
+    return ((float)(x >> 9) + 0.5f) * (1.0f / 8388608.0f);
 }
 
 /* Uniform (0,1) value number `index` of (seed, stream). */
@@ -49,14 +52,24 @@ BK_HOSTDEV float bk_rng_uniform_at(uint64_t seed, uint64_t stream, uint64_t inde
     return bk_u32_to_unit(w[index & 3]);
 }
 
-/* Standard normal value number `index` (Box–Muller on words 2i, 2i+1 of the
- * block pair; uses two uniforms of an independent sub-stream). */
+/* One standard normal from two random words (Box–Muller, cosine branch).
+ * Backends that generate whole blocks call this so they match _at exactly. */
+BK_HOSTDEV float bk_box_muller(uint32_t a, uint32_t b) {
+    float u1 = bk_u32_to_unit(a), u2 = bk_u32_to_unit(b);
+    return sqrtf(-2.0f * logf(u1)) * cosf(6.28318530717958647692f * u2);
+}
+
+/* The sub-stream normals draw from, so they are independent of the uniforms
+ * of the same (seed, stream). */
+#define BK_RNG_NORMAL_STREAM(stream) ((stream) ^ 0x8000000000000000ull)
+
+/* Standard normal value number `index`: Box–Muller on words 2h, 2h+1
+ * (h = index & 1) of block index/2 of the normal sub-stream. */
 BK_HOSTDEV float bk_rng_normal_at(uint64_t seed, uint64_t stream, uint64_t index) {
     uint32_t w[4];
-    bk_philox_block(seed, stream ^ 0x8000000000000000ull, index >> 1, w);
+    bk_philox_block(seed, BK_RNG_NORMAL_STREAM(stream), index >> 1, w);
     int half = (int)(index & 1);
-    float u1 = bk_u32_to_unit(w[2 * half]), u2 = bk_u32_to_unit(w[2 * half + 1]);
-    return sqrtf(-2.0f * logf(u1)) * cosf(6.28318530717958647692f * u2);
+    return bk_box_muller(w[2 * half], w[2 * half + 1]);
 }
 
 /* Gumbel(0,1) value number `index`: -log(-log(u)). */

@@ -1,0 +1,396 @@
+/* bench_ops: throughput of the compute core's heavy ops on one backend.
+ *
+ *   bench_ops [--device auto|cpu|cuda] [--json] [--reps N]
+ *
+ * Measures GEMM GFLOP/s, attention forward+backward GFLOP/s, the Walsh–Hadamard
+ * transform's GB/s against the dense d x d projection it replaces, and the
+ * BudgetFormer selected-heads attention layer against the all-heads layer.
+ * Each number is the fastest of N timed repetitions after one warm-up, with
+ * the backend's sync() around each. The table goes to stdout; with --json it
+ * goes to stderr and stdout gets one JSON record per line. */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kernels/bk.h"
+#include "kernels/bk_rng.h"
+
+#define REPS_MAX 1000
+
+typedef struct {
+    const bk_backend *be;
+    int reps;
+    int json;
+    FILE *table; /* where the human-readable table goes */
+} bench;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Fastest of b->reps timed runs, in seconds: on a shared machine the minimum
+ * is the number least disturbed by other processes. */
+static double time_median(const bench *b, void (*fn)(void *), void *ctx) {
+    double t[REPS_MAX];
+    fn(ctx);
+    b->be->sync();
+    for (int r = 0; r < b->reps; r++) {
+        double t0 = now_s();
+        fn(ctx);
+        b->be->sync();
+        t[r] = now_s() - t0;
+    }
+    qsort(t, (size_t)b->reps, sizeof(double), cmp_double);
+    return t[0];
+}
+
+/* Device buffer of n floats filled with uniform [-1, 1) values; exits on failure
+ * (this is a program's main path, not library code). */
+static float *dev_random(const bk_backend *be, size_t n, uint64_t seed) {
+    float *host = malloc(n * sizeof(float));
+    float *dev = be->alloc(n * sizeof(float));
+    if (!host || !dev) {
+        fprintf(stderr, "bench_ops: out of memory allocating %zu floats\n", n);
+        exit(1);
+    }
+    for (size_t i = 0; i < n; i++) host[i] = 2.0f * bk_rng_uniform_at(seed, 1, i) - 1.0f;
+    be->to_device(dev, host, n * sizeof(float));
+    free(host);
+    return dev;
+}
+
+static void *dev_zero(const bk_backend *be, size_t bytes) {
+    void *p = be->alloc(bytes);
+    if (!p) {
+        fprintf(stderr, "bench_ops: out of memory allocating %zu bytes\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+
+/* ---- machine ---- */
+
+static void cpu_model(char *out, size_t len) {
+    snprintf(out, len, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) != 0) continue;
+        char *colon = strchr(line, ':');
+        if (!colon) break;
+        colon++;
+        while (*colon == ' ' || *colon == '\t') colon++;
+        colon[strcspn(colon, "\n")] = 0;
+        snprintf(out, len, "%s", colon);
+        break;
+    }
+    fclose(f);
+}
+
+/* Writes s as a JSON string body (quotes and backslashes escaped, controls dropped). */
+static void json_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fputc('\\', f);
+        if ((unsigned char)*s >= 0x20) fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+/* ---- GEMM ---- */
+
+typedef struct {
+    const bk_backend *be;
+    int M, N, K;
+    float *A, *B, *C;
+} gemm_case;
+
+static void run_gemm(void *ctx) {
+    gemm_case *g = ctx;
+    /* C[M,N] = A[M,K] @ B[N,K]^T, the layout of a linear layer */
+    g->be->gemm(0, 1, g->M, g->N, g->K, 1.0f, g->A, g->K, 0, g->B, g->K, 0, 0.0f, g->C, g->N, 0, 1);
+}
+
+static void bench_gemm(const bench *b) {
+    const int shapes[][3] = {{4096, 128, 128}, {4096, 512, 128}, {4096, 128, 512}, {4096, 768, 768}};
+    fprintf(b->table, "\nGEMM  C[M,N] = A[M,K] B[N,K]^T\n%8s %6s %6s %10s %10s\n", "M", "N", "K",
+            "ms", "GFLOP/s");
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        gemm_case g = {b->be, shapes[i][0], shapes[i][1], shapes[i][2], NULL, NULL, NULL};
+        g.A = dev_random(b->be, (size_t)g.M * g.K, 1);
+        g.B = dev_random(b->be, (size_t)g.N * g.K, 2);
+        g.C = dev_zero(b->be, (size_t)g.M * g.N * sizeof(float));
+        double t = time_median(b, run_gemm, &g);
+        double gflops = 2.0 * g.M * g.N * g.K / t * 1e-9;
+        fprintf(b->table, "%8d %6d %6d %10.3f %10.1f\n", g.M, g.N, g.K, t * 1e3, gflops);
+        if (b->json)
+            printf("{\"op\": \"gemm\", \"M\": %d, \"N\": %d, \"K\": %d, \"ms\": %.4f, \"gflops\": %.2f}\n",
+                   g.M, g.N, g.K, t * 1e3, gflops);
+        b->be->release(g.A);
+        b->be->release(g.B);
+        b->be->release(g.C);
+    }
+}
+
+/* ---- attention ---- */
+
+typedef struct {
+    const bk_backend *be;
+    bk_attn_args a;
+    float *qkv, *out, *att, *dout, *dqkv, *scratch;
+} attn_case;
+
+static void run_attn_fwd(void *ctx) {
+    attn_case *c = ctx;
+    c->be->attention_forward(c->out, c->att, c->qkv, &c->a);
+}
+
+static void run_attn_bwd(void *ctx) {
+    attn_case *c = ctx;
+    c->be->attention_backward(c->dqkv, NULL, c->scratch, c->dout, c->qkv, c->att, &c->a);
+}
+
+static void bench_attention(const bench *b) {
+    const int cfg[][4] = {{64, 64, 128, 8}, {8, 256, 256, 8}};
+    fprintf(b->table, "\nAttention (no mask; causal as marked)\n%4s %5s %5s %4s %6s %9s %9s %9s %9s\n",
+            "B", "T", "C", "NH", "causal", "fwd ms", "fwd GF/s", "bwd ms", "bwd GF/s");
+    for (size_t i = 0; i < sizeof cfg / sizeof *cfg; i++)
+        for (int causal = 0; causal < 2; causal++) {
+            attn_case c = {.be = b->be,
+                           .a = {.B = cfg[i][0], .T = cfg[i][1], .C = cfg[i][2], .NH = cfg[i][3],
+                                 .causal = causal}};
+            const int B = c.a.B, T = c.a.T, C = c.a.C, NH = c.a.NH;
+            size_t ntt = (size_t)B * NH * T * T;
+            c.qkv = dev_random(b->be, (size_t)B * T * 3 * C, 3);
+            c.dout = dev_random(b->be, (size_t)B * T * C, 4);
+            c.out = dev_zero(b->be, (size_t)B * T * C * sizeof(float));
+            c.dqkv = dev_zero(b->be, (size_t)B * T * 3 * C * sizeof(float));
+            c.att = dev_zero(b->be, ntt * sizeof(float));
+            c.scratch = dev_zero(b->be, ntt * sizeof(float));
+            double tf = time_median(b, run_attn_fwd, &c);
+            double tb = time_median(b, run_attn_bwd, &c);
+            /* Dense count (causal does about half): forward QK^T and PV, backward
+             * dP, dV, dQ, dK; 2 * T * T * HS FLOPs each per (b, h). */
+            double unit = 2.0 * B * NH * (double)T * T * (C / NH);
+            double gf = 2 * unit / tf * 1e-9, gb = 4 * unit / tb * 1e-9;
+            fprintf(b->table, "%4d %5d %5d %4d %6d %9.3f %9.1f %9.3f %9.1f\n", B, T, C, NH, causal,
+                    tf * 1e3, gf, tb * 1e3, gb);
+            if (b->json)
+                printf("{\"op\": \"attention\", \"B\": %d, \"T\": %d, \"C\": %d, \"NH\": %d, "
+                       "\"causal\": %d, \"fwd_ms\": %.4f, \"fwd_gflops\": %.2f, \"bwd_ms\": %.4f, "
+                       "\"bwd_gflops\": %.2f}\n",
+                       B, T, C, NH, causal, tf * 1e3, gf, tb * 1e3, gb);
+            b->be->release(c.qkv);
+            b->be->release(c.dout);
+            b->be->release(c.out);
+            b->be->release(c.dqkv);
+            b->be->release(c.att);
+            b->be->release(c.scratch);
+        }
+}
+
+/* ---- Walsh–Hadamard vs the dense projection ---- */
+
+typedef struct {
+    const bk_backend *be;
+    int N, d;
+    float *x, *y, *alpha, *beta, *dy, *dx, *dalpha, *dbeta, *scratch, *w;
+} fwht_case;
+
+static void run_fwht_fwd(void *ctx) {
+    fwht_case *c = ctx;
+    c->be->fwht_forward(c->y, c->x, c->alpha, c->beta, c->N, c->d);
+}
+
+static void run_fwht_bwd(void *ctx) {
+    fwht_case *c = ctx;
+    c->be->fwht_backward(c->dx, c->dalpha, c->dbeta, c->scratch, c->dy, c->x, c->alpha, c->N, c->d);
+}
+
+static void run_dense(void *ctx) {
+    fwht_case *c = ctx;
+    c->be->linear_forward(c->y, c->x, c->w, c->beta, c->N, c->d, c->d);
+}
+
+static void bench_fwht(const bench *b) {
+    const int ds[] = {256, 512, 768, 1024, 2048};
+    const int N = 4096;
+    fprintf(b->table,
+            "\nWalsh-Hadamard, rows=%d (GB/s: fwd reads+writes N*d floats, bwd reads dout, inp, "
+            "dinp and writes dinp)\n%6s %9s %9s %9s %9s %11s %11s %9s\n",
+            N, "d", "fwd ms", "fwd GB/s", "bwd ms", "bwd GB/s", "dense ms", "dense GF/s",
+            "dense/fwht");
+    for (size_t i = 0; i < sizeof ds / sizeof *ds; i++) {
+        fwht_case c = {.be = b->be, .N = N, .d = ds[i]};
+        const int d = c.d;
+        size_t n = (size_t)N * d;
+        c.x = dev_random(b->be, n, 5);
+        c.dy = dev_random(b->be, n, 6);
+        c.alpha = dev_random(b->be, (size_t)d, 7);
+        c.beta = dev_random(b->be, (size_t)d, 8);
+        c.w = dev_random(b->be, (size_t)d * d, 9);
+        c.y = dev_zero(b->be, n * sizeof(float));
+        c.dx = dev_zero(b->be, n * sizeof(float));
+        c.scratch = dev_zero(b->be, n * sizeof(float));
+        c.dalpha = dev_zero(b->be, (size_t)d * sizeof(float));
+        c.dbeta = dev_zero(b->be, (size_t)d * sizeof(float));
+        double tf = time_median(b, run_fwht_fwd, &c);
+        double tb = time_median(b, run_fwht_bwd, &c);
+        double tg = time_median(b, run_dense, &c);
+        double bytes = (double)n * sizeof(float);
+        double gbf = 2 * bytes / tf * 1e-9, gbb = 4 * bytes / tb * 1e-9;
+        double gfd = 2.0 * N * (double)d * d / tg * 1e-9, ratio = tg / tf;
+        fprintf(b->table, "%6d %9.3f %9.1f %9.3f %9.1f %11.3f %11.1f %9.1f\n", d, tf * 1e3, gbf,
+                tb * 1e3, gbb, tg * 1e3, gfd, ratio);
+        if (b->json)
+            printf("{\"op\": \"fwht\", \"d\": %d, \"rows\": %d, \"fwd_ms\": %.4f, \"gbps\": %.2f, "
+                   "\"bwd_ms\": %.4f, \"bwd_gbps\": %.2f, \"gemm_ms\": %.4f, \"gemm_gflops\": %.2f, "
+                   "\"fwht_vs_gemm_ratio\": %.2f}\n",
+                   d, N, tf * 1e3, gbf, tb * 1e3, gbb, tg * 1e3, gfd, ratio);
+        float *bufs[] = {c.x, c.dy, c.alpha, c.beta, c.w, c.y, c.dx, c.scratch, c.dalpha, c.dbeta};
+        for (size_t k = 0; k < sizeof bufs / sizeof *bufs; k++) b->be->release(bufs[k]);
+    }
+}
+
+/* ---- selected heads (BudgetFormer inference) ---- */
+
+typedef struct {
+    const bk_backend *be;
+    bk_attn_args a;
+    int K;
+    float *x, *wqkv, *bqkv, *wo, *bo, *qkv, *c, *att, *y, *scratch;
+    int *heads;
+} layer_case;
+
+/* The all-heads attention layer: QKV projection, attention, output projection. */
+static void run_layer_all(void *ctx) {
+    layer_case *l = ctx;
+    const int N = l->a.B * l->a.T, C = l->a.C;
+    l->be->linear_forward(l->qkv, l->x, l->wqkv, l->bqkv, N, C, 3 * C);
+    l->be->attention_forward(l->c, l->att, l->qkv, &l->a);
+    l->be->linear_forward(l->y, l->c, l->wo, l->bo, N, C, C);
+}
+
+/* The same layer computing only the K selected heads of each sample. */
+static void run_layer_selected(void *ctx) {
+    layer_case *l = ctx;
+    l->be->attention_selected_forward(l->c, l->scratch, l->x, l->wqkv, l->bqkv, l->heads, l->K, &l->a);
+    l->be->linear_selected_forward(l->y, l->c, l->wo, l->bo, l->heads, l->K, l->a.B, l->a.T, l->a.C,
+                                   l->a.NH, l->a.C);
+}
+
+static void bench_selected(const bench *b) {
+    const int cfg[][4] = {{64, 64, 128, 8}, {8, 256, 256, 8}};
+    const double fracs[] = {1.0, 0.5, 0.25, 0.125};
+    fprintf(b->table,
+            "\nSelected-heads attention layer (QKV proj + attention + out proj) vs all heads\n"
+            "%4s %5s %5s %4s %4s %6s %10s %10s %7s\n",
+            "B", "T", "C", "NH", "K", "K/NH", "all ms", "sel ms", "ratio");
+    for (size_t i = 0; i < sizeof cfg / sizeof *cfg; i++) {
+        layer_case l = {.be = b->be, .a = {.B = cfg[i][0], .T = cfg[i][1], .C = cfg[i][2], .NH = cfg[i][3]}};
+        const int B = l.a.B, T = l.a.T, C = l.a.C, NH = l.a.NH, HS = C / NH;
+        l.x = dev_random(b->be, (size_t)B * T * C, 10);
+        l.wqkv = dev_random(b->be, (size_t)3 * C * C, 11);
+        l.bqkv = dev_random(b->be, (size_t)3 * C, 12);
+        l.wo = dev_random(b->be, (size_t)C * C, 13);
+        l.bo = dev_random(b->be, (size_t)C, 14);
+        l.qkv = dev_zero(b->be, (size_t)B * T * 3 * C * sizeof(float));
+        l.c = dev_zero(b->be, (size_t)B * T * C * sizeof(float));
+        l.y = dev_zero(b->be, (size_t)B * T * C * sizeof(float));
+        l.att = dev_zero(b->be, (size_t)B * NH * T * T * sizeof(float));
+        l.scratch = dev_zero(b->be, (size_t)B * NH * T * (3 * HS + T) * sizeof(float));
+        l.heads = dev_zero(b->be, (size_t)B * NH * sizeof(int));
+        double t_all = time_median(b, run_layer_all, &l);
+        int *hh = malloc((size_t)B * NH * sizeof(int));
+        if (!hh) exit(1);
+        for (size_t f = 0; f < sizeof fracs / sizeof *fracs; f++) {
+            l.K = (int)(fracs[f] * NH + 0.5);
+            if (l.K < 1) l.K = 1;
+            for (int s = 0; s < B; s++) /* distinct heads, different per sample */
+                for (int k = 0; k < l.K; k++) hh[s * l.K + k] = (s + 3 * k) % NH;
+            if (l.K > 1 && NH % 3 == 0) /* (s + 3k) % NH repeats when 3 divides NH */
+                for (int s = 0; s < B; s++)
+                    for (int k = 0; k < l.K; k++) hh[s * l.K + k] = (s + k) % NH;
+            b->be->to_device(l.heads, hh, (size_t)B * l.K * sizeof(int));
+            double t_sel = time_median(b, run_layer_selected, &l);
+            double ratio = t_sel / t_all;
+            fprintf(b->table, "%4d %5d %5d %4d %4d %6.3f %10.3f %10.3f %7.3f\n", B, T, C, NH, l.K,
+                    (double)l.K / NH, t_all * 1e3, t_sel * 1e3, ratio);
+            if (b->json)
+                printf("{\"op\": \"selected_heads\", \"B\": %d, \"T\": %d, \"C\": %d, \"NH\": %d, "
+                       "\"K\": %d, \"all_ms\": %.4f, \"selected_ms\": %.4f, \"ratio\": %.3f}\n",
+                       B, T, C, NH, l.K, t_all * 1e3, t_sel * 1e3, ratio);
+        }
+        free(hh);
+        void *bufs[] = {l.x, l.wqkv, l.bqkv, l.wo, l.bo, l.qkv, l.c, l.y, l.att, l.scratch, l.heads};
+        for (size_t k = 0; k < sizeof bufs / sizeof *bufs; k++) b->be->release(bufs[k]);
+    }
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: bench_ops [--device auto|cpu|cuda] [--json] [--reps N]  (N in 1..%d)\n",
+            REPS_MAX);
+}
+
+int main(int argc, char **argv) {
+    const char *device = "auto";
+    bench b = {.reps = 10, .table = stdout};
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+            device = argv[++i];
+        } else if (strcmp(argv[i], "--json") == 0) {
+            b.json = 1;
+        } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+            char *end;
+            long r = strtol(argv[++i], &end, 10);
+            if (*end || r < 1 || r > REPS_MAX) {
+                fprintf(stderr, "bench_ops: --reps '%s' is not an integer in 1..%d\n", argv[i], REPS_MAX);
+                return 2;
+            }
+            b.reps = (int)r;
+        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "bench_ops: unknown or incomplete argument '%s'\n", argv[i]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    char err[256];
+    if (bk_select(device, &b.be, err, sizeof err)) {
+        fprintf(stderr, "bench_ops: %s\n", err);
+        return 2;
+    }
+    if (b.json) b.table = stderr;
+    char model[256];
+    cpu_model(model, sizeof model);
+    long nproc = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = omp_get_max_threads();
+    fprintf(b.table, "bench_ops: backend %s | nproc %ld | cpu %s | omp threads %d | reps %d (best of)\n",
+            b.be->name, nproc, model, threads, b.reps);
+    if (b.json) {
+        printf("{\"op\": \"machine\", \"backend\": ");
+        json_string(stdout, b.be->name);
+        printf(", \"nproc\": %ld, \"cpu\": ", nproc);
+        json_string(stdout, model);
+        printf(", \"omp_threads\": %d, \"reps\": %d}\n", threads, b.reps);
+    }
+    bench_gemm(&b);
+    bench_attention(&b);
+    bench_fwht(&b);
+    bench_selected(&b);
+    fflush(stdout);
+    return 0;
+}

@@ -1,0 +1,1052 @@
+/* cfg — load, override, validate, dump and hash a bf_config through the one
+ * schema table in cfg_schema.c. YAML is read with libyaml's document API; the
+ * walk over the document is bounded (nodes visited, depth) so aliases cannot
+ * blow it up. */
+#include "common/cfg.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <yaml.h>
+
+#define CFG_FILE_MAX (1u << 20)
+#define CFG_MSG_MAX 1024
+#define CFG_KEY_MAX 256
+
+/* ---------------------------------------------------------------- schedules */
+
+static const char *const sched_names[] = {"constant", "linear", "exp", "cosine"};
+
+const char *cfg_sched_name(cfg_sched_kind k) {
+    return (unsigned)k < 4 ? sched_names[k] : "?";
+}
+
+float cfg_schedule_at(const cfg_schedule *s, float p) {
+    if (!(p > 0.0f)) p = 0.0f; /* also maps NaN to 0 */
+    if (p > 1.0f) p = 1.0f;
+    switch (s->kind) {
+    case CFG_SCHED_CONSTANT: return s->start;
+    case CFG_SCHED_EXP:
+        if (s->start > 0.0f && s->end > 0.0f)
+            return s->start * powf(s->end / s->start, p);
+        return s->start + (s->end - s->start) * p;
+    case CFG_SCHED_COSINE:
+        return s->end + (s->start - s->end) * 0.5f * (1.0f + cosf(3.14159265358979f * p));
+    case CFG_SCHED_LINEAR:
+    default: return s->start + (s->end - s->start) * p;
+    }
+}
+
+/* ------------------------------------------------------------- schema look */
+
+const cfg_field *cfg_field_find(const char *key) {
+    if (!key) return NULL;
+    for (size_t i = 0; i < cfg_field_count(); i++)
+        if (strcmp(cfg_field_at(i)->key, key) == 0) return cfg_field_at(i);
+    return NULL;
+}
+
+int cfg_key_known(const char *key) { return cfg_field_find(key) != NULL; }
+
+int cfg_is_section(const char *prefix) {
+    size_t n = strlen(prefix);
+    if (n == 0) return 0;
+    for (size_t i = 0; i < cfg_field_count(); i++) {
+        const char *k = cfg_field_at(i)->key;
+        if (strncmp(k, prefix, n) == 0 && k[n] == '.') return 1;
+    }
+    return 0;
+}
+
+const char *cfg_type_name(cfg_type t) {
+    switch (t) {
+    case CFG_T_INT: return "integer";
+    case CFG_T_U64: return "non-negative integer";
+    case CFG_T_FLOAT: return "number";
+    case CFG_T_BOOL: return "boolean (true or false)";
+    case CFG_T_ENUM: return "name";
+    case CFG_T_STR: return "string";
+    case CFG_T_PAIR: return "pair of numbers [a, b]";
+    case CFG_T_SCHED: return "schedule {schedule, start, end}";
+    case CFG_T_LAYERS: return "list of layer indices or auto:K";
+    }
+    return "?";
+}
+
+static size_t edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > CFG_KEY_MAX || lb > CFG_KEY_MAX) return (size_t)-1;
+    size_t prev[CFG_KEY_MAX + 1], cur[CFG_KEY_MAX + 1];
+    for (size_t j = 0; j <= lb; j++) prev[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        cur[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
+            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+        memcpy(prev, cur, (lb + 1) * sizeof(size_t));
+    }
+    return prev[lb];
+}
+
+static const char *const section_names[] = {"data",   "model",   "attn", "budget",
+                                            "avit",   "distill", "train"};
+
+/* Nearest schema key (and, when with_sections, section name) to key, and its
+ * distance. */
+static const char *nearest(const char *key, int with_sections, size_t *dist) {
+    const char *best = NULL;
+    size_t bd = (size_t)-1;
+    for (size_t i = 0; i < cfg_field_count(); i++) {
+        size_t d = edit_distance(key, cfg_field_at(i)->key);
+        if (d < bd) bd = d, best = cfg_field_at(i)->key;
+    }
+    for (size_t i = 0; with_sections && i < sizeof(section_names) / sizeof(*section_names); i++) {
+        size_t d = edit_distance(key, section_names[i]);
+        if (d < bd) bd = d, best = section_names[i];
+    }
+    if (dist) *dist = bd;
+    return best;
+}
+
+const char *cfg_nearest_key(const char *key) { return key ? nearest(key, 0, NULL) : NULL; }
+
+/* "unknown key 'x'; did you mean 'y'?" — the suggestion only when it is close. */
+static void unknown_key_msg(char *out, size_t n, const char *key, int with_sections) {
+    size_t d;
+    const char *best = nearest(key, with_sections, &d);
+    size_t len = strlen(key);
+    if (best && (d <= 2 || d * 3 <= len))
+        snprintf(out, n, "unknown key '%s'; did you mean '%s'?", key, best);
+    else
+        snprintf(out, n, "unknown key '%s' (see docs/sweeps.md or `bfctl keys` for valid keys)",
+                 key);
+}
+
+/* --------------------------------------------------------------- formatting */
+
+/* Shortest "%.Ng" text that reads back as the same float: 0.3f prints as 0.3,
+ * not 0.300000012, and the text still round-trips exactly. */
+static size_t fmt_float(char *buf, size_t n, double v) {
+    char tmp[40];
+    float f = (float)v;
+    int k = 0;
+    for (int prec = 6; prec <= 9; prec++) {
+        k = snprintf(tmp, sizeof tmp, "%.*g", prec, (double)f);
+        if (strtof(tmp, NULL) == f) break;
+    }
+    if (n) snprintf(buf, n, "%s", tmp);
+    return k < 0 ? 0 : (size_t)k;
+}
+
+static size_t fmt_quoted(char *buf, size_t n, const char *s) {
+    size_t w = 0;
+#define PUT(ch)                                                                                   \
+    do {                                                                                          \
+        if (w + 1 < n) buf[w] = (ch);                                                             \
+        w++;                                                                                      \
+    } while (0)
+    PUT('"');
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') {
+            PUT('\\');
+            PUT((char)*p);
+        } else if (*p < 0x20 || *p == 0x7f) {
+            char esc[8];
+            snprintf(esc, sizeof esc, "\\x%02x", *p);
+            for (char *e = esc; *e; e++) PUT(*e);
+        } else {
+            PUT((char)*p);
+        }
+    }
+    PUT('"');
+#undef PUT
+    if (n) buf[w < n ? w : n - 1] = '\0';
+    return w;
+}
+
+static size_t format_field(const bf_config *c, const cfg_field *f, char *buf, size_t n) {
+    const char *base = (const char *)c + f->offset;
+    int k = 0;
+    char a[40], b[40];
+    switch (f->type) {
+    case CFG_T_INT: k = snprintf(buf, n, "%d", *(const int *)base); break;
+    case CFG_T_U64: k = snprintf(buf, n, "%" PRIu64, *(const uint64_t *)base); break;
+    case CFG_T_FLOAT: return fmt_float(buf, n, *(const float *)base);
+    case CFG_T_BOOL: k = snprintf(buf, n, "%s", *(const int *)base ? "true" : "false"); break;
+    case CFG_T_ENUM: k = snprintf(buf, n, "%s", base); break;
+    case CFG_T_STR: return fmt_quoted(buf, n, base);
+    case CFG_T_PAIR: {
+        const float *p = (const float *)base;
+        fmt_float(a, sizeof a, p[0]);
+        fmt_float(b, sizeof b, p[1]);
+        k = snprintf(buf, n, "[%s, %s]", a, b);
+        break;
+    }
+    case CFG_T_SCHED: {
+        const cfg_schedule *s = (const cfg_schedule *)base;
+        fmt_float(a, sizeof a, s->start);
+        fmt_float(b, sizeof b, s->end);
+        k = snprintf(buf, n, "{schedule: %s, start: %s, end: %s}", cfg_sched_name(s->kind), a, b);
+        break;
+    }
+    case CFG_T_LAYERS: {
+        if (c->distill.replace_auto > 0) {
+            k = snprintf(buf, n, "auto:%d", c->distill.replace_auto);
+            break;
+        }
+        char list[CFG_MAX_LAYERS * 5 + 4];
+        size_t w = 0;
+        list[w++] = '[';
+        for (int i = 0; i < c->distill.n_replace && i < CFG_MAX_LAYERS; i++) {
+            int m = snprintf(list + w, sizeof list - w, "%s%d", i ? ", " : "",
+                             c->distill.replace_layers[i]);
+            if (m > 0 && (size_t)m < sizeof list - w) w += (size_t)m;
+        }
+        list[w++] = ']';
+        list[w] = '\0';
+        k = snprintf(buf, n, "%s", list);
+        break;
+    }
+    }
+    return k < 0 ? 0 : (size_t)k;
+}
+
+size_t cfg_format_value(const bf_config *c, const char *key, char *buf, size_t buflen) {
+    const cfg_field *f = cfg_field_find(key);
+    if (!f) {
+        if (buflen) buf[0] = '\0';
+        return 0;
+    }
+    return format_field(c, f, buf, buflen);
+}
+
+static int cmp_field_key(const void *a, const void *b) {
+    return strcmp((*(const cfg_field *const *)a)->key, (*(const cfg_field *const *)b)->key);
+}
+
+size_t cfg_dump(const bf_config *c, char *buf, size_t buflen) {
+    size_t nf = cfg_field_count();
+    const cfg_field *order[128];
+    if (nf > 128) nf = 128;
+    for (size_t i = 0; i < nf; i++) order[i] = cfg_field_at(i);
+    qsort(order, nf, sizeof order[0], cmp_field_key);
+    size_t w = 0;
+    if (buflen) buf[0] = '\0';
+    for (size_t i = 0; i < nf; i++) {
+        char val[1024];
+        format_field(c, order[i], val, sizeof val);
+        char line[1400];
+        int k = snprintf(line, sizeof line, "%s: %s\n", order[i]->key, val);
+        if (k < 0) continue;
+        if (w + 1 < buflen) { /* copy what fits, always NUL-terminated */
+            size_t room = buflen - w - 1, m = (size_t)k < room ? (size_t)k : room;
+            memcpy(buf + w, line, m);
+            buf[w + m] = '\0';
+        }
+        w += (size_t)k;
+    }
+    return w;
+}
+
+void cfg_hash(const bf_config *c, char out[17]) {
+    size_t need = cfg_dump(c, NULL, 0);
+    char stackbuf[8192];
+    char *buf = need < sizeof stackbuf ? stackbuf : malloc(need + 1);
+    uint64_t h = 0xcbf29ce484222325ull;
+    if (buf) {
+        cfg_dump(c, buf, need + 1);
+        for (size_t i = 0; i < need; i++) {
+            h ^= (unsigned char)buf[i];
+            h *= 0x100000001b3ull;
+        }
+        if (buf != stackbuf) free(buf);
+    }
+    snprintf(out, 17, "%016" PRIx64, h);
+}
+
+/* ----------------------------------------------------------- the YAML walk */
+
+typedef struct walk {
+    yaml_document_t *doc;
+    const char *file; /* NULL: use `where` as the whole position */
+    const char *where;
+    cfg_error_fn fn;
+    void *ud;
+    int nerr;
+    long visits;
+    int aborted;
+    /* first place each schema key was set in this load, for duplicate errors */
+    int set_line[128], set_col[128];
+    unsigned char set_seen[128];
+} walk;
+
+static void walk_error(walk *w, const yaml_node_t *node, const char *fmt, ...) {
+    char msg[CFG_MSG_MAX], line[CFG_MSG_MAX + CFG_PATH_MAX + 64];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (w->file && node)
+        snprintf(line, sizeof line, "%s:%zu:%zu: %s", w->file, node->start_mark.line + 1,
+                 node->start_mark.column + 1, msg);
+    else
+        snprintf(line, sizeof line, "%s: %s", w->where ? w->where : "config", msg);
+    w->nerr++;
+    if (w->fn) w->fn(w->ud, line);
+}
+
+/* Counts one node visit; refuses the walk past the caps. */
+static int walk_visit(walk *w, const yaml_node_t *node, int depth) {
+    if (w->aborted) return -1;
+    if (++w->visits > CFG_MAX_NODES) {
+        walk_error(w, node,
+                   "document expands to more than %d nodes through aliases; refused "
+                   "(alias bomb?)",
+                   CFG_MAX_NODES);
+        w->aborted = 1;
+        return -1;
+    }
+    if (depth > CFG_MAX_DEPTH) {
+        walk_error(w, node, "nesting deeper than %d levels (recursive alias?); refused",
+                   CFG_MAX_DEPTH);
+        w->aborted = 1;
+        return -1;
+    }
+    return 0;
+}
+
+static const char *node_kind_name(const yaml_node_t *n) {
+    switch (n->type) {
+    case YAML_SCALAR_NODE: return "a scalar";
+    case YAML_SEQUENCE_NODE: return "a list";
+    case YAML_MAPPING_NODE: return "a mapping";
+    default: return "nothing";
+    }
+}
+
+static const char *scalar(const yaml_node_t *n) { return (const char *)n->data.scalar.value; }
+
+static int scalar_is_plain(const yaml_node_t *n) {
+    return n->type == YAML_SCALAR_NODE && n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+}
+
+/* Describes a node for "got ..." in a type error. */
+static void describe(const yaml_node_t *n, char *out, size_t len) {
+    if (n->type == YAML_SCALAR_NODE) {
+        if (n->data.scalar.length == 0)
+            snprintf(out, len, "nothing");
+        else
+            snprintf(out, len, "'%.60s'", scalar(n));
+    } else {
+        snprintf(out, len, "%s", node_kind_name(n));
+    }
+}
+
+static int parse_ll(const yaml_node_t *n, long long *out) {
+    if (!scalar_is_plain(n) || n->data.scalar.length == 0) return -1;
+    const char *s = scalar(n);
+    if (!(isdigit((unsigned char)s[0]) || ((s[0] == '-' || s[0] == '+') && isdigit((unsigned char)s[1]))))
+        return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_u64(const yaml_node_t *n, uint64_t *out) {
+    if (!scalar_is_plain(n) || n->data.scalar.length == 0) return -1;
+    const char *s = scalar(n);
+    if (!isdigit((unsigned char)s[0])) return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end) return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+static int parse_num(const yaml_node_t *n, double *out) {
+    if (!scalar_is_plain(n) || n->data.scalar.length == 0) return -1;
+    const char *s = scalar(n);
+    const char *p = s + (s[0] == '-' || s[0] == '+');
+    if (!(isdigit((unsigned char)*p) || (*p == '.' && isdigit((unsigned char)p[1])))) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (*end || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+static int has_range(const cfg_field *f) { return !(f->min == 0.0 && f->max == 0.0); }
+
+static int check_range(walk *w, const yaml_node_t *n, const cfg_field *f, double v) {
+    if (has_range(f) && (v < f->min || v > f->max)) {
+        char a[40], b[40];
+        fmt_float(a, sizeof a, f->min);
+        fmt_float(b, sizeof b, f->max);
+        walk_error(w, n, "%s: %.9g is out of range; valid range is [%s, %s]", f->key, v, a, b);
+        return -1;
+    }
+    return 0;
+}
+
+static int get_number(walk *w, const yaml_node_t *n, const cfg_field *f, const char *what,
+                      double *v) {
+    if (parse_num(n, v) < 0) {
+        char got[96];
+        describe(n, got, sizeof got);
+        walk_error(w, n, "%s: expected a number for %s, got %s", f->key, what, got);
+        return -1;
+    }
+    return check_range(w, n, f, *v);
+}
+
+static yaml_node_t *item(walk *w, yaml_node_item_t id) { return yaml_document_get_node(w->doc, id); }
+
+static int enum_index(const char *choices, const char *s) {
+    size_t n = strlen(s);
+    int idx = 0;
+    for (const char *p = choices; *p; idx++) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && strncmp(p, s, n) == 0) return idx;
+        if (!bar) break;
+        p = bar + 1;
+    }
+    return -1;
+}
+
+static void choices_list(const char *choices, char *out, size_t n) {
+    size_t w = 0;
+    for (const char *p = choices; *p && w + 3 < n; p++) {
+        if (*p == '|') {
+            out[w++] = ',';
+            out[w++] = ' ';
+        } else {
+            out[w++] = *p;
+        }
+    }
+    out[w] = '\0';
+}
+
+/* Parses node as the value of field f and stores it into c (only on success). */
+static int set_field(walk *w, bf_config *c, const cfg_field *f, yaml_node_t *n, int depth) {
+    char *base = (char *)c + f->offset;
+    char got[96];
+    if (walk_visit(w, n, depth) < 0) return -1;
+    switch (f->type) {
+    case CFG_T_INT: {
+        long long v;
+        if (parse_ll(n, &v) < 0) {
+            describe(n, got, sizeof got);
+            walk_error(w, n, "%s: expected an integer, got %s", f->key, got);
+            return -1;
+        }
+        if (v < f->min || v > f->max) {
+            walk_error(w, n, "%s: %lld is out of range; valid range is [%.0f, %.0f]", f->key, v,
+                       f->min, f->max);
+            return -1;
+        }
+        *(int *)base = (int)v;
+        return 0;
+    }
+    case CFG_T_U64: {
+        uint64_t v;
+        if (parse_u64(n, &v) < 0) {
+            describe(n, got, sizeof got);
+            walk_error(w, n, "%s: expected a non-negative integer (0 .. 2^64-1), got %s", f->key,
+                       got);
+            return -1;
+        }
+        *(uint64_t *)base = v;
+        return 0;
+    }
+    case CFG_T_FLOAT: {
+        double v;
+        if (parse_num(n, &v) < 0) {
+            describe(n, got, sizeof got);
+            walk_error(w, n, "%s: expected a number, got %s", f->key, got);
+            return -1;
+        }
+        if (check_range(w, n, f, v) < 0) return -1;
+        *(float *)base = (float)v;
+        return 0;
+    }
+    case CFG_T_BOOL: {
+        if (scalar_is_plain(n) && strcmp(scalar(n), "true") == 0) {
+            *(int *)base = 1;
+            return 0;
+        }
+        if (scalar_is_plain(n) && strcmp(scalar(n), "false") == 0) {
+            *(int *)base = 0;
+            return 0;
+        }
+        describe(n, got, sizeof got);
+        walk_error(w, n, "%s: expected true or false, got %s", f->key, got);
+        return -1;
+    }
+    case CFG_T_ENUM: {
+        char list[256];
+        choices_list(f->choices, list, sizeof list);
+        if (n->type != YAML_SCALAR_NODE || enum_index(f->choices, scalar(n)) < 0) {
+            describe(n, got, sizeof got);
+            walk_error(w, n, "%s: %s is not valid; expected one of: %s", f->key, got, list);
+            return -1;
+        }
+        snprintf(base, f->size, "%s", scalar(n));
+        return 0;
+    }
+    case CFG_T_STR: {
+        if (n->type != YAML_SCALAR_NODE) {
+            walk_error(w, n, "%s: expected a string, got %s", f->key, node_kind_name(n));
+            return -1;
+        }
+        if (n->data.scalar.length >= f->size) {
+            walk_error(w, n, "%s: too long (%zu bytes; at most %zu)", f->key,
+                       n->data.scalar.length, f->size - 1);
+            return -1;
+        }
+        if (strlen(scalar(n)) != n->data.scalar.length) {
+            walk_error(w, n, "%s: contains a NUL character", f->key);
+            return -1;
+        }
+        /* A plain `~` or `null` means "not set". */
+        const char *s = scalar(n);
+        if (scalar_is_plain(n) && (strcmp(s, "~") == 0 || strcmp(s, "null") == 0)) s = "";
+        memcpy(base, s, strlen(s) + 1);
+        return 0;
+    }
+    case CFG_T_PAIR: {
+        if (n->type != YAML_SEQUENCE_NODE ||
+            n->data.sequence.items.top - n->data.sequence.items.start != 2) {
+            describe(n, got, sizeof got);
+            walk_error(w, n, "%s: expected a pair of numbers [a, b], got %s", f->key, got);
+            return -1;
+        }
+        double v[2];
+        for (int i = 0; i < 2; i++) {
+            yaml_node_t *e = item(w, n->data.sequence.items.start[i]);
+            if (walk_visit(w, e, depth + 1) < 0) return -1;
+            if (get_number(w, e, f, i ? "the second element" : "the first element", &v[i]) < 0)
+                return -1;
+        }
+        ((float *)base)[0] = (float)v[0];
+        ((float *)base)[1] = (float)v[1];
+        return 0;
+    }
+    case CFG_T_SCHED: {
+        if (n->type != YAML_MAPPING_NODE) {
+            describe(n, got, sizeof got);
+            walk_error(w, n,
+                       "%s: expected a schedule {schedule: constant|linear|exp|cosine, start: "
+                       "NUMBER, end: NUMBER}, got %s",
+                       f->key, got);
+            return -1;
+        }
+        cfg_schedule s = *(cfg_schedule *)base;
+        int seen[3] = {0, 0, 0}, bad = 0;
+        for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top;
+             p++) {
+            yaml_node_t *k = item(w, p->key), *v = item(w, p->value);
+            if (walk_visit(w, k, depth + 1) < 0 || walk_visit(w, v, depth + 1) < 0) return -1;
+            const char *ks = k->type == YAML_SCALAR_NODE ? scalar(k) : "";
+            int which = strcmp(ks, "schedule") == 0 ? 0
+                        : strcmp(ks, "start") == 0  ? 1
+                        : strcmp(ks, "end") == 0    ? 2
+                                                    : -1;
+            if (which < 0) {
+                walk_error(w, k, "%s: unknown schedule field '%s'; expected schedule, start, end",
+                           f->key, ks);
+                bad = 1;
+                continue;
+            }
+            if (seen[which]) {
+                walk_error(w, k, "%s: duplicate key '%s'", f->key, ks);
+                bad = 1;
+                continue;
+            }
+            seen[which] = 1;
+            if (which == 0) {
+                int idx = v->type == YAML_SCALAR_NODE
+                              ? enum_index("constant|linear|exp|cosine", scalar(v))
+                              : -1;
+                if (idx < 0) {
+                    describe(v, got, sizeof got);
+                    walk_error(w, v,
+                               "%s.schedule: %s is not valid; expected one of: constant, "
+                               "linear, exp, cosine",
+                               f->key, got);
+                    bad = 1;
+                } else {
+                    s.kind = (cfg_sched_kind)idx;
+                }
+            } else {
+                double d;
+                if (get_number(w, v, f, which == 1 ? "start" : "end", &d) < 0)
+                    bad = 1;
+                else if (which == 1)
+                    s.start = (float)d;
+                else
+                    s.end = (float)d;
+            }
+        }
+        if (bad) return -1;
+        *(cfg_schedule *)base = s;
+        return 0;
+    }
+    case CFG_T_LAYERS: {
+        if (n->type == YAML_SCALAR_NODE) {
+            const char *s = scalar(n);
+            if (strncmp(s, "auto:", 5) == 0) {
+                char *end;
+                errno = 0;
+                long k = strtol(s + 5, &end, 10);
+                if (!errno && *end == '\0' && isdigit((unsigned char)s[5]) && k >= 1 &&
+                    k <= CFG_MAX_LAYERS) {
+                    c->distill.replace_auto = (int)k;
+                    c->distill.n_replace = 0;
+                    return 0;
+                }
+                walk_error(w, n, "%s: '%s': K in auto:K must be an integer in [1, %d]", f->key, s,
+                           CFG_MAX_LAYERS);
+                return -1;
+            }
+        }
+        if (n->type != YAML_SEQUENCE_NODE) {
+            describe(n, got, sizeof got);
+            walk_error(w, n, "%s: expected a list of layer indices like [9, 10, 11] or auto:K, got %s",
+                       f->key, got);
+            return -1;
+        }
+        int cnt = (int)(n->data.sequence.items.top - n->data.sequence.items.start);
+        if (cnt < 1 || cnt > CFG_MAX_LAYERS) {
+            walk_error(w, n, "%s: expected 1 to %d layer indices, got %d", f->key, CFG_MAX_LAYERS,
+                       cnt);
+            return -1;
+        }
+        int layers[CFG_MAX_LAYERS];
+        for (int i = 0; i < cnt; i++) {
+            yaml_node_t *e = item(w, n->data.sequence.items.start[i]);
+            if (walk_visit(w, e, depth + 1) < 0) return -1;
+            long long v;
+            if (parse_ll(e, &v) < 0) {
+                describe(e, got, sizeof got);
+                walk_error(w, e, "%s: expected a layer index (integer), got %s", f->key, got);
+                return -1;
+            }
+            if (v < f->min || v > f->max) {
+                walk_error(w, e, "%s: layer %lld is out of range; valid range is [%.0f, %.0f]",
+                           f->key, v, f->min, f->max);
+                return -1;
+            }
+            /* keep sorted (insertion) so equal sets dump and hash alike */
+            int j = i;
+            while (j > 0 && layers[j - 1] > v) {
+                layers[j] = layers[j - 1];
+                j--;
+            }
+            if (j > 0 && layers[j - 1] == v) {
+                walk_error(w, e, "%s: layer %lld is listed twice", f->key, v);
+                return -1;
+            }
+            layers[j] = (int)v;
+        }
+        memcpy(c->distill.replace_layers, layers, (size_t)cnt * sizeof(int));
+        c->distill.n_replace = cnt;
+        c->distill.replace_auto = 0;
+        return 0;
+    }
+    }
+    return -1;
+}
+
+static int load_mapping(walk *w, bf_config *c, yaml_node_t *map, const char *prefix, int depth);
+
+/* Applies value node v to dotted key `key` (from key node k, for positions). */
+static void apply_key(walk *w, bf_config *c, const char *key, yaml_node_t *k, yaml_node_t *v,
+                      int depth) {
+    const cfg_field *f = cfg_field_find(key);
+    if (f) {
+        size_t idx = (size_t)(f - cfg_field_at(0));
+        if (idx < 128 && w->set_seen[idx]) {
+            walk_error(w, k, "duplicate key '%s' (first set at line %d, column %d)", key,
+                       w->set_line[idx], w->set_col[idx]);
+            return;
+        }
+        if (idx < 128) {
+            w->set_seen[idx] = 1;
+            w->set_line[idx] = k ? (int)k->start_mark.line + 1 : 0;
+            w->set_col[idx] = k ? (int)k->start_mark.column + 1 : 0;
+        }
+        set_field(w, c, f, v, depth);
+        return;
+    }
+    if (v->type == YAML_MAPPING_NODE && cfg_is_section(key)) {
+        load_mapping(w, c, v, key, depth);
+        return;
+    }
+    char msg[CFG_MSG_MAX];
+    unknown_key_msg(msg, sizeof msg, key, v->type == YAML_MAPPING_NODE);
+    walk_error(w, k ? k : v, "%s", msg);
+}
+
+static int load_mapping(walk *w, bf_config *c, yaml_node_t *map, const char *prefix, int depth) {
+    if (walk_visit(w, map, depth) < 0) return -1;
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
+         p++) {
+        if (w->aborted) return -1;
+        yaml_node_t *k = item(w, p->key), *v = item(w, p->value);
+        if (!k || !v) continue;
+        if (walk_visit(w, k, depth + 1) < 0) return -1;
+        if (k->type != YAML_SCALAR_NODE || k->data.scalar.length == 0) {
+            walk_error(w, k, "expected a key name, got %s", node_kind_name(k));
+            continue;
+        }
+        /* the same key twice in this mapping */
+        int dup = 0;
+        for (yaml_node_pair_t *q = map->data.mapping.pairs.start; q < p; q++) {
+            yaml_node_t *k2 = item(w, q->key);
+            if (k2 && k2->type == YAML_SCALAR_NODE && strcmp(scalar(k2), scalar(k)) == 0) {
+                walk_error(w, k, "duplicate key '%s' (first at line %zu, column %zu)", scalar(k),
+                           k2->start_mark.line + 1, k2->start_mark.column + 1);
+                dup = 1;
+                break;
+            }
+        }
+        if (dup) continue;
+        char key[CFG_KEY_MAX];
+        int kl = snprintf(key, sizeof key, "%s%s%s", prefix, *prefix ? "." : "", scalar(k));
+        if (kl < 0 || (size_t)kl >= sizeof key) {
+            walk_error(w, k, "key too long");
+            continue;
+        }
+        apply_key(w, c, key, k, v, depth + 1);
+    }
+    return 0;
+}
+
+int cfg_load_node(bf_config *c, struct yaml_document_s *doc, struct yaml_node_s *map,
+                  const char *file, cfg_error_fn fn, void *ud) {
+    walk w;
+    memset(&w, 0, sizeof w);
+    w.doc = doc;
+    w.file = file ? file : "config";
+    w.fn = fn;
+    w.ud = ud;
+    if (!map || map->type != YAML_MAPPING_NODE) {
+        walk_error(&w, map, "expected a mapping of config keys, got %s",
+                   map ? node_kind_name(map) : "nothing");
+        return w.nerr;
+    }
+    load_mapping(&w, c, map, "", 0);
+    return w.nerr;
+}
+
+static int expansion_walk(yaml_document_t *doc, yaml_node_t *n, int depth, long *visits,
+                          const char *file, char *err, size_t errlen) {
+    if (++*visits > CFG_MAX_NODES) {
+        snprintf(err, errlen,
+                 "%s:%zu:%zu: document expands to more than %d nodes through aliases; refused "
+                 "(alias bomb?)",
+                 file, n->start_mark.line + 1, n->start_mark.column + 1, CFG_MAX_NODES);
+        return -1;
+    }
+    if (depth > CFG_MAX_DEPTH) {
+        snprintf(err, errlen,
+                 "%s:%zu:%zu: nesting deeper than %d levels (recursive alias?); refused", file,
+                 n->start_mark.line + 1, n->start_mark.column + 1, CFG_MAX_DEPTH);
+        return -1;
+    }
+    if (n->type == YAML_SEQUENCE_NODE) {
+        for (yaml_node_item_t *i = n->data.sequence.items.start; i < n->data.sequence.items.top;
+             i++) {
+            yaml_node_t *c = yaml_document_get_node(doc, *i);
+            if (c && expansion_walk(doc, c, depth + 1, visits, file, err, errlen) < 0) return -1;
+        }
+    } else if (n->type == YAML_MAPPING_NODE) {
+        for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top;
+             p++) {
+            yaml_node_t *k = yaml_document_get_node(doc, p->key);
+            yaml_node_t *v = yaml_document_get_node(doc, p->value);
+            if (k && expansion_walk(doc, k, depth + 1, visits, file, err, errlen) < 0) return -1;
+            if (v && expansion_walk(doc, v, depth + 1, visits, file, err, errlen) < 0) return -1;
+        }
+    }
+    return 0;
+}
+
+int cfg_yaml_check_expansion(struct yaml_document_s *doc, const char *file, char *err,
+                             size_t errlen) {
+    char dummy[8];
+    if (!err || !errlen) err = dummy, errlen = sizeof dummy;
+    yaml_node_t *root = yaml_document_get_root_node(doc);
+    long visits = 0;
+    return root ? expansion_walk(doc, root, 0, &visits, file ? file : "config", err, errlen) : 0;
+}
+
+/* Error sink that keeps the first message and counts the rest. */
+typedef struct first_err {
+    char *buf;
+    size_t len;
+    int count;
+} first_err;
+
+static void keep_first(void *ud, const char *msg) {
+    first_err *fe = ud;
+    if (fe->count++ == 0 && fe->len) snprintf(fe->buf, fe->len, "%s", msg);
+}
+
+int cfg_set_node(bf_config *c, const char *key, struct yaml_document_s *doc,
+                 struct yaml_node_s *node, const char *file, char *err, size_t errlen) {
+    walk w;
+    memset(&w, 0, sizeof w);
+    first_err fe = {err, errlen, 0};
+    w.doc = doc;
+    w.file = file ? file : "config";
+    w.fn = keep_first;
+    w.ud = &fe;
+    apply_key(&w, c, key, node, node, 0);
+    return w.nerr ? -1 : 0;
+}
+
+/* Parses `text` as one YAML document into doc. -1 with a message on a syntax
+ * error; an empty text yields a document with no root. */
+static int parse_text(yaml_document_t *doc, const char *text, size_t len, const char *where,
+                      int with_pos, char *err, size_t errlen) {
+    yaml_parser_t parser;
+    if (!yaml_parser_initialize(&parser)) {
+        snprintf(err, errlen, "%s: yaml_parser_initialize failed (out of memory)", where);
+        return -1;
+    }
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+    if (!yaml_parser_load(&parser, doc)) {
+        const char *problem = parser.problem ? parser.problem : "unknown error";
+        if (with_pos)
+            snprintf(err, errlen, "%s:%zu:%zu: YAML syntax error: %s%s%s", where,
+                     parser.problem_mark.line + 1, parser.problem_mark.column + 1, problem,
+                     parser.context ? " " : "", parser.context ? parser.context : "");
+        else
+            snprintf(err, errlen, "%s: YAML syntax error: %s%s%s", where, problem,
+                     parser.context ? " " : "", parser.context ? parser.context : "");
+        yaml_parser_delete(&parser);
+        return -1;
+    }
+    yaml_parser_delete(&parser);
+    return 0;
+}
+
+int cfg_set_value(bf_config *c, const char *key, const char *yaml_value, const char *where,
+                  char *err, size_t errlen) {
+    char dummy[8];
+    if (!err || !errlen) err = dummy, errlen = sizeof dummy;
+    if (!where) where = key;
+    const char *text = yaml_value ? yaml_value : "";
+    const char *t = text;
+    while (*t == ' ' || *t == '\t') t++;
+    if (*t == '\0') text = "\"\""; /* an empty value is the empty string */
+    if (strlen(text) > 65536) {
+        snprintf(err, errlen, "%s: value too long", where);
+        return -1;
+    }
+    yaml_document_t doc;
+    if (parse_text(&doc, text, strlen(text), where, 0, err, errlen) < 0) return -1;
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    int rc = -1;
+    if (!root) {
+        snprintf(err, errlen, "%s: no value given", where);
+    } else {
+        walk w;
+        memset(&w, 0, sizeof w);
+        first_err fe = {err, errlen, 0};
+        w.doc = &doc;
+        w.file = NULL;
+        w.where = where;
+        w.fn = keep_first;
+        w.ud = &fe;
+        apply_key(&w, c, key, NULL, root, 0);
+        rc = w.nerr ? -1 : 0;
+    }
+    yaml_document_delete(&doc);
+    return rc;
+}
+
+int cfg_set(bf_config *c, const char *assignment, char *err, size_t errlen) {
+    char dummy[8];
+    if (!err || !errlen) err = dummy, errlen = sizeof dummy;
+    const char *eq = assignment ? strchr(assignment, '=') : NULL;
+    if (!eq) {
+        snprintf(err, errlen, "--set %s: expected KEY=VALUE", assignment ? assignment : "");
+        return -1;
+    }
+    char key[CFG_KEY_MAX];
+    const char *ks = assignment, *ke = eq;
+    while (ks < ke && isspace((unsigned char)*ks)) ks++;
+    while (ke > ks && isspace((unsigned char)ke[-1])) ke--;
+    if (ke == ks || (size_t)(ke - ks) >= sizeof key) {
+        snprintf(err, errlen, "--set %s: expected KEY=VALUE with a key", assignment);
+        return -1;
+    }
+    memcpy(key, ks, (size_t)(ke - ks));
+    key[ke - ks] = '\0';
+    char where[CFG_KEY_MAX + 8];
+    snprintf(where, sizeof where, "--set %s", key);
+    return cfg_set_value(c, key, eq + 1, where, err, errlen);
+}
+
+void cfg_defaults(bf_config *c) {
+    memset(c, 0, sizeof *c);
+    char err[CFG_MSG_MAX];
+    for (size_t i = 0; i < cfg_field_count(); i++) {
+        const cfg_field *f = cfg_field_at(i);
+        /* defaults are compile-time constants checked by test_cfg; a failure
+         * here is a bug in the table, and leaves the zero value */
+        (void)cfg_set_value(c, f->key, f->def, "default", err, sizeof err);
+    }
+    const char *env = getenv("BF_DATA");
+    if (env && *env && strlen(env) < sizeof c->data.dir) snprintf(c->data.dir, sizeof c->data.dir, "%s", env);
+}
+
+int cfg_load_file(bf_config *c, const char *path, char *err, size_t errlen) {
+    char dummy[8];
+    if (!err || !errlen) err = dummy, errlen = sizeof dummy;
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        snprintf(err, errlen, "%s:1:1: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s:1:1: not a regular file", path);
+        return -1;
+    }
+    if (st.st_size > (off_t)CFG_FILE_MAX) {
+        snprintf(err, errlen, "%s:1:1: file is %lld bytes; config files are limited to 1 MiB", path,
+                 (long long)st.st_size);
+        return -1;
+    }
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        snprintf(err, errlen, "%s:1:1: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    char *buf = malloc(CFG_FILE_MAX + 1);
+    if (!buf) {
+        fclose(fp);
+        snprintf(err, errlen, "%s:1:1: out of memory", path);
+        return -1;
+    }
+    size_t n = fread(buf, 1, CFG_FILE_MAX + 1, fp);
+    int rerr = ferror(fp);
+    fclose(fp);
+    int rc = -1;
+    if (rerr) {
+        snprintf(err, errlen, "%s:1:1: read error", path);
+    } else if (n > CFG_FILE_MAX) {
+        snprintf(err, errlen, "%s:1:1: file is over 1 MiB; config files are limited to 1 MiB", path);
+    } else if (memchr(buf, '\0', n)) {
+        size_t off = (size_t)((char *)memchr(buf, '\0', n) - buf);
+        snprintf(err, errlen, "%s:1:1: not a text file (NUL byte at offset %zu)", path, off);
+    } else {
+        yaml_document_t doc;
+        if (parse_text(&doc, buf, n, path, 1, err, errlen) == 0) {
+            yaml_node_t *root = yaml_document_get_root_node(&doc);
+            if (!root || (root->type == YAML_SCALAR_NODE && root->data.scalar.length == 0 &&
+                          scalar_is_plain(root))) {
+                snprintf(err, errlen, "%s:1:1: empty config: expected a mapping of keys", path);
+            } else if (cfg_yaml_check_expansion(&doc, path, err, errlen) == 0) {
+                bf_config tmp = *c;
+                first_err fe = {err, errlen, 0};
+                if (cfg_load_node(&tmp, &doc, root, path, keep_first, &fe) == 0) {
+                    *c = tmp;
+                    rc = 0;
+                } else if (fe.count > 1) {
+                    size_t l = strlen(err);
+                    snprintf(err + l, errlen > l ? errlen - l : 0, " (and %d more errors)",
+                             fe.count - 1);
+                }
+            }
+            yaml_document_delete(&doc);
+        }
+    }
+    free(buf);
+    return rc;
+}
+
+/* --------------------------------------------------------------- validation */
+
+static void add_err(char *err, size_t errlen, int *nerr, const char *fmt, ...) {
+    char msg[CFG_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    size_t l = strlen(err);
+    if (l < errlen) snprintf(err + l, errlen - l, "%s%s", *nerr ? "\n" : "", msg);
+    (*nerr)++;
+}
+
+static int hadamard_width_ok(int d) {
+    if (d <= 0) return 0;
+    if (d % 12 == 0) d /= 12;
+    return (d & (d - 1)) == 0;
+}
+
+int cfg_validate(const bf_config *c, char *err, size_t errlen) {
+    char dummy[8];
+    if (!err || !errlen) err = dummy, errlen = sizeof dummy;
+    err[0] = '\0';
+    int nerr = 0;
+    if (strcmp(c->pipeline, "s2s") == 0)
+        add_err(err, errlen, &nerr,
+                "pipeline 's2s' is not built yet; available pipelines: budgetformer, lm");
+    else if (strcmp(c->pipeline, "budgetformer") != 0 && strcmp(c->pipeline, "lm") != 0)
+        add_err(err, errlen, &nerr, "pipeline '%s' is unknown; available pipelines: budgetformer, lm",
+                c->pipeline);
+    if (enum_index("auto|cpu|cuda", c->device) < 0)
+        add_err(err, errlen, &nerr, "device '%s' is unknown; expected auto, cpu or cuda", c->device);
+    if (c->model.heads <= 0 || c->model.d_model <= 0 || c->model.d_model % c->model.heads != 0)
+        add_err(err, errlen, &nerr, "model.d_model (%d) must be divisible by model.heads (%d)",
+                c->model.d_model, c->model.heads);
+    if (strcmp(c->attn.out_proj, "hadamard") == 0 && !hadamard_width_ok(c->model.d_model)) {
+        int lo = 0, hi = 0;
+        for (int d = c->model.d_model - 1; d > 0 && !lo; d--)
+            if (hadamard_width_ok(d)) lo = d;
+        for (int d = c->model.d_model + 1; d < (1 << 24) && !hi; d++)
+            if (hadamard_width_ok(d)) hi = d;
+        add_err(err, errlen, &nerr,
+                "attn.out_proj hadamard needs model.d_model = 2^n or 12*2^n (64, 96, 128, 192, "
+                "256, 384, 512, 768, ...); got %d (nearest valid: %d or %d)",
+                c->model.d_model, lo, hi);
+    } else if (enum_index("dense|hadamard", c->attn.out_proj) < 0) {
+        add_err(err, errlen, &nerr, "attn.out_proj '%s' is unknown; expected dense or hadamard",
+                c->attn.out_proj);
+    }
+    float s0 = c->budget.range[0], s1 = c->budget.range[1];
+    if (!(s0 >= 0.0f && s1 <= 1.0f && s0 <= s1))
+        add_err(err, errlen, &nerr,
+                "budget.range [%g, %g] must be ordered (s_min <= s_max) and inside [0, 1]", s0, s1);
+    if (strcmp(c->pipeline, "s2s") == 0) {
+        if (c->distill.replace_auto > c->model.layers)
+            add_err(err, errlen, &nerr,
+                    "distill.replace_layers auto:%d replaces more layers than model.layers (%d)",
+                    c->distill.replace_auto, c->model.layers);
+        for (int i = 0; i < c->distill.n_replace; i++)
+            if (c->distill.replace_layers[i] >= c->model.layers) {
+                add_err(err, errlen, &nerr,
+                        "distill.replace_layers: layer %d does not exist (model.layers is %d)",
+                        c->distill.replace_layers[i], c->model.layers);
+                break;
+            }
+    }
+    return nerr ? -1 : 0;
+}

@@ -1,0 +1,102 @@
+/* The config schema: every key users can type, with its type, place in
+ * bf_config, range, default and help. This table is the single source of truth
+ * for cfg.c (load, --set, dump, hash), for sweep validation in jobs/, and for
+ * the key table in docs/sweeps.md (`bfctl keys --markdown`). */
+#include "common/cfg.h"
+
+#include <stddef.h>
+
+#define OFF(f) offsetof(bf_config, f), sizeof(((bf_config *)0)->f)
+#define NOLIM 0.0, 0.0
+
+static const cfg_field cfg_schema[] = {
+    {"pipeline", CFG_T_ENUM, OFF(pipeline), NOLIM, "budgetformer", "budgetformer|lm|s2s",
+     "what a run trains: BudgetFormer classifier, decoder LM, or the S2S distillation"},
+    {"device", CFG_T_ENUM, OFF(device), NOLIM, "auto", "auto|cpu|cuda",
+     "compute backend; auto picks CUDA when a GPU is present"},
+
+    {"data.set", CFG_T_STR, OFF(data.set), NOLIM, "\"\"", NULL,
+     "prepared set by name (wordnet, kjv, fashion_mnist), or empty for own files"},
+    {"data.train", CFG_T_STR, OFF(data.train), NOLIM, "\"\"", NULL, "own training split (TSV)"},
+    {"data.val", CFG_T_STR, OFF(data.val), NOLIM, "\"\"", NULL, "own validation split (TSV)"},
+    {"data.test", CFG_T_STR, OFF(data.test), NOLIM, "\"\"", NULL, "own test split (TSV)"},
+    {"data.path", CFG_T_STR, OFF(data.path), NOLIM, "\"\"", NULL,
+     "lm: one UTF-8 text file, split by data.val_fraction"},
+    {"data.val_fraction", CFG_T_FLOAT, OFF(data.val_fraction), 0.0, 0.5, "0.05", NULL,
+     "lm: tail fraction of the corpus held out for validation"},
+    {"data.dir", CFG_T_STR, OFF(data.dir), NOLIM, "data", NULL,
+     "where prepared sets live (default $BF_DATA, else ./data)"},
+
+    {"model.layers", CFG_T_INT, OFF(model.layers), 1, CFG_MAX_LAYERS, "4", NULL,
+     "number of transformer blocks"},
+    {"model.d_model", CFG_T_INT, OFF(model.d_model), 8, 16384, "128", NULL, "model width d"},
+    {"model.heads", CFG_T_INT, OFF(model.heads), 1, 256, "8", NULL, "attention heads H"},
+    {"model.seq_len", CFG_T_INT, OFF(model.seq_len), 1, 65536, "64", NULL,
+     "tokens per example (context length)"},
+    {"model.vocab", CFG_T_INT, OFF(model.vocab), 2, 1048576, "8192", NULL, "vocabulary size"},
+
+    {"attn.out_proj", CFG_T_ENUM, OFF(attn.out_proj), NOLIM, "dense", "dense|hadamard",
+     "attention output projection: dense W_O or fixed Walsh-Hadamard + scale/bias"},
+
+    {"budget.enabled", CFG_T_BOOL, OFF(budget.enabled), NOLIM, "true", NULL,
+     "adaptive head budgeting on (false: standard multi-head baseline)"},
+    {"budget.range", CFG_T_PAIR, OFF(budget.range), 0.0, 1.0, "[0.3, 0.6]", NULL,
+     "[s_min, s_max]: target band for the fraction of heads used"},
+    {"budget.temperature", CFG_T_SCHED, OFF(budget.temperature), 1e-6, 1e6,
+     "{schedule: exp, start: 1.0, end: 0.1}", NULL, "softmax temperature tau_t over training"},
+    {"budget.noise", CFG_T_SCHED, OFF(budget.noise), 0.0, 1e6,
+     "{schedule: linear, start: 1.0, end: 0.0}", NULL, "Gumbel noise scale sigma_t over training"},
+    {"budget.lambda_budget", CFG_T_FLOAT, OFF(budget.lambda_budget), 0.0, 1e6, "1.0", NULL,
+     "weight of the budget-band loss"},
+    {"budget.lambda_entropy", CFG_T_FLOAT, OFF(budget.lambda_entropy), 0.0, 1e6, "0.01", NULL,
+     "weight of the annealed head-entropy term"},
+
+    {"avit.retention", CFG_T_FLOAT, OFF(avit.retention), 0.01, 1.0, "0.7", NULL,
+     "target token-retention ratio r (mean fraction of tokens active per layer)"},
+    {"avit.gate_scale", CFG_T_FLOAT, OFF(avit.gate_scale), 1e-3, 1e4, "10", NULL,
+     "halting gate scale gamma"},
+    {"avit.ponder_weight", CFG_T_FLOAT, OFF(avit.ponder_weight), 0.0, 1e3, "5e-4", NULL,
+     "ponder loss weight alpha_p"},
+    {"avit.prior_weight", CFG_T_FLOAT, OFF(avit.prior_weight), 0.0, 1e3, "0.1", NULL,
+     "depth-prior KL weight alpha_d"},
+
+    {"distill.mixer", CFG_T_ENUM, OFF(distill.mixer), NOLIM, "bimamba", "bimamba|bilstm",
+     "sequential mixer that replaces attention layers"},
+    {"distill.replace_layers", CFG_T_LAYERS, OFF(distill.replace_layers), 0, CFG_MAX_LAYERS - 1,
+     "auto:3", NULL,
+     "layers to replace: a list [9, 10, 11], or auto:K = the K sparsest"},
+    {"distill.stage1_steps", CFG_T_INT, OFF(distill.stage1_steps), 0, 100000000, "1000", NULL,
+     "steps of layer-aligned distillation (stage 1)"},
+    {"distill.stage2_steps", CFG_T_INT, OFF(distill.stage2_steps), 0, 100000000, "1000", NULL,
+     "steps of fine-tuning with the student's own halting (stage 2)"},
+    {"distill.lambda_mse", CFG_T_FLOAT, OFF(distill.lambda_mse), 0.0, 1e6, "1.0", NULL,
+     "weight of the per-layer masked MSE"},
+    {"distill.lambda_halt", CFG_T_FLOAT, OFF(distill.lambda_halt), 0.0, 1e6, "0.1", NULL,
+     "weight of the halting-score MSE"},
+    {"distill.unfreeze", CFG_T_BOOL, OFF(distill.unfreeze), NOLIM, "false", NULL,
+     "train the non-replaced layers too in stage 1"},
+
+    {"train.steps", CFG_T_INT, OFF(train.steps), 1, 100000000, "3000", NULL, "optimizer steps"},
+    {"train.batch", CFG_T_INT, OFF(train.batch), 1, 1048576, "64", NULL,
+     "global batch size (examples per step)"},
+    {"train.lr", CFG_T_FLOAT, OFF(train.lr), 1e-9, 10.0, "3e-4", NULL, "peak learning rate"},
+    {"train.warmup", CFG_T_INT, OFF(train.warmup), 0, 100000000, "100", NULL,
+     "linear warmup steps"},
+    {"train.weight_decay", CFG_T_FLOAT, OFF(train.weight_decay), 0.0, 10.0, "0.01", NULL,
+     "AdamW weight decay"},
+    {"train.clip", CFG_T_FLOAT, OFF(train.clip), 0.0, 1e6, "1.0", NULL,
+     "gradient-norm clip (0 = off)"},
+    {"train.seed", CFG_T_U64, OFF(train.seed), 0, 0, "1", NULL, "random seed (0 .. 2^64-1)"},
+    {"train.eval_every", CFG_T_INT, OFF(train.eval_every), 0, 100000000, "500", NULL,
+     "steps between evaluations (0 = only at the end)"},
+    {"train.checkpoint_every", CFG_T_INT, OFF(train.checkpoint_every), 0, 100000000, "1000",
+     NULL, "steps between checkpoints (0 = only at the end)"},
+    {"train.log_every", CFG_T_INT, OFF(train.log_every), 1, 100000000, "50", NULL,
+     "steps between train/* metric points"},
+};
+
+size_t cfg_field_count(void) { return sizeof(cfg_schema) / sizeof(cfg_schema[0]); }
+
+const cfg_field *cfg_field_at(size_t i) {
+    return i < cfg_field_count() ? &cfg_schema[i] : NULL;
+}

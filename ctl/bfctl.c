@@ -1,0 +1,262 @@
+/* bfctl — the command line. main() dispatches through one table of
+ * subcommands; those here work without a daemon (validate, expand, keys). */
+#include "ctl/bfctl.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/cfg.h"
+#include "jobs/sweep.h"
+
+static const bfctl_cmd commands[] = {
+    {"validate", bfctl_validate, "validate SWEEP.yaml...",
+     "check sweep files (or standalone configs); exit 0 only if all are valid"},
+    {"expand", bfctl_expand, "expand SWEEP.yaml [--json] [--config]",
+     "list the trials a sweep expands into, with their config hashes"},
+    {"keys", bfctl_keys, "keys [--markdown]", "list every config key with type, default and range"},
+};
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: bfctl COMMAND [ARGS]\n\ncommands:\n");
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        fprintf(out, "  %-40s %s\n", commands[i].usage, commands[i].summary);
+    fprintf(out, "\n`bfctl COMMAND --help` shows one command. The sweep format is in "
+                 "docs/sweeps.md.\n");
+}
+
+static int wants_help(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return 1;
+    return 0;
+}
+
+static const bfctl_cmd *find_cmd(const char *name) {
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        if (strcmp(commands[i].name, name) == 0) return &commands[i];
+    return NULL;
+}
+
+static void cmd_help(const char *name) {
+    const bfctl_cmd *c = find_cmd(name);
+    if (c) printf("usage: bfctl %s\n  %s\n", c->usage, c->summary);
+}
+
+/* ---------------------------------------------------------------- validate */
+
+static void print_errors(const sweep_errors *e) {
+    for (int i = 0; i < e->n; i++) fprintf(stderr, "%s\n", e->msgs[i]);
+    if (e->total > e->n) fprintf(stderr, "... and %d more errors\n", e->total - e->n);
+}
+
+static const char *method_text(const sweep_spec *s) {
+    return !s->is_sweep ? "single run" : s->method == SWEEP_GRID ? "grid" : "random";
+}
+
+int bfctl_validate(int argc, char **argv) {
+    if (wants_help(argc, argv)) {
+        cmd_help("validate");
+        return 0;
+    }
+    if (argc < 2) {
+        fprintf(stderr, "usage: bfctl validate SWEEP.yaml...\n");
+        return 2;
+    }
+    int bad = 0;
+    for (int i = 1; i < argc; i++) {
+        sweep_spec *s = NULL;
+        sweep_errors e = {0};
+        if (sweep_load_file(argv[i], &s, &e) < 0) {
+            print_errors(&e);
+            bad = 1;
+        } else {
+            printf("%s: ok: job '%s', pipeline %s, %s, %lld trial%s\n", argv[i], s->name,
+                   s->base.pipeline, method_text(s), s->is_sweep ? s->n_trials : 1,
+                   (s->is_sweep ? s->n_trials : 1) == 1 ? "" : "s");
+        }
+        sweep_errors_free(&e);
+        sweep_spec_destroy(&s);
+    }
+    return bad;
+}
+
+/* ------------------------------------------------------------------ expand */
+
+typedef struct expand_out {
+    int json, config;
+    long long n;
+} expand_out;
+
+static int print_trial(void *ud, const sweep_trial *t) {
+    expand_out *o = ud;
+    if (o->json) {
+        json_error_t jerr;
+        json_t *params = json_loads(t->params_json, 0, &jerr);
+        json_t *obj = json_object();
+        if (!obj) return -1;
+        json_object_set_new(obj, "index", json_integer(t->index));
+        json_object_set_new(obj, "hash", json_string(t->hash));
+        json_object_set_new(obj, "params", params ? params : json_object());
+        json_object_set_new(obj, "config", json_string(t->config_text));
+        char *txt = json_dumps(obj, JSON_PRESERVE_ORDER | JSON_COMPACT);
+        json_decref(obj);
+        if (!txt) return -1;
+        printf("%s\n  %s", t->index ? "," : "", txt);
+        free(txt);
+    } else {
+        printf("trial %lld  %s", t->index, t->hash);
+        /* params on one line: "key: value, key: value" */
+        const char *p = t->params;
+        int first = 1;
+        while (*p) {
+            const char *nl = strchr(p, '\n');
+            size_t len = nl ? (size_t)(nl - p) : strlen(p);
+            printf("%s%.*s", first ? "  " : ", ", (int)len, p);
+            first = 0;
+            p += len + (nl != NULL);
+        }
+        printf("\n");
+        if (o->config) {
+            const char *c = t->config_text;
+            while (*c) {
+                const char *nl = strchr(c, '\n');
+                size_t len = nl ? (size_t)(nl - c) : strlen(c);
+                printf("    %.*s\n", (int)len, c);
+                c += len + (nl != NULL);
+            }
+        }
+    }
+    o->n++;
+    return 0;
+}
+
+int bfctl_expand(int argc, char **argv) {
+    if (wants_help(argc, argv)) {
+        cmd_help("expand");
+        return 0;
+    }
+    expand_out o = {0, 0, 0};
+    const char *file = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) o.json = 1;
+        else if (strcmp(argv[i], "--config") == 0) o.config = 1;
+        else if (argv[i][0] == '-' || file) {
+            fprintf(stderr, "usage: bfctl expand SWEEP.yaml [--json] [--config]\n");
+            return 2;
+        } else file = argv[i];
+    }
+    if (!file) {
+        fprintf(stderr, "usage: bfctl expand SWEEP.yaml [--json] [--config]\n");
+        return 2;
+    }
+    sweep_spec *s = NULL;
+    sweep_errors e = {0};
+    if (sweep_load_file(file, &s, &e) < 0) {
+        print_errors(&e);
+        sweep_errors_free(&e);
+        return 1;
+    }
+    if (o.json) {
+        json_t *head = json_pack("{s:s, s:s, s:s, s:I, s:I, s:{s:s, s:s}}", "name", s->name,
+                                 "pipeline", s->base.pipeline, "method", method_text(s), "seed",
+                                 (json_int_t)s->seed, "n_trials",
+                                 (json_int_t)(s->is_sweep ? s->n_trials : 1), "metric", "name",
+                                 s->metric_name, "goal", s->metric_maximize ? "max" : "min");
+        char *txt = head ? json_dumps(head, JSON_PRESERVE_ORDER | JSON_COMPACT) : NULL;
+        json_decref(head);
+        if (!txt) {
+            fprintf(stderr, "bfctl expand: out of memory\n");
+            sweep_spec_destroy(&s);
+            return 1;
+        }
+        /* stream the trials: a 100,000-trial grid is never held in memory */
+        txt[strlen(txt) - 1] = '\0';
+        printf("%s,\"trials\":[", txt);
+        free(txt);
+    } else {
+        printf("job '%s': pipeline %s, %s, %lld trial%s, metric %s (%s)\n", s->name,
+               s->base.pipeline, method_text(s), s->is_sweep ? s->n_trials : 1,
+               (s->is_sweep ? s->n_trials : 1) == 1 ? "" : "s", s->metric_name,
+               s->metric_maximize ? "max" : "min");
+    }
+    char err[512];
+    int rc = sweep_expand(s, print_trial, &o, err, sizeof err);
+    if (o.json) printf("\n]}\n");
+    sweep_spec_destroy(&s);
+    if (rc != 0) {
+        fprintf(stderr, "bfctl expand: %s\n", rc < 0 ? err : "output failed");
+        return 1;
+    }
+    return 0;
+}
+
+/* -------------------------------------------------------------------- keys */
+
+int bfctl_keys(int argc, char **argv) {
+    int md = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--markdown") == 0) md = 1;
+        else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            cmd_help("keys");
+            return 0;
+        } else {
+            fprintf(stderr, "usage: bfctl keys [--markdown]\n");
+            return 2;
+        }
+    }
+    if (md) printf("| key | type | default | valid | meaning |\n|---|---|---|---|---|\n");
+    for (size_t i = 0; i < cfg_field_count(); i++) {
+        const cfg_field *f = cfg_field_at(i);
+        char valid[256] = "";
+        if (f->type == CFG_T_ENUM) {
+            size_t w = 0;
+            for (const char *p = f->choices; *p && w + 3 < sizeof valid; p++) {
+                if (*p == '|') valid[w++] = ',', valid[w++] = ' ';
+                else valid[w++] = *p;
+            }
+            valid[w] = '\0';
+        } else if (f->type == CFG_T_SCHED) {
+            snprintf(valid, sizeof valid, "schedule: constant, linear, exp, cosine; start, end in [%g, %g]",
+                     f->min, f->max);
+        } else if (f->type == CFG_T_BOOL) {
+            snprintf(valid, sizeof valid, "true, false");
+        } else if (f->type == CFG_T_U64) {
+            snprintf(valid, sizeof valid, "0 .. 2^64-1");
+        } else if (f->type == CFG_T_LAYERS) {
+            snprintf(valid, sizeof valid, "indices in [%g, %g], or auto:K with K in [1, %d]", f->min,
+                     f->max, CFG_MAX_LAYERS);
+        } else if (!(f->min == 0 && f->max == 0)) {
+            snprintf(valid, sizeof valid, "[%g, %g]", f->min, f->max);
+        }
+        const char *def = f->def;
+        if (strcmp(f->key, "data.dir") == 0) def = "$BF_DATA or data";
+        if (md)
+            printf("| `%s` | %s | `%s` | %s | %s |\n", f->key, cfg_type_name(f->type), def, valid,
+                   f->help);
+        else
+            printf("%-26s %-34s default %-40s %s\n", f->key, cfg_type_name(f->type), def, valid);
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        if (argc > 2 && find_cmd(argv[2])) cmd_help(argv[2]);
+        else usage(stdout);
+        return 0;
+    }
+    const bfctl_cmd *c = find_cmd(argv[1]);
+    if (!c) {
+        fprintf(stderr, "bfctl: unknown command '%s'\n\n", argv[1]);
+        usage(stderr);
+        return 2;
+    }
+    return c->fn(argc - 1, argv + 1);
+}

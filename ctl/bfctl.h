@@ -1,0 +1,19 @@
+/* bfctl — subcommands share this signature: argv[0] is the subcommand name.
+ * Each returns the process exit status (0 ok, 1 failure, 2 usage error). */
+#ifndef BFCTL_H
+#define BFCTL_H
+
+typedef int (*bfctl_cmd_fn)(int argc, char **argv);
+
+typedef struct bfctl_cmd {
+    const char *name;
+    bfctl_cmd_fn fn;
+    const char *usage;   /* "validate SWEEP.yaml..." */
+    const char *summary; /* one line for --help */
+} bfctl_cmd;
+
+int bfctl_validate(int argc, char **argv);
+int bfctl_expand(int argc, char **argv);
+int bfctl_keys(int argc, char **argv);
+
+#endif

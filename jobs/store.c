@@ -1,0 +1,898 @@
+/* store — SQLite (WAL) job store. Schema versions live in PRAGMA
+ * user_version; migrations[i] moves a database from version i to i+1 inside
+ * one transaction. Every SQLite call is checked and its message passed on. */
+#include "jobs/store.h"
+
+#include <math.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define NAME_CACHE 256
+
+struct store {
+    sqlite3 *db;
+    sqlite3_stmt *ins_metric, *upd_latest, *get_name, *ins_name, *trial_exists;
+    struct {
+        char name[64];
+        int64_t id;
+    } names[NAME_CACHE];
+    int n_names;
+};
+
+static const char *const state_names[TRIAL_N_STATES] = {"PENDING",   "RUNNING",   "COMPLETED",
+                                                        "FAILED",    "CANCELLED", "STOPPED"};
+
+const char *store_state_name(trial_state s) {
+    return (unsigned)s < TRIAL_N_STATES ? state_names[s] : "?";
+}
+
+int store_state_parse(const char *name, trial_state *out) {
+    for (int i = 0; i < TRIAL_N_STATES; i++)
+        if (name && strcmp(name, state_names[i]) == 0) {
+            *out = (trial_state)i;
+            return 0;
+        }
+    return -1;
+}
+
+int store_transition_legal(trial_state from, trial_state to) {
+    switch (from) {
+    case TRIAL_PENDING: return to == TRIAL_RUNNING || to == TRIAL_CANCELLED;
+    case TRIAL_RUNNING:
+        return to == TRIAL_COMPLETED || to == TRIAL_FAILED || to == TRIAL_CANCELLED ||
+               to == TRIAL_STOPPED;
+    case TRIAL_FAILED: return to == TRIAL_PENDING;
+    default: return 0;
+    }
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* "CALL: sqlite's message" */
+static int sqlfail(store *s, char *err, size_t errlen, const char *call) {
+    return fail(err, errlen, "%s: %s", call, sqlite3_errmsg(s->db));
+}
+
+static int exec(store *s, const char *sql, char *err, size_t errlen) {
+    char *msg = NULL;
+    if (sqlite3_exec(s->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+        fail(err, errlen, "sqlite3_exec(%.60s...): %s", sql, msg ? msg : sqlite3_errmsg(s->db));
+        sqlite3_free(msg);
+        return -1;
+    }
+    return 0;
+}
+
+static int prepare(store *s, const char *sql, sqlite3_stmt **st, char *err, size_t errlen) {
+    if (sqlite3_prepare_v2(s->db, sql, -1, st, NULL) != SQLITE_OK)
+        return fail(err, errlen, "sqlite3_prepare_v2(%.60s...): %s", sql, sqlite3_errmsg(s->db));
+    return 0;
+}
+
+static void rollback(store *s) {
+    /* after a failed statement SQLite may already have rolled back; then this
+     * reports "no transaction is active", which is what we wanted anyway */
+    sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    s->n_names = 0; /* ids inserted in the rolled-back transaction are gone */
+}
+
+/* ------------------------------------------------------------- migrations */
+
+static const char *const migrations[STORE_SCHEMA_VERSION] = {
+    /* 0 -> 1: base tables */
+    "CREATE TABLE jobs("
+    " id INTEGER PRIMARY KEY,"
+    " name TEXT NOT NULL,"
+    " pipeline TEXT NOT NULL,"
+    " file TEXT NOT NULL DEFAULT '',"
+    " source TEXT,"
+    " metric_name TEXT NOT NULL,"
+    " metric_goal TEXT NOT NULL CHECK (metric_goal IN ('min', 'max')),"
+    " priority INTEGER NOT NULL DEFAULT 0,"
+    " retries INTEGER NOT NULL DEFAULT 0,"
+    " ranks INTEGER NOT NULL DEFAULT 1,"
+    " gpus_per_rank INTEGER NOT NULL DEFAULT 0,"
+    " cpus_per_rank INTEGER NOT NULL DEFAULT 1,"
+    " time_limit_s INTEGER NOT NULL DEFAULT 0,"
+    " early_stop TEXT NOT NULL DEFAULT '{}',"
+    " n_trials INTEGER NOT NULL,"
+    " submitted REAL NOT NULL);"
+    "CREATE TABLE trials("
+    " id INTEGER PRIMARY KEY,"
+    " job INTEGER NOT NULL REFERENCES jobs(id),"
+    " idx INTEGER NOT NULL,"
+    " state TEXT NOT NULL CHECK (state IN ('PENDING', 'RUNNING', 'COMPLETED', 'FAILED',"
+    "   'CANCELLED', 'STOPPED')),"
+    " attempts INTEGER NOT NULL DEFAULT 0,"
+    " hash TEXT NOT NULL,"
+    " params TEXT NOT NULL,"
+    " config TEXT NOT NULL,"
+    " updated REAL NOT NULL,"
+    " UNIQUE (job, idx));"
+    "CREATE INDEX trials_state ON trials(state, job, idx);"
+    "CREATE TABLE attempts("
+    " id INTEGER PRIMARY KEY,"
+    " trial INTEGER NOT NULL REFERENCES trials(id),"
+    " n INTEGER NOT NULL,"
+    " started REAL NOT NULL,"
+    " ended REAL,"
+    " outcome TEXT,"
+    " message TEXT,"
+    " UNIQUE (trial, n));"
+    "CREATE TABLE metric_names(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);"
+    "CREATE TABLE metrics("
+    " trial INTEGER NOT NULL,"
+    " seq INTEGER NOT NULL,"
+    " name INTEGER NOT NULL,"
+    " step INTEGER NOT NULL,"
+    " value REAL NOT NULL,"
+    " time REAL NOT NULL,"
+    " PRIMARY KEY (trial, seq, name)) WITHOUT ROWID;"
+    "CREATE TABLE events("
+    " id INTEGER PRIMARY KEY,"
+    " time REAL NOT NULL,"
+    " job INTEGER,"
+    " trial INTEGER,"
+    " kind TEXT NOT NULL,"
+    " message TEXT);",
+    /* 1 -> 2: latest and best value per (trial, metric), kept on insert, so
+     * listing a job does not scan its metric history */
+    "CREATE TABLE metric_latest("
+    " trial INTEGER NOT NULL,"
+    " name INTEGER NOT NULL,"
+    " seq INTEGER NOT NULL,"
+    " step INTEGER NOT NULL,"
+    " value REAL NOT NULL,"
+    " time REAL NOT NULL,"
+    " vmin REAL NOT NULL,"
+    " vmax REAL NOT NULL,"
+    " PRIMARY KEY (trial, name)) WITHOUT ROWID;"
+    "INSERT INTO metric_latest(trial, name, seq, step, value, time, vmin, vmax)"
+    " SELECT m.trial, m.name, m.seq, m.step, m.value, m.time, a.vmin, a.vmax"
+    " FROM (SELECT trial, name, MAX(seq) AS mseq, MIN(value) AS vmin, MAX(value) AS vmax"
+    "       FROM metrics GROUP BY trial, name) a"
+    " JOIN metrics m ON m.trial = a.trial AND m.name = a.name AND m.seq = a.mseq;"
+    "CREATE INDEX events_trial ON events(trial, id);",
+};
+
+static int user_version(store *s, int *v, char *err, size_t errlen) {
+    sqlite3_stmt *st;
+    if (prepare(s, "PRAGMA user_version", &st, err, errlen) < 0) return -1;
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        sqlfail(s, err, errlen, "sqlite3_step(PRAGMA user_version)");
+        sqlite3_finalize(st);
+        return -1;
+    }
+    *v = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    return 0;
+}
+
+static int migrate(store *s, char *err, size_t errlen) {
+    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+    int v;
+    if (user_version(s, &v, err, errlen) < 0) {
+        rollback(s);
+        return -1;
+    }
+    if (v > STORE_SCHEMA_VERSION) {
+        rollback(s);
+        return fail(err, errlen,
+                    "database schema version %d is newer than this build knows (%d); use a newer "
+                    "bf",
+                    v, STORE_SCHEMA_VERSION);
+    }
+    for (; v < STORE_SCHEMA_VERSION; v++) {
+        char sql[64];
+        snprintf(sql, sizeof sql, "PRAGMA user_version = %d", v + 1);
+        if (exec(s, migrations[v], err, errlen) < 0 || exec(s, sql, err, errlen) < 0) {
+            rollback(s);
+            return -1;
+        }
+    }
+    return exec(s, "COMMIT", err, errlen);
+}
+
+/* Opens at a given schema version, for the migration test. */
+int store_open_at_version(const char *path, int version, char *err, size_t errlen);
+
+int store_open_at_version(const char *path, int version, char *err, size_t errlen) {
+    store tmp;
+    memset(&tmp, 0, sizeof tmp);
+    if (sqlite3_open(path, &tmp.db) != SQLITE_OK) {
+        fail(err, errlen, "sqlite3_open(%s): %s", path, tmp.db ? sqlite3_errmsg(tmp.db) : "out of memory");
+        sqlite3_close(tmp.db);
+        return -1;
+    }
+    int rc = 0;
+    for (int v = 0; v < version && rc == 0; v++) {
+        char sql[64];
+        snprintf(sql, sizeof sql, "PRAGMA user_version = %d", v + 1);
+        rc = exec(&tmp, migrations[v], err, errlen) < 0 || exec(&tmp, sql, err, errlen) < 0 ? -1 : 0;
+    }
+    sqlite3_close(tmp.db);
+    return rc;
+}
+
+int store_open(const char *path, store **out, char *err, size_t errlen) {
+    *out = NULL;
+    store *s = calloc(1, sizeof *s);
+    if (!s) return fail(err, errlen, "store_open: out of memory");
+    int rc = sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
+    if (rc != SQLITE_OK) {
+        fail(err, errlen, "sqlite3_open_v2(%s): %s", path,
+             s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
+        sqlite3_close(s->db);
+        free(s);
+        return -1;
+    }
+    if (sqlite3_busy_timeout(s->db, 10000) != SQLITE_OK) {
+        sqlfail(s, err, errlen, "sqlite3_busy_timeout");
+        store_close(&s);
+        return -1;
+    }
+    /* WAL: readers do not block the writer; FULL: a commit survives power loss,
+     * so an acknowledged submit is never lost */
+    sqlite3_stmt *st;
+    if (prepare(s, "PRAGMA journal_mode = WAL", &st, err, errlen) < 0) {
+        store_close(&s);
+        return -1;
+    }
+    rc = sqlite3_step(st);
+    const char *mode = rc == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : NULL;
+    if (!mode || strcmp(mode, "wal") != 0) {
+        fail(err, errlen, "PRAGMA journal_mode = WAL: %s",
+             mode ? "the database refused WAL mode" : sqlite3_errmsg(s->db));
+        sqlite3_finalize(st);
+        store_close(&s);
+        return -1;
+    }
+    sqlite3_finalize(st);
+    if (exec(s, "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON", err, errlen) < 0 ||
+        migrate(s, err, errlen) < 0) {
+        store_close(&s);
+        return -1;
+    }
+    if (prepare(s, "INSERT OR IGNORE INTO metrics(trial, seq, name, step, value, time)"
+                   " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                &s->ins_metric, err, errlen) < 0 ||
+        prepare(s,
+                "INSERT INTO metric_latest(trial, name, seq, step, value, time, vmin, vmax)"
+                " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?5, ?5)"
+                " ON CONFLICT (trial, name) DO UPDATE SET"
+                "  step = CASE WHEN excluded.seq > seq THEN excluded.step ELSE step END,"
+                "  value = CASE WHEN excluded.seq > seq THEN excluded.value ELSE value END,"
+                "  time = CASE WHEN excluded.seq > seq THEN excluded.time ELSE time END,"
+                "  seq = MAX(seq, excluded.seq),"
+                "  vmin = MIN(vmin, excluded.vmin), vmax = MAX(vmax, excluded.vmax)",
+                &s->upd_latest, err, errlen) < 0 ||
+        prepare(s, "SELECT id FROM metric_names WHERE name = ?1", &s->get_name, err, errlen) < 0 ||
+        prepare(s, "INSERT INTO metric_names(name) VALUES (?1)", &s->ins_name, err, errlen) < 0 ||
+        prepare(s, "SELECT 1 FROM trials WHERE id = ?1", &s->trial_exists, err, errlen) < 0) {
+        store_close(&s);
+        return -1;
+    }
+    *out = s;
+    return 0;
+}
+
+void store_close(store **sp) {
+    if (!sp || !*sp) return;
+    store *s = *sp;
+    sqlite3_finalize(s->ins_metric);
+    sqlite3_finalize(s->upd_latest);
+    sqlite3_finalize(s->get_name);
+    sqlite3_finalize(s->ins_name);
+    sqlite3_finalize(s->trial_exists);
+    sqlite3_close(s->db);
+    free(s);
+    *sp = NULL;
+}
+
+int store_schema_version(store *s) {
+    int v = -1;
+    char err[256];
+    if (user_version(s, &v, err, sizeof err) < 0) return -1;
+    return v;
+}
+
+static int add_event(store *s, int64_t job, int64_t trial, const char *kind, const char *msg,
+                     char *err, size_t errlen) {
+    sqlite3_stmt *st;
+    if (prepare(s, "INSERT INTO events(time, job, trial, kind, message) VALUES (?1, ?2, ?3, ?4, ?5)",
+                &st, err, errlen) < 0)
+        return -1;
+    sqlite3_bind_double(st, 1, now_s());
+    if (job > 0) sqlite3_bind_int64(st, 2, job);
+    if (trial > 0) sqlite3_bind_int64(st, 3, trial);
+    sqlite3_bind_text(st, 4, kind, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, msg ? msg : "", -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : sqlfail(s, err, errlen, "sqlite3_step(INSERT INTO events)");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* ----------------------------------------------------------------- submit */
+
+typedef struct submit_ctx {
+    store *s;
+    sqlite3_stmt *ins;
+    int64_t job;
+    double t;
+    char *err;
+    size_t errlen;
+} submit_ctx;
+
+static int submit_trial(void *ud, const sweep_trial *t) {
+    submit_ctx *c = ud;
+    sqlite3_stmt *st = c->ins;
+    sqlite3_reset(st);
+    if (sqlite3_bind_int64(st, 1, c->job) != SQLITE_OK ||
+        sqlite3_bind_int64(st, 2, t->index) != SQLITE_OK ||
+        sqlite3_bind_text(st, 3, t->hash, -1, SQLITE_TRANSIENT) != SQLITE_OK ||
+        sqlite3_bind_text(st, 4, t->params_json, -1, SQLITE_TRANSIENT) != SQLITE_OK ||
+        sqlite3_bind_text(st, 5, t->config_text, -1, SQLITE_TRANSIENT) != SQLITE_OK ||
+        sqlite3_bind_double(st, 6, c->t) != SQLITE_OK)
+        return sqlfail(c->s, c->err, c->errlen, "sqlite3_bind(INSERT INTO trials)");
+    if (sqlite3_step(st) != SQLITE_DONE)
+        return sqlfail(c->s, c->err, c->errlen, "sqlite3_step(INSERT INTO trials)");
+    return 0;
+}
+
+int store_submit(store *s, const sweep_spec *spec, const char *source, int64_t *job_id, char *err,
+                 size_t errlen) {
+    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+    sqlite3_stmt *st = NULL;
+    submit_ctx c = {s, NULL, 0, now_s(), err, errlen};
+    long long n = spec->is_sweep ? spec->n_trials : 1;
+    char early[256];
+    static const char *const stop_names[] = {"none", "median", "threshold"};
+    snprintf(early, sizeof early, "{\"method\": \"%s\", \"metric\": \"%s\", \"min_steps\": %d, \"threshold\": %.17g}",
+             stop_names[spec->early_stop.method], spec->early_stop.metric, spec->early_stop.min_steps,
+             spec->early_stop.threshold);
+    if (prepare(s,
+                "INSERT INTO jobs(name, pipeline, file, source, metric_name, metric_goal, priority,"
+                " retries, ranks, gpus_per_rank, cpus_per_rank, time_limit_s, early_stop, n_trials,"
+                " submitted) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                &st, err, errlen) < 0)
+        goto fail;
+    sqlite3_bind_text(st, 1, spec->name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, spec->base.pipeline, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, spec->file, -1, SQLITE_STATIC);
+    if (source) sqlite3_bind_text(st, 4, source, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, spec->metric_name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 6, spec->metric_maximize ? "max" : "min", -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 7, spec->priority);
+    sqlite3_bind_int(st, 8, spec->retries);
+    sqlite3_bind_int(st, 9, spec->resources.ranks);
+    sqlite3_bind_int(st, 10, spec->resources.gpus_per_rank);
+    sqlite3_bind_int(st, 11, spec->resources.cpus_per_rank);
+    sqlite3_bind_int64(st, 12, spec->resources.time_limit_s);
+    sqlite3_bind_text(st, 13, early, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 14, n);
+    if (sqlite3_bind_double(st, 15, c.t) != SQLITE_OK) {
+        sqlfail(s, err, errlen, "sqlite3_bind(INSERT INTO jobs)");
+        goto fail;
+    }
+    if (sqlite3_step(st) != SQLITE_DONE) {
+        sqlfail(s, err, errlen, "sqlite3_step(INSERT INTO jobs)");
+        goto fail;
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    c.job = sqlite3_last_insert_rowid(s->db);
+    if (prepare(s,
+                "INSERT INTO trials(job, idx, state, attempts, hash, params, config, updated)"
+                " VALUES (?1, ?2, 'PENDING', 0, ?3, ?4, ?5, ?6)",
+                &c.ins, err, errlen) < 0)
+        goto fail;
+    if (sweep_expand(spec, submit_trial, &c, err, errlen) != 0) goto fail;
+    sqlite3_finalize(c.ins);
+    c.ins = NULL;
+    char msg[256];
+    snprintf(msg, sizeof msg, "submitted '%s' with %lld trials", spec->name, n);
+    if (add_event(s, c.job, 0, "submit", msg, err, errlen) < 0) goto fail;
+    if (exec(s, "COMMIT", err, errlen) < 0) goto fail;
+    *job_id = c.job;
+    return 0;
+fail:
+    sqlite3_finalize(st);
+    sqlite3_finalize(c.ins);
+    rollback(s);
+    return -1;
+}
+
+/* ------------------------------------------------------------ transitions */
+
+static int load_state(store *s, int64_t trial, trial_state *state, int *attempts, int *retries,
+                      int64_t *job, char *err, size_t errlen) {
+    sqlite3_stmt *st;
+    if (prepare(s,
+                "SELECT t.state, t.attempts, j.retries, t.job FROM trials t JOIN jobs j ON j.id = t.job"
+                " WHERE t.id = ?1",
+                &st, err, errlen) < 0)
+        return -1;
+    sqlite3_bind_int64(st, 1, trial);
+    int rc = sqlite3_step(st), out = -1;
+    if (rc == SQLITE_ROW) {
+        if (store_state_parse((const char *)sqlite3_column_text(st, 0), state) < 0) {
+            fail(err, errlen, "trial %lld has an unknown state '%s' in the database", (long long)trial,
+                 (const char *)sqlite3_column_text(st, 0));
+        } else {
+            *attempts = sqlite3_column_int(st, 1);
+            *retries = sqlite3_column_int(st, 2);
+            *job = sqlite3_column_int64(st, 3);
+            out = 0;
+        }
+    } else if (rc == SQLITE_DONE) {
+        fail(err, errlen, "no trial with id %lld", (long long)trial);
+    } else {
+        sqlfail(s, err, errlen, "sqlite3_step(SELECT trial state)");
+    }
+    sqlite3_finalize(st);
+    return out;
+}
+
+/* The transition itself, inside a transaction the caller holds. */
+static int transition_in_tx(store *s, int64_t trial, trial_state to, const char *message,
+                            char *err, size_t errlen) {
+    trial_state from;
+    int attempts, retries;
+    int64_t job;
+    if (load_state(s, trial, &from, &attempts, &retries, &job, err, errlen) < 0) return -1;
+    if (!store_transition_legal(from, to))
+        return fail(err, errlen, "illegal transition for trial %lld: %s -> %s", (long long)trial,
+                    store_state_name(from), store_state_name(to));
+    if (from == TRIAL_FAILED && to == TRIAL_PENDING && attempts > retries)
+        return fail(err, errlen,
+                    "trial %lld has no retries left: %d attempt%s made, the job allows %d "
+                    "(1 + retries %d)",
+                    (long long)trial, attempts, attempts == 1 ? "" : "s", 1 + retries, retries);
+    double t = now_s();
+    sqlite3_stmt *st;
+    if (prepare(s, "UPDATE trials SET state = ?1, attempts = attempts + ?2, updated = ?3 WHERE id = ?4",
+                &st, err, errlen) < 0)
+        return -1;
+    sqlite3_bind_text(st, 1, store_state_name(to), -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, to == TRIAL_RUNNING);
+    sqlite3_bind_double(st, 3, t);
+    sqlite3_bind_int64(st, 4, trial);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) return sqlfail(s, err, errlen, "sqlite3_step(UPDATE trials SET state)");
+    if (to == TRIAL_RUNNING) {
+        if (prepare(s, "INSERT INTO attempts(trial, n, started) VALUES (?1, ?2, ?3)", &st, err, errlen) < 0)
+            return -1;
+        sqlite3_bind_int64(st, 1, trial);
+        sqlite3_bind_int(st, 2, attempts + 1);
+        sqlite3_bind_double(st, 3, t);
+        rc = sqlite3_step(st);
+        sqlite3_finalize(st);
+        if (rc != SQLITE_DONE) return sqlfail(s, err, errlen, "sqlite3_step(INSERT INTO attempts)");
+    } else if (from == TRIAL_RUNNING) {
+        if (prepare(s, "UPDATE attempts SET ended = ?1, outcome = ?2, message = ?3 WHERE trial = ?4 AND n = ?5",
+                    &st, err, errlen) < 0)
+            return -1;
+        sqlite3_bind_double(st, 1, t);
+        sqlite3_bind_text(st, 2, store_state_name(to), -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, message ? message : "", -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 4, trial);
+        sqlite3_bind_int(st, 5, attempts);
+        rc = sqlite3_step(st);
+        sqlite3_finalize(st);
+        if (rc != SQLITE_DONE) return sqlfail(s, err, errlen, "sqlite3_step(UPDATE attempts)");
+    }
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s -> %s%s%s", store_state_name(from), store_state_name(to),
+             message && *message ? ": " : "", message ? message : "");
+    return add_event(s, job, trial, "state", msg, err, errlen);
+}
+
+int store_trial_transition(store *s, int64_t trial_id, trial_state to, const char *message,
+                           char *err, size_t errlen) {
+    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+    if (transition_in_tx(s, trial_id, to, message, err, errlen) < 0 ||
+        exec(s, "COMMIT", err, errlen) < 0) {
+        rollback(s);
+        return -1;
+    }
+    return 0;
+}
+
+int store_trial_fail(store *s, int64_t trial_id, const char *message, int *requeued, char *err,
+                     size_t errlen) {
+    *requeued = 0;
+    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+    if (transition_in_tx(s, trial_id, TRIAL_FAILED, message, err, errlen) < 0) goto fail;
+    trial_state st;
+    int attempts, retries;
+    int64_t job;
+    if (load_state(s, trial_id, &st, &attempts, &retries, &job, err, errlen) < 0) goto fail;
+    if (attempts <= retries) {
+        if (transition_in_tx(s, trial_id, TRIAL_PENDING, "retry", err, errlen) < 0) goto fail;
+        *requeued = 1;
+    }
+    if (exec(s, "COMMIT", err, errlen) < 0) goto fail;
+    return 0;
+fail:
+    rollback(s);
+    *requeued = 0;
+    return -1;
+}
+
+int store_job_cancel(store *s, int64_t job_id, int *n_cancelled, char *err, size_t errlen) {
+    *n_cancelled = 0;
+    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+    sqlite3_stmt *st;
+    if (prepare(s, "SELECT id FROM trials WHERE job = ?1 AND state IN ('PENDING', 'RUNNING') ORDER BY idx",
+                &st, err, errlen) < 0) {
+        rollback(s);
+        return -1;
+    }
+    sqlite3_bind_int64(st, 1, job_id);
+    int64_t *ids = NULL;
+    size_t n = 0, cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            int64_t *ni = realloc(ids, cap * sizeof *ni);
+            if (!ni) break;
+            ids = ni;
+        }
+        ids[n++] = sqlite3_column_int64(st, 0);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        free(ids);
+        fail(err, errlen, rc == SQLITE_ROW ? "store_job_cancel: out of memory" : "sqlite3_step(SELECT trials): %s",
+             sqlite3_errmsg(s->db));
+        rollback(s);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (transition_in_tx(s, ids[i], TRIAL_CANCELLED, "job cancelled", err, errlen) < 0) {
+            free(ids);
+            rollback(s);
+            return -1;
+        }
+    free(ids);
+    if (exec(s, "COMMIT", err, errlen) < 0) {
+        rollback(s);
+        return -1;
+    }
+    *n_cancelled = (int)n;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- metrics */
+
+static int name_id(store *s, const char *name, int64_t *id, char *err, size_t errlen) {
+    for (int i = 0; i < s->n_names; i++)
+        if (strcmp(s->names[i].name, name) == 0) {
+            *id = s->names[i].id;
+            return 0;
+        }
+    if (strlen(name) >= sizeof s->names[0].name || !*name)
+        return fail(err, errlen, "metric name '%.80s' is empty or longer than %zu characters", name,
+                    sizeof s->names[0].name - 1);
+    sqlite3_reset(s->get_name);
+    sqlite3_bind_text(s->get_name, 1, name, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(s->get_name);
+    if (rc == SQLITE_ROW) {
+        *id = sqlite3_column_int64(s->get_name, 0);
+    } else if (rc == SQLITE_DONE) {
+        sqlite3_reset(s->ins_name);
+        sqlite3_bind_text(s->ins_name, 1, name, -1, SQLITE_STATIC);
+        if (sqlite3_step(s->ins_name) != SQLITE_DONE)
+            return sqlfail(s, err, errlen, "sqlite3_step(INSERT INTO metric_names)");
+        *id = sqlite3_last_insert_rowid(s->db);
+    } else {
+        return sqlfail(s, err, errlen, "sqlite3_step(SELECT FROM metric_names)");
+    }
+    sqlite3_reset(s->get_name);
+    if (s->n_names < NAME_CACHE) {
+        snprintf(s->names[s->n_names].name, sizeof s->names[0].name, "%s", name);
+        s->names[s->n_names++].id = *id;
+    }
+    return 0;
+}
+
+int store_metrics_insert(store *s, int64_t trial_id, const store_metric *pts, size_t n, char *err,
+                         size_t errlen) {
+    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+    sqlite3_reset(s->trial_exists);
+    sqlite3_bind_int64(s->trial_exists, 1, trial_id);
+    int rc = sqlite3_step(s->trial_exists);
+    sqlite3_reset(s->trial_exists);
+    if (rc != SQLITE_ROW) {
+        if (rc == SQLITE_DONE) fail(err, errlen, "metrics for unknown trial %lld", (long long)trial_id);
+        else sqlfail(s, err, errlen, "sqlite3_step(SELECT trial)");
+        rollback(s);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        int64_t nid = 0;
+        if (isnan(pts[i].value)) {
+            /* SQLite would store NaN as NULL; a NaN loss is reported as an
+             * error, not silently dropped (+-inf is stored as it is) */
+            fail(err, errlen, "metric %s at seq %lld is NaN; not stored", pts[i].name,
+                 (long long)pts[i].seq);
+            goto fail;
+        }
+        if (name_id(s, pts[i].name, &nid, err, errlen) < 0) goto fail;
+        sqlite3_stmt *st = s->ins_metric;
+        sqlite3_reset(st);
+        sqlite3_bind_int64(st, 1, trial_id);
+        sqlite3_bind_int64(st, 2, pts[i].seq);
+        sqlite3_bind_int64(st, 3, nid);
+        sqlite3_bind_int64(st, 4, pts[i].step);
+        sqlite3_bind_double(st, 5, pts[i].value);
+        sqlite3_bind_double(st, 6, pts[i].time);
+        if (sqlite3_step(st) != SQLITE_DONE) {
+            sqlfail(s, err, errlen, "sqlite3_step(INSERT INTO metrics)");
+            goto fail;
+        }
+        if (sqlite3_changes(s->db) == 0) continue; /* a resend: already stored */
+        st = s->upd_latest;
+        sqlite3_reset(st);
+        sqlite3_bind_int64(st, 1, trial_id);
+        sqlite3_bind_int64(st, 2, nid);
+        sqlite3_bind_int64(st, 3, pts[i].seq);
+        sqlite3_bind_int64(st, 4, pts[i].step);
+        sqlite3_bind_double(st, 5, pts[i].value);
+        sqlite3_bind_double(st, 6, pts[i].time);
+        if (sqlite3_step(st) != SQLITE_DONE) {
+            sqlfail(s, err, errlen, "sqlite3_step(UPSERT metric_latest)");
+            goto fail;
+        }
+    }
+    sqlite3_reset(s->ins_metric);
+    sqlite3_reset(s->upd_latest);
+    if (exec(s, "COMMIT", err, errlen) < 0) goto fail;
+    return 0;
+fail:
+    sqlite3_reset(s->ins_metric);
+    sqlite3_reset(s->upd_latest);
+    rollback(s);
+    return -1;
+}
+
+/* ---------------------------------------------------------------- queries */
+
+void store_trial_free(store_trial *t) {
+    if (!t) return;
+    free(t->params_json);
+    free(t->config);
+    free(t->latest_json);
+    t->params_json = t->config = t->latest_json = NULL;
+}
+
+void store_trials_free(store_trial *t, size_t n) {
+    if (!t) return;
+    for (size_t i = 0; i < n; i++) store_trial_free(&t[i]);
+    free(t);
+}
+
+static char *col_dup(sqlite3_stmt *st, int i) {
+    const unsigned char *v = sqlite3_column_text(st, i);
+    return v ? strdup((const char *)v) : NULL;
+}
+
+/* Columns: 0 id, 1 job, 2 idx, 3 state, 4 attempts, 5 retries, 6 priority,
+ * 7 hash, 8 params, 9 config, 10 latest json, 11 best. */
+#define TRIAL_COLS                                                                                 \
+    "t.id, t.job, t.idx, t.state, t.attempts, j.retries, j.priority, t.hash, t.params"
+
+static void row_to_trial(sqlite3_stmt *st, store_trial *t, int ncols) {
+    memset(t, 0, sizeof *t);
+    t->id = sqlite3_column_int64(st, 0);
+    t->job_id = sqlite3_column_int64(st, 1);
+    t->index = sqlite3_column_int64(st, 2);
+    if (store_state_parse((const char *)sqlite3_column_text(st, 3), &t->state) < 0)
+        t->state = TRIAL_N_STATES;
+    t->attempts = sqlite3_column_int(st, 4);
+    t->retries = sqlite3_column_int(st, 5);
+    t->priority = sqlite3_column_int(st, 6);
+    const unsigned char *h = sqlite3_column_text(st, 7);
+    snprintf(t->hash, sizeof t->hash, "%s", h ? (const char *)h : "");
+    t->params_json = col_dup(st, 8);
+    t->best = NAN;
+    if (ncols > 9) t->config = col_dup(st, 9);
+    if (ncols > 10) t->latest_json = col_dup(st, 10);
+    if (ncols > 11 && sqlite3_column_type(st, 11) != SQLITE_NULL) t->best = sqlite3_column_double(st, 11);
+}
+
+/* Runs a prepared query with bound parameters and collects trial rows. */
+static int collect(store *s, sqlite3_stmt *st, int ncols, store_trial **out, size_t *n, char *err,
+                   size_t errlen) {
+    store_trial *rows = NULL;
+    size_t cnt = 0, cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (cnt == cap) {
+            cap = cap ? cap * 2 : 16;
+            store_trial *nr = realloc(rows, cap * sizeof *nr);
+            if (!nr) {
+                store_trials_free(rows, cnt);
+                sqlite3_finalize(st);
+                return fail(err, errlen, "out of memory");
+            }
+            rows = nr;
+        }
+        row_to_trial(st, &rows[cnt++], ncols);
+    }
+    if (rc != SQLITE_DONE) {
+        sqlfail(s, err, errlen, "sqlite3_step(SELECT trials)");
+        store_trials_free(rows, cnt);
+        sqlite3_finalize(st);
+        return -1;
+    }
+    sqlite3_finalize(st);
+    *out = rows;
+    *n = cnt;
+    return 0;
+}
+
+int store_get_trial(store *s, int64_t trial_id, store_trial *out, char *err, size_t errlen) {
+    sqlite3_stmt *st;
+    if (prepare(s, "SELECT " TRIAL_COLS ", t.config FROM trials t JOIN jobs j ON j.id = t.job WHERE t.id = ?1",
+                &st, err, errlen) < 0)
+        return -1;
+    sqlite3_bind_int64(st, 1, trial_id);
+    store_trial *rows = NULL;
+    size_t n = 0;
+    if (collect(s, st, 10, &rows, &n, err, errlen) < 0) return -1;
+    if (n == 0) {
+        free(rows);
+        return fail(err, errlen, "no trial with id %lld", (long long)trial_id);
+    }
+    *out = rows[0];
+    free(rows);
+    return 0;
+}
+
+int store_next_runnable(store *s, int limit, store_trial **out, size_t *n, char *err,
+                        size_t errlen) {
+    sqlite3_stmt *st;
+    if (prepare(s,
+                "SELECT " TRIAL_COLS " FROM trials t JOIN jobs j ON j.id = t.job"
+                " WHERE t.state = 'PENDING'"
+                " ORDER BY j.priority DESC, j.submitted, j.id, t.idx LIMIT ?1",
+                &st, err, errlen) < 0)
+        return -1;
+    sqlite3_bind_int(st, 1, limit);
+    return collect(s, st, 9, out, n, err, errlen);
+}
+
+#define LATEST_AND_BEST                                                                            \
+    ", NULL,"                                                                                      \
+    " (SELECT json_group_object(n.name, json_object('step', l.step, 'value', l.value))"           \
+    "  FROM metric_latest l JOIN metric_names n ON n.id = l.name WHERE l.trial = t.id),"          \
+    " (SELECT CASE j.metric_goal WHEN 'max' THEN l.vmax ELSE l.vmin END"                          \
+    "  FROM metric_latest l JOIN metric_names n ON n.id = l.name"                                 \
+    "  WHERE l.trial = t.id AND n.name = j.metric_name) AS best"
+
+int store_job_trials(store *s, int64_t job_id, store_trial **out, size_t *n, char *err,
+                     size_t errlen) {
+    sqlite3_stmt *st;
+    if (prepare(s,
+                "SELECT " TRIAL_COLS LATEST_AND_BEST
+                " FROM trials t JOIN jobs j ON j.id = t.job WHERE t.job = ?1 ORDER BY t.idx",
+                &st, err, errlen) < 0)
+        return -1;
+    sqlite3_bind_int64(st, 1, job_id);
+    return collect(s, st, 12, out, n, err, errlen);
+}
+
+int store_best_trials(store *s, int64_t job_id, int limit, store_trial **out, size_t *n,
+                      char *err, size_t errlen) {
+    sqlite3_stmt *st;
+    if (prepare(s,
+                "SELECT * FROM (SELECT " TRIAL_COLS LATEST_AND_BEST ", j.metric_goal AS goal"
+                " FROM trials t JOIN jobs j ON j.id = t.job WHERE t.job = ?1)"
+                " WHERE best IS NOT NULL"
+                " ORDER BY CASE goal WHEN 'max' THEN -best ELSE best END, idx LIMIT ?2",
+                &st, err, errlen) < 0)
+        return -1;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int(st, 2, limit);
+    return collect(s, st, 12, out, n, err, errlen);
+}
+
+int store_metric_history(store *s, int64_t trial_id, int64_t after_seq, int limit,
+                         store_point **out, size_t *n, char *err, size_t errlen) {
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st;
+    /* `limit` whole sequence numbers: a seq is never split across two calls */
+    if (prepare(s,
+                "SELECT m.seq, m.step, n.name, m.value, m.time FROM metrics m"
+                " JOIN metric_names n ON n.id = m.name"
+                " WHERE m.trial = ?1 AND m.seq > ?2 AND m.seq <= COALESCE("
+                "  (SELECT seq FROM (SELECT DISTINCT seq FROM metrics WHERE trial = ?1 AND seq > ?2"
+                "   ORDER BY seq LIMIT 1 OFFSET ?3 - 1)), 9223372036854775807)"
+                " ORDER BY m.seq, n.name",
+                &st, err, errlen) < 0)
+        return -1;
+    sqlite3_bind_int64(st, 1, trial_id);
+    sqlite3_bind_int64(st, 2, after_seq);
+    sqlite3_bind_int(st, 3, limit > 0 ? limit : 1);
+    store_point *pts = NULL;
+    size_t cnt = 0, cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (cnt == cap) {
+            cap = cap ? cap * 2 : 64;
+            store_point *np = realloc(pts, cap * sizeof *np);
+            if (!np) {
+                free(pts);
+                sqlite3_finalize(st);
+                return fail(err, errlen, "out of memory");
+            }
+            pts = np;
+        }
+        store_point *p = &pts[cnt++];
+        p->seq = sqlite3_column_int64(st, 0);
+        p->step = sqlite3_column_int64(st, 1);
+        const unsigned char *nm = sqlite3_column_text(st, 2);
+        snprintf(p->name, sizeof p->name, "%s", nm ? (const char *)nm : "");
+        p->value = sqlite3_column_double(st, 3);
+        p->time = sqlite3_column_double(st, 4);
+    }
+    if (rc != SQLITE_DONE) {
+        sqlfail(s, err, errlen, "sqlite3_step(SELECT metric history)");
+        free(pts);
+        sqlite3_finalize(st);
+        return -1;
+    }
+    sqlite3_finalize(st);
+    *out = pts;
+    *n = cnt;
+    return 0;
+}
+
+static int count_query(store *s, const char *sql, int64_t a, int b, int nb, long long *count,
+                       char *err, size_t errlen) {
+    sqlite3_stmt *st;
+    if (prepare(s, sql, &st, err, errlen) < 0) return -1;
+    if (nb >= 1) sqlite3_bind_int64(st, 1, a);
+    if (nb >= 2) sqlite3_bind_text(st, 2, store_state_name((trial_state)b), -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) *count = sqlite3_column_int64(st, 0);
+    else sqlfail(s, err, errlen, "sqlite3_step(SELECT COUNT)");
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW ? 0 : -1;
+}
+
+int store_count_trials(store *s, int64_t job_id, int state, long long *count, char *err,
+                       size_t errlen) {
+    if (state < 0)
+        return count_query(s, "SELECT COUNT(*) FROM trials WHERE job = ?1", job_id, 0, 1, count, err,
+                           errlen);
+    return count_query(s, "SELECT COUNT(*) FROM trials WHERE job = ?1 AND state = ?2", job_id, state,
+                       2, count, err, errlen);
+}
+
+int store_count_jobs(store *s, long long *count, char *err, size_t errlen) {
+    return count_query(s, "SELECT COUNT(*) FROM jobs", 0, 0, 0, count, err, errlen);
+}

@@ -1,0 +1,132 @@
+/* store — the durable job queue in SQLite (WAL): jobs, trials, attempts,
+ * metrics and events, with a versioned schema migrated on open.
+ *
+ * Trial states: PENDING -> RUNNING -> COMPLETED | FAILED | CANCELLED | STOPPED;
+ * PENDING -> CANCELLED; FAILED -> PENDING while retries are left (a trial may
+ * run 1 + job.retries times). Every other transition is refused with an error.
+ *
+ * All functions return 0 on success or -1 with a message in err (which names
+ * the SQLite call and carries SQLite's own text). A store handle is used by
+ * one thread at a time. */
+#ifndef STORE_H
+#define STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "jobs/sweep.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define STORE_SCHEMA_VERSION 2
+
+typedef enum {
+    TRIAL_PENDING = 0,
+    TRIAL_RUNNING,
+    TRIAL_COMPLETED,
+    TRIAL_FAILED,
+    TRIAL_CANCELLED,
+    TRIAL_STOPPED,
+    TRIAL_N_STATES
+} trial_state;
+
+const char *store_state_name(trial_state s);
+/* Parses "PENDING" etc.; returns 0 or -1. */
+int store_state_parse(const char *name, trial_state *out);
+/* 1 if from -> to is a legal edge of the state machine (retries not counted). */
+int store_transition_legal(trial_state from, trial_state to);
+
+typedef struct store store;
+
+/* Opens (creating if needed) the database at path, sets WAL and a busy
+ * timeout, and migrates the schema to STORE_SCHEMA_VERSION. A database from a
+ * newer build is refused. Free with store_close. */
+int store_open(const char *path, store **out, char *err, size_t errlen);
+void store_close(store **s);
+int store_schema_version(store *s);
+
+/* Expands the spec and writes the job and all its trials (PENDING) in one
+ * transaction: after a crash either the whole job is there or none of it.
+ * `source` is the sweep file's text, kept for reference (may be NULL). */
+int store_submit(store *s, const sweep_spec *spec, const char *source, int64_t *job_id, char *err,
+                 size_t errlen);
+
+typedef struct store_trial {
+    int64_t id, job_id;
+    long long index;
+    trial_state state;
+    int attempts; /* times started */
+    int retries;  /* of its job */
+    int priority; /* of its job */
+    char hash[17];
+    char *params_json; /* owned; {"key": value, ...} */
+    char *config;      /* owned; canonical config text (store_get_trial only) */
+    char *latest_json; /* owned; {"metric": {"step": S, "value": V}, ...} (store_job_trials) */
+    double best;       /* best value of the job's metric, NAN when none */
+} store_trial;
+
+void store_trial_free(store_trial *t); /* frees the owned strings */
+void store_trials_free(store_trial *t, size_t n); /* frees the strings and the array */
+
+int store_get_trial(store *s, int64_t trial_id, store_trial *out, char *err, size_t errlen);
+
+/* Moves a trial to `to`, checking the edge against its current state inside
+ * one transaction; records an attempt (start/end) and an event with message.
+ * FAILED -> PENDING is refused when no retries are left. */
+int store_trial_transition(store *s, int64_t trial_id, trial_state to, const char *message,
+                           char *err, size_t errlen);
+/* RUNNING -> FAILED, then -> PENDING if retries are left (*requeued = 1). */
+int store_trial_fail(store *s, int64_t trial_id, const char *message, int *requeued, char *err,
+                     size_t errlen);
+/* Cancels every PENDING or RUNNING trial of a job; *n_cancelled counts them. */
+int store_job_cancel(store *s, int64_t job_id, int *n_cancelled, char *err, size_t errlen);
+
+typedef struct store_metric {
+    int64_t seq;  /* per-trial sequence number from the worker */
+    int64_t step; /* training step */
+    const char *name;
+    double value;
+    double time; /* unix seconds */
+} store_metric;
+
+/* Inserts n points for one trial in one transaction. A point whose (trial,
+ * seq, name) is already stored is skipped, so resends never duplicate. */
+int store_metrics_insert(store *s, int64_t trial_id, const store_metric *pts, size_t n, char *err,
+                         size_t errlen);
+
+/* Up to `limit` PENDING trials, by job priority (high first), then job
+ * submit order, then trial index. *out is malloc'd (store_trials_free). */
+int store_next_runnable(store *s, int limit, store_trial **out, size_t *n, char *err,
+                        size_t errlen);
+/* Every trial of a job with the latest value of each metric and its best
+ * value of the job's metric. */
+int store_job_trials(store *s, int64_t job_id, store_trial **out, size_t *n, char *err,
+                     size_t errlen);
+/* Up to `limit` trials of a job that have the job's metric, best first by
+ * the job's goal (min or max over each trial's points). */
+int store_best_trials(store *s, int64_t job_id, int limit, store_trial **out, size_t *n,
+                      char *err, size_t errlen);
+
+typedef struct store_point {
+    int64_t seq, step;
+    char name[64];
+    double value, time;
+} store_point;
+
+/* Points of a trial with seq > after_seq, in (seq, name) order, at most
+ * `limit`: a tail that resumes from the last seq it saw misses nothing and
+ * repeats nothing. *out is malloc'd (free). */
+int store_metric_history(store *s, int64_t trial_id, int64_t after_seq, int limit,
+                         store_point **out, size_t *n, char *err, size_t errlen);
+
+/* Counts, for tests and `bfctl`: trials of a job (all states when state < 0). */
+int store_count_trials(store *s, int64_t job_id, int state, long long *count, char *err,
+                       size_t errlen);
+int store_count_jobs(store *s, long long *count, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,108 @@
+/* sweep — a YAML sweep definition read into a validated job spec, and its
+ * expansion into trials. Keys, types and ranges of every parameter come from
+ * the config schema (common/cfg.h): there is no second list here.
+ *
+ * A file without `sweep:` is a standalone config and becomes a one-trial job.
+ * Every error is "FILE:LINE:COL: message"; loading collects all of them. */
+#ifndef SWEEP_H
+#define SWEEP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/cfg.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SWEEP_MAX_TRIALS 100000 /* grids and random sweeps above this are refused */
+#define SWEEP_MAX_PARAMS 64
+#define SWEEP_MAX_ERRORS 100 /* messages kept; the count goes on */
+
+typedef enum { SWEEP_GRID = 0, SWEEP_RANDOM } sweep_method;
+typedef enum { SWEEP_DIST_VALUES = 0, SWEEP_DIST_UNIFORM, SWEEP_DIST_LOG_UNIFORM, SWEEP_DIST_INT_UNIFORM } sweep_dist;
+typedef enum { SWEEP_STOP_NONE = 0, SWEEP_STOP_MEDIAN, SWEEP_STOP_THRESHOLD } sweep_stop_method;
+
+/* Error list filled by sweep_load_*; every message is a complete line. */
+typedef struct sweep_errors {
+    char **msgs;
+    int n;     /* messages kept (at most SWEEP_MAX_ERRORS) */
+    int total; /* errors found */
+} sweep_errors;
+
+void sweep_errors_free(sweep_errors *e);
+
+/* One swept key. Values are held as config snapshots (the field's bytes in a
+ * bf_config) plus their canonical text, so a trial applies them exactly. */
+typedef struct sweep_param {
+    char key[128];
+    const cfg_field *field;
+    sweep_dist dist;
+    int n_values;
+    bf_config *value_cfg; /* n_values configs holding each value in `field` */
+    char **value_text;    /* canonical YAML flow text of each value */
+    double min, max;      /* for uniform / log_uniform / int_uniform */
+    int line, col;        /* of the key, 1-based */
+} sweep_param;
+
+typedef struct sweep_spec {
+    char file[CFG_PATH_MAX];
+    char name[128];
+    bf_config base; /* defaults + base + top-level config keys */
+    int is_sweep;   /* 0: standalone config, one trial */
+    sweep_method method;
+    int n_params;
+    sweep_param *params;
+    long long n_trials; /* grid: product of value counts; random: `trials` */
+    uint64_t seed;      /* random */
+    char metric_name[64];
+    int metric_maximize; /* goal: max */
+    struct {
+        int ranks, gpus_per_rank, cpus_per_rank;
+        long time_limit_s; /* 0 = none */
+    } resources;
+    int retries;
+    int priority;
+    struct {
+        sweep_stop_method method;
+        char metric[64];
+        int min_steps;
+        double threshold;
+    } early_stop;
+    int params_line, params_col; /* where per-trial errors point */
+} sweep_spec;
+
+/* One expanded trial, valid only during the sweep_expand callback. */
+typedef struct sweep_trial {
+    long long index;
+    const bf_config *config; /* fully resolved */
+    const char *params;      /* "key: value\n" per swept key, canonical */
+    const char *params_json; /* {"key": value, ...}, values as JSON */
+    const char *config_text; /* cfg_dump of config */
+    char hash[17];           /* cfg_hash of config */
+} sweep_trial;
+
+/* Reads and validates a sweep file (at most 1 MiB of text). Returns 0 with
+ * *out (owned by the caller, free with sweep_spec_destroy), or -1 with every
+ * error in errs (which the caller frees with sweep_errors_free). */
+int sweep_load_file(const char *path, sweep_spec **out, sweep_errors *errs);
+/* Same for text in memory; `file` names it in messages. */
+int sweep_load_string(const char *text, size_t len, const char *file, sweep_spec **out,
+                      sweep_errors *errs);
+void sweep_spec_destroy(sweep_spec **s);
+
+/* Calls fn once per trial in order: grid in cartesian order (the first
+ * parameter varies slowest, values in listed order); random reproducible from
+ * `seed` (value i of parameter p drawn from Philox stream p, index i). fn
+ * returns 0 to go on, non-zero to stop (returned). Returns 0, fn's code, or
+ * -1 with a message in err (out of memory). */
+typedef int (*sweep_trial_fn)(void *ud, const sweep_trial *t);
+int sweep_expand(const sweep_spec *s, sweep_trial_fn fn, void *ud, char *err, size_t errlen);
+
+const char *sweep_dist_name(sweep_dist d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

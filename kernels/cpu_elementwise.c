@@ -1,0 +1,162 @@
+/* CPU reference: elementwise ops, activations, embeddings and positional add.
+ * Contracts in kernels/bk.h. All are memory bound: one pass, OpenMP over
+ * elements once there is enough work to pay for waking the threads. Backward
+ * functions accumulate (+=). */
+#include <math.h>
+#include <string.h>
+
+#include "kernels/cpu_ops.h"
+
+/* Below this many elements the OpenMP fork/join costs more than the loop. */
+#define EW_PAR_MIN ((size_t)1 << 15)
+
+void bk_cpu_add(float *out, const float *a, const float *b, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= EW_PAR_MIN)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+void bk_cpu_axpy(float *y, const float *x, float alpha, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= EW_PAR_MIN)
+    for (size_t i = 0; i < n; i++) y[i] += alpha * x[i];
+}
+
+void bk_cpu_scale(float *x, float alpha, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= EW_PAR_MIN)
+    for (size_t i = 0; i < n; i++) x[i] *= alpha;
+}
+
+/* GELU, tanh form: 0.5 x (1 + tanh(s (x + 0.044715 x^3))), s = sqrt(2/pi). */
+#define GELU_S 0.7978845608028654f
+#define GELU_C 0.044715f
+
+/* tanh(u) = 1 - 2/(e^{2u} + 1): one expf, which is several times cheaper
+ * than glibc's tanhf; saturates to +-1 without NaN (e^{2u} -> inf or 0). Near
+ * u = 0 the absolute error is ~1e-7, which GELU multiplies by x/2. */
+static inline float tanh_fast(float u) { return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f); }
+
+void bk_cpu_gelu_forward(float *out, const float *inp, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= EW_PAR_MIN / 8)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanh_fast(GELU_S * (x + GELU_C * x * x * x)));
+    }
+}
+
+void bk_cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= EW_PAR_MIN / 8)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float th = tanh_fast(GELU_S * (x + GELU_C * x * x * x));
+        float dth = GELU_S * (1.0f + 3.0f * GELU_C * x * x);
+        float local = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * dth;
+        /* tanh is saturated in fp32 beyond |x| = 10; there dth can overflow
+         * (x^2 > 3.4e38) and 0 * inf would give NaN */
+        local = fabsf(x) > 10.0f ? (x > 0.0f ? 1.0f : 0.0f) : local;
+        dinp[i] += local * dout[i];
+    }
+}
+
+/* 1/(1+e^-x) never produces NaN: e^-x overflows to inf for very negative x
+ * and the quotient is then 0. */
+static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+void bk_cpu_silu_forward(float *out, const float *inp, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= EW_PAR_MIN / 8)
+    for (size_t i = 0; i < n; i++) out[i] = inp[i] * sigmoidf(inp[i]);
+}
+
+void bk_cpu_silu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= EW_PAR_MIN / 8)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i], s = sigmoidf(x);
+        dinp[i] += s * (1.0f + x * (1.0f - s)) * dout[i];
+    }
+}
+
+void bk_cpu_sigmoid_forward(float *out, const float *inp, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= EW_PAR_MIN / 8)
+    for (size_t i = 0; i < n; i++) out[i] = sigmoidf(inp[i]);
+}
+
+void bk_cpu_sigmoid_backward(float *dinp, const float *out, const float *dout, size_t n) {
+#pragma omp parallel for simd schedule(static) if (n >= EW_PAR_MIN)
+    for (size_t i = 0; i < n; i++) dinp[i] += out[i] * (1.0f - out[i]) * dout[i];
+}
+
+/* softplus(x) = max(x, 0) + log1p(e^-|x|): no overflow for large x, no loss
+ * of the tiny value for very negative x. */
+void bk_cpu_softplus_forward(float *out, const float *inp, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= EW_PAR_MIN / 8)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        out[i] = fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x)));
+    }
+}
+
+void bk_cpu_softplus_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+#pragma omp parallel for schedule(static) if (n >= EW_PAR_MIN / 8)
+    for (size_t i = 0; i < n; i++) dinp[i] += sigmoidf(inp[i]) * dout[i];
+}
+
+/* ---- embeddings ---- */
+
+/* Rows of fewer than this many floats are copied without threads. */
+#define EMB_PAR_MIN (1 << 14)
+
+/* out[N,C] = table[idx[n], :] */
+void bk_cpu_embedding_forward(float *out, const int *idx, const float *table, int N, int C) {
+#pragma omp parallel for schedule(static) if ((long long)N * C >= EMB_PAR_MIN)
+    for (int n = 0; n < N; n++)
+        memcpy(out + (size_t)n * C, table + (size_t)idx[n] * C, (size_t)C * sizeof(float));
+}
+
+/* Channels per task in the backward: 64 floats = 4 cache lines per row, so a
+ * task streams over rows touching whole lines, and no two tasks share a line. */
+#define EMB_CHUNK 64
+
+/* dtable[idx[n], :] += dout[n, :]. Rows may repeat an index, so threads split
+ * the channels, never the rows: each dtable element is owned by one thread
+ * and summed in row order, hence no race and a result that does not depend on
+ * the thread count. */
+void bk_cpu_embedding_backward(float *dtable, const float *dout, const int *idx, int N, int C) {
+    int nchunks = (C + EMB_CHUNK - 1) / EMB_CHUNK;
+#pragma omp parallel for schedule(static) if ((long long)N * C >= EMB_PAR_MIN && nchunks > 1)
+    for (int k = 0; k < nchunks; k++) {
+        int c0 = k * EMB_CHUNK, c1 = c0 + EMB_CHUNK < C ? c0 + EMB_CHUNK : C;
+        for (int n = 0; n < N; n++) {
+            float *dst = dtable + (size_t)idx[n] * C;
+            const float *src = dout + (size_t)n * C;
+#pragma omp simd
+            for (int c = c0; c < c1; c++) dst[c] += src[c];
+        }
+    }
+}
+
+/* out[B,T,C] = inp[B,T,C] + pos[T,C] */
+void bk_cpu_posadd_forward(float *out, const float *inp, const float *pos, int B, int T, int C) {
+    long long rows = (long long)B * T;
+#pragma omp parallel for schedule(static) if (rows * C >= (long long)EW_PAR_MIN)
+    for (long long r = 0; r < rows; r++) {
+        const float *x = inp + r * C, *p = pos + (r % T) * C;
+        float *o = out + r * C;
+#pragma omp simd
+        for (int c = 0; c < C; c++) o[c] = x[c] + p[c];
+    }
+}
+
+/* dinp += dout (nullable); dpos[t,c] += sum_b dout[b,t,c], summed in b order
+ * per element so it is deterministic. */
+void bk_cpu_posadd_backward(float *dinp, float *dpos, const float *dout, int B, int T, int C) {
+    size_t total = (size_t)B * T * C, tc = (size_t)T * C;
+    if (dinp) bk_cpu_axpy(dinp, dout, 1.0f, total);
+    if (!dpos) return;
+#pragma omp parallel for schedule(static) if (total >= EW_PAR_MIN)
+    for (int t = 0; t < T; t++) {
+        float *dp = dpos + (size_t)t * C;
+        for (int b = 0; b < B; b++) {
+            const float *d = dout + b * tc + (size_t)t * C;
+#pragma omp simd
+            for (int c = 0; c < C; c++) dp[c] += d[c];
+        }
+    }
+}

@@ -1,0 +1,122 @@
+/* The CUDA backend table and its one-time initialisation: device check,
+ * cuBLAS handle, math mode. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/cuda_check.h"
+
+static cublasHandle_t blas_handle;
+static int blas_ready;
+
+cublasHandle_t bk_cuda_blas(void) {
+    if (!blas_ready) { /* ops are only reachable through bk_cuda(), which creates it */
+        CUBLAS_CHECK(cublasCreate(&blas_handle));
+        blas_ready = 1;
+    }
+    return blas_handle;
+}
+
+/* Filled by name (C++17 has no designated initialisers), once, in bk_cuda(). */
+static bk_backend cuda_backend;
+
+static void fill_table(bk_backend *t) {
+    t->name = "cuda";
+    t->device = BK_CUDA;
+    t->alloc = bk_cuda_alloc;
+    t->release = bk_cuda_release;
+    t->to_device = bk_cuda_to_device;
+    t->to_host = bk_cuda_to_host;
+    t->copy = bk_cuda_copy;
+    t->zero = bk_cuda_zero;
+    t->sync = bk_cuda_sync;
+    t->add = bk_cuda_add;
+    t->axpy = bk_cuda_axpy;
+    t->scale = bk_cuda_scale;
+    t->gelu_forward = bk_cuda_gelu_forward;
+    t->gelu_backward = bk_cuda_gelu_backward;
+    t->silu_forward = bk_cuda_silu_forward;
+    t->silu_backward = bk_cuda_silu_backward;
+    t->sigmoid_forward = bk_cuda_sigmoid_forward;
+    t->sigmoid_backward = bk_cuda_sigmoid_backward;
+    t->softplus_forward = bk_cuda_softplus_forward;
+    t->softplus_backward = bk_cuda_softplus_backward;
+    t->embedding_forward = bk_cuda_embedding_forward;
+    t->embedding_backward = bk_cuda_embedding_backward;
+    t->posadd_forward = bk_cuda_posadd_forward;
+    t->posadd_backward = bk_cuda_posadd_backward;
+    t->linear_forward = bk_cuda_linear_forward;
+    t->linear_backward = bk_cuda_linear_backward;
+    t->gemm = bk_cuda_gemm;
+    t->layernorm_forward = bk_cuda_layernorm_forward;
+    t->layernorm_backward = bk_cuda_layernorm_backward;
+    t->softmax_forward = bk_cuda_softmax_forward;
+    t->softmax_backward = bk_cuda_softmax_backward;
+    t->attention_forward = bk_cuda_attention_forward;
+    t->attention_backward = bk_cuda_attention_backward;
+    t->attention_selected_forward = bk_cuda_attention_selected_forward;
+    t->linear_selected_forward = bk_cuda_linear_selected_forward;
+    t->fwht_forward = bk_cuda_fwht_forward;
+    t->fwht_backward = bk_cuda_fwht_backward;
+    t->meanpool_forward = bk_cuda_meanpool_forward;
+    t->meanpool_backward = bk_cuda_meanpool_backward;
+    t->crossentropy_forward = bk_cuda_crossentropy_forward;
+    t->crossentropy_backward = bk_cuda_crossentropy_backward;
+    t->mse_forward = bk_cuda_mse_forward;
+    t->mse_backward = bk_cuda_mse_backward;
+    t->global_norm = bk_cuda_global_norm;
+    t->adamw_update = bk_cuda_adamw_update;
+    t->rng_uniform = bk_cuda_rng_uniform;
+    t->rng_normal = bk_cuda_rng_normal;
+}
+
+/* Returns the table, or NULL with a static reason. The first successful call
+ * creates the cuBLAS handle on the current device (cudaSetDevice before it to
+ * pick another one); later calls return the same table. */
+extern "C" const bk_backend *bk_cuda(const char **why) {
+    static char reason[256];
+    static int state; /* 0 unknown, 1 usable, -1 not usable */
+    if (state == 1) return &cuda_backend;
+    if (state == -1) {
+        if (why) *why = reason;
+        return NULL;
+    }
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        snprintf(reason, sizeof reason, "cudaGetDeviceCount failed: %s (%s)", cudaGetErrorString(e),
+                 cudaGetErrorName(e));
+        (void)cudaGetLastError();
+        state = -1;
+    } else if (count == 0) {
+        snprintf(reason, sizeof reason, "cudaGetDeviceCount reports no CUDA device");
+        state = -1;
+    } else {
+        cublasStatus_t s = cublasCreate(&blas_handle);
+        if (s != CUBLAS_STATUS_SUCCESS) {
+            snprintf(reason, sizeof reason, "cublasCreate failed: %s (%s)",
+                     cublasGetStatusString(s), cublasGetStatusName(s));
+            (void)cudaGetLastError();
+            state = -1;
+        } else {
+            /* Exact fp32 by default so results match the CPU reference;
+             * BF_CUDA_TF32=1 opts in to TF32 tensor cores for GEMMs. */
+            const char *tf32 = getenv("BF_CUDA_TF32");
+            cublasMath_t mode =
+                (tf32 && strcmp(tf32, "1") == 0) ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+            s = cublasSetMathMode(blas_handle, mode);
+            if (s != CUBLAS_STATUS_SUCCESS) {
+                snprintf(reason, sizeof reason, "cublasSetMathMode failed: %s",
+                         cublasGetStatusString(s));
+                cublasDestroy(blas_handle);
+                state = -1;
+            } else {
+                blas_ready = 1;
+                fill_table(&cuda_backend);
+                state = 1;
+            }
+        }
+    }
+    if (state == 1) return &cuda_backend;
+    if (why) *why = reason;
+    return NULL;
+}

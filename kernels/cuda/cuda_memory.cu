@@ -1,0 +1,59 @@
+/* Device memory for the CUDA backend, and the backend's shared workspace. */
+#include "kernels/cuda/cuda_check.h"
+
+/* Zeroed device memory, or NULL (the CUDA error is cleared so the next
+ * checked call does not see it). bytes == 0 still returns a valid pointer. */
+void *bk_cuda_alloc(size_t bytes) {
+    void *p = NULL;
+    if (bytes == 0) bytes = 1;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    if (cudaMemset(p, 0, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        cudaFree(p);
+        return NULL;
+    }
+    return p;
+}
+
+void bk_cuda_release(void *p) {
+    if (p) CUDA_CHECK(cudaFree(p));
+}
+
+/* cudaMemcpy on the legacy stream waits for queued work: to_host sees every
+ * op issued before it. */
+void bk_cuda_to_device(void *dst, const void *src_host, size_t bytes) {
+    if (bytes) CUDA_CHECK(cudaMemcpy(dst, src_host, bytes, cudaMemcpyHostToDevice));
+}
+
+void bk_cuda_to_host(void *dst_host, const void *src, size_t bytes) {
+    if (bytes) CUDA_CHECK(cudaMemcpy(dst_host, src, bytes, cudaMemcpyDeviceToHost));
+}
+
+void bk_cuda_copy(void *dst, const void *src, size_t bytes) {
+    if (bytes && dst != src)
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, 0));
+}
+
+void bk_cuda_zero(void *p, size_t bytes) {
+    if (bytes) CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, 0));
+}
+
+void bk_cuda_sync(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
+
+static void *workspace;
+static size_t workspace_bytes;
+
+void *bk_cuda_workspace(size_t bytes) {
+    if (bytes <= workspace_bytes) return workspace;
+    size_t want = workspace_bytes ? workspace_bytes : (size_t)1 << 20;
+    while (want < bytes) want *= 2;
+    if (workspace) CUDA_CHECK(cudaFree(workspace)); /* synchronises: no op still reads it */
+    workspace = NULL;
+    workspace_bytes = 0;
+    CUDA_CHECK(cudaMalloc(&workspace, want));
+    workspace_bytes = want;
+    return workspace;
+}

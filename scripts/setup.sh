@@ -1,0 +1,28 @@
+#!/bin/sh
+# Installs every Debian package bf needs (only the missing ones) and builds
+# bf into ./build. Idempotent: a second run only rebuilds what changed.
+set -eu
+cd "$(dirname "$0")/.."
+
+PKGS="build-essential cmake pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin
+libzmq3-dev libsodium-dev libyaml-dev libcriterion-dev libsqlite3-dev libjansson-dev
+libsentencepiece-dev zlib1g-dev wordnet-base bible-kjv dataset-fashion-mnist python3-zmq"
+
+missing=""
+for p in $PKGS; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    echo "setup: installing$missing" >&2
+    $SUDO apt-get update
+    # shellcheck disable=SC2086
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y $missing
+fi
+
+# CUDA is compiled whenever the toolkit is present (it also lives in /usr/local/cuda).
+jobs=$(nproc 2>/dev/null || echo 2)
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j "$jobs"
+echo "setup: built into ./build" >&2

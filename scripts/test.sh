@@ -1,0 +1,19 @@
+#!/bin/sh
+# Sets up (packages + build), then runs the whole test suite twice: the
+# release build (CPU, with the CUDA backend compiled when nvcc exists; GPU
+# tests skip without a GPU) and a CPU build under AddressSanitizer and
+# UndefinedBehaviorSanitizer.
+set -eu
+cd "$(dirname "$0")/.."
+sh scripts/setup.sh
+jobs=$(nproc 2>/dev/null || echo 2)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+echo "== sanitizer build (ASan + UBSan) ==" >&2
+cmake -S . -B build-san -DBF_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
+cmake --build build-san -j "$jobs"
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --test-dir build-san --output-on-failure -L unit
+
+echo "== release build ==" >&2
+ctest --test-dir build --output-on-failure

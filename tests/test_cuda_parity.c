@@ -1,0 +1,573 @@
+/* CPU-vs-CUDA parity: every op of the bk_backend table runs on the CPU
+ * reference and on the CUDA backend with the same random inputs, and every
+ * output and gradient is compared element by element:
+ *     |cuda - cpu| <= atol + rtol * |cpu|
+ * with TOL_EW (1e-4, 1e-4) for elementwise ops and TOL_MM (1e-3, 1e-3) for
+ * GEMM-based ops and reductions (different summation orders, and libm vs
+ * CUDA expf/tanhf differ by a few ulp). Backward outputs start from random
+ * values, so the accumulate (+=) contract is checked too.
+ *
+ * Without a usable GPU (bk_cuda returns NULL) every test skips with the
+ * reason, so the binary passes on CI machines that have none. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/bk.h"
+#include "kernels/bk_hadamard.h"
+#include "kernels/bk_rng.h"
+
+#define TOL_EW 1e-4, 1e-4
+#define TOL_MM 1e-3, 1e-3
+
+static const bk_backend *cpu, *gpu;
+
+/* Sets cpu/gpu, or skips the test when no GPU is usable. */
+#define NEED_GPU()                                                                                 \
+    do {                                                                                           \
+        const char *why_ = NULL;                                                                   \
+        gpu = bk_cuda(&why_);                                                                      \
+        if (!gpu) cr_skip_test("no GPU: %s", why_ ? why_ : "unknown reason");                      \
+        cpu = bk_cpu();                                                                            \
+    } while (0)
+
+/* A float array twice over: h for the CPU backend (host memory), d a copy
+ * on the GPU. */
+typedef struct {
+    float *h, *d;
+    size_t n;
+} pair;
+
+static uint64_t seed_counter = 1000;
+
+static pair pair_new(size_t n, float lo, float hi) {
+    pair p = {malloc((n ? n : 1) * sizeof(float)), gpu->alloc(n * sizeof(float)), n};
+    cr_assert(p.h && p.d, "allocation of %zu floats failed", n);
+    uint64_t s = seed_counter++;
+    for (size_t i = 0; i < n; i++) p.h[i] = lo + (hi - lo) * bk_rng_uniform_at(s, 11, i);
+    gpu->to_device(p.d, p.h, n * sizeof(float));
+    return p;
+}
+
+static pair pair_const(size_t n, float v) {
+    pair p = pair_new(n, v, v);
+    for (size_t i = 0; i < n; i++) p.h[i] = v;
+    gpu->to_device(p.d, p.h, n * sizeof(float));
+    return p;
+}
+
+static void pair_upload(pair *p) { gpu->to_device(p->d, p->h, p->n * sizeof(float)); }
+
+static void pair_free(pair *p) {
+    free(p->h);
+    gpu->release(p->d);
+    p->h = p->d = NULL;
+}
+
+static int *ints_to_gpu(const int *h, size_t n) {
+    int *d = gpu->alloc(n * sizeof(int));
+    cr_assert(d, "allocation failed");
+    gpu->to_device(d, h, n * sizeof(int));
+    return d;
+}
+
+/* Compares the GPU copy with the CPU one; reports the worst element. */
+static void expect_close(const char *what, const pair *p, double atol, double rtol) {
+    float *g = malloc((p->n ? p->n : 1) * sizeof(float));
+    cr_assert(g);
+    gpu->to_host(g, p->d, p->n * sizeof(float));
+    double worst = 0;
+    size_t wi = 0;
+    int nan_mismatch = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        double c = p->h[i], x = g[i];
+        if (isnan(c) || isnan(x)) {
+            if (isnan(c) != isnan(x) && !nan_mismatch) {
+                nan_mismatch = 1;
+                wi = i;
+            }
+            continue;
+        }
+        double r = fabs(x - c) / (atol + rtol * fabs(c));
+        if (r > worst) {
+            worst = r;
+            wi = i;
+        }
+    }
+    cr_expect(
+        !nan_mismatch && worst <= 1.0,
+        "%s: element %zu of %zu: cpu %.8g cuda %.8g (violation %.3g of atol %.1g rtol %.1g)%s",
+        what, wi, p->n, (double)p->h[wi], (double)g[wi], worst, atol, rtol,
+        nan_mismatch ? " NaN mismatch" : "");
+    free(g);
+}
+
+Test(cuda_parity, memory) {
+    NEED_GPU();
+    size_t n = 1000;
+    float *z = gpu->alloc(n * sizeof(float));
+    float *back = malloc(n * sizeof(float));
+    gpu->to_host(back, z, n * sizeof(float));
+    for (size_t i = 0; i < n; i++) cr_expect_eq(back[i], 0.0f, "alloc not zeroed at %zu", i);
+    pair a = pair_new(n, -1, 1);
+    gpu->copy(z, a.d, n * sizeof(float));
+    gpu->to_host(back, z, n * sizeof(float));
+    cr_expect(memcmp(back, a.h, n * sizeof(float)) == 0, "round trip / copy changed data");
+    gpu->zero(z, 10 * sizeof(float));
+    gpu->sync();
+    gpu->to_host(back, z, n * sizeof(float));
+    cr_expect(back[9] == 0.0f && back[10] == a.h[10], "zero wrote the wrong range");
+    cr_expect(strcmp(gpu->name, "cuda") == 0 && gpu->device == BK_CUDA);
+    free(back);
+    gpu->release(z);
+    pair_free(&a);
+}
+
+Test(cuda_parity, add_axpy_scale) {
+    NEED_GPU();
+    size_t n = 10007;
+    pair a = pair_new(n, -3, 3), b = pair_new(n, -3, 3), out = pair_new(n, 0, 1);
+    cpu->add(out.h, a.h, b.h, n);
+    gpu->add(out.d, a.d, b.d, n);
+    expect_close("add", &out, TOL_EW);
+    cpu->add(a.h, a.h, b.h, n); /* aliased */
+    gpu->add(a.d, a.d, b.d, n);
+    expect_close("add aliased", &a, TOL_EW);
+    cpu->axpy(out.h, b.h, -0.37f, n);
+    gpu->axpy(out.d, b.d, -0.37f, n);
+    expect_close("axpy", &out, TOL_EW);
+    cpu->scale(out.h, 1.7f, n);
+    gpu->scale(out.d, 1.7f, n);
+    expect_close("scale", &out, TOL_EW);
+    pair_free(&a);
+    pair_free(&b);
+    pair_free(&out);
+}
+
+typedef void (*unary_fwd)(float *, const float *, size_t);
+typedef void (*unary_bwd)(float *, const float *, const float *, size_t);
+
+/* Forward and backward of one activation. The backward of sigmoid reads the
+ * forward output, the others the input. */
+static void check_activation(const char *name, unary_fwd cf, unary_fwd gf, unary_bwd cb,
+                             unary_bwd gb, int backward_reads_output) {
+    size_t n = 4099;
+    pair x = pair_new(n, -8, 8);
+    float extremes[] = {-100.0f, 100.0f, -30.0f, 30.0f, 0.0f, -1e-6f, 1e-6f, -17.5f};
+    memcpy(x.h, extremes, sizeof extremes);
+    pair_upload(&x);
+    pair y = pair_new(n, 0, 1), dy = pair_new(n, -1, 1), dx = pair_new(n, -1, 1);
+    cf(y.h, x.h, n);
+    gf(y.d, x.d, n);
+    char what[64];
+    snprintf(what, sizeof what, "%s forward", name);
+    expect_close(what, &y, TOL_EW);
+    const float *src_h = backward_reads_output ? y.h : x.h,
+                *src_d = backward_reads_output ? y.d : x.d;
+    cb(dx.h, src_h, dy.h, n);
+    gb(dx.d, src_d, dy.d, n);
+    snprintf(what, sizeof what, "%s backward", name);
+    expect_close(what, &dx, TOL_EW);
+    pair_free(&x);
+    pair_free(&y);
+    pair_free(&dy);
+    pair_free(&dx);
+}
+
+Test(cuda_parity, activations) {
+    NEED_GPU();
+    check_activation("gelu", cpu->gelu_forward, gpu->gelu_forward, cpu->gelu_backward,
+                     gpu->gelu_backward, 0);
+    check_activation("silu", cpu->silu_forward, gpu->silu_forward, cpu->silu_backward,
+                     gpu->silu_backward, 0);
+    check_activation("sigmoid", cpu->sigmoid_forward, gpu->sigmoid_forward, cpu->sigmoid_backward,
+                     gpu->sigmoid_backward, 1);
+    check_activation("softplus", cpu->softplus_forward, gpu->softplus_forward,
+                     cpu->softplus_backward, gpu->softplus_backward, 0);
+}
+
+Test(cuda_parity, embedding_posadd) {
+    NEED_GPU();
+    int V = 50, C = 33, N = 97, B = 3, T = 17;
+    int idx[97];
+    for (int i = 0; i < N; i++) idx[i] = (int)(bk_rng_uniform_at(5, 1, (uint64_t)i) * V) % V;
+    idx[1] = idx[0]; /* a repeated token */
+    int *idx_d = ints_to_gpu(idx, (size_t)N);
+    pair table = pair_new((size_t)V * C, -1, 1), out = pair_new((size_t)N * C, 0, 1);
+    pair dout = pair_new((size_t)N * C, -1, 1), dtable = pair_new((size_t)V * C, -1, 1);
+    cpu->embedding_forward(out.h, idx, table.h, N, C);
+    gpu->embedding_forward(out.d, idx_d, table.d, N, C);
+    expect_close("embedding forward", &out, TOL_EW);
+    cpu->embedding_backward(dtable.h, dout.h, idx, N, C);
+    gpu->embedding_backward(dtable.d, dout.d, idx_d, N, C);
+    expect_close("embedding backward", &dtable, TOL_EW);
+
+    size_t n = (size_t)B * T * C;
+    pair inp = pair_new(n, -1, 1), pos = pair_new((size_t)T * C, -1, 1), o2 = pair_new(n, 0, 1);
+    pair d2 = pair_new(n, -1, 1), dinp = pair_new(n, -1, 1), dpos = pair_new((size_t)T * C, -1, 1);
+    cpu->posadd_forward(o2.h, inp.h, pos.h, B, T, C);
+    gpu->posadd_forward(o2.d, inp.d, pos.d, B, T, C);
+    expect_close("posadd forward", &o2, TOL_EW);
+    cpu->posadd_backward(dinp.h, dpos.h, d2.h, B, T, C);
+    gpu->posadd_backward(dinp.d, dpos.d, d2.d, B, T, C);
+    expect_close("posadd backward dinp", &dinp, TOL_EW);
+    expect_close("posadd backward dpos", &dpos, TOL_EW);
+    cpu->posadd_backward(NULL, dpos.h, d2.h, B, T, C);
+    gpu->posadd_backward(NULL, dpos.d, d2.d, B, T, C);
+    expect_close("posadd backward dpos only", &dpos, TOL_EW);
+    gpu->release(idx_d);
+    pair *all[] = {&table, &out, &dout, &dtable, &inp, &pos, &o2, &d2, &dinp, &dpos};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+Test(cuda_parity, linear) {
+    NEED_GPU();
+    int N = 37, IC = 70, OC = 45;
+    pair inp = pair_new((size_t)N * IC, -1, 1), w = pair_new((size_t)OC * IC, -0.5f, 0.5f);
+    pair bias = pair_new((size_t)OC, -1, 1), out = pair_new((size_t)N * OC, 0, 1);
+    pair dout = pair_new((size_t)N * OC, -1, 1), dinp = pair_new((size_t)N * IC, -1, 1);
+    pair dw = pair_new((size_t)OC * IC, -1, 1), db = pair_new((size_t)OC, -1, 1);
+    cpu->linear_forward(out.h, inp.h, w.h, bias.h, N, IC, OC);
+    gpu->linear_forward(out.d, inp.d, w.d, bias.d, N, IC, OC);
+    expect_close("linear forward", &out, TOL_MM);
+    cpu->linear_forward(out.h, inp.h, w.h, NULL, N, IC, OC);
+    gpu->linear_forward(out.d, inp.d, w.d, NULL, N, IC, OC);
+    expect_close("linear forward, no bias", &out, TOL_MM);
+    cpu->linear_backward(dinp.h, dw.h, db.h, dout.h, inp.h, w.h, N, IC, OC);
+    gpu->linear_backward(dinp.d, dw.d, db.d, dout.d, inp.d, w.d, N, IC, OC);
+    expect_close("linear backward dinp", &dinp, TOL_MM);
+    expect_close("linear backward dw", &dw, TOL_MM);
+    expect_close("linear backward dbias", &db, TOL_MM);
+    cpu->linear_backward(dinp.h, NULL, NULL, dout.h, inp.h, w.h, N, IC, OC);
+    gpu->linear_backward(dinp.d, NULL, NULL, dout.d, inp.d, w.d, N, IC, OC);
+    expect_close("linear backward dinp only", &dinp, TOL_MM);
+    pair *all[] = {&inp, &w, &bias, &out, &dout, &dinp, &dw, &db};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+Test(cuda_parity, gemm_all_transposes_padded_batched) {
+    NEED_GPU();
+    int M = 13, N = 17, K = 19, batch = 3;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            int arows = ta ? K : M, acols = ta ? M : K, brows = tb ? N : K, bcols = tb ? K : N;
+            int lda = acols + 3, ldb = bcols + 2, ldc = N + 5;
+            long long sA = (long long)arows * lda + 7, sB = (long long)brows * ldb + 1,
+                      sC = (long long)M * ldc + 3;
+            pair A = pair_new((size_t)(sA * batch), -1, 1),
+                 Bm = pair_new((size_t)(sB * batch), -1, 1);
+            pair Cm = pair_new((size_t)(sC * batch), -1, 1);
+            cpu->gemm(ta, tb, M, N, K, 0.7f, A.h, lda, sA, Bm.h, ldb, sB, 0.3f, Cm.h, ldc, sC,
+                      batch);
+            gpu->gemm(ta, tb, M, N, K, 0.7f, A.d, lda, sA, Bm.d, ldb, sB, 0.3f, Cm.d, ldc, sC,
+                      batch);
+            char what[64];
+            snprintf(what, sizeof what, "gemm transa=%d transb=%d", ta, tb);
+            expect_close(what, &Cm, TOL_MM);
+            pair_free(&A);
+            pair_free(&Bm);
+            pair_free(&Cm);
+        }
+}
+
+Test(cuda_parity, layernorm_softmax) {
+    NEED_GPU();
+    int N = 29, C = 300;
+    size_t n = (size_t)N * C;
+    pair inp = pair_new(n, -2, 3), w = pair_new((size_t)C, 0.5f, 1.5f),
+         b = pair_new((size_t)C, -1, 1);
+    pair out = pair_new(n, 0, 1), mean = pair_new((size_t)N, 0, 1),
+         rstd = pair_new((size_t)N, 0, 1);
+    pair dout = pair_new(n, -1, 1), dinp = pair_new(n, -1, 1), dw = pair_new((size_t)C, -1, 1),
+         db = pair_new((size_t)C, -1, 1);
+    cpu->layernorm_forward(out.h, mean.h, rstd.h, inp.h, w.h, b.h, N, C);
+    gpu->layernorm_forward(out.d, mean.d, rstd.d, inp.d, w.d, b.d, N, C);
+    expect_close("layernorm out", &out, TOL_MM);
+    expect_close("layernorm mean", &mean, TOL_MM);
+    expect_close("layernorm rstd", &rstd, TOL_MM);
+    cpu->layernorm_backward(dinp.h, dw.h, db.h, dout.h, inp.h, w.h, mean.h, rstd.h, N, C);
+    gpu->layernorm_backward(dinp.d, dw.d, db.d, dout.d, inp.d, w.d, mean.d, rstd.d, N, C);
+    expect_close("layernorm dinp", &dinp, TOL_MM);
+    expect_close("layernorm dw", &dw, TOL_MM);
+    expect_close("layernorm db", &db, TOL_MM);
+
+    int SN = 31, SC = 1000;
+    pair x = pair_new((size_t)SN * SC, -10, 10), y = pair_new((size_t)SN * SC, 0, 1);
+    pair dy = pair_new((size_t)SN * SC, -1, 1), dx = pair_new((size_t)SN * SC, -1, 1);
+    cpu->softmax_forward(y.h, x.h, SN, SC);
+    gpu->softmax_forward(y.d, x.d, SN, SC);
+    expect_close("softmax forward", &y, TOL_MM);
+    cpu->softmax_backward(dx.h, y.h, dy.h, SN, SC);
+    gpu->softmax_backward(dx.d, y.d, dy.d, SN, SC);
+    expect_close("softmax backward", &dx, TOL_MM);
+    pair *all[] = {&inp, &w, &b, &out, &mean, &rstd, &dout, &dinp, &dw, &db, &x, &y, &dy, &dx};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+/* Full attention forward and backward for one configuration. */
+static void check_attention(int B, int T, int C, int NH, int causal, int with_mask, int with_gate) {
+    char tag[96];
+    snprintf(tag, sizeof tag, "attention B=%d T=%d C=%d NH=%d causal=%d mask=%d gate=%d", B, T, C,
+             NH, causal, with_mask, with_gate);
+    pair qkv = pair_new((size_t)B * T * 3 * C, -1.5f, 1.5f);
+    pair mask = pair_const((size_t)B * T, 1.0f), gate = pair_new((size_t)B * NH, 0.2f, 1.5f);
+    /* sample 0: two keys removed; sample 1: its first key removed, so with
+     * the causal mask query 0 sees nothing; last sample: every key removed */
+    mask.h[2] = 0.0f;
+    mask.h[T - 1] = 0.0f;
+    if (B > 1) mask.h[T] = 0.0f;
+    if (B > 2)
+        for (int t = 0; t < T; t++) mask.h[(size_t)(B - 1) * T + t] = 0.0f;
+    pair_upload(&mask);
+    size_t natt = (size_t)B * NH * T * T;
+    pair out = pair_new((size_t)B * T * C, 0, 1), att = pair_new(natt, 0, 1);
+    bk_attn_args ah = {B, T, C, NH, causal, with_mask ? mask.h : NULL, with_gate ? gate.h : NULL};
+    bk_attn_args ad = {B, T, C, NH, causal, with_mask ? mask.d : NULL, with_gate ? gate.d : NULL};
+    cpu->attention_forward(out.h, att.h, qkv.h, &ah);
+    gpu->attention_forward(out.d, att.d, qkv.d, &ad);
+    char what[160];
+    snprintf(what, sizeof what, "%s: out", tag);
+    expect_close(what, &out, TOL_MM);
+    snprintf(what, sizeof what, "%s: att", tag);
+    expect_close(what, &att, TOL_MM);
+
+    pair dout = pair_new((size_t)B * T * C, -1, 1), dqkv = pair_new((size_t)B * T * 3 * C, -1, 1);
+    pair dgate = pair_new((size_t)B * NH, -1, 1), scratch = pair_new(natt, 0, 1);
+    cpu->attention_backward(dqkv.h, dgate.h, scratch.h, dout.h, qkv.h, att.h, &ah);
+    gpu->attention_backward(dqkv.d, dgate.d, scratch.d, dout.d, qkv.d, att.d, &ad);
+    snprintf(what, sizeof what, "%s: dqkv", tag);
+    expect_close(what, &dqkv, TOL_MM);
+    snprintf(what, sizeof what, "%s: dgate", tag);
+    expect_close(what, &dgate, TOL_MM);
+    pair *all[] = {&qkv, &mask, &gate, &out, &att, &dout, &dqkv, &dgate, &scratch};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+Test(cuda_parity, attention_mask_causal_gate) {
+    NEED_GPU();
+    check_attention(3, 13, 24, 4, 1, 1, 1);
+    check_attention(3, 13, 24, 4, 0, 1, 1);
+}
+
+Test(cuda_parity, attention_plain) {
+    NEED_GPU();
+    check_attention(2, 64, 64, 2, 0, 0, 0);
+    check_attention(5, 33, 48, 8, 1, 0, 0); /* more heads than samples: the other GEMM loop order */
+}
+
+Test(cuda_parity, attention_selected_heads) {
+    NEED_GPU();
+    int B = 3, T = 11, C = 32, NH = 4, K = 2, HS = C / NH, OC = 20;
+    int heads[] = {2, 0, 1, 3, 3, 2};
+    int *heads_d = ints_to_gpu(heads, (size_t)B * K);
+    pair x = pair_new((size_t)B * T * C, -1, 1), wqkv = pair_new((size_t)3 * C * C, -0.3f, 0.3f);
+    pair bqkv = pair_new((size_t)3 * C, -0.5f, 0.5f), mask = pair_const((size_t)B * T, 1.0f);
+    mask.h[3] = 0.0f;
+    mask.h[T] = 0.0f; /* sample 1, first key: causal query 0 sees nothing */
+    pair_upload(&mask);
+    size_t nscratch = (size_t)B * K * T * (3 * HS + T);
+    pair scratch = pair_new(nscratch, 0, 1), out = pair_new((size_t)B * T * C, 0, 1);
+    bk_attn_args ah = {B, T, C, NH, 1, mask.h, NULL}, ad = {B, T, C, NH, 1, mask.d, NULL};
+    cpu->attention_selected_forward(out.h, scratch.h, x.h, wqkv.h, bqkv.h, heads, K, &ah);
+    gpu->attention_selected_forward(out.d, scratch.d, x.d, wqkv.d, bqkv.d, heads_d, K, &ad);
+    expect_close("selected attention, bias", &out, TOL_MM);
+    cpu->attention_selected_forward(out.h, scratch.h, x.h, wqkv.h, NULL, heads, K, &ah);
+    gpu->attention_selected_forward(out.d, scratch.d, x.d, wqkv.d, NULL, heads_d, K, &ad);
+    expect_close("selected attention, no bias", &out, TOL_MM);
+
+    /* the output projection over the selected heads, from the CPU's c on both */
+    pair c = pair_new((size_t)B * T * C, 0, 1);
+    memcpy(c.h, out.h, c.n * sizeof(float));
+    pair_upload(&c);
+    pair wo = pair_new((size_t)OC * C, -0.5f, 0.5f), bo = pair_new((size_t)OC, -1, 1);
+    pair y = pair_new((size_t)B * T * OC, 0, 1);
+    cpu->linear_selected_forward(y.h, c.h, wo.h, bo.h, heads, K, B, T, C, NH, OC);
+    gpu->linear_selected_forward(y.d, c.d, wo.d, bo.d, heads_d, K, B, T, C, NH, OC);
+    expect_close("linear_selected, bias", &y, TOL_MM);
+    cpu->linear_selected_forward(y.h, c.h, wo.h, NULL, heads, K, B, T, C, NH, OC);
+    gpu->linear_selected_forward(y.d, c.d, wo.d, NULL, heads_d, K, B, T, C, NH, OC);
+    expect_close("linear_selected, no bias", &y, TOL_MM);
+    gpu->release(heads_d);
+    pair *all[] = {&x, &wqkv, &bqkv, &mask, &scratch, &out, &c, &wo, &bo, &y};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+/* Entry (i, j) of the unnormalised H_d, built here from bk_h12 and the
+ * Sylvester sign (-1)^popcount(i & j), independently of either backend. */
+static int hadamard_sign(int d, int i, int j) {
+    int P = d % 3 == 0 ? d / 12 : d, s = 1;
+    if (d % 3 == 0) s = bk_h12[i / P][j / P];
+    return (__builtin_popcount((unsigned)((i % P) & (j % P))) & 1) ? -s : s;
+}
+
+static void check_fwht(int N, int d) {
+    char what[96];
+    size_t n = (size_t)N * d;
+    pair inp = pair_new(n, -1, 1), alpha = pair_new((size_t)d, 0.5f, 1.5f),
+         beta = pair_new((size_t)d, -1, 1);
+    pair out = pair_new(n, 0, 1);
+    cpu->fwht_forward(out.h, inp.h, alpha.h, beta.h, N, d);
+    gpu->fwht_forward(out.d, inp.d, alpha.d, beta.d, N, d);
+    snprintf(what, sizeof what, "fwht forward d=%d affine", d);
+    expect_close(what, &out, TOL_MM);
+    cpu->fwht_forward(out.h, inp.h, NULL, NULL, N, d);
+    gpu->fwht_forward(out.d, inp.d, NULL, NULL, N, d);
+    snprintf(what, sizeof what, "fwht forward d=%d plain", d);
+    expect_close(what, &out, TOL_MM);
+
+    /* known values: row 0 against a dense product in double */
+    if (d <= 1024) {
+        float *g = malloc((size_t)d * sizeof(float));
+        gpu->to_host(g, out.d, (size_t)d * sizeof(float));
+        double worst = 0;
+        for (int i = 0; i < d; i++) {
+            double s = 0;
+            for (int j = 0; j < d; j++) s += hadamard_sign(d, i, j) * (double)inp.h[j];
+            worst = fmax(worst, fabs(s / sqrt((double)d) - g[i]));
+        }
+        cr_expect(worst < 1e-4, "fwht d=%d: cuda differs from the dense H_d product by %.3g", d,
+                  worst);
+        free(g);
+    }
+
+    /* in place on the GPU */
+    pair inplace = pair_new(n, 0, 1);
+    memcpy(inplace.h, inp.h, n * sizeof(float));
+    pair_upload(&inplace);
+    cpu->fwht_forward(inplace.h, inplace.h, alpha.h, beta.h, N, d);
+    gpu->fwht_forward(inplace.d, inplace.d, alpha.d, beta.d, N, d);
+    snprintf(what, sizeof what, "fwht forward d=%d in place", d);
+    expect_close(what, &inplace, TOL_MM);
+
+    pair dout = pair_new(n, -1, 1), dinp = pair_new(n, -1, 1), dalpha = pair_new((size_t)d, -1, 1);
+    pair dbeta = pair_new((size_t)d, -1, 1), scratch = pair_new(n, 0, 1);
+    cpu->fwht_backward(dinp.h, dalpha.h, dbeta.h, scratch.h, dout.h, inp.h, alpha.h, N, d);
+    gpu->fwht_backward(dinp.d, dalpha.d, dbeta.d, scratch.d, dout.d, inp.d, alpha.d, N, d);
+    snprintf(what, sizeof what, "fwht backward d=%d dinp", d);
+    expect_close(what, &dinp, TOL_MM);
+    snprintf(what, sizeof what, "fwht backward d=%d dalpha", d);
+    expect_close(what, &dalpha, TOL_MM);
+    snprintf(what, sizeof what, "fwht backward d=%d dbeta", d);
+    expect_close(what, &dbeta, TOL_MM);
+    cpu->fwht_backward(dinp.h, NULL, NULL, scratch.h, dout.h, inp.h, NULL, N, d);
+    gpu->fwht_backward(dinp.d, NULL, NULL, scratch.d, dout.d, inp.d, NULL, N, d);
+    snprintf(what, sizeof what, "fwht backward d=%d dinp, no alpha", d);
+    expect_close(what, &dinp, TOL_MM);
+    pair *all[] = {&inp, &alpha, &beta, &out, &inplace, &dout, &dinp, &dalpha, &dbeta, &scratch};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+Test(cuda_parity, fwht) {
+    NEED_GPU();
+    check_fwht(5, 64);
+    check_fwht(7, 768);
+    check_fwht(3, 1024);
+    check_fwht(4, 12);
+    check_fwht(2, 24576); /* wider than shared memory: the global-memory path */
+}
+
+Test(cuda_parity, meanpool) {
+    NEED_GPU();
+    int B = 3, T = 9, C = 20;
+    pair inp = pair_new((size_t)B * T * C, -1, 1), mask = pair_const((size_t)B * T, 1.0f);
+    mask.h[1] = mask.h[4] = 0.0f;
+    for (int t = 0; t < T; t++) mask.h[2 * T + t] = 0.0f; /* sample 2 pools to 0 */
+    pair_upload(&mask);
+    pair out = pair_new((size_t)B * C, 0, 1), dout = pair_new((size_t)B * C, -1, 1);
+    pair dinp = pair_new((size_t)B * T * C, -1, 1);
+    for (int with_mask = 1; with_mask >= 0; with_mask--) {
+        cpu->meanpool_forward(out.h, inp.h, with_mask ? mask.h : NULL, B, T, C);
+        gpu->meanpool_forward(out.d, inp.d, with_mask ? mask.d : NULL, B, T, C);
+        expect_close(with_mask ? "meanpool forward, mask" : "meanpool forward", &out, TOL_MM);
+        cpu->meanpool_backward(dinp.h, dout.h, with_mask ? mask.h : NULL, B, T, C);
+        gpu->meanpool_backward(dinp.d, dout.d, with_mask ? mask.d : NULL, B, T, C);
+        expect_close(with_mask ? "meanpool backward, mask" : "meanpool backward", &dinp, TOL_MM);
+    }
+    pair *all[] = {&inp, &mask, &out, &dout, &dinp};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+Test(cuda_parity, crossentropy) {
+    NEED_GPU();
+    int N = 7, V = 1001;
+    int targets[7] = {0, 1000, 17, -1, 500, 3, -5};
+    int *targets_d = ints_to_gpu(targets, (size_t)N);
+    pair logits = pair_new((size_t)N * V, -8, 8), probs = pair_new((size_t)N * V, 0, 1);
+    pair losses = pair_new((size_t)N, 0, 1), dlosses = pair_new((size_t)N, 0.1f, 1);
+    pair dlogits = pair_new((size_t)N * V, -1, 1);
+    cpu->crossentropy_forward(losses.h, probs.h, logits.h, targets, N, V);
+    gpu->crossentropy_forward(losses.d, probs.d, logits.d, targets_d, N, V);
+    expect_close("crossentropy losses", &losses, TOL_MM);
+    expect_close("crossentropy probs", &probs, TOL_MM);
+    cpu->crossentropy_backward(dlogits.h, probs.h, targets, dlosses.h, N, V);
+    gpu->crossentropy_backward(dlogits.d, probs.d, targets_d, dlosses.d, N, V);
+    expect_close("crossentropy dlogits", &dlogits, TOL_MM);
+    gpu->release(targets_d);
+    pair *all[] = {&logits, &probs, &losses, &dlosses, &dlogits};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+Test(cuda_parity, mse) {
+    NEED_GPU();
+    int N = 13, C = 17;
+    pair a = pair_new((size_t)N * C, -1, 1), b = pair_new((size_t)N * C, -1, 1);
+    pair mask = pair_const((size_t)N, 1.0f), loss = pair_new(1, 0, 1);
+    mask.h[0] = mask.h[5] = mask.h[12] = 0.0f;
+    pair_upload(&mask);
+    pair da = pair_new((size_t)N * C, -1, 1), db = pair_new((size_t)N * C, -1, 1);
+    for (int with_mask = 1; with_mask >= 0; with_mask--) {
+        const float *mh = with_mask ? mask.h : NULL, *md = with_mask ? mask.d : NULL;
+        cpu->mse_forward(loss.h, a.h, b.h, mh, N, C);
+        gpu->mse_forward(loss.d, a.d, b.d, md, N, C);
+        expect_close(with_mask ? "mse forward, mask" : "mse forward", &loss, TOL_MM);
+        cpu->mse_backward(da.h, db.h, a.h, b.h, mh, 0.7f, N, C);
+        gpu->mse_backward(da.d, db.d, a.d, b.d, md, 0.7f, N, C);
+        expect_close(with_mask ? "mse backward da, mask" : "mse backward da", &da, TOL_MM);
+        expect_close(with_mask ? "mse backward db, mask" : "mse backward db", &db, TOL_MM);
+    }
+    cpu->mse_backward(NULL, db.h, a.h, b.h, mask.h, 1.3f, N, C);
+    gpu->mse_backward(NULL, db.d, a.d, b.d, mask.d, 1.3f, N, C);
+    expect_close("mse backward db only", &db, TOL_MM);
+    pair *all[] = {&a, &b, &mask, &loss, &da, &db};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+Test(cuda_parity, global_norm_adamw) {
+    NEED_GPU();
+    size_t n = 100003;
+    pair g = pair_new(n, -1, 1);
+    float nc = cpu->global_norm(g.h, n), ng = gpu->global_norm(g.d, n);
+    cr_expect(fabsf(nc - ng) <= 1e-5f * nc, "global_norm: cpu %.8g cuda %.8g", (double)nc,
+              (double)ng);
+
+    size_t m = 1003;
+    pair p = pair_new(m, -1, 1), gr = pair_new(m, -2, 2), mo = pair_new(m, -0.1f, 0.1f),
+         v = pair_new(m, 0, 0.01f);
+    bk_adamw h = {1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f};
+    for (int t = 1; t <= 3; t++) {
+        cpu->adamw_update(p.h, gr.h, mo.h, v.h, m, &h, t, 0.5f);
+        gpu->adamw_update(p.d, gr.d, mo.d, v.d, m, &h, t, 0.5f);
+    }
+    expect_close("adamw p", &p, TOL_MM);
+    expect_close("adamw m", &mo, TOL_MM);
+    expect_close("adamw v", &v, TOL_MM);
+    pair *all[] = {&g, &p, &gr, &mo, &v};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+Test(cuda_parity, rng_streams) {
+    NEED_GPU();
+    size_t n = 1001;
+    pair u = pair_new(n, 0, 1), z = pair_new(n, 0, 1);
+    cpu->rng_uniform(u.h, n, 42, 3, 5);
+    gpu->rng_uniform(u.d, n, 42, 3, 5);
+    expect_close("rng_uniform (bit-exact)", &u, 1e-30, 0.0);
+    cpu->rng_normal(z.h, n, 42, 3, (uint64_t)1 << 40);
+    gpu->rng_normal(z.d, n, 42, 3, (uint64_t)1 << 40);
+    expect_close("rng_normal", &z, 1e-5, 1e-5);
+    pair_free(&u);
+    pair_free(&z);
+}

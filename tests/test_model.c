@@ -1,0 +1,198 @@
+/* The whole model: gradients of the total loss (task + budget + entropy)
+ * against finite differences, the training gate reducing to the inference
+ * rule as tau_r -> 0, and hard top-k picking exactly k heads. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/bk_rng.h"
+#include "worker/model.h"
+
+static void make(model *m, int budget, int hadamard, int n_classes) {
+    model_shape sh = {.layers = 2, .d_model = 16, .heads = 4, .seq_len = 5, .vocab = 11,
+                      .n_classes = n_classes, .hadamard = hadamard, .budget = budget};
+    char err[256];
+    cr_assert_eq(model_create(m, &sh, bk_cpu(), 3, err, sizeof err), 0, "%s", err);
+    model_init_weights(m, 3);
+    /* larger weights than the training init, so every gradient is well above
+     * float rounding in the finite differences */
+    for (size_t i = 0; i < m->P.numel; i++) m->P.data[i] += 0.3f * bk_rng_normal_at(9, 1, i);
+    m->kn = (model_knobs){.tau = 0.7f, .sigma = 0.5f, .tau_r = 0.4f, .s_min = 0.6f, .s_max = 0.7f,
+                          .lambda_budget = 2.0f, .lambda_entropy = 0.5f, .progress = 0.2f,
+                          .seed = 5, .step = 7, .exact_gradient = 1};
+}
+
+static const int ids[15] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 3, 5, 7, 9};
+static const float mask[15] = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0};
+
+static double loss_at(model *m, const int *targets) {
+    char err[256];
+    cr_assert_eq(model_forward(m, ids, mask, targets, 3, 1, err, sizeof err), 0, "%s", err);
+    return m->st.loss;
+}
+
+/* Central differences on up to 6 entries of every parameter tensor. */
+static void check_grads(model *m, const int *targets) {
+    loss_at(m, targets);
+    model_backward(m);
+    float *g = malloc(m->P.numel * sizeof(float));
+    memcpy(g, m->P.grad, m->P.numel * sizeof(float));
+    int checked = 0;
+    for (int t = 0; t < m->P.n; t++) {
+        const bk_tensor *tt = &m->P.t[t];
+        for (int j = 0; j < 6 && (size_t)j < tt->numel; j++) {
+            size_t i = tt->offset + (size_t)((j * 7919u) % tt->numel);
+            float x0 = m->P.data[i], h = 1e-3f;
+            m->P.data[i] = x0 + h;
+            double lp = loss_at(m, targets);
+            m->P.data[i] = x0 - h;
+            double lm = loss_at(m, targets);
+            m->P.data[i] = x0;
+            double num = (lp - lm) / (2.0 * h), ana = g[i];
+            cr_expect_leq(fabs(num - ana), 2e-3 + 3e-2 * fmax(fabs(num), fabs(ana)),
+                          "%s[%zu]: analytic %g numeric %g", tt->name, i - tt->offset, ana, num);
+            checked++;
+        }
+    }
+    cr_assert_gt(checked, 20);
+    free(g);
+}
+
+Test(model, encoder_gradients_dense_baseline) {
+    model m;
+    make(&m, 0, 0, 3);
+    int targets[3] = {0, 2, 1};
+    check_grads(&m, targets);
+    model_destroy(&m);
+}
+
+Test(model, encoder_gradients_budget_dense) {
+    model m;
+    make(&m, 1, 0, 3);
+    int targets[3] = {0, 2, 1};
+    check_grads(&m, targets);
+    cr_expect_gt(m.st.loss_budget, 0.0, "the budget hinge should be active in this setup");
+    cr_expect_neq(m.st.loss_entropy, 0.0);
+    model_destroy(&m);
+}
+
+Test(model, encoder_gradients_budget_hadamard) {
+    model m;
+    make(&m, 1, 1, 3);
+    int targets[3] = {1, 0, 2};
+    check_grads(&m, targets);
+    model_destroy(&m);
+}
+
+Test(model, lm_gradients_hadamard) {
+    model m;
+    make(&m, 0, 1, 0);
+    int targets[15];
+    for (int i = 0; i < 15; i++) targets[i] = mask[i] > 0 ? (ids[i] * 3 + 1) % 11 : -1;
+    check_grads(&m, targets);
+    model_destroy(&m);
+}
+
+/* The straight-through term: with it on, the scorer receives dL/dw_i * m_i
+ * through p on top of the exact gradient, so the scorer's gradients differ
+ * from the exact ones, and only through the scorer and what feeds it. */
+Test(model, straight_through_reaches_the_scorer) {
+    model m;
+    make(&m, 1, 0, 3);
+    int targets[3] = {0, 2, 1};
+    loss_at(&m, targets);
+    model_backward(&m);
+    float *exact = malloc(m.P.numel * sizeof(float));
+    memcpy(exact, m.P.grad, m.P.numel * sizeof(float));
+    m.kn.exact_gradient = 0;
+    loss_at(&m, targets);
+    model_backward(&m);
+    int sw = bk_params_find(&m.P, "h1.scorer.w"), bw = bk_params_find(&m.P, "h1.budget.fc.w");
+    double dsw = 0, dbw = 0;
+    for (size_t i = 0; i < m.P.t[sw].numel; i++)
+        dsw += fabs(m.P.grad[m.P.t[sw].offset + i] - exact[m.P.t[sw].offset + i]);
+    for (size_t i = 0; i < m.P.t[bw].numel; i++)
+        dbw += fabs(m.P.grad[m.P.t[bw].offset + i] - exact[m.P.t[bw].offset + i]);
+    cr_expect_gt(dsw, 1e-4, "the straight-through term should change the scorer gradient");
+    cr_expect_lt(dbw, 1e-7, "the budget MLP of the last layer sees no straight-through term");
+    free(exact);
+    model_destroy(&m);
+}
+
+/* As tau_r -> 0 with no noise, the soft training gate equals the inference
+ * rule (head on iff its rank <= floor(sH)), so the logits agree. */
+Test(model, training_gate_matches_inference_as_tau_r_vanishes) {
+    model m;
+    make(&m, 1, 0, 3);
+    m.kn.sigma = 0;
+    m.kn.tau_r = 1e-5f;
+    int targets[3] = {0, 1, 2};
+    char err[256];
+    cr_assert_eq(model_forward(&m, ids, mask, targets, 3, 1, err, sizeof err), 0);
+    float train_logits[9];
+    memcpy(train_logits, m.h_logits, sizeof train_logits);
+    double train_heads = m.st.heads_used;
+    cr_assert_eq(model_forward(&m, ids, mask, targets, 3, 0, err, sizeof err), 0);
+    for (int i = 0; i < 9; i++)
+        cr_expect_float_eq(train_logits[i], m.h_logits[i], 1e-4, "logit %d: %g vs %g", i,
+                           train_logits[i], m.h_logits[i]);
+    cr_expect_float_eq(train_heads, m.st.heads_used, 1e-12);
+    model_destroy(&m);
+}
+
+/* Inference runs exactly k = clamp(floor(sH),1,H) heads, the k best by z. */
+Test(model, hard_top_k_picks_exactly_k_best_heads) {
+    model m;
+    make(&m, 1, 0, 3);
+    int targets[3] = {0, 1, 2};
+    char err[256];
+    cr_assert_eq(model_forward(&m, ids, mask, targets, 3, 0, err, sizeof err), 0);
+    for (int l = 0; l < 2; l++)
+        for (int b = 0; b < 3; b++) {
+            int heads[4];
+            int k = model_selected_heads(&m, l, b, heads);
+            float s = m.h_s[l * m.B + b];
+            int want = (int)floorf(s * 4);
+            want = want < 1 ? 1 : want > 4 ? 4 : want;
+            cr_expect_eq(k, want, "layer %d sample %d: s %g gives k %d, got %d", l, b, s, want, k);
+            const float *z = m.h_z + ((size_t)l * m.B + b) * 4;
+            for (int i = 0; i < k; i++)
+                for (int j = 0; j < 4; j++) {
+                    int in = 0;
+                    for (int q = 0; q < k; q++) in |= heads[q] == j;
+                    if (!in) cr_expect_geq(z[heads[i]], z[j], "selected head %d below %d", heads[i], j);
+                }
+        }
+    model_destroy(&m);
+}
+
+Test(model, hadamard_has_d_squared_fewer_parameters_per_block) {
+    model dense, had;
+    make(&dense, 0, 0, 3);
+    make(&had, 0, 1, 3);
+    size_t C = 16;
+    /* dense W_O (C*C) + bias (C) against alpha and beta (2C) */
+    cr_expect_eq(model_count(&dense, "h0.") - model_count(&had, "h0."), C * C + C - 2 * C);
+    cr_expect_eq(dense.P.numel - had.P.numel, 2 * (C * C - C));
+    model_destroy(&dense);
+    model_destroy(&had);
+}
+
+Test(model, refuses_bad_hadamard_width_and_token_ids) {
+    model m;
+    model_shape sh = {.layers = 1, .d_model = 20, .heads = 4, .seq_len = 4, .vocab = 8,
+                      .n_classes = 2, .hadamard = 1};
+    char err[256];
+    cr_expect_eq(model_create(&m, &sh, bk_cpu(), 2, err, sizeof err), -1);
+    cr_expect(strstr(err, "2^n or 12*2^n") != NULL, "%s", err);
+    model_destroy(&m);
+    make(&m, 0, 0, 3);
+    int bad[15];
+    memcpy(bad, ids, sizeof bad);
+    bad[4] = 11;
+    int targets[3] = {0, 1, 2};
+    cr_expect_eq(model_forward(&m, bad, mask, targets, 3, 1, err, sizeof err), -1);
+    cr_expect(strstr(err, "outside the vocabulary") != NULL, "%s", err);
+    model_destroy(&m);
+}

@@ -1,0 +1,611 @@
+/* bfprep — prepares the real data sets from their Debian packages and trains
+ * tokenizers. Progress goes to stderr; results are written atomically
+ * (FILE.tmp, then rename), so an interrupted run leaves no half file. */
+#include "worker/data.h"
+#include "worker/tok.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define WN_DEFAULT_SRC "/usr/share/wordnet/data.noun"
+#define FM_DEFAULT_SRC "/usr/share/datasets/fashion-mnist"
+#define BIBLE_CMD "bible -f gen1:1-rev22:21"
+
+static void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+static void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("bfprep: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void usage(FILE *f) {
+    fputs("usage: bfprep COMMAND [options]\n"
+          "\n"
+          "commands:\n"
+          "  wordnet [--src FILE] [--out DIR] [--min-class N]\n"
+          "      WordNet noun glosses -> DIR/wordnet/{train,val,test}.tsv (label = lexname,\n"
+          "      text = gloss; classes with < N examples dropped, N = 100; split 80/10/10\n"
+          "      by a hash of the synset offset). FILE defaults to " WN_DEFAULT_SRC ".\n"
+          "  kjv [--out DIR]\n"
+          "      runs `" BIBLE_CMD "` -> DIR/kjv/kjv.txt, one verse per line, no references.\n"
+          "  fashion-mnist [--src DIR2] [--out DIR]\n"
+          "      validates the four IDX files in DIR2 (default " FM_DEFAULT_SRC ")\n"
+          "      and links them into DIR/fashion_mnist/.\n"
+          "  tokenizer --input FILE --vocab N --out PREFIX [--type unigram|bpe]\n"
+          "            [--format text|tsv] [--val-fraction F] [--byte-fallback] [--eval FILE]...\n"
+          "      trains a sentencepiece model PREFIX.model (pad=0 unk=1 bos=2 eos=3 sep=4).\n"
+          "      tsv input (default for *.tsv): trains on the text fields. text input: trains on\n"
+          "      the lines before the validation tail (F = 0.05, as data.val_fraction).\n"
+          "      --eval FILE (repeatable) prints tokens per line and the unk rate on FILE.\n"
+          "\n"
+          "DIR defaults to $BF_DATA, else ./data.\n",
+          f);
+}
+
+static const char *default_out(void) {
+    const char *e = getenv("BF_DATA");
+    return e && *e ? e : "./data";
+}
+
+/* mkdir -p */
+static void mkdirs(const char *path) {
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) die("%s: path too long", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) die("mkdir %s: %s", buf, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST) die("mkdir %s: %s", buf, strerror(errno));
+}
+
+static void join(char *buf, size_t n, const char *a, const char *b) {
+    if (snprintf(buf, n, "%s/%s", a, b) >= (int)n) die("%s/%s: path too long", a, b);
+}
+
+/* An output file written to PATH.tmp and renamed on close. */
+typedef struct outfile {
+    FILE *f;
+    char path[4096], tmp[4200];
+} outfile;
+
+static void out_open(outfile *o, const char *path) {
+    snprintf(o->path, sizeof o->path, "%s", path);
+    snprintf(o->tmp, sizeof o->tmp, "%s.tmp", path);
+    if (!(o->f = fopen(o->tmp, "w"))) die("%s: %s", o->tmp, strerror(errno));
+}
+
+static void out_close(outfile *o) {
+    if (ferror(o->f) | (fclose(o->f) != 0)) {
+        unlink(o->tmp);
+        die("%s: write error", o->tmp);
+    }
+    if (rename(o->tmp, o->path) != 0) die("rename %s -> %s: %s", o->tmp, o->path, strerror(errno));
+}
+
+/* Option parsing: --name VALUE pairs after the command. */
+static const char *opt_value(int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) die("%s needs a value (see bfprep --help)", argv[*i]);
+    return argv[++*i];
+}
+
+static long parse_long(const char *s, const char *what, long lo, long hi) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        die("%s '%s': expected an integer in [%ld, %ld]", what, s, lo, hi);
+    return v;
+}
+
+/* ---- wordnet ------------------------------------------------------------ */
+
+/* WordNet 3.0 noun lexicographer files, from lexnames(5WN); used when the
+ * package ships no lexnames file. */
+static const char *const WN_NOUN_LEXNAMES[] = {
+    [3] = "noun.Tops",        [4] = "noun.act",
+    [5] = "noun.animal",      [6] = "noun.artifact",
+    [7] = "noun.attribute",   [8] = "noun.body",
+    [9] = "noun.cognition",   [10] = "noun.communication",
+    [11] = "noun.event",      [12] = "noun.feeling",
+    [13] = "noun.food",       [14] = "noun.group",
+    [15] = "noun.location",   [16] = "noun.motive",
+    [17] = "noun.object",     [18] = "noun.person",
+    [19] = "noun.phenomenon", [20] = "noun.plant",
+    [21] = "noun.possession", [22] = "noun.process",
+    [23] = "noun.quantity",   [24] = "noun.relation",
+    [25] = "noun.shape",      [26] = "noun.state",
+    [27] = "noun.substance",  [28] = "noun.time",
+};
+#define WN_MAX_LEX 100
+
+static void wn_lexnames(const char *src, char names[WN_MAX_LEX][64]) {
+    for (int i = 0; i < WN_MAX_LEX; i++) {
+        const char *b = i < (int)(sizeof WN_NOUN_LEXNAMES / sizeof *WN_NOUN_LEXNAMES)
+                            ? WN_NOUN_LEXNAMES[i]
+                            : NULL;
+        snprintf(names[i], 64, "%s", b ? b : "");
+        if (!b) snprintf(names[i], 64, "%02d", i);
+    }
+    /* lexnames next to data.noun wins over the built-in table. */
+    char path[4096];
+    snprintf(path, sizeof path, "%s", src);
+    char *slash = strrchr(path, '/');
+    if (slash)
+        snprintf(slash + 1, sizeof path - (size_t)(slash + 1 - path), "lexnames");
+    else
+        snprintf(path, sizeof path, "lexnames");
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    char line[256];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        int num;
+        char name[64];
+        if (sscanf(line, "%d %63s", &num, name) == 2 && num >= 0 && num < WN_MAX_LEX) {
+            snprintf(names[num], 64, "%s", name);
+            n++;
+        }
+    }
+    fclose(f);
+    fprintf(stderr, "bfprep: %d lexicographer names from %s\n", n, path);
+}
+
+typedef struct wn_entry {
+    unsigned long offset;
+    int lex;
+    char *gloss;
+} wn_entry;
+
+static int cmd_wordnet(int argc, char **argv) {
+    const char *src = WN_DEFAULT_SRC, *out = default_out();
+    long min_class = 100;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--src"))
+            src = opt_value(argc, argv, &i);
+        else if (!strcmp(argv[i], "--out"))
+            out = opt_value(argc, argv, &i);
+        else if (!strcmp(argv[i], "--min-class"))
+            min_class = parse_long(opt_value(argc, argv, &i), "--min-class", 1, 1000000000);
+        else
+            die("wordnet: unknown option '%s' (valid: --src, --out, --min-class)", argv[i]);
+    }
+    double t0 = now_s();
+    FILE *f = fopen(src, "r");
+    if (!f) die("%s: %s (install wordnet-base, or pass --src)", src, strerror(errno));
+    char names[WN_MAX_LEX][64];
+    wn_lexnames(src, names);
+    wn_entry *e = NULL;
+    size_t n = 0, cap = 0, lineno = 0, skipped_empty = 0;
+    char *line = NULL;
+    size_t lcap = 0;
+    ssize_t len;
+    while ((len = getline(&line, &lcap, f)) > 0) {
+        lineno++;
+        if (len >= 2 && line[0] == ' ' && line[1] == ' ') continue; /* license header */
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        unsigned long off;
+        int lex, consumed = 0;
+        if (sscanf(line, "%8lu %2d %*c%n", &off, &lex, &consumed) != 2 || consumed == 0)
+            die("%s:%zu: not a WordNet data line (expected 'OFFSET LEX_FILENUM SS_TYPE ...')", src,
+                lineno);
+        if (lex < 0 || lex >= WN_MAX_LEX)
+            die("%s:%zu: lexicographer file number %d out of range", src, lineno, lex);
+        char *bar = strstr(line, " | ");
+        if (!bar) die("%s:%zu: no gloss (expected ' | ' before the gloss)", src, lineno);
+        char *g = bar + 3;
+        for (char *c = g; *c; c++)
+            if (*c == '\t' || *c == '\r') *c = ' ';
+        while (*g == ' ') g++;
+        size_t gl = strlen(g);
+        while (gl > 0 && g[gl - 1] == ' ') g[--gl] = 0;
+        if (gl == 0) {
+            skipped_empty++;
+            continue;
+        }
+        if (!data_utf8_valid(g, gl)) die("%s:%zu: gloss is not valid UTF-8", src, lineno);
+        if (n == cap) {
+            cap = cap ? 2 * cap : 1 << 16;
+            wn_entry *ne = realloc(e, cap * sizeof *e);
+            if (!ne) die("out of memory");
+            e = ne;
+        }
+        e[n].offset = off;
+        e[n].lex = lex;
+        if (!(e[n].gloss = strdup(g))) die("out of memory");
+        n++;
+    }
+    if (ferror(f)) die("%s: read error", src);
+    fclose(f);
+    free(line);
+    if (n == 0) die("%s: no synsets found", src);
+    fprintf(stderr, "bfprep: %zu synsets read from %s (%zu with an empty gloss skipped)\n", n, src,
+            skipped_empty);
+
+    size_t count[WN_MAX_LEX] = {0};
+    for (size_t i = 0; i < n; i++) count[e[i].lex]++;
+    int kept = 0, dropped = 0;
+    size_t dropped_ex = 0;
+    for (int c = 0; c < WN_MAX_LEX; c++) {
+        if (!count[c]) continue;
+        if ((long)count[c] >= min_class)
+            kept++;
+        else {
+            dropped++;
+            dropped_ex += count[c];
+            fprintf(stderr, "bfprep: dropping class %s (%zu examples < %ld)\n", names[c], count[c],
+                    min_class);
+        }
+    }
+    if (kept == 0) die("%s: no class has at least %ld examples", src, min_class);
+
+    char dir[4096], path[4096];
+    join(dir, sizeof dir, out, "wordnet");
+    mkdirs(dir);
+    static const char *split_name[3] = {"train", "val", "test"};
+    outfile of[3];
+    for (int s = 0; s < 3; s++) {
+        char fname[32];
+        snprintf(fname, sizeof fname, "%s.tsv", split_name[s]);
+        join(path, sizeof path, dir, fname);
+        out_open(&of[s], path);
+    }
+    size_t per[3] = {0}, per_class[3][WN_MAX_LEX];
+    memset(per_class, 0, sizeof per_class);
+    for (size_t i = 0; i < n; i++) {
+        if ((long)count[e[i].lex] < min_class) continue;
+        /* Split by a hash of the synset's offset: stable under any change of
+         * the file's other contents or order. */
+        char key[32];
+        int kl = snprintf(key, sizeof key, "%08lu", e[i].offset);
+        uint64_t h = data_fnv1a(DATA_FNV_INIT, key, (size_t)kl);
+        h ^= h >> 29;
+        unsigned b = (unsigned)(h % 10);
+        int s = b < 8 ? 0 : b == 8 ? 1 : 2;
+        fprintf(of[s].f, "%s\t%s\n", names[e[i].lex], e[i].gloss);
+        per[s]++;
+        per_class[s][e[i].lex]++;
+    }
+    for (int s = 0; s < 3; s++) out_close(&of[s]);
+    for (size_t i = 0; i < n; i++) free(e[i].gloss);
+    free(e);
+    fprintf(stderr, "bfprep: %-20s %8s %8s %8s\n", "class", "train", "val", "test");
+    for (int c = 0; c < WN_MAX_LEX; c++)
+        if ((long)count[c] >= min_class)
+            fprintf(stderr, "bfprep: %-20s %8zu %8zu %8zu\n", names[c], per_class[0][c],
+                    per_class[1][c], per_class[2][c]);
+    fprintf(stderr,
+            "bfprep: wordnet: %d classes (%d dropped, %zu examples); train %zu, val %zu, test %zu "
+            "-> %s (%.2f s)\n",
+            kept, dropped, dropped_ex, per[0], per[1], per[2], dir, now_s() - t0);
+    return 0;
+}
+
+/* ---- kjv ---------------------------------------------------------------- */
+
+/* Length of a leading verse reference "[1-3]Book<chapter>:<verse> ", or 0. */
+static size_t verse_ref_len(const char *s) {
+    const char *p = s;
+    if (*p >= '1' && *p <= '3') p++;
+    const char *b = p;
+    while ((*p >= 'A' && *p <= 'Z') || (*p >= 'a' && *p <= 'z')) p++;
+    if (p == b) return 0;
+    const char *d = p;
+    while (*p >= '0' && *p <= '9') p++;
+    if (p == d || *p != ':') return 0;
+    d = ++p;
+    while (*p >= '0' && *p <= '9') p++;
+    if (p == d || (*p != ' ' && *p != 0)) return 0;
+    while (*p == ' ') p++;
+    return (size_t)(p - s);
+}
+
+static int cmd_kjv(int argc, char **argv) {
+    const char *out = default_out();
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--out"))
+            out = opt_value(argc, argv, &i);
+        else
+            die("kjv: unknown option '%s' (valid: --out)", argv[i]);
+    }
+    double t0 = now_s();
+    char dir[4096], path[4096];
+    join(dir, sizeof dir, out, "kjv");
+    mkdirs(dir);
+    join(path, sizeof path, dir, "kjv.txt");
+    fflush(NULL);
+    FILE *p = popen(BIBLE_CMD " 2>&1", "r");
+    if (!p) die("cannot run '%s': %s", BIBLE_CMD, strerror(errno));
+    outfile of;
+    out_open(&of, path);
+    char *line = NULL, *verse = NULL;
+    size_t lcap = 0, vlen = 0, vcap = 0, verses = 0, bytes = 0, lineno = 0;
+    ssize_t len;
+    char first_bad[256] = "";
+    while ((len = getline(&line, &lcap, p)) > 0) {
+        lineno++;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        size_t r = verse_ref_len(line);
+        const char *text = line + r;
+        if (r == 0) {
+            /* A wrapped continuation of the previous verse, or not bible output at all. */
+            if (!verses && !vlen) {
+                snprintf(first_bad, sizeof first_bad, "%s", line);
+                break;
+            }
+            while (*text == ' ') text++;
+            if (!*text) continue;
+        } else if (vlen) {
+            fprintf(of.f, "%.*s\n", (int)vlen, verse);
+            bytes += vlen + 1;
+            verses++;
+            vlen = 0;
+        }
+        size_t tl = strlen(text);
+        if (vlen + tl + 2 > vcap) {
+            vcap = 2 * (vlen + tl + 2);
+            char *nv = realloc(verse, vcap);
+            if (!nv) die("out of memory");
+            verse = nv;
+        }
+        if (r == 0 && vlen) verse[vlen++] = ' ';
+        memcpy(verse + vlen, text, tl);
+        vlen += tl;
+        while (vlen > 0 && verse[vlen - 1] == ' ') vlen--;
+    }
+    if (vlen) {
+        fprintf(of.f, "%.*s\n", (int)vlen, verse);
+        bytes += vlen + 1;
+        verses++;
+    }
+    free(line);
+    free(verse);
+    int st = pclose(p);
+    if (first_bad[0] || st != 0 || verses == 0) {
+        fclose(of.f);
+        unlink(of.tmp);
+        if (first_bad[0])
+            die("'%s' printed '%s', not a verse (is bible-kjv installed?)", BIBLE_CMD, first_bad);
+        die("'%s' failed (exit status %d, %zu verses); is bible-kjv installed?", BIBLE_CMD, st,
+            verses);
+    }
+    out_close(&of);
+    fprintf(stderr, "bfprep: kjv: %zu verses, %zu bytes -> %s (%.2f s)\n", verses, bytes, path,
+            now_s() - t0);
+    if (verses != 31102)
+        fprintf(stderr, "bfprep: warning: expected 31102 verses in the KJV, got %zu\n", verses);
+    return 0;
+}
+
+/* ---- fashion-mnist -------------------------------------------------------- */
+
+static int cmd_fashion(int argc, char **argv) {
+    const char *src = FM_DEFAULT_SRC, *out = default_out();
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--src"))
+            src = opt_value(argc, argv, &i);
+        else if (!strcmp(argv[i], "--out"))
+            out = opt_value(argc, argv, &i);
+        else
+            die("fashion-mnist: unknown option '%s' (valid: --src, --out)", argv[i]);
+    }
+    double t0 = now_s();
+    char dir[4096];
+    join(dir, sizeof dir, out, "fashion_mnist");
+    mkdirs(dir);
+    static const char *sets[2][2] = {{"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"},
+                                     {"t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}};
+    for (int s = 0; s < 2; s++) {
+        char ip[4096], lp[4096], err[512];
+        join(ip, sizeof ip, src, sets[s][0]);
+        join(lp, sizeof lp, src, sets[s][1]);
+        data_images_t *im;
+        if (data_images_load(ip, lp, &im, err, sizeof err))
+            die("%s (install dataset-fashion-mnist, or pass --src)", err);
+        size_t hist[256] = {0};
+        for (size_t i = 0; i < im->n; i++) hist[im->labels[i]]++;
+        fprintf(stderr,
+                "bfprep: fashion-mnist %s: %zu images %dx%d, %d classes (%zu..%zu per class)\n",
+                s ? "test" : "train", im->n, im->rows, im->cols, im->n_classes, hist[0],
+                hist[im->n_classes - 1]);
+        if (im->n_classes != 10 || im->rows != 28 || im->cols != 28)
+            die("%s: expected 28x28 images in 10 classes", ip);
+        data_images_destroy(&im);
+        for (int k = 0; k < 2; k++) {
+            char from[4096], to[4096], abs_from[4096];
+            join(from, sizeof from, src, sets[s][k]);
+            join(to, sizeof to, dir, sets[s][k]);
+            if (!realpath(from, abs_from)) die("%s: %s", from, strerror(errno));
+            unlink(to);
+            if (symlink(abs_from, to) != 0)
+                die("symlink %s -> %s: %s", to, abs_from, strerror(errno));
+        }
+    }
+    fprintf(stderr, "bfprep: fashion-mnist: validated, linked into %s (%.2f s)\n", dir,
+            now_s() - t0);
+    return 0;
+}
+
+/* ---- tokenizer ------------------------------------------------------------ */
+
+/* Collects the training sentences of FILE: a TSV's text fields, or a text
+ * file's lines before its validation tail. Owners: *tsv or *txt (one set). */
+static void load_sentences(const char *path, int is_tsv, double val_fraction, const char ***sents,
+                           size_t *n, data_tsv_t **tsv, data_text_t **txt) {
+    char err[1024];
+    *tsv = NULL;
+    *txt = NULL;
+    if (is_tsv) {
+        if (data_tsv_load(path, NULL, tsv, err, sizeof err)) die("%s", err);
+        size_t k = (*tsv)->n * ((*tsv)->is_pair ? 2 : 1);
+        const char **s = malloc(k * sizeof *s);
+        if (!s) die("out of memory");
+        size_t j = 0;
+        for (size_t i = 0; i < (*tsv)->n; i++) {
+            s[j++] = (*tsv)->text_a[i];
+            if ((*tsv)->is_pair) s[j++] = (*tsv)->text_b[i];
+        }
+        *sents = s;
+        *n = j;
+    } else {
+        if (data_text_load(path, val_fraction, txt, err, sizeof err)) die("%s", err);
+        size_t k = (*txt)->val_start;
+        const char **s = malloc((k ? k : 1) * sizeof *s);
+        if (!s) die("out of memory");
+        size_t j = 0;
+        for (size_t i = 0; i < k; i++)
+            if ((*txt)->line_bytes[i]) s[j++] = (*txt)->lines[i];
+        *sents = s;
+        *n = j;
+    }
+}
+
+static int ends_with(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+static void tok_eval(const tok_t *tok, const char *path, int is_tsv) {
+    const char **s;
+    size_t n;
+    data_tsv_t *tsv;
+    data_text_t *txt;
+    load_sentences(path, is_tsv, 0.0, &s, &n, &tsv, &txt);
+    size_t toks = 0, unk = 0, chars = 0;
+    double t0 = now_s();
+    for (size_t i = 0; i < n; i++) {
+        int32_t *ids;
+        size_t k;
+        char err[512];
+        if (tok_encode(tok, s[i], strlen(s[i]), &ids, &k, err, sizeof err)) die("%s", err);
+        for (size_t j = 0; j < k; j++) unk += ids[j] == TOK_UNK;
+        toks += k;
+        chars += strlen(s[i]);
+        free(ids);
+    }
+    double dt = now_s() - t0;
+    fprintf(stderr,
+            "bfprep: eval %s: %zu lines, %.2f tokens/line, %.3f bytes/token, unk rate %.5f%% "
+            "(%zu), encode %.0f lines/s\n",
+            path, n, n ? (double)toks / (double)n : 0.0, toks ? (double)chars / (double)toks : 0.0,
+            toks ? 100.0 * (double)unk / (double)toks : 0.0, unk, dt > 0 ? (double)n / dt : 0.0);
+    free(s);
+    data_tsv_destroy(&tsv);
+    data_text_destroy(&txt);
+}
+
+static int cmd_tokenizer(int argc, char **argv) {
+    const char *input = NULL, *prefix = NULL, *format = NULL;
+    const char *evals[16];
+    int n_evals = 0;
+    double val_fraction = 0.05;
+    tok_train_opts o;
+    tok_train_opts_init(&o);
+    o.vocab = 0;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--input"))
+            input = opt_value(argc, argv, &i);
+        else if (!strcmp(argv[i], "--out"))
+            prefix = opt_value(argc, argv, &i);
+        else if (!strcmp(argv[i], "--vocab"))
+            o.vocab = (int)parse_long(opt_value(argc, argv, &i), "--vocab", 16, 1000000);
+        else if (!strcmp(argv[i], "--format"))
+            format = opt_value(argc, argv, &i);
+        else if (!strcmp(argv[i], "--byte-fallback"))
+            o.byte_fallback = 1;
+        else if (!strcmp(argv[i], "--verbose"))
+            o.quiet = 0;
+        else if (!strcmp(argv[i], "--val-fraction")) {
+            const char *v = opt_value(argc, argv, &i);
+            char *end;
+            val_fraction = strtod(v, &end);
+            if (end == v || *end || !(val_fraction >= 0 && val_fraction < 1))
+                die("--val-fraction '%s': expected a number in [0, 1)", v);
+        } else if (!strcmp(argv[i], "--type")) {
+            const char *v = opt_value(argc, argv, &i);
+            if (!strcmp(v, "unigram"))
+                o.kind = TOK_UNIGRAM;
+            else if (!strcmp(v, "bpe"))
+                o.kind = TOK_BPE;
+            else
+                die("--type '%s': expected unigram or bpe", v);
+        } else if (!strcmp(argv[i], "--eval")) {
+            if (n_evals == 16) die("at most 16 --eval files");
+            evals[n_evals++] = opt_value(argc, argv, &i);
+        } else {
+            die("tokenizer: unknown option '%s' (valid: --input, --vocab, --out, --type, --format, "
+                "--val-fraction, --byte-fallback, --eval, --verbose)",
+                argv[i]);
+        }
+    }
+    if (!input || !prefix || !o.vocab)
+        die("tokenizer: --input, --vocab and --out are required (see bfprep --help)");
+    if (format && strcmp(format, "tsv") && strcmp(format, "text"))
+        die("--format '%s': expected text or tsv", format);
+    int is_tsv = format ? !strcmp(format, "tsv") : ends_with(input, ".tsv");
+    o.prefix = prefix;
+    const char **s;
+    size_t n;
+    data_tsv_t *tsv;
+    data_text_t *txt;
+    load_sentences(input, is_tsv, val_fraction, &s, &n, &tsv, &txt);
+    if (n == 0) die("%s: no training text", input);
+    fprintf(stderr, "bfprep: training a %s tokenizer, vocab %d, on %zu %s of %s%s\n",
+            o.kind == TOK_BPE ? "bpe" : "unigram", o.vocab, n, is_tsv ? "texts" : "lines", input,
+            is_tsv ? "" : " (the part before the validation tail)");
+    double t0 = now_s();
+    char err[1024];
+    if (tok_train_sentences(s, n, &o, err, sizeof err)) die("%s", err);
+    double dt = now_s() - t0;
+    free(s);
+    data_tsv_destroy(&tsv);
+    data_text_destroy(&txt);
+    char model[4096];
+    if (snprintf(model, sizeof model, "%s.model", prefix) >= (int)sizeof model)
+        die("--out: path too long");
+    tok_t *tok;
+    if (tok_load(&tok, model, err, sizeof err)) die("%s", err);
+    fprintf(stderr, "bfprep: tokenizer %s: %d pieces, trained in %.2f s\n", model,
+            tok_vocab_size(tok), dt);
+    for (int i = 0; i < n_evals; i++)
+        tok_eval(tok, evals[i], ends_with(evals[i], ".tsv") || (format && is_tsv));
+    tok_destroy(&tok);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *c = argv[1];
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        }
+    if (!strcmp(c, "wordnet")) return cmd_wordnet(argc, argv);
+    if (!strcmp(c, "kjv")) return cmd_kjv(argc, argv);
+    if (!strcmp(c, "fashion-mnist")) return cmd_fashion(argc, argv);
+    if (!strcmp(c, "tokenizer")) return cmd_tokenizer(argc, argv);
+    fprintf(stderr,
+            "bfprep: unknown command '%s' (valid: wordnet, kjv, fashion-mnist, tokenizer)\n", c);
+    return 2;
+}

@@ -1,0 +1,192 @@
+/* data_idx — IDX arrays (magic 0 0 TYPE NDIM, NDIM big-endian u32 dims, then
+ * big-endian values), read through zlib's gz* so gzipped and plain files
+ * take the same path. */
+#include "worker/data.h"
+#include "worker/data_priv.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+static size_t idx_elem_size(uint8_t t) {
+    switch (t) {
+    case 0x08:
+    case 0x09:
+        return 1;
+    case 0x0B:
+        return 2;
+    case 0x0C:
+    case 0x0D:
+        return 4;
+    case 0x0E:
+        return 8;
+    default:
+        return 0;
+    }
+}
+
+void data_idx_destroy(data_idx_t **self_p) {
+    if (!self_p || !*self_p) return;
+    free((*self_p)->data);
+    free(*self_p);
+    *self_p = NULL;
+}
+
+/* Reads exactly n bytes; 0 on success. */
+static int gz_read_all(gzFile g, void *buf, size_t n) {
+    unsigned char *p = buf;
+    while (n > 0) {
+        unsigned chunk = n > (1u << 30) ? (1u << 30) : (unsigned)n;
+        int k = gzread(g, p, chunk);
+        if (k <= 0) return -1;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+int data_idx_read(const char *path, size_t max_bytes, data_idx_t **out, char *err, size_t errlen) {
+    if (!path || !out) return data_fail(err, errlen, DATA_EINVAL, "data_idx_read: null argument");
+    *out = NULL;
+    if (!max_bytes) max_bytes = DATA_MAX_IDX_BYTES;
+    gzFile g = gzopen(path, "rb");
+    if (!g)
+        return data_fail(err, errlen, DATA_EIO, "%s: %s", path,
+                         errno ? strerror(errno) : "cannot open");
+    data_idx_t *x = NULL;
+    int rc;
+    unsigned char m[4];
+    if (gz_read_all(g, m, 4)) {
+        rc = data_fail(err, errlen, DATA_EFORMAT, "%s: shorter than an IDX header", path);
+        goto fail;
+    }
+    size_t es = idx_elem_size(m[2]);
+    if (m[0] || m[1] || !es || m[3] < 1 || m[3] > 8) {
+        rc = data_fail(
+            err, errlen, DATA_EFORMAT,
+            "%s: not an IDX file (magic %02x %02x %02x %02x; expected 00 00 TYPE NDIM with "
+            "TYPE in 08 09 0B 0C 0D 0E and NDIM 1..8)",
+            path, m[0], m[1], m[2], m[3]);
+        goto fail;
+    }
+    x = calloc(1, sizeof *x);
+    if (!x) goto nomem;
+    x->dtype = m[2];
+    x->ndim = m[3];
+    x->elem_size = es;
+    size_t count = 1;
+    for (int i = 0; i < x->ndim; i++) {
+        unsigned char b[4];
+        if (gz_read_all(g, b, 4)) {
+            rc = data_fail(err, errlen, DATA_EFORMAT, "%s: truncated in the dimensions", path);
+            goto fail;
+        }
+        x->dims[i] = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+        if (x->dims[i] && count > max_bytes / es / x->dims[i]) {
+            rc = data_fail(err, errlen, DATA_ETOOBIG, "%s: payload over the cap of %zu bytes", path,
+                           max_bytes);
+            goto fail;
+        }
+        count *= x->dims[i];
+    }
+    x->count = count;
+    x->data = malloc(count > 0 ? count * es : 1);
+    if (!x->data) goto nomem;
+    if (gz_read_all(g, x->data, count * es)) {
+        rc = data_fail(err, errlen, DATA_EFORMAT,
+                       "%s: truncated: the header promises %zu values of %zu bytes", path, count,
+                       es);
+        goto fail;
+    }
+    unsigned char extra;
+    int k = gzread(g, &extra, 1);
+    if (k != 0) {
+        rc = data_fail(err, errlen, DATA_EFORMAT, "%s: %s after the %zu values the header promises",
+                       path, k > 0 ? "trailing bytes" : "corrupt compressed data", count);
+        goto fail;
+    }
+    int zerr;
+    gzerror(g, &zerr);
+    if (zerr != Z_OK && zerr != Z_BUF_ERROR) {
+        rc = data_fail(err, errlen, DATA_EFORMAT, "%s: corrupt compressed data", path);
+        goto fail;
+    }
+    /* Big-endian → host. */
+    if (es > 1) {
+        unsigned char *p = x->data;
+        for (size_t i = 0; i < count; i++, p += es)
+            for (size_t a = 0, b = es - 1; a < b; a++, b--) {
+                unsigned char t = p[a];
+                p[a] = p[b];
+                p[b] = t;
+            }
+    }
+    gzclose(g);
+    *out = x;
+    return DATA_OK;
+nomem:
+    rc = data_fail(err, errlen, DATA_ENOMEM, "%s: out of memory", path);
+fail:
+    gzclose(g);
+    data_idx_destroy(&x);
+    return rc;
+}
+
+void data_images_destroy(data_images_t **self_p) {
+    if (!self_p || !*self_p) return;
+    free((*self_p)->pixels);
+    free((*self_p)->labels);
+    free(*self_p);
+    *self_p = NULL;
+}
+
+int data_images_load(const char *images_path, const char *labels_path, data_images_t **out,
+                     char *err, size_t errlen) {
+    if (!images_path || !labels_path || !out)
+        return data_fail(err, errlen, DATA_EINVAL, "data_images_load: null argument");
+    *out = NULL;
+    data_idx_t *im = NULL, *lb = NULL;
+    data_images_t *s = NULL;
+    int rc = data_idx_read(images_path, 0, &im, err, errlen);
+    if (rc) return rc;
+    rc = data_idx_read(labels_path, 0, &lb, err, errlen);
+    if (rc) goto done;
+    if (im->dtype != 0x08 || im->ndim != 3) {
+        rc = data_fail(err, errlen, DATA_EFORMAT,
+                       "%s: expected unsigned-byte images [n, rows, cols]", images_path);
+        goto done;
+    }
+    if (lb->dtype != 0x08 || lb->ndim != 1) {
+        rc = data_fail(err, errlen, DATA_EFORMAT, "%s: expected unsigned-byte labels [n]",
+                       labels_path);
+        goto done;
+    }
+    if (im->dims[0] != lb->dims[0]) {
+        rc = data_fail(err, errlen, DATA_EFORMAT, "%s has %u images but %s has %u labels",
+                       images_path, im->dims[0], labels_path, lb->dims[0]);
+        goto done;
+    }
+    s = calloc(1, sizeof *s);
+    if (!s || !(s->labels = malloc((lb->count ? lb->count : 1) * sizeof(int32_t)))) {
+        rc = data_fail(err, errlen, DATA_ENOMEM, "out of memory");
+        goto done;
+    }
+    s->n = im->dims[0];
+    s->rows = (int)im->dims[1];
+    s->cols = (int)im->dims[2];
+    const uint8_t *l = lb->data;
+    for (size_t i = 0; i < s->n; i++) {
+        s->labels[i] = l[i];
+        if (l[i] + 1 > s->n_classes) s->n_classes = l[i] + 1;
+    }
+    s->pixels = im->data;
+    im->data = NULL;
+    *out = s;
+    s = NULL;
+done:
+    data_images_destroy(&s);
+    data_idx_destroy(&im);
+    data_idx_destroy(&lb);
+    return rc;
+}
