@@ -8,6 +8,7 @@
  * Each number is the fastest of N timed repetitions after one warm-up, with
  * the backend's sync() around each. The table goes to stdout; with --json it
  * goes to stderr and stdout gets one JSON record per line. */
+#include "bench/bench_util.h"
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,16 +28,7 @@ typedef struct {
     FILE *table; /* where the human-readable table goes */
 } bench;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* Fastest of b->reps timed runs, in seconds: on a shared machine the minimum
  * is the number least disturbed by other processes. */
@@ -45,12 +37,12 @@ static double time_median(const bench *b, void (*fn)(void *), void *ctx) {
     fn(ctx);
     b->be->sync();
     for (int r = 0; r < b->reps; r++) {
-        double t0 = now_s();
+        double t0 = bench_now();
         fn(ctx);
         b->be->sync();
-        t[r] = now_s() - t0;
+        t[r] = bench_now() - t0;
     }
-    qsort(t, (size_t)b->reps, sizeof(double), cmp_double);
+    qsort(t, (size_t)b->reps, sizeof(double), bench_cmp_double);
     return t[0];
 }
 
@@ -80,33 +72,7 @@ static void *dev_zero(const bk_backend *be, size_t bytes) {
 
 /* ---- machine ---- */
 
-static void cpu_model(char *out, size_t len) {
-    snprintf(out, len, "unknown");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f) return;
-    char line[512];
-    while (fgets(line, sizeof line, f)) {
-        if (strncmp(line, "model name", 10) != 0) continue;
-        char *colon = strchr(line, ':');
-        if (!colon) break;
-        colon++;
-        while (*colon == ' ' || *colon == '\t') colon++;
-        colon[strcspn(colon, "\n")] = 0;
-        snprintf(out, len, "%s", colon);
-        break;
-    }
-    fclose(f);
-}
 
-/* Writes s as a JSON string body (quotes and backslashes escaped, controls dropped). */
-static void json_string(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\') fputc('\\', f);
-        if ((unsigned char)*s >= 0x20) fputc(*s, f);
-    }
-    fputc('"', f);
-}
 
 /* ---- GEMM ---- */
 
@@ -375,16 +341,16 @@ int main(int argc, char **argv) {
     }
     if (b.json) b.table = stderr;
     char model[256];
-    cpu_model(model, sizeof model);
+    bench_cpu_model(model, sizeof model);
     long nproc = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = omp_get_max_threads();
     fprintf(b.table, "bench_ops: backend %s | nproc %ld | cpu %s | omp threads %d | reps %d (best of)\n",
             b.be->name, nproc, model, threads, b.reps);
     if (b.json) {
         printf("{\"op\": \"machine\", \"backend\": ");
-        json_string(stdout, b.be->name);
+        bench_json_string(stdout, b.be->name);
         printf(", \"nproc\": %ld, \"cpu\": ", nproc);
-        json_string(stdout, model);
+        bench_json_string(stdout, model);
         printf(", \"omp_threads\": %d, \"reps\": %d}\n", threads, b.reps);
     }
     bench_gemm(&b);

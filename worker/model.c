@@ -7,6 +7,14 @@
 
 #include "kernels/bk_rng.h"
 
+#include <time.h>
+
+static double wall_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 struct layer_ids {
     int ln1w, ln1b, wqkv, bqkv, wo, bo, ha, hb, ln2w, ln2b, w1, b1, w2, b2;
     int bw1, bb1, bw2, bb2, sw, sb; /* budget MLP d -> d/4 -> 1, head scorer d -> H */
@@ -309,7 +317,8 @@ static void rank_heads(const float *zn, int H, int *rank) {
     }
 }
 
-static int budget_k(float s, int H) {
+static int budget_k(float s, int H, int force_k) {
+    if (force_k > 0) return force_k < H ? force_k : H;
     int k = (int)floorf(s * (float)H);
     return k < 1 ? 1 : (k > H ? H : k);
 }
@@ -338,7 +347,7 @@ static void gate_forward(model *m, int l, int B) {
             g[i] = r[i] == 1 ? 1.0f : sigmoidf_((s * H - (float)r[i]) / kn->tau_r);
             m->h_gate[o + i] = g[i]; /* forward value of m * (1 + p - sg(p)) */
         }
-        m->h_k[(size_t)l * m->B + b] = budget_k(s, H);
+        m->h_k[(size_t)l * m->B + b] = budget_k(s, H, 0);
     }
 }
 
@@ -440,7 +449,7 @@ static void attention_selected(model *m, int l, int B, float *proj) {
     size_t TC = (size_t)T * C;
     for (int b = 0; b < B; b++) {
         float s = m->h_s[(size_t)l * m->B + b];
-        m->h_k[(size_t)l * m->B + b] = budget_k(s, NH);
+        m->h_k[(size_t)l * m->B + b] = budget_k(s, NH, m->kn.force_k);
     }
     for (int k = 1; k <= NH; k++) {
         int nb = 0;
@@ -509,6 +518,11 @@ int model_forward(model *m, const int *ids, const float *mask, const int *target
         layer_acts *x = &m->la[l];
         layer_ids *p = &m->lp[l];
         float *next = l + 1 < L ? m->la[l + 1].resid : m->resid_out;
+        double t_attn = 0;
+        if (m->time_attention) {
+            be->sync();
+            t_attn = wall_s();
+        }
         be->layernorm_forward(x->ln1, x->ln1_mean, x->ln1_rstd, x->resid, P_(m, p->ln1w),
                               P_(m, p->ln1b), (int)BT, C);
         const float *gate = NULL;
@@ -535,6 +549,10 @@ int model_forward(model *m, const int *ids, const float *mask, const int *target
                 be->linear_forward(m->scratch_proj, x->atty, P_(m, p->wo), P_(m, p->bo), (int)BT, C, C);
         }
         be->add(x->mid, x->resid, m->scratch_proj, BT * C);
+        if (m->time_attention) {
+            be->sync();
+            m->st.attn_seconds += wall_s() - t_attn;
+        }
         be->layernorm_forward(x->ln2, x->ln2_mean, x->ln2_rstd, x->mid, P_(m, p->ln2w),
                               P_(m, p->ln2b), (int)BT, C);
         be->linear_forward(x->fch, x->ln2, P_(m, p->w1), P_(m, p->b1), (int)BT, C, 4 * C);

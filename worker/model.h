@@ -35,6 +35,8 @@ typedef struct model_knobs {
     float progress;      /* t / T_total in [0,1] */
     uint64_t seed;       /* noise stream: (seed, step, layer) */
     uint64_t step;
+    int force_k;         /* inference: run exactly this many heads per sample (the
+                            best by z) instead of the budget rule; 0 = rule */
     int exact_gradient;  /* 1: drop the straight-through term (dw/dp = m), so the
                             backward is the exact gradient of the forward; only
                             finite-difference tests want this */
@@ -48,6 +50,8 @@ typedef struct model_stats {
     double correct;     /* encoder: correct predictions in the batch */
     double counted;     /* samples (encoder) or target tokens (lm) counted in the loss */
     double attn_flops;  /* attention FLOPs actually spent (inference) or that the rule would spend */
+    double attn_seconds; /* wall time of the attention sublayers (LN1 to residual add), when
+                            m->time_attention is set (adds a device sync per layer) */
 } model_stats;
 
 typedef struct layer_ids layer_ids;
@@ -85,6 +89,7 @@ typedef struct model {
     model_knobs kn;
     model_stats st;
     int batch;       /* rows in the current forward (<= B) */
+    int time_attention;
 } model;
 
 /* Builds the parameter layout for shape sh on backend be (parameters zeroed;

@@ -1,0 +1,173 @@
+/* bench_train — training throughput (tokens/s of full steps: forward,
+ * backward, global-norm clip, AdamW) of the encoder classifier at
+ * B=64, T=64, d=128, H=8, L=4, vocab 8192, 26 classes, with the head budget
+ * off and on; and, in the same run, PyTorch eager on the same shapes and
+ * threads (../shared/peers/torch_ref.py) when /usr/bin/python3 has torch.
+ *
+ *   bench_train [--device auto|cpu|cuda] [--steps N] [--B n --T n --d n --H n --L n --V n]
+ *               [--peer PATH|none] [--json]
+ */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench/bench_util.h"
+#include "kernels/bk_rng.h"
+#include "worker/model.h"
+
+typedef struct {
+    int B, T, d, H, L, V, C, steps;
+    const char *device, *peer;
+    int json;
+} opts;
+
+/* Median seconds per training step of a model with the given budget flag. */
+static double time_steps(const opts *o, const bk_backend *be, int budget, size_t *params) {
+    model m;
+    model_shape sh = {.layers = o->L, .d_model = o->d, .heads = o->H, .seq_len = o->T,
+                      .vocab = o->V, .n_classes = o->C, .hadamard = 0, .budget = budget};
+    char err[512];
+    if (model_create(&m, &sh, be, o->B, err, sizeof err)) {
+        fprintf(stderr, "bench_train: %s\n", err);
+        exit(1);
+    }
+    m.kn.s_min = 0.3f, m.kn.s_max = 0.6f;
+    m.kn.sigma = 1.0f;
+    model_init_weights(&m, 1);
+    *params = m.P.numel;
+    int *ids = malloc((size_t)o->B * o->T * sizeof(int));
+    int *labels = malloc((size_t)o->B * sizeof(int));
+    for (int i = 0; i < o->B * o->T; i++) ids[i] = (int)(bk_rng_uniform_at(2, 0, (uint64_t)i) * o->V) % o->V;
+    for (int i = 0; i < o->B; i++) labels[i] = (int)(bk_rng_uniform_at(2, 1, (uint64_t)i) * o->C) % o->C;
+    float *mom = be->alloc(m.P.numel * sizeof(float)), *var = be->alloc(m.P.numel * sizeof(float));
+    bk_adamw h = {.lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f};
+    double *t = malloc((size_t)o->steps * sizeof(double));
+    for (int s = -3; s < o->steps; s++) { /* 3 warm-up steps, as the peer does */
+        double t0 = bench_now();
+        m.kn.step = (uint64_t)(s + 3);
+        if (model_forward(&m, ids, NULL, labels, o->B, 1, err, sizeof err)) {
+            fprintf(stderr, "bench_train: %s\n", err);
+            exit(1);
+        }
+        model_backward(&m);
+        float norm = be->global_norm(m.P.grad, m.P.numel);
+        float scale = norm > 1.0f ? 1.0f / norm : 1.0f;
+        be->adamw_update(m.P.data, m.P.grad, mom, var, m.P.numel, &h, s + 4, scale);
+        be->sync();
+        if (s >= 0) t[s] = bench_now() - t0;
+    }
+    double med = bench_median(t, o->steps);
+    free(t);
+    free(ids);
+    free(labels);
+    be->release(mom);
+    be->release(var);
+    model_destroy(&m);
+    return med;
+}
+
+/* Runs the PyTorch peer with the same shapes and threads; returns its step
+ * time in seconds, or 0 when it cannot run (no python3/torch). */
+static double run_peer(const opts *o, int threads, char *version, size_t vlen) {
+    if (!o->peer || strcmp(o->peer, "none") == 0 || access(o->peer, R_OK) != 0) return 0;
+    if (access("/usr/bin/python3", X_OK) != 0) return 0;
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 %s encoder --steps %d --threads %d --B %d --T %d --d %d --H %d --L %d "
+             "--V %d --C %d 2>/dev/null",
+             o->peer, o->steps, threads, o->B, o->T, o->d, o->H, o->L, o->V, o->C);
+    FILE *p = popen(cmd, "r");
+    if (!p) return 0;
+    char line[2048] = {0};
+    double step_ms = 0;
+    while (fgets(line, sizeof line, p)) {
+        char *s = strstr(line, "\"step_ms\": ");
+        if (s) step_ms = atof(s + 11);
+        char *v = strstr(line, "\"version\": \"");
+        if (v) {
+            v += 12;
+            size_t n = strcspn(v, "\"");
+            snprintf(version, vlen, "%.*s", (int)n, v);
+        }
+    }
+    pclose(p);
+    return step_ms / 1e3;
+}
+
+static void usage(FILE *f) {
+    fputs("usage: bench_train [--device auto|cpu|cuda] [--steps N] [--B n] [--T n] [--d n] [--H n]\n"
+          "                   [--L n] [--V n] [--C n] [--peer PATH|none] [--json]\n"
+          "Training tokens/s of the encoder classifier, budget off and on, and the PyTorch\n"
+          "eager peer on the same shapes and OpenMP thread count (OMP_NUM_THREADS).\n", f);
+}
+
+int main(int argc, char **argv) {
+    opts o = {.B = 64, .T = 64, .d = 128, .H = 8, .L = 4, .V = 8192, .C = 26, .steps = 20,
+              .device = "auto", .peer = BF_SOURCE_DIR "/../shared/peers/torch_ref.py"};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int *ip = !strcmp(a, "--B") ? &o.B : !strcmp(a, "--T") ? &o.T : !strcmp(a, "--d") ? &o.d
+                : !strcmp(a, "--H") ? &o.H : !strcmp(a, "--L") ? &o.L : !strcmp(a, "--V") ? &o.V
+                : !strcmp(a, "--C") ? &o.C : !strcmp(a, "--steps") ? &o.steps : NULL;
+        if (ip && v) {
+            *ip = atoi(v);
+            i++;
+            if (*ip < 1) {
+                fprintf(stderr, "bench_train: %s must be a positive integer\n", a);
+                return 64;
+            }
+        } else if (!strcmp(a, "--device") && v) {
+            o.device = v, i++;
+        } else if (!strcmp(a, "--peer") && v) {
+            o.peer = v, i++;
+        } else if (!strcmp(a, "--json")) {
+            o.json = 1;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "bench_train: unknown or incomplete option '%s'\n", a);
+            usage(stderr);
+            return 64;
+        }
+    }
+    const bk_backend *be;
+    char err[256];
+    if (bk_select(o.device, &be, err, sizeof err)) {
+        fprintf(stderr, "bench_train: %s\n", err);
+        return 1;
+    }
+    int threads = omp_get_max_threads();
+    char cpu[256], version[64] = "";
+    bench_cpu_model(cpu, sizeof cpu);
+    size_t params_off = 0, params_on = 0;
+    double off = time_steps(&o, be, 0, &params_off);
+    double on = time_steps(&o, be, 1, &params_on);
+    double peer = be->device == BK_CPU ? run_peer(&o, threads, version, sizeof version) : 0;
+    double tok = (double)o.B * o.T;
+    FILE *t = o.json ? stderr : stdout;
+    fprintf(t, "bench_train: backend %s | cpu %s | nproc %ld | threads %d | B=%d T=%d d=%d H=%d L=%d V=%d classes=%d | %d steps (median)\n",
+            be->name, cpu, sysconf(_SC_NPROCESSORS_ONLN), threads, o.B, o.T, o.d, o.H, o.L, o.V, o.C, o.steps);
+    fprintf(t, "%-28s %12s %12s %10s %14s\n", "run", "params", "step ms", "tokens/s", "vs pytorch");
+    fprintf(t, "%-28s %12zu %12.2f %10.0f %14s\n", "bf, budget off", params_off, off * 1e3, tok / off, "");
+    fprintf(t, "%-28s %12zu %12.2f %10.0f %14s\n", "bf, budget on", params_on, on * 1e3, tok / on, "");
+    if (peer > 0) {
+        fprintf(t, "%-28s %12s %12.2f %10.0f %14s\n", "pytorch eager", version, peer * 1e3, tok / peer, "1.00x");
+        fprintf(t, "ratio bf/pytorch tokens/s: budget off %.2fx, budget on %.2fx\n", peer / off, peer / on);
+    } else {
+        fprintf(t, "pytorch peer not run (needs /usr/bin/python3 with torch and %s)\n", o.peer);
+    }
+    if (o.json) {
+        printf("{\"bench\": \"train\", \"backend\": \"%s\", \"cpu\": ", be->name);
+        bench_json_string(stdout, cpu);
+        printf(", \"threads\": %d, \"B\": %d, \"T\": %d, \"d\": %d, \"H\": %d, \"L\": %d, \"V\": %d, "
+               "\"steps\": %d, \"budget_off_tokens_per_s\": %.1f, \"budget_on_tokens_per_s\": %.1f, "
+               "\"pytorch_tokens_per_s\": %.1f, \"ratio_off\": %.3f, \"ratio_on\": %.3f}\n",
+               threads, o.B, o.T, o.d, o.H, o.L, o.V, o.steps, tok / off, tok / on,
+               peer > 0 ? tok / peer : 0.0, peer > 0 ? peer / off : 0.0, peer > 0 ? peer / on : 0.0);
+    }
+    return 0;
+}
