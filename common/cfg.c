@@ -23,23 +23,22 @@
 
 static const char *const sched_names[] = {"constant", "linear", "exp", "cosine"};
 
-const char *cfg_sched_name(cfg_sched_kind k) {
-    return (unsigned)k < 4 ? sched_names[k] : "?";
-}
+const char *cfg_sched_name(cfg_sched_kind k) { return (unsigned)k < 4 ? sched_names[k] : "?"; }
 
 float cfg_schedule_at(const cfg_schedule *s, float p) {
     if (!(p > 0.0f)) p = 0.0f; /* also maps NaN to 0 */
     if (p > 1.0f) p = 1.0f;
     switch (s->kind) {
-    case CFG_SCHED_CONSTANT: return s->start;
+    case CFG_SCHED_CONSTANT:
+        return s->start;
     case CFG_SCHED_EXP:
-        if (s->start > 0.0f && s->end > 0.0f)
-            return s->start * powf(s->end / s->start, p);
+        if (s->start > 0.0f && s->end > 0.0f) return s->start * powf(s->end / s->start, p);
         return s->start + (s->end - s->start) * p;
     case CFG_SCHED_COSINE:
         return s->end + (s->start - s->end) * 0.5f * (1.0f + cosf(3.14159265358979f * p));
     case CFG_SCHED_LINEAR:
-    default: return s->start + (s->end - s->start) * p;
+    default:
+        return s->start + (s->end - s->start) * p;
     }
 }
 
@@ -66,15 +65,24 @@ int cfg_is_section(const char *prefix) {
 
 const char *cfg_type_name(cfg_type t) {
     switch (t) {
-    case CFG_T_INT: return "integer";
-    case CFG_T_U64: return "non-negative integer";
-    case CFG_T_FLOAT: return "number";
-    case CFG_T_BOOL: return "boolean (true or false)";
-    case CFG_T_ENUM: return "name";
-    case CFG_T_STR: return "string";
-    case CFG_T_PAIR: return "pair of numbers [a, b]";
-    case CFG_T_SCHED: return "schedule {schedule, start, end}";
-    case CFG_T_LAYERS: return "list of layer indices or auto:K";
+    case CFG_T_INT:
+        return "integer";
+    case CFG_T_U64:
+        return "non-negative integer";
+    case CFG_T_FLOAT:
+        return "number";
+    case CFG_T_BOOL:
+        return "boolean (true or false)";
+    case CFG_T_ENUM:
+        return "name";
+    case CFG_T_STR:
+        return "string";
+    case CFG_T_PAIR:
+        return "pair of numbers [a, b]";
+    case CFG_T_SCHED:
+        return "schedule {schedule, start, end}";
+    case CFG_T_LAYERS:
+        return "list of layer indices or auto:K";
     }
     return "?";
 }
@@ -96,8 +104,8 @@ static size_t edit_distance(const char *a, const char *b) {
     return prev[lb];
 }
 
-static const char *const section_names[] = {"data",   "model",   "attn", "budget",
-                                            "avit",   "distill", "train"};
+static const char *const section_names[] = {"data", "model",   "attn", "budget",
+                                            "avit", "distill", "train"};
 
 /* Nearest schema key (and, when with_sections, section name) to key, and its
  * distance. */
@@ -148,10 +156,10 @@ static size_t fmt_float(char *buf, size_t n, double v) {
 
 static size_t fmt_quoted(char *buf, size_t n, const char *s) {
     size_t w = 0;
-#define PUT(ch)                                                                                   \
-    do {                                                                                          \
-        if (w + 1 < n) buf[w] = (ch);                                                             \
-        w++;                                                                                      \
+#define PUT(ch)                                                                                    \
+    do {                                                                                           \
+        if (w + 1 < n) buf[w] = (ch);                                                              \
+        w++;                                                                                       \
     } while (0)
     PUT('"');
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
@@ -177,12 +185,22 @@ static size_t format_field(const bf_config *c, const cfg_field *f, char *buf, si
     int k = 0;
     char a[40], b[40];
     switch (f->type) {
-    case CFG_T_INT: k = snprintf(buf, n, "%d", *(const int *)base); break;
-    case CFG_T_U64: k = snprintf(buf, n, "%" PRIu64, *(const uint64_t *)base); break;
-    case CFG_T_FLOAT: return fmt_float(buf, n, *(const float *)base);
-    case CFG_T_BOOL: k = snprintf(buf, n, "%s", *(const int *)base ? "true" : "false"); break;
-    case CFG_T_ENUM: k = snprintf(buf, n, "%s", base); break;
-    case CFG_T_STR: return fmt_quoted(buf, n, base);
+    case CFG_T_INT:
+        k = snprintf(buf, n, "%d", *(const int *)base);
+        break;
+    case CFG_T_U64:
+        k = snprintf(buf, n, "%" PRIu64, *(const uint64_t *)base);
+        break;
+    case CFG_T_FLOAT:
+        return fmt_float(buf, n, *(const float *)base);
+    case CFG_T_BOOL:
+        k = snprintf(buf, n, "%s", *(const int *)base ? "true" : "false");
+        break;
+    case CFG_T_ENUM:
+        k = snprintf(buf, n, "%s", base);
+        break;
+    case CFG_T_STR:
+        return fmt_quoted(buf, n, base);
     case CFG_T_PAIR: {
         const float *p = (const float *)base;
         fmt_float(a, sizeof a, p[0]);
@@ -325,10 +343,14 @@ static int walk_visit(walk *w, const yaml_node_t *node, int depth) {
 
 static const char *node_kind_name(const yaml_node_t *n) {
     switch (n->type) {
-    case YAML_SCALAR_NODE: return "a scalar";
-    case YAML_SEQUENCE_NODE: return "a list";
-    case YAML_MAPPING_NODE: return "a mapping";
-    default: return "nothing";
+    case YAML_SCALAR_NODE:
+        return "a scalar";
+    case YAML_SEQUENCE_NODE:
+        return "a list";
+    case YAML_MAPPING_NODE:
+        return "a mapping";
+    default:
+        return "nothing";
     }
 }
 
@@ -353,7 +375,8 @@ static void describe(const yaml_node_t *n, char *out, size_t len) {
 static int parse_ll(const yaml_node_t *n, long long *out) {
     if (!scalar_is_plain(n) || n->data.scalar.length == 0) return -1;
     const char *s = scalar(n);
-    if (!(isdigit((unsigned char)s[0]) || ((s[0] == '-' || s[0] == '+') && isdigit((unsigned char)s[1]))))
+    if (!(isdigit((unsigned char)s[0]) ||
+          ((s[0] == '-' || s[0] == '+') && isdigit((unsigned char)s[1]))))
         return -1;
     char *end;
     errno = 0;
@@ -412,7 +435,9 @@ static int get_number(walk *w, const yaml_node_t *n, const cfg_field *f, const c
     return check_range(w, n, f, *v);
 }
 
-static yaml_node_t *item(walk *w, yaml_node_item_t id) { return yaml_document_get_node(w->doc, id); }
+static yaml_node_t *item(walk *w, yaml_node_item_t id) {
+    return yaml_document_get_node(w->doc, id);
+}
 
 static int enum_index(const char *choices, const char *s) {
     size_t n = strlen(s);
@@ -513,8 +538,8 @@ static int set_field(walk *w, bf_config *c, const cfg_field *f, yaml_node_t *n, 
             return -1;
         }
         if (n->data.scalar.length >= f->size) {
-            walk_error(w, n, "%s: too long (%zu bytes; at most %zu)", f->key,
-                       n->data.scalar.length, f->size - 1);
+            walk_error(w, n, "%s: too long (%zu bytes; at most %zu)", f->key, n->data.scalar.length,
+                       f->size - 1);
             return -1;
         }
         if (strlen(scalar(n)) != n->data.scalar.length) {
@@ -625,7 +650,8 @@ static int set_field(walk *w, bf_config *c, const cfg_field *f, yaml_node_t *n, 
         }
         if (n->type != YAML_SEQUENCE_NODE) {
             describe(n, got, sizeof got);
-            walk_error(w, n, "%s: expected a list of layer indices like [9, 10, 11] or auto:K, got %s",
+            walk_error(w, n,
+                       "%s: expected a list of layer indices like [9, 10, 11] or auto:K, got %s",
                        f->key, got);
             return -1;
         }
@@ -914,7 +940,8 @@ void cfg_defaults(bf_config *c) {
         (void)cfg_set_value(c, f->key, f->def, "default", err, sizeof err);
     }
     const char *env = getenv("BF_DATA");
-    if (env && *env && strlen(env) < sizeof c->data.dir) snprintf(c->data.dir, sizeof c->data.dir, "%s", env);
+    if (env && *env && strlen(env) < sizeof c->data.dir)
+        snprintf(c->data.dir, sizeof c->data.dir, "%s", env);
 }
 
 int cfg_load_file(bf_config *c, const char *path, char *err, size_t errlen) {
@@ -952,7 +979,8 @@ int cfg_load_file(bf_config *c, const char *path, char *err, size_t errlen) {
     if (rerr) {
         snprintf(err, errlen, "%s:1:1: read error", path);
     } else if (n > CFG_FILE_MAX) {
-        snprintf(err, errlen, "%s:1:1: file is over 1 MiB; config files are limited to 1 MiB", path);
+        snprintf(err, errlen, "%s:1:1: file is over 1 MiB; config files are limited to 1 MiB",
+                 path);
     } else if (memchr(buf, '\0', n)) {
         size_t off = (size_t)((char *)memchr(buf, '\0', n) - buf);
         snprintf(err, errlen, "%s:1:1: not a text file (NUL byte at offset %zu)", path, off);
@@ -1010,10 +1038,11 @@ int cfg_validate(const bf_config *c, char *err, size_t errlen) {
         add_err(err, errlen, &nerr,
                 "pipeline 's2s' is not built yet; available pipelines: budgetformer, lm");
     else if (strcmp(c->pipeline, "budgetformer") != 0 && strcmp(c->pipeline, "lm") != 0)
-        add_err(err, errlen, &nerr, "pipeline '%s' is unknown; available pipelines: budgetformer, lm",
-                c->pipeline);
+        add_err(err, errlen, &nerr,
+                "pipeline '%s' is unknown; available pipelines: budgetformer, lm", c->pipeline);
     if (enum_index("auto|cpu|cuda", c->device) < 0)
-        add_err(err, errlen, &nerr, "device '%s' is unknown; expected auto, cpu or cuda", c->device);
+        add_err(err, errlen, &nerr, "device '%s' is unknown; expected auto, cpu or cuda",
+                c->device);
     if (c->model.heads <= 0 || c->model.d_model <= 0 || c->model.d_model % c->model.heads != 0)
         add_err(err, errlen, &nerr, "model.d_model (%d) must be divisible by model.heads (%d)",
                 c->model.d_model, c->model.heads);

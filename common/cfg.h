@@ -20,7 +20,12 @@ extern "C" {
 #define CFG_NAME_MAX 64
 #define CFG_MAX_LAYERS 64
 
-typedef enum { CFG_SCHED_CONSTANT = 0, CFG_SCHED_LINEAR, CFG_SCHED_EXP, CFG_SCHED_COSINE } cfg_sched_kind;
+typedef enum {
+    CFG_SCHED_CONSTANT = 0,
+    CFG_SCHED_LINEAR,
+    CFG_SCHED_EXP,
+    CFG_SCHED_COSINE
+} cfg_sched_kind;
 
 /* A value that moves from start to end over training progress p in [0,1]. */
 typedef struct cfg_schedule {
@@ -38,7 +43,7 @@ typedef struct bf_config {
     char pipeline[CFG_NAME_MAX]; /* budgetformer | lm | s2s */
     char device[CFG_NAME_MAX];   /* auto | cpu | cuda */
     struct {
-        char set[CFG_NAME_MAX];  /* prepared set by name: wordnet | kjv | fashion_mnist, or "" */
+        char set[CFG_NAME_MAX]; /* prepared set by name: wordnet | kjv | fashion_mnist, or "" */
         char train[CFG_PATH_MAX], val[CFG_PATH_MAX], test[CFG_PATH_MAX]; /* user TSV splits */
         char path[CFG_PATH_MAX]; /* lm: one UTF-8 text file */
         float val_fraction;      /* lm: tail fraction held out for validation */
@@ -52,7 +57,7 @@ typedef struct bf_config {
     } attn;
     struct {
         int enabled;
-        float range[2];          /* [s_min, s_max] */
+        float range[2]; /* [s_min, s_max] */
         cfg_schedule temperature, noise;
         float lambda_budget, lambda_entropy;
     } budget;
@@ -60,8 +65,8 @@ typedef struct bf_config {
         float retention, gate_scale, ponder_weight, prior_weight;
     } avit;
     struct {
-        char mixer[CFG_NAME_MAX];   /* bimamba | bilstm */
-        int replace_auto;           /* K of "auto:K", or 0 when a list is given */
+        char mixer[CFG_NAME_MAX]; /* bimamba | bilstm */
+        int replace_auto;         /* K of "auto:K", or 0 when a list is given */
         int replace_layers[CFG_MAX_LAYERS];
         int n_replace;
         int stage1_steps, stage2_steps;
@@ -109,15 +114,15 @@ const char *cfg_nearest_key(const char *key);
 /* ---- Schema introspection (additions for jobs/ and docs) ---- */
 
 typedef enum {
-    CFG_T_INT,    /* int, range [min, max] */
-    CFG_T_U64,    /* uint64_t, any non-negative integer */
-    CFG_T_FLOAT,  /* float, range [min, max] */
-    CFG_T_BOOL,   /* int 0/1, written true | false */
-    CFG_T_ENUM,   /* char[size], one of `choices` ("a|b|c") */
-    CFG_T_STR,    /* char[size], a name or path */
-    CFG_T_PAIR,   /* float[2], each in [min, max] */
-    CFG_T_SCHED,  /* cfg_schedule, start and end in [min, max] */
-    CFG_T_LAYERS  /* distill.replace_layers: [i, ...] (each in [min, max]) or auto:K */
+    CFG_T_INT,   /* int, range [min, max] */
+    CFG_T_U64,   /* uint64_t, any non-negative integer */
+    CFG_T_FLOAT, /* float, range [min, max] */
+    CFG_T_BOOL,  /* int 0/1, written true | false */
+    CFG_T_ENUM,  /* char[size], one of `choices` ("a|b|c") */
+    CFG_T_STR,   /* char[size], a name or path */
+    CFG_T_PAIR,  /* float[2], each in [min, max] */
+    CFG_T_SCHED, /* cfg_schedule, start and end in [min, max] */
+    CFG_T_LAYERS /* distill.replace_layers: [i, ...] (each in [min, max]) or auto:K */
 } cfg_type;
 
 /* One row of the schema table (common/cfg_schema.c). `def` is the default as
@@ -133,9 +138,9 @@ typedef struct cfg_field {
 } cfg_field;
 
 size_t cfg_field_count(void);
-const cfg_field *cfg_field_at(size_t i);    /* NULL past the end */
+const cfg_field *cfg_field_at(size_t i);          /* NULL past the end */
 const cfg_field *cfg_field_find(const char *key); /* NULL if unknown */
-const char *cfg_type_name(cfg_type t);      /* "integer", "number", ... */
+const char *cfg_type_name(cfg_type t);            /* "integer", "number", ... */
 /* 1 if prefix is a section ("model", "budget", ...), else 0. */
 int cfg_is_section(const char *prefix);
 

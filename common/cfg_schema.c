@@ -63,8 +63,7 @@ static const cfg_field cfg_schema[] = {
     {"distill.mixer", CFG_T_ENUM, OFF(distill.mixer), NOLIM, "bimamba", "bimamba|bilstm",
      "sequential mixer that replaces attention layers"},
     {"distill.replace_layers", CFG_T_LAYERS, OFF(distill.replace_layers), 0, CFG_MAX_LAYERS - 1,
-     "auto:3", NULL,
-     "layers to replace: a list [9, 10, 11], or auto:K = the K sparsest"},
+     "auto:3", NULL, "layers to replace: a list [9, 10, 11], or auto:K = the K sparsest"},
     {"distill.stage1_steps", CFG_T_INT, OFF(distill.stage1_steps), 0, 100000000, "1000", NULL,
      "steps of layer-aligned distillation (stage 1)"},
     {"distill.stage2_steps", CFG_T_INT, OFF(distill.stage2_steps), 0, 100000000, "1000", NULL,
@@ -89,14 +88,12 @@ static const cfg_field cfg_schema[] = {
     {"train.seed", CFG_T_U64, OFF(train.seed), 0, 0, "1", NULL, "random seed (0 .. 2^64-1)"},
     {"train.eval_every", CFG_T_INT, OFF(train.eval_every), 0, 100000000, "500", NULL,
      "steps between evaluations (0 = only at the end)"},
-    {"train.checkpoint_every", CFG_T_INT, OFF(train.checkpoint_every), 0, 100000000, "1000",
-     NULL, "steps between checkpoints (0 = only at the end)"},
+    {"train.checkpoint_every", CFG_T_INT, OFF(train.checkpoint_every), 0, 100000000, "1000", NULL,
+     "steps between checkpoints (0 = only at the end)"},
     {"train.log_every", CFG_T_INT, OFF(train.log_every), 1, 100000000, "50", NULL,
      "steps between train/* metric points"},
 };
 
 size_t cfg_field_count(void) { return sizeof(cfg_schema) / sizeof(cfg_schema[0]); }
 
-const cfg_field *cfg_field_at(size_t i) {
-    return i < cfg_field_count() ? &cfg_schema[i] : NULL;
-}
+const cfg_field *cfg_field_at(size_t i) { return i < cfg_field_count() ? &cfg_schema[i] : NULL; }

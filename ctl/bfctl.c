@@ -140,12 +140,15 @@ int bfctl_expand(int argc, char **argv) {
     expand_out o = {0, 0, 0};
     const char *file = NULL;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0) o.json = 1;
-        else if (strcmp(argv[i], "--config") == 0) o.config = 1;
+        if (strcmp(argv[i], "--json") == 0)
+            o.json = 1;
+        else if (strcmp(argv[i], "--config") == 0)
+            o.config = 1;
         else if (argv[i][0] == '-' || file) {
             fprintf(stderr, "usage: bfctl expand SWEEP.yaml [--json] [--config]\n");
             return 2;
-        } else file = argv[i];
+        } else
+            file = argv[i];
     }
     if (!file) {
         fprintf(stderr, "usage: bfctl expand SWEEP.yaml [--json] [--config]\n");
@@ -159,11 +162,11 @@ int bfctl_expand(int argc, char **argv) {
         return 1;
     }
     if (o.json) {
-        json_t *head = json_pack("{s:s, s:s, s:s, s:I, s:I, s:{s:s, s:s}}", "name", s->name,
-                                 "pipeline", s->base.pipeline, "method", method_text(s), "seed",
-                                 (json_int_t)s->seed, "n_trials",
-                                 (json_int_t)(s->is_sweep ? s->n_trials : 1), "metric", "name",
-                                 s->metric_name, "goal", s->metric_maximize ? "max" : "min");
+        json_t *head =
+            json_pack("{s:s, s:s, s:s, s:I, s:I, s:{s:s, s:s}}", "name", s->name, "pipeline",
+                      s->base.pipeline, "method", method_text(s), "seed", (json_int_t)s->seed,
+                      "n_trials", (json_int_t)(s->is_sweep ? s->n_trials : 1), "metric", "name",
+                      s->metric_name, "goal", s->metric_maximize ? "max" : "min");
         char *txt = head ? json_dumps(head, JSON_PRESERVE_ORDER | JSON_COMPACT) : NULL;
         json_decref(head);
         if (!txt) {
@@ -197,7 +200,8 @@ int bfctl_expand(int argc, char **argv) {
 int bfctl_keys(int argc, char **argv) {
     int md = 0;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--markdown") == 0) md = 1;
+        if (strcmp(argv[i], "--markdown") == 0)
+            md = 1;
         else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             cmd_help("keys");
             return 0;
@@ -213,22 +217,25 @@ int bfctl_keys(int argc, char **argv) {
         if (f->type == CFG_T_ENUM) {
             size_t w = 0;
             for (const char *p = f->choices; *p && w + 3 < sizeof valid; p++) {
-                if (*p == '|') valid[w++] = ',', valid[w++] = ' ';
-                else valid[w++] = *p;
+                if (*p == '|')
+                    valid[w++] = ',', valid[w++] = ' ';
+                else
+                    valid[w++] = *p;
             }
             valid[w] = '\0';
         } else if (f->type == CFG_T_SCHED) {
-            snprintf(valid, sizeof valid, "schedule: constant, linear, exp, cosine; start, end in [%g, %g]",
+            snprintf(valid, sizeof valid,
+                     "schedule: constant, linear, exp, cosine; start, end in [%.15g, %.15g]",
                      f->min, f->max);
         } else if (f->type == CFG_T_BOOL) {
             snprintf(valid, sizeof valid, "true, false");
         } else if (f->type == CFG_T_U64) {
             snprintf(valid, sizeof valid, "0 .. 2^64-1");
         } else if (f->type == CFG_T_LAYERS) {
-            snprintf(valid, sizeof valid, "indices in [%g, %g], or auto:K with K in [1, %d]", f->min,
-                     f->max, CFG_MAX_LAYERS);
+            snprintf(valid, sizeof valid, "indices in [%.15g, %.15g], or auto:K with K in [1, %d]",
+                     f->min, f->max, CFG_MAX_LAYERS);
         } else if (!(f->min == 0 && f->max == 0)) {
-            snprintf(valid, sizeof valid, "[%g, %g]", f->min, f->max);
+            snprintf(valid, sizeof valid, "[%.15g, %.15g]", f->min, f->max);
         }
         const char *def = f->def;
         if (strcmp(f->key, "data.dir") == 0) def = "$BF_DATA or data";
@@ -248,8 +255,10 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "help") == 0) {
-        if (argc > 2 && find_cmd(argv[2])) cmd_help(argv[2]);
-        else usage(stdout);
+        if (argc > 2 && find_cmd(argv[2]))
+            cmd_help(argv[2]);
+        else
+            usage(stdout);
         return 0;
     }
     const bfctl_cmd *c = find_cmd(argv[1]);

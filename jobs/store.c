@@ -23,8 +23,8 @@ struct store {
     int n_names;
 };
 
-static const char *const state_names[TRIAL_N_STATES] = {"PENDING",   "RUNNING",   "COMPLETED",
-                                                        "FAILED",    "CANCELLED", "STOPPED"};
+static const char *const state_names[TRIAL_N_STATES] = {"PENDING", "RUNNING",   "COMPLETED",
+                                                        "FAILED",  "CANCELLED", "STOPPED"};
 
 const char *store_state_name(trial_state s) {
     return (unsigned)s < TRIAL_N_STATES ? state_names[s] : "?";
@@ -41,12 +41,15 @@ int store_state_parse(const char *name, trial_state *out) {
 
 int store_transition_legal(trial_state from, trial_state to) {
     switch (from) {
-    case TRIAL_PENDING: return to == TRIAL_RUNNING || to == TRIAL_CANCELLED;
+    case TRIAL_PENDING:
+        return to == TRIAL_RUNNING || to == TRIAL_CANCELLED;
     case TRIAL_RUNNING:
         return to == TRIAL_COMPLETED || to == TRIAL_FAILED || to == TRIAL_CANCELLED ||
                to == TRIAL_STOPPED;
-    case TRIAL_FAILED: return to == TRIAL_PENDING;
-    default: return 0;
+    case TRIAL_FAILED:
+        return to == TRIAL_PENDING;
+    default:
+        return 0;
     }
 }
 
@@ -212,14 +215,12 @@ static int migrate(store *s, char *err, size_t errlen) {
     return exec(s, "COMMIT", err, errlen);
 }
 
-/* Opens at a given schema version, for the migration test. */
-int store_open_at_version(const char *path, int version, char *err, size_t errlen);
-
-int store_open_at_version(const char *path, int version, char *err, size_t errlen) {
+int store_create_at_version(const char *path, int version, char *err, size_t errlen) {
     store tmp;
     memset(&tmp, 0, sizeof tmp);
     if (sqlite3_open(path, &tmp.db) != SQLITE_OK) {
-        fail(err, errlen, "sqlite3_open(%s): %s", path, tmp.db ? sqlite3_errmsg(tmp.db) : "out of memory");
+        fail(err, errlen, "sqlite3_open(%s): %s", path,
+             tmp.db ? sqlite3_errmsg(tmp.db) : "out of memory");
         sqlite3_close(tmp.db);
         return -1;
     }
@@ -227,7 +228,8 @@ int store_open_at_version(const char *path, int version, char *err, size_t errle
     for (int v = 0; v < version && rc == 0; v++) {
         char sql[64];
         snprintf(sql, sizeof sql, "PRAGMA user_version = %d", v + 1);
-        rc = exec(&tmp, migrations[v], err, errlen) < 0 || exec(&tmp, sql, err, errlen) < 0 ? -1 : 0;
+        rc =
+            exec(&tmp, migrations[v], err, errlen) < 0 || exec(&tmp, sql, err, errlen) < 0 ? -1 : 0;
     }
     sqlite3_close(tmp.db);
     return rc;
@@ -267,13 +269,17 @@ int store_open(const char *path, store **out, char *err, size_t errlen) {
         return -1;
     }
     sqlite3_finalize(st);
-    if (exec(s, "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON", err, errlen) < 0 ||
+    /* 64 MiB of page cache: metric inserts from many trials touch pages all
+     * over the metrics B-tree */
+    if (exec(s, "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA cache_size = -65536",
+             err, errlen) < 0 ||
         migrate(s, err, errlen) < 0) {
         store_close(&s);
         return -1;
     }
-    if (prepare(s, "INSERT OR IGNORE INTO metrics(trial, seq, name, step, value, time)"
-                   " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    if (prepare(s,
+                "INSERT OR IGNORE INTO metrics(trial, seq, name, step, value, time)"
+                " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 &s->ins_metric, err, errlen) < 0 ||
         prepare(s,
                 "INSERT INTO metric_latest(trial, name, seq, step, value, time, vmin, vmax)"
@@ -318,7 +324,8 @@ int store_schema_version(store *s) {
 static int add_event(store *s, int64_t job, int64_t trial, const char *kind, const char *msg,
                      char *err, size_t errlen) {
     sqlite3_stmt *st;
-    if (prepare(s, "INSERT INTO events(time, job, trial, kind, message) VALUES (?1, ?2, ?3, ?4, ?5)",
+    if (prepare(s,
+                "INSERT INTO events(time, job, trial, kind, message) VALUES (?1, ?2, ?3, ?4, ?5)",
                 &st, err, errlen) < 0)
         return -1;
     sqlite3_bind_double(st, 1, now_s());
@@ -326,7 +333,9 @@ static int add_event(store *s, int64_t job, int64_t trial, const char *kind, con
     if (trial > 0) sqlite3_bind_int64(st, 3, trial);
     sqlite3_bind_text(st, 4, kind, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 5, msg ? msg : "", -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : sqlfail(s, err, errlen, "sqlite3_step(INSERT INTO events)");
+    int rc = sqlite3_step(st) == SQLITE_DONE
+                 ? 0
+                 : sqlfail(s, err, errlen, "sqlite3_step(INSERT INTO events)");
     sqlite3_finalize(st);
     return rc;
 }
@@ -366,14 +375,16 @@ int store_submit(store *s, const sweep_spec *spec, const char *source, int64_t *
     long long n = spec->is_sweep ? spec->n_trials : 1;
     char early[256];
     static const char *const stop_names[] = {"none", "median", "threshold"};
-    snprintf(early, sizeof early, "{\"method\": \"%s\", \"metric\": \"%s\", \"min_steps\": %d, \"threshold\": %.17g}",
-             stop_names[spec->early_stop.method], spec->early_stop.metric, spec->early_stop.min_steps,
-             spec->early_stop.threshold);
-    if (prepare(s,
-                "INSERT INTO jobs(name, pipeline, file, source, metric_name, metric_goal, priority,"
-                " retries, ranks, gpus_per_rank, cpus_per_rank, time_limit_s, early_stop, n_trials,"
-                " submitted) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
-                &st, err, errlen) < 0)
+    snprintf(early, sizeof early,
+             "{\"method\": \"%s\", \"metric\": \"%s\", \"min_steps\": %d, \"threshold\": %.17g}",
+             stop_names[spec->early_stop.method], spec->early_stop.metric,
+             spec->early_stop.min_steps, spec->early_stop.threshold);
+    if (prepare(
+            s,
+            "INSERT INTO jobs(name, pipeline, file, source, metric_name, metric_goal, priority,"
+            " retries, ranks, gpus_per_rank, cpus_per_rank, time_limit_s, early_stop, n_trials,"
+            " submitted) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+            &st, err, errlen) < 0)
         goto fail;
     sqlite3_bind_text(st, 1, spec->name, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, spec->base.pipeline, -1, SQLITE_STATIC);
@@ -426,17 +437,18 @@ fail:
 static int load_state(store *s, int64_t trial, trial_state *state, int *attempts, int *retries,
                       int64_t *job, char *err, size_t errlen) {
     sqlite3_stmt *st;
-    if (prepare(s,
-                "SELECT t.state, t.attempts, j.retries, t.job FROM trials t JOIN jobs j ON j.id = t.job"
-                " WHERE t.id = ?1",
-                &st, err, errlen) < 0)
+    if (prepare(
+            s,
+            "SELECT t.state, t.attempts, j.retries, t.job FROM trials t JOIN jobs j ON j.id = t.job"
+            " WHERE t.id = ?1",
+            &st, err, errlen) < 0)
         return -1;
     sqlite3_bind_int64(st, 1, trial);
     int rc = sqlite3_step(st), out = -1;
     if (rc == SQLITE_ROW) {
         if (store_state_parse((const char *)sqlite3_column_text(st, 0), state) < 0) {
-            fail(err, errlen, "trial %lld has an unknown state '%s' in the database", (long long)trial,
-                 (const char *)sqlite3_column_text(st, 0));
+            fail(err, errlen, "trial %lld has an unknown state '%s' in the database",
+                 (long long)trial, (const char *)sqlite3_column_text(st, 0));
         } else {
             *attempts = sqlite3_column_int(st, 1);
             *retries = sqlite3_column_int(st, 2);
@@ -453,8 +465,8 @@ static int load_state(store *s, int64_t trial, trial_state *state, int *attempts
 }
 
 /* The transition itself, inside a transaction the caller holds. */
-static int transition_in_tx(store *s, int64_t trial, trial_state to, const char *message,
-                            char *err, size_t errlen) {
+static int transition_in_tx(store *s, int64_t trial, trial_state to, const char *message, char *err,
+                            size_t errlen) {
     trial_state from;
     int attempts, retries;
     int64_t job;
@@ -469,8 +481,9 @@ static int transition_in_tx(store *s, int64_t trial, trial_state to, const char 
                     (long long)trial, attempts, attempts == 1 ? "" : "s", 1 + retries, retries);
     double t = now_s();
     sqlite3_stmt *st;
-    if (prepare(s, "UPDATE trials SET state = ?1, attempts = attempts + ?2, updated = ?3 WHERE id = ?4",
-                &st, err, errlen) < 0)
+    if (prepare(
+            s, "UPDATE trials SET state = ?1, attempts = attempts + ?2, updated = ?3 WHERE id = ?4",
+            &st, err, errlen) < 0)
         return -1;
     sqlite3_bind_text(st, 1, store_state_name(to), -1, SQLITE_STATIC);
     sqlite3_bind_int(st, 2, to == TRIAL_RUNNING);
@@ -480,7 +493,8 @@ static int transition_in_tx(store *s, int64_t trial, trial_state to, const char 
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) return sqlfail(s, err, errlen, "sqlite3_step(UPDATE trials SET state)");
     if (to == TRIAL_RUNNING) {
-        if (prepare(s, "INSERT INTO attempts(trial, n, started) VALUES (?1, ?2, ?3)", &st, err, errlen) < 0)
+        if (prepare(s, "INSERT INTO attempts(trial, n, started) VALUES (?1, ?2, ?3)", &st, err,
+                    errlen) < 0)
             return -1;
         sqlite3_bind_int64(st, 1, trial);
         sqlite3_bind_int(st, 2, attempts + 1);
@@ -489,7 +503,9 @@ static int transition_in_tx(store *s, int64_t trial, trial_state to, const char 
         sqlite3_finalize(st);
         if (rc != SQLITE_DONE) return sqlfail(s, err, errlen, "sqlite3_step(INSERT INTO attempts)");
     } else if (from == TRIAL_RUNNING) {
-        if (prepare(s, "UPDATE attempts SET ended = ?1, outcome = ?2, message = ?3 WHERE trial = ?4 AND n = ?5",
+        if (prepare(s,
+                    "UPDATE attempts SET ended = ?1, outcome = ?2, message = ?3 WHERE trial = ?4 "
+                    "AND n = ?5",
                     &st, err, errlen) < 0)
             return -1;
         sqlite3_bind_double(st, 1, t);
@@ -543,8 +559,10 @@ int store_job_cancel(store *s, int64_t job_id, int *n_cancelled, char *err, size
     *n_cancelled = 0;
     if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
     sqlite3_stmt *st;
-    if (prepare(s, "SELECT id FROM trials WHERE job = ?1 AND state IN ('PENDING', 'RUNNING') ORDER BY idx",
-                &st, err, errlen) < 0) {
+    if (prepare(
+            s,
+            "SELECT id FROM trials WHERE job = ?1 AND state IN ('PENDING', 'RUNNING') ORDER BY idx",
+            &st, err, errlen) < 0) {
         rollback(s);
         return -1;
     }
@@ -564,7 +582,9 @@ int store_job_cancel(store *s, int64_t job_id, int *n_cancelled, char *err, size
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) {
         free(ids);
-        fail(err, errlen, rc == SQLITE_ROW ? "store_job_cancel: out of memory" : "sqlite3_step(SELECT trials): %s",
+        fail(err, errlen,
+             rc == SQLITE_ROW ? "store_job_cancel: out of memory"
+                              : "sqlite3_step(SELECT trials): %s",
              sqlite3_errmsg(s->db));
         rollback(s);
         return -1;
@@ -617,20 +637,28 @@ static int name_id(store *s, const char *name, int64_t *id, char *err, size_t er
     return 0;
 }
 
-int store_metrics_insert(store *s, int64_t trial_id, const store_metric *pts, size_t n, char *err,
-                         size_t errlen) {
-    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+static int check_trial(store *s, int64_t trial_id, char *err, size_t errlen) {
     sqlite3_reset(s->trial_exists);
     sqlite3_bind_int64(s->trial_exists, 1, trial_id);
     int rc = sqlite3_step(s->trial_exists);
     sqlite3_reset(s->trial_exists);
-    if (rc != SQLITE_ROW) {
-        if (rc == SQLITE_DONE) fail(err, errlen, "metrics for unknown trial %lld", (long long)trial_id);
-        else sqlfail(s, err, errlen, "sqlite3_step(SELECT trial)");
-        rollback(s);
-        return -1;
-    }
+    if (rc == SQLITE_ROW) return 0;
+    if (rc == SQLITE_DONE)
+        return fail(err, errlen, "metrics for unknown trial %lld", (long long)trial_id);
+    return sqlfail(s, err, errlen, "sqlite3_step(SELECT trial)");
+}
+
+/* Points i of trial trial_ids[i] (or trial_id for all when trial_ids is NULL). */
+static int insert_points(store *s, int64_t trial_id, const int64_t *trial_ids,
+                         const store_metric *pts, size_t n, char *err, size_t errlen) {
+    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+    int64_t checked = 0;
     for (size_t i = 0; i < n; i++) {
+        if (trial_ids) trial_id = trial_ids[i];
+        if (trial_id != checked) {
+            if (check_trial(s, trial_id, err, errlen) < 0) goto fail;
+            checked = trial_id;
+        }
         int64_t nid = 0;
         if (isnan(pts[i].value)) {
             /* SQLite would store NaN as NULL; a NaN loss is reported as an
@@ -677,6 +705,16 @@ fail:
     return -1;
 }
 
+int store_metrics_insert(store *s, int64_t trial_id, const store_metric *pts, size_t n, char *err,
+                         size_t errlen) {
+    return insert_points(s, trial_id, NULL, pts, n, err, errlen);
+}
+
+int store_metrics_insert_many(store *s, const int64_t *trial_ids, const store_metric *pts, size_t n,
+                              char *err, size_t errlen) {
+    return insert_points(s, 0, trial_ids, pts, n, err, errlen);
+}
+
 /* ---------------------------------------------------------------- queries */
 
 void store_trial_free(store_trial *t) {
@@ -719,7 +757,8 @@ static void row_to_trial(sqlite3_stmt *st, store_trial *t, int ncols) {
     t->best = NAN;
     if (ncols > 9) t->config = col_dup(st, 9);
     if (ncols > 10) t->latest_json = col_dup(st, 10);
-    if (ncols > 11 && sqlite3_column_type(st, 11) != SQLITE_NULL) t->best = sqlite3_column_double(st, 11);
+    if (ncols > 11 && sqlite3_column_type(st, 11) != SQLITE_NULL)
+        t->best = sqlite3_column_double(st, 11);
 }
 
 /* Runs a prepared query with bound parameters and collects trial rows. */
@@ -755,7 +794,9 @@ static int collect(store *s, sqlite3_stmt *st, int ncols, store_trial **out, siz
 
 int store_get_trial(store *s, int64_t trial_id, store_trial *out, char *err, size_t errlen) {
     sqlite3_stmt *st;
-    if (prepare(s, "SELECT " TRIAL_COLS ", t.config FROM trials t JOIN jobs j ON j.id = t.job WHERE t.id = ?1",
+    if (prepare(s,
+                "SELECT " TRIAL_COLS
+                ", t.config FROM trials t JOIN jobs j ON j.id = t.job WHERE t.id = ?1",
                 &st, err, errlen) < 0)
         return -1;
     sqlite3_bind_int64(st, 1, trial_id);
@@ -786,10 +827,11 @@ int store_next_runnable(store *s, int limit, store_trial **out, size_t *n, char 
 
 #define LATEST_AND_BEST                                                                            \
     ", NULL,"                                                                                      \
-    " (SELECT json_group_object(n.name, json_object('step', l.step, 'value', l.value))"           \
-    "  FROM metric_latest l JOIN metric_names n ON n.id = l.name WHERE l.trial = t.id),"          \
-    " (SELECT CASE j.metric_goal WHEN 'max' THEN l.vmax ELSE l.vmin END"                          \
-    "  FROM metric_latest l JOIN metric_names n ON n.id = l.name"                                 \
+    " (SELECT json_group_object(name, json_object('step', step, 'value', value)) FROM"             \
+    "  (SELECT n.name AS name, l.step AS step, l.value AS value FROM metric_latest l"              \
+    "   JOIN metric_names n ON n.id = l.name WHERE l.trial = t.id ORDER BY n.name)),"              \
+    " (SELECT CASE j.metric_goal WHEN 'max' THEN l.vmax ELSE l.vmin END"                           \
+    "  FROM metric_latest l JOIN metric_names n ON n.id = l.name"                                  \
     "  WHERE l.trial = t.id AND n.name = j.metric_name) AS best"
 
 int store_job_trials(store *s, int64_t job_id, store_trial **out, size_t *n, char *err,
@@ -804,8 +846,8 @@ int store_job_trials(store *s, int64_t job_id, store_trial **out, size_t *n, cha
     return collect(s, st, 12, out, n, err, errlen);
 }
 
-int store_best_trials(store *s, int64_t job_id, int limit, store_trial **out, size_t *n,
-                      char *err, size_t errlen) {
+int store_best_trials(store *s, int64_t job_id, int limit, store_trial **out, size_t *n, char *err,
+                      size_t errlen) {
     sqlite3_stmt *st;
     if (prepare(s,
                 "SELECT * FROM (SELECT " TRIAL_COLS LATEST_AND_BEST ", j.metric_goal AS goal"
@@ -878,8 +920,10 @@ static int count_query(store *s, const char *sql, int64_t a, int b, int nb, long
     if (nb >= 1) sqlite3_bind_int64(st, 1, a);
     if (nb >= 2) sqlite3_bind_text(st, 2, store_state_name((trial_state)b), -1, SQLITE_STATIC);
     int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) *count = sqlite3_column_int64(st, 0);
-    else sqlfail(s, err, errlen, "sqlite3_step(SELECT COUNT)");
+    if (rc == SQLITE_ROW)
+        *count = sqlite3_column_int64(st, 0);
+    else
+        sqlfail(s, err, errlen, "sqlite3_step(SELECT COUNT)");
     sqlite3_finalize(st);
     return rc == SQLITE_ROW ? 0 : -1;
 }
@@ -887,10 +931,10 @@ static int count_query(store *s, const char *sql, int64_t a, int b, int nb, long
 int store_count_trials(store *s, int64_t job_id, int state, long long *count, char *err,
                        size_t errlen) {
     if (state < 0)
-        return count_query(s, "SELECT COUNT(*) FROM trials WHERE job = ?1", job_id, 0, 1, count, err,
-                           errlen);
-    return count_query(s, "SELECT COUNT(*) FROM trials WHERE job = ?1 AND state = ?2", job_id, state,
-                       2, count, err, errlen);
+        return count_query(s, "SELECT COUNT(*) FROM trials WHERE job = ?1", job_id, 0, 1, count,
+                           err, errlen);
+    return count_query(s, "SELECT COUNT(*) FROM trials WHERE job = ?1 AND state = ?2", job_id,
+                       state, 2, count, err, errlen);
 }
 
 int store_count_jobs(store *s, long long *count, char *err, size_t errlen) {

@@ -45,6 +45,9 @@ typedef struct store store;
  * newer build is refused. Free with store_close. */
 int store_open(const char *path, store **out, char *err, size_t errlen);
 void store_close(store **s);
+/* For migration tests: creates a database at path holding the schema of
+ * `version` (< STORE_SCHEMA_VERSION), as an older build would have left it. */
+int store_create_at_version(const char *path, int version, char *err, size_t errlen);
 int store_schema_version(store *s);
 
 /* Expands the spec and writes the job and all its trials (PENDING) in one
@@ -63,11 +66,12 @@ typedef struct store_trial {
     char hash[17];
     char *params_json; /* owned; {"key": value, ...} */
     char *config;      /* owned; canonical config text (store_get_trial only) */
-    char *latest_json; /* owned; {"metric": {"step": S, "value": V}, ...} (store_job_trials) */
+    char *latest_json; /* owned; {"metric": {"step": S, "value": V}, ...}, "{}" when none
+                        * (store_job_trials, store_best_trials) */
     double best;       /* best value of the job's metric, NAN when none */
 } store_trial;
 
-void store_trial_free(store_trial *t); /* frees the owned strings */
+void store_trial_free(store_trial *t);            /* frees the owned strings */
 void store_trials_free(store_trial *t, size_t n); /* frees the strings and the array */
 
 int store_get_trial(store *s, int64_t trial_id, store_trial *out, char *err, size_t errlen);
@@ -96,6 +100,11 @@ typedef struct store_metric {
 int store_metrics_insert(store *s, int64_t trial_id, const store_metric *pts, size_t n, char *err,
                          size_t errlen);
 
+/* Same for points of many trials (trial_ids[i] is point i's trial), in one
+ * transaction: how a daemon batches what several workers sent. */
+int store_metrics_insert_many(store *s, const int64_t *trial_ids, const store_metric *pts, size_t n,
+                              char *err, size_t errlen);
+
 /* Up to `limit` PENDING trials, by job priority (high first), then job
  * submit order, then trial index. *out is malloc'd (store_trials_free). */
 int store_next_runnable(store *s, int limit, store_trial **out, size_t *n, char *err,
@@ -106,8 +115,8 @@ int store_job_trials(store *s, int64_t job_id, store_trial **out, size_t *n, cha
                      size_t errlen);
 /* Up to `limit` trials of a job that have the job's metric, best first by
  * the job's goal (min or max over each trial's points). */
-int store_best_trials(store *s, int64_t job_id, int limit, store_trial **out, size_t *n,
-                      char *err, size_t errlen);
+int store_best_trials(store *s, int64_t job_id, int limit, store_trial **out, size_t *n, char *err,
+                      size_t errlen);
 
 typedef struct store_point {
     int64_t seq, step;

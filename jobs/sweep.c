@@ -70,10 +70,14 @@ static int is_plain(const yaml_node_t *n) {
 
 static const char *kind_name(const yaml_node_t *n) {
     switch (n->type) {
-    case YAML_SCALAR_NODE: return n->data.scalar.length ? "a scalar" : "nothing";
-    case YAML_SEQUENCE_NODE: return "a list";
-    case YAML_MAPPING_NODE: return "a mapping";
-    default: return "nothing";
+    case YAML_SCALAR_NODE:
+        return n->data.scalar.length ? "a scalar" : "nothing";
+    case YAML_SEQUENCE_NODE:
+        return "a list";
+    case YAML_MAPPING_NODE:
+        return "a mapping";
+    default:
+        return "nothing";
     }
 }
 
@@ -122,7 +126,8 @@ static void unknown_in(ctx *x, const yaml_node_t *k, const char *where, const ch
  * Returns 0 when its keys are usable. */
 static int check_keys(ctx *x, yaml_node_t *map) {
     int bad = 0;
-    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
+         p++) {
         yaml_node_t *k = node(x, p->key);
         if (!k || k->type != YAML_SCALAR_NODE || k->data.scalar.length == 0) {
             err_at(x, k, "expected a key name, got %s", k ? kind_name(k) : "nothing");
@@ -156,7 +161,8 @@ static int key_is_dup(ctx *x, yaml_node_t *map, yaml_node_pair_t *p) {
  * dotted keys), or NULL. Looks at most two levels deep (sections are flat). */
 static yaml_node_t *find_path(ctx *x, yaml_node_t *map, const char *path, yaml_node_t **key_out) {
     if (!map || map->type != YAML_MAPPING_NODE) return NULL;
-    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
+    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
+         p++) {
         yaml_node_t *k = node(x, p->key), *v = node(x, p->value);
         if (!k || !v || k->type != YAML_SCALAR_NODE) continue;
         size_t kl = k->data.scalar.length;
@@ -173,14 +179,17 @@ static yaml_node_t *find_path(ctx *x, yaml_node_t *map, const char *path, yaml_n
     return NULL;
 }
 
-static int get_int(ctx *x, yaml_node_t *n, const char *what, long long lo, long long hi, long long *out) {
+static int get_int(ctx *x, yaml_node_t *n, const char *what, long long lo, long long hi,
+                   long long *out) {
     char *end;
-    if (is_plain(n) && n->data.scalar.length && (isdigit((unsigned char)sval(n)[0]) || sval(n)[0] == '-')) {
+    if (is_plain(n) && n->data.scalar.length &&
+        (isdigit((unsigned char)sval(n)[0]) || sval(n)[0] == '-')) {
         errno = 0;
         long long v = strtoll(sval(n), &end, 10);
         if (!errno && *end == '\0') {
             if (v < lo || v > hi) {
-                err_at(x, n, "%s: %lld is out of range; valid range is [%lld, %lld]", what, v, lo, hi);
+                err_at(x, n, "%s: %lld is out of range; valid range is [%lld, %lld]", what, v, lo,
+                       hi);
                 return -1;
             }
             *out = v;
@@ -267,13 +276,14 @@ static long parse_duration(const char *s) {
 
 /* --------------------------------------------------------------- sections */
 
-static const char *const top_keys[] = {"name",      "base",    "sweep",      "metric", "resources",
-                                       "retries",   "priority", "early_stop", NULL};
+static const char *const top_keys[] = {"name",    "base",     "sweep",      "metric", "resources",
+                                       "retries", "priority", "early_stop", NULL};
 
 /* An unknown top-level key: suggest the nearest sweep key, section or
  * config key. */
 static void unknown_top(ctx *x, yaml_node_t *k, const char *key) {
-    static const char *const sections[] = {"data", "model", "attn", "budget", "avit", "distill", "train"};
+    static const char *const sections[] = {"data", "model",   "attn", "budget",
+                                           "avit", "distill", "train"};
     const char *names[256];
     size_t n = 0;
     for (const char *const *t = top_keys; *t; t++) names[n++] = *t;
@@ -284,9 +294,10 @@ static void unknown_top(ctx *x, yaml_node_t *k, const char *key) {
     if (near)
         err_at(x, k, "unknown key '%s'; did you mean '%s'?", key, near);
     else
-        err_at(x, k, "unknown key '%s'; valid top-level keys: name, pipeline, device, data, base, "
-                     "sweep, metric, resources, retries, priority, early_stop, and config keys "
-                     "(see `bfctl keys`)",
+        err_at(x, k,
+               "unknown key '%s'; valid top-level keys: name, pipeline, device, data, base, "
+               "sweep, metric, resources, retries, priority, early_stop, and config keys "
+               "(see `bfctl keys`)",
                key);
 }
 
@@ -304,7 +315,8 @@ static void field_copy(bf_config *dst, const bf_config *src, const cfg_field *f)
 static void parse_metric(ctx *x, yaml_node_t *v) {
     sweep_spec *s = x->spec;
     if (v->type != YAML_MAPPING_NODE) {
-        err_at(x, v, "metric: expected a mapping {name: NAME, goal: min|max}, got %s", kind_name(v));
+        err_at(x, v, "metric: expected a mapping {name: NAME, goal: min|max}, got %s",
+               kind_name(v));
         return;
     }
     check_keys(x, v);
@@ -315,8 +327,8 @@ static void parse_metric(ctx *x, yaml_node_t *v) {
         if (key_is_dup(x, v, p)) continue;
         yaml_node_t *k = node(x, p->key), *val = node(x, p->value);
         if (strcmp(sval(k), "name") == 0) {
-            have_name = get_name(x, val, "metric.name", s->metric_name, sizeof s->metric_name,
-                                 "/_.-") == 0;
+            have_name =
+                get_name(x, val, "metric.name", s->metric_name, sizeof s->metric_name, "/_.-") == 0;
         } else if (strcmp(sval(k), "goal") == 0) {
             int g = get_choice(x, val, "metric.goal", goals);
             if (g >= 0) s->metric_maximize = g, have_goal = 1;
@@ -335,7 +347,8 @@ static void parse_resources(ctx *x, yaml_node_t *v) {
         return;
     }
     check_keys(x, v);
-    static const char *const valid[] = {"ranks", "gpus_per_rank", "cpus_per_rank", "time_limit", NULL};
+    static const char *const valid[] = {"ranks", "gpus_per_rank", "cpus_per_rank", "time_limit",
+                                        NULL};
     for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
         if (key_is_dup(x, v, p)) continue;
         yaml_node_t *k = node(x, p->key), *val = node(x, p->value);
@@ -368,7 +381,8 @@ static void parse_resources(ctx *x, yaml_node_t *v) {
 static void parse_early_stop(ctx *x, yaml_node_t *v) {
     sweep_spec *s = x->spec;
     if (v->type != YAML_MAPPING_NODE) {
-        err_at(x, v, "early_stop: expected a mapping {method, metric, min_steps, threshold}, got %s",
+        err_at(x, v,
+               "early_stop: expected a mapping {method, metric, min_steps, threshold}, got %s",
                kind_name(v));
         return;
     }
@@ -436,7 +450,8 @@ static void parse_param(ctx *x, yaml_node_t *k, yaml_node_t *v, sweep_param *p) 
             return;
         }
         bf_config tmp = s->base;
-        if (cfg_set_node(&tmp, key, x->doc, k, x->file, err, sizeof err) < 0) errs_add(x->errs, err);
+        if (cfg_set_node(&tmp, key, x->doc, k, x->file, err, sizeof err) < 0)
+            errs_add(x->errs, err);
         return;
     }
     if (v->type != YAML_MAPPING_NODE) {
@@ -454,11 +469,16 @@ static void parse_param(ctx *x, yaml_node_t *k, yaml_node_t *v, sweep_param *p) 
         if (key_is_dup(x, v, q)) continue;
         yaml_node_t *qk = node(x, q->key), *qv = node(x, q->value);
         const char *name = sval(qk);
-        if (strcmp(name, "values") == 0) values = qv;
-        else if (strcmp(name, "min") == 0) vmin = qv;
-        else if (strcmp(name, "max") == 0) vmax = qv;
-        else if (strcmp(name, "distribution") == 0) vdist = qv;
-        else unknown_in(x, qk, "a sweep parameter", name, valid);
+        if (strcmp(name, "values") == 0)
+            values = qv;
+        else if (strcmp(name, "min") == 0)
+            vmin = qv;
+        else if (strcmp(name, "max") == 0)
+            vmax = qv;
+        else if (strcmp(name, "distribution") == 0)
+            vdist = qv;
+        else
+            unknown_in(x, qk, "a sweep parameter", name, valid);
     }
     if (values && (vmin || vmax || vdist)) {
         err_at(x, v, "%s: give either values: [...] or min/max/distribution, not both", key);
@@ -519,8 +539,10 @@ static void parse_param(ctx *x, yaml_node_t *k, yaml_node_t *v, sweep_param *p) 
     /* each bound must itself be a valid value of the key (type and range) */
     int bad = 0;
     bf_config tmp = s->base;
-    if (cfg_set_node(&tmp, key, x->doc, vmin, x->file, err, sizeof err) < 0) errs_add(x->errs, err), bad = 1;
-    if (cfg_set_node(&tmp, key, x->doc, vmax, x->file, err, sizeof err) < 0) errs_add(x->errs, err), bad = 1;
+    if (cfg_set_node(&tmp, key, x->doc, vmin, x->file, err, sizeof err) < 0)
+        errs_add(x->errs, err), bad = 1;
+    if (cfg_set_node(&tmp, key, x->doc, vmax, x->file, err, sizeof err) < 0)
+        errs_add(x->errs, err), bad = 1;
     if (bad) return;
     if (get_number(x, vmin, "min", &p->min) < 0 || get_number(x, vmax, "max", &p->max) < 0) return;
     if (!(p->min < p->max)) {
@@ -577,8 +599,10 @@ static void parse_sweep(ctx *x, yaml_node_t *v) {
                 char *end;
                 errno = 0;
                 unsigned long long u = strtoull(sval(seed), &end, 10);
-                if (!errno && !*end) s->seed = u;
-                else err_at(x, seed, "sweep.seed: expected a non-negative integer");
+                if (!errno && !*end)
+                    s->seed = u;
+                else
+                    err_at(x, seed, "sweep.seed: expected a non-negative integer");
             } else {
                 err_at(x, seed, "sweep.seed: expected a non-negative integer");
             }
@@ -600,8 +624,9 @@ static void parse_sweep(ctx *x, yaml_node_t *v) {
     }
     size_t np = (size_t)(params->data.mapping.pairs.top - params->data.mapping.pairs.start);
     if (np == 0) {
-        err_at(x, params, "sweep.parameters is empty: an empty sweep has nothing to run; give at "
-                          "least one parameter (or drop sweep: for a single run)");
+        err_at(x, params,
+               "sweep.parameters is empty: an empty sweep has nothing to run; give at "
+               "least one parameter (or drop sweep: for a single run)");
         return;
     }
     if (np > SWEEP_MAX_PARAMS) {
@@ -680,10 +705,14 @@ static void value_json(const bf_config *c, const cfg_field *f, char *out, size_t
     case CFG_T_U64:
     case CFG_T_FLOAT:
     case CFG_T_BOOL:
-    case CFG_T_PAIR: snprintf(out, n, "%s", text); return;
+    case CFG_T_PAIR:
+        snprintf(out, n, "%s", text);
+        return;
     case CFG_T_LAYERS:
-        if (text[0] == '[') snprintf(out, n, "%s", text);
-        else snprintf(out, n, "\"%s\"", text);
+        if (text[0] == '[')
+            snprintf(out, n, "%s", text);
+        else
+            snprintf(out, n, "\"%s\"", text);
         return;
     case CFG_T_SCHED: {
         const cfg_schedule *s = (const cfg_schedule *)((const char *)c + f->offset);
@@ -711,16 +740,20 @@ static void value_json(const bf_config *c, const cfg_field *f, char *out, size_t
 
 static void set_drawn(bf_config *c, const cfg_field *f, double v) {
     char *b = (char *)c + f->offset;
-    if (f->type == CFG_T_FLOAT) *(float *)b = (float)v;
-    else if (f->type == CFG_T_INT) *(int *)b = (int)v;
-    else if (f->type == CFG_T_U64) *(uint64_t *)b = (uint64_t)v;
+    if (f->type == CFG_T_FLOAT)
+        *(float *)b = (float)v;
+    else if (f->type == CFG_T_INT)
+        *(int *)b = (int)v;
+    else if (f->type == CFG_T_U64)
+        *(uint64_t *)b = (uint64_t)v;
 }
 
 /* Builds trial i into tb (config, params text, params JSON). */
 static int build_trial(const sweep_spec *s, long long i, trial_buf *tb) {
     tb->cfg = s->base;
     size_t pl = 0, jl = 0;
-    if (buf_reserve(&tb->params, &tb->params_cap, 1) < 0 || buf_reserve(&tb->json, &tb->json_cap, 3) < 0)
+    if (buf_reserve(&tb->params, &tb->params_cap, 1) < 0 ||
+        buf_reserve(&tb->json, &tb->json_cap, 3) < 0)
         return -1;
     tb->params[0] = '\0';
     strcpy(tb->json, "{");
@@ -773,7 +806,9 @@ static int build_trial(const sweep_spec *s, long long i, trial_buf *tb) {
     return 0;
 }
 
-int sweep_expand(const sweep_spec *s, sweep_trial_fn fn, void *ud, char *err, size_t errlen) {
+/* with_text = 0 skips the dump and hash (validation needs only the config). */
+static int expand_impl(const sweep_spec *s, int with_text, sweep_trial_fn fn, void *ud, char *err,
+                       size_t errlen) {
     trial_buf tb;
     memset(&tb, 0, sizeof tb);
     int rc = 0;
@@ -784,20 +819,23 @@ int sweep_expand(const sweep_spec *s, sweep_trial_fn fn, void *ud, char *err, si
             rc = -1;
             break;
         }
-        size_t need = cfg_dump(&tb.cfg, NULL, 0);
-        if (buf_reserve(&tb.dump, &tb.dump_cap, need + 1) < 0) {
-            snprintf(err, errlen, "sweep_expand: out of memory");
-            rc = -1;
-            break;
-        }
-        cfg_dump(&tb.cfg, tb.dump, need + 1);
         sweep_trial t;
+        memset(&t, 0, sizeof t);
+        if (with_text) {
+            size_t need = cfg_dump(&tb.cfg, NULL, 0);
+            if (buf_reserve(&tb.dump, &tb.dump_cap, need + 1) < 0) {
+                snprintf(err, errlen, "sweep_expand: out of memory");
+                rc = -1;
+                break;
+            }
+            cfg_dump(&tb.cfg, tb.dump, need + 1);
+            cfg_hash(&tb.cfg, t.hash);
+        }
         t.index = i;
         t.config = &tb.cfg;
         t.params = tb.params;
         t.params_json = tb.json;
-        t.config_text = tb.dump;
-        cfg_hash(&tb.cfg, t.hash);
+        t.config_text = tb.dump ? tb.dump : "";
         rc = fn(ud, &t);
     }
     free(tb.params);
@@ -806,12 +844,20 @@ int sweep_expand(const sweep_spec *s, sweep_trial_fn fn, void *ud, char *err, si
     return rc;
 }
 
+int sweep_expand(const sweep_spec *s, sweep_trial_fn fn, void *ud, char *err, size_t errlen) {
+    return expand_impl(s, 1, fn, ud, err, errlen);
+}
+
 const char *sweep_dist_name(sweep_dist d) {
     switch (d) {
-    case SWEEP_DIST_VALUES: return "values";
-    case SWEEP_DIST_UNIFORM: return "uniform";
-    case SWEEP_DIST_LOG_UNIFORM: return "log_uniform";
-    case SWEEP_DIST_INT_UNIFORM: return "int_uniform";
+    case SWEEP_DIST_VALUES:
+        return "values";
+    case SWEEP_DIST_UNIFORM:
+        return "uniform";
+    case SWEEP_DIST_LOG_UNIFORM:
+        return "log_uniform";
+    case SWEEP_DIST_INT_UNIFORM:
+        return "int_uniform";
     }
     return "?";
 }
@@ -837,6 +883,16 @@ static void msg_position(ctx *x, const char *msg, size_t *line, size_t *col) {
     key[i] = '\0';
     *line = x->root ? x->root->start_mark.line + 1 : 1;
     *col = x->root ? x->root->start_mark.column + 1 : 1;
+    /* a swept key the message names is the likeliest culprit */
+    for (int p = 0; p < x->spec->n_params; p++) {
+        const char *hit = strstr(msg, x->spec->params[p].key);
+        size_t kl = strlen(x->spec->params[p].key);
+        if (hit && !(isalnum((unsigned char)hit[kl]) || hit[kl] == '_' || hit[kl] == '.')) {
+            *line = (size_t)x->spec->params[p].line;
+            *col = (size_t)x->spec->params[p].col;
+            return;
+        }
+    }
     if (!cfg_key_known(key)) return;
     for (int p = 0; p < x->spec->n_params; p++)
         if (strcmp(x->spec->params[p].key, key) == 0) {
@@ -884,7 +940,7 @@ static void validate_trials(ctx *x) {
     v.x = x;
     char err[256];
     long long n = s->is_sweep ? s->n_trials : 1;
-    sweep_expand(s, validate_trial, &v, err, sizeof err);
+    expand_impl(s, 0, validate_trial, &v, err, sizeof err);
     for (int j = 0; j < v.n; j++) {
         size_t line, col;
         msg_position(x, v.msg[j], &line, &col);
@@ -899,8 +955,9 @@ static void validate_trials(ctx *x) {
             if (pl && params[pl - 1] == '\n') params[--pl] = '\0';
             for (char *c = params; *c; c++)
                 if (*c == '\n') *c = ',';
-            snprintf(full, sizeof full, "%s:%zu:%zu: %s (in %lld of %lld trials; first: trial %lld, %s)",
-                     x->file, line, col, v.msg[j], v.count[j], n, v.first[j], params);
+            snprintf(full, sizeof full,
+                     "%s:%zu:%zu: %s (in %lld of %lld trials; first: trial %lld, %s)", x->file,
+                     line, col, v.msg[j], v.count[j], n, v.first[j], params);
         }
         errs_add(x->errs, full);
         free(v.msg[j]);
@@ -996,7 +1053,8 @@ static void load_doc(ctx *x) {
             for (int i = 0; i < nk && !clash; i++) {
                 yaml_node_t *bk = NULL;
                 if (x->base_node && find_path(x, x->base_node, sub_keys[i], &bk)) {
-                    err_at(x, k, "'%s' is set both at top level and in base (line %zu); set it once",
+                    err_at(x, k,
+                           "'%s' is set both at top level and in base (line %zu); set it once",
                            sub_keys[i], bk->start_mark.line + 1);
                     clash = 1;
                 }
@@ -1023,7 +1081,8 @@ static void load_doc(ctx *x) {
                             /* position at the key, with the schema's suggestion */
                             if (cfg_set_node(&s->base, fk, d, qk, x->file, err, sizeof err) < 0)
                                 errs_add(x->errs, err);
-                        } else if (cfg_set_node(&s->base, fk, d, qv, x->file, err, sizeof err) < 0) {
+                        } else if (cfg_set_node(&s->base, fk, d, qv, x->file, err, sizeof err) <
+                                   0) {
                             errs_add(x->errs, err);
                         }
                     }
@@ -1059,8 +1118,9 @@ int sweep_load_string(const char *text, size_t len, const char *file, sweep_spec
     char line[MSG_MAX + CFG_PATH_MAX];
     if (!file) file = "sweep";
     if (len == 0 || strspn(text, " \t\r\n") == len) {
-        snprintf(line, sizeof line, "%s:1:1: empty sweep file: expected a mapping with base/sweep "
-                                    "keys, or a config",
+        snprintf(line, sizeof line,
+                 "%s:1:1: empty sweep file: expected a mapping with base/sweep "
+                 "keys, or a config",
                  file);
         errs_add(errs, line);
         return -1;
@@ -1097,15 +1157,17 @@ int sweep_load_string(const char *text, size_t len, const char *file, sweep_spec
         snprintf(line, sizeof line, "%s:1:1: out of memory", file);
         errs_add(errs, line);
     } else if (!root || (root->type == YAML_SCALAR_NODE && root->data.scalar.length == 0)) {
-        snprintf(line, sizeof line, "%s:1:1: empty sweep file: expected a mapping with base/sweep "
-                                    "keys, or a config",
+        snprintf(line, sizeof line,
+                 "%s:1:1: empty sweep file: expected a mapping with base/sweep "
+                 "keys, or a config",
                  file);
         errs_add(errs, line);
     } else if (cfg_yaml_check_expansion(&doc, file, err, sizeof err) < 0) {
         errs_add(errs, err);
     } else if (root->type != YAML_MAPPING_NODE) {
-        snprintf(line, sizeof line, "%s:%zu:%zu: expected a mapping at top level (name, base, "
-                                    "sweep, ...), got %s",
+        snprintf(line, sizeof line,
+                 "%s:%zu:%zu: expected a mapping at top level (name, base, "
+                 "sweep, ...), got %s",
                  file, root->start_mark.line + 1, root->start_mark.column + 1, kind_name(root));
         errs_add(errs, line);
     } else {

@@ -21,7 +21,12 @@ extern "C" {
 #define SWEEP_MAX_ERRORS 100 /* messages kept; the count goes on */
 
 typedef enum { SWEEP_GRID = 0, SWEEP_RANDOM } sweep_method;
-typedef enum { SWEEP_DIST_VALUES = 0, SWEEP_DIST_UNIFORM, SWEEP_DIST_LOG_UNIFORM, SWEEP_DIST_INT_UNIFORM } sweep_dist;
+typedef enum {
+    SWEEP_DIST_VALUES = 0,
+    SWEEP_DIST_UNIFORM,
+    SWEEP_DIST_LOG_UNIFORM,
+    SWEEP_DIST_INT_UNIFORM
+} sweep_dist;
 typedef enum { SWEEP_STOP_NONE = 0, SWEEP_STOP_MEDIAN, SWEEP_STOP_THRESHOLD } sweep_stop_method;
 
 /* Error list filled by sweep_load_*; every message is a complete line. */

@@ -44,16 +44,16 @@ static int load(const char *text, bf_config *c, char *err, size_t n) {
     return cfg_load_file(c, yaml_file(text), err, n);
 }
 
-#define ASSERT_ERR(text, pos, needle)                                                             \
-    do {                                                                                          \
-        bf_config c_;                                                                             \
-        char e_[1024] = "";                                                                       \
-        cr_assert_eq(load(text, &c_, e_, sizeof e_), -1, "accepted: %s", text);                  \
-        char want_[600];                                                                          \
-        snprintf(want_, sizeof want_, "%s/c.yaml:%s: ", tmpdir, pos);                             \
-        cr_assert(strncmp(e_, want_, strlen(want_)) == 0, "position: got '%s', want '%s'", e_,  \
-                  want_);                                                                         \
-        cr_assert(strstr(e_, needle), "message '%s' lacks '%s'", e_, needle);                    \
+#define ASSERT_ERR(text, pos, needle)                                                              \
+    do {                                                                                           \
+        bf_config c_;                                                                              \
+        char e_[1024] = "";                                                                        \
+        cr_assert_eq(load(text, &c_, e_, sizeof e_), -1, "accepted: %s", text);                    \
+        char want_[600];                                                                           \
+        snprintf(want_, sizeof want_, "%s/c.yaml:%s: ", tmpdir, pos);                              \
+        cr_assert(strncmp(e_, want_, strlen(want_)) == 0, "position: got '%s', want '%s'", e_,     \
+                  want_);                                                                          \
+        cr_assert(strstr(e_, needle), "message '%s' lacks '%s'", e_, needle);                      \
     } while (0)
 
 Test(cfg, defaults_match_design) {
@@ -175,9 +175,9 @@ Test(cfg, set_overrides) {
     char err[512];
     cr_assert_eq(cfg_set(&c, "model.layers=6", err, sizeof err), 0, "%s", err);
     cr_assert_eq(cfg_set(&c, " budget.range = [0.2, 0.4]", err, sizeof err), 0, "%s", err);
-    cr_assert_eq(cfg_set(&c, "budget.noise={schedule: constant, start: 0.5, end: 0.5}", err,
-                         sizeof err),
-                 0, "%s", err);
+    cr_assert_eq(
+        cfg_set(&c, "budget.noise={schedule: constant, start: 0.5, end: 0.5}", err, sizeof err), 0,
+        "%s", err);
     cr_assert_eq(cfg_set(&c, "budget.temperature={end: 0.05}", err, sizeof err), 0, "%s", err);
     cr_assert_eq(cfg_set(&c, "budget.enabled=false", err, sizeof err), 0, "%s", err);
     cr_assert_eq(cfg_set(&c, "distill.replace_layers=auto:5", err, sizeof err), 0, "%s", err);
@@ -193,9 +193,11 @@ Test(cfg, set_overrides) {
     cr_assert_eq(c.distill.replace_auto, 5);
 
     cr_assert_eq(cfg_set(&c, "model.layer=3", err, sizeof err), -1);
-    cr_assert_str_eq(err, "--set model.layer: unknown key 'model.layer'; did you mean 'model.layers'?");
+    cr_assert_str_eq(err,
+                     "--set model.layer: unknown key 'model.layer'; did you mean 'model.layers'?");
     cr_assert_eq(cfg_set(&c, "model.layers=0", err, sizeof err), -1);
-    cr_assert_str_eq(err, "--set model.layers: model.layers: 0 is out of range; valid range is [1, 64]");
+    cr_assert_str_eq(err,
+                     "--set model.layers: model.layers: 0 is out of range; valid range is [1, 64]");
     cr_assert_eq(cfg_set(&c, "model.layers", err, sizeof err), -1);
     cr_assert(strstr(err, "expected KEY=VALUE"), "%s", err);
     cr_assert_eq(cfg_set(&c, "model.layers=[1,", err, sizeof err), -1);
@@ -214,7 +216,8 @@ Test(cfg, set_value_where_prefix) {
 }
 
 Test(cfg, error_unknown_key_suggests) {
-    ASSERT_ERR("model:\n  layer: 4\n", "2:3", "unknown key 'model.layer'; did you mean 'model.layers'?");
+    ASSERT_ERR("model:\n  layer: 4\n", "2:3",
+               "unknown key 'model.layer'; did you mean 'model.layers'?");
     ASSERT_ERR("model.d_modle: 4\n", "1:1", "did you mean 'model.d_model'?");
     ASSERT_ERR("modle: {layers: 4}\n", "1:1", "unknown key 'modle'; did you mean 'model'?");
     ASSERT_ERR("zzzzzzzzzzzzzzzzzz: 1\n", "1:1", "unknown key 'zzzzzzzzzzzzzzzzzz'");
@@ -243,12 +246,14 @@ Test(cfg, error_wrong_type) {
 }
 
 Test(cfg, error_out_of_range) {
-    ASSERT_ERR("model:\n  heads: 0\n", "2:10", "model.heads: 0 is out of range; valid range is [1, 256]");
+    ASSERT_ERR("model:\n  heads: 0\n", "2:10",
+               "model.heads: 0 is out of range; valid range is [1, 256]");
     ASSERT_ERR("budget.range: [0.2, 1.5]\n", "1:21", "1.5 is out of range; valid range is [0, 1]");
     ASSERT_ERR("train.lr: 20\n", "1:11", "valid range is [1e-09, 10]");
     ASSERT_ERR("budget.temperature: {schedule: exp, start: 0, end: 1}\n", "1:44",
                "valid range is [1e-06, 1e+06]");
-    ASSERT_ERR("distill.replace_layers: [64]\n", "1:26", "layer 64 is out of range; valid range is [0, 63]");
+    ASSERT_ERR("distill.replace_layers: [64]\n", "1:26",
+               "layer 64 is out of range; valid range is [0, 63]");
 }
 
 Test(cfg, error_enum_lists_choices) {
@@ -260,7 +265,8 @@ Test(cfg, error_enum_lists_choices) {
 }
 
 Test(cfg, error_duplicate_keys) {
-    ASSERT_ERR("model:\n  layers: 2\n  layers: 3\n", "3:3", "duplicate key 'layers' (first at line 2, column 3)");
+    ASSERT_ERR("model:\n  layers: 2\n  layers: 3\n", "3:3",
+               "duplicate key 'layers' (first at line 2, column 3)");
     ASSERT_ERR("model: {layers: 2}\nmodel.layers: 3\n", "2:1",
                "duplicate key 'model.layers' (first set at line 1, column 9)");
     ASSERT_ERR("model: {layers: 2}\nmodel: {heads: 2}\n", "2:1", "duplicate key 'model'");
@@ -345,8 +351,8 @@ Test(cfg, validate_cross_keys) {
     }
     c.model.d_model = 100;
     cr_assert_eq(cfg_validate(&c, err, sizeof err), -1);
-    cr_assert(strstr(err, "2^n or 12*2^n") && strstr(err, "got 100 (nearest valid: 96 or 128)"), "%s",
-              err);
+    cr_assert(strstr(err, "2^n or 12*2^n") && strstr(err, "got 100 (nearest valid: 96 or 128)"),
+              "%s", err);
 
     cfg_defaults(&c);
     c.budget.range[0] = 0.7f;
@@ -374,8 +380,7 @@ Test(cfg, dump_round_trips_and_hash_is_stable) {
     cr_assert_eq(cfg_dump(&c, buf, need + 1), need);
     cr_assert_eq(strlen(buf), need);
     cr_assert(strstr(buf, "attn.out_proj: dense\n"), "%s", buf);
-    cr_assert(strstr(buf, "budget.temperature: {schedule: exp, start: 1, end: 0.1}\n"), "%s",
-              buf);
+    cr_assert(strstr(buf, "budget.temperature: {schedule: exp, start: 1, end: 0.1}\n"), "%s", buf);
     cr_assert(strstr(buf, "distill.replace_layers: [9, 10, 11]\n"), "%s", buf);
     cr_assert(strstr(buf, "data.path: \"we\\\"ird: path\\x09tab\"\n"), "%s", buf);
     /* keys are sorted */

@@ -1,0 +1,552 @@
+/* test_store — the SQLite job store on real files: schema and migrations,
+ * submit, the trial state machine (legal and illegal edges, retries),
+ * queries, metric resends and paging, a submit killed with SIGKILL, and
+ * metric insert throughput (printed, not asserted). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "jobs/store.h"
+#include "jobs/sweep.h"
+
+static char tmpdir[256];
+
+static void setup(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/bf_test_store_XXXXXX");
+    cr_assert_not_null(mkdtemp(tmpdir));
+    unsetenv("BF_DATA");
+}
+
+static void teardown(void) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(store, .init = setup, .fini = teardown);
+
+static const char *path_in(const char *name) {
+    static char p[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(p[k], sizeof p[k], "%s/%s", tmpdir, name);
+    return p[k];
+}
+
+static store *open_store(const char *name) {
+    store *s = NULL;
+    char err[512];
+    cr_assert_eq(store_open(path_in(name), &s, err, sizeof err), 0, "%s", err);
+    return s;
+}
+
+static sweep_spec *spec_from(const char *text) {
+    sweep_spec *sp = NULL;
+    sweep_errors e = {0};
+    int rc = sweep_load_string(text, strlen(text), "t.yaml", &sp, &e);
+    cr_assert_eq(rc, 0, "%s", e.n ? e.msgs[0] : "?");
+    sweep_errors_free(&e);
+    return sp;
+}
+
+static int64_t submit(store *s, const char *text) {
+    sweep_spec *sp = spec_from(text);
+    int64_t job = 0;
+    char err[512];
+    cr_assert_eq(store_submit(s, sp, text, &job, err, sizeof err), 0, "%s", err);
+    sweep_spec_destroy(&sp);
+    return job;
+}
+
+static const char *SIX = "name: six\nsweep:\n  parameters:\n"
+                         "    budget.range: {values: [[0.1, 0.3], [0.3, 0.6], [0.6, 1.0]]}\n"
+                         "    train.seed: {values: [1, 2]}\n"
+                         "metric: {name: val/acc, goal: max}\nretries: 1\n";
+
+static int64_t trial_id(store *s, int64_t job, long long index) {
+    store_trial *t;
+    size_t n;
+    char err[512];
+    cr_assert_eq(store_job_trials(s, job, &t, &n, err, sizeof err), 0, "%s", err);
+    cr_assert(index < (long long)n);
+    int64_t id = t[index].id;
+    store_trials_free(t, n);
+    return id;
+}
+
+static trial_state state_of(store *s, int64_t id, int *attempts) {
+    store_trial t;
+    char err[512];
+    cr_assert_eq(store_get_trial(s, id, &t, err, sizeof err), 0, "%s", err);
+    trial_state st = t.state;
+    if (attempts) *attempts = t.attempts;
+    store_trial_free(&t);
+    return st;
+}
+
+Test(store, schema_versions_and_wal) {
+    store *s = open_store("a.db");
+    cr_assert_eq(store_schema_version(s), STORE_SCHEMA_VERSION);
+    store_close(&s);
+    cr_assert_null(s);
+    s = open_store("a.db"); /* reopening an up-to-date database is a no-op */
+    cr_assert_eq(store_schema_version(s), STORE_SCHEMA_VERSION);
+    store_close(&s);
+    /* WAL files exist next to the database while it is open */
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(path_in("a.db"), &db), SQLITE_OK);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &st, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 0), "wal");
+    sqlite3_finalize(st);
+    /* a database from a newer build is refused, not written */
+    cr_assert_eq(sqlite3_exec(db, "PRAGMA user_version = 99", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    char err[512];
+    cr_assert_eq(store_open(path_in("a.db"), &s, err, sizeof err), -1);
+    cr_assert(strstr(err, "database schema version 99 is newer than this build knows (2)"), "%s",
+              err);
+    cr_assert_null(s);
+    /* not a database */
+    FILE *fp = fopen(path_in("junk.db"), "w");
+    fputs("this is not sqlite, just text that is long enough to have a header..........\n", fp);
+    fclose(fp);
+    cr_assert_eq(store_open(path_in("junk.db"), &s, err, sizeof err), -1);
+    cr_assert(strstr(err, "file is not a database"), "%s", err);
+}
+
+Test(store, migrates_v1_with_metrics) {
+    char err[512];
+    cr_assert_eq(store_create_at_version(path_in("old.db"), 1, err, sizeof err), 0, "%s", err);
+    /* an old build's data: one job, one trial, some metrics */
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(path_in("old.db"), &db), SQLITE_OK);
+    const char *sql =
+        "INSERT INTO jobs(id, name, pipeline, metric_name, metric_goal, n_trials, submitted)"
+        " VALUES (1, 'old', 'lm', 'val/loss', 'min', 1, 1.0);"
+        "INSERT INTO trials(id, job, idx, state, hash, params, config, updated)"
+        " VALUES (1, 1, 0, 'RUNNING', 'h', '{}', 'c', 1.0);"
+        "INSERT INTO metric_names(id, name) VALUES (1, 'val/loss');"
+        "INSERT INTO metrics VALUES (1, 1, 1, 100, 3.0, 1.0), (1, 2, 1, 200, 2.0, 2.0),"
+        " (1, 3, 1, 300, 2.5, 3.0);";
+    char *msg = NULL;
+    cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, &msg), SQLITE_OK, "%s", msg);
+    sqlite3_close(db);
+    store *s = open_store("old.db");
+    cr_assert_eq(store_schema_version(s), 2);
+    store_trial *t;
+    size_t n;
+    cr_assert_eq(store_job_trials(s, 1, &t, &n, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(n, 1);
+    cr_assert_str_eq(t[0].latest_json, "{\"val/loss\":{\"step\":300,\"value\":2.5}}");
+    cr_assert_float_eq(t[0].best, 2.0, 1e-12, "best of a min metric is its minimum");
+    store_trials_free(t, n);
+    store_close(&s);
+}
+
+Test(store, submit_writes_job_and_trials) {
+    store *s = open_store("j.db");
+    int64_t job = submit(s, SIX);
+    cr_assert_gt(job, 0);
+    long long c;
+    char err[512];
+    cr_assert_eq(store_count_trials(s, job, -1, &c, err, sizeof err), 0);
+    cr_assert_eq(c, 6);
+    cr_assert_eq(store_count_trials(s, job, TRIAL_PENDING, &c, err, sizeof err), 0);
+    cr_assert_eq(c, 6);
+    store_trial *t;
+    size_t n;
+    cr_assert_eq(store_job_trials(s, job, &t, &n, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(n, 6);
+    cr_assert_eq(t[3].index, 3);
+    cr_assert_str_eq(t[3].params_json, "{\"budget.range\": [0.3, 0.6], \"train.seed\": 2}");
+    cr_assert_eq(t[3].retries, 1);
+    cr_assert(isnan(t[3].best));
+    cr_assert_eq(strlen(t[3].hash), 16);
+    int64_t id = t[3].id;
+    store_trials_free(t, n);
+    store_trial one;
+    cr_assert_eq(store_get_trial(s, id, &one, err, sizeof err), 0, "%s", err);
+    cr_assert(strstr(one.config, "budget.range: [0.3, 0.6]\n"), "%s", one.config);
+    cr_assert(strstr(one.config, "train.seed: 2\n"));
+    store_trial_free(&one);
+    cr_assert_eq(store_get_trial(s, 999999, &one, err, sizeof err), -1);
+    cr_assert_str_eq(err, "no trial with id 999999");
+    store_close(&s);
+}
+
+Test(store, legal_transitions_and_attempts) {
+    store *s = open_store("t.db");
+    int64_t job = submit(s, SIX);
+    char err[512];
+    int64_t a = trial_id(s, job, 0), b = trial_id(s, job, 1), c = trial_id(s, job, 2);
+    int64_t d = trial_id(s, job, 3), e = trial_id(s, job, 4);
+    cr_assert_eq(store_trial_transition(s, a, TRIAL_RUNNING, "rank 0 on host x", err, sizeof err),
+                 0, "%s", err);
+    cr_assert_eq(store_trial_transition(s, a, TRIAL_COMPLETED, NULL, err, sizeof err), 0, "%s",
+                 err);
+    cr_assert_eq(store_trial_transition(s, b, TRIAL_RUNNING, NULL, err, sizeof err), 0);
+    cr_assert_eq(store_trial_transition(s, b, TRIAL_STOPPED, "median rule", err, sizeof err), 0);
+    cr_assert_eq(store_trial_transition(s, c, TRIAL_CANCELLED, NULL, err, sizeof err), 0);
+    cr_assert_eq(store_trial_transition(s, d, TRIAL_RUNNING, NULL, err, sizeof err), 0);
+    cr_assert_eq(store_trial_transition(s, d, TRIAL_CANCELLED, NULL, err, sizeof err), 0);
+    int att;
+    cr_assert_eq(state_of(s, a, &att), TRIAL_COMPLETED);
+    cr_assert_eq(att, 1);
+    cr_assert_eq(state_of(s, b, NULL), TRIAL_STOPPED);
+    cr_assert_eq(state_of(s, c, &att), TRIAL_CANCELLED);
+    cr_assert_eq(att, 0);
+    /* retries: 1 -> the trial may run twice */
+    int requeued;
+    cr_assert_eq(store_trial_transition(s, e, TRIAL_RUNNING, NULL, err, sizeof err), 0);
+    cr_assert_eq(store_trial_fail(s, e, "worker exited 1", &requeued, err, sizeof err), 0, "%s",
+                 err);
+    cr_assert_eq(requeued, 1);
+    cr_assert_eq(state_of(s, e, &att), TRIAL_PENDING);
+    cr_assert_eq(att, 1);
+    cr_assert_eq(store_trial_transition(s, e, TRIAL_RUNNING, NULL, err, sizeof err), 0);
+    cr_assert_eq(store_trial_fail(s, e, "worker exited 1 again", &requeued, err, sizeof err), 0);
+    cr_assert_eq(requeued, 0);
+    cr_assert_eq(state_of(s, e, &att), TRIAL_FAILED);
+    cr_assert_eq(att, 2);
+    cr_assert_eq(store_trial_transition(s, e, TRIAL_PENDING, NULL, err, sizeof err), -1);
+    cr_assert(strstr(err, "has no retries left: 2 attempts made, the job allows 2 (1 + retries 1)"),
+              "%s", err);
+    /* attempts and events are recorded */
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(path_in("t.db"), &db), SQLITE_OK);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(
+                     db, "SELECT n, outcome, message FROM attempts WHERE trial = ?1 ORDER BY n", -1,
+                     &st, NULL),
+                 SQLITE_OK);
+    sqlite3_bind_int64(st, 1, e);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 1), "FAILED");
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 2), "worker exited 1");
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_assert_eq(sqlite3_column_int(st, 0), 2);
+    cr_assert_eq(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
+    cr_assert_eq(sqlite3_prepare_v2(db, "SELECT message FROM events WHERE trial = ?1 ORDER BY id",
+                                    -1, &st, NULL),
+                 SQLITE_OK);
+    sqlite3_bind_int64(st, 1, a);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 0),
+                     "PENDING -> RUNNING: rank 0 on host x");
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    /* cancel the job: only the last PENDING trial is left to cancel */
+    int nc;
+    cr_assert_eq(store_job_cancel(s, job, &nc, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(nc, 1);
+    long long pending;
+    store_count_trials(s, job, TRIAL_PENDING, &pending, err, sizeof err);
+    cr_assert_eq(pending, 0);
+    store_close(&s);
+}
+
+Test(store, illegal_transitions_are_errors) {
+    /* the whole table: exactly these edges are legal */
+    int legal = 0;
+    for (int f = 0; f < TRIAL_N_STATES; f++)
+        for (int t = 0; t < TRIAL_N_STATES; t++) legal += store_transition_legal(f, t);
+    cr_assert_eq(legal, 7);
+    store *s = open_store("i.db");
+    int64_t job = submit(s, SIX);
+    char err[512];
+    int64_t a = trial_id(s, job, 0);
+    struct {
+        trial_state to;
+        const char *msg;
+    } bad_from_pending[] = {{TRIAL_COMPLETED, "PENDING -> COMPLETED"},
+                            {TRIAL_FAILED, "PENDING -> FAILED"},
+                            {TRIAL_STOPPED, "PENDING -> STOPPED"},
+                            {TRIAL_PENDING, "PENDING -> PENDING"}};
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(store_trial_transition(s, a, bad_from_pending[i].to, NULL, err, sizeof err),
+                     -1);
+        char want[128];
+        snprintf(want, sizeof want, "illegal transition for trial %lld: %s", (long long)a,
+                 bad_from_pending[i].msg);
+        cr_assert_str_eq(err, want);
+        cr_assert_eq(state_of(s, a, NULL), TRIAL_PENDING, "a refused edge writes nothing");
+    }
+    cr_assert_eq(store_trial_transition(s, a, TRIAL_RUNNING, NULL, err, sizeof err), 0);
+    cr_assert_eq(store_trial_transition(s, a, TRIAL_RUNNING, NULL, err, sizeof err), -1);
+    cr_assert(strstr(err, "RUNNING -> RUNNING"), "%s", err);
+    cr_assert_eq(store_trial_transition(s, a, TRIAL_PENDING, NULL, err, sizeof err), -1);
+    cr_assert_eq(store_trial_transition(s, a, TRIAL_COMPLETED, NULL, err, sizeof err), 0);
+    for (int t = 0; t < TRIAL_N_STATES; t++) {
+        cr_assert_eq(store_trial_transition(s, a, (trial_state)t, NULL, err, sizeof err), -1);
+        cr_assert(strstr(err, "illegal transition"), "%s", err);
+    }
+    int requeued;
+    cr_assert_eq(store_trial_fail(s, a, "late", &requeued, err, sizeof err), -1);
+    cr_assert(strstr(err, "COMPLETED -> FAILED"), "%s", err);
+    cr_assert_eq(state_of(s, a, NULL), TRIAL_COMPLETED);
+    cr_assert_eq(store_trial_transition(s, 424242, TRIAL_RUNNING, NULL, err, sizeof err), -1);
+    cr_assert_str_eq(err, "no trial with id 424242");
+    store_close(&s);
+}
+
+Test(store, next_runnable_by_priority_then_submit_order) {
+    store *s = open_store("q.db");
+    int64_t low =
+        submit(s, "name: low\npriority: -1\nsweep: {parameters: {train.seed: {values: [1, 2]}}}\n");
+    int64_t first = submit(s, "name: first\nsweep: {parameters: {train.seed: {values: [1, 2]}}}\n");
+    int64_t high = submit(
+        s, "name: high\npriority: 10\nsweep: {parameters: {train.seed: {values: [1, 2]}}}\n");
+    int64_t second = submit(s, "name: second\n");
+    char err[512];
+    store_trial *t;
+    size_t n;
+    cr_assert_eq(store_next_runnable(s, 100, &t, &n, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(n, 7);
+    int64_t want_job[] = {high, high, first, first, second, low, low};
+    long long want_idx[] = {0, 1, 0, 1, 0, 0, 1};
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_eq(t[i].job_id, want_job[i], "row %zu", i);
+        cr_assert_eq(t[i].index, want_idx[i], "row %zu", i);
+    }
+    /* a started trial is no longer runnable */
+    cr_assert_eq(store_trial_transition(s, t[0].id, TRIAL_RUNNING, NULL, err, sizeof err), 0);
+    store_trials_free(t, n);
+    cr_assert_eq(store_next_runnable(s, 2, &t, &n, err, sizeof err), 0);
+    cr_assert_eq(n, 2);
+    cr_assert_eq(t[0].job_id, high);
+    cr_assert_eq(t[0].index, 1);
+    cr_assert_eq(t[1].job_id, first);
+    store_trials_free(t, n);
+    store_close(&s);
+}
+
+Test(store, metrics_resend_history_latest_best) {
+    store *s = open_store("m.db");
+    int64_t job = submit(s, SIX);
+    char err[512];
+    int64_t a = trial_id(s, job, 0), b = trial_id(s, job, 1), c = trial_id(s, job, 2);
+    /* trial a: val/acc over 5 evaluations, with train/loss in each seq */
+    store_metric pts[10];
+    double acc_a[] = {0.5, 0.7, 0.9, 0.8, 0.85};
+    for (int i = 0; i < 5; i++) {
+        pts[2 * i] = (store_metric){i + 1, (i + 1) * 100, "val/acc", acc_a[i], 1000.0 + i};
+        pts[2 * i + 1] =
+            (store_metric){i + 1, (i + 1) * 100, "train/loss", 2.0 - 0.1 * i, 1000.0 + i};
+    }
+    cr_assert_eq(store_metrics_insert(s, a, pts, 6, err, sizeof err), 0, "%s", err);
+    /* a resend overlapping what is stored: nothing twice, nothing lost */
+    cr_assert_eq(store_metrics_insert(s, a, pts, 10, err, sizeof err), 0, "%s", err);
+    store_metric pb[] = {{1, 100, "val/acc", 0.95, 1.0}, {2, 200, "val/acc", 0.6, 2.0}};
+    cr_assert_eq(store_metrics_insert(s, b, pb, 2, err, sizeof err), 0);
+    store_metric pc[] = {{1, 100, "val/acc", 0.1, 1.0}};
+    cr_assert_eq(store_metrics_insert(s, c, pc, 1, err, sizeof err), 0);
+    /* a NaN value and an unknown trial are errors, and roll back the batch */
+    store_metric nan_pt[] = {{9, 900, "val/acc", 0.99, 1.0}, {10, 900, "val/acc", NAN, 1.0}};
+    cr_assert_eq(store_metrics_insert(s, c, nan_pt, 2, err, sizeof err), -1);
+    cr_assert(strstr(err, "is NaN"), "%s", err);
+    cr_assert_eq(store_metrics_insert(s, 777777, pc, 1, err, sizeof err), -1);
+    cr_assert_str_eq(err, "metrics for unknown trial 777777");
+    /* points of several trials in one batch; one bad trial id rolls back all */
+    int64_t ids2[] = {c, b, 888888};
+    store_metric many[] = {
+        {2, 200, "val/acc", 0.2, 2.0}, {3, 300, "val/acc", 0.7, 3.0}, {1, 1, "val/acc", 0.1, 1.0}};
+    cr_assert_eq(store_metrics_insert_many(s, ids2, many, 3, err, sizeof err), -1);
+    cr_assert_str_eq(err, "metrics for unknown trial 888888");
+    cr_assert_eq(store_metrics_insert_many(s, ids2, many, 2, err, sizeof err), 0, "%s", err);
+    /* history from a sequence number, paged by whole seqs */
+    store_point *h;
+    size_t n;
+    cr_assert_eq(store_metric_history(s, a, 0, 1000, &h, &n, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(n, 10, "5 seqs x 2 names, resend not duplicated");
+    free(h);
+    int64_t after = 0;
+    int seen = 0, pages = 0;
+    for (;;) {
+        cr_assert_eq(store_metric_history(s, a, after, 2, &h, &n, err, sizeof err), 0);
+        if (n == 0) break;
+        pages++;
+        for (size_t i = 0; i < n; i++) {
+            cr_assert_gt(h[i].seq, after, "no repeats across pages");
+            seen++;
+        }
+        cr_assert_str_eq(h[0].name, "train/loss", "names sorted within a seq");
+        after = h[n - 1].seq;
+        free(h);
+    }
+    cr_assert_eq(seen, 10);
+    cr_assert_eq(pages, 3);
+    cr_assert_eq(store_metric_history(s, a, 3, 1, &h, &n, err, sizeof err), 0);
+    cr_assert_eq(n, 2);
+    cr_assert_eq(h[0].seq, 4);
+    cr_assert_eq(h[0].step, 400);
+    cr_assert_float_eq(h[1].value, 0.8, 1e-12);
+    free(h);
+    /* latest values per trial */
+    store_trial *t;
+    cr_assert_eq(store_job_trials(s, job, &t, &n, err, sizeof err), 0, "%s", err);
+    cr_assert_str_eq(
+        t[0].latest_json,
+        "{\"train/loss\":{\"step\":500,\"value\":1.6},\"val/acc\":{\"step\":500,\"value\":0.85}}");
+    cr_assert_float_eq(t[0].best, 0.9, 1e-12);
+    cr_assert_str_eq(t[5].latest_json, "{}");
+    store_trials_free(t, n);
+    /* best trials by the job's goal (max over each trial's points) */
+    cr_assert_eq(store_best_trials(s, job, 10, &t, &n, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(n, 3);
+    cr_assert_eq(t[0].id, b);
+    cr_assert_float_eq(t[0].best, 0.95, 1e-12);
+    cr_assert_eq(t[1].id, a);
+    cr_assert_eq(t[2].id, c);
+    store_trials_free(t, n);
+    /* goal min orders the other way */
+    int64_t job2 =
+        submit(s, "name: lm\npipeline: lm\nsweep: {parameters: {train.seed: {values: [1, 2]}}}\n");
+    int64_t x = trial_id(s, job2, 0), y = trial_id(s, job2, 1);
+    store_metric px[] = {{1, 1, "val/loss", 3.0, 1.0}, {2, 2, "val/loss", 2.0, 1.0}};
+    store_metric py[] = {{1, 1, "val/loss", 2.5, 1.0}};
+    cr_assert_eq(store_metrics_insert(s, x, px, 2, err, sizeof err), 0);
+    cr_assert_eq(store_metrics_insert(s, y, py, 1, err, sizeof err), 0);
+    cr_assert_eq(store_best_trials(s, job2, 1, &t, &n, err, sizeof err), 0);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(t[0].id, x);
+    cr_assert_float_eq(t[0].best, 2.0, 1e-12);
+    store_trials_free(t, n);
+    store_close(&s);
+}
+
+static double now_mono(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* 3 x 100 x 50 = 15,000 trials: a submit that takes a noticeable time */
+static const char *BIG = "name: big\nsweep:\n  parameters:\n"
+                         "    budget.range: {values: [[0.1, 0.3], [0.3, 0.6], [0.6, 1.0]]}\n"
+                         "    train.seed: {values: [%s]}\n    train.warmup: {values: [%s]}\n";
+
+static char *big_text(void) {
+    static char seeds[1024], warm[1024], text[4096];
+    size_t w = 0;
+    for (int i = 1; i <= 100; i++)
+        w += (size_t)snprintf(seeds + w, sizeof seeds - w, "%s%d", i > 1 ? ", " : "", i);
+    w = 0;
+    for (int i = 1; i <= 50; i++)
+        w += (size_t)snprintf(warm + w, sizeof warm - w, "%s%d", i > 1 ? ", " : "", i);
+    snprintf(text, sizeof text, BIG, seeds, warm);
+    return text;
+}
+
+Test(store, sigkill_during_submit_leaves_all_or_nothing, .timeout = 120) {
+    const char *text = big_text();
+    /* time one full submit to aim the kills inside it */
+    store *s = open_store("time.db");
+    double t0 = now_mono();
+    int64_t job = submit(s, text);
+    double dt = now_mono() - t0;
+    long long c;
+    char err[512];
+    cr_assert_eq(store_count_trials(s, job, -1, &c, err, sizeof err), 0);
+    cr_assert_eq(c, 15000);
+    store_close(&s);
+    srand((unsigned)time(NULL));
+    int killed_mid = 0, complete = 0, empty = 0;
+    for (int round = 0; round < 8; round++) {
+        char name[32];
+        snprintf(name, sizeof name, "kill%d.db", round);
+        const char *path = path_in(name);
+        /* the database exists with its schema before the child starts */
+        s = open_store(name);
+        store_close(&s);
+        int pipefd[2];
+        cr_assert_eq(pipe(pipefd), 0);
+        pid_t pid = fork();
+        cr_assert_neq(pid, -1);
+        if (pid == 0) {
+            close(pipefd[0]);
+            store *cs = NULL;
+            char cerr[512];
+            sweep_spec *sp = NULL;
+            sweep_errors e = {0};
+            if (store_open(path, &cs, cerr, sizeof cerr) < 0 ||
+                sweep_load_string(text, strlen(text), "big.yaml", &sp, &e) < 0)
+                _exit(3);
+            if (write(pipefd[1], "g", 1) != 1) _exit(4);
+            int64_t j;
+            int rc = store_submit(cs, sp, text, &j, cerr, sizeof cerr);
+            _exit(rc == 0 ? 0 : 5);
+        }
+        close(pipefd[1]);
+        char go;
+        cr_assert_eq(read(pipefd[0], &go, 1), 1, "child did not start");
+        close(pipefd[0]);
+        /* kill at a random moment within one submit (the last rounds: maybe after it) */
+        double frac = round < 6 ? 0.05 + 0.85 * rand() / RAND_MAX : 3.0 * rand() / RAND_MAX;
+        struct timespec ts = {0, (long)(frac * dt * 1e9)};
+        while (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        nanosleep(&ts, NULL);
+        kill(pid, SIGKILL);
+        int status;
+        cr_assert_eq(waitpid(pid, &status, 0), pid);
+        if (WIFSIGNALED(status))
+            killed_mid++;
+        else
+            cr_assert_eq(WEXITSTATUS(status), 0, "child failed with %d", WEXITSTATUS(status));
+        s = open_store(name);
+        long long jobs, trials = 0;
+        cr_assert_eq(store_count_jobs(s, &jobs, err, sizeof err), 0, "%s", err);
+        if (jobs == 1) cr_assert_eq(store_count_trials(s, 1, -1, &trials, err, sizeof err), 0);
+        cr_assert(jobs == 0 || (jobs == 1 && trials == 15000),
+                  "round %d: %lld jobs with %lld trials after kill at %.0f%% of a submit", round,
+                  jobs, trials, frac * 100);
+        if (jobs)
+            complete++;
+        else
+            empty++;
+        store_close(&s);
+    }
+    printf("sigkill during submit: %d rounds killed by the signal; %d left the whole job, %d left "
+           "nothing (one submit of 15000 trials: %.3f s)\n",
+           killed_mid, complete, empty, dt);
+    cr_assert_gt(empty, 0, "no round was killed inside the transaction: the test showed nothing");
+}
+
+Test(store, metric_insert_throughput) {
+    store *s = open_store("tp.db");
+    int64_t job = submit(s, SIX);
+    int64_t id = trial_id(s, job, 0);
+    const char *names[] = {"train/loss", "train/lr", "train/budget_s", "train/heads_used"};
+    enum { BATCH = 1000, BATCHES = 100 };
+    store_metric *pts = malloc(BATCH * sizeof *pts);
+    char err[512];
+    double t0 = now_mono();
+    long seq = 0;
+    for (int b = 0; b < BATCHES; b++) {
+        for (int i = 0; i < BATCH; i++) {
+            long k = (long)b * BATCH + i;
+            if (k % 4 == 0) seq++;
+            pts[i] = (store_metric){seq, seq * 10, names[k % 4], 1.0 / (double)(k + 1), 1e9 + k};
+        }
+        cr_assert_eq(store_metrics_insert(s, id, pts, BATCH, err, sizeof err), 0, "%s", err);
+    }
+    double dt = now_mono() - t0;
+    free(pts);
+    store_point *h;
+    size_t n;
+    cr_assert_eq(store_metric_history(s, id, 0, 1000000, &h, &n, err, sizeof err), 0);
+    cr_assert_eq(n, (size_t)BATCH * BATCHES);
+    free(h);
+    printf("metric insert throughput: %d points in batches of %d: %.0f points/s (%.3f s)\n",
+           BATCH * BATCHES, BATCH, BATCH * BATCHES / dt, dt);
+    store_close(&s);
+}
