@@ -25,7 +25,7 @@ TestSuite(bfctl, .init = setup, .fini = teardown);
 /* Runs `bfctl ARGS` (stdout and stderr into *out); returns the exit status. */
 static int run(const char *args, char *out, size_t n) {
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, "cd '%s' && '%s/ctl/bfctl' %s 2>&1", BF_SOURCE_DIR, BF_BIN_DIR, args);
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s/bfctl' %s 2>&1", BF_SOURCE_DIR, BF_BIN_DIR, args);
     FILE *p = popen(cmd, "r");
     cr_assert_not_null(p);
     size_t got = fread(out, 1, n - 1, p);
