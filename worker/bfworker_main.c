@@ -2,6 +2,7 @@
  *   bfworker train CONFIG.yaml [--set key=value ...] [--out DIR] [--resume] [--quiet]
  *   bfworker eval CHECKPOINT [--split val|test] [--set key=value ...]
  *   bfworker params CONFIG.yaml [--set key=value ...]
+ *   bfworker generate CHECKPOINT --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]
  */
 #include <signal.h>
 #include <stdio.h>
@@ -10,6 +11,8 @@
 
 #include "common/cfg.h"
 #include "worker/ckpt.h"
+#include "worker/comm.h"
+#include "worker/generate.h"
 #include "worker/train.h"
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 64, EXIT_PREEMPTED = 75 };
@@ -27,7 +30,9 @@ static const char *USAGE =
     "  train CONFIG.yaml   train per the config (standalone, no daemon)\n"
     "      --set KEY=VALUE   override one config key (dotted path; repeatable)\n"
     "      --out DIR         write metrics.jsonl, config.yaml, checkpoint.bin here (default runs/NAME)\n"
-    "      --resume          continue from DIR/checkpoint.bin if it exists\n"
+    "      --resume [DIR]    continue from DIR/checkpoint.bin if it exists (DIR: the --out folder)\n"
+    "      --comm-timeout S  data parallel: a collective not done in S seconds ends the rank\n"
+    "                        with status 69 (a peer died; default 600, 0 = never)\n"
     "      --quiet           no progress lines\n"
     "  eval CHECKPOINT     evaluate a checkpoint (file or its folder): accuracy, heads used,\n"
     "                      attention FLOPs and wall time\n"
@@ -35,8 +40,17 @@ static const char *USAGE =
     "      --set KEY=VALUE   e.g. --set device=cpu, --set train.batch=1\n"
     "  params CONFIG.yaml  print parameters per block and the total\n"
     "      --set KEY=VALUE\n"
+    "  generate CHECKPOINT continue a prompt with an lm checkpoint (KV cache; file or folder)\n"
+    "      --prompt TEXT     the text to continue (required; may be \"\")\n"
+    "      --tokens N        tokens to generate (default 100)\n"
+    "      --temperature T   0 = greedy; default 0.8\n"
+    "      --top-k K         sample among the K most likely tokens (default 40; 0 = all)\n"
+    "      --seed S          sampling seed (default 1)\n"
+    "      --set KEY=VALUE   e.g. --set device=cpu\n"
     "\n"
-    "SIGTERM during training writes a checkpoint and exits with status 75.\n";
+    "SIGTERM during training writes a checkpoint and exits with status 75.\n"
+    "Data parallel: mpirun -np R bfworker train ... (docs/distributed.md); exit status 1 =\n"
+    "error (all ranks end), 69 = a peer rank died or hung.\n";
 
 /* Loads CONFIG (or a checkpoint's config text) and applies --set options from argv. */
 static int load_config(bf_config *c, const char *path, int argc, char **argv, int from, char *err,
@@ -87,21 +101,74 @@ static int check_options(int argc, char **argv, int from, const char *const *wit
     return 0;
 }
 
+/* A collective that outlived --comm-timeout: a peer rank died or hangs. */
+enum { EXIT_RANK_LOST = 69 };
+
+static int train_ranks(int argc, char **argv, comm_t *comm);
+
+/* bfworker train: an MPI program when started by mpirun/srun (comm.h), a
+ * single process otherwise. An error on any rank ends every rank. */
 static int cmd_train(int argc, char **argv) {
-    static const char *const vals[] = {"--set", "--out", NULL};
+    char err[2048];
+    comm_t *comm = NULL;
+    if (comm_init(NULL, NULL, &comm, err, sizeof err)) {
+        fprintf(stderr, "bfworker: %s\n", err);
+        return EXIT_FAIL;
+    }
+    int rc = train_ranks(argc, argv, comm);
+    if (rc != EXIT_OK && rc != EXIT_PREEMPTED) comm_abort(comm, rc);
+    comm_destroy(&comm);
+    return rc;
+}
+
+static int train_ranks(int argc, char **argv, comm_t *comm) {
+    static const char *const vals[] = {"--set", "--out", "--comm-timeout", NULL};
     static const char *const flags[] = {"--resume", "--quiet", NULL};
     if (argc < 3 || argv[2][0] == '-') {
         fprintf(stderr, "bfworker train: missing CONFIG.yaml\n%s", USAGE);
         return EXIT_USAGE;
     }
-    if (check_options(argc, argv, 3, vals, flags)) return EXIT_USAGE;
+    /* --resume DIR: take DIR out of the options before checking them */
+    const char *resume_dir = NULL;
+    char **args = malloc((size_t)argc * sizeof *args);
+    int nargs = 0;
+    if (!args) return EXIT_FAIL;
+    for (int i = 0; i < argc; i++) {
+        args[nargs++] = argv[i];
+        if (i >= 3 && strcmp(argv[i], "--resume") == 0 && i + 1 < argc && argv[i + 1][0] != '-')
+            resume_dir = argv[++i];
+    }
+    argc = nargs;
+    argv = args;
     char err[2048];
+    int rank = comm_rank(comm);
+    if (check_options(argc, argv, 3, vals, flags)) {
+        free(args);
+        return EXIT_USAGE;
+    }
     bf_config c;
     if (load_config(&c, argv[2], argc, argv, 3, err, sizeof err)) {
         fprintf(stderr, "bfworker: %s\n", err);
+        free(args);
         return EXIT_USAGE;
     }
+    const char *timeout = opt_value(argc, argv, 3, "--comm-timeout");
+    char *end = NULL;
+    double timeout_s = timeout ? strtod(timeout, &end) : 600.0;
+    if (timeout && (end == timeout || *end || !(timeout_s >= 0) || timeout_s > 1e7)) {
+        fprintf(stderr, "bfworker: --comm-timeout must be seconds in [0, 1e7], got '%s'\n", timeout);
+        free(args);
+        return EXIT_USAGE;
+    }
+    comm_set_timeout(comm, timeout_s, EXIT_RANK_LOST);
     const char *out = opt_value(argc, argv, 3, "--out");
+    if (resume_dir && out && strcmp(resume_dir, out) != 0) {
+        fprintf(stderr, "bfworker: --resume %s and --out %s name different folders; give one\n",
+                resume_dir, out);
+        free(args);
+        return EXIT_USAGE;
+    }
+    if (resume_dir) out = resume_dir;
     char outbuf[1024];
     if (!out) {
         char hash[17];
@@ -115,13 +182,18 @@ static int cmd_train(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     train_opts o = {.out_dir = out, .resume = has_flag(argc, argv, 3, "--resume"),
-                    .quiet = has_flag(argc, argv, 3, "--quiet"), .stop = &stop_requested};
-    if (!o.quiet) fprintf(stderr, "bfworker: training %s into %s\n", c.pipeline, out);
+                    .quiet = has_flag(argc, argv, 3, "--quiet"), .stop = &stop_requested,
+                    .comm = comm};
+    free(args);
+    if (!o.quiet && rank == 0) fprintf(stderr, "bfworker: training %s into %s\n", c.pipeline, out);
     train_result r;
     int rc = train_run(&c, &o, &r, err, sizeof err);
     if (rc == TRAIN_PREEMPTED) return EXIT_PREEMPTED;
     if (rc != TRAIN_OK) {
-        fprintf(stderr, "bfworker: %s\n", err);
+        if (comm_world(comm) > 1)
+            fprintf(stderr, "bfworker: rank %d/%d: %s\n", rank, comm_world(comm), err);
+        else
+            fprintf(stderr, "bfworker: %s\n", err);
         return EXIT_FAIL;
     }
     return EXIT_OK;
@@ -259,6 +331,137 @@ static int cmd_params(int argc, char **argv) {
     return EXIT_OK;
 }
 
+/* Parses a number option of generate into [lo, hi]; returns 0, or -1 after
+ * saying what was wrong. */
+static int generate_number(int argc, char **argv, const char *name, double lo, double hi,
+                           double *v) {
+    const char *text = opt_value(argc, argv, 3, name);
+    if (!text) return 0;
+    char *end;
+    double x = strtod(text, &end);
+    if (end == text || *end || !(x >= lo && x <= hi)) {
+        fprintf(stderr, "bfworker generate: %s must be a number in [%g, %g], got '%s'\n", name, lo,
+                hi, text);
+        return -1;
+    }
+    *v = x;
+    return 0;
+}
+
+/* Decodes ids, one line per EOS-separated segment (the corpus stream ends
+ * every line with EOS), into f. */
+static int print_text(FILE *f, const tok_t *tok, const int32_t *ids, size_t n, char *err,
+                      size_t errlen) {
+    size_t start = 0;
+    for (size_t i = 0; i <= n; i++) {
+        if (i < n && ids[i] != TOK_EOS) continue;
+        char *text = NULL;
+        if (tok_decode(tok, ids + start, i - start, &text, err, errlen)) return -1;
+        fputs(text, f);
+        if (i < n) fputc('\n', f);
+        free(text);
+        start = i + 1;
+    }
+    fputc('\n', f);
+    return 0;
+}
+
+static int cmd_generate(int argc, char **argv) {
+    static const char *const vals[] = {"--prompt", "--tokens", "--temperature", "--top-k",
+                                       "--seed", "--set", NULL};
+    static const char *const flags[] = {NULL};
+    if (argc < 3 || argv[2][0] == '-') {
+        fprintf(stderr, "bfworker generate: missing CHECKPOINT\n%s", USAGE);
+        return EXIT_USAGE;
+    }
+    if (check_options(argc, argv, 3, vals, flags)) return EXIT_USAGE;
+    const char *prompt = opt_value(argc, argv, 3, "--prompt");
+    if (!prompt) {
+        fprintf(stderr, "bfworker generate: --prompt TEXT is required\n");
+        return EXIT_USAGE;
+    }
+    double tokens = 100, temperature = 0.8, top_k = 40, seed = 1;
+    if (generate_number(argc, argv, "--tokens", 0, 100000, &tokens) ||
+        generate_number(argc, argv, "--temperature", 0, 100, &temperature) ||
+        generate_number(argc, argv, "--top-k", 0, 1 << 20, &top_k) ||
+        generate_number(argc, argv, "--seed", 0, 9007199254740992.0, &seed))
+        return EXIT_USAGE;
+    if (tokens != (int)tokens || top_k != (int)top_k) {
+        fprintf(stderr, "bfworker generate: --tokens and --top-k take whole numbers\n");
+        return EXIT_USAGE;
+    }
+    char err[2048];
+    ckpt_state s;
+    if (ckpt_read(argv[2], &s, err, sizeof err)) {
+        fprintf(stderr, "bfworker: %s\n", err);
+        return EXIT_FAIL;
+    }
+    bf_config c;
+    if (config_from_text(&c, s.cfg_text, err, sizeof err)) {
+        fprintf(stderr, "bfworker: checkpoint config: %s\n", err);
+        ckpt_free(&s);
+        return EXIT_FAIL;
+    }
+    for (int i = 3; i < argc; i++)
+        if (strcmp(argv[i], "--set") == 0 && cfg_set(&c, argv[++i], err, sizeof err)) {
+            fprintf(stderr, "bfworker: %s\n", err);
+            ckpt_free(&s);
+            return EXIT_USAGE;
+        }
+    if (strcmp(c.pipeline, "lm") != 0) {
+        fprintf(stderr, "bfworker generate: %s is a '%s' checkpoint; generate needs pipeline lm\n",
+                argv[2], c.pipeline);
+        ckpt_free(&s);
+        return EXIT_FAIL;
+    }
+    const bk_backend *be;
+    pipe_data d;
+    memset(&d, 0, sizeof d);
+    model m;
+    memset(&m, 0, sizeof m);
+    gen_state g;
+    memset(&g, 0, sizeof g);
+    int32_t *ids = NULL;
+    int *all = NULL;
+    int rc = EXIT_FAIL;
+    if (bk_select(c.device, &be, err, sizeof err) || pipe_data_open(&c, &d, 1, err, sizeof err))
+        goto done;
+    model_shape sh = train_model_shape(&c, &d);
+    if (model_create(&m, &sh, be, 1, err, sizeof err)) goto done;
+    if (m.P.numel != s.n_params) {
+        snprintf(err, sizeof err, "checkpoint has %zu parameters but its config builds %zu",
+                 s.n_params, m.P.numel);
+        goto done;
+    }
+    be->to_device(m.P.data, s.params, s.n_params * sizeof(float));
+    if (gen_create(&g, &m, 1, err, sizeof err)) goto done;
+    size_t n_ids = 0;
+    if (tok_encode(d.tok, prompt, strlen(prompt), &ids, &n_ids, err, sizeof err)) goto done;
+    /* context: EOS first, as after the previous line of the corpus */
+    int n_new = (int)tokens;
+    all = malloc((n_ids + 1 + (size_t)n_new) * sizeof(int));
+    if (!all) {
+        snprintf(err, sizeof err, "out of memory");
+        goto done;
+    }
+    all[0] = TOK_EOS;
+    for (size_t i = 0; i < n_ids; i++) all[1 + i] = ids[i];
+    gen_sampler gs = {.temperature = (float)temperature, .top_k = (int)top_k, .seed = (uint64_t)seed};
+    if (gen_generate(&g, all, (int)n_ids + 1, n_new, &gs, all + 1 + n_ids, err, sizeof err))
+        goto done;
+    if (print_text(stdout, d.tok, all + 1, n_ids + (size_t)n_new, err, sizeof err)) goto done;
+    rc = EXIT_OK;
+done:
+    if (rc) fprintf(stderr, "bfworker: %s\n", err);
+    free(all);
+    free(ids);
+    gen_destroy(&g);
+    model_destroy(&m);
+    pipe_data_close(&d);
+    ckpt_free(&s);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         fputs(USAGE, argc < 2 ? stderr : stdout);
@@ -267,6 +470,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "train") == 0) return cmd_train(argc, argv);
     if (strcmp(argv[1], "eval") == 0) return cmd_eval(argc, argv);
     if (strcmp(argv[1], "params") == 0) return cmd_params(argc, argv);
-    fprintf(stderr, "bfworker: unknown command '%s' (valid: train, eval, params; see --help)\n", argv[1]);
+    if (strcmp(argv[1], "generate") == 0) return cmd_generate(argc, argv);
+    fprintf(stderr, "bfworker: unknown command '%s' (valid: train, eval, params, generate; see --help)\n", argv[1]);
     return EXIT_USAGE;
 }

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 static const char MAGIC[8] = {'B', 'F', 'C', 'K', 'P', 'T', 0, 0};
-#define HEADER_BYTES 72
+#define HEADER_BYTES 80
 #define FNV_INIT 1469598103934665603ull
 
 static uint64_t fnv(uint64_t h, const void *p, size_t n) {
@@ -28,6 +28,10 @@ static uint64_t get64(const unsigned char *p) {
     uint64_t v = 0;
     for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
     return v;
+}
+
+static uint32_t get32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
 static int write_all(int fd, const void *p, size_t n) {
@@ -70,7 +74,8 @@ int ckpt_write(const char *dir, const ckpt_state *s, char *err, size_t errlen) {
     put64(h + 40, s->data_step);
     put64(h + 48, cfg_len);
     put64(h + 56, pf);
-    put64(h + 64, fnv(FNV_INIT, h, 64));
+    put64(h + 64, fnv(FNV_INIT, s->cfg_text, cfg_len));
+    put64(h + 72, fnv(FNV_INIT, h, 72));
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) {
         snprintf(err, errlen, "checkpoint: cannot create %s: %s", tmp, strerror(errno));
@@ -120,13 +125,13 @@ int ckpt_read(const char *path, ckpt_state *s, char *err, size_t errlen) {
         snprintf(err, errlen, "checkpoint %s: bad magic: not a bf checkpoint", file);
         goto fail;
     }
-    if (get64(h + 64) != fnv(FNV_INIT, h, 64)) {
-        snprintf(err, errlen, "checkpoint %s: header checksum mismatch (damaged file)", file);
+    if (get32(h + 8) != CKPT_VERSION) {
+        snprintf(err, errlen, "checkpoint %s: format version %u, this bf reads version %d", file,
+                 get32(h + 8), CKPT_VERSION);
         goto fail;
     }
-    if (h[8] != CKPT_VERSION) {
-        snprintf(err, errlen, "checkpoint %s: version %d, this bf reads version %d", file, h[8],
-                 CKPT_VERSION);
+    if (get64(h + 72) != fnv(FNV_INIT, h, 72)) {
+        snprintf(err, errlen, "checkpoint %s: header checksum mismatch (damaged file)", file);
         goto fail;
     }
     s->n_params = get64(h + 16);
@@ -168,6 +173,11 @@ int ckpt_read(const char *path, ckpt_state *s, char *err, size_t errlen) {
         snprintf(err, errlen, "checkpoint %s: payload checksum mismatch (damaged file)", file);
         goto fail;
     }
+    s->cfg_hash = get64(h + 64);
+    if (s->cfg_hash != fnv(FNV_INIT, s->cfg_text, cfg_len)) {
+        snprintf(err, errlen, "checkpoint %s: config hash does not match its config text", file);
+        goto fail;
+    }
     fclose(f);
     return 0;
 fail:
@@ -182,4 +192,63 @@ void ckpt_free(ckpt_state *s) {
     free(s->v);
     free(s->cfg_text);
     memset(s, 0, sizeof *s);
+}
+
+/* Keys whose value does not change what training computes. */
+static int key_ignored(const char *k, size_t n) {
+    static const char *keys[] = {"device", "data.dir", "train.log_every", "train.eval_every",
+                                 "train.checkpoint_every", NULL};
+    for (const char **p = keys; *p; p++)
+        if (strlen(*p) == n && memcmp(*p, k, n) == 0) return 1;
+    return 0;
+}
+
+/* Finds "key: value" for key in text; returns the value's start and length, or NULL. */
+static const char *find_key(const char *text, const char *key, size_t klen, size_t *vlen) {
+    for (const char *l = text; l && *l;) {
+        const char *e = strchr(l, '\n');
+        size_t n = e ? (size_t)(e - l) : strlen(l);
+        if (n > klen + 1 && memcmp(l, key, klen) == 0 && l[klen] == ':') {
+            const char *v = l + klen + 1;
+            while (v < l + n && *v == ' ') v++;
+            *vlen = (size_t)(l + n - v);
+            return v;
+        }
+        l = e ? e + 1 : NULL;
+    }
+    return NULL;
+}
+
+/* Checks every key of a against b; which names a's role in the message. */
+static int cfg_lines_match(const char *a, const char *b, int a_is_ckpt, char *err, size_t errlen) {
+    for (const char *l = a; l && *l;) {
+        const char *e = strchr(l, '\n');
+        size_t n = e ? (size_t)(e - l) : strlen(l);
+        const char *colon = memchr(l, ':', n);
+        if (colon && !key_ignored(l, (size_t)(colon - l))) {
+            size_t klen = (size_t)(colon - l), alen, blen = 0;
+            const char *av = colon + 1;
+            while (av < l + n && *av == ' ') av++;
+            alen = (size_t)(l + n - av);
+            const char *bv = find_key(b, l, klen, &blen);
+            if (!bv || blen != alen || memcmp(av, bv, alen) != 0) {
+                const char *cv = a_is_ckpt ? av : bv, *nv = a_is_ckpt ? bv : av;
+                size_t cl = a_is_ckpt ? alen : blen, nl = a_is_ckpt ? blen : alen;
+                snprintf(err, errlen,
+                         "the checkpoint was written with a different config: %.*s is %.*s in the "
+                         "checkpoint but %.*s now (resume with the checkpoint's config, or train "
+                         "into a fresh --out)",
+                         (int)klen, l, cv ? (int)cl : 9, cv ? cv : "(missing)", nv ? (int)nl : 9,
+                         nv ? nv : "(missing)");
+                return -1;
+            }
+        }
+        l = e ? e + 1 : NULL;
+    }
+    return 0;
+}
+
+int ckpt_config_check(const char *ckpt_cfg, const char *cur_cfg, char *err, size_t errlen) {
+    if (cfg_lines_match(ckpt_cfg, cur_cfg, 1, err, errlen)) return -1;
+    return cfg_lines_match(cur_cfg, ckpt_cfg, 0, err, errlen);
 }

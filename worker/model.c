@@ -335,7 +335,7 @@ static void gate_forward(model *m, int l, int B) {
         uint64_t stream = (kn->step << 8) | (uint64_t)l;
         float mx = -INFINITY;
         for (int i = 0; i < H; i++) {
-            float noise = kn->sigma > 0 ? kn->sigma * bk_rng_gumbel_at(kn->seed, stream, (uint64_t)b * H + i) : 0;
+            float noise = kn->sigma > 0 ? kn->sigma * bk_rng_gumbel_at(kn->seed, stream, (kn->row_offset + (uint64_t)b) * H + i) : 0;
             zn[i] = z[i] + noise;
             if (zn[i] / kn->tau > mx) mx = zn[i] / kn->tau;
         }

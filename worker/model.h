@@ -35,6 +35,8 @@ typedef struct model_knobs {
     float progress;      /* t / T_total in [0,1] */
     uint64_t seed;       /* noise stream: (seed, step, layer) */
     uint64_t step;
+    uint64_t row_offset; /* global index of local row 0 (data-parallel rank * local
+                            batch), so every rank draws the noise one rank would */
     int force_k;         /* inference: run exactly this many heads per sample (the
                             best by z) instead of the budget rule; 0 = rule */
     int exact_gradient;  /* 1: drop the straight-through term (dw/dp = m), so the

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "worker/ckpt.h"
+#include "worker/comm.h"
 #include "worker/metrics.h"
 
 static double now_s(void) {
@@ -200,31 +201,32 @@ model_shape train_model_shape(const bf_config *c, const pipe_data *d) {
 
 /* ---- evaluation ---- */
 
-static double pearson(const double *x, const double *y, size_t n) {
+/* Pearson r from the sums n, Σx, Σy, Σxx, Σyy, Σxy (so shards can be added). */
+static double pearson_sums(double n, double sx, double sy, double sxx, double syy, double sxy) {
     if (n < 3) return NAN;
-    double mx = 0, my = 0;
-    for (size_t i = 0; i < n; i++) mx += x[i], my += y[i];
-    mx /= n, my /= n;
-    double sxy = 0, sxx = 0, syy = 0;
-    for (size_t i = 0; i < n; i++) {
-        sxy += (x[i] - mx) * (y[i] - my);
-        sxx += (x[i] - mx) * (x[i] - mx);
-        syy += (y[i] - my) * (y[i] - my);
-    }
-    return sxx > 0 && syy > 0 ? sxy / sqrt(sxx * syy) : NAN;
+    double mx = sx / n, my = sy / n;
+    double cxy = sxy / n - mx * my, vx = sxx / n - mx * mx, vy = syy / n - my * my;
+    return vx > 0 && vy > 0 ? cxy / sqrt(vx * vy) : NAN;
 }
 
-int train_evaluate(model *m, const bf_config *c, const pipe_data *d, int split, eval_result *out,
-                   FILE *per_sample, char *err, size_t errlen) {
+/* Sums one evaluation pass collects; added over ranks in one all-reduce. */
+enum { EV_LOSS, EV_COUNTED, EV_CORRECT, EV_HEADS, EV_FLOPS, EV_ROWS, EV_TOKENS, EV_SECONDS,
+       EV_N, EV_S, EV_LEN, EV_L, EV_SS, EV_LENLEN, EV_LL, EV_SLEN, EV_SL, EV_COUNT };
+
+/* One pass over a split, this rank's rows of every batch (comm NULL: all of
+ * them); the sums are added over ranks, so every rank gets the same result. */
+static int evaluate_shard(model *m, const bf_config *c, const pipe_data *d, int split, comm_t *comm,
+                          eval_result *out, FILE *per_sample, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     const data_tok_t *set = d->n_classes ? (split ? d->test : d->val) : d->train;
     if (!set) {
         snprintf(err, errlen, "no %s split", split ? "test" : "validation");
         return -1;
     }
-    data_batcher_opts bo = {.global_batch = m->B, .seq_len = c->model.seq_len, .rank = 0,
-                            .world = 1, .seed = c->train.seed, .shuffle = 0, .wrap = 0,
-                            .split = d->n_classes ? 0 : 1};
+    int world = comm_world(comm);
+    data_batcher_opts bo = {.global_batch = m->B * world, .seq_len = c->model.seq_len,
+                            .rank = comm_rank(comm), .world = world, .seed = c->train.seed,
+                            .shuffle = 0, .wrap = 0, .split = d->n_classes ? 0 : 1};
     data_batcher_t *bt = NULL;
     if (data_batcher_new(set, &bo, &bt, err, errlen)) return -1;
     data_batch_t b;
@@ -233,9 +235,7 @@ int train_evaluate(model *m, const bf_config *c, const pipe_data *d, int split, 
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    size_t cap = 0, n = 0;
-    double *xs = NULL, *xl = NULL, *xloss = NULL;
-    double loss_sum = 0, counted = 0, correct = 0, heads = 0, flops = 0, rows_seen = 0;
+    double sum[EV_COUNT] = {0};
     int rc = 0;
     for (;;) {
         int r = data_batch_next(bt, &b, err, errlen);
@@ -251,27 +251,16 @@ int train_evaluate(model *m, const bf_config *c, const pipe_data *d, int split, 
             rc = -1;
             break;
         }
-        out->seconds += now_s() - t0;
-        loss_sum += m->st.loss_task * m->st.counted;
-        counted += m->st.counted;
-        correct += m->st.correct;
-        heads += m->st.heads_used * b.valid_rows;
-        flops += m->st.attn_flops * b.valid_rows;
-        rows_seen += b.valid_rows;
-        for (int i = 0; i < b.valid_rows * c->model.seq_len; i++) out->tokens += b.mask[i] > 0;
+        sum[EV_SECONDS] += now_s() - t0;
+        sum[EV_LOSS] += m->st.loss_task * m->st.counted;
+        sum[EV_COUNTED] += m->st.counted;
+        sum[EV_CORRECT] += m->st.correct;
+        sum[EV_HEADS] += m->st.heads_used * b.valid_rows;
+        sum[EV_FLOPS] += m->st.attn_flops * b.valid_rows;
+        sum[EV_ROWS] += b.valid_rows;
+        for (int i = 0; i < b.valid_rows * c->model.seq_len; i++) sum[EV_TOKENS] += b.mask[i] > 0;
         if (d->n_classes && m->sh.budget) {
             for (int i = 0; i < b.valid_rows; i++) {
-                if (n == cap) {
-                    cap = cap ? 2 * cap : 1024;
-                    xs = realloc(xs, cap * sizeof *xs);
-                    xl = realloc(xl, cap * sizeof *xl);
-                    xloss = realloc(xloss, cap * sizeof *xloss);
-                    if (!xs || !xl || !xloss) {
-                        snprintf(err, errlen, "out of memory");
-                        rc = -1;
-                        goto done;
-                    }
-                }
                 double s = 0;
                 for (int l = 0; l < m->sh.layers; l++) s += m->h_s[(size_t)l * m->B + i];
                 s /= m->sh.layers;
@@ -281,32 +270,43 @@ int train_evaluate(model *m, const bf_config *c, const pipe_data *d, int split, 
                 int best = 0;
                 for (int v = 1; v < d->n_classes; v++)
                     if (lg[v] > lg[best]) best = v;
-                xs[n] = s;
-                xl[n] = len;
-                xloss[n] = m->h_losses[i];
+                double loss = m->h_losses[i];
+                sum[EV_N] += 1;
+                sum[EV_S] += s;
+                sum[EV_LEN] += len;
+                sum[EV_L] += loss;
+                sum[EV_SS] += s * s;
+                sum[EV_LENLEN] += (double)len * len;
+                sum[EV_LL] += loss * loss;
+                sum[EV_SLEN] += s * len;
+                sum[EV_SL] += s * loss;
                 if (per_sample)
                     fprintf(per_sample, "%.6f\t%d\t%.6f\t%d\n", s, len, m->h_losses[i], best == b.labels[i]);
-                n++;
             }
         }
     }
-done:
-    if (rc == 0) {
-        out->samples = rows_seen;
-        out->loss = counted > 0 ? loss_sum / counted : NAN;
-        out->acc = d->n_classes && counted > 0 ? correct / counted : NAN;
-        out->ppl = d->n_classes ? NAN : exp(out->loss);
-        out->heads_used = rows_seen > 0 ? heads / rows_seen : NAN;
-        out->attn_flops = rows_seen > 0 ? flops / rows_seen : NAN;
-        out->corr_s_len = n ? pearson(xs, xl, n) : NAN;
-        out->corr_s_loss = n ? pearson(xs, xloss, n) : NAN;
-    }
-    free(xs);
-    free(xl);
-    free(xloss);
     data_batch_free(&b);
     data_batcher_destroy(&bt);
-    return rc;
+    /* a rank that failed returns without the collective; main aborts the job */
+    if (rc) return rc;
+    if (comm_sum_f64(comm, sum, EV_COUNT, err, errlen)) return -1;
+    double counted = sum[EV_COUNTED], rows = sum[EV_ROWS];
+    out->seconds = sum[EV_SECONDS] / world; /* mean over ranks ~ wall time */
+    out->samples = rows;
+    out->tokens = sum[EV_TOKENS];
+    out->loss = counted > 0 ? sum[EV_LOSS] / counted : NAN;
+    out->acc = d->n_classes && counted > 0 ? sum[EV_CORRECT] / counted : NAN;
+    out->ppl = d->n_classes ? NAN : exp(out->loss);
+    out->heads_used = rows > 0 ? sum[EV_HEADS] / rows : NAN;
+    out->attn_flops = rows > 0 ? sum[EV_FLOPS] / rows : NAN;
+    out->corr_s_len = pearson_sums(sum[EV_N], sum[EV_S], sum[EV_LEN], sum[EV_SS], sum[EV_LENLEN], sum[EV_SLEN]);
+    out->corr_s_loss = pearson_sums(sum[EV_N], sum[EV_S], sum[EV_L], sum[EV_SS], sum[EV_LL], sum[EV_SL]);
+    return 0;
+}
+
+int train_evaluate(model *m, const bf_config *c, const pipe_data *d, int split, eval_result *out,
+                   FILE *per_sample, char *err, size_t errlen) {
+    return evaluate_shard(m, c, d, split, NULL, out, per_sample, err, errlen);
 }
 
 /* ---- training ---- */
@@ -366,36 +366,168 @@ static void fmt_eta(double s, char *buf, size_t n) {
         snprintf(buf, n, "%ldm%02lds", t / 60, t % 60);
 }
 
-static int save_checkpoint(const char *dir, model *m, const bf_config *c, float *hm, float *hv,
-                           const float *dm, const float *dv, long step, char *err, size_t errlen) {
-    size_t n = m->P.numel;
-    char *cfg_text = malloc(CKPT_MAX_CFG);
-    float *hp = malloc(n * sizeof(float));
-    if (!cfg_text || !hp) {
+/* Rank 0 writes the checkpoint of `step` steps done into dir; then every rank
+ * learns whether that worked (an untimed agreement: the others wait while
+ * rank 0 writes). Returns 0 or -1 with a message on every rank. */
+static int save_checkpoint(comm_t *comm, const char *dir, model *m, const bf_config *c, float *hm,
+                           float *hv, const float *dm, const float *dv, long step, char *err,
+                           size_t errlen) {
+    int failed = 0;
+    if (comm_rank(comm) == 0) {
+        size_t n = m->P.numel;
+        char *cfg_text = malloc(CKPT_MAX_CFG);
+        float *hp = malloc(n * sizeof(float));
+        if (!cfg_text || !hp) {
+            snprintf(err, errlen, "out of memory writing a checkpoint");
+            failed = 1;
+        } else {
+            cfg_dump(c, cfg_text, CKPT_MAX_CFG);
+            m->be->to_host(hp, m->P.data, n * sizeof(float));
+            m->be->to_host(hm, dm, n * sizeof(float));
+            m->be->to_host(hv, dv, n * sizeof(float));
+            ckpt_state s = {.step = (uint64_t)step, .seed = c->train.seed,
+                            .data_step = (uint64_t)step, .n_params = n, .params = hp, .m = hm,
+                            .v = hv, .cfg_text = cfg_text};
+            failed = ckpt_write(dir, &s, err, errlen) != 0;
+        }
         free(cfg_text);
         free(hp);
-        snprintf(err, errlen, "out of memory writing a checkpoint");
+    }
+    if (comm_world(comm) == 1) return failed ? -1 : 0;
+    char e2[256];
+    int any = 0;
+    comm_watch(comm, 0);
+    int rc = comm_any(comm, failed, &any, e2, sizeof e2);
+    comm_watch(comm, 1);
+    if (rc) {
+        if (!failed) snprintf(err, errlen, "%s", e2);
         return -1;
     }
-    cfg_dump(c, cfg_text, CKPT_MAX_CFG);
-    m->be->to_host(hp, m->P.data, n * sizeof(float));
-    m->be->to_host(hm, dm, n * sizeof(float));
-    m->be->to_host(hv, dv, n * sizeof(float));
-    ckpt_state s = {.step = (uint64_t)step, .seed = c->train.seed, .data_step = (uint64_t)step,
-                    .n_params = n, .params = hp, .m = hm, .v = hv, .cfg_text = cfg_text};
-    int rc = ckpt_write(dir, &s, err, errlen);
-    free(cfg_text);
-    free(hp);
-    return rc;
+    if (any && !failed)
+        snprintf(err, errlen, "rank 0 could not write the checkpoint of step %ld (see its message)", step);
+    return any ? -1 : 0;
 }
 
+/* Rank 0 reads out_dir's checkpoint (when there is one), checks it against
+ * c and n, and every rank gets params and moments into the device buffers.
+ * *start = steps already done (0 without a checkpoint). Returns 0 or -1 with
+ * a message on every rank. */
+static int resume_from(comm_t *comm, const char *out_dir, model *m, const bf_config *c, float *dm,
+                       float *dv, float *hm, float *hv, long *start, int quiet, char *err,
+                       size_t errlen) {
+    const bk_backend *be = m->be;
+    size_t n = m->P.numel;
+    int rank = comm_rank(comm), failed = 0;
+    uint64_t hdr[2] = {0, 0}; /* have, step */
+    ckpt_state s;
+    memset(&s, 0, sizeof s);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", out_dir, CKPT_NAME);
+    if (rank == 0 && file_exists(path)) {
+        char *cur = malloc(CKPT_MAX_CFG);
+        if (!cur) {
+            snprintf(err, errlen, "out of memory");
+            failed = 1;
+        } else if (ckpt_read(path, &s, err, errlen)) {
+            failed = 1;
+        } else if (s.n_params != n) {
+            snprintf(err, errlen, "checkpoint %s has %zu parameters, this config builds %zu", path,
+                     s.n_params, n);
+            failed = 1;
+        } else {
+            cfg_dump(c, cur, CKPT_MAX_CFG);
+            char e2[1536];
+            if (ckpt_config_check(s.cfg_text, cur, e2, sizeof e2)) {
+                snprintf(err, errlen, "checkpoint %s: %s", path, e2);
+                failed = 1;
+            }
+        }
+        free(cur);
+        hdr[0] = !failed;
+        hdr[1] = s.step;
+    }
+    int any = failed;
+    char e2[256];
+    comm_watch(comm, 0);
+    int rc = comm_any(comm, failed, &any, e2, sizeof e2);
+    comm_watch(comm, 1);
+    if (rc || any) {
+        if (rc && !failed) snprintf(err, errlen, "%s", e2);
+        else if (!failed) snprintf(err, errlen, "rank 0 could not resume from %s (see its message)", path);
+        ckpt_free(&s);
+        return -1;
+    }
+    if (comm_bcast(comm, hdr, sizeof hdr, 0, err, errlen)) {
+        ckpt_free(&s);
+        return -1;
+    }
+    if (!hdr[0]) return 0; /* no checkpoint yet: a fresh start */
+    float *hp = rank == 0 ? s.params : malloc(n * sizeof(float));
+    if (!hp) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    if (rank == 0) {
+        memcpy(hm, s.m, n * sizeof(float));
+        memcpy(hv, s.v, n * sizeof(float));
+    }
+    rc = comm_bcast(comm, hp, n * sizeof(float), 0, err, errlen) ||
+         comm_bcast(comm, hm, n * sizeof(float), 0, err, errlen) ||
+         comm_bcast(comm, hv, n * sizeof(float), 0, err, errlen);
+    if (!rc) {
+        be->to_device(m->P.data, hp, n * sizeof(float));
+        be->to_device(dm, hm, n * sizeof(float));
+        be->to_device(dv, hv, n * sizeof(float));
+        *start = (long)hdr[1];
+        if (!quiet) fprintf(stderr, "resume: continuing from step %ld of %s\n", *start, path);
+    }
+    if (rank != 0) free(hp);
+    ckpt_free(&s);
+    return rc ? -1 : 0;
+}
+
+/* What one training step measured, added over ranks. */
+enum { ST_COUNTED, ST_TASK, ST_BUDGET, ST_ENTROPY, ST_S, ST_HEADS, ST_CORRECT, ST_COUNT };
+
 int train_run(const bf_config *c, const train_opts *o, train_result *r, char *err, size_t errlen) {
+    comm_t *comm = o->comm;
+    const int rank = comm_rank(comm), world = comm_world(comm);
+    const int quiet = o->quiet || rank != 0;
+    if (c->train.batch % world != 0) {
+        snprintf(err, errlen, "train.batch %d is not divisible by the %d ranks (each rank takes batch/ranks rows)",
+                 c->train.batch, world);
+        return TRAIN_ERROR;
+    }
+    const int local_batch = c->train.batch / world;
+    /* BF_ALLREDUCE_ALWAYS=1: run the all-reduce even on one rank (the
+     * scaling benchmark measures NCCL's cost on a single GPU this way) */
+    const char *always = getenv("BF_ALLREDUCE_ALWAYS");
+    const int reduce = world > 1 || (always && strcmp(always, "1") == 0);
     const bk_backend *be;
+    if (comm_select_gpu(comm, err, errlen)) return TRAIN_ERROR;
     if (bk_select(c->device, &be, err, errlen)) return TRAIN_ERROR;
-    if (o->out_dir && make_dirs(o->out_dir, err, errlen)) return TRAIN_ERROR;
+    if (comm_gpu_setup(comm, be, err, errlen)) return TRAIN_ERROR;
+    const char *out_dir = rank == 0 ? o->out_dir : NULL; /* only rank 0 writes files */
+    if (out_dir && make_dirs(out_dir, err, errlen)) return TRAIN_ERROR;
     int lm = strcmp(c->pipeline, "lm") == 0;
+    /* Rank 0 opens the data first (it may train the tokenizer and write the
+     * token cache), then the others read what it made. */
     pipe_data d;
-    if (pipe_data_open(c, &d, o->quiet, err, errlen)) return TRAIN_ERROR;
+    memset(&d, 0, sizeof d);
+    {
+        int failed = 0, any = 0;
+        if (rank == 0) failed = pipe_data_open(c, &d, quiet, err, errlen) != 0;
+        char e2[256];
+        comm_watch(comm, 0);
+        int rc = comm_any(comm, failed, &any, e2, sizeof e2);
+        comm_watch(comm, 1);
+        if (rc || any) {
+            if (!failed) snprintf(err, errlen, "%s", rc ? e2 : "rank 0 could not open the data (see its message)");
+            if (!failed && rank == 0) pipe_data_close(&d);
+            return TRAIN_ERROR;
+        }
+        if (rank != 0 && pipe_data_open(c, &d, 1, err, errlen)) return TRAIN_ERROR;
+    }
     model_shape sh = train_model_shape(c, &d);
     model m;
     int rc = TRAIN_ERROR;
@@ -405,7 +537,7 @@ int train_run(const bf_config *c, const train_opts *o, train_result *r, char *er
     data_batcher_t *bt = NULL;
     data_batch_t b;
     memset(&b, 0, sizeof b);
-    if (model_create(&m, &sh, be, c->train.batch, err, errlen)) {
+    if (model_create(&m, &sh, be, local_batch, err, errlen)) {
         pipe_data_close(&d);
         return TRAIN_ERROR;
     }
@@ -422,28 +554,12 @@ int train_run(const bf_config *c, const train_opts *o, train_result *r, char *er
         goto out;
     }
     long start = 0;
-    if (o->resume && o->out_dir) {
+    if (o->resume && o->out_dir &&
+        resume_from(comm, o->out_dir, &m, c, dm, dv, hm, hv, &start, quiet, err, errlen))
+        goto out;
+    if (out_dir) {
         char path[4096];
-        snprintf(path, sizeof path, "%s/%s", o->out_dir, CKPT_NAME);
-        if (file_exists(path)) {
-            ckpt_state s;
-            if (ckpt_read(path, &s, err, errlen)) goto out;
-            if (s.n_params != n) {
-                snprintf(err, errlen, "checkpoint %s has %zu parameters, this config builds %zu", path, s.n_params, n);
-                ckpt_free(&s);
-                goto out;
-            }
-            be->to_device(m.P.data, s.params, n * sizeof(float));
-            be->to_device(dm, s.m, n * sizeof(float));
-            be->to_device(dv, s.v, n * sizeof(float));
-            start = (long)s.step;
-            ckpt_free(&s);
-            if (!o->quiet) fprintf(stderr, "resume: continuing from step %ld of %s\n", start, path);
-        }
-    }
-    if (o->out_dir) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/config.yaml", o->out_dir);
+        snprintf(path, sizeof path, "%s/config.yaml", out_dir);
         FILE *f = fopen(path, "w");
         if (f) {
             char *txt = malloc(CKPT_MAX_CFG);
@@ -455,44 +571,81 @@ int train_run(const bf_config *c, const train_opts *o, train_result *r, char *er
             fclose(f);
         }
     }
-    if (metrics_open(&mt, o->out_dir, err, errlen)) goto out;
+    if (metrics_open(&mt, out_dir, err, errlen)) goto out;
     data_batcher_opts bo = {.global_batch = c->train.batch, .seq_len = c->model.seq_len,
-                            .rank = 0, .world = 1, .seed = c->train.seed, .shuffle = 1,
+                            .rank = rank, .world = world, .seed = c->train.seed, .shuffle = 1,
                             .wrap = 1, .split = 0};
     if (data_batcher_new(d.train, &bo, &bt, err, errlen)) goto out;
-    if (data_batch_alloc(&b, c->train.batch, c->model.seq_len)) {
+    if (data_batch_alloc(&b, local_batch, c->model.seq_len)) {
         snprintf(err, errlen, "out of memory");
         goto out;
     }
-    if (!o->quiet) {
+    if (!quiet) {
         fprintf(stderr, "model: %s, %d layers, d_model %d, %d heads, out_proj %s, budget %s, %zu parameters, device %s\n",
                 lm ? "causal lm" : "encoder classifier", sh.layers, sh.d_model, sh.heads,
                 sh.hadamard ? "hadamard" : "dense", sh.budget ? "on" : "off", n, be->name);
+        if (world > 1)
+            fprintf(stderr, "data parallel: %d ranks (%s), %d rows each of a global batch of %d\n",
+                    world, comm_kind(comm), local_batch, c->train.batch);
     }
     bk_adamw hp = {.lr = c->train.lr, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                    .weight_decay = c->train.weight_decay};
-    double t_start = now_s(), t_log = t_start;
+    double t_start = now_s(), t_log = t_start, t_comm = 0;
     double acc_loss = 0, acc_task = 0, acc_budget = 0, acc_ent = 0, acc_s = 0, acc_heads = 0;
     double acc_correct = 0, acc_count = 0, acc_tokens = 0;
     int acc_n = 0;
     long step = start;
     const int log_every = c->train.log_every > 0 ? c->train.log_every : 50;
     for (; step < c->train.steps; step++) {
-        if (o->stop && *o->stop) {
-            if (o->out_dir && save_checkpoint(o->out_dir, &m, c, hm, hv, dm, dv, step, err, errlen)) goto out;
-            if (!o->quiet) fprintf(stderr, "preempted: checkpoint written at step %ld\n", step);
+        /* every rank stops at the same step when any rank got SIGTERM */
+        int stop = 0;
+        if (comm_any(comm, o->stop && *o->stop, &stop, err, errlen)) goto out;
+        if (stop) {
+            if (o->out_dir &&
+                save_checkpoint(comm, o->out_dir, &m, c, hm, hv, dm, dv, step, err, errlen))
+                goto out;
+            if (!quiet) fprintf(stderr, "preempted: checkpoint written at step %ld\n", step);
             rc = TRAIN_PREEMPTED;
             goto out;
         }
         set_knobs(&m, c, step);
+        m.kn.row_offset = (uint64_t)rank * (uint64_t)local_batch;
         if (data_batch_at(bt, (uint64_t)step, &b, err, errlen)) goto out;
         const int *targets = lm ? b.targets : b.labels;
         if (model_forward(&m, b.ids, b.mask, targets, b.rows, 1, err, errlen)) goto out;
         model_backward(&m);
+        model_stats st = m.st;
+        if (reduce) {
+            /* The loss is a mean over this rank's counted rows (lm: target
+             * tokens). The global batch's mean gradient is
+             * sum_r counted_r * g_r / sum_r counted_r; with the budget on, its
+             * losses are means over every row, so ranks weigh equally (every
+             * training row is counted then: the batcher wraps, no empty rows). */
+            double t0 = now_s();
+            double sv[ST_COUNT] = {st.counted, st.loss_task * st.counted, st.loss_budget,
+                                   st.loss_entropy, st.mean_s, st.heads_used, st.correct};
+            if (comm_sum_f64(comm, sv, ST_COUNT, err, errlen)) goto out;
+            if (!sh.budget) {
+                be->scale(m.P.grad, (float)st.counted, n);
+                if (comm_allreduce_sum(comm, be, m.P.grad, n, 1, err, errlen)) goto out;
+                be->scale(m.P.grad, sv[ST_COUNTED] > 0 ? (float)(1.0 / sv[ST_COUNTED]) : 0.0f, n);
+            } else if (comm_allreduce_mean(comm, be, m.P.grad, n, 1, err, errlen)) {
+                goto out;
+            }
+            t_comm += now_s() - t0;
+            st.counted = sv[ST_COUNTED];
+            st.loss_task = st.counted > 0 ? sv[ST_TASK] / st.counted : 0;
+            st.loss_budget = sv[ST_BUDGET] / world;
+            st.loss_entropy = sv[ST_ENTROPY] / world;
+            st.loss = st.loss_task + st.loss_budget + st.loss_entropy;
+            st.mean_s = sv[ST_S] / world;
+            st.heads_used = sv[ST_HEADS] / world;
+            st.correct = sv[ST_CORRECT];
+        }
         float norm = be->global_norm(m.P.grad, n);
         float scale = c->train.clip > 0 && norm > c->train.clip ? c->train.clip / norm : 1.0f;
         if (!isfinite(norm)) {
-            snprintf(err, errlen, "step %ld: gradient norm is not finite (loss %.4g): lower train.lr or raise train.warmup", step, m.st.loss);
+            snprintf(err, errlen, "step %ld: gradient norm is not finite (loss %.4g): lower train.lr or raise train.warmup", step, st.loss);
             goto out;
         }
         hp.lr = lr_at(c, step);
@@ -501,15 +654,15 @@ int train_run(const bf_config *c, const train_opts *o, train_result *r, char *er
         hp.weight_decay = 0;
         be->adamw_update(m.P.data + m.P.n_decay, m.P.grad + m.P.n_decay, dm + m.P.n_decay,
                          dv + m.P.n_decay, n - m.P.n_decay, &hp, (int)(step + 1), scale);
-        acc_loss += m.st.loss;
-        acc_task += m.st.loss_task;
-        acc_budget += m.st.loss_budget;
-        acc_ent += m.st.loss_entropy;
-        acc_s += m.st.mean_s;
-        acc_heads += m.st.heads_used;
-        acc_correct += m.st.correct;
-        acc_count += m.st.counted;
-        acc_tokens += (double)b.rows * c->model.seq_len;
+        acc_loss += st.loss;
+        acc_task += st.loss_task;
+        acc_budget += st.loss_budget;
+        acc_ent += st.loss_entropy;
+        acc_s += st.mean_s;
+        acc_heads += st.heads_used;
+        acc_correct += st.correct;
+        acc_count += st.counted;
+        acc_tokens += (double)c->train.batch * c->model.seq_len;
         acc_n++;
         long done = step + 1;
         int last = done == c->train.steps;
@@ -531,12 +684,13 @@ int train_run(const bf_config *c, const train_opts *o, train_result *r, char *er
             metrics_add(&mt, "train/lr", hp.lr);
             metrics_add(&mt, "train/grad_norm", norm);
             metrics_add(&mt, "train/tokens_per_s", tps);
+            if (reduce) metrics_add(&mt, "train/allreduce_s", t_comm / acc_n);
             if (r) {
                 r->train_loss = acc_loss / acc_n;
                 r->tokens_per_s = tps;
                 r->final_s = acc_s / acc_n;
             }
-            if (!o->quiet) {
+            if (!quiet) {
                 char eta[32];
                 double per = (t - t_start) / (double)(done - start);
                 fmt_eta(per * (double)(c->train.steps - done), eta, sizeof eta);
@@ -545,20 +699,24 @@ int train_run(const bf_config *c, const train_opts *o, train_result *r, char *er
                     fprintf(stderr, " (task %.4f budget %.4f ent %+.4f) | s %.3f", acc_task / acc_n,
                             acc_budget / acc_n, acc_ent / acc_n, acc_s / acc_n);
                 if (!lm) fprintf(stderr, " | acc %.3f", acc_count > 0 ? acc_correct / acc_count : 0.0);
-                fprintf(stderr, " | heads %.3f | %.0f tok/s | ETA %s\n", acc_heads / acc_n, tps, eta);
+                fprintf(stderr, " | heads %.3f | %.0f tok/s", acc_heads / acc_n, tps);
+                if (reduce) fprintf(stderr, " | allreduce %.2f ms", 1e3 * t_comm / acc_n);
+                fprintf(stderr, " | ETA %s\n", eta);
             }
             acc_loss = acc_task = acc_budget = acc_ent = acc_s = acc_heads = 0;
             acc_correct = acc_count = acc_tokens = 0;
             acc_n = 0;
+            t_comm = 0;
             t_log = now_s();
         }
         if ((c->train.eval_every > 0 && done % c->train.eval_every == 0) || last) {
             eval_result e;
-            if (train_evaluate(&m, c, &d, 0, &e, NULL, err, errlen)) goto out;
+            /* every rank evaluates its shard; the sums are all-reduced */
+            if (evaluate_shard(&m, c, &d, 0, comm, &e, NULL, err, errlen)) goto out;
             if (mt.n == 0) metrics_begin(&mt, done);
             add_eval_metrics(&mt, "val", &e, sh.budget, lm);
             if (r) r->val = e;
-            if (!o->quiet) {
+            if (!quiet) {
                 if (lm)
                     fprintf(stderr, "eval  %6ld | val/loss %.4f | val/ppl %.2f\n", done, e.loss, e.ppl);
                 else
@@ -569,26 +727,28 @@ int train_run(const bf_config *c, const train_opts *o, train_result *r, char *er
         }
         metrics_flush(&mt);
         if (o->out_dir && ((c->train.checkpoint_every > 0 && done % c->train.checkpoint_every == 0) || last)) {
-            if (save_checkpoint(o->out_dir, &m, c, hm, hv, dm, dv, done, err, errlen)) goto out;
+            if (save_checkpoint(comm, o->out_dir, &m, c, hm, hv, dm, dv, done, err, errlen)) goto out;
         }
     }
-    if (!lm && d.test) {
+    /* The test pass at the end runs on rank 0 alone (it writes the per-sample
+     * file); the other ranks are done and only wait in MPI_Finalize. */
+    if (!lm && d.test && rank == 0) {
         eval_result e;
         FILE *ps = NULL;
-        if (o->out_dir && sh.budget) {
+        if (out_dir && sh.budget) {
             char path[4096];
-            snprintf(path, sizeof path, "%s/test_samples.tsv", o->out_dir);
+            snprintf(path, sizeof path, "%s/test_samples.tsv", out_dir);
             ps = fopen(path, "w");
             if (ps) fputs("s_mean\ttokens\tloss\tcorrect\n", ps);
         }
-        int erc = train_evaluate(&m, c, &d, 1, &e, ps, err, errlen);
+        int erc = evaluate_shard(&m, c, &d, 1, NULL, &e, ps, err, errlen);
         if (ps) fclose(ps);
         if (erc) goto out;
         metrics_begin(&mt, step);
         add_eval_metrics(&mt, "test", &e, sh.budget, lm);
         metrics_flush(&mt);
         if (r) r->test = e;
-        if (!o->quiet) {
+        if (!quiet) {
             fprintf(stderr, "test  | acc %.4f | heads_used %.3f | attn_flops %.4g | %.0f samples in %.2f s",
                     e.acc, e.heads_used, e.attn_flops, e.samples, e.seconds);
             if (sh.budget) fprintf(stderr, " | corr(s, length) %.3f | corr(s, loss) %.3f", e.corr_s_len, e.corr_s_loss);

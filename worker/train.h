@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "common/cfg.h"
+#include "worker/comm.h"
 #include "worker/data.h"
 #include "worker/model.h"
 
@@ -16,6 +17,7 @@ typedef struct train_opts {
     int resume;            /* continue from out_dir/checkpoint.bin when it exists */
     int quiet;             /* no progress lines on stderr */
     volatile sig_atomic_t *stop; /* set by SIGTERM: checkpoint and return TRAIN_PREEMPTED */
+    comm_t *comm;          /* ranks of a data-parallel run (borrowed); NULL = one process */
 } train_opts;
 
 enum { TRAIN_OK = 0, TRAIN_ERROR = -1, TRAIN_PREEMPTED = 2 };
@@ -51,11 +53,18 @@ void pipe_data_close(pipe_data *d);
 model_shape train_model_shape(const bf_config *c, const pipe_data *d);
 
 /* Trains per c; returns TRAIN_OK, TRAIN_PREEMPTED (stopped by *o->stop after
- * writing a checkpoint) or TRAIN_ERROR with a message. r nullable. */
+ * writing a checkpoint) or TRAIN_ERROR with a message. r nullable.
+ * Data parallel (o->comm with W ranks): every rank calls this with the same
+ * config; rank r trains on rows [r*B/W, (r+1)*B/W) of each global batch B,
+ * gradients are averaged (weighted by counted targets) before clipping and
+ * AdamW, so all ranks hold the same parameters. Only rank 0 writes files and
+ * prints progress. All ranks stop at the same step when *o->stop is set on
+ * any of them. A TRAIN_ERROR on one rank may leave the others waiting in a
+ * collective: the caller must then end the job (comm_abort). */
 int train_run(const bf_config *c, const train_opts *o, train_result *r, char *err, size_t errlen);
 
 /* One pass over a split (split 0 = val, 1 = test; lm: the validation tail),
- * inference mode. per_sample (nullable) gets one line per sample:
+ * inference mode, in this process alone (no collectives). per_sample (nullable) gets one line per sample:
  * "s_mean<TAB>tokens<TAB>loss<TAB>correct". */
 int train_evaluate(model *m, const bf_config *c, const pipe_data *d, int split, eval_result *out,
                    FILE *per_sample, char *err, size_t errlen);
