@@ -42,67 +42,75 @@ fail:
 
 /* ---- data ---- */
 
-/* Trains the tokenizer at prefix.model from the texts of a TSV training split,
- * unless it exists already. */
-static int ensure_tok_tsv(const char *train_path, const char *prefix, int vocab, int quiet,
-                          char *err, size_t errlen) {
+/* 1 when prefix.model exists and is at least as new as the source it was
+ * trained from (a changed source retrains it). */
+static int tok_current(const char *prefix, const char *src) {
     char model_path[4096];
     snprintf(model_path, sizeof model_path, "%s.model", prefix);
-    if (file_exists(model_path)) return 0;
-    data_tsv_t *tsv = NULL;
-    if (data_tsv_load(train_path, NULL, &tsv, err, errlen)) return -1;
-    size_t n = tsv->n * (tsv->is_pair ? 2 : 1);
-    const char **s = malloc(n * sizeof *s);
-    if (!s) {
-        data_tsv_destroy(&tsv);
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    size_t k = 0;
-    for (size_t i = 0; i < tsv->n; i++) {
-        s[k++] = tsv->text_a[i];
-        if (tsv->is_pair) s[k++] = tsv->text_b[i];
-    }
-    tok_train_opts o;
-    tok_train_opts_init(&o);
-    o.vocab = vocab;
-    o.prefix = prefix;
-    o.hard_vocab_limit = 0;
-    if (!quiet) fprintf(stderr, "tokenizer: training a %d-piece sentencepiece model on %zu texts of %s\n", vocab, n, train_path);
-    int rc = tok_train_sentences(s, n, &o, err, errlen);
-    free(s);
-    data_tsv_destroy(&tsv);
-    return rc ? -1 : 0;
+    struct stat ms, ss;
+    if (stat(model_path, &ms) || !S_ISREG(ms.st_mode)) return 0;
+    if (stat(src, &ss)) return 1;
+    return ms.st_mtime >= ss.st_mtime;
 }
 
-static int ensure_tok_text(const char *path, double val_fraction, const char *prefix, int vocab,
-                           int quiet, char *err, size_t errlen) {
-    char model_path[4096];
-    snprintf(model_path, sizeof model_path, "%s.model", prefix);
-    if (file_exists(model_path)) return 0;
-    data_text_t *t = NULL;
-    if (data_text_load(path, val_fraction, &t, err, errlen)) return -1;
-    /* train on the training lines only */
-    size_t n = t->val_start;
-    const char **s = malloc((n ? n : 1) * sizeof *s);
-    if (!s) {
-        data_text_destroy(&t);
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        if (t->line_bytes[i]) s[k++] = t->lines[i];
+/* Trains a sentencepiece model of `vocab` pieces at prefix.model from n
+ * sentences (what/src only name them in the progress line). */
+static int train_tok(const char **s, size_t n, const char *prefix, int vocab, int quiet,
+                     const char *what, const char *src, char *err, size_t errlen) {
     tok_train_opts o;
     tok_train_opts_init(&o);
     o.vocab = vocab;
     o.prefix = prefix;
     o.hard_vocab_limit = 0;
-    if (!quiet) fprintf(stderr, "tokenizer: training a %d-piece sentencepiece model on %zu lines of %s\n", vocab, k, path);
-    int rc = tok_train_sentences(s, k, &o, err, errlen);
+    if (!quiet)
+        fprintf(stderr, "tokenizer: training a %d-piece sentencepiece model on %zu %s of %s\n",
+                vocab, n, what, src);
+    return tok_train_sentences(s, n, &o, err, errlen) ? -1 : 0;
+}
+
+/* Trains the tokenizer at prefix.model from the texts of a TSV training split,
+ * unless a current one exists. */
+static int ensure_tok_tsv(const char *train_path, const char *prefix, int vocab, int quiet,
+                          char *err, size_t errlen) {
+    if (tok_current(prefix, train_path)) return 0;
+    data_tsv_t *tsv = NULL;
+    if (data_tsv_load(train_path, NULL, &tsv, err, errlen)) return -1;
+    size_t n = tsv->n * (tsv->is_pair ? 2 : 1), k = 0;
+    const char **s = malloc(n * sizeof *s);
+    int rc = -1;
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+    } else {
+        for (size_t i = 0; i < tsv->n; i++) {
+            s[k++] = tsv->text_a[i];
+            if (tsv->is_pair) s[k++] = tsv->text_b[i];
+        }
+        rc = train_tok(s, k, prefix, vocab, quiet, "texts", train_path, err, errlen);
+    }
+    free(s);
+    data_tsv_destroy(&tsv);
+    return rc;
+}
+
+/* The same for a corpus: trained on its training lines only. */
+static int ensure_tok_text(const char *path, double val_fraction, const char *prefix, int vocab,
+                           int quiet, char *err, size_t errlen) {
+    if (tok_current(prefix, path)) return 0;
+    data_text_t *t = NULL;
+    if (data_text_load(path, val_fraction, &t, err, errlen)) return -1;
+    size_t n = t->val_start, k = 0;
+    const char **s = malloc((n ? n : 1) * sizeof *s);
+    int rc = -1;
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+    } else {
+        for (size_t i = 0; i < n; i++)
+            if (t->line_bytes[i]) s[k++] = t->lines[i];
+        rc = train_tok(s, k, prefix, vocab, quiet, "lines", path, err, errlen);
+    }
     free(s);
     data_text_destroy(&t);
-    return rc ? -1 : 0;
+    return rc;
 }
 
 int pipe_data_open(const bf_config *c, pipe_data *d, int quiet, char *err, size_t errlen) {
