@@ -1,16 +1,19 @@
 /* CPU multi-head attention: full (key mask, causal, per-head gates), its
  * backward, and the BudgetFormer inference path that computes only the
- * selected heads. One (batch, head) pair is one OpenMP task; a task owns the
- * head's columns of out/dqkv, so there are no write races and no reductions
- * across threads. Loops are written so the compiler vectorises them over the
- * head dimension. */
+ * selected heads. In the full path one (batch, head) pair is one OpenMP task;
+ * a task owns the head's columns of out/dqkv, so there are no write races and
+ * no reductions across threads. The selected path's tasks are runs of samples
+ * (see the section below), with the projections through cblas_sgemm. Loops
+ * are written so the compiler vectorises them over the head dimension. */
 /* ISO C mode (-std=c11) turns off a*b+c -> fma contraction in GCC; the dot
  * products here want it (2x the arithmetic rate, and one rounding instead of two). */
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC optimize("fp-contract=fast")
 #endif
 
+#include <cblas.h>
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -109,44 +112,6 @@ static inline void dot1x4(float acc[4], const float *a, const float *b, size_t l
     acc[3] += s3;
 }
 
-/* acc[m][r] += <a + m*lda, b + r*ldb> for 2 rows of a and 4 rows of b. */
-static inline void dot2x4(float acc[2][4], const float *a, size_t lda, const float *b, size_t ldb,
-                          int n) {
-    const float *a0 = a, *a1 = a + lda;
-    const float *b0 = b, *b1 = b + ldb, *b2 = b + 2 * ldb, *b3 = b + 3 * ldb;
-    vfloat c00 = {0}, c01 = {0}, c02 = {0}, c03 = {0}, c10 = {0}, c11 = {0}, c12 = {0}, c13 = {0};
-    int i = 0;
-    for (; i + VLEN <= n; i += VLEN) {
-        vfloat x0 = vload(a0 + i), x1 = vload(a1 + i), y;
-        y = vload(b0 + i);
-        c00 += x0 * y;
-        c10 += x1 * y;
-        y = vload(b1 + i);
-        c01 += x0 * y;
-        c11 += x1 * y;
-        y = vload(b2 + i);
-        c02 += x0 * y;
-        c12 += x1 * y;
-        y = vload(b3 + i);
-        c03 += x0 * y;
-        c13 += x1 * y;
-    }
-    float s[2][4] = {{vsum(c00), vsum(c01), vsum(c02), vsum(c03)},
-                     {vsum(c10), vsum(c11), vsum(c12), vsum(c13)}};
-    for (; i < n; i++) {
-        s[0][0] += a0[i] * b0[i];
-        s[0][1] += a0[i] * b1[i];
-        s[0][2] += a0[i] * b2[i];
-        s[0][3] += a0[i] * b3[i];
-        s[1][0] += a1[i] * b0[i];
-        s[1][1] += a1[i] * b1[i];
-        s[1][2] += a1[i] * b2[i];
-        s[1][3] += a1[i] * b3[i];
-    }
-    for (int m = 0; m < 2; m++)
-        for (int r = 0; r < 4; r++) acc[m][r] += s[m][r];
-}
-
 static inline float dot(const float *a, const float *b, int n) {
     float s = 0.0f;
 #pragma omp simd reduction(+ : s)
@@ -185,6 +150,47 @@ static void weighted_rows(float *o, const float *p, const float *v, size_t ldv, 
     }
 }
 
+/* Softmax in place over one row of scores: row[0..nk) holds the scores of
+ * the visible keys (mask: this sample's [T] key mask or NULL); on return
+ * row[0..T) holds the probabilities, 0 past nk. Returns 0, with the row all
+ * 0, when no key is visible (the row attends to nothing). */
+static int softmax_row(float *row, int nk, int T, const float *mask) {
+    float mx = -INFINITY;
+    if (mask) {
+#pragma omp simd reduction(max : mx)
+        for (int u = 0; u < nk; u++) {
+            float s = mask[u] != 0.0f ? row[u] : -INFINITY;
+            row[u] = s;
+            mx = fmax_fast(mx, s);
+        }
+    } else {
+#pragma omp simd reduction(max : mx)
+        for (int u = 0; u < nk; u++) mx = fmax_fast(mx, row[u]);
+    }
+    if (mx == -INFINITY) {
+        memset(row, 0, (size_t)T * sizeof(float));
+        return 0;
+    }
+    vfloat vs = {0};
+    int u = 0;
+    for (; u + VLEN <= nk; u += VLEN) {
+        vfloat e = softmax_vexp(vload(row + u) - mx);
+        memcpy(row + u, &e, sizeof e);
+        vs += e;
+    }
+    float sum = vsum(vs);
+    for (; u < nk; u++) {
+        float e = softmax_exp(row[u] - mx);
+        row[u] = e;
+        sum += e;
+    }
+    float inv = 1.0f / sum;
+#pragma omp simd
+    for (int u = 0; u < nk; u++) row[u] *= inv;
+    if (nk < T) memset(row + nk, 0, (size_t)(T - nk) * sizeof(float));
+    return 1;
+}
+
 /* One head, forward. q, k, v: [T, HS] with row stride ld; att: [T, T]
  * probabilities (overwritten); out: [T, HS] with row stride ldo, overwritten
  * with g * P v. mask: this sample's [T] key mask or NULL. */
@@ -194,43 +200,13 @@ static void head_forward(float *out, size_t ldo, float *att, const float *q, con
     const float scale = 1.0f / sqrtf((float)HS);
     for (int t = 0; t < T; t++) {
         float *row = att + (size_t)t * T;
-        float *o = out + (size_t)t * ldo;
         int nk = causal ? t + 1 : T;
+        float *o = out + (size_t)t * ldo;
         dots(row, q + (size_t)t * ld, k, ld, nk, HS, scale);
-        float mx = -INFINITY;
-        if (mask) {
-#pragma omp simd reduction(max : mx)
-            for (int u = 0; u < nk; u++) {
-                float s = mask[u] != 0.0f ? row[u] : -INFINITY;
-                row[u] = s;
-                mx = fmax_fast(mx, s);
-            }
-        } else {
-#pragma omp simd reduction(max : mx)
-            for (int u = 0; u < nk; u++) mx = fmax_fast(mx, row[u]);
-        }
-        if (mx == -INFINITY) { /* no visible key: the row attends to nothing */
-            memset(row, 0, (size_t)T * sizeof(float));
+        if (!softmax_row(row, nk, T, mask)) {
             memset(o, 0, (size_t)HS * sizeof(float));
             continue;
         }
-        vfloat vs = {0};
-        int u = 0;
-        for (; u + VLEN <= nk; u += VLEN) {
-            vfloat e = softmax_vexp(vload(row + u) - mx);
-            memcpy(row + u, &e, sizeof e);
-            vs += e;
-        }
-        float sum = vsum(vs);
-        for (; u < nk; u++) {
-            float e = softmax_exp(row[u] - mx);
-            row[u] = e;
-            sum += e;
-        }
-        float inv = 1.0f / sum;
-#pragma omp simd
-        for (int u = 0; u < nk; u++) row[u] *= inv;
-        if (nk < T) memset(row + nk, 0, (size_t)(T - nk) * sizeof(float));
         weighted_rows(o, row, v, ld, nk, HS, 0);
         if (g != 1.0f)
             for (int j = 0; j < HS; j++) o[j] *= g;
@@ -307,144 +283,250 @@ void bk_cpu_attention_backward(float *dqkv, float *dgate, float *scratch, const 
     }
 }
 
-/* c[M,N] (row stride ldc) = a[M,K] @ b[N,K]^T + bias[N] (nullable); a and b
- * row strides lda, ldb. Dot-product form: both operands are read along K. */
-static void matmul_nt(float *c, size_t ldc, const float *a, size_t lda, const float *b, size_t ldb,
-                      const float *bias, int M, int N, int K) {
-    int m = 0;
-    for (; m + 2 <= M; m += 2) {
-        const float *am = a + (size_t)m * lda;
-        float *c0 = c + (size_t)m * ldc, *c1 = c0 + ldc;
-        int n = 0;
-        for (; n + 4 <= N; n += 4) {
-            float acc[2][4] = {{0}};
-            dot2x4(acc, am, lda, b + (size_t)n * ldb, ldb, K);
-            for (int r = 0; r < 4; r++) {
-                float bb = bias ? bias[n + r] : 0.0f;
-                c0[n + r] = acc[0][r] + bb;
-                c1[n + r] = acc[1][r] + bb;
-            }
+/* ---- selected heads (BudgetFormer inference) ----
+ * Samples go in runs: consecutive samples that selected the same set of heads
+ * (in any order) share their projection weights, so a run's Q/K/V and output
+ * projections are cblas_sgemm calls over all its rows, one per block of
+ * adjacent selected heads (their rows of wqkv and columns of wo are
+ * contiguous). At k = NH all samples share one set and every block is all of
+ * C: the all-heads path's GEMMs, cut into runs of rows only to feed every
+ * thread. One run is one OpenMP task; OpenBLAS
+ * called inside a parallel region runs on the calling thread, so the tasks'
+ * GEMMs and attention run side by side, one per thread. */
+
+/* Whether head h is among the K ids in hs. */
+static int head_selected(const int *hs, int K, int h) {
+    for (int k = 0; k < K; k++)
+        if (hs[k] == h) return 1;
+    return 0;
+}
+
+/* Whether a and b hold the same K distinct heads, in any order. */
+static int same_head_set(const int *a, const int *b, int K) {
+    for (int k = 0; k < K; k++)
+        if (!head_selected(b, K, a[k])) return 0;
+    return 1;
+}
+
+/* End of the run that starts at sample b0: the samples after it with the same
+ * head set, at most cap samples in all (so that one set still makes tasks
+ * for every thread). */
+static int run_end(const int *heads, int K, int B, int b0, int cap) {
+    int b1 = b0 + 1;
+    while (b1 < B && b1 - b0 < cap &&
+           same_head_set(heads + (size_t)b0 * K, heads + (size_t)b1 * K, K))
+        b1++;
+    return b1;
+}
+
+/* Samples per run at most: about four tasks per thread when all samples
+ * share one head set. */
+static int run_cap(int B) {
+    int tasks = 4 * omp_get_max_threads();
+    return (B + tasks - 1) / tasks;
+}
+
+/* The next block of adjacent selected heads [*h0, *h1) at or after head h:
+ * returns 0 when there is none. */
+static int next_head_block(const int *hs, int K, int NH, int h, int *h0, int *h1) {
+    while (h < NH && !head_selected(hs, K, h)) h++;
+    if (h == NH) return 0;
+    *h0 = h;
+    while (h < NH && head_selected(hs, K, h)) h++;
+    *h1 = h;
+    return 1;
+}
+
+/* s[u] = scale * <q, k_u> for u < nk, the keys stored transposed: k_u[j] =
+ * kt[j*ldk + u]. Vectorised over keys: no horizontal sums, which dominate
+ * dots() when HS is only a few vectors long. */
+static void dots_transposed(float *s, const float *q, const float *kt, size_t ldk, int nk, int HS,
+                            float scale) {
+    int u = 0;
+    for (; u + 4 * VLEN <= nk; u += 4 * VLEN) {
+        vfloat c0 = {0}, c1 = {0}, c2 = {0}, c3 = {0};
+        for (int j = 0; j < HS; j++) {
+            const float *kj = kt + (size_t)j * ldk + u;
+            vfloat qj = (vfloat){0} + q[j];
+            c0 += qj * vload(kj);
+            c1 += qj * vload(kj + VLEN);
+            c2 += qj * vload(kj + 2 * VLEN);
+            c3 += qj * vload(kj + 3 * VLEN);
         }
-        for (; n < N; n++) {
-            float bb = bias ? bias[n] : 0.0f;
-            c0[n] = dot(am, b + (size_t)n * ldb, K) + bb;
-            c1[n] = dot(am + lda, b + (size_t)n * ldb, K) + bb;
-        }
+        c0 *= scale, c1 *= scale, c2 *= scale, c3 *= scale;
+        memcpy(s + u, &c0, sizeof c0);
+        memcpy(s + u + VLEN, &c1, sizeof c1);
+        memcpy(s + u + 2 * VLEN, &c2, sizeof c2);
+        memcpy(s + u + 3 * VLEN, &c3, sizeof c3);
     }
-    for (; m < M; m++) {
-        const float *am = a + (size_t)m * lda;
-        float *cm = c + (size_t)m * ldc;
-        int n = 0;
-        for (; n + 4 <= N; n += 4) {
-            float acc[4] = {0};
-            dot1x4(acc, am, b + (size_t)n * ldb, ldb, K);
-            for (int r = 0; r < 4; r++) cm[n + r] = acc[r] + (bias ? bias[n + r] : 0.0f);
+    for (; u + VLEN <= nk; u += VLEN) {
+        vfloat c0 = {0};
+        for (int j = 0; j < HS; j++) c0 += ((vfloat){0} + q[j]) * vload(kt + (size_t)j * ldk + u);
+        c0 *= scale;
+        memcpy(s + u, &c0, sizeof c0);
+    }
+    for (; u < nk; u++) {
+        float acc = 0.0f;
+        for (int j = 0; j < HS; j++) acc += q[j] * kt[(size_t)j * ldk + u];
+        s[u] = scale * acc;
+    }
+}
+
+/* o_t[j] = sum_{u < nk} p[t*ldp + u] * v[u*ldv + j] for the 4 rows t of p
+ * and o (row stride ldo), j < HS: four rows share each load of v, and the
+ * sums stay in registers across all keys. */
+static void weighted_rows4(float *o, size_t ldo, const float *p, size_t ldp, const float *v,
+                           size_t ldv, int nk, int HS) {
+    const float *p0 = p, *p1 = p + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;
+    float *o0 = o, *o1 = o + ldo, *o2 = o1 + ldo, *o3 = o2 + ldo;
+    int j = 0;
+    for (; j + 2 * VLEN <= HS; j += 2 * VLEN) {
+        vfloat a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
+        for (int u = 0; u < nk; u++) {
+            const float *vu = v + (size_t)u * ldv + j;
+            vfloat x = vload(vu), y = vload(vu + VLEN);
+            vfloat w0 = (vfloat){0} + p0[u], w1 = (vfloat){0} + p1[u];
+            vfloat w2 = (vfloat){0} + p2[u], w3 = (vfloat){0} + p3[u];
+            a0 += w0 * x, b0 += w0 * y;
+            a1 += w1 * x, b1 += w1 * y;
+            a2 += w2 * x, b2 += w2 * y;
+            a3 += w3 * x, b3 += w3 * y;
         }
-        for (; n < N; n++) cm[n] = dot(am, b + (size_t)n * ldb, K) + (bias ? bias[n] : 0.0f);
+        memcpy(o0 + j, &a0, sizeof a0), memcpy(o0 + j + VLEN, &b0, sizeof b0);
+        memcpy(o1 + j, &a1, sizeof a1), memcpy(o1 + j + VLEN, &b1, sizeof b1);
+        memcpy(o2 + j, &a2, sizeof a2), memcpy(o2 + j + VLEN, &b2, sizeof b2);
+        memcpy(o3 + j, &a3, sizeof a3), memcpy(o3 + j + VLEN, &b3, sizeof b3);
+    }
+    for (; j < HS; j++) {
+        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+        for (int u = 0; u < nk; u++) {
+            float vj = v[(size_t)u * ldv + j];
+            s0 += p0[u] * vj, s1 += p1[u] * vj, s2 += p2[u] * vj, s3 += p3[u] * vj;
+        }
+        o0[j] = s0, o1[j] = s1, o2[j] = s2, o3[j] = s3;
+    }
+}
+
+/* Samples [b0, b1), which all selected the K heads hs (KH = K*HS columns).
+ * The run's block of scratch, M = (b1-b0)*T rows from row b0*T on:
+ *   qv[M, 2*KH]: q | v, each the selected heads in ascending order;
+ *   kt[KH, M]:   the keys transposed, as dots_transposed wants them;
+ * so that one GEMM per block of adjacent heads fills each for the whole run.
+ * The blocks of all runs take the first B*T*3*KH floats, att[B, K, T, T]
+ * the rest. Unselected heads' columns of out are set to 0. */
+static void selected_run_forward(float *out, float *scratch, const float *x, const float *wqkv,
+                                 const float *bqkv, const int *hs, int K, int b0, int b1,
+                                 const bk_attn_args *a) {
+    const int T = a->T, C = a->C, NH = a->NH, HS = C / NH, KH = K * HS;
+    const size_t ld = 2 * (size_t)KH, M = (size_t)(b1 - b0) * T;
+    const float scale = 1.0f / sqrtf((float)HS);
+    float *qv = scratch + (size_t)b0 * T * 3 * KH, *kt = qv + M * ld;
+    float *att = scratch + (size_t)a->B * T * 3 * KH;
+    const float *xr = x + (size_t)b0 * T * C;
+    if (bqkv) { /* the bias first, the products added to it */
+        int i = 0;
+        for (int h = 0; h < NH; h++) {
+            if (!head_selected(hs, K, h)) continue;
+            const float *bq = bqkv + (size_t)h * HS;
+            memcpy(qv + (size_t)i * HS, bq, (size_t)HS * sizeof(float));
+            memcpy(qv + KH + (size_t)i * HS, bq + 2 * (size_t)C, (size_t)HS * sizeof(float));
+            for (int j = 0; j < HS; j++) {
+                float *kr = kt + ((size_t)i * HS + j) * M, bk = bq[C + j];
+                for (size_t r = 0; r < M; r++) kr[r] = bk;
+            }
+            i++;
+        }
+        for (size_t r = 1; r < M; r++) memcpy(qv + r * ld, qv, ld * sizeof(float));
+    }
+    const float beta = bqkv ? 1.0f : 0.0f;
+    int h0, h1;
+    for (int h = 0, i0 = 0; next_head_block(hs, K, NH, h, &h0, &h1); h = h1, i0 += h1 - h0) {
+        const int n = (h1 - h0) * HS;
+        const float *wq = wqkv + (size_t)h0 * HS * C, *wk = wq + (size_t)C * C,
+                    *wv = wk + (size_t)C * C;
+        float *q0 = qv + (size_t)i0 * HS;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, n, C, 1.0f, xr, C, wq, C, beta,
+                    q0, (int)ld);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, n, C, 1.0f, xr, C, wv, C, beta,
+                    q0 + KH, (int)ld);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, (int)M, C, 1.0f, wk, C, xr, C, beta,
+                    kt + (size_t)i0 * HS * M, (int)M);
+    }
+    for (int b = b0; b < b1; b++) {
+        float *ob = out + (size_t)b * T * C;
+        const size_t r0 = (size_t)(b - b0) * T; /* this sample's first row in the run */
+        const float *mask = a->mask ? a->mask + (size_t)b * T : NULL;
+        int i = 0;
+        for (int h = 0; h < NH; h++) {
+            if (!head_selected(hs, K, h)) {
+                for (int t = 0; t < T; t++)
+                    memset(ob + (size_t)t * C + (size_t)h * HS, 0, (size_t)HS * sizeof(float));
+                continue;
+            }
+            const float *q = qv + r0 * ld + (size_t)i * HS, *v = q + KH;
+            const float *k = kt + (size_t)i * HS * M + r0;
+            float *ah = att + ((size_t)b * K + i) * T * T;
+            for (int t = 0; t < T; t++) { /* probabilities; a row with no key is all 0 */
+                float *row = ah + (size_t)t * T;
+                int nk = a->causal ? t + 1 : T;
+                dots_transposed(row, q + (size_t)t * ld, k, M, nk, HS, scale);
+                softmax_row(row, nk, T, mask);
+            }
+            float *oh = ob + (size_t)h * HS;
+            int t = 0;
+            for (; t + 4 <= T; t += 4) /* rows past a row's last key hold 0 */
+                weighted_rows4(oh + (size_t)t * C, (size_t)C, ah + (size_t)t * T, (size_t)T, v, ld,
+                               a->causal ? t + 4 : T, HS);
+            for (; t < T; t++)
+                weighted_rows(oh + (size_t)t * C, ah + (size_t)t * T, v, ld, a->causal ? t + 1 : T,
+                              HS, 0);
+            i++;
+        }
     }
 }
 
 void bk_cpu_attention_selected_forward(float *out, float *scratch, const float *x, const float *wqkv,
                                        const float *bqkv, const int *heads, int K,
                                        const bk_attn_args *a) {
-    const int B = a->B, T = a->T, C = a->C, NH = a->NH, HS = C / NH;
-    const size_t slot = (size_t)T * (3 * (size_t)HS + T);
+    const int B = a->B, cap = run_cap(B);
 #pragma omp parallel
-    {
-#pragma omp for schedule(static)
-        for (int b = 0; b < B; b++) memset(out + (size_t)b * T * C, 0, (size_t)T * C * sizeof(float));
-#pragma omp for schedule(static)
-        for (int bk = 0; bk < B * K; bk++) {
-            int b = bk / K, h = heads[bk];
-            float *buf = scratch + (size_t)bk * slot;
-            float *qkv[3] = {buf, buf + (size_t)T * HS, buf + 2 * (size_t)T * HS};
-            const float *xb = x + (size_t)b * T * C;
-            for (int part = 0; part < 3; part++) {
-                size_t row0 = (size_t)part * C + (size_t)h * HS; /* first row of wqkv */
-                matmul_nt(qkv[part], (size_t)HS, xb, (size_t)C, wqkv + row0 * C, (size_t)C,
-                          bqkv ? bqkv + row0 : NULL, T, HS, C);
-            }
-            head_forward(out + (size_t)b * T * C + (size_t)h * HS, (size_t)C,
-                         buf + 3 * (size_t)T * HS, qkv[0], qkv[1], qkv[2], (size_t)HS, T, HS,
-                         a->causal, a->mask ? a->mask + (size_t)b * T : NULL, 1.0f);
-        }
+#pragma omp single
+    for (int b0 = 0, b1; b0 < B; b0 = b1) {
+        b1 = run_end(heads, K, B, b0, cap);
+#pragma omp task firstprivate(b0, b1)
+        selected_run_forward(out, scratch, x, wqkv, bqkv, heads + (size_t)b0 * K, K, b0, b1, a);
     }
 }
 
-/* acc[m][r] += sum over the K segments col[k] of <a + m*lda + col[k], b + r*ldb + col[k]>,
- * segment length HS, for 2 rows m of a and 4 rows r of b (each weight load
- * serves two rows); one horizontal sum per output. */
-static inline void dot2x4_segments(float acc[2][4], const float *a, size_t lda, const float *b,
-                                   size_t ldb, const size_t *col, int K, int HS) {
-    vfloat c00 = {0}, c01 = {0}, c02 = {0}, c03 = {0}, c10 = {0}, c11 = {0}, c12 = {0}, c13 = {0};
-    float s[2][4] = {{0}};
-    for (int k = 0; k < K; k++) {
-        const float *a0 = a + col[k], *a1 = a0 + lda;
-        const float *b0 = b + col[k], *b1 = b0 + ldb, *b2 = b1 + ldb, *b3 = b2 + ldb;
-        int i = 0;
-        for (; i + VLEN <= HS; i += VLEN) {
-            vfloat x0 = vload(a0 + i), x1 = vload(a1 + i), w;
-            w = vload(b0 + i);
-            c00 += x0 * w;
-            c10 += x1 * w;
-            w = vload(b1 + i);
-            c01 += x0 * w;
-            c11 += x1 * w;
-            w = vload(b2 + i);
-            c02 += x0 * w;
-            c12 += x1 * w;
-            w = vload(b3 + i);
-            c03 += x0 * w;
-            c13 += x1 * w;
-        }
-        for (; i < HS; i++)
-            for (int r = 0; r < 4; r++) {
-                s[0][r] += a0[i] * b0[(size_t)r * ldb + i];
-                s[1][r] += a1[i] * b0[(size_t)r * ldb + i];
-            }
+/* Samples [b0, b1), which all selected the K heads hs: y rows = bias, plus
+ * one GEMM per block of adjacent selected heads over those columns of c and wo. */
+static void selected_run_project(float *y, const float *c, const float *wo, const float *bo,
+                                 const int *hs, int K, int b0, int b1, int T, int C, int NH,
+                                 int OC) {
+    const int HS = C / NH;
+    const size_t M = (size_t)(b1 - b0) * T;
+    float *yr = y + (size_t)b0 * T * OC;
+    const float *cr = c + (size_t)b0 * T * C;
+    for (size_t r = 0; r < M; r++) {
+        if (bo)
+            memcpy(yr + r * OC, bo, (size_t)OC * sizeof(float));
+        else
+            memset(yr + r * OC, 0, (size_t)OC * sizeof(float));
     }
-    acc[0][0] += vsum(c00) + s[0][0];
-    acc[0][1] += vsum(c01) + s[0][1];
-    acc[0][2] += vsum(c02) + s[0][2];
-    acc[0][3] += vsum(c03) + s[0][3];
-    acc[1][0] += vsum(c10) + s[1][0];
-    acc[1][1] += vsum(c11) + s[1][1];
-    acc[1][2] += vsum(c12) + s[1][2];
-    acc[1][3] += vsum(c13) + s[1][3];
+    int h0, h1;
+    for (int h = 0; next_head_block(hs, K, NH, h, &h0, &h1); h = h1)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, OC, (h1 - h0) * HS, 1.0f,
+                    cr + (size_t)h0 * HS, C, wo + (size_t)h0 * HS, C, 1.0f, yr, OC);
 }
-
-/* Selected heads per sample are at most NH; their column offsets are built once per row. */
-#define SELECTED_MAX_HEADS 256
 
 void bk_cpu_linear_selected_forward(float *y, const float *c, const float *wo, const float *bo,
                                     const int *heads, int K, int B, int T, int C, int NH, int OC) {
-    const int HS = C / NH;
-    if (K > SELECTED_MAX_HEADS) K = SELECTED_MAX_HEADS; /* heads are distinct, so K <= NH */
-    const int pairs = (T + 1) / 2; /* rows t, t+1 of one sample share heads and weight loads */
-#pragma omp parallel for schedule(static)
-    for (int bp = 0; bp < B * pairs; bp++) {
-        int b = bp / pairs, t = 2 * (bp % pairs), rows = t + 1 < T ? 2 : 1;
-        const int *hb = heads + (size_t)b * K;
-        size_t col[SELECTED_MAX_HEADS];
-        for (int k = 0; k < K; k++) col[k] = (size_t)hb[k] * HS;
-        const float *ct = c + ((size_t)b * T + t) * C;
-        float *yt = y + ((size_t)b * T + t) * OC;
-        int o = 0;
-        for (; rows == 2 && o + 4 <= OC; o += 4) {
-            float acc[2][4] = {{0}};
-            dot2x4_segments(acc, ct, (size_t)C, wo + (size_t)o * C, (size_t)C, col, K, HS);
-            for (int r = 0; r < 4; r++) {
-                float bb = bo ? bo[o + r] : 0.0f;
-                yt[o + r] = acc[0][r] + bb;
-                yt[OC + o + r] = acc[1][r] + bb;
-            }
-        }
-        for (; o < OC; o++)
-            for (int m = 0; m < rows; m++) {
-                float s = 0.0f;
-                for (int k = 0; k < K; k++)
-                    s += dot(ct + (size_t)m * C + col[k], wo + (size_t)o * C + col[k], HS);
-                yt[(size_t)m * OC + o] = s + (bo ? bo[o] : 0.0f);
-            }
+    const int cap = run_cap(B);
+#pragma omp parallel
+#pragma omp single
+    for (int b0 = 0, b1; b0 < B; b0 = b1) {
+        b1 = run_end(heads, K, B, b0, cap);
+#pragma omp task firstprivate(b0, b1)
+        selected_run_project(y, c, wo, bo, heads + (size_t)b0 * K, K, b0, b1, T, C, NH, OC);
     }
 }
