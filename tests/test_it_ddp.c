@@ -48,6 +48,11 @@ static void copy_file(const char *from, const char *to) {
     fclose(b);
 }
 
+/* Process groups started by this test; teardown kills whatever is left of
+ * them, so a failed assertion never leaves ranks training in the background. */
+static pid_t g_spawned[64];
+static int g_nspawned;
+
 static void setup(void) {
     setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
     setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
@@ -97,6 +102,11 @@ static void setup(void) {
 }
 
 static void teardown(void) {
+    for (int i = 0; i < g_nspawned; i++) {
+        kill(-g_spawned[i], SIGCONT);
+        kill(-g_spawned[i], SIGKILL);
+    }
+    g_nspawned = 0;
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
     if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_dir);
@@ -107,6 +117,7 @@ static pid_t spawn(const char *log, char *const argv[]) {
     pid_t pid = fork();
     cr_assert(pid >= 0);
     if (pid == 0) {
+        setpgid(0, 0); /* its own group, so teardown can end it and all it started */
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (fd >= 0) {
             dup2(fd, 1);
@@ -116,6 +127,8 @@ static pid_t spawn(const char *log, char *const argv[]) {
         execvp(argv[0], argv);
         _exit(127);
     }
+    setpgid(pid, pid);
+    if (g_nspawned < (int)(sizeof g_spawned / sizeof g_spawned[0])) g_spawned[g_nspawned++] = pid;
     return pid;
 }
 

@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -105,6 +107,11 @@ int comm_init(int *argc, char ***argv, comm_t **out, char *err, size_t errlen) {
         *out = c;
         return 0;
     }
+    /* A rank must not outlive its launcher: if mpirun is killed (kill -9 of a
+     * trial's process group, a crashed daemon's cleanup), the ranks get
+     * SIGTERM, checkpoint and exit instead of training on as orphans. */
+    pid_t parent = getppid();
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) == 0 && getppid() != parent) raise(SIGTERM);
     int provided = 0, rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
     if (rc != MPI_SUCCESS) {
         free(c);
