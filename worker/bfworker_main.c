@@ -14,6 +14,7 @@
 #include "worker/ckpt.h"
 #include "worker/comm.h"
 #include "worker/generate.h"
+#include "worker/run_trial.h"
 #include "worker/train.h"
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 64, EXIT_PREEMPTED = 75 };
@@ -38,6 +39,7 @@ static const char *USAGE =
     "  eval CHECKPOINT     evaluate a checkpoint (file or its folder): accuracy, heads used,\n"
     "                      attention FLOPs and wall time\n"
     "      --split val|test  which split (default test)\n"
+    "      --samples FILE    write one line per sample: mean s, tokens, loss, correct\n"
     "      --set KEY=VALUE   e.g. --set device=cpu, --set train.batch=1\n"
     "  params CONFIG.yaml  print parameters per block and the total\n"
     "      --set KEY=VALUE\n"
@@ -48,6 +50,9 @@ static const char *USAGE =
     "      --top-k K         sample among the K most likely tokens (default 40; 0 = all)\n"
     "      --seed S          sampling seed (default 1)\n"
     "      --set KEY=VALUE   e.g. --set device=cpu\n"
+    "  run --trial ID --connect ENDPOINT --token TOKEN --out DIR\n"
+    "                      one attempt of a trial for bfd (config and metrics over the\n"
+    "                      worker link; docs/protocol.md); started by bfd, not by hand\n"
     "\n"
     "SIGTERM during training writes a checkpoint and exits with status 75.\n"
     "Data parallel: mpirun -np R bfworker train ... (docs/distributed.md); exit status 1 =\n"
@@ -242,7 +247,7 @@ static int open_checkpoint(int argc, char **argv, ckpt_state *s, bf_config *c, c
 }
 
 static int cmd_eval(int argc, char **argv) {
-    static const char *const vals[] = {"--set", "--split", NULL};
+    static const char *const vals[] = {"--set", "--split", "--samples", NULL};
     static const char *const flags[] = {NULL};
     if (argc < 3 || argv[2][0] == '-') {
         fprintf(stderr, "bfworker eval: missing CHECKPOINT\n%s", USAGE);
@@ -279,7 +284,18 @@ static int cmd_eval(int argc, char **argv) {
     int sp = split && strcmp(split, "val") == 0 ? 0 : 1;
     if (sp == 1 && !d.test && d.n_classes) sp = 0;
     eval_result e;
-    if (train_evaluate(&m, &c, &d, d.n_classes ? sp : 1, &e, NULL, err, sizeof err)) goto done;
+    const char *samples_path = opt_value(argc, argv, 3, "--samples");
+    FILE *samples = NULL;
+    if (samples_path) {
+        if (!(samples = fopen(samples_path, "w"))) {
+            snprintf(err, sizeof err, "cannot write %s", samples_path);
+            goto done;
+        }
+        fputs("s_mean\ttokens\tloss\tcorrect\n", samples);
+    }
+    int erc = train_evaluate(&m, &c, &d, d.n_classes ? sp : 1, &e, samples, err, sizeof err);
+    if (samples) fclose(samples);
+    if (erc) goto done;
     const char *name = d.n_classes ? (sp ? "test" : "val") : "val";
     printf("split        %s\n", name);
     printf("samples      %.0f\n", e.samples);
@@ -486,6 +502,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "eval") == 0) return cmd_eval(argc, argv);
     if (strcmp(argv[1], "params") == 0) return cmd_params(argc, argv);
     if (strcmp(argv[1], "generate") == 0) return cmd_generate(argc, argv);
-    fprintf(stderr, "bfworker: unknown command '%s' (valid: train, eval, params, generate; see --help)\n", argv[1]);
+    if (strcmp(argv[1], "run") == 0) return run_trial_main(argc, argv);
+    fprintf(stderr, "bfworker: unknown command '%s' (valid: train, eval, params, generate, run; see --help)\n", argv[1]);
     return EXIT_USAGE;
 }

@@ -116,8 +116,12 @@ int ckpt_read(const char *path, ckpt_state *s, char *err, size_t errlen) {
         snprintf(err, errlen, "checkpoint %s: cannot open: %s", file, strerror(errno));
         return -1;
     }
+    /* Version 1 (72-byte header, no config hash) is still read: a checkpoint
+     * written by an older bf is never stranded. Its fields sit at the same
+     * offsets up to byte 64. */
     unsigned char h[HEADER_BYTES];
-    if (fread(h, 1, sizeof h, f) != sizeof h) {
+    const size_t v1_bytes = 72;
+    if (fread(h, 1, v1_bytes, f) != v1_bytes) {
         snprintf(err, errlen, "checkpoint %s: truncated header (not a bf checkpoint?)", file);
         goto fail;
     }
@@ -125,12 +129,18 @@ int ckpt_read(const char *path, ckpt_state *s, char *err, size_t errlen) {
         snprintf(err, errlen, "checkpoint %s: bad magic: not a bf checkpoint", file);
         goto fail;
     }
-    if (get32(h + 8) != CKPT_VERSION) {
-        snprintf(err, errlen, "checkpoint %s: format version %u, this bf reads version %d", file,
-                 get32(h + 8), CKPT_VERSION);
+    const unsigned version = get32(h + 8);
+    if (version != 1 && version != CKPT_VERSION) {
+        snprintf(err, errlen, "checkpoint %s: format version %u, this bf reads versions 1 to %d",
+                 file, version, CKPT_VERSION);
         goto fail;
     }
-    if (get64(h + 72) != fnv(FNV_INIT, h, 72)) {
+    size_t hbytes = version == 1 ? v1_bytes : HEADER_BYTES;
+    if (hbytes > v1_bytes && fread(h + v1_bytes, 1, hbytes - v1_bytes, f) != hbytes - v1_bytes) {
+        snprintf(err, errlen, "checkpoint %s: truncated header", file);
+        goto fail;
+    }
+    if (get64(h + hbytes - 8) != fnv(FNV_INIT, h, hbytes - 8)) {
         snprintf(err, errlen, "checkpoint %s: header checksum mismatch (damaged file)", file);
         goto fail;
     }
@@ -144,7 +154,7 @@ int ckpt_read(const char *path, ckpt_state *s, char *err, size_t errlen) {
                  file, (unsigned long long)cfg_len, (unsigned long long)s->n_params);
         goto fail;
     }
-    uint64_t want = HEADER_BYTES + cfg_len + 3 * s->n_params * sizeof(float);
+    uint64_t want = hbytes + cfg_len + 3 * s->n_params * sizeof(float);
     if (fstat(fileno(f), &st) || (uint64_t)st.st_size != want) {
         snprintf(err, errlen, "checkpoint %s: %lld bytes, expected %llu (truncated or padded)", file,
                  (long long)st.st_size, (unsigned long long)want);
@@ -173,7 +183,7 @@ int ckpt_read(const char *path, ckpt_state *s, char *err, size_t errlen) {
         snprintf(err, errlen, "checkpoint %s: payload checksum mismatch (damaged file)", file);
         goto fail;
     }
-    s->cfg_hash = get64(h + 64);
+    s->cfg_hash = version == 1 ? fnv(FNV_INIT, s->cfg_text, cfg_len) : get64(h + 64);
     if (s->cfg_hash != fnv(FNV_INIT, s->cfg_text, cfg_len)) {
         snprintf(err, errlen, "checkpoint %s: config hash does not match its config text", file);
         goto fail;

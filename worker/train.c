@@ -267,11 +267,11 @@ static int evaluate_shard(model *m, const bf_config *c, const pipe_data *d, int 
         sum[EV_FLOPS] += m->st.attn_flops * b.valid_rows;
         sum[EV_ROWS] += b.valid_rows;
         for (int i = 0; i < b.valid_rows * c->model.seq_len; i++) sum[EV_TOKENS] += b.mask[i] > 0;
-        if (d->n_classes && m->sh.budget) {
+        if (d->n_classes && (m->sh.budget || per_sample)) {
             for (int i = 0; i < b.valid_rows; i++) {
-                double s = 0;
-                for (int l = 0; l < m->sh.layers; l++) s += m->h_s[(size_t)l * m->B + i];
-                s /= m->sh.layers;
+                double s = m->sh.budget ? 0 : NAN;
+                for (int l = 0; m->sh.budget && l < m->sh.layers; l++) s += m->h_s[(size_t)l * m->B + i];
+                if (m->sh.budget) s /= m->sh.layers;
                 int len = 0;
                 for (int t = 0; t < c->model.seq_len; t++) len += b.mask[i * c->model.seq_len + t] > 0;
                 const float *lg = m->h_logits + (size_t)i * d->n_classes;
@@ -279,6 +279,9 @@ static int evaluate_shard(model *m, const bf_config *c, const pipe_data *d, int 
                 for (int v = 1; v < d->n_classes; v++)
                     if (lg[v] > lg[best]) best = v;
                 double loss = m->h_losses[i];
+                if (per_sample)
+                    fprintf(per_sample, "%.6f\t%d\t%.6f\t%d\n", s, len, loss, best == b.labels[i]);
+                if (!m->sh.budget) continue;
                 sum[EV_N] += 1;
                 sum[EV_S] += s;
                 sum[EV_LEN] += len;
@@ -288,8 +291,6 @@ static int evaluate_shard(model *m, const bf_config *c, const pipe_data *d, int 
                 sum[EV_LL] += loss * loss;
                 sum[EV_SLEN] += s * len;
                 sum[EV_SL] += s * loss;
-                if (per_sample)
-                    fprintf(per_sample, "%.6f\t%d\t%.6f\t%d\n", s, len, m->h_losses[i], best == b.labels[i]);
             }
         }
     }
@@ -743,7 +744,7 @@ int train_run(const bf_config *c, const train_opts *o, train_result *r, char *er
     if (!lm && d.test && rank == 0) {
         eval_result e;
         FILE *ps = NULL;
-        if (out_dir && sh.budget) {
+        if (out_dir) { /* per test sample: s (NaN without a budget), tokens, loss, correct */
             char path[4096];
             snprintf(path, sizeof path, "%s/test_samples.tsv", out_dir);
             ps = fopen(path, "w");
