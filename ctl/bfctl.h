@@ -15,5 +15,19 @@ typedef struct bfctl_cmd {
 int bfctl_validate(int argc, char **argv);
 int bfctl_expand(int argc, char **argv);
 int bfctl_keys(int argc, char **argv);
+/* ctl/ctl_daemon.c: commands that talk to bfd */
+int bfctl_submit(int argc, char **argv);
+int bfctl_ls(int argc, char **argv);
+int bfctl_show(int argc, char **argv);
+int bfctl_tail(int argc, char **argv);
+int bfctl_cancel(int argc, char **argv);
+int bfctl_stop(int argc, char **argv);
+int bfctl_wait(int argc, char **argv);
+int bfctl_best(int argc, char **argv);
+int bfctl_logs(int argc, char **argv);
+int bfctl_daemon(int argc, char **argv);
+/* ctl/ctl_results.c: a job's results */
+int bfctl_results(int argc, char **argv);
+int bfctl_export(int argc, char **argv);
 
 #endif

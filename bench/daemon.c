@@ -1,0 +1,770 @@
+/* bench_daemon — bfd's metrics hub under load: metric points per second
+ * stored (acknowledged, so committed to SQLite) and published on PUB with
+ * many workers sending at once, and the latency from a worker sending a point
+ * to a live subscriber (what `bfctl tail -f` does) receiving it.
+ *
+ *   bench_daemon [--senders N] [--points N] [--batch N] [--values N]
+ *                [--lat-points N] [--lat-rate HZ] [--bfd PATH] [--keep] [--json]
+ *
+ * It starts a real bfd on a temporary BF_HOME and submits a job of N trials.
+ * bfd launches each trial as usual, through the `bfworker` of its config
+ * file (bfd.yaml); here that is a small script that records its command line
+ * (trial id, endpoint, per-attempt token) and sleeps, so the bench's sender threads can
+ * play the trials' rank 0 over the real worker protocol: `hello`, then
+ * `metrics` batches of consecutive seqs, each waiting for its `ack`, as
+ * worker/link.c does. A subscriber thread syncs its SUB socket
+ * (docs/protocol.md, "Live data without gaps") and counts every published
+ * point; a point's `time` is the wall clock when its batch was built, so
+ * receive time minus `time` is the send-to-subscriber latency.
+ *
+ * Phase 1 (throughput): every sender sends --points points in batches of
+ * --batch as fast as the acks come. Reported: points/s acknowledged (stored)
+ * and points/s received by the subscriber (published), and the latency of
+ * those points (under full load). Phase 2 (latency): one sender sends
+ * --lat-points one-point batches at --lat-rate per second; median and p99.
+ * At the end the stored rows are counted in the database itself.
+ *
+ * The table goes to stdout; --json writes one JSON object instead. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <sqlite3.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "bench/bench_util.h"
+#include "protocol/proto.h"
+
+#define MAX_SENDERS 256
+#define CALL_TIMEOUT_MS 10000
+
+typedef struct opts {
+    int senders, batch, values, lat_points, json, keep;
+    long points;
+    double lat_rate;
+    char bfd[1024];
+} opts;
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static pid_t g_bfd = -1;
+static char g_dir[256];
+
+static void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "bench_daemon: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    if (g_bfd > 0) {
+        kill(g_bfd, SIGKILL);
+        waitpid(g_bfd, NULL, 0);
+    }
+    if (g_dir[0]) fprintf(stderr, "bench_daemon: files kept in %s (bfd.log)\n", g_dir);
+    exit(1);
+}
+
+static double wall_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void sleep_s(double s) {
+    if (s <= 0) return;
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static void write_file(const char *path, const char *text, mode_t mode) {
+    FILE *f = fopen(path, "w");
+    if (!f) die("cannot write %s: %s", path, strerror(errno));
+    if (fputs(text, f) == EOF || fclose(f) != 0) die("cannot write %s: %s", path, strerror(errno));
+    if (chmod(path, mode) != 0) die("chmod %s: %s", path, strerror(errno));
+}
+
+/* ------------------------------------------------------------- control */
+
+typedef struct ctl {
+    void *sock;
+    long long req;
+} ctl;
+
+/* One request on the control socket; returns the reply body (caller
+ * decrefs) and its type in rtype. An `error` reply or no reply is fatal. */
+static json_t *ctl_call(ctl *c, const char *type, json_t *body, char rtype[PROTO_MAX_TYPE + 1]) {
+    char err[512];
+    proto_msg route = {0};
+    route.has_req = 1;
+    route.req = ++c->req;
+    if (!body) body = json_object();
+    if (!body) die("out of memory");
+    if (proto_send(c->sock, &route, NULL, type, body, 0, err, sizeof err) != 0)
+        die("%s: %s", type, err);
+    json_decref(body);
+    for (;;) {
+        proto_msg m = {0};
+        proto_code code;
+        int rc = proto_recv(c->sock, 0, 0, &m, &code, err, sizeof err);
+        if (rc == 1) die("%s: no reply from bfd within %d ms", type, CALL_TIMEOUT_MS);
+        if (rc < 0) die("%s: %s", type, err);
+        if (code != PROTO_OK) die("%s: unreadable reply: %s", type, err);
+        if (!m.has_req || m.req != c->req) { /* a late reply to an earlier request */
+            proto_msg_clear(&m);
+            continue;
+        }
+        if (strcmp(m.type, "error") == 0) {
+            json_t *msg = json_object_get(m.body, "message");
+            die("%s: bfd answered error %s: %s", type,
+                json_string_value(json_object_get(m.body, "code")),
+                json_is_string(msg) ? json_string_value(msg) : "?");
+        }
+        snprintf(rtype, PROTO_MAX_TYPE + 1, "%s", m.type);
+        json_t *b = m.body;
+        m.body = NULL;
+        proto_msg_clear(&m);
+        return b;
+    }
+}
+
+static void *new_socket(void *zctx, int type, const char *endpoint, int rcvtimeo_ms) {
+    void *s = zmq_socket(zctx, type);
+    if (!s) die("zmq_socket: %s", zmq_strerror(zmq_errno()));
+    int linger = 0, hwm = 0;
+    if (zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger) != 0 ||
+        zmq_setsockopt(s, ZMQ_RCVTIMEO, &rcvtimeo_ms, sizeof rcvtimeo_ms) != 0 ||
+        zmq_setsockopt(s, ZMQ_RCVHWM, &hwm, sizeof hwm) != 0 ||
+        zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm) != 0)
+        die("zmq_setsockopt: %s", zmq_strerror(zmq_errno()));
+    if (zmq_connect(s, endpoint) != 0)
+        die("zmq_connect(%s): %s", endpoint, zmq_strerror(zmq_errno()));
+    return s;
+}
+
+/* ------------------------------------------------------------- senders */
+
+typedef struct sender {
+    int idx;
+    void *zctx;
+    const char *endpoint;
+    int64_t trial;
+    char token[PROTO_TOKEN_LEN + 1];
+    long points; /* phase 1 */
+    int batch, values;
+    pthread_barrier_t *start;
+    /* results */
+    double t_done; /* monotonic, last ack */
+    int64_t acked;
+    char err[512];
+} sender;
+
+/* Sends body text as "bf" | "1" | type | body. */
+static int send_raw(void *s, const char *type, const char *body, size_t len, char *err,
+                    size_t errlen) {
+    if (zmq_send(s, "bf", 2, ZMQ_SNDMORE) < 0 || zmq_send(s, "1", 1, ZMQ_SNDMORE) < 0 ||
+        zmq_send(s, type, strlen(type), ZMQ_SNDMORE) < 0 || zmq_send(s, body, len, 0) < 0) {
+        snprintf(err, errlen, "zmq_send(%s): %s", type, zmq_strerror(zmq_errno()));
+        return -1;
+    }
+    return 0;
+}
+
+/* Waits for the reply of type want; fills *seq from an `ack` (or
+ * *acked from a `config`). Returns 0 or -1 with a message. */
+static int recv_reply(void *s, const char *want, int64_t *seq, char *err, size_t errlen) {
+    proto_msg m = {0};
+    proto_code code;
+    char perr[512];
+    int rc = proto_recv(s, 0, 0, &m, &code, perr, sizeof perr);
+    if (rc == 1) {
+        snprintf(err, errlen, "no %s from bfd within %d ms", want, CALL_TIMEOUT_MS);
+        return -1;
+    }
+    if (rc < 0 || code != PROTO_OK) {
+        snprintf(err, errlen, "%s", perr);
+        proto_msg_clear(&m);
+        return -1;
+    }
+    int ret = 0;
+    if (strcmp(m.type, want) != 0) {
+        char *txt = json_dumps(m.body, JSON_COMPACT);
+        snprintf(err, errlen, "got %s %s, want %s", m.type, txt ? txt : "?", want);
+        free(txt);
+        ret = -1;
+    } else {
+        long long v;
+        const char *key = strcmp(want, "ack") == 0 ? "seq" : "acked";
+        if (proto_get_int(m.body, key, 1, 0, PROTO_MAX_INT, 0, &v, perr, sizeof perr) != 0) {
+            snprintf(err, errlen, "%s: %.400s", want, perr);
+            ret = -1;
+        } else {
+            *seq = v;
+        }
+    }
+    proto_msg_clear(&m);
+    return ret;
+}
+
+/* Appends points seq first..first+n-1 to buf as a metrics body. */
+static size_t build_batch(char *buf, size_t cap, const sender *s, int64_t first, int n) {
+    double t = wall_now();
+    size_t w = (size_t)snprintf(buf, cap, "{\"trial\":%lld,\"token\":\"%s\",\"points\":[",
+                                (long long)s->trial, s->token);
+    for (int i = 0; i < n && w < cap; i++) {
+        int64_t seq = first + i;
+        w += (size_t)snprintf(buf + w, cap - w,
+                              "%s{\"seq\":%lld,\"step\":%lld,\"time\":%.6f,\"values\":{", i ? "," : "",
+                              (long long)seq, (long long)seq, t);
+        for (int v = 0; v < s->values && w < cap; v++)
+            w += (size_t)snprintf(buf + w, cap - w, "%s\"bench/v%d\":%.4f", v ? "," : "", v,
+                                  (double)(seq % 1000) * 1e-3 + v);
+        if (w < cap) w += (size_t)snprintf(buf + w, cap - w, "}}");
+    }
+    if (w < cap) w += (size_t)snprintf(buf + w, cap - w, "]}");
+    return w;
+}
+
+static size_t batch_cap(int batch, int values) {
+    return 128 + (size_t)batch * (96 + 32 * (size_t)values);
+}
+
+/* Sends points seq from..to (inclusive) in batches, each after the previous
+ * ack; pace > 0 spaces batches by that many seconds. Returns 0 or -1. */
+static int send_points(void *sock, sender *s, int64_t from, int64_t to, int batch, double pace) {
+    size_t cap = batch_cap(batch, s->values);
+    char *buf = malloc(cap);
+    if (!buf) {
+        snprintf(s->err, sizeof s->err, "out of memory");
+        return -1;
+    }
+    double next = bench_now();
+    int64_t seq = from;
+    while (seq <= to) {
+        if (pace > 0) {
+            sleep_s(next - bench_now());
+            next += pace;
+        }
+        int n = (int)(to - seq + 1 < batch ? to - seq + 1 : batch);
+        size_t len = build_batch(buf, cap, s, seq, n);
+        if (len >= cap) {
+            snprintf(s->err, sizeof s->err, "batch buffer too small");
+            free(buf);
+            return -1;
+        }
+        int64_t ack = 0;
+        if (send_raw(sock, "metrics", buf, len, s->err, sizeof s->err) != 0 ||
+            recv_reply(sock, "ack", &ack, s->err, sizeof s->err) != 0) {
+            free(buf);
+            return -1;
+        }
+        if (ack != seq + n - 1) {
+            snprintf(s->err, sizeof s->err, "trial %lld: ack %lld after sending seq %lld..%lld",
+                     (long long)s->trial, (long long)ack, (long long)seq, (long long)(seq + n - 1));
+            free(buf);
+            return -1;
+        }
+        s->acked = ack;
+        seq += n;
+    }
+    free(buf);
+    return 0;
+}
+
+/* hello, as rank 0 does; returns the daemon's acked seq. */
+static int sender_hello(void *sock, sender *s) {
+    char body[512], host[256] = "localhost";
+    gethostname(host, sizeof host - 1);
+    int len = snprintf(body, sizeof body,
+                       "{\"trial\":%lld,\"token\":\"%s\",\"attempt\":1,\"pid\":%d,\"host\":\"%s\"}",
+                       (long long)s->trial, s->token, (int)getpid(), host);
+    int64_t acked = 0;
+    if (send_raw(sock, "hello", body, (size_t)len, s->err, sizeof s->err) != 0 ||
+        recv_reply(sock, "config", &acked, s->err, sizeof s->err) != 0)
+        return -1;
+    s->acked = acked;
+    return 0;
+}
+
+static void *sender_main(void *arg) {
+    sender *s = arg;
+    void *sock = new_socket(s->zctx, ZMQ_DEALER, s->endpoint, CALL_TIMEOUT_MS);
+    int ok = sender_hello(sock, s) == 0;
+    pthread_barrier_wait(s->start);
+    if (ok && send_points(sock, s, s->acked + 1, s->acked + s->points, s->batch, 0) == 0)
+        s->t_done = bench_now();
+    zmq_close(sock);
+    return NULL;
+}
+
+/* ------------------------------------------------------------ subscriber */
+
+typedef struct subscriber {
+    void *sock;
+    atomic_int stop;
+    atomic_long got_load, got_lat; /* points received per phase */
+    atomic_long dups, bad;
+    int64_t lat_trial, load_points;  /* a point of lat_trial with seq > load_points is phase 2 */
+    int64_t trial_lo, trial_hi;      /* the bench's trials: ids in [lo, hi] */
+    int64_t *last_seq;               /* per trial (index id - lo) */
+    double t_load_done;              /* monotonic, when the last phase-1 point arrived */
+    long expect_load;
+    double *lat_load, *lat_idle;
+    size_t n_load, n_idle, cap_load, cap_idle;
+    char err[512];
+} subscriber;
+
+static void push(double **a, size_t *n, size_t *cap, double v) {
+    if (*n == *cap) {
+        size_t c = *cap ? *cap * 2 : 65536;
+        double *p = realloc(*a, c * sizeof *p);
+        if (!p) return;
+        *a = p, *cap = c;
+    }
+    (*a)[(*n)++] = v;
+}
+
+static void *subscriber_main(void *arg) {
+    subscriber *u = arg;
+    char err[512];
+    while (!atomic_load(&u->stop)) {
+        proto_msg m = {0};
+        proto_code code;
+        int rc = proto_recv(u->sock, 0, PROTO_RECV_TOPIC, &m, &code, err, sizeof err);
+        if (rc == 1) continue; /* receive timeout: look at stop */
+        if (rc < 0) {
+            snprintf(u->err, sizeof u->err, "%s", err);
+            break;
+        }
+        double now = wall_now();
+        if (code != PROTO_OK || strcmp(m.type, "metrics") != 0 ||
+            strncmp(m.topic, "trial/", 6) != 0) {
+            if (code != PROTO_OK) atomic_fetch_add(&u->bad, 1);
+            proto_msg_clear(&m);
+            continue;
+        }
+        long long trial;
+        json_t *pts = json_object_get(m.body, "points");
+        if (proto_get_int(m.body, "trial", 1, 1, PROTO_MAX_INT, 0, &trial, err, sizeof err) != 0 ||
+            !json_is_array(pts) || trial < u->trial_lo || trial > u->trial_hi) {
+            proto_msg_clear(&m);
+            continue;
+        }
+        size_t i;
+        json_t *p;
+        long nload = 0, nlat = 0;
+        json_array_foreach(pts, i, p) {
+            json_int_t seq = json_integer_value(json_object_get(p, "seq"));
+            double t = json_number_value(json_object_get(p, "time"));
+            int64_t *last = &u->last_seq[trial - u->trial_lo];
+            if (seq <= *last) {
+                atomic_fetch_add(&u->dups, 1);
+                continue;
+            }
+            *last = seq;
+            if (trial == u->lat_trial && seq > u->load_points) {
+                push(&u->lat_idle, &u->n_idle, &u->cap_idle, now - t);
+                nlat++;
+            } else {
+                push(&u->lat_load, &u->n_load, &u->cap_load, now - t);
+                nload++;
+            }
+        }
+        if (nload && atomic_fetch_add(&u->got_load, nload) + nload == u->expect_load)
+            u->t_load_done = bench_now();
+        if (nlat) atomic_fetch_add(&u->got_lat, nlat);
+        proto_msg_clear(&m);
+    }
+    return NULL;
+}
+
+/* ---------------------------------------------------------- bfd, launch */
+
+static pid_t spawn_bfd(const char *bfd, const char *home, const char *log) {
+    pid_t pid = fork();
+    if (pid < 0) die("fork: %s", strerror(errno));
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+            close(fd);
+        }
+        setenv("BF_HOME", home, 1);
+        execl(bfd, bfd, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Reads the launch records the fake worker wrote (one argument a line) and
+ * fills trial ids and tokens; returns how many are complete. */
+static int read_launches(const char *dir, sender *s, int max) {
+    DIR *d = opendir(dir);
+    if (!d) die("opendir %s: %s", dir, strerror(errno));
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < max) {
+        if (strncmp(e->d_name, "launch.", 7) != 0 || strstr(e->d_name, ".tmp")) continue;
+        char path[600], line[1100], prev[1100] = "";
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        int64_t trial = 0;
+        char token[PROTO_TOKEN_LEN + 1] = "";
+        while (fgets(line, sizeof line, f)) {
+            line[strcspn(line, "\n")] = '\0';
+            if (strcmp(prev, "--trial") == 0) trial = strtoll(line, NULL, 10);
+            if (strcmp(prev, "--token") == 0 && strlen(line) == PROTO_TOKEN_LEN)
+                snprintf(token, sizeof token, "%s", line);
+            snprintf(prev, sizeof prev, "%s", line);
+        }
+        fclose(f);
+        if (trial > 0 && token[0]) {
+            s[n].trial = trial;
+            snprintf(s[n].token, sizeof s[n].token, "%s", token);
+            n++;
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+static int cmp_sender(const void *a, const void *b) {
+    const sender *x = a, *y = b;
+    return (x->trial > y->trial) - (x->trial < y->trial);
+}
+
+/* Percentile q (0..1) of sorted a[0..n), in ms. */
+static double pct_ms(const double *a, size_t n, double q) {
+    if (!n) return NAN;
+    size_t i = (size_t)(q * (double)(n - 1) + 0.5);
+    return 1e3 * a[i];
+}
+
+/* JSON has no NaN: a measurement that could not be made is -1. */
+static double fin(double x) { return isfinite(x) ? x : -1.0; }
+
+static void usage(void) {
+    fprintf(stderr, "usage: bench_daemon [--senders N] [--points N] [--batch N] [--values N]\n"
+                    "                    [--lat-points N] [--lat-rate HZ] [--bfd PATH] [--keep] "
+                    "[--json]\n");
+    exit(2);
+}
+
+int main(int argc, char **argv) {
+    opts o = {.senders = 16, .batch = 500, .values = 1, .lat_points = 2000, .points = 25000,
+              .lat_rate = 500};
+    snprintf(o.bfd, sizeof o.bfd, "%s/bfd", BF_BIN_DIR);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--json") == 0) o.json = 1;
+        else if (strcmp(a, "--keep") == 0) o.keep = 1;
+        else if (!v) usage();
+        else if (strcmp(a, "--senders") == 0) o.senders = atoi(v), i++;
+        else if (strcmp(a, "--points") == 0) o.points = atol(v), i++;
+        else if (strcmp(a, "--batch") == 0) o.batch = atoi(v), i++;
+        else if (strcmp(a, "--values") == 0) o.values = atoi(v), i++;
+        else if (strcmp(a, "--lat-points") == 0) o.lat_points = atoi(v), i++;
+        else if (strcmp(a, "--lat-rate") == 0) o.lat_rate = atof(v), i++;
+        else if (strcmp(a, "--bfd") == 0) snprintf(o.bfd, sizeof o.bfd, "%s", v), i++;
+        else usage();
+    }
+    if (o.senders < 1 || o.senders > MAX_SENDERS || o.points < 1 || o.batch < 1 ||
+        o.batch > PROTO_MAX_POINTS || o.values < 1 || o.values > PROTO_MAX_VALUES ||
+        o.lat_points < 0 || !(o.lat_rate > 0)) {
+        fprintf(stderr, "bench_daemon: senders 1-%d, points >= 1, batch 1-%d, values 1-%d, "
+                        "lat-points >= 0, lat-rate > 0\n",
+                MAX_SENDERS, PROTO_MAX_POINTS, PROTO_MAX_VALUES);
+        return 2;
+    }
+
+    /* a private BF_HOME, a fake bfworker, a config that uses it */
+    snprintf(g_dir, sizeof g_dir, "/tmp/bf-bench-daemon-XXXXXX");
+    if (!mkdtemp(g_dir)) die("mkdtemp: %s", strerror(errno));
+    char home[320], launches[320], path[700], text[2048];
+    snprintf(home, sizeof home, "%s/home", g_dir);
+    snprintf(launches, sizeof launches, "%s/launches", g_dir);
+    if (mkdir(home, 0700) != 0 || mkdir(launches, 0700) != 0) die("mkdir: %s", strerror(errno));
+    snprintf(path, sizeof path, "%s/fake_worker", g_dir);
+    snprintf(text, sizeof text,
+             "#!/bin/sh\n"
+             "# bench_daemon's stand-in for bfworker: records the command line bfd built\n"
+             "# (trial, endpoint, token), then waits to be cancelled.\n"
+             "f='%s/launch.'$$\n"
+             "printf '%%s\\n' \"$@\" > \"$f.tmp\" && mv \"$f.tmp\" \"$f\"\n"
+             "exec sleep 100000\n",
+             launches);
+    write_file(path, text, 0700);
+    char cfg[800];
+    snprintf(cfg, sizeof cfg, "%s/bfd.yaml", home);
+    snprintf(text, sizeof text,
+             "slots: %d\nheartbeat_timeout: 3600\nthreads_per_slot: 1\nbfworker: %s/fake_worker\n",
+             o.senders, g_dir);
+    write_file(cfg, text, 0600);
+
+    char log[400];
+    snprintf(log, sizeof log, "%s/bfd.log", g_dir);
+    g_bfd = spawn_bfd(o.bfd, home, log);
+    char ep_ctl[400], ep_wk[400], ep_pub[400], sock[400];
+    snprintf(ep_ctl, sizeof ep_ctl, "ipc://%s/ctl.sock", home);
+    snprintf(ep_wk, sizeof ep_wk, "ipc://%s/worker.sock", home);
+    snprintf(ep_pub, sizeof ep_pub, "ipc://%s/pub.sock", home);
+    snprintf(sock, sizeof sock, "%s/ctl.sock", home);
+    for (int i = 0;; i++) {
+        struct stat sb;
+        if (stat(sock, &sb) == 0) break;
+        if (waitpid(g_bfd, NULL, WNOHANG) == g_bfd) {
+            g_bfd = -1;
+            die("bfd (%s) exited at start", o.bfd);
+        }
+        if (i > 200) die("bfd did not create %s within 10 s", sock);
+        sleep_s(0.05);
+    }
+
+    void *zctx = zmq_ctx_new();
+    if (!zctx) die("zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
+    ctl c = {new_socket(zctx, ZMQ_DEALER, ep_ctl, CALL_TIMEOUT_MS), 0};
+    char rtype[PROTO_MAX_TYPE + 1];
+
+    /* the job: one trial per sender */
+    size_t cap = 512 + 12 * (size_t)o.senders;
+    char *sweep = malloc(cap);
+    if (!sweep) die("out of memory");
+    size_t w = (size_t)snprintf(sweep, cap,
+                                "name: bench-daemon\npipeline: budgetformer\ndevice: cpu\n"
+                                "data: {set: wordnet}\nsweep:\n  parameters:\n"
+                                "    train.seed: {values: [");
+    for (int i = 0; i < o.senders; i++) w += (size_t)snprintf(sweep + w, cap - w, "%s%d", i ? ", " : "", i + 1);
+    snprintf(sweep + w, cap - w, "]}\nmetric: {name: bench/v0, goal: max}\n");
+    json_t *body = json_pack("{s:s, s:s, s:s}", "sweep", sweep, "file", "bench-daemon.yaml", "cwd", g_dir);
+    if (!body) die("json_pack failed");
+    free(sweep);
+    json_t *rep = ctl_call(&c, "submit", body, rtype);
+    long long job = json_integer_value(json_object_get(rep, "job"));
+    json_decref(rep);
+    if (job < 1) die("submit: no job id in the reply");
+
+    /* wait until bfd has launched every trial */
+    sender *s = calloc((size_t)o.senders, sizeof *s);
+    if (!s) die("out of memory");
+    double t_launch = bench_now();
+    int n = 0;
+    while ((n = read_launches(launches, s, o.senders)) < o.senders) {
+        if (bench_now() - t_launch > 60)
+            die("bfd launched %d of %d trials within 60 s (slots in %s?)", n, o.senders, cfg);
+        sleep_s(0.05);
+    }
+    t_launch = bench_now() - t_launch;
+    qsort(s, (size_t)o.senders, sizeof *s, cmp_sender);
+
+    /* the subscriber, synced before anything is sent */
+    subscriber u = {0};
+    u.sock = new_socket(zctx, ZMQ_SUB, ep_pub, 200);
+    u.trial_lo = s[0].trial;
+    u.trial_hi = s[o.senders - 1].trial;
+    u.last_seq = calloc((size_t)(u.trial_hi - u.trial_lo + 1), sizeof *u.last_seq);
+    if (!u.last_seq) die("out of memory");
+    u.lat_trial = s[0].trial;
+    u.load_points = o.points;
+    u.expect_load = o.points * o.senders;
+    char sync_topic[64];
+    char tok[PROTO_TOKEN_LEN + 1], perr[256];
+    if (proto_random_token(tok, perr, sizeof perr) != 0) die("%s", perr);
+    snprintf(sync_topic, sizeof sync_topic, "sync/%s", tok);
+    if (zmq_setsockopt(u.sock, ZMQ_SUBSCRIBE, "trial/", 6) != 0 ||
+        zmq_setsockopt(u.sock, ZMQ_SUBSCRIBE, sync_topic, strlen(sync_topic)) != 0)
+        die("zmq_setsockopt(ZMQ_SUBSCRIBE): %s", zmq_strerror(zmq_errno()));
+    int synced = 0;
+    for (int i = 0; i < 100 && !synced; i++) {
+        json_decref(ctl_call(&c, "sync", json_pack("{s:s}", "topic", sync_topic), rtype));
+        zmq_pollitem_t it = {u.sock, 0, ZMQ_POLLIN, 0};
+        if (zmq_poll(&it, 1, 100) < 0) die("zmq_poll: %s", zmq_strerror(zmq_errno()));
+        while (it.revents & ZMQ_POLLIN) {
+            proto_msg m = {0};
+            proto_code code;
+            int rc = proto_recv(u.sock, ZMQ_DONTWAIT, PROTO_RECV_TOPIC, &m, &code, perr, sizeof perr);
+            if (rc < 0) die("sync: %s", perr);
+            if (rc == 1) break;
+            if (code == PROTO_OK && strcmp(m.topic, sync_topic) == 0) synced = 1;
+            proto_msg_clear(&m);
+        }
+    }
+    if (!synced) die("the sync message never arrived on %s", ep_pub);
+
+    pthread_t sub_th, th[MAX_SENDERS];
+    if (pthread_create(&sub_th, NULL, subscriber_main, &u) != 0) die("pthread_create failed");
+
+    /* phase 1: every sender at once */
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, (unsigned)o.senders + 1);
+    for (int i = 0; i < o.senders; i++) {
+        s[i].idx = i, s[i].zctx = zctx, s[i].endpoint = ep_wk, s[i].points = o.points;
+        s[i].batch = o.batch, s[i].values = o.values, s[i].start = &start;
+        if (pthread_create(&th[i], NULL, sender_main, &s[i]) != 0) die("pthread_create failed");
+    }
+    pthread_barrier_wait(&start);
+    double t0 = bench_now();
+    for (int i = 0; i < o.senders; i++) pthread_join(th[i], NULL);
+    double t_stored = 0;
+    for (int i = 0; i < o.senders; i++) {
+        if (s[i].err[0]) die("sender %d (trial %lld): %s", i, (long long)s[i].trial, s[i].err);
+        if (s[i].t_done > t_stored) t_stored = s[i].t_done;
+    }
+    t_stored -= t0;
+    long total = o.points * o.senders;
+    double idle_since = bench_now();
+    long last = -1;
+    while (atomic_load(&u.got_load) < total) { /* published: wait for the tail, 5 s at most idle */
+        long g = atomic_load(&u.got_load);
+        if (g != last) last = g, idle_since = bench_now();
+        if (bench_now() - idle_since > 5) break;
+        sleep_s(0.001);
+    }
+    long got_load = atomic_load(&u.got_load);
+    double t_pub = got_load == total ? u.t_load_done - t0 : NAN;
+
+    /* phase 2: one sender, one-point batches, paced */
+    if (o.lat_points > 0) {
+        void *ws = new_socket(zctx, ZMQ_DEALER, ep_wk, CALL_TIMEOUT_MS);
+        if (send_points(ws, &s[0], s[0].acked + 1, s[0].acked + o.lat_points, 1,
+                        1.0 / o.lat_rate) != 0)
+            die("latency sender: %s", s[0].err);
+        zmq_close(ws);
+        double t = bench_now();
+        while (atomic_load(&u.got_lat) < o.lat_points && bench_now() - t < 5) sleep_s(0.001);
+    }
+    atomic_store(&u.stop, 1);
+    pthread_join(sub_th, NULL);
+    if (u.err[0]) die("subscriber: %s", u.err);
+
+    /* stored exactly once: count the rows in bfd's database */
+    long long rows = -1;
+    {
+        char db[700];
+        snprintf(db, sizeof db, "%s/bf.db", home);
+        struct stat sb;
+        if (stat(db, &sb) != 0) snprintf(db, sizeof db, "%s/store.db", home);
+        sqlite3 *h = NULL;
+        sqlite3_stmt *st = NULL;
+        if (sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+            sqlite3_busy_timeout(h, 5000) == SQLITE_OK &&
+            sqlite3_prepare_v2(h,
+                               "SELECT count(*) FROM metrics WHERE trial IN "
+                               "(SELECT id FROM trials WHERE job = ?)",
+                               -1, &st, NULL) == SQLITE_OK &&
+            sqlite3_bind_int64(st, 1, job) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+            rows = sqlite3_column_int64(st, 0);
+        else
+            fprintf(stderr, "bench_daemon: could not count stored rows in %s: %s\n", db,
+                    h ? sqlite3_errmsg(h) : "sqlite3_open_v2 failed");
+        sqlite3_finalize(st);
+        sqlite3_close(h);
+    }
+    long long want_rows = ((long long)total + o.lat_points) * o.values;
+
+    /* stop: cancel the fake workers, then bfd */
+    json_decref(ctl_call(&c, "cancel", json_pack("{s:I}", "job", (json_int_t)job), rtype));
+    zmq_close(c.sock);
+    zmq_close(u.sock);
+    zmq_ctx_term(zctx);
+    kill(g_bfd, SIGTERM);
+    int bst = 0;
+    for (int i = 0; i < 300 && waitpid(g_bfd, &bst, WNOHANG) == 0; i++) sleep_s(0.05);
+    if (waitpid(g_bfd, &bst, WNOHANG) == 0) {
+        kill(g_bfd, SIGKILL);
+        waitpid(g_bfd, &bst, 0);
+    }
+    g_bfd = -1;
+
+    qsort(u.lat_load, u.n_load, sizeof(double), bench_cmp_double);
+    qsort(u.lat_idle, u.n_idle, sizeof(double), bench_cmp_double);
+    double stored_rate = (double)total / t_stored;
+    double pub_rate = (double)got_load / (isnan(t_pub) ? t_stored : t_pub);
+    double both_rate = isnan(t_pub) ? NAN : (double)total / fmax(t_stored, t_pub);
+    char cpu[256];
+    bench_cpu_model(cpu, sizeof cpu);
+    int maj, min, pat;
+    zmq_version(&maj, &min, &pat);
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+
+    char zv[16];
+    snprintf(zv, sizeof zv, "%d.%d.%d", maj, min, pat);
+    double lat_load50 = pct_ms(u.lat_load, u.n_load, 0.5), lat_load99 = pct_ms(u.lat_load, u.n_load, 0.99);
+    double lat50 = pct_ms(u.lat_idle, u.n_idle, 0.5), lat99 = pct_ms(u.lat_idle, u.n_idle, 0.99);
+    double lat_max = u.n_idle ? 1e3 * u.lat_idle[u.n_idle - 1] : NAN;
+    double lat_load_max = u.n_load ? 1e3 * u.lat_load[u.n_load - 1] : NAN;
+    if (o.json) {
+        json_t *j = json_pack(
+            "{s:s, s:{s:s, s:i, s:s, s:s}, s:{s:i, s:I, s:i, s:i, s:i, s:f},"
+            " s:{s:I, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:f, s:f, s:f},"
+            " s:{s:i, s:I, s:f, s:f, s:f}, s:{s:I, s:I}, s:b}",
+            "bench", "daemon", "machine", "cpu", cpu, "cores", (int)ncpu, "zmq",
+            zv, "sqlite", sqlite3_libversion(), "config", "senders", o.senders,
+            "points_per_sender", (json_int_t)o.points, "batch", o.batch, "values", o.values,
+            "lat_points", o.lat_points, "lat_rate", o.lat_rate, "throughput", "points",
+            (json_int_t)total, "stored_s", t_stored, "stored_per_s", stored_rate, "published_s",
+            fin(t_pub), "published_per_s", pub_rate, "stored_and_published_per_s",
+            fin(both_rate), "published", (json_int_t)got_load, "duplicates",
+            (json_int_t)atomic_load(&u.dups), "latency_median_ms", fin(lat_load50),
+            "latency_p99_ms", fin(lat_load99), "latency_max_ms", fin(lat_load_max), "latency",
+            "points", o.lat_points, "received", (json_int_t)atomic_load(&u.got_lat), "median_ms",
+            fin(lat50), "p99_ms", fin(lat99), "max_ms", fin(lat_max), "store", "rows",
+            (json_int_t)rows, "expected_rows", (json_int_t)want_rows, "bfd_clean_exit",
+            WIFEXITED(bst) && WEXITSTATUS(bst) == 0);
+        if (!j) die("json_pack failed");
+        char *txt = json_dumps(j, JSON_PRESERVE_ORDER | JSON_INDENT(2));
+        if (!txt) die("json_dumps failed");
+        printf("%s\n", txt);
+        free(txt);
+        json_decref(j);
+    } else {
+        printf("bench_daemon: %s, %ld cores, libzmq %d.%d.%d, SQLite %s\n", cpu, ncpu, maj, min,
+               pat, sqlite3_libversion());
+        printf("config: %d senders x %ld points, batches of %d, %d value%s a point; "
+               "launch of %d trials took %.2f s\n\n",
+               o.senders, o.points, o.batch, o.values, o.values == 1 ? "" : "s", o.senders,
+               t_launch);
+        printf("%-44s %14s\n", "throughput (phase 1)", "");
+        printf("%-44s %14ld\n", "points sent", total);
+        printf("%-44s %14.0f  (%.2f s)\n", "stored (acked) points/s", stored_rate, t_stored);
+        printf("%-44s %14.0f  (%ld of %ld received)\n", "published (received by SUB) points/s",
+               pub_rate, got_load, total);
+        printf("%-44s %14.0f\n", "stored and published points/s", both_rate);
+        printf("%-44s %11.2f ms / %.2f ms\n", "latency under this load, median / p99",
+               lat_load50, lat_load99);
+        printf("\n%-44s\n", "latency (phase 2, 1-point batches)");
+        printf("%-44s %14d  at %.0f/s\n", "points", o.lat_points, o.lat_rate);
+        printf("%-44s %11.2f ms\n", "median send -> SUB", lat50);
+        printf("%-44s %11.2f ms\n", "p99 send -> SUB", lat99);
+        printf("%-44s %11.2f ms\n", "max", lat_max);
+        printf("\n%-44s %14lld  (expected %lld)\n", "metric rows in the database", rows, want_rows);
+        printf("%-44s %14ld\n", "duplicates published", atomic_load(&u.dups));
+    }
+    int bad = rows != want_rows || got_load != total || atomic_load(&u.dups) != 0;
+    if (bad) fprintf(stderr, "bench_daemon: lost or duplicated points (see above)\n");
+    if (!o.keep) {
+        snprintf(text, sizeof text, "rm -rf '%s'", g_dir);
+        if (system(text) != 0) fprintf(stderr, "bench_daemon: could not remove %s\n", g_dir);
+    } else {
+        fprintf(stderr, "bench_daemon: kept %s\n", g_dir);
+    }
+    free(s);
+    free(u.last_seq);
+    free(u.lat_load);
+    free(u.lat_idle);
+    return bad;
+}

@@ -1,0 +1,233 @@
+#include "ctl/ctl_client.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "protocol/proto.h"
+
+struct ctl_conn {
+    void *ctx, *req, *sub;
+    char ep[1200], pub_ep[1200];
+    long long next_req;
+    int timeout_ms;
+};
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int setup_socket(ctl_conn *c, void *s, const char *ep, char *err, size_t errlen) {
+    int zero = 0;
+    int64_t maxsz = PROTO_MAX_FRAME;
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxsz, sizeof maxsz);
+    if (strncmp(ep, "tcp://", 6) == 0 && proto_curve_client(s, err, errlen)) return -1;
+    if (zmq_connect(s, ep) != 0)
+        return fail(err, errlen, "zmq_connect(%s): %s", ep, zmq_strerror(zmq_errno()));
+    (void)c;
+    return 0;
+}
+
+int ctl_connect(ctl_conn **out, char *err, size_t errlen) {
+    *out = NULL;
+    ctl_conn *c = calloc(1, sizeof *c);
+    if (!c) return fail(err, errlen, "out of memory");
+    c->next_req = 1;
+    const char *to = getenv("BF_TIMEOUT");
+    double t = to ? atof(to) : 10;
+    c->timeout_ms = t > 0 && t < 86400 ? (int)(t * 1000) : 10000;
+    const char *ep = getenv("BF_ENDPOINT");
+    if (ep && *ep) {
+        snprintf(c->ep, sizeof c->ep, "%s", ep);
+        const char *colon = strrchr(ep, ':');
+        if (strncmp(ep, "tcp://", 6) == 0 && colon) {
+            snprintf(c->pub_ep, sizeof c->pub_ep, "%.*s:%ld", (int)(colon - ep), ep,
+                     atol(colon + 1) + 2);
+        } else if (strncmp(ep, "ipc://", 6) == 0) {
+            snprintf(c->pub_ep, sizeof c->pub_ep, "%s", ep);
+            char *slash = strrchr(c->pub_ep, '/');
+            if (slash) snprintf(slash + 1, sizeof c->pub_ep - (size_t)(slash + 1 - c->pub_ep), "pub.sock");
+        }
+    } else {
+        const char *home = getenv("BF_HOME");
+        char hb[1024];
+        if (!home || !*home) {
+            const char *h = getenv("HOME");
+            snprintf(hb, sizeof hb, "%s/.bf", h ? h : ".");
+            home = hb;
+        }
+        char path[1100];
+        snprintf(path, sizeof path, "%s/ctl.sock", home);
+        struct stat sb;
+        if (stat(path, &sb) != 0) {
+            fail(err, errlen, "bfd is not running (no socket at %s); start it with: bfd%s%s", path,
+                 getenv("BF_HOME") ? " --home " : "", getenv("BF_HOME") ? home : "");
+            free(c);
+            return -1;
+        }
+        snprintf(c->ep, sizeof c->ep, "ipc://%s", path);
+        snprintf(c->pub_ep, sizeof c->pub_ep, "ipc://%s/pub.sock", home);
+    }
+    c->ctx = zmq_ctx_new();
+    if (!c->ctx) {
+        free(c);
+        return fail(err, errlen, "zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
+    }
+    c->req = zmq_socket(c->ctx, ZMQ_DEALER);
+    if (!c->req || setup_socket(c, c->req, c->ep, err, errlen)) {
+        if (!c->req) fail(err, errlen, "zmq_socket: %s", zmq_strerror(zmq_errno()));
+        ctl_close(&c);
+        return -1;
+    }
+    *out = c;
+    return 0;
+}
+
+void ctl_close(ctl_conn **cp) {
+    if (!cp || !*cp) return;
+    ctl_conn *c = *cp;
+    if (c->req) zmq_close(c->req);
+    if (c->sub) zmq_close(c->sub);
+    if (c->ctx) zmq_ctx_term(c->ctx);
+    free(c);
+    *cp = NULL;
+}
+
+int ctl_call(ctl_conn *c, const char *type, json_t *body, json_t **reply, char *rtype, char *err,
+             size_t errlen) {
+    *reply = NULL;
+    proto_msg route;
+    memset(&route, 0, sizeof route);
+    route.has_req = 1;
+    route.req = c->next_req++;
+    json_t *b = body ? json_incref(body) : json_object();
+    char e2[512];
+    int rc = proto_send(c->req, &route, NULL, type, b, 0, e2, sizeof e2);
+    json_decref(b);
+    if (rc) return fail(err, errlen, "sending %s to bfd at %s: %s", type, c->ep, e2);
+    double deadline = now_s() + c->timeout_ms / 1000.0;
+    for (;;) {
+        int left = (int)((deadline - now_s()) * 1000);
+        if (left <= 0)
+            return fail(err, errlen,
+                        "bfd is not responding at %s (no reply to %s within %.0f s; is it "
+                        "running? BF_TIMEOUT sets the wait)",
+                        c->ep, type, c->timeout_ms / 1000.0);
+        zmq_pollitem_t it = {c->req, 0, ZMQ_POLLIN, 0};
+        if (zmq_poll(&it, 1, left) < 0) {
+            if (zmq_errno() == EINTR) continue;
+            return fail(err, errlen, "zmq_poll: %s", zmq_strerror(zmq_errno()));
+        }
+        if (!(it.revents & ZMQ_POLLIN)) continue;
+        proto_msg m;
+        memset(&m, 0, sizeof m);
+        proto_code code;
+        rc = proto_recv(c->req, ZMQ_DONTWAIT, 0, &m, &code, e2, sizeof e2);
+        if (rc < 0) return fail(err, errlen, "%s", e2);
+        if (rc == 1) continue;
+        if (code != PROTO_OK) {
+            proto_msg_clear(&m);
+            return fail(err, errlen, "bad reply from bfd: %s", e2);
+        }
+        if (!m.has_req || m.req != route.req) { /* a late reply to an earlier request */
+            proto_msg_clear(&m);
+            continue;
+        }
+        if (rtype) snprintf(rtype, PROTO_MAX_TYPE + 1, "%s", m.type);
+        *reply = m.body;
+        m.body = NULL;
+        int is_err = strcmp(m.type, "error") == 0;
+        proto_msg_clear(&m);
+        if (is_err) {
+            json_t *cd = json_object_get(*reply, "code"), *ms = json_object_get(*reply, "message");
+            fail(err, errlen, "%s: %s", json_is_string(cd) ? json_string_value(cd) : "error",
+                 json_is_string(ms) ? json_string_value(ms) : "");
+            return 1;
+        }
+        return 0;
+    }
+}
+
+int ctl_subscribe(ctl_conn *c, const char *const *topics, int n, char *err, size_t errlen) {
+    if (!c->pub_ep[0]) return fail(err, errlen, "no PUB endpoint known for %s", c->ep);
+    c->sub = zmq_socket(c->ctx, ZMQ_SUB);
+    if (!c->sub) return fail(err, errlen, "zmq_socket(SUB): %s", zmq_strerror(zmq_errno()));
+    if (setup_socket(c, c->sub, c->pub_ep, err, errlen)) return -1;
+    char sync[64], tok[PROTO_TOKEN_LEN + 1];
+    if (proto_random_token(tok, err, errlen)) return -1;
+    snprintf(sync, sizeof sync, "sync/%.16s", tok);
+    for (int i = 0; i <= n; i++) {
+        const char *t = i < n ? topics[i] : sync;
+        if (zmq_setsockopt(c->sub, ZMQ_SUBSCRIBE, t, strlen(t)) != 0)
+            return fail(err, errlen, "zmq_setsockopt(SUBSCRIBE %s): %s", t, zmq_strerror(zmq_errno()));
+    }
+    /* ask for the sync message until it arrives: then the subscriptions are in place */
+    double deadline = now_s() + c->timeout_ms / 1000.0;
+    while (now_s() < deadline) {
+        json_t *reply;
+        json_t *b = json_pack("{s:s}", "topic", sync);
+        int rc = ctl_call(c, "sync", b, &reply, NULL, err, errlen);
+        json_decref(b);
+        json_decref(reply);
+        if (rc) return -1;
+        double until = now_s() + 0.1;
+        while (now_s() < until) {
+            char topic[PROTO_MAX_TOPIC + 1], type[PROTO_MAX_TYPE + 1];
+            json_t *body;
+            int r = ctl_next_pub(c, 20, topic, type, &body, err, errlen);
+            if (r < 0) return -1;
+            if (r == 0) {
+                json_decref(body);
+                if (strcmp(topic, sync) == 0) return 0;
+            }
+        }
+    }
+    return fail(err, errlen, "no sync message from bfd's PUB socket at %s", c->pub_ep);
+}
+
+int ctl_next_pub(ctl_conn *c, int timeout_ms, char *topic, char *type, json_t **body, char *err,
+                 size_t errlen) {
+    *body = NULL;
+    zmq_pollitem_t it = {c->sub, 0, ZMQ_POLLIN, 0};
+    int p = zmq_poll(&it, 1, timeout_ms);
+    if (p < 0) {
+        if (zmq_errno() == EINTR) return 1;
+        return fail(err, errlen, "zmq_poll: %s", zmq_strerror(zmq_errno()));
+    }
+    if (p == 0) return 1;
+    proto_msg m;
+    memset(&m, 0, sizeof m);
+    proto_code code;
+    int rc = proto_recv(c->sub, ZMQ_DONTWAIT, PROTO_RECV_TOPIC, &m, &code, err, errlen);
+    if (rc) {
+        proto_msg_clear(&m);
+        return rc;
+    }
+    if (code != PROTO_OK) {
+        proto_msg_clear(&m);
+        return 1;
+    }
+    snprintf(topic, PROTO_MAX_TOPIC + 1, "%s", m.topic);
+    snprintf(type, PROTO_MAX_TYPE + 1, "%s", m.type);
+    *body = m.body;
+    m.body = NULL;
+    proto_msg_clear(&m);
+    return 0;
+}

@@ -1,0 +1,37 @@
+/* ctl_client — bfctl's side of the control protocol (docs/protocol.md):
+ * one DEALER to bfd's control socket, request/reply with a request id and a
+ * receive timeout, plus a SUB to the PUB socket with the sync handshake.
+ *
+ * Endpoints: BF_ENDPOINT (e.g. tcp://host:7000, CURVE keys from
+ * BF_CURVE_SERVER / BF_CURVE_KEY; PUB at port + 2), else
+ * ipc://$BF_HOME/ctl.sock (BF_HOME default ~/.bf). Timeout: BF_TIMEOUT
+ * seconds (default 10). */
+#ifndef CTL_CLIENT_H
+#define CTL_CLIENT_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+typedef struct ctl_conn ctl_conn;
+
+/* Connects (checks that the ipc socket exists first, so a missing daemon
+ * gives "bfd is not running ..."). Returns 0 or -1 with a message. */
+int ctl_connect(ctl_conn **out, char *err, size_t errlen);
+void ctl_close(ctl_conn **c);
+
+/* Sends a request (body borrowed, NULL = {}) and waits for its reply.
+ * Returns 0 with *reply (owned by the caller), 1 when bfd answered `error`
+ * (err = "CODE: message", *reply = the error body), or -1 when there was no
+ * answer (err says why). rtype (nullable, 33 bytes) gets the reply type. */
+int ctl_call(ctl_conn *c, const char *type, json_t *body, json_t **reply, char *rtype, char *err,
+             size_t errlen);
+
+/* Opens the SUB, subscribes to each topic and completes the sync
+ * handshake. Returns 0 or -1 with a message. */
+int ctl_subscribe(ctl_conn *c, const char *const *topics, int n, char *err, size_t errlen);
+/* Next PUB message within timeout_ms: 0 with topic (65 bytes), type (33)
+ * and *body (owned), 1 on timeout, -1 on error. */
+int ctl_next_pub(ctl_conn *c, int timeout_ms, char *topic, char *type, json_t **body, char *err,
+                 size_t errlen);
+
+#endif

@@ -1,0 +1,665 @@
+/* bfctl commands that talk to bfd: submit, ls, show, tail, cancel, stop,
+ * wait, best, logs, daemon status. JOB is a job id ("3"); TRIAL is a trial
+ * id written with a t ("t17"). */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ctl/bfctl.h"
+#include "ctl/ctl_client.h"
+#include "protocol/proto.h"
+
+#define SWEEP_FILE_MAX (1u << 20)
+
+static int has_opt(int argc, char **argv, const char *o) {
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], o) == 0) return 1;
+    return 0;
+}
+
+static int help_wanted(int argc, char **argv, const char *usage, const char *summary) {
+    if (has_opt(argc, argv, "--help") || has_opt(argc, argv, "-h")) {
+        printf("usage: bfctl %s\n  %s\n", usage, summary);
+        return 1;
+    }
+    return 0;
+}
+
+/* First argument that is not an option (or NULL); options taking a value listed in with_value. */
+static const char *positional(int argc, char **argv, const char *const *with_value) {
+    for (int i = 1; i < argc; i++) {
+        if (argv[i][0] == '-') {
+            for (const char *const *w = with_value; w && *w; w++)
+                if (strcmp(argv[i], *w) == 0) i++;
+            continue;
+        }
+        return argv[i];
+    }
+    return NULL;
+}
+
+/* "3" -> job 3; "t17" -> trial 17. Returns 0 or -1. */
+static int parse_target(const char *s, long long *job, long long *trial) {
+    *job = *trial = 0;
+    if (!s) return -1;
+    int is_trial = s[0] == 't';
+    const char *p = is_trial ? s + 1 : s;
+    char *end;
+    errno = 0;
+    long long v = strtoll(p, &end, 10);
+    if (!*p || *end || errno || v < 1) return -1;
+    if (is_trial)
+        *trial = v;
+    else
+        *job = v;
+    return 0;
+}
+
+static int connect_or_say(ctl_conn **c) {
+    char err[2048];
+    if (ctl_connect(c, err, sizeof err)) {
+        fprintf(stderr, "bfctl: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* One request; prints bfd's error itself. Returns 0 with *reply, else 1. */
+static int call(ctl_conn *c, const char *type, json_t *body, json_t **reply) {
+    char err[4096];
+    int rc = ctl_call(c, type, body, reply, NULL, err, sizeof err);
+    json_decref(body);
+    if (rc == 0) return 0;
+    fprintf(stderr, "bfctl: %s\n", err);
+    if (rc == 1) {
+        json_t *errs = json_object_get(*reply, "errors");
+        size_t i;
+        json_t *e;
+        json_array_foreach(errs, i, e) if (json_is_string(e)) fprintf(stderr, "%s\n",
+                                                                        json_string_value(e));
+    }
+    json_decref(*reply);
+    *reply = NULL;
+    return 1;
+}
+
+static void print_json(json_t *j) {
+    char *t = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (t) printf("%s\n", t);
+    free(t);
+}
+
+static long long jint(json_t *o, const char *k) { return (long long)json_integer_value(json_object_get(o, k)); }
+static const char *jstr(json_t *o, const char *k) {
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : "";
+}
+
+static void states_text(json_t *states, char *buf, size_t len) {
+    static const char *order[] = {"PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "STOPPED"};
+    size_t w = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < 6 && w < len; i++) {
+        json_t *v = json_object_get(states, order[i]);
+        if (v) w += (size_t)snprintf(buf + w, len - w, "%s%lld %s", w ? ", " : "",
+                                     (long long)json_integer_value(v), order[i]);
+    }
+}
+
+/* ------------------------------------------------------------------ points */
+
+static void print_point(long long trial, json_t *p) {
+    printf("t%lld seq %lld step %lld", trial, jint(p, "seq"), jint(p, "step"));
+    const char *k;
+    json_t *v;
+    json_object_foreach(json_object_get(p, "values"), k, v) {
+        if (json_is_number(v)) printf("  %s %.6g", k, json_number_value(v));
+    }
+    printf("\n");
+}
+
+/* Prints a trial's history after *last; updates *last. Returns 0 or 1. */
+static int print_history(ctl_conn *c, long long trial, long long *last) {
+    for (;;) {
+        json_t *r;
+        if (call(c, "metrics", json_pack("{s:I, s:I, s:i}", "trial", (json_int_t)trial, "after",
+                                         (json_int_t)*last, "limit", 1000),
+                 &r))
+            return 1;
+        size_t i;
+        json_t *p;
+        json_array_foreach(json_object_get(r, "points"), i, p) {
+            if (jint(p, "seq") > *last) {
+                print_point(trial, p);
+                *last = jint(p, "seq");
+            }
+        }
+        int more = json_is_true(json_object_get(r, "more"));
+        json_decref(r);
+        if (!more) break;
+    }
+    fflush(stdout);
+    return 0;
+}
+
+static int terminal(const char *state) {
+    return !strcmp(state, "COMPLETED") || !strcmp(state, "FAILED") || !strcmp(state, "CANCELLED") ||
+           !strcmp(state, "STOPPED");
+}
+
+/* wait status of a job: 0 not done, 1 done ok, 2 done with failures, -1 error */
+static int job_done(ctl_conn *c, long long job) {
+    json_t *r;
+    if (call(c, "wait", json_pack("{s:I}", "job", (json_int_t)job), &r)) return -1;
+    int done = json_is_true(json_object_get(r, "done"));
+    int ok = json_is_true(json_object_get(r, "ok"));
+    json_decref(r);
+    return done ? (ok ? 1 : 2) : 0;
+}
+
+typedef struct seen {
+    long long trial, last;
+} seen;
+
+/* tail: history, then (follow) live points without gap or duplicate. */
+static int tail(ctl_conn *c, long long job, long long trial, int follow) {
+    seen *s = NULL;
+    size_t ns = 0;
+    int rc = 1;
+    if (trial) {
+        json_t *r;
+        if (call(c, "trial", json_pack("{s:I}", "trial", (json_int_t)trial), &r)) return 1;
+        job = jint(r, "job");
+        json_decref(r);
+    }
+    char t1[64], t2[64];
+    snprintf(t1, sizeof t1, trial ? "trial/%lld" : "trial/", trial);
+    snprintf(t2, sizeof t2, "job/%lld", job);
+    const char *topics[2] = {t1, t2};
+    char err[2048];
+    if (follow && ctl_subscribe(c, topics, 2, err, sizeof err)) {
+        fprintf(stderr, "bfctl: %s\n", err);
+        return 1;
+    }
+    /* the trials to show */
+    if (trial) {
+        s = calloc(1, sizeof *s);
+        if (!s) return 1;
+        s[0].trial = trial;
+        ns = 1;
+    } else {
+        json_t *r;
+        if (call(c, "job", json_pack("{s:I}", "job", (json_int_t)job), &r)) return 1;
+        json_t *ts = json_object_get(r, "trials");
+        ns = json_array_size(ts);
+        s = calloc(ns ? ns : 1, sizeof *s);
+        for (size_t i = 0; s && i < ns; i++) s[i].trial = jint(json_array_get(ts, i), "id");
+        json_decref(r);
+        if (!s) return 1;
+    }
+    for (size_t i = 0; i < ns; i++)
+        if (print_history(c, s[i].trial, &s[i].last)) goto out;
+    if (!follow) {
+        rc = 0;
+        goto out;
+    }
+    double next_check = 0;
+    for (;;) {
+        char topic[PROTO_MAX_TOPIC + 1], type[PROTO_MAX_TYPE + 1];
+        json_t *b;
+        int r = ctl_next_pub(c, 500, topic, type, &b, err, sizeof err);
+        if (r < 0) {
+            fprintf(stderr, "bfctl: %s\n", err);
+            goto out;
+        }
+        int check = 0;
+        if (r == 0 && !strcmp(type, "metrics") && jint(b, "job") == job) {
+            long long t = jint(b, "trial");
+            if (trial && t != trial) {
+                json_decref(b);
+                continue;
+            }
+            seen *e = NULL;
+            for (size_t i = 0; i < ns; i++)
+                if (s[i].trial == t) e = &s[i];
+            if (!e) {
+                seen *nsn = realloc(s, (ns + 1) * sizeof *s);
+                if (!nsn) {
+                    json_decref(b);
+                    goto out;
+                }
+                s = nsn;
+                e = &s[ns++];
+                e->trial = t;
+                e->last = 0;
+            }
+            size_t i;
+            json_t *p;
+            json_array_foreach(json_object_get(b, "points"), i, p) {
+                if (jint(p, "seq") > e->last) {
+                    print_point(t, p);
+                    e->last = jint(p, "seq");
+                }
+            }
+            fflush(stdout);
+        } else if (r == 0 && !strcmp(type, "event") && jint(b, "job") == job) {
+            long long t = jint(b, "trial");
+            if (!trial || t == trial || t == 0) {
+                fprintf(stderr, "t%lld %s (attempt %lld) %s\n", t, jstr(b, "state"),
+                        jint(b, "attempt"), jstr(b, "message"));
+                check = 1;
+            }
+            if (trial && t == trial && terminal(jstr(b, "state"))) {
+                json_decref(b);
+                rc = 0;
+                goto out;
+            }
+        }
+        json_decref(b);
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        double now = ts.tv_sec + ts.tv_nsec * 1e-9;
+        if (check || now > next_check) {
+            next_check = now + 2;
+            if (trial) {
+                json_t *tr;
+                if (call(c, "trial", json_pack("{s:I}", "trial", (json_int_t)trial), &tr)) goto out;
+                int fin = terminal(jstr(tr, "state"));
+                json_decref(tr);
+                if (fin) {
+                    print_history(c, trial, &s[0].last);
+                    rc = 0;
+                    goto out;
+                }
+            } else {
+                int d = job_done(c, job);
+                if (d < 0) goto out;
+                if (d > 0) {
+                    for (size_t i = 0; i < ns; i++) print_history(c, s[i].trial, &s[i].last);
+                    rc = 0;
+                    goto out;
+                }
+            }
+        }
+    }
+out:
+    free(s);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- commands */
+
+static int wait_job(ctl_conn *c, long long job, int quiet) {
+    for (;;) {
+        int d = job_done(c, job);
+        if (d < 0) return 1;
+        if (d > 0) {
+            json_t *r;
+            if (!quiet && call(c, "wait", json_pack("{s:I}", "job", (json_int_t)job), &r) == 0) {
+                char st[256];
+                states_text(json_object_get(r, "states"), st, sizeof st);
+                fprintf(stderr, "job %lld done: %s\n", job, st);
+                json_decref(r);
+            }
+            return d == 1 ? 0 : 1;
+        }
+        usleep(500000);
+    }
+}
+
+int bfctl_submit(int argc, char **argv) {
+    static const char *u = "submit SWEEP.yaml [--wait] [--follow]";
+    if (help_wanted(argc, argv, u,
+                    "submit a sweep to bfd; prints the job id (--wait: until it ends, exit 0 "
+                    "when every trial completed; --follow: tail its metrics live, then wait)"))
+        return 0;
+    const char *file = positional(argc, argv, NULL);
+    for (int i = 1; i < argc; i++)
+        if (argv[i][0] == '-' && strcmp(argv[i], "--wait") && strcmp(argv[i], "--follow")) {
+            fprintf(stderr, "usage: bfctl %s\n", u);
+            return 2;
+        }
+    if (!file) {
+        fprintf(stderr, "usage: bfctl %s\n", u);
+        return 2;
+    }
+    FILE *f = fopen(file, "rb");
+    if (!f) {
+        fprintf(stderr, "bfctl: cannot open %s: %s\n", file, strerror(errno));
+        return 1;
+    }
+    char *text = malloc(SWEEP_FILE_MAX + 1);
+    size_t n = text ? fread(text, 1, SWEEP_FILE_MAX + 1, f) : 0;
+    fclose(f);
+    if (!text || n > SWEEP_FILE_MAX) {
+        fprintf(stderr, "bfctl: %s is over %u bytes\n", file, SWEEP_FILE_MAX);
+        free(text);
+        return 1;
+    }
+    text[n] = '\0';
+    if (strlen(text) != n) {
+        fprintf(stderr, "bfctl: %s holds NUL bytes\n", file);
+        free(text);
+        return 1;
+    }
+    ctl_conn *c;
+    if (connect_or_say(&c)) {
+        free(text);
+        return 1;
+    }
+    char cwd[1024];
+    json_t *b = json_pack("{s:s, s:s}", "sweep", text, "file", file);
+    free(text);
+    if (!b) {
+        fprintf(stderr, "bfctl: %s is not valid UTF-8\n", file);
+        ctl_close(&c);
+        return 1;
+    }
+    if (getcwd(cwd, sizeof cwd)) json_object_set_new(b, "cwd", json_string(cwd));
+    json_t *r;
+    if (call(c, "submit", b, &r)) {
+        ctl_close(&c);
+        return 1;
+    }
+    long long job = jint(r, "job");
+    printf("%lld\n", job);
+    fflush(stdout);
+    fprintf(stderr, "job %lld submitted: '%s', %lld trial%s\n", job, jstr(r, "name"),
+            jint(r, "trials"), jint(r, "trials") == 1 ? "" : "s");
+    json_decref(r);
+    int rc = 0;
+    if (has_opt(argc, argv, "--follow")) {
+        rc = tail(c, job, 0, 1);
+        if (rc == 0) rc = wait_job(c, job, 0);
+    } else if (has_opt(argc, argv, "--wait")) {
+        rc = wait_job(c, job, 0);
+    }
+    ctl_close(&c);
+    return rc;
+}
+
+int bfctl_ls(int argc, char **argv) {
+    if (help_wanted(argc, argv, "ls [--json]", "list jobs with their trial states")) return 0;
+    int json = has_opt(argc, argv, "--json");
+    ctl_conn *c;
+    if (connect_or_say(&c)) return 1;
+    json_t *r;
+    int rc = call(c, "jobs", NULL, &r);
+    ctl_close(&c);
+    if (rc) return 1;
+    json_t *jobs = json_object_get(r, "jobs");
+    if (json) {
+        print_json(jobs);
+    } else {
+        printf("%-5s %-24s %-13s %6s  %s\n", "JOB", "NAME", "PIPELINE", "TRIALS", "STATES");
+        size_t i;
+        json_t *j;
+        json_array_foreach(jobs, i, j) {
+            char st[256];
+            states_text(json_object_get(j, "states"), st, sizeof st);
+            printf("%-5lld %-24s %-13s %6lld  %s\n", jint(j, "id"), jstr(j, "name"),
+                   jstr(j, "pipeline"), jint(j, "n_trials"), st);
+        }
+    }
+    json_decref(r);
+    return 0;
+}
+
+static void print_trial_row(json_t *t, const char *metric) {
+    char params[512] = "";
+    size_t w = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach(json_object_get(t, "params"), k, v) {
+        char *vt = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+        if (w < sizeof params)
+            w += (size_t)snprintf(params + w, sizeof params - w, "%s%s=%s", w ? " " : "", k,
+                                  vt ? vt : "?");
+        free(vt);
+    }
+    json_t *lat = json_object_get(json_object_get(t, "latest"), metric);
+    json_t *best = json_object_get(t, "best");
+    char l[32] = "-", b[32] = "-";
+    if (lat) snprintf(l, sizeof l, "%.4g", json_number_value(json_object_get(lat, "value")));
+    if (json_is_number(best)) snprintf(b, sizeof b, "%.4g", json_number_value(best));
+    printf("t%-6lld %5lld %-10s %4lld %10s %10s  %s\n", jint(t, "id"), jint(t, "index"),
+           jstr(t, "state"), jint(t, "attempts"), l, b, params);
+}
+
+int bfctl_show(int argc, char **argv) {
+    if (help_wanted(argc, argv, "show JOB|tTRIAL [--json]",
+                    "a job with its trials (state, attempts, latest and best metric), or one "
+                    "trial with its config"))
+        return 0;
+    long long job, trial;
+    if (parse_target(positional(argc, argv, NULL), &job, &trial)) {
+        fprintf(stderr, "usage: bfctl show JOB|tTRIAL [--json]   (e.g. 3, or t17)\n");
+        return 2;
+    }
+    int json = has_opt(argc, argv, "--json");
+    ctl_conn *c;
+    if (connect_or_say(&c)) return 1;
+    json_t *r;
+    int rc = job ? call(c, "job", json_pack("{s:I}", "job", (json_int_t)job), &r)
+                 : call(c, "trial", json_pack("{s:I}", "trial", (json_int_t)trial), &r);
+    ctl_close(&c);
+    if (rc) return 1;
+    if (json) {
+        print_json(r);
+    } else if (job) {
+        char st[256];
+        states_text(json_object_get(r, "states"), st, sizeof st);
+        printf("job %lld '%s': pipeline %s, %lld trials (%s), metric %s (%s)\n", job,
+               jstr(r, "name"), jstr(r, "pipeline"), jint(r, "n_trials"), st, jstr(r, "metric"),
+               jstr(r, "goal"));
+        printf("%-7s %5s %-10s %4s %10s %10s  %s\n", "TRIAL", "INDEX", "STATE", "ATT", "LATEST",
+               "BEST", "PARAMS");
+        size_t i;
+        json_t *t;
+        json_array_foreach(json_object_get(r, "trials"), i, t) print_trial_row(t, jstr(r, "metric"));
+    } else {
+        printf("trial %lld (job %lld, index %lld): %s, %lld attempt%s, config %s\nlog: %s\n",
+               trial, jint(r, "job"), jint(r, "index"), jstr(r, "state"), jint(r, "attempts"),
+               jint(r, "attempts") == 1 ? "" : "s", jstr(r, "hash"), jstr(r, "log"));
+        printf("config:\n%s", jstr(r, "config"));
+    }
+    json_decref(r);
+    return 0;
+}
+
+int bfctl_tail(int argc, char **argv) {
+    if (help_wanted(argc, argv, "tail JOB|tTRIAL [-f]",
+                    "metric points of a trial or of every trial of a job; -f follows live "
+                    "(history first, then new points, no gap and no duplicate) until it ends"))
+        return 0;
+    long long job, trial;
+    if (parse_target(positional(argc, argv, NULL), &job, &trial)) {
+        fprintf(stderr, "usage: bfctl tail JOB|tTRIAL [-f]\n");
+        return 2;
+    }
+    ctl_conn *c;
+    if (connect_or_say(&c)) return 1;
+    int rc = tail(c, job, trial, has_opt(argc, argv, "-f") || has_opt(argc, argv, "--follow"));
+    ctl_close(&c);
+    return rc;
+}
+
+int bfctl_cancel(int argc, char **argv) {
+    if (help_wanted(argc, argv, "cancel JOB|tTRIAL",
+                    "cancel a job's pending and running trials, or one trial"))
+        return 0;
+    long long job, trial;
+    if (parse_target(positional(argc, argv, NULL), &job, &trial)) {
+        fprintf(stderr, "usage: bfctl cancel JOB|tTRIAL\n");
+        return 2;
+    }
+    ctl_conn *c;
+    if (connect_or_say(&c)) return 1;
+    json_t *r;
+    int rc = call(c, "cancel",
+                  job ? json_pack("{s:I}", "job", (json_int_t)job)
+                      : json_pack("{s:I}", "trial", (json_int_t)trial),
+                  &r);
+    ctl_close(&c);
+    if (rc) return 1;
+    printf("%lld trial%s cancelled\n", jint(r, "cancelled"), jint(r, "cancelled") == 1 ? "" : "s");
+    json_decref(r);
+    return 0;
+}
+
+int bfctl_stop(int argc, char **argv) {
+    if (help_wanted(argc, argv, "stop tTRIAL",
+                    "early-stop a running trial: it writes a checkpoint and becomes STOPPED"))
+        return 0;
+    long long job, trial;
+    if (parse_target(positional(argc, argv, NULL), &job, &trial) || !trial) {
+        fprintf(stderr, "usage: bfctl stop tTRIAL\n");
+        return 2;
+    }
+    ctl_conn *c;
+    if (connect_or_say(&c)) return 1;
+    json_t *r;
+    int rc = call(c, "stop", json_pack("{s:I}", "trial", (json_int_t)trial), &r);
+    ctl_close(&c);
+    if (rc) return 1;
+    printf("trial %lld stopping\n", trial);
+    json_decref(r);
+    return 0;
+}
+
+int bfctl_wait(int argc, char **argv) {
+    if (help_wanted(argc, argv, "wait JOB",
+                    "wait until no trial of the job is pending or running; exit 0 when all "
+                    "completed, 1 when any failed or was cancelled"))
+        return 0;
+    long long job, trial;
+    if (parse_target(positional(argc, argv, NULL), &job, &trial) || !job) {
+        fprintf(stderr, "usage: bfctl wait JOB\n");
+        return 2;
+    }
+    ctl_conn *c;
+    if (connect_or_say(&c)) return 1;
+    int rc = wait_job(c, job, 0);
+    ctl_close(&c);
+    return rc;
+}
+
+int bfctl_best(int argc, char **argv) {
+    static const char *const vals[] = {"-n", NULL};
+    if (help_wanted(argc, argv, "best JOB [-n N] [--json]",
+                    "the job's best trials by its metric (default 5)"))
+        return 0;
+    long long job, trial, n = 5;
+    if (parse_target(positional(argc, argv, vals), &job, &trial) || !job) {
+        fprintf(stderr, "usage: bfctl best JOB [-n N] [--json]\n");
+        return 2;
+    }
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "-n")) n = atoll(argv[i + 1]);
+    if (n < 1 || n > 1000) {
+        fprintf(stderr, "bfctl best: -n must be in [1, 1000]\n");
+        return 2;
+    }
+    ctl_conn *c;
+    if (connect_or_say(&c)) return 1;
+    json_t *r;
+    int rc = call(c, "best", json_pack("{s:I, s:I}", "job", (json_int_t)job, "n", (json_int_t)n), &r);
+    ctl_close(&c);
+    if (rc) return 1;
+    if (has_opt(argc, argv, "--json")) {
+        print_json(r);
+    } else {
+        printf("best of job %lld by %s (%s)\n", job, jstr(r, "metric"), jstr(r, "goal"));
+        printf("%-7s %5s %-10s %4s %10s %10s  %s\n", "TRIAL", "INDEX", "STATE", "ATT", "LATEST",
+               "BEST", "PARAMS");
+        size_t i;
+        json_t *t;
+        json_array_foreach(json_object_get(r, "trials"), i, t) print_trial_row(t, jstr(r, "metric"));
+    }
+    json_decref(r);
+    return 0;
+}
+
+int bfctl_logs(int argc, char **argv) {
+    if (help_wanted(argc, argv, "logs tTRIAL [-f]",
+                    "a trial's log (its workers' stdout and stderr); -f follows it"))
+        return 0;
+    long long job, trial;
+    if (parse_target(positional(argc, argv, NULL), &job, &trial) || !trial) {
+        fprintf(stderr, "usage: bfctl logs tTRIAL [-f]\n");
+        return 2;
+    }
+    int follow = has_opt(argc, argv, "-f");
+    ctl_conn *c;
+    if (connect_or_say(&c)) return 1;
+    long long off = 0;
+    int rc = 0;
+    for (;;) {
+        json_t *r;
+        if (call(c, "logs", json_pack("{s:I, s:I}", "trial", (json_int_t)trial, "offset", (json_int_t)off), &r)) {
+            rc = 1;
+            break;
+        }
+        const char *data = jstr(r, "data");
+        fwrite(data, 1, strlen(data), stdout);
+        fflush(stdout);
+        long long next = jint(r, "next"), size = jint(r, "size");
+        json_decref(r);
+        int got = next > off;
+        off = next;
+        if (got && off < size) continue;
+        if (!follow) break;
+        json_t *t;
+        if (call(c, "trial", json_pack("{s:I}", "trial", (json_int_t)trial), &t)) {
+            rc = 1;
+            break;
+        }
+        int fin = terminal(jstr(t, "state"));
+        json_decref(t);
+        if (fin && !got) break;
+        usleep(300000);
+    }
+    ctl_close(&c);
+    return rc;
+}
+
+int bfctl_daemon(int argc, char **argv) {
+    if (help_wanted(argc, argv, "daemon status [--json]",
+                    "whether bfd runs, its slots, GPUs, endpoints and running trials"))
+        return 0;
+    const char *sub = positional(argc, argv, NULL);
+    if (!sub || strcmp(sub, "status") != 0) {
+        fprintf(stderr, "usage: bfctl daemon status [--json]\n");
+        return 2;
+    }
+    ctl_conn *c;
+    if (connect_or_say(&c)) return 1;
+    json_t *r;
+    int rc = call(c, "status", NULL, &r);
+    ctl_close(&c);
+    if (rc) return 1;
+    if (has_opt(argc, argv, "--json")) {
+        print_json(r);
+    } else {
+        json_t *counts = json_object_get(r, "counts");
+        printf("bfd %lld serving %s (protocol %lld, launcher %s)\n", jint(r, "pid"),
+               jstr(r, "home"), jint(r, "version"), jstr(r, "launcher"));
+        printf("slots %lld free of %lld, GPUs %zu free of %zu\n", jint(r, "slots_free"),
+               jint(r, "slots"), json_array_size(json_object_get(r, "gpus_free")),
+               json_array_size(json_object_get(r, "gpus")));
+        printf("jobs %lld, trials pending %lld, running %lld\n", jint(counts, "jobs"),
+               jint(counts, "trials_pending"), jint(counts, "trials_running"));
+        size_t i;
+        json_t *t;
+        json_array_foreach(json_object_get(r, "running"), i, t) printf(
+            "  t%lld (job %lld) attempt %lld pid %lld, %lld slot%s%s\n", jint(t, "trial"),
+            jint(t, "job"), jint(t, "attempt"), jint(t, "pid"), jint(t, "slots"),
+            jint(t, "slots") == 1 ? "" : "s", json_is_true(json_object_get(t, "reattached")) ? ", reattached" : "");
+    }
+    json_decref(r);
+    return 0;
+}

@@ -1,0 +1,488 @@
+/* bfctl commands that read a job's results from bfd: export (all stored
+ * metrics as CSV or JSON) and results (the per-trial table of accuracy and
+ * heads used, best trial marked). Both go through ctl_client. */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ctl/bfctl.h"
+#include "ctl/ctl_client.h"
+
+#define EXPORT_PAGE 10000 /* points per `metrics` request (the protocol's cap) */
+/* Swept values come from YAML text with at most 15 significant digits;
+ * jansson's default 17 would print 0.1 as 0.10000000000000001. */
+#define PARAMS_PRECISION JSON_REAL_PRECISION(15)
+
+static int opt_given(int argc, char **argv, const char *o) {
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], o) == 0) return 1;
+    return 0;
+}
+
+/* The one positional argument as a job id (>= 1); 0 when absent or not a
+ * plain number, -1 when there are two. */
+static long long job_arg(int argc, char **argv) {
+    long long job = 0;
+    for (int i = 1; i < argc; i++) {
+        if (argv[i][0] == '-') continue;
+        if (job) return -1;
+        char *end;
+        errno = 0;
+        long long v = strtoll(argv[i], &end, 10);
+        if (!argv[i][0] || *end || errno || v < 1) return 0;
+        job = v;
+    }
+    return job;
+}
+
+/* One request. Returns 0 with *reply; 1 when bfd answered `error` (*code
+ * gets its code, the message is printed unless the code is `quiet_code`);
+ * -1 when bfd could not be reached (printed). body is consumed. */
+static int request(ctl_conn *c, const char *type, json_t *body, json_t **reply, char *code,
+                   size_t codelen, const char *quiet_code) {
+    char err[4096];
+    *reply = NULL;
+    if (code) code[0] = '\0';
+    if (!body) {
+        fprintf(stderr, "bfctl: out of memory\n");
+        return -1;
+    }
+    int rc = ctl_call(c, type, body, reply, NULL, err, sizeof err);
+    json_decref(body);
+    if (rc == 0) return 0;
+    if (rc == 1) {
+        const char *cd = json_string_value(json_object_get(*reply, "code"));
+        if (code) snprintf(code, codelen, "%s", cd ? cd : "");
+        if (!quiet_code || !cd || strcmp(cd, quiet_code) != 0) fprintf(stderr, "bfctl: %s\n", err);
+        json_decref(*reply);
+        *reply = NULL;
+        return 1;
+    }
+    fprintf(stderr, "bfctl: %s\n", err);
+    return -1;
+}
+
+/* The shortest text that reads back as x (%.17g prints 0.1f as
+ * 0.10000000149011612; stored values came from text with fewer digits). */
+static void fmt_double(char *buf, size_t len, double x) {
+    for (int prec = 6; prec <= 17; prec++) {
+        snprintf(buf, len, "%.*g", prec, x);
+        if (strtod(buf, NULL) == x) return;
+    }
+}
+
+static const char *str_of(json_t *o, const char *k) {
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : "";
+}
+
+/* ------------------------------------------------------------------ export */
+
+/* The output side of export: the same rows whether they come from one
+ * `export` reply or, for a job too large for one message, trial by trial. */
+typedef struct exporter {
+    int csv;
+    long long job;
+    json_t *param_keys; /* CSV: the swept keys, one column each */
+    int trials_out, metrics_out;
+    int failed; /* an output error (stdout closed, disk full) */
+} exporter;
+
+/* CSV field: quoted when it holds a comma, quote or line break. */
+static void csv_field(FILE *f, const char *s) {
+    if (strpbrk(s, ",\"\r\n") == NULL) {
+        fputs(s, f);
+        return;
+    }
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"') fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static void ex_begin(exporter *ex, json_t *job, json_t *first_trial_params) {
+    if (ex->csv) {
+        ex->param_keys = json_array();
+        const char *k;
+        json_t *v;
+        fputs("job,trial,index,state,attempts", stdout);
+        json_object_foreach(first_trial_params, k, v) {
+            json_array_append_new(ex->param_keys, json_string(k));
+            putchar(',');
+            csv_field(stdout, k);
+        }
+        fputs(",seq,step,time,name,value\n", stdout);
+    } else {
+        char *j = json_dumps(job, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        if (!j) {
+            ex->failed = 1;
+            return;
+        }
+        printf("{\"job\": %s, \"trials\": [", j);
+        free(j);
+    }
+}
+
+/* The CSV prefix of a trial's rows (job .. params), kept for every row. */
+static char *csv_prefix(exporter *ex, json_t *t) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&buf, &len);
+    if (!m) return NULL;
+    fprintf(m, "%lld,%lld,%lld,%s,%lld", ex->job,
+           (long long)json_integer_value(json_object_get(t, "id")),
+           (long long)json_integer_value(json_object_get(t, "index")), str_of(t, "state"),
+           (long long)json_integer_value(json_object_get(t, "attempts")));
+    size_t i;
+    json_t *k;
+    json_array_foreach(ex->param_keys, i, k) {
+        json_t *v = json_object_get(json_object_get(t, "params"), json_string_value(k));
+        char *vt = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | PARAMS_PRECISION) : NULL;
+        fputc(',', m);
+        csv_field(m, vt ? vt : "");
+        free(vt);
+    }
+    if (fclose(m) != 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+/* A trial's head: t has id, index, state, attempts, params, config. */
+static void ex_trial_begin(exporter *ex, json_t *t) {
+    if (ex->csv) return;
+    json_t *head = json_pack("{s:O, s:O, s:O, s:O, s:O, s:O}", "id", json_object_get(t, "id"),
+                             "index", json_object_get(t, "index"), "state",
+                             json_object_get(t, "state"), "attempts",
+                             json_object_get(t, "attempts"), "params",
+                             json_object_get(t, "params"), "config", json_object_get(t, "config"));
+    char *txt = head ? json_dumps(head, JSON_COMPACT | JSON_PRESERVE_ORDER | PARAMS_PRECISION) : NULL;
+    json_decref(head);
+    if (!txt) {
+        ex->failed = 1;
+        return;
+    }
+    txt[strlen(txt) - 1] = '\0'; /* drop the closing brace: "metrics" follows */
+    printf("%s\n  %s, \"metrics\": [", ex->trials_out ? "," : "", txt);
+    free(txt);
+    ex->metrics_out = 0;
+}
+
+static void ex_metric(exporter *ex, const char *prefix, const char *name, long long step,
+                      long long seq, double value, double time) {
+    char v[32], t[32];
+    fmt_double(v, sizeof v, value);
+    fmt_double(t, sizeof t, time);
+    if (ex->csv) {
+        printf("%s,%lld,%lld,%s,", prefix, seq, step, t);
+        csv_field(stdout, name);
+        printf(",%s\n", v);
+    } else {
+        json_t *js = json_string(name);
+        char *q = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;
+        json_decref(js);
+        if (!q) {
+            ex->failed = 1;
+            return;
+        }
+        printf("%s\n    {\"name\":%s,\"step\":%lld,\"seq\":%lld,\"value\":%s,\"time\":%s}",
+               ex->metrics_out ? "," : "", q, step, seq, v, t);
+        free(q);
+    }
+    ex->metrics_out++;
+}
+
+static void ex_trial_end(exporter *ex) {
+    if (!ex->csv) printf("%s]}", ex->metrics_out ? "\n  " : "");
+    ex->trials_out++;
+}
+
+static int ex_end(exporter *ex) {
+    if (!ex->csv) printf("\n]}\n");
+    json_decref(ex->param_keys);
+    if (fflush(stdout) != 0 || ferror(stdout)) ex->failed = 1;
+    if (ex->failed) fprintf(stderr, "bfctl export: writing the output failed\n");
+    return ex->failed ? 1 : 0;
+}
+
+static int cmp_name(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Writes one trial's metrics from its points (history pages): values of a
+ * point in name order, as `export` does. */
+static void ex_points(exporter *ex, const char *prefix, json_t *points) {
+    size_t i;
+    json_t *p;
+    json_array_foreach(points, i, p) {
+        json_t *vals = json_object_get(p, "values");
+        size_t n = json_object_size(vals), k = 0;
+        const char **names = malloc((n ? n : 1) * sizeof *names);
+        if (!names) {
+            ex->failed = 1;
+            return;
+        }
+        const char *name;
+        json_t *v;
+        json_object_foreach(vals, name, v) if (json_is_number(v)) names[k++] = name;
+        qsort(names, k, sizeof *names, cmp_name);
+        long long seq = (long long)json_integer_value(json_object_get(p, "seq"));
+        long long step = (long long)json_integer_value(json_object_get(p, "step"));
+        double time = json_number_value(json_object_get(p, "time"));
+        for (size_t j = 0; j < k; j++)
+            ex_metric(ex, prefix, names[j], step, seq,
+                      json_number_value(json_object_get(vals, names[j])), time);
+        free(names);
+    }
+}
+
+/* From one `export` reply. */
+static int export_whole(exporter *ex, json_t *r) {
+    json_t *trials = json_object_get(r, "trials");
+    ex_begin(ex, json_object_get(r, "job"),
+             json_object_get(json_array_get(trials, 0), "params"));
+    size_t i;
+    json_t *t;
+    json_array_foreach(trials, i, t) {
+        char *prefix = ex->csv ? csv_prefix(ex, t) : NULL;
+        if (ex->csv && !prefix) return ex->failed = 1;
+        ex_trial_begin(ex, t);
+        size_t j;
+        json_t *m;
+        json_array_foreach(json_object_get(t, "metrics"), j, m) ex_metric(
+            ex, prefix, str_of(m, "name"), (long long)json_integer_value(json_object_get(m, "step")),
+            (long long)json_integer_value(json_object_get(m, "seq")),
+            json_number_value(json_object_get(m, "value")),
+            json_number_value(json_object_get(m, "time")));
+        ex_trial_end(ex);
+        free(prefix);
+    }
+    return ex_end(ex);
+}
+
+/* Trial by trial (`job`, then `trial` and paged `metrics` for each): for a
+ * job whose export does not fit in one message. */
+static int export_paged(exporter *ex, ctl_conn *c) {
+    json_t *jr;
+    if (request(c, "job", json_pack("{s:I}", "job", (json_int_t)ex->job), &jr, NULL, 0, NULL))
+        return 1;
+    json_t *trials = json_incref(json_object_get(jr, "trials"));
+    json_object_del(jr, "trials");
+    json_object_del(jr, "req");
+    json_object_set_new(jr, "id", json_integer(ex->job));
+    ex_begin(ex, jr, json_object_get(json_array_get(trials, 0), "params"));
+    int rc = 0;
+    size_t i;
+    json_t *t;
+    json_array_foreach(trials, i, t) {
+        long long id = (long long)json_integer_value(json_object_get(t, "id"));
+        json_t *tr;
+        if (request(c, "trial", json_pack("{s:I}", "trial", (json_int_t)id), &tr, NULL, 0, NULL)) {
+            rc = 1;
+            break;
+        }
+        char *prefix = ex->csv ? csv_prefix(ex, tr) : NULL;
+        ex_trial_begin(ex, tr);
+        json_decref(tr);
+        long long after = 0;
+        for (;;) {
+            json_t *m;
+            if (request(c, "metrics",
+                        json_pack("{s:I, s:I, s:i}", "trial", (json_int_t)id, "after",
+                                  (json_int_t)after, "limit", EXPORT_PAGE),
+                        &m, NULL, 0, NULL)) {
+                rc = 1;
+                break;
+            }
+            ex_points(ex, prefix, json_object_get(m, "points"));
+            long long last = (long long)json_integer_value(json_object_get(m, "last"));
+            int more = json_is_true(json_object_get(m, "more")) && last > after;
+            json_decref(m);
+            after = last;
+            if (!more) break;
+        }
+        free(prefix);
+        ex_trial_end(ex);
+        if (rc) break;
+    }
+    json_decref(trials);
+    json_decref(jr);
+    int erc = ex_end(ex);
+    return rc ? rc : erc;
+}
+
+int bfctl_export(int argc, char **argv) {
+    static const char usage[] = "usage: bfctl export JOB --csv|--json\n";
+    if (opt_given(argc, argv, "--help") || opt_given(argc, argv, "-h")) {
+        printf("%s  every stored metric of a job: JSON {\"job\", \"trials\": [{\"id\", \"state\", "
+               "\"attempts\", \"config\", \"metrics\": [{\"name\", \"step\", \"seq\", \"value\", "
+               "\"time\"}]}]}, or CSV with one row per value\n",
+               usage);
+        return 0;
+    }
+    int csv = opt_given(argc, argv, "--csv"), json = opt_given(argc, argv, "--json");
+    long long job = job_arg(argc, argv);
+    for (int i = 1; i < argc; i++)
+        if (argv[i][0] == '-' && strcmp(argv[i], "--csv") && strcmp(argv[i], "--json")) job = 0;
+    if (job < 1 || csv + json != 1) {
+        fputs(usage, stderr);
+        return 2;
+    }
+    ctl_conn *c;
+    char err[2048];
+    if (ctl_connect(&c, err, sizeof err)) {
+        fprintf(stderr, "bfctl: %s\n", err);
+        return 1;
+    }
+    exporter ex = {.csv = csv, .job = job};
+    json_t *r;
+    char code[32];
+    int rc = request(c, "export", json_pack("{s:I}", "job", (json_int_t)job), &r, code,
+                     sizeof code, "too_large");
+    if (rc == 0) {
+        rc = export_whole(&ex, r);
+        json_decref(r);
+    } else if (rc == 1 && strcmp(code, "too_large") == 0) {
+        rc = export_paged(&ex, c);
+    } else {
+        rc = 1;
+    }
+    ctl_close(&c);
+    return rc;
+}
+
+/* ----------------------------------------------------------------- results */
+
+/* The latest value of the first of two metrics a trial has; NAN when
+ * neither. *from gets the name used. */
+static double latest_of(json_t *t, const char *a, const char *b, const char **from) {
+    json_t *latest = json_object_get(t, "latest");
+    const char *names[2] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        json_t *v = json_object_get(json_object_get(latest, names[i]), "value");
+        if (json_is_number(v)) {
+            *from = names[i];
+            return json_number_value(v);
+        }
+    }
+    *from = NULL;
+    return NAN;
+}
+
+static void params_text(json_t *params, char *buf, size_t len) {
+    size_t w = 0;
+    buf[0] = '\0';
+    const char *k;
+    json_t *v;
+    json_object_foreach(params, k, v) {
+        char *vt = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | PARAMS_PRECISION);
+        if (w < len)
+            w += (size_t)snprintf(buf + w, len - w, "%s%s=%s", w ? " " : "", k, vt ? vt : "?");
+        free(vt);
+    }
+}
+
+static json_t *num_or_null(double x) { return isfinite(x) ? json_real(x) : json_null(); }
+
+int bfctl_results(int argc, char **argv) {
+    static const char usage[] = "usage: bfctl results JOB [--json]\n";
+    if (opt_given(argc, argv, "--help") || opt_given(argc, argv, "-h")) {
+        printf("%s  per trial: state, accuracy (test/acc, else the latest val/acc), heads used "
+               "(test/heads_used, else val/heads_used) and the job's metric; * marks the best "
+               "trial by that metric\n",
+               usage);
+        return 0;
+    }
+    int json = opt_given(argc, argv, "--json");
+    long long job = job_arg(argc, argv);
+    for (int i = 1; i < argc; i++)
+        if (argv[i][0] == '-' && strcmp(argv[i], "--json")) job = 0;
+    if (job < 1) {
+        fputs(usage, stderr);
+        return 2;
+    }
+    ctl_conn *c;
+    char err[2048];
+    if (ctl_connect(&c, err, sizeof err)) {
+        fprintf(stderr, "bfctl: %s\n", err);
+        return 1;
+    }
+    json_t *jr = NULL, *br = NULL;
+    int rc = request(c, "job", json_pack("{s:I}", "job", (json_int_t)job), &jr, NULL, 0, NULL);
+    if (rc == 0)
+        rc = request(c, "best", json_pack("{s:I, s:i}", "job", (json_int_t)job, "n", 1), &br,
+                     NULL, 0, NULL);
+    ctl_close(&c);
+    if (rc) {
+        json_decref(jr);
+        return 1;
+    }
+    json_t *top = json_array_get(json_object_get(br, "trials"), 0);
+    long long best_id = top ? (long long)json_integer_value(json_object_get(top, "id")) : 0;
+    const char *metric = str_of(jr, "metric");
+    json_t *trials = json_object_get(jr, "trials");
+
+    json_t *out = json ? json_pack("{s:I, s:s, s:s, s:s, s:I, s:[]}", "job", (json_int_t)job,
+                                   "name", str_of(jr, "name"), "metric", metric, "goal",
+                                   str_of(jr, "goal"), "best_trial", (json_int_t)best_id, "trials")
+                       : NULL;
+    if (json && !out) {
+        fprintf(stderr, "bfctl results: out of memory\n");
+        rc = 1;
+    } else if (!json) {
+        printf("job %lld '%s': %zu trials; best by %s (%s) marked *\n", job, str_of(jr, "name"),
+               json_array_size(trials), metric, str_of(jr, "goal"));
+        printf("  %-8s %-10s %9s %-9s %10s %10s  %s\n", "TRIAL", "STATE", "ACCURACY", "(FROM)",
+               "HEADS USED", metric, "PARAMS");
+    }
+    size_t i;
+    json_t *t;
+    json_array_foreach(trials, i, t) {
+        if (rc) break;
+        const char *acc_from, *heads_from;
+        double acc = latest_of(t, "test/acc", "val/acc", &acc_from);
+        double heads = latest_of(t, "test/heads_used", "val/heads_used", &heads_from);
+        json_t *bv = json_object_get(t, "best");
+        double best = json_is_number(bv) ? json_number_value(bv) : NAN;
+        long long id = (long long)json_integer_value(json_object_get(t, "id"));
+        if (json) {
+            json_t *row = json_pack(
+                "{s:I, s:I, s:s, s:I, s:O, s:o, s:s?, s:o, s:s?, s:o, s:b}", "id", (json_int_t)id,
+                "index", json_integer_value(json_object_get(t, "index")), "state",
+                str_of(t, "state"), "attempts", json_integer_value(json_object_get(t, "attempts")),
+                "params", json_object_get(t, "params"), "accuracy", num_or_null(acc),
+                "accuracy_from", acc_from, "heads_used", num_or_null(heads), "heads_used_from",
+                heads_from, "metric_best", num_or_null(best), "best", id == best_id);
+            if (!row || json_array_append_new(json_object_get(out, "trials"), row)) rc = 1;
+        } else {
+            char a[32] = "-", h[32] = "-", b[32] = "-", from[16] = "", params[512];
+            if (acc_from) {
+                snprintf(a, sizeof a, "%.4f", acc);
+                snprintf(from, sizeof from, "(%.*s)", (int)strcspn(acc_from, "/"), acc_from);
+            }
+            if (heads_from) snprintf(h, sizeof h, "%.3f", heads);
+            if (isfinite(best)) snprintf(b, sizeof b, "%.4f", best);
+            params_text(json_object_get(t, "params"), params, sizeof params);
+            printf("%c t%-7lld %-10s %9s %-9s %10s %10s  %s\n", id == best_id ? '*' : ' ', id,
+                   str_of(t, "state"), a, from, h, b, params);
+        }
+    }
+    if (json && !rc) {
+        /* 12 digits: metric values are float32 results, printed with 9 */
+        char *txt = json_dumps(out, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
+        if (txt) printf("%s\n", txt);
+        else rc = 1;
+        free(txt);
+    }
+    if (rc) fprintf(stderr, "bfctl results: out of memory\n");
+    json_decref(out);
+    json_decref(jr);
+    json_decref(br);
+    return rc;
+}

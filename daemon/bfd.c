@@ -1,0 +1,1618 @@
+/* bfd — the event loop. One thread, one zmq_poll over: the control ROUTER,
+ * the worker ROUTER, a self-pipe written by the SIGCHLD/SIGTERM/SIGINT
+ * handlers and, with --tcp, the ZAP authenticator (a REP on inproc that
+ * libzmq consults for each new connection). Every message is validated
+ * (protocol/proto.h) and answered; a bad one gets an error reply and the
+ * loop goes on. */
+#include "daemon/bfd.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "daemon/dstate.h"
+#include "jobs/store.h"
+#include "jobs/sweep.h"
+#include "protocol/proto.h"
+
+#define MAX_CLIENT_KEYS 256
+#define ROUND_MAX_MSGS 256       /* worker messages handled per poll round */
+#define ROUND_MAX_POINTS 200000  /* points per round (one transaction) */
+#define HISTORY_MAX_ROWS 50000   /* metric rows read per `metrics` reply */
+#define LOG_CHUNK 65536
+
+typedef struct run {
+    int64_t trial, job;
+    int attempt, ranks;
+    char token[PROTO_TOKEN_LEN + 1];
+    pid_t pid; /* process group leader (setsid) */
+    int is_child;
+    int gpus[BFD_MAX_GPUS], n_gpus;
+    double started, last_seen, last_alive_check;
+    unsigned char ident[PROTO_MAX_IDENT];
+    size_t ident_len;
+    int stop_requested;
+    int ending;     /* outcome recorded; waiting for the process to go */
+    double kill_at; /* when to SIGKILL the group (0: not scheduled) */
+    int done_state; /* from `done`: -1 none, 0 completed, 1 preempted, 2 failed */
+    int64_t acked;  /* highest contiguous seq stored; -1 not loaded yet */
+} run;
+
+typedef struct batch {
+    proto_msg msg;
+    size_t run_ix;
+    proto_point *pts;
+    size_t n;
+    int64_t prev_acked; /* the run's acked before this batch */
+    int gap;
+} batch;
+
+typedef struct bfd {
+    const bfd_opts *o;
+    const bfd_config *c;
+    store *st;
+    dstate *ds;
+    void *ctx, *ctl, *wrk, *pub, *zap;
+    char ep_ctl[1200], ep_wrk[1200], ep_pub[1200];
+    char tcp_ctl[300], tcp_wrk[300], tcp_pub[300];
+    int sigpipe[2];
+    run *runs;
+    size_t n_runs, cap_runs;
+    int dirty; /* something changed that may let a trial start */
+    double started, last_sched;
+    int quit;
+    char client_keys[MAX_CLIENT_KEYS][41];
+    int n_client_keys;
+    batch batches[ROUND_MAX_MSGS];
+    size_t n_batches;
+} bfd;
+
+static volatile sig_atomic_t g_sigfd = -1;
+
+static void on_signal(int sig) {
+    int saved = errno;
+    char c = sig == SIGCHLD ? 'c' : 't';
+    if (g_sigfd >= 0) {
+        ssize_t w = write(g_sigfd, &c, 1);
+        (void)w;
+    }
+    errno = saved;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static const bfd_opts *g_opts;
+
+static void logf_(const char *fmt, ...) {
+    if (g_opts && g_opts->quiet) return;
+    char when[32];
+    time_t t = time(NULL);
+    struct tm tm;
+    localtime_r(&t, &tm);
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s bfd: ", when);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* ------------------------------------------------------------------ replies */
+
+static void reply(bfd *d, void *sock, proto_msg *m, const char *type, json_t *body) {
+    char err[256];
+    if (proto_send(sock, m, NULL, type, body, ZMQ_DONTWAIT, err, sizeof err))
+        logf_("reply %s not sent: %s", type, err);
+    (void)d;
+}
+
+static void reply_err(bfd *d, void *sock, proto_msg *m, proto_code code, const char *fmt, ...) {
+    char msg[2048], err[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (proto_send_error(sock, m, code, msg, ZMQ_DONTWAIT, err, sizeof err))
+        logf_("error reply not sent: %s", err);
+    (void)d;
+}
+
+static void publish(bfd *d, const char *topic, const char *type, json_t *body) {
+    char err[256];
+    if (proto_send(d->pub, NULL, topic, type, body, ZMQ_DONTWAIT, err, sizeof err))
+        logf_("publish %s not sent: %s", topic, err);
+}
+
+static void publish_event(bfd *d, int64_t job, int64_t trial, const char *state, int attempt,
+                          const char *message) {
+    char topic[64];
+    snprintf(topic, sizeof topic, "job/%lld", (long long)job);
+    json_t *b = json_pack("{s:I, s:I, s:s, s:i, s:f, s:s}", "job", (json_int_t)job, "trial",
+                          (json_int_t)trial, "state", state, "attempt", attempt, "time", now_s(),
+                          "message", message ? message : "");
+    if (!b) return;
+    publish(d, topic, "event", b);
+    json_decref(b);
+}
+
+/* -------------------------------------------------------------------- runs */
+
+static run *find_run(bfd *d, int64_t trial) {
+    for (size_t i = 0; i < d->n_runs; i++)
+        if (d->runs[i].trial == trial) return &d->runs[i];
+    return NULL;
+}
+
+static run *add_run(bfd *d) {
+    if (d->n_runs == d->cap_runs) {
+        size_t cap = d->cap_runs ? 2 * d->cap_runs : 16;
+        run *nr = realloc(d->runs, cap * sizeof *nr);
+        if (!nr) return NULL;
+        d->runs = nr;
+        d->cap_runs = cap;
+    }
+    run *r = &d->runs[d->n_runs++];
+    memset(r, 0, sizeof *r);
+    r->done_state = -1;
+    r->acked = -1;
+    return r;
+}
+
+static void remove_run(bfd *d, run *r) {
+    char err[512];
+    if (dstate_run_del(d->ds, r->trial, err, sizeof err)) logf_("%s", err);
+    size_t i = (size_t)(r - d->runs);
+    d->runs[i] = d->runs[--d->n_runs];
+    d->dirty = 1;
+}
+
+static int slots_used(bfd *d) {
+    int n = 0;
+    for (size_t i = 0; i < d->n_runs; i++) n += d->runs[i].ranks;
+    return n;
+}
+
+static int gpu_used(bfd *d, int g) {
+    for (size_t i = 0; i < d->n_runs; i++)
+        for (int k = 0; k < d->runs[i].n_gpus; k++)
+            if (d->runs[i].gpus[k] == g) return 1;
+    return 0;
+}
+
+/* 1 when pid lives and its command line holds token (not a reused pid, not a zombie). */
+static int process_alive(pid_t pid, const char *token) {
+    if (pid <= 0 || kill(pid, 0) != 0) return 0;
+    char path[64], buf[8192];
+    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    for (ssize_t i = 0; i < n; i++)
+        if (buf[i] == '\0') buf[i] = ' ';
+    buf[n] = '\0';
+    return strstr(buf, token) != NULL;
+}
+
+static void kill_group(run *r, int sig) {
+    if (r->pid > 0 && kill(-r->pid, sig) != 0 && errno != ESRCH)
+        logf_("kill(-%d, %d): %s", (int)r->pid, sig, strerror(errno));
+}
+
+/* Records that the attempt failed (retry when left) and publishes it. */
+static void record_failure(bfd *d, run *r, const char *why) {
+    char err[512];
+    int requeued = 0;
+    if (store_trial_fail(d->st, r->trial, why, &requeued, err, sizeof err)) {
+        logf_("trial %lld: %s", (long long)r->trial, err);
+        return;
+    }
+    logf_("trial %lld attempt %d failed: %s%s", (long long)r->trial, r->attempt, why,
+          requeued ? " (retrying)" : "");
+    publish_event(d, r->job, r->trial, requeued ? "PENDING" : "FAILED", r->attempt, why);
+    d->dirty = 1;
+}
+
+static void record_state(bfd *d, run *r, trial_state to, const char *why) {
+    char err[512];
+    if (store_trial_transition(d->st, r->trial, to, why, err, sizeof err)) {
+        logf_("trial %lld: %s", (long long)r->trial, err);
+        return;
+    }
+    logf_("trial %lld attempt %d: %s (%s)", (long long)r->trial, r->attempt,
+          store_state_name(to), why);
+    publish_event(d, r->job, r->trial, store_state_name(to), r->attempt, why);
+    d->dirty = 1;
+}
+
+/* The attempt's process is gone: map how it ended to the trial's state. */
+static void run_ended(bfd *d, run *r, int have_status, int status) {
+    if (!r->ending) {
+        char why[256];
+        int code = -1;
+        if (have_status && WIFEXITED(status)) code = WEXITSTATUS(status);
+        if (!have_status) code = r->done_state == 0 ? 0 : r->done_state == 1 ? 75 : -1;
+        if (code == 0) {
+            record_state(d, r, TRIAL_COMPLETED, "exit status 0");
+        } else if (code == 75 && r->stop_requested) {
+            record_state(d, r, TRIAL_STOPPED, "stopped on request (checkpoint written)");
+        } else {
+            if (code == 75)
+                snprintf(why, sizeof why, "preempted (exit status 75); resumes from checkpoint");
+            else if (have_status && WIFSIGNALED(status))
+                snprintf(why, sizeof why, "killed by signal %d", WTERMSIG(status));
+            else if (have_status)
+                snprintf(why, sizeof why, "exit status %d", code);
+            else
+                snprintf(why, sizeof why, "worker process gone without reporting done");
+            record_failure(d, r, why);
+        }
+    }
+    remove_run(d, r);
+}
+
+static void reap_children(bfd *d) {
+    for (;;) {
+        int status;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid <= 0) break;
+        for (size_t i = 0; i < d->n_runs; i++)
+            if (d->runs[i].pid == pid && d->runs[i].is_child) {
+                run_ended(d, &d->runs[i], 1, status);
+                break;
+            }
+    }
+}
+
+/* ------------------------------------------------------------------ launch */
+
+static int make_dir(const char *path, mode_t mode, char *err, size_t errlen) {
+    if (mkdir(path, mode) != 0 && errno != EEXIST)
+        return fail(err, errlen, "mkdir %s: %s", path, strerror(errno));
+    return 0;
+}
+
+static void format_gpus(const int *g, int n, char *buf, size_t len) {
+    size_t w = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n && w + 8 < len; i++)
+        w += (size_t)snprintf(buf + w, len - w, "%s%d", i ? "," : "", g[i]);
+}
+
+static void parse_gpus(const char *s, int *g, int *n) {
+    *n = 0;
+    while (*s && *n < BFD_MAX_GPUS) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s) break;
+        g[(*n)++] = (int)v;
+        s = *end == ',' ? end + 1 : end;
+    }
+}
+
+/* Starts one attempt of trial t (PENDING) on the given GPUs. */
+static int launch(bfd *d, const store_trial *t, const dstate_job *j, const int *gpus, int ng) {
+    char err[1024], token[PROTO_TOKEN_LEN + 1];
+    if (proto_random_token(token, err, sizeof err)) {
+        logf_("trial %lld: %s", (long long)t->id, err);
+        return -1;
+    }
+    char out[1200], logs[1200], logp[1300], cwd[1100];
+    snprintf(out, sizeof out, "%s/trials/%lld", d->o->home, (long long)t->id);
+    snprintf(logs, sizeof logs, "%s/logs", d->o->home);
+    snprintf(logp, sizeof logp, "%s/%lld.log", logs, (long long)t->id);
+    if (make_dir(logs, 0700, err, sizeof err) || make_dir(out, 0700, err, sizeof err)) {
+        logf_("trial %lld: %s", (long long)t->id, err);
+        return -1;
+    }
+    if (dstate_job_cwd(d->ds, t->job_id, cwd, sizeof cwd, err, sizeof err)) {
+        logf_("%s", err);
+        return -1;
+    }
+    if (!cwd[0]) snprintf(cwd, sizeof cwd, "%s", d->o->home);
+    if (store_trial_transition(d->st, t->id, TRIAL_RUNNING, "launched", err, sizeof err)) {
+        logf_("trial %lld: %s", (long long)t->id, err);
+        return -1;
+    }
+    run *r = add_run(d);
+    if (!r) {
+        int rq;
+        store_trial_fail(d->st, t->id, "bfd out of memory", &rq, err, sizeof err);
+        return -1;
+    }
+    r->trial = t->id;
+    r->job = t->job_id;
+    r->attempt = t->attempts + 1;
+    r->ranks = j->ranks;
+    memcpy(r->token, token, sizeof token);
+    memcpy(r->gpus, gpus, (size_t)ng * sizeof *gpus);
+    r->n_gpus = ng;
+    r->started = r->last_seen = now_s();
+    r->is_child = 1;
+    char gl[256];
+    format_gpus(gpus, ng, gl, sizeof gl);
+    /* recorded before the fork: a bfd killed in between still knows the token */
+    dstate_run dr = {.trial = t->id, .attempt = r->attempt, .pid = 0, .started = r->started};
+    memcpy(dr.token, token, sizeof token);
+    snprintf(dr.gpus, sizeof dr.gpus, "%s", gl);
+    if (dstate_run_put(d->ds, &dr, err, sizeof err)) logf_("%s", err);
+
+    char id[32], np[16], attempt[16];
+    snprintf(id, sizeof id, "%lld", (long long)t->id);
+    snprintf(np, sizeof np, "%d", j->ranks);
+    snprintf(attempt, sizeof attempt, "%d", r->attempt);
+    /* R = 1 runs bfworker directly (no MPI runtime needed); R > 1 under mpirun */
+    const char *argv[32];
+    int a = 0;
+    if (j->ranks > 1) {
+        argv[a++] = d->c->mpirun;
+        argv[a++] = "--oversubscribe";
+        argv[a++] = "-np";
+        argv[a++] = np;
+    }
+    argv[a++] = d->c->bfworker;
+    argv[a++] = "run";
+    argv[a++] = "--trial";
+    argv[a++] = id;
+    argv[a++] = "--connect";
+    argv[a++] = d->ep_wrk;
+    argv[a++] = "--token";
+    argv[a++] = token;
+    argv[a++] = "--out";
+    argv[a++] = out;
+    argv[a++] = "--attempt";
+    argv[a++] = attempt;
+    argv[a] = NULL;
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        remove_run(d, find_run(d, t->id));
+        int rq;
+        char why[256];
+        snprintf(why, sizeof why, "fork: %s", strerror(e));
+        store_trial_fail(d->st, t->id, why, &rq, err, sizeof err);
+        logf_("trial %lld: %s", (long long)t->id, why);
+        return -1;
+    }
+    if (pid == 0) {
+        setsid();
+        int fd = open(logp, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        int nul = open("/dev/null", O_RDONLY);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        if (nul >= 0) dup2(nul, 0);
+        for (int k = 3; k < 1024; k++) close(k);
+        signal(SIGPIPE, SIG_DFL);
+        signal(SIGCHLD, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGINT, SIG_DFL);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        char threads[16];
+        snprintf(threads, sizeof threads, "%d", d->c->threads_per_slot);
+        setenv("OMP_NUM_THREADS", threads, 1);
+        setenv("CUDA_VISIBLE_DEVICES", gl, 1);
+        setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+        setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+        fprintf(stderr, "== bfd: trial %s attempt %s, %d rank%s, gpus [%s], cwd %s\n", id, attempt,
+                j->ranks, j->ranks == 1 ? "" : "s", gl, cwd);
+        if (chdir(cwd) != 0) {
+            fprintf(stderr, "bfd: chdir %s: %s\n", cwd, strerror(errno));
+            _exit(127);
+        }
+        execvp(argv[0], (char *const *)argv);
+        fprintf(stderr, "bfd: exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    r = find_run(d, t->id);
+    r->pid = pid;
+    dr.pid = pid;
+    if (dstate_run_put(d->ds, &dr, err, sizeof err)) logf_("%s", err);
+    char msg[128];
+    snprintf(msg, sizeof msg, "started, pid %d", (int)pid);
+    logf_("trial %lld attempt %d: %s, %d rank%s, gpus [%s]", (long long)t->id, r->attempt, msg,
+          j->ranks, j->ranks == 1 ? "" : "s", gl);
+    publish_event(d, r->job, r->trial, "RUNNING", r->attempt, msg);
+    return 0;
+}
+
+/* Places PENDING trials on free slots, by priority then submit order;
+ * a trial that does not fit is passed over for later ones that do. */
+static void schedule(bfd *d) {
+    d->dirty = 0;
+    d->last_sched = now_s();
+    int free_slots = d->c->slots - slots_used(d);
+    if (free_slots <= 0) return;
+    char err[1024];
+    store_trial *ts = NULL;
+    size_t n = 0;
+    if (store_next_runnable(d->st, 256, &ts, &n, err, sizeof err)) {
+        logf_("%s", err);
+        return;
+    }
+    for (size_t i = 0; i < n && free_slots > 0; i++) {
+        dstate_job j;
+        if (dstate_job_get(d->ds, ts[i].job_id, &j, err, sizeof err) != 0) continue;
+        int need_g = j.ranks * j.gpus_per_rank;
+        if (j.ranks > d->c->slots || need_g > d->c->n_gpus) {
+            /* can never run here: fail it for good rather than wait forever */
+            char why[256];
+            snprintf(why, sizeof why, "needs %d slots and %d GPUs; bfd has %d slots and %d GPUs",
+                     j.ranks, need_g, d->c->slots, d->c->n_gpus);
+            if (!store_trial_transition(d->st, ts[i].id, TRIAL_RUNNING, why, err, sizeof err))
+                store_trial_transition(d->st, ts[i].id, TRIAL_FAILED, why, err, sizeof err);
+            publish_event(d, ts[i].job_id, ts[i].id, "FAILED", ts[i].attempts + 1, why);
+            continue;
+        }
+        if (j.ranks > free_slots) continue;
+        int gpus[BFD_MAX_GPUS], ng = 0;
+        for (int g = 0; g < d->c->n_gpus && ng < need_g; g++)
+            if (!gpu_used(d, d->c->gpus[g])) gpus[ng++] = d->c->gpus[g];
+        if (ng < need_g) continue;
+        if (launch(d, &ts[i], &j, gpus, ng) == 0) free_slots -= j.ranks;
+    }
+    store_trials_free(ts, n);
+}
+
+/* ------------------------------------------------------------ ctl requests */
+
+static json_t *trial_summary(const store_trial *t) {
+    json_error_t je;
+    json_t *params = t->params_json ? json_loads(t->params_json, 0, &je) : NULL;
+    json_t *latest = t->latest_json ? json_loads(t->latest_json, 0, &je) : NULL;
+    return json_pack("{s:I, s:I, s:I, s:s, s:i, s:s, s:o, s:o, s:o}", "id", (json_int_t)t->id,
+                     "job", (json_int_t)t->job_id, "index", (json_int_t)t->index, "state",
+                     store_state_name(t->state), "attempts", t->attempts, "hash", t->hash,
+                     "params", params ? params : json_object(), "latest",
+                     latest ? latest : json_object(), "best",
+                     isfinite(t->best) ? json_real(t->best) : json_null());
+}
+
+/* Reads a job for a request; replies not_found/internal itself on failure. */
+static int get_job(bfd *d, void *s, proto_msg *m, long long id, dstate_job *j) {
+    char err[1024];
+    int rc = dstate_job_get(d->ds, id, j, err, sizeof err);
+    if (rc == 1) reply_err(d, s, m, PROTO_E_NOT_FOUND, "%s: no job %lld", m->type, id);
+    if (rc < 0) reply_err(d, s, m, PROTO_E_INTERNAL, "%s: %s", m->type, err);
+    return rc;
+}
+
+static int get_trial(bfd *d, void *s, proto_msg *m, long long id, store_trial *t) {
+    char err[1024];
+    int64_t job;
+    int rc = dstate_trial_job(d->ds, id, &job, err, sizeof err);
+    if (rc == 1) {
+        reply_err(d, s, m, PROTO_E_NOT_FOUND, "%s: no trial %lld", m->type, id);
+        return 1;
+    }
+    if (rc == 0 && store_get_trial(d->st, id, t, err, sizeof err)) rc = -1;
+    if (rc < 0) reply_err(d, s, m, PROTO_E_INTERNAL, "%s: %s", m->type, err);
+    return rc;
+}
+
+#define FIELD(call)                                                                   \
+    do {                                                                              \
+        if (call) {                                                                   \
+            reply_err(d, s, m, PROTO_E_FIELD, "%s: %s", m->type, ferr);               \
+            return;                                                                   \
+        }                                                                             \
+    } while (0)
+
+static void ctl_submit(bfd *d, void *s, proto_msg *m) {
+    char ferr[512], err[1024];
+    const char *text, *file, *cwd;
+    FIELD(proto_get_str(m->body, "sweep", 1, PROTO_MAX_TEXT, &text, ferr, sizeof ferr));
+    FIELD(proto_get_str(m->body, "file", 1, PROTO_MAX_PATH, &file, ferr, sizeof ferr));
+    FIELD(proto_get_str(m->body, "cwd", 0, PROTO_MAX_PATH, &cwd, ferr, sizeof ferr));
+    if (cwd && cwd[0] != '/') {
+        reply_err(d, s, m, PROTO_E_FIELD, "submit: 'cwd' must be an absolute path");
+        return;
+    }
+    sweep_spec *spec = NULL;
+    sweep_errors se = {0};
+    if (sweep_load_string(text, strlen(text), file, &spec, &se)) {
+        json_t *b = json_object();
+        json_t *arr = json_array();
+        for (int i = 0; i < se.n; i++) json_array_append_new(arr, json_string(se.msgs[i]));
+        char msg[4096];
+        snprintf(msg, sizeof msg, "%s: %d error%s%s%s", file, se.total, se.total == 1 ? "" : "s",
+                 se.n ? "; first: " : "", se.n ? se.msgs[0] : "");
+        json_object_set_new(b, "code", json_string(proto_code_name(PROTO_E_INVALID_SWEEP)));
+        json_object_set_new(b, "message", json_string(msg) ? json_string(msg) : json_string("invalid sweep"));
+        json_object_set_new(b, "errors", arr);
+        reply(d, s, m, "error", b);
+        json_decref(b);
+        sweep_errors_free(&se);
+        return;
+    }
+    int ranks = spec->resources.ranks > 0 ? spec->resources.ranks : 1;
+    int need_g = ranks * spec->resources.gpus_per_rank;
+    if (ranks > d->c->slots || need_g > d->c->n_gpus) {
+        reply_err(d, s, m, PROTO_E_FIELD,
+                  "submit: each trial needs %d slots and %d GPUs; this bfd has %d slots and %d "
+                  "GPUs (%s/bfd.yaml)",
+                  ranks, need_g, d->c->slots, d->c->n_gpus, d->o->home);
+        sweep_spec_destroy(&spec);
+        return;
+    }
+    int64_t job;
+    if (store_submit(d->st, spec, text, &job, err, sizeof err)) {
+        reply_err(d, s, m, PROTO_E_INTERNAL, "submit: %s", err);
+        sweep_spec_destroy(&spec);
+        return;
+    }
+    if (cwd && dstate_job_cwd_set(d->ds, job, cwd, err, sizeof err)) logf_("%s", err);
+    long long n = spec->is_sweep ? spec->n_trials : 1;
+    json_t *b = json_pack("{s:I, s:s, s:I}", "job", (json_int_t)job, "name", spec->name, "trials",
+                          (json_int_t)n);
+    logf_("job %lld submitted: '%s', %lld trial%s", (long long)job, spec->name, n, n == 1 ? "" : "s");
+    sweep_spec_destroy(&spec);
+    reply(d, s, m, "submitted", b);
+    json_decref(b);
+    d->dirty = 1;
+}
+
+static void ctl_jobs(bfd *d, void *s, proto_msg *m) {
+    char err[1024];
+    json_t *arr = dstate_jobs_json(d->ds, err, sizeof err);
+    if (!arr) {
+        reply_err(d, s, m, PROTO_E_INTERNAL, "jobs: %s", err);
+        return;
+    }
+    json_t *b = json_pack("{s:o}", "jobs", arr);
+    reply(d, s, m, "jobs", b);
+    json_decref(b);
+}
+
+static void ctl_job(bfd *d, void *s, proto_msg *m) {
+    char ferr[512], err[1024];
+    long long id;
+    FIELD(proto_get_int(m->body, "job", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
+    dstate_job j;
+    if (get_job(d, s, m, id, &j)) return;
+    json_t *b = dstate_job_json(d->ds, &j, err, sizeof err);
+    store_trial *ts = NULL;
+    size_t n = 0;
+    if (!b || store_job_trials(d->st, id, &ts, &n, err, sizeof err)) {
+        json_decref(b);
+        reply_err(d, s, m, PROTO_E_INTERNAL, "job: %s", err);
+        return;
+    }
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(arr, trial_summary(&ts[i]));
+    store_trials_free(ts, n);
+    json_object_set_new(b, "trials", arr);
+    reply(d, s, m, "job", b);
+    json_decref(b);
+}
+
+static void ctl_trial(bfd *d, void *s, proto_msg *m) {
+    char ferr[512];
+    long long id;
+    FIELD(proto_get_int(m->body, "trial", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
+    store_trial t;
+    if (get_trial(d, s, m, id, &t)) return;
+    json_error_t je;
+    json_t *params = t.params_json ? json_loads(t.params_json, 0, &je) : NULL;
+    char logp[1300];
+    snprintf(logp, sizeof logp, "%s/logs/%lld.log", d->o->home, id);
+    json_t *b = json_pack("{s:I, s:I, s:I, s:s, s:i, s:s, s:o, s:s, s:s}", "id", (json_int_t)t.id,
+                          "job", (json_int_t)t.job_id, "index", (json_int_t)t.index, "state",
+                          store_state_name(t.state), "attempts", t.attempts, "hash", t.hash,
+                          "params", params ? params : json_object(), "config",
+                          t.config ? t.config : "", "log", logp);
+    store_trial_free(&t);
+    reply(d, s, m, "trial", b);
+    json_decref(b);
+}
+
+/* Groups store rows (seq, name order) into points; returns the array. */
+static json_t *rows_to_points(const store_point *p, size_t n, size_t *n_points) {
+    json_t *arr = json_array();
+    json_t *cur = NULL, *vals = NULL;
+    int64_t cur_seq = -1;
+    *n_points = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i].seq != cur_seq) {
+            vals = json_object();
+            cur = json_pack("{s:I, s:I, s:f, s:o}", "seq", (json_int_t)p[i].seq, "step",
+                            (json_int_t)p[i].step, "time", p[i].time, "values", vals);
+            json_array_append_new(arr, cur);
+            cur_seq = p[i].seq;
+            (*n_points)++;
+        }
+        json_object_set_new(vals, p[i].name, json_real(p[i].value));
+    }
+    return arr;
+}
+
+static void ctl_metrics(bfd *d, void *s, proto_msg *m) {
+    char ferr[512], err[1024];
+    long long id, after, limit;
+    FIELD(proto_get_int(m->body, "trial", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
+    FIELD(proto_get_int(m->body, "after", 0, 0, PROTO_MAX_INT, 0, &after, ferr, sizeof ferr));
+    FIELD(proto_get_int(m->body, "limit", 0, 1, 10000, 1000, &limit, ferr, sizeof ferr));
+    int64_t job;
+    int rc = dstate_trial_job(d->ds, id, &job, err, sizeof err);
+    if (rc) {
+        if (rc > 0)
+            reply_err(d, s, m, PROTO_E_NOT_FOUND, "metrics: no trial %lld", id);
+        else
+            reply_err(d, s, m, PROTO_E_INTERNAL, "metrics: %s", err);
+        return;
+    }
+    long long rows = limit * PROTO_MAX_VALUES;
+    if (rows > HISTORY_MAX_ROWS) rows = HISTORY_MAX_ROWS;
+    store_point *pts = NULL;
+    size_t n = 0;
+    if (store_metric_history(d->st, id, after, (int)rows, &pts, &n, err, sizeof err)) {
+        reply_err(d, s, m, PROTO_E_INTERNAL, "metrics: %s", err);
+        return;
+    }
+    int more = 0;
+    size_t use = n;
+    if ((long long)n == rows) {
+        /* the last seq may be cut: leave it for the next page */
+        more = 1;
+        size_t k = n;
+        while (k > 0 && pts[k - 1].seq == pts[n - 1].seq) k--;
+        if (k > 0) use = k;
+    }
+    /* at most `limit` points */
+    size_t groups = 0, cut = use;
+    for (size_t i = 0; i < use; i++)
+        if (i == 0 || pts[i].seq != pts[i - 1].seq) {
+            if ((long long)groups == limit) {
+                cut = i;
+                more = 1;
+                break;
+            }
+            groups++;
+        }
+    use = cut;
+    size_t np;
+    json_t *arr = rows_to_points(pts, use, &np);
+    long long last = use ? pts[use - 1].seq : after;
+    free(pts);
+    json_t *b = json_pack("{s:I, s:I, s:o, s:I, s:b}", "trial", (json_int_t)id, "job",
+                          (json_int_t)job, "points", arr, "last", (json_int_t)last, "more", more);
+    reply(d, s, m, "metrics", b);
+    json_decref(b);
+}
+
+/* Ends a running attempt on request (cancel): SIGTERM now, SIGKILL later. */
+static void terminate_run(bfd *d, run *r) {
+    r->ending = 1;
+    kill_group(r, SIGTERM);
+    r->kill_at = now_s() + d->c->kill_grace;
+}
+
+static void ctl_cancel(bfd *d, void *s, proto_msg *m) {
+    char ferr[512], err[1024];
+    long long job = 0, trial = 0;
+    FIELD(proto_get_int(m->body, "job", 0, 1, PROTO_MAX_INT, 0, &job, ferr, sizeof ferr));
+    FIELD(proto_get_int(m->body, "trial", 0, 1, PROTO_MAX_INT, 0, &trial, ferr, sizeof ferr));
+    if ((job != 0) == (trial != 0)) {
+        reply_err(d, s, m, PROTO_E_FIELD, "cancel: give exactly one of 'job' and 'trial'");
+        return;
+    }
+    int n = 0;
+    if (job) {
+        dstate_job j;
+        if (get_job(d, s, m, job, &j)) return;
+        if (store_job_cancel(d->st, job, &n, err, sizeof err)) {
+            reply_err(d, s, m, PROTO_E_INTERNAL, "cancel: %s", err);
+            return;
+        }
+        for (size_t i = 0; i < d->n_runs; i++)
+            if (d->runs[i].job == job && !d->runs[i].ending) terminate_run(d, &d->runs[i]);
+        publish_event(d, job, 0, "CANCELLED", 0, "job cancelled");
+    } else {
+        store_trial t;
+        if (get_trial(d, s, m, trial, &t)) return;
+        trial_state st = t.state;
+        int64_t tj = t.job_id;
+        int att = t.attempts;
+        store_trial_free(&t);
+        if (st != TRIAL_PENDING && st != TRIAL_RUNNING) {
+            reply_err(d, s, m, PROTO_E_STATE, "cancel: trial %lld is %s", trial,
+                      store_state_name(st));
+            return;
+        }
+        if (store_trial_transition(d->st, trial, TRIAL_CANCELLED, "cancelled", err, sizeof err)) {
+            reply_err(d, s, m, PROTO_E_INTERNAL, "cancel: %s", err);
+            return;
+        }
+        run *r = find_run(d, trial);
+        if (r && !r->ending) terminate_run(d, r);
+        publish_event(d, tj, trial, "CANCELLED", att, "cancelled");
+        n = 1;
+    }
+    logf_("cancel %s %lld: %d trial%s", job ? "job" : "trial", job ? job : trial, n, n == 1 ? "" : "s");
+    json_t *b = json_pack("{s:i}", "cancelled", n);
+    reply(d, s, m, "cancelled", b);
+    json_decref(b);
+    d->dirty = 1;
+}
+
+static void send_stop(bfd *d, run *r, const char *reason) {
+    if (r->ident_len) {
+        proto_msg route;
+        memset(&route, 0, sizeof route);
+        memcpy(route.ident, r->ident, r->ident_len);
+        route.ident_len = r->ident_len;
+        json_t *b = json_pack("{s:I, s:s}", "trial", (json_int_t)r->trial, "reason", reason);
+        char err[256];
+        int rc = proto_send(d->wrk, &route, NULL, "stop", b, ZMQ_DONTWAIT, err, sizeof err);
+        json_decref(b);
+        if (rc == 0) return;
+        logf_("stop to trial %lld: %s; sending SIGTERM", (long long)r->trial, err);
+    }
+    kill_group(r, SIGTERM);
+}
+
+static void ctl_stop(bfd *d, void *s, proto_msg *m) {
+    char ferr[512];
+    long long id;
+    FIELD(proto_get_int(m->body, "trial", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
+    run *r = find_run(d, id);
+    if (!r || r->ending) {
+        store_trial t;
+        if (get_trial(d, s, m, id, &t)) return;
+        reply_err(d, s, m, PROTO_E_STATE, "stop: trial %lld is %s, not running", id,
+                  store_state_name(t.state));
+        store_trial_free(&t);
+        return;
+    }
+    r->stop_requested = 1;
+    send_stop(d, r, "stop requested");
+    json_t *b = json_pack("{s:I}", "trial", (json_int_t)id);
+    reply(d, s, m, "stopping", b);
+    json_decref(b);
+}
+
+static void ctl_wait(bfd *d, void *s, proto_msg *m) {
+    char ferr[512], err[1024];
+    long long id;
+    FIELD(proto_get_int(m->body, "job", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
+    dstate_job j;
+    if (get_job(d, s, m, id, &j)) return;
+    json_t *states = dstate_job_states(d->ds, id, err, sizeof err);
+    if (!states) {
+        reply_err(d, s, m, PROTO_E_INTERNAL, "wait: %s", err);
+        return;
+    }
+    json_int_t active = json_integer_value(json_object_get(states, "PENDING")) +
+                        json_integer_value(json_object_get(states, "RUNNING"));
+    json_int_t good = json_integer_value(json_object_get(states, "COMPLETED")) +
+                      json_integer_value(json_object_get(states, "STOPPED"));
+    int done = active == 0;
+    int ok = done && good == (json_int_t)j.n_trials;
+    json_t *b = json_pack("{s:I, s:b, s:b, s:o}", "job", (json_int_t)id, "done", done, "ok", ok,
+                          "states", states);
+    reply(d, s, m, "wait", b);
+    json_decref(b);
+}
+
+static void ctl_best(bfd *d, void *s, proto_msg *m) {
+    char ferr[512], err[1024];
+    long long id, k;
+    FIELD(proto_get_int(m->body, "job", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
+    FIELD(proto_get_int(m->body, "n", 0, 1, 1000, 5, &k, ferr, sizeof ferr));
+    dstate_job j;
+    if (get_job(d, s, m, id, &j)) return;
+    store_trial *ts = NULL;
+    size_t n = 0;
+    if (store_best_trials(d->st, id, (int)k, &ts, &n, err, sizeof err)) {
+        reply_err(d, s, m, PROTO_E_INTERNAL, "best: %s", err);
+        return;
+    }
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(arr, trial_summary(&ts[i]));
+    store_trials_free(ts, n);
+    json_t *b = json_pack("{s:I, s:s, s:s, s:o}", "job", (json_int_t)id, "metric", j.metric, "goal",
+                          j.goal, "trials", arr);
+    reply(d, s, m, "best", b);
+    json_decref(b);
+}
+
+static void ctl_export(bfd *d, void *s, proto_msg *m) {
+    char ferr[512], err[1024];
+    long long id;
+    FIELD(proto_get_int(m->body, "job", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
+    dstate_job j;
+    if (get_job(d, s, m, id, &j)) return;
+    json_t *jo = dstate_job_json(d->ds, &j, err, sizeof err);
+    store_trial *ts = NULL;
+    size_t n = 0;
+    if (!jo || store_job_trials(d->st, id, &ts, &n, err, sizeof err)) {
+        json_decref(jo);
+        reply_err(d, s, m, PROTO_E_INTERNAL, "export: %s", err);
+        return;
+    }
+    json_t *trials = json_array();
+    size_t total_rows = 0;
+    int fail_code = 0;
+    for (size_t i = 0; i < n && !fail_code; i++) {
+        store_trial t;
+        if (store_get_trial(d->st, ts[i].id, &t, err, sizeof err)) {
+            fail_code = PROTO_E_INTERNAL;
+            break;
+        }
+        json_error_t je;
+        json_t *params = t.params_json ? json_loads(t.params_json, 0, &je) : NULL;
+        json_t *metrics = json_array();
+        int64_t after = 0;
+        for (;;) {
+            store_point *p = NULL;
+            size_t k = 0;
+            if (store_metric_history(d->st, t.id, after, HISTORY_MAX_ROWS, &p, &k, err,
+                                     sizeof err)) {
+                fail_code = PROTO_E_INTERNAL;
+                break;
+            }
+            for (size_t r = 0; r < k; r++)
+                json_array_append_new(
+                    metrics, json_pack("{s:s, s:I, s:I, s:f, s:f}", "name", p[r].name, "step",
+                                       (json_int_t)p[r].step, "seq", (json_int_t)p[r].seq,
+                                       "value", p[r].value, "time", p[r].time));
+            total_rows += k;
+            /* rows of one seq may straddle pages: continue from the last full seq */
+            int64_t last = k ? p[k - 1].seq : after;
+            if (k == HISTORY_MAX_ROWS) {
+                /* drop the rows of the last seq and read it again in full */
+                size_t keep = k;
+                while (keep > 0 && p[keep - 1].seq == last) keep--;
+                while (json_array_size(metrics) > 0 && k > keep) {
+                    json_array_remove(metrics, json_array_size(metrics) - 1);
+                    k--;
+                }
+                last = keep ? p[keep - 1].seq : last;
+            }
+            free(p);
+            if (k < HISTORY_MAX_ROWS) break;
+            after = last;
+            if (total_rows * 80 > PROTO_MAX_BODY) break;
+        }
+        json_array_append_new(
+            trials, json_pack("{s:I, s:I, s:s, s:i, s:o, s:s, s:o}", "id", (json_int_t)t.id,
+                              "index", (json_int_t)t.index, "state", store_state_name(t.state),
+                              "attempts", t.attempts, "params", params ? params : json_object(),
+                              "config", t.config ? t.config : "", "metrics", metrics));
+        store_trial_free(&t);
+        if (total_rows * 80 > PROTO_MAX_BODY) fail_code = PROTO_E_TOO_LARGE;
+    }
+    store_trials_free(ts, n);
+    json_t *b = json_pack("{s:o, s:o}", "job", jo, "trials", trials);
+    char *txt = fail_code ? NULL : json_dumps(b, JSON_COMPACT);
+    if (!fail_code && (!txt || strlen(txt) > PROTO_MAX_BODY)) fail_code = PROTO_E_TOO_LARGE;
+    free(txt);
+    if (fail_code == PROTO_E_TOO_LARGE)
+        reply_err(d, s, m, PROTO_E_TOO_LARGE,
+                  "export: job %lld is over %u bytes as one reply; read it with trial and metrics",
+                  id, PROTO_MAX_BODY);
+    else if (fail_code)
+        reply_err(d, s, m, PROTO_E_INTERNAL, "export: %s", err);
+    else
+        reply(d, s, m, "export", b);
+    json_decref(b);
+}
+
+static void ctl_logs(bfd *d, void *s, proto_msg *m) {
+    char ferr[512], err[1024];
+    long long id, off, max;
+    FIELD(proto_get_int(m->body, "trial", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
+    FIELD(proto_get_int(m->body, "offset", 0, 0, PROTO_MAX_INT, 0, &off, ferr, sizeof ferr));
+    FIELD(proto_get_int(m->body, "max", 0, 1, LOG_CHUNK, LOG_CHUNK, &max, ferr, sizeof ferr));
+    int64_t job;
+    int rc = dstate_trial_job(d->ds, id, &job, err, sizeof err);
+    if (rc) {
+        if (rc > 0)
+            reply_err(d, s, m, PROTO_E_NOT_FOUND, "logs: no trial %lld", id);
+        else
+            reply_err(d, s, m, PROTO_E_INTERNAL, "logs: %s", err);
+        return;
+    }
+    char path[1300];
+    snprintf(path, sizeof path, "%s/logs/%lld.log", d->o->home, id);
+    static char buf[LOG_CHUNK + 1];
+    long long size = 0, got = 0;
+    int fd = open(path, O_RDONLY);
+    if (fd >= 0) {
+        struct stat sb;
+        if (fstat(fd, &sb) == 0) size = sb.st_size;
+        if (off < size) {
+            ssize_t r = pread(fd, buf, (size_t)max, (off_t)off);
+            if (r > 0) got = r;
+        }
+        close(fd);
+    }
+    /* keep valid UTF-8 (JSON strings must be): replace other bytes by '?' */
+    for (long long i = 0; i < got;) {
+        unsigned char c = (unsigned char)buf[i];
+        int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        int ok = len > 0 && i + len <= got;
+        for (int k = 1; ok && k < len; k++) ok = ((unsigned char)buf[i + k] >> 6) == 2;
+        if (ok && c == 0) ok = 0;
+        if (!ok) {
+            buf[i++] = '?';
+            continue;
+        }
+        i += len;
+    }
+    json_t *data = json_stringn(buf, (size_t)got);
+    if (!data) data = json_string("");
+    json_t *b = json_pack("{s:I, s:s, s:I, s:I, s:I, s:o}", "trial", (json_int_t)id, "path", path,
+                          "offset", (json_int_t)off, "next", (json_int_t)(off + got), "size",
+                          (json_int_t)size, "data", data);
+    reply(d, s, m, "logs", b);
+    json_decref(b);
+}
+
+static json_t *int_array(const int *v, int n) {
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(a, json_integer(v[i]));
+    return a;
+}
+
+static void ctl_status(bfd *d, void *s, proto_msg *m) {
+    char err[1024];
+    long long jobs = 0, pending = 0, running = 0;
+    if (dstate_counts(d->ds, &jobs, &pending, &running, err, sizeof err)) {
+        reply_err(d, s, m, PROTO_E_INTERNAL, "status: %s", err);
+        return;
+    }
+    json_t *runs = json_array();
+    for (size_t i = 0; i < d->n_runs; i++) {
+        run *r = &d->runs[i];
+        json_array_append_new(
+            runs, json_pack("{s:I, s:I, s:i, s:i, s:i, s:o, s:f, s:b, s:b}", "trial",
+                            (json_int_t)r->trial, "job", (json_int_t)r->job, "attempt", r->attempt,
+                            "pid", (int)r->pid, "slots", r->ranks, "gpus",
+                            int_array(r->gpus, r->n_gpus), "since", r->started, "reattached",
+                            !r->is_child, "ending", r->ending));
+    }
+    int free_g[BFD_MAX_GPUS], nf = 0;
+    for (int g = 0; g < d->c->n_gpus; g++)
+        if (!gpu_used(d, d->c->gpus[g])) free_g[nf++] = d->c->gpus[g];
+    json_t *eps = json_pack("{s:s, s:s, s:s}", "ctl", d->ep_ctl, "worker", d->ep_wrk, "pub",
+                            d->ep_pub);
+    if (d->tcp_ctl[0]) {
+        json_object_set_new(eps, "ctl_tcp", json_string(d->tcp_ctl));
+        json_object_set_new(eps, "worker_tcp", json_string(d->tcp_wrk));
+        json_object_set_new(eps, "pub_tcp", json_string(d->tcp_pub));
+    }
+    json_t *b = json_pack(
+        "{s:i, s:i, s:s, s:f, s:s, s:i, s:i, s:o, s:o, s:f, s:o, s:o, s:{s:I, s:I, s:I}}",
+        "version", PROTO_VERSION, "pid", (int)getpid(), "home", d->o->home, "started", d->started,
+        "launcher", d->c->launcher, "slots", d->c->slots, "slots_free",
+        d->c->slots - slots_used(d), "gpus", int_array(d->c->gpus, d->c->n_gpus), "gpus_free",
+        int_array(free_g, nf), "heartbeat_timeout", d->c->heartbeat_timeout, "endpoints", eps,
+        "running", runs, "counts", "jobs", (json_int_t)jobs, "trials_pending",
+        (json_int_t)pending, "trials_running", (json_int_t)running);
+    reply(d, s, m, "status", b);
+    json_decref(b);
+}
+
+static void ctl_sync(bfd *d, void *s, proto_msg *m) {
+    char ferr[512];
+    const char *topic;
+    FIELD(proto_get_str(m->body, "topic", 1, PROTO_MAX_TOPIC, &topic, ferr, sizeof ferr));
+    if (strncmp(topic, "sync/", 5) != 0) {
+        reply_err(d, s, m, PROTO_E_FIELD, "sync: 'topic' must start with sync/");
+        return;
+    }
+    json_t *b = json_pack("{s:s}", "topic", topic);
+    publish(d, topic, "sync", b);
+    reply(d, s, m, "synced", b);
+    json_decref(b);
+}
+
+typedef void (*handler_fn)(bfd *d, void *s, proto_msg *m);
+static const struct {
+    const char *type;
+    handler_fn fn;
+} ctl_table[] = {
+    {"submit", ctl_submit}, {"jobs", ctl_jobs},     {"job", ctl_job},       {"trial", ctl_trial},
+    {"metrics", ctl_metrics}, {"cancel", ctl_cancel}, {"stop", ctl_stop},   {"wait", ctl_wait},
+    {"best", ctl_best},     {"export", ctl_export}, {"logs", ctl_logs},     {"status", ctl_status},
+    {"sync", ctl_sync},
+};
+
+/* Receives one message from sock; answers protocol errors itself. Returns
+ * 1 with a usable message, 0 after an error reply, -1 when nothing is
+ * pending. */
+static int recv_msg(bfd *d, void *sock, proto_msg *m) {
+    char err[1024];
+    proto_code code;
+    int rc = proto_recv(sock, ZMQ_DONTWAIT, PROTO_RECV_ROUTED, m, &code, err, sizeof err);
+    if (rc == 1) return -1;
+    if (rc < 0) {
+        logf_("%s", err);
+        return -1;
+    }
+    if (code != PROTO_OK) {
+        if (m->ident_len) reply_err(d, sock, m, code, "%s", err);
+        return 0;
+    }
+    return 1;
+}
+
+static void handle_ctl(bfd *d) {
+    for (int k = 0; k < 64; k++) {
+        proto_msg m;
+        memset(&m, 0, sizeof m);
+        int rc = recv_msg(d, d->ctl, &m);
+        if (rc < 0) {
+            proto_msg_clear(&m);
+            return;
+        }
+        if (rc == 1) {
+            size_t i;
+            for (i = 0; i < sizeof ctl_table / sizeof ctl_table[0]; i++)
+                if (strcmp(ctl_table[i].type, m.type) == 0) {
+                    ctl_table[i].fn(d, d->ctl, &m);
+                    break;
+                }
+            if (i == sizeof ctl_table / sizeof ctl_table[0])
+                reply_err(d, d->ctl, &m, PROTO_E_TYPE,
+                          "unknown message type '%s' on the control socket (see docs/protocol.md)",
+                          m.type);
+        }
+        proto_msg_clear(&m);
+    }
+}
+
+/* --------------------------------------------------------- worker messages */
+
+static int load_acked(bfd *d, run *r) {
+    if (r->acked >= 0) return 0;
+    char err[512];
+    int64_t a;
+    if (dstate_max_seq(d->ds, r->trial, &a, err, sizeof err)) {
+        logf_("%s", err);
+        return -1;
+    }
+    r->acked = a;
+    return 0;
+}
+
+/* Stores the points of this round's batches in one transaction, then acks
+ * each batch and publishes its new points. */
+static void flush_batches(bfd *d) {
+    if (!d->n_batches) return;
+    size_t total = 0;
+    for (size_t b = 0; b < d->n_batches; b++)
+        for (size_t i = 0; i < d->batches[b].n; i++) total += (size_t)d->batches[b].pts[i].n;
+    int64_t *tids = total ? malloc(total * sizeof *tids) : NULL;
+    store_metric *sm = total ? malloc(total * sizeof *sm) : NULL;
+    int failed = total && (!tids || !sm);
+    char err[1024] = "out of memory";
+    size_t k = 0;
+    for (size_t b = 0; b < d->n_batches && !failed; b++) {
+        batch *bt = &d->batches[b];
+        run *r = &d->runs[bt->run_ix];
+        bt->prev_acked = r->acked;
+        if (bt->pts[0].seq > r->acked + 1) {
+            bt->gap = 1;
+            continue;
+        }
+        for (size_t i = 0; i < bt->n; i++) {
+            const proto_point *p = &bt->pts[i];
+            if (p->seq <= r->acked) continue;
+            for (int v = 0; v < p->n; v++) {
+                if (p->is_null[v]) continue;
+                tids[k] = r->trial;
+                sm[k] = (store_metric){.seq = p->seq, .step = p->step, .name = p->name[v],
+                                       .value = p->value[v], .time = p->time};
+                k++;
+            }
+        }
+        if (bt->pts[bt->n - 1].seq > r->acked) r->acked = bt->pts[bt->n - 1].seq;
+    }
+    if (!failed && k && store_metrics_insert_many(d->st, tids, sm, k, err, sizeof err)) failed = 1;
+    free(tids);
+    free(sm);
+    if (failed) {
+        logf_("storing metrics: %s", err);
+        for (size_t b = d->n_batches; b-- > 0;) {
+            batch *bt = &d->batches[b];
+            if (!bt->gap) d->runs[bt->run_ix].acked = bt->prev_acked;
+        }
+    }
+    for (size_t b = 0; b < d->n_batches; b++) {
+        batch *bt = &d->batches[b];
+        run *r = &d->runs[bt->run_ix];
+        if (failed) {
+            reply_err(d, d->wrk, &bt->msg, PROTO_E_INTERNAL, "metrics: %s", err);
+        } else {
+            int64_t acked = bt->gap ? bt->prev_acked : bt->pts[bt->n - 1].seq;
+            if (acked < bt->prev_acked) acked = bt->prev_acked;
+            json_t *a = json_pack("{s:I, s:I}", "trial", (json_int_t)r->trial, "seq",
+                                  (json_int_t)acked);
+            reply(d, d->wrk, &bt->msg, "ack", a);
+            json_decref(a);
+            json_t *arr = json_array();
+            for (size_t i = 0; !bt->gap && i < bt->n; i++)
+                if (bt->pts[i].seq > bt->prev_acked)
+                    json_array_append_new(arr, proto_point_json(&bt->pts[i], 0));
+            if (json_array_size(arr)) {
+                char topic[64];
+                snprintf(topic, sizeof topic, "trial/%lld", (long long)r->trial);
+                json_t *pb = json_pack("{s:I, s:I, s:O}", "trial", (json_int_t)r->trial, "job",
+                                       (json_int_t)r->job, "points", arr);
+                publish(d, topic, "metrics", pb);
+                json_decref(pb);
+            }
+            json_decref(arr);
+        }
+        free(bt->pts);
+        proto_msg_clear(&bt->msg);
+    }
+    d->n_batches = 0;
+}
+
+static void handle_worker_msg(bfd *d, proto_msg *m, size_t *round_points) {
+    void *s = d->wrk;
+    char ferr[512], err[1024];
+    int is_hello = !strcmp(m->type, "hello"), is_hb = !strcmp(m->type, "heartbeat"),
+        is_metrics = !strcmp(m->type, "metrics"), is_done = !strcmp(m->type, "done");
+    if (!is_hello && !is_hb && !is_metrics && !is_done) {
+        reply_err(d, s, m, PROTO_E_TYPE,
+                  "unknown message type '%s' on the worker socket (see docs/protocol.md)", m->type);
+        return;
+    }
+    long long trial;
+    char token[PROTO_TOKEN_LEN + 1];
+    FIELD(proto_get_int(m->body, "trial", 1, 1, PROTO_MAX_INT, 0, &trial, ferr, sizeof ferr));
+    FIELD(proto_get_token(m->body, "token", token, ferr, sizeof ferr));
+    run *r = find_run(d, trial);
+    if (!r || r->ending || strcmp(r->token, token) != 0) {
+        reply_err(d, s, m, PROTO_E_TOKEN,
+                  "%s: trial %lld is not running with this token (cancelled, finished, or a "
+                  "newer attempt)",
+                  m->type, trial);
+        return;
+    }
+    r->last_seen = now_s();
+    memcpy(r->ident, m->ident, m->ident_len);
+    r->ident_len = m->ident_len;
+    if (is_hb) return;
+    if (is_hello) {
+        long long attempt, pid;
+        const char *host;
+        FIELD(proto_get_int(m->body, "attempt", 1, 1, PROTO_MAX_INT, 0, &attempt, ferr, sizeof ferr));
+        FIELD(proto_get_int(m->body, "pid", 1, 1, PROTO_MAX_INT, 0, &pid, ferr, sizeof ferr));
+        FIELD(proto_get_str(m->body, "host", 1, PROTO_MAX_PATH, &host, ferr, sizeof ferr));
+        store_trial t;
+        if (store_get_trial(d->st, trial, &t, err, sizeof err) || load_acked(d, r)) {
+            reply_err(d, s, m, PROTO_E_INTERNAL, "hello: %s", err);
+            return;
+        }
+        json_t *b = json_pack("{s:I, s:i, s:s, s:I, s:f}", "trial", (json_int_t)trial, "attempt",
+                              r->attempt, "config", t.config ? t.config : "", "acked",
+                              (json_int_t)r->acked, "heartbeat", d->c->heartbeat_interval);
+        store_trial_free(&t);
+        logf_("trial %lld attempt %d: worker pid %lld on %s connected", trial, r->attempt, pid, host);
+        reply(d, s, m, "config", b);
+        json_decref(b);
+        if (r->stop_requested) send_stop(d, r, "stop requested");
+        return;
+    }
+    if (is_done) {
+        const char *state, *msg;
+        long long code;
+        FIELD(proto_get_str(m->body, "state", 1, 32, &state, ferr, sizeof ferr));
+        FIELD(proto_get_int(m->body, "exit_code", 1, 0, 255, 0, &code, ferr, sizeof ferr));
+        FIELD(proto_get_str(m->body, "message", 0, PROTO_MAX_STR, &msg, ferr, sizeof ferr));
+        int st = !strcmp(state, "completed") ? 0 : !strcmp(state, "preempted") ? 1
+                 : !strcmp(state, "failed")  ? 2
+                                             : -1;
+        if (st < 0) {
+            reply_err(d, s, m, PROTO_E_FIELD,
+                      "done: 'state' must be completed, preempted or failed");
+            return;
+        }
+        r->done_state = st;
+        reply(d, s, m, "ok", NULL);
+        return;
+    }
+    /* metrics: validated now, stored with the round's other batches */
+    proto_point *pts;
+    size_t n;
+    FIELD(proto_parse_points(m->body, PROTO_MAX_POINTS, &pts, &n, ferr, sizeof ferr));
+    if (load_acked(d, r)) {
+        free(pts);
+        reply_err(d, s, m, PROTO_E_INTERNAL, "metrics: cannot read the stored seq");
+        return;
+    }
+    batch *bt = &d->batches[d->n_batches++];
+    bt->msg = *m;
+    memset(m, 0, sizeof *m); /* the batch owns the body now (names point into it) */
+    bt->run_ix = (size_t)(r - d->runs);
+    bt->pts = pts;
+    bt->n = n;
+    bt->gap = 0;
+    for (size_t i = 0; i < n; i++) *round_points += (size_t)pts[i].n;
+}
+
+static void handle_workers(bfd *d) {
+    size_t points = 0;
+    for (int k = 0; k < ROUND_MAX_MSGS && points < ROUND_MAX_POINTS; k++) {
+        proto_msg m;
+        memset(&m, 0, sizeof m);
+        int rc = recv_msg(d, d->wrk, &m);
+        if (rc < 0) {
+            proto_msg_clear(&m);
+            break;
+        }
+        if (rc == 1) handle_worker_msg(d, &m, &points);
+        proto_msg_clear(&m);
+    }
+    flush_batches(d);
+}
+
+/* --------------------------------------------------------------------- ZAP */
+
+static void handle_zap(bfd *d) {
+    zmq_msg_t f[8];
+    int n = 0, more = 1;
+    while (more) {
+        zmq_msg_t tmp;
+        zmq_msg_t *p = n < 8 ? &f[n] : &tmp;
+        zmq_msg_init(p);
+        if (zmq_msg_recv(p, d->zap, n == 0 ? ZMQ_DONTWAIT : 0) < 0) {
+            zmq_msg_close(p);
+            for (int i = 0; i < n; i++) zmq_msg_close(&f[i]);
+            return;
+        }
+        more = zmq_msg_more(p);
+        if (p == &tmp)
+            zmq_msg_close(p);
+        else
+            n++;
+    }
+    /* version, request id, domain, address, identity, mechanism, credentials */
+    const char *status = "400", *text = "denied";
+    if (n >= 6) {
+        size_t ml = zmq_msg_size(&f[5]);
+        const char *mech = zmq_msg_data(&f[5]);
+        if (ml == 4 && memcmp(mech, "NULL", 4) == 0) {
+            status = "200"; /* ipc: the 0700 home folder is the check */
+            text = "OK";
+        } else if (ml == 5 && memcmp(mech, "CURVE", 5) == 0 && n >= 7 &&
+                   zmq_msg_size(&f[6]) == 32) {
+            char z85[41];
+            zmq_z85_encode(z85, zmq_msg_data(&f[6]), 32);
+            for (int i = 0; i < d->n_client_keys; i++)
+                if (strcmp(z85, d->client_keys[i]) == 0) {
+                    status = "200";
+                    text = "OK";
+                }
+            if (status[0] != '2') logf_("CURVE client key %s refused (not in curve/clients/)", z85);
+        }
+    }
+    zmq_send(d->zap, "1.0", 3, ZMQ_SNDMORE);
+    if (n >= 2)
+        zmq_send(d->zap, zmq_msg_data(&f[1]), zmq_msg_size(&f[1]), ZMQ_SNDMORE);
+    else
+        zmq_send(d->zap, "", 0, ZMQ_SNDMORE);
+    zmq_send(d->zap, status, 3, ZMQ_SNDMORE);
+    zmq_send(d->zap, text, strlen(text), ZMQ_SNDMORE);
+    zmq_send(d->zap, "", 0, ZMQ_SNDMORE);
+    zmq_send(d->zap, "", 0, 0);
+    for (int i = 0; i < n; i++) zmq_msg_close(&f[i]);
+}
+
+static int load_client_keys(bfd *d, char *err, size_t errlen) {
+    char dir[1200];
+    snprintf(dir, sizeof dir, "%s/curve/clients", d->o->home);
+    DIR *dd = opendir(dir);
+    if (!dd) return 0;
+    struct dirent *e;
+    while ((e = readdir(dd)) && d->n_client_keys < MAX_CLIENT_KEYS) {
+        size_t l = strlen(e->d_name);
+        if (l < 5 || strcmp(e->d_name + l - 4, ".pub") != 0) continue;
+        char p[1500];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (proto_read_key(p, d->client_keys[d->n_client_keys], err, errlen)) {
+            closedir(dd);
+            return -1;
+        }
+        d->n_client_keys++;
+    }
+    closedir(dd);
+    return 0;
+}
+
+/* ------------------------------------------------------------------- setup */
+
+static void *new_socket(bfd *d, int type, char *err, size_t errlen) {
+    void *s = zmq_socket(d->ctx, type);
+    if (!s) {
+        fail(err, errlen, "zmq_socket: %s", zmq_strerror(zmq_errno()));
+        return NULL;
+    }
+    int zero = 0, one = 1;
+    int64_t maxsz = PROTO_MAX_FRAME;
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    if (zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxsz, sizeof maxsz) ||
+        (type == ZMQ_ROUTER && zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof one))) {
+        fail(err, errlen, "zmq_setsockopt: %s", zmq_strerror(zmq_errno()));
+        zmq_close(s);
+        return NULL;
+    }
+    return s;
+}
+
+static int bind_ep(void *s, const char *ep, char *err, size_t errlen) {
+    if (zmq_bind(s, ep) != 0)
+        return fail(err, errlen, "zmq_bind(%s): %s", ep, zmq_strerror(zmq_errno()));
+    return 0;
+}
+
+static int setup_tcp(bfd *d, char *err, size_t errlen) {
+    char host[256];
+    snprintf(host, sizeof host, "%s", d->o->tcp);
+    char *colon = strrchr(host, ':');
+    char *end;
+    long port = colon ? strtol(colon + 1, &end, 10) : 0;
+    if (!colon || *end || port < 1 || port > 65533)
+        return fail(err, errlen, "--tcp must be HOST:PORT with PORT in [1, 65533], got '%s'",
+                    d->o->tcp);
+    *colon = '\0';
+    char kpath[1200], secret[41];
+    snprintf(kpath, sizeof kpath, "%s/curve/server.key", d->o->home);
+    if (proto_read_key(kpath, secret, err, errlen))
+        return fail(err, errlen,
+                    "refusing to bind TCP without CURVE: no server key at %s (run: bfd keygen "
+                    "--home %s)",
+                    kpath, d->o->home);
+    if (load_client_keys(d, err, errlen)) return -1;
+    if (d->n_client_keys == 0)
+        logf_("warning: no client keys in %s/curve/clients: every TCP client will be refused",
+              d->o->home);
+    d->zap = zmq_socket(d->ctx, ZMQ_REP);
+    if (!d->zap || zmq_bind(d->zap, "inproc://zeromq.zap.01") != 0)
+        return fail(err, errlen, "ZAP handler: zmq_bind(inproc://zeromq.zap.01): %s",
+                    zmq_strerror(zmq_errno()));
+    void *socks[3] = {d->ctl, d->wrk, d->pub};
+    char *eps[3] = {d->tcp_ctl, d->tcp_wrk, d->tcp_pub};
+    for (int i = 0; i < 3; i++) {
+        int one = 1;
+        snprintf(eps[i], sizeof d->tcp_ctl, "tcp://%s:%ld", host, port + i);
+        /* options apply to endpoints bound after them: the ipc binds stay NULL */
+        if (zmq_setsockopt(socks[i], ZMQ_CURVE_SERVER, &one, sizeof one) ||
+            zmq_setsockopt(socks[i], ZMQ_CURVE_SECRETKEY, secret, 40) ||
+            zmq_setsockopt(socks[i], ZMQ_ZAP_DOMAIN, "bf", 2))
+            return fail(err, errlen, "zmq_setsockopt(CURVE_SERVER): %s", zmq_strerror(zmq_errno()));
+        if (bind_ep(socks[i], eps[i], err, errlen)) return -1;
+    }
+    logf_("TCP with CURVE: control %s, workers %s, pub %s (%d client key%s)", d->tcp_ctl,
+          d->tcp_wrk, d->tcp_pub, d->n_client_keys, d->n_client_keys == 1 ? "" : "s");
+    return 0;
+}
+
+/* After a restart: RUNNING trials whose worker still lives are reattached
+ * (they reconnect and resend); the others failed while bfd was down. */
+static int reconcile(bfd *d, char *err, size_t errlen) {
+    dstate_run *rows = NULL;
+    size_t nr = 0;
+    int64_t *ids = NULL;
+    size_t ni = 0;
+    if (dstate_runs(d->ds, &rows, &nr, err, errlen) ||
+        dstate_running_trials(d->ds, &ids, &ni, err, errlen)) {
+        free(rows);
+        return -1;
+    }
+    for (size_t i = 0; i < ni; i++) {
+        dstate_run *row = NULL;
+        for (size_t k = 0; k < nr; k++)
+            if (rows[k].trial == ids[i]) row = &rows[k];
+        int64_t job = 0;
+        dstate_trial_job(d->ds, ids[i], &job, err, errlen);
+        if (row && process_alive(row->pid, row->token)) {
+            dstate_job j;
+            run *r = add_run(d);
+            if (!r) break;
+            r->trial = ids[i];
+            r->job = job;
+            r->attempt = row->attempt;
+            r->ranks = dstate_job_get(d->ds, job, &j, err, errlen) == 0 ? j.ranks : 1;
+            memcpy(r->token, row->token, sizeof r->token);
+            r->pid = row->pid;
+            parse_gpus(row->gpus, r->gpus, &r->n_gpus);
+            r->started = row->started;
+            r->last_seen = r->last_alive_check = now_s();
+            r->is_child = 0;
+            logf_("trial %lld attempt %d: worker pid %d still running; reattaching",
+                  (long long)r->trial, r->attempt, (int)r->pid);
+        } else {
+            run tmp;
+            memset(&tmp, 0, sizeof tmp);
+            tmp.trial = ids[i];
+            tmp.job = job;
+            tmp.attempt = row ? row->attempt : 0;
+            record_failure(d, &tmp, "worker gone while bfd was down");
+        }
+    }
+    for (size_t k = 0; k < nr; k++)
+        if (!find_run(d, rows[k].trial)) dstate_run_del(d->ds, rows[k].trial, err, errlen);
+    free(rows);
+    free(ids);
+    return 0;
+}
+
+/* Heartbeats, kill deadlines, reattached processes. */
+static void check_timers(bfd *d) {
+    double t = now_s();
+    for (size_t i = 0; i < d->n_runs;) {
+        run *r = &d->runs[i];
+        if (r->ending && r->kill_at > 0 && t >= r->kill_at) {
+            kill_group(r, SIGKILL);
+            r->kill_at = 0;
+        }
+        if (!r->ending && t - r->last_seen > d->c->heartbeat_timeout) {
+            char why[128];
+            snprintf(why, sizeof why, "no message from the worker for %.0f s (heartbeat timeout)",
+                     t - r->last_seen);
+            record_failure(d, r, why);
+            r->ending = 1;
+            kill_group(r, SIGKILL);
+        }
+        if (!r->is_child && t - r->last_alive_check >= 1.0) {
+            r->last_alive_check = t;
+            if (!process_alive(r->pid, r->token)) {
+                run_ended(d, r, 0, 0);
+                continue; /* r was replaced by the last run */
+            }
+        }
+        i++;
+    }
+}
+
+static int setup_home_dirs(const char *home, char *err, size_t errlen) {
+    const char *subs[] = {"", "/logs", "/trials"};
+    for (int i = 0; i < 3; i++) {
+        char p[1200];
+        snprintf(p, sizeof p, "%s%s", home, subs[i]);
+        if (make_dir(p, 0700, err, errlen)) return -1;
+    }
+    return 0;
+}
+
+int bfd_run(const bfd_opts *o, const bfd_config *c, char *err, size_t errlen) {
+    bfd *d = calloc(1, sizeof *d);
+    if (!d) return fail(err, errlen, "out of memory");
+    g_opts = o;
+    d->o = o;
+    d->c = c;
+    d->sigpipe[0] = d->sigpipe[1] = -1;
+    d->started = now_s();
+    int rc = -1;
+    char db[1200];
+    snprintf(db, sizeof db, "%s/bf.db", o->home);
+    if (setup_home_dirs(o->home, err, errlen)) goto out;
+    if (store_open(db, &d->st, err, errlen)) goto out;
+    if (dstate_open(db, &d->ds, err, errlen)) goto out;
+    if (pipe(d->sigpipe) != 0) {
+        fail(err, errlen, "pipe: %s", strerror(errno));
+        goto out;
+    }
+    for (int i = 0; i < 2; i++) {
+        fcntl(d->sigpipe[i], F_SETFL, O_NONBLOCK);
+        fcntl(d->sigpipe[i], F_SETFD, FD_CLOEXEC);
+    }
+    g_sigfd = d->sigpipe[1];
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+    sigaction(SIGCHLD, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    d->ctx = zmq_ctx_new();
+    if (!d->ctx) {
+        fail(err, errlen, "zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
+        goto out;
+    }
+    snprintf(d->ep_ctl, sizeof d->ep_ctl, "ipc://%s/ctl.sock", o->home);
+    snprintf(d->ep_wrk, sizeof d->ep_wrk, "ipc://%s/worker.sock", o->home);
+    snprintf(d->ep_pub, sizeof d->ep_pub, "ipc://%s/pub.sock", o->home);
+    if (!(d->ctl = new_socket(d, ZMQ_ROUTER, err, errlen)) ||
+        !(d->wrk = new_socket(d, ZMQ_ROUTER, err, errlen)) ||
+        !(d->pub = new_socket(d, ZMQ_PUB, err, errlen)))
+        goto out;
+    {
+        int hwm = 100000;
+        zmq_setsockopt(d->pub, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    }
+    if (bind_ep(d->ctl, d->ep_ctl, err, errlen) || bind_ep(d->wrk, d->ep_wrk, err, errlen) ||
+        bind_ep(d->pub, d->ep_pub, err, errlen))
+        goto out;
+    if (o->tcp[0] && setup_tcp(d, err, errlen)) goto out;
+    if (reconcile(d, err, errlen)) goto out;
+    logf_("serving %s (pid %d): %d slot%s, %d GPU%s, launcher %s, heartbeat timeout %.0f s",
+          o->home, (int)getpid(), c->slots, c->slots == 1 ? "" : "s", c->n_gpus,
+          c->n_gpus == 1 ? "" : "s", c->launcher, c->heartbeat_timeout);
+    d->dirty = 1;
+    while (!d->quit) {
+        zmq_pollitem_t items[4] = {
+            {d->ctl, 0, ZMQ_POLLIN, 0},
+            {d->wrk, 0, ZMQ_POLLIN, 0},
+            {NULL, d->sigpipe[0], ZMQ_POLLIN, 0},
+            {d->zap, 0, ZMQ_POLLIN, 0},
+        };
+        int n_items = d->zap ? 4 : 3;
+        int p = zmq_poll(items, n_items, 200);
+        if (p < 0 && zmq_errno() != EINTR) {
+            fail(err, errlen, "zmq_poll: %s", zmq_strerror(zmq_errno()));
+            goto out;
+        }
+        if (items[2].revents & ZMQ_POLLIN) {
+            char buf[64];
+            ssize_t k;
+            while ((k = read(d->sigpipe[0], buf, sizeof buf)) > 0)
+                for (ssize_t i = 0; i < k; i++)
+                    if (buf[i] == 't') d->quit = 1;
+        }
+        reap_children(d); /* also on timeouts: a SIGCHLD may race the poll */
+        if (items[1].revents & ZMQ_POLLIN) handle_workers(d);
+        if (items[0].revents & ZMQ_POLLIN) handle_ctl(d);
+        if (d->zap && (items[3].revents & ZMQ_POLLIN)) handle_zap(d);
+        check_timers(d);
+        if (d->dirty || now_s() - d->last_sched > 5) schedule(d);
+    }
+    logf_("stopping; %zu running trial%s keep running and reattach when bfd starts again",
+          d->n_runs, d->n_runs == 1 ? "" : "s");
+    rc = 0;
+out:
+    g_sigfd = -1;
+    for (size_t b = 0; b < d->n_batches; b++) {
+        free(d->batches[b].pts);
+        proto_msg_clear(&d->batches[b].msg);
+    }
+    if (d->ctl) zmq_close(d->ctl);
+    if (d->wrk) zmq_close(d->wrk);
+    if (d->pub) zmq_close(d->pub);
+    if (d->zap) zmq_close(d->zap);
+    if (d->ctx) zmq_ctx_term(d->ctx);
+    if (d->sigpipe[0] >= 0) close(d->sigpipe[0]);
+    if (d->sigpipe[1] >= 0) close(d->sigpipe[1]);
+    dstate_close(&d->ds);
+    store_close(&d->st);
+    free(d->runs);
+    free(d);
+    return rc;
+}

@@ -1,0 +1,41 @@
+/* bfd — the coordinator daemon: one zmq_poll event loop over the control
+ * ROUTER, the worker ROUTER, a self-pipe for signals and (with --tcp) the
+ * ZAP authenticator; SQLite store; local launcher; metrics hub. */
+#ifndef BFD_H
+#define BFD_H
+
+#include <stddef.h>
+
+#define BFD_MAX_GPUS 64
+
+/* Inventory and launcher settings ($BF_HOME/bfd.yaml, every key optional). */
+typedef struct bfd_config {
+    int slots;                 /* cpu slots: ranks that may run at once (default nproc) */
+    int n_gpus;                /* GPUs to hand out (default: detected) */
+    int gpus[BFD_MAX_GPUS];    /* their CUDA indices */
+    char launcher[16];         /* local (slurm: not built yet) */
+    double heartbeat_timeout;  /* s without a worker message before its attempt fails (30) */
+    double heartbeat_interval; /* s between worker heartbeats (1) */
+    double kill_grace;         /* s between SIGTERM and SIGKILL on cancel (5) */
+    int threads_per_slot;      /* OMP_NUM_THREADS of each rank (1) */
+    char bfworker[1024];       /* the bfworker program (default: next to bfd) */
+    char mpirun[256];          /* mpirun program (default "mpirun") */
+} bfd_config;
+
+/* Fills defaults, then reads path when it exists (a YAML mapping: slots,
+ * gpus (a list of indices or a count), launcher, heartbeat_timeout,
+ * heartbeat_interval, kill_grace, threads_per_slot, bfworker, mpirun).
+ * Returns 0, or -1 with "PATH:LINE:COL: message". */
+int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen);
+
+typedef struct bfd_opts {
+    char home[1024];
+    char tcp[256]; /* HOST:PORT or "" */
+    int quiet;
+} bfd_opts;
+
+/* Runs the daemon until SIGTERM/SIGINT. The caller holds the home lock.
+ * Returns 0 on a clean stop, or -1 with a message (startup failures). */
+int bfd_run(const bfd_opts *o, const bfd_config *c, char *err, size_t errlen);
+
+#endif

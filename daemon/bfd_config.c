@@ -1,0 +1,169 @@
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <yaml.h>
+
+#include "daemon/bfd.h"
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* GPUs the NVIDIA driver lists, counted without loading CUDA. */
+static int detect_gpus(void) {
+    DIR *d = opendir("/proc/driver/nvidia/gpus");
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.') n++;
+    closedir(d);
+    return n > BFD_MAX_GPUS ? BFD_MAX_GPUS : n;
+}
+
+static void defaults(bfd_config *c) {
+    memset(c, 0, sizeof *c);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    c->slots = n > 0 ? (int)n : 1;
+    c->n_gpus = detect_gpus();
+    for (int i = 0; i < c->n_gpus; i++) c->gpus[i] = i;
+    snprintf(c->launcher, sizeof c->launcher, "local");
+    c->heartbeat_timeout = 30;
+    c->heartbeat_interval = 1;
+    c->kill_grace = 5;
+    c->threads_per_slot = 1;
+    snprintf(c->mpirun, sizeof c->mpirun, "mpirun");
+    char self[PATH_MAX];
+    ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (k > 0) {
+        self[k] = '\0';
+        char *slash = strrchr(self, '/');
+        if (slash) *slash = '\0';
+        if (strlen(self) + 10 < sizeof c->bfworker) {
+            memcpy(c->bfworker, self, strlen(self));
+            memcpy(c->bfworker + strlen(self), "/bfworker", 10);
+        }
+    } else {
+        snprintf(c->bfworker, sizeof c->bfworker, "bfworker");
+    }
+    const char *w = getenv("BF_WORKER");
+    if (w && *w) snprintf(c->bfworker, sizeof c->bfworker, "%s", w);
+}
+
+static int num(const char *path, yaml_node_t *v, double lo, double hi, double *out, const char *key,
+               char *err, size_t errlen) {
+    char *end;
+    const char *s = v->type == YAML_SCALAR_NODE ? (const char *)v->data.scalar.value : "";
+    double x = strtod(s, &end);
+    if (v->type != YAML_SCALAR_NODE || end == s || *end || !(x >= lo && x <= hi))
+        return fail(err, errlen, "%s:%zu:%zu: %s must be a number in [%g, %g]", path,
+                    v->start_mark.line + 1, v->start_mark.column + 1, key, lo, hi);
+    *out = x;
+    return 0;
+}
+
+int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen) {
+    defaults(c);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (errno == ENOENT) return 0;
+        return fail(err, errlen, "cannot open %s: %s", path, strerror(errno));
+    }
+    yaml_parser_t p;
+    yaml_document_t doc;
+    if (!yaml_parser_initialize(&p)) {
+        fclose(f);
+        return fail(err, errlen, "yaml_parser_initialize: out of memory");
+    }
+    yaml_parser_set_input_file(&p, f);
+    if (!yaml_parser_load(&p, &doc)) {
+        int rc = fail(err, errlen, "%s:%zu:%zu: %s", path, p.problem_mark.line + 1,
+                      p.problem_mark.column + 1, p.problem ? p.problem : "YAML error");
+        yaml_parser_delete(&p);
+        fclose(f);
+        return rc;
+    }
+    yaml_parser_delete(&p);
+    fclose(f);
+    int rc = 0;
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    if (!root) goto out; /* empty file: defaults */
+    if (root->type != YAML_MAPPING_NODE) {
+        rc = fail(err, errlen, "%s:%zu:%zu: expected a mapping of settings", path,
+                  root->start_mark.line + 1, root->start_mark.column + 1);
+        goto out;
+    }
+    for (yaml_node_pair_t *pr = root->data.mapping.pairs.start;
+         pr < root->data.mapping.pairs.top && !rc; pr++) {
+        yaml_node_t *k = yaml_document_get_node(&doc, pr->key);
+        yaml_node_t *v = yaml_document_get_node(&doc, pr->value);
+        if (!k || !v || k->type != YAML_SCALAR_NODE) {
+            rc = fail(err, errlen, "%s: keys must be plain names", path);
+            break;
+        }
+        const char *key = (const char *)k->data.scalar.value;
+        const char *sv = v->type == YAML_SCALAR_NODE ? (const char *)v->data.scalar.value : NULL;
+        double x = 0;
+        if (strcmp(key, "slots") == 0) {
+            if (!(rc = num(path, v, 1, 4096, &x, key, err, errlen))) c->slots = (int)x;
+        } else if (strcmp(key, "gpus") == 0) {
+            if (v->type == YAML_SEQUENCE_NODE) {
+                c->n_gpus = 0;
+                for (yaml_node_item_t *it = v->data.sequence.items.start;
+                     it < v->data.sequence.items.top && !rc; it++) {
+                    if (c->n_gpus == BFD_MAX_GPUS) {
+                        rc = fail(err, errlen, "%s: at most %d gpus", path, BFD_MAX_GPUS);
+                        break;
+                    }
+                    if (!(rc = num(path, yaml_document_get_node(&doc, *it), 0, 1023, &x, "a gpu index",
+                                   err, errlen)))
+                        c->gpus[c->n_gpus++] = (int)x;
+                }
+            } else if (!(rc = num(path, v, 0, BFD_MAX_GPUS, &x, key, err, errlen))) {
+                c->n_gpus = (int)x;
+                for (int i = 0; i < c->n_gpus; i++) c->gpus[i] = i;
+            }
+        } else if (strcmp(key, "launcher") == 0) {
+            if (!sv || strcmp(sv, "local") != 0)
+                rc = fail(err, errlen, "%s:%zu:%zu: launcher must be local (slurm is not built yet)",
+                          path, v->start_mark.line + 1, v->start_mark.column + 1);
+        } else if (strcmp(key, "heartbeat_timeout") == 0) {
+            rc = num(path, v, 1, 86400, &c->heartbeat_timeout, key, err, errlen);
+        } else if (strcmp(key, "heartbeat_interval") == 0) {
+            rc = num(path, v, 0.05, 3600, &c->heartbeat_interval, key, err, errlen);
+        } else if (strcmp(key, "kill_grace") == 0) {
+            rc = num(path, v, 0, 3600, &c->kill_grace, key, err, errlen);
+        } else if (strcmp(key, "threads_per_slot") == 0) {
+            if (!(rc = num(path, v, 1, 1024, &x, key, err, errlen))) c->threads_per_slot = (int)x;
+        } else if (strcmp(key, "bfworker") == 0 || strcmp(key, "mpirun") == 0) {
+            char *dst = key[0] == 'b' ? c->bfworker : c->mpirun;
+            size_t cap = key[0] == 'b' ? sizeof c->bfworker : sizeof c->mpirun;
+            if (!sv || !*sv || strlen(sv) >= cap)
+                rc = fail(err, errlen, "%s:%zu:%zu: %s must be a program path", path,
+                          v->start_mark.line + 1, v->start_mark.column + 1, key);
+            else
+                snprintf(dst, cap, "%s", sv);
+        } else {
+            rc = fail(err, errlen,
+                      "%s:%zu:%zu: unknown setting '%s' (valid: slots, gpus, launcher, "
+                      "heartbeat_timeout, heartbeat_interval, kill_grace, threads_per_slot, "
+                      "bfworker, mpirun)",
+                      path, k->start_mark.line + 1, k->start_mark.column + 1, key);
+        }
+    }
+    if (!rc && c->heartbeat_interval * 2 > c->heartbeat_timeout)
+        rc = fail(err, errlen, "%s: heartbeat_timeout must be at least twice heartbeat_interval",
+                  path);
+out:
+    yaml_document_delete(&doc);
+    return rc;
+}

@@ -1,0 +1,495 @@
+#include "protocol/proto.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <zmq.h>
+
+static const char *const code_names[PROTO_N_CODES] = {
+    "ok",       "bad_frames", "bad_version", "unknown_type", "too_large", "bad_json",
+    "bad_field", "invalid_sweep", "not_found", "bad_state",  "bad_token", "internal"};
+
+const char *proto_code_name(proto_code c) {
+    return (unsigned)c < PROTO_N_CODES ? code_names[c] : "";
+}
+
+proto_code proto_code_parse(const char *name) {
+    for (int i = 0; i < PROTO_N_CODES; i++)
+        if (strcmp(code_names[i], name) == 0) return (proto_code)i;
+    return PROTO_N_CODES;
+}
+
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+void proto_msg_clear(proto_msg *m) {
+    if (m->body) json_decref(m->body);
+    memset(m, 0, sizeof *m);
+}
+
+int proto_type_ok(const char *s, size_t len) {
+    if (len < 1 || len > PROTO_MAX_TYPE) return 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return 0;
+    }
+    return 1;
+}
+
+int proto_name_ok(const char *s) {
+    size_t n = 0;
+    for (; s[n]; n++) {
+        unsigned char c = (unsigned char)s[n];
+        if (c <= ' ' || c >= 127 || c == '"' || c == '\\') return 0;
+        if (n >= PROTO_MAX_NAME) return 0;
+    }
+    return n >= 1;
+}
+
+/* ------------------------------------------------------------------ receive */
+
+#define MAX_KEPT 8 /* frames looked at; more are drained and counted */
+
+static int equals(zmq_msg_t *f, const char *s) {
+    size_t n = strlen(s);
+    return zmq_msg_size(f) == n && memcmp(zmq_msg_data(f), s, n) == 0;
+}
+
+/* Best effort: the req of a body we could not otherwise use, so the error
+ * reply still carries it. */
+static void peek_req(zmq_msg_t *f, proto_msg *m) {
+    if (zmq_msg_size(f) > PROTO_MAX_BODY) return;
+    json_error_t je;
+    json_t *b = json_loadb(zmq_msg_data(f), zmq_msg_size(f), 0, &je);
+    if (!b) return;
+    json_t *r = json_object_get(b, "req");
+    if (json_is_integer(r) && json_integer_value(r) >= 0 &&
+        json_integer_value(r) <= PROTO_MAX_INT) {
+        m->has_req = 1;
+        m->req = json_integer_value(r);
+    }
+    json_decref(b);
+}
+
+int proto_recv(void *sock, int flags, int mode, proto_msg *m, proto_code *code, char *err,
+               size_t errlen) {
+    proto_msg_clear(m);
+    *code = PROTO_OK;
+    zmq_msg_t fr[MAX_KEPT];
+    int kept = 0, total = 0, more = 1;
+    while (more) {
+        zmq_msg_t tmp;
+        zmq_msg_t *f = kept < MAX_KEPT ? &fr[kept] : &tmp;
+        zmq_msg_init(f);
+        if (zmq_msg_recv(f, sock, total == 0 ? flags : 0) < 0) {
+            int e = zmq_errno();
+            zmq_msg_close(f);
+            for (int i = 0; i < kept; i++) zmq_msg_close(&fr[i]);
+            if (total == 0 && e == EAGAIN) return 1;
+            return fail(err, errlen, "zmq_msg_recv: %s", zmq_strerror(e));
+        }
+        more = zmq_msg_more(f);
+        total++;
+        if (f == &tmp)
+            zmq_msg_close(f);
+        else
+            kept++;
+    }
+    int i = 0, rc = 0;
+    if ((mode & PROTO_RECV_ROUTED) && i < kept) {
+        size_t n = zmq_msg_size(&fr[i]);
+        if (n > 0 && n < PROTO_MAX_IDENT) {
+            memcpy(m->ident, zmq_msg_data(&fr[i]), n);
+            m->ident_len = n;
+        }
+        i++;
+    }
+    if ((mode & PROTO_RECV_TOPIC) && i < kept) {
+        size_t n = zmq_msg_size(&fr[i]);
+        if (n > PROTO_MAX_TOPIC) n = PROTO_MAX_TOPIC;
+        memcpy(m->topic, zmq_msg_data(&fr[i]), n);
+        m->topic[n] = '\0';
+        i++;
+    }
+    if (i < kept && zmq_msg_size(&fr[i]) == 0) {
+        m->delim = 1;
+        i++;
+    }
+    int rest = total - i;
+    if (rest == PROTO_MAX_FRAMES && kept - i == PROTO_MAX_FRAMES) peek_req(&fr[i + 3], m);
+    if (rest != PROTO_MAX_FRAMES) {
+        *code = PROTO_E_FRAMES;
+        fail(err, errlen, "expected %d frames (\"bf\", version, type, body), got %d",
+             PROTO_MAX_FRAMES, rest);
+        goto done;
+    }
+    if (!equals(&fr[i], PROTO_NAME)) {
+        *code = PROTO_E_FRAMES;
+        fail(err, errlen, "first frame must be the protocol name \"%s\"", PROTO_NAME);
+        goto done;
+    }
+    if (!equals(&fr[i + 1], "1")) {
+        char v[17];
+        size_t n = zmq_msg_size(&fr[i + 1]);
+        if (n > 16) n = 16;
+        for (size_t k = 0; k < n; k++) {
+            char c = ((const char *)zmq_msg_data(&fr[i + 1]))[k];
+            v[k] = (c >= 32 && c < 127) ? c : '?';
+        }
+        v[n] = '\0';
+        *code = PROTO_E_VERSION;
+        fail(err, errlen, "protocol version '%s' not supported; this side speaks %d", v,
+             PROTO_VERSION);
+        goto done;
+    }
+    size_t tl = zmq_msg_size(&fr[i + 2]);
+    if (!proto_type_ok(zmq_msg_data(&fr[i + 2]), tl)) {
+        *code = PROTO_E_FRAMES;
+        fail(err, errlen, "message type must be 1-%d characters of a-z, 0-9, _", PROTO_MAX_TYPE);
+        goto done;
+    }
+    memcpy(m->type, zmq_msg_data(&fr[i + 2]), tl);
+    m->type[tl] = '\0';
+    size_t bl = zmq_msg_size(&fr[i + 3]);
+    if (bl > PROTO_MAX_BODY) {
+        *code = PROTO_E_TOO_LARGE;
+        fail(err, errlen, "%s: body of %zu bytes is over the limit of %u", m->type, bl,
+             PROTO_MAX_BODY);
+        goto done;
+    }
+    json_error_t je;
+    m->body = json_loadb(zmq_msg_data(&fr[i + 3]), bl, JSON_REJECT_DUPLICATES, &je);
+    if (!m->body || !json_is_object(m->body)) {
+        *code = PROTO_E_JSON;
+        if (m->body)
+            fail(err, errlen, "%s: body must be a JSON object", m->type);
+        else
+            fail(err, errlen, "%s: body is not JSON: line %d column %d: %s", m->type, je.line,
+                 je.column, je.text);
+        if (m->body) json_decref(m->body);
+        m->body = NULL;
+        goto done;
+    }
+    json_t *r = json_object_get(m->body, "req");
+    if (r) {
+        if (!json_is_integer(r) || json_integer_value(r) < 0 ||
+            json_integer_value(r) > PROTO_MAX_INT) {
+            *code = PROTO_E_FIELD;
+            m->has_req = 0;
+            fail(err, errlen, "%s: 'req' must be an integer in [0, 2^53]", m->type);
+            goto done;
+        }
+        m->has_req = 1;
+        m->req = json_integer_value(r);
+    }
+done:
+    for (int k = 0; k < kept; k++) zmq_msg_close(&fr[k]);
+    return rc;
+}
+
+/* --------------------------------------------------------------------- send */
+
+static int send_frame(void *sock, const void *data, size_t len, int more, int flags, int first,
+                      char *err, size_t errlen) {
+    /* Once the first frame is queued the others go without blocking (ZeroMQ
+     * queues multipart messages atomically). */
+    int f = (more ? ZMQ_SNDMORE : 0) | (first ? flags : 0);
+    if (zmq_send(sock, data, len, f) < 0) {
+        int e = zmq_errno();
+        if (first && e == EAGAIN) return 1;
+        return fail(err, errlen, "zmq_send: %s", zmq_strerror(e));
+    }
+    return 0;
+}
+
+int proto_send(void *sock, const proto_msg *route, const char *topic, const char *type,
+               json_t *body, int flags, char *err, size_t errlen) {
+    json_t *own = NULL;
+    if (!body) body = own = json_object();
+    if (!body) return fail(err, errlen, "out of memory");
+    if (route && route->has_req) json_object_set_new(body, "req", json_integer(route->req));
+    char *txt = json_dumps(body, JSON_COMPACT);
+    if (own) json_decref(own);
+    if (!txt) return fail(err, errlen, "json_dumps: out of memory or invalid JSON");
+    int first = 1, rc = 0;
+    if (route && route->ident_len) {
+        rc = send_frame(sock, route->ident, route->ident_len, 1, flags, first, err, errlen);
+        first = 0;
+    }
+    if (!rc && topic) {
+        rc = send_frame(sock, topic, strlen(topic), 1, flags, first, err, errlen);
+        first = 0;
+    }
+    if (!rc && route && route->delim) {
+        rc = send_frame(sock, "", 0, 1, flags, first, err, errlen);
+        first = 0;
+    }
+    char ver[8];
+    snprintf(ver, sizeof ver, "%d", PROTO_VERSION);
+    if (!rc) rc = send_frame(sock, PROTO_NAME, strlen(PROTO_NAME), 1, flags, first, err, errlen);
+    if (!rc) rc = send_frame(sock, ver, strlen(ver), 1, flags, 0, err, errlen);
+    if (!rc) rc = send_frame(sock, type, strlen(type), 1, flags, 0, err, errlen);
+    if (!rc) rc = send_frame(sock, txt, strlen(txt), 0, flags, 0, err, errlen);
+    free(txt);
+    return rc;
+}
+
+int proto_send_error(void *sock, const proto_msg *route, proto_code code, const char *message,
+                     int flags, char *err, size_t errlen) {
+    json_t *b = json_object();
+    if (!b) return fail(err, errlen, "out of memory");
+    json_object_set_new(b, "code", json_string(proto_code_name(code)));
+    /* the message may quote bytes from outside: keep it valid UTF-8 */
+    json_t *msg = json_string(message);
+    if (!msg) msg = json_string("(message not valid UTF-8)");
+    json_object_set_new(b, "message", msg);
+    int rc = proto_send(sock, route, NULL, "error", b, flags, err, errlen);
+    json_decref(b);
+    return rc;
+}
+
+/* ------------------------------------------------------------------- fields */
+
+int proto_get_int(json_t *body, const char *key, int required, long long min, long long max,
+                  long long def, long long *out, char *err, size_t errlen) {
+    json_t *v = json_object_get(body, key);
+    if (!v) {
+        if (required) return fail(err, errlen, "'%s' is required (an integer)", key);
+        *out = def;
+        return 0;
+    }
+    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max)
+        return fail(err, errlen, "'%s' must be an integer in [%lld, %lld]", key, min, max);
+    *out = json_integer_value(v);
+    return 0;
+}
+
+int proto_get_num(json_t *body, const char *key, int required, double def, double *out,
+                  char *err, size_t errlen) {
+    json_t *v = json_object_get(body, key);
+    if (!v) {
+        if (required) return fail(err, errlen, "'%s' is required (a number)", key);
+        *out = def;
+        return 0;
+    }
+    if (!json_is_number(v) || !isfinite(json_number_value(v)))
+        return fail(err, errlen, "'%s' must be a finite number", key);
+    *out = json_number_value(v);
+    return 0;
+}
+
+int proto_get_str(json_t *body, const char *key, int required, size_t maxlen, const char **out,
+                  char *err, size_t errlen) {
+    json_t *v = json_object_get(body, key);
+    *out = NULL;
+    if (!v) {
+        if (required) return fail(err, errlen, "'%s' is required (a string)", key);
+        return 0;
+    }
+    size_t n = json_is_string(v) ? json_string_length(v) : 0;
+    if (!json_is_string(v) || n > maxlen || (required && n == 0) ||
+        strlen(json_string_value(v)) != n)
+        return fail(err, errlen, "'%s' must be a string of %s%zu bytes without NUL", key,
+                    required ? "1 to " : "at most ", maxlen);
+    *out = json_string_value(v);
+    return 0;
+}
+
+int proto_get_token(json_t *body, const char *key, char out[PROTO_TOKEN_LEN + 1], char *err,
+                    size_t errlen) {
+    json_t *v = json_object_get(body, key);
+    const char *s = json_is_string(v) ? json_string_value(v) : NULL;
+    int ok = s && json_string_length(v) == PROTO_TOKEN_LEN;
+    for (int i = 0; ok && i < PROTO_TOKEN_LEN; i++)
+        ok = (s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f');
+    if (!ok) return fail(err, errlen, "'%s' must be %d characters 0-9a-f", key, PROTO_TOKEN_LEN);
+    memcpy(out, s, PROTO_TOKEN_LEN + 1);
+    return 0;
+}
+
+int proto_parse_point(json_t *obj, proto_point *p, char *err, size_t errlen) {
+    if (!json_is_object(obj)) return fail(err, errlen, "a point must be an object");
+    long long seq = 0, step = 0;
+    if (proto_get_int(obj, "seq", 1, 1, PROTO_MAX_INT, 0, &seq, err, errlen) ||
+        proto_get_int(obj, "step", 1, 0, PROTO_MAX_INT, 0, &step, err, errlen) ||
+        proto_get_num(obj, "time", 1, 0, &p->time, err, errlen))
+        return -1;
+    p->seq = seq;
+    p->step = step;
+    json_t *vals = json_object_get(obj, "values");
+    if (!json_is_object(vals))
+        return fail(err, errlen, "point %lld: 'values' must be an object", seq);
+    if (json_object_size(vals) > PROTO_MAX_VALUES)
+        return fail(err, errlen, "point %lld: at most %d values", seq, PROTO_MAX_VALUES);
+    p->n = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach(vals, k, v) {
+        if (!proto_name_ok(k))
+            return fail(err, errlen,
+                        "point %lld: metric name must be 1-%d printable ASCII bytes without "
+                        "space, '\"' or '\\'",
+                        seq, PROTO_MAX_NAME);
+        if (json_is_null(v)) {
+            p->is_null[p->n] = 1;
+            p->value[p->n] = NAN;
+        } else if (json_is_number(v) && isfinite(json_number_value(v))) {
+            p->is_null[p->n] = 0;
+            p->value[p->n] = json_number_value(v);
+        } else {
+            return fail(err, errlen, "point %lld: value of '%s' must be a finite number or null",
+                        seq, k);
+        }
+        p->name[p->n++] = k;
+    }
+    return 0;
+}
+
+int proto_parse_points(json_t *body, size_t max, proto_point **out, size_t *n, char *err,
+                       size_t errlen) {
+    *out = NULL;
+    *n = 0;
+    json_t *arr = json_object_get(body, "points");
+    if (!json_is_array(arr) || json_array_size(arr) < 1 || json_array_size(arr) > max)
+        return fail(err, errlen, "'points' must be an array of 1 to %zu points", max);
+    size_t cnt = json_array_size(arr);
+    proto_point *pts = malloc(cnt * sizeof *pts);
+    if (!pts) return fail(err, errlen, "out of memory");
+    for (size_t i = 0; i < cnt; i++) {
+        char e2[256];
+        if (proto_parse_point(json_array_get(arr, i), &pts[i], e2, sizeof e2)) {
+            free(pts);
+            return fail(err, errlen, "'points'[%zu]: %s", i, e2);
+        }
+        if (i > 0 && pts[i].seq != pts[i - 1].seq + 1) {
+            free(pts);
+            return fail(err, errlen, "'points': seq must rise by 1 within a batch (%lld after %lld)",
+                        (long long)pts[i].seq, (long long)pts[i - 1].seq);
+        }
+    }
+    *out = pts;
+    *n = cnt;
+    return 0;
+}
+
+json_t *proto_point_json(const proto_point *p, int with_null) {
+    json_t *vals = json_object();
+    json_t *o = json_object();
+    if (!vals || !o) {
+        json_decref(vals);
+        json_decref(o);
+        return NULL;
+    }
+    for (int i = 0; i < p->n; i++) {
+        if (p->is_null[i]) {
+            if (with_null) json_object_set_new(vals, p->name[i], json_null());
+        } else {
+            json_object_set_new(vals, p->name[i], json_real(p->value[i]));
+        }
+    }
+    json_object_set_new(o, "seq", json_integer(p->seq));
+    json_object_set_new(o, "step", json_integer(p->step));
+    json_object_set_new(o, "time", json_real(p->time));
+    json_object_set_new(o, "values", vals);
+    return o;
+}
+
+int proto_parse_jsonl_line(const char *line, size_t len, int64_t seq, proto_point *p,
+                           json_t **holder) {
+    memset(p, 0, offsetof(proto_point, name));
+    p->seq = seq;
+    p->n = 0;
+    *holder = NULL;
+    json_error_t je;
+    json_t *o = json_loadb(line, len, 0, &je);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return -1;
+    }
+    *holder = o;
+    json_t *st = json_object_get(o, "step"), *tm = json_object_get(o, "time");
+    if (!json_is_integer(st) || json_integer_value(st) < 0 || !json_is_number(tm) ||
+        !isfinite(json_number_value(tm)))
+        return -1;
+    p->step = json_integer_value(st);
+    p->time = json_number_value(tm);
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v) {
+        if (strcmp(k, "step") == 0 || strcmp(k, "time") == 0) continue;
+        if (p->n == PROTO_MAX_VALUES || !proto_name_ok(k)) continue;
+        if (json_is_number(v) && isfinite(json_number_value(v))) {
+            p->value[p->n] = json_number_value(v);
+            p->is_null[p->n] = 0;
+        } else {
+            p->value[p->n] = NAN;
+            p->is_null[p->n] = 1;
+        }
+        p->name[p->n++] = k;
+    }
+    return 0;
+}
+
+/* -------------------------------------------------------------- tokens, keys */
+
+int proto_random_token(char out[PROTO_TOKEN_LEN + 1], char *err, size_t errlen) {
+    unsigned char b[PROTO_TOKEN_LEN / 2];
+    size_t got = 0;
+    while (got < sizeof b) {
+        ssize_t r = getrandom(b + got, sizeof b - got, 0);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return fail(err, errlen, "getrandom: %s", strerror(errno));
+        }
+        got += (size_t)r;
+    }
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < sizeof b; i++) {
+        out[2 * i] = hex[b[i] >> 4];
+        out[2 * i + 1] = hex[b[i] & 15];
+    }
+    out[PROTO_TOKEN_LEN] = '\0';
+    return 0;
+}
+
+int proto_read_key(const char *path, char out[41], char *err, size_t errlen) {
+    FILE *f = fopen(path, "r");
+    if (!f) return fail(err, errlen, "cannot open key file %s: %s", path, strerror(errno));
+    char buf[64] = "";
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) buf[--n] = 0;
+    if (n != 40) return fail(err, errlen, "key file %s must hold one 40-character Z85 key", path);
+    memcpy(out, buf, 41);
+    return 0;
+}
+
+int proto_curve_client(void *sock, char *err, size_t errlen) {
+    const char *spath = getenv("BF_CURVE_SERVER"), *kpath = getenv("BF_CURVE_KEY");
+    if (!spath || !kpath)
+        return fail(err, errlen,
+                    "a tcp:// endpoint needs CURVE keys: set BF_CURVE_SERVER (the server's "
+                    ".pub file) and BF_CURVE_KEY (this client's .key file; see bfd keygen)");
+    char server[41], secret[41], pub[41];
+    if (proto_read_key(spath, server, err, errlen) || proto_read_key(kpath, secret, err, errlen))
+        return -1;
+    if (zmq_curve_public(pub, secret) != 0)
+        return fail(err, errlen, "zmq_curve_public(%s): %s", kpath, zmq_strerror(zmq_errno()));
+    if (zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, server, 40) ||
+        zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, pub, 40) ||
+        zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, secret, 40))
+        return fail(err, errlen, "zmq_setsockopt(CURVE): %s", zmq_strerror(zmq_errno()));
+    return 0;
+}

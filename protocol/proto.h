@@ -1,0 +1,165 @@
+/* proto — the bf wire format over ZeroMQ (docs/protocol.md is the reference):
+ * every message is the frames "bf" | version | type | JSON body, optionally
+ * after an empty delimiter (REQ peers), with a routing-id frame in front on a
+ * ROUTER and a topic frame in front on PUB/SUB.
+ *
+ * Receiving validates the envelope and parses the body; the field helpers
+ * validate each field (type, range, length) before use. Every function
+ * returns a status and writes a message into the caller's buffer; nothing
+ * here exits or prints. */
+#ifndef PROTO_H
+#define PROTO_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PROTO_NAME "bf"
+#define PROTO_VERSION 1
+#define PROTO_MAX_FRAME (16u << 20) /* ZMQ_MAXMSGSIZE: larger frames drop the connection */
+#define PROTO_MAX_BODY (8u << 20)   /* larger bodies get error too_large */
+#define PROTO_MAX_FRAMES 4          /* after an optional empty delimiter */
+#define PROTO_MAX_TYPE 32
+#define PROTO_MAX_STR 4096
+#define PROTO_MAX_TEXT (1u << 20) /* sweep and config text */
+#define PROTO_MAX_PATH 1024
+#define PROTO_TOKEN_LEN 32
+#define PROTO_MAX_POINTS 4096
+#define PROTO_MAX_VALUES 64
+#define PROTO_MAX_NAME 63
+#define PROTO_MAX_TOPIC 64
+#define PROTO_MAX_INT 9007199254740992LL /* 2^53: exact in a double, so any JSON reader agrees */
+#define PROTO_MAX_IDENT 256              /* ZeroMQ routing ids are at most 255 bytes */
+
+typedef enum {
+    PROTO_OK = 0,
+    PROTO_E_FRAMES,
+    PROTO_E_VERSION,
+    PROTO_E_TYPE,
+    PROTO_E_TOO_LARGE,
+    PROTO_E_JSON,
+    PROTO_E_FIELD,
+    PROTO_E_INVALID_SWEEP,
+    PROTO_E_NOT_FOUND,
+    PROTO_E_STATE,
+    PROTO_E_TOKEN,
+    PROTO_E_INTERNAL,
+    PROTO_N_CODES
+} proto_code;
+
+/* "bad_frames", "bad_version", ... as on the wire; "" past the end. */
+const char *proto_code_name(proto_code c);
+/* Parses a wire code name; returns PROTO_N_CODES when unknown. */
+proto_code proto_code_parse(const char *name);
+
+/* One received message. `body` is owned (json_decref via proto_msg_clear). */
+typedef struct proto_msg {
+    unsigned char ident[PROTO_MAX_IDENT]; /* ROUTER routing id */
+    size_t ident_len;                     /* 0: none read */
+    int delim;                            /* the message began with an empty frame */
+    char topic[PROTO_MAX_TOPIC + 1];      /* SUB: the topic frame */
+    char type[PROTO_MAX_TYPE + 1];
+    json_t *body;
+    int has_req;
+    long long req;
+} proto_msg;
+
+void proto_msg_clear(proto_msg *m);
+
+enum { PROTO_RECV_ROUTED = 1, PROTO_RECV_TOPIC = 2 };
+
+/* Receives one whole multipart message from sock (zmq flags: 0 or
+ * ZMQ_DONTWAIT; a socket ZMQ_RCVTIMEO applies). `mode` says which leading
+ * frames to expect (PROTO_RECV_ROUTED: a routing id; PROTO_RECV_TOPIC: a
+ * topic). Returns:
+ *    0  a message was read; *code is PROTO_OK (m filled) or the protocol
+ *       error that makes it unusable (err says why; m->ident, m->delim and
+ *       m->req are filled as far as they could be read, so the caller can
+ *       reply with proto_send_error);
+ *    1  no message (EAGAIN: nothing pending or the receive timed out);
+ *   -1  the socket failed (err names zmq_msg_recv and carries zmq's text).
+ * The frames of a bad message are always drained. */
+int proto_recv(void *sock, int flags, int mode, proto_msg *m, proto_code *code, char *err,
+               size_t errlen);
+
+/* Sends "bf" | "1" | type | body. route (nullable): when it has a routing id
+ * that frame goes first, and an empty delimiter when route->delim. topic
+ * (nullable): a leading topic frame (PUB). body is borrowed; NULL sends {}.
+ * When route->has_req the body gets "req" (body is modified). flags: 0 or
+ * ZMQ_DONTWAIT. Returns 0, 1 when the send would block (EAGAIN; nothing
+ * sent), or -1 with zmq's text (EHOSTUNREACH: the peer is gone). */
+int proto_send(void *sock, const proto_msg *route, const char *topic, const char *type,
+               json_t *body, int flags, char *err, size_t errlen);
+
+/* An `error` reply {"code", "message", "req"?} to route. Returns as proto_send. */
+int proto_send_error(void *sock, const proto_msg *route, proto_code code, const char *message,
+                     int flags, char *err, size_t errlen);
+
+/* 1 if s is a valid type: 1-32 characters of [a-z0-9_]. */
+int proto_type_ok(const char *s, size_t len);
+/* 1 if s is a valid metric name: 1-63 bytes, printable ASCII, no space, '"' or '\'. */
+int proto_name_ok(const char *s);
+
+/* ---- field helpers: each returns 0, or -1 with "'key' must be ..." in err.
+ * A missing optional field leaves *out at the default given. ---- */
+
+int proto_get_int(json_t *body, const char *key, int required, long long min, long long max,
+                  long long def, long long *out, char *err, size_t errlen);
+/* A finite JSON number (integer or real). */
+int proto_get_num(json_t *body, const char *key, int required, double def, double *out,
+                  char *err, size_t errlen);
+/* A string without NUL bytes of at most maxlen bytes (min 1 when required).
+ * *out is borrowed from body. A missing optional string gives NULL. */
+int proto_get_str(json_t *body, const char *key, int required, size_t maxlen, const char **out,
+                  char *err, size_t errlen);
+/* A token: exactly 32 characters [0-9a-f]. */
+int proto_get_token(json_t *body, const char *key, char out[PROTO_TOKEN_LEN + 1], char *err,
+                    size_t errlen);
+
+/* One point (a line of metrics.jsonl). Names are borrowed from the JSON they
+ * were parsed from. */
+typedef struct proto_point {
+    int64_t seq, step;
+    double time;
+    int n;
+    const char *name[PROTO_MAX_VALUES];
+    double value[PROTO_MAX_VALUES];
+    unsigned char is_null[PROTO_MAX_VALUES];
+} proto_point;
+
+/* Validates one point object. Returns 0 or -1 with a message. */
+int proto_parse_point(json_t *obj, proto_point *p, char *err, size_t errlen);
+/* Validates body["points"]: 1..max points, seq strictly increasing by 1.
+ * *out is malloc'd (free), names borrowed from body. */
+int proto_parse_points(json_t *body, size_t max, proto_point **out, size_t *n, char *err,
+                       size_t errlen);
+/* A new JSON object for p; nulls included when with_null, else left out.
+ * NULL when out of memory. */
+json_t *proto_point_json(const proto_point *p, int with_null);
+
+/* Parses one metrics.jsonl line {"step": N, "time": T, name: value|null, ...}
+ * into p with the given seq (names point into *holder, which the caller
+ * json_decref's). Returns 0, or -1 for a line that is not such an object. */
+int proto_parse_jsonl_line(const char *line, size_t len, int64_t seq, proto_point *p,
+                           json_t **holder);
+
+/* A hex token of 32 characters from the kernel's random source. Returns 0
+ * or -1 with a message. */
+int proto_random_token(char out[PROTO_TOKEN_LEN + 1], char *err, size_t errlen);
+
+/* Z85 CURVE key files: reads the first 40 characters of path into out[41].
+ * Returns 0 or -1 with a message. */
+int proto_read_key(const char *path, char out[41], char *err, size_t errlen);
+/* Sets CURVE client options on sock from the files named by BF_CURVE_SERVER
+ * (server public key) and BF_CURVE_KEY (client secret key; its public key
+ * is derived). Returns 0 or -1 with a message. */
+int proto_curve_client(void *sock, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,466 @@
+/* test_it_bfctl_results — `bfctl results` and `bfctl export` against a real
+ * bfd. The trials' workers are played by this test over the real worker
+ * protocol: bfd.yaml points `bfworker` at a script that records the command
+ * line bfd built (trial id and per-attempt token) and exits with the status
+ * the test writes to exit.TRIAL, so every metric value is one the test chose
+ * and the numbers printed can be checked exactly.
+ *
+ * Checks: the results table (accuracy from test/acc, else the latest
+ * val/acc; heads used likewise; the best trial by the job's metric marked),
+ * its --json; export --json (the documented shape, metrics in (seq, name)
+ * order, exact values) and --csv; a job too large for one `export` reply
+ * (150,000 values) exported page by page, complete and in order; usage
+ * errors; the message when no bfd is running. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "protocol/proto.h"
+
+static char g_dir[256], g_home[320];
+static pid_t g_bfd = -1;
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void write_text(const char *path, const char *text, mode_t mode) {
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "cannot write %s: %s", path, strerror(errno));
+    cr_assert(fputs(text, f) != EOF);
+    cr_assert_eq(fclose(f), 0);
+    cr_assert_eq(chmod(path, mode), 0);
+}
+
+static void show_tail(const char *path, long max) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, size > max ? size - max : 0, SEEK_SET);
+    char buf[4096];
+    size_t n;
+    fprintf(stderr, "---- %s ----\n", path);
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, n, stderr);
+    fclose(f);
+}
+
+static void setup(void) {
+    snprintf(g_dir, sizeof g_dir, "/tmp/bf-results-XXXXXX");
+    cr_assert(mkdtemp(g_dir));
+    snprintf(g_home, sizeof g_home, "%s/home", g_dir);
+    cr_assert_eq(mkdir(g_home, 0700), 0);
+    char p[512], text[2048];
+    snprintf(p, sizeof p, "%s/fake_worker", g_dir);
+    snprintf(text, sizeof text,
+             "#!/bin/sh\n"
+             "# stands in for `bfworker run`: records its command line, then exits\n"
+             "# with the status the test writes to exit.TRIAL\n"
+             "trial=''; prev=''\n"
+             "for a in \"$@\"; do [ \"$prev\" = --trial ] && trial=$a; prev=$a; done\n"
+             "f='%s/launch.'$trial\n"
+             "printf '%%s\\n' \"$@\" > \"$f.tmp\" && mv \"$f.tmp\" \"$f\"\n"
+             "while [ ! -e '%s/exit.'$trial ]; do sleep 0.05; done\n"
+             "exit \"$(cat '%s/exit.'$trial)\"\n",
+             g_dir, g_dir, g_dir);
+    write_text(p, text, 0700);
+    snprintf(text, sizeof text, "slots: 4\nheartbeat_timeout: 120\nbfworker: %s/fake_worker\n",
+             g_dir);
+    snprintf(p, sizeof p, "%s/bfd.yaml", g_home);
+    write_text(p, text, 0600);
+    setenv("BF_HOME", g_home, 1);
+    unsetenv("BF_ENDPOINT");
+
+    char bfd[512], log[512], sock[512];
+    snprintf(bfd, sizeof bfd, "%s/bfd", BF_BIN_DIR);
+    snprintf(log, sizeof log, "%s/bfd.log", g_dir);
+    snprintf(sock, sizeof sock, "%s/ctl.sock", g_home);
+    g_bfd = fork();
+    cr_assert(g_bfd >= 0);
+    if (g_bfd == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) dup2(fd, 1), dup2(fd, 2), close(fd);
+        execl(bfd, bfd, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0;; i++) {
+        struct stat sb;
+        if (stat(sock, &sb) == 0) break;
+        if (i > 200 || waitpid(g_bfd, NULL, WNOHANG) == g_bfd) {
+            show_tail(log, 4000);
+            cr_assert_fail("bfd did not start");
+        }
+        sleep_ms(50);
+    }
+}
+
+static void teardown(void) {
+    if (g_bfd > 0) {
+        /* the fake workers end when told to; then bfd */
+        for (int t = 1; t <= 16; t++) {
+            char p[400];
+            snprintf(p, sizeof p, "%s/exit.%d", g_dir, t);
+            FILE *f = fopen(p, "wx");
+            if (f) fputs("1\n", f), fclose(f);
+        }
+        kill(g_bfd, SIGTERM);
+        int st;
+        for (int i = 0; i < 200 && waitpid(g_bfd, &st, WNOHANG) == 0; i++) sleep_ms(50);
+        kill(g_bfd, SIGKILL);
+        waitpid(g_bfd, NULL, 0);
+        g_bfd = -1;
+    }
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_dir);
+}
+
+TestSuite(bfctl_results, .init = setup, .fini = teardown, .timeout = 120);
+
+/* Runs `bfctl ARGS` with stdout into *out (malloc'd; stderr to the test's
+ * stderr, or into *out too when merge). Returns the exit status. */
+static int bfctl(char **out, int merge, const char *fmt, ...) {
+    char args[1024], cmd[1600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(args, sizeof args, fmt, ap);
+    va_end(ap);
+    snprintf(cmd, sizeof cmd, "'%s/bfctl' %s%s", BF_BIN_DIR, args, merge ? " 2>&1" : "");
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    size_t cap = 1 << 16, n = 0, got;
+    char *buf = malloc(cap);
+    cr_assert_not_null(buf);
+    while ((got = fread(buf + n, 1, cap - n - 1, p)) > 0) {
+        n += got;
+        if (cap - n < 2) {
+            cap *= 2;
+            buf = realloc(buf, cap);
+            cr_assert_not_null(buf);
+        }
+    }
+    buf[n] = '\0';
+    int st = pclose(p);
+    cr_assert(WIFEXITED(st), "bfctl %s: did not exit normally", args);
+    *out = buf;
+    return WEXITSTATUS(st);
+}
+
+/* Submits a sweep of n trials (train.seed 1..n); returns the job id. */
+static long long submit(const char *name, int n) {
+    char path[400], text[1024];
+    int w = snprintf(text, sizeof text,
+                     "name: %s\npipeline: budgetformer\ndata: {set: wordnet}\n"
+                     "sweep:\n  parameters:\n    train.seed: {values: [",
+                     name);
+    for (int i = 1; i <= n; i++) w += snprintf(text + w, sizeof text - (size_t)w, "%s%d", i > 1 ? ", " : "", i);
+    snprintf(text + w, sizeof text - (size_t)w, "]}\nmetric: {name: val/acc, goal: max}\n");
+    snprintf(path, sizeof path, "%s/%s.yaml", g_dir, name);
+    write_text(path, text, 0644);
+    char *out;
+    cr_assert_eq(bfctl(&out, 0, "submit '%s'", path), 0, "submit failed: %s", out);
+    long long job = atoll(out);
+    free(out);
+    cr_assert(job >= 1);
+    return job;
+}
+
+/* Waits until bfd launched trial `trial`; returns its token. */
+static void token_of(long long trial, char tok[PROTO_TOKEN_LEN + 1]) {
+    char p[400], line[1100], prev[1100] = "";
+    snprintf(p, sizeof p, "%s/launch.%lld", g_dir, trial);
+    FILE *f = NULL;
+    for (int i = 0; i < 300 && !(f = fopen(p, "r")); i++) sleep_ms(50);
+    cr_assert_not_null(f, "bfd did not launch trial %lld within 15 s", trial);
+    tok[0] = '\0';
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        if (!strcmp(prev, "--token")) snprintf(tok, PROTO_TOKEN_LEN + 1, "%.32s", line);
+        snprintf(prev, sizeof prev, "%s", line);
+    }
+    fclose(f);
+    cr_assert_eq(strlen(tok), PROTO_TOKEN_LEN, "no token on trial %lld's command line", trial);
+}
+
+/* Sends one `metrics` batch (points: a JSON array text) as trial's worker
+ * and checks the ack. */
+static void send_points(void *sock, long long trial, const char *tok, const char *points,
+                        long long last_seq) {
+    size_t len = strlen(points) + 200;
+    char *body = malloc(len);
+    cr_assert_not_null(body);
+    snprintf(body, len, "{\"trial\": %lld, \"token\": \"%s\", \"points\": %s}", trial, tok, points);
+    cr_assert(zmq_send(sock, "bf", 2, ZMQ_SNDMORE) == 2 && zmq_send(sock, "1", 1, ZMQ_SNDMORE) == 1 &&
+                  zmq_send(sock, "metrics", 7, ZMQ_SNDMORE) == 7 &&
+                  zmq_send(sock, body, strlen(body), 0) == (int)strlen(body),
+              "zmq_send: %s", zmq_strerror(zmq_errno()));
+    free(body);
+    proto_msg m = {0};
+    proto_code code;
+    char err[512];
+    cr_assert_eq(proto_recv(sock, 0, 0, &m, &code, err, sizeof err), 0, "no ack: %s", err);
+    cr_assert_eq(code, PROTO_OK, "%s", err);
+    char *txt = json_dumps(m.body, JSON_COMPACT);
+    cr_assert_str_eq(m.type, "ack", "reply %s %s", m.type, txt);
+    cr_assert_eq(json_integer_value(json_object_get(m.body, "seq")), last_seq, "ack %s", txt);
+    free(txt);
+    proto_msg_clear(&m);
+}
+
+static void finish(long long trial, int status) {
+    char p[400], s[16];
+    snprintf(p, sizeof p, "%s/exit.%lld", g_dir, trial);
+    snprintf(s, sizeof s, "%d\n", status);
+    write_text(p, s, 0644);
+}
+
+static void *worker_socket(void *ctx) {
+    char ep[512];
+    snprintf(ep, sizeof ep, "ipc://%s/worker.sock", g_home);
+    void *s = zmq_socket(ctx, ZMQ_DEALER);
+    cr_assert_not_null(s);
+    int to = 10000, linger = 0;
+    cr_assert_eq(zmq_setsockopt(s, ZMQ_RCVTIMEO, &to, sizeof to), 0);
+    cr_assert_eq(zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger), 0);
+    cr_assert_eq(zmq_connect(s, ep), 0, "zmq_connect: %s", zmq_strerror(zmq_errno()));
+    return s;
+}
+
+static const char *line_with(const char *text, const char *needle, char *buf, size_t len) {
+    const char *p = strstr(text, needle);
+    if (!p) return NULL;
+    while (p > text && p[-1] != '\n') p--;
+    size_t n = strcspn(p, "\n");
+    snprintf(buf, len, "%.*s", (int)(n < len ? n : len - 1), p);
+    return buf;
+}
+
+Test(bfctl_results, table_json_and_export) {
+    long long job = submit("small", 2);
+    /* trial ids: the job's two trials, in index order */
+    char *out;
+    cr_assert_eq(bfctl(&out, 0, "show %lld --json", job), 0);
+    json_error_t jerr;
+    json_t *js = json_loads(out, 0, &jerr);
+    cr_assert_not_null(js, "show --json: %s", jerr.text);
+    free(out);
+    long long ta = json_integer_value(json_object_get(json_array_get(json_object_get(js, "trials"), 0), "id"));
+    long long tb = json_integer_value(json_object_get(json_array_get(json_object_get(js, "trials"), 1), "id"));
+    json_decref(js);
+    cr_assert(ta >= 1 && tb >= 1);
+    char toka[PROTO_TOKEN_LEN + 1], tokb[PROTO_TOKEN_LEN + 1];
+    token_of(ta, toka);
+    token_of(tb, tokb);
+
+    void *ctx = zmq_ctx_new();
+    cr_assert_not_null(ctx);
+    void *ws = worker_socket(ctx);
+    /* a: val/acc 0.5 then 0.6, then a test split: accuracy 0.55 (test), heads 0.35
+     * b: val/acc 0.7 then 0.65, no test split: accuracy 0.65 (latest val), heads 0.9;
+     * best by val/acc (max): b (0.7 > 0.6) */
+    send_points(ws, ta, toka,
+                "[{\"seq\": 1, \"step\": 10, \"time\": 1764400000.25, \"values\": {\"train/loss\": 2.0, "
+                "\"val/acc\": 0.5, \"val/heads_used\": 0.4}},"
+                " {\"seq\": 2, \"step\": 20, \"time\": 1764400001.5, \"values\": {\"val/acc\": 0.6, "
+                "\"val/heads_used\": 0.3}}]",
+                2);
+    send_points(ws, ta, toka,
+                "[{\"seq\": 3, \"step\": 20, \"time\": 1764400002.75, \"values\": {\"test/acc\": 0.55, "
+                "\"test/heads_used\": 0.35}}]",
+                3);
+    send_points(ws, tb, tokb,
+                "[{\"seq\": 1, \"step\": 10, \"time\": 1764400000.5, \"values\": {\"val/acc\": 0.7, "
+                "\"val/heads_used\": 0.8}},"
+                " {\"seq\": 2, \"step\": 20, \"time\": 1764400001.0, \"values\": {\"val/acc\": 0.65, "
+                "\"val/heads_used\": 0.9, \"bad\": null}}]",
+                2);
+    zmq_close(ws);
+    zmq_ctx_term(ctx);
+    finish(ta, 0);
+    finish(tb, 0);
+    cr_assert_eq(bfctl(&out, 0, "wait %lld", job), 0, "wait: %s", out);
+    free(out);
+
+    /* the table */
+    cr_assert_eq(bfctl(&out, 0, "results %lld", job), 0);
+    char l[512], id[32];
+    fprintf(stderr, "%s", out);
+    cr_assert(strstr(out, "best by val/acc (max)"), "%s", out);
+    snprintf(id, sizeof id, " t%lld ", ta);
+    cr_assert_not_null(line_with(out, id, l, sizeof l), "%s", out);
+    cr_assert(l[0] == ' ' && strstr(l, "COMPLETED") && strstr(l, "0.5500 (test)") &&
+                  strstr(l, "0.350") && strstr(l, "0.6000") && strstr(l, "train.seed=1"),
+              "trial a's row: '%s'", l);
+    snprintf(id, sizeof id, " t%lld ", tb);
+    cr_assert_not_null(line_with(out, id, l, sizeof l), "%s", out);
+    cr_assert(l[0] == '*' && strstr(l, "0.6500 (val)") && strstr(l, "0.900") &&
+                  strstr(l, "0.7000") && strstr(l, "train.seed=2"),
+              "trial b's row (best): '%s'", l);
+    free(out);
+
+    cr_assert_eq(bfctl(&out, 0, "results %lld --json", job), 0);
+    js = json_loads(out, 0, &jerr);
+    cr_assert_not_null(js, "results --json: %s: %s", jerr.text, out);
+    free(out);
+    cr_assert_eq(json_integer_value(json_object_get(js, "best_trial")), tb);
+    json_t *r0 = json_array_get(json_object_get(js, "trials"), 0);
+    cr_assert_float_eq(json_real_value(json_object_get(r0, "accuracy")), 0.55, 1e-12);
+    cr_assert_str_eq(json_string_value(json_object_get(r0, "accuracy_from")), "test/acc");
+    cr_assert_float_eq(json_real_value(json_object_get(r0, "heads_used")), 0.35, 1e-12);
+    cr_assert(json_is_false(json_object_get(r0, "best")));
+    json_t *r1 = json_array_get(json_object_get(js, "trials"), 1);
+    cr_assert_str_eq(json_string_value(json_object_get(r1, "accuracy_from")), "val/acc");
+    cr_assert_float_eq(json_real_value(json_object_get(r1, "accuracy")), 0.65, 1e-12);
+    cr_assert(json_is_true(json_object_get(r1, "best")));
+    json_decref(js);
+
+    /* export --json: the documented shape, (seq, name) order, exact values */
+    cr_assert_eq(bfctl(&out, 0, "export %lld --json", job), 0);
+    js = json_loads(out, 0, &jerr);
+    cr_assert_not_null(js, "export --json: %s (line %d): %.300s", jerr.text, jerr.line, out);
+    free(out);
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(js, "job"), "id")), job);
+    json_t *trials = json_object_get(js, "trials");
+    cr_assert_eq(json_array_size(trials), 2);
+    json_t *ea = json_array_get(trials, 0), *eb = json_array_get(trials, 1);
+    cr_assert_eq(json_integer_value(json_object_get(ea, "id")), ta);
+    cr_assert_str_eq(json_string_value(json_object_get(ea, "state")), "COMPLETED");
+    cr_assert_eq(json_integer_value(json_object_get(ea, "attempts")), 1);
+    cr_assert(json_is_string(json_object_get(ea, "config")) &&
+              strstr(json_string_value(json_object_get(ea, "config")), "train.seed: 1"));
+    static const struct {
+        const char *name;
+        long long step, seq;
+        double value, time;
+    } want_a[] = {{"train/loss", 10, 1, 2.0, 1764400000.25},      {"val/acc", 10, 1, 0.5, 1764400000.25},
+                  {"val/heads_used", 10, 1, 0.4, 1764400000.25},  {"val/acc", 20, 2, 0.6, 1764400001.5},
+                  {"val/heads_used", 20, 2, 0.3, 1764400001.5},   {"test/acc", 20, 3, 0.55, 1764400002.75},
+                  {"test/heads_used", 20, 3, 0.35, 1764400002.75}};
+    json_t *ma = json_object_get(ea, "metrics");
+    cr_assert_eq(json_array_size(ma), 7);
+    for (size_t i = 0; i < 7; i++) {
+        json_t *m = json_array_get(ma, i);
+        cr_assert_str_eq(json_string_value(json_object_get(m, "name")), want_a[i].name, "metric %zu", i);
+        cr_assert_eq(json_integer_value(json_object_get(m, "step")), want_a[i].step);
+        cr_assert_eq(json_integer_value(json_object_get(m, "seq")), want_a[i].seq);
+        cr_assert_eq(json_number_value(json_object_get(m, "value")), want_a[i].value, "metric %zu", i);
+        cr_assert_eq(json_number_value(json_object_get(m, "time")), want_a[i].time, "metric %zu", i);
+    }
+    /* the null value was accepted and not stored */
+    cr_assert_eq(json_array_size(json_object_get(eb, "metrics")), 4);
+    json_decref(js);
+
+    /* export --csv: header with the swept key, one row per value */
+    cr_assert_eq(bfctl(&out, 0, "export %lld --csv", job), 0);
+    int rows = 0;
+    for (const char *p = out; *p; p++) rows += *p == '\n';
+    cr_assert_eq(rows, 1 + 7 + 4, "%s", out);
+    cr_assert(!strncmp(out, "job,trial,index,state,attempts,train.seed,seq,step,time,name,value\n",
+                       66),
+              "header: %.80s", out);
+    char row[256];
+    snprintf(row, sizeof row, "\n%lld,%lld,0,COMPLETED,1,1,1,10,1764400000.25,train/loss,2\n", job, ta);
+    cr_assert(strstr(out, row), "no row '%s' in:\n%s", row + 1, out);
+    snprintf(row, sizeof row, "\n%lld,%lld,1,COMPLETED,1,2,2,20,1764400001,val/heads_used,0.9\n", job, tb);
+    cr_assert(strstr(out, row), "no row '%s' in:\n%s", row + 1, out);
+    free(out);
+
+    /* usage errors and an unknown job */
+    cr_assert_eq(bfctl(&out, 1, "export %lld", job), 2, "%s", out);
+    free(out);
+    cr_assert_eq(bfctl(&out, 1, "export %lld --csv --json", job), 2, "%s", out);
+    free(out);
+    cr_assert_eq(bfctl(&out, 1, "results"), 2, "%s", out);
+    free(out);
+    cr_assert_eq(bfctl(&out, 1, "results 999"), 1, "%s", out);
+    cr_assert(strstr(out, "not_found"), "%s", out);
+    free(out);
+}
+
+/* 30,000 points of 5 values: over 8 MiB as one `export` reply, so bfctl
+ * reads it trial by trial, page by page; every value once, in order. */
+Test(bfctl_results, export_of_a_large_job_is_paged) {
+    long long job = submit("large", 1);
+    char *out;
+    cr_assert_eq(bfctl(&out, 0, "show %lld --json", job), 0);
+    json_error_t jerr;
+    json_t *js = json_loads(out, 0, &jerr);
+    cr_assert_not_null(js);
+    free(out);
+    long long t = json_integer_value(json_object_get(json_array_get(json_object_get(js, "trials"), 0), "id"));
+    json_decref(js);
+    char tok[PROTO_TOKEN_LEN + 1];
+    token_of(t, tok);
+    void *ctx = zmq_ctx_new();
+    cr_assert_not_null(ctx);
+    void *ws = worker_socket(ctx);
+    const int n_points = 30000, batch = 3000;
+    size_t cap = (size_t)batch * 200 + 16;
+    char *pts = malloc(cap);
+    cr_assert_not_null(pts);
+    for (int first = 1; first <= n_points; first += batch) {
+        size_t w = 0;
+        pts[w++] = '[';
+        for (int s = first; s < first + batch; s++)
+            w += (size_t)snprintf(pts + w, cap - w,
+                                  "%s{\"seq\":%d,\"step\":%d,\"time\":1764400000.5,\"values\":"
+                                  "{\"a\":%d,\"b\":0.25,\"c\":-1,\"d\":1e-3,\"e\":%d.5}}",
+                                  s > first ? "," : "", s, s, s, s);
+        snprintf(pts + w, cap - w, "]");
+        send_points(ws, t, tok, pts, first + batch - 1);
+    }
+    free(pts);
+    zmq_close(ws);
+    zmq_ctx_term(ctx);
+    finish(t, 0);
+    cr_assert_eq(bfctl(&out, 0, "wait %lld", job), 0);
+    free(out);
+
+    cr_assert_eq(bfctl(&out, 0, "export %lld --json", job), 0);
+    cr_assert_gt(strlen(out), (size_t)(8u << 20), "the export is too small to need paging");
+    js = json_loads(out, 0, &jerr);
+    cr_assert_not_null(js, "export --json: %s (line %d)", jerr.text, jerr.line);
+    free(out);
+    json_t *m = json_object_get(json_array_get(json_object_get(js, "trials"), 0), "metrics");
+    cr_assert_eq(json_array_size(m), (size_t)n_points * 5);
+    static const char *names[] = {"a", "b", "c", "d", "e"};
+    for (size_t i = 0; i < json_array_size(m); i++) {
+        json_t *v = json_array_get(m, i);
+        long long seq = (long long)(i / 5 + 1);
+        cr_assert_eq(json_integer_value(json_object_get(v, "seq")), seq, "metric %zu", i);
+        cr_assert_str_eq(json_string_value(json_object_get(v, "name")), names[i % 5], "metric %zu", i);
+        if (i % 5 == 0)
+            cr_assert_eq(json_number_value(json_object_get(v, "value")), (double)seq, "metric %zu", i);
+    }
+    json_decref(js);
+
+    cr_assert_eq(bfctl(&out, 0, "export %lld --csv", job), 0);
+    long rows = 0;
+    for (const char *p = out; *p; p++) rows += *p == '\n';
+    cr_assert_eq(rows, 1 + (long)n_points * 5);
+    free(out);
+}
+
+Test(bfctl_results, says_when_no_daemon_runs) {
+    char empty[400], *out;
+    snprintf(empty, sizeof empty, "%s/nobody", g_dir);
+    cr_assert_eq(mkdir(empty, 0700), 0);
+    setenv("BF_HOME", empty, 1);
+    int rc = bfctl(&out, 1, "results 1");
+    setenv("BF_HOME", g_home, 1);
+    cr_assert_eq(rc, 1, "%s", out);
+    cr_assert(strstr(out, "bfd is not running"), "%s", out);
+    free(out);
+}

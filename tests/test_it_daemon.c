@@ -1,0 +1,506 @@
+/* bfd end to end: a real bfd, real bfworker processes (tiny BudgetFormer
+ * configs on the shipped WordNet-gloss fixture), real signals, the real
+ * SQLite store read back directly.
+ *   - a 3-trial sweep completes; every line of each trial's metrics.jsonl is
+ *     stored exactly once with seq 1..N;
+ *   - cancel of a running trial kills it and marks it CANCELLED;
+ *   - a worker killed with SIGKILL is retried and resumes from its checkpoint;
+ *   - bfd killed with SIGKILL mid-sweep and restarted finishes the sweep with
+ *     every point stored exactly once;
+ *   - malformed and oversized messages sent straight to the control and
+ *     worker sockets get error replies, and bfd keeps serving. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define BFD BF_BIN_DIR "/bfd"
+#define BFCTL BF_BIN_DIR "/bfctl"
+
+static char g_dir[256], g_home[320];
+static pid_t g_bfd = -1;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void sleep_s(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static void copy_file(const char *from, const char *to) {
+    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
+    cr_assert(a && b, "copy %s -> %s", from, to);
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, a)) > 0) fwrite(buf, 1, n, b);
+    fclose(a);
+    fclose(b);
+}
+
+static void start_bfd(void) {
+    char logp[512];
+    snprintf(logp, sizeof logp, "%s/bfd.log", g_dir);
+    g_bfd = fork();
+    cr_assert(g_bfd >= 0);
+    if (g_bfd == 0) {
+        int fd = open(logp, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        dup2(fd, 2);
+        dup2(fd, 1);
+        execl(BFD, BFD, "--home", g_home, (char *)NULL);
+        _exit(127);
+    }
+    /* ready when `bfctl daemon status` answers */
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "BF_HOME=%s " BFCTL " daemon status > /dev/null 2>&1", g_home);
+    double t0 = now_s();
+    while (system(cmd) != 0) {
+        cr_assert(now_s() - t0 < 10, "bfd did not come up (see %s)", logp);
+        sleep_s(0.05);
+    }
+}
+
+static void stop_bfd(int sig) {
+    if (g_bfd <= 0) return;
+    kill(g_bfd, sig);
+    int st;
+    waitpid(g_bfd, &st, 0);
+    g_bfd = -1;
+}
+
+static void setup(void) {
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    setenv("OMP_NUM_THREADS", "1", 1);
+    snprintf(g_dir, sizeof g_dir, "/tmp/bf-itd-XXXXXX");
+    cr_assert(mkdtemp(g_dir));
+    snprintf(g_home, sizeof g_home, "%s/home", g_dir);
+    cr_assert(mkdir(g_home, 0700) == 0);
+    setenv("BF_HOME", g_home, 1);
+    char p[512];
+    snprintf(p, sizeof p, "%s/train.tsv", g_dir);
+    copy_file(BF_SOURCE_DIR "/tests/data/glosses_train.tsv", p);
+    snprintf(p, sizeof p, "%s/val.tsv", g_dir);
+    copy_file(BF_SOURCE_DIR "/tests/data/glosses_val.tsv", p);
+    snprintf(p, sizeof p, "%s/bfd.yaml", g_home);
+    FILE *f = fopen(p, "w");
+    cr_assert(f);
+    fprintf(f, "slots: 2\nheartbeat_timeout: 5\nheartbeat_interval: 0.2\nkill_grace: 2\n");
+    fclose(f);
+}
+
+static void teardown(void) {
+    stop_bfd(SIGKILL);
+    /* end the process group of any worker this test left running, by the pids bfd recorded */
+    char p[512];
+    snprintf(p, sizeof p, "%s/bf.db", g_home);
+    sqlite3 *db;
+    if (sqlite3_open_v2(p, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK) {
+        sqlite3_stmt *st;
+        if (sqlite3_prepare_v2(db, "SELECT pid FROM bfd_runs", -1, &st, NULL) == SQLITE_OK) {
+            while (sqlite3_step(st) == SQLITE_ROW)
+                if (sqlite3_column_int64(st, 0) > 0) kill(-(pid_t)sqlite3_column_int64(st, 0), SIGKILL);
+            sqlite3_finalize(st);
+        }
+    }
+    sqlite3_close(db);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    if (system(cmd)) { /* nothing left to clean is fine */
+    }
+}
+
+/* Writes a sweep of n_seeds trials training `steps` steps; returns its path. */
+static const char *write_sweep(const char *name, int n_seeds, int steps, int retries) {
+    static char p[512];
+    snprintf(p, sizeof p, "%s/%s.yaml", g_dir, name);
+    FILE *f = fopen(p, "w");
+    cr_assert(f);
+    fprintf(f,
+            "name: %s\npipeline: budgetformer\ndevice: cpu\n"
+            "data: {train: %s/train.tsv, val: %s/val.tsv}\n"
+            "model: {layers: 1, d_model: 32, heads: 4, seq_len: 16, vocab: 256}\n"
+            "train: {steps: %d, batch: 8, log_every: 5, eval_every: 100000, "
+            "checkpoint_every: 50}\n"
+            "sweep:\n  parameters:\n    train.seed: {values: [",
+            name, g_dir, g_dir, steps);
+    for (int i = 0; i < n_seeds; i++) fprintf(f, "%s%d", i ? ", " : "", i + 1);
+    fprintf(f, "]}\nmetric: {name: train/loss, goal: min}\nretries: %d\n", retries);
+    fclose(f);
+    return p;
+}
+
+/* Runs bfctl with args; returns its exit status, stdout in out. */
+static int ctl(char *out, size_t outlen, const char *args) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "cd %s && " BFCTL " %s 2>>%s/bfctl.err", g_dir, args, g_dir);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    size_t n = out ? fread(out, 1, outlen - 1, p) : 0;
+    if (out) out[n] = '\0';
+    char sink[4096];
+    while (!out && fread(sink, 1, sizeof sink, p) > 0) {
+    }
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static long long submit(const char *sweep) {
+    char out[256], args[600];
+    snprintf(args, sizeof args, "submit %s", sweep);
+    cr_assert_eq(ctl(out, sizeof out, args), 0, "submit %s failed", sweep);
+    return atoll(out);
+}
+
+static sqlite3 *db_open(void) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/bf.db", g_home);
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open_v2(p, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_busy_timeout(db, 5000);
+    return db;
+}
+
+static long long db_int(const char *sql, long long arg) {
+    sqlite3 *db = db_open();
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
+                 sqlite3_errmsg(db));
+    sqlite3_bind_int64(st, 1, arg);
+    long long v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return v;
+}
+
+static void wait_for(const char *what, const char *sql, long long arg, long long at_least,
+                     double timeout) {
+    double t0 = now_s();
+    while (db_int(sql, arg) < at_least) {
+        cr_assert(now_s() - t0 < timeout, "timed out waiting for %s", what);
+        sleep_s(0.1);
+    }
+}
+
+/* Every line of the trial's metrics.jsonl is stored exactly once: seqs run
+ * 1..N with N the line count and the rows equal the non-null values. */
+static void check_exactly_once(long long trial) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/trials/%lld/metrics.jsonl", g_home, trial);
+    FILE *f = fopen(p, "r");
+    cr_assert(f, "no %s", p);
+    long long lines = 0, values = 0;
+    char line[8192];
+    while (fgets(line, sizeof line, f)) {
+        lines++;
+        json_error_t je;
+        json_t *o = json_loads(line, 0, &je);
+        if (!o) continue; /* a line cut by a kill: sent empty */
+        const char *k;
+        json_t *v;
+        json_object_foreach(o, k, v) if (strcmp(k, "step") && strcmp(k, "time") &&
+                                         json_is_number(v)) values++;
+        json_decref(o);
+    }
+    fclose(f);
+    cr_assert_gt(lines, 0);
+    long long rows = db_int("SELECT COUNT(*) FROM metrics WHERE trial = ?1", trial);
+    long long seqs = db_int("SELECT COUNT(DISTINCT seq) FROM metrics WHERE trial = ?1", trial);
+    long long mn = db_int("SELECT MIN(seq) FROM metrics WHERE trial = ?1", trial);
+    long long mx = db_int("SELECT MAX(seq) FROM metrics WHERE trial = ?1", trial);
+    cr_assert_eq(rows, values, "trial %lld: %lld rows stored, %lld values in metrics.jsonl", trial,
+                 rows, values);
+    cr_assert_eq(mn, 1, "trial %lld: first seq %lld", trial, mn);
+    cr_assert_eq(mx, lines, "trial %lld: last seq %lld, %lld lines", trial, mx, lines);
+    /* every line with values is one seq (lines cut by a kill have none) */
+    cr_assert_leq(seqs, lines);
+    cr_assert_geq(seqs, lines - 2, "trial %lld: %lld seqs for %lld lines", trial, seqs, lines);
+}
+
+static int wait_job(long long job) {
+    char args[64];
+    snprintf(args, sizeof args, "wait %lld", job);
+    return ctl(NULL, 0, args);
+}
+
+TestSuite(daemon, .init = setup, .fini = teardown, .timeout = 120);
+
+Test(daemon, sweep_completes_with_metrics_stored_once) {
+    start_bfd();
+    long long job = submit(write_sweep("three", 3, 40, 0));
+    cr_assert_eq(job, 1);
+    cr_assert_eq(wait_job(job), 0, "wait: a trial did not complete");
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM trials WHERE job = ?1 AND state = 'COMPLETED'", job), 3);
+    for (long long t = 1; t <= 3; t++) {
+        check_exactly_once(t);
+        cr_assert_eq(db_int("SELECT MAX(seq) FROM metrics WHERE trial = ?1", t), 40 / 5,
+                     "trial %lld: one line per 5 steps (the final evaluation shares the last)", t);
+    }
+    /* the CLI reads the same: 3 trials listed, tail prints every seq once */
+    char out[65536];
+    cr_assert_eq(ctl(out, sizeof out, "show 1"), 0);
+    cr_assert(strstr(out, "3 COMPLETED"), "%s", out);
+    cr_assert_eq(ctl(out, sizeof out, "tail t2"), 0);
+    int n = 0;
+    for (char *p = out; (p = strstr(p, "t2 seq ")); p++) n++;
+    cr_assert_eq(n, 8, "tail t2 printed %d points:\n%s", n, out);
+}
+
+Test(daemon, cancel_of_a_running_trial) {
+    start_bfd();
+    long long job = submit(write_sweep("long", 1, 1000000, 0));
+    wait_for("points of the running trial", "SELECT COUNT(*) FROM metrics WHERE trial = ?1", 1, 10,
+             30);
+    long long pid = db_int("SELECT pid FROM bfd_runs WHERE trial = ?1", 1);
+    cr_assert_gt(pid, 0);
+    cr_assert_eq(ctl(NULL, 0, "cancel t1"), 0);
+    cr_assert_eq(wait_job(job), 1, "wait must fail for a cancelled trial");
+    sqlite3 *db = db_open();
+    sqlite3_stmt *st;
+    sqlite3_prepare_v2(db, "SELECT state FROM trials WHERE id = 1", -1, &st, NULL);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 0), "CANCELLED");
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    double t0 = now_s();
+    while (kill((pid_t)pid, 0) == 0) {
+        cr_assert(now_s() - t0 < 10, "worker %lld still alive after cancel", pid);
+        sleep_s(0.1);
+    }
+    char out[4096];
+    cr_assert_eq(ctl(out, sizeof out, "daemon status"), 0, "bfd stopped serving");
+    cr_assert(strstr(out, "slots 2 free of 2"), "%s", out);
+}
+
+Test(daemon, killed_worker_is_retried_from_its_checkpoint) {
+    start_bfd();
+    long long job = submit(write_sweep("retry", 1, 3000, 2));
+    /* step 150 logged: checkpoints at 50, 100, 150 exist */
+    wait_for("step 150", "SELECT COALESCE(MAX(step), 0) FROM metrics WHERE trial = ?1", 1, 150, 60);
+    long long pid = db_int("SELECT pid FROM bfd_runs WHERE trial = ?1", 1);
+    cr_assert_gt(pid, 0);
+    cr_assert_eq(kill((pid_t)pid, SIGKILL), 0);
+    cr_assert_eq(wait_job(job), 0, "the retried trial must complete");
+    cr_assert_eq(db_int("SELECT attempts FROM trials WHERE id = ?1", 1), 2);
+    char p[512], line[1024];
+    snprintf(p, sizeof p, "%s/logs/1.log", g_home);
+    FILE *f = fopen(p, "r");
+    cr_assert(f);
+    int resumed = 0;
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, "resume: continuing from step")) resumed = 1;
+    fclose(f);
+    cr_assert(resumed, "attempt 2 did not resume from the checkpoint (see %s)", p);
+    check_exactly_once(1);
+    /* the last point is the last step */
+    cr_assert_eq(db_int("SELECT MAX(step) FROM metrics WHERE trial = ?1", 1), 3000);
+}
+
+Test(daemon, bfd_killed_and_restarted_loses_and_duplicates_nothing) {
+    start_bfd();
+    long long job = submit(write_sweep("restart", 2, 5000, 1));
+    wait_for("points of both trials", "SELECT COUNT(DISTINCT trial) FROM metrics WHERE ?1 > 0", 1,
+             2, 60);
+    wait_for("step 500", "SELECT COALESCE(MAX(step), 0) FROM metrics WHERE trial = ?1", 1, 500, 60);
+    stop_bfd(SIGKILL);
+    sleep_s(1.0); /* workers keep training and queue their points */
+    start_bfd();
+    cr_assert_eq(wait_job(job), 0, "the sweep must finish after the restart");
+    for (long long t = 1; t <= 2; t++) {
+        check_exactly_once(t);
+        cr_assert_eq(db_int("SELECT MAX(step) FROM metrics WHERE trial = ?1", t), 5000);
+    }
+    char logp[512], line[1024];
+    snprintf(logp, sizeof logp, "%s/bfd.log", g_dir);
+    FILE *f = fopen(logp, "r");
+    cr_assert(f);
+    int reattached = 0;
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, "reattaching")) reattached++;
+    fclose(f);
+    cr_assert_eq(reattached, 2, "both running workers should be reattached");
+}
+
+/* ---------------------------------------------------------- bad messages */
+
+static void *g_ctx;
+
+static void *dealer(const char *name) {
+    void *s = zmq_socket(g_ctx, ZMQ_DEALER);
+    int to = 5000, zero = 0;
+    zmq_setsockopt(s, ZMQ_RCVTIMEO, &to, sizeof to);
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    char ep[512];
+    snprintf(ep, sizeof ep, "ipc://%s/%s", g_home, name);
+    cr_assert_eq(zmq_connect(s, ep), 0);
+    return s;
+}
+
+/* Sends the frames (NULL-terminated; a frame may be given with a length). */
+static void send_frames(void *s, int n, const char *const *f, const size_t *len) {
+    for (int i = 0; i < n; i++)
+        cr_assert_geq(zmq_send(s, f[i], len ? len[i] : strlen(f[i]), i + 1 < n ? ZMQ_SNDMORE : 0), 0);
+}
+
+/* Receives a reply and returns its error code ("" when not an error). */
+static const char *recv_code(void *s, int delim) {
+    static char code[64];
+    char fr[8][4096];
+    int n = 0, more = 1;
+    while (more && n < 8) {
+        int k = zmq_recv(s, fr[n], sizeof fr[n] - 1, 0);
+        cr_assert_geq(k, 0, "no reply: %s", zmq_strerror(zmq_errno()));
+        fr[n][k < (int)sizeof fr[n] - 1 ? k : (int)sizeof fr[n] - 1] = '\0';
+        n++;
+        int m;
+        size_t ml = sizeof m;
+        zmq_getsockopt(s, ZMQ_RCVMORE, &m, &ml);
+        more = m;
+    }
+    int o = delim ? 1 : 0;
+    cr_assert_eq(n, 4 + o);
+    if (delim) cr_assert_str_eq(fr[0], "");
+    cr_assert_str_eq(fr[o], "bf");
+    cr_assert_str_eq(fr[o + 1], "1");
+    code[0] = '\0';
+    if (strcmp(fr[o + 2], "error") == 0) {
+        json_error_t je;
+        json_t *b = json_loads(fr[o + 3], 0, &je);
+        cr_assert(b, "error body not JSON: %s", fr[o + 3]);
+        snprintf(code, sizeof code, "%s", json_string_value(json_object_get(b, "code")));
+        cr_assert(json_is_string(json_object_get(b, "message")));
+        json_decref(b);
+    }
+    return code;
+}
+
+Test(daemon, malformed_and_oversized_messages_get_errors) {
+    start_bfd();
+    g_ctx = zmq_ctx_new();
+    const char *sock[2] = {"ctl.sock", "worker.sock"};
+    for (int k = 0; k < 2; k++) {
+        void *s = dealer(sock[k]);
+        const char *three[] = {"bf", "1", "status"};
+        send_frames(s, 3, three, NULL);
+        cr_assert_str_eq(recv_code(s, 0), "bad_frames");
+        const char *name[] = {"xx", "1", "status", "{}"};
+        send_frames(s, 4, name, NULL);
+        cr_assert_str_eq(recv_code(s, 0), "bad_frames");
+        const char *ver[] = {"bf", "2", "status", "{}"};
+        send_frames(s, 4, ver, NULL);
+        cr_assert_str_eq(recv_code(s, 0), "bad_version");
+        const char *type[] = {"bf", "1", "no_such_type", "{}"};
+        send_frames(s, 4, type, NULL);
+        cr_assert_str_eq(recv_code(s, 0), "unknown_type");
+        const char *badtype[] = {"bf", "1", "Status!", "{}"};
+        send_frames(s, 4, badtype, NULL);
+        cr_assert_str_eq(recv_code(s, 0), "bad_frames");
+        const char *json[] = {"bf", "1", k ? "hello" : "status", "{not json"};
+        send_frames(s, 4, json, NULL);
+        cr_assert_str_eq(recv_code(s, 0), "bad_json");
+        const char *arr[] = {"bf", "1", k ? "hello" : "status", "[1, 2]"};
+        send_frames(s, 4, arr, NULL);
+        cr_assert_str_eq(recv_code(s, 0), "bad_json");
+        /* 9 MiB body: over the 8 MiB cap, under the 16 MiB frame limit */
+        size_t big = 9u << 20;
+        char *body = malloc(big);
+        cr_assert(body);
+        memset(body, ' ', big);
+        body[0] = '{';
+        body[big - 1] = '}';
+        const char *f[] = {"bf", "1", k ? "metrics" : "submit", body};
+        size_t len[] = {2, 1, strlen(f[2]), big};
+        send_frames(s, 4, f, len);
+        cr_assert_str_eq(recv_code(s, 0), "too_large");
+        free(body);
+        zmq_close(s);
+    }
+    /* field checks */
+    void *c = dealer("ctl.sock");
+    const char *sub1[] = {"bf", "1", "submit", "{\"sweep\": 3, \"file\": \"x.yaml\"}"};
+    send_frames(c, 4, sub1, NULL);
+    cr_assert_str_eq(recv_code(c, 0), "bad_field");
+    const char *sub2[] = {"bf", "1", "submit", "{\"sweep\": \"name: x\\nbogus_key: 1\\n\", \"file\": \"x.yaml\"}"};
+    send_frames(c, 4, sub2, NULL);
+    cr_assert_str_eq(recv_code(c, 0), "invalid_sweep");
+    const char *job[] = {"bf", "1", "job", "{\"job\": 999}"};
+    send_frames(c, 4, job, NULL);
+    cr_assert_str_eq(recv_code(c, 0), "not_found");
+    const char *neg[] = {"bf", "1", "metrics", "{\"trial\": -1}"};
+    send_frames(c, 4, neg, NULL);
+    cr_assert_str_eq(recv_code(c, 0), "bad_field");
+    const char *req[] = {"bf", "1", "status", "{\"req\": \"x\"}"};
+    send_frames(c, 4, req, NULL);
+    cr_assert_str_eq(recv_code(c, 0), "bad_field");
+    /* a REQ-style empty delimiter is mirrored */
+    const char *delim[] = {"", "bf", "1", "status", "{}"};
+    size_t dl[] = {0, 2, 1, 6, 2};
+    send_frames(c, 5, delim, dl);
+    cr_assert_str_eq(recv_code(c, 1), "");
+    zmq_close(c);
+    void *w = dealer("worker.sock");
+    const char *tok[] = {"bf", "1", "heartbeat",
+                         "{\"trial\": 1, \"token\": \"0123456789abcdef0123456789abcdef\"}"};
+    send_frames(w, 4, tok, NULL);
+    cr_assert_str_eq(recv_code(w, 0), "bad_token");
+    const char *shorttok[] = {"bf", "1", "metrics", "{\"trial\": 1, \"token\": \"abc\"}"};
+    send_frames(w, 4, shorttok, NULL);
+    cr_assert_str_eq(recv_code(w, 0), "bad_field");
+    zmq_close(w);
+    zmq_ctx_term(g_ctx);
+    /* still serving, and still doing real work */
+    char out[4096];
+    cr_assert_eq(ctl(out, sizeof out, "daemon status"), 0);
+    long long j = submit(write_sweep("after", 1, 10, 0));
+    cr_assert_eq(wait_job(j), 0);
+}
+
+/* TCP only with CURVE: refused without the server key; with it, an allowed
+ * client key is served and an unknown one is not. */
+Test(daemon, tcp_requires_curve_and_an_allowed_key) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, BFD " --home %s --tcp 127.0.0.1:17321 --quiet 2>/dev/null", g_home);
+    cr_assert_neq(system(cmd), 0, "bfd must refuse TCP without CURVE keys");
+    snprintf(cmd, sizeof cmd,
+             BFD " keygen --home %s >/dev/null && " BFD " keygen --home %s --client alice >/dev/null"
+                 " && " BFD " keygen --home %s/other --client mallory >/dev/null",
+             g_home, g_home, g_dir);
+    cr_assert_eq(system(cmd), 0);
+    char logp[512];
+    snprintf(logp, sizeof logp, "%s/bfd.log", g_dir);
+    g_bfd = fork();
+    if (g_bfd == 0) {
+        int fd = open(logp, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        dup2(fd, 2);
+        execl(BFD, BFD, "--home", g_home, "--tcp", "127.0.0.1:17321", (char *)NULL);
+        _exit(127);
+    }
+    const char *env = "BF_ENDPOINT=tcp://127.0.0.1:17321 BF_TIMEOUT=2";
+    double t0 = now_s();
+    for (;;) {
+        snprintf(cmd, sizeof cmd,
+                 "%s BF_CURVE_SERVER=%s/curve/server.pub BF_CURVE_KEY=%s/curve/alice.key " BFCTL
+                 " daemon status >/dev/null 2>&1",
+                 env, g_home, g_home);
+        if (system(cmd) == 0) break;
+        cr_assert(now_s() - t0 < 10, "an allowed CURVE client was not served");
+    }
+    snprintf(cmd, sizeof cmd,
+             "%s BF_CURVE_SERVER=%s/curve/server.pub BF_CURVE_KEY=%s/other/curve/mallory.key " BFCTL
+             " daemon status >/dev/null 2>&1",
+             env, g_home, g_dir);
+    cr_assert_neq(system(cmd), 0, "a client key not in curve/clients/ must be refused");
+}

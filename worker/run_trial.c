@@ -1,0 +1,200 @@
+#include "worker/run_trial.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/cfg.h"
+#include "worker/comm.h"
+#include "worker/link.h"
+#include "worker/train.h"
+
+enum { RUN_OK = 0, RUN_FAIL = 1, RUN_USAGE = 64, RUN_PREEMPTED = 75 };
+
+static volatile sig_atomic_t run_stop = 0;
+static void on_term(int sig) {
+    (void)sig;
+    run_stop = 1;
+}
+
+static const char *RUN_USAGE_TEXT =
+    "usage: bfworker run --trial ID --connect ENDPOINT --token TOKEN --out DIR [--attempt N] "
+    "[--quiet]\n"
+    "  (started by bfd; see docs/protocol.md)\n";
+
+/* Writes text to path (0600). */
+static int write_text(const char *path, const char *text, char *err, size_t errlen) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        snprintf(err, errlen, "cannot write %.1000s: %s", path, strerror(errno));
+        return -1;
+    }
+    int ok = fputs(text, f) >= 0;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok) snprintf(err, errlen, "cannot write %.1000s", path);
+    return ok ? 0 : -1;
+}
+
+/* A line cut by a kill would merge with the next one: end it first. */
+static void end_partial_line(const char *path) {
+    int fd = open(path, O_RDWR);
+    if (fd < 0) return;
+    off_t size = lseek(fd, 0, SEEK_END);
+    char c;
+    if (size > 0 && pread(fd, &c, 1, size - 1) == 1 && c != '\n') {
+        ssize_t w = write(fd, "\n", 1);
+        (void)w;
+    }
+    close(fd);
+}
+
+static int run_ranks(int argc, char **argv, comm_t *comm) {
+    const char *trial_s = NULL, *endpoint = NULL, *token = NULL, *out = NULL, *attempt_s = "1";
+    int quiet = 0;
+    for (int i = 2; i < argc; i++) {
+        const char **dst = !strcmp(argv[i], "--trial")     ? &trial_s
+                           : !strcmp(argv[i], "--connect") ? &endpoint
+                           : !strcmp(argv[i], "--token")   ? &token
+                           : !strcmp(argv[i], "--out")     ? &out
+                           : !strcmp(argv[i], "--attempt") ? &attempt_s
+                                                           : NULL;
+        if (dst && i + 1 < argc) {
+            *dst = argv[++i];
+        } else if (!strcmp(argv[i], "--quiet")) {
+            quiet = 1;
+        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(RUN_USAGE_TEXT, stdout);
+            return RUN_OK;
+        } else {
+            fprintf(stderr, "bfworker run: unknown or incomplete option '%s'\n%s", argv[i],
+                    RUN_USAGE_TEXT);
+            return RUN_USAGE;
+        }
+    }
+    char *end;
+    long long trial = trial_s ? strtoll(trial_s, &end, 10) : 0;
+    long attempt = strtol(attempt_s, &end, 10);
+    if (!trial_s || trial < 1 || !endpoint || !token || !out || attempt < 1) {
+        fprintf(stderr, "bfworker run: --trial, --connect, --token and --out are required\n%s",
+                RUN_USAGE_TEXT);
+        return RUN_USAGE;
+    }
+    int rank = comm_rank(comm);
+    char err[2048];
+    link_t *link = NULL;
+    /* rank 0 fetches the config; the others get it by broadcast */
+    unsigned long long len = 0;
+    char *text = NULL;
+    int failed = 0;
+    if (rank == 0) {
+        if (mkdir(out, 0700) != 0 && errno != EEXIST) {
+            fprintf(stderr, "bfworker run: mkdir %s: %s\n", out, strerror(errno));
+            failed = 1;
+        }
+        link_opts lo = {.endpoint = endpoint, .trial = trial, .token = token,
+                        .attempt = (int)attempt, .hello_timeout = 60};
+        if (!failed && link_open(&link, &lo, err, sizeof err)) {
+            fprintf(stderr, "bfworker run: %s\n", err);
+            failed = 1;
+        }
+        if (!failed) {
+            text = strdup(link_config(link));
+            len = text ? strlen(text) : 0;
+            if (!text) failed = 1;
+        }
+    }
+    int any = 0;
+    if (comm_any(comm, failed, &any, err, sizeof err) || any) {
+        link_destroy(&link);
+        free(text);
+        return RUN_FAIL;
+    }
+    if (comm_world(comm) > 1) {
+        if (comm_bcast(comm, &len, sizeof len, 0, err, sizeof err)) goto comm_fail;
+        if (rank != 0 && !(text = calloc(1, len + 1))) goto comm_fail;
+        if (comm_bcast(comm, text, len, 0, err, sizeof err)) goto comm_fail;
+    }
+    char path[4200];
+    if (rank == 0)
+        snprintf(path, sizeof path, "%s/trial.yaml", out);
+    else
+        snprintf(path, sizeof path, "/tmp/bfworker-trial-%lld-%d-XXXXXX", trial, rank);
+    if (rank != 0) {
+        int fd = mkstemp(path);
+        if (fd >= 0) close(fd);
+    }
+    bf_config c;
+    cfg_defaults(&c);
+    if (write_text(path, text, err, sizeof err) || cfg_load_file(&c, path, err, sizeof err) ||
+        cfg_validate(&c, err, sizeof err)) {
+        fprintf(stderr, "bfworker run: trial config: %s\n", err);
+        if (rank != 0) remove(path);
+        free(text);
+        if (link) link_finish(link, "failed", RUN_FAIL, err, 5, err, sizeof err);
+        link_destroy(&link);
+        return RUN_FAIL;
+    }
+    if (rank != 0) remove(path);
+    free(text);
+    text = NULL;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_term;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    char mpath[4200];
+    snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", out);
+    if (rank == 0) {
+        end_partial_line(mpath);
+        if (link_start(link, mpath, &run_stop, err, sizeof err)) {
+            fprintf(stderr, "bfworker run: %s\n", err);
+            link_destroy(&link);
+            return RUN_FAIL;
+        }
+        if (!quiet)
+            fprintf(stderr, "bfworker run: trial %lld attempt %ld, %d rank%s, into %s\n", trial,
+                    attempt, comm_world(comm), comm_world(comm) == 1 ? "" : "s", out);
+    }
+    train_opts o = {.out_dir = out, .resume = 1, .quiet = quiet, .stop = &run_stop, .comm = comm};
+    train_result r;
+    int rc = train_run(&c, &o, &r, err, sizeof err);
+    int code = rc == TRAIN_OK ? RUN_OK : rc == TRAIN_PREEMPTED ? RUN_PREEMPTED : RUN_FAIL;
+    if (rc == TRAIN_ERROR) fprintf(stderr, "bfworker run: rank %d: %s\n", rank, err);
+    if (rank == 0) {
+        const char *state = code == RUN_OK ? "completed" : code == RUN_PREEMPTED ? "preempted" : "failed";
+        char lerr[256];
+        if (link_finish(link, state, code, rc == TRAIN_ERROR ? err : "", 30, lerr, sizeof lerr))
+            fprintf(stderr, "bfworker run: %s\n", lerr);
+        link_destroy(&link);
+    }
+    return code;
+comm_fail:
+    fprintf(stderr, "bfworker run: rank %d: %s\n", rank, err);
+    link_destroy(&link);
+    free(text);
+    return RUN_FAIL;
+}
+
+int run_trial_main(int argc, char **argv) {
+    for (int i = 2; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(RUN_USAGE_TEXT, stdout);
+            return RUN_OK;
+        }
+    char err[2048];
+    comm_t *comm = NULL;
+    if (comm_init(NULL, NULL, &comm, err, sizeof err)) {
+        fprintf(stderr, "bfworker run: %s\n", err);
+        return RUN_FAIL;
+    }
+    comm_set_timeout(comm, 600, 69);
+    int rc = run_ranks(argc, argv, comm);
+    if (rc != RUN_OK && rc != RUN_PREEMPTED) comm_abort(comm, rc);
+    comm_destroy(&comm);
+    return rc;
+}
