@@ -944,6 +944,42 @@ void cfg_defaults(bf_config *c) {
         snprintf(c->data.dir, sizeof c->data.dir, "%s", env);
 }
 
+int cfg_load_text(bf_config *c, const char *text, size_t n, const char *name, char *err,
+                  size_t errlen) {
+    char dummy[8];
+    if (!err || !errlen) err = dummy, errlen = sizeof dummy;
+    if (n > CFG_FILE_MAX) {
+        snprintf(err, errlen, "%s:1:1: config text is over 1 MiB; configs are limited to 1 MiB",
+                 name);
+        return -1;
+    }
+    if (memchr(text, '\0', n)) {
+        size_t off = (size_t)((const char *)memchr(text, '\0', n) - text);
+        snprintf(err, errlen, "%s:1:1: not a text file (NUL byte at offset %zu)", name, off);
+        return -1;
+    }
+    int rc = -1;
+    yaml_document_t doc;
+    if (parse_text(&doc, text, n, name, 1, err, errlen) != 0) return -1;
+    yaml_node_t *root = yaml_document_get_root_node(&doc);
+    if (!root || (root->type == YAML_SCALAR_NODE && root->data.scalar.length == 0 &&
+                  scalar_is_plain(root))) {
+        snprintf(err, errlen, "%s:1:1: empty config: expected a mapping of keys", name);
+    } else if (cfg_yaml_check_expansion(&doc, name, err, errlen) == 0) {
+        bf_config tmp = *c;
+        first_err fe = {err, errlen, 0};
+        if (cfg_load_node(&tmp, &doc, root, name, keep_first, &fe) == 0) {
+            *c = tmp;
+            rc = 0;
+        } else if (fe.count > 1) {
+            size_t l = strlen(err);
+            snprintf(err + l, errlen > l ? errlen - l : 0, " (and %d more errors)", fe.count - 1);
+        }
+    }
+    yaml_document_delete(&doc);
+    return rc;
+}
+
 int cfg_load_file(bf_config *c, const char *path, char *err, size_t errlen) {
     char dummy[8];
     if (!err || !errlen) err = dummy, errlen = sizeof dummy;
@@ -981,30 +1017,8 @@ int cfg_load_file(bf_config *c, const char *path, char *err, size_t errlen) {
     } else if (n > CFG_FILE_MAX) {
         snprintf(err, errlen, "%s:1:1: file is over 1 MiB; config files are limited to 1 MiB",
                  path);
-    } else if (memchr(buf, '\0', n)) {
-        size_t off = (size_t)((char *)memchr(buf, '\0', n) - buf);
-        snprintf(err, errlen, "%s:1:1: not a text file (NUL byte at offset %zu)", path, off);
     } else {
-        yaml_document_t doc;
-        if (parse_text(&doc, buf, n, path, 1, err, errlen) == 0) {
-            yaml_node_t *root = yaml_document_get_root_node(&doc);
-            if (!root || (root->type == YAML_SCALAR_NODE && root->data.scalar.length == 0 &&
-                          scalar_is_plain(root))) {
-                snprintf(err, errlen, "%s:1:1: empty config: expected a mapping of keys", path);
-            } else if (cfg_yaml_check_expansion(&doc, path, err, errlen) == 0) {
-                bf_config tmp = *c;
-                first_err fe = {err, errlen, 0};
-                if (cfg_load_node(&tmp, &doc, root, path, keep_first, &fe) == 0) {
-                    *c = tmp;
-                    rc = 0;
-                } else if (fe.count > 1) {
-                    size_t l = strlen(err);
-                    snprintf(err + l, errlen > l ? errlen - l : 0, " (and %d more errors)",
-                             fe.count - 1);
-                }
-            }
-            yaml_document_delete(&doc);
-        }
+        rc = cfg_load_text(c, buf, n, path, err, errlen);
     }
     free(buf);
     return rc;

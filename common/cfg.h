@@ -91,6 +91,11 @@ void cfg_defaults(bf_config *c);
  * "FILE:LINE:COL: message" in err. Files over 1 MiB are refused. */
 int cfg_load_file(bf_config *c, const char *path, char *err, size_t errlen);
 
+/* The same for n bytes of YAML text held in memory (a checkpoint's or the
+ * daemon's resolved config); `name` stands for the file in error positions. */
+int cfg_load_text(bf_config *c, const char *text, size_t n, const char *name, char *err,
+                  size_t errlen);
+
 /* Applies one "key=value" override (value in YAML flow syntax: 3, 0.1, true,
  * [0.1, 0.3], {schedule: exp, start: 1, end: 0.1}). Returns 0 or -1 with
  * "--set KEY: message". */

@@ -205,23 +205,6 @@ static int train_ranks(int argc, char **argv, comm_t *comm) {
     return EXIT_OK;
 }
 
-/* Writes text to a temporary file so the config loader (which reports
- * FILE:LINE:COL) can read a checkpoint's config. */
-static int config_from_text(bf_config *c, const char *text, char *err, size_t errlen) {
-    char path[] = "/tmp/bfworker-cfg-XXXXXX";
-    int fd = mkstemp(path);
-    if (fd < 0) {
-        snprintf(err, errlen, "cannot create a temporary file");
-        return -1;
-    }
-    FILE *f = fdopen(fd, "w");
-    fputs(text, f);
-    fclose(f);
-    cfg_defaults(c);
-    int rc = cfg_load_file(c, path, err, errlen);
-    remove(path);
-    return rc;
-}
 
 /* Reads the checkpoint argv[2] and its config, then applies the --set
  * options from argv[3..]. Returns 0, or the exit status after printing why
@@ -232,7 +215,8 @@ static int open_checkpoint(int argc, char **argv, ckpt_state *s, bf_config *c, c
         fprintf(stderr, "bfworker: %s\n", err);
         return EXIT_FAIL;
     }
-    if (config_from_text(c, s->cfg_text, err, errlen)) {
+    cfg_defaults(c);
+    if (cfg_load_text(c, s->cfg_text, strlen(s->cfg_text), "checkpoint config", err, errlen)) {
         fprintf(stderr, "bfworker: checkpoint config: %s\n", err);
         ckpt_free(s);
         return EXIT_FAIL;

@@ -119,27 +119,20 @@ static int run_ranks(int argc, char **argv, comm_t *comm) {
         if (rank != 0 && !(text = calloc(1, len + 1))) goto comm_fail;
         if (comm_bcast(comm, text, len, 0, err, sizeof err)) goto comm_fail;
     }
+    /* rank 0 keeps the resolved config beside the run, for people and for eval */
     char path[4200];
-    if (rank == 0)
-        snprintf(path, sizeof path, "%s/trial.yaml", out);
-    else
-        snprintf(path, sizeof path, "/tmp/bfworker-trial-%lld-%d-XXXXXX", trial, rank);
-    if (rank != 0) {
-        int fd = mkstemp(path);
-        if (fd >= 0) close(fd);
-    }
+    snprintf(path, sizeof path, "%s/trial.yaml", out);
     bf_config c;
     cfg_defaults(&c);
-    if (write_text(path, text, err, sizeof err) || cfg_load_file(&c, path, err, sizeof err) ||
+    if ((rank == 0 && write_text(path, text, err, sizeof err)) ||
+        cfg_load_text(&c, text, len, "trial config", err, sizeof err) ||
         cfg_validate(&c, err, sizeof err)) {
         fprintf(stderr, "bfworker run: trial config: %s\n", err);
-        if (rank != 0) remove(path);
         free(text);
         if (link) link_finish(link, "failed", RUN_FAIL, err, 5, err, sizeof err);
         link_destroy(&link);
         return RUN_FAIL;
     }
-    if (rank != 0) remove(path);
     free(text);
     text = NULL;
     struct sigaction sa;
