@@ -227,8 +227,8 @@ static size_t build_batch(char *buf, size_t cap, const sender *s, int64_t first,
     for (int i = 0; i < n && w < cap; i++) {
         int64_t seq = first + i;
         w += (size_t)snprintf(buf + w, cap - w,
-                              "%s{\"seq\":%lld,\"step\":%lld,\"time\":%.6f,\"values\":{", i ? "," : "",
-                              (long long)seq, (long long)seq, t);
+                              "%s{\"seq\":%lld,\"step\":%lld,\"time\":%.6f,\"values\":{",
+                              i ? "," : "", (long long)seq, (long long)seq, t);
         for (int v = 0; v < s->values && w < cap; v++)
             w += (size_t)snprintf(buf + w, cap - w, "%s\"bench/v%d\":%.4f", v ? "," : "", v,
                                   (double)(seq % 1000) * 1e-3 + v);
@@ -317,10 +317,10 @@ typedef struct subscriber {
     atomic_int stop;
     atomic_long got_load, got_lat; /* points received per phase */
     atomic_long dups, bad;
-    int64_t lat_trial, load_points;  /* a point of lat_trial with seq > load_points is phase 2 */
-    int64_t trial_lo, trial_hi;      /* the bench's trials: ids in [lo, hi] */
-    int64_t *last_seq;               /* per trial (index id - lo) */
-    double t_load_done;              /* monotonic, when the last phase-1 point arrived */
+    int64_t lat_trial, load_points; /* a point of lat_trial with seq > load_points is phase 2 */
+    int64_t trial_lo, trial_hi;     /* the bench's trials: ids in [lo, hi] */
+    int64_t *last_seq;              /* per trial (index id - lo) */
+    double t_load_done;             /* monotonic, when the last phase-1 point arrived */
     long expect_load;
     double *lat_load, *lat_idle;
     size_t n_load, n_idle, cap_load, cap_idle;
@@ -458,6 +458,25 @@ static double pct_ms(const double *a, size_t n, double q) {
 /* JSON has no NaN: a measurement that could not be made is -1. */
 static double fin(double x) { return isfinite(x) ? x : -1.0; }
 
+/* CPU seconds (user + system) a process has used, from /proc; NAN if unknown.
+ * Measured per phase, it tells what bfd costs per point apart from the
+ * bench's own threads on the same cores. */
+static double cpu_seconds(pid_t pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return NAN;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+    unsigned long long ut, st;
+    if (!p ||
+        sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
+        return NAN;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
 static void usage(void) {
     fprintf(stderr, "usage: bench_daemon [--senders N] [--points N] [--batch N] [--values N]\n"
                     "                    [--lat-points N] [--lat-rate HZ] [--bfd PATH] [--keep] "
@@ -466,28 +485,53 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
-    opts o = {.senders = 16, .batch = 500, .values = 1, .lat_points = 2000, .points = 25000,
+    opts o = {.senders = 16,
+              .batch = 500,
+              .values = 1,
+              .lat_points = 2000,
+              .points = 25000,
               .lat_rate = 500};
     snprintf(o.bfd, sizeof o.bfd, "%s/bfd", BF_BIN_DIR);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--json") == 0) o.json = 1;
-        else if (strcmp(a, "--keep") == 0) o.keep = 1;
-        else if (!v) usage();
-        else if (strcmp(a, "--senders") == 0) o.senders = atoi(v), i++;
-        else if (strcmp(a, "--points") == 0) o.points = atol(v), i++;
-        else if (strcmp(a, "--batch") == 0) o.batch = atoi(v), i++;
-        else if (strcmp(a, "--values") == 0) o.values = atoi(v), i++;
-        else if (strcmp(a, "--lat-points") == 0) o.lat_points = atoi(v), i++;
-        else if (strcmp(a, "--lat-rate") == 0) o.lat_rate = atof(v), i++;
-        else if (strcmp(a, "--bfd") == 0) snprintf(o.bfd, sizeof o.bfd, "%s", v), i++;
-        else usage();
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            printf(
+                "bench_daemon [--senders N] [--points N] [--batch N] [--values N]\n"
+                "             [--lat-points N] [--lat-rate HZ] [--bfd PATH] [--keep] [--json]\n"
+                "  senders: concurrent workers (16); points: per sender (25000); batch: points\n"
+                "  per metrics message (500); values: per point (1); lat-points: phase-2 points\n"
+                "  (2000) sent one per message at lat-rate per second (500)\n");
+            return 0;
+        }
+        if (strcmp(a, "--json") == 0)
+            o.json = 1;
+        else if (strcmp(a, "--keep") == 0)
+            o.keep = 1;
+        else if (!v)
+            usage();
+        else if (strcmp(a, "--senders") == 0)
+            o.senders = atoi(v), i++;
+        else if (strcmp(a, "--points") == 0)
+            o.points = atol(v), i++;
+        else if (strcmp(a, "--batch") == 0)
+            o.batch = atoi(v), i++;
+        else if (strcmp(a, "--values") == 0)
+            o.values = atoi(v), i++;
+        else if (strcmp(a, "--lat-points") == 0)
+            o.lat_points = atoi(v), i++;
+        else if (strcmp(a, "--lat-rate") == 0)
+            o.lat_rate = atof(v), i++;
+        else if (strcmp(a, "--bfd") == 0)
+            snprintf(o.bfd, sizeof o.bfd, "%s", v), i++;
+        else
+            usage();
     }
     if (o.senders < 1 || o.senders > MAX_SENDERS || o.points < 1 || o.batch < 1 ||
         o.batch > PROTO_MAX_POINTS || o.values < 1 || o.values > PROTO_MAX_VALUES ||
         o.lat_points < 0 || !(o.lat_rate > 0)) {
-        fprintf(stderr, "bench_daemon: senders 1-%d, points >= 1, batch 1-%d, values 1-%d, "
-                        "lat-points >= 0, lat-rate > 0\n",
+        fprintf(stderr,
+                "bench_daemon: senders 1-%d, points >= 1, batch 1-%d, values 1-%d, "
+                "lat-points >= 0, lat-rate > 0\n",
                 MAX_SENDERS, PROTO_MAX_POINTS, PROTO_MAX_VALUES);
         return 2;
     }
@@ -548,9 +592,11 @@ int main(int argc, char **argv) {
                                 "name: bench-daemon\npipeline: budgetformer\ndevice: cpu\n"
                                 "data: {set: wordnet}\nsweep:\n  parameters:\n"
                                 "    train.seed: {values: [");
-    for (int i = 0; i < o.senders; i++) w += (size_t)snprintf(sweep + w, cap - w, "%s%d", i ? ", " : "", i + 1);
+    for (int i = 0; i < o.senders; i++)
+        w += (size_t)snprintf(sweep + w, cap - w, "%s%d", i ? ", " : "", i + 1);
     snprintf(sweep + w, cap - w, "]}\nmetric: {name: bench/v0, goal: max}\n");
-    json_t *body = json_pack("{s:s, s:s, s:s}", "sweep", sweep, "file", "bench-daemon.yaml", "cwd", g_dir);
+    json_t *body =
+        json_pack("{s:s, s:s, s:s}", "sweep", sweep, "file", "bench-daemon.yaml", "cwd", g_dir);
     if (!body) die("json_pack failed");
     free(sweep);
     json_t *rep = ctl_call(&c, "submit", body, rtype);
@@ -596,7 +642,8 @@ int main(int argc, char **argv) {
         while (it.revents & ZMQ_POLLIN) {
             proto_msg m = {0};
             proto_code code;
-            int rc = proto_recv(u.sock, ZMQ_DONTWAIT, PROTO_RECV_TOPIC, &m, &code, perr, sizeof perr);
+            int rc =
+                proto_recv(u.sock, ZMQ_DONTWAIT, PROTO_RECV_TOPIC, &m, &code, perr, sizeof perr);
             if (rc < 0) die("sync: %s", perr);
             if (rc == 1) break;
             if (code == PROTO_OK && strcmp(m.topic, sync_topic) == 0) synced = 1;
@@ -616,6 +663,7 @@ int main(int argc, char **argv) {
         s[i].batch = o.batch, s[i].values = o.values, s[i].start = &start;
         if (pthread_create(&th[i], NULL, sender_main, &s[i]) != 0) die("pthread_create failed");
     }
+    double cpu0 = cpu_seconds(g_bfd), self0 = cpu_seconds(getpid());
     pthread_barrier_wait(&start);
     double t0 = bench_now();
     for (int i = 0; i < o.senders; i++) pthread_join(th[i], NULL);
@@ -635,6 +683,7 @@ int main(int argc, char **argv) {
         sleep_s(0.001);
     }
     long got_load = atomic_load(&u.got_load);
+    double bfd_cpu = cpu_seconds(g_bfd) - cpu0, self_cpu = cpu_seconds(getpid()) - self0;
     double t_pub = got_load == total ? u.t_load_done - t0 : NAN;
 
     /* phase 2: one sender, one-point batches, paced */
@@ -703,7 +752,8 @@ int main(int argc, char **argv) {
 
     char zv[16];
     snprintf(zv, sizeof zv, "%d.%d.%d", maj, min, pat);
-    double lat_load50 = pct_ms(u.lat_load, u.n_load, 0.5), lat_load99 = pct_ms(u.lat_load, u.n_load, 0.99);
+    double lat_load50 = pct_ms(u.lat_load, u.n_load, 0.5),
+           lat_load99 = pct_ms(u.lat_load, u.n_load, 0.99);
     double lat50 = pct_ms(u.lat_idle, u.n_idle, 0.5), lat99 = pct_ms(u.lat_idle, u.n_idle, 0.99);
     double lat_max = u.n_idle ? 1e3 * u.lat_idle[u.n_idle - 1] : NAN;
     double lat_load_max = u.n_load ? 1e3 * u.lat_load[u.n_load - 1] : NAN;
@@ -712,19 +762,27 @@ int main(int argc, char **argv) {
             "{s:s, s:{s:s, s:i, s:s, s:s}, s:{s:i, s:I, s:i, s:i, s:i, s:f},"
             " s:{s:I, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:f, s:f, s:f},"
             " s:{s:i, s:I, s:f, s:f, s:f}, s:{s:I, s:I}, s:b}",
-            "bench", "daemon", "machine", "cpu", cpu, "cores", (int)ncpu, "zmq",
-            zv, "sqlite", sqlite3_libversion(), "config", "senders", o.senders,
-            "points_per_sender", (json_int_t)o.points, "batch", o.batch, "values", o.values,
-            "lat_points", o.lat_points, "lat_rate", o.lat_rate, "throughput", "points",
-            (json_int_t)total, "stored_s", t_stored, "stored_per_s", stored_rate, "published_s",
-            fin(t_pub), "published_per_s", pub_rate, "stored_and_published_per_s",
-            fin(both_rate), "published", (json_int_t)got_load, "duplicates",
-            (json_int_t)atomic_load(&u.dups), "latency_median_ms", fin(lat_load50),
+            "bench", "daemon", "machine", "cpu", cpu, "cores", (int)ncpu, "zmq", zv, "sqlite",
+            sqlite3_libversion(), "config", "senders", o.senders, "points_per_sender",
+            (json_int_t)o.points, "batch", o.batch, "values", o.values, "lat_points", o.lat_points,
+            "lat_rate", o.lat_rate, "throughput", "points", (json_int_t)total, "stored_s", t_stored,
+            "stored_per_s", stored_rate, "published_s", fin(t_pub), "published_per_s", pub_rate,
+            "stored_and_published_per_s", fin(both_rate), "published", (json_int_t)got_load,
+            "duplicates", (json_int_t)atomic_load(&u.dups), "latency_median_ms", fin(lat_load50),
             "latency_p99_ms", fin(lat_load99), "latency_max_ms", fin(lat_load_max), "latency",
             "points", o.lat_points, "received", (json_int_t)atomic_load(&u.got_lat), "median_ms",
             fin(lat50), "p99_ms", fin(lat99), "max_ms", fin(lat_max), "store", "rows",
             (json_int_t)rows, "expected_rows", (json_int_t)want_rows, "bfd_clean_exit",
             WIFEXITED(bst) && WEXITSTATUS(bst) == 0);
+        if (j)
+            json_object_set_new(json_object_get(j, "throughput"), "bfd_cpu_s",
+                                json_real(fin(bfd_cpu)));
+        if (j)
+            json_object_set_new(json_object_get(j, "throughput"), "points_per_bfd_cpu_s",
+                                json_real(fin((double)total / bfd_cpu)));
+        if (j)
+            json_object_set_new(json_object_get(j, "throughput"), "bench_cpu_s",
+                                json_real(fin(self_cpu)));
         if (!j) die("json_pack failed");
         char *txt = json_dumps(j, JSON_PRESERVE_ORDER | JSON_INDENT(2));
         if (!txt) die("json_dumps failed");
@@ -744,8 +802,12 @@ int main(int argc, char **argv) {
         printf("%-44s %14.0f  (%ld of %ld received)\n", "published (received by SUB) points/s",
                pub_rate, got_load, total);
         printf("%-44s %14.0f\n", "stored and published points/s", both_rate);
-        printf("%-44s %11.2f ms / %.2f ms\n", "latency under this load, median / p99",
-               lat_load50, lat_load99);
+        printf("%-44s %14.2f  (%.0f points per bfd CPU second)\n", "bfd CPU seconds in phase 1",
+               bfd_cpu, (double)total / bfd_cpu);
+        printf("%-44s %14.2f  (senders and subscriber, same cores)\n",
+               "bench CPU seconds in phase 1", self_cpu);
+        printf("%-44s %11.2f ms / %.2f ms\n", "latency under this load, median / p99", lat_load50,
+               lat_load99);
         printf("\n%-44s\n", "latency (phase 2, 1-point batches)");
         printf("%-44s %14d  at %.0f/s\n", "points", o.lat_points, o.lat_rate);
         printf("%-44s %11.2f ms\n", "median send -> SUB", lat50);

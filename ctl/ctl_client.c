@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -45,6 +47,23 @@ static int setup_socket(ctl_conn *c, void *s, const char *ep, char *err, size_t 
     return 0;
 }
 
+/* 1 when a process listens on the unix socket at path (ZeroMQ's ipc://
+ * transport), 0 when the file is a leftover (connection refused). Anything
+ * else (permissions, ...) counts as listening and is left to ZeroMQ to report. */
+static int socket_listens(const char *path) {
+    struct sockaddr_un a;
+    if (strlen(path) >= sizeof a.sun_path) return 1;
+    memset(&a, 0, sizeof a);
+    a.sun_family = AF_UNIX;
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (fd < 0) return 1;
+    int rc = connect(fd, (struct sockaddr *)&a, sizeof a);
+    int e = errno;
+    close(fd);
+    return rc == 0 || e != ECONNREFUSED;
+}
+
 int ctl_connect(ctl_conn **out, char *err, size_t errlen) {
     *out = NULL;
     ctl_conn *c = calloc(1, sizeof *c);
@@ -79,6 +98,14 @@ int ctl_connect(ctl_conn **out, char *err, size_t errlen) {
         if (stat(path, &sb) != 0) {
             fail(err, errlen, "bfd is not running (no socket at %s); start it with: bfd%s%s", path,
                  getenv("BF_HOME") ? " --home " : "", getenv("BF_HOME") ? home : "");
+            free(c);
+            return -1;
+        }
+        if (!socket_listens(path)) {
+            fail(err, errlen,
+                 "bfd is not running (%s is left from an earlier bfd, nothing listens on it); "
+                 "start it with: bfd%s%s",
+                 path, getenv("BF_HOME") ? " --home " : "", getenv("BF_HOME") ? home : "");
             free(c);
             return -1;
         }

@@ -415,7 +415,7 @@ static void print_trial_row(json_t *t, const char *metric) {
     const char *k;
     json_t *v;
     json_object_foreach(json_object_get(t, "params"), k, v) {
-        char *vt = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+        char *vt = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(15));
         if (w < sizeof params)
             w += (size_t)snprintf(params + w, sizeof params - w, "%s%s=%s", w ? " " : "", k,
                                   vt ? vt : "?");

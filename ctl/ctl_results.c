@@ -108,11 +108,18 @@ static void csv_field(FILE *f, const char *s) {
 static void ex_begin(exporter *ex, json_t *job, json_t *first_trial_params) {
     if (ex->csv) {
         ex->param_keys = json_array();
+        if (!ex->param_keys) {
+            ex->failed = 1;
+            return;
+        }
         const char *k;
         json_t *v;
         fputs("job,trial,index,state,attempts", stdout);
         json_object_foreach(first_trial_params, k, v) {
-            json_array_append_new(ex->param_keys, json_string(k));
+            if (json_array_append_new(ex->param_keys, json_string(k)) != 0) {
+                ex->failed = 1;
+                return;
+            }
             putchar(',');
             csv_field(stdout, k);
         }
@@ -135,9 +142,9 @@ static char *csv_prefix(exporter *ex, json_t *t) {
     FILE *m = open_memstream(&buf, &len);
     if (!m) return NULL;
     fprintf(m, "%lld,%lld,%lld,%s,%lld", ex->job,
-           (long long)json_integer_value(json_object_get(t, "id")),
-           (long long)json_integer_value(json_object_get(t, "index")), str_of(t, "state"),
-           (long long)json_integer_value(json_object_get(t, "attempts")));
+            (long long)json_integer_value(json_object_get(t, "id")),
+            (long long)json_integer_value(json_object_get(t, "index")), str_of(t, "state"),
+            (long long)json_integer_value(json_object_get(t, "attempts")));
     size_t i;
     json_t *k;
     json_array_foreach(ex->param_keys, i, k) {
@@ -157,12 +164,13 @@ static char *csv_prefix(exporter *ex, json_t *t) {
 /* A trial's head: t has id, index, state, attempts, params, config. */
 static void ex_trial_begin(exporter *ex, json_t *t) {
     if (ex->csv) return;
-    json_t *head = json_pack("{s:O, s:O, s:O, s:O, s:O, s:O}", "id", json_object_get(t, "id"),
-                             "index", json_object_get(t, "index"), "state",
-                             json_object_get(t, "state"), "attempts",
-                             json_object_get(t, "attempts"), "params",
-                             json_object_get(t, "params"), "config", json_object_get(t, "config"));
-    char *txt = head ? json_dumps(head, JSON_COMPACT | JSON_PRESERVE_ORDER | PARAMS_PRECISION) : NULL;
+    json_t *head =
+        json_pack("{s:O, s:O, s:O, s:O, s:O, s:O}", "id", json_object_get(t, "id"), "index",
+                  json_object_get(t, "index"), "state", json_object_get(t, "state"), "attempts",
+                  json_object_get(t, "attempts"), "params", json_object_get(t, "params"), "config",
+                  json_object_get(t, "config"));
+    char *txt =
+        head ? json_dumps(head, JSON_COMPACT | JSON_PRESERVE_ORDER | PARAMS_PRECISION) : NULL;
     json_decref(head);
     if (!txt) {
         ex->failed = 1;
@@ -245,21 +253,25 @@ static void ex_points(exporter *ex, const char *prefix, json_t *points) {
 /* From one `export` reply. */
 static int export_whole(exporter *ex, json_t *r) {
     json_t *trials = json_object_get(r, "trials");
-    ex_begin(ex, json_object_get(r, "job"),
-             json_object_get(json_array_get(trials, 0), "params"));
+    ex_begin(ex, json_object_get(r, "job"), json_object_get(json_array_get(trials, 0), "params"));
+    if (ex->failed) return ex_end(ex);
     size_t i;
     json_t *t;
     json_array_foreach(trials, i, t) {
         char *prefix = ex->csv ? csv_prefix(ex, t) : NULL;
-        if (ex->csv && !prefix) return ex->failed = 1;
+        if (ex->csv && !prefix) {
+            ex->failed = 1;
+            break;
+        }
         ex_trial_begin(ex, t);
         size_t j;
         json_t *m;
-        json_array_foreach(json_object_get(t, "metrics"), j, m) ex_metric(
-            ex, prefix, str_of(m, "name"), (long long)json_integer_value(json_object_get(m, "step")),
-            (long long)json_integer_value(json_object_get(m, "seq")),
-            json_number_value(json_object_get(m, "value")),
-            json_number_value(json_object_get(m, "time")));
+        json_array_foreach(json_object_get(t, "metrics"), j, m)
+            ex_metric(ex, prefix, str_of(m, "name"),
+                      (long long)json_integer_value(json_object_get(m, "step")),
+                      (long long)json_integer_value(json_object_get(m, "seq")),
+                      json_number_value(json_object_get(m, "value")),
+                      json_number_value(json_object_get(m, "time")));
         ex_trial_end(ex);
         free(prefix);
     }
@@ -273,11 +285,12 @@ static int export_paged(exporter *ex, ctl_conn *c) {
     if (request(c, "job", json_pack("{s:I}", "job", (json_int_t)ex->job), &jr, NULL, 0, NULL))
         return 1;
     json_t *trials = json_incref(json_object_get(jr, "trials"));
-    json_object_del(jr, "trials");
-    json_object_del(jr, "req");
-    json_object_set_new(jr, "id", json_integer(ex->job));
+    /* the job's fields as `export` gives them: without the trial list and req
+     * (absent keys are fine, so the return values do not matter) */
+    (void)json_object_del(jr, "trials");
+    (void)json_object_del(jr, "req");
     ex_begin(ex, jr, json_object_get(json_array_get(trials, 0), "params"));
-    int rc = 0;
+    int rc = ex->failed;
     size_t i;
     json_t *t;
     json_array_foreach(trials, i, t) {
@@ -290,6 +303,11 @@ static int export_paged(exporter *ex, ctl_conn *c) {
         char *prefix = ex->csv ? csv_prefix(ex, tr) : NULL;
         ex_trial_begin(ex, tr);
         json_decref(tr);
+        if (ex->failed || (ex->csv && !prefix)) {
+            free(prefix);
+            rc = ex->failed = 1;
+            break;
+        }
         long long after = 0;
         for (;;) {
             json_t *m;
@@ -343,8 +361,8 @@ int bfctl_export(int argc, char **argv) {
     exporter ex = {.csv = csv, .job = job};
     json_t *r;
     char code[32];
-    int rc = request(c, "export", json_pack("{s:I}", "job", (json_int_t)job), &r, code,
-                     sizeof code, "too_large");
+    int rc = request(c, "export", json_pack("{s:I}", "job", (json_int_t)job), &r, code, sizeof code,
+                     "too_large");
     if (rc == 0) {
         rc = export_whole(&ex, r);
         json_decref(r);
@@ -416,8 +434,8 @@ int bfctl_results(int argc, char **argv) {
     json_t *jr = NULL, *br = NULL;
     int rc = request(c, "job", json_pack("{s:I}", "job", (json_int_t)job), &jr, NULL, 0, NULL);
     if (rc == 0)
-        rc = request(c, "best", json_pack("{s:I, s:i}", "job", (json_int_t)job, "n", 1), &br,
-                     NULL, 0, NULL);
+        rc = request(c, "best", json_pack("{s:I, s:i}", "job", (json_int_t)job, "n", 1), &br, NULL,
+                     0, NULL);
     ctl_close(&c);
     if (rc) {
         json_decref(jr);
@@ -476,8 +494,10 @@ int bfctl_results(int argc, char **argv) {
     if (json && !rc) {
         /* 12 digits: metric values are float32 results, printed with 9 */
         char *txt = json_dumps(out, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
-        if (txt) printf("%s\n", txt);
-        else rc = 1;
+        if (txt)
+            printf("%s\n", txt);
+        else
+            rc = 1;
         free(txt);
     }
     if (rc) fprintf(stderr, "bfctl results: out of memory\n");

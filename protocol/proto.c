@@ -373,9 +373,10 @@ int proto_parse_points(json_t *body, size_t max, proto_point **out, size_t *n, c
             return fail(err, errlen, "'points'[%zu]: %s", i, e2);
         }
         if (i > 0 && pts[i].seq != pts[i - 1].seq + 1) {
+            long long got = (long long)pts[i].seq, prev = (long long)pts[i - 1].seq;
             free(pts);
             return fail(err, errlen, "'points': seq must rise by 1 within a batch (%lld after %lld)",
-                        (long long)pts[i].seq, (long long)pts[i - 1].seq);
+                        got, prev);
         }
     }
     *out = pts;

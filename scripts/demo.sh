@@ -49,13 +49,17 @@ trap 'exit 130' INT TERM
 
 "$bin/bfctl" validate "$sweep" >&2
 
-if "$bin/bfctl" daemon status >/dev/null 2>&1; then
+# a bfd holds $BF_HOME/bfd.lock (with its pid) while it runs; a socket file
+# left by a stopped one does not count
+pid=$(cat "$BF_HOME/bfd.lock" 2>/dev/null || true)
+if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null &&
+    BF_TIMEOUT=3 "$bin/bfctl" daemon status >/dev/null 2>&1; then
     say "using the bfd already serving $BF_HOME"
 else
     "$bin/bfd" --daemonize >&2
     started=1
     i=0
-    until "$bin/bfctl" daemon status >/dev/null 2>&1; do
+    until BF_TIMEOUT=1 "$bin/bfctl" daemon status >/dev/null 2>&1; do
         i=$((i + 1))
         if [ $i -gt 100 ]; then
             say "bfd did not come up within 10 s; its log:"

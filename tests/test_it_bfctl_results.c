@@ -165,7 +165,8 @@ static long long submit(const char *name, int n) {
                      "name: %s\npipeline: budgetformer\ndata: {set: wordnet}\n"
                      "sweep:\n  parameters:\n    train.seed: {values: [",
                      name);
-    for (int i = 1; i <= n; i++) w += snprintf(text + w, sizeof text - (size_t)w, "%s%d", i > 1 ? ", " : "", i);
+    for (int i = 1; i <= n; i++)
+        w += snprintf(text + w, sizeof text - (size_t)w, "%s%d", i > 1 ? ", " : "", i);
     snprintf(text + w, sizeof text - (size_t)w, "]}\nmetric: {name: val/acc, goal: max}\n");
     snprintf(path, sizeof path, "%s/%s.yaml", g_dir, name);
     write_text(path, text, 0644);
@@ -202,7 +203,8 @@ static void send_points(void *sock, long long trial, const char *tok, const char
     char *body = malloc(len);
     cr_assert_not_null(body);
     snprintf(body, len, "{\"trial\": %lld, \"token\": \"%s\", \"points\": %s}", trial, tok, points);
-    cr_assert(zmq_send(sock, "bf", 2, ZMQ_SNDMORE) == 2 && zmq_send(sock, "1", 1, ZMQ_SNDMORE) == 1 &&
+    cr_assert(zmq_send(sock, "bf", 2, ZMQ_SNDMORE) == 2 &&
+                  zmq_send(sock, "1", 1, ZMQ_SNDMORE) == 1 &&
                   zmq_send(sock, "metrics", 7, ZMQ_SNDMORE) == 7 &&
                   zmq_send(sock, body, strlen(body), 0) == (int)strlen(body),
               "zmq_send: %s", zmq_strerror(zmq_errno()));
@@ -256,8 +258,10 @@ Test(bfctl_results, table_json_and_export) {
     json_t *js = json_loads(out, 0, &jerr);
     cr_assert_not_null(js, "show --json: %s", jerr.text);
     free(out);
-    long long ta = json_integer_value(json_object_get(json_array_get(json_object_get(js, "trials"), 0), "id"));
-    long long tb = json_integer_value(json_object_get(json_array_get(json_object_get(js, "trials"), 1), "id"));
+    long long ta =
+        json_integer_value(json_object_get(json_array_get(json_object_get(js, "trials"), 0), "id"));
+    long long tb =
+        json_integer_value(json_object_get(json_array_get(json_object_get(js, "trials"), 1), "id"));
     json_decref(js);
     cr_assert(ta >= 1 && tb >= 1);
     char toka[PROTO_TOKEN_LEN + 1], tokb[PROTO_TOKEN_LEN + 1];
@@ -270,22 +274,25 @@ Test(bfctl_results, table_json_and_export) {
     /* a: val/acc 0.5 then 0.6, then a test split: accuracy 0.55 (test), heads 0.35
      * b: val/acc 0.7 then 0.65, no test split: accuracy 0.65 (latest val), heads 0.9;
      * best by val/acc (max): b (0.7 > 0.6) */
-    send_points(ws, ta, toka,
-                "[{\"seq\": 1, \"step\": 10, \"time\": 1764400000.25, \"values\": {\"train/loss\": 2.0, "
-                "\"val/acc\": 0.5, \"val/heads_used\": 0.4}},"
-                " {\"seq\": 2, \"step\": 20, \"time\": 1764400001.5, \"values\": {\"val/acc\": 0.6, "
-                "\"val/heads_used\": 0.3}}]",
-                2);
-    send_points(ws, ta, toka,
-                "[{\"seq\": 3, \"step\": 20, \"time\": 1764400002.75, \"values\": {\"test/acc\": 0.55, "
-                "\"test/heads_used\": 0.35}}]",
-                3);
-    send_points(ws, tb, tokb,
-                "[{\"seq\": 1, \"step\": 10, \"time\": 1764400000.5, \"values\": {\"val/acc\": 0.7, "
-                "\"val/heads_used\": 0.8}},"
-                " {\"seq\": 2, \"step\": 20, \"time\": 1764400001.0, \"values\": {\"val/acc\": 0.65, "
-                "\"val/heads_used\": 0.9, \"bad\": null}}]",
-                2);
+    send_points(
+        ws, ta, toka,
+        "[{\"seq\": 1, \"step\": 10, \"time\": 1764400000.25, \"values\": {\"train/loss\": 2.0, "
+        "\"val/acc\": 0.5, \"val/heads_used\": 0.4}},"
+        " {\"seq\": 2, \"step\": 20, \"time\": 1764400001.5, \"values\": {\"val/acc\": 0.6, "
+        "\"val/heads_used\": 0.3}}]",
+        2);
+    send_points(
+        ws, ta, toka,
+        "[{\"seq\": 3, \"step\": 20, \"time\": 1764400002.75, \"values\": {\"test/acc\": 0.55, "
+        "\"test/heads_used\": 0.35}}]",
+        3);
+    send_points(
+        ws, tb, tokb,
+        "[{\"seq\": 1, \"step\": 10, \"time\": 1764400000.5, \"values\": {\"val/acc\": 0.7, "
+        "\"val/heads_used\": 0.8}},"
+        " {\"seq\": 2, \"step\": 20, \"time\": 1764400001.0, \"values\": {\"val/acc\": 0.65, "
+        "\"val/heads_used\": 0.9, \"bad\": null}}]",
+        2);
     zmq_close(ws);
     zmq_ctx_term(ctx);
     finish(ta, 0);
@@ -344,19 +351,23 @@ Test(bfctl_results, table_json_and_export) {
         const char *name;
         long long step, seq;
         double value, time;
-    } want_a[] = {{"train/loss", 10, 1, 2.0, 1764400000.25},      {"val/acc", 10, 1, 0.5, 1764400000.25},
-                  {"val/heads_used", 10, 1, 0.4, 1764400000.25},  {"val/acc", 20, 2, 0.6, 1764400001.5},
-                  {"val/heads_used", 20, 2, 0.3, 1764400001.5},   {"test/acc", 20, 3, 0.55, 1764400002.75},
-                  {"test/heads_used", 20, 3, 0.35, 1764400002.75}};
+    } want_a[] = {
+        {"train/loss", 10, 1, 2.0, 1764400000.25},      {"val/acc", 10, 1, 0.5, 1764400000.25},
+        {"val/heads_used", 10, 1, 0.4, 1764400000.25},  {"val/acc", 20, 2, 0.6, 1764400001.5},
+        {"val/heads_used", 20, 2, 0.3, 1764400001.5},   {"test/acc", 20, 3, 0.55, 1764400002.75},
+        {"test/heads_used", 20, 3, 0.35, 1764400002.75}};
     json_t *ma = json_object_get(ea, "metrics");
     cr_assert_eq(json_array_size(ma), 7);
     for (size_t i = 0; i < 7; i++) {
         json_t *m = json_array_get(ma, i);
-        cr_assert_str_eq(json_string_value(json_object_get(m, "name")), want_a[i].name, "metric %zu", i);
+        cr_assert_str_eq(json_string_value(json_object_get(m, "name")), want_a[i].name,
+                         "metric %zu", i);
         cr_assert_eq(json_integer_value(json_object_get(m, "step")), want_a[i].step);
         cr_assert_eq(json_integer_value(json_object_get(m, "seq")), want_a[i].seq);
-        cr_assert_eq(json_number_value(json_object_get(m, "value")), want_a[i].value, "metric %zu", i);
-        cr_assert_eq(json_number_value(json_object_get(m, "time")), want_a[i].time, "metric %zu", i);
+        cr_assert_eq(json_number_value(json_object_get(m, "value")), want_a[i].value, "metric %zu",
+                     i);
+        cr_assert_eq(json_number_value(json_object_get(m, "time")), want_a[i].time, "metric %zu",
+                     i);
     }
     /* the null value was accepted and not stored */
     cr_assert_eq(json_array_size(json_object_get(eb, "metrics")), 4);
@@ -367,13 +378,15 @@ Test(bfctl_results, table_json_and_export) {
     int rows = 0;
     for (const char *p = out; *p; p++) rows += *p == '\n';
     cr_assert_eq(rows, 1 + 7 + 4, "%s", out);
-    cr_assert(!strncmp(out, "job,trial,index,state,attempts,train.seed,seq,step,time,name,value\n",
-                       66),
-              "header: %.80s", out);
+    cr_assert(
+        !strncmp(out, "job,trial,index,state,attempts,train.seed,seq,step,time,name,value\n", 66),
+        "header: %.80s", out);
     char row[256];
-    snprintf(row, sizeof row, "\n%lld,%lld,0,COMPLETED,1,1,1,10,1764400000.25,train/loss,2\n", job, ta);
+    snprintf(row, sizeof row, "\n%lld,%lld,0,COMPLETED,1,1,1,10,1764400000.25,train/loss,2\n", job,
+             ta);
     cr_assert(strstr(out, row), "no row '%s' in:\n%s", row + 1, out);
-    snprintf(row, sizeof row, "\n%lld,%lld,1,COMPLETED,1,2,2,20,1764400001,val/heads_used,0.9\n", job, tb);
+    snprintf(row, sizeof row, "\n%lld,%lld,1,COMPLETED,1,2,2,20,1764400001,val/heads_used,0.9\n",
+             job, tb);
     cr_assert(strstr(out, row), "no row '%s' in:\n%s", row + 1, out);
     free(out);
 
@@ -399,7 +412,8 @@ Test(bfctl_results, export_of_a_large_job_is_paged) {
     json_t *js = json_loads(out, 0, &jerr);
     cr_assert_not_null(js);
     free(out);
-    long long t = json_integer_value(json_object_get(json_array_get(json_object_get(js, "trials"), 0), "id"));
+    long long t =
+        json_integer_value(json_object_get(json_array_get(json_object_get(js, "trials"), 0), "id"));
     json_decref(js);
     char tok[PROTO_TOKEN_LEN + 1];
     token_of(t, tok);
@@ -440,9 +454,11 @@ Test(bfctl_results, export_of_a_large_job_is_paged) {
         json_t *v = json_array_get(m, i);
         long long seq = (long long)(i / 5 + 1);
         cr_assert_eq(json_integer_value(json_object_get(v, "seq")), seq, "metric %zu", i);
-        cr_assert_str_eq(json_string_value(json_object_get(v, "name")), names[i % 5], "metric %zu", i);
+        cr_assert_str_eq(json_string_value(json_object_get(v, "name")), names[i % 5], "metric %zu",
+                         i);
         if (i % 5 == 0)
-            cr_assert_eq(json_number_value(json_object_get(v, "value")), (double)seq, "metric %zu", i);
+            cr_assert_eq(json_number_value(json_object_get(v, "value")), (double)seq, "metric %zu",
+                         i);
     }
     json_decref(js);
 

@@ -151,8 +151,8 @@ Test(pyclient, protocol_from_the_doc_alone) {
     snprintf(wk, sizeof wk, "ipc://%s/worker.sock", g_home);
     snprintf(pub, sizeof pub, "ipc://%s/pub.sock", g_home);
     snprintf(script, sizeof script, "%s/tests/test_it_pyclient.py", BF_SOURCE_DIR);
-    char *pargv[] = {PYTHON, script, "--ctl", ctl, "--worker", wk, "--pub", pub, "--dir", g_dir,
-                     NULL};
+    char *pargv[] = {PYTHON,  script, "--ctl", ctl,   "--worker", wk,
+                     "--pub", pub,    "--dir", g_dir, NULL};
     pid_t py = spawn(py_log, pargv);
     int st = wait_for(py, 180);
     if (st == -1) {
