@@ -146,6 +146,7 @@ static int int_arg(const char *name, const char *text, int lo, int hi, int *out)
 }
 
 int main(int argc, char **argv) {
+    bk_openmp_passive(argv);
     bench bc = {.reps = 2,
                 .steps = 32,
                 .layers = 4,

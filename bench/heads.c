@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels/bk.h"
 #include "bench/bench_util.h"
 #include "kernels/bk_rng.h"
 #include "worker/model.h"
@@ -60,6 +61,7 @@ static void build(model *m, const opts *o, const bk_backend *be, int budget) {
 }
 
 int main(int argc, char **argv) {
+    bk_openmp_passive(argv);
     opts o = {.B = 64, .T = 64, .d = 128, .H = 8, .L = 4, .reps = 15, .device = "auto"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

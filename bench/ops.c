@@ -310,6 +310,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    bk_openmp_passive(argv);
     const char *device = "auto";
     bench b = {.reps = 10, .table = stdout};
     for (int i = 1; i < argc; i++) {

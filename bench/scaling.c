@@ -25,6 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "kernels/bk.h"
 #include "bench/bench_util.h"
 
 typedef struct {
@@ -152,6 +153,7 @@ static int run_one(const opts *o, int R, const char *dir, result *r) {
 }
 
 int main(int argc, char **argv) {
+    bk_openmp_passive(argv);
     opts o = {.ranks = {1, 2},
               .n_ranks = 2,
               .device = "cpu",

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels/bk.h"
 #include "bench/bench_util.h"
 #include "kernels/bk_rng.h"
 #include "worker/model.h"
@@ -104,6 +105,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    bk_openmp_passive(argv);
     opts o = {.B = 64, .T = 64, .d = 128, .H = 8, .L = 4, .V = 8192, .C = 26, .steps = 20,
               .device = "auto", .peer = BF_SOURCE_DIR "/../shared/peers/torch_ref.py"};
     for (int i = 1; i < argc; i++) {

@@ -206,6 +206,16 @@ int bk_fwht_valid(int d);
  * docs; d must be valid. */
 int bk_hadamard_entry(int d, int i, int j);
 
+/* libgomp reads OMP_WAIT_POLICY once, when it loads, and by default spins
+ * idle threads. When other work shares the cores (several trials or ranks on
+ * few cores, a daemon, another job) the spinning starves the working threads:
+ * a test-set evaluation took 178 s spinning against 22 s sleeping on a loaded
+ * 2-core machine, and selected-heads inference fell off a cliff (160 ms
+ * instead of 14 ms). Programs call this first thing in main: unless the user
+ * chose a policy, it re-executes the program once with OMP_WAIT_POLICY=passive.
+ * Returns only when no re-exec happened. */
+void bk_openmp_passive(char **argv);
+
 #ifdef __cplusplus
 }
 #endif

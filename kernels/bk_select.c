@@ -1,6 +1,8 @@
 #include "kernels/bk.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 #ifndef BK_HAVE_CUDA
@@ -32,4 +34,15 @@ int bk_select(const char *device, const bk_backend **out, char *err, size_t errl
     }
     snprintf(err, errlen, "unknown device '%s' (valid: auto, cpu, cuda)", device);
     return -1;
+}
+
+void bk_openmp_passive(char **argv) {
+    if (getenv("OMP_WAIT_POLICY")) return;
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return;
+    self[n] = 0; /* exec the real path, so the process keeps its name (ps, pgrep) */
+    if (setenv("OMP_WAIT_POLICY", "passive", 1)) return;
+    execv(self, argv);
+    /* exec failed: carry on with the default policy */
 }

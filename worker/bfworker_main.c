@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "common/cfg.h"
+#include "kernels/bk.h"
 #include "worker/ckpt.h"
 #include "worker/comm.h"
 #include "worker/generate.h"
@@ -460,24 +461,8 @@ done:
     return rc;
 }
 
-/* libgomp reads OMP_WAIT_POLICY once, when it loads, and by default spins
- * idle threads. Under contention (several trials or ranks on few cores) the
- * spinning starves the working threads: an evaluation measured 178 s spinning
- * against 22 s sleeping on a loaded 2-core machine. So unless the user chose a
- * policy, bfworker re-executes itself once with OMP_WAIT_POLICY=passive. */
-static void prefer_passive_openmp(char **argv) {
-    if (getenv("OMP_WAIT_POLICY")) return;
-    char self[4096];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) return;
-    self[n] = 0; /* exec the real path, so the process keeps its name (ps, pgrep) */
-    if (setenv("OMP_WAIT_POLICY", "passive", 1)) return;
-    execv(self, argv);
-    /* exec failed: carry on with the default policy */
-}
-
 int main(int argc, char **argv) {
-    prefer_passive_openmp(argv);
+    bk_openmp_passive(argv);
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         fputs(USAGE, argc < 2 ? stderr : stdout);
         return argc < 2 ? EXIT_USAGE : EXIT_OK;
