@@ -23,6 +23,7 @@
 #include <zmq.h>
 
 #include "daemon/dstate.h"
+#include "daemon/slurm.h"
 #include "jobs/store.h"
 #include "jobs/sweep.h"
 #include "protocol/proto.h"
@@ -48,6 +49,10 @@ typedef struct run {
     double kill_at; /* when to SIGKILL the group (0: not scheduled) */
     int done_state; /* from `done`: -1 none, 0 completed, 1 preempted, 2 failed */
     int64_t acked;  /* highest contiguous seq stored; -1 not loaded yet */
+    /* launcher: slurm (pid is 0: the worker runs on a compute node) */
+    char slurm_job[SLURM_JOB_ID_MAX]; /* "" for a local run */
+    int slurm_phase;                  /* last slurm_phase seen (SLURM_QUEUED at submit) */
+    double next_poll;                 /* when to ask scontrol again */
 } run;
 
 typedef struct batch {
@@ -220,7 +225,21 @@ static int process_alive(pid_t pid, const char *token) {
     return strstr(buf, token) != NULL;
 }
 
-static void kill_group(run *r, int sig) {
+static int is_slurm(const bfd *d) { return strcmp(d->c->launcher, "slurm") == 0; }
+
+/* Signals an attempt: its process group (local), or its Slurm job: SIGTERM
+ * becomes `scancel --signal=TERM` (the worker checkpoints and exits 75),
+ * anything else a plain `scancel`. A job Slurm has not started yet is simply
+ * cancelled. */
+static void kill_group(bfd *d, run *r, int sig) {
+    if (r->slurm_job[0]) {
+        char err[1024];
+        int term = sig == SIGTERM && r->slurm_phase == SLURM_RUNNING;
+        if (slurm_cancel(d->c->scancel, r->slurm_job, term, err, sizeof err))
+            logf_("trial %lld: %s", (long long)r->trial, err);
+        r->next_poll = now_s() + 0.5;
+        return;
+    }
     if (r->pid > 0 && kill(-r->pid, sig) != 0 && errno != ESRCH)
         logf_("kill(-%d, %d): %s", (int)r->pid, sig, strerror(errno));
 }
@@ -251,30 +270,73 @@ static void record_state(bfd *d, run *r, trial_state to, const char *why) {
     d->dirty = 1;
 }
 
-/* The attempt's process is gone: map how it ended to the trial's state. */
-static void run_ended(bfd *d, run *r, int have_status, int status) {
+/* The worker checkpointed on a SIGTERM bfd did not send (a node drain, a
+ * Slurm preemption or time limit) and exited 75: back to PENDING, resumed
+ * from the checkpoint, without using a retry. */
+static void record_preempted(bfd *d, run *r) {
+    char err[512];
+    const char *why = "preempted (exit status 75); resumes from checkpoint";
+    if (store_trial_preempt(d->st, r->trial, why, err, sizeof err)) {
+        logf_("trial %lld: %s", (long long)r->trial, err);
+        return;
+    }
+    logf_("trial %lld attempt %d: %s", (long long)r->trial, r->attempt, why);
+    publish_event(d, r->job, r->trial, "PENDING", r->attempt, why);
+    d->dirty = 1;
+}
+
+/* The attempt is over with exit status code (-1: none known): map it to the
+ * trial's state (fail_why when it failed) and forget the run. */
+static void run_ended_code(bfd *d, run *r, int code, const char *fail_why) {
     if (!r->ending) {
-        char why[256];
-        int code = -1;
-        if (have_status && WIFEXITED(status)) code = WEXITSTATUS(status);
-        if (!have_status) code = r->done_state == 0 ? 0 : r->done_state == 1 ? 75 : -1;
-        if (code == 0) {
+        if (code == 0)
             record_state(d, r, TRIAL_COMPLETED, "exit status 0");
-        } else if (code == 75 && r->stop_requested) {
+        else if (code == 75 && r->stop_requested)
             record_state(d, r, TRIAL_STOPPED, "stopped on request (checkpoint written)");
-        } else {
-            if (code == 75)
-                snprintf(why, sizeof why, "preempted (exit status 75); resumes from checkpoint");
-            else if (have_status && WIFSIGNALED(status))
-                snprintf(why, sizeof why, "killed by signal %d", WTERMSIG(status));
-            else if (have_status)
-                snprintf(why, sizeof why, "exit status %d", code);
-            else
-                snprintf(why, sizeof why, "worker process gone without reporting done");
-            record_failure(d, r, why);
-        }
+        else if (code == 75)
+            record_preempted(d, r);
+        else
+            record_failure(d, r, fail_why);
     }
     remove_run(d, r);
+}
+
+/* The attempt's process is gone: map how it ended to the trial's state. */
+static void run_ended(bfd *d, run *r, int have_status, int status) {
+    char why[256];
+    int code = -1;
+    if (have_status && WIFEXITED(status)) code = WEXITSTATUS(status);
+    if (!have_status) code = r->done_state == 0 ? 0 : r->done_state == 1 ? 75 : -1;
+    if (have_status && WIFSIGNALED(status))
+        snprintf(why, sizeof why, "killed by signal %d", WTERMSIG(status));
+    else if (have_status)
+        snprintf(why, sizeof why, "exit status %d", code);
+    else if (r->done_state == 2)
+        snprintf(why, sizeof why, "the worker reported failure");
+    else
+        snprintf(why, sizeof why, "worker process gone without reporting done");
+    run_ended_code(d, r, code, why);
+}
+
+/* The Slurm job of r left the queue. The worker's `done` is the primary
+ * signal; without it, Slurm's JobState and the batch script's exit status
+ * (srun's, hence the worker's: 75 = preempted) decide. */
+static void slurm_job_ended(bfd *d, run *r, const slurm_status *st) {
+    if (r->done_state >= 0) {
+        run_ended(d, r, 0, 0);
+        return;
+    }
+    char why[256];
+    int code = -1;
+    if ((!strcmp(st->state, "COMPLETED") || !strcmp(st->state, "FAILED")) && st->signal == 0)
+        code = st->exit_code;
+    if (st->phase == SLURM_UNKNOWN)
+        snprintf(why, sizeof why, "Slurm job %s is gone without the worker reporting done",
+                 r->slurm_job);
+    else
+        snprintf(why, sizeof why, "Slurm job %s ended %s (exit code %d:%d)", r->slurm_job,
+                 st->state, st->exit_code, st->signal);
+    run_ended_code(d, r, code, why);
 }
 
 static void reap_children(bfd *d) {
@@ -316,8 +378,59 @@ static void parse_gpus(const char *s, int *g, int *n) {
     }
 }
 
+/* Submits the attempt r (already RUNNING in the store and recorded in
+ * bfd_runs) as a Slurm batch job: $BF_HOME/trials/ID/slurm.sh runs
+ * `srun bfworker run ...`; Slurm picks the node, the CPUs and the GPUs.
+ * The worker connects back to the worker endpoint (ipc:// works when the
+ * compute node is this machine; other hosts need bfd --tcp, with CURVE). */
+static int launch_slurm(bfd *d, run *r, const store_job *j, const char *out, const char *logp,
+                        const char *cwd) {
+    char err[1024], why[1300], script[1300];
+    snprintf(script, sizeof script, "%s/slurm.sh", out);
+    slurm_batch b = {.trial = r->trial,
+                     .attempt = r->attempt,
+                     .ranks = j->ranks,
+                     .cpus_per_rank = j->cpus_per_rank > 0 ? j->cpus_per_rank : 1,
+                     .gpus_per_rank = j->gpus_per_rank,
+                     .time_limit_s = j->time_limit_s,
+                     .threads = d->c->threads_per_slot,
+                     .partition = d->c->slurm_partition,
+                     .srun = d->c->srun,
+                     .mpi = d->c->slurm_mpi,
+                     .bfworker = d->c->bfworker,
+                     .endpoint = d->tcp_wrk[0] ? d->tcp_wrk : d->ep_wrk,
+                     .token = r->token,
+                     .out_dir = out,
+                     .log_path = logp,
+                     .cwd = cwd};
+    char id[SLURM_JOB_ID_MAX];
+    if (slurm_write_script(script, &b, err, sizeof err) ||
+        slurm_submit(d->c->sbatch, script, id, err, sizeof err)) {
+        snprintf(why, sizeof why, "not submitted to Slurm: %s", err);
+        int64_t trial = r->trial;
+        int rq;
+        remove_run(d, r);
+        if (store_trial_fail(d->st, trial, why, &rq, err, sizeof err)) logf_("%s", err);
+        logf_("trial %lld: %s", (long long)trial, why);
+        return -1;
+    }
+    memcpy(r->slurm_job, id, sizeof id);
+    r->slurm_phase = SLURM_QUEUED;
+    r->next_poll = now_s() + 0.5;
+    dstate_run dr = {.trial = r->trial, .attempt = r->attempt, .pid = 0, .started = r->started};
+    memcpy(dr.token, r->token, sizeof dr.token);
+    memcpy(dr.slurm_job, id, sizeof id);
+    if (dstate_run_put(d->ds, &dr, err, sizeof err)) logf_("%s", err);
+    char msg[128];
+    snprintf(msg, sizeof msg, "submitted to Slurm as job %s", id);
+    logf_("trial %lld attempt %d: %s, %d rank%s", (long long)r->trial, r->attempt, msg, j->ranks,
+          j->ranks == 1 ? "" : "s");
+    publish_event(d, r->job, r->trial, "RUNNING", r->attempt, msg);
+    return 0;
+}
+
 /* Starts one attempt of trial t (PENDING) on the given GPUs. */
-static int launch(bfd *d, const store_trial *t, const dstate_job *j, const int *gpus, int ng) {
+static int launch(bfd *d, const store_trial *t, const store_job *j, const int *gpus, int ng) {
     char err[1024], token[PROTO_TOKEN_LEN + 1];
     if (proto_random_token(token, err, sizeof err)) {
         logf_("trial %lld: %s", (long long)t->id, err);
@@ -354,7 +467,7 @@ static int launch(bfd *d, const store_trial *t, const dstate_job *j, const int *
     memcpy(r->gpus, gpus, (size_t)ng * sizeof *gpus);
     r->n_gpus = ng;
     r->started = r->last_seen = now_s();
-    r->is_child = 1;
+    r->is_child = !is_slurm(d);
     char gl[256];
     format_gpus(gpus, ng, gl, sizeof gl);
     /* recorded before the fork: a bfd killed in between still knows the token */
@@ -362,6 +475,7 @@ static int launch(bfd *d, const store_trial *t, const dstate_job *j, const int *
     memcpy(dr.token, token, sizeof token);
     snprintf(dr.gpus, sizeof dr.gpus, "%s", gl);
     if (dstate_run_put(d->ds, &dr, err, sizeof err)) logf_("%s", err);
+    if (is_slurm(d)) return launch_slurm(d, r, j, out, logp, cwd);
 
     char id[32], np[16], attempt[16];
     snprintf(id, sizeof id, "%lld", (long long)t->id);
@@ -460,9 +574,11 @@ static void schedule(bfd *d) {
         return;
     }
     for (size_t i = 0; i < n && free_slots > 0; i++) {
-        dstate_job j;
-        if (dstate_job_get(d->ds, ts[i].job_id, &j, err, sizeof err) != 0) continue;
-        int need_g = j.ranks * j.gpus_per_rank;
+        store_job j;
+        if (store_job_get(d->st, ts[i].job_id, &j, err, sizeof err) != 0) continue;
+        /* with Slurm the cluster owns the GPUs: bfd only caps how many ranks it
+         * has submitted at once (slots) */
+        int need_g = is_slurm(d) ? 0 : j.ranks * j.gpus_per_rank;
         if (j.ranks > d->c->slots || need_g > d->c->n_gpus) {
             /* can never run here: fail it for good rather than wait forever */
             char why[256];
@@ -498,9 +614,9 @@ static json_t *trial_summary(const store_trial *t) {
 }
 
 /* Reads a job for a request; replies not_found/internal itself on failure. */
-static int get_job(bfd *d, void *s, proto_msg *m, long long id, dstate_job *j) {
+static int get_job(bfd *d, void *s, proto_msg *m, long long id, store_job *j) {
     char err[1024];
-    int rc = dstate_job_get(d->ds, id, j, err, sizeof err);
+    int rc = store_job_get(d->st, id, j, err, sizeof err);
     if (rc == 1) reply_err(d, s, m, PROTO_E_NOT_FOUND, "%s: no job %lld", m->type, id);
     if (rc < 0) reply_err(d, s, m, PROTO_E_INTERNAL, "%s: %s", m->type, err);
     return rc;
@@ -509,7 +625,7 @@ static int get_job(bfd *d, void *s, proto_msg *m, long long id, dstate_job *j) {
 static int get_trial(bfd *d, void *s, proto_msg *m, long long id, store_trial *t) {
     char err[1024];
     int64_t job;
-    int rc = dstate_trial_job(d->ds, id, &job, err, sizeof err);
+    int rc = store_trial_job(d->st, id, &job, err, sizeof err);
     if (rc == 1) {
         reply_err(d, s, m, PROTO_E_NOT_FOUND, "%s: no trial %lld", m->type, id);
         return 1;
@@ -555,7 +671,7 @@ static void ctl_submit(bfd *d, void *s, proto_msg *m) {
         return;
     }
     int ranks = spec->resources.ranks > 0 ? spec->resources.ranks : 1;
-    int need_g = ranks * spec->resources.gpus_per_rank;
+    int need_g = is_slurm(d) ? 0 : ranks * spec->resources.gpus_per_rank;
     if (ranks > d->c->slots || need_g > d->c->n_gpus) {
         reply_err(d, s, m, PROTO_E_FIELD,
                   "submit: each trial needs %d slots and %d GPUs; this bfd has %d slots and %d "
@@ -583,7 +699,7 @@ static void ctl_submit(bfd *d, void *s, proto_msg *m) {
 
 static void ctl_jobs(bfd *d, void *s, proto_msg *m) {
     char err[1024];
-    json_t *arr = dstate_jobs_json(d->ds, err, sizeof err);
+    json_t *arr = dstate_jobs_json(d->st, err, sizeof err);
     if (!arr) {
         reply_err(d, s, m, PROTO_E_INTERNAL, "jobs: %s", err);
         return;
@@ -597,9 +713,9 @@ static void ctl_job(bfd *d, void *s, proto_msg *m) {
     char ferr[512], err[1024];
     long long id;
     FIELD(proto_get_int(m->body, "job", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
-    dstate_job j;
+    store_job j;
     if (get_job(d, s, m, id, &j)) return;
-    json_t *b = dstate_job_json(d->ds, &j, err, sizeof err);
+    json_t *b = dstate_job_json(d->st, &j, err, sizeof err);
     store_trial *ts = NULL;
     size_t n = 0;
     if (!b || store_job_trials(d->st, id, &ts, &n, err, sizeof err)) {
@@ -662,7 +778,7 @@ static void ctl_metrics(bfd *d, void *s, proto_msg *m) {
     FIELD(proto_get_int(m->body, "after", 0, 0, PROTO_MAX_INT, 0, &after, ferr, sizeof ferr));
     FIELD(proto_get_int(m->body, "limit", 0, 1, 10000, 1000, &limit, ferr, sizeof ferr));
     int64_t job;
-    int rc = dstate_trial_job(d->ds, id, &job, err, sizeof err);
+    int rc = store_trial_job(d->st, id, &job, err, sizeof err);
     if (rc) {
         if (rc > 0)
             reply_err(d, s, m, PROTO_E_NOT_FOUND, "metrics: no trial %lld", id);
@@ -712,7 +828,7 @@ static void ctl_metrics(bfd *d, void *s, proto_msg *m) {
 /* Ends a running attempt on request (cancel): SIGTERM now, SIGKILL later. */
 static void terminate_run(bfd *d, run *r) {
     r->ending = 1;
-    kill_group(r, SIGTERM);
+    kill_group(d, r, SIGTERM);
     r->kill_at = now_s() + d->c->kill_grace;
 }
 
@@ -727,7 +843,7 @@ static void ctl_cancel(bfd *d, void *s, proto_msg *m) {
     }
     int n = 0;
     if (job) {
-        dstate_job j;
+        store_job j;
         if (get_job(d, s, m, job, &j)) return;
         if (store_job_cancel(d->st, job, &n, err, sizeof err)) {
             reply_err(d, s, m, PROTO_E_INTERNAL, "cancel: %s", err);
@@ -777,7 +893,7 @@ static void send_stop(bfd *d, run *r, const char *reason) {
         if (rc == 0) return;
         logf_("stop to trial %lld: %s; sending SIGTERM", (long long)r->trial, err);
     }
-    kill_group(r, SIGTERM);
+    kill_group(d, r, SIGTERM);
 }
 
 static void ctl_stop(bfd *d, void *s, proto_msg *m) {
@@ -804,9 +920,9 @@ static void ctl_wait(bfd *d, void *s, proto_msg *m) {
     char ferr[512], err[1024];
     long long id;
     FIELD(proto_get_int(m->body, "job", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
-    dstate_job j;
+    store_job j;
     if (get_job(d, s, m, id, &j)) return;
-    json_t *states = dstate_job_states(d->ds, id, err, sizeof err);
+    json_t *states = dstate_job_states(d->st, id, err, sizeof err);
     if (!states) {
         reply_err(d, s, m, PROTO_E_INTERNAL, "wait: %s", err);
         return;
@@ -828,7 +944,7 @@ static void ctl_best(bfd *d, void *s, proto_msg *m) {
     long long id, k;
     FIELD(proto_get_int(m->body, "job", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
     FIELD(proto_get_int(m->body, "n", 0, 1, 1000, 5, &k, ferr, sizeof ferr));
-    dstate_job j;
+    store_job j;
     if (get_job(d, s, m, id, &j)) return;
     store_trial *ts = NULL;
     size_t n = 0;
@@ -849,9 +965,9 @@ static void ctl_export(bfd *d, void *s, proto_msg *m) {
     char ferr[512], err[1024];
     long long id;
     FIELD(proto_get_int(m->body, "job", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
-    dstate_job j;
+    store_job j;
     if (get_job(d, s, m, id, &j)) return;
-    json_t *jo = dstate_job_json(d->ds, &j, err, sizeof err);
+    json_t *jo = dstate_job_json(d->st, &j, err, sizeof err);
     store_trial *ts = NULL;
     size_t n = 0;
     if (!jo || store_job_trials(d->st, id, &ts, &n, err, sizeof err)) {
@@ -934,7 +1050,7 @@ static void ctl_logs(bfd *d, void *s, proto_msg *m) {
     FIELD(proto_get_int(m->body, "offset", 0, 0, PROTO_MAX_INT, 0, &off, ferr, sizeof ferr));
     FIELD(proto_get_int(m->body, "max", 0, 1, LOG_CHUNK, LOG_CHUNK, &max, ferr, sizeof ferr));
     int64_t job;
-    int rc = dstate_trial_job(d->ds, id, &job, err, sizeof err);
+    int rc = store_trial_job(d->st, id, &job, err, sizeof err);
     if (rc) {
         if (rc > 0)
             reply_err(d, s, m, PROTO_E_NOT_FOUND, "logs: no trial %lld", id);
@@ -987,7 +1103,7 @@ static json_t *int_array(const int *v, int n) {
 static void ctl_status(bfd *d, void *s, proto_msg *m) {
     char err[1024];
     long long jobs = 0, pending = 0, running = 0;
-    if (dstate_counts(d->ds, &jobs, &pending, &running, err, sizeof err)) {
+    if (store_counts(d->st, &jobs, &pending, &running, err, sizeof err)) {
         reply_err(d, s, m, PROTO_E_INTERNAL, "status: %s", err);
         return;
     }
@@ -999,7 +1115,10 @@ static void ctl_status(bfd *d, void *s, proto_msg *m) {
                             (json_int_t)r->trial, "job", (json_int_t)r->job, "attempt", r->attempt,
                             "pid", (int)r->pid, "slots", r->ranks, "gpus",
                             int_array(r->gpus, r->n_gpus), "since", r->started, "reattached",
-                            !r->is_child, "ending", r->ending));
+                            !r->is_child && !r->slurm_job[0], "ending", r->ending));
+        if (r->slurm_job[0])
+            json_object_set_new(json_array_get(runs, json_array_size(runs) - 1), "slurm_job",
+                                json_string(r->slurm_job));
     }
     int free_g[BFD_MAX_GPUS], nf = 0;
     for (int g = 0; g < d->c->n_gpus; g++)
@@ -1098,7 +1217,7 @@ static int load_acked(bfd *d, run *r) {
     if (r->acked >= 0) return 0;
     char err[512];
     int64_t a;
-    if (dstate_max_seq(d->ds, r->trial, &a, err, sizeof err)) {
+    if (store_max_seq(d->st, r->trial, &a, err, sizeof err)) {
         logf_("%s", err);
         return -1;
     }
@@ -1243,6 +1362,7 @@ static void handle_worker_msg(bfd *d, proto_msg *m, size_t *round_points) {
             return;
         }
         r->done_state = st;
+        if (r->slurm_job[0]) r->next_poll = now_s() + 0.3; /* the job ends right after */
         reply(d, s, m, "ok", NULL);
         return;
     }
@@ -1430,7 +1550,7 @@ static int reconcile(bfd *d, char *err, size_t errlen) {
     int64_t *ids = NULL;
     size_t ni = 0;
     if (dstate_runs(d->ds, &rows, &nr, err, errlen) ||
-        dstate_running_trials(d->ds, &ids, &ni, err, errlen)) {
+        store_running_trials(d->st, &ids, &ni, err, errlen)) {
         free(rows);
         return -1;
     }
@@ -1439,30 +1559,60 @@ static int reconcile(bfd *d, char *err, size_t errlen) {
         for (size_t k = 0; k < nr; k++)
             if (rows[k].trial == ids[i]) row = &rows[k];
         int64_t job = 0;
-        dstate_trial_job(d->ds, ids[i], &job, err, errlen);
-        if (row && process_alive(row->pid, row->token)) {
-            dstate_job j;
+        if (store_trial_job(d->st, ids[i], &job, err, errlen) < 0) {
+            free(rows);
+            free(ids);
+            return -1;
+        }
+        slurm_status ss = {.phase = SLURM_UNKNOWN};
+        int slurm_alive = 0;
+        if (row && row->slurm_job[0]) {
+            /* a controller that does not answer now is not proof the job is
+             * gone: reattach, and the poll decides later */
+            if (slurm_query(d->c->scontrol, row->slurm_job, &ss, err, errlen)) {
+                logf_("trial %lld: %s; reattaching to Slurm job %s anyway", (long long)ids[i], err,
+                      row->slurm_job);
+                ss.phase = SLURM_RUNNING;
+            }
+            slurm_alive = ss.phase == SLURM_QUEUED || ss.phase == SLURM_RUNNING;
+        }
+        if (row && (slurm_alive || (!row->slurm_job[0] && process_alive(row->pid, row->token)))) {
+            store_job j;
             run *r = add_run(d);
             if (!r) break;
             r->trial = ids[i];
             r->job = job;
             r->attempt = row->attempt;
-            r->ranks = dstate_job_get(d->ds, job, &j, err, errlen) == 0 ? j.ranks : 1;
+            r->ranks = store_job_get(d->st, job, &j, err, errlen) == 0 ? j.ranks : 1;
             memcpy(r->token, row->token, sizeof r->token);
             r->pid = row->pid;
             parse_gpus(row->gpus, r->gpus, &r->n_gpus);
             r->started = row->started;
             r->last_seen = r->last_alive_check = now_s();
             r->is_child = 0;
-            logf_("trial %lld attempt %d: worker pid %d still running; reattaching",
-                  (long long)r->trial, r->attempt, (int)r->pid);
+            if (row->slurm_job[0]) {
+                memcpy(r->slurm_job, row->slurm_job, sizeof r->slurm_job);
+                r->slurm_phase = ss.phase;
+                r->next_poll = now_s() + d->c->slurm_poll;
+                logf_("trial %lld attempt %d: Slurm job %s still %s; reattaching",
+                      (long long)r->trial, r->attempt, r->slurm_job, ss.state);
+            } else {
+                logf_("trial %lld attempt %d: worker pid %d still running; reattaching",
+                      (long long)r->trial, r->attempt, (int)r->pid);
+            }
         } else {
             run tmp;
             memset(&tmp, 0, sizeof tmp);
             tmp.trial = ids[i];
             tmp.job = job;
             tmp.attempt = row ? row->attempt : 0;
-            record_failure(d, &tmp, "worker gone while bfd was down");
+            char why[256];
+            if (row && row->slurm_job[0])
+                snprintf(why, sizeof why, "Slurm job %s ended (%s) while bfd was down",
+                         row->slurm_job, ss.state);
+            else
+                snprintf(why, sizeof why, "worker gone while bfd was down");
+            record_failure(d, &tmp, why);
         }
     }
     for (size_t k = 0; k < nr; k++)
@@ -1478,7 +1628,7 @@ static void check_timers(bfd *d) {
     for (size_t i = 0; i < d->n_runs;) {
         run *r = &d->runs[i];
         if (r->ending && r->kill_at > 0 && t >= r->kill_at) {
-            kill_group(r, SIGKILL);
+            kill_group(d, r, SIGKILL);
             r->kill_at = 0;
         }
         if (!r->ending && t - r->last_seen > d->c->heartbeat_timeout) {
@@ -1487,9 +1637,27 @@ static void check_timers(bfd *d) {
                      t - r->last_seen);
             record_failure(d, r, why);
             r->ending = 1;
-            kill_group(r, SIGKILL);
+            kill_group(d, r, SIGKILL);
         }
-        if (!r->is_child && t - r->last_alive_check >= 1.0) {
+        if (r->slurm_job[0] && t >= r->next_poll) {
+            r->next_poll = t + d->c->slurm_poll;
+            slurm_status ss;
+            char err[1024];
+            if (slurm_query(d->c->scontrol, r->slurm_job, &ss, err, sizeof err)) {
+                logf_("trial %lld: %s", (long long)r->trial, err);
+            } else if (ss.phase == SLURM_ENDED || ss.phase == SLURM_UNKNOWN) {
+                slurm_job_ended(d, r, &ss);
+                continue; /* r was replaced by the last run */
+            } else {
+                /* a job waiting in Slurm's queue sends no heartbeats */
+                if (ss.phase == SLURM_QUEUED) r->last_seen = t;
+                if (ss.phase == SLURM_RUNNING && r->slurm_phase != SLURM_RUNNING)
+                    logf_("trial %lld attempt %d: Slurm job %s is running", (long long)r->trial,
+                          r->attempt, r->slurm_job);
+                r->slurm_phase = (int)ss.phase;
+            }
+        }
+        if (!r->is_child && !r->slurm_job[0] && t - r->last_alive_check >= 1.0) {
             r->last_alive_check = t;
             if (!process_alive(r->pid, r->token)) {
                 run_ended(d, r, 0, 0);

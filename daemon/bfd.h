@@ -13,18 +13,25 @@ typedef struct bfd_config {
     int slots;                 /* cpu slots: ranks that may run at once (default nproc) */
     int n_gpus;                /* GPUs to hand out (default: detected) */
     int gpus[BFD_MAX_GPUS];    /* their CUDA indices */
-    char launcher[16];         /* local (slurm: not built yet) */
+    char launcher[16];         /* "local" (fork/mpirun) or "slurm" (sbatch + srun) */
     double heartbeat_timeout;  /* s without a worker message before its attempt fails (30) */
     double heartbeat_interval; /* s between worker heartbeats (1) */
     double kill_grace;         /* s between SIGTERM and SIGKILL on cancel (5) */
     int threads_per_slot;      /* OMP_NUM_THREADS of each rank (1) */
     char bfworker[1024];       /* the bfworker program (default: next to bfd) */
     char mpirun[256];          /* mpirun program (default "mpirun") */
+    /* launcher: slurm */
+    char slurm_partition[128]; /* sbatch --partition ("": the cluster's default) */
+    char slurm_mpi[64];        /* srun --mpi=... ("": not passed) */
+    double slurm_poll;         /* s between scontrol queries of each Slurm job (2) */
+    char sbatch[600], srun[600], scontrol[600], scancel[600]; /* from slurm_bin (or PATH) */
 } bfd_config;
 
 /* Fills defaults, then reads path when it exists (a YAML mapping: slots,
- * gpus (a list of indices or a count), launcher, heartbeat_timeout,
- * heartbeat_interval, kill_grace, threads_per_slot, bfworker, mpirun).
+ * gpus (a list of indices or a count), launcher (local or slurm),
+ * heartbeat_timeout, heartbeat_interval, kill_grace, threads_per_slot,
+ * bfworker, mpirun, slurm_bin (folder of sbatch, srun, scontrol, scancel),
+ * slurm_partition, slurm_mpi, slurm_poll).
  * Returns 0, or -1 with "PATH:LINE:COL: message". */
 int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen);
 

@@ -42,6 +42,11 @@ static void defaults(bfd_config *c) {
     c->kill_grace = 5;
     c->threads_per_slot = 1;
     snprintf(c->mpirun, sizeof c->mpirun, "mpirun");
+    c->slurm_poll = 2;
+    snprintf(c->sbatch, sizeof c->sbatch, "sbatch");
+    snprintf(c->srun, sizeof c->srun, "srun");
+    snprintf(c->scontrol, sizeof c->scontrol, "scontrol");
+    snprintf(c->scancel, sizeof c->scancel, "scancel");
     char self[PATH_MAX];
     ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
     if (k > 0) {
@@ -133,9 +138,32 @@ int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen) {
                 for (int i = 0; i < c->n_gpus; i++) c->gpus[i] = i;
             }
         } else if (strcmp(key, "launcher") == 0) {
-            if (!sv || strcmp(sv, "local") != 0)
-                rc = fail(err, errlen, "%s:%zu:%zu: launcher must be local (slurm is not built yet)",
-                          path, v->start_mark.line + 1, v->start_mark.column + 1);
+            if (!sv || (strcmp(sv, "local") != 0 && strcmp(sv, "slurm") != 0))
+                rc = fail(err, errlen, "%s:%zu:%zu: launcher must be local or slurm", path,
+                          v->start_mark.line + 1, v->start_mark.column + 1);
+            else
+                snprintf(c->launcher, sizeof c->launcher, "%s", sv);
+        } else if (strcmp(key, "slurm_poll") == 0) {
+            rc = num(path, v, 0.2, 600, &c->slurm_poll, key, err, errlen);
+        } else if (strcmp(key, "slurm_bin") == 0) {
+            if (!sv || !*sv || strlen(sv) > 500) {
+                rc = fail(err, errlen, "%s:%zu:%zu: slurm_bin must be a folder path", path,
+                          v->start_mark.line + 1, v->start_mark.column + 1);
+            } else {
+                snprintf(c->sbatch, sizeof c->sbatch, "%s/sbatch", sv);
+                snprintf(c->srun, sizeof c->srun, "%s/srun", sv);
+                snprintf(c->scontrol, sizeof c->scontrol, "%s/scontrol", sv);
+                snprintf(c->scancel, sizeof c->scancel, "%s/scancel", sv);
+            }
+        } else if (strcmp(key, "slurm_partition") == 0 || strcmp(key, "slurm_mpi") == 0) {
+            int part = key[6] == 'p';
+            char *dst = part ? c->slurm_partition : c->slurm_mpi;
+            size_t cap = part ? sizeof c->slurm_partition : sizeof c->slurm_mpi;
+            if (!sv || strlen(sv) >= cap || strpbrk(sv, " \t\n'\""))
+                rc = fail(err, errlen, "%s:%zu:%zu: %s must be a name without spaces (< %zu chars)",
+                          path, v->start_mark.line + 1, v->start_mark.column + 1, key, cap);
+            else
+                snprintf(dst, cap, "%s", sv);
         } else if (strcmp(key, "heartbeat_timeout") == 0) {
             rc = num(path, v, 1, 86400, &c->heartbeat_timeout, key, err, errlen);
         } else if (strcmp(key, "heartbeat_interval") == 0) {
@@ -156,7 +184,7 @@ int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen) {
             rc = fail(err, errlen,
                       "%s:%zu:%zu: unknown setting '%s' (valid: slots, gpus, launcher, "
                       "heartbeat_timeout, heartbeat_interval, kill_grace, threads_per_slot, "
-                      "bfworker, mpirun)",
+                      "bfworker, mpirun, slurm_bin, slurm_partition, slurm_mpi, slurm_poll)",
                       path, k->start_mark.line + 1, k->start_mark.column + 1, key);
         }
     }

@@ -44,8 +44,10 @@ int store_transition_legal(trial_state from, trial_state to) {
     case TRIAL_PENDING:
         return to == TRIAL_RUNNING || to == TRIAL_CANCELLED;
     case TRIAL_RUNNING:
+        /* RUNNING -> PENDING is a preemption: the attempt checkpointed on
+         * SIGTERM (exit 75) and the trial waits to resume, retries untouched */
         return to == TRIAL_COMPLETED || to == TRIAL_FAILED || to == TRIAL_CANCELLED ||
-               to == TRIAL_STOPPED;
+               to == TRIAL_STOPPED || to == TRIAL_PENDING;
     case TRIAL_FAILED:
         return to == TRIAL_PENDING;
     default:
@@ -174,6 +176,9 @@ static const char *const migrations[STORE_SCHEMA_VERSION] = {
     "       FROM metrics GROUP BY trial, name) a"
     " JOIN metrics m ON m.trial = a.trial AND m.name = a.name AND m.seq = a.mseq;"
     "CREATE INDEX events_trial ON events(trial, id);",
+    /* 2 -> 3: preempted attempts (RUNNING -> PENDING) are counted apart, so
+     * they do not use up the job's retries */
+    "ALTER TABLE trials ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0;",
 };
 
 static int user_version(store *s, int *v, char *err, size_t errlen) {
@@ -434,14 +439,15 @@ fail:
 
 /* ------------------------------------------------------------ transitions */
 
-static int load_state(store *s, int64_t trial, trial_state *state, int *attempts, int *retries,
-                      int64_t *job, char *err, size_t errlen) {
+/* *attempts counts every start; *failures those that did not end in a
+ * preemption (what retries are measured against). */
+static int load_state(store *s, int64_t trial, trial_state *state, int *attempts, int *failures,
+                      int *retries, int64_t *job, char *err, size_t errlen) {
     sqlite3_stmt *st;
-    if (prepare(
-            s,
-            "SELECT t.state, t.attempts, j.retries, t.job FROM trials t JOIN jobs j ON j.id = t.job"
-            " WHERE t.id = ?1",
-            &st, err, errlen) < 0)
+    if (prepare(s,
+                "SELECT t.state, t.attempts, j.retries, t.job, t.attempts - t.preemptions"
+                " FROM trials t JOIN jobs j ON j.id = t.job WHERE t.id = ?1",
+                &st, err, errlen) < 0)
         return -1;
     sqlite3_bind_int64(st, 1, trial);
     int rc = sqlite3_step(st), out = -1;
@@ -453,6 +459,7 @@ static int load_state(store *s, int64_t trial, trial_state *state, int *attempts
             *attempts = sqlite3_column_int(st, 1);
             *retries = sqlite3_column_int(st, 2);
             *job = sqlite3_column_int64(st, 3);
+            *failures = sqlite3_column_int(st, 4);
             out = 0;
         }
     } else if (rc == SQLITE_DONE) {
@@ -468,27 +475,31 @@ static int load_state(store *s, int64_t trial, trial_state *state, int *attempts
 static int transition_in_tx(store *s, int64_t trial, trial_state to, const char *message, char *err,
                             size_t errlen) {
     trial_state from;
-    int attempts, retries;
+    int attempts, failures, retries;
     int64_t job;
-    if (load_state(s, trial, &from, &attempts, &retries, &job, err, errlen) < 0) return -1;
+    if (load_state(s, trial, &from, &attempts, &failures, &retries, &job, err, errlen) < 0)
+        return -1;
     if (!store_transition_legal(from, to))
         return fail(err, errlen, "illegal transition for trial %lld: %s -> %s", (long long)trial,
                     store_state_name(from), store_state_name(to));
-    if (from == TRIAL_FAILED && to == TRIAL_PENDING && attempts > retries)
+    if (from == TRIAL_FAILED && to == TRIAL_PENDING && failures > retries)
         return fail(err, errlen,
                     "trial %lld has no retries left: %d attempt%s made, the job allows %d "
                     "(1 + retries %d)",
-                    (long long)trial, attempts, attempts == 1 ? "" : "s", 1 + retries, retries);
+                    (long long)trial, failures, failures == 1 ? "" : "s", 1 + retries, retries);
+    int preempted = from == TRIAL_RUNNING && to == TRIAL_PENDING;
     double t = now_s();
     sqlite3_stmt *st;
-    if (prepare(
-            s, "UPDATE trials SET state = ?1, attempts = attempts + ?2, updated = ?3 WHERE id = ?4",
-            &st, err, errlen) < 0)
+    if (prepare(s,
+                "UPDATE trials SET state = ?1, attempts = attempts + ?2,"
+                " preemptions = preemptions + ?5, updated = ?3 WHERE id = ?4",
+                &st, err, errlen) < 0)
         return -1;
     sqlite3_bind_text(st, 1, store_state_name(to), -1, SQLITE_STATIC);
     sqlite3_bind_int(st, 2, to == TRIAL_RUNNING);
     sqlite3_bind_double(st, 3, t);
     sqlite3_bind_int64(st, 4, trial);
+    sqlite3_bind_int(st, 5, preempted);
     int rc = sqlite3_step(st);
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) return sqlfail(s, err, errlen, "sqlite3_step(UPDATE trials SET state)");
@@ -509,7 +520,7 @@ static int transition_in_tx(store *s, int64_t trial, trial_state to, const char 
                     &st, err, errlen) < 0)
             return -1;
         sqlite3_bind_double(st, 1, t);
-        sqlite3_bind_text(st, 2, store_state_name(to), -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, preempted ? "PREEMPTED" : store_state_name(to), -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 3, message ? message : "", -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 4, trial);
         sqlite3_bind_int(st, 5, attempts);
@@ -520,7 +531,7 @@ static int transition_in_tx(store *s, int64_t trial, trial_state to, const char 
     char msg[512];
     snprintf(msg, sizeof msg, "%s -> %s%s%s", store_state_name(from), store_state_name(to),
              message && *message ? ": " : "", message ? message : "");
-    return add_event(s, job, trial, "state", msg, err, errlen);
+    return add_event(s, job, trial, preempted ? "preempt" : "state", msg, err, errlen);
 }
 
 int store_trial_transition(store *s, int64_t trial_id, trial_state to, const char *message,
@@ -540,10 +551,11 @@ int store_trial_fail(store *s, int64_t trial_id, const char *message, int *reque
     if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
     if (transition_in_tx(s, trial_id, TRIAL_FAILED, message, err, errlen) < 0) goto fail;
     trial_state st;
-    int attempts, retries;
+    int attempts, failures, retries;
     int64_t job;
-    if (load_state(s, trial_id, &st, &attempts, &retries, &job, err, errlen) < 0) goto fail;
-    if (attempts <= retries) {
+    if (load_state(s, trial_id, &st, &attempts, &failures, &retries, &job, err, errlen) < 0)
+        goto fail;
+    if (failures <= retries) {
         if (transition_in_tx(s, trial_id, TRIAL_PENDING, "retry", err, errlen) < 0) goto fail;
         *requeued = 1;
     }
@@ -552,6 +564,27 @@ int store_trial_fail(store *s, int64_t trial_id, const char *message, int *reque
 fail:
     rollback(s);
     *requeued = 0;
+    return -1;
+}
+
+int store_trial_preempt(store *s, int64_t trial_id, const char *message, char *err, size_t errlen) {
+    trial_state from;
+    int attempts, failures, retries;
+    int64_t job;
+    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+    if (load_state(s, trial_id, &from, &attempts, &failures, &retries, &job, err, errlen) < 0)
+        goto fail;
+    if (from != TRIAL_RUNNING) {
+        fail(err, errlen, "trial %lld is %s; only a RUNNING trial can be preempted",
+             (long long)trial_id, store_state_name(from));
+        goto fail;
+    }
+    if (transition_in_tx(s, trial_id, TRIAL_PENDING, message, err, errlen) < 0 ||
+        exec(s, "COMMIT", err, errlen) < 0)
+        goto fail;
+    return 0;
+fail:
+    rollback(s);
     return -1;
 }
 
@@ -737,9 +770,10 @@ static char *col_dup(sqlite3_stmt *st, int i) {
 }
 
 /* Columns: 0 id, 1 job, 2 idx, 3 state, 4 attempts, 5 retries, 6 priority,
- * 7 hash, 8 params, 9 config, 10 latest json, 11 best. */
+ * 7 hash, 8 params, 9 preemptions, 10 config, 11 latest json, 12 best. */
 #define TRIAL_COLS                                                                                 \
-    "t.id, t.job, t.idx, t.state, t.attempts, j.retries, j.priority, t.hash, t.params"
+    "t.id, t.job, t.idx, t.state, t.attempts, j.retries, j.priority, t.hash, t.params,"            \
+    " t.preemptions"
 
 static void row_to_trial(sqlite3_stmt *st, store_trial *t, int ncols) {
     memset(t, 0, sizeof *t);
@@ -754,11 +788,12 @@ static void row_to_trial(sqlite3_stmt *st, store_trial *t, int ncols) {
     const unsigned char *h = sqlite3_column_text(st, 7);
     snprintf(t->hash, sizeof t->hash, "%s", h ? (const char *)h : "");
     t->params_json = col_dup(st, 8);
+    t->preemptions = sqlite3_column_int(st, 9);
     t->best = NAN;
-    if (ncols > 9) t->config = col_dup(st, 9);
-    if (ncols > 10) t->latest_json = col_dup(st, 10);
-    if (ncols > 11 && sqlite3_column_type(st, 11) != SQLITE_NULL)
-        t->best = sqlite3_column_double(st, 11);
+    if (ncols > 10) t->config = col_dup(st, 10);
+    if (ncols > 11) t->latest_json = col_dup(st, 11);
+    if (ncols > 12 && sqlite3_column_type(st, 12) != SQLITE_NULL)
+        t->best = sqlite3_column_double(st, 12);
 }
 
 /* Runs a prepared query with bound parameters and collects trial rows. */
@@ -802,7 +837,7 @@ int store_get_trial(store *s, int64_t trial_id, store_trial *out, char *err, siz
     sqlite3_bind_int64(st, 1, trial_id);
     store_trial *rows = NULL;
     size_t n = 0;
-    if (collect(s, st, 10, &rows, &n, err, errlen) < 0) return -1;
+    if (collect(s, st, 11, &rows, &n, err, errlen) < 0) return -1;
     if (n == 0) {
         free(rows);
         return fail(err, errlen, "no trial with id %lld", (long long)trial_id);
@@ -822,7 +857,7 @@ int store_next_runnable(store *s, int limit, store_trial **out, size_t *n, char 
                 &st, err, errlen) < 0)
         return -1;
     sqlite3_bind_int(st, 1, limit);
-    return collect(s, st, 9, out, n, err, errlen);
+    return collect(s, st, 10, out, n, err, errlen);
 }
 
 #define LATEST_AND_BEST                                                                            \
@@ -843,7 +878,7 @@ int store_job_trials(store *s, int64_t job_id, store_trial **out, size_t *n, cha
                 &st, err, errlen) < 0)
         return -1;
     sqlite3_bind_int64(st, 1, job_id);
-    return collect(s, st, 12, out, n, err, errlen);
+    return collect(s, st, 13, out, n, err, errlen);
 }
 
 int store_best_trials(store *s, int64_t job_id, int limit, store_trial **out, size_t *n, char *err,
@@ -858,7 +893,7 @@ int store_best_trials(store *s, int64_t job_id, int limit, store_trial **out, si
         return -1;
     sqlite3_bind_int64(st, 1, job_id);
     sqlite3_bind_int(st, 2, limit);
-    return collect(s, st, 12, out, n, err, errlen);
+    return collect(s, st, 13, out, n, err, errlen);
 }
 
 int store_metric_history(store *s, int64_t trial_id, int64_t after_seq, int limit,
@@ -939,4 +974,179 @@ int store_count_trials(store *s, int64_t job_id, int state, long long *count, ch
 
 int store_count_jobs(store *s, long long *count, char *err, size_t errlen) {
     return count_query(s, "SELECT COUNT(*) FROM jobs", 0, 0, 0, count, err, errlen);
+}
+
+/* ------------------------------------------------------------------- jobs */
+
+#define JOB_COLS                                                                                   \
+    "SELECT id, name, pipeline, submitted, priority, retries, ranks, gpus_per_rank,"               \
+    " cpus_per_rank, time_limit_s, metric_name, metric_goal, n_trials FROM jobs"
+
+static void text_col(sqlite3_stmt *st, int i, char *buf, size_t len) {
+    const unsigned char *v = sqlite3_column_text(st, i);
+    snprintf(buf, len, "%s", v ? (const char *)v : "");
+}
+
+static void row_to_job(sqlite3_stmt *st, store_job *j) {
+    memset(j, 0, sizeof *j);
+    j->id = sqlite3_column_int64(st, 0);
+    text_col(st, 1, j->name, sizeof j->name);
+    text_col(st, 2, j->pipeline, sizeof j->pipeline);
+    j->submitted = sqlite3_column_double(st, 3);
+    j->priority = sqlite3_column_int(st, 4);
+    j->retries = sqlite3_column_int(st, 5);
+    j->ranks = sqlite3_column_int(st, 6);
+    j->gpus_per_rank = sqlite3_column_int(st, 7);
+    j->cpus_per_rank = sqlite3_column_int(st, 8);
+    j->time_limit_s = sqlite3_column_int64(st, 9);
+    text_col(st, 10, j->metric, sizeof j->metric);
+    text_col(st, 11, j->goal, sizeof j->goal);
+    j->n_trials = sqlite3_column_int64(st, 12);
+}
+
+int store_job_get(store *s, int64_t job_id, store_job *out, char *err, size_t errlen) {
+    sqlite3_stmt *st;
+    if (prepare(s, JOB_COLS " WHERE id = ?1", &st, err, errlen) < 0) return -1;
+    sqlite3_bind_int64(st, 1, job_id);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) row_to_job(st, out);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) sqlfail(s, err, errlen, "sqlite3_step(SELECT job)");
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? 1 : -1;
+}
+
+int store_jobs(store *s, store_job **out, size_t *n, char *err, size_t errlen) {
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st;
+    if (prepare(s, JOB_COLS " ORDER BY id", &st, err, errlen) < 0) return -1;
+    store_job *rows = NULL;
+    size_t cnt = 0, cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (cnt == cap) {
+            cap = cap ? 2 * cap : 16;
+            store_job *nr = realloc(rows, cap * sizeof *nr);
+            if (!nr) {
+                free(rows);
+                sqlite3_finalize(st);
+                return fail(err, errlen, "store_jobs: out of memory");
+            }
+            rows = nr;
+        }
+        row_to_job(st, &rows[cnt++]);
+    }
+    if (rc != SQLITE_DONE) {
+        sqlfail(s, err, errlen, "sqlite3_step(SELECT jobs)");
+        free(rows);
+        sqlite3_finalize(st);
+        return -1;
+    }
+    sqlite3_finalize(st);
+    *out = rows;
+    *n = cnt;
+    return 0;
+}
+
+int store_job_state_counts(store *s, int64_t job_id, long long counts[TRIAL_N_STATES], char *err,
+                           size_t errlen) {
+    for (int i = 0; i < TRIAL_N_STATES; i++) counts[i] = 0;
+    sqlite3_stmt *st;
+    if (prepare(s, "SELECT state, COUNT(*) FROM trials WHERE job = ?1 GROUP BY state", &st, err,
+                errlen) < 0)
+        return -1;
+    sqlite3_bind_int64(st, 1, job_id);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        trial_state ts;
+        /* the CHECK constraint on trials.state makes an unknown name impossible */
+        if (store_state_parse((const char *)sqlite3_column_text(st, 0), &ts) == 0)
+            counts[ts] = sqlite3_column_int64(st, 1);
+    }
+    if (rc != SQLITE_DONE) sqlfail(s, err, errlen, "sqlite3_step(SELECT trial states)");
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+int store_trial_job(store *s, int64_t trial_id, int64_t *job_id, char *err, size_t errlen) {
+    sqlite3_stmt *st;
+    if (prepare(s, "SELECT job FROM trials WHERE id = ?1", &st, err, errlen) < 0) return -1;
+    sqlite3_bind_int64(st, 1, trial_id);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) *job_id = sqlite3_column_int64(st, 0);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        sqlfail(s, err, errlen, "sqlite3_step(SELECT trials.job)");
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? 1 : -1;
+}
+
+int store_max_seq(store *s, int64_t trial_id, int64_t *out, char *err, size_t errlen) {
+    sqlite3_stmt *st;
+    if (prepare(s, "SELECT COALESCE(MAX(seq), 0) FROM metrics WHERE trial = ?1", &st, err, errlen) <
+        0)
+        return -1;
+    sqlite3_bind_int64(st, 1, trial_id);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        *out = sqlite3_column_int64(st, 0);
+    else
+        sqlfail(s, err, errlen, "sqlite3_step(SELECT MAX(seq))");
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW ? 0 : -1;
+}
+
+int store_running_trials(store *s, int64_t **out, size_t *n, char *err, size_t errlen) {
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st;
+    if (prepare(s, "SELECT id FROM trials WHERE state = 'RUNNING' ORDER BY id", &st, err, errlen) <
+        0)
+        return -1;
+    int64_t *ids = NULL;
+    size_t cnt = 0, cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (cnt == cap) {
+            cap = cap ? 2 * cap : 16;
+            int64_t *ni = realloc(ids, cap * sizeof *ni);
+            if (!ni) {
+                free(ids);
+                sqlite3_finalize(st);
+                return fail(err, errlen, "store_running_trials: out of memory");
+            }
+            ids = ni;
+        }
+        ids[cnt++] = sqlite3_column_int64(st, 0);
+    }
+    if (rc != SQLITE_DONE) {
+        sqlfail(s, err, errlen, "sqlite3_step(SELECT RUNNING trials)");
+        free(ids);
+        sqlite3_finalize(st);
+        return -1;
+    }
+    sqlite3_finalize(st);
+    *out = ids;
+    *n = cnt;
+    return 0;
+}
+
+int store_counts(store *s, long long *jobs, long long *pending, long long *running, char *err,
+                 size_t errlen) {
+    sqlite3_stmt *st;
+    if (prepare(s,
+                "SELECT (SELECT COUNT(*) FROM jobs),"
+                " (SELECT COUNT(*) FROM trials WHERE state = 'PENDING'),"
+                " (SELECT COUNT(*) FROM trials WHERE state = 'RUNNING')",
+                &st, err, errlen) < 0)
+        return -1;
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *jobs = sqlite3_column_int64(st, 0);
+        *pending = sqlite3_column_int64(st, 1);
+        *running = sqlite3_column_int64(st, 2);
+    } else {
+        sqlfail(s, err, errlen, "sqlite3_step(SELECT counts)");
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW ? 0 : -1;
 }

@@ -3,7 +3,10 @@
  *
  * Trial states: PENDING -> RUNNING -> COMPLETED | FAILED | CANCELLED | STOPPED;
  * PENDING -> CANCELLED; FAILED -> PENDING while retries are left (a trial may
- * run 1 + job.retries times). Every other transition is refused with an error.
+ * fail 1 + job.retries times); RUNNING -> PENDING when the attempt was
+ * preempted (it checkpointed on SIGTERM and exited 75): the attempt is
+ * counted, the retries are not. Every other transition is refused with an
+ * error.
  *
  * All functions return 0 on success or -1 with a message in err (which names
  * the SQLite call and carries SQLite's own text). A store handle is used by
@@ -20,7 +23,7 @@
 extern "C" {
 #endif
 
-#define STORE_SCHEMA_VERSION 2
+#define STORE_SCHEMA_VERSION 3
 
 typedef enum {
     TRIAL_PENDING = 0,
@@ -60,7 +63,8 @@ typedef struct store_trial {
     int64_t id, job_id;
     long long index;
     trial_state state;
-    int attempts; /* times started */
+    int attempts;    /* times started */
+    int preemptions; /* attempts that ended preempted (RUNNING -> PENDING) */
     int retries;  /* of its job */
     int priority; /* of its job */
     char hash[17];
@@ -81,7 +85,15 @@ int store_get_trial(store *s, int64_t trial_id, store_trial *out, char *err, siz
  * FAILED -> PENDING is refused when no retries are left. */
 int store_trial_transition(store *s, int64_t trial_id, trial_state to, const char *message,
                            char *err, size_t errlen);
-/* RUNNING -> FAILED, then -> PENDING if retries are left (*requeued = 1). */
+/* RUNNING -> PENDING for an attempt that was preempted (checkpointed and
+ * exited 75 without a stop request): ends the attempt with outcome
+ * PREEMPTED, counts it in preemptions (not against the retries) and writes a
+ * "preempt" event with message. Refused unless the trial is RUNNING. (A
+ * RUNNING -> PENDING store_trial_transition is the same edge.) */
+int store_trial_preempt(store *s, int64_t trial_id, const char *message, char *err,
+                        size_t errlen);
+/* RUNNING -> FAILED, then -> PENDING if retries are left (*requeued = 1);
+ * retries are measured against attempts - preemptions. */
 int store_trial_fail(store *s, int64_t trial_id, const char *message, int *requeued, char *err,
                      size_t errlen);
 /* Cancels every PENDING or RUNNING trial of a job; *n_cancelled counts them. */
@@ -129,6 +141,34 @@ typedef struct store_point {
  * repeats nothing. *out is malloc'd (free). */
 int store_metric_history(store *s, int64_t trial_id, int64_t after_seq, int limit,
                          store_point **out, size_t *n, char *err, size_t errlen);
+
+typedef struct store_job {
+    int64_t id;
+    char name[128], pipeline[64], metric[64], goal[8]; /* goal: "min" or "max" */
+    double submitted;                                  /* unix seconds */
+    int priority, retries, ranks, gpus_per_rank, cpus_per_rank;
+    long long time_limit_s; /* per attempt, 0 = none */
+    long long n_trials;
+} store_job;
+
+/* One job's row: 0 found, 1 no such job, -1 error. */
+int store_job_get(store *s, int64_t job_id, store_job *out, char *err, size_t errlen);
+/* Every job in submit order; *out malloc'd (free), NULL when none. */
+int store_jobs(store *s, store_job **out, size_t *n, char *err, size_t errlen);
+/* counts[state] = trials of the job in that state. */
+int store_job_state_counts(store *s, int64_t job_id, long long counts[TRIAL_N_STATES], char *err,
+                           size_t errlen);
+/* Job of a trial: 0 found, 1 no such trial, -1 error. */
+int store_trial_job(store *s, int64_t trial_id, int64_t *job_id, char *err, size_t errlen);
+/* Highest stored metric seq of a trial (0 when none): where a worker's
+ * resend is acknowledged from. */
+int store_max_seq(store *s, int64_t trial_id, int64_t *out, char *err, size_t errlen);
+/* Ids of the RUNNING trials in id order (what a restarted daemon reconciles);
+ * *out malloc'd (free), NULL when none. */
+int store_running_trials(store *s, int64_t **out, size_t *n, char *err, size_t errlen);
+/* All jobs, and trials PENDING and RUNNING over all jobs, in one read. */
+int store_counts(store *s, long long *jobs, long long *pending, long long *running, char *err,
+                 size_t errlen);
 
 /* Counts, for tests and `bfctl`: trials of a job (all states when state < 0). */
 int store_count_trials(store *s, int64_t job_id, int state, long long *count, char *err,

@@ -5,6 +5,8 @@
  *     stored exactly once with seq 1..N;
  *   - cancel of a running trial kills it and marks it CANCELLED;
  *   - a worker killed with SIGKILL is retried and resumes from its checkpoint;
+ *   - a worker sent SIGTERM from outside (preempted) goes back to PENDING
+ *     without using a retry, resumes and completes on attempt 2;
  *   - bfd killed with SIGKILL mid-sweep and restarted finishes the sweep with
  *     every point stored exactly once;
  *   - malformed and oversized messages sent straight to the control and
@@ -306,6 +308,46 @@ Test(daemon, killed_worker_is_retried_from_its_checkpoint) {
     cr_assert(resumed, "attempt 2 did not resume from the checkpoint (see %s)", p);
     check_exactly_once(1);
     /* the last point is the last step */
+    cr_assert_eq(db_int("SELECT MAX(step) FROM metrics WHERE trial = ?1", 1), 3000);
+}
+
+/* SIGTERM from outside (what a node drain or a Slurm preemption sends): the
+ * worker checkpoints and exits 75, the trial goes RUNNING -> PENDING without
+ * using a retry (retries: 0), resumes and completes on attempt 2. */
+Test(daemon, preempted_worker_resumes_without_using_a_retry) {
+    start_bfd();
+    long long job = submit(write_sweep("preempt", 1, 3000, 0));
+    wait_for("step 150", "SELECT COALESCE(MAX(step), 0) FROM metrics WHERE trial = ?1", 1, 150, 60);
+    long long pid = db_int("SELECT pid FROM bfd_runs WHERE trial = ?1", 1);
+    cr_assert_gt(pid, 0);
+    cr_assert_eq(kill((pid_t)pid, SIGTERM), 0);
+    cr_assert_eq(wait_job(job), 0, "the preempted trial must complete with retries: 0");
+    cr_assert_eq(db_int("SELECT attempts FROM trials WHERE id = ?1", 1), 2);
+    cr_assert_eq(db_int("SELECT preemptions FROM trials WHERE id = ?1", 1), 1);
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM events WHERE trial = ?1 AND kind = 'preempt'"
+                        " AND message LIKE 'RUNNING -> PENDING: preempted (exit status 75)%'",
+                        1),
+                 1, "one RUNNING -> PENDING event");
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM events WHERE trial = ?1 AND message LIKE '%FAILED%'",
+                        1),
+                 0, "a preemption is not a failure");
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM attempts WHERE trial = ?1 AND n = 1"
+                        " AND outcome = 'PREEMPTED'",
+                        1),
+                 1);
+    char p[512], line[1024];
+    snprintf(p, sizeof p, "%s/logs/1.log", g_home);
+    FILE *f = fopen(p, "r");
+    cr_assert(f);
+    int checkpointed = 0, resumed = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strstr(line, "preempted: checkpoint written at step")) checkpointed = 1;
+        if (strstr(line, "resume: continuing from step")) resumed = 1;
+    }
+    fclose(f);
+    cr_assert(checkpointed, "attempt 1 did not checkpoint on SIGTERM (see %s)", p);
+    cr_assert(resumed, "attempt 2 did not resume from the checkpoint (see %s)", p);
+    check_exactly_once(1);
     cr_assert_eq(db_int("SELECT MAX(step) FROM metrics WHERE trial = ?1", 1), 3000);
 }
 

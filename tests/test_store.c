@@ -112,7 +112,7 @@ Test(store, schema_versions_and_wal) {
     sqlite3_close(db);
     char err[512];
     cr_assert_eq(store_open(path_in("a.db"), &s, err, sizeof err), -1);
-    cr_assert(strstr(err, "database schema version 99 is newer than this build knows (2)"), "%s",
+    cr_assert(strstr(err, "database schema version 99 is newer than this build knows (3)"), "%s",
               err);
     cr_assert_null(s);
     /* not a database */
@@ -141,14 +141,17 @@ Test(store, migrates_v1_with_metrics) {
     cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, &msg), SQLITE_OK, "%s", msg);
     sqlite3_close(db);
     store *s = open_store("old.db");
-    cr_assert_eq(store_schema_version(s), 2);
+    cr_assert_eq(store_schema_version(s), STORE_SCHEMA_VERSION);
     store_trial *t;
     size_t n;
     cr_assert_eq(store_job_trials(s, 1, &t, &n, err, sizeof err), 0, "%s", err);
     cr_assert_eq(n, 1);
     cr_assert_str_eq(t[0].latest_json, "{\"val/loss\":{\"step\":300,\"value\":2.5}}");
     cr_assert_float_eq(t[0].best, 2.0, 1e-12, "best of a min metric is its minimum");
+    cr_assert_eq(t[0].preemptions, 0, "v3 adds the preemption count, 0 for old trials");
     store_trials_free(t, n);
+    /* the migrated RUNNING trial can take the v3 edge */
+    cr_assert_eq(store_trial_preempt(s, 1, "node drained", err, sizeof err), 0, "%s", err);
     store_close(&s);
 }
 
@@ -260,7 +263,7 @@ Test(store, illegal_transitions_are_errors) {
     int legal = 0;
     for (int f = 0; f < TRIAL_N_STATES; f++)
         for (int t = 0; t < TRIAL_N_STATES; t++) legal += store_transition_legal(f, t);
-    cr_assert_eq(legal, 7);
+    cr_assert_eq(legal, 8);
     store *s = open_store("i.db");
     int64_t job = submit(s, SIX);
     char err[512];
@@ -284,7 +287,10 @@ Test(store, illegal_transitions_are_errors) {
     cr_assert_eq(store_trial_transition(s, a, TRIAL_RUNNING, NULL, err, sizeof err), 0);
     cr_assert_eq(store_trial_transition(s, a, TRIAL_RUNNING, NULL, err, sizeof err), -1);
     cr_assert(strstr(err, "RUNNING -> RUNNING"), "%s", err);
-    cr_assert_eq(store_trial_transition(s, a, TRIAL_PENDING, NULL, err, sizeof err), -1);
+    cr_assert_eq(store_trial_preempt(s, a, NULL, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(store_trial_preempt(s, a, NULL, err, sizeof err), -1, "PENDING is not preempted");
+    cr_assert_str_eq(err, "trial 1 is PENDING; only a RUNNING trial can be preempted");
+    cr_assert_eq(store_trial_transition(s, a, TRIAL_RUNNING, NULL, err, sizeof err), 0);
     cr_assert_eq(store_trial_transition(s, a, TRIAL_COMPLETED, NULL, err, sizeof err), 0);
     for (int t = 0; t < TRIAL_N_STATES; t++) {
         cr_assert_eq(store_trial_transition(s, a, (trial_state)t, NULL, err, sizeof err), -1);
@@ -296,6 +302,141 @@ Test(store, illegal_transitions_are_errors) {
     cr_assert_eq(state_of(s, a, NULL), TRIAL_COMPLETED);
     cr_assert_eq(store_trial_transition(s, 424242, TRIAL_RUNNING, NULL, err, sizeof err), -1);
     cr_assert_str_eq(err, "no trial with id 424242");
+    store_close(&s);
+}
+
+/* RUNNING -> PENDING (preempted): the attempt is counted and recorded, an
+ * event is written, and the job's retries are left for real failures. */
+Test(store, preemption_keeps_retries) {
+    store *s = open_store("p.db");
+    int64_t job = submit(s, SIX); /* retries: 1 */
+    char err[512];
+    int64_t e = trial_id(s, job, 4);
+    int att, requeued;
+    cr_assert_eq(store_trial_transition(s, e, TRIAL_RUNNING, NULL, err, sizeof err), 0);
+    cr_assert_eq(store_trial_preempt(s, e, "SIGTERM from the node", err, sizeof err), 0, "%s",
+                 err);
+    cr_assert_eq(state_of(s, e, &att), TRIAL_PENDING);
+    cr_assert_eq(att, 1, "the preempted start is an attempt");
+    /* preempted twice more: still no retry used */
+    for (int k = 0; k < 2; k++) {
+        cr_assert_eq(store_trial_transition(s, e, TRIAL_RUNNING, NULL, err, sizeof err), 0);
+        cr_assert_eq(store_trial_preempt(s, e, NULL, err, sizeof err), 0, "%s", err);
+    }
+    /* attempt 4 fails: retries 1 lets it run once more */
+    cr_assert_eq(store_trial_transition(s, e, TRIAL_RUNNING, NULL, err, sizeof err), 0);
+    cr_assert_eq(store_trial_fail(s, e, "exit 1", &requeued, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(requeued, 1, "3 preemptions must not use up retries: 1");
+    cr_assert_eq(store_trial_transition(s, e, TRIAL_RUNNING, NULL, err, sizeof err), 0);
+    cr_assert_eq(store_trial_fail(s, e, "exit 1 again", &requeued, err, sizeof err), 0);
+    cr_assert_eq(requeued, 0, "the second real failure exhausts retries: 1");
+    store_trial t;
+    cr_assert_eq(store_get_trial(s, e, &t, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(t.state, TRIAL_FAILED);
+    cr_assert_eq(t.attempts, 5);
+    cr_assert_eq(t.preemptions, 3);
+    store_trial_free(&t);
+    cr_assert_eq(store_trial_transition(s, e, TRIAL_PENDING, NULL, err, sizeof err), -1);
+    cr_assert(strstr(err, "no retries left: 2 attempts made, the job allows 2"), "%s", err);
+    /* the attempt rows and the events say what happened */
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(path_in("p.db"), &db), SQLITE_OK);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(db,
+                                    "SELECT group_concat(outcome, ',') FROM (SELECT outcome FROM"
+                                    " attempts WHERE trial = ?1 ORDER BY n)",
+                                    -1, &st, NULL),
+                 SQLITE_OK);
+    sqlite3_bind_int64(st, 1, e);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 0),
+                     "PREEMPTED,PREEMPTED,PREEMPTED,FAILED,FAILED");
+    sqlite3_finalize(st);
+    cr_assert_eq(sqlite3_prepare_v2(db,
+                                    "SELECT COUNT(*), (SELECT message FROM events WHERE trial = ?1"
+                                    " AND kind = 'preempt' ORDER BY id LIMIT 1) FROM events"
+                                    " WHERE trial = ?1 AND kind = 'preempt'",
+                                    -1, &st, NULL),
+                 SQLITE_OK);
+    sqlite3_bind_int64(st, 1, e);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_assert_eq(sqlite3_column_int(st, 0), 3);
+    cr_assert_str_eq((const char *)sqlite3_column_text(st, 1),
+                     "RUNNING -> PENDING: SIGTERM from the node");
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    /* a finished or pending trial is not preempted; nothing is written */
+    cr_assert_eq(store_trial_preempt(s, e, NULL, err, sizeof err), -1);
+    cr_assert(strstr(err, "is FAILED; only a RUNNING trial can be preempted"), "%s", err);
+    cr_assert_eq(store_trial_preempt(s, 424242, NULL, err, sizeof err), -1);
+    cr_assert_str_eq(err, "no trial with id 424242");
+    store_close(&s);
+}
+
+/* The read queries the daemon uses: jobs, state counts, max seq, running ids. */
+Test(store, daemon_queries) {
+    store *s = open_store("q.db");
+    char err[512];
+    store_job *jobs;
+    size_t nj;
+    cr_assert_eq(store_jobs(s, &jobs, &nj, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(nj, 0);
+    free(jobs);
+    int64_t j1 = submit(s, SIX);
+    int64_t j2 = submit(s, "name: two\npriority: 3\nresources: {ranks: 2, time_limit: 90}\n"
+                           "sweep:\n  parameters:\n    train.seed: {values: [1, 2]}\n"
+                           "metric: {name: train/loss, goal: min}\n");
+    cr_assert_eq(store_jobs(s, &jobs, &nj, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(nj, 2);
+    cr_assert_eq(jobs[0].id, j1);
+    cr_assert_str_eq(jobs[0].name, "six");
+    cr_assert_str_eq(jobs[0].metric, "val/acc");
+    cr_assert_str_eq(jobs[0].goal, "max");
+    cr_assert_eq(jobs[0].n_trials, 6);
+    cr_assert_eq(jobs[0].retries, 1);
+    cr_assert_eq(jobs[1].priority, 3);
+    cr_assert_eq(jobs[1].ranks, 2);
+    cr_assert_eq(jobs[1].time_limit_s, 90);
+    free(jobs);
+    store_job j;
+    cr_assert_eq(store_job_get(s, j2, &j, err, sizeof err), 0, "%s", err);
+    cr_assert_str_eq(j.goal, "min");
+    cr_assert_eq(store_job_get(s, 99, &j, err, sizeof err), 1);
+    int64_t a = trial_id(s, j1, 0), b = trial_id(s, j1, 1), c = trial_id(s, j2, 1);
+    cr_assert_eq(store_trial_transition(s, a, TRIAL_RUNNING, NULL, err, sizeof err), 0);
+    cr_assert_eq(store_trial_transition(s, c, TRIAL_RUNNING, NULL, err, sizeof err), 0);
+    cr_assert_eq(store_trial_transition(s, b, TRIAL_CANCELLED, NULL, err, sizeof err), 0);
+    long long counts[TRIAL_N_STATES];
+    cr_assert_eq(store_job_state_counts(s, j1, counts, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(counts[TRIAL_PENDING], 4);
+    cr_assert_eq(counts[TRIAL_RUNNING], 1);
+    cr_assert_eq(counts[TRIAL_CANCELLED], 1);
+    cr_assert_eq(counts[TRIAL_COMPLETED], 0);
+    long long nj_, np, nr;
+    cr_assert_eq(store_counts(s, &nj_, &np, &nr, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(nj_, 2);
+    cr_assert_eq(np, 5);
+    cr_assert_eq(nr, 2);
+    int64_t *ids;
+    size_t n;
+    cr_assert_eq(store_running_trials(s, &ids, &n, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(n, 2);
+    cr_assert_eq(ids[0], a);
+    cr_assert_eq(ids[1], c);
+    free(ids);
+    int64_t job;
+    cr_assert_eq(store_trial_job(s, c, &job, err, sizeof err), 0);
+    cr_assert_eq(job, j2);
+    cr_assert_eq(store_trial_job(s, 4242, &job, err, sizeof err), 1);
+    int64_t mx = -1;
+    cr_assert_eq(store_max_seq(s, a, &mx, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(mx, 0, "no points yet");
+    store_metric pts[] = {{.seq = 1, .step = 10, .name = "loss", .value = 1, .time = 1},
+                          {.seq = 7, .step = 70, .name = "loss", .value = 1, .time = 2},
+                          {.seq = 3, .step = 30, .name = "loss", .value = 1, .time = 3}};
+    cr_assert_eq(store_metrics_insert(s, a, pts, 3, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(store_max_seq(s, a, &mx, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(mx, 7);
     store_close(&s);
 }
 

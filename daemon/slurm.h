@@ -1,0 +1,75 @@
+/* slurm — bfd's Slurm launcher: writes a trial's batch script, submits it
+ * with sbatch, asks scontrol how the Slurm job stands and cancels it with
+ * scancel. Each call runs one short Slurm command synchronously (fork, exec,
+ * read its output through a pipe, waitpid) with a hard timeout, so bfd's
+ * event loop can call it between polls without a thread.
+ * Functions return 0 or -1 with a message in err that names the command and
+ * carries its own output. */
+#ifndef SLURM_H
+#define SLURM_H
+
+#include <stddef.h>
+
+#define SLURM_JOB_ID_MAX 32
+
+typedef struct slurm_batch {
+    long long trial;
+    int attempt;
+    int ranks;              /* --ntasks */
+    int cpus_per_rank;      /* --cpus-per-task */
+    int gpus_per_rank;      /* --gpus-per-task (omitted when 0) */
+    long long time_limit_s; /* --time (omitted when 0) */
+    int threads;            /* OMP_NUM_THREADS of each task */
+    const char *partition;  /* --partition ("" or NULL: the cluster's default) */
+    const char *srun;       /* srun program */
+    const char *mpi;        /* srun --mpi=... ("" or NULL: not passed) */
+    const char *bfworker;   /* the bfworker program, as the compute node sees it */
+    const char *endpoint;   /* the worker endpoint bfd binds (ipc:// on one host) */
+    const char *token;
+    const char *out_dir;  /* $BF_HOME/trials/ID */
+    const char *log_path; /* $BF_HOME/logs/ID.log */
+    const char *cwd;      /* the job's working directory */
+} slurm_batch;
+
+/* Writes the batch script for b to path (mode 0600): #SBATCH lines for the
+ * name bf-ID, tasks, CPUs, GPUs, time limit, output (appended) and working
+ * directory, then `exec srun bfworker run ...`. Every value is shell-quoted. */
+int slurm_write_script(const char *path, const slurm_batch *b, char *err, size_t errlen);
+
+/* Runs `sbatch --parsable script` and puts the Slurm job id in id. */
+int slurm_submit(const char *sbatch, const char *script, char id[SLURM_JOB_ID_MAX], char *err,
+                 size_t errlen);
+
+typedef enum {
+    SLURM_QUEUED,  /* PENDING, CONFIGURING, REQUEUED, SUSPENDED ... : not running yet */
+    SLURM_RUNNING, /* RUNNING, COMPLETING */
+    SLURM_ENDED,   /* a final state; state and exit_code say how */
+    SLURM_UNKNOWN  /* the controller no longer knows the job (purged) */
+} slurm_phase;
+
+typedef struct slurm_status {
+    slurm_phase phase;
+    char state[32]; /* Slurm's JobState, e.g. COMPLETED, FAILED, TIMEOUT */
+    int exit_code;  /* the batch script's exit status (ExitCode=N:S), -1 unknown */
+    int signal;     /* the signal that ended it (the S of N:S), 0 none */
+} slurm_status;
+
+/* `scontrol show job -o ID`: how the job stands. A job the controller says is
+ * invalid (finished long ago and purged) is SLURM_UNKNOWN, not an error. */
+int slurm_query(const char *scontrol, const char *id, slurm_status *out, char *err, size_t errlen);
+
+/* Parses one line of `scontrol show job -o` output (exposed for tests). */
+int slurm_parse_job_line(const char *line, slurm_status *out, char *err, size_t errlen);
+
+/* `scancel --signal=TERM ID` when term (the worker checkpoints and exits 75),
+ * else `scancel ID`. */
+int slurm_cancel(const char *scancel, const char *id, int term, char *err, size_t errlen);
+
+/* Runs argv (argv[0] looked up in PATH), stdin /dev/null, stdout and stderr
+ * into out (NUL-terminated, cut at outlen - 1), killed after timeout_s.
+ * Returns the exit status (0-255), or -1 with err when it could not run or
+ * was killed. */
+int slurm_run(const char *const *argv, double timeout_s, char *out, size_t outlen, char *err,
+              size_t errlen);
+
+#endif
