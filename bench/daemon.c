@@ -429,7 +429,7 @@ static int read_launches(const char *dir, sender *s, int max) {
             line[strcspn(line, "\n")] = '\0';
             if (strcmp(prev, "--trial") == 0) trial = strtoll(line, NULL, 10);
             if (strcmp(prev, "--token") == 0 && strlen(line) == PROTO_TOKEN_LEN)
-                snprintf(token, sizeof token, "%s", line);
+                memcpy(token, line, PROTO_TOKEN_LEN + 1); /* length checked just above */
             snprintf(prev, sizeof prev, "%s", line);
         }
         fclose(f);
