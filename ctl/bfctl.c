@@ -19,7 +19,7 @@ static const bfctl_cmd commands[] = {
     {"submit", bfctl_submit, "submit SWEEP.yaml [--wait] [--follow]", "submit a sweep to bfd; prints the job id"},
     {"ls", bfctl_ls, "ls [--json]", "list jobs"},
     {"show", bfctl_show, "show JOB|tTRIAL [--json]", "a job and its trials, or one trial"},
-    {"tail", bfctl_tail, "tail JOB|tTRIAL [-f]", "metric points; -f follows live"},
+    {"tail", bfctl_tail, "tail JOB|tTRIAL [-f] [--all]", "metric points; -f follows live"},
     {"cancel", bfctl_cancel, "cancel JOB|tTRIAL", "cancel a job or one trial"},
     {"stop", bfctl_stop, "stop tTRIAL", "early-stop a running trial (checkpoint, STOPPED)"},
     {"wait", bfctl_wait, "wait JOB", "wait for a job; exit 0 only if every trial completed"},

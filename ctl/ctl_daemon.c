@@ -112,7 +112,48 @@ static void states_text(json_t *states, char *buf, size_t len) {
 
 /* ------------------------------------------------------------------ points */
 
+/* 1: one short line per point with the metrics a person follows (job tails);
+ * 0: every value of every point (trial tails, and `tail JOB --all`). */
+static int g_compact;
+
+static double point_value(json_t *p, const char *name, int *found) {
+    json_t *v = json_object_get(json_object_get(p, "values"), name);
+    *found = json_is_number(v);
+    return *found ? json_number_value(v) : 0;
+}
+
+/* The compact form: "t3 step   600 | loss 1.1303 acc 0.697 heads 0.20 s 0.253 | 44.5k tok/s | val/acc 0.7052 ..." */
+static void print_compact(long long trial, json_t *p) {
+    static const struct {
+        const char *name, *label, *fmt;
+    } cols[] = {{"train/loss", "loss", "%.4f"},        {"train/acc", "acc", "%.3f"},
+                {"train/heads_used", "heads", "%.2f"}, {"train/budget_s", "s", "%.3f"},
+                {"val/loss", "val/loss", "%.4f"},      {"val/acc", "val/acc", "%.4f"},
+                {"val/ppl", "val/ppl", "%.2f"},        {"val/heads_used", "val/heads", "%.3f"},
+                {"test/acc", "test/acc", "%.4f"},      {"test/heads_used", "test/heads", "%.3f"}};
+    printf("t%-3lld step %6lld |", trial, jint(p, "step"));
+    int any = 0;
+    for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) {
+        int found;
+        double v = point_value(p, cols[i].name, &found);
+        if (!found) continue;
+        printf(" %s ", cols[i].label);
+        printf(cols[i].fmt, v);
+        any = 1;
+    }
+    int found;
+    double tps = point_value(p, "train/tokens_per_s", &found);
+    if (found) printf(" | %.1fk tok/s", tps / 1e3);
+    if (!any && !found) printf(" (%zu other values; --all shows them)",
+                               json_object_size(json_object_get(p, "values")));
+    printf("\n");
+}
+
 static void print_point(long long trial, json_t *p) {
+    if (g_compact) {
+        print_compact(trial, p);
+        return;
+    }
     printf("t%lld seq %lld step %lld", trial, jint(p, "seq"), jint(p, "step"));
     const char *k;
     json_t *v;
@@ -373,6 +414,7 @@ int bfctl_submit(int argc, char **argv) {
     json_decref(r);
     int rc = 0;
     if (has_opt(argc, argv, "--follow")) {
+        g_compact = 1;
         rc = tail(c, job, 0, 1);
         if (rc == 0) rc = wait_job(c, job, 0);
     } else if (has_opt(argc, argv, "--wait")) {
@@ -472,15 +514,19 @@ int bfctl_show(int argc, char **argv) {
 }
 
 int bfctl_tail(int argc, char **argv) {
-    if (help_wanted(argc, argv, "tail JOB|tTRIAL [-f]",
+    if (help_wanted(argc, argv, "tail JOB|tTRIAL [-f] [--all]",
                     "metric points of a trial or of every trial of a job; -f follows live "
-                    "(history first, then new points, no gap and no duplicate) until it ends"))
+                    "(history first, then new points, no gap and no duplicate) until it ends. "
+                    "A job's tail shows one short line per point (loss, accuracy, heads used, "
+                    "s, tokens/s, validation and test results); --all, or a trial's tail, "
+                    "shows every value with its sequence number"))
         return 0;
     long long job, trial;
     if (parse_target(positional(argc, argv, NULL), &job, &trial)) {
-        fprintf(stderr, "usage: bfctl tail JOB|tTRIAL [-f]\n");
+        fprintf(stderr, "usage: bfctl tail JOB|tTRIAL [-f] [--all]\n");
         return 2;
     }
+    g_compact = trial == 0 && !has_opt(argc, argv, "--all");
     ctl_conn *c;
     if (connect_or_say(&c)) return 1;
     int rc = tail(c, job, trial, has_opt(argc, argv, "-f") || has_opt(argc, argv, "--follow"));
