@@ -87,7 +87,7 @@ const char *cfg_type_name(cfg_type t) {
     return "?";
 }
 
-static size_t edit_distance(const char *a, const char *b) {
+size_t cfg_edit_distance(const char *a, const char *b) {
     size_t la = strlen(a), lb = strlen(b);
     if (la > CFG_KEY_MAX || lb > CFG_KEY_MAX) return (size_t)-1;
     size_t prev[CFG_KEY_MAX + 1], cur[CFG_KEY_MAX + 1];
@@ -113,11 +113,11 @@ static const char *nearest(const char *key, int with_sections, size_t *dist) {
     const char *best = NULL;
     size_t bd = (size_t)-1;
     for (size_t i = 0; i < cfg_field_count(); i++) {
-        size_t d = edit_distance(key, cfg_field_at(i)->key);
+        size_t d = cfg_edit_distance(key, cfg_field_at(i)->key);
         if (d < bd) bd = d, best = cfg_field_at(i)->key;
     }
     for (size_t i = 0; with_sections && i < sizeof(section_names) / sizeof(*section_names); i++) {
-        size_t d = edit_distance(key, section_names[i]);
+        size_t d = cfg_edit_distance(key, section_names[i]);
         if (d < bd) bd = d, best = section_names[i];
     }
     if (dist) *dist = bd;

@@ -115,6 +115,9 @@ int cfg_validate(const bf_config *c, char *err, size_t errlen);
 int cfg_key_known(const char *key);
 /* The schema key nearest to key (edit distance), for "did you mean". */
 const char *cfg_nearest_key(const char *key);
+/* Levenshtein distance between a and b; (size_t)-1 when either is longer
+ * than a key can be (256 bytes). */
+size_t cfg_edit_distance(const char *a, const char *b);
 
 /* ---- Schema introspection (additions for jobs/ and docs) ---- */
 

@@ -622,6 +622,35 @@ static int get_job(bfd *d, void *s, proto_msg *m, long long id, store_job *j) {
     return rc;
 }
 
+/* Reads a job for a request with its summary (dstate_job_json) in *jo and its
+ * trials in *ts, *n; both are the caller's to free (json_decref,
+ * store_trials_free). Replies not_found/internal itself on failure and
+ * returns nonzero. */
+static int get_job_with_trials(bfd *d, void *s, proto_msg *m, long long id, store_job *j,
+                               json_t **jo, store_trial **ts, size_t *n) {
+    char err[1024];
+    *jo = NULL;
+    *ts = NULL;
+    *n = 0;
+    int rc = get_job(d, s, m, id, j);
+    if (rc) return rc;
+    *jo = dstate_job_json(d->st, j, err, sizeof err);
+    if (!*jo || store_job_trials(d->st, id, ts, n, err, sizeof err)) {
+        json_decref(*jo);
+        *jo = NULL;
+        reply_err(d, s, m, PROTO_E_INTERNAL, "%s: %s", m->type, err);
+        return -1;
+    }
+    return 0;
+}
+
+/* The summaries of n trials, a new JSON array. */
+static json_t *trial_summaries(const store_trial *ts, size_t n) {
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(arr, trial_summary(&ts[i]));
+    return arr;
+}
+
 static int get_trial(bfd *d, void *s, proto_msg *m, long long id, store_trial *t) {
     char err[1024];
     int64_t job;
@@ -710,23 +739,16 @@ static void ctl_jobs(bfd *d, void *s, proto_msg *m) {
 }
 
 static void ctl_job(bfd *d, void *s, proto_msg *m) {
-    char ferr[512], err[1024];
+    char ferr[512];
     long long id;
     FIELD(proto_get_int(m->body, "job", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
     store_job j;
-    if (get_job(d, s, m, id, &j)) return;
-    json_t *b = dstate_job_json(d->st, &j, err, sizeof err);
-    store_trial *ts = NULL;
-    size_t n = 0;
-    if (!b || store_job_trials(d->st, id, &ts, &n, err, sizeof err)) {
-        json_decref(b);
-        reply_err(d, s, m, PROTO_E_INTERNAL, "job: %s", err);
-        return;
-    }
-    json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++) json_array_append_new(arr, trial_summary(&ts[i]));
+    json_t *b;
+    store_trial *ts;
+    size_t n;
+    if (get_job_with_trials(d, s, m, id, &j, &b, &ts, &n)) return;
+    json_object_set_new(b, "trials", trial_summaries(ts, n));
     store_trials_free(ts, n);
-    json_object_set_new(b, "trials", arr);
     reply(d, s, m, "job", b);
     json_decref(b);
 }
@@ -952,8 +974,7 @@ static void ctl_best(bfd *d, void *s, proto_msg *m) {
         reply_err(d, s, m, PROTO_E_INTERNAL, "best: %s", err);
         return;
     }
-    json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++) json_array_append_new(arr, trial_summary(&ts[i]));
+    json_t *arr = trial_summaries(ts, n);
     store_trials_free(ts, n);
     json_t *b = json_pack("{s:I, s:s, s:s, s:o}", "job", (json_int_t)id, "metric", j.metric, "goal",
                           j.goal, "trials", arr);
@@ -966,15 +987,10 @@ static void ctl_export(bfd *d, void *s, proto_msg *m) {
     long long id;
     FIELD(proto_get_int(m->body, "job", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
     store_job j;
-    if (get_job(d, s, m, id, &j)) return;
-    json_t *jo = dstate_job_json(d->st, &j, err, sizeof err);
-    store_trial *ts = NULL;
-    size_t n = 0;
-    if (!jo || store_job_trials(d->st, id, &ts, &n, err, sizeof err)) {
-        json_decref(jo);
-        reply_err(d, s, m, PROTO_E_INTERNAL, "export: %s", err);
-        return;
-    }
+    json_t *jo;
+    store_trial *ts;
+    size_t n;
+    if (get_job_with_trials(d, s, m, id, &j, &jo, &ts, &n)) return;
     json_t *trials = json_array();
     size_t total_rows = 0;
     int fail_code = 0;

@@ -81,28 +81,12 @@ static const char *kind_name(const yaml_node_t *n) {
     }
 }
 
-static size_t edit_distance(const char *a, const char *b) {
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 127 || lb > 127) return 1000;
-    size_t prev[128], cur[128];
-    for (size_t j = 0; j <= lb; j++) prev[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        cur[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t s = prev[j - 1] + (a[i - 1] != b[j - 1]), d = prev[j] + 1, n = cur[j - 1] + 1;
-            cur[j] = s < d ? (s < n ? s : n) : (d < n ? d : n);
-        }
-        memcpy(prev, cur, (lb + 1) * sizeof(size_t));
-    }
-    return prev[lb];
-}
-
 /* Nearest of `names` (NULL-terminated) to key, or NULL when none is close. */
 static const char *near_name(const char *key, const char *const *names) {
     const char *best = NULL;
     size_t bd = 1000, len = strlen(key);
     for (; *names; names++) {
-        size_t d = edit_distance(key, *names);
+        size_t d = cfg_edit_distance(key, *names);
         if (d < bd) bd = d, best = *names;
     }
     return (bd <= 2 || bd * 3 <= len) ? best : NULL;

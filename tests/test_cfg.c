@@ -8,32 +8,22 @@
 #include <unistd.h>
 
 #include "common/cfg.h"
+#include "tmpdir.h"
 
 static char tmpdir[256];
 
 static void setup(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bf_test_cfg_XXXXXX");
-    cr_assert_not_null(mkdtemp(tmpdir));
+    tmpdir_make(tmpdir, sizeof tmpdir, "/tmp/bf_test_cfg_XXXXXX");
     unsetenv("BF_DATA");
 }
 
-static void teardown(void) {
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    cr_assert_eq(system(cmd), 0);
-}
+static void teardown(void) { cr_assert_eq(tmpdir_remove(tmpdir), 0); }
 
 TestSuite(cfg, .init = setup, .fini = teardown);
 
 /* Writes text to tmpdir/name and returns the path (static buffer). */
 static const char *write_file(const char *name, const char *text, size_t len) {
-    static char path[512];
-    snprintf(path, sizeof path, "%s/%s", tmpdir, name);
-    FILE *fp = fopen(path, "wb");
-    cr_assert_not_null(fp);
-    cr_assert_eq(fwrite(text, 1, len, fp), len);
-    fclose(fp);
-    return path;
+    return tmpdir_write_file(tmpdir, name, text, len);
 }
 
 static const char *yaml_file(const char *text) { return write_file("c.yaml", text, strlen(text)); }

@@ -12,56 +12,24 @@
  * (150,000 values) exported page by page, complete and in order; usage
  * errors; the message when no bfd is running. */
 #include <criterion/criterion.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
+#include "it_bfd.h"
 #include "protocol/proto.h"
 
 static char g_dir[256], g_home[320];
 static pid_t g_bfd = -1;
 
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static void write_text(const char *path, const char *text, mode_t mode) {
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f, "cannot write %s: %s", path, strerror(errno));
-    cr_assert(fputs(text, f) != EOF);
-    cr_assert_eq(fclose(f), 0);
-    cr_assert_eq(chmod(path, mode), 0);
-}
-
-static void show_tail(const char *path, long max) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return;
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, size > max ? size - max : 0, SEEK_SET);
-    char buf[4096];
-    size_t n;
-    fprintf(stderr, "---- %s ----\n", path);
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, n, stderr);
-    fclose(f);
-}
-
 static void setup(void) {
-    snprintf(g_dir, sizeof g_dir, "/tmp/bf-results-XXXXXX");
-    cr_assert(mkdtemp(g_dir));
-    snprintf(g_home, sizeof g_home, "%s/home", g_dir);
-    cr_assert_eq(mkdir(g_home, 0700), 0);
+    it_bfd_home(g_dir, sizeof g_dir, g_home, sizeof g_home, "/tmp/bf-results-XXXXXX");
     char p[512], text[2048];
     snprintf(p, sizeof p, "%s/fake_worker", g_dir);
     snprintf(text, sizeof text,
@@ -75,34 +43,20 @@ static void setup(void) {
              "while [ ! -e '%s/exit.'$trial ]; do sleep 0.05; done\n"
              "exit \"$(cat '%s/exit.'$trial)\"\n",
              g_dir, g_dir, g_dir);
-    write_text(p, text, 0700);
+    it_write_text(p, text, 0700);
     snprintf(text, sizeof text, "slots: 4\nheartbeat_timeout: 120\nbfworker: %s/fake_worker\n",
              g_dir);
     snprintf(p, sizeof p, "%s/bfd.yaml", g_home);
-    write_text(p, text, 0600);
-    setenv("BF_HOME", g_home, 1);
+    it_write_text(p, text, 0600);
     unsetenv("BF_ENDPOINT");
 
-    char bfd[512], log[512], sock[512];
-    snprintf(bfd, sizeof bfd, "%s/bfd", BF_BIN_DIR);
+    char log[512];
     snprintf(log, sizeof log, "%s/bfd.log", g_dir);
-    snprintf(sock, sizeof sock, "%s/ctl.sock", g_home);
-    g_bfd = fork();
-    cr_assert(g_bfd >= 0);
-    if (g_bfd == 0) {
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) dup2(fd, 1), dup2(fd, 2), close(fd);
-        execl(bfd, bfd, (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0;; i++) {
-        struct stat sb;
-        if (stat(sock, &sb) == 0) break;
-        if (i > 200 || waitpid(g_bfd, NULL, WNOHANG) == g_bfd) {
-            show_tail(log, 4000);
-            cr_assert_fail("bfd did not start");
-        }
-        sleep_ms(50);
+    char *argv[] = {IT_BFD, NULL};
+    g_bfd = it_spawn(log, argv, 0);
+    if (it_wait_file(tmpdir_path(g_home, "ctl.sock"), g_bfd, 10) != 0) {
+        it_show_tail(log, 4000);
+        cr_assert_fail("bfd did not start");
     }
 }
 
@@ -117,14 +71,12 @@ static void teardown(void) {
         }
         kill(g_bfd, SIGTERM);
         int st;
-        for (int i = 0; i < 200 && waitpid(g_bfd, &st, WNOHANG) == 0; i++) sleep_ms(50);
+        for (int i = 0; i < 200 && waitpid(g_bfd, &st, WNOHANG) == 0; i++) it_sleep_s(0.05);
         kill(g_bfd, SIGKILL);
         waitpid(g_bfd, NULL, 0);
         g_bfd = -1;
     }
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_dir);
+    if (tmpdir_remove(g_dir)) fprintf(stderr, "could not remove %s\n", g_dir);
 }
 
 TestSuite(bfctl_results, .init = setup, .fini = teardown, .timeout = 120);
@@ -137,21 +89,10 @@ static int bfctl(char **out, int merge, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(args, sizeof args, fmt, ap);
     va_end(ap);
-    snprintf(cmd, sizeof cmd, "'%s/bfctl' %s%s", BF_BIN_DIR, args, merge ? " 2>&1" : "");
+    snprintf(cmd, sizeof cmd, "'%s' %s%s", IT_BFCTL, args, merge ? " 2>&1" : "");
     FILE *p = popen(cmd, "r");
     cr_assert_not_null(p);
-    size_t cap = 1 << 16, n = 0, got;
-    char *buf = malloc(cap);
-    cr_assert_not_null(buf);
-    while ((got = fread(buf + n, 1, cap - n - 1, p)) > 0) {
-        n += got;
-        if (cap - n < 2) {
-            cap *= 2;
-            buf = realloc(buf, cap);
-            cr_assert_not_null(buf);
-        }
-    }
-    buf[n] = '\0';
+    char *buf = it_read_stream(p, NULL);
     int st = pclose(p);
     cr_assert(WIFEXITED(st), "bfctl %s: did not exit normally", args);
     *out = buf;
@@ -169,7 +110,7 @@ static long long submit(const char *name, int n) {
         w += snprintf(text + w, sizeof text - (size_t)w, "%s%d", i > 1 ? ", " : "", i);
     snprintf(text + w, sizeof text - (size_t)w, "]}\nmetric: {name: val/acc, goal: max}\n");
     snprintf(path, sizeof path, "%s/%s.yaml", g_dir, name);
-    write_text(path, text, 0644);
+    it_write_text(path, text, 0644);
     char *out;
     cr_assert_eq(bfctl(&out, 0, "submit '%s'", path), 0, "submit failed: %s", out);
     long long job = atoll(out);
@@ -183,7 +124,7 @@ static void token_of(long long trial, char tok[PROTO_TOKEN_LEN + 1]) {
     char p[400], line[1100], prev[1100] = "";
     snprintf(p, sizeof p, "%s/launch.%lld", g_dir, trial);
     FILE *f = NULL;
-    for (int i = 0; i < 300 && !(f = fopen(p, "r")); i++) sleep_ms(50);
+    for (int i = 0; i < 300 && !(f = fopen(p, "r")); i++) it_sleep_s(0.05);
     cr_assert_not_null(f, "bfd did not launch trial %lld within 15 s", trial);
     tok[0] = '\0';
     while (fgets(line, sizeof line, f)) {
@@ -225,7 +166,7 @@ static void finish(long long trial, int status) {
     char p[400], s[16];
     snprintf(p, sizeof p, "%s/exit.%lld", g_dir, trial);
     snprintf(s, sizeof s, "%d\n", status);
-    write_text(p, s, 0644);
+    it_write_text(p, s, 0644);
 }
 
 static void *worker_socket(void *ctx) {
@@ -249,20 +190,25 @@ static const char *line_with(const char *text, const char *needle, char *buf, si
     return buf;
 }
 
-Test(bfctl_results, table_json_and_export) {
-    long long job = submit("small", 2);
-    /* trial ids: the job's two trials, in index order */
+/* The ids of the job's first n trials, in index order (from `show --json`). */
+static void job_trial_ids(long long job, long long *ids, size_t n) {
     char *out;
     cr_assert_eq(bfctl(&out, 0, "show %lld --json", job), 0);
     json_error_t jerr;
     json_t *js = json_loads(out, 0, &jerr);
     cr_assert_not_null(js, "show --json: %s", jerr.text);
     free(out);
-    long long ta =
-        json_integer_value(json_object_get(json_array_get(json_object_get(js, "trials"), 0), "id"));
-    long long tb =
-        json_integer_value(json_object_get(json_array_get(json_object_get(js, "trials"), 1), "id"));
+    for (size_t i = 0; i < n; i++)
+        ids[i] = json_integer_value(
+            json_object_get(json_array_get(json_object_get(js, "trials"), i), "id"));
     json_decref(js);
+}
+
+Test(bfctl_results, table_json_and_export) {
+    long long job = submit("small", 2);
+    long long ids[2];
+    job_trial_ids(job, ids, 2);
+    long long ta = ids[0], tb = ids[1];
     cr_assert(ta >= 1 && tb >= 1);
     char toka[PROTO_TOKEN_LEN + 1], tokb[PROTO_TOKEN_LEN + 1];
     token_of(ta, toka);
@@ -297,6 +243,7 @@ Test(bfctl_results, table_json_and_export) {
     zmq_ctx_term(ctx);
     finish(ta, 0);
     finish(tb, 0);
+    char *out;
     cr_assert_eq(bfctl(&out, 0, "wait %lld", job), 0, "wait: %s", out);
     free(out);
 
@@ -318,7 +265,8 @@ Test(bfctl_results, table_json_and_export) {
     free(out);
 
     cr_assert_eq(bfctl(&out, 0, "results %lld --json", job), 0);
-    js = json_loads(out, 0, &jerr);
+    json_error_t jerr;
+    json_t *js = json_loads(out, 0, &jerr);
     cr_assert_not_null(js, "results --json: %s: %s", jerr.text, out);
     free(out);
     cr_assert_eq(json_integer_value(json_object_get(js, "best_trial")), tb);
@@ -375,8 +323,7 @@ Test(bfctl_results, table_json_and_export) {
 
     /* export --csv: header with the swept key, one row per value */
     cr_assert_eq(bfctl(&out, 0, "export %lld --csv", job), 0);
-    int rows = 0;
-    for (const char *p = out; *p; p++) rows += *p == '\n';
+    long rows = it_count_newlines(out);
     cr_assert_eq(rows, 1 + 7 + 4, "%s", out);
     cr_assert(
         !strncmp(out, "job,trial,index,state,attempts,train.seed,seq,step,time,name,value\n", 66),
@@ -406,15 +353,8 @@ Test(bfctl_results, table_json_and_export) {
  * reads it trial by trial, page by page; every value once, in order. */
 Test(bfctl_results, export_of_a_large_job_is_paged) {
     long long job = submit("large", 1);
-    char *out;
-    cr_assert_eq(bfctl(&out, 0, "show %lld --json", job), 0);
-    json_error_t jerr;
-    json_t *js = json_loads(out, 0, &jerr);
-    cr_assert_not_null(js);
-    free(out);
-    long long t =
-        json_integer_value(json_object_get(json_array_get(json_object_get(js, "trials"), 0), "id"));
-    json_decref(js);
+    long long t;
+    job_trial_ids(job, &t, 1);
     char tok[PROTO_TOKEN_LEN + 1];
     token_of(t, tok);
     void *ctx = zmq_ctx_new();
@@ -439,12 +379,14 @@ Test(bfctl_results, export_of_a_large_job_is_paged) {
     zmq_close(ws);
     zmq_ctx_term(ctx);
     finish(t, 0);
+    char *out;
     cr_assert_eq(bfctl(&out, 0, "wait %lld", job), 0);
     free(out);
 
     cr_assert_eq(bfctl(&out, 0, "export %lld --json", job), 0);
     cr_assert_gt(strlen(out), (size_t)(8u << 20), "the export is too small to need paging");
-    js = json_loads(out, 0, &jerr);
+    json_error_t jerr;
+    json_t *js = json_loads(out, 0, &jerr);
     cr_assert_not_null(js, "export --json: %s (line %d)", jerr.text, jerr.line);
     free(out);
     json_t *m = json_object_get(json_array_get(json_object_get(js, "trials"), 0), "metrics");
@@ -463,8 +405,7 @@ Test(bfctl_results, export_of_a_large_job_is_paged) {
     json_decref(js);
 
     cr_assert_eq(bfctl(&out, 0, "export %lld --csv", job), 0);
-    long rows = 0;
-    for (const char *p = out; *p; p++) rows += *p == '\n';
+    long rows = it_count_newlines(out);
     cr_assert_eq(rows, 1 + (long)n_points * 5);
     free(out);
 }

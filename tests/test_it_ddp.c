@@ -10,43 +10,20 @@
  *     collective timeout (exit 69). */
 #include <criterion/criterion.h>
 #include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "it_proc.h"
 
 #define BFWORKER BF_BIN_DIR "/bfworker"
 #define TIMEOUT_RC (-1000)
 
 static char g_dir[256];
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void sleep_s(double s) {
-    struct timespec ts = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
-
-static void copy_file(const char *from, const char *to) {
-    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
-    cr_assert(a && b, "copy %s -> %s", from, to);
-    char buf[65536];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, a)) > 0) fwrite(buf, 1, n, b);
-    fclose(a);
-    fclose(b);
-}
 
 /* Process groups started by this test; teardown kills whatever is left of
  * them, so a failed assertion never leaves ranks training in the background. */
@@ -54,16 +31,10 @@ static pid_t g_spawned[64];
 static int g_nspawned;
 
 static void setup(void) {
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    setenv("OMP_NUM_THREADS", "1", 1);
-    snprintf(g_dir, sizeof g_dir, "/tmp/bf-ddp-XXXXXX");
-    cr_assert(mkdtemp(g_dir));
+    it_worker_env();
+    tmpdir_make(g_dir, sizeof g_dir, "/tmp/bf-ddp-XXXXXX");
+    it_copy_glosses(g_dir);
     char p[512];
-    snprintf(p, sizeof p, "%s/train.tsv", g_dir);
-    copy_file(BF_SOURCE_DIR "/tests/data/glosses_train.tsv", p);
-    snprintf(p, sizeof p, "%s/val.tsv", g_dir);
-    copy_file(BF_SOURCE_DIR "/tests/data/glosses_val.tsv", p);
     /* an lm corpus: the gloss texts, one per line */
     char src[512];
     snprintf(src, sizeof src, "%s/train.tsv", g_dir);
@@ -107,27 +78,13 @@ static void teardown(void) {
         kill(-g_spawned[i], SIGKILL);
     }
     g_nspawned = 0;
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (system(cmd)) fprintf(stderr, "could not remove %s\n", g_dir);
+    if (tmpdir_remove(g_dir)) fprintf(stderr, "could not remove %s\n", g_dir);
 }
 
-/* Starts argv with stdout and stderr appended to log; returns the pid. */
+/* Starts argv with stdout and stderr appended to log, in a process group of
+ * its own (so teardown can end it and all it started); returns the pid. */
 static pid_t spawn(const char *log, char *const argv[]) {
-    pid_t pid = fork();
-    cr_assert(pid >= 0);
-    if (pid == 0) {
-        setpgid(0, 0); /* its own group, so teardown can end it and all it started */
-        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-            close(fd);
-        }
-        execvp(argv[0], argv);
-        _exit(127);
-    }
-    setpgid(pid, pid);
+    pid_t pid = it_spawn(log, argv, 1);
     if (g_nspawned < (int)(sizeof g_spawned / sizeof g_spawned[0])) g_spawned[g_nspawned++] = pid;
     return pid;
 }
@@ -135,19 +92,15 @@ static pid_t spawn(const char *log, char *const argv[]) {
 /* Exit status of pid, -signal when killed, TIMEOUT_RC (after SIGKILL) when
  * it ran longer than timeout seconds. */
 static int wait_for(pid_t pid, double timeout) {
-    double end = now_s() + timeout;
-    for (;;) {
-        int st;
-        pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
-        if (r < 0 && errno != EINTR) return -9999;
-        if (now_s() > end) {
-            kill(pid, SIGKILL);
-            waitpid(pid, &st, 0);
-            return TIMEOUT_RC;
-        }
-        sleep_s(0.005);
+    int st;
+    int r = it_wait_pid(pid, timeout, &st);
+    if (r < 0) return -9999;
+    if (r > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+        return TIMEOUT_RC;
     }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
 }
 
 static int run(const char *log, double timeout, char *const argv[]) {
@@ -182,26 +135,11 @@ static void log_path(char *buf, size_t n, const char *name) {
     snprintf(buf, n, "%s/%s.log", g_dir, name);
 }
 
-static char *slurp(const char *path, size_t *len) {
-    if (len) *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    size_t got = fread(s, 1, (size_t)n, f);
-    s[got] = 0;
-    fclose(f);
-    if (len) *len = got;
-    return s;
-}
-
 /* train/loss of every metrics line that has one, in order. */
 static int read_losses(const char *out, double *loss, int cap) {
     char p[512];
     snprintf(p, sizeof p, "%s/%s/metrics.jsonl", g_dir, out);
-    char *s = slurp(p, NULL);
+    char *s = it_slurp(p, NULL);
     cr_assert(s, "no %s", p);
     int n = 0;
     for (char *l = s; l && *l && n < cap;) {
@@ -210,15 +148,6 @@ static int read_losses(const char *out, double *loss, int cap) {
         if (q && (!e || q < e)) loss[n++] = strtod(q + 14, NULL);
         l = e ? e + 1 : NULL;
     }
-    free(s);
-    return n;
-}
-
-static int count_lines(const char *path) {
-    char *s = slurp(path, NULL);
-    if (!s) return 0;
-    int n = 0;
-    for (char *c = s; *c; c++) n += *c == '\n';
     free(s);
     return n;
 }
@@ -267,7 +196,7 @@ Test(ddp, two_ranks_match_one_rank_lm) { check_equal_trajectory("lm.yaml", NULL,
 static unsigned char *read_ckpt(const char *out, size_t *len) {
     char p[512];
     snprintf(p, sizeof p, "%s/%s/checkpoint.bin", g_dir, out);
-    unsigned char *s = (unsigned char *)slurp(p, len);
+    unsigned char *s = (unsigned char *)it_slurp(p, len);
     cr_assert(s, "no checkpoint %s", p);
     return s;
 }
@@ -308,8 +237,8 @@ static void check_resume_identical(int ranks, int after, const char *tag) {
     train_argv(argv, ranks, "cls.yaml", cut, extra);
     pid_t pid = spawn(log, argv);
     snprintf(metrics, sizeof metrics, "%s/%s/metrics.jsonl", g_dir, cut);
-    double end = now_s() + 60;
-    while (count_lines(metrics) < after && now_s() < end) sleep_s(0.001);
+    double end = it_now_s() + 60;
+    while (it_count_lines(metrics) < after && it_now_s() < end) it_sleep_s(0.001);
     pid_t target = pid;
     if (ranks > 1) {
         /* one rank only: a child of mpirun */
@@ -320,7 +249,7 @@ static void check_resume_identical(int ranks, int after, const char *tag) {
     int rc = wait_for(pid, 60);
     cr_assert_eq(rc, 75, "%s: SIGTERM after %d steps: exit %d, expected 75 (preempted; see %s)",
                  tag, after, rc, log);
-    int logged = count_lines(metrics);
+    int logged = it_count_lines(metrics);
     cr_assert(logged < 400, "%s: the run finished before the signal (%d steps)", tag, logged);
 
     char *rextra[] = {"--set", "train.steps=400", "--set", "train.eval_every=0", "--resume", NULL};
@@ -361,7 +290,7 @@ static void expect_refused(const char *tag, const char *want, char **extra) {
     log_path(log, sizeof log, tag);
     train_argv(argv, 1, "cls.yaml", "ck", extra);
     int rc = run(log, 60, argv);
-    char *text = slurp(log, NULL);
+    char *text = it_slurp(log, NULL);
     cr_assert_eq(rc, 1, "%s: exit %d, expected 1; log: %s", tag, rc, text ? text : "");
     cr_assert(text && strstr(text, want), "%s: message lacks '%s'; log: %s", tag, want,
               text ? text : "");
@@ -375,9 +304,9 @@ Test(ddp, damaged_checkpoints_are_refused) {
     cr_assert_eq(run(log, 60, argv), 0);
     snprintf(path, sizeof path, "%s/ck/checkpoint.bin", g_dir);
     snprintf(bak, sizeof bak, "%s/ck.bak", g_dir);
-    copy_file(path, bak);
+    it_copy_file(path, bak);
     size_t len = 0;
-    unsigned char *good = (unsigned char *)slurp(path, &len);
+    unsigned char *good = (unsigned char *)it_slurp(path, &len);
     char *resume[] = {"--resume", NULL};
 
     /* one flipped bit in the parameters */
@@ -414,7 +343,7 @@ Test(ddp, damaged_checkpoints_are_refused) {
     expect_refused("foreign", "bad magic", resume);
 
     /* intact file, other config */
-    copy_file(bak, path);
+    it_copy_file(bak, path);
     char *other[] = {"--resume", "--set", "model.d_model=64", NULL};
     expect_refused("config-shape", "parameters", other);
     char *lr[] = {"--resume", "--set", "train.lr=0.5", NULL};
@@ -438,9 +367,9 @@ static pid_t start_long_run(const char *tag, char *timeout) {
     train_argv(argv, 2, "cls.yaml", out, extra);
     pid_t pid = spawn(log, argv);
     snprintf(metrics, sizeof metrics, "%s/%s/metrics.jsonl", g_dir, out);
-    double end = now_s() + 60;
-    while (count_lines(metrics) < 5 && now_s() < end) sleep_s(0.01);
-    cr_assert(count_lines(metrics) >= 5, "the 2-rank run did not start training");
+    double end = it_now_s() + 60;
+    while (it_count_lines(metrics) < 5 && it_now_s() < end) it_sleep_s(0.01);
+    cr_assert(it_count_lines(metrics) >= 5, "the 2-rank run did not start training");
     return pid;
 }
 
@@ -448,10 +377,10 @@ Test(ddp, killed_rank_ends_the_job) {
     pid_t pid = start_long_run("kill", "600");
     pid_t victim = rank_pid(pid);
     cr_assert(victim > 0);
-    double t0 = now_s();
+    double t0 = it_now_s();
     kill(victim, SIGKILL);
     int rc = wait_for(pid, 30);
-    double took = now_s() - t0;
+    double took = it_now_s() - t0;
     cr_assert_neq(rc, TIMEOUT_RC, "the job hung for 30 s after a rank was killed");
     cr_assert_neq(rc, 0, "the job exited 0 after a rank was killed");
     cr_log_info("SIGKILL of one rank: mpirun exited %d after %.2f s", rc, took);
@@ -463,14 +392,14 @@ Test(ddp, hung_rank_trips_the_collective_timeout) {
     pid_t pid = start_long_run("hang", "2");
     pid_t victim = rank_pid(pid);
     cr_assert(victim > 0);
-    double t0 = now_s();
+    double t0 = it_now_s();
     kill(victim, SIGSTOP);
     int rc = wait_for(pid, 30);
-    double took = now_s() - t0;
+    double took = it_now_s() - t0;
     kill(victim, SIGKILL); /* in case mpirun left it */
     char log[512];
     log_path(log, sizeof log, "hang");
-    char *text = slurp(log, NULL);
+    char *text = it_slurp(log, NULL);
     cr_assert_neq(rc, TIMEOUT_RC, "the job hung for 30 s with a stopped rank");
     cr_assert_neq(rc, 0);
     cr_assert(text && strstr(text, "has not completed after 2 s"), "no timeout message; log: %s",

@@ -10,48 +10,22 @@
  *     leaves RUNNING, bfd keeps serving with its slots free.
  * Skipped (with the reason) where slurm-wlm or munge is not installed. */
 #include <criterion/criterion.h>
-#include <fcntl.h>
-#include <jansson.h>
 #include <signal.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "daemon/slurm.h"
+#include "it_bfd.h"
 
-#define BFD BF_BIN_DIR "/bfd"
-#define BFCTL BF_BIN_DIR "/bfctl"
 #define SLURM_LOCAL BF_SOURCE_DIR "/scripts/slurm_local.sh"
 
 static char g_dir[256], g_home[320], g_slurm[320];
 static pid_t g_bfd = -1;
 static int g_slurm_up;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void sleep_s(double s) {
-    struct timespec ts = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
-
-static void copy_file(const char *from, const char *to) {
-    FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
-    cr_assert(a && b, "copy %s -> %s", from, to);
-    char buf[65536];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, a)) > 0) cr_assert_eq(fwrite(buf, 1, n, b), n);
-    fclose(a);
-    cr_assert_eq(fclose(b), 0);
-}
 
 static int have_program(const char *name) {
     char cmd[256];
@@ -60,35 +34,18 @@ static int have_program(const char *name) {
 }
 
 static void setup(void) {
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-    setenv("OMP_NUM_THREADS", "1", 1);
-    snprintf(g_dir, sizeof g_dir, "/tmp/bf-its-XXXXXX");
-    cr_assert(mkdtemp(g_dir));
-    snprintf(g_home, sizeof g_home, "%s/home", g_dir);
+    it_worker_env();
+    it_bfd_home(g_dir, sizeof g_dir, g_home, sizeof g_home, "/tmp/bf-its-XXXXXX");
     snprintf(g_slurm, sizeof g_slurm, "%s/slurm", g_dir);
-    cr_assert(mkdir(g_home, 0700) == 0);
-    setenv("BF_HOME", g_home, 1);
-    char p[512];
-    snprintf(p, sizeof p, "%s/train.tsv", g_dir);
-    copy_file(BF_SOURCE_DIR "/tests/data/glosses_train.tsv", p);
-    snprintf(p, sizeof p, "%s/val.tsv", g_dir);
-    copy_file(BF_SOURCE_DIR "/tests/data/glosses_val.tsv", p);
-    snprintf(p, sizeof p, "%s/bfd.yaml", g_home);
-    FILE *f = fopen(p, "w");
-    cr_assert(f);
-    fprintf(f, "launcher: slurm\nslots: 2\nslurm_poll: 0.5\nheartbeat_timeout: 20\n"
-               "heartbeat_interval: 0.2\nkill_grace: 3\n");
-    cr_assert_eq(fclose(f), 0);
+    it_copy_glosses(g_dir);
+    it_write_text(tmpdir_path(g_home, "bfd.yaml"),
+                  "launcher: slurm\nslots: 2\nslurm_poll: 0.5\nheartbeat_timeout: 20\n"
+                  "heartbeat_interval: 0.2\nkill_grace: 3\n",
+                  0644);
 }
 
 static void teardown(void) {
-    if (g_bfd > 0) {
-        kill(g_bfd, SIGKILL);
-        int st;
-        waitpid(g_bfd, &st, 0);
-        g_bfd = -1;
-    }
+    it_stop(&g_bfd, SIGKILL);
     char cmd[1200];
     if (g_slurm_up) {
         /* slurmd ends the job steps still running (a worker a failed test left) */
@@ -96,8 +53,7 @@ static void teardown(void) {
         if (system(cmd) != 0) fprintf(stderr, "slurm_local.sh stop failed\n");
         g_slurm_up = 0;
     }
-    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+    if (tmpdir_remove(g_dir) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
 }
 
 /* Brings up the local cluster, or skips the test when Slurm is not here. */
@@ -124,133 +80,32 @@ static void slurm_up(void) {
     setenv("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", 0);
 }
 
-static void start_bfd(void) {
-    char logp[512];
-    snprintf(logp, sizeof logp, "%s/bfd.log", g_dir);
-    g_bfd = fork();
-    cr_assert(g_bfd >= 0);
-    if (g_bfd == 0) {
-        int fd = open(logp, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        if (fd >= 0) {
-            dup2(fd, 2);
-            dup2(fd, 1);
-        }
-        execl(BFD, BFD, "--home", g_home, (char *)NULL);
-        _exit(127);
-    }
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "BF_HOME=%s " BFCTL " daemon status > /dev/null 2>&1", g_home);
-    double t0 = now_s();
-    while (system(cmd) != 0) {
-        cr_assert(now_s() - t0 < 10, "bfd did not come up (see %s)", logp);
-        sleep_s(0.05);
-    }
-}
+static void start_bfd(void) { g_bfd = it_bfd_start(g_dir, g_home); }
 
 static const char *write_sweep(const char *name, int n_seeds, int steps) {
-    static char p[512];
-    snprintf(p, sizeof p, "%s/%s.yaml", g_dir, name);
-    FILE *f = fopen(p, "w");
-    cr_assert(f);
-    fprintf(f,
-            "name: %s\npipeline: budgetformer\ndevice: cpu\n"
-            "data: {train: %s/train.tsv, val: %s/val.tsv}\n"
-            "model: {layers: 1, d_model: 32, heads: 4, seq_len: 16, vocab: 256}\n"
-            "train: {steps: %d, batch: 8, log_every: 5, eval_every: 100000, "
-            "checkpoint_every: 50}\n"
-            "resources: {ranks: 1, time_limit: 10m}\n"
-            "sweep:\n  parameters:\n    train.seed: {values: [",
-            name, g_dir, g_dir, steps);
-    for (int i = 0; i < n_seeds; i++) fprintf(f, "%s%d", i ? ", " : "", i + 1);
-    fprintf(f, "]}\nmetric: {name: train/loss, goal: min}\n");
-    cr_assert_eq(fclose(f), 0);
-    return p;
+    return it_write_sweep(g_dir, name, n_seeds, steps, "resources: {ranks: 1, time_limit: 10m}\n");
 }
 
 static int ctl(char *out, size_t outlen, const char *args) {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "cd %s && " BFCTL " %s 2>>%s/bfctl.err", g_dir, args, g_dir);
-    FILE *p = popen(cmd, "r");
-    cr_assert(p);
-    size_t n = out ? fread(out, 1, outlen - 1, p) : 0;
-    if (out) out[n] = '\0';
-    char sink[4096];
-    while (!out && fread(sink, 1, sizeof sink, p) > 0) {
-    }
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return it_bfctl(g_dir, out, outlen, args);
 }
 
-static long long submit(const char *sweep) {
-    char out[256], args[600];
-    snprintf(args, sizeof args, "submit %s", sweep);
-    cr_assert_eq(ctl(out, sizeof out, args), 0, "submit %s failed", sweep);
-    return atoll(out);
-}
-
-static sqlite3 *db_open(void) {
-    char p[512];
-    snprintf(p, sizeof p, "%s/bf.db", g_home);
-    sqlite3 *db;
-    cr_assert_eq(sqlite3_open_v2(p, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    sqlite3_busy_timeout(db, 5000);
-    return db;
-}
-
-static long long db_int(const char *sql, long long arg) {
-    sqlite3 *db = db_open();
-    sqlite3_stmt *st;
-    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
-                 sqlite3_errmsg(db));
-    sqlite3_bind_int64(st, 1, arg);
-    long long v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : -1;
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    return v;
-}
+static long long submit(const char *sweep) { return it_submit(g_dir, sweep); }
+static long long db_int(const char *sql, long long arg) { return it_db_int(g_home, sql, arg); }
 
 static void db_text(const char *sql, long long arg, char *buf, size_t len) {
-    sqlite3 *db = db_open();
-    sqlite3_stmt *st;
-    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql,
-                 sqlite3_errmsg(db));
-    sqlite3_bind_int64(st, 1, arg);
-    buf[0] = '\0';
-    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0))
-        snprintf(buf, len, "%s", (const char *)sqlite3_column_text(st, 0));
-    sqlite3_finalize(st);
-    sqlite3_close(db);
+    it_db_text(g_home, sql, arg, buf, len);
 }
 
 static void wait_for(const char *what, const char *sql, long long arg, long long at_least,
                      double timeout) {
-    double t0 = now_s();
-    while (db_int(sql, arg) < at_least) {
-        cr_assert(now_s() - t0 < timeout, "timed out waiting for %s (see %s/bfd.log)", what, g_dir);
-        sleep_s(0.1);
-    }
+    it_db_wait(g_dir, g_home, what, sql, arg, at_least, timeout);
 }
 
 /* Every line of the trial's metrics.jsonl is stored once, seqs 1..N. */
 static void check_exactly_once(long long trial, long long want_lines) {
-    char p[512];
-    snprintf(p, sizeof p, "%s/trials/%lld/metrics.jsonl", g_home, trial);
-    FILE *f = fopen(p, "r");
-    cr_assert(f, "no %s", p);
-    long long lines = 0, values = 0;
-    char line[8192];
-    while (fgets(line, sizeof line, f)) {
-        lines++;
-        json_error_t je;
-        json_t *o = json_loads(line, 0, &je);
-        cr_assert(o, "%s:%lld: %s", p, lines, je.text);
-        const char *k;
-        json_t *v;
-        json_object_foreach(o, k, v) if (strcmp(k, "step") && strcmp(k, "time") &&
-                                         json_is_number(v)) values++;
-        json_decref(o);
-    }
-    fclose(f);
+    long long lines, values;
+    it_metrics_file(g_home, trial, 0, &lines, &values);
     cr_assert_eq(lines, want_lines, "trial %lld: %lld lines in metrics.jsonl", trial, lines);
     cr_assert_eq(db_int("SELECT COUNT(*) FROM metrics WHERE trial = ?1", trial), values);
     cr_assert_eq(db_int("SELECT MIN(seq) FROM metrics WHERE trial = ?1", trial), 1);
@@ -286,19 +141,19 @@ TestSuite(slurm, .init = setup, .fini = teardown, .timeout = 150);
 Test(slurm, sweep_completes_through_sbatch_and_srun) {
     slurm_up();
     start_bfd();
-    double t0 = now_s();
+    double t0 = it_now_s();
     long long job = submit(write_sweep("two", 2, 30));
     cr_assert_eq(job, 1);
     cr_assert_eq(ctl(NULL, 0, "wait 1"), 0, "wait: a trial did not complete (see %s/bfd.log)",
                  g_dir);
-    double took = now_s() - t0;
+    double took = it_now_s() - t0;
     cr_assert_eq(db_int("SELECT COUNT(*) FROM trials WHERE job = ?1 AND state = 'COMPLETED'"
                         " AND attempts = 1",
                         job),
                  2);
     for (long long t = 1; t <= 2; t++) {
         check_exactly_once(t, 30 / 5);
-        char id[32], script[512], logp[512], line[1024];
+        char id[32], script[512], logp[512];
         slurm_job_of(t, id, sizeof id);
         slurm_status st;
         slurm_state(id, &st);
@@ -319,14 +174,9 @@ Test(slurm, sweep_completes_through_sbatch_and_srun) {
         cr_assert_eq(stat(script, &sb), 0, "no %s", script);
         cr_assert_eq(sb.st_mode & 0777, 0600, "the script holds the token: mode 0600");
         snprintf(logp, sizeof logp, "%s/logs/%lld.log", g_home, t);
-        FILE *f = fopen(logp, "r");
-        cr_assert(f, "no %s", logp);
-        int header = 0;
         char want[64];
         snprintf(want, sizeof want, "Slurm job %s on ", id);
-        while (fgets(line, sizeof line, f))
-            if (strstr(line, want)) header = 1;
-        fclose(f);
+        int header = it_count_lines_with(logp, want) > 0;
         cr_assert(header, "%s lacks the batch script's header for job %s", logp, id);
     }
     fprintf(stderr, "slurm sweep: 2 trials x 30 steps through sbatch/srun in %.1f s\n", took);
@@ -352,30 +202,24 @@ Test(slurm, cancel_of_a_running_slurm_trial) {
     char state[32];
     db_text("SELECT state FROM trials WHERE id = ?1", 1, state, sizeof state);
     cr_assert_str_eq(state, "CANCELLED");
-    double t0 = now_s();
+    double t0 = it_now_s();
     for (;;) {
         slurm_state(id, &st);
         if (st.phase == SLURM_ENDED) break;
-        cr_assert(now_s() - t0 < 20, "Slurm job %s still %s after cancel", id, st.state);
-        sleep_s(0.2);
+        cr_assert(it_now_s() - t0 < 20, "Slurm job %s still %s after cancel", id, st.state);
+        it_sleep_s(0.2);
     }
     /* bfd forgets the run once Slurm says the job ended */
-    t0 = now_s();
+    t0 = it_now_s();
     while (db_int("SELECT COUNT(*) FROM bfd_runs WHERE trial = ?1", 1) != 0) {
-        cr_assert(now_s() - t0 < 10, "bfd still holds the run of the cancelled trial");
-        sleep_s(0.2);
+        cr_assert(it_now_s() - t0 < 10, "bfd still holds the run of the cancelled trial");
+        it_sleep_s(0.2);
     }
     cr_assert_eq(ctl(out, sizeof out, "daemon status"), 0, "bfd stopped serving");
     cr_assert(strstr(out, "slots 2 free of 2"), "%s", out);
     /* the worker checkpointed on the TERM before the kill */
-    char logp[512], line[1024];
-    snprintf(logp, sizeof logp, "%s/logs/1.log", g_home);
-    FILE *f = fopen(logp, "r");
-    cr_assert(f);
-    int checkpointed = 0;
-    while (fgets(line, sizeof line, f))
-        if (strstr(line, "preempted: checkpoint written at step")) checkpointed = 1;
-    fclose(f);
+    const char *logp = tmpdir_path(g_home, "logs/1.log");
+    int checkpointed = it_count_lines_with(logp, "preempted: checkpoint written at step") > 0;
     cr_assert(checkpointed, "scancel --signal=TERM did not reach the worker (see %s)", logp);
     (void)job;
 }

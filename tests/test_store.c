@@ -15,30 +15,20 @@
 
 #include "jobs/store.h"
 #include "jobs/sweep.h"
+#include "tmpdir.h"
 
 static char tmpdir[256];
 
 static void setup(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/bf_test_store_XXXXXX");
-    cr_assert_not_null(mkdtemp(tmpdir));
+    tmpdir_make(tmpdir, sizeof tmpdir, "/tmp/bf_test_store_XXXXXX");
     unsetenv("BF_DATA");
 }
 
-static void teardown(void) {
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    cr_assert_eq(system(cmd), 0);
-}
+static void teardown(void) { cr_assert_eq(tmpdir_remove(tmpdir), 0); }
 
 TestSuite(store, .init = setup, .fini = teardown);
 
-static const char *path_in(const char *name) {
-    static char p[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(p[k], sizeof p[k], "%s/%s", tmpdir, name);
-    return p[k];
-}
+static const char *path_in(const char *name) { return tmpdir_path(tmpdir, name); }
 
 static store *open_store(const char *name) {
     store *s = NULL;
