@@ -139,6 +139,19 @@ Test(daemon, sweep_completes_with_metrics_stored_once) {
     int n = 0;
     for (char *p = out; (p = strstr(p, "t2 seq ")); p++) n++;
     cr_assert_eq(n, 8, "tail t2 printed %d points:\n%s", n, out);
+    /* a job's tail: one compact line per point of every trial, in step order per trial */
+    cr_assert_eq(ctl(out, sizeof out, "tail 1"), 0);
+    int lines = 0, with_loss = 0;
+    for (char *p = out; (p = strstr(p, " step ")); p++) lines++;
+    for (char *p = out; (p = strstr(p, "| loss ")); p++) with_loss++;
+    cr_assert_eq(lines, 3 * 8, "tail 1 printed %d lines:\n%s", lines, out);
+    cr_assert_eq(with_loss, 3 * 8, "every point of this sweep carries train/loss:\n%s", out);
+    cr_assert(strstr(out, "val/acc "), "the evaluation points show val/acc:\n%s", out);
+    cr_assert(!strstr(out, " seq "), "the compact tail shows no sequence numbers:\n%s", out);
+    cr_assert_eq(ctl(out, sizeof out, "tail 1 --all"), 0);
+    n = 0;
+    for (char *p = out; (p = strstr(p, " seq ")); p++) n++;
+    cr_assert_eq(n, 3 * 8, "tail 1 --all printed %d points:\n%s", n, out);
 }
 
 Test(daemon, cancel_of_a_running_trial) {
