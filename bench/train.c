@@ -70,15 +70,21 @@ static double time_steps(const opts *o, const bk_backend *be, int budget, size_t
 }
 
 /* Runs the PyTorch peer with the same shapes and threads; returns its step
- * time in seconds, or 0 when it cannot run (no python3/torch). */
-static double run_peer(const opts *o, int threads, char *version, size_t vlen) {
+ * time in seconds, or 0 when it cannot run (no python3/torch). policy NULL:
+ * the peer's own default OpenMP wait policy (as a user would run it; the
+ * passive policy bf set for itself is taken away), else that policy. */
+static double run_peer(const opts *o, int threads, const char *policy, char *version, size_t vlen) {
     if (!o->peer || strcmp(o->peer, "none") == 0 || access(o->peer, R_OK) != 0) return 0;
     if (access("/usr/bin/python3", X_OK) != 0) return 0;
-    char cmd[1024];
+    char cmd[1024], env[64] = "";
+    if (policy)
+        snprintf(env, sizeof env, "env OMP_WAIT_POLICY=%s ", policy);
+    else if (getenv("BK_OMP_PASSIVE_SET"))
+        snprintf(env, sizeof env, "env -u OMP_WAIT_POLICY ");
     snprintf(cmd, sizeof cmd,
-             "/usr/bin/python3 %s encoder --steps %d --threads %d --B %d --T %d --d %d --H %d --L %d "
+             "%s/usr/bin/python3 %s encoder --steps %d --threads %d --B %d --T %d --d %d --H %d --L %d "
              "--V %d --C %d 2>/dev/null",
-             o->peer, o->steps, threads, o->B, o->T, o->d, o->H, o->L, o->V, o->C);
+             env, o->peer, o->steps, threads, o->B, o->T, o->d, o->H, o->L, o->V, o->C);
     FILE *p = popen(cmd, "r");
     if (!p) return 0;
     char line[2048] = {0};
@@ -148,17 +154,24 @@ int main(int argc, char **argv) {
     size_t params_off = 0, params_on = 0;
     double off = time_steps(&o, be, 0, &params_off);
     double on = time_steps(&o, be, 1, &params_on);
-    double peer = be->device == BK_CPU ? run_peer(&o, threads, version, sizeof version) : 0;
+    /* the peer twice: with its own defaults (how a user runs it), and with the
+     * passive OpenMP policy bf runs with, so neither side gets a head start */
+    double peer = be->device == BK_CPU ? run_peer(&o, threads, NULL, version, sizeof version) : 0;
+    double peer_p = be->device == BK_CPU ? run_peer(&o, threads, "passive", version, sizeof version) : 0;
     double tok = (double)o.B * o.T;
     FILE *t = o.json ? stderr : stdout;
-    fprintf(t, "bench_train: backend %s | cpu %s | nproc %ld | threads %d | B=%d T=%d d=%d H=%d L=%d V=%d classes=%d | %d steps (median)\n",
-            be->name, cpu, sysconf(_SC_NPROCESSORS_ONLN), threads, o.B, o.T, o.d, o.H, o.L, o.V, o.C, o.steps);
-    fprintf(t, "%-28s %12s %12s %10s %14s\n", "run", "params", "step ms", "tokens/s", "vs pytorch");
-    fprintf(t, "%-28s %12zu %12.2f %10.0f %14s\n", "bf, budget off", params_off, off * 1e3, tok / off, "");
-    fprintf(t, "%-28s %12zu %12.2f %10.0f %14s\n", "bf, budget on", params_on, on * 1e3, tok / on, "");
-    if (peer > 0) {
-        fprintf(t, "%-28s %12s %12.2f %10.0f %14s\n", "pytorch eager", version, peer * 1e3, tok / peer, "1.00x");
-        fprintf(t, "ratio bf/pytorch tokens/s: budget off %.2fx, budget on %.2fx\n", peer / off, peer / on);
+    const char *policy = getenv("OMP_WAIT_POLICY");
+    fprintf(t, "bench_train: backend %s | cpu %s | nproc %ld | threads %d | OMP_WAIT_POLICY %s | B=%d T=%d d=%d H=%d L=%d V=%d classes=%d | %d steps (median)\n",
+            be->name, cpu, sysconf(_SC_NPROCESSORS_ONLN), threads, policy ? policy : "default", o.B,
+            o.T, o.d, o.H, o.L, o.V, o.C, o.steps);
+    fprintf(t, "%-38s %10s %10s %10s\n", "run", "params", "step ms", "tokens/s");
+    fprintf(t, "%-38s %10zu %10.2f %10.0f\n", "bf, budget off", params_off, off * 1e3, tok / off);
+    fprintf(t, "%-38s %10zu %10.2f %10.0f\n", "bf, budget on", params_on, on * 1e3, tok / on);
+    if (peer > 0 && peer_p > 0) {
+        fprintf(t, "%-38s %10s %10.2f %10.0f\n", "pytorch eager, its defaults", version, peer * 1e3, tok / peer);
+        fprintf(t, "%-38s %10s %10.2f %10.0f\n", "pytorch eager, OMP_WAIT_POLICY=passive", version, peer_p * 1e3, tok / peer_p);
+        fprintf(t, "ratio bf/pytorch tokens/s: vs its defaults %.2fx (budget off) %.2fx (on); "
+                   "vs passive %.2fx / %.2fx\n", peer / off, peer / on, peer_p / off, peer_p / on);
     } else {
         fprintf(t, "pytorch peer not run (needs /usr/bin/python3 with torch and %s)\n", o.peer);
     }
@@ -167,9 +180,12 @@ int main(int argc, char **argv) {
         bench_json_string(stdout, cpu);
         printf(", \"threads\": %d, \"B\": %d, \"T\": %d, \"d\": %d, \"H\": %d, \"L\": %d, \"V\": %d, "
                "\"steps\": %d, \"budget_off_tokens_per_s\": %.1f, \"budget_on_tokens_per_s\": %.1f, "
-               "\"pytorch_tokens_per_s\": %.1f, \"ratio_off\": %.3f, \"ratio_on\": %.3f}\n",
+               "\"pytorch_tokens_per_s\": %.1f, \"pytorch_passive_tokens_per_s\": %.1f, "
+               "\"ratio_off\": %.3f, \"ratio_on\": %.3f, \"ratio_off_vs_passive\": %.3f}\n",
                threads, o.B, o.T, o.d, o.H, o.L, o.V, o.steps, tok / off, tok / on,
-               peer > 0 ? tok / peer : 0.0, peer > 0 ? peer / off : 0.0, peer > 0 ? peer / on : 0.0);
+               peer > 0 ? tok / peer : 0.0, peer_p > 0 ? tok / peer_p : 0.0,
+               peer > 0 ? peer / off : 0.0, peer > 0 ? peer / on : 0.0,
+               peer_p > 0 ? peer_p / off : 0.0);
     }
     return 0;
 }

@@ -212,8 +212,9 @@ int bk_hadamard_entry(int d, int i, int j);
  * a test-set evaluation took 178 s spinning against 22 s sleeping on a loaded
  * 2-core machine, and selected-heads inference fell off a cliff (160 ms
  * instead of 14 ms). Programs call this first thing in main: unless the user
- * chose a policy, it re-executes the program once with OMP_WAIT_POLICY=passive.
- * Returns only when no re-exec happened. */
+ * chose a policy, it re-executes the program once with OMP_WAIT_POLICY=passive
+ * (and BK_OMP_PASSIVE_SET=1, so a benchmark can run a peer program without the
+ * policy it did not ask for). Returns only when no re-exec happened. */
 void bk_openmp_passive(char **argv);
 
 #ifdef __cplusplus

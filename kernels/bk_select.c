@@ -43,6 +43,7 @@ void bk_openmp_passive(char **argv) {
     if (n <= 0) return;
     self[n] = 0; /* exec the real path, so the process keeps its name (ps, pgrep) */
     if (setenv("OMP_WAIT_POLICY", "passive", 1)) return;
+    setenv("BK_OMP_PASSIVE_SET", "1", 1); /* children (benchmark peers) can tell */
     execv(self, argv);
     /* exec failed: carry on with the default policy */
 }
