@@ -17,25 +17,12 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/cpu_math.h"
 #include "kernels/cpu_ops.h"
 
-/* Short vectors through GCC's vector extension: the compiler keeps the
- * accumulators in registers and emits FMAs on any x86-64 level (SSE pairs
- * without -march=native). */
-#ifdef __AVX__
-#define VLEN 8
-#else
-#define VLEN 4 /* SSE: 32-byte vectors would change the ABI of these helpers */
-#endif
-typedef float vfloat __attribute__((vector_size(VLEN * sizeof(float))));
-
-static inline vfloat vload(const float *p) {
-    vfloat v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-typedef int32_t vint __attribute__((vector_size(VLEN * sizeof(int32_t))));
+/* Short vectors (vfloat, vint, vload, VLEN) come from kernels/cpu_math.h:
+ * GCC's vector extension keeps the accumulators in registers and emits FMAs
+ * on any x86-64 level (SSE pairs without -march=native). */
 
 static inline float vsum(vfloat v) { /* a tree, not a chain of dependent adds */
 #if VLEN == 8
