@@ -196,3 +196,34 @@ Test(model, refuses_bad_hadamard_width_and_token_ids) {
     cr_expect(strstr(err, "outside the vocabulary") != NULL, "%s", err);
     model_destroy(&m);
 }
+
+/* Inference groups samples by k: a batch whose samples run different k
+ * (gathered per group) gives each sample the logits it gets alone (where the
+ * whole batch is one group and the op works in place). */
+Test(model, grouped_inference_matches_one_sample_at_a_time) {
+    model m;
+    make(&m, 1, 0, 3);
+    m.kn.s_min = 0.0f;
+    int targets[3] = {0, 1, 2};
+    char err[256];
+    cr_assert_eq(model_forward(&m, ids, mask, targets, 3, 0, err, sizeof err), 0, "%s", err);
+    float batch_logits[9];
+    memcpy(batch_logits, m.h_logits, sizeof batch_logits);
+    int ks[3], distinct = 0;
+    for (int b = 0; b < 3; b++) {
+        int heads[4];
+        ks[b] = model_selected_heads(&m, 0, b, heads);
+    }
+    distinct = (ks[0] != ks[1]) + (ks[1] != ks[2]) + (ks[0] != ks[2]);
+    cr_assert_gt(distinct, 0, "this input should give samples different k (got %d %d %d)", ks[0],
+                 ks[1], ks[2]);
+    for (int b = 0; b < 3; b++) {
+        cr_assert_eq(model_forward(&m, ids + 5 * b, mask + 5 * b, targets + b, 1, 0, err, sizeof err),
+                     0, "%s", err);
+        for (int v = 0; v < 3; v++)
+            cr_expect_float_eq(m.h_logits[v], batch_logits[3 * b + v], 1e-5,
+                               "sample %d logit %d: alone %g, in the batch %g", b, v,
+                               m.h_logits[v], batch_logits[3 * b + v]);
+    }
+    model_destroy(&m);
+}

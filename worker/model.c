@@ -453,30 +453,39 @@ static void attention_selected(model *m, int l, int B, float *proj) {
     }
     for (int k = 1; k <= NH; k++) {
         int nb = 0;
+        for (int b = 0; b < B; b++) nb += m->h_k[(size_t)l * m->B + b] == k;
+        if (!nb) continue;
+        /* every sample runs k heads: no gather or scatter, the op reads and
+         * writes the batch in place */
+        int whole = nb == B;
+        nb = 0;
         for (int b = 0; b < B; b++) {
             if (m->h_k[(size_t)l * m->B + b] != k) continue;
             model_selected_heads(m, l, b, m->h_heads + (size_t)nb * k);
-            be->copy(m->sel_x + nb * TC, x->ln1 + b * TC, TC * sizeof(float));
-            be->copy(m->sel_mask + (size_t)nb * T, m->mask + (size_t)b * T, (size_t)T * sizeof(float));
+            if (!whole) {
+                be->copy(m->sel_x + nb * TC, x->ln1 + b * TC, TC * sizeof(float));
+                be->copy(m->sel_mask + (size_t)nb * T, m->mask + (size_t)b * T,
+                         (size_t)T * sizeof(float));
+            }
             nb++;
         }
-        if (!nb) continue;
         be->to_device(m->sel_heads, m->h_heads, (size_t)nb * k * sizeof(int));
         bk_attn_args a;
         attn_args(m, &a, nb, NULL);
-        a.mask = m->sel_mask;
-        be->attention_selected_forward(m->sel_out, m->sel_scratch, m->sel_x, P_(m, p->wqkv),
-                                       P_(m, p->bqkv), m->sel_heads, k, &a);
+        a.mask = whole ? m->mask : m->sel_mask;
+        float *out_proj = whole ? proj : m->sel_proj;
+        be->attention_selected_forward(m->sel_out, m->sel_scratch, whole ? x->ln1 : m->sel_x,
+                                       P_(m, p->wqkv), P_(m, p->bqkv), m->sel_heads, k, &a);
         if (m->sh.hadamard)
-            be->fwht_forward(m->sel_proj, m->sel_out, P_(m, p->ha), P_(m, p->hb), nb * T, C);
+            be->fwht_forward(out_proj, m->sel_out, P_(m, p->ha), P_(m, p->hb), nb * T, C);
         else
-            be->linear_selected_forward(m->sel_proj, m->sel_out, P_(m, p->wo), P_(m, p->bo),
+            be->linear_selected_forward(out_proj, m->sel_out, P_(m, p->wo), P_(m, p->bo),
                                         m->sel_heads, k, nb, T, C, NH, C);
+        if (whole) continue;
         nb = 0;
         for (int b = 0; b < B; b++) {
             if (m->h_k[(size_t)l * m->B + b] != k) continue;
             be->copy(proj + b * TC, m->sel_proj + nb * TC, TC * sizeof(float));
-            be->copy(x->atty + b * TC, m->sel_out + nb * TC, TC * sizeof(float));
             nb++;
         }
     }
