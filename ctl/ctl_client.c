@@ -1,4 +1,5 @@
 #include "ctl/ctl_client.h"
+#include "common/errbuf.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -21,14 +22,6 @@ struct ctl_conn {
     int timeout_ms;
 };
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -42,7 +35,7 @@ static int setup_socket(ctl_conn *c, void *s, const char *ep, char *err, size_t 
     zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxsz, sizeof maxsz);
     if (strncmp(ep, "tcp://", 6) == 0 && proto_curve_client(s, err, errlen)) return -1;
     if (zmq_connect(s, ep) != 0)
-        return fail(err, errlen, "zmq_connect(%s): %s", ep, zmq_strerror(zmq_errno()));
+        return bf_fail(err, errlen, "zmq_connect(%s): %s", ep, zmq_strerror(zmq_errno()));
     (void)c;
     return 0;
 }
@@ -67,7 +60,7 @@ static int socket_listens(const char *path) {
 int ctl_connect(ctl_conn **out, char *err, size_t errlen) {
     *out = NULL;
     ctl_conn *c = calloc(1, sizeof *c);
-    if (!c) return fail(err, errlen, "out of memory");
+    if (!c) return bf_fail(err, errlen, "out of memory");
     c->next_req = 1;
     const char *to = getenv("BF_TIMEOUT");
     double t = to ? atof(to) : 10;
@@ -96,13 +89,13 @@ int ctl_connect(ctl_conn **out, char *err, size_t errlen) {
         snprintf(path, sizeof path, "%s/ctl.sock", home);
         struct stat sb;
         if (stat(path, &sb) != 0) {
-            fail(err, errlen, "bfd is not running (no socket at %s); start it with: bfd%s%s", path,
+            bf_fail(err, errlen, "bfd is not running (no socket at %s); start it with: bfd%s%s", path,
                  getenv("BF_HOME") ? " --home " : "", getenv("BF_HOME") ? home : "");
             free(c);
             return -1;
         }
         if (!socket_listens(path)) {
-            fail(err, errlen,
+            bf_fail(err, errlen,
                  "bfd is not running (%s is left from an earlier bfd, nothing listens on it); "
                  "start it with: bfd%s%s",
                  path, getenv("BF_HOME") ? " --home " : "", getenv("BF_HOME") ? home : "");
@@ -115,11 +108,11 @@ int ctl_connect(ctl_conn **out, char *err, size_t errlen) {
     c->ctx = zmq_ctx_new();
     if (!c->ctx) {
         free(c);
-        return fail(err, errlen, "zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
+        return bf_fail(err, errlen, "zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
     }
     c->req = zmq_socket(c->ctx, ZMQ_DEALER);
     if (!c->req || setup_socket(c, c->req, c->ep, err, errlen)) {
-        if (!c->req) fail(err, errlen, "zmq_socket: %s", zmq_strerror(zmq_errno()));
+        if (!c->req) bf_fail(err, errlen, "zmq_socket: %s", zmq_strerror(zmq_errno()));
         ctl_close(&c);
         return -1;
     }
@@ -148,30 +141,30 @@ int ctl_call(ctl_conn *c, const char *type, json_t *body, json_t **reply, char *
     char e2[512];
     int rc = proto_send(c->req, &route, NULL, type, b, 0, e2, sizeof e2);
     json_decref(b);
-    if (rc) return fail(err, errlen, "sending %s to bfd at %s: %s", type, c->ep, e2);
+    if (rc) return bf_fail(err, errlen, "sending %s to bfd at %s: %s", type, c->ep, e2);
     double deadline = now_s() + c->timeout_ms / 1000.0;
     for (;;) {
         int left = (int)((deadline - now_s()) * 1000);
         if (left <= 0)
-            return fail(err, errlen,
+            return bf_fail(err, errlen,
                         "bfd is not responding at %s (no reply to %s within %.0f s; is it "
                         "running? BF_TIMEOUT sets the wait)",
                         c->ep, type, c->timeout_ms / 1000.0);
         zmq_pollitem_t it = {c->req, 0, ZMQ_POLLIN, 0};
         if (zmq_poll(&it, 1, left) < 0) {
             if (zmq_errno() == EINTR) continue;
-            return fail(err, errlen, "zmq_poll: %s", zmq_strerror(zmq_errno()));
+            return bf_fail(err, errlen, "zmq_poll: %s", zmq_strerror(zmq_errno()));
         }
         if (!(it.revents & ZMQ_POLLIN)) continue;
         proto_msg m;
         memset(&m, 0, sizeof m);
         proto_code code;
         rc = proto_recv(c->req, ZMQ_DONTWAIT, 0, &m, &code, e2, sizeof e2);
-        if (rc < 0) return fail(err, errlen, "%s", e2);
+        if (rc < 0) return bf_fail(err, errlen, "%s", e2);
         if (rc == 1) continue;
         if (code != PROTO_OK) {
             proto_msg_clear(&m);
-            return fail(err, errlen, "bad reply from bfd: %s", e2);
+            return bf_fail(err, errlen, "bad reply from bfd: %s", e2);
         }
         if (!m.has_req || m.req != route.req) { /* a late reply to an earlier request */
             proto_msg_clear(&m);
@@ -184,7 +177,7 @@ int ctl_call(ctl_conn *c, const char *type, json_t *body, json_t **reply, char *
         proto_msg_clear(&m);
         if (is_err) {
             json_t *cd = json_object_get(*reply, "code"), *ms = json_object_get(*reply, "message");
-            fail(err, errlen, "%s: %s", json_is_string(cd) ? json_string_value(cd) : "error",
+            bf_fail(err, errlen, "%s: %s", json_is_string(cd) ? json_string_value(cd) : "error",
                  json_is_string(ms) ? json_string_value(ms) : "");
             return 1;
         }
@@ -193,9 +186,9 @@ int ctl_call(ctl_conn *c, const char *type, json_t *body, json_t **reply, char *
 }
 
 int ctl_subscribe(ctl_conn *c, const char *const *topics, int n, char *err, size_t errlen) {
-    if (!c->pub_ep[0]) return fail(err, errlen, "no PUB endpoint known for %s", c->ep);
+    if (!c->pub_ep[0]) return bf_fail(err, errlen, "no PUB endpoint known for %s", c->ep);
     c->sub = zmq_socket(c->ctx, ZMQ_SUB);
-    if (!c->sub) return fail(err, errlen, "zmq_socket(SUB): %s", zmq_strerror(zmq_errno()));
+    if (!c->sub) return bf_fail(err, errlen, "zmq_socket(SUB): %s", zmq_strerror(zmq_errno()));
     if (setup_socket(c, c->sub, c->pub_ep, err, errlen)) return -1;
     char sync[64], tok[PROTO_TOKEN_LEN + 1];
     if (proto_random_token(tok, err, errlen)) return -1;
@@ -203,7 +196,7 @@ int ctl_subscribe(ctl_conn *c, const char *const *topics, int n, char *err, size
     for (int i = 0; i <= n; i++) {
         const char *t = i < n ? topics[i] : sync;
         if (zmq_setsockopt(c->sub, ZMQ_SUBSCRIBE, t, strlen(t)) != 0)
-            return fail(err, errlen, "zmq_setsockopt(SUBSCRIBE %s): %s", t, zmq_strerror(zmq_errno()));
+            return bf_fail(err, errlen, "zmq_setsockopt(SUBSCRIBE %s): %s", t, zmq_strerror(zmq_errno()));
     }
     /* ask for the sync message until it arrives: then the subscriptions are in place */
     double deadline = now_s() + c->timeout_ms / 1000.0;
@@ -226,7 +219,7 @@ int ctl_subscribe(ctl_conn *c, const char *const *topics, int n, char *err, size
             }
         }
     }
-    return fail(err, errlen, "no sync message from bfd's PUB socket at %s", c->pub_ep);
+    return bf_fail(err, errlen, "no sync message from bfd's PUB socket at %s", c->pub_ep);
 }
 
 int ctl_next_pub(ctl_conn *c, int timeout_ms, char *topic, char *type, json_t **body, char *err,
@@ -236,7 +229,7 @@ int ctl_next_pub(ctl_conn *c, int timeout_ms, char *topic, char *type, json_t **
     int p = zmq_poll(&it, 1, timeout_ms);
     if (p < 0) {
         if (zmq_errno() == EINTR) return 1;
-        return fail(err, errlen, "zmq_poll: %s", zmq_strerror(zmq_errno()));
+        return bf_fail(err, errlen, "zmq_poll: %s", zmq_strerror(zmq_errno()));
     }
     if (p == 0) return 1;
     proto_msg m;

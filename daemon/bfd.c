@@ -5,6 +5,7 @@
  * (protocol/proto.h) and answered; a bad one gets an error reply and the
  * loop goes on. */
 #include "daemon/bfd.h"
+#include "common/errbuf.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -117,14 +118,6 @@ static void logf_(const char *fmt, ...) {
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
-}
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
 }
 
 /* ------------------------------------------------------------------ replies */
@@ -356,7 +349,7 @@ static void reap_children(bfd *d) {
 
 static int make_dir(const char *path, mode_t mode, char *err, size_t errlen) {
     if (mkdir(path, mode) != 0 && errno != EEXIST)
-        return fail(err, errlen, "mkdir %s: %s", path, strerror(errno));
+        return bf_fail(err, errlen, "mkdir %s: %s", path, strerror(errno));
     return 0;
 }
 
@@ -1495,7 +1488,7 @@ static int load_client_keys(bfd *d, char *err, size_t errlen) {
 static void *new_socket(bfd *d, int type, char *err, size_t errlen) {
     void *s = zmq_socket(d->ctx, type);
     if (!s) {
-        fail(err, errlen, "zmq_socket: %s", zmq_strerror(zmq_errno()));
+        bf_fail(err, errlen, "zmq_socket: %s", zmq_strerror(zmq_errno()));
         return NULL;
     }
     int zero = 0, one = 1;
@@ -1503,7 +1496,7 @@ static void *new_socket(bfd *d, int type, char *err, size_t errlen) {
     zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
     if (zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxsz, sizeof maxsz) ||
         (type == ZMQ_ROUTER && zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof one))) {
-        fail(err, errlen, "zmq_setsockopt: %s", zmq_strerror(zmq_errno()));
+        bf_fail(err, errlen, "zmq_setsockopt: %s", zmq_strerror(zmq_errno()));
         zmq_close(s);
         return NULL;
     }
@@ -1512,7 +1505,7 @@ static void *new_socket(bfd *d, int type, char *err, size_t errlen) {
 
 static int bind_ep(void *s, const char *ep, char *err, size_t errlen) {
     if (zmq_bind(s, ep) != 0)
-        return fail(err, errlen, "zmq_bind(%s): %s", ep, zmq_strerror(zmq_errno()));
+        return bf_fail(err, errlen, "zmq_bind(%s): %s", ep, zmq_strerror(zmq_errno()));
     return 0;
 }
 
@@ -1523,13 +1516,13 @@ static int setup_tcp(bfd *d, char *err, size_t errlen) {
     char *end;
     long port = colon ? strtol(colon + 1, &end, 10) : 0;
     if (!colon || *end || port < 1 || port > 65533)
-        return fail(err, errlen, "--tcp must be HOST:PORT with PORT in [1, 65533], got '%s'",
+        return bf_fail(err, errlen, "--tcp must be HOST:PORT with PORT in [1, 65533], got '%s'",
                     d->o->tcp);
     *colon = '\0';
     char kpath[1200], secret[41];
     snprintf(kpath, sizeof kpath, "%s/curve/server.key", d->o->home);
     if (proto_read_key(kpath, secret, err, errlen))
-        return fail(err, errlen,
+        return bf_fail(err, errlen,
                     "refusing to bind TCP without CURVE: no server key at %s (run: bfd keygen "
                     "--home %s)",
                     kpath, d->o->home);
@@ -1539,7 +1532,7 @@ static int setup_tcp(bfd *d, char *err, size_t errlen) {
               d->o->home);
     d->zap = zmq_socket(d->ctx, ZMQ_REP);
     if (!d->zap || zmq_bind(d->zap, "inproc://zeromq.zap.01") != 0)
-        return fail(err, errlen, "ZAP handler: zmq_bind(inproc://zeromq.zap.01): %s",
+        return bf_fail(err, errlen, "ZAP handler: zmq_bind(inproc://zeromq.zap.01): %s",
                     zmq_strerror(zmq_errno()));
     void *socks[3] = {d->ctl, d->wrk, d->pub};
     char *eps[3] = {d->tcp_ctl, d->tcp_wrk, d->tcp_pub};
@@ -1550,7 +1543,7 @@ static int setup_tcp(bfd *d, char *err, size_t errlen) {
         if (zmq_setsockopt(socks[i], ZMQ_CURVE_SERVER, &one, sizeof one) ||
             zmq_setsockopt(socks[i], ZMQ_CURVE_SECRETKEY, secret, 40) ||
             zmq_setsockopt(socks[i], ZMQ_ZAP_DOMAIN, "bf", 2))
-            return fail(err, errlen, "zmq_setsockopt(CURVE_SERVER): %s", zmq_strerror(zmq_errno()));
+            return bf_fail(err, errlen, "zmq_setsockopt(CURVE_SERVER): %s", zmq_strerror(zmq_errno()));
         if (bind_ep(socks[i], eps[i], err, errlen)) return -1;
     }
     logf_("TCP with CURVE: control %s, workers %s, pub %s (%d client key%s)", d->tcp_ctl,
@@ -1696,7 +1689,7 @@ static int setup_home_dirs(const char *home, char *err, size_t errlen) {
 
 int bfd_run(const bfd_opts *o, const bfd_config *c, char *err, size_t errlen) {
     bfd *d = calloc(1, sizeof *d);
-    if (!d) return fail(err, errlen, "out of memory");
+    if (!d) return bf_fail(err, errlen, "out of memory");
     g_opts = o;
     d->o = o;
     d->c = c;
@@ -1709,7 +1702,7 @@ int bfd_run(const bfd_opts *o, const bfd_config *c, char *err, size_t errlen) {
     if (store_open(db, &d->st, err, errlen)) goto out;
     if (dstate_open(db, &d->ds, err, errlen)) goto out;
     if (pipe(d->sigpipe) != 0) {
-        fail(err, errlen, "pipe: %s", strerror(errno));
+        bf_fail(err, errlen, "pipe: %s", strerror(errno));
         goto out;
     }
     for (int i = 0; i < 2; i++) {
@@ -1728,7 +1721,7 @@ int bfd_run(const bfd_opts *o, const bfd_config *c, char *err, size_t errlen) {
 
     d->ctx = zmq_ctx_new();
     if (!d->ctx) {
-        fail(err, errlen, "zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
+        bf_fail(err, errlen, "zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
         goto out;
     }
     snprintf(d->ep_ctl, sizeof d->ep_ctl, "ipc://%s/ctl.sock", o->home);
@@ -1761,7 +1754,7 @@ int bfd_run(const bfd_opts *o, const bfd_config *c, char *err, size_t errlen) {
         int n_items = d->zap ? 4 : 3;
         int p = zmq_poll(items, n_items, 200);
         if (p < 0 && zmq_errno() != EINTR) {
-            fail(err, errlen, "zmq_poll: %s", zmq_strerror(zmq_errno()));
+            bf_fail(err, errlen, "zmq_poll: %s", zmq_strerror(zmq_errno()));
             goto out;
         }
         if (items[2].revents & ZMQ_POLLIN) {

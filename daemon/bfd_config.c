@@ -9,14 +9,7 @@
 #include <yaml.h>
 
 #include "daemon/bfd.h"
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
+#include "common/errbuf.h"
 
 /* GPUs the NVIDIA driver lists, counted without loading CUDA. */
 static int detect_gpus(void) {
@@ -70,7 +63,7 @@ static int num(const char *path, yaml_node_t *v, double lo, double hi, double *o
     const char *s = v->type == YAML_SCALAR_NODE ? (const char *)v->data.scalar.value : "";
     double x = strtod(s, &end);
     if (v->type != YAML_SCALAR_NODE || end == s || *end || !(x >= lo && x <= hi))
-        return fail(err, errlen, "%s:%zu:%zu: %s must be a number in [%g, %g]", path,
+        return bf_fail(err, errlen, "%s:%zu:%zu: %s must be a number in [%g, %g]", path,
                     v->start_mark.line + 1, v->start_mark.column + 1, key, lo, hi);
     *out = x;
     return 0;
@@ -81,17 +74,17 @@ int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         if (errno == ENOENT) return 0;
-        return fail(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        return bf_fail(err, errlen, "cannot open %s: %s", path, strerror(errno));
     }
     yaml_parser_t p;
     yaml_document_t doc;
     if (!yaml_parser_initialize(&p)) {
         fclose(f);
-        return fail(err, errlen, "yaml_parser_initialize: out of memory");
+        return bf_fail(err, errlen, "yaml_parser_initialize: out of memory");
     }
     yaml_parser_set_input_file(&p, f);
     if (!yaml_parser_load(&p, &doc)) {
-        int rc = fail(err, errlen, "%s:%zu:%zu: %s", path, p.problem_mark.line + 1,
+        int rc = bf_fail(err, errlen, "%s:%zu:%zu: %s", path, p.problem_mark.line + 1,
                       p.problem_mark.column + 1, p.problem ? p.problem : "YAML error");
         yaml_parser_delete(&p);
         fclose(f);
@@ -103,7 +96,7 @@ int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen) {
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     if (!root) goto out; /* empty file: defaults */
     if (root->type != YAML_MAPPING_NODE) {
-        rc = fail(err, errlen, "%s:%zu:%zu: expected a mapping of settings", path,
+        rc = bf_fail(err, errlen, "%s:%zu:%zu: expected a mapping of settings", path,
                   root->start_mark.line + 1, root->start_mark.column + 1);
         goto out;
     }
@@ -112,7 +105,7 @@ int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen) {
         yaml_node_t *k = yaml_document_get_node(&doc, pr->key);
         yaml_node_t *v = yaml_document_get_node(&doc, pr->value);
         if (!k || !v || k->type != YAML_SCALAR_NODE) {
-            rc = fail(err, errlen, "%s: keys must be plain names", path);
+            rc = bf_fail(err, errlen, "%s: keys must be plain names", path);
             break;
         }
         const char *key = (const char *)k->data.scalar.value;
@@ -126,7 +119,7 @@ int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen) {
                 for (yaml_node_item_t *it = v->data.sequence.items.start;
                      it < v->data.sequence.items.top && !rc; it++) {
                     if (c->n_gpus == BFD_MAX_GPUS) {
-                        rc = fail(err, errlen, "%s: at most %d gpus", path, BFD_MAX_GPUS);
+                        rc = bf_fail(err, errlen, "%s: at most %d gpus", path, BFD_MAX_GPUS);
                         break;
                     }
                     if (!(rc = num(path, yaml_document_get_node(&doc, *it), 0, 1023, &x, "a gpu index",
@@ -139,7 +132,7 @@ int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen) {
             }
         } else if (strcmp(key, "launcher") == 0) {
             if (!sv || (strcmp(sv, "local") != 0 && strcmp(sv, "slurm") != 0))
-                rc = fail(err, errlen, "%s:%zu:%zu: launcher must be local or slurm", path,
+                rc = bf_fail(err, errlen, "%s:%zu:%zu: launcher must be local or slurm", path,
                           v->start_mark.line + 1, v->start_mark.column + 1);
             else
                 snprintf(c->launcher, sizeof c->launcher, "%s", sv);
@@ -147,7 +140,7 @@ int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen) {
             rc = num(path, v, 0.2, 600, &c->slurm_poll, key, err, errlen);
         } else if (strcmp(key, "slurm_bin") == 0) {
             if (!sv || !*sv || strlen(sv) > 500) {
-                rc = fail(err, errlen, "%s:%zu:%zu: slurm_bin must be a folder path", path,
+                rc = bf_fail(err, errlen, "%s:%zu:%zu: slurm_bin must be a folder path", path,
                           v->start_mark.line + 1, v->start_mark.column + 1);
             } else {
                 snprintf(c->sbatch, sizeof c->sbatch, "%s/sbatch", sv);
@@ -160,7 +153,7 @@ int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen) {
             char *dst = part ? c->slurm_partition : c->slurm_mpi;
             size_t cap = part ? sizeof c->slurm_partition : sizeof c->slurm_mpi;
             if (!sv || strlen(sv) >= cap || strpbrk(sv, " \t\n'\""))
-                rc = fail(err, errlen, "%s:%zu:%zu: %s must be a name without spaces (< %zu chars)",
+                rc = bf_fail(err, errlen, "%s:%zu:%zu: %s must be a name without spaces (< %zu chars)",
                           path, v->start_mark.line + 1, v->start_mark.column + 1, key, cap);
             else
                 snprintf(dst, cap, "%s", sv);
@@ -176,12 +169,12 @@ int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen) {
             char *dst = key[0] == 'b' ? c->bfworker : c->mpirun;
             size_t cap = key[0] == 'b' ? sizeof c->bfworker : sizeof c->mpirun;
             if (!sv || !*sv || strlen(sv) >= cap)
-                rc = fail(err, errlen, "%s:%zu:%zu: %s must be a program path", path,
+                rc = bf_fail(err, errlen, "%s:%zu:%zu: %s must be a program path", path,
                           v->start_mark.line + 1, v->start_mark.column + 1, key);
             else
                 snprintf(dst, cap, "%s", sv);
         } else {
-            rc = fail(err, errlen,
+            rc = bf_fail(err, errlen,
                       "%s:%zu:%zu: unknown setting '%s' (valid: slots, gpus, launcher, "
                       "heartbeat_timeout, heartbeat_interval, kill_grace, threads_per_slot, "
                       "bfworker, mpirun, slurm_bin, slurm_partition, slurm_mpi, slurm_poll)",
@@ -189,7 +182,7 @@ int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen) {
         }
     }
     if (!rc && c->heartbeat_interval * 2 > c->heartbeat_timeout)
-        rc = fail(err, errlen, "%s: heartbeat_timeout must be at least twice heartbeat_interval",
+        rc = bf_fail(err, errlen, "%s: heartbeat_timeout must be at least twice heartbeat_interval",
                   path);
 out:
     yaml_document_delete(&doc);

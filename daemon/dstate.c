@@ -1,4 +1,5 @@
 #include "daemon/dstate.h"
+#include "common/errbuf.h"
 
 #include <sqlite3.h>
 #include <stdarg.h>
@@ -10,19 +11,9 @@ struct dstate {
     sqlite3 *db;
 };
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 static int prep(dstate *d, const char *sql, sqlite3_stmt **st, char *err, size_t errlen) {
     if (sqlite3_prepare_v2(d->db, sql, -1, st, NULL) != SQLITE_OK)
-        return fail(err, errlen, "sqlite3_prepare_v2(%.60s): %s", sql, sqlite3_errmsg(d->db));
+        return bf_fail(err, errlen, "sqlite3_prepare_v2(%.60s): %s", sql, sqlite3_errmsg(d->db));
     return 0;
 }
 
@@ -36,12 +27,12 @@ static int add_slurm_column(dstate *d, char *err, size_t errlen) {
     int have = rc == SQLITE_ROW ? sqlite3_column_int(st, 0) : 0;
     sqlite3_finalize(st);
     if (rc != SQLITE_ROW)
-        return fail(err, errlen, "sqlite3_step(pragma_table_info): %s", sqlite3_errmsg(d->db));
+        return bf_fail(err, errlen, "sqlite3_step(pragma_table_info): %s", sqlite3_errmsg(d->db));
     if (have) return 0;
     char *msg = NULL;
     if (sqlite3_exec(d->db, "ALTER TABLE bfd_runs ADD COLUMN slurm_job TEXT NOT NULL DEFAULT ''",
                      NULL, NULL, &msg) != SQLITE_OK) {
-        fail(err, errlen, "sqlite3_exec(ALTER TABLE bfd_runs): %s",
+        bf_fail(err, errlen, "sqlite3_exec(ALTER TABLE bfd_runs): %s",
              msg ? msg : sqlite3_errmsg(d->db));
         sqlite3_free(msg);
         return -1;
@@ -52,9 +43,9 @@ static int add_slurm_column(dstate *d, char *err, size_t errlen) {
 int dstate_open(const char *path, dstate **out, char *err, size_t errlen) {
     *out = NULL;
     dstate *d = calloc(1, sizeof *d);
-    if (!d) return fail(err, errlen, "out of memory");
+    if (!d) return bf_fail(err, errlen, "out of memory");
     if (sqlite3_open_v2(path, &d->db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
-        fail(err, errlen, "sqlite3_open_v2(%s): %s", path,
+        bf_fail(err, errlen, "sqlite3_open_v2(%s): %s", path,
              d->db ? sqlite3_errmsg(d->db) : "out of memory");
         dstate_close(&d);
         return -1;
@@ -69,7 +60,7 @@ int dstate_open(const char *path, dstate **out, char *err, size_t errlen) {
                      " slurm_job TEXT NOT NULL DEFAULT '');"
                      "CREATE TABLE IF NOT EXISTS bfd_jobs(job INTEGER PRIMARY KEY, cwd TEXT NOT NULL);",
                      NULL, NULL, &msg) != SQLITE_OK) {
-        fail(err, errlen, "sqlite3_exec(CREATE TABLE bfd_runs): %s",
+        bf_fail(err, errlen, "sqlite3_exec(CREATE TABLE bfd_runs): %s",
              msg ? msg : sqlite3_errmsg(d->db));
         sqlite3_free(msg);
         dstate_close(&d);
@@ -93,7 +84,7 @@ void dstate_close(dstate **d) {
 static int step_done(dstate *d, sqlite3_stmt *st, const char *what, char *err, size_t errlen) {
     int rc = sqlite3_step(st);
     sqlite3_finalize(st);
-    if (rc != SQLITE_DONE) return fail(err, errlen, "sqlite3_step(%s): %s", what, sqlite3_errmsg(d->db));
+    if (rc != SQLITE_DONE) return bf_fail(err, errlen, "sqlite3_step(%s): %s", what, sqlite3_errmsg(d->db));
     return 0;
 }
 
@@ -139,7 +130,7 @@ int dstate_runs(dstate *d, dstate_run **out, size_t *n, char *err, size_t errlen
                 sqlite3_finalize(st);
                 free(*out);
                 *out = NULL;
-                return fail(err, errlen, "out of memory");
+                return bf_fail(err, errlen, "out of memory");
             }
             *out = nr;
         }
@@ -158,7 +149,7 @@ int dstate_runs(dstate *d, dstate_run **out, size_t *n, char *err, size_t errlen
     if (rc != SQLITE_DONE) {
         free(*out);
         *out = NULL;
-        return fail(err, errlen, "sqlite3_step(SELECT bfd_runs): %s", sqlite3_errmsg(d->db));
+        return bf_fail(err, errlen, "sqlite3_step(SELECT bfd_runs): %s", sqlite3_errmsg(d->db));
     }
     return 0;
 }
@@ -181,7 +172,7 @@ int dstate_job_cwd(dstate *d, int64_t job, char *buf, size_t buflen, char *err, 
     if (rc == SQLITE_ROW) snprintf(buf, buflen, "%s", (const char *)sqlite3_column_text(st, 0));
     sqlite3_finalize(st);
     if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-        return fail(err, errlen, "sqlite3_step(SELECT bfd_jobs): %s", sqlite3_errmsg(d->db));
+        return bf_fail(err, errlen, "sqlite3_step(SELECT bfd_jobs): %s", sqlite3_errmsg(d->db));
     return 0;
 }
 
@@ -195,7 +186,7 @@ json_t *dstate_job_states(store *st, int64_t job, char *err, size_t errlen) {
             json_decref(o);
             o = NULL;
         }
-    if (!o) fail(err, errlen, "dstate_job_states: out of memory");
+    if (!o) bf_fail(err, errlen, "dstate_job_states: out of memory");
     return o;
 }
 
@@ -208,7 +199,7 @@ json_t *dstate_job_json(store *st, const store_job *j, char *err, size_t errlen)
                           j->retries, "ranks", j->ranks, "gpus_per_rank", j->gpus_per_rank,
                           "n_trials", (json_int_t)j->n_trials, "metric", j->metric, "goal", j->goal,
                           "states", states);
-    if (!o) fail(err, errlen, "json_pack(job): out of memory or invalid text");
+    if (!o) bf_fail(err, errlen, "json_pack(job): out of memory or invalid text");
     return o;
 }
 
@@ -217,7 +208,7 @@ json_t *dstate_jobs_json(store *st, char *err, size_t errlen) {
     size_t n = 0;
     if (store_jobs(st, &jobs, &n, err, errlen)) return NULL;
     json_t *arr = json_array();
-    if (!arr) fail(err, errlen, "dstate_jobs_json: out of memory");
+    if (!arr) bf_fail(err, errlen, "dstate_jobs_json: out of memory");
     for (size_t i = 0; arr && i < n; i++) {
         json_t *o = dstate_job_json(st, &jobs[i], err, errlen);
         if (!o || json_array_append_new(arr, o)) {

@@ -1,4 +1,5 @@
 #include "daemon/slurm.h"
+#include "common/errbuf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,14 +15,6 @@
 #include <unistd.h>
 
 #define SLURM_TIMEOUT_S 20.0 /* a controller slower than this is treated as an error */
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 static double mono_s(void) {
     struct timespec ts;
@@ -39,13 +32,13 @@ int slurm_run(const char *const *argv, double timeout_s, char *out, size_t outle
               size_t errlen) {
     int fds[2];
     out[0] = '\0';
-    if (pipe(fds) != 0) return fail(err, errlen, "%s: pipe: %s", argv[0], strerror(errno));
+    if (pipe(fds) != 0) return bf_fail(err, errlen, "%s: pipe: %s", argv[0], strerror(errno));
     pid_t pid = fork();
     if (pid < 0) {
         int e = errno;
         close(fds[0]);
         close(fds[1]);
-        return fail(err, errlen, "%s: fork: %s", argv[0], strerror(e));
+        return bf_fail(err, errlen, "%s: fork: %s", argv[0], strerror(e));
     }
     if (pid == 0) {
         int nul = open("/dev/null", O_RDONLY);
@@ -93,12 +86,12 @@ int slurm_run(const char *const *argv, double timeout_s, char *out, size_t outle
     pid_t w;
     while ((w = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
     }
-    if (w < 0) return fail(err, errlen, "%s: waitpid: %s", argv[0], strerror(errno));
+    if (w < 0) return bf_fail(err, errlen, "%s: waitpid: %s", argv[0], strerror(errno));
     chomp(out);
     if (timed_out)
-        return fail(err, errlen, "%s: no answer within %.0f s (killed)", argv[0], timeout_s);
+        return bf_fail(err, errlen, "%s: no answer within %.0f s (killed)", argv[0], timeout_s);
     if (WIFSIGNALED(status))
-        return fail(err, errlen, "%s: killed by signal %d", argv[0], WTERMSIG(status));
+        return bf_fail(err, errlen, "%s: killed by signal %d", argv[0], WTERMSIG(status));
     return WEXITSTATUS(status);
 }
 
@@ -117,7 +110,7 @@ static void put_quoted(FILE *f, const char *s) {
  * Slurm splits them at spaces unless quoted, so such values are refused. */
 static int sbatch_safe(const char *what, const char *v, char *err, size_t errlen) {
     if (strpbrk(v, " \t\n\r\"'"))
-        return fail(err, errlen,
+        return bf_fail(err, errlen,
                     "slurm: the %s '%s' holds a space or quote, which #SBATCH lines cannot carry",
                     what, v);
     return 0;
@@ -125,18 +118,18 @@ static int sbatch_safe(const char *what, const char *v, char *err, size_t errlen
 
 int slurm_write_script(const char *path, const slurm_batch *b, char *err, size_t errlen) {
     if (b->ranks < 1 || b->cpus_per_rank < 0 || b->gpus_per_rank < 0 || b->time_limit_s < 0)
-        return fail(err, errlen, "slurm: trial %lld: ranks %d, cpus %d, gpus %d: out of range",
+        return bf_fail(err, errlen, "slurm: trial %lld: ranks %d, cpus %d, gpus %d: out of range",
                     b->trial, b->ranks, b->cpus_per_rank, b->gpus_per_rank);
     if (sbatch_safe("log path", b->log_path, err, errlen) ||
         sbatch_safe("working directory", b->cwd, err, errlen) ||
         (b->partition && sbatch_safe("partition", b->partition, err, errlen)))
         return -1;
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (fd < 0) return fail(err, errlen, "slurm: open %s: %s", path, strerror(errno));
+    if (fd < 0) return bf_fail(err, errlen, "slurm: open %s: %s", path, strerror(errno));
     FILE *f = fdopen(fd, "w");
     if (!f) {
         close(fd);
-        return fail(err, errlen, "slurm: fdopen %s: %s", path, strerror(errno));
+        return bf_fail(err, errlen, "slurm: fdopen %s: %s", path, strerror(errno));
     }
     fprintf(f, "#!/bin/sh\n");
     fprintf(f, "# bfd: trial %lld attempt %d (written by bfd; the token is secret)\n", b->trial,
@@ -184,7 +177,7 @@ int slurm_write_script(const char *path, const slurm_batch *b, char *err, size_t
     fputc('\n', f);
     int bad = ferror(f);
     if (fclose(f) != 0 || bad)
-        return fail(err, errlen, "slurm: writing %s: %s", path, strerror(errno));
+        return bf_fail(err, errlen, "slurm: writing %s: %s", path, strerror(errno));
     return 0;
 }
 
@@ -194,13 +187,13 @@ int slurm_submit(const char *sbatch, const char *script, char id[SLURM_JOB_ID_MA
     const char *argv[] = {sbatch, "--parsable", script, NULL};
     int rc = slurm_run(argv, SLURM_TIMEOUT_S, out, sizeof out, err, errlen);
     if (rc < 0) return -1;
-    if (rc != 0) return fail(err, errlen, "%s %s: exit status %d: %s", sbatch, script, rc, out);
+    if (rc != 0) return bf_fail(err, errlen, "%s %s: exit status %d: %s", sbatch, script, rc, out);
     /* "123" or "123;cluster", possibly after warning lines: take the last line */
     char *line = strrchr(out, '\n');
     line = line ? line + 1 : out;
     size_t n = strspn(line, "0123456789");
     if (n == 0 || n >= SLURM_JOB_ID_MAX || (line[n] && line[n] != ';'))
-        return fail(err, errlen, "%s: expected a job id, got '%.200s'", sbatch, out);
+        return bf_fail(err, errlen, "%s: expected a job id, got '%.200s'", sbatch, out);
     memcpy(id, line, n);
     id[n] = '\0';
     return 0;
@@ -226,7 +219,7 @@ int slurm_parse_job_line(const char *line, slurm_status *out, char *err, size_t 
     out->exit_code = -1;
     char ec[64];
     if (field(line, "JobState", out->state, sizeof out->state))
-        return fail(err, errlen, "scontrol: no JobState in '%.200s'", line);
+        return bf_fail(err, errlen, "scontrol: no JobState in '%.200s'", line);
     if (field(line, "ExitCode", ec, sizeof ec) == 0) {
         int a, b;
         if (sscanf(ec, "%d:%d", &a, &b) == 2) {
@@ -259,13 +252,13 @@ int slurm_query(const char *scontrol, const char *id, slurm_status *out, char *e
             snprintf(out->state, sizeof out->state, "UNKNOWN");
             return 0;
         }
-        return fail(err, errlen, "%s show job %s: exit status %d: %.300s", scontrol, id, rc, buf);
+        return bf_fail(err, errlen, "%s show job %s: exit status %d: %.300s", scontrol, id, rc, buf);
     }
     char want[64];
     snprintf(want, sizeof want, "JobId=%s ", id);
     char *line = strstr(buf, want);
     if (!line)
-        return fail(err, errlen, "%s show job %s: no such job in '%.200s'", scontrol, id, buf);
+        return bf_fail(err, errlen, "%s show job %s: no such job in '%.200s'", scontrol, id, buf);
     char *nl = strchr(line, '\n');
     if (nl) *nl = '\0';
     return slurm_parse_job_line(line, out, err, errlen);
@@ -278,7 +271,7 @@ int slurm_cancel(const char *scancel, const char *id, int term, char *err, size_
     int rc = slurm_run(term ? argv_term : argv_kill, SLURM_TIMEOUT_S, out, sizeof out, err, errlen);
     if (rc < 0) return -1;
     if (rc != 0)
-        return fail(err, errlen, "%s%s %s: exit status %d: %.300s", scancel,
+        return bf_fail(err, errlen, "%s%s %s: exit status %d: %.300s", scancel,
                     term ? " --signal=TERM" : "", id, rc, out);
     return 0;
 }

@@ -2,6 +2,7 @@
  * user_version; migrations[i] moves a database from version i to i+1 inside
  * one transaction. Every SQLite call is checked and its message passed on. */
 #include "jobs/store.h"
+#include "common/errbuf.h"
 
 #include <math.h>
 #include <sqlite3.h>
@@ -61,25 +62,15 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 /* "CALL: sqlite's message" */
 static int sqlfail(store *s, char *err, size_t errlen, const char *call) {
-    return fail(err, errlen, "%s: %s", call, sqlite3_errmsg(s->db));
+    return bf_fail(err, errlen, "%s: %s", call, sqlite3_errmsg(s->db));
 }
 
 static int exec(store *s, const char *sql, char *err, size_t errlen) {
     char *msg = NULL;
     if (sqlite3_exec(s->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-        fail(err, errlen, "sqlite3_exec(%.60s...): %s", sql, msg ? msg : sqlite3_errmsg(s->db));
+        bf_fail(err, errlen, "sqlite3_exec(%.60s...): %s", sql, msg ? msg : sqlite3_errmsg(s->db));
         sqlite3_free(msg);
         return -1;
     }
@@ -88,7 +79,7 @@ static int exec(store *s, const char *sql, char *err, size_t errlen) {
 
 static int prepare(store *s, const char *sql, sqlite3_stmt **st, char *err, size_t errlen) {
     if (sqlite3_prepare_v2(s->db, sql, -1, st, NULL) != SQLITE_OK)
-        return fail(err, errlen, "sqlite3_prepare_v2(%.60s...): %s", sql, sqlite3_errmsg(s->db));
+        return bf_fail(err, errlen, "sqlite3_prepare_v2(%.60s...): %s", sql, sqlite3_errmsg(s->db));
     return 0;
 }
 
@@ -204,7 +195,7 @@ static int migrate(store *s, char *err, size_t errlen) {
     }
     if (v > STORE_SCHEMA_VERSION) {
         rollback(s);
-        return fail(err, errlen,
+        return bf_fail(err, errlen,
                     "database schema version %d is newer than this build knows (%d); use a newer "
                     "bf",
                     v, STORE_SCHEMA_VERSION);
@@ -224,7 +215,7 @@ int store_create_at_version(const char *path, int version, char *err, size_t err
     store tmp;
     memset(&tmp, 0, sizeof tmp);
     if (sqlite3_open(path, &tmp.db) != SQLITE_OK) {
-        fail(err, errlen, "sqlite3_open(%s): %s", path,
+        bf_fail(err, errlen, "sqlite3_open(%s): %s", path,
              tmp.db ? sqlite3_errmsg(tmp.db) : "out of memory");
         sqlite3_close(tmp.db);
         return -1;
@@ -243,10 +234,10 @@ int store_create_at_version(const char *path, int version, char *err, size_t err
 int store_open(const char *path, store **out, char *err, size_t errlen) {
     *out = NULL;
     store *s = calloc(1, sizeof *s);
-    if (!s) return fail(err, errlen, "store_open: out of memory");
+    if (!s) return bf_fail(err, errlen, "store_open: out of memory");
     int rc = sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
     if (rc != SQLITE_OK) {
-        fail(err, errlen, "sqlite3_open_v2(%s): %s", path,
+        bf_fail(err, errlen, "sqlite3_open_v2(%s): %s", path,
              s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
         sqlite3_close(s->db);
         free(s);
@@ -267,7 +258,7 @@ int store_open(const char *path, store **out, char *err, size_t errlen) {
     rc = sqlite3_step(st);
     const char *mode = rc == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : NULL;
     if (!mode || strcmp(mode, "wal") != 0) {
-        fail(err, errlen, "PRAGMA journal_mode = WAL: %s",
+        bf_fail(err, errlen, "PRAGMA journal_mode = WAL: %s",
              mode ? "the database refused WAL mode" : sqlite3_errmsg(s->db));
         sqlite3_finalize(st);
         store_close(&s);
@@ -453,7 +444,7 @@ static int load_state(store *s, int64_t trial, trial_state *state, int *attempts
     int rc = sqlite3_step(st), out = -1;
     if (rc == SQLITE_ROW) {
         if (store_state_parse((const char *)sqlite3_column_text(st, 0), state) < 0) {
-            fail(err, errlen, "trial %lld has an unknown state '%s' in the database",
+            bf_fail(err, errlen, "trial %lld has an unknown state '%s' in the database",
                  (long long)trial, (const char *)sqlite3_column_text(st, 0));
         } else {
             *attempts = sqlite3_column_int(st, 1);
@@ -463,7 +454,7 @@ static int load_state(store *s, int64_t trial, trial_state *state, int *attempts
             out = 0;
         }
     } else if (rc == SQLITE_DONE) {
-        fail(err, errlen, "no trial with id %lld", (long long)trial);
+        bf_fail(err, errlen, "no trial with id %lld", (long long)trial);
     } else {
         sqlfail(s, err, errlen, "sqlite3_step(SELECT trial state)");
     }
@@ -480,10 +471,10 @@ static int transition_in_tx(store *s, int64_t trial, trial_state to, const char 
     if (load_state(s, trial, &from, &attempts, &failures, &retries, &job, err, errlen) < 0)
         return -1;
     if (!store_transition_legal(from, to))
-        return fail(err, errlen, "illegal transition for trial %lld: %s -> %s", (long long)trial,
+        return bf_fail(err, errlen, "illegal transition for trial %lld: %s -> %s", (long long)trial,
                     store_state_name(from), store_state_name(to));
     if (from == TRIAL_FAILED && to == TRIAL_PENDING && failures > retries)
-        return fail(err, errlen,
+        return bf_fail(err, errlen,
                     "trial %lld has no retries left: %d attempt%s made, the job allows %d "
                     "(1 + retries %d)",
                     (long long)trial, failures, failures == 1 ? "" : "s", 1 + retries, retries);
@@ -575,7 +566,7 @@ int store_trial_preempt(store *s, int64_t trial_id, const char *message, char *e
     if (load_state(s, trial_id, &from, &attempts, &failures, &retries, &job, err, errlen) < 0)
         goto fail;
     if (from != TRIAL_RUNNING) {
-        fail(err, errlen, "trial %lld is %s; only a RUNNING trial can be preempted",
+        bf_fail(err, errlen, "trial %lld is %s; only a RUNNING trial can be preempted",
              (long long)trial_id, store_state_name(from));
         goto fail;
     }
@@ -615,7 +606,7 @@ int store_job_cancel(store *s, int64_t job_id, int *n_cancelled, char *err, size
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) {
         free(ids);
-        fail(err, errlen,
+        bf_fail(err, errlen,
              rc == SQLITE_ROW ? "store_job_cancel: out of memory"
                               : "sqlite3_step(SELECT trials): %s",
              sqlite3_errmsg(s->db));
@@ -646,7 +637,7 @@ static int name_id(store *s, const char *name, int64_t *id, char *err, size_t er
             return 0;
         }
     if (strlen(name) >= sizeof s->names[0].name || !*name)
-        return fail(err, errlen, "metric name '%.80s' is empty or longer than %zu characters", name,
+        return bf_fail(err, errlen, "metric name '%.80s' is empty or longer than %zu characters", name,
                     sizeof s->names[0].name - 1);
     sqlite3_reset(s->get_name);
     sqlite3_bind_text(s->get_name, 1, name, -1, SQLITE_STATIC);
@@ -677,7 +668,7 @@ static int check_trial(store *s, int64_t trial_id, char *err, size_t errlen) {
     sqlite3_reset(s->trial_exists);
     if (rc == SQLITE_ROW) return 0;
     if (rc == SQLITE_DONE)
-        return fail(err, errlen, "metrics for unknown trial %lld", (long long)trial_id);
+        return bf_fail(err, errlen, "metrics for unknown trial %lld", (long long)trial_id);
     return sqlfail(s, err, errlen, "sqlite3_step(SELECT trial)");
 }
 
@@ -696,7 +687,7 @@ static int insert_points(store *s, int64_t trial_id, const int64_t *trial_ids,
         if (isnan(pts[i].value)) {
             /* SQLite would store NaN as NULL; a NaN loss is reported as an
              * error, not silently dropped (+-inf is stored as it is) */
-            fail(err, errlen, "metric %s at seq %lld is NaN; not stored", pts[i].name,
+            bf_fail(err, errlen, "metric %s at seq %lld is NaN; not stored", pts[i].name,
                  (long long)pts[i].seq);
             goto fail;
         }
@@ -809,7 +800,7 @@ static int collect(store *s, sqlite3_stmt *st, int ncols, store_trial **out, siz
             if (!nr) {
                 store_trials_free(rows, cnt);
                 sqlite3_finalize(st);
-                return fail(err, errlen, "out of memory");
+                return bf_fail(err, errlen, "out of memory");
             }
             rows = nr;
         }
@@ -840,7 +831,7 @@ int store_get_trial(store *s, int64_t trial_id, store_trial *out, char *err, siz
     if (collect(s, st, 11, &rows, &n, err, errlen) < 0) return -1;
     if (n == 0) {
         free(rows);
-        return fail(err, errlen, "no trial with id %lld", (long long)trial_id);
+        return bf_fail(err, errlen, "no trial with id %lld", (long long)trial_id);
     }
     *out = rows[0];
     free(rows);
@@ -924,7 +915,7 @@ int store_metric_history(store *s, int64_t trial_id, int64_t after_seq, int limi
             if (!np) {
                 free(pts);
                 sqlite3_finalize(st);
-                return fail(err, errlen, "out of memory");
+                return bf_fail(err, errlen, "out of memory");
             }
             pts = np;
         }
@@ -1030,7 +1021,7 @@ int store_jobs(store *s, store_job **out, size_t *n, char *err, size_t errlen) {
             if (!nr) {
                 free(rows);
                 sqlite3_finalize(st);
-                return fail(err, errlen, "store_jobs: out of memory");
+                return bf_fail(err, errlen, "store_jobs: out of memory");
             }
             rows = nr;
         }
@@ -1112,7 +1103,7 @@ int store_running_trials(store *s, int64_t **out, size_t *n, char *err, size_t e
             if (!ni) {
                 free(ids);
                 sqlite3_finalize(st);
-                return fail(err, errlen, "store_running_trials: out of memory");
+                return bf_fail(err, errlen, "store_running_trials: out of memory");
             }
             ids = ni;
         }

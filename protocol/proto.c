@@ -1,4 +1,5 @@
 #include "protocol/proto.h"
+#include "common/errbuf.h"
 
 #include <errno.h>
 #include <math.h>
@@ -21,16 +22,6 @@ proto_code proto_code_parse(const char *name) {
     for (int i = 0; i < PROTO_N_CODES; i++)
         if (strcmp(code_names[i], name) == 0) return (proto_code)i;
     return PROTO_N_CODES;
-}
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
 }
 
 void proto_msg_clear(proto_msg *m) {
@@ -97,7 +88,7 @@ int proto_recv(void *sock, int flags, int mode, proto_msg *m, proto_code *code, 
             zmq_msg_close(f);
             for (int i = 0; i < kept; i++) zmq_msg_close(&fr[i]);
             if (total == 0 && e == EAGAIN) return 1;
-            return fail(err, errlen, "zmq_msg_recv: %s", zmq_strerror(e));
+            return bf_fail(err, errlen, "zmq_msg_recv: %s", zmq_strerror(e));
         }
         more = zmq_msg_more(f);
         total++;
@@ -130,13 +121,13 @@ int proto_recv(void *sock, int flags, int mode, proto_msg *m, proto_code *code, 
     if (rest == PROTO_MAX_FRAMES && kept - i == PROTO_MAX_FRAMES) peek_req(&fr[i + 3], m);
     if (rest != PROTO_MAX_FRAMES) {
         *code = PROTO_E_FRAMES;
-        fail(err, errlen, "expected %d frames (\"bf\", version, type, body), got %d",
+        bf_fail(err, errlen, "expected %d frames (\"bf\", version, type, body), got %d",
              PROTO_MAX_FRAMES, rest);
         goto done;
     }
     if (!equals(&fr[i], PROTO_NAME)) {
         *code = PROTO_E_FRAMES;
-        fail(err, errlen, "first frame must be the protocol name \"%s\"", PROTO_NAME);
+        bf_fail(err, errlen, "first frame must be the protocol name \"%s\"", PROTO_NAME);
         goto done;
     }
     if (!equals(&fr[i + 1], "1")) {
@@ -149,14 +140,14 @@ int proto_recv(void *sock, int flags, int mode, proto_msg *m, proto_code *code, 
         }
         v[n] = '\0';
         *code = PROTO_E_VERSION;
-        fail(err, errlen, "protocol version '%s' not supported; this side speaks %d", v,
+        bf_fail(err, errlen, "protocol version '%s' not supported; this side speaks %d", v,
              PROTO_VERSION);
         goto done;
     }
     size_t tl = zmq_msg_size(&fr[i + 2]);
     if (!proto_type_ok(zmq_msg_data(&fr[i + 2]), tl)) {
         *code = PROTO_E_FRAMES;
-        fail(err, errlen, "message type must be 1-%d characters of a-z, 0-9, _", PROTO_MAX_TYPE);
+        bf_fail(err, errlen, "message type must be 1-%d characters of a-z, 0-9, _", PROTO_MAX_TYPE);
         goto done;
     }
     memcpy(m->type, zmq_msg_data(&fr[i + 2]), tl);
@@ -164,7 +155,7 @@ int proto_recv(void *sock, int flags, int mode, proto_msg *m, proto_code *code, 
     size_t bl = zmq_msg_size(&fr[i + 3]);
     if (bl > PROTO_MAX_BODY) {
         *code = PROTO_E_TOO_LARGE;
-        fail(err, errlen, "%s: body of %zu bytes is over the limit of %u", m->type, bl,
+        bf_fail(err, errlen, "%s: body of %zu bytes is over the limit of %u", m->type, bl,
              PROTO_MAX_BODY);
         goto done;
     }
@@ -173,9 +164,9 @@ int proto_recv(void *sock, int flags, int mode, proto_msg *m, proto_code *code, 
     if (!m->body || !json_is_object(m->body)) {
         *code = PROTO_E_JSON;
         if (m->body)
-            fail(err, errlen, "%s: body must be a JSON object", m->type);
+            bf_fail(err, errlen, "%s: body must be a JSON object", m->type);
         else
-            fail(err, errlen, "%s: body is not JSON: line %d column %d: %s", m->type, je.line,
+            bf_fail(err, errlen, "%s: body is not JSON: line %d column %d: %s", m->type, je.line,
                  je.column, je.text);
         if (m->body) json_decref(m->body);
         m->body = NULL;
@@ -187,7 +178,7 @@ int proto_recv(void *sock, int flags, int mode, proto_msg *m, proto_code *code, 
             json_integer_value(r) > PROTO_MAX_INT) {
             *code = PROTO_E_FIELD;
             m->has_req = 0;
-            fail(err, errlen, "%s: 'req' must be an integer in [0, 2^53]", m->type);
+            bf_fail(err, errlen, "%s: 'req' must be an integer in [0, 2^53]", m->type);
             goto done;
         }
         m->has_req = 1;
@@ -208,7 +199,7 @@ static int send_frame(void *sock, const void *data, size_t len, int more, int fl
     if (zmq_send(sock, data, len, f) < 0) {
         int e = zmq_errno();
         if (first && e == EAGAIN) return 1;
-        return fail(err, errlen, "zmq_send: %s", zmq_strerror(e));
+        return bf_fail(err, errlen, "zmq_send: %s", zmq_strerror(e));
     }
     return 0;
 }
@@ -217,11 +208,11 @@ int proto_send(void *sock, const proto_msg *route, const char *topic, const char
                json_t *body, int flags, char *err, size_t errlen) {
     json_t *own = NULL;
     if (!body) body = own = json_object();
-    if (!body) return fail(err, errlen, "out of memory");
+    if (!body) return bf_fail(err, errlen, "out of memory");
     if (route && route->has_req) json_object_set_new(body, "req", json_integer(route->req));
     char *txt = json_dumps(body, JSON_COMPACT);
     if (own) json_decref(own);
-    if (!txt) return fail(err, errlen, "json_dumps: out of memory or invalid JSON");
+    if (!txt) return bf_fail(err, errlen, "json_dumps: out of memory or invalid JSON");
     int first = 1, rc = 0;
     if (route && route->ident_len) {
         rc = send_frame(sock, route->ident, route->ident_len, 1, flags, first, err, errlen);
@@ -248,7 +239,7 @@ int proto_send(void *sock, const proto_msg *route, const char *topic, const char
 int proto_send_error(void *sock, const proto_msg *route, proto_code code, const char *message,
                      int flags, char *err, size_t errlen) {
     json_t *b = json_object();
-    if (!b) return fail(err, errlen, "out of memory");
+    if (!b) return bf_fail(err, errlen, "out of memory");
     json_object_set_new(b, "code", json_string(proto_code_name(code)));
     /* the message may quote bytes from outside: keep it valid UTF-8 */
     json_t *msg = json_string(message);
@@ -265,12 +256,12 @@ int proto_get_int(json_t *body, const char *key, int required, long long min, lo
                   long long def, long long *out, char *err, size_t errlen) {
     json_t *v = json_object_get(body, key);
     if (!v) {
-        if (required) return fail(err, errlen, "'%s' is required (an integer)", key);
+        if (required) return bf_fail(err, errlen, "'%s' is required (an integer)", key);
         *out = def;
         return 0;
     }
     if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max)
-        return fail(err, errlen, "'%s' must be an integer in [%lld, %lld]", key, min, max);
+        return bf_fail(err, errlen, "'%s' must be an integer in [%lld, %lld]", key, min, max);
     *out = json_integer_value(v);
     return 0;
 }
@@ -279,12 +270,12 @@ int proto_get_num(json_t *body, const char *key, int required, double def, doubl
                   char *err, size_t errlen) {
     json_t *v = json_object_get(body, key);
     if (!v) {
-        if (required) return fail(err, errlen, "'%s' is required (a number)", key);
+        if (required) return bf_fail(err, errlen, "'%s' is required (a number)", key);
         *out = def;
         return 0;
     }
     if (!json_is_number(v) || !isfinite(json_number_value(v)))
-        return fail(err, errlen, "'%s' must be a finite number", key);
+        return bf_fail(err, errlen, "'%s' must be a finite number", key);
     *out = json_number_value(v);
     return 0;
 }
@@ -294,13 +285,13 @@ int proto_get_str(json_t *body, const char *key, int required, size_t maxlen, co
     json_t *v = json_object_get(body, key);
     *out = NULL;
     if (!v) {
-        if (required) return fail(err, errlen, "'%s' is required (a string)", key);
+        if (required) return bf_fail(err, errlen, "'%s' is required (a string)", key);
         return 0;
     }
     size_t n = json_is_string(v) ? json_string_length(v) : 0;
     if (!json_is_string(v) || n > maxlen || (required && n == 0) ||
         strlen(json_string_value(v)) != n)
-        return fail(err, errlen, "'%s' must be a string of %s%zu bytes without NUL", key,
+        return bf_fail(err, errlen, "'%s' must be a string of %s%zu bytes without NUL", key,
                     required ? "1 to " : "at most ", maxlen);
     *out = json_string_value(v);
     return 0;
@@ -313,13 +304,13 @@ int proto_get_token(json_t *body, const char *key, char out[PROTO_TOKEN_LEN + 1]
     int ok = s && json_string_length(v) == PROTO_TOKEN_LEN;
     for (int i = 0; ok && i < PROTO_TOKEN_LEN; i++)
         ok = (s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f');
-    if (!ok) return fail(err, errlen, "'%s' must be %d characters 0-9a-f", key, PROTO_TOKEN_LEN);
+    if (!ok) return bf_fail(err, errlen, "'%s' must be %d characters 0-9a-f", key, PROTO_TOKEN_LEN);
     memcpy(out, s, PROTO_TOKEN_LEN + 1);
     return 0;
 }
 
 int proto_parse_point(json_t *obj, proto_point *p, char *err, size_t errlen) {
-    if (!json_is_object(obj)) return fail(err, errlen, "a point must be an object");
+    if (!json_is_object(obj)) return bf_fail(err, errlen, "a point must be an object");
     long long seq = 0, step = 0;
     if (proto_get_int(obj, "seq", 1, 1, PROTO_MAX_INT, 0, &seq, err, errlen) ||
         proto_get_int(obj, "step", 1, 0, PROTO_MAX_INT, 0, &step, err, errlen) ||
@@ -329,15 +320,15 @@ int proto_parse_point(json_t *obj, proto_point *p, char *err, size_t errlen) {
     p->step = step;
     json_t *vals = json_object_get(obj, "values");
     if (!json_is_object(vals))
-        return fail(err, errlen, "point %lld: 'values' must be an object", seq);
+        return bf_fail(err, errlen, "point %lld: 'values' must be an object", seq);
     if (json_object_size(vals) > PROTO_MAX_VALUES)
-        return fail(err, errlen, "point %lld: at most %d values", seq, PROTO_MAX_VALUES);
+        return bf_fail(err, errlen, "point %lld: at most %d values", seq, PROTO_MAX_VALUES);
     p->n = 0;
     const char *k;
     json_t *v;
     json_object_foreach(vals, k, v) {
         if (!proto_name_ok(k))
-            return fail(err, errlen,
+            return bf_fail(err, errlen,
                         "point %lld: metric name must be 1-%d printable ASCII bytes without "
                         "space, '\"' or '\\'",
                         seq, PROTO_MAX_NAME);
@@ -348,7 +339,7 @@ int proto_parse_point(json_t *obj, proto_point *p, char *err, size_t errlen) {
             p->is_null[p->n] = 0;
             p->value[p->n] = json_number_value(v);
         } else {
-            return fail(err, errlen, "point %lld: value of '%s' must be a finite number or null",
+            return bf_fail(err, errlen, "point %lld: value of '%s' must be a finite number or null",
                         seq, k);
         }
         p->name[p->n++] = k;
@@ -362,20 +353,20 @@ int proto_parse_points(json_t *body, size_t max, proto_point **out, size_t *n, c
     *n = 0;
     json_t *arr = json_object_get(body, "points");
     if (!json_is_array(arr) || json_array_size(arr) < 1 || json_array_size(arr) > max)
-        return fail(err, errlen, "'points' must be an array of 1 to %zu points", max);
+        return bf_fail(err, errlen, "'points' must be an array of 1 to %zu points", max);
     size_t cnt = json_array_size(arr);
     proto_point *pts = malloc(cnt * sizeof *pts);
-    if (!pts) return fail(err, errlen, "out of memory");
+    if (!pts) return bf_fail(err, errlen, "out of memory");
     for (size_t i = 0; i < cnt; i++) {
         char e2[256];
         if (proto_parse_point(json_array_get(arr, i), &pts[i], e2, sizeof e2)) {
             free(pts);
-            return fail(err, errlen, "'points'[%zu]: %s", i, e2);
+            return bf_fail(err, errlen, "'points'[%zu]: %s", i, e2);
         }
         if (i > 0 && pts[i].seq != pts[i - 1].seq + 1) {
             long long got = (long long)pts[i].seq, prev = (long long)pts[i - 1].seq;
             free(pts);
-            return fail(err, errlen, "'points': seq must rise by 1 within a batch (%lld after %lld)",
+            return bf_fail(err, errlen, "'points': seq must rise by 1 within a batch (%lld after %lld)",
                         got, prev);
         }
     }
@@ -451,7 +442,7 @@ int proto_random_token(char out[PROTO_TOKEN_LEN + 1], char *err, size_t errlen) 
         ssize_t r = getrandom(b + got, sizeof b - got, 0);
         if (r < 0) {
             if (errno == EINTR) continue;
-            return fail(err, errlen, "getrandom: %s", strerror(errno));
+            return bf_fail(err, errlen, "getrandom: %s", strerror(errno));
         }
         got += (size_t)r;
     }
@@ -466,13 +457,13 @@ int proto_random_token(char out[PROTO_TOKEN_LEN + 1], char *err, size_t errlen) 
 
 int proto_read_key(const char *path, char out[41], char *err, size_t errlen) {
     FILE *f = fopen(path, "r");
-    if (!f) return fail(err, errlen, "cannot open key file %s: %s", path, strerror(errno));
+    if (!f) return bf_fail(err, errlen, "cannot open key file %s: %s", path, strerror(errno));
     char buf[64] = "";
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
     buf[n] = '\0';
     while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) buf[--n] = 0;
-    if (n != 40) return fail(err, errlen, "key file %s must hold one 40-character Z85 key", path);
+    if (n != 40) return bf_fail(err, errlen, "key file %s must hold one 40-character Z85 key", path);
     memcpy(out, buf, 41);
     return 0;
 }
@@ -480,17 +471,17 @@ int proto_read_key(const char *path, char out[41], char *err, size_t errlen) {
 int proto_curve_client(void *sock, char *err, size_t errlen) {
     const char *spath = getenv("BF_CURVE_SERVER"), *kpath = getenv("BF_CURVE_KEY");
     if (!spath || !kpath)
-        return fail(err, errlen,
+        return bf_fail(err, errlen,
                     "a tcp:// endpoint needs CURVE keys: set BF_CURVE_SERVER (the server's "
                     ".pub file) and BF_CURVE_KEY (this client's .key file; see bfd keygen)");
     char server[41], secret[41], pub[41];
     if (proto_read_key(spath, server, err, errlen) || proto_read_key(kpath, secret, err, errlen))
         return -1;
     if (zmq_curve_public(pub, secret) != 0)
-        return fail(err, errlen, "zmq_curve_public(%s): %s", kpath, zmq_strerror(zmq_errno()));
+        return bf_fail(err, errlen, "zmq_curve_public(%s): %s", kpath, zmq_strerror(zmq_errno()));
     if (zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, server, 40) ||
         zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, pub, 40) ||
         zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, secret, 40))
-        return fail(err, errlen, "zmq_setsockopt(CURVE): %s", zmq_strerror(zmq_errno()));
+        return bf_fail(err, errlen, "zmq_setsockopt(CURVE): %s", zmq_strerror(zmq_errno()));
     return 0;
 }

@@ -1,4 +1,5 @@
 #include "worker/link.h"
+#include "common/errbuf.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -51,16 +52,6 @@ struct link_t {
     double last_hb;
 };
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -77,9 +68,9 @@ static int send_msg(link_t *l, const char *type, json_t *body) {
 int link_open(link_t **out, const link_opts *o, char *err, size_t errlen) {
     *out = NULL;
     if (strlen(o->token) != PROTO_TOKEN_LEN)
-        return fail(err, errlen, "--token must be %d hex digits", PROTO_TOKEN_LEN);
+        return bf_fail(err, errlen, "--token must be %d hex digits", PROTO_TOKEN_LEN);
     link_t *l = calloc(1, sizeof *l);
-    if (!l) return fail(err, errlen, "out of memory");
+    if (!l) return bf_fail(err, errlen, "out of memory");
     l->fd = -1;
     l->trial = o->trial;
     l->attempt = o->attempt;
@@ -88,12 +79,12 @@ int link_open(link_t **out, const link_opts *o, char *err, size_t errlen) {
     pthread_mutex_init(&l->mu, NULL);
     l->ctx = zmq_ctx_new();
     if (!l->ctx) {
-        fail(err, errlen, "zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
+        bf_fail(err, errlen, "zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
         goto bad;
     }
     l->sock = zmq_socket(l->ctx, ZMQ_DEALER);
     if (!l->sock) {
-        fail(err, errlen, "zmq_socket(DEALER): %s", zmq_strerror(zmq_errno()));
+        bf_fail(err, errlen, "zmq_socket(DEALER): %s", zmq_strerror(zmq_errno()));
         goto bad;
     }
     int zero = 0, one = 1, ivl = 100, ivl_max = 1000;
@@ -103,13 +94,13 @@ int link_open(link_t **out, const link_opts *o, char *err, size_t errlen) {
         zmq_setsockopt(l->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl) ||
         zmq_setsockopt(l->sock, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof ivl_max) ||
         zmq_setsockopt(l->sock, ZMQ_MAXMSGSIZE, &maxsz, sizeof maxsz)) {
-        fail(err, errlen, "zmq_setsockopt: %s", zmq_strerror(zmq_errno()));
+        bf_fail(err, errlen, "zmq_setsockopt: %s", zmq_strerror(zmq_errno()));
         goto bad;
     }
     if (strncmp(o->endpoint, "tcp://", 6) == 0 && proto_curve_client(l->sock, err, errlen))
         goto bad;
     if (zmq_connect(l->sock, o->endpoint) != 0) {
-        fail(err, errlen, "zmq_connect(%s): %s", o->endpoint, zmq_strerror(zmq_errno()));
+        bf_fail(err, errlen, "zmq_connect(%s): %s", o->endpoint, zmq_strerror(zmq_errno()));
         goto bad;
     }
     char host[256] = "?";
@@ -118,7 +109,7 @@ int link_open(link_t **out, const link_opts *o, char *err, size_t errlen) {
     for (;;) {
         double t = now_s();
         if (t - t0 > o->hello_timeout) {
-            fail(err, errlen, "no answer from bfd at %s within %.0f s", o->endpoint,
+            bf_fail(err, errlen, "no answer from bfd at %s within %.0f s", o->endpoint,
                  o->hello_timeout);
             goto bad;
         }
@@ -130,7 +121,7 @@ int link_open(link_t **out, const link_opts *o, char *err, size_t errlen) {
         }
         zmq_pollitem_t it = {l->sock, 0, ZMQ_POLLIN, 0};
         if (zmq_poll(&it, 1, 100) < 0 && zmq_errno() != EINTR) {
-            fail(err, errlen, "zmq_poll: %s", zmq_strerror(zmq_errno()));
+            bf_fail(err, errlen, "zmq_poll: %s", zmq_strerror(zmq_errno()));
             goto bad;
         }
         if (!(it.revents & ZMQ_POLLIN)) continue;
@@ -145,7 +136,7 @@ int link_open(link_t **out, const link_opts *o, char *err, size_t errlen) {
         }
         if (strcmp(m.type, "error") == 0) {
             json_t *c = json_object_get(m.body, "code"), *msg = json_object_get(m.body, "message");
-            fail(err, errlen, "bfd refused hello: %s: %s",
+            bf_fail(err, errlen, "bfd refused hello: %s: %s",
                  json_is_string(c) ? json_string_value(c) : "?",
                  json_is_string(msg) ? json_string_value(msg) : "");
             proto_msg_clear(&m);
@@ -163,7 +154,7 @@ int link_open(link_t **out, const link_opts *o, char *err, size_t errlen) {
             proto_get_int(m.body, "attempt", 0, 1, PROTO_MAX_INT, o->attempt, &attempt, e2,
                           sizeof e2) ||
             proto_get_num(m.body, "heartbeat", 0, 1.0, &hb, e2, sizeof e2)) {
-            fail(err, errlen, "bad config reply from bfd: %s", e2);
+            bf_fail(err, errlen, "bad config reply from bfd: %s", e2);
             proto_msg_clear(&m);
             goto bad;
         }
@@ -173,7 +164,7 @@ int link_open(link_t **out, const link_opts *o, char *err, size_t errlen) {
         l->heartbeat = hb >= 0.05 && hb <= 3600 ? hb : 1.0;
         proto_msg_clear(&m);
         if (!l->config) {
-            fail(err, errlen, "out of memory");
+            bf_fail(err, errlen, "out of memory");
             goto bad;
         }
         break;
@@ -352,7 +343,7 @@ int link_start(link_t *l, const char *metrics_path, volatile sig_atomic_t *stop,
     l->stop = stop;
     l->last_hb = -1e9;
     if (pthread_create(&l->thread, NULL, link_thread, l) != 0)
-        return fail(err, errlen, "pthread_create: %s", strerror(errno));
+        return bf_fail(err, errlen, "pthread_create: %s", strerror(errno));
     l->thread_started = 1;
     return 0;
 }
@@ -369,7 +360,7 @@ int link_finish(link_t *l, const char *state, int exit_code, const char *message
     pthread_mutex_unlock(&l->mu);
     pthread_join(l->thread, NULL);
     l->thread_started = 0;
-    if (l->result) return fail(err, errlen, "%s", l->result_msg);
+    if (l->result) return bf_fail(err, errlen, "%s", l->result_msg);
     return 0;
 }
 
