@@ -149,7 +149,84 @@ static void print_compact(long long trial, json_t *p) {
     printf("\n");
 }
 
+/* Following a job on a terminal, the tail is a live table (one row per
+ * trial with its latest values, redrawn in place) instead of a stream. */
+static int g_table;
+static double g_next_draw;
+
+typedef struct table_row {
+    long long trial, step;
+    char state[16];
+    double v[7]; /* loss, acc, heads, s, val/acc, test/acc, tokens/s; NAN = none yet */
+} table_row;
+
+static table_row *g_rows;
+static size_t g_nrows, g_drawn;
+static const char *const g_row_metric[7] = {"train/loss",     "train/acc", "train/heads_used",
+                                            "train/budget_s", "val/acc",   "test/acc",
+                                            "train/tokens_per_s"};
+
+static table_row *table_row_of(long long trial) {
+    for (size_t i = 0; i < g_nrows; i++)
+        if (g_rows[i].trial == trial) return &g_rows[i];
+    table_row *n = realloc(g_rows, (g_nrows + 1) * sizeof *n);
+    if (!n) return NULL;
+    g_rows = n;
+    table_row *r = &g_rows[g_nrows++];
+    memset(r, 0, sizeof *r);
+    r->trial = trial;
+    snprintf(r->state, sizeof r->state, "PENDING");
+    for (int i = 0; i < 7; i++) r->v[i] = NAN;
+    return r;
+}
+
+static void table_point(long long trial, json_t *p) {
+    table_row *r = table_row_of(trial);
+    if (!r) return;
+    r->step = jint(p, "step");
+    if (!strcmp(r->state, "PENDING")) snprintf(r->state, sizeof r->state, "RUNNING");
+    for (int i = 0; i < 7; i++) {
+        json_t *v = json_object_get(json_object_get(p, "values"), g_row_metric[i]);
+        if (json_is_number(v)) r->v[i] = json_number_value(v);
+    }
+}
+
+static void table_state(long long trial, const char *state) {
+    table_row *r = table_row_of(trial);
+    if (r && state && *state) snprintf(r->state, sizeof r->state, "%s", state);
+}
+
+/* Redraws the table over the previous drawing (cursor up, clear below). */
+static void table_draw(long long job) {
+    if (g_drawn) printf("\033[%zuA\033[J", g_drawn);
+    printf("job %lld, live (Ctrl-C leaves the job running)\n", job);
+    printf("%-6s %-10s %7s %8s %7s %6s %6s %8s %8s %9s\n", "TRIAL", "STATE", "STEP", "LOSS",
+           "ACC", "HEADS", "S", "VAL/ACC", "TEST/ACC", "TOK/S");
+    for (size_t i = 0; i < g_nrows; i++) {
+        const table_row *r = &g_rows[i];
+        printf("t%-5lld %-10s %7lld", r->trial, r->state, r->step);
+        const int width[6] = {8, 7, 6, 6, 8, 8};
+        const int prec[6] = {4, 3, 2, 3, 4, 4};
+        for (int k = 0; k < 6; k++) {
+            if (isnan(r->v[k]))
+                printf(" %*s", width[k], "-");
+            else
+                printf(" %*.*f", width[k], prec[k], r->v[k]);
+        }
+        if (isnan(r->v[6]))
+            printf(" %9s\n", "-");
+        else
+            printf(" %8.1fk\n", r->v[6] / 1e3);
+    }
+    g_drawn = g_nrows + 2;
+    fflush(stdout);
+}
+
 static void print_point(long long trial, json_t *p) {
+    if (g_table) {
+        table_point(trial, p);
+        return;
+    }
     if (g_compact) {
         print_compact(trial, p);
         return;
@@ -238,12 +315,17 @@ static int tail(ctl_conn *c, long long job, long long trial, int follow) {
         json_t *ts = json_object_get(r, "trials");
         ns = json_array_size(ts);
         s = calloc(ns ? ns : 1, sizeof *s);
-        for (size_t i = 0; s && i < ns; i++) s[i].trial = jint(json_array_get(ts, i), "id");
+        g_table = follow && g_compact && isatty(STDOUT_FILENO);
+        for (size_t i = 0; s && i < ns; i++) {
+            s[i].trial = jint(json_array_get(ts, i), "id");
+            if (g_table) table_state(s[i].trial, jstr(json_array_get(ts, i), "state"));
+        }
         json_decref(r);
         if (!s) return 1;
     }
     for (size_t i = 0; i < ns; i++)
         if (print_history(c, s[i].trial, &s[i].last)) goto out;
+    if (g_table) table_draw(job);
     if (!follow) {
         rc = 0;
         goto out;
@@ -289,7 +371,10 @@ static int tail(ctl_conn *c, long long job, long long trial, int follow) {
             fflush(stdout);
         } else if (r == 0 && !strcmp(type, "event") && jint(b, "job") == job) {
             long long t = jint(b, "trial");
-            if (!trial || t == trial || t == 0) {
+            if (g_table && t) {
+                table_state(t, jstr(b, "state"));
+                check = 1;
+            } else if (!trial || t == trial || t == 0) {
                 fprintf(stderr, "t%lld %s (attempt %lld) %s\n", t, jstr(b, "state"),
                         jint(b, "attempt"), jstr(b, "message"));
                 check = 1;
@@ -304,6 +389,10 @@ static int tail(ctl_conn *c, long long job, long long trial, int follow) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         double now = ts.tv_sec + ts.tv_nsec * 1e-9;
+        if (g_table && (r == 0 || check) && now > g_next_draw) {
+            table_draw(job);
+            g_next_draw = now + 0.25;
+        }
         if (check || now > next_check) {
             next_check = now + 2;
             if (trial) {
@@ -328,6 +417,13 @@ static int tail(ctl_conn *c, long long job, long long trial, int follow) {
         }
     }
 out:
+    if (g_table) {
+        table_draw(job);
+        free(g_rows);
+        g_rows = NULL;
+        g_nrows = g_drawn = 0;
+        g_table = 0;
+    }
     free(s);
     return rc;
 }
