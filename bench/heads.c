@@ -27,7 +27,8 @@ typedef struct {
 } timing;
 
 static timing time_model(model *m, const opts *o, const int *ids, const int *labels, int force_k) {
-    double *ta = malloc((size_t)o->reps * sizeof(double)), *tt = malloc((size_t)o->reps * sizeof(double));
+    double *ta = malloc((size_t)o->reps * sizeof(double)),
+           *tt = malloc((size_t)o->reps * sizeof(double));
     char err[256];
     m->kn.force_k = force_k;
     m->time_attention = 1;
@@ -50,8 +51,13 @@ static timing time_model(model *m, const opts *o, const int *ids, const int *lab
 }
 
 static void build(model *m, const opts *o, const bk_backend *be, int budget) {
-    model_shape sh = {.layers = o->L, .d_model = o->d, .heads = o->H, .seq_len = o->T,
-                      .vocab = 8192, .n_classes = 26, .budget = budget};
+    model_shape sh = {.layers = o->L,
+                      .d_model = o->d,
+                      .heads = o->H,
+                      .seq_len = o->T,
+                      .vocab = 8192,
+                      .n_classes = 26,
+                      .budget = budget};
     char err[256];
     if (model_create(m, &sh, be, o->B, err, sizeof err)) {
         fprintf(stderr, "bench_heads: %s\n", err);
@@ -65,8 +71,13 @@ int main(int argc, char **argv) {
     opts o = {.B = 64, .T = 64, .d = 128, .H = 8, .L = 4, .reps = 15, .device = "auto"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int *ip = !strcmp(a, "--B") ? &o.B : !strcmp(a, "--T") ? &o.T : !strcmp(a, "--d") ? &o.d
-                : !strcmp(a, "--H") ? &o.H : !strcmp(a, "--L") ? &o.L : !strcmp(a, "--reps") ? &o.reps : NULL;
+        int *ip = !strcmp(a, "--B")      ? &o.B
+                  : !strcmp(a, "--T")    ? &o.T
+                  : !strcmp(a, "--d")    ? &o.d
+                  : !strcmp(a, "--H")    ? &o.H
+                  : !strcmp(a, "--L")    ? &o.L
+                  : !strcmp(a, "--reps") ? &o.reps
+                                         : NULL;
         if (ip && v) {
             *ip = atoi(v), i++;
             if (*ip < 1) {
@@ -78,8 +89,10 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--json")) {
             o.json = 1;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            puts("usage: bench_heads [--device auto|cpu|cuda] [--reps N] [--B n] [--T n] [--d n] [--H n] [--L n] [--json]\n"
-                 "Inference time of the attention sublayers and the whole model with k of H heads.");
+            puts(
+                "usage: bench_heads [--device auto|cpu|cuda] [--reps N] [--B n] [--T n] [--d n] "
+                "[--H n] [--L n] [--json]\n"
+                "Inference time of the attention sublayers and the whole model with k of H heads.");
             return 0;
         } else {
             fprintf(stderr, "bench_heads: unknown or incomplete option '%s' (see --help)\n", a);
@@ -97,7 +110,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     int *ids = malloc((size_t)o.B * o.T * sizeof(int)), *labels = malloc((size_t)o.B * sizeof(int));
-    for (int i = 0; i < o.B * o.T; i++) ids[i] = (int)(bk_rng_uniform_at(3, 0, (uint64_t)i) * 8192) % 8192;
+    for (int i = 0; i < o.B * o.T; i++)
+        ids[i] = (int)(bk_rng_uniform_at(3, 0, (uint64_t)i) * 8192) % 8192;
     for (int i = 0; i < o.B; i++) labels[i] = i % 26;
     model base, bud;
     build(&base, &o, be, 0);
@@ -109,12 +123,15 @@ int main(int argc, char **argv) {
     char cpu[256];
     bench_cpu_model(cpu, sizeof cpu);
     FILE *t = o.json ? stderr : stdout;
-    fprintf(t, "bench_heads: backend %s | cpu %s | nproc %ld | threads %d | B=%d T=%d d=%d H=%d L=%d | median of %d\n",
-            be->name, cpu, sysconf(_SC_NPROCESSORS_ONLN), omp_get_max_threads(), o.B, o.T, o.d, o.H, o.L, o.reps);
+    fprintf(t,
+            "bench_heads: backend %s | cpu %s | nproc %ld | threads %d | B=%d T=%d d=%d H=%d L=%d "
+            "| median of %d\n",
+            be->name, cpu, sysconf(_SC_NPROCESSORS_ONLN), omp_get_max_threads(), o.B, o.T, o.d, o.H,
+            o.L, o.reps);
     fprintf(t, "%-26s %10s %10s %12s %12s %12s %12s\n", "heads", "attn ms", "model ms", "attn/k=H",
             "model/k=H", "attn/plain", "model/plain");
-    fprintf(t, "%-26s %10.2f %10.2f %12s %12s %12.3f %12.3f\n", "plain model (all heads)", tb.attn * 1e3,
-            tb.total * 1e3, "", "", 1.0, 1.0);
+    fprintf(t, "%-26s %10.2f %10.2f %12s %12s %12.3f %12.3f\n", "plain model (all heads)",
+            tb.attn * 1e3, tb.total * 1e3, "", "", 1.0, 1.0);
     for (int i = 0; i < 4; i++) {
         char name[64];
         snprintf(name, sizeof name, "selected k/H=%.3f (k=%d)", fr[i], (int)(fr[i] * o.H));
@@ -122,7 +139,8 @@ int main(int argc, char **argv) {
                 tk[i].total * 1e3, tk[i].attn / tk[0].attn, tk[i].total / tk[0].total,
                 tk[i].attn / tb.attn, tk[i].total / tb.total);
         if (o.json)
-            printf("{\"bench\": \"heads\", \"backend\": \"%s\", \"B\": %d, \"T\": %d, \"d\": %d, \"H\": %d, "
+            printf("{\"bench\": \"heads\", \"backend\": \"%s\", \"B\": %d, \"T\": %d, \"d\": %d, "
+                   "\"H\": %d, "
                    "\"L\": %d, \"k_over_H\": %.3f, \"attn_ms\": %.4f, \"model_ms\": %.4f, "
                    "\"attn_ratio_to_k_eq_H\": %.4f, \"model_ratio_to_k_eq_H\": %.4f, "
                    "\"attn_ratio_to_plain\": %.4f, \"model_ratio_to_plain\": %.4f}\n",

@@ -28,8 +28,6 @@ typedef struct {
     FILE *table; /* where the human-readable table goes */
 } bench;
 
-
-
 /* Fastest of b->reps timed runs, in seconds: on a shared machine the minimum
  * is the number least disturbed by other processes. */
 static double time_median(const bench *b, void (*fn)(void *), void *ctx) {
@@ -72,8 +70,6 @@ static void *dev_zero(const bk_backend *be, size_t bytes) {
 
 /* ---- machine ---- */
 
-
-
 /* ---- GEMM ---- */
 
 typedef struct {
@@ -89,7 +85,8 @@ static void run_gemm(void *ctx) {
 }
 
 static void bench_gemm(const bench *b) {
-    const int shapes[][3] = {{4096, 128, 128}, {4096, 512, 128}, {4096, 128, 512}, {4096, 768, 768}};
+    const int shapes[][3] = {
+        {4096, 128, 128}, {4096, 512, 128}, {4096, 128, 512}, {4096, 768, 768}};
     fprintf(b->table, "\nGEMM  C[M,N] = A[M,K] B[N,K]^T\n%8s %6s %6s %10s %10s\n", "M", "N", "K",
             "ms", "GFLOP/s");
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
@@ -101,7 +98,8 @@ static void bench_gemm(const bench *b) {
         double gflops = 2.0 * g.M * g.N * g.K / t * 1e-9;
         fprintf(b->table, "%8d %6d %6d %10.3f %10.1f\n", g.M, g.N, g.K, t * 1e3, gflops);
         if (b->json)
-            printf("{\"op\": \"gemm\", \"M\": %d, \"N\": %d, \"K\": %d, \"ms\": %.4f, \"gflops\": %.2f}\n",
+            printf("{\"op\": \"gemm\", \"M\": %d, \"N\": %d, \"K\": %d, \"ms\": %.4f, \"gflops\": "
+                   "%.2f}\n",
                    g.M, g.N, g.K, t * 1e3, gflops);
         b->be->release(g.A);
         b->be->release(g.B);
@@ -129,12 +127,16 @@ static void run_attn_bwd(void *ctx) {
 
 static void bench_attention(const bench *b) {
     const int cfg[][4] = {{64, 64, 128, 8}, {8, 256, 256, 8}};
-    fprintf(b->table, "\nAttention (no mask; causal as marked)\n%4s %5s %5s %4s %6s %9s %9s %9s %9s\n",
-            "B", "T", "C", "NH", "causal", "fwd ms", "fwd GF/s", "bwd ms", "bwd GF/s");
+    fprintf(b->table,
+            "\nAttention (no mask; causal as marked)\n%4s %5s %5s %4s %6s %9s %9s %9s %9s\n", "B",
+            "T", "C", "NH", "causal", "fwd ms", "fwd GF/s", "bwd ms", "bwd GF/s");
     for (size_t i = 0; i < sizeof cfg / sizeof *cfg; i++)
         for (int causal = 0; causal < 2; causal++) {
             attn_case c = {.be = b->be,
-                           .a = {.B = cfg[i][0], .T = cfg[i][1], .C = cfg[i][2], .NH = cfg[i][3],
+                           .a = {.B = cfg[i][0],
+                                 .T = cfg[i][1],
+                                 .C = cfg[i][2],
+                                 .NH = cfg[i][3],
                                  .causal = causal}};
             const int B = c.a.B, T = c.a.T, C = c.a.C, NH = c.a.NH;
             size_t ntt = (size_t)B * NH * T * T;
@@ -220,10 +222,11 @@ static void bench_fwht(const bench *b) {
         fprintf(b->table, "%6d %9.3f %9.1f %9.3f %9.1f %11.3f %11.1f %9.1f\n", d, tf * 1e3, gbf,
                 tb * 1e3, gbb, tg * 1e3, gfd, ratio);
         if (b->json)
-            printf("{\"op\": \"fwht\", \"d\": %d, \"rows\": %d, \"fwd_ms\": %.4f, \"gbps\": %.2f, "
-                   "\"bwd_ms\": %.4f, \"bwd_gbps\": %.2f, \"gemm_ms\": %.4f, \"gemm_gflops\": %.2f, "
-                   "\"fwht_vs_gemm_ratio\": %.2f}\n",
-                   d, N, tf * 1e3, gbf, tb * 1e3, gbb, tg * 1e3, gfd, ratio);
+            printf(
+                "{\"op\": \"fwht\", \"d\": %d, \"rows\": %d, \"fwd_ms\": %.4f, \"gbps\": %.2f, "
+                "\"bwd_ms\": %.4f, \"bwd_gbps\": %.2f, \"gemm_ms\": %.4f, \"gemm_gflops\": %.2f, "
+                "\"fwht_vs_gemm_ratio\": %.2f}\n",
+                d, N, tf * 1e3, gbf, tb * 1e3, gbb, tg * 1e3, gfd, ratio);
         float *bufs[] = {c.x, c.dy, c.alpha, c.beta, c.w, c.y, c.dx, c.scratch, c.dalpha, c.dbeta};
         for (size_t k = 0; k < sizeof bufs / sizeof *bufs; k++) b->be->release(bufs[k]);
     }
@@ -251,7 +254,8 @@ static void run_layer_all(void *ctx) {
 /* The same layer computing only the K selected heads of each sample. */
 static void run_layer_selected(void *ctx) {
     layer_case *l = ctx;
-    l->be->attention_selected_forward(l->c, l->scratch, l->x, l->wqkv, l->bqkv, l->heads, l->K, &l->a);
+    l->be->attention_selected_forward(l->c, l->scratch, l->x, l->wqkv, l->bqkv, l->heads, l->K,
+                                      &l->a);
     l->be->linear_selected_forward(l->y, l->c, l->wo, l->bo, l->heads, l->K, l->a.B, l->a.T, l->a.C,
                                    l->a.NH, l->a.C);
 }
@@ -264,7 +268,8 @@ static void bench_selected(const bench *b) {
             "%4s %5s %5s %4s %4s %6s %10s %10s %7s\n",
             "B", "T", "C", "NH", "K", "K/NH", "all ms", "sel ms", "ratio");
     for (size_t i = 0; i < sizeof cfg / sizeof *cfg; i++) {
-        layer_case l = {.be = b->be, .a = {.B = cfg[i][0], .T = cfg[i][1], .C = cfg[i][2], .NH = cfg[i][3]}};
+        layer_case l = {.be = b->be,
+                        .a = {.B = cfg[i][0], .T = cfg[i][1], .C = cfg[i][2], .NH = cfg[i][3]}};
         const int B = l.a.B, T = l.a.T, C = l.a.C, NH = l.a.NH, HS = C / NH;
         l.x = dev_random(b->be, (size_t)B * T * C, 10);
         l.wqkv = dev_random(b->be, (size_t)3 * C * C, 11);
@@ -299,7 +304,8 @@ static void bench_selected(const bench *b) {
                        B, T, C, NH, l.K, t_all * 1e3, t_sel * 1e3, ratio);
         }
         free(hh);
-        void *bufs[] = {l.x, l.wqkv, l.bqkv, l.wo, l.bo, l.qkv, l.c, l.y, l.att, l.scratch, l.heads};
+        void *bufs[] = {l.x, l.wqkv, l.bqkv, l.wo,      l.bo,   l.qkv,
+                        l.c, l.y,    l.att,  l.scratch, l.heads};
         for (size_t k = 0; k < sizeof bufs / sizeof *bufs; k++) b->be->release(bufs[k]);
     }
 }
@@ -322,7 +328,8 @@ int main(int argc, char **argv) {
             char *end;
             long r = strtol(argv[++i], &end, 10);
             if (*end || r < 1 || r > REPS_MAX) {
-                fprintf(stderr, "bench_ops: --reps '%s' is not an integer in 1..%d\n", argv[i], REPS_MAX);
+                fprintf(stderr, "bench_ops: --reps '%s' is not an integer in 1..%d\n", argv[i],
+                        REPS_MAX);
                 return 2;
             }
             b.reps = (int)r;
@@ -345,7 +352,8 @@ int main(int argc, char **argv) {
     bench_cpu_model(model, sizeof model);
     long nproc = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = omp_get_max_threads();
-    fprintf(b.table, "bench_ops: backend %s | nproc %ld | cpu %s | omp threads %d | reps %d (best of)\n",
+    fprintf(b.table,
+            "bench_ops: backend %s | nproc %ld | cpu %s | omp threads %d | reps %d (best of)\n",
             b.be->name, nproc, model, threads, b.reps);
     if (b.json) {
         printf("{\"op\": \"machine\", \"backend\": ");

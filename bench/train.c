@@ -27,8 +27,14 @@ typedef struct {
 /* Median seconds per training step of a model with the given budget flag. */
 static double time_steps(const opts *o, const bk_backend *be, int budget, size_t *params) {
     model m;
-    model_shape sh = {.layers = o->L, .d_model = o->d, .heads = o->H, .seq_len = o->T,
-                      .vocab = o->V, .n_classes = o->C, .hadamard = 0, .budget = budget};
+    model_shape sh = {.layers = o->L,
+                      .d_model = o->d,
+                      .heads = o->H,
+                      .seq_len = o->T,
+                      .vocab = o->V,
+                      .n_classes = o->C,
+                      .hadamard = 0,
+                      .budget = budget};
     char err[512];
     if (model_create(&m, &sh, be, o->B, err, sizeof err)) {
         fprintf(stderr, "bench_train: %s\n", err);
@@ -40,8 +46,10 @@ static double time_steps(const opts *o, const bk_backend *be, int budget, size_t
     *params = m.P.numel;
     int *ids = malloc((size_t)o->B * o->T * sizeof(int));
     int *labels = malloc((size_t)o->B * sizeof(int));
-    for (int i = 0; i < o->B * o->T; i++) ids[i] = (int)(bk_rng_uniform_at(2, 0, (uint64_t)i) * o->V) % o->V;
-    for (int i = 0; i < o->B; i++) labels[i] = (int)(bk_rng_uniform_at(2, 1, (uint64_t)i) * o->C) % o->C;
+    for (int i = 0; i < o->B * o->T; i++)
+        ids[i] = (int)(bk_rng_uniform_at(2, 0, (uint64_t)i) * o->V) % o->V;
+    for (int i = 0; i < o->B; i++)
+        labels[i] = (int)(bk_rng_uniform_at(2, 1, (uint64_t)i) * o->C) % o->C;
     float *mom = be->alloc(m.P.numel * sizeof(float)), *var = be->alloc(m.P.numel * sizeof(float));
     bk_adamw h = {.lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f};
     double *t = malloc((size_t)o->steps * sizeof(double));
@@ -81,10 +89,11 @@ static double run_peer(const opts *o, int threads, const char *policy, char *ver
         snprintf(env, sizeof env, "env OMP_WAIT_POLICY=%s ", policy);
     else if (getenv("BK_OMP_PASSIVE_SET"))
         snprintf(env, sizeof env, "env -u OMP_WAIT_POLICY ");
-    snprintf(cmd, sizeof cmd,
-             "%s/usr/bin/python3 %s encoder --steps %d --threads %d --B %d --T %d --d %d --H %d --L %d "
-             "--V %d --C %d 2>/dev/null",
-             env, o->peer, o->steps, threads, o->B, o->T, o->d, o->H, o->L, o->V, o->C);
+    snprintf(
+        cmd, sizeof cmd,
+        "%s/usr/bin/python3 %s encoder --steps %d --threads %d --B %d --T %d --d %d --H %d --L %d "
+        "--V %d --C %d 2>/dev/null",
+        env, o->peer, o->steps, threads, o->B, o->T, o->d, o->H, o->L, o->V, o->C);
     FILE *p = popen(cmd, "r");
     if (!p) return 0;
     char line[2048] = {0};
@@ -104,22 +113,38 @@ static double run_peer(const opts *o, int threads, const char *policy, char *ver
 }
 
 static void usage(FILE *f) {
-    fputs("usage: bench_train [--device auto|cpu|cuda] [--steps N] [--B n] [--T n] [--d n] [--H n]\n"
-          "                   [--L n] [--V n] [--C n] [--peer PATH|none] [--json]\n"
-          "Training tokens/s of the encoder classifier, budget off and on, and the PyTorch\n"
-          "eager peer on the same shapes and OpenMP thread count (OMP_NUM_THREADS).\n", f);
+    fputs(
+        "usage: bench_train [--device auto|cpu|cuda] [--steps N] [--B n] [--T n] [--d n] [--H n]\n"
+        "                   [--L n] [--V n] [--C n] [--peer PATH|none] [--json]\n"
+        "Training tokens/s of the encoder classifier, budget off and on, and the PyTorch\n"
+        "eager peer on the same shapes and OpenMP thread count (OMP_NUM_THREADS).\n",
+        f);
 }
 
 int main(int argc, char **argv) {
     bk_openmp_passive(argv);
-    opts o = {.B = 64, .T = 64, .d = 128, .H = 8, .L = 4, .V = 8192, .C = 26, .steps = 20,
-              .device = "auto", .peer = BF_SOURCE_DIR "/../shared/peers/torch_ref.py"};
+    opts o = {.B = 64,
+              .T = 64,
+              .d = 128,
+              .H = 8,
+              .L = 4,
+              .V = 8192,
+              .C = 26,
+              .steps = 20,
+              .device = "auto",
+              .peer = BF_SOURCE_DIR "/../shared/peers/torch_ref.py"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int *ip = !strcmp(a, "--B") ? &o.B : !strcmp(a, "--T") ? &o.T : !strcmp(a, "--d") ? &o.d
-                : !strcmp(a, "--H") ? &o.H : !strcmp(a, "--L") ? &o.L : !strcmp(a, "--V") ? &o.V
-                : !strcmp(a, "--C") ? &o.C : !strcmp(a, "--steps") ? &o.steps : NULL;
+        int *ip = !strcmp(a, "--B")       ? &o.B
+                  : !strcmp(a, "--T")     ? &o.T
+                  : !strcmp(a, "--d")     ? &o.d
+                  : !strcmp(a, "--H")     ? &o.H
+                  : !strcmp(a, "--L")     ? &o.L
+                  : !strcmp(a, "--V")     ? &o.V
+                  : !strcmp(a, "--C")     ? &o.C
+                  : !strcmp(a, "--steps") ? &o.steps
+                                          : NULL;
         if (ip && v) {
             *ip = atoi(v);
             i++;
@@ -157,35 +182,43 @@ int main(int argc, char **argv) {
     /* the peer twice: with its own defaults (how a user runs it), and with the
      * passive OpenMP policy bf runs with, so neither side gets a head start */
     double peer = be->device == BK_CPU ? run_peer(&o, threads, NULL, version, sizeof version) : 0;
-    double peer_p = be->device == BK_CPU ? run_peer(&o, threads, "passive", version, sizeof version) : 0;
+    double peer_p =
+        be->device == BK_CPU ? run_peer(&o, threads, "passive", version, sizeof version) : 0;
     double tok = (double)o.B * o.T;
     FILE *t = o.json ? stderr : stdout;
     const char *policy = getenv("OMP_WAIT_POLICY");
-    fprintf(t, "bench_train: backend %s | cpu %s | nproc %ld | threads %d | OMP_WAIT_POLICY %s | B=%d T=%d d=%d H=%d L=%d V=%d classes=%d | %d steps (median)\n",
+    fprintf(t,
+            "bench_train: backend %s | cpu %s | nproc %ld | threads %d | OMP_WAIT_POLICY %s | B=%d "
+            "T=%d d=%d H=%d L=%d V=%d classes=%d | %d steps (median)\n",
             be->name, cpu, sysconf(_SC_NPROCESSORS_ONLN), threads, policy ? policy : "default", o.B,
             o.T, o.d, o.H, o.L, o.V, o.C, o.steps);
     fprintf(t, "%-38s %10s %10s %10s\n", "run", "params", "step ms", "tokens/s");
     fprintf(t, "%-38s %10zu %10.2f %10.0f\n", "bf, budget off", params_off, off * 1e3, tok / off);
     fprintf(t, "%-38s %10zu %10.2f %10.0f\n", "bf, budget on", params_on, on * 1e3, tok / on);
     if (peer > 0 && peer_p > 0) {
-        fprintf(t, "%-38s %10s %10.2f %10.0f\n", "pytorch eager, its defaults", version, peer * 1e3, tok / peer);
-        fprintf(t, "%-38s %10s %10.2f %10.0f\n", "pytorch eager, OMP_WAIT_POLICY=passive", version, peer_p * 1e3, tok / peer_p);
-        fprintf(t, "ratio bf/pytorch tokens/s: vs its defaults %.2fx (budget off) %.2fx (on); "
-                   "vs passive %.2fx / %.2fx\n", peer / off, peer / on, peer_p / off, peer_p / on);
+        fprintf(t, "%-38s %10s %10.2f %10.0f\n", "pytorch eager, its defaults", version, peer * 1e3,
+                tok / peer);
+        fprintf(t, "%-38s %10s %10.2f %10.0f\n", "pytorch eager, OMP_WAIT_POLICY=passive", version,
+                peer_p * 1e3, tok / peer_p);
+        fprintf(t,
+                "ratio bf/pytorch tokens/s: vs its defaults %.2fx (budget off) %.2fx (on); "
+                "vs passive %.2fx / %.2fx\n",
+                peer / off, peer / on, peer_p / off, peer_p / on);
     } else {
         fprintf(t, "pytorch peer not run (needs /usr/bin/python3 with torch and %s)\n", o.peer);
     }
     if (o.json) {
         printf("{\"bench\": \"train\", \"backend\": \"%s\", \"cpu\": ", be->name);
         bench_json_string(stdout, cpu);
-        printf(", \"threads\": %d, \"B\": %d, \"T\": %d, \"d\": %d, \"H\": %d, \"L\": %d, \"V\": %d, "
-               "\"steps\": %d, \"budget_off_tokens_per_s\": %.1f, \"budget_on_tokens_per_s\": %.1f, "
-               "\"pytorch_tokens_per_s\": %.1f, \"pytorch_passive_tokens_per_s\": %.1f, "
-               "\"ratio_off\": %.3f, \"ratio_on\": %.3f, \"ratio_off_vs_passive\": %.3f}\n",
-               threads, o.B, o.T, o.d, o.H, o.L, o.V, o.steps, tok / off, tok / on,
-               peer > 0 ? tok / peer : 0.0, peer_p > 0 ? tok / peer_p : 0.0,
-               peer > 0 ? peer / off : 0.0, peer > 0 ? peer / on : 0.0,
-               peer_p > 0 ? peer_p / off : 0.0);
+        printf(
+            ", \"threads\": %d, \"B\": %d, \"T\": %d, \"d\": %d, \"H\": %d, \"L\": %d, \"V\": %d, "
+            "\"steps\": %d, \"budget_off_tokens_per_s\": %.1f, \"budget_on_tokens_per_s\": %.1f, "
+            "\"pytorch_tokens_per_s\": %.1f, \"pytorch_passive_tokens_per_s\": %.1f, "
+            "\"ratio_off\": %.3f, \"ratio_on\": %.3f, \"ratio_off_vs_passive\": %.3f}\n",
+            threads, o.B, o.T, o.d, o.H, o.L, o.V, o.steps, tok / off, tok / on,
+            peer > 0 ? tok / peer : 0.0, peer_p > 0 ? tok / peer_p : 0.0,
+            peer > 0 ? peer / off : 0.0, peer > 0 ? peer / on : 0.0,
+            peer_p > 0 ? peer_p / off : 0.0);
     }
     return 0;
 }

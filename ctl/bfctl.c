@@ -16,7 +16,8 @@ static const bfctl_cmd commands[] = {
     {"expand", bfctl_expand, "expand SWEEP.yaml [--json] [--config]",
      "list the trials a sweep expands into, with their config hashes"},
     {"keys", bfctl_keys, "keys [--markdown]", "list every config key with type, default and range"},
-    {"submit", bfctl_submit, "submit SWEEP.yaml [--wait] [--follow]", "submit a sweep to bfd; prints the job id"},
+    {"submit", bfctl_submit, "submit SWEEP.yaml [--wait] [--follow]",
+     "submit a sweep to bfd; prints the job id"},
     {"ls", bfctl_ls, "ls [--json]", "list jobs"},
     {"show", bfctl_show, "show JOB|tTRIAL [--json]", "a job and its trials, or one trial"},
     {"tail", bfctl_tail, "tail JOB|tTRIAL [-f] [--all]", "metric points; -f follows live"},
@@ -26,7 +27,8 @@ static const bfctl_cmd commands[] = {
     {"best", bfctl_best, "best JOB [-n N] [--json]", "the job's best trials by its metric"},
     {"logs", bfctl_logs, "logs tTRIAL [-f]", "a trial's log; -f follows it"},
     {"daemon", bfctl_daemon, "daemon status [--json]", "bfd's state: slots, GPUs, running trials"},
-    {"results", bfctl_results, "results JOB [--json]", "accuracy and heads used per trial, best marked"},
+    {"results", bfctl_results, "results JOB [--json]",
+     "accuracy and heads used per trial, best marked"},
     {"export", bfctl_export, "export JOB --csv|--json", "every stored metric of a job"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])

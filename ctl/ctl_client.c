@@ -75,7 +75,8 @@ int ctl_connect(ctl_conn **out, char *err, size_t errlen) {
         } else if (strncmp(ep, "ipc://", 6) == 0) {
             snprintf(c->pub_ep, sizeof c->pub_ep, "%s", ep);
             char *slash = strrchr(c->pub_ep, '/');
-            if (slash) snprintf(slash + 1, sizeof c->pub_ep - (size_t)(slash + 1 - c->pub_ep), "pub.sock");
+            if (slash)
+                snprintf(slash + 1, sizeof c->pub_ep - (size_t)(slash + 1 - c->pub_ep), "pub.sock");
         }
     } else {
         const char *home = getenv("BF_HOME");
@@ -89,16 +90,16 @@ int ctl_connect(ctl_conn **out, char *err, size_t errlen) {
         snprintf(path, sizeof path, "%s/ctl.sock", home);
         struct stat sb;
         if (stat(path, &sb) != 0) {
-            bf_fail(err, errlen, "bfd is not running (no socket at %s); start it with: bfd%s%s", path,
-                 getenv("BF_HOME") ? " --home " : "", getenv("BF_HOME") ? home : "");
+            bf_fail(err, errlen, "bfd is not running (no socket at %s); start it with: bfd%s%s",
+                    path, getenv("BF_HOME") ? " --home " : "", getenv("BF_HOME") ? home : "");
             free(c);
             return -1;
         }
         if (!socket_listens(path)) {
             bf_fail(err, errlen,
-                 "bfd is not running (%s is left from an earlier bfd, nothing listens on it); "
-                 "start it with: bfd%s%s",
-                 path, getenv("BF_HOME") ? " --home " : "", getenv("BF_HOME") ? home : "");
+                    "bfd is not running (%s is left from an earlier bfd, nothing listens on it); "
+                    "start it with: bfd%s%s",
+                    path, getenv("BF_HOME") ? " --home " : "", getenv("BF_HOME") ? home : "");
             free(c);
             return -1;
         }
@@ -147,9 +148,9 @@ int ctl_call(ctl_conn *c, const char *type, json_t *body, json_t **reply, char *
         int left = (int)((deadline - now_s()) * 1000);
         if (left <= 0)
             return bf_fail(err, errlen,
-                        "bfd is not responding at %s (no reply to %s within %.0f s; is it "
-                        "running? BF_TIMEOUT sets the wait)",
-                        c->ep, type, c->timeout_ms / 1000.0);
+                           "bfd is not responding at %s (no reply to %s within %.0f s; is it "
+                           "running? BF_TIMEOUT sets the wait)",
+                           c->ep, type, c->timeout_ms / 1000.0);
         zmq_pollitem_t it = {c->req, 0, ZMQ_POLLIN, 0};
         if (zmq_poll(&it, 1, left) < 0) {
             if (zmq_errno() == EINTR) continue;
@@ -178,7 +179,7 @@ int ctl_call(ctl_conn *c, const char *type, json_t *body, json_t **reply, char *
         if (is_err) {
             json_t *cd = json_object_get(*reply, "code"), *ms = json_object_get(*reply, "message");
             bf_fail(err, errlen, "%s: %s", json_is_string(cd) ? json_string_value(cd) : "error",
-                 json_is_string(ms) ? json_string_value(ms) : "");
+                    json_is_string(ms) ? json_string_value(ms) : "");
             return 1;
         }
         return 0;
@@ -196,7 +197,8 @@ int ctl_subscribe(ctl_conn *c, const char *const *topics, int n, char *err, size
     for (int i = 0; i <= n; i++) {
         const char *t = i < n ? topics[i] : sync;
         if (zmq_setsockopt(c->sub, ZMQ_SUBSCRIBE, t, strlen(t)) != 0)
-            return bf_fail(err, errlen, "zmq_setsockopt(SUBSCRIBE %s): %s", t, zmq_strerror(zmq_errno()));
+            return bf_fail(err, errlen, "zmq_setsockopt(SUBSCRIBE %s): %s", t,
+                           zmq_strerror(zmq_errno()));
     }
     /* ask for the sync message until it arrives: then the subscriptions are in place */
     double deadline = now_s() + c->timeout_ms / 1000.0;

@@ -79,8 +79,8 @@ static int call(ctl_conn *c, const char *type, json_t *body, json_t **reply) {
         json_t *errs = json_object_get(*reply, "errors");
         size_t i;
         json_t *e;
-        json_array_foreach(errs, i, e) if (json_is_string(e)) fprintf(stderr, "%s\n",
-                                                                        json_string_value(e));
+        json_array_foreach(errs, i, e) if (json_is_string(e))
+            fprintf(stderr, "%s\n", json_string_value(e));
     }
     json_decref(*reply);
     *reply = NULL;
@@ -93,20 +93,24 @@ static void print_json(json_t *j) {
     free(t);
 }
 
-static long long jint(json_t *o, const char *k) { return (long long)json_integer_value(json_object_get(o, k)); }
+static long long jint(json_t *o, const char *k) {
+    return (long long)json_integer_value(json_object_get(o, k));
+}
 static const char *jstr(json_t *o, const char *k) {
     const char *s = json_string_value(json_object_get(o, k));
     return s ? s : "";
 }
 
 static void states_text(json_t *states, char *buf, size_t len) {
-    static const char *order[] = {"PENDING", "RUNNING", "COMPLETED", "FAILED", "CANCELLED", "STOPPED"};
+    static const char *order[] = {"PENDING", "RUNNING",   "COMPLETED",
+                                  "FAILED",  "CANCELLED", "STOPPED"};
     size_t w = 0;
     buf[0] = '\0';
     for (int i = 0; i < 6 && w < len; i++) {
         json_t *v = json_object_get(states, order[i]);
-        if (v) w += (size_t)snprintf(buf + w, len - w, "%s%lld %s", w ? ", " : "",
-                                     (long long)json_integer_value(v), order[i]);
+        if (v)
+            w += (size_t)snprintf(buf + w, len - w, "%s%lld %s", w ? ", " : "",
+                                  (long long)json_integer_value(v), order[i]);
     }
 }
 
@@ -122,7 +126,8 @@ static double point_value(json_t *p, const char *name, int *found) {
     return *found ? json_number_value(v) : 0;
 }
 
-/* The compact form: "t3 step   600 | loss 1.1303 acc 0.697 heads 0.20 s 0.253 | 44.5k tok/s | val/acc 0.7052 ..." */
+/* The compact form: "t3 step   600 | loss 1.1303 acc 0.697 heads 0.20 s 0.253 | 44.5k tok/s |
+ * val/acc 0.7052 ..." */
 static void print_compact(long long trial, json_t *p) {
     static const struct {
         const char *name, *label, *fmt;
@@ -144,8 +149,9 @@ static void print_compact(long long trial, json_t *p) {
     int found;
     double tps = point_value(p, "train/tokens_per_s", &found);
     if (found) printf(" | %.1fk tok/s", tps / 1e3);
-    if (!any && !found) printf(" (%zu other values; --all shows them)",
-                               json_object_size(json_object_get(p, "values")));
+    if (!any && !found)
+        printf(" (%zu other values; --all shows them)",
+               json_object_size(json_object_get(p, "values")));
     printf("\n");
 }
 
@@ -162,8 +168,8 @@ typedef struct table_row {
 
 static table_row *g_rows;
 static size_t g_nrows, g_drawn;
-static const char *const g_row_metric[7] = {"train/loss",     "train/acc", "train/heads_used",
-                                            "train/budget_s", "val/acc",   "test/acc",
+static const char *const g_row_metric[7] = {"train/loss",        "train/acc", "train/heads_used",
+                                            "train/budget_s",    "val/acc",   "test/acc",
                                             "train/tokens_per_s"};
 
 static table_row *table_row_of(long long trial) {
@@ -200,8 +206,8 @@ static void table_state(long long trial, const char *state) {
 static void table_draw(long long job) {
     if (g_drawn) printf("\033[%zuA\033[J", g_drawn);
     printf("job %lld, live (Ctrl-C leaves the job running)\n", job);
-    printf("%-6s %-10s %7s %8s %7s %6s %6s %8s %8s %9s\n", "TRIAL", "STATE", "STEP", "LOSS",
-           "ACC", "HEADS", "S", "VAL/ACC", "TEST/ACC", "TOK/S");
+    printf("%-6s %-10s %7s %8s %7s %6s %6s %8s %8s %9s\n", "TRIAL", "STATE", "STEP", "LOSS", "ACC",
+           "HEADS", "S", "VAL/ACC", "TEST/ACC", "TOK/S");
     for (size_t i = 0; i < g_nrows; i++) {
         const table_row *r = &g_rows[i];
         printf("t%-5lld %-10s %7lld", r->trial, r->state, r->step);
@@ -244,8 +250,9 @@ static void print_point(long long trial, json_t *p) {
 static int print_history(ctl_conn *c, long long trial, long long *last) {
     for (;;) {
         json_t *r;
-        if (call(c, "metrics", json_pack("{s:I, s:I, s:i}", "trial", (json_int_t)trial, "after",
-                                         (json_int_t)*last, "limit", 1000),
+        if (call(c, "metrics",
+                 json_pack("{s:I, s:I, s:i}", "trial", (json_int_t)trial, "after",
+                           (json_int_t)*last, "limit", 1000),
                  &r))
             return 1;
         size_t i;
@@ -598,10 +605,11 @@ int bfctl_show(int argc, char **argv) {
                "BEST", "PARAMS");
         size_t i;
         json_t *t;
-        json_array_foreach(json_object_get(r, "trials"), i, t) print_trial_row(t, jstr(r, "metric"));
+        json_array_foreach(json_object_get(r, "trials"), i, t)
+            print_trial_row(t, jstr(r, "metric"));
     } else {
-        printf("trial %lld (job %lld, index %lld): %s, %lld attempt%s, config %s\nlog: %s\n",
-               trial, jint(r, "job"), jint(r, "index"), jstr(r, "state"), jint(r, "attempts"),
+        printf("trial %lld (job %lld, index %lld): %s, %lld attempt%s, config %s\nlog: %s\n", trial,
+               jint(r, "job"), jint(r, "index"), jstr(r, "state"), jint(r, "attempts"),
                jint(r, "attempts") == 1 ? "" : "s", jstr(r, "hash"), jstr(r, "log"));
         printf("config:\n%s", jstr(r, "config"));
     }
@@ -709,7 +717,8 @@ int bfctl_best(int argc, char **argv) {
     ctl_conn *c;
     if (connect_or_say(&c)) return 1;
     json_t *r;
-    int rc = call(c, "best", json_pack("{s:I, s:I}", "job", (json_int_t)job, "n", (json_int_t)n), &r);
+    int rc =
+        call(c, "best", json_pack("{s:I, s:I}", "job", (json_int_t)job, "n", (json_int_t)n), &r);
     ctl_close(&c);
     if (rc) return 1;
     if (has_opt(argc, argv, "--json")) {
@@ -720,7 +729,8 @@ int bfctl_best(int argc, char **argv) {
                "BEST", "PARAMS");
         size_t i;
         json_t *t;
-        json_array_foreach(json_object_get(r, "trials"), i, t) print_trial_row(t, jstr(r, "metric"));
+        json_array_foreach(json_object_get(r, "trials"), i, t)
+            print_trial_row(t, jstr(r, "metric"));
     }
     json_decref(r);
     return 0;
@@ -742,7 +752,9 @@ int bfctl_logs(int argc, char **argv) {
     int rc = 0;
     for (;;) {
         json_t *r;
-        if (call(c, "logs", json_pack("{s:I, s:I}", "trial", (json_int_t)trial, "offset", (json_int_t)off), &r)) {
+        if (call(c, "logs",
+                 json_pack("{s:I, s:I}", "trial", (json_int_t)trial, "offset", (json_int_t)off),
+                 &r)) {
             rc = 1;
             break;
         }
@@ -797,10 +809,11 @@ int bfctl_daemon(int argc, char **argv) {
                jint(counts, "trials_pending"), jint(counts, "trials_running"));
         size_t i;
         json_t *t;
-        json_array_foreach(json_object_get(r, "running"), i, t) printf(
-            "  t%lld (job %lld) attempt %lld pid %lld, %lld slot%s%s\n", jint(t, "trial"),
-            jint(t, "job"), jint(t, "attempt"), jint(t, "pid"), jint(t, "slots"),
-            jint(t, "slots") == 1 ? "" : "s", json_is_true(json_object_get(t, "reattached")) ? ", reattached" : "");
+        json_array_foreach(json_object_get(r, "running"), i, t)
+            printf("  t%lld (job %lld) attempt %lld pid %lld, %lld slot%s%s\n", jint(t, "trial"),
+                   jint(t, "job"), jint(t, "attempt"), jint(t, "pid"), jint(t, "slots"),
+                   jint(t, "slots") == 1 ? "" : "s",
+                   json_is_true(json_object_get(t, "reattached")) ? ", reattached" : "");
     }
     json_decref(r);
     return 0;

@@ -30,9 +30,9 @@
 #include "protocol/proto.h"
 
 #define MAX_CLIENT_KEYS 256
-#define ROUND_MAX_MSGS 256       /* worker messages handled per poll round */
-#define ROUND_MAX_POINTS 200000  /* points per round (one transaction) */
-#define HISTORY_MAX_ROWS 50000   /* metric rows read per `metrics` reply */
+#define ROUND_MAX_MSGS 256      /* worker messages handled per poll round */
+#define ROUND_MAX_POINTS 200000 /* points per round (one transaction) */
+#define HISTORY_MAX_ROWS 50000  /* metric rows read per `metrics` reply */
 #define LOG_CHUNK 65536
 
 typedef struct run {
@@ -257,8 +257,8 @@ static void record_state(bfd *d, run *r, trial_state to, const char *why) {
         logf_("trial %lld: %s", (long long)r->trial, err);
         return;
     }
-    logf_("trial %lld attempt %d: %s (%s)", (long long)r->trial, r->attempt,
-          store_state_name(to), why);
+    logf_("trial %lld attempt %d: %s (%s)", (long long)r->trial, r->attempt, store_state_name(to),
+          why);
     publish_event(d, r->job, r->trial, store_state_name(to), r->attempt, why);
     d->dirty = 1;
 }
@@ -600,10 +600,9 @@ static json_t *trial_summary(const store_trial *t) {
     json_t *latest = t->latest_json ? json_loads(t->latest_json, 0, &je) : NULL;
     return json_pack("{s:I, s:I, s:I, s:s, s:i, s:s, s:o, s:o, s:o}", "id", (json_int_t)t->id,
                      "job", (json_int_t)t->job_id, "index", (json_int_t)t->index, "state",
-                     store_state_name(t->state), "attempts", t->attempts, "hash", t->hash,
-                     "params", params ? params : json_object(), "latest",
-                     latest ? latest : json_object(), "best",
-                     isfinite(t->best) ? json_real(t->best) : json_null());
+                     store_state_name(t->state), "attempts", t->attempts, "hash", t->hash, "params",
+                     params ? params : json_object(), "latest", latest ? latest : json_object(),
+                     "best", isfinite(t->best) ? json_real(t->best) : json_null());
 }
 
 /* Reads a job for a request; replies not_found/internal itself on failure. */
@@ -657,12 +656,12 @@ static int get_trial(bfd *d, void *s, proto_msg *m, long long id, store_trial *t
     return rc;
 }
 
-#define FIELD(call)                                                                   \
-    do {                                                                              \
-        if (call) {                                                                   \
-            reply_err(d, s, m, PROTO_E_FIELD, "%s: %s", m->type, ferr);               \
-            return;                                                                   \
-        }                                                                             \
+#define FIELD(call)                                                                                \
+    do {                                                                                           \
+        if (call) {                                                                                \
+            reply_err(d, s, m, PROTO_E_FIELD, "%s: %s", m->type, ferr);                            \
+            return;                                                                                \
+        }                                                                                          \
     } while (0)
 
 static void ctl_submit(bfd *d, void *s, proto_msg *m) {
@@ -685,7 +684,8 @@ static void ctl_submit(bfd *d, void *s, proto_msg *m) {
         snprintf(msg, sizeof msg, "%s: %d error%s%s%s", file, se.total, se.total == 1 ? "" : "s",
                  se.n ? "; first: " : "", se.n ? se.msgs[0] : "");
         json_object_set_new(b, "code", json_string(proto_code_name(PROTO_E_INVALID_SWEEP)));
-        json_object_set_new(b, "message", json_string(msg) ? json_string(msg) : json_string("invalid sweep"));
+        json_object_set_new(b, "message",
+                            json_string(msg) ? json_string(msg) : json_string("invalid sweep"));
         json_object_set_new(b, "errors", arr);
         reply(d, s, m, "error", b);
         json_decref(b);
@@ -712,7 +712,8 @@ static void ctl_submit(bfd *d, void *s, proto_msg *m) {
     long long n = spec->is_sweep ? spec->n_trials : 1;
     json_t *b = json_pack("{s:I, s:s, s:I}", "job", (json_int_t)job, "name", spec->name, "trials",
                           (json_int_t)n);
-    logf_("job %lld submitted: '%s', %lld trial%s", (long long)job, spec->name, n, n == 1 ? "" : "s");
+    logf_("job %lld submitted: '%s', %lld trial%s", (long long)job, spec->name, n,
+          n == 1 ? "" : "s");
     sweep_spec_destroy(&spec);
     reply(d, s, m, "submitted", b);
     json_decref(b);
@@ -756,11 +757,11 @@ static void ctl_trial(bfd *d, void *s, proto_msg *m) {
     json_t *params = t.params_json ? json_loads(t.params_json, 0, &je) : NULL;
     char logp[1300];
     snprintf(logp, sizeof logp, "%s/logs/%lld.log", d->o->home, id);
-    json_t *b = json_pack("{s:I, s:I, s:I, s:s, s:i, s:s, s:o, s:s, s:s}", "id", (json_int_t)t.id,
-                          "job", (json_int_t)t.job_id, "index", (json_int_t)t.index, "state",
-                          store_state_name(t.state), "attempts", t.attempts, "hash", t.hash,
-                          "params", params ? params : json_object(), "config",
-                          t.config ? t.config : "", "log", logp);
+    json_t *b =
+        json_pack("{s:I, s:I, s:I, s:s, s:i, s:s, s:o, s:s, s:s}", "id", (json_int_t)t.id, "job",
+                  (json_int_t)t.job_id, "index", (json_int_t)t.index, "state",
+                  store_state_name(t.state), "attempts", t.attempts, "hash", t.hash, "params",
+                  params ? params : json_object(), "config", t.config ? t.config : "", "log", logp);
     store_trial_free(&t);
     reply(d, s, m, "trial", b);
     json_decref(b);
@@ -888,7 +889,8 @@ static void ctl_cancel(bfd *d, void *s, proto_msg *m) {
         publish_event(d, tj, trial, "CANCELLED", att, "cancelled");
         n = 1;
     }
-    logf_("cancel %s %lld: %d trial%s", job ? "job" : "trial", job ? job : trial, n, n == 1 ? "" : "s");
+    logf_("cancel %s %lld: %d trial%s", job ? "job" : "trial", job ? job : trial, n,
+          n == 1 ? "" : "s");
     json_t *b = json_pack("{s:i}", "cancelled", n);
     reply(d, s, m, "cancelled", b);
     json_decref(b);
@@ -1006,10 +1008,10 @@ static void ctl_export(bfd *d, void *s, proto_msg *m) {
                 break;
             }
             for (size_t r = 0; r < k; r++)
-                json_array_append_new(
-                    metrics, json_pack("{s:s, s:I, s:I, s:f, s:f}", "name", p[r].name, "step",
-                                       (json_int_t)p[r].step, "seq", (json_int_t)p[r].seq,
-                                       "value", p[r].value, "time", p[r].time));
+                json_array_append_new(metrics, json_pack("{s:s, s:I, s:I, s:f, s:f}", "name",
+                                                         p[r].name, "step", (json_int_t)p[r].step,
+                                                         "seq", (json_int_t)p[r].seq, "value",
+                                                         p[r].value, "time", p[r].time));
             total_rows += k;
             /* rows of one seq may straddle pages: continue from the last full seq */
             int64_t last = k ? p[k - 1].seq : after;
@@ -1132,21 +1134,21 @@ static void ctl_status(bfd *d, void *s, proto_msg *m) {
     int free_g[BFD_MAX_GPUS], nf = 0;
     for (int g = 0; g < d->c->n_gpus; g++)
         if (!gpu_used(d, d->c->gpus[g])) free_g[nf++] = d->c->gpus[g];
-    json_t *eps = json_pack("{s:s, s:s, s:s}", "ctl", d->ep_ctl, "worker", d->ep_wrk, "pub",
-                            d->ep_pub);
+    json_t *eps =
+        json_pack("{s:s, s:s, s:s}", "ctl", d->ep_ctl, "worker", d->ep_wrk, "pub", d->ep_pub);
     if (d->tcp_ctl[0]) {
         json_object_set_new(eps, "ctl_tcp", json_string(d->tcp_ctl));
         json_object_set_new(eps, "worker_tcp", json_string(d->tcp_wrk));
         json_object_set_new(eps, "pub_tcp", json_string(d->tcp_pub));
     }
-    json_t *b = json_pack(
-        "{s:i, s:i, s:s, s:f, s:s, s:i, s:i, s:o, s:o, s:f, s:o, s:o, s:{s:I, s:I, s:I}}",
-        "version", PROTO_VERSION, "pid", (int)getpid(), "home", d->o->home, "started", d->started,
-        "launcher", d->c->launcher, "slots", d->c->slots, "slots_free",
-        d->c->slots - slots_used(d), "gpus", int_array(d->c->gpus, d->c->n_gpus), "gpus_free",
-        int_array(free_g, nf), "heartbeat_timeout", d->c->heartbeat_timeout, "endpoints", eps,
-        "running", runs, "counts", "jobs", (json_int_t)jobs, "trials_pending",
-        (json_int_t)pending, "trials_running", (json_int_t)running);
+    json_t *b =
+        json_pack("{s:i, s:i, s:s, s:f, s:s, s:i, s:i, s:o, s:o, s:f, s:o, s:o, s:{s:I, s:I, s:I}}",
+                  "version", PROTO_VERSION, "pid", (int)getpid(), "home", d->o->home, "started",
+                  d->started, "launcher", d->c->launcher, "slots", d->c->slots, "slots_free",
+                  d->c->slots - slots_used(d), "gpus", int_array(d->c->gpus, d->c->n_gpus),
+                  "gpus_free", int_array(free_g, nf), "heartbeat_timeout", d->c->heartbeat_timeout,
+                  "endpoints", eps, "running", runs, "counts", "jobs", (json_int_t)jobs,
+                  "trials_pending", (json_int_t)pending, "trials_running", (json_int_t)running);
     reply(d, s, m, "status", b);
     json_decref(b);
 }
@@ -1170,9 +1172,9 @@ static const struct {
     const char *type;
     handler_fn fn;
 } ctl_table[] = {
-    {"submit", ctl_submit}, {"jobs", ctl_jobs},     {"job", ctl_job},       {"trial", ctl_trial},
-    {"metrics", ctl_metrics}, {"cancel", ctl_cancel}, {"stop", ctl_stop},   {"wait", ctl_wait},
-    {"best", ctl_best},     {"export", ctl_export}, {"logs", ctl_logs},     {"status", ctl_status},
+    {"submit", ctl_submit},   {"jobs", ctl_jobs},     {"job", ctl_job},   {"trial", ctl_trial},
+    {"metrics", ctl_metrics}, {"cancel", ctl_cancel}, {"stop", ctl_stop}, {"wait", ctl_wait},
+    {"best", ctl_best},       {"export", ctl_export}, {"logs", ctl_logs}, {"status", ctl_status},
     {"sync", ctl_sync},
 };
 
@@ -1260,8 +1262,11 @@ static void flush_batches(bfd *d) {
             for (int v = 0; v < p->n; v++) {
                 if (p->is_null[v]) continue;
                 tids[k] = r->trial;
-                sm[k] = (store_metric){.seq = p->seq, .step = p->step, .name = p->name[v],
-                                       .value = p->value[v], .time = p->time};
+                sm[k] = (store_metric){.seq = p->seq,
+                                       .step = p->step,
+                                       .name = p->name[v],
+                                       .value = p->value[v],
+                                       .time = p->time};
                 k++;
             }
         }
@@ -1285,8 +1290,8 @@ static void flush_batches(bfd *d) {
         } else {
             int64_t acked = bt->gap ? bt->prev_acked : bt->pts[bt->n - 1].seq;
             if (acked < bt->prev_acked) acked = bt->prev_acked;
-            json_t *a = json_pack("{s:I, s:I}", "trial", (json_int_t)r->trial, "seq",
-                                  (json_int_t)acked);
+            json_t *a =
+                json_pack("{s:I, s:I}", "trial", (json_int_t)r->trial, "seq", (json_int_t)acked);
             reply(d, d->wrk, &bt->msg, "ack", a);
             json_decref(a);
             json_t *arr = json_array();
@@ -1338,7 +1343,8 @@ static void handle_worker_msg(bfd *d, proto_msg *m, size_t *round_points) {
     if (is_hello) {
         long long attempt, pid;
         const char *host;
-        FIELD(proto_get_int(m->body, "attempt", 1, 1, PROTO_MAX_INT, 0, &attempt, ferr, sizeof ferr));
+        FIELD(
+            proto_get_int(m->body, "attempt", 1, 1, PROTO_MAX_INT, 0, &attempt, ferr, sizeof ferr));
         FIELD(proto_get_int(m->body, "pid", 1, 1, PROTO_MAX_INT, 0, &pid, ferr, sizeof ferr));
         FIELD(proto_get_str(m->body, "host", 1, PROTO_MAX_PATH, &host, ferr, sizeof ferr));
         store_trial t;
@@ -1350,7 +1356,8 @@ static void handle_worker_msg(bfd *d, proto_msg *m, size_t *round_points) {
                               r->attempt, "config", t.config ? t.config : "", "acked",
                               (json_int_t)r->acked, "heartbeat", d->c->heartbeat_interval);
         store_trial_free(&t);
-        logf_("trial %lld attempt %d: worker pid %lld on %s connected", trial, r->attempt, pid, host);
+        logf_("trial %lld attempt %d: worker pid %lld on %s connected", trial, r->attempt, pid,
+              host);
         reply(d, s, m, "config", b);
         json_decref(b);
         if (r->stop_requested) send_stop(d, r, "stop requested");
@@ -1362,9 +1369,10 @@ static void handle_worker_msg(bfd *d, proto_msg *m, size_t *round_points) {
         FIELD(proto_get_str(m->body, "state", 1, 32, &state, ferr, sizeof ferr));
         FIELD(proto_get_int(m->body, "exit_code", 1, 0, 255, 0, &code, ferr, sizeof ferr));
         FIELD(proto_get_str(m->body, "message", 0, PROTO_MAX_STR, &msg, ferr, sizeof ferr));
-        int st = !strcmp(state, "completed") ? 0 : !strcmp(state, "preempted") ? 1
-                 : !strcmp(state, "failed")  ? 2
-                                             : -1;
+        int st = !strcmp(state, "completed")   ? 0
+                 : !strcmp(state, "preempted") ? 1
+                 : !strcmp(state, "failed")    ? 2
+                                               : -1;
         if (st < 0) {
             reply_err(d, s, m, PROTO_E_FIELD,
                       "done: 'state' must be completed, preempted or failed");
@@ -1517,15 +1525,15 @@ static int setup_tcp(bfd *d, char *err, size_t errlen) {
     long port = colon ? strtol(colon + 1, &end, 10) : 0;
     if (!colon || *end || port < 1 || port > 65533)
         return bf_fail(err, errlen, "--tcp must be HOST:PORT with PORT in [1, 65533], got '%s'",
-                    d->o->tcp);
+                       d->o->tcp);
     *colon = '\0';
     char kpath[1200], secret[41];
     snprintf(kpath, sizeof kpath, "%s/curve/server.key", d->o->home);
     if (proto_read_key(kpath, secret, err, errlen))
         return bf_fail(err, errlen,
-                    "refusing to bind TCP without CURVE: no server key at %s (run: bfd keygen "
-                    "--home %s)",
-                    kpath, d->o->home);
+                       "refusing to bind TCP without CURVE: no server key at %s (run: bfd keygen "
+                       "--home %s)",
+                       kpath, d->o->home);
     if (load_client_keys(d, err, errlen)) return -1;
     if (d->n_client_keys == 0)
         logf_("warning: no client keys in %s/curve/clients: every TCP client will be refused",
@@ -1533,7 +1541,7 @@ static int setup_tcp(bfd *d, char *err, size_t errlen) {
     d->zap = zmq_socket(d->ctx, ZMQ_REP);
     if (!d->zap || zmq_bind(d->zap, "inproc://zeromq.zap.01") != 0)
         return bf_fail(err, errlen, "ZAP handler: zmq_bind(inproc://zeromq.zap.01): %s",
-                    zmq_strerror(zmq_errno()));
+                       zmq_strerror(zmq_errno()));
     void *socks[3] = {d->ctl, d->wrk, d->pub};
     char *eps[3] = {d->tcp_ctl, d->tcp_wrk, d->tcp_pub};
     for (int i = 0; i < 3; i++) {
@@ -1543,7 +1551,8 @@ static int setup_tcp(bfd *d, char *err, size_t errlen) {
         if (zmq_setsockopt(socks[i], ZMQ_CURVE_SERVER, &one, sizeof one) ||
             zmq_setsockopt(socks[i], ZMQ_CURVE_SECRETKEY, secret, 40) ||
             zmq_setsockopt(socks[i], ZMQ_ZAP_DOMAIN, "bf", 2))
-            return bf_fail(err, errlen, "zmq_setsockopt(CURVE_SERVER): %s", zmq_strerror(zmq_errno()));
+            return bf_fail(err, errlen, "zmq_setsockopt(CURVE_SERVER): %s",
+                           zmq_strerror(zmq_errno()));
         if (bind_ep(socks[i], eps[i], err, errlen)) return -1;
     }
     logf_("TCP with CURVE: control %s, workers %s, pub %s (%d client key%s)", d->tcp_ctl,

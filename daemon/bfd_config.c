@@ -64,7 +64,7 @@ static int num(const char *path, yaml_node_t *v, double lo, double hi, double *o
     double x = strtod(s, &end);
     if (v->type != YAML_SCALAR_NODE || end == s || *end || !(x >= lo && x <= hi))
         return bf_fail(err, errlen, "%s:%zu:%zu: %s must be a number in [%g, %g]", path,
-                    v->start_mark.line + 1, v->start_mark.column + 1, key, lo, hi);
+                       v->start_mark.line + 1, v->start_mark.column + 1, key, lo, hi);
     *out = x;
     return 0;
 }
@@ -85,7 +85,7 @@ int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen) {
     yaml_parser_set_input_file(&p, f);
     if (!yaml_parser_load(&p, &doc)) {
         int rc = bf_fail(err, errlen, "%s:%zu:%zu: %s", path, p.problem_mark.line + 1,
-                      p.problem_mark.column + 1, p.problem ? p.problem : "YAML error");
+                         p.problem_mark.column + 1, p.problem ? p.problem : "YAML error");
         yaml_parser_delete(&p);
         fclose(f);
         return rc;
@@ -97,7 +97,7 @@ int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen) {
     if (!root) goto out; /* empty file: defaults */
     if (root->type != YAML_MAPPING_NODE) {
         rc = bf_fail(err, errlen, "%s:%zu:%zu: expected a mapping of settings", path,
-                  root->start_mark.line + 1, root->start_mark.column + 1);
+                     root->start_mark.line + 1, root->start_mark.column + 1);
         goto out;
     }
     for (yaml_node_pair_t *pr = root->data.mapping.pairs.start;
@@ -122,8 +122,8 @@ int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen) {
                         rc = bf_fail(err, errlen, "%s: at most %d gpus", path, BFD_MAX_GPUS);
                         break;
                     }
-                    if (!(rc = num(path, yaml_document_get_node(&doc, *it), 0, 1023, &x, "a gpu index",
-                                   err, errlen)))
+                    if (!(rc = num(path, yaml_document_get_node(&doc, *it), 0, 1023, &x,
+                                   "a gpu index", err, errlen)))
                         c->gpus[c->n_gpus++] = (int)x;
                 }
             } else if (!(rc = num(path, v, 0, BFD_MAX_GPUS, &x, key, err, errlen))) {
@@ -133,7 +133,7 @@ int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen) {
         } else if (strcmp(key, "launcher") == 0) {
             if (!sv || (strcmp(sv, "local") != 0 && strcmp(sv, "slurm") != 0))
                 rc = bf_fail(err, errlen, "%s:%zu:%zu: launcher must be local or slurm", path,
-                          v->start_mark.line + 1, v->start_mark.column + 1);
+                             v->start_mark.line + 1, v->start_mark.column + 1);
             else
                 snprintf(c->launcher, sizeof c->launcher, "%s", sv);
         } else if (strcmp(key, "slurm_poll") == 0) {
@@ -141,7 +141,7 @@ int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen) {
         } else if (strcmp(key, "slurm_bin") == 0) {
             if (!sv || !*sv || strlen(sv) > 500) {
                 rc = bf_fail(err, errlen, "%s:%zu:%zu: slurm_bin must be a folder path", path,
-                          v->start_mark.line + 1, v->start_mark.column + 1);
+                             v->start_mark.line + 1, v->start_mark.column + 1);
             } else {
                 snprintf(c->sbatch, sizeof c->sbatch, "%s/sbatch", sv);
                 snprintf(c->srun, sizeof c->srun, "%s/srun", sv);
@@ -153,8 +153,9 @@ int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen) {
             char *dst = part ? c->slurm_partition : c->slurm_mpi;
             size_t cap = part ? sizeof c->slurm_partition : sizeof c->slurm_mpi;
             if (!sv || strlen(sv) >= cap || strpbrk(sv, " \t\n'\""))
-                rc = bf_fail(err, errlen, "%s:%zu:%zu: %s must be a name without spaces (< %zu chars)",
-                          path, v->start_mark.line + 1, v->start_mark.column + 1, key, cap);
+                rc = bf_fail(err, errlen,
+                             "%s:%zu:%zu: %s must be a name without spaces (< %zu chars)", path,
+                             v->start_mark.line + 1, v->start_mark.column + 1, key, cap);
             else
                 snprintf(dst, cap, "%s", sv);
         } else if (strcmp(key, "heartbeat_timeout") == 0) {
@@ -170,20 +171,20 @@ int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen) {
             size_t cap = key[0] == 'b' ? sizeof c->bfworker : sizeof c->mpirun;
             if (!sv || !*sv || strlen(sv) >= cap)
                 rc = bf_fail(err, errlen, "%s:%zu:%zu: %s must be a program path", path,
-                          v->start_mark.line + 1, v->start_mark.column + 1, key);
+                             v->start_mark.line + 1, v->start_mark.column + 1, key);
             else
                 snprintf(dst, cap, "%s", sv);
         } else {
             rc = bf_fail(err, errlen,
-                      "%s:%zu:%zu: unknown setting '%s' (valid: slots, gpus, launcher, "
-                      "heartbeat_timeout, heartbeat_interval, kill_grace, threads_per_slot, "
-                      "bfworker, mpirun, slurm_bin, slurm_partition, slurm_mpi, slurm_poll)",
-                      path, k->start_mark.line + 1, k->start_mark.column + 1, key);
+                         "%s:%zu:%zu: unknown setting '%s' (valid: slots, gpus, launcher, "
+                         "heartbeat_timeout, heartbeat_interval, kill_grace, threads_per_slot, "
+                         "bfworker, mpirun, slurm_bin, slurm_partition, slurm_mpi, slurm_poll)",
+                         path, k->start_mark.line + 1, k->start_mark.column + 1, key);
         }
     }
     if (!rc && c->heartbeat_interval * 2 > c->heartbeat_timeout)
         rc = bf_fail(err, errlen, "%s: heartbeat_timeout must be at least twice heartbeat_interval",
-                  path);
+                     path);
 out:
     yaml_document_delete(&doc);
     return rc;

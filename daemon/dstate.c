@@ -33,7 +33,7 @@ static int add_slurm_column(dstate *d, char *err, size_t errlen) {
     if (sqlite3_exec(d->db, "ALTER TABLE bfd_runs ADD COLUMN slurm_job TEXT NOT NULL DEFAULT ''",
                      NULL, NULL, &msg) != SQLITE_OK) {
         bf_fail(err, errlen, "sqlite3_exec(ALTER TABLE bfd_runs): %s",
-             msg ? msg : sqlite3_errmsg(d->db));
+                msg ? msg : sqlite3_errmsg(d->db));
         sqlite3_free(msg);
         return -1;
     }
@@ -46,22 +46,23 @@ int dstate_open(const char *path, dstate **out, char *err, size_t errlen) {
     if (!d) return bf_fail(err, errlen, "out of memory");
     if (sqlite3_open_v2(path, &d->db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
         bf_fail(err, errlen, "sqlite3_open_v2(%s): %s", path,
-             d->db ? sqlite3_errmsg(d->db) : "out of memory");
+                d->db ? sqlite3_errmsg(d->db) : "out of memory");
         dstate_close(&d);
         return -1;
     }
     char *msg = NULL;
     if (sqlite3_busy_timeout(d->db, 10000) != SQLITE_OK ||
-        sqlite3_exec(d->db,
-                     "PRAGMA synchronous = FULL;"
-                     "CREATE TABLE IF NOT EXISTS bfd_runs(trial INTEGER PRIMARY KEY,"
-                     " attempt INTEGER NOT NULL, token TEXT NOT NULL, pid INTEGER NOT NULL,"
-                     " gpus TEXT NOT NULL, started REAL NOT NULL,"
-                     " slurm_job TEXT NOT NULL DEFAULT '');"
-                     "CREATE TABLE IF NOT EXISTS bfd_jobs(job INTEGER PRIMARY KEY, cwd TEXT NOT NULL);",
-                     NULL, NULL, &msg) != SQLITE_OK) {
+        sqlite3_exec(
+            d->db,
+            "PRAGMA synchronous = FULL;"
+            "CREATE TABLE IF NOT EXISTS bfd_runs(trial INTEGER PRIMARY KEY,"
+            " attempt INTEGER NOT NULL, token TEXT NOT NULL, pid INTEGER NOT NULL,"
+            " gpus TEXT NOT NULL, started REAL NOT NULL,"
+            " slurm_job TEXT NOT NULL DEFAULT '');"
+            "CREATE TABLE IF NOT EXISTS bfd_jobs(job INTEGER PRIMARY KEY, cwd TEXT NOT NULL);",
+            NULL, NULL, &msg) != SQLITE_OK) {
         bf_fail(err, errlen, "sqlite3_exec(CREATE TABLE bfd_runs): %s",
-             msg ? msg : sqlite3_errmsg(d->db));
+                msg ? msg : sqlite3_errmsg(d->db));
         sqlite3_free(msg);
         dstate_close(&d);
         return -1;
@@ -84,7 +85,8 @@ void dstate_close(dstate **d) {
 static int step_done(dstate *d, sqlite3_stmt *st, const char *what, char *err, size_t errlen) {
     int rc = sqlite3_step(st);
     sqlite3_finalize(st);
-    if (rc != SQLITE_DONE) return bf_fail(err, errlen, "sqlite3_step(%s): %s", what, sqlite3_errmsg(d->db));
+    if (rc != SQLITE_DONE)
+        return bf_fail(err, errlen, "sqlite3_step(%s): %s", what, sqlite3_errmsg(d->db));
     return 0;
 }
 
@@ -116,7 +118,8 @@ int dstate_runs(dstate *d, dstate_run **out, size_t *n, char *err, size_t errlen
     *out = NULL;
     *n = 0;
     sqlite3_stmt *st;
-    if (prep(d, "SELECT trial, attempt, token, pid, gpus, started, slurm_job FROM bfd_runs"
+    if (prep(d,
+             "SELECT trial, attempt, token, pid, gpus, started, slurm_job FROM bfd_runs"
              " ORDER BY trial",
              &st, err, errlen))
         return -1;
@@ -193,12 +196,12 @@ json_t *dstate_job_states(store *st, int64_t job, char *err, size_t errlen) {
 json_t *dstate_job_json(store *st, const store_job *j, char *err, size_t errlen) {
     json_t *states = dstate_job_states(st, j->id, err, errlen);
     if (!states) return NULL;
-    json_t *o = json_pack("{s:I, s:s, s:s, s:f, s:i, s:i, s:i, s:i, s:I, s:s, s:s, s:o}", "id",
-                          (json_int_t)j->id, "name", j->name, "pipeline", j->pipeline,
-                          "submitted", j->submitted, "priority", j->priority, "retries",
-                          j->retries, "ranks", j->ranks, "gpus_per_rank", j->gpus_per_rank,
-                          "n_trials", (json_int_t)j->n_trials, "metric", j->metric, "goal", j->goal,
-                          "states", states);
+    json_t *o =
+        json_pack("{s:I, s:s, s:s, s:f, s:i, s:i, s:i, s:i, s:I, s:s, s:s, s:o}", "id",
+                  (json_int_t)j->id, "name", j->name, "pipeline", j->pipeline, "submitted",
+                  j->submitted, "priority", j->priority, "retries", j->retries, "ranks", j->ranks,
+                  "gpus_per_rank", j->gpus_per_rank, "n_trials", (json_int_t)j->n_trials, "metric",
+                  j->metric, "goal", j->goal, "states", states);
     if (!o) bf_fail(err, errlen, "json_pack(job): out of memory or invalid text");
     return o;
 }

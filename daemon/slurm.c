@@ -110,16 +110,16 @@ static void put_quoted(FILE *f, const char *s) {
  * Slurm splits them at spaces unless quoted, so such values are refused. */
 static int sbatch_safe(const char *what, const char *v, char *err, size_t errlen) {
     if (strpbrk(v, " \t\n\r\"'"))
-        return bf_fail(err, errlen,
-                    "slurm: the %s '%s' holds a space or quote, which #SBATCH lines cannot carry",
-                    what, v);
+        return bf_fail(
+            err, errlen,
+            "slurm: the %s '%s' holds a space or quote, which #SBATCH lines cannot carry", what, v);
     return 0;
 }
 
 int slurm_write_script(const char *path, const slurm_batch *b, char *err, size_t errlen) {
     if (b->ranks < 1 || b->cpus_per_rank < 0 || b->gpus_per_rank < 0 || b->time_limit_s < 0)
         return bf_fail(err, errlen, "slurm: trial %lld: ranks %d, cpus %d, gpus %d: out of range",
-                    b->trial, b->ranks, b->cpus_per_rank, b->gpus_per_rank);
+                       b->trial, b->ranks, b->cpus_per_rank, b->gpus_per_rank);
     if (sbatch_safe("log path", b->log_path, err, errlen) ||
         sbatch_safe("working directory", b->cwd, err, errlen) ||
         (b->partition && sbatch_safe("partition", b->partition, err, errlen)))
@@ -252,7 +252,8 @@ int slurm_query(const char *scontrol, const char *id, slurm_status *out, char *e
             snprintf(out->state, sizeof out->state, "UNKNOWN");
             return 0;
         }
-        return bf_fail(err, errlen, "%s show job %s: exit status %d: %.300s", scontrol, id, rc, buf);
+        return bf_fail(err, errlen, "%s show job %s: exit status %d: %.300s", scontrol, id, rc,
+                       buf);
     }
     char want[64];
     snprintf(want, sizeof want, "JobId=%s ", id);
@@ -272,6 +273,6 @@ int slurm_cancel(const char *scancel, const char *id, int term, char *err, size_
     if (rc < 0) return -1;
     if (rc != 0)
         return bf_fail(err, errlen, "%s%s %s: exit status %d: %.300s", scancel,
-                    term ? " --signal=TERM" : "", id, rc, out);
+                       term ? " --signal=TERM" : "", id, rc, out);
     return 0;
 }

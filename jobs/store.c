@@ -195,10 +195,11 @@ static int migrate(store *s, char *err, size_t errlen) {
     }
     if (v > STORE_SCHEMA_VERSION) {
         rollback(s);
-        return bf_fail(err, errlen,
-                    "database schema version %d is newer than this build knows (%d); use a newer "
-                    "bf",
-                    v, STORE_SCHEMA_VERSION);
+        return bf_fail(
+            err, errlen,
+            "database schema version %d is newer than this build knows (%d); use a newer "
+            "bf",
+            v, STORE_SCHEMA_VERSION);
     }
     for (; v < STORE_SCHEMA_VERSION; v++) {
         char sql[64];
@@ -216,7 +217,7 @@ int store_create_at_version(const char *path, int version, char *err, size_t err
     memset(&tmp, 0, sizeof tmp);
     if (sqlite3_open(path, &tmp.db) != SQLITE_OK) {
         bf_fail(err, errlen, "sqlite3_open(%s): %s", path,
-             tmp.db ? sqlite3_errmsg(tmp.db) : "out of memory");
+                tmp.db ? sqlite3_errmsg(tmp.db) : "out of memory");
         sqlite3_close(tmp.db);
         return -1;
     }
@@ -238,7 +239,7 @@ int store_open(const char *path, store **out, char *err, size_t errlen) {
     int rc = sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL);
     if (rc != SQLITE_OK) {
         bf_fail(err, errlen, "sqlite3_open_v2(%s): %s", path,
-             s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
+                s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
         sqlite3_close(s->db);
         free(s);
         return -1;
@@ -259,7 +260,7 @@ int store_open(const char *path, store **out, char *err, size_t errlen) {
     const char *mode = rc == SQLITE_ROW ? (const char *)sqlite3_column_text(st, 0) : NULL;
     if (!mode || strcmp(mode, "wal") != 0) {
         bf_fail(err, errlen, "PRAGMA journal_mode = WAL: %s",
-             mode ? "the database refused WAL mode" : sqlite3_errmsg(s->db));
+                mode ? "the database refused WAL mode" : sqlite3_errmsg(s->db));
         sqlite3_finalize(st);
         store_close(&s);
         return -1;
@@ -445,7 +446,7 @@ static int load_state(store *s, int64_t trial, trial_state *state, int *attempts
     if (rc == SQLITE_ROW) {
         if (store_state_parse((const char *)sqlite3_column_text(st, 0), state) < 0) {
             bf_fail(err, errlen, "trial %lld has an unknown state '%s' in the database",
-                 (long long)trial, (const char *)sqlite3_column_text(st, 0));
+                    (long long)trial, (const char *)sqlite3_column_text(st, 0));
         } else {
             *attempts = sqlite3_column_int(st, 1);
             *retries = sqlite3_column_int(st, 2);
@@ -472,12 +473,12 @@ static int transition_in_tx(store *s, int64_t trial, trial_state to, const char 
         return -1;
     if (!store_transition_legal(from, to))
         return bf_fail(err, errlen, "illegal transition for trial %lld: %s -> %s", (long long)trial,
-                    store_state_name(from), store_state_name(to));
+                       store_state_name(from), store_state_name(to));
     if (from == TRIAL_FAILED && to == TRIAL_PENDING && failures > retries)
         return bf_fail(err, errlen,
-                    "trial %lld has no retries left: %d attempt%s made, the job allows %d "
-                    "(1 + retries %d)",
-                    (long long)trial, failures, failures == 1 ? "" : "s", 1 + retries, retries);
+                       "trial %lld has no retries left: %d attempt%s made, the job allows %d "
+                       "(1 + retries %d)",
+                       (long long)trial, failures, failures == 1 ? "" : "s", 1 + retries, retries);
     int preempted = from == TRIAL_RUNNING && to == TRIAL_PENDING;
     double t = now_s();
     sqlite3_stmt *st;
@@ -567,7 +568,7 @@ int store_trial_preempt(store *s, int64_t trial_id, const char *message, char *e
         goto fail;
     if (from != TRIAL_RUNNING) {
         bf_fail(err, errlen, "trial %lld is %s; only a RUNNING trial can be preempted",
-             (long long)trial_id, store_state_name(from));
+                (long long)trial_id, store_state_name(from));
         goto fail;
     }
     if (transition_in_tx(s, trial_id, TRIAL_PENDING, message, err, errlen) < 0 ||
@@ -607,9 +608,9 @@ int store_job_cancel(store *s, int64_t job_id, int *n_cancelled, char *err, size
     if (rc != SQLITE_DONE) {
         free(ids);
         bf_fail(err, errlen,
-             rc == SQLITE_ROW ? "store_job_cancel: out of memory"
-                              : "sqlite3_step(SELECT trials): %s",
-             sqlite3_errmsg(s->db));
+                rc == SQLITE_ROW ? "store_job_cancel: out of memory"
+                                 : "sqlite3_step(SELECT trials): %s",
+                sqlite3_errmsg(s->db));
         rollback(s);
         return -1;
     }
@@ -637,8 +638,8 @@ static int name_id(store *s, const char *name, int64_t *id, char *err, size_t er
             return 0;
         }
     if (strlen(name) >= sizeof s->names[0].name || !*name)
-        return bf_fail(err, errlen, "metric name '%.80s' is empty or longer than %zu characters", name,
-                    sizeof s->names[0].name - 1);
+        return bf_fail(err, errlen, "metric name '%.80s' is empty or longer than %zu characters",
+                       name, sizeof s->names[0].name - 1);
     sqlite3_reset(s->get_name);
     sqlite3_bind_text(s->get_name, 1, name, -1, SQLITE_STATIC);
     int rc = sqlite3_step(s->get_name);
@@ -688,7 +689,7 @@ static int insert_points(store *s, int64_t trial_id, const int64_t *trial_ids,
             /* SQLite would store NaN as NULL; a NaN loss is reported as an
              * error, not silently dropped (+-inf is stored as it is) */
             bf_fail(err, errlen, "metric %s at seq %lld is NaN; not stored", pts[i].name,
-                 (long long)pts[i].seq);
+                    (long long)pts[i].seq);
             goto fail;
         }
         if (name_id(s, pts[i].name, &nid, err, errlen) < 0) goto fail;

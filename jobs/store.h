@@ -65,8 +65,8 @@ typedef struct store_trial {
     trial_state state;
     int attempts;    /* times started */
     int preemptions; /* attempts that ended preempted (RUNNING -> PENDING) */
-    int retries;  /* of its job */
-    int priority; /* of its job */
+    int retries;     /* of its job */
+    int priority;    /* of its job */
     char hash[17];
     char *params_json; /* owned; {"key": value, ...} */
     char *config;      /* owned; canonical config text (store_get_trial only) */
@@ -90,8 +90,7 @@ int store_trial_transition(store *s, int64_t trial_id, trial_state to, const cha
  * PREEMPTED, counts it in preemptions (not against the retries) and writes a
  * "preempt" event with message. Refused unless the trial is RUNNING. (A
  * RUNNING -> PENDING store_trial_transition is the same edge.) */
-int store_trial_preempt(store *s, int64_t trial_id, const char *message, char *err,
-                        size_t errlen);
+int store_trial_preempt(store *s, int64_t trial_id, const char *message, char *err, size_t errlen);
 /* RUNNING -> FAILED, then -> PENDING if retries are left (*requeued = 1);
  * retries are measured against attempts - preemptions. */
 int store_trial_fail(store *s, int64_t trial_id, const char *message, int *requeued, char *err,

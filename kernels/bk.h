@@ -33,11 +33,11 @@ typedef enum { BK_CPU = 0, BK_CUDA = 1 } bk_device;
  * columns [h*HS, (h+1)*HS) of each. */
 typedef struct bk_attn_args {
     int B, T, C, NH;
-    int causal;         /* 1: query t sees keys <= t */
-    const float *mask;  /* [B, T] key mask, 1 = token may be attended to, 0 = removed;
-                           NULL = all active. A query row with no visible key outputs 0. */
-    const float *gate;  /* [B, NH] per-head weight w multiplying each head's output;
-                           NULL = all 1 */
+    int causal;        /* 1: query t sees keys <= t */
+    const float *mask; /* [B, T] key mask, 1 = token may be attended to, 0 = removed;
+                          NULL = all active. A query row with no visible key outputs 0. */
+    const float *gate; /* [B, NH] per-head weight w multiplying each head's output;
+                          NULL = all 1 */
 } bk_attn_args;
 
 /* AdamW hyper-parameters (decoupled weight decay, bias correction). */
@@ -97,23 +97,24 @@ typedef struct bk_backend {
                            int IC, int OC);
     /* dinp[N,IC] += dout @ w; dw[OC,IC] += dout^T @ inp; dbias[OC] += sum_n dout.
      * dinp, dw, dbias nullable. */
-    void (*linear_backward)(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
-                            const float *w, int N, int IC, int OC);
+    void (*linear_backward)(float *dinp, float *dw, float *dbias, const float *dout,
+                            const float *inp, const float *w, int N, int IC, int OC);
     /* Strided batched GEMM, row-major: for i in [0,batch):
      *   C_i[M,N] = alpha * op(A_i)[M,K] @ op(B_i)[K,N] + beta * C_i
      * op(X) = X or X^T by transa/transb; lda/ldb/ldc are row strides of the
      * matrices as stored; strides are element offsets between batch items. */
     void (*gemm)(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
-                 long long strideA, const float *Bm, int ldb, long long strideB, float beta, float *Cm,
-                 int ldc, long long strideC, int batch);
+                 long long strideA, const float *Bm, int ldb, long long strideB, float beta,
+                 float *Cm, int ldc, long long strideC, int batch);
 
     /* ---- normalisation ---- */
     /* LayerNorm over C, eps 1e-5. Saves mean[N] and rstd[N] for the backward. */
-    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                              const float *b, int N, int C);
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C);
     /* dinp, dw, db nullable */
-    void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                               const float *w, const float *mean, const float *rstd, int N, int C);
+    void (*layernorm_backward)(float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean,
+                               const float *rstd, int N, int C);
     /* Row softmax over C */
     void (*softmax_forward)(float *out, const float *inp, int N, int C);
     void (*softmax_backward)(float *dinp, const float *out, const float *dout, int N, int C);
@@ -133,9 +134,9 @@ typedef struct bk_backend {
      * ids. Only the Q/K/V rows of the selected heads are computed, only their
      * scores, and out[B,T,C] holds their outputs with every other head's
      * columns set to 0 (a->gate is ignored). scratch: B*K*T*(3*HS + T) floats. */
-    void (*attention_selected_forward)(float *out, float *scratch, const float *x, const float *wqkv,
-                                       const float *bqkv, const int *heads, int K,
-                                       const bk_attn_args *a);
+    void (*attention_selected_forward)(float *out, float *scratch, const float *x,
+                                       const float *wqkv, const float *bqkv, const int *heads,
+                                       int K, const bk_attn_args *a);
     /* y[B,T,OC] = sum over the K selected heads of c_h[B,T,HS] @ wo[:, h cols]^T + bo
      * (bo nullable): the output projection restricted to the selected heads'
      * columns; c[B,T,C] as written by attention_selected_forward. */
@@ -151,24 +152,26 @@ typedef struct bk_backend {
     /* dinp += H_d^T (alpha ⊙ dout)/sqrt(d); dalpha += sum_n dout ⊙ (H_d inp)/sqrt(d);
      * dbeta += sum_n dout. dinp, dalpha, dbeta nullable; alpha nullable (= 1).
      * scratch: N*d floats. */
-    void (*fwht_backward)(float *dinp, float *dalpha, float *dbeta, float *scratch, const float *dout,
-                          const float *inp, const float *alpha, int N, int d);
+    void (*fwht_backward)(float *dinp, float *dalpha, float *dbeta, float *scratch,
+                          const float *dout, const float *inp, const float *alpha, int N, int d);
 
     /* ---- pooling and losses ---- */
     /* out[B,C] = masked mean over t of inp[B,T,C] (mask[B,T] nullable; a row
      * with no active token pools to 0) */
     void (*meanpool_forward)(float *out, const float *inp, const float *mask, int B, int T, int C);
-    void (*meanpool_backward)(float *dinp, const float *dout, const float *mask, int B, int T, int C);
+    void (*meanpool_backward)(float *dinp, const float *dout, const float *mask, int B, int T,
+                              int C);
     /* losses[N] = -log softmax(logits[N,V])[target]; probs[N,V] saved.
      * target < 0 means "ignore": loss 0, and no gradient in the backward. */
-    void (*crossentropy_forward)(float *losses, float *probs, const float *logits, const int *targets,
-                                 int N, int V);
+    void (*crossentropy_forward)(float *losses, float *probs, const float *logits,
+                                 const int *targets, int N, int V);
     /* dlogits[N,V] += (probs - onehot(target)) * dlosses[n] */
     void (*crossentropy_backward)(float *dlogits, const float *probs, const int *targets,
                                   const float *dlosses, int N, int V);
     /* loss[0] = sum_n mask[n] * sum_c (a-b)^2 / max(1, C * sum_n mask[n])
      * (mask[N] nullable = all 1). loss is one float on the device. */
-    void (*mse_forward)(float *loss, const float *a, const float *b, const float *mask, int N, int C);
+    void (*mse_forward)(float *loss, const float *a, const float *b, const float *mask, int N,
+                        int C);
     /* da += dloss * d loss/da, db += dloss * d loss/db (both nullable) */
     void (*mse_backward)(float *da, float *db, const float *a, const float *b, const float *mask,
                          float dloss, int N, int C);

@@ -9,11 +9,11 @@
 #define BK_NAME_MAX 64
 
 typedef struct bk_tensor {
-    float *data;             /* device pointer, set once the buffer exists */
+    float *data; /* device pointer, set once the buffer exists */
     int ndim;
     int shape[BK_MAX_DIMS];
     size_t numel;
-    size_t offset;           /* in floats, within the parameter buffer or arena */
+    size_t offset; /* in floats, within the parameter buffer or arena */
     bk_device device;
     char name[BK_NAME_MAX];
 } bk_tensor;
@@ -26,10 +26,10 @@ size_t bk_numel(int ndim, const int *shape);
  * one over the rest without), each group in insertion order. */
 typedef struct bk_params {
     bk_tensor *t;
-    int *decay;              /* per tensor: 1 = weight decay applies */
+    int *decay; /* per tensor: 1 = weight decay applies */
     int n, cap;
-    size_t numel, n_decay;   /* totals, valid after bk_params_alloc */
-    float *data, *grad;      /* one buffer each, on be->device */
+    size_t numel, n_decay; /* totals, valid after bk_params_alloc */
+    float *data, *grad;    /* one buffer each, on be->device */
     const bk_backend *be;
 } bk_params;
 

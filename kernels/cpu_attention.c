@@ -51,7 +51,10 @@ static inline float softmax_exp(float x) {
     p = p * r + 0.5f;
     p = p * r + 1.0f;
     p = p * r + 1.0f;
-    union { int32_t i; float f; } scale = {.i = ((int32_t)n + 127) << 23};
+    union {
+        int32_t i;
+        float f;
+    } scale = {.i = ((int32_t)n + 127) << 23};
     return x < -87.0f ? 0.0f : p * scale.f;
 }
 
@@ -208,8 +211,8 @@ void bk_cpu_attention_forward(float *out, float *att, const float *qkv, const bk
         int b = bh / NH, h = bh % NH;
         const float *q = qkv + (size_t)b * T * ld + (size_t)h * HS;
         float g = a->gate ? a->gate[bh] : 1.0f;
-        head_forward(out + (size_t)b * T * C + (size_t)h * HS, (size_t)C,
-                     att + (size_t)bh * T * T, q, q + C, q + 2 * C, ld, T, HS, a->causal,
+        head_forward(out + (size_t)b * T * C + (size_t)h * HS, (size_t)C, att + (size_t)bh * T * T,
+                     q, q + C, q + 2 * C, ld, T, HS, a->causal,
                      a->mask ? a->mask + (size_t)b * T : NULL, g);
     }
 }
@@ -472,9 +475,9 @@ static void selected_run_forward(float *out, float *scratch, const float *x, con
     }
 }
 
-void bk_cpu_attention_selected_forward(float *out, float *scratch, const float *x, const float *wqkv,
-                                       const float *bqkv, const int *heads, int K,
-                                       const bk_attn_args *a) {
+void bk_cpu_attention_selected_forward(float *out, float *scratch, const float *x,
+                                       const float *wqkv, const float *bqkv, const int *heads,
+                                       int K, const bk_attn_args *a) {
     const int B = a->B, cap = run_cap(B);
 #pragma omp parallel
 #pragma omp single

@@ -51,7 +51,8 @@ static void fwht_row(float *x, int d, int transpose) {
     float tmp[12][FWHT_MIX_CHUNK];
     for (int b0 = 0; b0 < m; b0 += FWHT_MIX_CHUNK) {
         int nb = m - b0 < FWHT_MIX_CHUNK ? m - b0 : FWHT_MIX_CHUNK;
-        for (int a = 0; a < 12; a++) memcpy(tmp[a], x + (size_t)a * m + b0, (size_t)nb * sizeof(float));
+        for (int a = 0; a < 12; a++)
+            memcpy(tmp[a], x + (size_t)a * m + b0, (size_t)nb * sizeof(float));
         for (int a = 0; a < 12; a++) {
             float *dst = x + (size_t)a * m + b0;
             for (int j = 0; j < nb; j++) dst[j] = 0.0f;
@@ -115,8 +116,8 @@ static void column_dot_accumulate(float *acc, const float *a, const float *b, in
     }
 }
 
-void bk_cpu_fwht_backward(float *dinp, float *dalpha, float *dbeta, float *scratch, const float *dout,
-                          const float *inp, const float *alpha, int N, int d) {
+void bk_cpu_fwht_backward(float *dinp, float *dalpha, float *dbeta, float *scratch,
+                          const float *dout, const float *inp, const float *alpha, int N, int d) {
     const float norm = 1.0f / sqrtf((float)d);
     if (dbeta) column_dot_accumulate(dbeta, dout, NULL, N, d);
     if (dalpha) {

@@ -12,8 +12,8 @@
 /* losses[n] = logsumexp(logits[n,:]) - logits[n, target] (more accurate than
  * -log(prob) when the target's probability underflows); probs[N,V] saved.
  * target < 0: loss 0 (probs still written). */
-void bk_cpu_crossentropy_forward(float *losses, float *probs, const float *logits, const int *targets,
-                                 int N, int V) {
+void bk_cpu_crossentropy_forward(float *losses, float *probs, const float *logits,
+                                 const int *targets, int N, int V) {
 #pragma omp parallel for schedule(static) if ((long long)N * V >= LOSS_PAR_MIN)
     for (int n = 0; n < N; n++) {
         const float *x = logits + (size_t)n * V;
@@ -62,7 +62,8 @@ static double mse_denom(const float *mask, int N, int C) {
 }
 
 /* loss[0] = sum_n mask[n] sum_c (a-b)^2 / max(1, C sum_n mask[n]) */
-void bk_cpu_mse_forward(float *loss, const float *a, const float *b, const float *mask, int N, int C) {
+void bk_cpu_mse_forward(float *loss, const float *a, const float *b, const float *mask, int N,
+                        int C) {
     double part[MSE_BLOCKS] = {0};
     int rows_per = (N + MSE_BLOCKS - 1) / MSE_BLOCKS;
 #pragma omp parallel for schedule(static) if ((long long)N * C >= LOSS_PAR_MIN)

@@ -27,8 +27,8 @@ void bk_cpu_linear_forward(float *out, const float *inp, const float *w, const f
 
 /* dinp[N,IC] += dout[N,OC] @ w[OC,IC]; dw[OC,IC] += dout^T @ inp;
  * dbias[OC] += sum_n dout[n,:]. All three nullable. */
-void bk_cpu_linear_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
-                            const float *w, int N, int IC, int OC) {
+void bk_cpu_linear_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                            const float *inp, const float *w, int N, int IC, int OC) {
     if (N <= 0 || OC <= 0) return;
     if (dinp && IC > 0)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, w, IC,
@@ -56,8 +56,8 @@ void bk_cpu_linear_backward(float *dinp, float *dw, float *dbias, const float *d
  * build, which threads inside each call and must not be called from many
  * OpenMP threads at once. */
 void bk_cpu_gemm(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
-                 long long strideA, const float *Bm, int ldb, long long strideB, float beta, float *Cm,
-                 int ldc, long long strideC, int batch) {
+                 long long strideA, const float *Bm, int ldb, long long strideB, float beta,
+                 float *Cm, int ldc, long long strideC, int batch) {
     if (M <= 0 || N <= 0 || batch <= 0) return;
     enum CBLAS_TRANSPOSE ta = transa ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE tb = transb ? CblasTrans : CblasNoTrans;

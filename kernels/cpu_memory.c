@@ -12,7 +12,9 @@ void *bk_cpu_alloc(size_t bytes) {
 }
 
 void bk_cpu_release(void *p) { free(p); }
-void bk_cpu_to_device(void *dst, const void *src_host, size_t bytes) { memcpy(dst, src_host, bytes); }
+void bk_cpu_to_device(void *dst, const void *src_host, size_t bytes) {
+    memcpy(dst, src_host, bytes);
+}
 void bk_cpu_to_host(void *dst_host, const void *src, size_t bytes) { memcpy(dst_host, src, bytes); }
 void bk_cpu_copy(void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
 void bk_cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }

@@ -15,8 +15,8 @@
 /* out[N,C] = (inp - mean) * rstd * w + b, per row; saves mean[N], rstd[N].
  * Two passes over the row (mean, then centred variance): exact enough in fp32
  * even when |mean| >> std. */
-void bk_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                              const float *b, int N, int C) {
+void bk_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *b, int N, int C) {
 #pragma omp parallel for schedule(static) if ((long long)N * C >= NORM_PAR_MIN)
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
@@ -40,8 +40,9 @@ void bk_cpu_layernorm_forward(float *out, float *mean, float *rstd, const float 
  *   dinp += rstd * (g - mean_c(g) - xhat * mean_c(g * xhat))
  *   dw += sum_n dout * xhat,  db += sum_n dout.
  * dinp, dw, db nullable. */
-void bk_cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                               const float *w, const float *mean, const float *rstd, int N, int C) {
+void bk_cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                               const float *inp, const float *w, const float *mean,
+                               const float *rstd, int N, int C) {
     int par = (long long)N * C >= NORM_PAR_MIN;
     if (dinp) {
 #pragma omp parallel for schedule(static) if (par)
@@ -151,7 +152,8 @@ void bk_cpu_meanpool_forward(float *out, const float *inp, const float *mask, in
 }
 
 /* dinp[b,t,:] += dout[b,:] * mask[b,t] / sum_t mask[b,t] */
-void bk_cpu_meanpool_backward(float *dinp, const float *dout, const float *mask, int B, int T, int C) {
+void bk_cpu_meanpool_backward(float *dinp, const float *dout, const float *mask, int B, int T,
+                              int C) {
 #pragma omp parallel for schedule(static) if ((long long)B * T * C >= NORM_PAR_MIN)
     for (int b = 0; b < B; b++) {
         float cnt = pool_count(mask, b, T);

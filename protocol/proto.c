@@ -11,8 +11,8 @@
 #include <zmq.h>
 
 static const char *const code_names[PROTO_N_CODES] = {
-    "ok",       "bad_frames", "bad_version", "unknown_type", "too_large", "bad_json",
-    "bad_field", "invalid_sweep", "not_found", "bad_state",  "bad_token", "internal"};
+    "ok",        "bad_frames",    "bad_version", "unknown_type", "too_large", "bad_json",
+    "bad_field", "invalid_sweep", "not_found",   "bad_state",    "bad_token", "internal"};
 
 const char *proto_code_name(proto_code c) {
     return (unsigned)c < PROTO_N_CODES ? code_names[c] : "";
@@ -122,7 +122,7 @@ int proto_recv(void *sock, int flags, int mode, proto_msg *m, proto_code *code, 
     if (rest != PROTO_MAX_FRAMES) {
         *code = PROTO_E_FRAMES;
         bf_fail(err, errlen, "expected %d frames (\"bf\", version, type, body), got %d",
-             PROTO_MAX_FRAMES, rest);
+                PROTO_MAX_FRAMES, rest);
         goto done;
     }
     if (!equals(&fr[i], PROTO_NAME)) {
@@ -141,7 +141,7 @@ int proto_recv(void *sock, int flags, int mode, proto_msg *m, proto_code *code, 
         v[n] = '\0';
         *code = PROTO_E_VERSION;
         bf_fail(err, errlen, "protocol version '%s' not supported; this side speaks %d", v,
-             PROTO_VERSION);
+                PROTO_VERSION);
         goto done;
     }
     size_t tl = zmq_msg_size(&fr[i + 2]);
@@ -156,7 +156,7 @@ int proto_recv(void *sock, int flags, int mode, proto_msg *m, proto_code *code, 
     if (bl > PROTO_MAX_BODY) {
         *code = PROTO_E_TOO_LARGE;
         bf_fail(err, errlen, "%s: body of %zu bytes is over the limit of %u", m->type, bl,
-             PROTO_MAX_BODY);
+                PROTO_MAX_BODY);
         goto done;
     }
     json_error_t je;
@@ -167,7 +167,7 @@ int proto_recv(void *sock, int flags, int mode, proto_msg *m, proto_code *code, 
             bf_fail(err, errlen, "%s: body must be a JSON object", m->type);
         else
             bf_fail(err, errlen, "%s: body is not JSON: line %d column %d: %s", m->type, je.line,
-                 je.column, je.text);
+                    je.column, je.text);
         if (m->body) json_decref(m->body);
         m->body = NULL;
         goto done;
@@ -266,8 +266,8 @@ int proto_get_int(json_t *body, const char *key, int required, long long min, lo
     return 0;
 }
 
-int proto_get_num(json_t *body, const char *key, int required, double def, double *out,
-                  char *err, size_t errlen) {
+int proto_get_num(json_t *body, const char *key, int required, double def, double *out, char *err,
+                  size_t errlen) {
     json_t *v = json_object_get(body, key);
     if (!v) {
         if (required) return bf_fail(err, errlen, "'%s' is required (a number)", key);
@@ -292,7 +292,7 @@ int proto_get_str(json_t *body, const char *key, int required, size_t maxlen, co
     if (!json_is_string(v) || n > maxlen || (required && n == 0) ||
         strlen(json_string_value(v)) != n)
         return bf_fail(err, errlen, "'%s' must be a string of %s%zu bytes without NUL", key,
-                    required ? "1 to " : "at most ", maxlen);
+                       required ? "1 to " : "at most ", maxlen);
     *out = json_string_value(v);
     return 0;
 }
@@ -329,9 +329,9 @@ int proto_parse_point(json_t *obj, proto_point *p, char *err, size_t errlen) {
     json_object_foreach(vals, k, v) {
         if (!proto_name_ok(k))
             return bf_fail(err, errlen,
-                        "point %lld: metric name must be 1-%d printable ASCII bytes without "
-                        "space, '\"' or '\\'",
-                        seq, PROTO_MAX_NAME);
+                           "point %lld: metric name must be 1-%d printable ASCII bytes without "
+                           "space, '\"' or '\\'",
+                           seq, PROTO_MAX_NAME);
         if (json_is_null(v)) {
             p->is_null[p->n] = 1;
             p->value[p->n] = NAN;
@@ -340,7 +340,7 @@ int proto_parse_point(json_t *obj, proto_point *p, char *err, size_t errlen) {
             p->value[p->n] = json_number_value(v);
         } else {
             return bf_fail(err, errlen, "point %lld: value of '%s' must be a finite number or null",
-                        seq, k);
+                           seq, k);
         }
         p->name[p->n++] = k;
     }
@@ -366,8 +366,9 @@ int proto_parse_points(json_t *body, size_t max, proto_point **out, size_t *n, c
         if (i > 0 && pts[i].seq != pts[i - 1].seq + 1) {
             long long got = (long long)pts[i].seq, prev = (long long)pts[i - 1].seq;
             free(pts);
-            return bf_fail(err, errlen, "'points': seq must rise by 1 within a batch (%lld after %lld)",
-                        got, prev);
+            return bf_fail(err, errlen,
+                           "'points': seq must rise by 1 within a batch (%lld after %lld)", got,
+                           prev);
         }
     }
     *out = pts;
@@ -463,7 +464,8 @@ int proto_read_key(const char *path, char out[41], char *err, size_t errlen) {
     fclose(f);
     buf[n] = '\0';
     while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) buf[--n] = 0;
-    if (n != 40) return bf_fail(err, errlen, "key file %s must hold one 40-character Z85 key", path);
+    if (n != 40)
+        return bf_fail(err, errlen, "key file %s must hold one 40-character Z85 key", path);
     memcpy(out, buf, 41);
     return 0;
 }
@@ -472,8 +474,8 @@ int proto_curve_client(void *sock, char *err, size_t errlen) {
     const char *spath = getenv("BF_CURVE_SERVER"), *kpath = getenv("BF_CURVE_KEY");
     if (!spath || !kpath)
         return bf_fail(err, errlen,
-                    "a tcp:// endpoint needs CURVE keys: set BF_CURVE_SERVER (the server's "
-                    ".pub file) and BF_CURVE_KEY (this client's .key file; see bfd keygen)");
+                       "a tcp:// endpoint needs CURVE keys: set BF_CURVE_SERVER (the server's "
+                       ".pub file) and BF_CURVE_KEY (this client's .key file; see bfd keygen)");
     char server[41], secret[41], pub[41];
     if (proto_read_key(spath, server, err, errlen) || proto_read_key(kpath, secret, err, errlen))
         return -1;

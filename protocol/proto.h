@@ -110,8 +110,8 @@ int proto_name_ok(const char *s);
 int proto_get_int(json_t *body, const char *key, int required, long long min, long long max,
                   long long def, long long *out, char *err, size_t errlen);
 /* A finite JSON number (integer or real). */
-int proto_get_num(json_t *body, const char *key, int required, double def, double *out,
-                  char *err, size_t errlen);
+int proto_get_num(json_t *body, const char *key, int required, double def, double *out, char *err,
+                  size_t errlen);
 /* A string without NUL bytes of at most maxlen bytes (min 1 when required).
  * *out is borrowed from body. A missing optional string gives NULL. */
 int proto_get_str(json_t *body, const char *key, int required, size_t maxlen, const char **out,

@@ -4,7 +4,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 
-PKGS="build-essential cmake pkg-config libopenblas-openmp-dev libopenmpi-dev openmpi-bin
+PKGS="build-essential cmake pkg-config clang-format libopenblas-openmp-dev libopenmpi-dev openmpi-bin
 libzmq3-dev libsodium-dev libyaml-dev libcriterion-dev libsqlite3-dev libjansson-dev
 libsentencepiece-dev zlib1g-dev wordnet-base bible-kjv dataset-fashion-mnist python3-zmq
 slurm-wlm munge"

@@ -9,6 +9,13 @@ sh scripts/setup.sh
 jobs=$(nproc 2>/dev/null || echo 2)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
+# the code is formatted as .clang-format says (checked where clang-format and
+# the git checkout are there, as on the CI machines)
+if command -v clang-format >/dev/null 2>&1 && git rev-parse --git-dir >/dev/null 2>&1; then
+    echo "== clang-format check ==" >&2
+    sh scripts/format.sh --check
+fi
+
 echo "== sanitizer build (ASan + UBSan) ==" >&2
 cmake -S . -B build-san -DBF_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug >/dev/null
 cmake --build build-san -j "$jobs"

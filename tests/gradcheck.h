@@ -42,7 +42,10 @@ static inline double gc_compare(const char *what, const float *analytic, const d
     for (size_t i = 0; i < n; i++) {
         double a = analytic[i], d = numeric[i];
         double r = fabs(a - d) / (GC_ATOL + GC_RTOL * fmax(fabs(a), fabs(d)));
-        if (r > worst) { worst = r; wi = i; }
+        if (r > worst) {
+            worst = r;
+            wi = i;
+        }
     }
     if (worst > 1)
         fprintf(stderr, "gradcheck %s: element %zu analytic %.6g numeric %.6g\n", what, wi,

@@ -32,8 +32,8 @@ static void fill_hand_case(float qkv[2 * 12]) {
     r1[0] = 2.0f * logf(3.0f); /* q1 */
     r1[4] = 1.0f;              /* k1 */
     for (int j = 0; j < 4; j++) {
-        r0[8 + j] = 2.0f + j;  /* v0 = (2, 3, 4, 5) */
-        r1[8 + j] = 6.0f - j;  /* v1 = (6, 5, 4, 3) */
+        r0[8 + j] = 2.0f + j; /* v0 = (2, 3, 4, 5) */
+        r1[8 + j] = 6.0f - j; /* v1 = (6, 5, 4, 3) */
     }
 }
 
@@ -44,15 +44,18 @@ Test(attention, hand_computed_values) {
     be->attention_forward(out, att, qkv, &a);
     const float want_att[4] = {0.5f, 0.5f, 0.25f, 0.75f};
     const float want_out[8] = {4, 4, 4, 4, 5, 4.5f, 4, 3.5f};
-    for (int i = 0; i < 4; i++) cr_expect_float_eq(att[i], want_att[i], 1e-6, "att[%d]=%g", i, att[i]);
-    for (int i = 0; i < 8; i++) cr_expect_float_eq(out[i], want_out[i], 1e-5, "out[%d]=%g", i, out[i]);
+    for (int i = 0; i < 4; i++)
+        cr_expect_float_eq(att[i], want_att[i], 1e-6, "att[%d]=%g", i, att[i]);
+    for (int i = 0; i < 8; i++)
+        cr_expect_float_eq(out[i], want_out[i], 1e-5, "out[%d]=%g", i, out[i]);
 
     /* Causal: query 0 sees only key 0. */
     a.causal = 1;
     be->attention_forward(out, att, qkv, &a);
     const float want_causal[8] = {2, 3, 4, 5, 5, 4.5f, 4, 3.5f};
     cr_expect_eq(att[1], 0.0f);
-    for (int i = 0; i < 8; i++) cr_expect_float_eq(out[i], want_causal[i], 1e-5, "causal out[%d]", i);
+    for (int i = 0; i < 8; i++)
+        cr_expect_float_eq(out[i], want_causal[i], 1e-5, "causal out[%d]", i);
 
     /* Key mask removes key 1: every query sees v0 only; gate 0.5 halves it. */
     float mask[2] = {1, 0}, gate[1] = {0.5f};
@@ -62,7 +65,8 @@ Test(attention, hand_computed_values) {
     be->attention_forward(out, att, qkv, &a);
     const float want_masked[8] = {1, 1.5f, 2, 2.5f, 1, 1.5f, 2, 2.5f};
     cr_expect(att[1] == 0.0f && att[3] == 0.0f && att[0] == 1.0f && att[2] == 1.0f);
-    for (int i = 0; i < 8; i++) cr_expect_float_eq(out[i], want_masked[i], 1e-5, "masked out[%d]", i);
+    for (int i = 0; i < 8; i++)
+        cr_expect_float_eq(out[i], want_masked[i], 1e-5, "masked out[%d]", i);
 }
 
 /* ---- double-precision reference ---- */
@@ -98,7 +102,8 @@ static void ref_attention(double *out, double *att, const float *qkv, const bk_a
                 for (int u = 0; u < T; u++) {
                     if (sum > 0) p[u] /= sum;
                     const float *v = qkv + ((size_t)b * T + u) * 3 * C + 2 * C + h * HS;
-                    for (int j = 0; j < HS; j++) out[((size_t)b * T + t) * C + h * HS + j] += g * p[u] * v[j];
+                    for (int j = 0; j < HS; j++)
+                        out[((size_t)b * T + t) * C + h * HS + j] += g * p[u] * v[j];
                 }
             }
 }
@@ -121,8 +126,13 @@ Test(attention, matches_reference_with_masks_causal_gates) {
     gc_fill(gate, B * NH, 0.2f, 1.5f, 2);
     fill_mask(mask, B, T);
     for (int variant = 0; variant < 8; variant++) {
-        bk_attn_args a = {.B = B, .T = T, .C = C, .NH = NH, .causal = variant & 1,
-                          .mask = variant & 2 ? mask : NULL, .gate = variant & 4 ? gate : NULL};
+        bk_attn_args a = {.B = B,
+                          .T = T,
+                          .C = C,
+                          .NH = NH,
+                          .causal = variant & 1,
+                          .mask = variant & 2 ? mask : NULL,
+                          .gate = variant & 4 ? gate : NULL};
         be->attention_forward(out, att, qkv, &a);
         ref_attention(rout, ratt, qkv, &a);
         double eo = 0, ea = 0;
@@ -131,7 +141,13 @@ Test(attention, matches_reference_with_masks_causal_gates) {
         cr_expect_lt(eo, 1e-5, "variant %d: out error %g", variant, eo);
         cr_expect_lt(ea, 1e-6, "variant %d: att error %g", variant, ea);
     }
-    free(qkv); free(out); free(att); free(mask); free(gate); free(rout); free(ratt);
+    free(qkv);
+    free(out);
+    free(att);
+    free(mask);
+    free(gate);
+    free(rout);
+    free(ratt);
 }
 
 Test(attention, masked_keys_get_exactly_zero_and_empty_rows_output_zero) {
@@ -154,11 +170,14 @@ Test(attention, masked_keys_get_exactly_zero_and_empty_rows_output_zero) {
                     for (int u = 0; u < T; u++) {
                         int vis = mask[b * T + u] != 0 && (!causal || u <= t);
                         any |= vis;
-                        if (!vis) cr_expect(p[u] == 0.0f, "b%d h%d t%d u%d: hidden key has p=%g", b, h, t, u, p[u]);
+                        if (!vis)
+                            cr_expect(p[u] == 0.0f, "b%d h%d t%d u%d: hidden key has p=%g", b, h, t,
+                                      u, p[u]);
                         sum += p[u];
                     }
                     if (any) {
-                        cr_expect_float_eq(sum, 1.0, 1e-5, "b%d h%d t%d: row sums to %g", b, h, t, sum);
+                        cr_expect_float_eq(sum, 1.0, 1e-5, "b%d h%d t%d: row sums to %g", b, h, t,
+                                           sum);
                     } else {
                         cr_expect(sum == 0.0, "b%d t%d: row with no key has mass %g", b, t, sum);
                         for (int j = 0; j < C / NH; j++)
@@ -168,9 +187,13 @@ Test(attention, masked_keys_get_exactly_zero_and_empty_rows_output_zero) {
         /* Sample 1 sees only key 0: every output row is v_0 exactly. */
         for (int t = 0; t < T; t++)
             for (int c = 0; c < C; c++)
-                cr_expect_float_eq(out[((size_t)T + t) * C + c], qkv[(size_t)T * 3 * C + 2 * C + c], 1e-6);
+                cr_expect_float_eq(out[((size_t)T + t) * C + c], qkv[(size_t)T * 3 * C + 2 * C + c],
+                                   1e-6);
     }
-    free(qkv); free(out); free(att); free(mask);
+    free(qkv);
+    free(out);
+    free(att);
+    free(mask);
 }
 
 /* ---- finite-difference gradients ---- */
@@ -191,9 +214,16 @@ static void check_gradients(int causal, int use_mask, int use_gate, uint64_t see
     float *mask = fvec(B * T), *gate = fvec(B * NH), *R = fvec(nout), *dqkv = fvec(nqkv);
     float *dgate = fvec(B * NH), *scratch = fvec(natt);
     double *num = malloc(sizeof(double) * nqkv);
-    attn_case c = {fvec(nout), fvec(natt), fvec(nqkv),
-                   {.B = B, .T = T, .C = C, .NH = NH, .causal = causal,
-                    .mask = use_mask ? mask : NULL, .gate = use_gate ? gate : NULL}};
+    attn_case c = {fvec(nout),
+                   fvec(natt),
+                   fvec(nqkv),
+                   {.B = B,
+                    .T = T,
+                    .C = C,
+                    .NH = NH,
+                    .causal = causal,
+                    .mask = use_mask ? mask : NULL,
+                    .gate = use_gate ? gate : NULL}};
     gc_fill(c.qkv, nqkv, -1.5f, 1.5f, seed);
     gc_fill(gate, B * NH, 0.3f, 1.7f, seed + 1);
     gc_fill(R, nout, -1, 1, seed + 2);
@@ -220,8 +250,8 @@ static void check_gradients(int causal, int use_mask, int use_gate, uint64_t see
                 an[m] = dqkv[(size_t)bt * 3 * C + part * C + j];
                 nu[m] = num[(size_t)bt * 3 * C + part * C + j];
             }
-        cr_expect_leq(gc_compare(what[part], an, nu, m), 1.0,
-                      "%s: causal=%d mask=%d gate=%d", what[part], causal, use_mask, use_gate);
+        cr_expect_leq(gc_compare(what[part], an, nu, m), 1.0, "%s: causal=%d mask=%d gate=%d",
+                      what[part], causal, use_mask, use_gate);
     }
     if (use_gate) {
         gc_numeric(gate, B * NH, R, c.out, nout, attn_eval, &c, num);
@@ -233,8 +263,16 @@ static void check_gradients(int causal, int use_mask, int use_gate, uint64_t see
     if (causal && use_mask) { /* sample 2, query 0 has no visible key: no gradient to its q */
         for (int j = 0; j < C; j++) cr_expect(dqkv[(size_t)2 * T * 3 * C + j] == 0.0f);
     }
-    free(mask); free(gate); free(R); free(dqkv); free(dgate); free(scratch); free(num);
-    free(c.out); free(c.att); free(c.qkv);
+    free(mask);
+    free(gate);
+    free(R);
+    free(dqkv);
+    free(dgate);
+    free(scratch);
+    free(num);
+    free(c.out);
+    free(c.att);
+    free(c.qkv);
 }
 
 Test(attention, gradients_plain) { check_gradients(0, 0, 0, 100); }
@@ -270,8 +308,13 @@ static void check_selected(int B, int T, int C, int NH, int K, const int *heads,
     for (int b = 0; b < B; b++)
         for (int k = 0; k < K; k++) gate[b * NH + heads[b * K + k]] = 1.0f;
     ref_qkv(qkv, x, w, use_bias ? bias : NULL, B * T, C);
-    bk_attn_args a = {.B = B, .T = T, .C = C, .NH = NH, .causal = causal,
-                      .mask = use_mask ? mask : NULL, .gate = gate};
+    bk_attn_args a = {.B = B,
+                      .T = T,
+                      .C = C,
+                      .NH = NH,
+                      .causal = causal,
+                      .mask = use_mask ? mask : NULL,
+                      .gate = gate};
     be->attention_forward(ref, att, qkv, &a);
     for (size_t i = 0; i < nx; i++) out[i] = NAN; /* unselected columns must be written as 0 */
     a.gate = NULL;
@@ -280,7 +323,8 @@ static void check_selected(int B, int T, int C, int NH, int K, const int *heads,
         for (int h = 0; h < NH; h++) {
             if (gate[h] != 0) continue;
             for (int part = 0; part < 3; part++)
-                for (size_t i = 0; i < (size_t)HS * C; i++) w[((size_t)part * C + h * HS) * C + i] = NAN;
+                for (size_t i = 0; i < (size_t)HS * C; i++)
+                    w[((size_t)part * C + h * HS) * C + i] = NAN;
         }
     be->attention_selected_forward(out, scratch, x, w, use_bias ? bias : NULL, heads, K, &a);
     double err = 0;
@@ -291,11 +335,20 @@ static void check_selected(int B, int T, int C, int NH, int K, const int *heads,
             err = fmax(err, isnan(out[i]) ? INFINITY : fabs(out[i] - ref[i]));
             nonzero_unselected += gate[(bt / T) * NH + c / HS] == 0 && out[i] != 0.0f;
         }
-    cr_expect_lt(err, 2e-5, "selected vs gated full: error %g (B%d T%d C%d NH%d K%d causal%d mask%d)",
-                 err, B, T, C, NH, K, causal, use_mask);
+    cr_expect_lt(err, 2e-5,
+                 "selected vs gated full: error %g (B%d T%d C%d NH%d K%d causal%d mask%d)", err, B,
+                 T, C, NH, K, causal, use_mask);
     cr_expect_eq(nonzero_unselected, 0, "unselected head columns not zero");
-    free(x); free(w); free(bias); free(qkv); free(ref); free(att); free(out); free(gate);
-    free(mask); free(scratch);
+    free(x);
+    free(w);
+    free(bias);
+    free(qkv);
+    free(ref);
+    free(att);
+    free(out);
+    free(gate);
+    free(mask);
+    free(scratch);
 }
 
 Test(attention, selected_heads_equal_gated_full) {
@@ -344,12 +397,17 @@ static void check_linear_selected(int B, int T, int C, int NH, int OC, int K, co
     be->linear_selected_forward(y, c, wo, bo, heads, K, B, T, C, NH, OC);
     double err = 0;
     for (size_t i = 0; i < ny; i++) err = fmax(err, isnan(y[i]) ? INFINITY : fabs(y[i] - ref[i]));
-    cr_expect_lt(err, 1e-4, "linear_selected error %g (B%d C%d NH%d OC%d K%d)", err, B, C, NH, OC, K);
+    cr_expect_lt(err, 1e-4, "linear_selected error %g (B%d C%d NH%d OC%d K%d)", err, B, C, NH, OC,
+                 K);
     be->linear_selected_forward(y, c, wo, NULL, heads, K, B, T, C, NH, OC);
     err = 0;
     for (size_t i = 0; i < ny; i++) err = fmax(err, fabs(y[i] - (ref[i] - bo[i % OC])));
     cr_expect_lt(err, 1e-4, "linear_selected without bias: error %g", err);
-    free(c); free(wo); free(bo); free(y); free(ref);
+    free(c);
+    free(wo);
+    free(bo);
+    free(y);
+    free(ref);
 }
 
 Test(attention, linear_selected_equals_full_linear_on_zeroed_columns) {

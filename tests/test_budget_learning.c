@@ -37,9 +37,9 @@ static void wire(model *m) {
     for (int i = 0; i < 3; i++)
         for (int c = 0; c < C; c++) param(m, ones[i])[c] = 1.0f;
     float *qkv = param(m, "h0.attn.qkv.w"); /* [3C, C]; value rows start at 2C, head h at 2C + 2h */
-    qkv[(2 * C + 0) * C + 0] = 1.0f;       /* head 0, value dim 0 <- u_0 */
-    qkv[(2 * C + 2) * C + 0] = 1.0f;       /* head 1, value dim 0 <- u_0 */
-    float *wo = param(m, "h0.attn.out.w"); /* [C, C]: y[4] = c[0] + c[2] */
+    qkv[(2 * C + 0) * C + 0] = 1.0f;        /* head 0, value dim 0 <- u_0 */
+    qkv[(2 * C + 2) * C + 0] = 1.0f;        /* head 1, value dim 0 <- u_0 */
+    float *wo = param(m, "h0.attn.out.w");  /* [C, C]: y[4] = c[0] + c[2] */
     wo[4 * C + 0] = 1.0f;
     wo[4 * C + 2] = 1.0f;
     float *cls = param(m, "cls.w"); /* [2, C] */
@@ -77,8 +77,14 @@ static double picks_signal_heads(model *m, double *loss) {
 
 Test(budget_learning, scorer_learns_to_pick_the_heads_that_carry_signal) {
     model m;
-    model_shape sh = {.layers = L, .d_model = C, .heads = H, .seq_len = T, .vocab = V,
-                      .n_classes = 2, .hadamard = 0, .budget = 1};
+    model_shape sh = {.layers = L,
+                      .d_model = C,
+                      .heads = H,
+                      .seq_len = T,
+                      .vocab = V,
+                      .n_classes = 2,
+                      .hadamard = 0,
+                      .budget = 1};
     char err[256];
     cr_assert_eq(model_create(&m, &sh, bk_cpu(), B, err, sizeof err), 0, "%s", err);
     wire(&m);
@@ -94,9 +100,16 @@ Test(budget_learning, scorer_learns_to_pick_the_heads_that_carry_signal) {
     bk_adamw h = {.lr = 0.05f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0};
     int ids[B * T], labels[B];
     for (int step = 0; step < 150; step++) {
-        m.kn = (model_knobs){.tau = 1.0f, .sigma = 1.0f, .tau_r = 0.3f, .s_min = 0, .s_max = 1,
-                             .lambda_budget = 0, .lambda_entropy = 0, .progress = step / 150.0f,
-                             .seed = 11, .step = (uint64_t)step};
+        m.kn = (model_knobs){.tau = 1.0f,
+                             .sigma = 1.0f,
+                             .tau_r = 0.3f,
+                             .s_min = 0,
+                             .s_max = 1,
+                             .lambda_budget = 0,
+                             .lambda_entropy = 0,
+                             .progress = step / 150.0f,
+                             .seed = 11,
+                             .step = (uint64_t)step};
         batch(step, ids, labels);
         cr_assert_eq(model_forward(&m, ids, NULL, labels, B, 1, err, sizeof err), 0, "%s", err);
         model_backward(&m);

@@ -29,8 +29,14 @@ static uint64_t fnv(uint64_t h, const unsigned char *p, size_t n) {
 static void write_sample(void) {
     float p[5] = {1, 2, 3, 4, 5}, m[5] = {.1f, .2f, .3f, .4f, .5f}, v[5] = {9, 8, 7, 6, 5};
     char cfg[] = "model.layers: 2\ntrain.seed: 7\n";
-    ckpt_state s = {.step = 42, .seed = 7, .data_step = 42, .n_params = 5, .params = p, .m = m,
-                    .v = v, .cfg_text = cfg};
+    ckpt_state s = {.step = 42,
+                    .seed = 7,
+                    .data_step = 42,
+                    .n_params = 5,
+                    .params = p,
+                    .m = m,
+                    .v = v,
+                    .cfg_text = cfg};
     char err[256];
     cr_assert_eq(ckpt_write(dir, &s, err, sizeof err), 0, "%s", err);
 }
@@ -80,8 +86,8 @@ Test(ckpt, reads_version_1) {
     size_t n;
     unsigned char *b = slurp(&n);
     unsigned char v1[4096];
-    memcpy(v1, b, 64);           /* magic .. payload checksum */
-    v1[8] = 1;                   /* version */
+    memcpy(v1, b, 64); /* magic .. payload checksum */
+    v1[8] = 1;         /* version */
     uint64_t hf = fnv(1469598103934665603ull, v1, 64);
     for (int i = 0; i < 8; i++) v1[64 + i] = (unsigned char)(hf >> (8 * i));
     memcpy(v1 + 72, b + 80, n - 80);

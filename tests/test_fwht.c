@@ -56,7 +56,8 @@ Test(fwht, entries_form_hadamard_matrices) {
     cr_expect_eq(bk_hadamard_entry(8, 3, 5), bk_hadamard_entry(8, 5, 3));
     int asym = 0;
     for (int i = 0; i < 12; i++)
-        for (int j = 0; j < 12; j++) asym += bk_hadamard_entry(12, i, j) != bk_hadamard_entry(12, j, i);
+        for (int j = 0; j < 12; j++)
+            asym += bk_hadamard_entry(12, i, j) != bk_hadamard_entry(12, j, i);
     cr_expect_gt(asym, 0, "H_12 should not be symmetric");
 }
 
@@ -150,8 +151,8 @@ Test(fwht, backward_is_transpose) {
         be->fwht_backward(dx, NULL, NULL, scratch, y, x, alpha, N, d);
         double lhs = gc_dot(hx, y, n), rhs = 0;
         for (size_t i = 0; i < n; i++) rhs += (double)x[i] * (dx[i] - 1.0);
-        cr_expect_lt(fabs(lhs - rhs), 1e-3 * (1 + fabs(lhs)), "d=%d: <Hx,y>=%g, <x,H^T y>=%g", d, lhs,
-                     rhs);
+        cr_expect_lt(fabs(lhs - rhs), 1e-3 * (1 + fabs(lhs)), "d=%d: <Hx,y>=%g, <x,H^T y>=%g", d,
+                     lhs, rhs);
         free(x);
         free(y);
         free(hx);
@@ -178,8 +179,12 @@ Test(fwht, gradients_match_finite_differences) {
     for (size_t k = 0; k < sizeof ds / sizeof *ds; k++) {
         int d = ds[k];
         size_t n = (size_t)N * d;
-        fwht_case c = {malloc(sizeof(float) * n), malloc(sizeof(float) * n),
-                       malloc(sizeof(float) * d), malloc(sizeof(float) * d), N, d};
+        fwht_case c = {malloc(sizeof(float) * n),
+                       malloc(sizeof(float) * n),
+                       malloc(sizeof(float) * d),
+                       malloc(sizeof(float) * d),
+                       N,
+                       d};
         float *R = malloc(sizeof(float) * n), *scratch = malloc(sizeof(float) * n);
         float *dinp = calloc(n, sizeof(float)), *dalpha = calloc(d, sizeof(float));
         float *dbeta = calloc(d, sizeof(float));

@@ -50,7 +50,8 @@ static void teardown(void) {
         sqlite3_stmt *st;
         if (sqlite3_prepare_v2(db, "SELECT pid FROM bfd_runs", -1, &st, NULL) == SQLITE_OK) {
             while (sqlite3_step(st) == SQLITE_ROW)
-                if (sqlite3_column_int64(st, 0) > 0) kill(-(pid_t)sqlite3_column_int64(st, 0), SIGKILL);
+                if (sqlite3_column_int64(st, 0) > 0)
+                    kill(-(pid_t)sqlite3_column_int64(st, 0), SIGKILL);
             sqlite3_finalize(st);
         }
     }
@@ -125,7 +126,8 @@ Test(daemon, sweep_completes_with_metrics_stored_once) {
     long long job = submit(write_sweep("three", 3, 40, 0));
     cr_assert_eq(job, 1);
     cr_assert_eq(wait_job(job), 0, "wait: a trial did not complete");
-    cr_assert_eq(db_int("SELECT COUNT(*) FROM trials WHERE job = ?1 AND state = 'COMPLETED'", job), 3);
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM trials WHERE job = ?1 AND state = 'COMPLETED'", job),
+                 3);
     for (long long t = 1; t <= 3; t++) {
         check_exactly_once(t);
         cr_assert_eq(db_int("SELECT MAX(seq) FROM metrics WHERE trial = ?1", t), 40 / 5,
@@ -204,9 +206,9 @@ Test(daemon, preempted_worker_resumes_without_using_a_retry) {
                         " AND message LIKE 'RUNNING -> PENDING: preempted (exit status 75)%'",
                         1),
                  1, "one RUNNING -> PENDING event");
-    cr_assert_eq(db_int("SELECT COUNT(*) FROM events WHERE trial = ?1 AND message LIKE '%FAILED%'",
-                        1),
-                 0, "a preemption is not a failure");
+    cr_assert_eq(
+        db_int("SELECT COUNT(*) FROM events WHERE trial = ?1 AND message LIKE '%FAILED%'", 1), 0,
+        "a preemption is not a failure");
     cr_assert_eq(db_int("SELECT COUNT(*) FROM attempts WHERE trial = ?1 AND n = 1"
                         " AND outcome = 'PREEMPTED'",
                         1),
@@ -256,7 +258,8 @@ static void *dealer(const char *name) {
 /* Sends the frames (NULL-terminated; a frame may be given with a length). */
 static void send_frames(void *s, int n, const char *const *f, const size_t *len) {
     for (int i = 0; i < n; i++)
-        cr_assert_geq(zmq_send(s, f[i], len ? len[i] : strlen(f[i]), i + 1 < n ? ZMQ_SNDMORE : 0), 0);
+        cr_assert_geq(zmq_send(s, f[i], len ? len[i] : strlen(f[i]), i + 1 < n ? ZMQ_SNDMORE : 0),
+                      0);
 }
 
 /* Receives a reply and returns its error code ("" when not an error). */
@@ -337,7 +340,8 @@ Test(daemon, malformed_and_oversized_messages_get_errors) {
     const char *sub1[] = {"bf", "1", "submit", "{\"sweep\": 3, \"file\": \"x.yaml\"}"};
     send_frames(c, 4, sub1, NULL);
     cr_assert_str_eq(recv_code(c, 0), "bad_field");
-    const char *sub2[] = {"bf", "1", "submit", "{\"sweep\": \"name: x\\nbogus_key: 1\\n\", \"file\": \"x.yaml\"}"};
+    const char *sub2[] = {"bf", "1", "submit",
+                          "{\"sweep\": \"name: x\\nbogus_key: 1\\n\", \"file\": \"x.yaml\"}"};
     send_frames(c, 4, sub2, NULL);
     cr_assert_str_eq(recv_code(c, 0), "invalid_sweep");
     const char *job[] = {"bf", "1", "job", "{\"job\": 999}"};
@@ -379,7 +383,8 @@ Test(daemon, tcp_requires_curve_and_an_allowed_key) {
     snprintf(cmd, sizeof cmd, BFD " --home %s --tcp 127.0.0.1:17321 --quiet 2>/dev/null", g_home);
     cr_assert_neq(system(cmd), 0, "bfd must refuse TCP without CURVE keys");
     snprintf(cmd, sizeof cmd,
-             BFD " keygen --home %s >/dev/null && " BFD " keygen --home %s --client alice >/dev/null"
+             BFD " keygen --home %s >/dev/null && " BFD
+                 " keygen --home %s --client alice >/dev/null"
                  " && " BFD " keygen --home %s/other --client mallory >/dev/null",
              g_home, g_home, g_dir);
     cr_assert_eq(system(cmd), 0);

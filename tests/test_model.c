@@ -10,17 +10,31 @@
 #include "worker/model.h"
 
 static void make(model *m, int budget, int hadamard, int n_classes) {
-    model_shape sh = {.layers = 2, .d_model = 16, .heads = 4, .seq_len = 5, .vocab = 11,
-                      .n_classes = n_classes, .hadamard = hadamard, .budget = budget};
+    model_shape sh = {.layers = 2,
+                      .d_model = 16,
+                      .heads = 4,
+                      .seq_len = 5,
+                      .vocab = 11,
+                      .n_classes = n_classes,
+                      .hadamard = hadamard,
+                      .budget = budget};
     char err[256];
     cr_assert_eq(model_create(m, &sh, bk_cpu(), 3, err, sizeof err), 0, "%s", err);
     model_init_weights(m, 3);
     /* larger weights than the training init, so every gradient is well above
      * float rounding in the finite differences */
     for (size_t i = 0; i < m->P.numel; i++) m->P.data[i] += 0.3f * bk_rng_normal_at(9, 1, i);
-    m->kn = (model_knobs){.tau = 0.7f, .sigma = 0.5f, .tau_r = 0.4f, .s_min = 0.6f, .s_max = 0.7f,
-                          .lambda_budget = 2.0f, .lambda_entropy = 0.5f, .progress = 0.2f,
-                          .seed = 5, .step = 7, .exact_gradient = 1};
+    m->kn = (model_knobs){.tau = 0.7f,
+                          .sigma = 0.5f,
+                          .tau_r = 0.4f,
+                          .s_min = 0.6f,
+                          .s_max = 0.7f,
+                          .lambda_budget = 2.0f,
+                          .lambda_entropy = 0.5f,
+                          .progress = 0.2f,
+                          .seed = 5,
+                          .step = 7,
+                          .exact_gradient = 1};
 }
 
 static const int ids[15] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 3, 5, 7, 9};
@@ -161,7 +175,8 @@ Test(model, hard_top_k_picks_exactly_k_best_heads) {
                 for (int j = 0; j < 4; j++) {
                     int in = 0;
                     for (int q = 0; q < k; q++) in |= heads[q] == j;
-                    if (!in) cr_expect_geq(z[heads[i]], z[j], "selected head %d below %d", heads[i], j);
+                    if (!in)
+                        cr_expect_geq(z[heads[i]], z[j], "selected head %d below %d", heads[i], j);
                 }
         }
     model_destroy(&m);
@@ -181,8 +196,13 @@ Test(model, hadamard_has_d_squared_fewer_parameters_per_block) {
 
 Test(model, refuses_bad_hadamard_width_and_token_ids) {
     model m;
-    model_shape sh = {.layers = 1, .d_model = 20, .heads = 4, .seq_len = 4, .vocab = 8,
-                      .n_classes = 2, .hadamard = 1};
+    model_shape sh = {.layers = 1,
+                      .d_model = 20,
+                      .heads = 4,
+                      .seq_len = 4,
+                      .vocab = 8,
+                      .n_classes = 2,
+                      .hadamard = 1};
     char err[256];
     cr_expect_eq(model_create(&m, &sh, bk_cpu(), 2, err, sizeof err), -1);
     cr_expect(strstr(err, "2^n or 12*2^n") != NULL, "%s", err);
@@ -218,12 +238,13 @@ Test(model, grouped_inference_matches_one_sample_at_a_time) {
     cr_assert_gt(distinct, 0, "this input should give samples different k (got %d %d %d)", ks[0],
                  ks[1], ks[2]);
     for (int b = 0; b < 3; b++) {
-        cr_assert_eq(model_forward(&m, ids + 5 * b, mask + 5 * b, targets + b, 1, 0, err, sizeof err),
-                     0, "%s", err);
+        cr_assert_eq(
+            model_forward(&m, ids + 5 * b, mask + 5 * b, targets + b, 1, 0, err, sizeof err), 0,
+            "%s", err);
         for (int v = 0; v < 3; v++)
             cr_expect_float_eq(m.h_logits[v], batch_logits[3 * b + v], 1e-5,
-                               "sample %d logit %d: alone %g, in the batch %g", b, v,
-                               m.h_logits[v], batch_logits[3 * b + v]);
+                               "sample %d logit %d: alone %g, in the batch %g", b, v, m.h_logits[v],
+                               batch_logits[3 * b + v]);
     }
     model_destroy(&m);
 }

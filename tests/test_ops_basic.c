@@ -349,8 +349,10 @@ static void linear_gradcheck(int with_bias) {
     gc_op op = {lin_eval, &c, out, no, R};
     check_grad("linear dinp", &op, inp, ni, di, pi);
     check_grad("linear dw", &op, w, nw, dw, pw);
-    if (with_bias) check_grad("linear dbias", &op, b, (size_t)OC, db, pb);
-    else expect_same("dbias untouched", db, pb, (size_t)OC);
+    if (with_bias)
+        check_grad("linear dbias", &op, b, (size_t)OC, db, pb);
+    else
+        expect_same("dbias untouched", db, pb, (size_t)OC);
 
     /* each gradient alone (the others NULL) gives the same numbers */
     float *di2 = fcopy(pi, ni), *dw2 = fcopy(pw, nw), *db2 = fcopy(pb, (size_t)OC);
@@ -413,7 +415,8 @@ Test(ops, gemm_strided_batched_matches_naive, .init = init_cpu) {
             int lda = acols + 2, ldb = bcols + 3, ldc = N + 1;
             long long sA = (long long)arows * lda + 5, sB = (long long)brows * ldb + 1,
                       sC = (long long)M * ldc + 4;
-            float *A = frand((size_t)(sA * batch), -1, 1, 1 + ta), *Bm = frand((size_t)(sB * batch), -1, 1, 3 + tb);
+            float *A = frand((size_t)(sA * batch), -1, 1, 1 + ta),
+                  *Bm = frand((size_t)(sB * batch), -1, 1, 3 + tb);
             float *C = frand((size_t)(sC * batch), -1, 1, 5), *C0 = fcopy(C, (size_t)(sC * batch));
             cpu->gemm(ta, tb, M, N, K, 0.5f, A, lda, sA, Bm, ldb, sB, -2.0f, C, ldc, sC, batch);
             for (int i = 0; i < batch; i++)
@@ -431,8 +434,9 @@ Test(ops, gemm_strided_batched_matches_naive, .init = init_cpu) {
                             s += a * b;
                         }
                         double want = 0.5 * s - 2.0 * C0[ci];
-                        cr_assert(fabs(C[ci] - want) <= 1e-5, "ta %d tb %d item %d (%d,%d): %g vs %g",
-                                  ta, tb, i, r, c, (double)C[ci], want);
+                        cr_assert(fabs(C[ci] - want) <= 1e-5,
+                                  "ta %d tb %d item %d (%d,%d): %g vs %g", ta, tb, i, r, c,
+                                  (double)C[ci], want);
                     }
         }
 }
@@ -473,9 +477,11 @@ static void ln_eval(void *c) {
 Test(ops, layernorm_gradcheck, .init = init_cpu) {
     int N = 4, C = 8;
     size_t n = (size_t)N * C;
-    float *inp = frand(n, -2, 2, 1), *w = frand((size_t)C, 0.5f, 1.5f, 2), *b = frand((size_t)C, -1, 1, 3);
+    float *inp = frand(n, -2, 2, 1), *w = frand((size_t)C, 0.5f, 1.5f, 2),
+          *b = frand((size_t)C, -1, 1, 3);
     float *out = fbuf(n), *mean = fbuf((size_t)N), *rstd = fbuf((size_t)N), *R = frand(n, -1, 1, 4);
-    float *pi = frand(n, -1, 1, 5), *pw = frand((size_t)C, -1, 1, 6), *pb = frand((size_t)C, -1, 1, 7);
+    float *pi = frand(n, -1, 1, 5), *pw = frand((size_t)C, -1, 1, 6),
+          *pb = frand((size_t)C, -1, 1, 7);
     float *di = fcopy(pi, n), *dw = fcopy(pw, (size_t)C), *db = fcopy(pb, (size_t)C);
     ln_ctx c = {out, mean, rstd, inp, w, b, N, C};
     ln_eval(&c);
@@ -498,12 +504,15 @@ Test(ops, layernorm_gradcheck, .init = init_cpu) {
 Test(ops, layernorm_large_matches_double, .init = init_cpu) {
     int N = 96, C = 384; /* threaded rows and channel chunks */
     size_t n = (size_t)N * C;
-    float *inp = frand(n, -3, 5, 1), *w = frand((size_t)C, 0.5f, 1.5f, 2), *b = frand((size_t)C, -1, 1, 3);
-    float *out = fbuf(n), *mean = fbuf((size_t)N), *rstd = fbuf((size_t)N), *dout = frand(n, -1, 1, 4);
+    float *inp = frand(n, -3, 5, 1), *w = frand((size_t)C, 0.5f, 1.5f, 2),
+          *b = frand((size_t)C, -1, 1, 3);
+    float *out = fbuf(n), *mean = fbuf((size_t)N), *rstd = fbuf((size_t)N),
+          *dout = frand(n, -1, 1, 4);
     float *di = fbuf(n), *dw = fbuf((size_t)C), *db = fbuf((size_t)C);
     cpu->layernorm_forward(out, mean, rstd, inp, w, b, N, C);
     cpu->layernorm_backward(di, dw, db, dout, inp, w, mean, rstd, N, C);
-    double *wdi = take(n * sizeof(double)), *wdw = take(C * sizeof(double)), *wdb = take(C * sizeof(double));
+    double *wdi = take(n * sizeof(double)), *wdw = take(C * sizeof(double)),
+           *wdb = take(C * sizeof(double));
     for (int r = 0; r < N; r++) {
         const float *x = inp + (size_t)r * C, *d = dout + (size_t)r * C;
         double m = 0, v = 0, sg = 0, sgx = 0;
@@ -513,7 +522,8 @@ Test(ops, layernorm_large_matches_double, .init = init_cpu) {
         double rs = 1.0 / sqrt(v / C + 1e-5);
         for (int c = 0; c < C; c++) {
             double xh = (x[c] - m) * rs;
-            cr_assert(fabs(out[(size_t)r * C + c] - (xh * w[c] + b[c])) <= 1e-5, "ln out %d,%d", r, c);
+            cr_assert(fabs(out[(size_t)r * C + c] - (xh * w[c] + b[c])) <= 1e-5, "ln out %d,%d", r,
+                      c);
             sg += w[c] * d[c];
             sgx += w[c] * d[c] * xh;
             wdw[c] += d[c] * xh;
@@ -572,7 +582,8 @@ Test(ops, softmax_gradcheck_and_large, .init = init_cpu) {
         for (int k = 0; k < C; k++) s += exp(xl[(size_t)r * C + k] - mx);
         for (int k = 0; k < C; k += 11) {
             double want = exp(xl[(size_t)r * C + k] - mx) / s;
-            cr_assert(fabs(yl[(size_t)r * C + k] - want) <= 1e-6 + 1e-5 * want, "softmax %d,%d", r, k);
+            cr_assert(fabs(yl[(size_t)r * C + k] - want) <= 1e-6 + 1e-5 * want, "softmax %d,%d", r,
+                      k);
         }
     }
 }
@@ -592,8 +603,8 @@ Test(ops, meanpool_by_hand, .init = init_cpu) {
     expect_near("meanpool' masked", dinp, (double[]){2, 3, 1, 1, 2, 3, 1, 1, 1, 1, 1, 1}, 12, 0);
     cpu->meanpool_backward(dinp, dout, NULL, 2, 3, 2);
     expect_near("meanpool'", dinp,
-                (double[]){2 + 2. / 3, 3 + 4. / 3, 1 + 2. / 3, 1 + 4. / 3, 2 + 2. / 3, 3 + 4. / 3, 3,
-                           1 + 8. / 3, 3, 1 + 8. / 3, 3, 1 + 8. / 3},
+                (double[]){2 + 2. / 3, 3 + 4. / 3, 1 + 2. / 3, 1 + 4. / 3, 2 + 2. / 3, 3 + 4. / 3,
+                           3, 1 + 8. / 3, 3, 1 + 8. / 3, 3, 1 + 8. / 3},
                 12, 1e-6);
 }
 
@@ -612,7 +623,8 @@ Test(ops, meanpool_gradcheck_and_large, .init = init_cpu) {
     float mask[15] = {1, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1};
     for (int k = 0; k < 2; k++) {
         float *m = k ? NULL : mask;
-        float *x = frand(n, -1, 1, 1), *out = fbuf((size_t)B * C), *R = frand((size_t)B * C, -1, 1, 2);
+        float *x = frand(n, -1, 1, 1), *out = fbuf((size_t)B * C),
+              *R = frand((size_t)B * C, -1, 1, 2);
         float *pre = frand(n, -1, 1, 3), *dx = fcopy(pre, n);
         mp_ctx c = {out, x, m, B, T, C};
         cpu->meanpool_backward(dx, R, m, B, T, C);
@@ -644,7 +656,9 @@ Test(ops, crossentropy_by_hand, .init = init_cpu) {
     float losses[3], probs[9];
     cpu->crossentropy_forward(losses, probs, lg, tg, 3, 3);
     expect_near("ce", losses, (double[]){log(2.0), log(6.0), 0}, 3, 1e-6);
-    expect_near("ce probs", probs, (double[]){1. / 6, 2. / 6, 3. / 6, 1. / 6, 2. / 6, 3. / 6, 1. / 6, 2. / 6, 3. / 6}, 9, 1e-6);
+    expect_near("ce probs", probs,
+                (double[]){1. / 6, 2. / 6, 3. / 6, 1. / 6, 2. / 6, 3. / 6, 1. / 6, 2. / 6, 3. / 6},
+                9, 1e-6);
     float big[2] = {1000, 0}, bl, bp[2];
     int bt = 1;
     cpu->crossentropy_forward(&bl, bp, big, &bt, 1, 2);
@@ -655,8 +669,8 @@ Test(ops, crossentropy_by_hand, .init = init_cpu) {
     for (int i = 0; i < 9; i++) d[i] = 1;
     cpu->crossentropy_backward(d, probs, tg, dl, 3, 3);
     expect_near("ce'", d,
-                (double[]){1 + 2. / 6, 1 + 4. / 6, 1 + 2 * (3. / 6 - 1), 1 + 3 * (1. / 6 - 1), 1 + 1, 1 + 1.5,
-                           1, 1, 1},
+                (double[]){1 + 2. / 6, 1 + 4. / 6, 1 + 2 * (3. / 6 - 1), 1 + 3 * (1. / 6 - 1),
+                           1 + 1, 1 + 1.5, 1, 1, 1},
                 9, 1e-6);
 }
 
@@ -736,7 +750,8 @@ Test(ops, mse_gradcheck_and_large, .init = init_cpu) {
     for (int k = 0; k < 2; k++) {
         float *m = k ? NULL : mask;
         float *a = frand(n, -1, 1, 1), *b = frand(n, -1, 1, 2), loss, R = 1.7f;
-        float *pa = frand(n, -1, 1, 3), *pb = frand(n, -1, 1, 4), *da = fcopy(pa, n), *db = fcopy(pb, n);
+        float *pa = frand(n, -1, 1, 3), *pb = frand(n, -1, 1, 4), *da = fcopy(pa, n),
+              *db = fcopy(pb, n);
         mse_ctx c = {&loss, a, b, m, N, C};
         cpu->mse_backward(da, db, a, b, m, R, N, C);
         gc_op op = {mse_eval, &c, &loss, 1, &R};
@@ -750,10 +765,12 @@ Test(ops, mse_gradcheck_and_large, .init = init_cpu) {
     for (int i = 0; i < N; i++) {
         ml[i] = ml[i] < 0.5f ? 0.0f : 1.0f;
         cnt += ml[i];
-        for (int c = 0; c < C; c++) s += ml[i] * ((double)a[i * C + c] - b[i * C + c]) * (a[i * C + c] - b[i * C + c]);
+        for (int c = 0; c < C; c++)
+            s += ml[i] * ((double)a[i * C + c] - b[i * C + c]) * (a[i * C + c] - b[i * C + c]);
     }
     cpu->mse_forward(&loss, a, b, ml, N, C);
-    cr_assert(fabs(loss - s / (C * cnt)) <= 1e-5, "large mse %g vs %g", (double)loss, s / (C * cnt));
+    cr_assert(fabs(loss - s / (C * cnt)) <= 1e-5, "large mse %g vs %g", (double)loss,
+              s / (C * cnt));
 }
 
 Test(ops, global_norm, .init = init_cpu) {

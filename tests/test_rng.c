@@ -15,7 +15,8 @@ Test(rng, philox4x32_10_known_answers) {
     static const uint32_t ctr[3][4] = {{0, 0, 0, 0},
                                        {0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu},
                                        {0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}};
-    static const uint32_t key[3][2] = {{0, 0}, {0xffffffffu, 0xffffffffu}, {0xa4093822u, 0x299f31d0u}};
+    static const uint32_t key[3][2] = {
+        {0, 0}, {0xffffffffu, 0xffffffffu}, {0xa4093822u, 0x299f31d0u}};
     static const uint32_t want[3][4] = {{0x6627e8d5u, 0xe169c58du, 0xbc57ac4cu, 0x9b00dbd8u},
                                         {0x408f276du, 0x41c83b0eu, 0xa20bc7c6u, 0x6d5451fdu},
                                         {0xd16cfe09u, 0x94fdccebu, 0x5001e420u, 0x24126ea1u}};
@@ -37,8 +38,8 @@ Test(rng, block_packing) {
     bk_philox_block(seed, stream, block, out);
     cr_assert(out[0] == 0xd16cfe09u && out[1] == 0x94fdccebu && out[2] == 0x5001e420u &&
                   out[3] == 0x24126ea1u,
-              "bk_philox_block packs (seed, stream, block) differently: %08x %08x %08x %08x", out[0],
-              out[1], out[2], out[3]);
+              "bk_philox_block packs (seed, stream, block) differently: %08x %08x %08x %08x",
+              out[0], out[1], out[2], out[3]);
     bk_philox_block(0, 0, 0, out);
     cr_assert(out[0] == 0x6627e8d5u, "block 0 of seed 0 stream 0");
     /* uniform number 4*b + j is word j of block b */
@@ -67,8 +68,8 @@ Test(rng, backend_matches_per_index_functions) {
             bk_cpu()->rng_normal(z, n, 1234, 5, offsets[o] + (uint64_t)s);
             for (size_t i = 0; i < n; i++) {
                 uint64_t idx = offsets[o] + (uint64_t)s + i;
-                cr_assert(u[i] == bk_rng_uniform_at(1234, 5, idx), "uniform n=%zu off=%llu i=%zu", n,
-                          (unsigned long long)(offsets[o] + s), i);
+                cr_assert(u[i] == bk_rng_uniform_at(1234, 5, idx), "uniform n=%zu off=%llu i=%zu",
+                          n, (unsigned long long)(offsets[o] + s), i);
                 float zz = bk_rng_normal_at(1234, 5, idx);
                 cr_assert(memcmp(&z[i], &zz, sizeof zz) == 0, "normal n=%zu i=%zu", n, i);
             }
@@ -84,8 +85,10 @@ Test(rng, reproducible_and_offsets_shift) {
     cpu->rng_uniform(b, 15, 42, 7, 0);
     cr_assert(memcmp(a, b, sizeof a) == 0, "same seed/stream/offset gave different numbers");
     cpu->rng_uniform(c, 10, 42, 7, 5);
-    cr_assert(memcmp(c, a + 5, 5 * sizeof(float)) == 0, "uniform(n=10, off=5)[0..5) != uniform(15)[5..10)");
-    cr_assert(memcmp(c, a + 5, 10 * sizeof(float)) == 0, "uniform(n=10, off=5) != uniform(15)[5..15)");
+    cr_assert(memcmp(c, a + 5, 5 * sizeof(float)) == 0,
+              "uniform(n=10, off=5)[0..5) != uniform(15)[5..10)");
+    cr_assert(memcmp(c, a + 5, 10 * sizeof(float)) == 0,
+              "uniform(n=10, off=5) != uniform(15)[5..15)");
     cpu->rng_normal(a, 15, 42, 7, 0);
     cpu->rng_normal(c, 10, 42, 7, 5);
     cr_assert(memcmp(c, a + 5, 10 * sizeof(float)) == 0, "normal offsets do not shift");
@@ -113,7 +116,8 @@ Test(rng, streams_and_seeds_differ) {
         cpu->rng_uniform(other, N, seeds[k], 0, 0);
         int same = 0;
         for (int i = 0; i < N; i++) same += other[i] == base[i];
-        cr_assert(same < 4, "seed %llu shares %d values with seed 42", (unsigned long long)seeds[k], same);
+        cr_assert(same < 4, "seed %llu shares %d values with seed 42", (unsigned long long)seeds[k],
+                  same);
     }
 }
 
@@ -141,7 +145,9 @@ Test(rng, moments_of_1e5_draws) {
     cr_assert(fabs((double)tail / n - 0.05) < 0.005, "P(|z| > 1.96) = %g", (double)tail / n);
     bk_cpu()->rng_uniform(x, n, 2024, 3, 11);
     moments(x, n, &mean, &var);
-    cr_assert(fabs(mean - 0.5) < 0.006 && fabs(var - 1.0 / 12) < 0.002, "uniform mean %g var %g", mean, var);
-    for (size_t i = 0; i < n; i++) cr_assert(x[i] > 0.0f && x[i] < 1.0f, "uniform %zu = %g", i, (double)x[i]);
+    cr_assert(fabs(mean - 0.5) < 0.006 && fabs(var - 1.0 / 12) < 0.002, "uniform mean %g var %g",
+              mean, var);
+    for (size_t i = 0; i < n; i++)
+        cr_assert(x[i] > 0.0f && x[i] < 1.0f, "uniform %zu = %g", i, (double)x[i]);
     free(x);
 }

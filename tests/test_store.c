@@ -304,8 +304,7 @@ Test(store, preemption_keeps_retries) {
     int64_t e = trial_id(s, job, 4);
     int att, requeued;
     cr_assert_eq(store_trial_transition(s, e, TRIAL_RUNNING, NULL, err, sizeof err), 0);
-    cr_assert_eq(store_trial_preempt(s, e, "SIGTERM from the node", err, sizeof err), 0, "%s",
-                 err);
+    cr_assert_eq(store_trial_preempt(s, e, "SIGTERM from the node", err, sizeof err), 0, "%s", err);
     cr_assert_eq(state_of(s, e, &att), TRIAL_PENDING);
     cr_assert_eq(att, 1, "the preempted start is an attempt");
     /* preempted twice more: still no retry used */

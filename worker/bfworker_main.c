@@ -2,7 +2,8 @@
  *   bfworker train CONFIG.yaml [--set key=value ...] [--out DIR] [--resume] [--quiet]
  *   bfworker eval CHECKPOINT [--split val|test] [--set key=value ...]
  *   bfworker params CONFIG.yaml [--set key=value ...]
- *   bfworker generate CHECKPOINT --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]
+ *   bfworker generate CHECKPOINT --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed
+ * S]
  */
 #include <signal.h>
 #include <stdio.h>
@@ -32,8 +33,10 @@ static const char *USAGE =
     "commands:\n"
     "  train CONFIG.yaml   train per the config (standalone, no daemon)\n"
     "      --set KEY=VALUE   override one config key (dotted path; repeatable)\n"
-    "      --out DIR         write metrics.jsonl, config.yaml, checkpoint.bin here (default runs/NAME)\n"
-    "      --resume [DIR]    continue from DIR/checkpoint.bin if it exists (DIR: the --out folder)\n"
+    "      --out DIR         write metrics.jsonl, config.yaml, checkpoint.bin here (default "
+    "runs/NAME)\n"
+    "      --resume [DIR]    continue from DIR/checkpoint.bin if it exists (DIR: the --out "
+    "folder)\n"
     "      --comm-timeout S  data parallel: a collective not done in S seconds ends the rank\n"
     "                        with status 69 (a peer died; default 600, 0 = never)\n"
     "      --quiet           no progress lines\n"
@@ -163,7 +166,8 @@ static int train_ranks(int argc, char **argv, comm_t *comm) {
     char *end = NULL;
     double timeout_s = timeout ? strtod(timeout, &end) : 600.0;
     if (timeout && (end == timeout || *end || !(timeout_s >= 0) || timeout_s > 1e7)) {
-        fprintf(stderr, "bfworker: --comm-timeout must be seconds in [0, 1e7], got '%s'\n", timeout);
+        fprintf(stderr, "bfworker: --comm-timeout must be seconds in [0, 1e7], got '%s'\n",
+                timeout);
         free(args);
         return EXIT_USAGE;
     }
@@ -188,8 +192,10 @@ static int train_ranks(int argc, char **argv, comm_t *comm) {
     sa.sa_handler = on_term;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
-    train_opts o = {.out_dir = out, .resume = has_flag(argc, argv, 3, "--resume"),
-                    .quiet = has_flag(argc, argv, 3, "--quiet"), .stop = &stop_requested,
+    train_opts o = {.out_dir = out,
+                    .resume = has_flag(argc, argv, 3, "--resume"),
+                    .quiet = has_flag(argc, argv, 3, "--quiet"),
+                    .stop = &stop_requested,
                     .comm = comm};
     free(args);
     if (!o.quiet && rank == 0) fprintf(stderr, "bfworker: training %s into %s\n", c.pipeline, out);
@@ -205,7 +211,6 @@ static int train_ranks(int argc, char **argv, comm_t *comm) {
     }
     return EXIT_OK;
 }
-
 
 /* Reads the checkpoint argv[2] and its config, then applies the --set
  * options from argv[3..]. Returns 0, or the exit status after printing why
@@ -262,7 +267,8 @@ static int cmd_eval(int argc, char **argv) {
     int rc = EXIT_FAIL;
     if (model_create(&m, &sh, be, c.train.batch, err, sizeof err)) goto done;
     if (m.P.numel != s.n_params) {
-        snprintf(err, sizeof err, "checkpoint has %zu parameters but its config builds %zu", s.n_params, m.P.numel);
+        snprintf(err, sizeof err, "checkpoint has %zu parameters but its config builds %zu",
+                 s.n_params, m.P.numel);
         goto done;
     }
     be->to_device(m.P.data, s.params, s.n_params * sizeof(float));
@@ -291,7 +297,8 @@ static int cmd_eval(int argc, char **argv) {
         printf("perplexity   %.3f\n", e.ppl);
     printf("heads_used   %.4f\n", e.heads_used);
     printf("attn_flops   %.4g per sample\n", e.attn_flops);
-    printf("wall_time    %.3f s (%.1f samples/s)\n", e.seconds, e.samples / (e.seconds > 0 ? e.seconds : 1));
+    printf("wall_time    %.3f s (%.1f samples/s)\n", e.seconds,
+           e.samples / (e.seconds > 0 ? e.seconds : 1));
     if (sh.budget) printf("corr(s,len)  %.3f\ncorr(s,loss) %.3f\n", e.corr_s_len, e.corr_s_loss);
     rc = EXIT_OK;
 done:
@@ -318,9 +325,13 @@ static int cmd_params(int argc, char **argv) {
     }
     /* the shape only needs the vocabulary and class count, not the data */
     int lm = strcmp(c.pipeline, "lm") == 0;
-    model_shape sh = {.layers = c.model.layers, .d_model = c.model.d_model, .heads = c.model.heads,
-                      .seq_len = c.model.seq_len, .vocab = c.model.vocab,
-                      .n_classes = lm ? 0 : 26, .hadamard = strcmp(c.attn.out_proj, "hadamard") == 0,
+    model_shape sh = {.layers = c.model.layers,
+                      .d_model = c.model.d_model,
+                      .heads = c.model.heads,
+                      .seq_len = c.model.seq_len,
+                      .vocab = c.model.vocab,
+                      .n_classes = lm ? 0 : 26,
+                      .hadamard = strcmp(c.attn.out_proj, "hadamard") == 0,
                       .budget = c.budget.enabled && !lm};
     model m;
     if (model_create(&m, &sh, bk_cpu(), 1, err, sizeof err)) {
@@ -379,8 +390,8 @@ static int print_text(FILE *f, const tok_t *tok, const int32_t *ids, size_t n, c
 }
 
 static int cmd_generate(int argc, char **argv) {
-    static const char *const vals[] = {"--prompt", "--tokens", "--temperature", "--top-k",
-                                       "--seed", "--set", NULL};
+    static const char *const vals[] = {"--prompt", "--tokens", "--temperature", "--top-k", "--seed",
+                                       "--set",    NULL};
     static const char *const flags[] = {NULL};
     if (argc < 3 || argv[2][0] == '-') {
         fprintf(stderr, "bfworker generate: missing CHECKPOINT\n%s", USAGE);
@@ -445,7 +456,8 @@ static int cmd_generate(int argc, char **argv) {
     }
     all[0] = TOK_EOS;
     for (size_t i = 0; i < n_ids; i++) all[1 + i] = ids[i];
-    gen_sampler gs = {.temperature = (float)temperature, .top_k = (int)top_k, .seed = (uint64_t)seed};
+    gen_sampler gs = {
+        .temperature = (float)temperature, .top_k = (int)top_k, .seed = (uint64_t)seed};
     if (gen_generate(&g, all, (int)n_ids + 1, n_new, &gs, all + 1 + n_ids, err, sizeof err))
         goto done;
     if (print_text(stdout, d.tok, all + 1, n_ids + (size_t)n_new, err, sizeof err)) goto done;
@@ -472,6 +484,9 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "params") == 0) return cmd_params(argc, argv);
     if (strcmp(argv[1], "generate") == 0) return cmd_generate(argc, argv);
     if (strcmp(argv[1], "run") == 0) return run_trial_main(argc, argv);
-    fprintf(stderr, "bfworker: unknown command '%s' (valid: train, eval, params, generate, run; see --help)\n", argv[1]);
+    fprintf(
+        stderr,
+        "bfworker: unknown command '%s' (valid: train, eval, params, generate, run; see --help)\n",
+        argv[1]);
     return EXIT_USAGE;
 }

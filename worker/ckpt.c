@@ -52,8 +52,8 @@ int ckpt_write(const char *dir, const ckpt_state *s, char *err, size_t errlen) {
     char tmp[4096], final[4096];
     size_t cfg_len = s->cfg_text ? strlen(s->cfg_text) : 0;
     if (cfg_len > CKPT_MAX_CFG) {
-        snprintf(err, errlen, "checkpoint: config text of %zu bytes is over the %u-byte cap", cfg_len,
-                 CKPT_MAX_CFG);
+        snprintf(err, errlen, "checkpoint: config text of %zu bytes is over the %u-byte cap",
+                 cfg_len, CKPT_MAX_CFG);
         return -1;
     }
     snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%ld", dir, CKPT_NAME, (long)getpid());
@@ -91,7 +91,8 @@ int ckpt_write(const char *dir, const ckpt_state *s, char *err, size_t errlen) {
     }
     close(fd);
     if (rename(tmp, final)) {
-        snprintf(err, errlen, "checkpoint: cannot rename %s to %s: %s", tmp, final, strerror(errno));
+        snprintf(err, errlen, "checkpoint: cannot rename %s to %s: %s", tmp, final,
+                 strerror(errno));
         unlink(tmp);
         return -1;
     }
@@ -156,8 +157,8 @@ int ckpt_read(const char *path, ckpt_state *s, char *err, size_t errlen) {
     }
     uint64_t want = hbytes + cfg_len + 3 * s->n_params * sizeof(float);
     if (fstat(fileno(f), &st) || (uint64_t)st.st_size != want) {
-        snprintf(err, errlen, "checkpoint %s: %lld bytes, expected %llu (truncated or padded)", file,
-                 (long long)st.st_size, (unsigned long long)want);
+        snprintf(err, errlen, "checkpoint %s: %lld bytes, expected %llu (truncated or padded)",
+                 file, (long long)st.st_size, (unsigned long long)want);
         goto fail;
     }
     size_t nb = s->n_params * sizeof(float);
@@ -206,8 +207,9 @@ void ckpt_free(ckpt_state *s) {
 
 /* Keys whose value does not change what training computes. */
 static int key_ignored(const char *k, size_t n) {
-    static const char *keys[] = {"device", "data.dir", "train.log_every", "train.eval_every",
-                                 "train.checkpoint_every", NULL};
+    static const char *keys[] = {
+        "device", "data.dir", "train.log_every", "train.eval_every", "train.checkpoint_every",
+        NULL};
     for (const char **p = keys; *p; p++)
         if (strlen(*p) == n && memcmp(*p, k, n) == 0) return 1;
     return 0;

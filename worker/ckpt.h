@@ -25,13 +25,13 @@
 #define CKPT_MAX_CFG (1u << 20)
 
 typedef struct ckpt_state {
-    uint64_t step;       /* optimiser steps done */
-    uint64_t seed;       /* train.seed: every random stream derives from (seed, step) */
-    uint64_t data_step;  /* next global batch the data batcher produces */
+    uint64_t step;      /* optimiser steps done */
+    uint64_t seed;      /* train.seed: every random stream derives from (seed, step) */
+    uint64_t data_step; /* next global batch the data batcher produces */
     size_t n_params;
     float *params, *m, *v; /* host arrays of n_params (owned by whoever allocated) */
-    char *cfg_text;      /* resolved config, NUL-terminated */
-    uint64_t cfg_hash;   /* ckpt_read: FNV-1a of cfg_text as stored in the header */
+    char *cfg_text;        /* resolved config, NUL-terminated */
+    uint64_t cfg_hash;     /* ckpt_read: FNV-1a of cfg_text as stored in the header */
 } ckpt_state;
 
 /* Writes s into dir/checkpoint.bin atomically (s->cfg_hash is computed, not

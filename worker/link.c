@@ -43,10 +43,10 @@ struct link_t {
     char path[4096];
     /* thread state */
     int fd;
-    int64_t lines;    /* complete lines seen */
-    int64_t *offs;    /* offs[i]: start of line i+1; offs[lines]: end of the last line */
+    int64_t lines; /* complete lines seen */
+    int64_t *offs; /* offs[i]: start of line i+1; offs[lines]: end of the last line */
     size_t cap_offs;
-    int64_t acked;    /* highest seq bfd has stored */
+    int64_t acked; /* highest seq bfd has stored */
     int inflight;
     double inflight_deadline;
     double last_hb;
@@ -110,7 +110,7 @@ int link_open(link_t **out, const link_opts *o, char *err, size_t errlen) {
         double t = now_s();
         if (t - t0 > o->hello_timeout) {
             bf_fail(err, errlen, "no answer from bfd at %s within %.0f s", o->endpoint,
-                 o->hello_timeout);
+                    o->hello_timeout);
             goto bad;
         }
         if (t - last_send >= ACK_TIMEOUT_S) {
@@ -137,8 +137,8 @@ int link_open(link_t **out, const link_opts *o, char *err, size_t errlen) {
         if (strcmp(m.type, "error") == 0) {
             json_t *c = json_object_get(m.body, "code"), *msg = json_object_get(m.body, "message");
             bf_fail(err, errlen, "bfd refused hello: %s: %s",
-                 json_is_string(c) ? json_string_value(c) : "?",
-                 json_is_string(msg) ? json_string_value(msg) : "");
+                    json_is_string(c) ? json_string_value(c) : "?",
+                    json_is_string(msg) ? json_string_value(msg) : "");
             proto_msg_clear(&m);
             goto bad;
         }
@@ -263,7 +263,8 @@ static void handle_incoming(link_t *l) {
         if (code == PROTO_OK) {
             if (strcmp(m.type, "ack") == 0) {
                 long long seq;
-                if (proto_get_int(m.body, "seq", 1, 0, PROTO_MAX_INT, 0, &seq, err, sizeof err) == 0) {
+                if (proto_get_int(m.body, "seq", 1, 0, PROTO_MAX_INT, 0, &seq, err, sizeof err) ==
+                    0) {
                     l->acked = seq; /* may go down: bfd asks for a resend from there */
                     l->inflight = 0;
                 }

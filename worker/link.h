@@ -19,7 +19,8 @@
 typedef struct link_t link_t;
 
 typedef struct link_opts {
-    const char *endpoint; /* ipc://... or tcp://... (CURVE keys from BF_CURVE_SERVER/BF_CURVE_KEY) */
+    const char
+        *endpoint; /* ipc://... or tcp://... (CURVE keys from BF_CURVE_SERVER/BF_CURVE_KEY) */
     int64_t trial;
     const char *token; /* 32 hex digits */
     int attempt;

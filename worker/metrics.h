@@ -11,7 +11,7 @@
 #define METRICS_MAX_POINTS 64
 
 typedef struct metrics {
-    FILE *f;            /* NULL: points are only kept for the caller */
+    FILE *f; /* NULL: points are only kept for the caller */
     long step;
     int n;
     const char *name[METRICS_MAX_POINTS];

@@ -21,10 +21,10 @@ struct layer_ids {
 };
 
 struct layer_acts {
-    float *resid;                   /* [B,T,C] block input */
+    float *resid; /* [B,T,C] block input */
     float *ln1, *ln1_mean, *ln1_rstd;
-    float *qkv, *att, *atty;        /* [B,T,3C], [B,NH,T,T], [B,T,C] gated head outputs */
-    float *mid;                     /* [B,T,C] after the attention residual */
+    float *qkv, *att, *atty; /* [B,T,3C], [B,NH,T,T], [B,T,C] gated head outputs */
+    float *mid;              /* [B,T,C] after the attention residual */
     float *ln2, *ln2_mean, *ln2_rstd;
     float *fch, *fchg;              /* [B,T,4C] pre- and post-GELU */
     float *xbar, *bh, *bg, *bf, *z; /* budget: [B,C], [B,C/4], [B,C/4], [B], [B,H] */
@@ -41,7 +41,7 @@ static int add_param(model *m, const char *name, int d0, int d1, int decay) {
 
 double model_attn_flops(const model_shape *sh, int k, int n) {
     double C = sh->d_model, HS = (double)sh->d_model / sh->heads;
-    double proj = 2.0 * n * C * 3.0 * HS * k;         /* Q, K, V rows of the used heads */
+    double proj = 2.0 * n * C * 3.0 * HS * k;           /* Q, K, V rows of the used heads */
     double scores = 2.0 * 2.0 * (double)n * n * HS * k; /* QK^T and PV */
     double out;
     if (sh->hadamard) {
@@ -170,9 +170,9 @@ int model_create(model *m, const model_shape *sh, const bk_backend *be, int batc
     m->wpe = add_param(m, "wpe", sh->seq_len, C, 1);
     for (int l = 0; l < L; l++) {
         layer_ids *p = &m->lp[l];
-#define ADD(field, suffix, d0, d1, decay)                          \
-    snprintf(name, sizeof name, "h%d.%s", l, suffix);             \
-    p->field = add_param(m, name, d0, d1, decay);                 \
+#define ADD(field, suffix, d0, d1, decay)                                                          \
+    snprintf(name, sizeof name, "h%d.%s", l, suffix);                                              \
+    p->field = add_param(m, name, d0, d1, decay);                                                  \
     if (p->field < 0) goto oom;
         ADD(ln1w, "ln1.w", C, 0, 0);
         ADD(ln1b, "ln1.b", C, 0, 0);
@@ -245,8 +245,13 @@ int model_create(model *m, const model_shape *sh, const bk_backend *be, int batc
         !m->h_m || !m->h_gate || !m->h_rank || !m->h_dz || !m->h_dgate || !m->h_heads ||
         !m->h_mask || !m->h_targets || !m->h_logits || !m->h_losses)
         goto oom;
-    m->kn = (model_knobs){.tau = 1, .sigma = 0, .tau_r = 0.5f, .s_min = 0, .s_max = 1,
-                          .lambda_budget = 1, .lambda_entropy = 0.01f};
+    m->kn = (model_knobs){.tau = 1,
+                          .sigma = 0,
+                          .tau_r = 0.5f,
+                          .s_min = 0,
+                          .s_max = 1,
+                          .lambda_budget = 1,
+                          .lambda_entropy = 0.01f};
     return 0;
 oom:
     snprintf(err, errlen, "out of memory building the model");
@@ -288,8 +293,10 @@ void model_init_weights(model *m, uint64_t seed) {
             memset(w, 0, t->numel * sizeof(float));
         } else {
             float scale = 0.02f;
-            if (strstr(t->name, "attn.out.w") || strstr(t->name, "mlp.proj.w")) scale *= resid_scale;
-            for (size_t j = 0; j < t->numel; j++) w[j] = scale * bk_rng_normal_at(seed, (uint64_t)i, j);
+            if (strstr(t->name, "attn.out.w") || strstr(t->name, "mlp.proj.w"))
+                scale *= resid_scale;
+            for (size_t j = 0; j < t->numel; j++)
+                w[j] = scale * bk_rng_normal_at(seed, (uint64_t)i, j);
         }
         if (strstr(t->name, "budget.out.b")) {
             /* start s in the middle of the budget range */
@@ -335,7 +342,10 @@ static void gate_forward(model *m, int l, int B) {
         uint64_t stream = (kn->step << 8) | (uint64_t)l;
         float mx = -INFINITY;
         for (int i = 0; i < H; i++) {
-            float noise = kn->sigma > 0 ? kn->sigma * bk_rng_gumbel_at(kn->seed, stream, (kn->row_offset + (uint64_t)b) * H + i) : 0;
+            float noise = kn->sigma > 0
+                              ? kn->sigma * bk_rng_gumbel_at(kn->seed, stream,
+                                                             (kn->row_offset + (uint64_t)b) * H + i)
+                              : 0;
             zn[i] = z[i] + noise;
             if (zn[i] / kn->tau > mx) mx = zn[i] / kn->tau;
         }
@@ -508,8 +518,8 @@ int model_forward(model *m, const int *ids, const float *mask, const int *target
     }
     for (size_t i = 0; i < BT; i++)
         if (ids[i] < 0 || ids[i] >= m->sh.vocab) {
-            snprintf(err, errlen, "token id %d at position %zu outside the vocabulary 0..%d", ids[i],
-                     i, m->sh.vocab - 1);
+            snprintf(err, errlen, "token id %d at position %zu outside the vocabulary 0..%d",
+                     ids[i], i, m->sh.vocab - 1);
             return -1;
         }
     m->batch = B;
@@ -545,7 +555,8 @@ int model_forward(model *m, const int *ids, const float *mask, const int *target
             if (m->sh.budget) {
                 gate_forward(m, l, B);
                 gate_losses(m, l, B);
-                be->to_device(x->gate, m->h_gate + (size_t)l * m->B * NH, (size_t)B * NH * sizeof(float));
+                be->to_device(x->gate, m->h_gate + (size_t)l * m->B * NH,
+                              (size_t)B * NH * sizeof(float));
                 gate = x->gate;
             }
             be->linear_forward(x->qkv, x->ln1, P_(m, p->wqkv), P_(m, p->bqkv), (int)BT, C, 3 * C);
@@ -555,7 +566,8 @@ int model_forward(model *m, const int *ids, const float *mask, const int *target
             if (m->sh.hadamard)
                 be->fwht_forward(m->scratch_proj, x->atty, P_(m, p->ha), P_(m, p->hb), (int)BT, C);
             else
-                be->linear_forward(m->scratch_proj, x->atty, P_(m, p->wo), P_(m, p->bo), (int)BT, C, C);
+                be->linear_forward(m->scratch_proj, x->atty, P_(m, p->wo), P_(m, p->bo), (int)BT, C,
+                                   C);
         }
         be->add(x->mid, x->resid, m->scratch_proj, BT * C);
         if (m->time_attention) {
@@ -677,8 +689,8 @@ void model_backward(model *m) {
         be->attention_backward(m->dqkv, m->sh.budget ? m->dgate : NULL, m->datt, m->datty, x->qkv,
                                x->att, &a);
         be->zero(m->dln, BT * C * sizeof(float));
-        be->linear_backward(m->dln, G_(m, p->wqkv), G_(m, p->bqkv), m->dqkv, x->ln1,
-                            P_(m, p->wqkv), (int)BT, C, 3 * C);
+        be->linear_backward(m->dln, G_(m, p->wqkv), G_(m, p->bqkv), m->dqkv, x->ln1, P_(m, p->wqkv),
+                            (int)BT, C, 3 * C);
         if (m->sh.budget) {
             size_t o = (size_t)l * m->B;
             be->to_host(m->h_dgate + o * NH, m->dgate, (size_t)B * NH * sizeof(float));

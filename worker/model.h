@@ -20,20 +20,20 @@
 
 typedef struct model_shape {
     int layers, d_model, heads, seq_len, vocab;
-    int n_classes;  /* encoder: classifier width; 0 = causal LM with tied embedding */
-    int hadamard;   /* 1: Hadamard output projection, 0: dense W_O */
-    int budget;     /* 1: BudgetFormer head budget in every attention layer */
+    int n_classes; /* encoder: classifier width; 0 = causal LM with tied embedding */
+    int hadamard;  /* 1: Hadamard output projection, 0: dense W_O */
+    int budget;    /* 1: BudgetFormer head budget in every attention layer */
 } model_shape;
 
 /* Training-time knobs that change with progress (set before each step). */
 typedef struct model_knobs {
-    float tau;           /* temperature of the score softmax */
-    float sigma;         /* Gumbel noise scale */
-    float tau_r;         /* rank-gate temperature */
-    float s_min, s_max;  /* budget range */
+    float tau;          /* temperature of the score softmax */
+    float sigma;        /* Gumbel noise scale */
+    float tau_r;        /* rank-gate temperature */
+    float s_min, s_max; /* budget range */
     float lambda_budget, lambda_entropy;
-    float progress;      /* t / T_total in [0,1] */
-    uint64_t seed;       /* noise stream: (seed, step, layer) */
+    float progress; /* t / T_total in [0,1] */
+    uint64_t seed;  /* noise stream: (seed, step, layer) */
     uint64_t step;
     uint64_t row_offset; /* global index of local row 0 (data-parallel rank * local
                             batch), so every rank draws the noise one rank would */
@@ -47,11 +47,11 @@ typedef struct model_knobs {
 /* What the last forward measured. */
 typedef struct model_stats {
     double loss, loss_task, loss_budget, loss_entropy;
-    double mean_s;      /* mean predicted budget fraction s */
-    double heads_used;  /* mean k/H over samples and layers (k = clamp(floor(sH),1,H)) */
-    double correct;     /* encoder: correct predictions in the batch */
-    double counted;     /* samples (encoder) or target tokens (lm) counted in the loss */
-    double attn_flops;  /* attention FLOPs actually spent (inference) or that the rule would spend */
+    double mean_s;     /* mean predicted budget fraction s */
+    double heads_used; /* mean k/H over samples and layers (k = clamp(floor(sH),1,H)) */
+    double correct;    /* encoder: correct predictions in the batch */
+    double counted;    /* samples (encoder) or target tokens (lm) counted in the loss */
+    double attn_flops; /* attention FLOPs actually spent (inference) or that the rule would spend */
     double attn_seconds; /* wall time of the attention sublayers (LN1 to residual add), when
                             m->time_attention is set (adds a device sync per layer) */
 } model_stats;
@@ -66,7 +66,7 @@ typedef struct model {
     int wte, wpe, lnfw, lnfb, wc, bc;
     layer_ids *lp;
 
-    int B;           /* batch capacity the arena was sized for */
+    int B; /* batch capacity the arena was sized for */
     bk_arena A;
     layer_acts *la;
     float *resid_out, *lnf, *lnf_mean, *lnf_rstd, *pooled, *logits, *probs, *losses, *scratch_proj;
@@ -90,7 +90,7 @@ typedef struct model {
 
     model_knobs kn;
     model_stats st;
-    int batch;       /* rows in the current forward (<= B) */
+    int batch; /* rows in the current forward (<= B) */
     int time_attention;
 } model;
 

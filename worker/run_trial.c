@@ -96,8 +96,11 @@ static int run_ranks(int argc, char **argv, comm_t *comm) {
             fprintf(stderr, "bfworker run: mkdir %s: %s\n", out, strerror(errno));
             failed = 1;
         }
-        link_opts lo = {.endpoint = endpoint, .trial = trial, .token = token,
-                        .attempt = (int)attempt, .hello_timeout = 60};
+        link_opts lo = {.endpoint = endpoint,
+                        .trial = trial,
+                        .token = token,
+                        .attempt = (int)attempt,
+                        .hello_timeout = 60};
         if (!failed && link_open(&link, &lo, err, sizeof err)) {
             fprintf(stderr, "bfworker run: %s\n", err);
             failed = 1;
@@ -159,7 +162,9 @@ static int run_ranks(int argc, char **argv, comm_t *comm) {
     int code = rc == TRAIN_OK ? RUN_OK : rc == TRAIN_PREEMPTED ? RUN_PREEMPTED : RUN_FAIL;
     if (rc == TRAIN_ERROR) fprintf(stderr, "bfworker run: rank %d: %s\n", rank, err);
     if (rank == 0) {
-        const char *state = code == RUN_OK ? "completed" : code == RUN_PREEMPTED ? "preempted" : "failed";
+        const char *state = code == RUN_OK          ? "completed"
+                            : code == RUN_PREEMPTED ? "preempted"
+                                                    : "failed";
         char lerr[256];
         if (link_finish(link, state, code, rc == TRAIN_ERROR ? err : "", 30, lerr, sizeof lerr))
             fprintf(stderr, "bfworker run: %s\n", lerr);

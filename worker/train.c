@@ -124,22 +124,30 @@ int pipe_data_open(const bf_config *c, pipe_data *d, int quiet, char *err, size_
         else if (strcmp(c->data.set, "kjv") == 0 || !c->data.set[0])
             snprintf(train, sizeof train, "%s/kjv/kjv.txt", c->data.dir);
         else {
-            snprintf(err, errlen, "data.set '%s' is not a text corpus (valid for lm: kjv, or data.path=FILE)", c->data.set);
+            snprintf(err, errlen,
+                     "data.set '%s' is not a text corpus (valid for lm: kjv, or data.path=FILE)",
+                     c->data.set);
             return -1;
         }
         if (!file_exists(train)) {
-            snprintf(err, errlen, "corpus %s not found (run scripts/prepare_data.sh, or set data.path=FILE)", train);
+            snprintf(err, errlen,
+                     "corpus %s not found (run scripts/prepare_data.sh, or set data.path=FILE)",
+                     train);
             return -1;
         }
         snprintf(prefix, sizeof prefix, "%s.tok%d", train, c->model.vocab);
-        if (ensure_tok_text(train, c->data.val_fraction, prefix, c->model.vocab, quiet, err, errlen)) return -1;
+        if (ensure_tok_text(train, c->data.val_fraction, prefix, c->model.vocab, quiet, err,
+                            errlen))
+            return -1;
     } else {
         if (c->data.train[0]) {
             snprintf(train, sizeof train, "%s", c->data.train);
             snprintf(val, sizeof val, "%s", c->data.val);
             snprintf(test, sizeof test, "%s", c->data.test);
             if (!c->data.val[0]) {
-                snprintf(err, errlen, "data.train is set but data.val is not: give both (data.test too, for test metrics)");
+                snprintf(err, errlen,
+                         "data.train is set but data.val is not: give both (data.test too, for "
+                         "test metrics)");
                 return -1;
             }
         } else if (strcmp(c->data.set, "wordnet") == 0 || !c->data.set[0]) {
@@ -147,11 +155,17 @@ int pipe_data_open(const bf_config *c, pipe_data *d, int quiet, char *err, size_
             snprintf(val, sizeof val, "%s/wordnet/val.tsv", c->data.dir);
             snprintf(test, sizeof test, "%s/wordnet/test.tsv", c->data.dir);
         } else {
-            snprintf(err, errlen, "data.set '%s' is not a text classification set (valid for budgetformer: wordnet, or data.train/data.val/data.test TSV files)", c->data.set);
+            snprintf(err, errlen,
+                     "data.set '%s' is not a text classification set (valid for budgetformer: "
+                     "wordnet, or data.train/data.val/data.test TSV files)",
+                     c->data.set);
             return -1;
         }
         if (!file_exists(train)) {
-            snprintf(err, errlen, "training split %s not found (run scripts/prepare_data.sh, or set data.train=FILE)", train);
+            snprintf(
+                err, errlen,
+                "training split %s not found (run scripts/prepare_data.sh, or set data.train=FILE)",
+                train);
             return -1;
         }
         snprintf(prefix, sizeof prefix, "%s.tok%d", train, c->model.vocab);
@@ -161,7 +175,8 @@ int pipe_data_open(const bf_config *c, pipe_data *d, int quiet, char *err, size_
     if (tok_load(&d->tok, model_path, err, errlen)) return -1;
     int rebuilt = 0;
     if (lm) {
-        if (data_open_text(train, c->data.val_fraction, d->tok, NULL, &d->train, &rebuilt, e2, sizeof e2)) {
+        if (data_open_text(train, c->data.val_fraction, d->tok, NULL, &d->train, &rebuilt, e2,
+                           sizeof e2)) {
             snprintf(err, errlen, "%s", e2);
             goto fail;
         }
@@ -169,13 +184,15 @@ int pipe_data_open(const bf_config *c, pipe_data *d, int quiet, char *err, size_
     } else {
         if (data_open_tsv(train, d->tok, NULL, NULL, &d->train, &rebuilt, e2, sizeof e2) ||
             data_open_tsv(val, d->tok, d->train, NULL, &d->val, &rebuilt, e2, sizeof e2) ||
-            (test[0] && data_open_tsv(test, d->tok, d->train, NULL, &d->test, &rebuilt, e2, sizeof e2))) {
+            (test[0] &&
+             data_open_tsv(test, d->tok, d->train, NULL, &d->test, &rebuilt, e2, sizeof e2))) {
             snprintf(err, errlen, "%s", e2);
             goto fail;
         }
         d->n_classes = (int)d->train->n_classes;
         if (d->n_classes < 2) {
-            snprintf(err, errlen, "%s has %d class(es); classification needs at least 2", train, d->n_classes);
+            snprintf(err, errlen, "%s has %d class(es); classification needs at least 2", train,
+                     d->n_classes);
             goto fail;
         }
     }
@@ -218,8 +235,26 @@ static double pearson_sums(double n, double sx, double sy, double sxx, double sy
 }
 
 /* Sums one evaluation pass collects; added over ranks in one all-reduce. */
-enum { EV_LOSS, EV_COUNTED, EV_CORRECT, EV_HEADS, EV_FLOPS, EV_ROWS, EV_TOKENS, EV_SECONDS,
-       EV_N, EV_S, EV_LEN, EV_L, EV_SS, EV_LENLEN, EV_LL, EV_SLEN, EV_SL, EV_COUNT };
+enum {
+    EV_LOSS,
+    EV_COUNTED,
+    EV_CORRECT,
+    EV_HEADS,
+    EV_FLOPS,
+    EV_ROWS,
+    EV_TOKENS,
+    EV_SECONDS,
+    EV_N,
+    EV_S,
+    EV_LEN,
+    EV_L,
+    EV_SS,
+    EV_LENLEN,
+    EV_LL,
+    EV_SLEN,
+    EV_SL,
+    EV_COUNT
+};
 
 /* One pass over a split, this rank's rows of every batch (comm NULL: all of
  * them); the sums are added over ranks, so every rank gets the same result. */
@@ -232,9 +267,14 @@ static int evaluate_shard(model *m, const bf_config *c, const pipe_data *d, int 
         return -1;
     }
     int world = comm_world(comm);
-    data_batcher_opts bo = {.global_batch = m->B * world, .seq_len = c->model.seq_len,
-                            .rank = comm_rank(comm), .world = world, .seed = c->train.seed,
-                            .shuffle = 0, .wrap = 0, .split = d->n_classes ? 0 : 1};
+    data_batcher_opts bo = {.global_batch = m->B * world,
+                            .seq_len = c->model.seq_len,
+                            .rank = comm_rank(comm),
+                            .world = world,
+                            .seed = c->train.seed,
+                            .shuffle = 0,
+                            .wrap = 0,
+                            .split = d->n_classes ? 0 : 1};
     data_batcher_t *bt = NULL;
     if (data_batcher_new(set, &bo, &bt, err, errlen)) return -1;
     data_batch_t b;
@@ -270,10 +310,12 @@ static int evaluate_shard(model *m, const bf_config *c, const pipe_data *d, int 
         if (d->n_classes && (m->sh.budget || per_sample)) {
             for (int i = 0; i < b.valid_rows; i++) {
                 double s = m->sh.budget ? 0 : NAN;
-                for (int l = 0; m->sh.budget && l < m->sh.layers; l++) s += m->h_s[(size_t)l * m->B + i];
+                for (int l = 0; m->sh.budget && l < m->sh.layers; l++)
+                    s += m->h_s[(size_t)l * m->B + i];
                 if (m->sh.budget) s /= m->sh.layers;
                 int len = 0;
-                for (int t = 0; t < c->model.seq_len; t++) len += b.mask[i * c->model.seq_len + t] > 0;
+                for (int t = 0; t < c->model.seq_len; t++)
+                    len += b.mask[i * c->model.seq_len + t] > 0;
                 const float *lg = m->h_logits + (size_t)i * d->n_classes;
                 int best = 0;
                 for (int v = 1; v < d->n_classes; v++)
@@ -308,8 +350,10 @@ static int evaluate_shard(model *m, const bf_config *c, const pipe_data *d, int 
     out->ppl = d->n_classes ? NAN : exp(out->loss);
     out->heads_used = rows > 0 ? sum[EV_HEADS] / rows : NAN;
     out->attn_flops = rows > 0 ? sum[EV_FLOPS] / rows : NAN;
-    out->corr_s_len = pearson_sums(sum[EV_N], sum[EV_S], sum[EV_LEN], sum[EV_SS], sum[EV_LENLEN], sum[EV_SLEN]);
-    out->corr_s_loss = pearson_sums(sum[EV_N], sum[EV_S], sum[EV_L], sum[EV_SS], sum[EV_LL], sum[EV_SL]);
+    out->corr_s_len =
+        pearson_sums(sum[EV_N], sum[EV_S], sum[EV_LEN], sum[EV_SS], sum[EV_LENLEN], sum[EV_SLEN]);
+    out->corr_s_loss =
+        pearson_sums(sum[EV_N], sum[EV_S], sum[EV_L], sum[EV_SS], sum[EV_LL], sum[EV_SL]);
     return 0;
 }
 
@@ -322,7 +366,8 @@ int train_evaluate(model *m, const bf_config *c, const pipe_data *d, int split, 
 
 static float lr_at(const bf_config *c, long step) {
     float lr = c->train.lr;
-    if (c->train.warmup > 0 && step < c->train.warmup) return lr * (float)(step + 1) / (float)c->train.warmup;
+    if (c->train.warmup > 0 && step < c->train.warmup)
+        return lr * (float)(step + 1) / (float)c->train.warmup;
     long decay = c->train.steps - c->train.warmup;
     if (decay <= 0) return lr;
     float p = (float)(step - c->train.warmup) / (float)decay;
@@ -347,10 +392,15 @@ static void set_knobs(model *m, const bf_config *c, long step) {
     m->kn.step = (uint64_t)step;
 }
 
-static void add_eval_metrics(metrics *mt, const char *split, const eval_result *e, int budget, int lm) {
+static void add_eval_metrics(metrics *mt, const char *split, const eval_result *e, int budget,
+                             int lm) {
     /* metric names must outlive the flush: one static table per split */
-    static const char *vnames[] = {"val/loss", "val/acc", "val/ppl", "val/heads_used", "val/attn_flops", "val/seconds", "val/corr_s_len", "val/corr_s_loss"};
-    static const char *tnames[] = {"test/loss", "test/acc", "test/ppl", "test/heads_used", "test/attn_flops", "test/seconds", "test/corr_s_len", "test/corr_s_loss"};
+    static const char *vnames[] = {"val/loss",       "val/acc",        "val/ppl",
+                                   "val/heads_used", "val/attn_flops", "val/seconds",
+                                   "val/corr_s_len", "val/corr_s_loss"};
+    static const char *tnames[] = {"test/loss",       "test/acc",        "test/ppl",
+                                   "test/heads_used", "test/attn_flops", "test/seconds",
+                                   "test/corr_s_len", "test/corr_s_loss"};
     const char **nm = strcmp(split, "val") == 0 ? vnames : tnames;
     metrics_add(mt, nm[0], e->loss);
     if (lm)
@@ -394,9 +444,14 @@ static int save_checkpoint(comm_t *comm, const char *dir, model *m, const bf_con
             m->be->to_host(hp, m->P.data, n * sizeof(float));
             m->be->to_host(hm, dm, n * sizeof(float));
             m->be->to_host(hv, dv, n * sizeof(float));
-            ckpt_state s = {.step = (uint64_t)step, .seed = c->train.seed,
-                            .data_step = (uint64_t)step, .n_params = n, .params = hp, .m = hm,
-                            .v = hv, .cfg_text = cfg_text};
+            ckpt_state s = {.step = (uint64_t)step,
+                            .seed = c->train.seed,
+                            .data_step = (uint64_t)step,
+                            .n_params = n,
+                            .params = hp,
+                            .m = hm,
+                            .v = hv,
+                            .cfg_text = cfg_text};
             failed = ckpt_write(dir, &s, err, errlen) != 0;
         }
         free(cfg_text);
@@ -413,7 +468,8 @@ static int save_checkpoint(comm_t *comm, const char *dir, model *m, const bf_con
         return -1;
     }
     if (any && !failed)
-        snprintf(err, errlen, "rank 0 could not write the checkpoint of step %ld (see its message)", step);
+        snprintf(err, errlen, "rank 0 could not write the checkpoint of step %ld (see its message)",
+                 step);
     return any ? -1 : 0;
 }
 
@@ -461,8 +517,10 @@ static int resume_from(comm_t *comm, const char *out_dir, model *m, const bf_con
     int rc = comm_any(comm, failed, &any, e2, sizeof e2);
     comm_watch(comm, 1);
     if (rc || any) {
-        if (rc && !failed) snprintf(err, errlen, "%s", e2);
-        else if (!failed) snprintf(err, errlen, "rank 0 could not resume from %s (see its message)", path);
+        if (rc && !failed)
+            snprintf(err, errlen, "%s", e2);
+        else if (!failed)
+            snprintf(err, errlen, "rank 0 could not resume from %s (see its message)", path);
         ckpt_free(&s);
         return -1;
     }
@@ -503,8 +561,10 @@ int train_run(const bf_config *c, const train_opts *o, train_result *r, char *er
     const int rank = comm_rank(comm), world = comm_world(comm);
     const int quiet = o->quiet || rank != 0;
     if (c->train.batch % world != 0) {
-        snprintf(err, errlen, "train.batch %d is not divisible by the %d ranks (each rank takes batch/ranks rows)",
-                 c->train.batch, world);
+        snprintf(
+            err, errlen,
+            "train.batch %d is not divisible by the %d ranks (each rank takes batch/ranks rows)",
+            c->train.batch, world);
         return TRAIN_ERROR;
     }
     const int local_batch = c->train.batch / world;
@@ -531,7 +591,9 @@ int train_run(const bf_config *c, const train_opts *o, train_result *r, char *er
         int rc = comm_any(comm, failed, &any, e2, sizeof e2);
         comm_watch(comm, 1);
         if (rc || any) {
-            if (!failed) snprintf(err, errlen, "%s", rc ? e2 : "rank 0 could not open the data (see its message)");
+            if (!failed)
+                snprintf(err, errlen, "%s",
+                         rc ? e2 : "rank 0 could not open the data (see its message)");
             if (!failed && rank == 0) pipe_data_close(&d);
             return TRAIN_ERROR;
         }
@@ -581,23 +643,33 @@ int train_run(const bf_config *c, const train_opts *o, train_result *r, char *er
         }
     }
     if (metrics_open(&mt, out_dir, err, errlen)) goto out;
-    data_batcher_opts bo = {.global_batch = c->train.batch, .seq_len = c->model.seq_len,
-                            .rank = rank, .world = world, .seed = c->train.seed, .shuffle = 1,
-                            .wrap = 1, .split = 0};
+    data_batcher_opts bo = {.global_batch = c->train.batch,
+                            .seq_len = c->model.seq_len,
+                            .rank = rank,
+                            .world = world,
+                            .seed = c->train.seed,
+                            .shuffle = 1,
+                            .wrap = 1,
+                            .split = 0};
     if (data_batcher_new(d.train, &bo, &bt, err, errlen)) goto out;
     if (data_batch_alloc(&b, local_batch, c->model.seq_len)) {
         snprintf(err, errlen, "out of memory");
         goto out;
     }
     if (!quiet) {
-        fprintf(stderr, "model: %s, %d layers, d_model %d, %d heads, out_proj %s, budget %s, %zu parameters, device %s\n",
+        fprintf(stderr,
+                "model: %s, %d layers, d_model %d, %d heads, out_proj %s, budget %s, %zu "
+                "parameters, device %s\n",
                 lm ? "causal lm" : "encoder classifier", sh.layers, sh.d_model, sh.heads,
                 sh.hadamard ? "hadamard" : "dense", sh.budget ? "on" : "off", n, be->name);
         if (world > 1)
             fprintf(stderr, "data parallel: %d ranks (%s), %d rows each of a global batch of %d\n",
                     world, comm_kind(comm), local_batch, c->train.batch);
     }
-    bk_adamw hp = {.lr = c->train.lr, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+    bk_adamw hp = {.lr = c->train.lr,
+                   .beta1 = 0.9f,
+                   .beta2 = 0.95f,
+                   .eps = 1e-8f,
                    .weight_decay = c->train.weight_decay};
     double t_start = now_s(), t_log = t_start, t_comm = 0;
     double acc_loss = 0, acc_task = 0, acc_budget = 0, acc_ent = 0, acc_s = 0, acc_heads = 0;
@@ -631,8 +703,10 @@ int train_run(const bf_config *c, const train_opts *o, train_result *r, char *er
              * losses are means over every row, so ranks weigh equally (every
              * training row is counted then: the batcher wraps, no empty rows). */
             double t0 = now_s();
-            double sv[ST_COUNT] = {st.counted, st.loss_task * st.counted, st.loss_budget,
-                                   st.loss_entropy, st.mean_s, st.heads_used, st.correct};
+            double sv[ST_COUNT] = {st.counted,     st.loss_task * st.counted,
+                                   st.loss_budget, st.loss_entropy,
+                                   st.mean_s,      st.heads_used,
+                                   st.correct};
             if (comm_sum_f64(comm, sv, ST_COUNT, err, errlen)) goto out;
             if (!sh.budget) {
                 be->scale(m.P.grad, (float)st.counted, n);
@@ -654,7 +728,10 @@ int train_run(const bf_config *c, const train_opts *o, train_result *r, char *er
         float norm = be->global_norm(m.P.grad, n);
         float scale = c->train.clip > 0 && norm > c->train.clip ? c->train.clip / norm : 1.0f;
         if (!isfinite(norm)) {
-            snprintf(err, errlen, "step %ld: gradient norm is not finite (loss %.4g): lower train.lr or raise train.warmup", step, st.loss);
+            snprintf(err, errlen,
+                     "step %ld: gradient norm is not finite (loss %.4g): lower train.lr or raise "
+                     "train.warmup",
+                     step, st.loss);
             goto out;
         }
         hp.lr = lr_at(c, step);
@@ -707,7 +784,8 @@ int train_run(const bf_config *c, const train_opts *o, train_result *r, char *er
                 if (sh.budget)
                     fprintf(stderr, " (task %.4f budget %.4f ent %+.4f) | s %.3f", acc_task / acc_n,
                             acc_budget / acc_n, acc_ent / acc_n, acc_s / acc_n);
-                if (!lm) fprintf(stderr, " | acc %.3f", acc_count > 0 ? acc_correct / acc_count : 0.0);
+                if (!lm)
+                    fprintf(stderr, " | acc %.3f", acc_count > 0 ? acc_correct / acc_count : 0.0);
                 fprintf(stderr, " | heads %.3f | %.0f tok/s", acc_heads / acc_n, tps);
                 if (reduce) fprintf(stderr, " | allreduce %.2f ms", 1e3 * t_comm / acc_n);
                 fprintf(stderr, " | ETA %s\n", eta);
@@ -727,16 +805,21 @@ int train_run(const bf_config *c, const train_opts *o, train_result *r, char *er
             if (r) r->val = e;
             if (!quiet) {
                 if (lm)
-                    fprintf(stderr, "eval  %6ld | val/loss %.4f | val/ppl %.2f\n", done, e.loss, e.ppl);
+                    fprintf(stderr, "eval  %6ld | val/loss %.4f | val/ppl %.2f\n", done, e.loss,
+                            e.ppl);
                 else
-                    fprintf(stderr, "eval  %6ld | val/loss %.4f | val/acc %.4f | val/heads_used %.3f | val/attn_flops %.3g\n",
+                    fprintf(stderr,
+                            "eval  %6ld | val/loss %.4f | val/acc %.4f | val/heads_used %.3f | "
+                            "val/attn_flops %.3g\n",
                             done, e.loss, e.acc, e.heads_used, e.attn_flops);
             }
             t_log = now_s();
         }
         metrics_flush(&mt);
-        if (o->out_dir && ((c->train.checkpoint_every > 0 && done % c->train.checkpoint_every == 0) || last)) {
-            if (save_checkpoint(comm, o->out_dir, &m, c, hm, hv, dm, dv, done, err, errlen)) goto out;
+        if (o->out_dir &&
+            ((c->train.checkpoint_every > 0 && done % c->train.checkpoint_every == 0) || last)) {
+            if (save_checkpoint(comm, o->out_dir, &m, c, hm, hv, dm, dv, done, err, errlen))
+                goto out;
         }
     }
     /* The test pass at the end runs on rank 0 alone (it writes the per-sample
@@ -758,9 +841,12 @@ int train_run(const bf_config *c, const train_opts *o, train_result *r, char *er
         metrics_flush(&mt);
         if (r) r->test = e;
         if (!quiet) {
-            fprintf(stderr, "test  | acc %.4f | heads_used %.3f | attn_flops %.4g | %.0f samples in %.2f s",
+            fprintf(stderr,
+                    "test  | acc %.4f | heads_used %.3f | attn_flops %.4g | %.0f samples in %.2f s",
                     e.acc, e.heads_used, e.attn_flops, e.samples, e.seconds);
-            if (sh.budget) fprintf(stderr, " | corr(s, length) %.3f | corr(s, loss) %.3f", e.corr_s_len, e.corr_s_loss);
+            if (sh.budget)
+                fprintf(stderr, " | corr(s, length) %.3f | corr(s, loss) %.3f", e.corr_s_len,
+                        e.corr_s_loss);
             fputc('\n', stderr);
         }
     }

@@ -13,11 +13,11 @@
 #include "worker/model.h"
 
 typedef struct train_opts {
-    const char *out_dir;   /* metrics.jsonl, config.yaml, checkpoint.bin; NULL = none */
-    int resume;            /* continue from out_dir/checkpoint.bin when it exists */
-    int quiet;             /* no progress lines on stderr */
+    const char *out_dir;         /* metrics.jsonl, config.yaml, checkpoint.bin; NULL = none */
+    int resume;                  /* continue from out_dir/checkpoint.bin when it exists */
+    int quiet;                   /* no progress lines on stderr */
     volatile sig_atomic_t *stop; /* set by SIGTERM: checkpoint and return TRAIN_PREEMPTED */
-    comm_t *comm;          /* ranks of a data-parallel run (borrowed); NULL = one process */
+    comm_t *comm;                /* ranks of a data-parallel run (borrowed); NULL = one process */
 } train_opts;
 
 enum { TRAIN_OK = 0, TRAIN_ERROR = -1, TRAIN_PREEMPTED = 2 };
@@ -25,7 +25,7 @@ enum { TRAIN_OK = 0, TRAIN_ERROR = -1, TRAIN_PREEMPTED = 2 };
 /* What one evaluation pass measured. */
 typedef struct eval_result {
     double loss, acc, ppl, heads_used, attn_flops; /* means over samples (lm: over tokens) */
-    double seconds;           /* wall time of the model forward passes */
+    double seconds;                                /* wall time of the model forward passes */
     double samples, tokens;
     double corr_s_len, corr_s_loss; /* budget only: Pearson r of mean s with length / loss */
 } eval_result;
@@ -64,8 +64,8 @@ model_shape train_model_shape(const bf_config *c, const pipe_data *d);
 int train_run(const bf_config *c, const train_opts *o, train_result *r, char *err, size_t errlen);
 
 /* One pass over a split (split 0 = val, 1 = test; lm: the validation tail),
- * inference mode, in this process alone (no collectives). per_sample (nullable) gets one line per sample:
- * "s_mean<TAB>tokens<TAB>loss<TAB>correct". */
+ * inference mode, in this process alone (no collectives). per_sample (nullable) gets one line per
+ * sample: "s_mean<TAB>tokens<TAB>loss<TAB>correct". */
 int train_evaluate(model *m, const bf_config *c, const pipe_data *d, int split, eval_result *out,
                    FILE *per_sample, char *err, size_t errlen);
 

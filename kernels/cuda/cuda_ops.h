@@ -8,7 +8,6 @@
 extern "C" {
 #endif
 
-
 void *bk_cuda_alloc(size_t bytes);
 void bk_cuda_release(void *p);
 void bk_cuda_to_device(void *dst, const void *src_host, size_t bytes);
@@ -31,27 +30,46 @@ void bk_cuda_embedding_forward(float *out, const int *idx, const float *table, i
 void bk_cuda_embedding_backward(float *dtable, const float *dout, const int *idx, int N, int C);
 void bk_cuda_posadd_forward(float *out, const float *inp, const float *pos, int B, int T, int C);
 void bk_cuda_posadd_backward(float *dinp, float *dpos, const float *dout, int B, int T, int C);
-void bk_cuda_linear_forward(float *out, const float *inp, const float *w, const float *bias, int N, int IC, int OC);
-void bk_cuda_linear_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w, int N, int IC, int OC);
-void bk_cuda_gemm(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda, long long strideA, const float *Bm, int ldb, long long strideB, float beta, float *Cm, int ldc, long long strideC, int batch);
-void bk_cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b, int N, int C);
-void bk_cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w, const float *mean, const float *rstd, int N, int C);
+void bk_cuda_linear_forward(float *out, const float *inp, const float *w, const float *bias, int N,
+                            int IC, int OC);
+void bk_cuda_linear_backward(float *dinp, float *dw, float *dbias, const float *dout,
+                             const float *inp, const float *w, int N, int IC, int OC);
+void bk_cuda_gemm(int transa, int transb, int M, int N, int K, float alpha, const float *A, int lda,
+                  long long strideA, const float *Bm, int ldb, long long strideB, float beta,
+                  float *Cm, int ldc, long long strideC, int batch);
+void bk_cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                               const float *w, const float *b, int N, int C);
+void bk_cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                                const float *inp, const float *w, const float *mean,
+                                const float *rstd, int N, int C);
 void bk_cuda_softmax_forward(float *out, const float *inp, int N, int C);
 void bk_cuda_softmax_backward(float *dinp, const float *out, const float *dout, int N, int C);
 void bk_cuda_attention_forward(float *out, float *att, const float *qkv, const bk_attn_args *a);
-void bk_cuda_attention_backward(float *dqkv, float *dgate, float *scratch, const float *dout, const float *qkv, const float *att, const bk_attn_args *a);
-void bk_cuda_attention_selected_forward(float *out, float *scratch, const float *x, const float *wqkv, const float *bqkv, const int *heads, int K, const bk_attn_args *a);
-void bk_cuda_linear_selected_forward(float *y, const float *c, const float *wo, const float *bo, const int *heads, int K, int B, int T, int C, int NH, int OC);
-void bk_cuda_fwht_forward(float *out, const float *inp, const float *alpha, const float *beta, int N, int d);
-void bk_cuda_fwht_backward(float *dinp, float *dalpha, float *dbeta, float *scratch, const float *dout, const float *inp, const float *alpha, int N, int d);
+void bk_cuda_attention_backward(float *dqkv, float *dgate, float *scratch, const float *dout,
+                                const float *qkv, const float *att, const bk_attn_args *a);
+void bk_cuda_attention_selected_forward(float *out, float *scratch, const float *x,
+                                        const float *wqkv, const float *bqkv, const int *heads,
+                                        int K, const bk_attn_args *a);
+void bk_cuda_linear_selected_forward(float *y, const float *c, const float *wo, const float *bo,
+                                     const int *heads, int K, int B, int T, int C, int NH, int OC);
+void bk_cuda_fwht_forward(float *out, const float *inp, const float *alpha, const float *beta,
+                          int N, int d);
+void bk_cuda_fwht_backward(float *dinp, float *dalpha, float *dbeta, float *scratch,
+                           const float *dout, const float *inp, const float *alpha, int N, int d);
 void bk_cuda_meanpool_forward(float *out, const float *inp, const float *mask, int B, int T, int C);
-void bk_cuda_meanpool_backward(float *dinp, const float *dout, const float *mask, int B, int T, int C);
-void bk_cuda_crossentropy_forward(float *losses, float *probs, const float *logits, const int *targets, int N, int V);
-void bk_cuda_crossentropy_backward(float *dlogits, const float *probs, const int *targets, const float *dlosses, int N, int V);
-void bk_cuda_mse_forward(float *loss, const float *a, const float *b, const float *mask, int N, int C);
-void bk_cuda_mse_backward(float *da, float *db, const float *a, const float *b, const float *mask, float dloss, int N, int C);
+void bk_cuda_meanpool_backward(float *dinp, const float *dout, const float *mask, int B, int T,
+                               int C);
+void bk_cuda_crossentropy_forward(float *losses, float *probs, const float *logits,
+                                  const int *targets, int N, int V);
+void bk_cuda_crossentropy_backward(float *dlogits, const float *probs, const int *targets,
+                                   const float *dlosses, int N, int V);
+void bk_cuda_mse_forward(float *loss, const float *a, const float *b, const float *mask, int N,
+                         int C);
+void bk_cuda_mse_backward(float *da, float *db, const float *a, const float *b, const float *mask,
+                          float dloss, int N, int C);
 float bk_cuda_global_norm(const float *g, size_t n);
-void bk_cuda_adamw_update(float *p, const float *g, float *m, float *v, size_t n, const bk_adamw *h, int t, float grad_scale);
+void bk_cuda_adamw_update(float *p, const float *g, float *m, float *v, size_t n, const bk_adamw *h,
+                          int t, float grad_scale);
 void bk_cuda_rng_uniform(float *out, size_t n, uint64_t seed, uint64_t stream, uint64_t offset);
 void bk_cuda_rng_normal(float *out, size_t n, uint64_t seed, uint64_t stream, uint64_t offset);
 
