@@ -109,17 +109,6 @@ static inline float dot(const float *a, const float *b, int n) {
     return s;
 }
 
-/* s[u] = scale * <a, b_u> for u < nb, b_u = b + u*ldb. */
-static void dots(float *s, const float *a, const float *b, size_t ldb, int nb, int n, float scale) {
-    int u = 0;
-    for (; u + 4 <= nb; u += 4) {
-        float acc[4] = {0};
-        dot1x4(acc, a, b + (size_t)u * ldb, ldb, n);
-        for (int r = 0; r < 4; r++) s[u + r] = scale * acc[r];
-    }
-    for (; u < nb; u++) s[u] = scale * dot(a, b + (size_t)u * ldb, n);
-}
-
 /* o[j] (+)= sum_{u < nb} p[u] * v[u*ldv + j], j < n; overwrites when !accumulate. */
 static void weighted_rows(float *o, const float *p, const float *v, size_t ldv, int nb, int n,
                           int accumulate) {
@@ -183,24 +172,20 @@ static int softmax_row(float *row, int nk, int T, const float *mask) {
 
 /* One head, forward. q, k, v: [T, HS] with row stride ld; att: [T, T]
  * probabilities (overwritten); out: [T, HS] with row stride ldo, overwritten
- * with g * P v. mask: this sample's [T] key mask or NULL. */
+ * with g * P v. mask: this sample's [T] key mask or NULL. The two products
+ * are cblas_sgemm calls (inside the OpenMP task OpenBLAS runs on the calling
+ * thread); causal rows ignore the scores past the diagonal, so computing the
+ * whole square costs flops, not correctness. */
 static void head_forward(float *out, size_t ldo, float *att, const float *q, const float *k,
                          const float *v, size_t ld, int T, int HS, int causal, const float *mask,
                          float g) {
     const float scale = 1.0f / sqrtf((float)HS);
-    for (int t = 0; t < T; t++) {
-        float *row = att + (size_t)t * T;
-        int nk = causal ? t + 1 : T;
-        float *o = out + (size_t)t * ldo;
-        dots(row, q + (size_t)t * ld, k, ld, nk, HS, scale);
-        if (!softmax_row(row, nk, T, mask)) {
-            memset(o, 0, (size_t)HS * sizeof(float));
-            continue;
-        }
-        weighted_rows(o, row, v, ld, nk, HS, 0);
-        if (g != 1.0f)
-            for (int j = 0; j < HS; j++) o[j] *= g;
-    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, scale, q, (int)ld, k, (int)ld,
+                0.0f, att, T);
+    /* a row that sees no key is all 0 after softmax_row, so its output row is 0 */
+    for (int t = 0; t < T; t++) softmax_row(att + (size_t)t * T, causal ? t + 1 : T, T, mask);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, g, att, T, v, (int)ld, 0.0f,
+                out, (int)ldo);
 }
 
 void bk_cpu_attention_forward(float *out, float *att, const float *qkv, const bk_attn_args *a) {
@@ -217,41 +202,38 @@ void bk_cpu_attention_forward(float *out, float *att, const float *qkv, const bk
     }
 }
 
-/* One head, backward. Row t of P gives, with dy = dout_t and dP_u = g <dy, v_u>:
- *   dS_u = P_u (dP_u - sum_u' P_u' dP_u') / sqrt(HS)
- *   dq_t += sum_u dS_u k_u,  dk_u += dS_u q_t,  dv_u += g P_u dy
- * and the gate gradient sum_u P_u <dy, v_u> = <dy, o_t> (o ungated).
- * tmp: T floats. Returns this head's dgate contribution. */
+/* One head, backward, as four cblas_sgemm calls around a row pass. With
+ * R = dOut V^T (R_tu = <dy_t, v_u>, ungated):
+ *   dS = P ⊙ (g R - rowsum(P ⊙ g R)) / sqrt(HS)
+ *   dq += dS k,  dk += dS^T q,  dv += g P^T dOut
+ * and the gate gradient sum_tu P_tu R_tu = sum_t <dy_t, o_t> (o ungated).
+ * tmp: T*T floats. Returns this head's dgate contribution. */
 static float head_backward(float *dq, float *dk, float *dv, const float *dout, size_t ldo,
                            const float *att, const float *q, const float *k, const float *v,
                            size_t ld, int T, int HS, int causal, float g, float *tmp) {
     const float scale = 1.0f / sqrtf((float)HS);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, HS, 1.0f, dout, (int)ldo, v, (int)ld,
+                0.0f, tmp, T);
     float dgate = 0.0f;
     for (int t = 0; t < T; t++) {
         const float *p = att + (size_t)t * T;
-        const float *dy = dout + (size_t)t * ldo;
-        const float *qt = q + (size_t)t * ld;
+        float *r = tmp + (size_t)t * T;
         int nk = causal ? t + 1 : T;
-        dots(tmp, dy, v, ld, nk, HS, 1.0f); /* <dy, v_u> */
         float pd = 0.0f;
 #pragma omp simd reduction(+ : pd)
-        for (int u = 0; u < nk; u++) pd += p[u] * tmp[u];
+        for (int u = 0; u < nk; u++) pd += p[u] * r[u];
         dgate += pd;
-        float r = g * pd;
+        float c = g * pd;
 #pragma omp simd
-        for (int u = 0; u < nk; u++) tmp[u] = p[u] * (g * tmp[u] - r) * scale;
-        weighted_rows(dq + (size_t)t * ld, tmp, k, ld, nk, HS, 1);
-        for (int u = 0; u < nk; u++) {
-            float ds = tmp[u], gp = g * p[u];
-            if (ds == 0.0f && gp == 0.0f) continue; /* masked key */
-            float *dku = dk + (size_t)u * ld, *dvu = dv + (size_t)u * ld;
-#pragma omp simd
-            for (int j = 0; j < HS; j++) {
-                dku[j] += ds * qt[j];
-                dvu[j] += gp * dy[j];
-            }
-        }
+        for (int u = 0; u < nk; u++) r[u] = p[u] * (g * r[u] - c) * scale;
+        if (nk < T) memset(r + nk, 0, (size_t)(T - nk) * sizeof(float));
     }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, HS, T, 1.0f, tmp, T, k, (int)ld, 1.0f,
+                dq, (int)ld);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, 1.0f, tmp, T, q, (int)ld, 1.0f,
+                dk, (int)ld);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, HS, T, g, att, T, dout, (int)ldo, 1.0f,
+                dv, (int)ld);
     return dgate;
 }
 
