@@ -69,7 +69,8 @@ static void fwht_row(float *x, int d, int transpose) {
 void bk_cpu_fwht_forward(float *out, const float *inp, const float *alpha, const float *beta, int N,
                          int d) {
     const float norm = 1.0f / sqrtf((float)d);
-#pragma omp parallel for schedule(static)
+    /* a few rows (one decode step) are cheaper than waking the thread team */
+#pragma omp parallel for schedule(static) if ((size_t)N * d >= 16384)
     for (int n = 0; n < N; n++) {
         float *y = out + (size_t)n * d;
         const float *x = inp + (size_t)n * d;
