@@ -59,6 +59,18 @@ static int parse_target(const char *s, long long *job, long long *trial) {
     return 0;
 }
 
+/* The JOB|tTRIAL argument of a command: want 'j' (a job), 't' (a trial) or
+ * 0 (either). Returns 0, or prints the usage line and returns 1. */
+static int target_arg(int argc, char **argv, const char *const *with_value, const char *usage,
+                      int want, long long *job, long long *trial) {
+    if (parse_target(positional(argc, argv, with_value), job, trial) || (want == 't' && !*trial) ||
+        (want == 'j' && !*job)) {
+        fprintf(stderr, "usage: bfctl %s\n", usage);
+        return 1;
+    }
+    return 0;
+}
+
 static int connect_or_say(ctl_conn **c) {
     char err[2048];
     if (ctl_connect(c, err, sizeof err)) {
@@ -581,10 +593,9 @@ int bfctl_show(int argc, char **argv) {
                     "trial with its config"))
         return 0;
     long long job, trial;
-    if (parse_target(positional(argc, argv, NULL), &job, &trial)) {
-        fprintf(stderr, "usage: bfctl show JOB|tTRIAL [--json]   (e.g. 3, or t17)\n");
+    if (target_arg(argc, argv, NULL, "show JOB|tTRIAL [--json]   (e.g. 3, or t17)", 0, &job,
+                   &trial))
         return 2;
-    }
     int json = has_opt(argc, argv, "--json");
     ctl_conn *c;
     if (connect_or_say(&c)) return 1;
@@ -626,10 +637,7 @@ int bfctl_tail(int argc, char **argv) {
                     "shows every value with its sequence number"))
         return 0;
     long long job, trial;
-    if (parse_target(positional(argc, argv, NULL), &job, &trial)) {
-        fprintf(stderr, "usage: bfctl tail JOB|tTRIAL [-f] [--all]\n");
-        return 2;
-    }
+    if (target_arg(argc, argv, NULL, "tail JOB|tTRIAL [-f] [--all]", 0, &job, &trial)) return 2;
     g_compact = trial == 0 && !has_opt(argc, argv, "--all");
     ctl_conn *c;
     if (connect_or_say(&c)) return 1;
@@ -643,10 +651,7 @@ int bfctl_cancel(int argc, char **argv) {
                     "cancel a job's pending and running trials, or one trial"))
         return 0;
     long long job, trial;
-    if (parse_target(positional(argc, argv, NULL), &job, &trial)) {
-        fprintf(stderr, "usage: bfctl cancel JOB|tTRIAL\n");
-        return 2;
-    }
+    if (target_arg(argc, argv, NULL, "cancel JOB|tTRIAL", 0, &job, &trial)) return 2;
     ctl_conn *c;
     if (connect_or_say(&c)) return 1;
     json_t *r;
@@ -666,10 +671,7 @@ int bfctl_stop(int argc, char **argv) {
                     "early-stop a running trial: it writes a checkpoint and becomes STOPPED"))
         return 0;
     long long job, trial;
-    if (parse_target(positional(argc, argv, NULL), &job, &trial) || !trial) {
-        fprintf(stderr, "usage: bfctl stop tTRIAL\n");
-        return 2;
-    }
+    if (target_arg(argc, argv, NULL, "stop tTRIAL", 't', &job, &trial)) return 2;
     ctl_conn *c;
     if (connect_or_say(&c)) return 1;
     json_t *r;
@@ -687,10 +689,7 @@ int bfctl_wait(int argc, char **argv) {
                     "completed, 1 when any failed or was cancelled"))
         return 0;
     long long job, trial;
-    if (parse_target(positional(argc, argv, NULL), &job, &trial) || !job) {
-        fprintf(stderr, "usage: bfctl wait JOB\n");
-        return 2;
-    }
+    if (target_arg(argc, argv, NULL, "wait JOB", 'j', &job, &trial)) return 2;
     ctl_conn *c;
     if (connect_or_say(&c)) return 1;
     int rc = wait_job(c, job, 0);
@@ -704,10 +703,7 @@ int bfctl_best(int argc, char **argv) {
                     "the job's best trials by its metric (default 5)"))
         return 0;
     long long job, trial, n = 5;
-    if (parse_target(positional(argc, argv, vals), &job, &trial) || !job) {
-        fprintf(stderr, "usage: bfctl best JOB [-n N] [--json]\n");
-        return 2;
-    }
+    if (target_arg(argc, argv, vals, "best JOB [-n N] [--json]", 'j', &job, &trial)) return 2;
     for (int i = 1; i + 1 < argc; i++)
         if (!strcmp(argv[i], "-n")) n = atoll(argv[i + 1]);
     if (n < 1 || n > 1000) {
@@ -741,10 +737,7 @@ int bfctl_logs(int argc, char **argv) {
                     "a trial's log (its workers' stdout and stderr); -f follows it"))
         return 0;
     long long job, trial;
-    if (parse_target(positional(argc, argv, NULL), &job, &trial) || !trial) {
-        fprintf(stderr, "usage: bfctl logs tTRIAL [-f]\n");
-        return 2;
-    }
+    if (target_arg(argc, argv, NULL, "logs tTRIAL [-f]", 't', &job, &trial)) return 2;
     int follow = has_opt(argc, argv, "-f");
     ctl_conn *c;
     if (connect_or_say(&c)) return 1;
