@@ -27,8 +27,8 @@
 
 #include "bench/bench_util.h"
 #include "kernels/bk.h"
-#include "worker/generate.h"
-#include "worker/model.h"
+#include "worker/pipelines/generate.h"
+#include "worker/models/model.h"
 
 #define REPS_MAX 100
 #define STEPS_MAX 256

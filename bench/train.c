@@ -16,7 +16,7 @@
 #include "kernels/bk.h"
 #include "bench/bench_util.h"
 #include "kernels/bk_rng.h"
-#include "worker/model.h"
+#include "worker/models/model.h"
 
 typedef struct {
     int B, T, d, H, L, V, C, steps;

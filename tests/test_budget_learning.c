@@ -16,7 +16,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "worker/model.h"
+#include "worker/models/model.h"
 
 enum { L = 1, C = 8, H = 4, T = 6, V = 8, B = 16 };
 

@@ -10,7 +10,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "worker/data.h"
+#include "worker/data/data.h"
 
 static char tmpdir[256];
 

@@ -55,7 +55,8 @@ static void run_case(const char *name, golden_run *g) {
         json_error_t je;
         json_t *o = json_loads(line, 0, &je);
         cr_assert_not_null(o, "metrics.jsonl: %s", je.text);
-        json_t *loss = json_object_get(o, "train/loss"), *norm = json_object_get(o, "train/grad_norm");
+        json_t *loss = json_object_get(o, "train/loss"),
+               *norm = json_object_get(o, "train/grad_norm");
         long step = (long)json_integer_value(json_object_get(o, "step"));
         if (loss && norm && step >= 1 && step <= GOLDEN_STEPS) {
             g->loss[step - 1] = json_number_value(loss);

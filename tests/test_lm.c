@@ -13,8 +13,8 @@
 
 #include "kernels/bk_rng.h"
 #include "tests/gradcheck.h"
-#include "worker/generate.h"
-#include "worker/model.h"
+#include "worker/pipelines/generate.h"
+#include "worker/models/model.h"
 
 enum { NB = 3, T = 12, V = 29, PROMPT = 4 };
 

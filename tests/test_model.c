@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "kernels/bk_rng.h"
-#include "worker/model.h"
+#include "worker/models/model.h"
 
 static void make(model *m, int budget, int hadamard, int n_classes) {
     model_shape sh = {.layers = 2,

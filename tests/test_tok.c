@@ -9,8 +9,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "worker/data.h"
-#include "worker/tok.h"
+#include "worker/data/data.h"
+#include "worker/data/tok.h"
 
 #define WN "/usr/share/wordnet/data.noun"
 

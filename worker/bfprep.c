@@ -1,8 +1,8 @@
 /* bfprep — prepares the real data sets from their Debian packages and trains
  * tokenizers. Progress goes to stderr; results are written atomically
  * (FILE.tmp, then rename), so an interrupted run leaves no half file. */
-#include "worker/data.h"
-#include "worker/tok.h"
+#include "worker/data/data.h"
+#include "worker/data/tok.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -15,9 +15,9 @@
 #include "kernels/bk.h"
 #include "worker/ckpt.h"
 #include "worker/comm.h"
-#include "worker/generate.h"
+#include "worker/pipelines/generate.h"
 #include "worker/run_trial.h"
-#include "worker/train.h"
+#include "worker/pipelines/train.h"
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 64, EXIT_PREEMPTED = 75 };
 

@@ -12,7 +12,7 @@
 #include "common/cfg.h"
 #include "worker/comm.h"
 #include "worker/link.h"
-#include "worker/train.h"
+#include "worker/pipelines/train.h"
 
 enum { RUN_OK = 0, RUN_FAIL = 1, RUN_USAGE = 64, RUN_PREEMPTED = 75 };
 

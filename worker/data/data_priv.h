@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "worker/data.h"
+#include "worker/data/data.h"
 
 /* Writes a printf-style message into err and returns code. */
 int data_fail(char *err, size_t errlen, int code, const char *fmt, ...)

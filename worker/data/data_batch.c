@@ -1,8 +1,8 @@
 /* data_batch — deterministic, rank-sharded batches. Everything a batch holds
  * is a function of (data, opts, step): no hidden state but a cache of the
  * current epoch's permutation, so resuming at a step reproduces the run. */
-#include "worker/data.h"
-#include "worker/data_priv.h"
+#include "worker/data/data.h"
+#include "worker/data/data_priv.h"
 
 #include <stdlib.h>
 #include <string.h>

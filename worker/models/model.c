@@ -1,4 +1,4 @@
-#include "worker/model.h"
+#include "worker/models/model.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-#include "worker/generate.h"
+#include "worker/pipelines/generate.h"
 
 #include <math.h>
 #include <stdio.h>

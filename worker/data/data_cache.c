@@ -9,8 +9,8 @@
  * The file's size must be exactly what the header implies (truncation and
  * trailing junk are both corruption), payload_fnv covers everything after the
  * header, and every value is range-checked before the data is handed out. */
-#include "worker/data.h"
-#include "worker/data_priv.h"
+#include "worker/data/data.h"
+#include "worker/data/data_priv.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -1,7 +1,7 @@
 /* data_text — a UTF-8 corpus as lines, the deterministic tail split, and its
  * token stream (each line's ids then EOS). */
-#include "worker/data.h"
-#include "worker/data_priv.h"
+#include "worker/data/data.h"
+#include "worker/data/data_priv.h"
 
 #include <stdlib.h>
 #include <string.h>

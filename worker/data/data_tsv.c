@@ -1,8 +1,8 @@
 /* data_tsv — TSV classification sets and their tokenization. The whole file
  * is read once (capped), split in place, and validated line by line: a bad
  * line stops the load with FILE:LINE, never a silent skip. */
-#include "worker/data.h"
-#include "worker/data_priv.h"
+#include "worker/data/data.h"
+#include "worker/data/data_priv.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -1,4 +1,4 @@
-#include "worker/train.h"
+#include "worker/pipelines/train.h"
 
 #include <errno.h>
 #include <math.h>

@@ -1,6 +1,6 @@
 // tok_spm — the C++ side of tok.h. Every sentencepiece call is wrapped so that
 // a util::Status or a C++ exception becomes a TOK_E* code and a message.
-#include "worker/tok.h"
+#include "worker/data/tok.h"
 
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>

@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "worker/tok.h"
+#include "worker/data/tok.h"
 
 #ifdef __cplusplus
 extern "C" {

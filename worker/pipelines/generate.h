@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "worker/model.h"
+#include "worker/models/model.h"
 
 /* How the next token is chosen from the logits of one sequence. */
 typedef struct gen_sampler {

@@ -1,8 +1,8 @@
 /* data_idx — IDX arrays (magic 0 0 TYPE NDIM, NDIM big-endian u32 dims, then
  * big-endian values), read through zlib's gz* so gzipped and plain files
  * take the same path. */
-#include "worker/data.h"
-#include "worker/data_priv.h"
+#include "worker/data/data.h"
+#include "worker/data/data_priv.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -9,8 +9,8 @@
 
 #include "common/cfg.h"
 #include "worker/comm.h"
-#include "worker/data.h"
-#include "worker/model.h"
+#include "worker/data/data.h"
+#include "worker/models/model.h"
 
 typedef struct train_opts {
     const char *out_dir;         /* metrics.jsonl, config.yaml, checkpoint.bin; NULL = none */
