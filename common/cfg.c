@@ -326,9 +326,9 @@ static int walk_visit(walk *w, const yaml_node_t *node, int depth) {
     if (w->aborted) return -1;
     if (++w->visits > CFG_MAX_NODES) {
         walk_error(w, node,
-                   "document expands to more than %d nodes through aliases; refused "
-                   "(alias bomb?)",
-                   CFG_MAX_NODES);
+                   "document has more than %d nodes (keys, values and lists, each alias "
+                   "counted every time it is used); a config or sweep is limited to %d",
+                   CFG_MAX_NODES, CFG_MAX_NODES);
         w->aborted = 1;
         return -1;
     }
@@ -783,9 +783,10 @@ static int expansion_walk(yaml_document_t *doc, yaml_node_t *n, int depth, long 
                           const char *file, char *err, size_t errlen) {
     if (++*visits > CFG_MAX_NODES) {
         snprintf(err, errlen,
-                 "%s:%zu:%zu: document expands to more than %d nodes through aliases; refused "
-                 "(alias bomb?)",
-                 file, n->start_mark.line + 1, n->start_mark.column + 1, CFG_MAX_NODES);
+                 "%s:%zu:%zu: document has more than %d nodes (keys, values and lists, each "
+                 "alias counted every time it is used); a config or sweep is limited to %d",
+                 file, n->start_mark.line + 1, n->start_mark.column + 1, CFG_MAX_NODES,
+                 CFG_MAX_NODES);
         return -1;
     }
     if (depth > CFG_MAX_DEPTH) {
@@ -846,10 +847,74 @@ int cfg_set_node(bf_config *c, const char *key, struct yaml_document_s *doc,
     return w.nerr ? -1 : 0;
 }
 
-/* Parses `text` as one YAML document into doc. -1 with a message on a syntax
- * error; an empty text yields a document with no root. */
-static int parse_text(yaml_document_t *doc, const char *text, size_t len, const char *where,
-                      int with_pos, char *err, size_t errlen) {
+/* The first pass of cfg_yaml_parse: libyaml's events, with the nesting depth
+ * counted as they come, so a deep document is refused after CFG_MAX_DEPTH
+ * levels instead of being built whole (libyaml's scanner spends time in the
+ * flow depth on every token, so building 100,000 levels costs seconds). */
+static int check_events(const char *text, size_t len, const char *where, int with_pos, char *err,
+                        size_t errlen) {
+    yaml_parser_t parser;
+    if (!yaml_parser_initialize(&parser)) {
+        snprintf(err, errlen, "%s: yaml_parser_initialize failed (out of memory)", where);
+        return -1;
+    }
+    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
+    int depth = 0, docs = 0, rc = 0;
+    for (;;) {
+        yaml_event_t ev;
+        if (!yaml_parser_parse(&parser, &ev)) {
+            const char *problem = parser.problem ? parser.problem : "unknown error";
+            if (with_pos)
+                snprintf(err, errlen, "%s:%zu:%zu: YAML syntax error: %s%s%s", where,
+                         parser.problem_mark.line + 1, parser.problem_mark.column + 1, problem,
+                         parser.context ? " " : "", parser.context ? parser.context : "");
+            else
+                snprintf(err, errlen, "%s: YAML syntax error: %s%s%s", where, problem,
+                         parser.context ? " " : "", parser.context ? parser.context : "");
+            rc = -1;
+            break;
+        }
+        yaml_event_type_t t = ev.type;
+        size_t line = ev.start_mark.line + 1, col = ev.start_mark.column + 1;
+        yaml_event_delete(&ev);
+        if (t == YAML_SEQUENCE_START_EVENT || t == YAML_MAPPING_START_EVENT) {
+            if (++depth > CFG_MAX_DEPTH) {
+                if (with_pos)
+                    snprintf(err, errlen, "%s:%zu:%zu: nesting deeper than %d levels; refused",
+                             where, line, col, CFG_MAX_DEPTH);
+                else
+                    snprintf(err, errlen, "%s: nesting deeper than %d levels; refused", where,
+                             CFG_MAX_DEPTH);
+                rc = -1;
+                break;
+            }
+        } else if (t == YAML_SEQUENCE_END_EVENT || t == YAML_MAPPING_END_EVENT) {
+            depth--;
+        } else if (t == YAML_DOCUMENT_START_EVENT && ++docs > 1) {
+            if (with_pos)
+                snprintf(err, errlen,
+                         "%s:%zu:%zu: a second YAML document starts here; a config or sweep "
+                         "file holds one document (remove the '---' line and what follows, "
+                         "or merge the two)",
+                         where, line, col);
+            else
+                snprintf(err, errlen, "%s: more than one YAML document; give one value", where);
+            rc = -1;
+            break;
+        } else if (t == YAML_STREAM_END_EVENT) {
+            break;
+        }
+    }
+    yaml_parser_delete(&parser);
+    return rc;
+}
+
+int cfg_yaml_parse(struct yaml_document_s *doc, const char *text, size_t len, const char *where,
+                   int with_pos, char *err, size_t errlen) {
+    char dummy[8];
+    if (!err || !errlen) err = dummy, errlen = sizeof dummy;
+    if (!where) where = "config";
+    if (check_events(text, len, where, with_pos, err, errlen) < 0) return -1;
     yaml_parser_t parser;
     if (!yaml_parser_initialize(&parser)) {
         snprintf(err, errlen, "%s: yaml_parser_initialize failed (out of memory)", where);
@@ -857,14 +922,9 @@ static int parse_text(yaml_document_t *doc, const char *text, size_t len, const 
     }
     yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
     if (!yaml_parser_load(&parser, doc)) {
-        const char *problem = parser.problem ? parser.problem : "unknown error";
-        if (with_pos)
-            snprintf(err, errlen, "%s:%zu:%zu: YAML syntax error: %s%s%s", where,
-                     parser.problem_mark.line + 1, parser.problem_mark.column + 1, problem,
-                     parser.context ? " " : "", parser.context ? parser.context : "");
-        else
-            snprintf(err, errlen, "%s: YAML syntax error: %s%s%s", where, problem,
-                     parser.context ? " " : "", parser.context ? parser.context : "");
+        /* the event pass accepted it, so only memory can run out here */
+        snprintf(err, errlen, "%s: YAML: %s", where,
+                 parser.problem ? parser.problem : "out of memory");
         yaml_parser_delete(&parser);
         return -1;
     }
@@ -886,7 +946,7 @@ int cfg_set_value(bf_config *c, const char *key, const char *yaml_value, const c
         return -1;
     }
     yaml_document_t doc;
-    if (parse_text(&doc, text, strlen(text), where, 0, err, errlen) < 0) return -1;
+    if (cfg_yaml_parse(&doc, text, strlen(text), where, 0, err, errlen) < 0) return -1;
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     int rc = -1;
     if (!root) {
@@ -960,7 +1020,7 @@ int cfg_load_text(bf_config *c, const char *text, size_t n, const char *name, ch
     }
     int rc = -1;
     yaml_document_t doc;
-    if (parse_text(&doc, text, n, name, 1, err, errlen) != 0) return -1;
+    if (cfg_yaml_parse(&doc, text, n, name, 1, err, errlen) != 0) return -1;
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     if (!root || (root->type == YAML_SCALAR_NODE && root->data.scalar.length == 0 &&
                   scalar_is_plain(root))) {

@@ -173,6 +173,14 @@ int cfg_load_node(bf_config *c, struct yaml_document_s *doc, struct yaml_node_s 
  * refused before anything walks it. Returns 0 when the document is small. */
 int cfg_yaml_check_expansion(struct yaml_document_s *doc, const char *file, char *err,
                              size_t errlen);
+/* Parses len bytes of YAML into doc, which holds exactly one document after
+ * 0 (an empty text yields a document with no root; yaml_document_delete it).
+ * Refused with -1 and a message ("WHERE:LINE:COL: ..." when with_pos):
+ * a syntax error, nesting deeper than CFG_MAX_DEPTH (found while parsing,
+ * before the document is built, so the cost stays linear in len), or a
+ * second document after '---'. Every YAML text from outside goes through it. */
+int cfg_yaml_parse(struct yaml_document_s *doc, const char *text, size_t len, const char *where,
+                   int with_pos, char *err, size_t errlen);
 /* Sets one key from a YAML node; errors are "FILE:LINE:COL: message" at the
  * node's position. Returns 0 or -1. */
 int cfg_set_node(bf_config *c, const char *key, struct yaml_document_s *doc,

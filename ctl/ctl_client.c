@@ -41,8 +41,9 @@ static int setup_socket(ctl_conn *c, void *s, const char *ep, char *err, size_t 
 }
 
 /* 1 when a process listens on the unix socket at path (ZeroMQ's ipc://
- * transport), 0 when the file is a leftover (connection refused). Anything
- * else (permissions, ...) counts as listening and is left to ZeroMQ to report. */
+ * transport), 0 when the file is a leftover (connection refused), -1 with
+ * errno EACCES when this user may not connect. Anything else counts as
+ * listening and is left to ZeroMQ to report. */
 static int socket_listens(const char *path) {
     struct sockaddr_un a;
     if (strlen(path) >= sizeof a.sun_path) return 1;
@@ -54,7 +55,30 @@ static int socket_listens(const char *path) {
     int rc = connect(fd, (struct sockaddr *)&a, sizeof a);
     int e = errno;
     close(fd);
+    if (rc != 0 && (e == EACCES || e == EPERM)) {
+        errno = e;
+        return -1;
+    }
     return rc == 0 || e != ECONNREFUSED;
+}
+
+/* BF_TIMEOUT: seconds to wait for each reply, a number in (0, 86400];
+ * default 10. Anything else is refused rather than silently replaced. */
+static int read_timeout(int *ms, char *err, size_t errlen) {
+    const char *to = getenv("BF_TIMEOUT");
+    *ms = 10000;
+    if (!to) return 0;
+    char *end;
+    errno = 0;
+    double t = strtod(to, &end);
+    while (end && (*end == ' ' || *end == '\t')) end++;
+    if (end == to || *end || errno || !(t > 0 && t <= 86400))
+        return bf_fail(err, errlen,
+                       "BF_TIMEOUT='%.64s' is not valid: give the seconds to wait for bfd's "
+                       "replies, a number in (0, 86400] (default 10)",
+                       to);
+    *ms = t * 1000 < 1 ? 1 : (int)(t * 1000);
+    return 0;
 }
 
 int ctl_connect(ctl_conn **out, char *err, size_t errlen) {
@@ -62,9 +86,10 @@ int ctl_connect(ctl_conn **out, char *err, size_t errlen) {
     ctl_conn *c = calloc(1, sizeof *c);
     if (!c) return bf_fail(err, errlen, "out of memory");
     c->next_req = 1;
-    const char *to = getenv("BF_TIMEOUT");
-    double t = to ? atof(to) : 10;
-    c->timeout_ms = t > 0 && t < 86400 ? (int)(t * 1000) : 10000;
+    if (read_timeout(&c->timeout_ms, err, errlen)) {
+        free(c);
+        return -1;
+    }
     const char *ep = getenv("BF_ENDPOINT");
     if (ep && *ep) {
         snprintf(c->ep, sizeof c->ep, "%s", ep);
@@ -89,13 +114,22 @@ int ctl_connect(ctl_conn **out, char *err, size_t errlen) {
         char path[1100];
         snprintf(path, sizeof path, "%s/ctl.sock", home);
         struct stat sb;
-        if (stat(path, &sb) != 0) {
+        int listens = 1, st_rc = stat(path, &sb), st_err = errno;
+        if (st_rc != 0 && st_err != EACCES) {
             bf_fail(err, errlen, "bfd is not running (no socket at %s); start it with: bfd%s%s",
                     path, getenv("BF_HOME") ? " --home " : "", getenv("BF_HOME") ? home : "");
             free(c);
             return -1;
         }
-        if (!socket_listens(path)) {
+        if (st_rc != 0 || (listens = socket_listens(path)) < 0) {
+            bf_fail(err, errlen,
+                    "permission denied on %s (uid %d): bfd's home is reachable only by the user "
+                    "who runs it; run bfctl as that user, or set BF_HOME to your own bfd's home",
+                    path, (int)getuid());
+            free(c);
+            return -1;
+        }
+        if (!listens) {
             bf_fail(err, errlen,
                     "bfd is not running (%s is left from an earlier bfd, nothing listens on it); "
                     "start it with: bfd%s%s",

@@ -83,7 +83,14 @@ typedef struct bfd {
     int n_client_keys;
     batch batches[ROUND_MAX_MSGS];
     size_t n_batches;
+    /* replies to clients that have gone: counted, logged as one summary line
+     * per UNSENT_LOG_EVERY seconds rather than one line each */
+    long long unsent, unsent_logged;
+    double unsent_since;
+    char unsent_err[256];
 } bfd;
+
+#define UNSENT_LOG_EVERY 10.0
 
 static volatile sig_atomic_t g_sigfd = -1;
 
@@ -122,11 +129,33 @@ static void logf_(const char *fmt, ...) {
 
 /* ------------------------------------------------------------------ replies */
 
+/* Counts a reply that could not be sent (the client has gone, mostly); the
+ * first is logged at once, the rest by log_unsent as a count. */
+static void note_unsent(bfd *d, const char *type, const char *err) {
+    if (d->unsent++ == 0 && d->unsent_logged == 0) {
+        logf_("reply %s not sent: %s (further ones are counted and logged every %.0f s)", type, err,
+              UNSENT_LOG_EVERY);
+        d->unsent_logged = 1;
+    }
+    if (!d->unsent_since) d->unsent_since = now_s();
+    snprintf(d->unsent_err, sizeof d->unsent_err, "%s", err);
+}
+
+/* Logs how many replies went unsent since the last summary (called by the
+ * loop; at most one line per UNSENT_LOG_EVERY seconds). */
+static void log_unsent(bfd *d, int force) {
+    long long n = d->unsent - d->unsent_logged;
+    if (n <= 0 || (!force && now_s() - d->unsent_since < UNSENT_LOG_EVERY)) return;
+    logf_("%lld repl%s not sent in the last %.0f s (clients gone before their reply; last: %s)", n,
+          n == 1 ? "y" : "ies", now_s() - d->unsent_since, d->unsent_err);
+    d->unsent_logged = d->unsent;
+    d->unsent_since = 0;
+}
+
 static void reply(bfd *d, void *sock, proto_msg *m, const char *type, json_t *body) {
     char err[256];
     if (proto_send(sock, m, NULL, type, body, ZMQ_DONTWAIT, err, sizeof err))
-        logf_("reply %s not sent: %s", type, err);
-    (void)d;
+        note_unsent(d, type, err);
 }
 
 static void reply_err(bfd *d, void *sock, proto_msg *m, proto_code code, const char *fmt, ...) {
@@ -136,8 +165,30 @@ static void reply_err(bfd *d, void *sock, proto_msg *m, proto_code code, const c
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (proto_send_error(sock, m, code, msg, ZMQ_DONTWAIT, err, sizeof err))
-        logf_("error reply not sent: %s", err);
-    (void)d;
+        note_unsent(d, "error", err);
+}
+
+/* Copies s into out with control characters, backslashes and bytes that
+ * are not printable ASCII written as \n, \t, \\ or \xNN, so a value from
+ * outside cannot forge log lines or send terminal escapes. */
+static const char *log_escape(const char *s, char *out, size_t outlen) {
+    size_t w = 0;
+    for (; *s && w + 5 < outlen; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '\n')
+            w += (size_t)snprintf(out + w, outlen - w, "\\n");
+        else if (ch == '\t')
+            w += (size_t)snprintf(out + w, outlen - w, "\\t");
+        else if (ch == '\\')
+            w += (size_t)snprintf(out + w, outlen - w, "\\\\");
+        else if (ch < 0x20 || ch >= 0x7f)
+            w += (size_t)snprintf(out + w, outlen - w, "\\x%02x", ch);
+        else
+            out[w++] = (char)ch;
+    }
+    out[w < outlen ? w : outlen - 1] = '\0';
+    if (*s && outlen > 4) memcpy(out + (w < outlen - 4 ? w : outlen - 4), "...", 4);
+    return out;
 }
 
 static void publish(bfd *d, const char *topic, const char *type, json_t *body) {
@@ -672,6 +723,18 @@ static void ctl_submit(bfd *d, void *s, proto_msg *m) {
     FIELD(proto_get_str(m->body, "cwd", 0, PROTO_MAX_PATH, &cwd, ferr, sizeof ferr));
     if (cwd && cwd[0] != '/') {
         reply_err(d, s, m, PROTO_E_FIELD, "submit: 'cwd' must be an absolute path");
+        return;
+    }
+    /* trials start in cwd: a folder bfd cannot enter would fail every attempt
+     * (exit 127) and spend the retries, so it is refused now */
+    struct stat cst;
+    if (cwd && (stat(cwd, &cst) != 0 || !S_ISDIR(cst.st_mode) || access(cwd, X_OK) != 0)) {
+        char cw[PROTO_MAX_PATH * 4 + 8];
+        int e = errno;
+        reply_err(d, s, m, PROTO_E_FIELD,
+                  "submit: 'cwd' %s is not a folder bfd can start trials in: %s",
+                  log_escape(cwd, cw, sizeof cw),
+                  stat(cwd, &cst) == 0 && !S_ISDIR(cst.st_mode) ? "not a directory" : strerror(e));
         return;
     }
     sweep_spec *spec = NULL;
@@ -1256,9 +1319,11 @@ static void flush_batches(bfd *d) {
             bt->gap = 1;
             continue;
         }
+        /* every point, also those at or below the acked seq: a (trial, seq,
+         * name) already stored is skipped by the store (INSERT OR IGNORE),
+         * one not stored yet is stored, as docs/protocol.md says */
         for (size_t i = 0; i < bt->n; i++) {
             const proto_point *p = &bt->pts[i];
-            if (p->seq <= r->acked) continue;
             for (int v = 0; v < p->n; v++) {
                 if (p->is_null[v]) continue;
                 tids[k] = r->trial;
@@ -1347,6 +1412,13 @@ static void handle_worker_msg(bfd *d, proto_msg *m, size_t *round_points) {
             proto_get_int(m->body, "attempt", 1, 1, PROTO_MAX_INT, 0, &attempt, ferr, sizeof ferr));
         FIELD(proto_get_int(m->body, "pid", 1, 1, PROTO_MAX_INT, 0, &pid, ferr, sizeof ferr));
         FIELD(proto_get_str(m->body, "host", 1, PROTO_MAX_PATH, &host, ferr, sizeof ferr));
+        if (attempt != r->attempt) {
+            reply_err(d, s, m, PROTO_E_FIELD,
+                      "hello: 'attempt' is %lld, but bfd launched attempt %d of trial %lld "
+                      "(pass the --attempt bfd gave the worker)",
+                      attempt, r->attempt, trial);
+            return;
+        }
         store_trial t;
         if (store_get_trial(d->st, trial, &t, err, sizeof err) || load_acked(d, r)) {
             reply_err(d, s, m, PROTO_E_INTERNAL, "hello: %s", err);
@@ -1356,8 +1428,9 @@ static void handle_worker_msg(bfd *d, proto_msg *m, size_t *round_points) {
                               r->attempt, "config", t.config ? t.config : "", "acked",
                               (json_int_t)r->acked, "heartbeat", d->c->heartbeat_interval);
         store_trial_free(&t);
+        char hb[PROTO_MAX_PATH * 4 + 8];
         logf_("trial %lld attempt %d: worker pid %lld on %s connected", trial, r->attempt, pid,
-              host);
+              log_escape(host, hb, sizeof hb));
         reply(d, s, m, "config", b);
         json_decref(b);
         if (r->stop_requested) send_stop(d, r, "stop requested");
@@ -1778,8 +1851,10 @@ int bfd_run(const bfd_opts *o, const bfd_config *c, char *err, size_t errlen) {
         if (items[0].revents & ZMQ_POLLIN) handle_ctl(d);
         if (d->zap && (items[3].revents & ZMQ_POLLIN)) handle_zap(d);
         check_timers(d);
+        log_unsent(d, 0);
         if (d->dirty || now_s() - d->last_sched > 5) schedule(d);
     }
+    log_unsent(d, 1);
     logf_("stopping; %zu running trial%s keep running and reattach when bfd starts again",
           d->n_runs, d->n_runs == 1 ? "" : "s");
     rc = 0;

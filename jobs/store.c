@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define NAME_CACHE 256
 
@@ -246,6 +247,16 @@ int store_open(const char *path, store **out, char *err, size_t errlen) {
     }
     if (sqlite3_busy_timeout(s->db, 10000) != SQLITE_OK) {
         sqlfail(s, err, errlen, "sqlite3_busy_timeout");
+        store_close(&s);
+        return -1;
+    }
+    /* SQLite opens a file it may not write read-only without a word; every
+     * write would then fail later, so the store refuses to open */
+    if (sqlite3_db_readonly(s->db, "main") == 1) {
+        bf_fail(err, errlen,
+                "%s is read-only for this user (uid %d): the store must be writable; fix its "
+                "permissions or use another home",
+                path, (int)getuid());
         store_close(&s);
         return -1;
     }

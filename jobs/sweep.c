@@ -1115,24 +1115,11 @@ int sweep_load_string(const char *text, size_t len, const char *file, sweep_spec
         errs_add(errs, line);
         return -1;
     }
-    yaml_parser_t parser;
     yaml_document_t doc;
-    if (!yaml_parser_initialize(&parser)) {
-        snprintf(line, sizeof line, "%s:1:1: yaml_parser_initialize: out of memory", file);
+    if (cfg_yaml_parse(&doc, text, len, file, 1, line, sizeof line) < 0) {
         errs_add(errs, line);
         return -1;
     }
-    yaml_parser_set_input_string(&parser, (const unsigned char *)text, len);
-    if (!yaml_parser_load(&parser, &doc)) {
-        snprintf(line, sizeof line, "%s:%zu:%zu: YAML syntax error: %s%s%s", file,
-                 parser.problem_mark.line + 1, parser.problem_mark.column + 1,
-                 parser.problem ? parser.problem : "unknown error", parser.context ? " " : "",
-                 parser.context ? parser.context : "");
-        errs_add(errs, line);
-        yaml_parser_delete(&parser);
-        return -1;
-    }
-    yaml_parser_delete(&parser);
     int before = errs->total;
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     sweep_spec *s = calloc(1, sizeof *s);

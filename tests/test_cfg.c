@@ -315,8 +315,7 @@ Test(cfg, aliases_work_and_bombs_are_refused) {
     }
     w += (size_t)snprintf(bomb + w, sizeof bomb - w, "distill.replace_layers: *a8\n");
     cr_assert_eq(load(bomb, &c, err, sizeof err), -1);
-    cr_assert(strstr(err, "document expands to more than 100000 nodes through aliases; refused"),
-              "%s", err);
+    cr_assert(strstr(err, "document has more than 100000 nodes"), "%s", err);
 }
 
 Test(cfg, validate_cross_keys) {
