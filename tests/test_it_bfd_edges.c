@@ -182,8 +182,8 @@ Test(bfd_edges, submit_with_a_missing_cwd_is_refused) {
     const char *bad[] = {"/nonexistent/folder", "/etc/hostname"};
     const char *why[] = {"No such file or directory", "not a directory"};
     for (int i = 0; i < 2; i++) {
-        send_json(c, "submit", json_pack("{s:s, s:s, s:s}", "sweep", text, "file", "cwd.yaml",
-                                         "cwd", bad[i]));
+        send_json(c, "submit",
+                  json_pack("{s:s, s:s, s:s}", "sweep", text, "file", "cwd.yaml", "cwd", bad[i]));
         json_t *r = recv_reply(c, type);
         cr_assert_str_eq(str_of(r, "code"), "bad_field");
         cr_assert(strstr(str_of(r, "message"), bad[i]) && strstr(str_of(r, "message"), why[i]),
@@ -297,8 +297,8 @@ Test(bfd_edges, replies_to_gone_clients_are_summarised) {
 /* Runs cmd as user nobody; returns its exit status, output in out. */
 static int run_as_nobody(const char *cmd, char *out, size_t outlen) {
     char full[4096];
-    snprintf(full, sizeof full, "setpriv --reuid=65534 --regid=65534 --clear-groups sh -c '%s' 2>&1",
-             cmd);
+    snprintf(full, sizeof full,
+             "setpriv --reuid=65534 --regid=65534 --clear-groups sh -c '%s' 2>&1", cmd);
     FILE *p = popen(full, "r");
     cr_assert(p);
     size_t n = fread(out, 1, outlen - 1, p);
