@@ -19,10 +19,12 @@ static const bfctl_cmd commands[] = {
     {"submit", bfctl_submit, "submit SWEEP.yaml [--wait] [--follow]",
      "submit a sweep to bfd; prints the job id"},
     {"ls", bfctl_ls, "ls [--json]", "list jobs"},
-    {"show", bfctl_show, "show JOB|tTRIAL [--json]", "a job and its trials, or one trial"},
+    {"show", bfctl_show, "show JOB|tTRIAL [--json] [--rungs]",
+     "a job and its trials, or one trial; --rungs: early-stopping decisions"},
     {"tail", bfctl_tail, "tail JOB|tTRIAL [-f] [--all]", "metric points; -f follows live"},
     {"cancel", bfctl_cancel, "cancel JOB|tTRIAL", "cancel a job or one trial"},
     {"stop", bfctl_stop, "stop tTRIAL", "early-stop a running trial (checkpoint, STOPPED)"},
+    {"resume", bfctl_resume, "resume tTRIAL", "continue a STOPPED trial from its checkpoint"},
     {"wait", bfctl_wait, "wait JOB", "wait for a job; exit 0 only if every trial completed"},
     {"best", bfctl_best, "best JOB [-n N] [--json]", "the job's best trials by its metric"},
     {"logs", bfctl_logs, "logs tTRIAL [-f]", "a trial's log; -f follows it"},
@@ -66,7 +68,7 @@ static void print_errors(const sweep_errors *e) {
 }
 
 static const char *method_text(const sweep_spec *s) {
-    return !s->is_sweep ? "single run" : s->method == SWEEP_GRID ? "grid" : "random";
+    return !s->is_sweep ? "single run" : sweep_method_name(s->method);
 }
 
 int bfctl_validate(int argc, char **argv) {

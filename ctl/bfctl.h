@@ -29,5 +29,8 @@ int bfctl_daemon(int argc, char **argv);
 /* ctl/ctl_results.c: a job's results */
 int bfctl_results(int argc, char **argv);
 int bfctl_export(int argc, char **argv);
+/* ctl/ctl_adaptive.c: adaptive sweeps */
+int bfctl_resume(int argc, char **argv);
+int bfctl_show_rungs(long long job, int as_json); /* `show JOB --rungs` */
 
 #endif

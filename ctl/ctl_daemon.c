@@ -585,18 +585,27 @@ static void print_trial_row(json_t *t, const char *metric) {
     if (json_is_number(best)) snprintf(b, sizeof b, "%.4g", json_number_value(best));
     printf("t%-6lld %5lld %-10s %4lld %10s %10s  %s\n", jint(t, "id"), jint(t, "index"),
            jstr(t, "state"), jint(t, "attempts"), l, b, params);
+    if (*jstr(t, "reason")) printf("        %s\n", jstr(t, "reason")); /* an early stop's */
 }
 
 int bfctl_show(int argc, char **argv) {
-    if (help_wanted(argc, argv, "show JOB|tTRIAL [--json]",
-                    "a job with its trials (state, attempts, latest and best metric), or one "
-                    "trial with its config"))
+    if (help_wanted(argc, argv, "show JOB|tTRIAL [--json] [--rungs]",
+                    "a job with its trials (state, attempts, latest and best metric, the reason "
+                    "of an early stop), or one trial with its config; JOB --rungs: the job's "
+                    "early-stopping decisions (per ASHA rung: trials, values, cutoff)"))
         return 0;
     long long job, trial;
-    if (target_arg(argc, argv, NULL, "show JOB|tTRIAL [--json]   (e.g. 3, or t17)", 0, &job,
-                   &trial))
+    if (target_arg(argc, argv, NULL, "show JOB|tTRIAL [--json] [--rungs]   (e.g. 3, or t17)", 0,
+                   &job, &trial))
         return 2;
     int json = has_opt(argc, argv, "--json");
+    if (has_opt(argc, argv, "--rungs")) {
+        if (!job) {
+            fprintf(stderr, "bfctl: show --rungs takes a job (e.g. 3), not a trial\n");
+            return 2;
+        }
+        return bfctl_show_rungs(job, json);
+    }
     ctl_conn *c;
     if (connect_or_say(&c)) return 1;
     json_t *r;
@@ -612,6 +621,9 @@ int bfctl_show(int argc, char **argv) {
         printf("job %lld '%s': pipeline %s, %lld trials (%s), metric %s (%s)\n", job,
                jstr(r, "name"), jstr(r, "pipeline"), jint(r, "n_trials"), st, jstr(r, "metric"),
                jstr(r, "goal"));
+        if (jint(r, "to_propose") > 0)
+            printf("%s: %lld trial%s still to be proposed\n", jstr(r, "method"),
+                   jint(r, "to_propose"), jint(r, "to_propose") == 1 ? "" : "s");
         printf("%-7s %5s %-10s %4s %10s %10s  %s\n", "TRIAL", "INDEX", "STATE", "ATT", "LATEST",
                "BEST", "PARAMS");
         size_t i;

@@ -23,6 +23,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include "daemon/adaptive.h"
 #include "daemon/dstate.h"
 #include "daemon/slurm.h"
 #include "jobs/store.h"
@@ -46,10 +47,12 @@ typedef struct run {
     unsigned char ident[PROTO_MAX_IDENT];
     size_t ident_len;
     int stop_requested;
-    int ending;     /* outcome recorded; waiting for the process to go */
-    double kill_at; /* when to SIGKILL the group (0: not scheduled) */
-    int done_state; /* from `done`: -1 none, 0 completed, 1 preempted, 2 failed */
-    int64_t acked;  /* highest contiguous seq stored; -1 not loaded yet */
+    int stop_sent;         /* on this connection of the worker */
+    char stop_reason[320]; /* an early-stop decision (committed), "" for bfctl stop */
+    int ending;            /* outcome recorded; waiting for the process to go */
+    double kill_at;        /* when to SIGKILL the group (0: not scheduled) */
+    int done_state;        /* from `done`: -1 none, 0 completed, 1 preempted, 2 failed */
+    int64_t acked;         /* highest contiguous seq stored; -1 not loaded yet */
     /* launcher: slurm (pid is 0: the worker runs on a compute node) */
     char slurm_job[SLURM_JOB_ID_MAX]; /* "" for a local run */
     int slurm_phase;                  /* last slurm_phase seen (SLURM_QUEUED at submit) */
@@ -88,6 +91,7 @@ typedef struct bfd {
     long long unsent, unsent_logged;
     double unsent_since;
     char unsent_err[256];
+    adaptive *ad; /* early stops and tpe proposals (daemon/adaptive.h) */
 } bfd;
 
 #define UNSENT_LOG_EVERY 10.0
@@ -289,9 +293,15 @@ static void kill_group(bfd *d, run *r, int sig) {
 }
 
 /* Records that the attempt failed (retry when left) and publishes it. */
+static void record_state(bfd *d, run *r, trial_state to, const char *why);
+
 static void record_failure(bfd *d, run *r, const char *why) {
     char err[512];
     int requeued = 0;
+    if (r->stop_reason[0]) { /* early-stopped: whatever the exit, it is not retried */
+        record_state(d, r, TRIAL_STOPPED, r->stop_reason);
+        return;
+    }
     if (store_trial_fail(d->st, r->trial, why, &requeued, err, sizeof err)) {
         logf_("trial %lld: %s", (long long)r->trial, err);
         return;
@@ -336,7 +346,9 @@ static void run_ended_code(bfd *d, run *r, int code, const char *fail_why) {
         if (code == 0)
             record_state(d, r, TRIAL_COMPLETED, "exit status 0");
         else if (code == 75 && r->stop_requested)
-            record_state(d, r, TRIAL_STOPPED, "stopped on request (checkpoint written)");
+            record_state(d, r, TRIAL_STOPPED,
+                         r->stop_reason[0] ? r->stop_reason
+                                           : "stopped on request (checkpoint written)");
         else if (code == 75)
             record_preempted(d, r);
         else
@@ -608,9 +620,10 @@ static int launch(bfd *d, const store_trial *t, const store_job *j, const int *g
 static void schedule(bfd *d) {
     d->dirty = 0;
     d->last_sched = now_s();
+    char err[1024];
+    if (adaptive_propose(d->ad, d->st, err, sizeof err) < 0) logf_("tpe: %s", err);
     int free_slots = d->c->slots - slots_used(d);
     if (free_slots <= 0) return;
-    char err[1024];
     store_trial *ts = NULL;
     size_t n = 0;
     if (store_next_runnable(d->st, 256, &ts, &n, err, sizeof err)) {
@@ -649,11 +662,15 @@ static json_t *trial_summary(const store_trial *t) {
     json_error_t je;
     json_t *params = t->params_json ? json_loads(t->params_json, 0, &je) : NULL;
     json_t *latest = t->latest_json ? json_loads(t->latest_json, 0, &je) : NULL;
-    return json_pack("{s:I, s:I, s:I, s:s, s:i, s:s, s:o, s:o, s:o}", "id", (json_int_t)t->id,
-                     "job", (json_int_t)t->job_id, "index", (json_int_t)t->index, "state",
-                     store_state_name(t->state), "attempts", t->attempts, "hash", t->hash, "params",
-                     params ? params : json_object(), "latest", latest ? latest : json_object(),
-                     "best", isfinite(t->best) ? json_real(t->best) : json_null());
+    json_t *o =
+        json_pack("{s:I, s:I, s:I, s:s, s:i, s:s, s:o, s:o, s:o}", "id", (json_int_t)t->id, "job",
+                  (json_int_t)t->job_id, "index", (json_int_t)t->index, "state",
+                  store_state_name(t->state), "attempts", t->attempts, "hash", t->hash, "params",
+                  params ? params : json_object(), "latest", latest ? latest : json_object(),
+                  "best", isfinite(t->best) ? json_real(t->best) : json_null());
+    /* an early stop's reason (decided, or already acted on) */
+    if (o && t->stop_reason) json_object_set_new(o, "reason", json_string(t->stop_reason));
+    return o;
 }
 
 /* Reads a job for a request; replies not_found/internal itself on failure. */
@@ -806,6 +823,9 @@ static void ctl_job(bfd *d, void *s, proto_msg *m) {
     if (get_job_with_trials(d, s, m, id, &j, &b, &ts, &n)) return;
     json_object_set_new(b, "trials", trial_summaries(ts, n));
     store_trials_free(ts, n);
+    json_object_set_new(b, "method", json_string(j.method));
+    json_object_set_new(b, "to_propose",
+                        json_integer(j.closed ? 0 : (json_int_t)(j.n_trials - j.n_proposed)));
     reply(d, s, m, "job", b);
     json_decref(b);
 }
@@ -970,10 +990,29 @@ static void send_stop(bfd *d, run *r, const char *reason) {
         char err[256];
         int rc = proto_send(d->wrk, &route, NULL, "stop", b, ZMQ_DONTWAIT, err, sizeof err);
         json_decref(b);
+        r->stop_sent = 1;
         if (rc == 0) return;
         logf_("stop to trial %lld: %s; sending SIGTERM", (long long)r->trial, err);
     }
     kill_group(d, r, SIGTERM);
+}
+
+/* Asks the job's early stopping about r (daemon/adaptive.h); a stop it
+ * decides is already committed when this sends it. */
+static void judge_run(bfd *d, run *r) {
+    char err[1024], reason[sizeof r->stop_reason];
+    if (r->ending || r->stop_requested) return;
+    int rc = adaptive_judge(d->ad, d->st, r->job, r->trial, reason, sizeof reason, err, sizeof err);
+    if (rc < 0) logf_("trial %lld: early stop: %s", (long long)r->trial, err);
+    if (rc != 1) return;
+    /* failpoint for tests: die between the committed decision and the stop */
+    const char *fp = getenv("BF_FAILPOINT");
+    if (fp && !strcmp(fp, "after_stop_decision")) _exit(99);
+    snprintf(r->stop_reason, sizeof r->stop_reason, "%s", reason);
+    r->stop_requested = 1;
+    logf_("trial %lld: early stop: %s", (long long)r->trial, reason);
+    publish_event(d, r->job, r->trial, "RUNNING", r->attempt, reason);
+    send_stop(d, r, reason);
 }
 
 static void ctl_stop(bfd *d, void *s, proto_msg *m) {
@@ -996,6 +1035,51 @@ static void ctl_stop(bfd *d, void *s, proto_msg *m) {
     json_decref(b);
 }
 
+/* resume: a STOPPED trial goes back to PENDING and continues from its
+ * checkpoint (a manual promotion past an early stop). */
+static void ctl_resume(bfd *d, void *s, proto_msg *m) {
+    char ferr[512], err[1024];
+    long long id;
+    FIELD(proto_get_int(m->body, "trial", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
+    store_trial t;
+    if (get_trial(d, s, m, id, &t)) return;
+    trial_state st = t.state;
+    int64_t job = t.job_id;
+    int att = t.attempts;
+    store_trial_free(&t);
+    if (st != TRIAL_STOPPED) {
+        reply_err(d, s, m, PROTO_E_STATE, "resume: trial %lld is %s; only a STOPPED trial resumes",
+                  id, store_state_name(st));
+        return;
+    }
+    const char *why = "resumed by request (continues from its checkpoint)";
+    if (store_trial_resume(d->st, id, why, err, sizeof err)) {
+        reply_err(d, s, m, PROTO_E_INTERNAL, "resume: %s", err);
+        return;
+    }
+    logf_("trial %lld: %s", id, why);
+    publish_event(d, job, id, "PENDING", att, why);
+    json_t *b = json_pack("{s:I}", "trial", (json_int_t)id);
+    reply(d, s, m, "resumed", b);
+    json_decref(b);
+    d->dirty = 1;
+}
+
+static void ctl_rungs(bfd *d, void *s, proto_msg *m) {
+    char ferr[512], err[1024];
+    long long id;
+    FIELD(proto_get_int(m->body, "job", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
+    store_job j;
+    if (get_job(d, s, m, id, &j)) return;
+    json_t *b = adaptive_rungs_json(d->ad, d->st, id, err, sizeof err);
+    if (!b) {
+        reply_err(d, s, m, PROTO_E_INTERNAL, "rungs: %s", err);
+        return;
+    }
+    reply(d, s, m, "rungs", b);
+    json_decref(b);
+}
+
 static void ctl_wait(bfd *d, void *s, proto_msg *m) {
     char ferr[512], err[1024];
     long long id;
@@ -1011,7 +1095,7 @@ static void ctl_wait(bfd *d, void *s, proto_msg *m) {
                         json_integer_value(json_object_get(states, "RUNNING"));
     json_int_t good = json_integer_value(json_object_get(states, "COMPLETED")) +
                       json_integer_value(json_object_get(states, "STOPPED"));
-    int done = active == 0;
+    int done = active == 0 && (j.closed || j.n_proposed >= j.n_trials); /* tpe: all proposed */
     int ok = done && good == (json_int_t)j.n_trials;
     json_t *b = json_pack("{s:I, s:b, s:b, s:o}", "job", (json_int_t)id, "done", done, "ok", ok,
                           "states", states);
@@ -1235,10 +1319,10 @@ static const struct {
     const char *type;
     handler_fn fn;
 } ctl_table[] = {
-    {"submit", ctl_submit},   {"jobs", ctl_jobs},     {"job", ctl_job},   {"trial", ctl_trial},
-    {"metrics", ctl_metrics}, {"cancel", ctl_cancel}, {"stop", ctl_stop}, {"wait", ctl_wait},
-    {"best", ctl_best},       {"export", ctl_export}, {"logs", ctl_logs}, {"status", ctl_status},
-    {"sync", ctl_sync},
+    {"submit", ctl_submit},   {"jobs", ctl_jobs},     {"job", ctl_job},     {"trial", ctl_trial},
+    {"metrics", ctl_metrics}, {"cancel", ctl_cancel}, {"stop", ctl_stop},   {"wait", ctl_wait},
+    {"best", ctl_best},       {"export", ctl_export}, {"logs", ctl_logs},   {"status", ctl_status},
+    {"sync", ctl_sync},       {"resume", ctl_resume}, {"rungs", ctl_rungs},
 };
 
 /* Receives one message from sock; answers protocol errors itself. Returns
@@ -1373,6 +1457,14 @@ static void flush_batches(bfd *d) {
             }
             json_decref(arr);
         }
+        /* early stopping: judged on what is now stored, when its metric came */
+        const char *metric = failed || bt->gap ? NULL : adaptive_stop_metric(d->ad, d->st, r->job);
+        int judge = 0;
+        for (size_t i = 0; metric && !judge && i < bt->n; i++)
+            for (int v = 0; v < bt->pts[i].n && !judge; v++)
+                judge = bt->pts[i].seq > bt->prev_acked && !bt->pts[i].is_null[v] &&
+                        !strcmp(bt->pts[i].name[v], metric);
+        if (judge) judge_run(d, r);
         free(bt->pts);
         proto_msg_clear(&bt->msg);
     }
@@ -1402,8 +1494,12 @@ static void handle_worker_msg(bfd *d, proto_msg *m, size_t *round_points) {
         return;
     }
     r->last_seen = now_s();
+    if (r->ident_len != m->ident_len || memcmp(r->ident, m->ident, m->ident_len))
+        r->stop_sent = 0; /* a new connection (the worker or bfd restarted) */
     memcpy(r->ident, m->ident, m->ident_len);
     r->ident_len = m->ident_len;
+    if (r->stop_requested && !r->stop_sent && !is_hello)
+        send_stop(d, r, r->stop_reason[0] ? r->stop_reason : "stop requested");
     if (is_hb) return;
     if (is_hello) {
         long long attempt, pid;
@@ -1433,7 +1529,8 @@ static void handle_worker_msg(bfd *d, proto_msg *m, size_t *round_points) {
               log_escape(host, hb, sizeof hb));
         reply(d, s, m, "config", b);
         json_decref(b);
-        if (r->stop_requested) send_stop(d, r, "stop requested");
+        if (r->stop_requested)
+            send_stop(d, r, r->stop_reason[0] ? r->stop_reason : "stop requested");
         return;
     }
     if (is_done) {
@@ -1691,13 +1788,18 @@ static int reconcile(bfd *d, char *err, size_t errlen) {
                 logf_("trial %lld attempt %d: worker pid %d still running; reattaching",
                       (long long)r->trial, r->attempt, (int)r->pid);
             }
+            /* a stop decided before the restart is sent again (not decided
+             * again); rungs reached while bfd was down are judged now */
+            judge_run(d, r);
         } else {
             run tmp;
             memset(&tmp, 0, sizeof tmp);
             tmp.trial = ids[i];
             tmp.job = job;
             tmp.attempt = row ? row->attempt : 0;
-            char why[256];
+            char why[256], reason[sizeof tmp.stop_reason];
+            if (adaptive_judge(d->ad, d->st, job, ids[i], reason, sizeof reason, err, errlen) == 1)
+                snprintf(tmp.stop_reason, sizeof tmp.stop_reason, "%s", reason);
             if (row && row->slurm_job[0])
                 snprintf(why, sizeof why, "Slurm job %s ended (%s) while bfd was down",
                          row->slurm_job, ss.state);
@@ -1782,6 +1884,7 @@ int bfd_run(const bfd_opts *o, const bfd_config *c, char *err, size_t errlen) {
     snprintf(db, sizeof db, "%s/bf.db", o->home);
     if (setup_home_dirs(o->home, err, errlen)) goto out;
     if (store_open(db, &d->st, err, errlen)) goto out;
+    if (adaptive_new(&d->ad, err, errlen)) goto out;
     if (dstate_open(db, &d->ds, err, errlen)) goto out;
     if (pipe(d->sigpipe) != 0) {
         bf_fail(err, errlen, "pipe: %s", strerror(errno));
@@ -1873,6 +1976,7 @@ out:
     if (d->sigpipe[1] >= 0) close(d->sigpipe[1]);
     dstate_close(&d->ds);
     store_close(&d->st);
+    adaptive_destroy(&d->ad);
     free(d->runs);
     free(d);
     return rc;

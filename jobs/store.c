@@ -3,6 +3,7 @@
  * one transaction. Every SQLite call is checked and its message passed on. */
 #include "jobs/store.h"
 #include "common/errbuf.h"
+#include "jobs/sched_stop.h"
 
 #include <math.h>
 #include <sqlite3.h>
@@ -52,6 +53,8 @@ int store_transition_legal(trial_state from, trial_state to) {
                to == TRIAL_STOPPED || to == TRIAL_PENDING;
     case TRIAL_FAILED:
         return to == TRIAL_PENDING;
+    case TRIAL_STOPPED:
+        return to == TRIAL_PENDING; /* resume: a manual promotion */
     default:
         return 0;
     }
@@ -171,6 +174,31 @@ static const char *const migrations[STORE_SCHEMA_VERSION] = {
     /* 2 -> 3: preempted attempts (RUNNING -> PENDING) are counted apart, so
      * they do not use up the job's retries */
     "ALTER TABLE trials ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0;",
+    /* 3 -> 4: adaptive sweeps. Early-stopping decisions (one row per trial
+     * and rung, committed before the stop is sent) and the stop reason of a
+     * trial; tpe jobs, whose trials are proposed one by one (point: the
+     * sampler's coordinates of a proposed trial) */
+    "ALTER TABLE trials ADD COLUMN stop_reason TEXT;"
+    "ALTER TABLE trials ADD COLUMN point TEXT;"
+    "ALTER TABLE jobs ADD COLUMN method TEXT NOT NULL DEFAULT 'grid';"
+    "ALTER TABLE jobs ADD COLUMN parallel INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN closed INTEGER NOT NULL DEFAULT 0;"
+    "CREATE TABLE decisions("
+    " id INTEGER PRIMARY KEY,"
+    " job INTEGER NOT NULL,"
+    " trial INTEGER NOT NULL REFERENCES trials(id),"
+    " method TEXT NOT NULL,"
+    " rung INTEGER NOT NULL,"
+    " rung_step INTEGER NOT NULL,"
+    " step INTEGER NOT NULL,"
+    " value REAL NOT NULL,"
+    " cutoff REAL,"
+    " n INTEGER NOT NULL,"
+    " stop INTEGER NOT NULL,"
+    " reason TEXT NOT NULL,"
+    " time REAL NOT NULL,"
+    " UNIQUE (trial, method, rung_step));"
+    "CREATE INDEX decisions_job ON decisions(job, rung, id);",
 };
 
 static int user_version(store *s, int *v, char *err, size_t errlen) {
@@ -381,17 +409,18 @@ int store_submit(store *s, const sweep_spec *spec, const char *source, int64_t *
     sqlite3_stmt *st = NULL;
     submit_ctx c = {s, NULL, 0, now_s(), err, errlen};
     long long n = spec->is_sweep ? spec->n_trials : 1;
-    char early[256];
-    static const char *const stop_names[] = {"none", "median", "threshold"};
-    snprintf(early, sizeof early,
-             "{\"method\": \"%s\", \"metric\": \"%s\", \"min_steps\": %d, \"threshold\": %.17g}",
-             stop_names[spec->early_stop.method], spec->early_stop.metric,
-             spec->early_stop.min_steps, spec->early_stop.threshold);
+    char early[512];
+    if (sched_stop_json(spec, early, sizeof early) < 0) {
+        bf_fail(err, errlen, "store_submit: early_stop does not fit in %zu bytes", sizeof early);
+        goto fail;
+    }
+    int tpe = spec->is_sweep && spec->method == SWEEP_TPE;
     if (prepare(
             s,
             "INSERT INTO jobs(name, pipeline, file, source, metric_name, metric_goal, priority,"
             " retries, ranks, gpus_per_rank, cpus_per_rank, time_limit_s, early_stop, n_trials,"
-            " submitted) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+            " submitted, method, parallel) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
+            " ?12, ?13, ?14, ?15, ?16, ?17)",
             &st, err, errlen) < 0)
         goto fail;
     sqlite3_bind_text(st, 1, spec->name, -1, SQLITE_STATIC);
@@ -408,6 +437,9 @@ int store_submit(store *s, const sweep_spec *spec, const char *source, int64_t *
     sqlite3_bind_int64(st, 12, spec->resources.time_limit_s);
     sqlite3_bind_text(st, 13, early, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 14, n);
+    sqlite3_bind_text(st, 16, spec->is_sweep ? sweep_method_name(spec->method) : "grid", -1,
+                      SQLITE_STATIC);
+    sqlite3_bind_int(st, 17, tpe ? spec->parallel : 0);
     if (sqlite3_bind_double(st, 15, c.t) != SQLITE_OK) {
         sqlfail(s, err, errlen, "sqlite3_bind(INSERT INTO jobs)");
         goto fail;
@@ -424,11 +456,13 @@ int store_submit(store *s, const sweep_spec *spec, const char *source, int64_t *
                 " VALUES (?1, ?2, 'PENDING', 0, ?3, ?4, ?5, ?6)",
                 &c.ins, err, errlen) < 0)
         goto fail;
-    if (sweep_expand(spec, submit_trial, &c, err, errlen) != 0) goto fail;
+    /* a tpe job's trials are proposed later, one by one (store_add_trial) */
+    if (!tpe && sweep_expand(spec, submit_trial, &c, err, errlen) != 0) goto fail;
     sqlite3_finalize(c.ins);
     c.ins = NULL;
     char msg[256];
-    snprintf(msg, sizeof msg, "submitted '%s' with %lld trials", spec->name, n);
+    snprintf(msg, sizeof msg, "submitted '%s' with %lld trials%s", spec->name, n,
+             tpe ? " to be proposed by tpe" : "");
     if (add_event(s, c.job, 0, "submit", msg, err, errlen) < 0) goto fail;
     if (exec(s, "COMMIT", err, errlen) < 0) goto fail;
     *job_id = c.job;
@@ -625,6 +659,20 @@ int store_job_cancel(store *s, int64_t job_id, int *n_cancelled, char *err, size
         rollback(s);
         return -1;
     }
+    if (prepare(s, "UPDATE jobs SET closed = 1 WHERE id = ?1", &st, err, errlen) < 0) {
+        free(ids);
+        rollback(s);
+        return -1;
+    }
+    sqlite3_bind_int64(st, 1, job_id);
+    rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        sqlfail(s, err, errlen, "sqlite3_step(UPDATE jobs SET closed)");
+        free(ids);
+        rollback(s);
+        return -1;
+    }
     for (size_t i = 0; i < n; i++)
         if (transition_in_tx(s, ids[i], TRIAL_CANCELLED, "job cancelled", err, errlen) < 0) {
             free(ids);
@@ -758,7 +806,9 @@ void store_trial_free(store_trial *t) {
     free(t->params_json);
     free(t->config);
     free(t->latest_json);
-    t->params_json = t->config = t->latest_json = NULL;
+    free(t->stop_reason);
+    free(t->point_json);
+    t->params_json = t->config = t->latest_json = t->stop_reason = t->point_json = NULL;
 }
 
 void store_trials_free(store_trial *t, size_t n) {
@@ -773,10 +823,12 @@ static char *col_dup(sqlite3_stmt *st, int i) {
 }
 
 /* Columns: 0 id, 1 job, 2 idx, 3 state, 4 attempts, 5 retries, 6 priority,
- * 7 hash, 8 params, 9 preemptions, 10 config, 11 latest json, 12 best. */
+ * 7 hash, 8 params, 9 preemptions, 10 stop reason, 11 point, 12 config,
+ * 13 latest json, 14 best. */
 #define TRIAL_COLS                                                                                 \
     "t.id, t.job, t.idx, t.state, t.attempts, j.retries, j.priority, t.hash, t.params,"            \
-    " t.preemptions"
+    " t.preemptions, t.stop_reason, t.point"
+#define TRIAL_NCOLS 12
 
 static void row_to_trial(sqlite3_stmt *st, store_trial *t, int ncols) {
     memset(t, 0, sizeof *t);
@@ -792,11 +844,13 @@ static void row_to_trial(sqlite3_stmt *st, store_trial *t, int ncols) {
     snprintf(t->hash, sizeof t->hash, "%s", h ? (const char *)h : "");
     t->params_json = col_dup(st, 8);
     t->preemptions = sqlite3_column_int(st, 9);
+    t->stop_reason = col_dup(st, 10);
+    t->point_json = col_dup(st, 11);
     t->best = NAN;
-    if (ncols > 10) t->config = col_dup(st, 10);
-    if (ncols > 11) t->latest_json = col_dup(st, 11);
-    if (ncols > 12 && sqlite3_column_type(st, 12) != SQLITE_NULL)
-        t->best = sqlite3_column_double(st, 12);
+    if (ncols > 12) t->config = col_dup(st, 12);
+    if (ncols > 13) t->latest_json = col_dup(st, 13);
+    if (ncols > 14 && sqlite3_column_type(st, 14) != SQLITE_NULL)
+        t->best = sqlite3_column_double(st, 14);
 }
 
 /* Runs a prepared query with bound parameters and collects trial rows. */
@@ -840,7 +894,7 @@ int store_get_trial(store *s, int64_t trial_id, store_trial *out, char *err, siz
     sqlite3_bind_int64(st, 1, trial_id);
     store_trial *rows = NULL;
     size_t n = 0;
-    if (collect(s, st, 11, &rows, &n, err, errlen) < 0) return -1;
+    if (collect(s, st, TRIAL_NCOLS + 1, &rows, &n, err, errlen) < 0) return -1;
     if (n == 0) {
         free(rows);
         return bf_fail(err, errlen, "no trial with id %lld", (long long)trial_id);
@@ -860,7 +914,7 @@ int store_next_runnable(store *s, int limit, store_trial **out, size_t *n, char 
                 &st, err, errlen) < 0)
         return -1;
     sqlite3_bind_int(st, 1, limit);
-    return collect(s, st, 10, out, n, err, errlen);
+    return collect(s, st, TRIAL_NCOLS, out, n, err, errlen);
 }
 
 #define LATEST_AND_BEST                                                                            \
@@ -881,7 +935,7 @@ int store_job_trials(store *s, int64_t job_id, store_trial **out, size_t *n, cha
                 &st, err, errlen) < 0)
         return -1;
     sqlite3_bind_int64(st, 1, job_id);
-    return collect(s, st, 13, out, n, err, errlen);
+    return collect(s, st, TRIAL_NCOLS + 3, out, n, err, errlen);
 }
 
 int store_best_trials(store *s, int64_t job_id, int limit, store_trial **out, size_t *n, char *err,
@@ -896,7 +950,7 @@ int store_best_trials(store *s, int64_t job_id, int limit, store_trial **out, si
         return -1;
     sqlite3_bind_int64(st, 1, job_id);
     sqlite3_bind_int(st, 2, limit);
-    return collect(s, st, 13, out, n, err, errlen);
+    return collect(s, st, TRIAL_NCOLS + 3, out, n, err, errlen);
 }
 
 int store_metric_history(store *s, int64_t trial_id, int64_t after_seq, int limit,
@@ -983,7 +1037,8 @@ int store_count_jobs(store *s, long long *count, char *err, size_t errlen) {
 
 #define JOB_COLS                                                                                   \
     "SELECT id, name, pipeline, submitted, priority, retries, ranks, gpus_per_rank,"               \
-    " cpus_per_rank, time_limit_s, metric_name, metric_goal, n_trials FROM jobs"
+    " cpus_per_rank, time_limit_s, metric_name, metric_goal, n_trials, method, parallel, closed,"  \
+    " early_stop, (SELECT COUNT(*) FROM trials WHERE job = jobs.id) FROM jobs"
 
 static void text_col(sqlite3_stmt *st, int i, char *buf, size_t len) {
     const unsigned char *v = sqlite3_column_text(st, i);
@@ -1005,6 +1060,11 @@ static void row_to_job(sqlite3_stmt *st, store_job *j) {
     text_col(st, 10, j->metric, sizeof j->metric);
     text_col(st, 11, j->goal, sizeof j->goal);
     j->n_trials = sqlite3_column_int64(st, 12);
+    text_col(st, 13, j->method, sizeof j->method);
+    j->parallel = sqlite3_column_int(st, 14);
+    j->closed = sqlite3_column_int(st, 15);
+    text_col(st, 16, j->early_stop, sizeof j->early_stop);
+    j->n_proposed = sqlite3_column_int64(st, 17);
 }
 
 int store_job_get(store *s, int64_t job_id, store_job *out, char *err, size_t errlen) {
@@ -1152,4 +1212,367 @@ int store_counts(store *s, long long *jobs, long long *pending, long long *runni
     }
     sqlite3_finalize(st);
     return rc == SQLITE_ROW ? 0 : -1;
+}
+
+/* -------------------------------------------------------- adaptive sweeps */
+
+int store_decision_add(store *s, const store_decision *d, int *added, char *err, size_t errlen) {
+    *added = 0;
+    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+    sqlite3_stmt *st;
+    if (prepare(s,
+                "INSERT OR IGNORE INTO decisions(job, trial, method, rung, rung_step, step, value,"
+                " cutoff, n, stop, reason, time) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10,"
+                " ?11, ?12)",
+                &st, err, errlen) < 0)
+        goto fail;
+    sqlite3_bind_int64(st, 1, d->job);
+    sqlite3_bind_int64(st, 2, d->trial);
+    sqlite3_bind_text(st, 3, d->method, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 4, d->rung);
+    sqlite3_bind_int64(st, 5, d->rung_step);
+    sqlite3_bind_int64(st, 6, d->step);
+    sqlite3_bind_double(st, 7, d->value);
+    if (isfinite(d->cutoff)) sqlite3_bind_double(st, 8, d->cutoff);
+    sqlite3_bind_int(st, 9, d->n);
+    sqlite3_bind_int(st, 10, d->stop);
+    sqlite3_bind_text(st, 11, d->reason, -1, SQLITE_STATIC);
+    sqlite3_bind_double(st, 12, now_s());
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        sqlfail(s, err, errlen, "sqlite3_step(INSERT INTO decisions)");
+        goto fail;
+    }
+    if (sqlite3_changes(s->db) == 0) { /* decided before (a restart, a resend) */
+        if (exec(s, "COMMIT", err, errlen) < 0) goto fail;
+        return 0;
+    }
+    if (d->stop) {
+        if (prepare(s, "UPDATE trials SET stop_reason = ?1 WHERE id = ?2", &st, err, errlen) < 0)
+            goto fail;
+        sqlite3_bind_text(st, 1, d->reason, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, d->trial);
+        rc = sqlite3_step(st);
+        sqlite3_finalize(st);
+        if (rc != SQLITE_DONE) {
+            sqlfail(s, err, errlen, "sqlite3_step(UPDATE trials SET stop_reason)");
+            goto fail;
+        }
+    }
+    char msg[400];
+    snprintf(msg, sizeof msg, "%s: %s", d->stop ? "stop" : "continue", d->reason);
+    if (add_event(s, d->job, d->trial, "early_stop", msg, err, errlen) < 0 ||
+        exec(s, "COMMIT", err, errlen) < 0)
+        goto fail;
+    *added = 1;
+    return 0;
+fail:
+    rollback(s);
+    return -1;
+}
+
+int store_decisions(store *s, int64_t job, int64_t trial, store_decision **out, size_t *n,
+                    char *err, size_t errlen) {
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st;
+    if (prepare(s,
+                "SELECT id, job, trial, method, rung, rung_step, step, value, cutoff, n, stop,"
+                " reason, time FROM decisions WHERE (?1 <= 0 OR job = ?1) AND (?2 <= 0 OR"
+                " trial = ?2) ORDER BY id",
+                &st, err, errlen) < 0)
+        return -1;
+    sqlite3_bind_int64(st, 1, job);
+    sqlite3_bind_int64(st, 2, trial);
+    store_decision *rows = NULL;
+    size_t cnt = 0, cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (cnt == cap) {
+            cap = cap ? 2 * cap : 16;
+            store_decision *nr = realloc(rows, cap * sizeof *nr);
+            if (!nr) {
+                free(rows);
+                sqlite3_finalize(st);
+                return bf_fail(err, errlen, "store_decisions: out of memory");
+            }
+            rows = nr;
+        }
+        store_decision *d = &rows[cnt++];
+        memset(d, 0, sizeof *d);
+        d->id = sqlite3_column_int64(st, 0);
+        d->job = sqlite3_column_int64(st, 1);
+        d->trial = sqlite3_column_int64(st, 2);
+        text_col(st, 3, d->method, sizeof d->method);
+        d->rung = sqlite3_column_int(st, 4);
+        d->rung_step = sqlite3_column_int64(st, 5);
+        d->step = sqlite3_column_int64(st, 6);
+        d->value = sqlite3_column_double(st, 7);
+        d->cutoff = sqlite3_column_type(st, 8) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 8);
+        d->n = sqlite3_column_int(st, 9);
+        d->stop = sqlite3_column_int(st, 10);
+        text_col(st, 11, d->reason, sizeof d->reason);
+        d->time = sqlite3_column_double(st, 12);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        free(rows);
+        return bf_fail(err, errlen, "sqlite3_step(SELECT decisions): %s", sqlite3_errmsg(s->db));
+    }
+    *out = rows;
+    *n = cnt;
+    return 0;
+}
+
+int store_rung_values(store *s, int64_t job, int rung, double **vals, size_t *n, char *err,
+                      size_t errlen) {
+    *vals = NULL;
+    *n = 0;
+    sqlite3_stmt *st;
+    if (prepare(s,
+                "SELECT value FROM decisions WHERE job = ?1 AND method = 'asha' AND rung = ?2"
+                " ORDER BY id",
+                &st, err, errlen) < 0)
+        return -1;
+    sqlite3_bind_int64(st, 1, job);
+    sqlite3_bind_int(st, 2, rung);
+    double *v = NULL;
+    size_t cnt = 0, cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (cnt == cap) {
+            cap = cap ? 2 * cap : 16;
+            double *nv = realloc(v, cap * sizeof *nv);
+            if (!nv) {
+                free(v);
+                sqlite3_finalize(st);
+                return bf_fail(err, errlen, "store_rung_values: out of memory");
+            }
+            v = nv;
+        }
+        v[cnt++] = sqlite3_column_double(st, 0);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        free(v);
+        return bf_fail(err, errlen, "sqlite3_step(SELECT rung values): %s", sqlite3_errmsg(s->db));
+    }
+    *vals = v;
+    *n = cnt;
+    return 0;
+}
+
+int store_trial_resume(store *s, int64_t trial_id, const char *message, char *err, size_t errlen) {
+    trial_state from;
+    int attempts, failures, retries;
+    int64_t job;
+    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+    if (load_state(s, trial_id, &from, &attempts, &failures, &retries, &job, err, errlen) < 0)
+        goto fail;
+    if (from != TRIAL_STOPPED) {
+        bf_fail(err, errlen, "trial %lld is %s; only a STOPPED trial can be resumed",
+                (long long)trial_id, store_state_name(from));
+        goto fail;
+    }
+    sqlite3_stmt *st;
+    if (prepare(s, "UPDATE trials SET stop_reason = NULL WHERE id = ?1", &st, err, errlen) < 0)
+        goto fail;
+    sqlite3_bind_int64(st, 1, trial_id);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        sqlfail(s, err, errlen, "sqlite3_step(UPDATE trials SET stop_reason)");
+        goto fail;
+    }
+    if (transition_in_tx(s, trial_id, TRIAL_PENDING, message, err, errlen) < 0 ||
+        add_event(s, job, trial_id, "resume", message, err, errlen) < 0 ||
+        exec(s, "COMMIT", err, errlen) < 0)
+        goto fail;
+    return 0;
+fail:
+    rollback(s);
+    return -1;
+}
+
+void store_series_free(store_series *v, size_t n) {
+    if (!v) return;
+    for (size_t i = 0; i < n; i++) {
+        free(v[i].steps);
+        free(v[i].values);
+    }
+    free(v);
+}
+
+int store_job_series(store *s, int64_t job, int64_t trial, const char *name, store_series **out,
+                     size_t *n, char *err, size_t errlen) {
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st;
+    if (prepare(s,
+                "SELECT m.trial, m.step, m.value FROM metrics m JOIN trials t ON t.id = m.trial"
+                " WHERE t.job = ?1 AND (?2 <= 0 OR m.trial = ?2) AND m.name ="
+                " (SELECT id FROM metric_names WHERE name = ?3) ORDER BY m.trial, m.step, m.seq",
+                &st, err, errlen) < 0)
+        return -1;
+    sqlite3_bind_int64(st, 1, job);
+    sqlite3_bind_int64(st, 2, trial);
+    sqlite3_bind_text(st, 3, name, -1, SQLITE_STATIC);
+    store_series *v = NULL;
+    size_t cnt = 0, cap = 0, pcap = 0;
+    int rc, oom = 0;
+    while (!oom && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int64_t t = sqlite3_column_int64(st, 0);
+        if (cnt == 0 || v[cnt - 1].trial != t) {
+            if (cnt == cap) {
+                cap = cap ? 2 * cap : 16;
+                store_series *nv = realloc(v, cap * sizeof *nv);
+                if (!nv) {
+                    oom = 1;
+                    break;
+                }
+                v = nv;
+            }
+            memset(&v[cnt], 0, sizeof v[cnt]);
+            v[cnt++].trial = t;
+            pcap = 0;
+        }
+        store_series *c = &v[cnt - 1];
+        if (c->n == pcap) {
+            pcap = pcap ? 2 * pcap : 64;
+            int64_t *ns = realloc(c->steps, pcap * sizeof *ns);
+            if (ns) c->steps = ns;
+            double *nvals = ns ? realloc(c->values, pcap * sizeof *nvals) : NULL;
+            if (!ns || !nvals) {
+                oom = 1;
+                break;
+            }
+            c->values = nvals;
+        }
+        c->steps[c->n] = sqlite3_column_int64(st, 1);
+        c->values[c->n++] = sqlite3_column_double(st, 2);
+    }
+    sqlite3_finalize(st);
+    if (oom || rc != SQLITE_DONE) {
+        store_series_free(v, cnt);
+        if (oom) return bf_fail(err, errlen, "store_job_series: out of memory");
+        return bf_fail(err, errlen, "sqlite3_step(SELECT series): %s", sqlite3_errmsg(s->db));
+    }
+    *out = v;
+    *n = cnt;
+    return 0;
+}
+
+int store_proposing_jobs(store *s, int64_t **out, size_t *n, char *err, size_t errlen) {
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st;
+    if (prepare(s,
+                "SELECT id FROM jobs WHERE method = 'tpe' AND closed = 0 AND"
+                " (SELECT COUNT(*) FROM trials WHERE job = jobs.id) < n_trials ORDER BY id",
+                &st, err, errlen) < 0)
+        return -1;
+    int64_t *ids = NULL;
+    size_t cnt = 0, cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (cnt == cap) {
+            cap = cap ? 2 * cap : 8;
+            int64_t *ni = realloc(ids, cap * sizeof *ni);
+            if (!ni) {
+                free(ids);
+                sqlite3_finalize(st);
+                return bf_fail(err, errlen, "store_proposing_jobs: out of memory");
+            }
+            ids = ni;
+        }
+        ids[cnt++] = sqlite3_column_int64(st, 0);
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        free(ids);
+        return bf_fail(err, errlen, "sqlite3_step(SELECT tpe jobs): %s", sqlite3_errmsg(s->db));
+    }
+    *out = ids;
+    *n = cnt;
+    return 0;
+}
+
+int store_job_source(store *s, int64_t job, char **text, char *file, size_t filelen, char *err,
+                     size_t errlen) {
+    *text = NULL;
+    sqlite3_stmt *st;
+    if (prepare(s, "SELECT source, file FROM jobs WHERE id = ?1", &st, err, errlen) < 0) return -1;
+    sqlite3_bind_int64(st, 1, job);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *text = col_dup(st, 0);
+        text_col(st, 1, file, filelen);
+    }
+    sqlite3_finalize(st);
+    if (rc == SQLITE_DONE) return bf_fail(err, errlen, "no job with id %lld", (long long)job);
+    if (rc != SQLITE_ROW) return sqlfail(s, err, errlen, "sqlite3_step(SELECT jobs.source)");
+    return 0;
+}
+
+int store_add_trial(store *s, int64_t job, const sweep_trial *t, const char *point_json,
+                    int64_t *trial_id, char *err, size_t errlen) {
+    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+    sqlite3_stmt *st = NULL;
+    long long have = 0, want = 0, closed = 0;
+    if (prepare(s,
+                "SELECT (SELECT COUNT(*) FROM trials WHERE job = ?1), n_trials, closed FROM jobs"
+                " WHERE id = ?1",
+                &st, err, errlen) < 0)
+        goto fail;
+    sqlite3_bind_int64(st, 1, job);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        have = sqlite3_column_int64(st, 0);
+        want = sqlite3_column_int64(st, 1);
+        closed = sqlite3_column_int64(st, 2);
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    if (rc != SQLITE_ROW) {
+        if (rc == SQLITE_DONE)
+            bf_fail(err, errlen, "no job with id %lld", (long long)job);
+        else
+            sqlfail(s, err, errlen, "sqlite3_step(SELECT job counts)");
+        goto fail;
+    }
+    if (closed || have >= want) {
+        bf_fail(err, errlen, "job %lld %s", (long long)job,
+                closed ? "is cancelled" : "has all its trials");
+        goto fail;
+    }
+    if (prepare(
+            s,
+            "INSERT INTO trials(job, idx, state, attempts, hash, params, config, updated, point)"
+            " VALUES (?1, ?2, 'PENDING', 0, ?3, ?4, ?5, ?6, ?7)",
+            &st, err, errlen) < 0)
+        goto fail;
+    sqlite3_bind_int64(st, 1, job);
+    sqlite3_bind_int64(st, 2, t->index);
+    sqlite3_bind_text(st, 3, t->hash, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, t->params_json, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, t->config_text, -1, SQLITE_STATIC);
+    sqlite3_bind_double(st, 6, now_s());
+    sqlite3_bind_text(st, 7, point_json, -1, SQLITE_STATIC);
+    rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        sqlfail(s, err, errlen, "sqlite3_step(INSERT INTO trials)");
+        goto fail;
+    }
+    *trial_id = sqlite3_last_insert_rowid(s->db);
+    char msg[256];
+    snprintf(msg, sizeof msg, "proposed trial %lld of %lld", (long long)t->index + 1, want);
+    if (add_event(s, job, *trial_id, "propose", msg, err, errlen) < 0 ||
+        exec(s, "COMMIT", err, errlen) < 0)
+        goto fail;
+    return 0;
+fail:
+    rollback(s);
+    return -1;
 }

@@ -2,7 +2,8 @@
  * metrics and events, with a versioned schema migrated on open.
  *
  * Trial states: PENDING -> RUNNING -> COMPLETED | FAILED | CANCELLED | STOPPED;
- * PENDING -> CANCELLED; FAILED -> PENDING while retries are left (a trial may
+ * PENDING -> CANCELLED; STOPPED -> PENDING (resume, a manual promotion past
+ * an early stop); FAILED -> PENDING while retries are left (a trial may
  * fail 1 + job.retries times); RUNNING -> PENDING when the attempt was
  * preempted (it checkpointed on SIGTERM and exited 75): the attempt is
  * counted, the retries are not. Every other transition is refused with an
@@ -23,7 +24,7 @@
 extern "C" {
 #endif
 
-#define STORE_SCHEMA_VERSION 3
+#define STORE_SCHEMA_VERSION 4
 
 typedef enum {
     TRIAL_PENDING = 0,
@@ -73,6 +74,8 @@ typedef struct store_trial {
     char *latest_json; /* owned; {"metric": {"step": S, "value": V}, ...}, "{}" when none
                         * (store_job_trials, store_best_trials) */
     double best;       /* best value of the job's metric, NAN when none */
+    char *stop_reason; /* owned; the early-stop decision that stopped it, NULL when none */
+    char *point_json;  /* owned; tpe: the sampler's coordinates [x0, x1, ...], NULL otherwise */
 } store_trial;
 
 void store_trial_free(store_trial *t);            /* frees the owned strings */
@@ -147,7 +150,12 @@ typedef struct store_job {
     double submitted;                                  /* unix seconds */
     int priority, retries, ranks, gpus_per_rank, cpus_per_rank;
     long long time_limit_s; /* per attempt, 0 = none */
-    long long n_trials;
+    long long n_trials;     /* in all; a tpe job proposes them one by one */
+    long long n_proposed;   /* trials in the store so far */
+    char method[16];        /* grid, random or tpe */
+    int parallel;           /* tpe: trials pending or running at once */
+    int closed;             /* cancelled: no more proposals */
+    char early_stop[512];   /* JSON (jobs/sched_stop.h: sched_stop_parse) */
 } store_job;
 
 /* One job's row: 0 found, 1 no such job, -1 error. */
@@ -173,6 +181,61 @@ int store_counts(store *s, long long *jobs, long long *pending, long long *runni
 int store_count_trials(store *s, int64_t job_id, int state, long long *count, char *err,
                        size_t errlen);
 int store_count_jobs(store *s, long long *count, char *err, size_t errlen);
+
+/* ------------------------------------------------------- adaptive sweeps */
+
+/* One early-stopping decision (jobs/sched_stop.h made it). */
+typedef struct store_decision {
+    int64_t id, job, trial;
+    char method[16];      /* asha, median, threshold */
+    int rung;             /* asha: 1-based rung; 0 for the others */
+    int64_t rung_step;    /* asha: the rung's step; the others: the step judged */
+    int64_t step;         /* step of the point judged */
+    double value, cutoff; /* cutoff NAN when none */
+    int n, stop;
+    char reason[320];
+    double time;
+} store_decision;
+
+/* Records a decision in one transaction: its row (one per trial, method and
+ * rung_step: *added = 0 and nothing written when it is already there) and an
+ * "early_stop" event; a stop also becomes the trial's stop reason. Committed
+ * before bfd sends the stop, so a restart neither loses nor repeats it. */
+int store_decision_add(store *s, const store_decision *d, int *added, char *err, size_t errlen);
+/* Decisions of a job (trial <= 0) or of one trial (job <= 0), in the order
+ * they were made; *out malloc'd (free). */
+int store_decisions(store *s, int64_t job, int64_t trial, store_decision **out, size_t *n,
+                    char *err, size_t errlen);
+/* Values recorded at ASHA rung `rung` of a job, in the order they came. */
+int store_rung_values(store *s, int64_t job, int rung, double **vals, size_t *n, char *err,
+                      size_t errlen);
+/* STOPPED -> PENDING, clearing the stop reason, with a "resume" event. */
+int store_trial_resume(store *s, int64_t trial_id, const char *message, char *err, size_t errlen);
+
+/* One metric's points of one trial, steps ascending. */
+typedef struct store_series {
+    int64_t trial;
+    size_t n;
+    int64_t *steps;
+    double *values;
+} store_series;
+/* The series of metric `name` of every trial of a job that has one (trial
+ * > 0: of that trial only). *out malloc'd: store_series_free. */
+int store_job_series(store *s, int64_t job, int64_t trial, const char *name, store_series **out,
+                     size_t *n, char *err, size_t errlen);
+void store_series_free(store_series *v, size_t n);
+
+/* Ids of the tpe jobs that still have trials to propose (not cancelled). */
+int store_proposing_jobs(store *s, int64_t **out, size_t *n, char *err, size_t errlen);
+/* The sweep text a job was submitted with (malloc'd into *text, NULL when
+ * none was kept) and its file name. */
+int store_job_source(store *s, int64_t job, char **text, char *file, size_t filelen, char *err,
+                     size_t errlen);
+/* Adds one proposed trial (PENDING) to a tpe job with its sampler point
+ * (JSON array text), and a "propose" event, in one transaction. Refused
+ * when the job already has n_trials trials or is closed. */
+int store_add_trial(store *s, int64_t job, const sweep_trial *t, const char *point_json,
+                    int64_t *trial_id, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

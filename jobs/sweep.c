@@ -366,14 +366,16 @@ static void parse_early_stop(ctx *x, yaml_node_t *v) {
     sweep_spec *s = x->spec;
     if (v->type != YAML_MAPPING_NODE) {
         err_at(x, v,
-               "early_stop: expected a mapping {method, metric, min_steps, threshold}, got %s",
+               "early_stop: expected a mapping {method: asha|median|threshold, metric, "
+               "min_steps, ...}, got %s",
                kind_name(v));
         return;
     }
     check_keys(x, v);
-    static const char *const valid[] = {"method", "metric", "min_steps", "threshold", NULL};
-    static const char *const methods[] = {"none", "median", "threshold", NULL};
-    yaml_node_t *thr = NULL;
+    static const char *const valid[] = {"method",           "metric",    "min_steps",  "threshold",
+                                        "reduction_factor", "max_steps", "min_trials", NULL};
+    static const char *const methods[] = {"none", "median", "threshold", "asha", NULL};
+    yaml_node_t *thr = NULL, *rf = NULL, *maxs = NULL, *mint = NULL, *mins = NULL;
     int have_thr = 0;
     for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
         if (key_is_dup(x, v, p)) continue;
@@ -387,19 +389,51 @@ static void parse_early_stop(ctx *x, yaml_node_t *v) {
             get_name(x, val, "early_stop.metric", s->early_stop.metric, sizeof s->early_stop.metric,
                      "/_.-");
         } else if (strcmp(key, "min_steps") == 0) {
+            mins = k;
             if (get_int(x, val, "early_stop.min_steps", 0, 100000000, &n) == 0)
                 s->early_stop.min_steps = (int)n;
         } else if (strcmp(key, "threshold") == 0) {
             thr = k;
             have_thr = get_number(x, val, "early_stop.threshold", &s->early_stop.threshold) == 0;
+        } else if (strcmp(key, "reduction_factor") == 0) {
+            rf = k;
+            double f;
+            if (get_number(x, val, "early_stop.reduction_factor", &f) == 0) {
+                if (f < 1.5 || f > 100)
+                    err_at(x, val,
+                           "early_stop.reduction_factor: %g is out of range; valid range is "
+                           "[1.5, 100] (3 keeps the top third at each rung)",
+                           f);
+                else
+                    s->early_stop.reduction_factor = f;
+            }
+        } else if (strcmp(key, "max_steps") == 0) {
+            maxs = k;
+            if (get_int(x, val, "early_stop.max_steps", 1, 100000000, &n) == 0)
+                s->early_stop.max_steps = n;
+        } else if (strcmp(key, "min_trials") == 0) {
+            mint = k;
+            if (get_int(x, val, "early_stop.min_trials", 1, 100000, &n) == 0)
+                s->early_stop.min_trials = (int)n;
         } else {
             unknown_in(x, k, "early_stop", key, valid);
         }
     }
-    if (s->early_stop.method == SWEEP_STOP_THRESHOLD && !have_thr && !thr)
+    sweep_stop_method m = s->early_stop.method;
+    if (m == SWEEP_STOP_THRESHOLD && !have_thr && !thr)
         err_at(x, v, "early_stop: method threshold needs 'threshold: NUMBER'");
-    if (s->early_stop.method != SWEEP_STOP_THRESHOLD && thr)
+    if (m != SWEEP_STOP_THRESHOLD && thr)
         err_at(x, thr, "early_stop.threshold applies only to method: threshold");
+    if (m != SWEEP_STOP_ASHA && rf)
+        err_at(x, rf, "early_stop.reduction_factor applies only to method: asha");
+    if (m != SWEEP_STOP_ASHA && maxs)
+        err_at(x, maxs, "early_stop.max_steps applies only to method: asha");
+    if (m != SWEEP_STOP_MEDIAN && mint)
+        err_at(x, mint, "early_stop.min_trials applies only to method: median");
+    if (m == SWEEP_STOP_ASHA && (!mins || s->early_stop.min_steps < 1))
+        err_at(x, mins ? mins : v,
+               "early_stop: method asha needs 'min_steps: R' >= 1, the step of the first rung "
+               "(rungs are at R, R*eta, R*eta^2, ... steps)");
 }
 
 /* Records one swept value (already set in `tmp`). */
@@ -542,7 +576,8 @@ static void parse_param(ctx *x, yaml_node_t *k, yaml_node_t *v, sweep_param *p) 
         return;
     }
     if (s->method == SWEEP_GRID)
-        err_at(x, v, "%s: min/max ranges need method: random; a grid takes values: [...]", key);
+        err_at(x, v, "%s: min/max ranges need method: random or tpe; a grid takes values: [...]",
+               key);
 }
 
 static void parse_sweep(ctx *x, yaml_node_t *v) {
@@ -552,9 +587,10 @@ static void parse_sweep(ctx *x, yaml_node_t *v) {
         return;
     }
     check_keys(x, v);
-    static const char *const valid[] = {"method", "trials", "seed", "parameters", NULL};
-    static const char *const methods[] = {"grid", "random", NULL};
-    yaml_node_t *params = NULL, *trials = NULL, *seed = NULL;
+    static const char *const valid[] = {"method",   "trials",         "seed", "parameters",
+                                        "parallel", "startup_trials", NULL};
+    static const char *const methods[] = {"grid", "random", "tpe", NULL};
+    yaml_node_t *params = NULL, *trials = NULL, *seed = NULL, *par = NULL, *startup = NULL;
     for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
         if (key_is_dup(x, v, p)) continue;
         yaml_node_t *k = node(x, p->key), *val = node(x, p->value);
@@ -568,14 +604,19 @@ static void parse_sweep(ctx *x, yaml_node_t *v) {
             seed = val;
         } else if (strcmp(key, "parameters") == 0) {
             params = val;
+        } else if (strcmp(key, "parallel") == 0) {
+            par = val;
+        } else if (strcmp(key, "startup_trials") == 0) {
+            startup = val;
         } else {
             unknown_in(x, k, "sweep", key, valid);
         }
     }
     long long n;
-    if (s->method == SWEEP_RANDOM) {
+    const char *mname = sweep_method_name(s->method);
+    if (s->method == SWEEP_RANDOM || s->method == SWEEP_TPE) {
         if (!trials)
-            err_at(x, v, "sweep: method random needs 'trials: N' (1 to %d)", SWEEP_MAX_TRIALS);
+            err_at(x, v, "sweep: method %s needs 'trials: N' (1 to %d)", mname, SWEEP_MAX_TRIALS);
         else if (get_int(x, trials, "sweep.trials", 1, SWEEP_MAX_TRIALS, &n) == 0)
             s->n_trials = n;
         if (seed) {
@@ -592,8 +633,18 @@ static void parse_sweep(ctx *x, yaml_node_t *v) {
             }
         }
     } else {
-        if (trials) err_at(x, trials, "sweep.trials applies only to method: random");
-        if (seed) err_at(x, seed, "sweep.seed applies only to method: random");
+        if (trials) err_at(x, trials, "sweep.trials applies only to method: random or tpe");
+        if (seed) err_at(x, seed, "sweep.seed applies only to method: random or tpe");
+    }
+    s->parallel = 4;
+    s->startup_trials = 10;
+    if (s->method == SWEEP_TPE) {
+        if (par && get_int(x, par, "sweep.parallel", 1, 10000, &n) == 0) s->parallel = (int)n;
+        if (startup && get_int(x, startup, "sweep.startup_trials", 1, SWEEP_MAX_TRIALS, &n) == 0)
+            s->startup_trials = (int)n;
+    } else {
+        if (par) err_at(x, par, "sweep.parallel applies only to method: tpe");
+        if (startup) err_at(x, startup, "sweep.startup_trials applies only to method: tpe");
     }
     if (!params) {
         err_at(x, v, "sweep: 'parameters' is required (a mapping of config keys to values)");
@@ -732,8 +783,9 @@ static void set_drawn(bf_config *c, const cfg_field *f, double v) {
         *(uint64_t *)b = (uint64_t)v;
 }
 
-/* Builds trial i into tb (config, params text, params JSON). */
-static int build_trial(const sweep_spec *s, long long i, trial_buf *tb) {
+/* Builds trial i into tb (config, params text, params JSON); x, when not
+ * NULL, gives every parameter's value (see sweep_trial_at). */
+static int build_trial(const sweep_spec *s, long long i, const double *x, trial_buf *tb) {
     tb->cfg = s->base;
     size_t pl = 0, jl = 0;
     if (buf_reserve(&tb->params, &tb->params_cap, 1) < 0 ||
@@ -754,7 +806,18 @@ static int build_trial(const sweep_spec *s, long long i, trial_buf *tb) {
     }
     for (int p = 0; p < s->n_params; p++) {
         const sweep_param *sp = &s->params[p];
-        if (s->method == SWEEP_GRID || sp->dist == SWEEP_DIST_VALUES) {
+        if (x && sp->dist == SWEEP_DIST_VALUES) {
+            long long k = (long long)x[p];
+            if (k < 0) k = 0;
+            if (k >= sp->n_values) k = sp->n_values - 1;
+            field_copy(&tb->cfg, &sp->value_cfg[k], sp->field);
+        } else if (x) {
+            double v = x[p];
+            if (sp->dist == SWEEP_DIST_INT_UNIFORM) v = floor(v + 0.5);
+            if (!(v >= sp->min)) v = sp->min; /* also NaN */
+            if (v > sp->max) v = sp->max;
+            set_drawn(&tb->cfg, sp->field, v);
+        } else if (s->method == SWEEP_GRID || sp->dist == SWEEP_DIST_VALUES) {
             long long k;
             if (s->method == SWEEP_GRID) {
                 k = digit[p];
@@ -790,7 +853,35 @@ static int build_trial(const sweep_spec *s, long long i, trial_buf *tb) {
     return 0;
 }
 
-/* with_text = 0 skips the dump and hash (validation needs only the config). */
+/* Calls fn with the trial in tb (built) as index i; with_text = 0 skips
+ * the dump and hash (validation needs only the config). */
+static int emit_trial(trial_buf *tb, long long i, int with_text, sweep_trial_fn fn, void *ud,
+                      char *err, size_t errlen) {
+    sweep_trial t;
+    memset(&t, 0, sizeof t);
+    if (with_text) {
+        size_t need = cfg_dump(&tb->cfg, NULL, 0);
+        if (buf_reserve(&tb->dump, &tb->dump_cap, need + 1) < 0) {
+            snprintf(err, errlen, "sweep_expand: out of memory");
+            return -1;
+        }
+        cfg_dump(&tb->cfg, tb->dump, need + 1);
+        cfg_hash(&tb->cfg, t.hash);
+    }
+    t.index = i;
+    t.config = &tb->cfg;
+    t.params = tb->params;
+    t.params_json = tb->json;
+    t.config_text = tb->dump ? tb->dump : "";
+    return fn(ud, &t);
+}
+
+static void trial_buf_free(trial_buf *tb) {
+    free(tb->params);
+    free(tb->json);
+    free(tb->dump);
+}
+
 static int expand_impl(const sweep_spec *s, int with_text, sweep_trial_fn fn, void *ud, char *err,
                        size_t errlen) {
     trial_buf tb;
@@ -798,34 +889,37 @@ static int expand_impl(const sweep_spec *s, int with_text, sweep_trial_fn fn, vo
     int rc = 0;
     long long n = s->is_sweep ? s->n_trials : 1;
     for (long long i = 0; i < n && rc == 0; i++) {
-        if (build_trial(s, i, &tb) < 0) {
+        if (build_trial(s, i, NULL, &tb) < 0) {
             snprintf(err, errlen, "sweep_expand: out of memory");
             rc = -1;
             break;
         }
-        sweep_trial t;
-        memset(&t, 0, sizeof t);
-        if (with_text) {
-            size_t need = cfg_dump(&tb.cfg, NULL, 0);
-            if (buf_reserve(&tb.dump, &tb.dump_cap, need + 1) < 0) {
-                snprintf(err, errlen, "sweep_expand: out of memory");
-                rc = -1;
-                break;
-            }
-            cfg_dump(&tb.cfg, tb.dump, need + 1);
-            cfg_hash(&tb.cfg, t.hash);
-        }
-        t.index = i;
-        t.config = &tb.cfg;
-        t.params = tb.params;
-        t.params_json = tb.json;
-        t.config_text = tb.dump ? tb.dump : "";
-        rc = fn(ud, &t);
+        rc = emit_trial(&tb, i, with_text, fn, ud, err, errlen);
     }
-    free(tb.params);
-    free(tb.json);
-    free(tb.dump);
+    trial_buf_free(&tb);
     return rc;
+}
+
+int sweep_trial_at(const sweep_spec *s, long long index, const double *x, sweep_trial_fn fn,
+                   void *ud, char *err, size_t errlen) {
+    trial_buf tb;
+    memset(&tb, 0, sizeof tb);
+    int rc = build_trial(s, index, x, &tb);
+    if (rc < 0)
+        snprintf(err, errlen, "sweep_trial_at: out of memory");
+    else
+        rc = emit_trial(&tb, index, 1, fn, ud, err, errlen);
+    trial_buf_free(&tb);
+    return rc;
+}
+
+const char *sweep_method_name(sweep_method m) {
+    return m == SWEEP_GRID ? "grid" : m == SWEEP_RANDOM ? "random" : m == SWEEP_TPE ? "tpe" : "?";
+}
+
+const char *sweep_stop_name(sweep_stop_method m) {
+    static const char *const names[] = {"none", "median", "threshold", "asha"};
+    return (unsigned)m <= SWEEP_STOP_ASHA ? names[m] : "?";
 }
 
 int sweep_expand(const sweep_spec *s, sweep_trial_fn fn, void *ud, char *err, size_t errlen) {
@@ -1088,6 +1182,17 @@ static void load_doc(ctx *x) {
     }
     if (s->early_stop.method != SWEEP_STOP_NONE && !s->early_stop.metric[0])
         snprintf(s->early_stop.metric, sizeof s->early_stop.metric, "%s", s->metric_name);
+    if (s->early_stop.method == SWEEP_STOP_ASHA) {
+        if (s->early_stop.reduction_factor == 0) s->early_stop.reduction_factor = 3;
+        if (s->early_stop.max_steps == 0) s->early_stop.max_steps = s->base.train.steps;
+        if (s->early_stop.min_steps >= 1 && s->early_stop.max_steps <= s->early_stop.min_steps)
+            err_at(x, x->root,
+                   "early_stop: min_steps %d is not below max_steps %lld (default train.steps): "
+                   "there is no rung to stop at",
+                   s->early_stop.min_steps, s->early_stop.max_steps);
+    }
+    if (s->early_stop.method == SWEEP_STOP_MEDIAN && s->early_stop.min_trials == 0)
+        s->early_stop.min_trials = 3;
     if (sweep) {
         s->is_sweep = 1;
         parse_sweep(x, sweep);

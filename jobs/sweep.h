@@ -20,14 +20,21 @@ extern "C" {
 #define SWEEP_MAX_PARAMS 64
 #define SWEEP_MAX_ERRORS 100 /* messages kept; the count goes on */
 
-typedef enum { SWEEP_GRID = 0, SWEEP_RANDOM } sweep_method;
+/* tpe: trials are proposed one by one by bfd (jobs/sched_tpe.h) as earlier
+ * ones finish; nothing is expanded at submit. */
+typedef enum { SWEEP_GRID = 0, SWEEP_RANDOM, SWEEP_TPE } sweep_method;
 typedef enum {
     SWEEP_DIST_VALUES = 0,
     SWEEP_DIST_UNIFORM,
     SWEEP_DIST_LOG_UNIFORM,
     SWEEP_DIST_INT_UNIFORM
 } sweep_dist;
-typedef enum { SWEEP_STOP_NONE = 0, SWEEP_STOP_MEDIAN, SWEEP_STOP_THRESHOLD } sweep_stop_method;
+typedef enum {
+    SWEEP_STOP_NONE = 0,
+    SWEEP_STOP_MEDIAN,
+    SWEEP_STOP_THRESHOLD,
+    SWEEP_STOP_ASHA
+} sweep_stop_method;
 
 /* Error list filled by sweep_load_*; every message is a complete line. */
 typedef struct sweep_errors {
@@ -59,8 +66,10 @@ typedef struct sweep_spec {
     sweep_method method;
     int n_params;
     sweep_param *params;
-    long long n_trials; /* grid: product of value counts; random: `trials` */
-    uint64_t seed;      /* random */
+    long long n_trials; /* grid: product of value counts; random, tpe: `trials` */
+    uint64_t seed;      /* random, tpe */
+    int parallel;       /* tpe: trials running or pending at once (default 4) */
+    int startup_trials; /* tpe: random proposals before the model is used (default 10) */
     char metric_name[64];
     int metric_maximize; /* goal: max */
     struct {
@@ -72,8 +81,11 @@ typedef struct sweep_spec {
     struct {
         sweep_stop_method method;
         char metric[64];
-        int min_steps;
-        double threshold;
+        int min_steps;           /* asha: the first rung R; median: grace steps */
+        double threshold;        /* threshold */
+        double reduction_factor; /* asha: eta (default 3) */
+        long long max_steps;     /* asha: last step (default base train.steps) */
+        int min_trials;          /* median: other trials needed at a step (default 3) */
     } early_stop;
     int params_line, params_col; /* where per-trial errors point */
 } sweep_spec;
@@ -105,7 +117,16 @@ void sweep_spec_destroy(sweep_spec **s);
 typedef int (*sweep_trial_fn)(void *ud, const sweep_trial *t);
 int sweep_expand(const sweep_spec *s, sweep_trial_fn fn, void *ud, char *err, size_t errlen);
 
+/* Builds trial `index` from explicit values and calls fn once with it:
+ * x[p] is, for parameter p, the index of a listed value (values: [...]) or
+ * the number itself (a min/max range; rounded for int_uniform, clamped to
+ * [min, max]). How tpe trials are made. Returns 0, fn's code, or -1. */
+int sweep_trial_at(const sweep_spec *s, long long index, const double *x, sweep_trial_fn fn,
+                   void *ud, char *err, size_t errlen);
+
 const char *sweep_dist_name(sweep_dist d);
+const char *sweep_method_name(sweep_method m);
+const char *sweep_stop_name(sweep_stop_method m);
 
 #ifdef __cplusplus
 }

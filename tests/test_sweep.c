@@ -410,7 +410,7 @@ Test(sweep, error_wrong_types_and_ranges) {
 
 Test(sweep, error_method_mismatches) {
     ASSERT_SWEEP_ERR("sweep:\n  parameters:\n    train.lr: {min: 0.001, max: 0.1}\n", "3:15",
-                     "min/max ranges need method: random; a grid takes values: [...]");
+                     "min/max ranges need method: random or tpe; a grid takes values: [...]");
     ASSERT_SWEEP_ERR(
         "sweep:\n  method: random\n  parameters:\n    train.lr: {min: 0.001, max: 0.1}\n", "2:3",
         "sweep: method random needs 'trials: N'");

@@ -1,0 +1,415 @@
+/* adaptive — early stops and tpe proposals for bfd. See adaptive.h. */
+#include "daemon/adaptive.h"
+#include "common/errbuf.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jobs/sched_stop.h"
+#include "jobs/sched_tpe.h"
+
+/* What bfd knows of one job, read once: jobs do not change after submit. */
+typedef struct job_entry {
+    int64_t job;
+    sched_stop stop;
+    int is_tpe;
+    sweep_spec *spec; /* tpe: the sweep, parsed again from its stored text */
+    sched_tpe_space space;
+    int broken; /* its early_stop or sweep could not be read: logged once, then ignored */
+} job_entry;
+
+struct adaptive {
+    job_entry *jobs;
+    size_t n, cap;
+};
+
+int adaptive_new(adaptive **out, char *err, size_t errlen) {
+    *out = calloc(1, sizeof **out);
+    return *out ? 0 : bf_fail(err, errlen, "adaptive_new: out of memory");
+}
+
+void adaptive_destroy(adaptive **ap) {
+    if (!ap || !*ap) return;
+    adaptive *a = *ap;
+    for (size_t i = 0; i < a->n; i++) sweep_spec_destroy(&a->jobs[i].spec);
+    free(a->jobs);
+    free(a);
+    *ap = NULL;
+}
+
+static job_entry *entry(adaptive *a, store *st, int64_t job, char *err, size_t errlen) {
+    for (size_t i = 0; i < a->n; i++)
+        if (a->jobs[i].job == job) return &a->jobs[i];
+    store_job j;
+    int rc = store_job_get(st, job, &j, err, errlen);
+    if (rc) {
+        if (rc > 0) bf_fail(err, errlen, "no job %lld", (long long)job);
+        return NULL;
+    }
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? 2 * a->cap : 16;
+        job_entry *nj = realloc(a->jobs, cap * sizeof *nj);
+        if (!nj) {
+            bf_fail(err, errlen, "adaptive: out of memory");
+            return NULL;
+        }
+        a->jobs = nj;
+        a->cap = cap;
+    }
+    job_entry *e = &a->jobs[a->n++];
+    memset(e, 0, sizeof *e);
+    e->job = job;
+    if (sched_stop_parse(j.early_stop, strcmp(j.goal, "max") == 0, &e->stop, err, errlen)) {
+        e->broken = 1;
+        e->stop.method = SWEEP_STOP_NONE;
+    }
+    if (!e->stop.metric[0]) snprintf(e->stop.metric, sizeof e->stop.metric, "%s", j.metric);
+    e->is_tpe = strcmp(j.method, "tpe") == 0;
+    return e;
+}
+
+/* The tpe sweep of e, parsed on first use. */
+static int load_spec(job_entry *e, store *st, char *err, size_t errlen) {
+    if (e->spec) return 0;
+    char *text = NULL, file[CFG_PATH_MAX];
+    if (store_job_source(st, e->job, &text, file, sizeof file, err, errlen)) return -1;
+    if (!text) return bf_fail(err, errlen, "job %lld: its sweep text was not kept", (long long)e->job);
+    sweep_errors se = {0};
+    int rc = sweep_load_string(text, strlen(text), file, &e->spec, &se);
+    free(text);
+    if (rc) {
+        bf_fail(err, errlen, "job %lld: its sweep no longer loads: %s", (long long)e->job,
+                se.n ? se.msgs[0] : "unknown error");
+        sweep_errors_free(&se);
+        return -1;
+    }
+    if (sched_tpe_space_from(e->spec, &e->space, err, errlen)) {
+        sweep_spec_destroy(&e->spec);
+        return -1;
+    }
+    return 0;
+}
+
+const char *adaptive_stop_metric(adaptive *a, store *st, int64_t job) {
+    char err[512];
+    job_entry *e = entry(a, st, job, err, sizeof err);
+    return e && e->stop.method != SWEEP_STOP_NONE ? e->stop.metric : NULL;
+}
+
+/* --------------------------------------------------------- early stopping */
+
+static void fill_decision(store_decision *d, const job_entry *e, int64_t trial, const char *method,
+                          int rung, int64_t rung_step, int64_t step, double value,
+                          const sched_verdict *v) {
+    memset(d, 0, sizeof *d);
+    d->job = e->job;
+    d->trial = trial;
+    snprintf(d->method, sizeof d->method, "%s", method);
+    d->rung = rung;
+    d->rung_step = rung_step;
+    d->step = step;
+    d->value = value;
+    d->cutoff = v->cutoff;
+    d->n = v->n;
+    d->stop = v->stop;
+    snprintf(d->reason, sizeof d->reason, "%s", v->reason);
+}
+
+/* ASHA: every rung the trial has reached and that has no decision yet,
+ * lowest first; stops at the first stop. */
+static int judge_asha(job_entry *e, store *st, int64_t trial, const store_series *sr, char *reason,
+                      size_t len, char *err, size_t errlen) {
+    store_decision *ds = NULL;
+    size_t nd = 0;
+    if (store_decisions(st, 0, trial, &ds, &nd, err, errlen)) return -1;
+    int nr = sched_asha_n_rungs(&e->stop), out = 0;
+    for (int k = 1; k <= nr && out == 0; k++) {
+        long long rstep = sched_asha_rung_step(&e->stop, k);
+        int decided = 0;
+        for (size_t i = 0; i < nd; i++)
+            if (!strcmp(ds[i].method, "asha") && ds[i].rung_step == rstep) decided = 1;
+        if (decided) continue;
+        size_t at = 0;
+        while (at < sr->n && sr->steps[at] < rstep) at++;
+        if (at == sr->n) break; /* not there yet */
+        double *others = NULL;
+        size_t no = 0;
+        if (store_rung_values(st, e->job, k, &others, &no, err, errlen)) {
+            out = -1;
+            break;
+        }
+        sched_verdict v;
+        sched_asha_judge(&e->stop, k, sr->steps[at], sr->values[at], others, no, &v);
+        free(others);
+        store_decision d;
+        fill_decision(&d, e, trial, "asha", k, rstep, sr->steps[at], sr->values[at], &v);
+        int added;
+        if (store_decision_add(st, &d, &added, err, errlen)) {
+            out = -1;
+            break;
+        }
+        if (v.stop) {
+            snprintf(reason, len, "%s", v.reason);
+            out = 1;
+        }
+    }
+    free(ds);
+    return out;
+}
+
+/* Median rule and threshold: the trial's latest point. */
+static int judge_latest(job_entry *e, store *st, int64_t trial, const store_series *sr,
+                        char *reason, size_t len, char *err, size_t errlen) {
+    int64_t step = sr->steps[sr->n - 1];
+    if (step < e->stop.min_steps) return 0;
+    double best = sr->values[0];
+    for (size_t i = 1; i < sr->n; i++)
+        if (sched_better(&e->stop, sr->values[i], best)) best = sr->values[i];
+    sched_verdict v;
+    const char *method;
+    if (e->stop.method == SWEEP_STOP_THRESHOLD) {
+        method = "threshold";
+        sched_threshold_judge(&e->stop, step, best, &v);
+    } else {
+        method = "median";
+        store_series *all = NULL;
+        size_t na = 0;
+        if (store_job_series(st, e->job, 0, e->stop.metric, &all, &na, err, errlen)) return -1;
+        double *avg = malloc((na ? na : 1) * sizeof *avg);
+        if (!avg) {
+            store_series_free(all, na);
+            return bf_fail(err, errlen, "median rule: out of memory");
+        }
+        size_t k = 0;
+        for (size_t i = 0; i < na; i++)
+            if (all[i].trial != trial &&
+                sched_running_mean(all[i].steps, all[i].values, all[i].n, step, &avg[k]))
+                k++;
+        sched_median_judge(&e->stop, step, best, avg, k, &v);
+        free(avg);
+        store_series_free(all, na);
+    }
+    if (!v.stop) return 0;
+    store_decision d;
+    fill_decision(&d, e, trial, method, 0, step, step, best, &v);
+    int added;
+    if (store_decision_add(st, &d, &added, err, errlen)) return -1;
+    snprintf(reason, len, "%s", v.reason);
+    return 1;
+}
+
+int adaptive_judge(adaptive *a, store *st, int64_t job, int64_t trial, char *reason, size_t len,
+                   char *err, size_t errlen) {
+    job_entry *e = entry(a, st, job, err, errlen);
+    if (!e) return -1;
+    if (e->stop.method == SWEEP_STOP_NONE) return 0;
+    store_trial t;
+    if (store_get_trial(st, trial, &t, err, errlen)) return -1;
+    int running = t.state == TRIAL_RUNNING;
+    if (t.stop_reason) {
+        /* decided before (a restart came between the decision and the stop) */
+        snprintf(reason, len, "%s", t.stop_reason);
+        store_trial_free(&t);
+        return running;
+    }
+    store_trial_free(&t);
+    if (!running) return 0;
+    store_series *sr = NULL;
+    size_t ns = 0;
+    if (store_job_series(st, job, trial, e->stop.metric, &sr, &ns, err, errlen)) return -1;
+    int rc = 0;
+    if (ns == 1 && sr[0].n > 0)
+        rc = e->stop.method == SWEEP_STOP_ASHA
+                 ? judge_asha(e, st, trial, &sr[0], reason, len, err, errlen)
+                 : judge_latest(e, st, trial, &sr[0], reason, len, err, errlen);
+    store_series_free(sr, ns);
+    return rc;
+}
+
+/* ------------------------------------------------------------- proposals */
+
+typedef struct add_ctx {
+    store *st;
+    int64_t job;
+    const char *point;
+    int64_t id;
+    char *err;
+    size_t errlen;
+} add_ctx;
+
+static int add_proposed(void *ud, const sweep_trial *t) {
+    add_ctx *c = ud;
+    return store_add_trial(c->st, c->job, t, c->point, &c->id, c->err, c->errlen);
+}
+
+/* Observations of a job for the sampler: finished trials (COMPLETED, or
+ * STOPPED with their last value) that have a point. xs[n * dims], ys[n]
+ * malloc'd. */
+static int observations(job_entry *e, store *st, const char *metric, double **xs, double **ys,
+                        size_t *n, char *err, size_t errlen) {
+    store_trial *ts = NULL;
+    size_t nt = 0;
+    *xs = *ys = NULL;
+    *n = 0;
+    if (store_job_trials(st, e->job, &ts, &nt, err, errlen)) return -1;
+    int dims = e->space.n;
+    *xs = malloc((nt ? nt : 1) * (size_t)(dims ? dims : 1) * sizeof **xs);
+    *ys = malloc((nt ? nt : 1) * sizeof **ys);
+    if (!*xs || !*ys) {
+        store_trials_free(ts, nt);
+        free(*xs), free(*ys);
+        *xs = *ys = NULL;
+        return bf_fail(err, errlen, "tpe: out of memory");
+    }
+    for (size_t i = 0; i < nt; i++) {
+        if ((ts[i].state != TRIAL_COMPLETED && ts[i].state != TRIAL_STOPPED) || !ts[i].point_json)
+            continue;
+        json_error_t je;
+        json_t *pt = json_loads(ts[i].point_json, 0, &je);
+        json_t *lat = ts[i].latest_json ? json_loads(ts[i].latest_json, 0, &je) : NULL;
+        json_t *val = json_object_get(json_object_get(lat, metric), "value");
+        if (json_is_array(pt) && (int)json_array_size(pt) == dims && json_is_number(val)) {
+            for (int d = 0; d < dims; d++)
+                (*xs)[*n * (size_t)dims + (size_t)d] = json_number_value(json_array_get(pt, d));
+            (*ys)[*n] = json_number_value(val);
+            (*n)++;
+        }
+        json_decref(pt);
+        json_decref(lat);
+    }
+    store_trials_free(ts, nt);
+    return 0;
+}
+
+static int propose_job(adaptive *a, store *st, int64_t job, char *err, size_t errlen) {
+    job_entry *e = entry(a, st, job, err, errlen);
+    if (!e) return -1;
+    if (e->broken == 2) return 0;
+    if (load_spec(e, st, err, errlen)) {
+        e->broken = 2; /* said once; the job gets no more trials */
+        return -1;
+    }
+    store_job j;
+    if (store_job_get(st, job, &j, err, errlen)) return -1;
+    long long counts[TRIAL_N_STATES];
+    if (store_job_state_counts(st, job, counts, err, errlen)) return -1;
+    long long active = counts[TRIAL_PENDING] + counts[TRIAL_RUNNING];
+    int parallel = j.parallel > 0 ? j.parallel : 1;
+    if (active >= parallel || j.n_proposed >= j.n_trials) return 0;
+    double *xs, *ys;
+    size_t n;
+    if (observations(e, st, j.metric, &xs, &ys, &n, err, errlen)) return -1;
+    sched_tpe_opts o = {.seed = e->spec->seed,
+                        .startup = e->spec->startup_trials,
+                        .n_candidates = 24,
+                        .maximize = strcmp(j.goal, "max") == 0};
+    int added = 0;
+    while (active < parallel && j.n_proposed < j.n_trials) {
+        double x[SWEEP_MAX_PARAMS];
+        if (sched_tpe_propose(&e->space, xs, ys, n, j.n_proposed, &o, x) < 0) {
+            added = bf_fail(err, errlen, "tpe: proposal failed (out of memory)");
+            break;
+        }
+        char point[SWEEP_MAX_PARAMS * 26 + 4];
+        size_t w = 0;
+        point[w++] = '[';
+        for (int d = 0; d < e->space.n; d++)
+            w += (size_t)snprintf(point + w, sizeof point - w, "%s%.17g", d ? ", " : "", x[d]);
+        snprintf(point + w, sizeof point - w, "]");
+        add_ctx c = {st, job, point, 0, err, errlen};
+        if (sweep_trial_at(e->spec, j.n_proposed, x, add_proposed, &c, err, errlen)) {
+            added = -1;
+            break;
+        }
+        active++;
+        j.n_proposed++;
+        added++;
+    }
+    free(xs);
+    free(ys);
+    return added;
+}
+
+int adaptive_propose(adaptive *a, store *st, char *err, size_t errlen) {
+    int64_t *ids = NULL;
+    size_t n = 0;
+    if (store_proposing_jobs(st, &ids, &n, err, errlen)) return -1;
+    int total = 0, rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        int k = propose_job(a, st, ids[i], err, errlen);
+        if (k < 0) {
+            rc = -1;
+            continue;
+        }
+        total += k;
+    }
+    free(ids);
+    return rc < 0 ? -1 : total;
+}
+
+/* ------------------------------------------------------------- rung table */
+
+static json_t *decision_json(const store_decision *d) {
+    return json_pack("{s:I, s:I, s:s, s:i, s:I, s:I, s:f, s:o, s:i, s:b, s:s, s:f}", "id",
+                     (json_int_t)d->id, "trial", (json_int_t)d->trial, "method", d->method, "rung",
+                     d->rung, "rung_step", (json_int_t)d->rung_step, "step", (json_int_t)d->step,
+                     "value", d->value, "cutoff",
+                     isfinite(d->cutoff) ? json_real(d->cutoff) : json_null(), "n", d->n, "stop",
+                     d->stop, "reason", d->reason, "time", d->time);
+}
+
+json_t *adaptive_rungs_json(adaptive *a, store *st, int64_t job, char *err, size_t errlen) {
+    job_entry *e = entry(a, st, job, err, errlen);
+    if (!e) return NULL;
+    store_job j;
+    if (store_job_get(st, job, &j, err, errlen)) return NULL;
+    store_decision *ds = NULL;
+    size_t nd = 0;
+    if (store_decisions(st, job, 0, &ds, &nd, err, errlen)) return NULL;
+    const sched_stop *c = &e->stop;
+    json_t *b = json_pack("{s:I, s:s, s:s, s:s, s:I}", "job", (json_int_t)job, "method",
+                          sweep_stop_name(c->method), "metric", c->metric, "goal", j.goal,
+                          "min_steps", (json_int_t)c->min_steps);
+    json_t *rungs = json_array(), *all = json_array();
+    if (c->method == SWEEP_STOP_ASHA) {
+        json_object_set_new(b, "reduction_factor", json_real(c->eta));
+        json_object_set_new(b, "max_steps", json_integer(c->max_steps));
+    }
+    if (c->method == SWEEP_STOP_MEDIAN)
+        json_object_set_new(b, "min_trials", json_integer(c->min_trials));
+    int nr = sched_asha_n_rungs(c);
+    for (int k = 1; k <= nr; k++) {
+        json_t *trials = json_array();
+        double *vals = malloc((nd ? nd : 1) * sizeof *vals);
+        size_t nv = 0;
+        for (size_t i = 0; i < nd; i++) {
+            if (strcmp(ds[i].method, "asha") || ds[i].rung != k) continue;
+            if (vals) vals[nv++] = ds[i].value;
+            json_array_append_new(trials, json_pack("{s:I, s:I, s:f, s:b, s:s}", "trial",
+                                                    (json_int_t)ds[i].trial, "step",
+                                                    (json_int_t)ds[i].step, "value", ds[i].value,
+                                                    "stop", ds[i].stop, "reason", ds[i].reason));
+        }
+        json_t *cut = json_null();
+        int keep = 0;
+        if (nv > 0) {
+            /* the cutoff now: judge the worst value present against the rest */
+            sched_verdict v;
+            sched_asha_judge(c, k, 0, vals[0], vals + 1, nv - 1, &v);
+            cut = json_real(v.cutoff);
+            keep = v.keep;
+        }
+        free(vals);
+        json_array_append_new(rungs, json_pack("{s:i, s:I, s:i, s:i, s:o, s:o}", "rung", k, "step",
+                                               (json_int_t)sched_asha_rung_step(c, k), "n", (int)nv,
+                                               "keep", keep, "cutoff", cut, "trials", trials));
+    }
+    for (size_t i = 0; i < nd; i++) json_array_append_new(all, decision_json(&ds[i]));
+    free(ds);
+    json_object_set_new(b, "rungs", rungs);
+    json_object_set_new(b, "decisions", all);
+    return b;
+}

@@ -1,0 +1,160 @@
+/* sched_stop — early-stopping verdicts. See sched_stop.h. */
+#include "jobs/sched_stop.h"
+#include "common/errbuf.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int sched_stop_json(const sweep_spec *s, char *buf, size_t len) {
+    int n = snprintf(buf, len,
+                     "{\"method\": \"%s\", \"metric\": \"%s\", \"min_steps\": %d, \"threshold\": "
+                     "%.17g, \"reduction_factor\": %.17g, \"max_steps\": %lld, \"min_trials\": %d}",
+                     sweep_stop_name(s->early_stop.method), s->early_stop.metric,
+                     s->early_stop.min_steps, s->early_stop.threshold,
+                     s->early_stop.reduction_factor, s->early_stop.max_steps,
+                     s->early_stop.min_trials);
+    return n < 0 || (size_t)n >= len ? -1 : 0;
+}
+
+int sched_stop_parse(const char *json, int maximize, sched_stop *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    out->maximize = maximize;
+    out->eta = 3;
+    out->min_trials = 3;
+    json_error_t je;
+    json_t *o = json_loads(json ? json : "{}", 0, &je);
+    if (!o || !json_is_object(o)) {
+        json_decref(o);
+        return bf_fail(err, errlen, "early_stop: not a JSON object: %s", je.text);
+    }
+    const char *m = json_string_value(json_object_get(o, "method"));
+    static const char *const names[] = {"none", "median", "threshold", "asha"};
+    int found = 0;
+    for (int i = 0; i <= SWEEP_STOP_ASHA; i++)
+        if (m && strcmp(m, names[i]) == 0) out->method = (sweep_stop_method)i, found = 1;
+    if (m && !found) {
+        bf_fail(err, errlen, "early_stop: unknown method '%s'", m);
+        json_decref(o);
+        return -1;
+    }
+    const char *metric = json_string_value(json_object_get(o, "metric"));
+    snprintf(out->metric, sizeof out->metric, "%s", metric ? metric : "");
+    json_t *v;
+    if ((v = json_object_get(o, "min_steps")) && json_is_integer(v))
+        out->min_steps = json_integer_value(v);
+    if ((v = json_object_get(o, "max_steps")) && json_is_integer(v))
+        out->max_steps = json_integer_value(v);
+    if ((v = json_object_get(o, "min_trials")) && json_is_integer(v) && json_integer_value(v) > 0)
+        out->min_trials = (int)json_integer_value(v);
+    if ((v = json_object_get(o, "threshold")) && json_is_number(v))
+        out->threshold = json_number_value(v);
+    if ((v = json_object_get(o, "reduction_factor")) && json_is_number(v) &&
+        json_number_value(v) > 1)
+        out->eta = json_number_value(v);
+    json_decref(o);
+    if (out->method == SWEEP_STOP_ASHA && (out->min_steps < 1 || out->max_steps <= out->min_steps))
+        return bf_fail(err, errlen, "early_stop: asha needs 1 <= min_steps < max_steps, got %lld, %lld",
+                       out->min_steps, out->max_steps);
+    return 0;
+}
+
+long long sched_asha_rung_step(const sched_stop *c, int rung) {
+    return llround((double)c->min_steps * pow(c->eta, rung - 1));
+}
+
+int sched_asha_n_rungs(const sched_stop *c) {
+    if (c->method != SWEEP_STOP_ASHA || c->min_steps < 1) return 0;
+    int k = 0;
+    while (k < SCHED_MAX_RUNGS && sched_asha_rung_step(c, k + 1) < c->max_steps) k++;
+    return k;
+}
+
+int sched_better(const sched_stop *c, double a, double b) { return c->maximize ? a > b : a < b; }
+
+static const char *worse_word(const sched_stop *c) { return c->maximize ? "below" : "above"; }
+
+static int cmp_best_first_max(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x > y ? -1 : x < y ? 1 : 0;
+}
+static int cmp_best_first_min(const void *a, const void *b) { return -cmp_best_first_max(a, b); }
+
+void sched_asha_judge(const sched_stop *c, int rung, long long at_step, double value,
+                      const double *others, size_t n_others, sched_verdict *v) {
+    memset(v, 0, sizeof *v);
+    size_t n = n_others + 1;
+    double stack[256], *all = n <= 256 ? stack : malloc(n * sizeof *all);
+    v->n = (int)n;
+    v->keep = (int)floor((double)n / c->eta);
+    if (v->keep < 1) v->keep = 1;
+    if (!all) { /* out of memory: never stop on a guess */
+        v->cutoff = NAN;
+        snprintf(v->reason, sizeof v->reason, "asha: out of memory; continues");
+        return;
+    }
+    for (size_t i = 0; i < n_others; i++) all[i] = others[i];
+    all[n_others] = value;
+    qsort(all, n, sizeof *all, c->maximize ? cmp_best_first_max : cmp_best_first_min);
+    v->cutoff = all[v->keep - 1];
+    v->stop = sched_better(c, v->cutoff, value);
+    char eta[32];
+    snprintf(eta, sizeof eta, "%g", c->eta);
+    snprintf(v->reason, sizeof v->reason,
+             "asha: %s %.4g at step %lld is %s the rung-%d cutoff %.4g (top 1/%s of %zu trial%s)",
+             c->metric, value, at_step, v->stop ? worse_word(c) : "within", rung, v->cutoff, eta,
+             n, n == 1 ? "" : "s");
+    if (all != stack) free(all);
+}
+
+int sched_running_mean(const int64_t *steps, const double *values, size_t n, long long step,
+                       double *mean) {
+    if (n == 0 || steps[n - 1] < step) return 0;
+    double sum = 0;
+    size_t k = 0;
+    for (size_t i = 0; i < n && steps[i] <= step; i++) sum += values[i], k++;
+    if (k == 0) return 0; /* its first point is past step: nothing to average yet */
+    *mean = sum / (double)k;
+    return 1;
+}
+
+void sched_median_judge(const sched_stop *c, long long step, double best, const double *others,
+                        size_t n_others, sched_verdict *v) {
+    memset(v, 0, sizeof *v);
+    v->n = (int)n_others;
+    v->cutoff = NAN;
+    if (step < c->min_steps || n_others < (size_t)c->min_trials || n_others == 0) {
+        snprintf(v->reason, sizeof v->reason, "median: %zu other trial%s at step %lld (%d needed)",
+                 n_others, n_others == 1 ? "" : "s", step, c->min_trials);
+        return;
+    }
+    double stack[256], *s = n_others <= 256 ? stack : malloc(n_others * sizeof *s);
+    if (!s) {
+        snprintf(v->reason, sizeof v->reason, "median: out of memory; continues");
+        return;
+    }
+    memcpy(s, others, n_others * sizeof *s);
+    qsort(s, n_others, sizeof *s, cmp_best_first_max);
+    size_t h = n_others / 2;
+    v->cutoff = n_others % 2 ? s[h] : 0.5 * (s[h - 1] + s[h]);
+    if (s != stack) free(s);
+    v->stop = sched_better(c, v->cutoff, best);
+    snprintf(v->reason, sizeof v->reason,
+             "median: %s best %.4g by step %lld is %s the median %.4g of %zu other trials' "
+             "running averages",
+             c->metric, best, step, v->stop ? worse_word(c) : "not worse than", v->cutoff, n_others);
+}
+
+void sched_threshold_judge(const sched_stop *c, long long step, double best, sched_verdict *v) {
+    memset(v, 0, sizeof *v);
+    v->cutoff = c->threshold;
+    v->stop = step >= c->min_steps && sched_better(c, c->threshold, best);
+    snprintf(v->reason, sizeof v->reason, "threshold: %s best %.4g by step %lld is %s %.4g",
+             c->metric, best, step, v->stop ? worse_word(c) : "not worse than", c->threshold);
+    if (v->stop) {
+        size_t l = strlen(v->reason);
+        snprintf(v->reason + l, sizeof v->reason - l, " (the threshold)");
+    }
+}

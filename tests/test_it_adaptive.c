@@ -1,0 +1,234 @@
+/* Adaptive sweeps end to end: a real bfd, real bfworker processes training
+ * tiny BudgetFormer configs on the WordNet-gloss fixture, the real store.
+ *   - ASHA: in a 2 x 2 grid the two trials with a learning rate 1000x too
+ *     small are stopped at the first rung (reason recorded and shown), the
+ *     two good ones finish; `bfctl resume` continues a stopped trial from its
+ *     checkpoint and it is judged again at the next rung;
+ *   - the median rule likewise;
+ *   - tpe proposes, runs and completes all its trials, `parallel` at a time;
+ *   - bfd killed right after committing a stop (before sending it) and
+ *     restarted: the decision is kept, sent once, and the job ends as it
+ *     would have. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "it_bfd.h"
+
+static char g_dir[256], g_home[320];
+static pid_t g_bfd = -1;
+
+static void setup(void) {
+    it_worker_env();
+    it_bfd_home(g_dir, sizeof g_dir, g_home, sizeof g_home, "/tmp/bf-ita-XXXXXX");
+    it_copy_glosses(g_dir);
+    it_write_text(tmpdir_path(g_home, "bfd.yaml"),
+                  "slots: 2\nheartbeat_timeout: 10\nheartbeat_interval: 0.2\nkill_grace: 2\n",
+                  0644);
+}
+
+static void teardown(void) {
+    it_stop(&g_bfd, SIGKILL);
+    char p[512];
+    snprintf(p, sizeof p, "%s/bf.db", g_home);
+    sqlite3 *db;
+    if (sqlite3_open_v2(p, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK) {
+        sqlite3_stmt *st;
+        if (sqlite3_prepare_v2(db, "SELECT pid FROM bfd_runs", -1, &st, NULL) == SQLITE_OK) {
+            while (sqlite3_step(st) == SQLITE_ROW)
+                if (sqlite3_column_int64(st, 0) > 0)
+                    kill(-(pid_t)sqlite3_column_int64(st, 0), SIGKILL);
+            sqlite3_finalize(st);
+        }
+    }
+    sqlite3_close(db);
+    tmpdir_remove(g_dir);
+}
+
+TestSuite(adaptive, .init = setup, .fini = teardown, .timeout = 150);
+
+/* A sweep on the fixture: `steps` steps, val/acc every 20, then `tail` (the
+ * sweep: and early_stop: keys). */
+static const char *write_sweep(const char *name, int steps, const char *tail) {
+    static char p[512];
+    snprintf(p, sizeof p, "%s/%s.yaml", g_dir, name);
+    FILE *f = fopen(p, "w");
+    cr_assert(f);
+    fprintf(f,
+            "name: %s\npipeline: budgetformer\ndevice: cpu\n"
+            "data: {train: %s/train.tsv, val: %s/val.tsv}\n"
+            "model: {layers: 1, d_model: 32, heads: 4, seq_len: 16, vocab: 256}\n"
+            "train: {steps: %d, batch: 8, log_every: 10, eval_every: 20}\n"
+            "metric: {name: val/acc, goal: max}\n%s",
+            name, g_dir, g_dir, steps, tail);
+    cr_assert_eq(fclose(f), 0);
+    return p;
+}
+
+/* Two good trials (lr 3e-3) and then two with lr 3e-6, the pairs the same
+ * but for checkpoint_every (so each pair trains alike). */
+static const char *GRID = "sweep:\n  parameters:\n    train.lr: {values: [0.003, 0.000003]}\n"
+                          "    train.checkpoint_every: {values: [50, 60]}\n";
+
+static long long db_int(const char *sql, long long arg) { return it_db_int(g_home, sql, arg); }
+
+static const char *state(long long trial) {
+    static char buf[32];
+    it_db_text(g_home, "SELECT state FROM trials WHERE id = ?1", trial, buf, sizeof buf);
+    return buf;
+}
+
+static int wait_job(long long job) {
+    char args[64];
+    snprintf(args, sizeof args, "wait %lld", job);
+    return it_bfctl(g_dir, NULL, 0, args);
+}
+
+static long long max_step(long long trial) {
+    return db_int("SELECT COALESCE(MAX(step), 0) FROM metrics WHERE trial = ?1", trial);
+}
+
+/* The good pair completed; the bad pair STOPPED early with a reason that
+ * starts with prefix. */
+static void check_bad_stopped(int steps, const char *prefix) {
+    for (long long t = 1; t <= 2; t++) {
+        cr_assert_str_eq(state(t), "COMPLETED", "good trial t%lld", t);
+        cr_assert_eq(max_step(t), steps);
+    }
+    for (long long t = 3; t <= 4; t++) {
+        char reason[400];
+        cr_assert_str_eq(state(t), "STOPPED", "bad trial t%lld", t);
+        it_db_text(g_home, "SELECT stop_reason FROM trials WHERE id = ?1", t, reason,
+                   sizeof reason);
+        cr_assert(strncmp(reason, prefix, strlen(prefix)) == 0, "t%lld: '%s'", t, reason);
+        cr_assert_lt(max_step(t), steps / 2, "t%lld ran to step %lld", t, max_step(t));
+        cr_assert_eq(db_int("SELECT COUNT(*) FROM decisions WHERE trial = ?1 AND stop = 1", t), 1);
+    }
+}
+
+Test(adaptive, asha_stops_bad_trials_at_first_rung_and_resume_continues) {
+    g_bfd = it_bfd_start(g_dir, g_home);
+    char tail[512];
+    snprintf(tail, sizeof tail, "%searly_stop: {method: asha, min_steps: 40}\n", GRID);
+    long long job = it_submit(g_dir, write_sweep("asha", 600, tail));
+    cr_assert_eq(wait_job(job), 0, "wait: a trial neither completed nor stopped");
+    check_bad_stopped(600, "asha: val/acc ");
+    char reason[400];
+    it_db_text(g_home, "SELECT stop_reason FROM trials WHERE id = ?1", 3, reason, sizeof reason);
+    cr_assert(strstr(reason, "at step 40 is below the rung-1 cutoff"), "%s", reason);
+    /* rungs 40, 120, 360: the good pair passed all three, the bad pair only rung 1 */
+    for (long long t = 1; t <= 2; t++)
+        cr_assert_eq(db_int("SELECT COUNT(*) FROM decisions WHERE trial = ?1 AND stop = 0", t), 3);
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM decisions WHERE job = ?1 AND rung = 1", job), 4);
+    /* shown by bfctl: the reason under the trial, the rung table as JSON */
+    char out[65536];
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "show 1"), 0);
+    cr_assert(strstr(out, reason), "%s", out);
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "show 1 --rungs --json"), 0);
+    json_error_t je;
+    json_t *r = json_loads(out, 0, &je);
+    cr_assert(r, "%s: %s", je.text, out);
+    json_t *r1 = json_array_get(json_object_get(r, "rungs"), 0);
+    cr_assert_eq(json_integer_value(json_object_get(r1, "step")), 40);
+    cr_assert_eq(json_array_size(json_object_get(r1, "trials")), 4);
+    cr_assert_eq(json_array_size(json_object_get(r, "rungs")), 3);
+    json_decref(r);
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "show 1 --rungs"), 0);
+    cr_assert(strstr(out, "rung 1 at step 40: 4 trials, top 1 continue"), "%s", out);
+    /* resume: from the checkpoint written at the stop, judged again at rung 2 */
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "resume t3"), 0);
+    cr_assert_neq(it_bfctl(g_dir, NULL, 0, "resume t1"), 0, "a COMPLETED trial is not resumed");
+    cr_assert_eq(wait_job(job), 0);
+    cr_assert_str_eq(state(3), "STOPPED");
+    it_db_text(g_home, "SELECT stop_reason FROM trials WHERE id = ?1", 3, reason, sizeof reason);
+    cr_assert(strstr(reason, "at step 120 is below the rung-2 cutoff"), "%s", reason);
+    cr_assert_eq(db_int("SELECT attempts FROM trials WHERE id = ?1", 3), 2);
+    char log[600];
+    snprintf(log, sizeof log, "%s/logs/3.log", g_home);
+    size_t len;
+    char *text = it_slurp(log, &len);
+    cr_assert(text && strstr(text, "resume: continuing from step"), "no resume in %s", log);
+    free(text);
+}
+
+Test(adaptive, median_rule_stops_bad_trials) {
+    g_bfd = it_bfd_start(g_dir, g_home);
+    char tail[512];
+    snprintf(tail, sizeof tail, "%searly_stop: {method: median, min_steps: 40, min_trials: 2}\n",
+             GRID);
+    long long job = it_submit(g_dir, write_sweep("median", 400, tail));
+    cr_assert_eq(wait_job(job), 0);
+    check_bad_stopped(400, "median: val/acc best ");
+}
+
+Test(adaptive, tpe_proposes_runs_and_completes) {
+    g_bfd = it_bfd_start(g_dir, g_home);
+    long long job = it_submit(
+        g_dir, write_sweep("tpe", 40,
+                           "sweep:\n  method: tpe\n  trials: 6\n  parallel: 2\n"
+                           "  startup_trials: 3\n  seed: 5\n  parameters:\n"
+                           "    train.lr: {min: 1.0e-5, max: 1.0e-2, distribution: log_uniform}\n"
+                           "    model.heads: {values: [2, 4]}\n"));
+    char out[8192];
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "show 1"), 0);
+    cr_assert(strstr(out, "still to be proposed"), "%s", out);
+    cr_assert_eq(wait_job(job), 0);
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM trials WHERE job = ?1 AND state = 'COMPLETED'", job),
+                 6);
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM trials WHERE job = ?1 AND point IS NOT NULL", job), 6);
+    cr_assert_eq(db_int("SELECT COUNT(DISTINCT idx) FROM trials WHERE job = ?1", job), 6);
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM events WHERE job = ?1 AND kind = 'propose'", job), 6);
+    /* never more than `parallel` at once: the 3rd trial was proposed after the 1st ended */
+    cr_assert_geq(db_int("SELECT (SELECT time FROM events WHERE trial = 3 AND kind = 'propose') >="
+                         " (SELECT MIN(time) FROM events WHERE kind = 'state' AND message LIKE"
+                         " 'RUNNING -> COMPLETED%' AND job = ?1)",
+                         job),
+                  1);
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "show 1"), 0);
+    cr_assert(!strstr(out, "still to be proposed"), "%s", out);
+}
+
+Test(adaptive, bfd_killed_after_a_stop_decision_keeps_it) {
+    setenv("BF_FAILPOINT", "after_stop_decision", 1);
+    g_bfd = it_bfd_start(g_dir, g_home);
+    unsetenv("BF_FAILPOINT");
+    char tail[512];
+    snprintf(tail, sizeof tail, "%searly_stop: {method: asha, min_steps: 40}\n", GRID);
+    long long job = it_submit(g_dir, write_sweep("asha", 1500, tail));
+    /* bfd exits (status 99) right after committing the first stop */
+    int st;
+    double t0 = it_now_s();
+    while (waitpid(g_bfd, &st, WNOHANG) == 0) {
+        cr_assert(it_now_s() - t0 < 100, "bfd did not reach the failpoint (see %s/bfd.log)", g_dir);
+        it_sleep_s(0.05);
+    }
+    g_bfd = -1;
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 99);
+    long long decided = db_int("SELECT trial FROM decisions WHERE stop = 1", 0);
+    cr_assert(decided == 3 || decided == 4, "the first stop is of a bad trial, got t%lld", decided);
+    cr_assert_str_eq(state(decided), "RUNNING", "decided, not yet acted on");
+    g_bfd = it_bfd_start(g_dir, g_home);
+    cr_assert_eq(wait_job(job), 0);
+    check_bad_stopped(1500, "asha: val/acc ");
+    /* one decision per trial and rung, one stop event each, as without the kill */
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM decisions WHERE job = ?1 AND rung = 1", job), 4);
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM (SELECT trial, rung FROM decisions GROUP BY trial,"
+                        " rung HAVING COUNT(*) > 1)",
+                        0),
+                 0);
+    for (long long t = 3; t <= 4; t++)
+        cr_assert_eq(db_int("SELECT COUNT(*) FROM events WHERE trial = ?1 AND kind = 'early_stop'"
+                            " AND message LIKE 'stop:%'",
+                            t),
+                     1);
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM events WHERE trial = ?1 AND message LIKE"
+                        " '%-> STOPPED%'",
+                        decided),
+                 1, "stopped once");
+}

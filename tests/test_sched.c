@@ -1,0 +1,352 @@
+/* test_sched — adaptive sweeps without a daemon: the early-stopping policy
+ * (ASHA rungs and cutoffs, the median rule, the reason texts), its keys in
+ * sweep files, its durable decisions in a real SQLite store (recorded once,
+ * resume), and the TPE sampler on known functions against random search
+ * (numbers printed; the medians are asserted). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jobs/sched_stop.h"
+#include "jobs/sched_tpe.h"
+#include "jobs/store.h"
+#include "jobs/sweep.h"
+#include "tmpdir.h"
+
+static char tmpdir[256];
+static void setup(void) { tmpdir_make(tmpdir, sizeof tmpdir, "/tmp/bf_test_sched_XXXXXX"); }
+static void teardown(void) { cr_assert_eq(tmpdir_remove(tmpdir), 0); }
+TestSuite(sched, .init = setup, .fini = teardown);
+
+static sched_stop asha(int maximize, long long r, double eta, long long max_steps) {
+    sched_stop c;
+    memset(&c, 0, sizeof c);
+    c.method = SWEEP_STOP_ASHA;
+    snprintf(c.metric, sizeof c.metric, "val/acc");
+    c.maximize = maximize;
+    c.min_steps = r;
+    c.eta = eta;
+    c.max_steps = max_steps;
+    return c;
+}
+
+Test(sched, asha_rungs) {
+    sched_stop c = asha(1, 100, 3, 2700);
+    cr_assert_eq(sched_asha_n_rungs(&c), 3); /* 100, 300, 900: a rung is below max_steps */
+    c.max_steps = 2701;
+    cr_assert_eq(sched_asha_n_rungs(&c), 4);
+    cr_assert_eq(sched_asha_rung_step(&c, 1), 100);
+    cr_assert_eq(sched_asha_rung_step(&c, 2), 300);
+    cr_assert_eq(sched_asha_rung_step(&c, 4), 2700);
+    c = asha(1, 400, 3, 400);
+    cr_assert_eq(sched_asha_n_rungs(&c), 0, "no rung below max_steps");
+}
+
+Test(sched, asha_cutoff_and_reason) {
+    sched_stop c = asha(1, 400, 3, 3600);
+    /* 8 values already at rung 1; the 9th trial comes with 0.612 */
+    double others[8] = {0.70, 0.655, 0.68, 0.50, 0.60, 0.61, 0.40, 0.30};
+    sched_verdict v;
+    sched_asha_judge(&c, 1, 400, 0.612, others, 8, &v);
+    cr_assert_eq(v.stop, 1);
+    cr_assert_eq(v.n, 9);
+    cr_assert_eq(v.keep, 3);
+    cr_assert_float_eq(v.cutoff, 0.655, 1e-12);
+    cr_assert_str_eq(v.reason, "asha: val/acc 0.612 at step 400 is below the rung-1 cutoff 0.655 "
+                               "(top 1/3 of 9 trials)");
+    /* the third best continues; a tie with the cutoff continues */
+    sched_asha_judge(&c, 1, 410, 0.655, others, 8, &v);
+    cr_assert_eq(v.stop, 0, "%s", v.reason);
+    /* the first trial at a rung always continues */
+    sched_asha_judge(&c, 2, 1200, 0.1, NULL, 0, &v);
+    cr_assert_eq(v.stop, 0);
+    cr_assert_eq(v.keep, 1);
+    /* min goal: lower is better, the word is "above" */
+    sched_stop m = asha(0, 10, 2, 100);
+    snprintf(m.metric, sizeof m.metric, "val/loss");
+    double lo[3] = {1.0, 1.2, 2.0};
+    sched_asha_judge(&m, 1, 10, 1.5, lo, 3, &v); /* n 4, keep 2: cutoff 1.2 */
+    cr_assert_eq(v.stop, 1);
+    cr_assert_float_eq(v.cutoff, 1.2, 1e-12);
+    cr_assert(strstr(v.reason, "is above the rung-1 cutoff 1.2 (top 1/2 of 4 trials)"), "%s",
+              v.reason);
+    sched_asha_judge(&m, 1, 10, 1.1, lo, 3, &v);
+    cr_assert_eq(v.stop, 0);
+}
+
+Test(sched, median_rule) {
+    sched_stop c;
+    memset(&c, 0, sizeof c);
+    c.method = SWEEP_STOP_MEDIAN;
+    snprintf(c.metric, sizeof c.metric, "val/acc");
+    c.maximize = 1;
+    c.min_steps = 100;
+    c.min_trials = 3;
+    /* running means: a series that has not reached the step does not count */
+    int64_t st[4] = {50, 100, 150, 200};
+    double va[4] = {0.2, 0.4, 0.6, 0.8}, mean = 0;
+    cr_assert_eq(sched_running_mean(st, va, 4, 150, &mean), 1);
+    cr_assert_float_eq(mean, 0.4, 1e-12);
+    cr_assert_eq(sched_running_mean(st, va, 4, 250, &mean), 0);
+    double others[3] = {0.5, 0.6, 0.7};
+    sched_verdict v;
+    sched_median_judge(&c, 150, 0.55, others, 3, &v);
+    cr_assert_eq(v.stop, 1);
+    cr_assert_float_eq(v.cutoff, 0.6, 1e-12);
+    cr_assert_str_eq(v.reason, "median: val/acc best 0.55 by step 150 is below the median 0.6 of "
+                               "3 other trials' running averages");
+    sched_median_judge(&c, 150, 0.6, others, 3, &v);
+    cr_assert_eq(v.stop, 0, "equal to the median goes on");
+    sched_median_judge(&c, 150, 0.1, others, 2, &v);
+    cr_assert_eq(v.stop, 0, "fewer than min_trials others");
+    sched_median_judge(&c, 90, 0.1, others, 3, &v);
+    cr_assert_eq(v.stop, 0, "before min_steps");
+    double four[4] = {0.1, 0.5, 0.7, 0.9}; /* even count: mean of the middle two */
+    sched_median_judge(&c, 150, 0.55, four, 4, &v);
+    cr_assert_float_eq(v.cutoff, 0.6, 1e-12);
+}
+
+static sweep_errors load_errs(const char *text, sweep_spec **sp) {
+    sweep_errors e = {0};
+    sweep_load_string(text, strlen(text), "s.yaml", sp, &e);
+    return e;
+}
+
+static int has_err(const sweep_errors *e, const char *needle) {
+    for (int i = 0; i < e->n; i++)
+        if (strstr(e->msgs[i], needle)) return 1;
+    return 0;
+}
+
+Test(sched, sweep_keys) {
+    sweep_spec *sp = NULL;
+    sweep_errors e = load_errs("train: {steps: 900}\nsweep:\n  method: tpe\n  trials: 12\n"
+                               "  parallel: 3\n  startup_trials: 5\n  seed: 9\n  parameters:\n"
+                               "    train.lr: {min: 1.0e-4, max: 1.0e-2, distribution: "
+                               "log_uniform}\n    model.heads: {values: [2, 4, 8]}\n"
+                               "early_stop: {method: asha, min_steps: 100}\n",
+                               &sp);
+    cr_assert_eq(e.total, 0, "%s", e.n ? e.msgs[0] : "");
+    cr_assert_eq(sp->method, SWEEP_TPE);
+    cr_assert_eq(sp->n_trials, 12);
+    cr_assert_eq(sp->parallel, 3);
+    cr_assert_eq(sp->startup_trials, 5);
+    cr_assert_eq(sp->seed, 9);
+    cr_assert_eq(sp->early_stop.method, SWEEP_STOP_ASHA);
+    cr_assert_float_eq(sp->early_stop.reduction_factor, 3.0, 0);
+    cr_assert_eq(sp->early_stop.max_steps, 900, "max_steps defaults to train.steps");
+    cr_assert_str_eq(sp->early_stop.metric, "val/acc", "the job's metric by default");
+    char json[512], err[256];
+    cr_assert_eq(sched_stop_json(sp, json, sizeof json), 0);
+    sched_stop c;
+    cr_assert_eq(sched_stop_parse(json, 1, &c, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(c.method, SWEEP_STOP_ASHA);
+    cr_assert_eq(c.min_steps, 100);
+    cr_assert_eq(c.max_steps, 900);
+    sched_tpe_space space;
+    cr_assert_eq(sched_tpe_space_from(sp, &space, err, sizeof err), 0);
+    cr_assert_eq(space.n, 2);
+    cr_assert_eq(space.dim[0].kind, TPE_LOG_UNIFORM);
+    cr_assert_eq(space.dim[1].kind, TPE_CATEGORICAL);
+    cr_assert_eq(space.dim[1].n_choices, 3);
+    sweep_spec_destroy(&sp);
+    sweep_errors_free(&e);
+
+    static const struct {
+        const char *text, *needle;
+    } bad[] = {
+        {"early_stop: {method: asha}\n", "method asha needs 'min_steps: R' >= 1"},
+        {"early_stop: {method: asha, min_steps: 10, reduction_factor: 1}\n",
+         "early_stop.reduction_factor: 1 is out of range; valid range is [1.5, 100]"},
+        {"early_stop: {method: median, reduction_factor: 3}\n",
+         "early_stop.reduction_factor applies only to method: asha"},
+        {"early_stop: {method: asha, min_steps: 10, min_trials: 3}\n",
+         "early_stop.min_trials applies only to method: median"},
+        {"train: {steps: 50}\nearly_stop: {method: asha, min_steps: 50}\n",
+         "min_steps 50 is not below max_steps 50"},
+        {"early_stop: {method: hyperband}\n",
+         "'hyperband' is not valid; expected one of: none, median, threshold, asha"},
+        {"sweep:\n  method: tpe\n  parameters: {train.seed: {values: [1]}}\n",
+         "method tpe needs 'trials: N'"},
+        {"sweep:\n  method: random\n  trials: 3\n  parallel: 2\n  parameters: {train.seed: "
+         "{values: [1]}}\n",
+         "sweep.parallel applies only to method: tpe"},
+        {"sweep:\n  method: tpe\n  trials: 3\n  parallel: 0\n  parameters: {train.seed: "
+         "{values: [1]}}\n",
+         "sweep.parallel: 0 is out of range"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        sp = NULL;
+        e = load_errs(bad[i].text, &sp);
+        cr_assert_null(sp, "accepted: %s", bad[i].text);
+        cr_assert(has_err(&e, bad[i].needle), "no '%s' for %s (first: %s)", bad[i].needle,
+                  bad[i].text, e.n ? e.msgs[0] : "none");
+        sweep_errors_free(&e);
+    }
+}
+
+Test(sched, decisions_are_durable_once_and_resume) {
+    char err[512];
+    store *s = NULL;
+    const char *path = tmpdir_path(tmpdir, "d.db");
+    cr_assert_eq(store_open(path, &s, err, sizeof err), 0, "%s", err);
+    const char *text = "train: {steps: 300}\nsweep:\n  parameters:\n    train.seed: {values: [1, "
+                       "2]}\nearly_stop: {method: asha, min_steps: 20}\n";
+    sweep_spec *sp = NULL;
+    sweep_errors e = load_errs(text, &sp);
+    cr_assert_eq(e.total, 0);
+    int64_t job;
+    cr_assert_eq(store_submit(s, sp, text, &job, err, sizeof err), 0, "%s", err);
+    sweep_spec_destroy(&sp);
+    store_trial *ts;
+    size_t n;
+    cr_assert_eq(store_job_trials(s, job, &ts, &n, err, sizeof err), 0);
+    int64_t t = ts[1].id;
+    store_trials_free(ts, n);
+    cr_assert_eq(store_trial_transition(s, t, TRIAL_RUNNING, NULL, err, sizeof err), 0);
+    store_decision d = {.job = job, .trial = t, .rung = 1, .rung_step = 20, .step = 20,
+                        .value = 0.2, .cutoff = 0.5, .n = 2, .stop = 1};
+    snprintf(d.method, sizeof d.method, "asha");
+    snprintf(d.reason, sizeof d.reason, "asha: val/acc 0.2 at step 20 is below ...");
+    int added;
+    cr_assert_eq(store_decision_add(s, &d, &added, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(added, 1);
+    d.value = 0.9; /* the same rung again (a restart, a resend): nothing changes */
+    cr_assert_eq(store_decision_add(s, &d, &added, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(added, 0);
+    store_close(&s);
+    /* reopened, as a restarted bfd would: one decision, the reason on the trial */
+    cr_assert_eq(store_open(path, &s, err, sizeof err), 0, "%s", err);
+    store_decision *ds;
+    size_t nd;
+    cr_assert_eq(store_decisions(s, job, 0, &ds, &nd, err, sizeof err), 0);
+    cr_assert_eq(nd, 1);
+    cr_assert_float_eq(ds[0].value, 0.2, 0);
+    cr_assert_eq(ds[0].stop, 1);
+    free(ds);
+    double *vals;
+    cr_assert_eq(store_rung_values(s, job, 1, &vals, &n, err, sizeof err), 0);
+    cr_assert_eq(n, 1);
+    free(vals);
+    store_trial tr;
+    cr_assert_eq(store_get_trial(s, t, &tr, err, sizeof err), 0);
+    cr_assert_str_eq(tr.stop_reason, "asha: val/acc 0.2 at step 20 is below ...");
+    store_trial_free(&tr);
+    cr_assert_eq(store_trial_resume(s, t, "resume", err, sizeof err), -1, "RUNNING: not resumed");
+    cr_assert(strstr(err, "only a STOPPED trial can be resumed"), "%s", err);
+    cr_assert_eq(store_trial_transition(s, t, TRIAL_STOPPED, "stopped", err, sizeof err), 0);
+    cr_assert_eq(store_trial_resume(s, t, "resumed by request", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(store_get_trial(s, t, &tr, err, sizeof err), 0);
+    cr_assert_eq(tr.state, TRIAL_PENDING);
+    cr_assert_null(tr.stop_reason, "a resumed trial has no stop reason");
+    store_trial_free(&tr);
+    store_close(&s);
+}
+
+Test(sched, migrates_v3_store) {
+    char err[512];
+    const char *path = tmpdir_path(tmpdir, "old.db");
+    cr_assert_eq(store_create_at_version(path, 3, err, sizeof err), 0, "%s", err);
+    store *s = NULL;
+    cr_assert_eq(store_open(path, &s, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(store_schema_version(s), 4);
+    store_decision *ds;
+    size_t nd;
+    cr_assert_eq(store_decisions(s, 0, 0, &ds, &nd, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(nd, 0);
+    free(ds);
+    store_close(&s);
+}
+
+/* ------------------------------------------------------------------- TPE */
+
+static double branin(const double *x) {
+    const double pi = 3.14159265358979323846;
+    double b = 5.1 / (4 * pi * pi), c = 5 / pi, t = 1 / (8 * pi);
+    double u = x[1] - b * x[0] * x[0] + c * x[0] - 6;
+    return u * u + 10 * (1 - t) * cos(x[0]) + 10; /* minimum 0.397887 */
+}
+
+/* 5 categories (one best) + a log-uniform and a uniform number; minimum 0 */
+static double mixed(const double *x) {
+    static const double offset[5] = {2.0, 0.0, 1.0, 3.0, 1.5};
+    double a = log10(x[1]) + 3, b = x[2] - 0.3;
+    return offset[(int)x[0]] + a * a + 4 * b * b;
+}
+
+static double run_search(const sched_tpe_space *sp, double (*f)(const double *), int startup,
+                         uint64_t seed, int n_trials) {
+    double xs[64 * 3], ys[64], best = INFINITY;
+    sched_tpe_opts o = {.seed = seed, .startup = startup, .n_candidates = 24, .maximize = 0};
+    for (int i = 0; i < n_trials; i++) {
+        int rc = sched_tpe_propose(sp, xs, ys, (size_t)i, i, &o, &xs[i * sp->n]);
+        cr_assert_eq(rc, i >= startup ? 1 : 0);
+        for (int d = 0; d < sp->n; d++) {
+            double v = xs[i * sp->n + d];
+            if (sp->dim[d].kind == TPE_CATEGORICAL)
+                cr_assert(v == floor(v) && v >= 0 && v < sp->dim[d].n_choices);
+            else
+                cr_assert(v >= sp->dim[d].lo && v <= sp->dim[d].hi, "%g", v);
+        }
+        ys[i] = f(&xs[i * sp->n]);
+        if (ys[i] < best) best = ys[i];
+    }
+    return best;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median20(double *v) {
+    qsort(v, 20, sizeof *v, cmp_d);
+    return 0.5 * (v[9] + v[10]);
+}
+
+static void compare(const char *name, const sched_tpe_space *sp, double (*f)(const double *),
+                    double factor) {
+    double tpe[20], rnd[20];
+    for (int s = 0; s < 20; s++) {
+        tpe[s] = run_search(sp, f, 10, (uint64_t)s + 1, 40);
+        rnd[s] = run_search(sp, f, 1000, (uint64_t)s + 1, 40);
+    }
+    double mt = median20(tpe), mr = median20(rnd);
+    printf("tpe vs random, %s, 20 seeds, best after 40 trials: median tpe %.4f, random %.4f\n",
+           name, mt, mr);
+    cr_assert_lt(mt, factor * mr, "%s: tpe median %.4f is not below %.2f x random %.4f", name, mt,
+                 factor, mr);
+}
+
+Test(sched, tpe_beats_random_search) {
+    sched_tpe_space b = {.n = 2, .dim = {{TPE_UNIFORM, -5, 10, 0}, {TPE_UNIFORM, 0, 15, 0}}};
+    compare("branin", &b, branin, 0.75);
+    sched_tpe_space m = {.n = 3,
+                         .dim = {{TPE_CATEGORICAL, 0, 0, 5},
+                                 {TPE_LOG_UNIFORM, 1e-5, 1e-1, 0},
+                                 {TPE_UNIFORM, -1, 1, 0}}};
+    compare("5 categories + 2 numbers", &m, mixed, 0.5);
+}
+
+Test(sched, tpe_is_reproducible) {
+    sched_tpe_space m = {.n = 3,
+                         .dim = {{TPE_CATEGORICAL, 0, 0, 5},
+                                 {TPE_INT, 1, 8, 0},
+                                 {TPE_UNIFORM, -1, 1, 0}}};
+    double xs[2][20 * 3], ys[20];
+    for (int rep = 0; rep < 2; rep++) {
+        sched_tpe_opts o = {.seed = 42, .startup = 5, .n_candidates = 24, .maximize = 1};
+        for (int i = 0; i < 20; i++) {
+            sched_tpe_propose(&m, xs[rep], ys, (size_t)i, i, &o, &xs[rep][i * 3]);
+            cr_assert_eq(xs[rep][i * 3 + 1], floor(xs[rep][i * 3 + 1]), "integers stay integers");
+            ys[i] = -mixed((double[]){xs[rep][i * 3], 1e-3, xs[rep][i * 3 + 2]});
+        }
+    }
+    cr_assert_eq(memcmp(xs[0], xs[1], sizeof xs[0]), 0, "same seed, same order: same proposals");
+    sched_tpe_opts o = {.seed = 43, .startup = 5, .n_candidates = 24, .maximize = 1};
+    double other[3];
+    sched_tpe_propose(&m, xs[0], ys, 0, 0, &o, other);
+    cr_assert(memcmp(other, xs[0], sizeof other) != 0, "another seed, another first proposal");
+}
