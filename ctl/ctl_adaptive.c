@@ -89,7 +89,8 @@ int bfctl_show_rungs(long long job, int as_json) {
                json_number_value(json_object_get(r, "reduction_factor")),
                (long long)json_integer_value(json_object_get(r, "max_steps")));
     else
-        printf(", from step %lld\n", (long long)json_integer_value(json_object_get(r, "min_steps")));
+        printf(", from step %lld\n",
+               (long long)json_integer_value(json_object_get(r, "min_steps")));
     size_t i, k;
     json_t *g, *t;
     json_array_foreach(json_object_get(r, "rungs"), i, g) {

@@ -76,7 +76,8 @@ static int load_spec(job_entry *e, store *st, char *err, size_t errlen) {
     if (e->spec) return 0;
     char *text = NULL, file[CFG_PATH_MAX];
     if (store_job_source(st, e->job, &text, file, sizeof file, err, errlen)) return -1;
-    if (!text) return bf_fail(err, errlen, "job %lld: its sweep text was not kept", (long long)e->job);
+    if (!text)
+        return bf_fail(err, errlen, "job %lld: its sweep text was not kept", (long long)e->job);
     sweep_errors se = {0};
     int rc = sweep_load_string(text, strlen(text), file, &e->spec, &se);
     free(text);

@@ -9,13 +9,13 @@
 #include <string.h>
 
 int sched_stop_json(const sweep_spec *s, char *buf, size_t len) {
-    int n = snprintf(buf, len,
-                     "{\"method\": \"%s\", \"metric\": \"%s\", \"min_steps\": %d, \"threshold\": "
-                     "%.17g, \"reduction_factor\": %.17g, \"max_steps\": %lld, \"min_trials\": %d}",
-                     sweep_stop_name(s->early_stop.method), s->early_stop.metric,
-                     s->early_stop.min_steps, s->early_stop.threshold,
-                     s->early_stop.reduction_factor, s->early_stop.max_steps,
-                     s->early_stop.min_trials);
+    int n =
+        snprintf(buf, len,
+                 "{\"method\": \"%s\", \"metric\": \"%s\", \"min_steps\": %d, \"threshold\": "
+                 "%.17g, \"reduction_factor\": %.17g, \"max_steps\": %lld, \"min_trials\": %d}",
+                 sweep_stop_name(s->early_stop.method), s->early_stop.metric,
+                 s->early_stop.min_steps, s->early_stop.threshold, s->early_stop.reduction_factor,
+                 s->early_stop.max_steps, s->early_stop.min_trials);
     return n < 0 || (size_t)n >= len ? -1 : 0;
 }
 
@@ -56,7 +56,8 @@ int sched_stop_parse(const char *json, int maximize, sched_stop *out, char *err,
         out->eta = json_number_value(v);
     json_decref(o);
     if (out->method == SWEEP_STOP_ASHA && (out->min_steps < 1 || out->max_steps <= out->min_steps))
-        return bf_fail(err, errlen, "early_stop: asha needs 1 <= min_steps < max_steps, got %lld, %lld",
+        return bf_fail(err, errlen,
+                       "early_stop: asha needs 1 <= min_steps < max_steps, got %lld, %lld",
                        out->min_steps, out->max_steps);
     return 0;
 }
@@ -104,8 +105,8 @@ void sched_asha_judge(const sched_stop *c, int rung, long long at_step, double v
     snprintf(eta, sizeof eta, "%g", c->eta);
     snprintf(v->reason, sizeof v->reason,
              "asha: %s %.4g at step %lld is %s the rung-%d cutoff %.4g (top 1/%s of %zu trial%s)",
-             c->metric, value, at_step, v->stop ? worse_word(c) : "within", rung, v->cutoff, eta,
-             n, n == 1 ? "" : "s");
+             c->metric, value, at_step, v->stop ? worse_word(c) : "within", rung, v->cutoff, eta, n,
+             n == 1 ? "" : "s");
     if (all != stack) free(all);
 }
 
@@ -144,7 +145,8 @@ void sched_median_judge(const sched_stop *c, long long step, double best, const 
     snprintf(v->reason, sizeof v->reason,
              "median: %s best %.4g by step %lld is %s the median %.4g of %zu other trials' "
              "running averages",
-             c->metric, best, step, v->stop ? worse_word(c) : "not worse than", v->cutoff, n_others);
+             c->metric, best, step, v->stop ? worse_word(c) : "not worse than", v->cutoff,
+             n_others);
 }
 
 void sched_threshold_judge(const sched_stop *c, long long step, double best, sched_verdict *v) {

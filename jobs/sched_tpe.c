@@ -162,7 +162,8 @@ static void parzen_fit(parzen *pz, const double *pts, size_t n, double a, double
     for (size_t i = 0; i < m; i++) wsum += pz->w[i];
     for (size_t i = 0; i < m; i++) {
         pz->w[i] /= wsum;
-        double z = norm_cdf((b - pz->mu[i]) / pz->sigma[i]) - norm_cdf((a - pz->mu[i]) / pz->sigma[i]);
+        double z =
+            norm_cdf((b - pz->mu[i]) / pz->sigma[i]) - norm_cdf((a - pz->mu[i]) / pz->sigma[i]);
         pz->logz[i] = log(z > 1e-300 ? z : 1e-300);
     }
 }

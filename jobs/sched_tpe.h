@@ -26,8 +26,8 @@ typedef enum { TPE_UNIFORM = 0, TPE_LOG_UNIFORM, TPE_INT, TPE_CATEGORICAL } sche
 
 typedef struct sched_tpe_dim {
     sched_tpe_kind kind;
-    double lo, hi;  /* numeric bounds (as given, before any log) */
-    int n_choices;  /* categorical */
+    double lo, hi; /* numeric bounds (as given, before any log) */
+    int n_choices; /* categorical */
 } sched_tpe_dim;
 
 typedef struct sched_tpe_space {

@@ -181,7 +181,8 @@ Test(adaptive, tpe_proposes_runs_and_completes) {
     cr_assert_eq(wait_job(job), 0);
     cr_assert_eq(db_int("SELECT COUNT(*) FROM trials WHERE job = ?1 AND state = 'COMPLETED'", job),
                  6);
-    cr_assert_eq(db_int("SELECT COUNT(*) FROM trials WHERE job = ?1 AND point IS NOT NULL", job), 6);
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM trials WHERE job = ?1 AND point IS NOT NULL", job),
+                 6);
     cr_assert_eq(db_int("SELECT COUNT(DISTINCT idx) FROM trials WHERE job = ?1", job), 6);
     cr_assert_eq(db_int("SELECT COUNT(*) FROM events WHERE job = ?1 AND kind = 'propose'", job), 6);
     /* never more than `parallel` at once: the 3rd trial was proposed after the 1st ended */

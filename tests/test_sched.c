@@ -206,8 +206,15 @@ Test(sched, decisions_are_durable_once_and_resume) {
     int64_t t = ts[1].id;
     store_trials_free(ts, n);
     cr_assert_eq(store_trial_transition(s, t, TRIAL_RUNNING, NULL, err, sizeof err), 0);
-    store_decision d = {.job = job, .trial = t, .rung = 1, .rung_step = 20, .step = 20,
-                        .value = 0.2, .cutoff = 0.5, .n = 2, .stop = 1};
+    store_decision d = {.job = job,
+                        .trial = t,
+                        .rung = 1,
+                        .rung_step = 20,
+                        .step = 20,
+                        .value = 0.2,
+                        .cutoff = 0.5,
+                        .n = 2,
+                        .stop = 1};
     snprintf(d.method, sizeof d.method, "asha");
     snprintf(d.reason, sizeof d.reason, "asha: val/acc 0.2 at step 20 is below ...");
     int added;
@@ -331,10 +338,8 @@ Test(sched, tpe_beats_random_search) {
 }
 
 Test(sched, tpe_is_reproducible) {
-    sched_tpe_space m = {.n = 3,
-                         .dim = {{TPE_CATEGORICAL, 0, 0, 5},
-                                 {TPE_INT, 1, 8, 0},
-                                 {TPE_UNIFORM, -1, 1, 0}}};
+    sched_tpe_space m = {
+        .n = 3, .dim = {{TPE_CATEGORICAL, 0, 0, 5}, {TPE_INT, 1, 8, 0}, {TPE_UNIFORM, -1, 1, 0}}};
     double xs[2][20 * 3], ys[20];
     for (int rep = 0; rep < 2; rep++) {
         sched_tpe_opts o = {.seed = 42, .startup = 5, .n_candidates = 24, .maximize = 1};
