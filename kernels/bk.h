@@ -45,6 +45,77 @@ typedef struct bk_adamw {
     float lr, beta1, beta2, eps, weight_decay;
 } bk_adamw;
 
+/* ---- sequence mixers (BiMamba, BiLSTM): arguments ----
+ * A token mask (float [B,T], 1 = active, 0 = skipped; NULL = all active)
+ * means the same for all three ops: a skipped token leaves every recurrent
+ * state (conv window, scan state, LSTM h and c) exactly as it was, its output
+ * is 0 and it receives no gradient. A masked run therefore equals a run on
+ * the compacted sequence of active tokens, scattered back to their places. */
+
+/* Depthwise 1-D convolution over the active tokens, K taps per channel.
+ * Causal (reverse = 0): out[p_j] = act(bias + sum_k w[c,k] x[p_{j-K+1+k}]),
+ * where p_0 < p_1 < ... are the active positions and a tap before the first
+ * active token reads 0; w[c, K-1] multiplies the current token. reverse = 1
+ * runs the same recurrence right to left (anti-causal: the convolution of
+ * the reversed sequence, written back in the original order). */
+#define BK_CONV_MAX_K 8
+typedef struct bk_conv_args {
+    int B, T, C, K;    /* K in [1, BK_CONV_MAX_K] */
+    int reverse;       /* 0: left to right, 1: right to left */
+    int silu;          /* 1: act = SiLU (fused), 0: identity */
+    const float *mask; /* [B,T] nullable */
+} bk_conv_args;
+
+/* Mamba-1 selective scan, per channel c of D = G groups of D/G channels,
+ * state size N, over the active tokens in scan order (t = 0..T-1, or
+ * T-1..0 when reverse):
+ *   dt_t  = softplus(delta[t,c] + delta_bias[c])
+ *   A_n   = -exp(A_log[c,n])
+ *   h_t,n = exp(dt_t A_n) h_{t-1},n + dt_t Bm[t,g,n] x[t,c]       (h before the first = 0)
+ *   y_t   = (sum_n Cm[t,g,n] h_t,n + Dskip[c] x[t,c]) * SiLU(z[t,c])
+ * with g = c / (D/G). The state after each chunk of BK_SCAN_CHUNK steps (in
+ * scan order) is saved in states[B, D, nchunks, N], nchunks =
+ * ceil(T / BK_SCAN_CHUNK); the backward restarts each chunk from there and
+ * recomputes it, so no per-step state is kept. reverse = 1 is the backward
+ * direction of BiMamba without reversing any tensor: inputs and outputs stay
+ * in the original token order. */
+#define BK_SCAN_MAX_N 16
+#define BK_SCAN_CHUNK 64
+typedef struct bk_scan_args {
+    int B, T, D, G, N;       /* G divides D; N in [1, BK_SCAN_MAX_N]; D/G <= 1024 */
+    int reverse;             /* 0: t = 0..T-1, 1: t = T-1..0 */
+    int bc_stride;           /* floats between the (b,t,g) rows of Bm/Cm (and dBm/dCm); 0 = N */
+    const float *x;          /* [B,T,D] */
+    const float *delta;      /* [B,T,D] before softplus (W_delta applied, bias not) */
+    const float *delta_bias; /* [D] nullable (0) */
+    const float *A_log;      /* [D,N] */
+    const float *Bm, *Cm;    /* [B,T,G,N] rows bc_stride apart */
+    const float *Dskip;      /* [D] nullable (no skip term) */
+    const float *z;          /* [B,T,D] nullable (no gate) */
+    const float *mask;       /* [B,T] nullable */
+} bk_scan_args;
+
+/* Gradients of the scan; each nullable, each accumulated (+=). dBm, dCm use
+ * bc_stride like Bm, Cm. ddelta is with respect to delta before softplus. */
+typedef struct bk_scan_grads {
+    float *dx, *ddelta, *ddelta_bias, *dA_log, *dBm, *dCm, *dDskip, *dz;
+} bk_scan_grads;
+
+/* LSTM recurrence over S independent streams, hidden size H each (a
+ * bidirectional multi-head LSTM is S = 2 * heads streams: stream 2h runs left
+ * to right, 2h+1 right to left when bidir). The input projections of every
+ * step come in precomputed (one GEMM by the caller):
+ *   gx[b,t,s, 0:4H] = W_ih x_t + b_ih + b_hh, gates in the order i, f, g, o
+ *   pre = gx + whh[s] @ h_{t-1};  i, f, o = sigmoid, g = tanh
+ *   c_t = f c_{t-1} + i g;  h_t = o tanh(c_t);  out[b,t,s,:] = h_t
+ * (torch.nn.LSTM's equations and gate order). Initial h and c are 0. */
+#define BK_LSTM_MAX_H 256
+typedef struct bk_lstm_args {
+    int B, T, S, H;    /* H in [1, BK_LSTM_MAX_H] */
+    int bidir;         /* 1: odd streams run right to left */
+    const float *mask; /* [B,T] nullable */
+} bk_lstm_args;
+
 /* The backend interface. bk_cpu() and bk_cuda() return tables with the same
  * signatures; models call ops only through a table, so one binary runs on both. */
 typedef struct bk_backend {
@@ -188,6 +259,36 @@ typedef struct bk_backend {
      * stream depends only on (seed, stream, offset + i)) ---- */
     void (*rng_uniform)(float *out, size_t n, uint64_t seed, uint64_t stream, uint64_t offset);
     void (*rng_normal)(float *out, size_t n, uint64_t seed, uint64_t stream, uint64_t offset);
+    /* ---- sequence mixers (BiMamba, BiLSTM); masks as described above
+     * bk_conv_args ---- */
+    /* out[B,T,C] = depthwise conv of x[B,T,C] with w[C,K], bias[C] (nullable),
+     * over the active tokens, SiLU fused when a->silu; masked tokens out 0. */
+    void (*conv1d_forward)(float *out, const float *x, const float *w, const float *bias,
+                           const bk_conv_args *a);
+    /* dx[B,T,C] +=, dw[C,K] +=, dbias[C] += (each nullable). Reads the
+     * forward's inputs (the pre-activation is recomputed for SiLU).
+     * scratch: B*C*(K+1) floats. */
+    void (*conv1d_backward)(float *dx, float *dw, float *dbias, float *scratch, const float *dout,
+                            const float *x, const float *w, const float *bias,
+                            const bk_conv_args *a);
+    /* out[B,T,D] = the selective scan of bk_scan_args (masked tokens out 0);
+     * states[B,D,ceil(T/BK_SCAN_CHUNK),N] receives the chunk-end states for
+     * the backward (nullable at inference). */
+    void (*scan_forward)(float *out, float *states, const bk_scan_args *a);
+    /* Accumulates into every non-NULL gradient in g. states from
+     * scan_forward with the same a. scratch: B*D*(2N+2) floats. */
+    void (*scan_backward)(const bk_scan_grads *g, float *scratch, const float *dout,
+                          const float *states, const bk_scan_args *a);
+    /* out[B,T,S,H] = h_t of each stream (masked tokens 0); saved[B,T,S,6H]
+     * receives i, f, g, o, c_t, h_t per token for the backward (a masked
+     * token's c, h are the carried state); saved nullable at inference.
+     * whh[S,4H,H]. */
+    void (*lstm_forward)(float *out, float *saved, const float *gx, const float *whh,
+                         const bk_lstm_args *a);
+    /* dgx[B,T,S,4H] += (nullable), dwhh[S,4H,H] += (nullable), given
+     * dout[B,T,S,H] and the forward's saved. scratch: B*S*4H*H floats. */
+    void (*lstm_backward)(float *dgx, float *dwhh, float *scratch, const float *dout,
+                          const float *saved, const float *whh, const bk_lstm_args *a);
 } bk_backend;
 
 /* The CPU reference backend; always available. */

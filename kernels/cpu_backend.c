@@ -48,6 +48,13 @@ static const bk_backend cpu_backend = {
     .adamw_update = bk_cpu_adamw_update,
     .rng_uniform = bk_cpu_rng_uniform,
     .rng_normal = bk_cpu_rng_normal,
+    /* sequence mixers */
+    .conv1d_forward = bk_cpu_conv1d_forward,
+    .conv1d_backward = bk_cpu_conv1d_backward,
+    .scan_forward = bk_cpu_scan_forward,
+    .scan_backward = bk_cpu_scan_backward,
+    .lstm_forward = bk_cpu_lstm_forward,
+    .lstm_backward = bk_cpu_lstm_backward,
 };
 
 const bk_backend *bk_cpu(void) { return &cpu_backend; }

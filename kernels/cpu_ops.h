@@ -72,4 +72,18 @@ void bk_cpu_adamw_update(float *p, const float *g, float *m, float *v, size_t n,
 void bk_cpu_rng_uniform(float *out, size_t n, uint64_t seed, uint64_t stream, uint64_t offset);
 void bk_cpu_rng_normal(float *out, size_t n, uint64_t seed, uint64_t stream, uint64_t offset);
 
+/* sequence mixers (cpu_mixer.c) */
+void bk_cpu_conv1d_forward(float *out, const float *x, const float *w, const float *bias,
+                           const bk_conv_args *a);
+void bk_cpu_conv1d_backward(float *dx, float *dw, float *dbias, float *scratch, const float *dout,
+                            const float *x, const float *w, const float *bias,
+                            const bk_conv_args *a);
+void bk_cpu_scan_forward(float *out, float *states, const bk_scan_args *a);
+void bk_cpu_scan_backward(const bk_scan_grads *g, float *scratch, const float *dout,
+                          const float *states, const bk_scan_args *a);
+void bk_cpu_lstm_forward(float *out, float *saved, const float *gx, const float *whh,
+                         const bk_lstm_args *a);
+void bk_cpu_lstm_backward(float *dgx, float *dwhh, float *scratch, const float *dout,
+                          const float *saved, const float *whh, const bk_lstm_args *a);
+
 #endif
