@@ -255,8 +255,8 @@ static void scan_tile_init(scan_tile *st, const bk_scan_args *a, int b, int g, i
 
 /* Forward of one tile over all T steps. Inlined with N = 16 as a constant
  * for the common case, so the state loop unrolls into registers. */
-static inline __attribute__((always_inline)) void
-scan_tile_forward(const scan_tile *st, float *out, float *states, const int N) {
+static inline __attribute__((always_inline)) void scan_tile_forward(const scan_tile *st, float *out,
+                                                                    float *states, const int N) {
     const bk_scan_args *a = st->a;
     const int T = a->T, D = a->D, G = a->G, b = st->b, nl = st->nl;
     vfloat h[BK_SCAN_MAX_N];

@@ -571,3 +571,142 @@ Test(cuda_parity, rng_streams) {
     pair_free(&u);
     pair_free(&z);
 }
+
+/* ---- sequence mixers (conv1d, selective scan, LSTM) ---- */
+
+/* A [B,T] mask with holes (runs, first and last tokens of sample 1). */
+static pair mixer_mask(int B, int T) {
+    pair m = pair_const((size_t)B * T, 1.0f);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            if ((b * 7 + t * 3) % 5 == 0 || (t >= T / 3 && t < T / 3 + 3) ||
+                (b == 1 && (t == 0 || t == T - 1)))
+                m.h[(size_t)b * T + t] = 0.0f;
+    pair_upload(&m);
+    return m;
+}
+
+static void check_conv(int B, int T, int C, int K, int reverse, int silu, int masked) {
+    char what[128];
+    size_t n = (size_t)B * T * C;
+    pair x = pair_new(n, -1, 1), w = pair_new((size_t)C * K, -1, 1), bias = pair_new(C, -1, 1);
+    pair mask = mixer_mask(B, T), out = pair_new(n, 0, 1), dout = pair_new(n, -1, 1);
+    pair dx = pair_new(n, -1, 1), dw = pair_new((size_t)C * K, -1, 1), db = pair_new(C, -1, 1);
+    pair scratch = pair_new((size_t)B * C * (K + 1), 0, 1);
+    bk_conv_args ah = {B, T, C, K, reverse, silu, masked ? mask.h : NULL}, ad = ah;
+    ad.mask = masked ? mask.d : NULL;
+    cpu->conv1d_forward(out.h, x.h, w.h, bias.h, &ah);
+    gpu->conv1d_forward(out.d, x.d, w.d, bias.d, &ad);
+    snprintf(what, sizeof what, "conv1d forward K=%d rev=%d silu=%d mask=%d", K, reverse, silu,
+             masked);
+    expect_close(what, &out, TOL_MM);
+    cpu->conv1d_backward(dx.h, dw.h, db.h, scratch.h, dout.h, x.h, w.h, bias.h, &ah);
+    gpu->conv1d_backward(dx.d, dw.d, db.d, scratch.d, dout.d, x.d, w.d, bias.d, &ad);
+    snprintf(what, sizeof what, "conv1d backward dx K=%d rev=%d", K, reverse);
+    expect_close(what, &dx, TOL_MM);
+    snprintf(what, sizeof what, "conv1d backward dw K=%d rev=%d", K, reverse);
+    expect_close(what, &dw, TOL_MM);
+    snprintf(what, sizeof what, "conv1d backward dbias K=%d rev=%d", K, reverse);
+    expect_close(what, &db, TOL_MM);
+    pair *all[] = {&x, &w, &bias, &mask, &out, &dout, &dx, &dw, &db, &scratch};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+Test(cuda_parity, conv1d) {
+    NEED_GPU();
+    for (int reverse = 0; reverse < 2; reverse++) {
+        check_conv(4, 131, 40, 4, reverse, 1, 1);
+        check_conv(2, 33, 7, 3, reverse, 0, 0);
+    }
+    check_conv(2, 20, 5, 1, 0, 1, 1);
+}
+
+static void check_scan(int B, int T, int D, int G, int N, int reverse, int masked, int gated) {
+    char what[160];
+    const int R = 3, S = R + 2 * N, nch = (T + BK_SCAN_CHUNK - 1) / BK_SCAN_CHUNK;
+    size_t nx = (size_t)B * T * D, nbc = (size_t)B * T * G * S;
+    pair x = pair_new(nx, -1, 1), delta = pair_new(nx, -2.5f, 0.5f), bias = pair_new(D, -1, 0.5f);
+    pair Alog = pair_new((size_t)D * N, 0, 2.5f), xdbl = pair_new(nbc, -1, 1);
+    pair Dp = pair_new(D, 0.5f, 1.5f), z = pair_new(nx, -2, 2), mask = mixer_mask(B, T);
+    pair out = pair_new(nx, 0, 1), states = pair_new((size_t)B * D * nch * N, 0, 1);
+    pair dout = pair_new(nx, -1, 1);
+    pair dx = pair_new(nx, -1, 1), dd = pair_new(nx, -1, 1), dbias = pair_new(D, -1, 1);
+    pair dA = pair_new((size_t)D * N, -1, 1), dxdbl = pair_new(nbc, -1, 1), dD = pair_new(D, -1, 1),
+         dz = pair_new(nx, -1, 1);
+    pair scratch = pair_new((size_t)B * D * (2 * N + 2), 0, 1);
+    bk_scan_args ah = {.B = B, .T = T, .D = D, .G = G, .N = N, .reverse = reverse, .bc_stride = S};
+    bk_scan_args ad = ah;
+    ah.x = x.h, ah.delta = delta.h, ah.delta_bias = bias.h, ah.A_log = Alog.h;
+    ah.Bm = xdbl.h + R, ah.Cm = xdbl.h + R + N, ah.Dskip = Dp.h, ah.z = gated ? z.h : NULL;
+    ah.mask = masked ? mask.h : NULL;
+    ad.x = x.d, ad.delta = delta.d, ad.delta_bias = bias.d, ad.A_log = Alog.d;
+    ad.Bm = xdbl.d + R, ad.Cm = xdbl.d + R + N, ad.Dskip = Dp.d, ad.z = gated ? z.d : NULL;
+    ad.mask = masked ? mask.d : NULL;
+    cpu->scan_forward(out.h, states.h, &ah);
+    gpu->scan_forward(out.d, states.d, &ad);
+    snprintf(what, sizeof what, "scan forward T=%d D=%d G=%d N=%d rev=%d mask=%d z=%d", T, D, G, N,
+             reverse, masked, gated);
+    expect_close(what, &out, TOL_MM);
+    snprintf(what, sizeof what, "scan chunk states T=%d rev=%d", T, reverse);
+    expect_close(what, &states, TOL_MM);
+    bk_scan_grads gh = {
+        dx.h, dd.h, dbias.h, dA.h, dxdbl.h + R, dxdbl.h + R + N, dD.h, gated ? dz.h : NULL};
+    bk_scan_grads gd = {
+        dx.d, dd.d, dbias.d, dA.d, dxdbl.d + R, dxdbl.d + R + N, dD.d, gated ? dz.d : NULL};
+    cpu->scan_backward(&gh, scratch.h, dout.h, states.h, &ah);
+    gpu->scan_backward(&gd, scratch.d, dout.d, states.d, &ad);
+    const struct {
+        const char *name;
+        pair *p;
+    } grads[] = {{"dx", &dx},     {"ddelta", &dd},   {"ddelta_bias", &dbias},
+                 {"dA_log", &dA}, {"dB dC", &dxdbl}, {"dD", &dD},
+                 {"dz", &dz}};
+    for (size_t i = 0; i < sizeof grads / sizeof *grads; i++) {
+        snprintf(what, sizeof what, "scan backward %s T=%d D=%d G=%d N=%d rev=%d mask=%d",
+                 grads[i].name, T, D, G, N, reverse, masked);
+        expect_close(what, grads[i].p, TOL_MM);
+    }
+    pair *all[] = {&x,    &delta, &bias, &Alog,  &xdbl, &Dp,    &z,  &mask, &out,    &states,
+                   &dout, &dx,    &dd,   &dbias, &dA,   &dxdbl, &dD, &dz,   &scratch};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+Test(cuda_parity, selective_scan) {
+    NEED_GPU();
+    for (int reverse = 0; reverse < 2; reverse++) {
+        check_scan(3, 200, 96, 3, 16, reverse, 1, 1); /* 32 channels per group, 4 chunks */
+        check_scan(2, 70, 10, 2, 5, reverse, 0, 0);   /* 5 channels per group, N = 5 */
+    }
+    check_scan(2, 129, 256, 1, 16, 0, 1, 1); /* one group of 256 channels */
+}
+
+static void check_lstm(int B, int T, int S, int H, int bidir, int masked) {
+    char what[128];
+    size_t ng = (size_t)B * T * S * 4 * H, no = (size_t)B * T * S * H, nw = (size_t)S * 4 * H * H;
+    pair gx = pair_new(ng, -1.5f, 1.5f), whh = pair_new(nw, -0.5f, 0.5f), mask = mixer_mask(B, T);
+    pair out = pair_new(no, 0, 1), saved = pair_new(no * 6, 0, 1), dout = pair_new(no, -1, 1);
+    pair dgx = pair_new(ng, -1, 1), dw = pair_new(nw, -1, 1), scratch = pair_new(B * nw, 0, 1);
+    bk_lstm_args ah = {B, T, S, H, bidir, masked ? mask.h : NULL}, ad = ah;
+    ad.mask = masked ? mask.d : NULL;
+    cpu->lstm_forward(out.h, saved.h, gx.h, whh.h, &ah);
+    gpu->lstm_forward(out.d, saved.d, gx.d, whh.d, &ad);
+    snprintf(what, sizeof what, "lstm forward T=%d S=%d H=%d bidir=%d mask=%d", T, S, H, bidir,
+             masked);
+    expect_close(what, &out, TOL_MM);
+    snprintf(what, sizeof what, "lstm saved T=%d H=%d", T, H);
+    expect_close(what, &saved, TOL_MM);
+    cpu->lstm_backward(dgx.h, dw.h, scratch.h, dout.h, saved.h, whh.h, &ah);
+    gpu->lstm_backward(dgx.d, dw.d, scratch.d, dout.d, saved.d, whh.d, &ad);
+    snprintf(what, sizeof what, "lstm backward dgx T=%d H=%d", T, H);
+    expect_close(what, &dgx, TOL_MM);
+    snprintf(what, sizeof what, "lstm backward dwhh T=%d H=%d", T, H);
+    expect_close(what, &dw, TOL_MM);
+    pair *all[] = {&gx, &whh, &mask, &out, &saved, &dout, &dgx, &dw, &scratch};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+Test(cuda_parity, lstm) {
+    NEED_GPU();
+    check_lstm(4, 97, 6, 32, 1, 1); /* 3 heads of d_h = 64, both directions */
+    check_lstm(2, 17, 3, 5, 0, 0);
+}

@@ -64,8 +64,8 @@ static void expect_near(const char *what, const float *got, const double *want, 
 }
 
 /* got - base against want (a gradient accumulated onto base) */
-static void expect_added(const char *what, const float *got, const float *base,
-                         const double *want, size_t n, double tol) {
+static void expect_added(const char *what, const float *got, const float *base, const double *want,
+                         size_t n, double tol) {
     float *d = fbuf(n);
     for (size_t i = 0; i < n; i++) d[i] = got[i] - base[i];
     expect_near(what, d, want, n, tol);
@@ -161,7 +161,8 @@ static void conv_ref(const conv_case *c, const float *dout, double *out, double 
                 double pre = c->bias ? c->bias[ch] : 0;
                 for (int k = 0; k < K; k++) {
                     int i = j - (K - 1) + k;
-                    if (i >= 0) pre += (double)c->w[ch * K + k] * c->x[((size_t)b * T + pos[i]) * C + ch];
+                    if (i >= 0)
+                        pre += (double)c->w[ch * K + k] * c->x[((size_t)b * T + pos[i]) * C + ch];
                 }
                 size_t o = ((size_t)b * T + pos[j]) * C + ch;
                 out[o] = c->a.silu ? pre * sigm(pre) : pre;
@@ -305,7 +306,8 @@ Test(mixer, conv_masked_equals_compacted, .init = init_cpu) {
         int pos[40];
         for (int b = 0; b < B; b++) {
             int na = scan_order(c.a.mask, b, T, 0, pos);
-            float *cx = gather_rows(c.x, b, T, C, pos, na), *cg = gather_rows(dout, b, T, C, pos, na);
+            float *cx = gather_rows(c.x, b, T, C, pos, na),
+                  *cg = gather_rows(dout, b, T, C, pos, na);
             float *co = fbuf((size_t)na * C), *cdx = fbuf((size_t)na * C);
             bk_conv_args a1 = {1, na, C, K, reverse, 1, NULL};
             cpu->conv1d_forward(co, cx, c.w, c.bias, &a1);
@@ -330,8 +332,8 @@ typedef struct {
 
 /* Bm and Cm are views into xdbl[B,T,G,R+2N] as a block-diagonal W_x would
  * produce them (delta-rank columns first), so bc_stride is exercised. */
-static scan_case scan_make(int B, int T, int D, int G, int N, int reverse, int masked,
-                           int gated, uint64_t seed) {
+static scan_case scan_make(int B, int T, int D, int G, int N, int reverse, int masked, int gated,
+                           uint64_t seed) {
     scan_case c = {.a = {.B = B, .T = T, .D = D, .G = G, .N = N, .reverse = reverse}};
     c.nx = (size_t)B * T * D;
     c.nbc = (size_t)B * T * G * (SCAN_R + 2 * N);
@@ -341,7 +343,8 @@ static scan_case scan_make(int B, int T, int D, int G, int N, int reverse, int m
     c.Alog = fbuf((size_t)D * N);
     for (int d = 0; d < D; d++) /* the design's init, log(1..N), jittered */
         for (int n = 0; n < N; n++)
-            c.Alog[d * N + n] = (float)log(1.0 + n) + 0.2f * bk_rng_uniform_at(seed + 3, 1, d * N + n);
+            c.Alog[d * N + n] =
+                (float)log(1.0 + n) + 0.2f * bk_rng_uniform_at(seed + 3, 1, d * N + n);
     c.xdbl = frand(c.nbc, -1, 1, seed + 4);
     c.Dp = frand((size_t)D, 0.5f, 1.5f, seed + 5);
     c.z = gated ? frand(c.nx, -2, 2, seed + 6) : NULL;
@@ -366,8 +369,8 @@ typedef struct {
 
 static scan_ref_out scan_ref_alloc(const scan_case *c) {
     const int D = c->a.D, N = c->a.N;
-    scan_ref_out r = {dbuf(c->nx), dbuf(c->nx), dbuf(c->nx), dbuf((size_t)D), dbuf((size_t)D * N),
-                      dbuf(c->nbc), dbuf((size_t)D), dbuf(c->nx)};
+    scan_ref_out r = {dbuf(c->nx),         dbuf(c->nx),  dbuf(c->nx),     dbuf((size_t)D),
+                      dbuf((size_t)D * N), dbuf(c->nbc), dbuf((size_t)D), dbuf(c->nx)};
     return r;
 }
 
@@ -390,7 +393,8 @@ static void scan_ref(const scan_case *c, const float *dout, scan_ref_out *r) {
                 size_t i = ((size_t)b * T + pos[j]) * D + d;
                 const float *Bp = a->Bm + (((size_t)b * T + pos[j]) * G + g) * S;
                 const float *Cp = a->Cm + (((size_t)b * T + pos[j]) * G + g) * S;
-                double dt = softplus_d((double)a->delta[i] + a->delta_bias[d]), y = a->Dskip[d] * (double)a->x[i];
+                double dt = softplus_d((double)a->delta[i] + a->delta_bias[d]),
+                       y = a->Dskip[d] * (double)a->x[i];
                 for (int n = 0; n < N; n++) {
                     hs[(j + 1) * N + n] = exp(dt * A[n]) * hs[j * N + n] + dt * Bp[n] * a->x[i];
                     y += Cp[n] * hs[(j + 1) * N + n];
@@ -437,8 +441,17 @@ Test(mixer, scan_by_hand, .init = init_cpu) {
     float x[2] = {1, 1}, delta[2], Alog[1] = {0}, Bm[2] = {1, 1}, Cm[2] = {1, 1}, Dp[1] = {0.5f};
     delta[0] = delta[1] = (float)log(exp(1.0) - 1.0);
     float out[2], states[1];
-    bk_scan_args a = {.B = 1, .T = 2, .D = 1, .G = 1, .N = 1, .x = x, .delta = delta,
-                      .A_log = Alog, .Bm = Bm, .Cm = Cm, .Dskip = Dp};
+    bk_scan_args a = {.B = 1,
+                      .T = 2,
+                      .D = 1,
+                      .G = 1,
+                      .N = 1,
+                      .x = x,
+                      .delta = delta,
+                      .A_log = Alog,
+                      .Bm = Bm,
+                      .Cm = Cm,
+                      .Dskip = Dp};
     cpu->scan_forward(out, states, &a);
     double e1 = exp(-1.0);
     expect_near("scan", out, (double[]){1.5, e1 + 1.5}, 2, 2e-6);
@@ -465,9 +478,9 @@ static void scan_check_ref(int B, int T, int D, int G, int N, int reverse, int m
     float *pb = frand((size_t)D, -1, 1, 4), *pA = frand((size_t)D * N, -1, 1, 5),
           *pbc = frand(c.nbc, -1, 1, 6), *pD = frand((size_t)D, -1, 1, 7);
     float *dxdbl = fcopy(pbc, c.nbc);
-    bk_scan_grads g = {fcopy(px, c.nx),       fcopy(pd, c.nx),  fcopy(pb, (size_t)D),
-                       fcopy(pA, (size_t)D * N), dxdbl + SCAN_R, dxdbl + SCAN_R + N,
-                       fcopy(pD, (size_t)D),  gated ? fcopy(pz, c.nx) : NULL};
+    bk_scan_grads g = {
+        fcopy(px, c.nx), fcopy(pd, c.nx),    fcopy(pb, (size_t)D), fcopy(pA, (size_t)D * N),
+        dxdbl + SCAN_R,  dxdbl + SCAN_R + N, fcopy(pD, (size_t)D), gated ? fcopy(pz, c.nx) : NULL};
     float *scratch = fbuf((size_t)B * D * (2 * N + 2));
     cpu->scan_backward(&g, scratch, dout, c.states, &c.a);
     expect_added("scan dx", g.dx, px, r.dx, c.nx, 1e-4);
@@ -513,9 +526,9 @@ static void scan_gradcheck(int B, int T, int D, int G, int N, int reverse, uint6
     float *pb = frand((size_t)D, -1, 1, 4), *pA = frand((size_t)D * N, -1, 1, 5),
           *pbc = frand(c.nbc, -1, 1, 6), *pD = frand((size_t)D, -1, 1, 7);
     float *dxdbl = fcopy(pbc, c.nbc);
-    bk_scan_grads g = {fcopy(px, c.nx),       fcopy(pd, c.nx),  fcopy(pb, (size_t)D),
-                       fcopy(pA, (size_t)D * N), dxdbl + SCAN_R, dxdbl + SCAN_R + N,
-                       fcopy(pD, (size_t)D),  fcopy(pz, c.nx)};
+    bk_scan_grads g = {fcopy(px, c.nx),          fcopy(pd, c.nx), fcopy(pb, (size_t)D),
+                       fcopy(pA, (size_t)D * N), dxdbl + SCAN_R,  dxdbl + SCAN_R + N,
+                       fcopy(pD, (size_t)D),     fcopy(pz, c.nx)};
     float *scratch = fbuf((size_t)B * D * (2 * N + 2));
     scan_eval(&ctx);
     cpu->scan_backward(&g, scratch, R, c.states, &c.a);
@@ -541,8 +554,8 @@ Test(mixer, scan_masked_equals_compacted, .init = init_cpu) {
     for (int reverse = 0; reverse < 2; reverse++) {
         scan_case c = scan_make(B, T, D, G, N, reverse, 1, 1, 400 + reverse);
         float *dout = frand(c.nx, -1, 1, 401);
-        bk_scan_grads g = {fbuf(c.nx), fbuf(c.nx), fbuf(D), fbuf((size_t)D * N), NULL, NULL,
-                           fbuf(D), fbuf(c.nx)};
+        bk_scan_grads g = {fbuf(c.nx), fbuf(c.nx), fbuf(D), fbuf((size_t)D * N),
+                           NULL,       NULL,       fbuf(D), fbuf(c.nx)};
         float *dxdbl = fbuf(c.nbc);
         g.dBm = dxdbl + SCAN_R;
         g.dCm = dxdbl + SCAN_R + N;
@@ -565,8 +578,8 @@ Test(mixer, scan_masked_equals_compacted, .init = init_cpu) {
             a1.Cm = cbc + SCAN_R + N;
             float *cg = gather_rows(dout, b, T, D, pos, na), *co = fbuf((size_t)na * D);
             float *cst = fbuf((size_t)D * ((na + BK_SCAN_CHUNK - 1) / BK_SCAN_CHUNK) * N);
-            bk_scan_grads g1 = {fbuf((size_t)na * D), fbuf((size_t)na * D), sb, sA, NULL, NULL,
-                                sD, fbuf((size_t)na * D)};
+            bk_scan_grads g1 = {fbuf((size_t)na * D), fbuf((size_t)na * D), sb, sA, NULL, NULL, sD,
+                                fbuf((size_t)na * D)};
             float *cdbc = fbuf((size_t)na * G * S);
             g1.dBm = cdbc + SCAN_R;
             g1.dCm = cdbc + SCAN_R + N;
@@ -577,7 +590,8 @@ Test(mixer, scan_masked_equals_compacted, .init = init_cpu) {
             expect_scattered("scan masked ddelta", g.ddelta, b, T, D, c.a.mask, g1.ddelta, pos, na,
                              1e-6);
             expect_scattered("scan masked dz", g.dz, b, T, D, c.a.mask, g1.dz, pos, na, 1e-6);
-            expect_scattered("scan masked dB dC", dxdbl, b, T, G * S, c.a.mask, cdbc, pos, na, 1e-6);
+            expect_scattered("scan masked dB dC", dxdbl, b, T, G * S, c.a.mask, cdbc, pos, na,
+                             1e-6);
         }
         expect_close_f("scan masked ddelta_bias", g.ddelta_bias, sb, D, 1e-5);
         expect_close_f("scan masked dA_log", g.dA_log, sA, (size_t)D * N, 1e-5);
@@ -746,7 +760,8 @@ static void lstm_eval(void *p) {
 Test(mixer, lstm_gradcheck, .init = init_cpu) {
     lstm_case c = lstm_make(2, 8, 4, 3, 1, 1, 700);
     lstm_ctx ctx = {&c};
-    float *R = frand(c.no, -1, 1, 701), *pg = frand(c.ng, -1, 1, 702), *pw = frand(c.nw, -1, 1, 703);
+    float *R = frand(c.no, -1, 1, 701), *pg = frand(c.ng, -1, 1, 702),
+          *pw = frand(c.nw, -1, 1, 703);
     float *dgx = fcopy(pg, c.ng), *dw = fcopy(pw, c.nw), *scratch = fbuf(2 * c.nw);
     lstm_eval(&ctx);
     cpu->lstm_backward(dgx, dw, scratch, R, c.saved, c.whh, &c.a);
@@ -765,7 +780,8 @@ Test(mixer, lstm_masked_equals_compacted, .init = init_cpu) {
     int pos[30];
     for (int b = 0; b < B; b++) {
         int na = scan_order(c.a.mask, b, T, 0, pos);
-        float *cg = gather_rows(c.gx, b, T, 4 * W, pos, na), *cd = gather_rows(dout, b, T, W, pos, na);
+        float *cg = gather_rows(c.gx, b, T, 4 * W, pos, na),
+              *cd = gather_rows(dout, b, T, W, pos, na);
         float *co = fbuf((size_t)na * W), *cs = fbuf((size_t)na * W * 6),
               *cdg = fbuf((size_t)na * 4 * W);
         bk_lstm_args a1 = {1, na, S, H, 1, NULL};

@@ -67,6 +67,13 @@ static void fill_table(bk_backend *t) {
     t->adamw_update = bk_cuda_adamw_update;
     t->rng_uniform = bk_cuda_rng_uniform;
     t->rng_normal = bk_cuda_rng_normal;
+    /* sequence mixers */
+    t->conv1d_forward = bk_cuda_conv1d_forward;
+    t->conv1d_backward = bk_cuda_conv1d_backward;
+    t->scan_forward = bk_cuda_scan_forward;
+    t->scan_backward = bk_cuda_scan_backward;
+    t->lstm_forward = bk_cuda_lstm_forward;
+    t->lstm_backward = bk_cuda_lstm_backward;
 }
 
 /* Returns the table, or NULL with a static reason. The first successful call

@@ -73,6 +73,20 @@ void bk_cuda_adamw_update(float *p, const float *g, float *m, float *v, size_t n
 void bk_cuda_rng_uniform(float *out, size_t n, uint64_t seed, uint64_t stream, uint64_t offset);
 void bk_cuda_rng_normal(float *out, size_t n, uint64_t seed, uint64_t stream, uint64_t offset);
 
+/* sequence mixers (cuda_mixer.cu) */
+void bk_cuda_conv1d_forward(float *out, const float *x, const float *w, const float *bias,
+                            const bk_conv_args *a);
+void bk_cuda_conv1d_backward(float *dx, float *dw, float *dbias, float *scratch, const float *dout,
+                             const float *x, const float *w, const float *bias,
+                             const bk_conv_args *a);
+void bk_cuda_scan_forward(float *out, float *states, const bk_scan_args *a);
+void bk_cuda_scan_backward(const bk_scan_grads *g, float *scratch, const float *dout,
+                           const float *states, const bk_scan_args *a);
+void bk_cuda_lstm_forward(float *out, float *saved, const float *gx, const float *whh,
+                          const bk_lstm_args *a);
+void bk_cuda_lstm_backward(float *dgx, float *dwhh, float *scratch, const float *dout,
+                           const float *saved, const float *whh, const bk_lstm_args *a);
+
 #ifdef __cplusplus
 }
 #endif

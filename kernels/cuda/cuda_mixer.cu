@@ -1,0 +1,519 @@
+/* CUDA: the sequence-mixer ops (depthwise conv1d, Mamba-1 selective scan,
+ * LSTM recurrence), same contracts as kernels/bk.h and the same plans as the
+ * CPU reference (kernels/cpu_mixer.c):
+ *  - conv: one thread per (sample, channel) walking its tokens; dw/dbias
+ *    through per-sample partials in scratch, added over samples in order.
+ *  - scan: one block per (sample, channel group), one thread per channel,
+ *    the N states in registers, time walked in order. The forward saves the
+ *    state at every chunk end; the backward restarts each chunk from there,
+ *    recomputes the chunk's states into per-thread (local) memory and walks
+ *    it back. dBm/dCm, sums over the group's channels, are reduced in the
+ *    block per step (warp shuffles, then shared memory) with no atomics, so
+ *    results are reproducible. Parameter gradients go through per-sample
+ *    partials like the CPU's.
+ *  - lstm: one block per (sample, stream), one thread per gate row; h and
+ *    the gates of a step in shared memory.
+ * Time stays sequential inside a thread here; a time-parallel block scan (as
+ * in state-spaces/mamba) is the next step once it can be measured. */
+#include <math.h>
+
+#include "kernels/cuda/cuda_check.h"
+
+#define MIX_NMAX BK_SCAN_MAX_N
+#define MIX_L BK_SCAN_CHUNK
+#define MIX_KMAX BK_CONV_MAX_K
+
+static __device__ __forceinline__ float mix_softplus(float u) {
+    return u > 20.0f ? u : log1pf(expf(u));
+}
+static __device__ __forceinline__ float mix_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+static __device__ __forceinline__ bool mix_masked(const float *mask, int b, int T, int t) {
+    return mask && mask[(size_t)b * T + t] == 0.0f;
+}
+static inline unsigned round_warp(int n) { return (unsigned)((n + 31) / 32 * 32); }
+
+/* ---- conv1d ---- */
+
+__global__ void conv_forward_kernel(float *out, const float *x, const float *w, const float *bias,
+                                    bk_conv_args a) {
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= a.B * a.C) return;
+    const int b = idx / a.C, c = idx % a.C, T = a.T, C = a.C, K = a.K;
+    float wk[MIX_KMAX], win[MIX_KMAX];
+#pragma unroll
+    for (int k = 0; k < MIX_KMAX; k++) {
+        wk[k] = k < K ? w[(size_t)c * K + k] : 0.0f;
+        win[k] = 0.0f;
+    }
+    const float b0 = bias ? bias[c] : 0.0f;
+    int np = 0; /* win[m]: the m-th most recent earlier active token's x */
+    for (int s = 0; s < T; s++) {
+        int t = a.reverse ? T - 1 - s : s;
+        size_t i = ((size_t)b * T + t) * C + c;
+        if (mix_masked(a.mask, b, T, t)) {
+            out[i] = 0.0f;
+            continue;
+        }
+        float xt = x[i], pre = b0 + wk[K - 1] * xt;
+#pragma unroll
+        for (int m = 0; m < MIX_KMAX - 1; m++)
+            if (m < np) pre += wk[K - 2 - m] * win[m];
+        out[i] = a.silu ? pre * mix_sigmoid(pre) : pre;
+#pragma unroll
+        for (int m = MIX_KMAX - 2; m > 0; m--) win[m] = win[m - 1];
+        win[0] = xt;
+        if (np < K - 1) np++;
+    }
+}
+
+__global__ void conv_backward_kernel(float *dx, float *part, const float *dout, const float *x,
+                                     const float *w, const float *bias, bk_conv_args a) {
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= a.B * a.C) return;
+    const int b = idx / a.C, c = idx % a.C, T = a.T, C = a.C, K = a.K;
+    float wk[MIX_KMAX], win[MIX_KMAX], dw[MIX_KMAX];
+    int wt[MIX_KMAX];
+#pragma unroll
+    for (int k = 0; k < MIX_KMAX; k++) {
+        wk[k] = k < K ? w[(size_t)c * K + k] : 0.0f;
+        win[k] = dw[k] = 0.0f;
+        wt[k] = 0;
+    }
+    const float b0 = bias ? bias[c] : 0.0f;
+    float db = 0.0f;
+    int np = 0;
+    for (int s = 0; s < T; s++) {
+        int t = a.reverse ? T - 1 - s : s;
+        size_t i = ((size_t)b * T + t) * C + c;
+        if (mix_masked(a.mask, b, T, t)) continue;
+        float xt = x[i], pre = b0 + wk[K - 1] * xt;
+#pragma unroll
+        for (int m = 0; m < MIX_KMAX - 1; m++)
+            if (m < np) pre += wk[K - 2 - m] * win[m];
+        float gp = dout[i];
+        if (a.silu) {
+            float sg = mix_sigmoid(pre);
+            gp *= sg * (1.0f + pre * (1.0f - sg));
+        }
+        db += gp;
+        dw[K - 1] += gp * xt;
+        if (dx) dx[i] += wk[K - 1] * gp;
+#pragma unroll
+        for (int m = 0; m < MIX_KMAX - 1; m++)
+            if (m < np) {
+                dw[K - 2 - m] += gp * win[m];
+                if (dx) dx[((size_t)b * T + wt[m]) * C + c] += wk[K - 2 - m] * gp;
+            }
+#pragma unroll
+        for (int m = MIX_KMAX - 2; m > 0; m--) {
+            win[m] = win[m - 1];
+            wt[m] = wt[m - 1];
+        }
+        win[0] = xt;
+        wt[0] = t;
+        if (np < K - 1) np++;
+    }
+    if (part) {
+        float *p = part + ((size_t)b * C + c) * (K + 1);
+#pragma unroll
+        for (int k = 0; k < MIX_KMAX; k++)
+            if (k < K) p[k] = dw[k];
+        p[K] = db;
+    }
+}
+
+/* dw[c,k] += sum_b part[b,c,k], dbias[c] += sum_b part[b,c,K] */
+__global__ void conv_param_reduce_kernel(float *dw, float *dbias, const float *part, int B, int C,
+                                         int K) {
+    int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= C * (K + 1)) return;
+    int c = e / (K + 1), k = e % (K + 1);
+    float s = 0.0f;
+    for (int b = 0; b < B; b++) s += part[((size_t)b * C + c) * (K + 1) + k];
+    if (k < K) {
+        if (dw) dw[(size_t)c * K + k] += s;
+    } else if (dbias) {
+        dbias[c] += s;
+    }
+}
+
+extern "C" void bk_cuda_conv1d_forward(float *out, const float *x, const float *w,
+                                       const float *bias, const bk_conv_args *a) {
+    if (a->B <= 0 || a->T <= 0 || a->C <= 0) return;
+    BK_CUDA_REQUIRE(a->K >= 1 && a->K <= BK_CONV_MAX_K, "conv width K must be in [1, 8]");
+    size_t n = (size_t)a->B * a->C;
+    conv_forward_kernel<<<bk_blocks(n, 128), 128>>>(out, x, w, bias, *a);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void bk_cuda_conv1d_backward(float *dx, float *dw, float *dbias, float *scratch,
+                                        const float *dout, const float *x, const float *w,
+                                        const float *bias, const bk_conv_args *a) {
+    if (a->B <= 0 || a->T <= 0 || a->C <= 0 || (!dx && !dw && !dbias)) return;
+    BK_CUDA_REQUIRE(a->K >= 1 && a->K <= BK_CONV_MAX_K, "conv width K must be in [1, 8]");
+    float *part = (dw || dbias) ? scratch : NULL;
+    size_t n = (size_t)a->B * a->C;
+    conv_backward_kernel<<<bk_blocks(n, 128), 128>>>(dx, part, dout, x, w, bias, *a);
+    CUDA_CHECK_LAUNCH();
+    if (!part) return;
+    size_t np = (size_t)a->C * (a->K + 1);
+    conv_param_reduce_kernel<<<bk_blocks(np, BK_THREADS), BK_THREADS>>>(dw, dbias, part, a->B,
+                                                                       a->C, a->K);
+    CUDA_CHECK_LAUNCH();
+}
+
+/* ---- selective scan ---- */
+
+struct scan_dev { /* bk_scan_args by value, plus derived sizes */
+    bk_scan_args a;
+    int Dg, bcs, nch;
+};
+
+static scan_dev scan_dev_make(const bk_scan_args *a) {
+    scan_dev s;
+    s.a = *a;
+    s.Dg = a->D / a->G;
+    s.bcs = a->bc_stride ? a->bc_stride : a->N;
+    s.nch = (a->T + MIX_L - 1) / MIX_L;
+    return s;
+}
+
+static void scan_require(const bk_scan_args *a) {
+    BK_CUDA_REQUIRE(a->G >= 1 && a->D % a->G == 0, "G must divide D");
+    BK_CUDA_REQUIRE(a->D / a->G <= 1024, "at most 1024 channels per group");
+    BK_CUDA_REQUIRE(a->N >= 1 && a->N <= BK_SCAN_MAX_N, "state size N must be in [1, 16]");
+}
+
+__global__ void __launch_bounds__(1024)
+    scan_forward_kernel(float *out, float *states, scan_dev p) {
+    const bk_scan_args &a = p.a;
+    const int g = blockIdx.x, b = blockIdx.y, cl = threadIdx.x;
+    if (cl >= p.Dg) return; /* no block-wide sync in the forward */
+    const int c = g * p.Dg + cl, T = a.T, D = a.D, G = a.G, N = a.N;
+    float A[MIX_NMAX], h[MIX_NMAX];
+#pragma unroll
+    for (int n = 0; n < MIX_NMAX; n++) {
+        A[n] = n < N ? -expf(a.A_log[(size_t)c * N + n]) : 0.0f;
+        h[n] = 0.0f;
+    }
+    const float Dv = a.Dskip ? a.Dskip[c] : 0.0f, bias = a.delta_bias ? a.delta_bias[c] : 0.0f;
+    for (int s = 0; s < T; s++) {
+        int t = a.reverse ? T - 1 - s : s;
+        size_t row = ((size_t)b * T + t) * D + c;
+        if (mix_masked(a.mask, b, T, t)) {
+            out[row] = 0.0f;
+        } else {
+            float x = a.x[row], dt = mix_softplus(a.delta[row] + bias), dtx = dt * x;
+            size_t bc = (((size_t)b * T + t) * G + g) * p.bcs;
+            const float *Bp = a.Bm + bc, *Cp = a.Cm + bc;
+            float y = Dv * x;
+#pragma unroll
+            for (int n = 0; n < MIX_NMAX; n++)
+                if (n < N) {
+                    h[n] = expf(dt * A[n]) * h[n] + dtx * __ldg(Bp + n);
+                    y += __ldg(Cp + n) * h[n];
+                }
+            if (a.z) {
+                float z = a.z[row];
+                y *= z * mix_sigmoid(z);
+            }
+            out[row] = y;
+        }
+        if (states && (s % MIX_L == MIX_L - 1 || s == T - 1)) {
+            float *sp = states + (((size_t)b * D + c) * p.nch + s / MIX_L) * N;
+#pragma unroll
+            for (int n = 0; n < MIX_NMAX; n++)
+                if (n < N) sp[n] = h[n];
+        }
+    }
+}
+
+__global__ void __launch_bounds__(1024)
+    scan_backward_kernel(bk_scan_grads gr, float *part, const float *dout, const float *states,
+                         scan_dev p) {
+    const bk_scan_args &a = p.a;
+    const int g = blockIdx.x, b = blockIdx.y, cl = threadIdx.x;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    const bool valid = cl < p.Dg; /* invalid threads still join every reduction */
+    const int c = g * p.Dg + (valid ? cl : 0), T = a.T, D = a.D, G = a.G, N = a.N;
+    __shared__ float red[2 * MIX_NMAX][32];
+    float A[MIX_NMAX], h0[MIX_NMAX], hc[MIX_NMAX], dh[MIX_NMAX], dA[MIX_NMAX];
+    float hbuf[MIX_L][MIX_NMAX]; /* the chunk's states, in local memory */
+#pragma unroll
+    for (int n = 0; n < MIX_NMAX; n++) {
+        A[n] = valid && n < N ? -expf(a.A_log[(size_t)c * N + n]) : 0.0f;
+        dh[n] = dA[n] = 0.0f;
+    }
+    const float Dv = valid && a.Dskip ? a.Dskip[c] : 0.0f;
+    const float bias = valid && a.delta_bias ? a.delta_bias[c] : 0.0f;
+    float dD = 0.0f, dbias = 0.0f;
+    for (int k = p.nch - 1; k >= 0; k--) {
+        const int s0 = k * MIX_L, s1 = min(T, s0 + MIX_L);
+#pragma unroll
+        for (int n = 0; n < MIX_NMAX; n++) {
+            h0[n] = valid && k > 0 && n < N
+                        ? states[(((size_t)b * D + c) * p.nch + (k - 1)) * N + n]
+                        : 0.0f;
+            hc[n] = h0[n];
+        }
+        for (int s = s0; s < s1; s++) { /* recompute */
+            int t = a.reverse ? T - 1 - s : s;
+            if (valid && !mix_masked(a.mask, b, T, t)) {
+                size_t row = ((size_t)b * T + t) * D + c;
+                float x = a.x[row], dt = mix_softplus(a.delta[row] + bias), dtx = dt * x;
+                const float *Bp = a.Bm + (((size_t)b * T + t) * G + g) * p.bcs;
+#pragma unroll
+                for (int n = 0; n < MIX_NMAX; n++)
+                    if (n < N) hc[n] = expf(dt * A[n]) * hc[n] + dtx * __ldg(Bp + n);
+            }
+#pragma unroll
+            for (int n = 0; n < MIX_NMAX; n++) hbuf[s - s0][n] = hc[n];
+        }
+        for (int s = s1 - 1; s >= s0; s--) { /* walk back */
+            int t = a.reverse ? T - 1 - s : s, i = s - s0;
+            if (mix_masked(a.mask, b, T, t)) continue; /* uniform over the block */
+            size_t row = ((size_t)b * T + t) * D + c;
+            size_t bc = (((size_t)b * T + t) * G + g) * p.bcs;
+            const float *Bp = a.Bm + bc, *Cp = a.Cm + bc;
+            float cB[MIX_NMAX], cC[MIX_NMAX];
+#pragma unroll
+            for (int n = 0; n < MIX_NMAX; n++) cB[n] = cC[n] = 0.0f;
+            if (valid) {
+                float x = a.x[row], gy = dout[row], u = a.delta[row] + bias;
+                float dt = mix_softplus(u), dtx = dt * x, dys = gy;
+                if (a.z) {
+                    float ys = Dv * x;
+#pragma unroll
+                    for (int n = 0; n < MIX_NMAX; n++)
+                        if (n < N) ys += __ldg(Cp + n) * hbuf[i][n];
+                    float z = a.z[row], sz = mix_sigmoid(z);
+                    dys = gy * z * sz;
+                    if (gr.dz) gr.dz[row] += gy * ys * sz * (1.0f + z * (1.0f - sz));
+                }
+                dD += dys * x;
+                float dxv = dys * Dv, ddt = 0.0f;
+#pragma unroll
+                for (int n = 0; n < MIX_NMAX; n++)
+                    if (n < N) {
+                        float Bn = __ldg(Bp + n), Cn = __ldg(Cp + n);
+                        float hp = i > 0 ? hbuf[i - 1][n] : h0[n];
+                        float e = expf(dt * A[n]), dhn = dh[n] + dys * Cn;
+                        cC[n] = dys * hbuf[i][n];
+                        cB[n] = dhn * dtx;
+                        float q = dhn * hp * e;
+                        ddt += q * A[n] + dhn * Bn * x;
+                        dA[n] += q * dt;
+                        dxv += dhn * dt * Bn;
+                        dh[n] = dhn * e;
+                    }
+                float du = ddt * mix_sigmoid(u);
+                dbias += du;
+                if (gr.dx) gr.dx[row] += dxv;
+                if (gr.ddelta) gr.ddelta[row] += du;
+            }
+            /* dBm, dCm of this step: sum over the block's channels */
+#pragma unroll
+            for (int n = 0; n < MIX_NMAX; n++)
+                if (n < N) {
+                    float vb = bk_warp_sum(cB[n]), vc = bk_warp_sum(cC[n]);
+                    if (lane == 0) {
+                        red[n][warp] = vb;
+                        red[MIX_NMAX + n][warp] = vc;
+                    }
+                }
+            __syncthreads();
+            if (threadIdx.x < 2 * N) {
+                int n = threadIdx.x % N, isC = threadIdx.x >= N;
+                float v = 0.0f;
+                for (int wi = 0; wi < nwarps; wi++) v += red[isC * MIX_NMAX + n][wi];
+                float *dst = isC ? gr.dCm : gr.dBm;
+                if (dst) dst[bc + n] += v;
+            }
+            __syncthreads();
+        }
+    }
+    if (valid && part) {
+        float *pp = part + ((size_t)b * D + c) * (2 * N + 2);
+#pragma unroll
+        for (int n = 0; n < MIX_NMAX; n++)
+            if (n < N) pp[n] = dA[n];
+        pp[N] = dD;
+        pp[N + 1] = dbias;
+    }
+}
+
+/* dA_log[c,n] += A_n sum_b part[b,c,n] (A = -exp(A_log)); dD, ddelta_bias likewise */
+__global__ void scan_param_reduce_kernel(bk_scan_grads gr, const float *part, const float *A_log,
+                                         int B, int D, int N) {
+    int e = blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= D * (N + 2)) return;
+    int c = e / (N + 2), k = e % (N + 2);
+    float s = 0.0f;
+    for (int b = 0; b < B; b++) s += part[((size_t)b * D + c) * (2 * N + 2) + k];
+    if (k < N) {
+        if (gr.dA_log) gr.dA_log[(size_t)c * N + k] += s * -expf(A_log[(size_t)c * N + k]);
+    } else if (k == N) {
+        if (gr.dDskip) gr.dDskip[c] += s;
+    } else if (gr.ddelta_bias) {
+        gr.ddelta_bias[c] += s;
+    }
+}
+
+extern "C" void bk_cuda_scan_forward(float *out, float *states, const bk_scan_args *a) {
+    if (a->B <= 0 || a->T <= 0 || a->D <= 0) return;
+    scan_require(a);
+    scan_dev p = scan_dev_make(a);
+    dim3 grid((unsigned)a->G, (unsigned)a->B);
+    scan_forward_kernel<<<grid, round_warp(p.Dg)>>>(out, states, p);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void bk_cuda_scan_backward(const bk_scan_grads *g, float *scratch, const float *dout,
+                                      const float *states, const bk_scan_args *a) {
+    if (a->B <= 0 || a->T <= 0 || a->D <= 0) return;
+    scan_require(a);
+    scan_dev p = scan_dev_make(a);
+    int params = g->dA_log || g->dDskip || g->ddelta_bias;
+    dim3 grid((unsigned)a->G, (unsigned)a->B);
+    scan_backward_kernel<<<grid, round_warp(p.Dg)>>>(*g, params ? scratch : NULL, dout, states,
+                                                      p);
+    CUDA_CHECK_LAUNCH();
+    if (!params) return;
+    size_t n = (size_t)a->D * (a->N + 2);
+    scan_param_reduce_kernel<<<bk_blocks(n, BK_THREADS), BK_THREADS>>>(*g, scratch, a->A_log,
+                                                                       a->B, a->D, a->N);
+    CUDA_CHECK_LAUNCH();
+}
+
+/* ---- LSTM ---- */
+
+static __device__ __forceinline__ size_t lstm_row(const bk_lstm_args &a, int b, int t, int s) {
+    return ((size_t)b * a.T + t) * a.S + s;
+}
+
+__global__ void lstm_forward_kernel(float *out, float *saved, const float *gx, const float *whh,
+                                    bk_lstm_args a) {
+    extern __shared__ float sm[]; /* h[H], gates[4H] */
+    const int s = blockIdx.x, b = blockIdx.y, r = threadIdx.x, H = a.H, T = a.T;
+    float *hs = sm, *gs = sm + H;
+    const int rev = a.bidir && (s & 1);
+    const float *W = whh + (size_t)s * 4 * H * H;
+    float c = 0.0f;
+    if (r < H) hs[r] = 0.0f;
+    __syncthreads();
+    for (int step = 0; step < T; step++) {
+        int t = rev ? T - 1 - step : step;
+        size_t row = lstm_row(a, b, t, s);
+        float *sv = saved ? saved + row * 6 * H : NULL;
+        if (mix_masked(a.mask, b, T, t)) { /* uniform over the block */
+            if (r < H) {
+                out[row * H + r] = 0.0f;
+                if (sv) {
+                    sv[4 * H + r] = c;
+                    sv[5 * H + r] = hs[r];
+                }
+            }
+            if (sv && r < 4 * H) sv[r] = 0.0f;
+            continue;
+        }
+        if (r < 4 * H) {
+            const float *wr = W + (size_t)r * H;
+            float pre = gx[row * 4 * H + r];
+            for (int j = 0; j < H; j++) pre += __ldg(wr + j) * hs[j];
+            float v = r >= 2 * H && r < 3 * H ? tanhf(pre) : mix_sigmoid(pre);
+            gs[r] = v;
+            if (sv) sv[r] = v;
+        }
+        __syncthreads();
+        if (r < H) {
+            c = gs[H + r] * c + gs[r] * gs[2 * H + r];
+            float h = gs[3 * H + r] * tanhf(c);
+            hs[r] = h;
+            out[row * H + r] = h;
+            if (sv) {
+                sv[4 * H + r] = c;
+                sv[5 * H + r] = h;
+            }
+        }
+        __syncthreads();
+    }
+}
+
+__global__ void lstm_backward_kernel(float *dgx, float *part, const float *dout, const float *saved,
+                                     const float *whh, bk_lstm_args a) {
+    extern __shared__ float sm[]; /* dpre[4H] */
+    const int s = blockIdx.x, b = blockIdx.y, r = threadIdx.x, H = a.H, T = a.T;
+    const int rev = a.bidir && (s & 1);
+    const float *W = whh + (size_t)s * 4 * H * H;
+    float *pr = part && r < 4 * H ? part + (((size_t)b * a.S + s) * 4 * H + r) * H : NULL;
+    if (pr)
+        for (int j = 0; j < H; j++) pr[j] = 0.0f;
+    float dh = 0.0f, dc = 0.0f;
+    for (int step = T - 1; step >= 0; step--) {
+        int t = rev ? T - 1 - step : step;
+        if (mix_masked(a.mask, b, T, t)) continue; /* uniform over the block */
+        size_t row = lstm_row(a, b, t, s);
+        const float *sv = saved + row * 6 * H;
+        const float *svp = step > 0 ? saved + lstm_row(a, b, rev ? t + 1 : t - 1, s) * 6 * H : NULL;
+        if (r < H) {
+            float gi = sv[r], gf = sv[H + r], gg = sv[2 * H + r], go = sv[3 * H + r];
+            float tc = tanhf(sv[4 * H + r]), cp = svp ? svp[4 * H + r] : 0.0f;
+            float dhj = dh + dout[row * H + r];
+            float dcj = dc + dhj * go * (1.0f - tc * tc);
+            sm[r] = dcj * gg * gi * (1.0f - gi);
+            sm[H + r] = dcj * cp * gf * (1.0f - gf);
+            sm[2 * H + r] = dcj * gi * (1.0f - gg * gg);
+            sm[3 * H + r] = dhj * tc * go * (1.0f - go);
+            dc = dcj * gf;
+        }
+        __syncthreads();
+        if (r < 4 * H) {
+            float d = sm[r];
+            if (dgx) dgx[row * 4 * H + r] += d;
+            if (pr && svp)
+                for (int j = 0; j < H; j++) pr[j] += d * svp[5 * H + j];
+        }
+        if (r < H) {
+            float acc = 0.0f;
+            for (int q = 0; q < 4 * H; q++) acc += __ldg(W + (size_t)q * H + r) * sm[q];
+            dh = acc;
+        }
+        __syncthreads();
+    }
+}
+
+/* dwhh[e] += sum_b part[b, e] over the S*4H*H weights */
+__global__ void lstm_param_reduce_kernel(float *dwhh, const float *part, int B, size_t total) {
+    size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= total) return;
+    float s = 0.0f;
+    for (int b = 0; b < B; b++) s += part[(size_t)b * total + e];
+    dwhh[e] += s;
+}
+
+extern "C" void bk_cuda_lstm_forward(float *out, float *saved, const float *gx, const float *whh,
+                                     const bk_lstm_args *a) {
+    if (a->B <= 0 || a->T <= 0 || a->S <= 0 || a->H <= 0) return;
+    BK_CUDA_REQUIRE(a->H <= BK_LSTM_MAX_H, "LSTM hidden size must be at most 256");
+    dim3 grid((unsigned)a->S, (unsigned)a->B);
+    size_t smem = (size_t)5 * a->H * sizeof(float);
+    lstm_forward_kernel<<<grid, round_warp(4 * a->H), smem>>>(out, saved, gx, whh, *a);
+    CUDA_CHECK_LAUNCH();
+}
+
+extern "C" void bk_cuda_lstm_backward(float *dgx, float *dwhh, float *scratch, const float *dout,
+                                      const float *saved, const float *whh,
+                                      const bk_lstm_args *a) {
+    if (a->B <= 0 || a->T <= 0 || a->S <= 0 || a->H <= 0 || (!dgx && !dwhh)) return;
+    BK_CUDA_REQUIRE(a->H <= BK_LSTM_MAX_H, "LSTM hidden size must be at most 256");
+    dim3 grid((unsigned)a->S, (unsigned)a->B);
+    size_t smem = (size_t)4 * a->H * sizeof(float);
+    float *part = dwhh ? scratch : NULL;
+    lstm_backward_kernel<<<grid, round_warp(4 * a->H), smem>>>(dgx, part, dout, saved, whh, *a);
+    CUDA_CHECK_LAUNCH();
+    if (!dwhh) return;
+    size_t total = (size_t)a->S * 4 * a->H * a->H;
+    lstm_param_reduce_kernel<<<bk_blocks(total, BK_THREADS), BK_THREADS>>>(dwhh, part, a->B,
+                                                                          total);
+    CUDA_CHECK_LAUNCH();
+}
