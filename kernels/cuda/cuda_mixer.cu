@@ -157,8 +157,8 @@ extern "C" void bk_cuda_conv1d_backward(float *dx, float *dw, float *dbias, floa
     CUDA_CHECK_LAUNCH();
     if (!part) return;
     size_t np = (size_t)a->C * (a->K + 1);
-    conv_param_reduce_kernel<<<bk_blocks(np, BK_THREADS), BK_THREADS>>>(dw, dbias, part, a->B,
-                                                                       a->C, a->K);
+    conv_param_reduce_kernel<<<bk_blocks(np, BK_THREADS), BK_THREADS>>>(dw, dbias, part, a->B, a->C,
+                                                                        a->K);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -184,8 +184,7 @@ static void scan_require(const bk_scan_args *a) {
     BK_CUDA_REQUIRE(a->N >= 1 && a->N <= BK_SCAN_MAX_N, "state size N must be in [1, 16]");
 }
 
-__global__ void __launch_bounds__(1024)
-    scan_forward_kernel(float *out, float *states, scan_dev p) {
+__global__ void __launch_bounds__(1024) scan_forward_kernel(float *out, float *states, scan_dev p) {
     const bk_scan_args &a = p.a;
     const int g = blockIdx.x, b = blockIdx.y, cl = threadIdx.x;
     if (cl >= p.Dg) return; /* no block-wide sync in the forward */
@@ -375,13 +374,12 @@ extern "C" void bk_cuda_scan_backward(const bk_scan_grads *g, float *scratch, co
     scan_dev p = scan_dev_make(a);
     int params = g->dA_log || g->dDskip || g->ddelta_bias;
     dim3 grid((unsigned)a->G, (unsigned)a->B);
-    scan_backward_kernel<<<grid, round_warp(p.Dg)>>>(*g, params ? scratch : NULL, dout, states,
-                                                      p);
+    scan_backward_kernel<<<grid, round_warp(p.Dg)>>>(*g, params ? scratch : NULL, dout, states, p);
     CUDA_CHECK_LAUNCH();
     if (!params) return;
     size_t n = (size_t)a->D * (a->N + 2);
-    scan_param_reduce_kernel<<<bk_blocks(n, BK_THREADS), BK_THREADS>>>(*g, scratch, a->A_log,
-                                                                       a->B, a->D, a->N);
+    scan_param_reduce_kernel<<<bk_blocks(n, BK_THREADS), BK_THREADS>>>(*g, scratch, a->A_log, a->B,
+                                                                       a->D, a->N);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -502,8 +500,7 @@ extern "C" void bk_cuda_lstm_forward(float *out, float *saved, const float *gx, 
 }
 
 extern "C" void bk_cuda_lstm_backward(float *dgx, float *dwhh, float *scratch, const float *dout,
-                                      const float *saved, const float *whh,
-                                      const bk_lstm_args *a) {
+                                      const float *saved, const float *whh, const bk_lstm_args *a) {
     if (a->B <= 0 || a->T <= 0 || a->S <= 0 || a->H <= 0 || (!dgx && !dwhh)) return;
     BK_CUDA_REQUIRE(a->H <= BK_LSTM_MAX_H, "LSTM hidden size must be at most 256");
     dim3 grid((unsigned)a->S, (unsigned)a->B);
@@ -513,7 +510,6 @@ extern "C" void bk_cuda_lstm_backward(float *dgx, float *dwhh, float *scratch, c
     CUDA_CHECK_LAUNCH();
     if (!dwhh) return;
     size_t total = (size_t)a->S * 4 * a->H * a->H;
-    lstm_param_reduce_kernel<<<bk_blocks(total, BK_THREADS), BK_THREADS>>>(dwhh, part, a->B,
-                                                                          total);
+    lstm_param_reduce_kernel<<<bk_blocks(total, BK_THREADS), BK_THREADS>>>(dwhh, part, a->B, total);
     CUDA_CHECK_LAUNCH();
 }
