@@ -116,6 +116,57 @@ typedef struct bk_lstm_args {
     const float *mask; /* [B,T] nullable */
 } bk_lstm_args;
 
+/* ---- The step on the device ----
+ * Inside a training step nothing is copied to the host. Ops that measure
+ * (losses, accuracy, gate statistics, gradient norms) ADD into a stats
+ * buffer: BK_STAT_SLOTS doubles on the device, zeroed by the caller (be->zero)
+ * at the start of a logging window and read with one to_host on logging
+ * steps. Each op reduces its own contribution in a fixed order and adds it
+ * with one thread (no atomics), so the slots are reproducible run to run.
+ * double because sums over a window of many steps and rows lose float's
+ * digits; sm_90 has double atomics too, should a later op need them. Slots
+ * from BK_STAT_FIRST_FREE on are the caller's. */
+typedef enum bk_stat {
+    BK_STAT_LOSS_SUM = 0,    /* crossentropy_stats: sum of per-row losses, counted rows */
+    BK_STAT_COUNTED,         /* rows with 0 <= target < V */
+    BK_STAT_CORRECT,         /* counted rows whose argmax is the target */
+    BK_STAT_BAD_TARGETS,     /* rows with target >= V or < -1 (skipped, never indexed) */
+    BK_STAT_BUDGET_LOSS,     /* gate_forward: budget loss, already times norm */
+    BK_STAT_ENTROPY_LOSS,    /* gate_forward: entropy loss, already times norm */
+    BK_STAT_S_SUM,           /* gate ops: sum of s over samples (and layers, steps) */
+    BK_STAT_HEADS_SUM,       /* gate ops: sum of k/H */
+    BK_STAT_GATE_ROWS,       /* gate ops: samples seen (the divisor of the two above) */
+    BK_STAT_ATTN_FLOPS,      /* gate ops: sum of k * head_cost[b] (when head_cost given) */
+    BK_STAT_GRAD_NORM_SUM,   /* grad_norm: sum of the finite norms */
+    BK_STAT_NORM_COUNT,      /* grad_norm: norms computed */
+    BK_STAT_NONFINITE_STEPS, /* grad_norm: non-finite norms = steps adamw_clipped skipped */
+    BK_STAT_FIRST_FREE,      /* first slot no bk op writes */
+    BK_STAT_SLOTS = 32
+} bk_stat;
+
+/* Knobs of the BudgetFormer head gate for one layer (model_knobs plus shape). */
+typedef struct bk_gate_args {
+    int B, H;           /* samples in this call, heads (1..256) */
+    float tau;          /* score softmax temperature */
+    float sigma;        /* Gumbel noise scale; 0 = no noise */
+    float tau_r;        /* rank-gate temperature */
+    float s_min, s_max; /* budget range of the budget loss */
+    float lambda_budget, lambda_entropy;
+    float progress;          /* t / T_total; the entropy weight is lambda (2 progress - 1) */
+    double norm;             /* loss normaliser, 1 / (B * L) in the model */
+    uint64_t seed, step;     /* noise stream (step << 8) | layer of seed */
+    uint64_t row_offset;     /* global index of local sample 0 */
+    int layer;               /* 0..255 */
+    int exact_gradient;      /* 1: no straight-through term in the backward */
+    const double *head_cost; /* [B] on the device, nullable: FLOPs of one head */
+} bk_gate_args;
+
+/* Size of gate_forward's save buffer, floats. Layout, planes of B or B*H:
+ * s[B], ds[B] (budget-loss gradient wrt s), k[B] (as float), unused[B],
+ * then zn[B,H], p[B,H], m[B,H], rank[B,H] (as float), dp[B,H]
+ * (entropy-loss gradient wrt p). */
+#define BK_GATE_SAVE_FLOATS(B, H) ((size_t)(B) * (4 + 5 * (size_t)(H)))
+
 /* The backend interface. bk_cpu() and bk_cuda() return tables with the same
  * signatures; models call ops only through a table, so one binary runs on both. */
 typedef struct bk_backend {
@@ -233,7 +284,9 @@ typedef struct bk_backend {
     void (*meanpool_backward)(float *dinp, const float *dout, const float *mask, int B, int T,
                               int C);
     /* losses[N] = -log softmax(logits[N,V])[target]; probs[N,V] saved.
-     * target < 0 means "ignore": loss 0, and no gradient in the backward. */
+     * target < 0 means "ignore": loss 0, and no gradient in the backward. A
+     * target >= V is never read: treated as ignored (crossentropy_stats counts
+     * it in BK_STAT_BAD_TARGETS). */
     void (*crossentropy_forward)(float *losses, float *probs, const float *logits,
                                  const int *targets, int N, int V);
     /* dlogits[N,V] += (probs - onehot(target)) * dlosses[n] */
@@ -289,6 +342,78 @@ typedef struct bk_backend {
      * dout[B,T,S,H] and the forward's saved. scratch: B*S*4H*H floats. */
     void (*lstm_backward)(float *dgx, float *dwhh, float *scratch, const float *dout,
                           const float *saved, const float *whh, const bk_lstm_args *a);
+
+    /* ---- the step on the device: copy counter, stats, clipping, budget gate ----
+     * (one block, kept together for rebases; see "The step on the device"
+     * above the bk_stat enum) */
+    /* Device-to-host copies since the last d2h_reset: calls and bytes of
+     * to_host, plus any op that returns a device value to the host (today only
+     * the old global_norm, counted as one 4-byte copy on both backends). A
+     * training step that does not log must leave both at 0. Either pointer
+     * may be NULL. Counters are per backend, thread-safe, never reset by ops. */
+    void (*d2h_count)(uint64_t *calls, uint64_t *bytes);
+    void (*d2h_reset)(void);
+    /* Gumbel(0,1) values offset+i of (seed, stream): bk_rng_gumbel_at, the
+     * same bits on both backends. */
+    void (*rng_gumbel)(float *out, size_t n, uint64_t seed, uint64_t stream, uint64_t offset);
+    /* norm[0] = sqrt(sum g^2) over n floats (summed in double; one float on
+     * the device, nothing returned to the host). stats (nullable): a finite
+     * norm is added to BK_STAT_GRAD_NORM_SUM, a non-finite one counts 1 in
+     * BK_STAT_NONFINITE_STEPS; BK_STAT_NORM_COUNT += 1 either way. */
+    void (*grad_norm)(float *norm, double *stats, const float *g, size_t n);
+    /* adamw_update with the clip scale computed on the device from norm[0]
+     * (written by grad_norm): scale = clip > 0 && norm > clip ? clip / norm : 1.
+     * When norm[0] is not finite nothing is written (p, m, v unchanged): the
+     * step is skipped, and grad_norm counted it in BK_STAT_NONFINITE_STEPS. */
+    void (*adamw_clipped)(float *p, const float *g, float *m, float *v, size_t n, const bk_adamw *h,
+                          int t, const float *norm, float clip);
+    /* Adds the statistics of a cross-entropy forward into stats:
+     *   BK_STAT_LOSS_SUM += sum of losses[n] over counted rows,
+     *   BK_STAT_COUNTED += counted rows (0 <= targets[n] < V),
+     *   BK_STAT_CORRECT += counted rows whose argmax of logits[n, :] is the
+     *                      target (ties to the lowest index; NaN logits are
+     *                      never a maximum),
+     *   BK_STAT_BAD_TARGETS += rows with targets[n] >= V or < -1.
+     * Rows with target -1 are ignored. A bad target is never used as an index
+     * (here and in crossentropy_forward/backward, which treat it as ignored);
+     * the caller checks targets on the host before upload and treats a
+     * nonzero BK_STAT_BAD_TARGETS as a bug. logits[N,V], losses[N] from
+     * crossentropy_forward, targets[N]. */
+    void (*crossentropy_stats)(double *stats, const float *logits, const float *losses,
+                               const int *targets, int N, int V);
+    /* BudgetFormer head gate, training (design.md, "BudgetFormer"), for one
+     * layer; every sample is independent. From f[B] (pre-sigmoid budget
+     * logit) and z[B,H] (head scores):
+     *   s = sigmoid(f); zn_i = z_i + sigma * gumbel(seed, (step << 8) | layer,
+     *   (row_offset + b) * H + i) (no noise when sigma = 0);
+     *   p = softmax(zn / tau); r_i = rank of zn_i (1 = best, ties to the
+     *   lower index); gate_i = r_i == 1 ? 1 : sigmoid((s H - r_i) / tau_r);
+     *   k[b] = clamp(floor(s H), 1, H) (k nullable).
+     * Adds into stats (nullable) BK_STAT_BUDGET_LOSS (lambda_budget * norm *
+     * (max(0, s_min - s)^2 + max(0, s - s_max)^2)), BK_STAT_ENTROPY_LOSS
+     * (lambda_entropy (2 progress - 1) * norm * H(p)), BK_STAT_S_SUM (s),
+     * BK_STAT_HEADS_SUM (k / H), BK_STAT_GATE_ROWS (1 per sample) and, when
+     * a->head_cost is set, BK_STAT_ATTN_FLOPS (k * head_cost[b]).
+     * save: BK_GATE_SAVE_FLOATS(B, H) floats the backward reads (layout at
+     * BK_GATE_SAVE_FLOATS). The CPU op is today's host gate, bit for bit. */
+    void (*gate_forward)(float *gate, int *k, float *save, double *stats, const float *f,
+                         const float *z, const bk_gate_args *a);
+    /* From dgate[B,H] (attention_backward's dgate) and the saved forward:
+     * df[B] += d/df and dz[B,H] += d/dz of (the gate path + the budget and
+     * entropy losses). The gate's gradient to p is the straight-through
+     * dw/dp = m unless a->exact_gradient (then the backward is the exact
+     * gradient of the forward; for finite-difference tests). a as in the
+     * forward. */
+    void (*gate_backward)(float *df, float *dz, const float *dgate, const float *save,
+                          const bk_gate_args *a);
+    /* Inference gate (no noise): s[b] = sigmoid(f[b]); k[b] = force_k > 0 ?
+     * min(force_k, H) : clamp(floor(s H), 1, H); heads[b, 0..H) = head ids by
+     * rank of z (best first, ties to the lower index): the first k[b] are the
+     * heads to run. stats (nullable) as gate_forward: S_SUM, HEADS_SUM,
+     * GATE_ROWS, ATTN_FLOPS (head_cost[B] nullable). The caller may copy k and
+     * heads to the host (inference is not a training step). */
+    void (*gate_infer)(float *s, int *k, int *heads, double *stats, const float *f, const float *z,
+                       const double *head_cost, int B, int H, int force_k);
 } bk_backend;
 
 /* The CPU reference backend; always available. */

@@ -55,6 +55,17 @@ static const bk_backend cpu_backend = {
     .scan_backward = bk_cpu_scan_backward,
     .lstm_forward = bk_cpu_lstm_forward,
     .lstm_backward = bk_cpu_lstm_backward,
+
+    /* the step on the device */
+    .d2h_count = bk_cpu_d2h_count,
+    .d2h_reset = bk_cpu_d2h_reset,
+    .rng_gumbel = bk_cpu_rng_gumbel,
+    .grad_norm = bk_cpu_grad_norm,
+    .adamw_clipped = bk_cpu_adamw_clipped,
+    .crossentropy_stats = bk_cpu_crossentropy_stats,
+    .gate_forward = bk_cpu_gate_forward,
+    .gate_backward = bk_cpu_gate_backward,
+    .gate_infer = bk_cpu_gate_infer,
 };
 
 const bk_backend *bk_cpu(void) { return &cpu_backend; }

@@ -11,7 +11,8 @@
 
 /* losses[n] = logsumexp(logits[n,:]) - logits[n, target] (more accurate than
  * -log(prob) when the target's probability underflows); probs[N,V] saved.
- * target < 0: loss 0 (probs still written). */
+ * target < 0 or >= V: loss 0 (probs still written; crossentropy_stats counts
+ * a target outside [-1, V) as bad). */
 void bk_cpu_crossentropy_forward(float *losses, float *probs, const float *logits,
                                  const int *targets, int N, int V) {
 #pragma omp parallel for schedule(static) if ((long long)N * V >= LOSS_PAR_MIN)
@@ -29,18 +30,18 @@ void bk_cpu_crossentropy_forward(float *losses, float *probs, const float *logit
 #pragma omp simd
         for (int v = 0; v < V; v++) p[v] *= inv;
         int t = targets[n];
-        losses[n] = t < 0 ? 0.0f : logf(s) + mx - x[t];
+        losses[n] = t < 0 || t >= V ? 0.0f : logf(s) + mx - x[t];
     }
 }
 
 /* dlogits[n,:] += (probs[n,:] - onehot(target)) * dlosses[n]; nothing for
- * ignored rows (target < 0). */
+ * ignored rows (target < 0 or >= V). */
 void bk_cpu_crossentropy_backward(float *dlogits, const float *probs, const int *targets,
                                   const float *dlosses, int N, int V) {
 #pragma omp parallel for schedule(static) if ((long long)N * V >= LOSS_PAR_MIN)
     for (int n = 0; n < N; n++) {
         int t = targets[n];
-        if (t < 0) continue;
+        if (t < 0 || t >= V) continue;
         const float *p = probs + (size_t)n * V;
         float *d = dlogits + (size_t)n * V;
         float g = dlosses[n];

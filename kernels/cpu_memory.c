@@ -1,7 +1,28 @@
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu_ops.h"
+
+/* Device-to-host traffic since the last reset (bk.h, d2h_count). On the CPU
+ * "device" memory is host memory, so these count what the same calls would
+ * copy over PCIe on a GPU: the tests of "no copy in a training step" run here. */
+static _Atomic uint64_t d2h_calls, d2h_bytes;
+
+void bk_cpu_count_d2h(size_t bytes) {
+    atomic_fetch_add_explicit(&d2h_calls, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&d2h_bytes, (uint64_t)bytes, memory_order_relaxed);
+}
+
+void bk_cpu_d2h_count(uint64_t *calls, uint64_t *bytes) {
+    if (calls) *calls = atomic_load_explicit(&d2h_calls, memory_order_relaxed);
+    if (bytes) *bytes = atomic_load_explicit(&d2h_bytes, memory_order_relaxed);
+}
+
+void bk_cpu_d2h_reset(void) {
+    atomic_store_explicit(&d2h_calls, 0, memory_order_relaxed);
+    atomic_store_explicit(&d2h_bytes, 0, memory_order_relaxed);
+}
 
 /* 64-byte aligned so vector loads never split a cache line. */
 void *bk_cpu_alloc(size_t bytes) {
@@ -15,7 +36,10 @@ void bk_cpu_release(void *p) { free(p); }
 void bk_cpu_to_device(void *dst, const void *src_host, size_t bytes) {
     memcpy(dst, src_host, bytes);
 }
-void bk_cpu_to_host(void *dst_host, const void *src, size_t bytes) { memcpy(dst_host, src, bytes); }
+void bk_cpu_to_host(void *dst_host, const void *src, size_t bytes) {
+    bk_cpu_count_d2h(bytes);
+    memcpy(dst_host, src, bytes);
+}
 void bk_cpu_copy(void *dst, const void *src, size_t bytes) { memmove(dst, src, bytes); }
 void bk_cpu_zero(void *p, size_t bytes) { memset(p, 0, bytes); }
 void bk_cpu_sync(void) {}

@@ -86,4 +86,25 @@ void bk_cpu_lstm_forward(float *out, float *saved, const float *gx, const float 
 void bk_cpu_lstm_backward(float *dgx, float *dwhh, float *scratch, const float *dout,
                           const float *saved, const float *whh, const bk_lstm_args *a);
 
+/* ---- the step on the device (kernels/cpu_devstep.c, counters in cpu_memory.c) ---- */
+void bk_cpu_d2h_count(uint64_t *calls, uint64_t *bytes);
+void bk_cpu_d2h_reset(void);
+void bk_cpu_rng_gumbel(float *out, size_t n, uint64_t seed, uint64_t stream, uint64_t offset);
+void bk_cpu_grad_norm(float *norm, double *stats, const float *g, size_t n);
+void bk_cpu_adamw_clipped(float *p, const float *g, float *m, float *v, size_t n, const bk_adamw *h,
+                          int t, const float *norm, float clip);
+void bk_cpu_crossentropy_stats(double *stats, const float *logits, const float *losses,
+                               const int *targets, int N, int V);
+void bk_cpu_gate_forward(float *gate, int *k, float *save, double *stats, const float *f,
+                         const float *z, const bk_gate_args *a);
+void bk_cpu_gate_backward(float *df, float *dz, const float *dgate, const float *save,
+                          const bk_gate_args *a);
+void bk_cpu_gate_infer(float *s, int *k, int *heads, double *stats, const float *f, const float *z,
+                       const double *head_cost, int B, int H, int force_k);
+
+/* Internal to the CPU backend: one device-to-host copy of `bytes` happened;
+ * sqrt(sum g^2) without counting (global_norm counts, grad_norm does not). */
+void bk_cpu_count_d2h(size_t bytes);
+float bk_cpu_norm_value(const float *g, size_t n);
+
 #endif

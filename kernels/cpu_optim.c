@@ -25,8 +25,14 @@ static double sumsq(const float *g, size_t n) {
     return (s0 + s1) + (s2 + s3);
 }
 
-/* sqrt(sum g^2), accumulated in double */
+/* sqrt(sum g^2), accumulated in double. Counted as a 4-byte device-to-host
+ * copy, which it is on the GPU. */
 float bk_cpu_global_norm(const float *g, size_t n) {
+    bk_cpu_count_d2h(sizeof(float));
+    return bk_cpu_norm_value(g, n);
+}
+
+float bk_cpu_norm_value(const float *g, size_t n) {
     if (n < OPTIM_PAR_MIN) return (float)sqrt(sumsq(g, n));
     double part[NORM_BLOCKS];
     size_t per = (n + NORM_BLOCKS - 1) / NORM_BLOCKS;

@@ -710,3 +710,216 @@ Test(cuda_parity, lstm) {
     check_lstm(4, 97, 6, 32, 1, 1); /* 3 heads of d_h = 64, both directions */
     check_lstm(2, 17, 3, 5, 0, 0);
 }
+
+/* ---- the step on the device (kernels/cuda/cuda_devstep.cu) ----
+ * Noise, ranks, k and counts must agree exactly; float math within 1e-6
+ * (CUDA's expf/log against libm's); sums in another order within 1e-12. */
+
+static double *doubles_to_gpu(const double *h, size_t n) {
+    double *d = gpu->alloc(n * sizeof(double));
+    cr_assert(d, "allocation failed");
+    gpu->to_device(d, h, n * sizeof(double));
+    return d;
+}
+
+static void expect_stats_close(const char *what, const double *want, const double *dev,
+                               double rtol) {
+    double got[BK_STAT_SLOTS];
+    gpu->to_host(got, dev, sizeof got);
+    for (int s = 0; s < BK_STAT_SLOTS; s++)
+        cr_expect(fabs(got[s] - want[s]) <= rtol * fmax(1.0, fabs(want[s])),
+                  "%s: stats slot %d cpu %.17g cuda %.17g", what, s, want[s], got[s]);
+}
+
+static void expect_ints_equal(const char *what, const int *want, const int *dev, size_t n) {
+    int *got = malloc((n ? n : 1) * sizeof(int));
+    cr_assert(got);
+    gpu->to_host(got, dev, n * sizeof(int));
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != want[i]) {
+            cr_expect(0, "%s: element %zu of %zu: cpu %d cuda %d", what, i, n, want[i], got[i]);
+            break;
+        }
+    free(got);
+}
+
+static void expect_bits_equal(const char *what, const pair *p, size_t from, size_t n) {
+    float *got = malloc((n ? n : 1) * sizeof(float));
+    cr_assert(got);
+    gpu->to_host(got, p->d + from, n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&got[i], &p->h[from + i], sizeof(float)) != 0) {
+            cr_expect(0, "%s: element %zu of %zu: cpu %.9g cuda %.9g (not the same bits)", what, i,
+                      n, (double)p->h[from + i], (double)got[i]);
+            break;
+        }
+    free(got);
+}
+
+Test(cuda_parity, devstep_d2h_counter) {
+    NEED_GPU();
+    pair a = pair_new(1000, -1, 1), n1 = pair_new(1, 0, 0);
+    float host[4];
+    uint64_t calls, bytes;
+    gpu->d2h_reset();
+    gpu->to_host(host, a.d, sizeof host);
+    (void)gpu->global_norm(a.d, 1000);
+    gpu->d2h_count(&calls, &bytes);
+    cr_expect(calls == 2 && bytes == sizeof host + sizeof(float), "%llu calls %llu bytes",
+              (unsigned long long)calls, (unsigned long long)bytes);
+    gpu->grad_norm(n1.d, NULL, a.d, 1000);
+    gpu->rng_gumbel(a.d, 1000, 1, 2, 3);
+    gpu->sync();
+    gpu->d2h_count(&calls, NULL);
+    cr_expect(calls == 2, "device-side ops copied to the host: %llu calls",
+              (unsigned long long)calls);
+    gpu->d2h_reset();
+    pair_free(&a);
+    pair_free(&n1);
+}
+
+Test(cuda_parity, devstep_gumbel_bit_exact) {
+    NEED_GPU();
+    size_t n = (size_t)1 << 20;
+    pair g = pair_new(n, 0, 0);
+    cpu->rng_gumbel(g.h, n, 42, (7ull << 8) | 3, 12345);
+    gpu->rng_gumbel(g.d, n, 42, (7ull << 8) | 3, 12345);
+    expect_bits_equal("rng_gumbel", &g, 0, n);
+    pair_free(&g);
+}
+
+Test(cuda_parity, devstep_grad_norm_adamw_clipped) {
+    NEED_GPU();
+    size_t n = 100003;
+    pair g = pair_new(n, -1, 1), norm = pair_new(1, 0, 0), p = pair_new(n, -1, 1),
+         mo = pair_new(n, 0, 0), v = pair_new(n, 0, 0);
+    double st[BK_STAT_SLOTS] = {0};
+    double *dst = doubles_to_gpu(st, BK_STAT_SLOTS);
+    bk_adamw h = {1e-2f, 0.9f, 0.999f, 1e-8f, 0.1f};
+    for (int t = 1; t <= 3; t++) {
+        cpu->grad_norm(norm.h, st, g.h, n);
+        gpu->grad_norm(norm.d, dst, g.d, n);
+        expect_close("grad_norm", &norm, 0, 1e-6);
+        /* the same norm on both, so the updates can be compared tightly */
+        pair_upload(&norm);
+        cpu->adamw_clipped(p.h, g.h, mo.h, v.h, n, &h, t, norm.h, 100.0f);
+        gpu->adamw_clipped(p.d, g.d, mo.d, v.d, n, &h, t, norm.d, 100.0f);
+    }
+    expect_stats_close("grad_norm stats", st, dst, 1e-6);
+    expect_close("adamw_clipped p", &p, 1e-6, 1e-6);
+    expect_close("adamw_clipped m", &mo, 1e-6, 1e-6);
+    expect_close("adamw_clipped v", &v, 1e-6, 1e-6);
+    /* a non-finite norm skips the update */
+    norm.h[0] = NAN;
+    pair_upload(&norm);
+    gpu->adamw_clipped(p.d, g.d, mo.d, v.d, n, &h, 4, norm.d, 1.0f);
+    expect_close("adamw_clipped skipped p", &p, 1e-6, 1e-6);
+    gpu->release(dst);
+    pair *all[] = {&g, &norm, &p, &mo, &v};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+Test(cuda_parity, devstep_crossentropy_stats) {
+    NEED_GPU();
+    int shapes[2][2] = {{517, 1003}, {16, 50257}};
+    for (int c = 0; c < 2; c++) {
+        int N = shapes[c][0], V = shapes[c][1];
+        pair lg = pair_new((size_t)N * V, -3, 3), probs = pair_new((size_t)N * V, 0, 0),
+             losses = pair_new((size_t)N, 0, 0);
+        for (size_t i = 0; i < lg.n; i++) lg.h[i] = roundf(lg.h[i] * 2); /* ties */
+        int *tg = malloc(N * sizeof(int));
+        for (int r = 0; r < N; r++) {
+            tg[r] = r % 13 == 0             ? -1
+                    : r % 17 == 0 || r == 5 ? V + r
+                    : r % 19 == 0           ? -7
+                                            : (r * 31) % V;
+            if (r % 3 == 0 && tg[r] >= 0 && tg[r] < V) lg.h[(size_t)r * V + tg[r]] = 9;
+        }
+        pair_upload(&lg);
+        int *dtg = ints_to_gpu(tg, (size_t)N);
+        cpu->crossentropy_forward(losses.h, probs.h, lg.h, tg, N, V);
+        gpu->crossentropy_forward(losses.d, probs.d, lg.d, dtg, N, V);
+        expect_close("crossentropy_forward, bad targets", &losses, TOL_MM);
+        pair_upload(&losses); /* the same losses: only the summation order differs */
+        double st[BK_STAT_SLOTS] = {0};
+        double *dst = doubles_to_gpu(st, BK_STAT_SLOTS);
+        cpu->crossentropy_stats(st, lg.h, losses.h, tg, N, V);
+        gpu->crossentropy_stats(dst, lg.d, losses.d, dtg, N, V);
+        expect_stats_close("crossentropy_stats", st, dst, 1e-12);
+        cr_expect(st[BK_STAT_BAD_TARGETS] > 0 && st[BK_STAT_CORRECT] > 0, "test data");
+        gpu->release(dst);
+        gpu->release(dtg);
+        free(tg);
+        pair_free(&lg), pair_free(&probs), pair_free(&losses);
+    }
+}
+
+Test(cuda_parity, devstep_gate) {
+    NEED_GPU();
+    struct {
+        int B, H;
+        float sigma;
+        int coarse;
+    } cases[] = {{64, 12, 0.5f, 0}, {5, 256, 1.0f, 0}, {3, 1, 1.0f, 0}, {17, 16, 0.0f, 1}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        int B = cases[c].B, H = cases[c].H;
+        size_t BH = (size_t)B * H, SV = BK_GATE_SAVE_FLOATS(B, H);
+        pair f = pair_new((size_t)B, -4, 4), z = pair_new(BH, -2, 2), dg = pair_new(BH, -1, 1);
+        if (cases[c].coarse) {
+            for (size_t i = 0; i < BH; i++) z.h[i] = roundf(z.h[i] * 2);
+            pair_upload(&z);
+        }
+        pair gate = pair_new(BH, 0, 0), save = pair_new(SV, 0, 0), df = pair_new((size_t)B, -1, 1),
+             dz = pair_new(BH, -1, 1), s = pair_new((size_t)B, 0, 0);
+        double cost[64], st[BK_STAT_SLOTS] = {0};
+        for (int b = 0; b < B; b++) cost[b] = 100.0 + b;
+        double *dcost = doubles_to_gpu(cost, (size_t)B), *dst = doubles_to_gpu(st, BK_STAT_SLOTS);
+        int *k = calloc((size_t)B, sizeof(int)), *heads = calloc(BH, sizeof(int));
+        int *dk = ints_to_gpu(k, (size_t)B), *dheads = ints_to_gpu(heads, BH);
+        bk_gate_args a = {.B = B,
+                          .H = H,
+                          .tau = 0.9f,
+                          .sigma = cases[c].sigma,
+                          .tau_r = 0.5f,
+                          .s_min = 0.2f,
+                          .s_max = 0.7f,
+                          .lambda_budget = 1.0f,
+                          .lambda_entropy = 0.05f,
+                          .progress = 0.8f,
+                          .norm = 1.0 / (B * 4.0),
+                          .seed = 77,
+                          .step = 1234,
+                          .row_offset = 64,
+                          .layer = 2,
+                          .exact_gradient = (int)(c & 1)};
+        for (int exact = 0; exact < 2; exact++) {
+            a.exact_gradient = exact;
+            a.head_cost = cost;
+            cpu->gate_forward(gate.h, k, save.h, st, f.h, z.h, &a);
+            a.head_cost = dcost;
+            gpu->gate_forward(gate.d, dk, save.d, dst, f.d, z.d, &a);
+            cpu->gate_backward(df.h, dz.h, dg.h, save.h, &a);
+            gpu->gate_backward(df.d, dz.d, dg.d, save.d, &a);
+        }
+        expect_close("gate", &gate, 1e-6, 1e-6);
+        expect_ints_equal("gate k", k, dk, (size_t)B);
+        expect_bits_equal("gate zn (noise)", &save, 4 * (size_t)B, BH);
+        expect_bits_equal("gate ranks", &save, 4 * (size_t)B + 3 * BH, BH);
+        expect_close("gate saved state", &save, 1e-6, 1e-6);
+        expect_stats_close("gate stats", st, dst, 1e-6);
+        expect_close("gate df", &df, 1e-5, 1e-5);
+        expect_close("gate dz", &dz, 1e-5, 1e-5);
+        for (int force = 0; force <= 3; force += 3) {
+            cpu->gate_infer(s.h, k, heads, st, f.h, z.h, cost, B, H, force);
+            gpu->gate_infer(s.d, dk, dheads, dst, f.d, z.d, dcost, B, H, force);
+            expect_close("gate_infer s", &s, 1e-6, 1e-6);
+            expect_ints_equal("gate_infer k", k, dk, (size_t)B);
+            expect_ints_equal("gate_infer heads", heads, dheads, BH);
+        }
+        expect_stats_close("gate_infer stats", st, dst, 1e-6);
+        gpu->release(dcost), gpu->release(dst), gpu->release(dk), gpu->release(dheads);
+        free(k), free(heads);
+        pair *all[] = {&f, &z, &dg, &gate, &save, &df, &dz, &s};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+    }
+}

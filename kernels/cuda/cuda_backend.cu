@@ -74,6 +74,17 @@ static void fill_table(bk_backend *t) {
     t->scan_backward = bk_cuda_scan_backward;
     t->lstm_forward = bk_cuda_lstm_forward;
     t->lstm_backward = bk_cuda_lstm_backward;
+
+    /* the step on the device */
+    t->d2h_count = bk_cuda_d2h_count;
+    t->d2h_reset = bk_cuda_d2h_reset;
+    t->rng_gumbel = bk_cuda_rng_gumbel;
+    t->grad_norm = bk_cuda_grad_norm;
+    t->adamw_clipped = bk_cuda_adamw_clipped;
+    t->crossentropy_stats = bk_cuda_crossentropy_stats;
+    t->gate_forward = bk_cuda_gate_forward;
+    t->gate_backward = bk_cuda_gate_backward;
+    t->gate_infer = bk_cuda_gate_infer;
 }
 
 /* Returns the table, or NULL with a static reason. The first successful call

@@ -72,6 +72,10 @@ cublasHandle_t bk_cuda_blas(void);
  * device first); never shrinks. The pointer is valid until the next call. */
 void *bk_cuda_workspace(size_t bytes);
 
+/* Counts one device-to-host copy of `bytes` (cuda_memory.cu; bk.h, d2h_count):
+ * every cudaMemcpy to the host in the backend calls it. */
+void bk_cuda_count_d2h(size_t bytes);
+
 /* Row-major strided batched GEMM (the semantics of bk_backend.gemm). cuBLAS
  * is column-major: a row-major X with row stride ld is the column-major X^T,
  * so C = op(A) op(B) is computed as C^T = op(B)^T op(A)^T by swapping the

@@ -23,7 +23,7 @@ __global__ void crossentropy_forward_kernel(float *losses, float *probs, const f
     if (threadIdx.x == 0) {
         int t = targets[n];
         /* -log softmax = log(sum) - (x_t - max): exact even when p_t underflows */
-        losses[n] = t < 0 ? 0.0f : logf(s) - (x[t] - mx);
+        losses[n] = t < 0 || t >= V ? 0.0f : logf(s) - (x[t] - mx);
     }
 }
 
@@ -41,7 +41,7 @@ __global__ void crossentropy_backward_kernel(float *dlogits, const float *probs,
          i += (size_t)gridDim.x * blockDim.x) {
         size_t n = i / V;
         int v = (int)(i % V), t = targets[n];
-        if (t < 0) continue;
+        if (t < 0 || t >= V) continue;
         dlogits[i] += (probs[i] - (v == t ? 1.0f : 0.0f)) * dlosses[n];
     }
 }

@@ -1,5 +1,25 @@
-/* Device memory for the CUDA backend, and the backend's shared workspace. */
+/* Device memory for the CUDA backend, the backend's shared workspace, and
+ * the device-to-host copy counter. */
+#include <atomic>
+
 #include "kernels/cuda/cuda_check.h"
+
+static std::atomic<uint64_t> d2h_calls, d2h_bytes;
+
+void bk_cuda_count_d2h(size_t bytes) {
+    d2h_calls.fetch_add(1, std::memory_order_relaxed);
+    d2h_bytes.fetch_add((uint64_t)bytes, std::memory_order_relaxed);
+}
+
+void bk_cuda_d2h_count(uint64_t *calls, uint64_t *bytes) {
+    if (calls) *calls = d2h_calls.load(std::memory_order_relaxed);
+    if (bytes) *bytes = d2h_bytes.load(std::memory_order_relaxed);
+}
+
+void bk_cuda_d2h_reset(void) {
+    d2h_calls.store(0, std::memory_order_relaxed);
+    d2h_bytes.store(0, std::memory_order_relaxed);
+}
 
 /* Zeroed device memory, or NULL (the CUDA error is cleared so the next
  * checked call does not see it). bytes == 0 still returns a valid pointer. */
@@ -29,6 +49,7 @@ void bk_cuda_to_device(void *dst, const void *src_host, size_t bytes) {
 }
 
 void bk_cuda_to_host(void *dst_host, const void *src, size_t bytes) {
+    bk_cuda_count_d2h(bytes);
     if (bytes) CUDA_CHECK(cudaMemcpy(dst_host, src, bytes, cudaMemcpyDeviceToHost));
 }
 

@@ -34,6 +34,7 @@ float bk_cuda_global_norm(const float *g, size_t n) {
     sumsq_finish_kernel<<<1, 32>>>(partial + NORM_BLOCKS, partial, NORM_BLOCKS);
     CUDA_CHECK_LAUNCH();
     double s = 0.0;
+    bk_cuda_count_d2h(sizeof(float)); /* counted as the CPU backend counts it */
     CUDA_CHECK(cudaMemcpy(&s, partial + NORM_BLOCKS, sizeof s, cudaMemcpyDeviceToHost));
     return (float)sqrt(s);
 }
