@@ -74,6 +74,9 @@ typedef struct bf_config {
         int unfreeze;
     } distill;
     struct {
+        char from[CFG_PATH_MAX]; /* run folder, .safetensors or checkpoint.bin; "" = none */
+    } init;
+    struct {
         int steps, batch;
         float lr;
         int warmup;

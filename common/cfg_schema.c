@@ -75,6 +75,10 @@ static const cfg_field cfg_schema[] = {
     {"distill.unfreeze", CFG_T_BOOL, OFF(distill.unfreeze), NOLIM, "false", NULL,
      "train the non-replaced layers too in stage 1"},
 
+    {"init.from", CFG_T_STR, OFF(init.from), NOLIM, "\"\"", NULL,
+     "start from another run's weights by tensor name: a run folder, a .safetensors file or a "
+     "checkpoint.bin (empty = fresh init)"},
+
     {"train.steps", CFG_T_INT, OFF(train.steps), 1, 100000000, "3000", NULL, "optimizer steps"},
     {"train.batch", CFG_T_INT, OFF(train.batch), 1, 1048576, "64", NULL,
      "global batch size (examples per step)"},
