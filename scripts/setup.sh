@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 PKGS="build-essential cmake pkg-config clang-format libopenblas-openmp-dev libopenmpi-dev openmpi-bin
 libzmq3-dev libsodium-dev libyaml-dev libcriterion-dev libsqlite3-dev libjansson-dev
 libsentencepiece-dev zlib1g-dev wordnet-base bible-kjv dataset-fashion-mnist python3-zmq
+python3-numpy python3-pip
 slurm-wlm munge"
 
 missing=""
@@ -27,3 +28,12 @@ jobs=$(nproc 2>/dev/null || echo 2)
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$jobs"
 echo "setup: built into ./build" >&2
+
+# Python's safetensors (the reference implementation; not packaged by Debian)
+# for test_it_safetensors, from PyPI into build/pydeps, never system-wide.
+if ! PYTHONPATH=build/pydeps /usr/bin/python3 -c 'import safetensors.numpy' 2>/dev/null; then
+    echo "setup: pip-installing safetensors into build/pydeps" >&2
+    /usr/bin/python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --target build/pydeps \
+        'safetensors>=0.4,<1' ||
+        echo "setup: could not install safetensors (test_it_safetensors will fail)" >&2
+fi

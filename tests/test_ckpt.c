@@ -438,7 +438,7 @@ Test(ckset, old_checkpoint_loads_by_position) {
     ckpt_meta_free(&meta);
 
     make_params(&Q, 1);
-    load_refused(sdir, &Q, "older format", "bfworker convert");
+    load_refused(sdir, &Q, "older format", "--resume");
     ckpt_init_report r;
     char text[512];
     cr_expect_eq(ckpt_init_from(sdir, &Q, a, &r, text, sizeof text, err, sizeof err), -1);

@@ -53,7 +53,9 @@ static void refused(const char *what, const char *frag1, const char *frag2) {
 Test(st, round_trip) {
     float w[6] = {1, -2, 3.5f, 1e-30f, -0.0f, 7}, b[3] = {0.25f, 0.5f, 0.75f}, s = 42;
     int64_t sw[2] = {2, 3}, sb[1] = {3}, sz[2] = {0, 5};
-    st_entry e[] = {{"blocks.0.w", 2, sw, w}, {"blocks.0.b", 1, sb, b}, {"scale", 0, NULL, &s},
+    st_entry e[] = {{"blocks.0.w", 2, sw, w},
+                    {"blocks.0.b", 1, sb, b},
+                    {"scale", 0, NULL, &s},
                     {"empty", 2, sz, NULL}};
     const char *md[] = {"format", "bf", "note", "héllo \"quoted\"\n"};
     char err[512];
@@ -105,8 +107,7 @@ Test(st, round_trip) {
     DIR *d = opendir(dir);
     int files = 0;
     for (struct dirent *de; (de = readdir(d));)
-        if (de->d_name[0] != '.' || (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")))
-            files++;
+        if (de->d_name[0] != '.' || (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))) files++;
     closedir(d);
     cr_expect_eq(files, 1, "%d files in %s after st_write", files, dir);
 }
@@ -235,7 +236,8 @@ Test(st, refuses_malformed_files) {
 }
 
 Test(st, other_dtypes_parse_but_bf_reads_f32) {
-    raw("{\"h\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]}," T32("w", "[1]", 4, 8) "}",
+    raw("{\"h\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,4]}," T32("w", "[1]", 4,
+                                                                                8) "}",
         1, 8);
     st_file f;
     char err[512];

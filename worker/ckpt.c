@@ -951,9 +951,9 @@ static int old_size_error(const char *file, const ckpt_state *s, const bk_params
     snprintf(err, errlen,
              "checkpoint %s is in the older format (checkpoint.bin: flat floats, no tensor names) "
              "and holds %zu floats per buffer; this model has %zu. An old checkpoint maps by "
-             "position onto the model it was written for only: build that model (the config "
-             "inside it; compare with ckpt_config_check) and it loads, or rewrite it as named "
-             "safetensors with `bfworker convert` under that config",
+             "position onto the model it was written for only: resume it with the config stored "
+             "in it (`bfworker train CONFIG --resume DIR`), and the next checkpoint is written "
+             "as named safetensors, which later models load by name",
              file, s->n_params, P->numel);
     return -1;
 }

@@ -26,10 +26,10 @@ uint64_t st_fnv(uint64_t h, const void *p, size_t n) {
 static const struct {
     const char *name;
     int bits;
-} DTYPES[] = {{"BOOL", 8},     {"U8", 8},       {"I8", 8},       {"F8_E5M2", 8}, {"F8_E4M3", 8},
-              {"F8_E8M0", 8},  {"I16", 16},     {"U16", 16},     {"F16", 16},    {"BF16", 16},
-              {"I32", 32},     {"U32", 32},     {"F32", 32},     {"F64", 64},    {"I64", 64},
-              {"U64", 64},     {"C64", 64},     {"F4", 4},       {"F6_E2M3", 6}, {"F6_E3M2", 6}};
+} DTYPES[] = {{"BOOL", 8},    {"U8", 8},   {"I8", 8},   {"F8_E5M2", 8}, {"F8_E4M3", 8},
+              {"F8_E8M0", 8}, {"I16", 16}, {"U16", 16}, {"F16", 16},    {"BF16", 16},
+              {"I32", 32},    {"U32", 32}, {"F32", 32}, {"F64", 64},    {"I64", 64},
+              {"U64", 64},    {"C64", 64}, {"F4", 4},   {"F6_E2M3", 6}, {"F6_E3M2", 6}};
 
 static int dtype_bits(const char *s) {
     for (size_t i = 0; i < sizeof DTYPES / sizeof DTYPES[0]; i++)
@@ -132,8 +132,9 @@ static int parse_tensor(st_file *f, const char *name, const json_t *v, st_tensor
     const char *ds = json_string_value(dt);
     t->dtype_bits = dtype_bits(ds);
     if (!t->dtype_bits) {
-        snprintf(err, errlen, "%s: tensor \"%s\": unknown dtype \"%.32s\" (F32, F16, BF16, F64, "
-                              "I8..I64, U8..U64, BOOL, F8_*, ...)",
+        snprintf(err, errlen,
+                 "%s: tensor \"%s\": unknown dtype \"%.32s\" (F32, F16, BF16, F64, "
+                 "I8..I64, U8..U64, BOOL, F8_*, ...)",
                  p, name, ds);
         return -1;
     }
@@ -149,8 +150,8 @@ static int parse_tensor(st_file *f, const char *name, const json_t *v, st_tensor
     for (size_t i = 0; i < nd; i++) {
         uint64_t d;
         if (json_u64(json_array_get(sh, i), &d) || d > ST_MAX_DIM) {
-            snprintf(err, errlen,
-                     "%s: tensor \"%s\": shape[%zu] is not an integer in [0, 2^40]", p, name, i);
+            snprintf(err, errlen, "%s: tensor \"%s\": shape[%zu] is not an integer in [0, 2^40]", p,
+                     name, i);
             return -1;
         }
         t->shape[i] = d;
@@ -200,8 +201,7 @@ static int check_layout(st_file *f, char *err, size_t errlen) {
             snprintf(err, errlen,
                      "%s: tensor \"%s\" ends at data byte %llu, past the end of the data section "
                      "(%llu bytes): the file is truncated",
-                     f->path, t->name, (unsigned long long)t->end,
-                     (unsigned long long)f->data_len);
+                     f->path, t->name, (unsigned long long)t->end, (unsigned long long)f->data_len);
             return -1;
         }
         if (t->begin != at) {
@@ -357,8 +357,8 @@ int st_read_f32(const st_file *f, int i, float *out, char *err, size_t errlen) {
     const st_tensor *t = &f->t[i];
     if (strcmp(t->dtype, "F32") != 0) {
         snprintf(err, errlen,
-                 "%s: tensor \"%s\" is %s; bf reads F32 tensors only (save it as float32)",
-                 f->path, t->name, t->dtype);
+                 "%s: tensor \"%s\" is %s; bf reads F32 tensors only (save it as float32)", f->path,
+                 t->name, t->dtype);
         return -1;
     }
     return read_at(f, f->data_start + t->begin, out, (size_t)(t->end - t->begin), err, errlen);
@@ -415,14 +415,15 @@ static int check_entries(const char *path, const st_entry *t, int n, char *err, 
     for (int i = 0; i < n; i++) {
         const char *nm = t[i].name ? t[i].name : "";
         if (!*nm || strlen(nm) > ST_MAX_NAME || strcmp(nm, "__metadata__") == 0) {
-            snprintf(err, errlen, "%s: tensor %d has the name \"%.64s\" (1 to %d bytes, not "
-                                  "__metadata__)",
+            snprintf(err, errlen,
+                     "%s: tensor %d has the name \"%.64s\" (1 to %d bytes, not "
+                     "__metadata__)",
                      path, i, nm, ST_MAX_NAME);
             return -1;
         }
         if (t[i].ndim < 0 || t[i].ndim > ST_MAX_DIMS) {
-            snprintf(err, errlen, "%s: tensor \"%s\": %d dimensions (0 to %d)", path, nm,
-                     t[i].ndim, ST_MAX_DIMS);
+            snprintf(err, errlen, "%s: tensor \"%s\": %d dimensions (0 to %d)", path, nm, t[i].ndim,
+                     ST_MAX_DIMS);
             return -1;
         }
         for (int d = 0; d < t[i].ndim; d++)
@@ -468,8 +469,9 @@ static char *build_header(const char *path, const st_entry *t, int n, const char
             const char *k = meta[2 * i], *v = meta[2 * i + 1];
             if (!k || !v || json_object_get(md, k)) {
                 json_decref(root);
-                snprintf(err, errlen, "%s: metadata key %d (\"%.64s\") is missing, has no value "
-                                      "or is repeated",
+                snprintf(err, errlen,
+                         "%s: metadata key %d (\"%.64s\") is missing, has no value "
+                         "or is repeated",
                          path, i, k ? k : "");
                 return NULL;
             }
@@ -494,8 +496,9 @@ static char *build_header(const char *path, const st_entry *t, int n, const char
     if (!bad) text = json_dumps(root, JSON_COMPACT);
     json_decref(root);
     if (!text) {
-        snprintf(err, errlen, "%s: out of memory building the header (or a name or metadata "
-                              "value is not UTF-8)",
+        snprintf(err, errlen,
+                 "%s: out of memory building the header (or a name or metadata "
+                 "value is not UTF-8)",
                  path);
         return NULL;
     }
@@ -546,8 +549,7 @@ int st_write(const char *path, const st_entry *t, int n, const char *const *meta
     char tmp[4200], dirbuf[4096], basebuf[4096];
     snprintf(dirbuf, sizeof dirbuf, "%s", path);
     snprintf(basebuf, sizeof basebuf, "%s", path);
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%ld", dirname(dirbuf), basename(basebuf),
-             (long)getpid());
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%ld", dirname(dirbuf), basename(basebuf), (long)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) {
         snprintf(err, errlen, "%s: cannot create %s: %s", path, tmp, strerror(errno));
