@@ -117,8 +117,11 @@ Test(pyst, bf_set_read_by_python) {
         m[i] = base + 100 + 0.25f * (float)i;
         v[i] = base + 200 + 0.25f * (float)i;
     }
-    ckpt_meta meta = {.step = 12, .seed = 5, .data_step = 12,
-                      .cfg_text = "model.layers: 1\ndata.path: \"a \\\"b\\\"\"\n", .n_counters = 1};
+    ckpt_meta meta = {.step = 12,
+                      .seed = 5,
+                      .data_step = 12,
+                      .cfg_text = "model.layers: 1\ndata.path: \"a \\\"b\\\"\"\n",
+                      .n_counters = 1};
     snprintf(meta.counters[0].name, CKPT_COUNTER_NAME, "base");
     meta.counters[0].value = 3;
     cr_assert_eq(ckpt_save(dir, &P, p, m, v, &meta, err, sizeof err), 0, "%s", err);
