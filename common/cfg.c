@@ -827,6 +827,7 @@ typedef struct first_err {
     char *buf;
     size_t len;
     int count;
+    int kept; /* messages in buf (keep_all) */
 } first_err;
 
 static void keep_first(void *ud, const char *msg) {
@@ -834,11 +835,23 @@ static void keep_first(void *ud, const char *msg) {
     if (fe->count++ == 0 && fe->len) snprintf(fe->buf, fe->len, "%s", msg);
 }
 
+/* Error sink that keeps every message, one per line, as long as they fit
+ * (leaving room to say how many did not). */
+static void keep_all(void *ud, const char *msg) {
+    first_err *fe = ud;
+    fe->count++;
+    if (!fe->len) return;
+    size_t l = fe->kept ? strlen(fe->buf) : 0, ml = strlen(msg);
+    if (fe->kept && l + 1 + ml + 40 >= fe->len) return;
+    snprintf(fe->buf + l, fe->len - l, "%s%s", fe->kept ? "\n" : "", msg);
+    fe->kept++;
+}
+
 int cfg_set_node(bf_config *c, const char *key, struct yaml_document_s *doc,
                  struct yaml_node_s *node, const char *file, char *err, size_t errlen) {
     walk w;
     memset(&w, 0, sizeof w);
-    first_err fe = {err, errlen, 0};
+    first_err fe = {err, errlen, 0, 0};
     w.doc = doc;
     w.file = file ? file : "config";
     w.fn = keep_first;
@@ -954,7 +967,7 @@ int cfg_set_value(bf_config *c, const char *key, const char *yaml_value, const c
     } else {
         walk w;
         memset(&w, 0, sizeof w);
-        first_err fe = {err, errlen, 0};
+        first_err fe = {err, errlen, 0, 0};
         w.doc = &doc;
         w.file = NULL;
         w.where = where;
@@ -1027,13 +1040,14 @@ int cfg_load_text(bf_config *c, const char *text, size_t n, const char *name, ch
         snprintf(err, errlen, "%s:1:1: empty config: expected a mapping of keys", name);
     } else if (cfg_yaml_check_expansion(&doc, name, err, errlen) == 0) {
         bf_config tmp = *c;
-        first_err fe = {err, errlen, 0};
-        if (cfg_load_node(&tmp, &doc, root, name, keep_first, &fe) == 0) {
+        first_err fe = {err, errlen, 0, 0};
+        if (cfg_load_node(&tmp, &doc, root, name, keep_all, &fe) == 0) {
             *c = tmp;
             rc = 0;
-        } else if (fe.count > 1) {
+        } else if (fe.count > fe.kept) {
             size_t l = strlen(err);
-            snprintf(err + l, errlen > l ? errlen - l : 0, " (and %d more errors)", fe.count - 1);
+            snprintf(err + l, errlen > l ? errlen - l : 0, "\n(and %d more errors)",
+                     fe.count - fe.kept);
         }
     }
     yaml_document_delete(&doc);
@@ -1134,6 +1148,51 @@ int cfg_validate(const bf_config *c, char *err, size_t errlen) {
         add_err(err, errlen, &nerr, "attn.out_proj '%s' is unknown; expected dense or hadamard",
                 c->attn.out_proj);
     }
+    /* data keys the pipeline would not read: refused, not silently ignored
+     * (an lm with data.train trained on the default corpus) */
+    int lm = strcmp(c->pipeline, "lm") == 0, bfm = strcmp(c->pipeline, "budgetformer") == 0;
+    if (lm) {
+        if (c->data.set[0] && strcmp(c->data.set, "kjv") != 0)
+            add_err(err, errlen, &nerr,
+                    "data.set '%s' is not a text corpus; pipeline lm takes data.set kjv or "
+                    "data.path=FILE",
+                    c->data.set);
+        const char *tsv = c->data.train[0]  ? "data.train"
+                          : c->data.val[0]  ? "data.val"
+                          : c->data.test[0] ? "data.test"
+                                            : NULL;
+        if (tsv)
+            add_err(err, errlen, &nerr,
+                    "%s is a TSV split for pipeline budgetformer; pipeline lm reads one text file "
+                    "(data.path=FILE, split by data.val_fraction) or data.set kjv",
+                    tsv);
+        if (c->data.path[0] && c->data.set[0])
+            add_err(err, errlen, &nerr,
+                    "data.path and data.set are both given; pipeline lm reads one of them");
+        if (!(c->data.val_fraction > 0))
+            add_err(err, errlen, &nerr,
+                    "data.val_fraction is 0: pipeline lm validates on the tail of the corpus; "
+                    "give a fraction in (0, 0.5]");
+    } else if (bfm) {
+        if (c->data.set[0] && strcmp(c->data.set, "wordnet") != 0)
+            add_err(err, errlen, &nerr,
+                    "data.set '%s' is not a text classification set; pipeline budgetformer takes "
+                    "data.set wordnet or data.train/data.val/data.test TSV files",
+                    c->data.set);
+        if (c->data.path[0])
+            add_err(err, errlen, &nerr,
+                    "data.path is the lm corpus; pipeline budgetformer reads TSV splits "
+                    "(data.train, data.val, data.test) or data.set wordnet");
+        if (c->data.train[0] && c->data.set[0])
+            add_err(err, errlen, &nerr,
+                    "data.train and data.set are both given; pipeline budgetformer reads one of "
+                    "them");
+        if ((c->data.val[0] || c->data.test[0]) && !c->data.train[0])
+            add_err(err, errlen, &nerr,
+                    "data.%s is given without data.train; give the three TSV splits, or "
+                    "data.set wordnet",
+                    c->data.val[0] ? "val" : "test");
+    }
     float s0 = c->budget.range[0], s1 = c->budget.range[1];
     if (!(s0 >= 0.0f && s1 <= 1.0f && s0 <= s1))
         add_err(err, errlen, &nerr,
@@ -1152,4 +1211,73 @@ int cfg_validate(const bf_config *c, char *err, size_t errlen) {
             }
     }
     return nerr ? -1 : 0;
+}
+
+/* ------------------------------------------------------------ metric names */
+
+/* The metric names a pipeline writes (metrics.jsonl), by condition. Kept
+ * beside the schema so a sweep's `metric` is checked against what the
+ * trials will produce. */
+enum { MET_ALL, MET_LM, MET_CLS, MET_BUDGET };
+static const struct {
+    const char *name;
+    int when;
+} metric_table[] = {
+    {"train/loss", MET_ALL},
+    {"train/loss_task", MET_ALL},
+    {"train/heads_used", MET_ALL},
+    {"train/lr", MET_ALL},
+    {"train/grad_norm", MET_ALL},
+    {"train/tokens_per_s", MET_ALL},
+    {"train/allreduce_s", MET_ALL},
+    {"train/acc", MET_CLS},
+    {"train/loss_budget", MET_BUDGET},
+    {"train/loss_entropy", MET_BUDGET},
+    {"train/temperature", MET_BUDGET},
+    {"train/noise", MET_BUDGET},
+    {"train/gate_temperature", MET_BUDGET},
+    {"train/budget_s", MET_BUDGET},
+    {"val/loss", MET_ALL},
+    {"val/heads_used", MET_ALL},
+    {"val/attn_flops", MET_ALL},
+    {"val/seconds", MET_ALL},
+    {"val/ppl", MET_LM},
+    {"val/acc", MET_CLS},
+    {"val/corr_s_len", MET_BUDGET},
+    {"val/corr_s_loss", MET_BUDGET},
+    {"test/loss", MET_ALL},
+    {"test/heads_used", MET_ALL},
+    {"test/attn_flops", MET_ALL},
+    {"test/seconds", MET_ALL},
+    {"test/ppl", MET_LM},
+    {"test/acc", MET_CLS},
+    {"test/corr_s_len", MET_BUDGET},
+    {"test/corr_s_loss", MET_BUDGET},
+};
+
+static int metric_applies(const bf_config *c, int when) {
+    int lm = strcmp(c->pipeline, "lm") == 0;
+    switch (when) {
+    case MET_LM:
+        return lm;
+    case MET_CLS:
+        return !lm;
+    case MET_BUDGET:
+        return !lm && c->budget.enabled;
+    default:
+        return 1;
+    }
+}
+
+int cfg_metric_produced(const bf_config *c, const char *name, char *names, size_t len) {
+    int found = 0;
+    size_t w = 0;
+    if (names && len) names[0] = '\0';
+    for (size_t i = 0; i < sizeof metric_table / sizeof metric_table[0]; i++) {
+        if (!metric_applies(c, metric_table[i].when)) continue;
+        if (name && strcmp(name, metric_table[i].name) == 0) found = 1;
+        if (names && w < len)
+            w += (size_t)snprintf(names + w, len - w, "%s%s", w ? ", " : "", metric_table[i].name);
+    }
+    return found;
 }

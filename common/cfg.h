@@ -90,7 +90,7 @@ typedef struct bf_config {
 void cfg_defaults(bf_config *c);
 
 /* Reads a YAML file (a mapping of sections, or dotted keys at top level) into
- * c, on top of what c already holds. Returns 0, or -1 with
+ * c, on top of what c already holds. Returns 0, or -1 with every error, one per line,
  * "FILE:LINE:COL: message" in err. Files over 1 MiB are refused. */
 int cfg_load_file(bf_config *c, const char *path, char *err, size_t errlen);
 
@@ -113,6 +113,11 @@ int cfg_set_value(bf_config *c, const char *key, const char *yaml_value, const c
  * [0,1] and ordered, pipeline known, ...). Returns 0 or -1 with a message;
  * several problems are reported one per line ('\n'-separated). */
 int cfg_validate(const bf_config *c, char *err, size_t errlen);
+
+/* 1 when the trial of config c writes the metric `name` (e.g. "val/acc" for
+ * budgetformer, "val/ppl" for lm), else 0; names[len] (may be NULL) gets the
+ * comma-separated list of the names it writes. */
+int cfg_metric_produced(const bf_config *c, const char *name, char *names, size_t len);
 
 /* 1 if key is in the schema (exact dotted path), else 0. */
 int cfg_key_known(const char *key);

@@ -33,7 +33,8 @@ static const cfg_field cfg_schema[] = {
     {"model.heads", CFG_T_INT, OFF(model.heads), 1, 256, "8", NULL, "attention heads H"},
     {"model.seq_len", CFG_T_INT, OFF(model.seq_len), 1, 65536, "64", NULL,
      "tokens per example (context length)"},
-    {"model.vocab", CFG_T_INT, OFF(model.vocab), 2, 1048576, "8192", NULL, "vocabulary size"},
+    {"model.vocab", CFG_T_INT, OFF(model.vocab), 16, 1000000, "8192", NULL,
+     "vocabulary size (the tokenizer's pieces; sentencepiece takes 16..1000000)"},
 
     {"attn.out_proj", CFG_T_ENUM, OFF(attn.out_proj), NOLIM, "dense", "dense|hadamard",
      "attention output projection: dense W_O or fixed Walsh-Hadamard + scale/bias"},

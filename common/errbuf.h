@@ -21,4 +21,8 @@ static inline int bf_fail(char *err, size_t errlen, const char *fmt, ...) {
     return -1;
 }
 
+/* Exit status of every bf program for a command-line error (an unknown
+ * option, a missing or bad option value): sysexits.h's EX_USAGE. */
+#define BF_EX_USAGE 64
+
 #endif

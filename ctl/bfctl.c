@@ -11,7 +11,7 @@
 #include "jobs/sweep.h"
 
 static const bfctl_cmd commands[] = {
-    {"validate", bfctl_validate, "validate SWEEP.yaml...",
+    {"validate", bfctl_validate, "validate SWEEP.yaml... [--json]",
      "check sweep files (or standalone configs); exit 0 only if all are valid"},
     {"expand", bfctl_expand, "expand SWEEP.yaml [--json] [--config]",
      "list the trials a sweep expands into, with their config hashes"},
@@ -76,17 +76,45 @@ int bfctl_validate(int argc, char **argv) {
         cmd_help("validate");
         return 0;
     }
-    if (argc < 2) {
-        fprintf(stderr, "usage: bfctl validate SWEEP.yaml...\n");
-        return 2;
+    int json = 0, files = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            fprintf(stderr, "bfctl validate: unknown option '%s' (valid: --json)\n", argv[i]);
+            return BF_EX_USAGE;
+        } else {
+            files++;
+        }
+    }
+    if (!files) {
+        fprintf(stderr, "usage: bfctl validate SWEEP.yaml... [--json]\n");
+        return BF_EX_USAGE;
     }
     int bad = 0;
+    json_t *out = json ? json_array() : NULL;
     for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) continue;
         sweep_spec *s = NULL;
         sweep_errors e = {0};
-        if (sweep_load_file(argv[i], &s, &e) < 0) {
+        int rc = sweep_load_file(argv[i], &s, &e);
+        if (rc < 0) bad = 1;
+        if (json) {
+            json_t *o = json_pack("{s:s, s:b}", "file", argv[i], "ok", rc == 0);
+            if (rc == 0) {
+                json_object_set_new(o, "job", json_string(s->name));
+                json_object_set_new(o, "pipeline", json_string(s->base.pipeline));
+                json_object_set_new(o, "method", json_string(method_text(s)));
+                json_object_set_new(o, "trials", json_integer(s->is_sweep ? s->n_trials : 1));
+            } else {
+                json_t *errs = json_array();
+                for (int k = 0; k < e.n; k++) json_array_append_new(errs, json_string(e.msgs[k]));
+                json_object_set_new(o, "errors", errs);
+                json_object_set_new(o, "total_errors", json_integer(e.total));
+            }
+            json_array_append_new(out, o);
+        } else if (rc < 0) {
             print_errors(&e);
-            bad = 1;
         } else {
             printf("%s: ok: job '%s', pipeline %s, %s, %lld trial%s\n", argv[i], s->name,
                    s->base.pipeline, method_text(s), s->is_sweep ? s->n_trials : 1,
@@ -94,6 +122,12 @@ int bfctl_validate(int argc, char **argv) {
         }
         sweep_errors_free(&e);
         sweep_spec_destroy(&s);
+    }
+    if (json) {
+        char *t = json_dumps(out, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        if (t) printf("%s\n", t);
+        free(t);
+        json_decref(out);
     }
     return bad;
 }
@@ -162,13 +196,13 @@ int bfctl_expand(int argc, char **argv) {
             o.config = 1;
         else if (argv[i][0] == '-' || file) {
             fprintf(stderr, "usage: bfctl expand SWEEP.yaml [--json] [--config]\n");
-            return 2;
+            return BF_EX_USAGE;
         } else
             file = argv[i];
     }
     if (!file) {
         fprintf(stderr, "usage: bfctl expand SWEEP.yaml [--json] [--config]\n");
-        return 2;
+        return BF_EX_USAGE;
     }
     sweep_spec *s = NULL;
     sweep_errors e = {0};
@@ -223,7 +257,7 @@ int bfctl_keys(int argc, char **argv) {
             return 0;
         } else {
             fprintf(stderr, "usage: bfctl keys [--markdown]\n");
-            return 2;
+            return BF_EX_USAGE;
         }
     }
     if (md) printf("| key | type | default | valid | meaning |\n|---|---|---|---|---|\n");
@@ -267,7 +301,7 @@ int bfctl_keys(int argc, char **argv) {
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
-        return 2;
+        return BF_EX_USAGE;
     }
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "help") == 0) {
@@ -281,7 +315,7 @@ int main(int argc, char **argv) {
     if (!c) {
         fprintf(stderr, "bfctl: unknown command '%s'\n\n", argv[1]);
         usage(stderr);
-        return 2;
+        return BF_EX_USAGE;
     }
     return c->fn(argc - 1, argv + 1);
 }

@@ -1,7 +1,9 @@
 /* bfctl — subcommands share this signature: argv[0] is the subcommand name.
- * Each returns the process exit status (0 ok, 1 failure, 2 usage error). */
+ * Each returns the process exit status (0 ok, 1 failure, BF_EX_USAGE = 64 usage error). */
 #ifndef BFCTL_H
 #define BFCTL_H
+
+#include "common/errbuf.h" /* BF_EX_USAGE */
 
 typedef int (*bfctl_cmd_fn)(int argc, char **argv);
 

@@ -52,7 +52,7 @@ int bfctl_resume(int argc, char **argv) {
     long long trial = a && a[0] == 't' ? strtoll(a + 1, &end, 10) : 0;
     if (!a || a[0] != 't' || !a[1] || *end || errno || trial < 1 || argc > 2) {
         fprintf(stderr, "usage: bfctl %s   (e.g. t17)\n", usage);
-        return 2;
+        return BF_EX_USAGE;
     }
     json_t *r;
     if (request("resume", json_pack("{s:I}", "trial", (json_int_t)trial), &r)) return 1;

@@ -477,11 +477,11 @@ int bfctl_submit(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (argv[i][0] == '-' && strcmp(argv[i], "--wait") && strcmp(argv[i], "--follow")) {
             fprintf(stderr, "usage: bfctl %s\n", u);
-            return 2;
+            return BF_EX_USAGE;
         }
     if (!file) {
         fprintf(stderr, "usage: bfctl %s\n", u);
-        return 2;
+        return BF_EX_USAGE;
     }
     FILE *f = fopen(file, "rb");
     if (!f) {
@@ -597,12 +597,12 @@ int bfctl_show(int argc, char **argv) {
     long long job, trial;
     if (target_arg(argc, argv, NULL, "show JOB|tTRIAL [--json] [--rungs]   (e.g. 3, or t17)", 0,
                    &job, &trial))
-        return 2;
+        return BF_EX_USAGE;
     int json = has_opt(argc, argv, "--json");
     if (has_opt(argc, argv, "--rungs")) {
         if (!job) {
             fprintf(stderr, "bfctl: show --rungs takes a job (e.g. 3), not a trial\n");
-            return 2;
+            return BF_EX_USAGE;
         }
         return bfctl_show_rungs(job, json);
     }
@@ -649,7 +649,8 @@ int bfctl_tail(int argc, char **argv) {
                     "shows every value with its sequence number"))
         return 0;
     long long job, trial;
-    if (target_arg(argc, argv, NULL, "tail JOB|tTRIAL [-f] [--all]", 0, &job, &trial)) return 2;
+    if (target_arg(argc, argv, NULL, "tail JOB|tTRIAL [-f] [--all]", 0, &job, &trial))
+        return BF_EX_USAGE;
     g_compact = trial == 0 && !has_opt(argc, argv, "--all");
     ctl_conn *c;
     if (connect_or_say(&c)) return 1;
@@ -663,7 +664,7 @@ int bfctl_cancel(int argc, char **argv) {
                     "cancel a job's pending and running trials, or one trial"))
         return 0;
     long long job, trial;
-    if (target_arg(argc, argv, NULL, "cancel JOB|tTRIAL", 0, &job, &trial)) return 2;
+    if (target_arg(argc, argv, NULL, "cancel JOB|tTRIAL", 0, &job, &trial)) return BF_EX_USAGE;
     ctl_conn *c;
     if (connect_or_say(&c)) return 1;
     json_t *r;
@@ -683,7 +684,7 @@ int bfctl_stop(int argc, char **argv) {
                     "early-stop a running trial: it writes a checkpoint and becomes STOPPED"))
         return 0;
     long long job, trial;
-    if (target_arg(argc, argv, NULL, "stop tTRIAL", 't', &job, &trial)) return 2;
+    if (target_arg(argc, argv, NULL, "stop tTRIAL", 't', &job, &trial)) return BF_EX_USAGE;
     ctl_conn *c;
     if (connect_or_say(&c)) return 1;
     json_t *r;
@@ -701,7 +702,7 @@ int bfctl_wait(int argc, char **argv) {
                     "completed, 1 when any failed or was cancelled"))
         return 0;
     long long job, trial;
-    if (target_arg(argc, argv, NULL, "wait JOB", 'j', &job, &trial)) return 2;
+    if (target_arg(argc, argv, NULL, "wait JOB", 'j', &job, &trial)) return BF_EX_USAGE;
     ctl_conn *c;
     if (connect_or_say(&c)) return 1;
     int rc = wait_job(c, job, 0);
@@ -715,12 +716,13 @@ int bfctl_best(int argc, char **argv) {
                     "the job's best trials by its metric (default 5)"))
         return 0;
     long long job, trial, n = 5;
-    if (target_arg(argc, argv, vals, "best JOB [-n N] [--json]", 'j', &job, &trial)) return 2;
+    if (target_arg(argc, argv, vals, "best JOB [-n N] [--json]", 'j', &job, &trial))
+        return BF_EX_USAGE;
     for (int i = 1; i + 1 < argc; i++)
         if (!strcmp(argv[i], "-n")) n = atoll(argv[i + 1]);
     if (n < 1 || n > 1000) {
         fprintf(stderr, "bfctl best: -n must be in [1, 1000]\n");
-        return 2;
+        return BF_EX_USAGE;
     }
     ctl_conn *c;
     if (connect_or_say(&c)) return 1;
@@ -749,7 +751,7 @@ int bfctl_logs(int argc, char **argv) {
                     "a trial's log (its workers' stdout and stderr); -f follows it"))
         return 0;
     long long job, trial;
-    if (target_arg(argc, argv, NULL, "logs tTRIAL [-f]", 't', &job, &trial)) return 2;
+    if (target_arg(argc, argv, NULL, "logs tTRIAL [-f]", 't', &job, &trial)) return BF_EX_USAGE;
     int follow = has_opt(argc, argv, "-f");
     ctl_conn *c;
     if (connect_or_say(&c)) return 1;
@@ -793,7 +795,7 @@ int bfctl_daemon(int argc, char **argv) {
     const char *sub = positional(argc, argv, NULL);
     if (!sub || strcmp(sub, "status") != 0) {
         fprintf(stderr, "usage: bfctl daemon status [--json]\n");
-        return 2;
+        return BF_EX_USAGE;
     }
     ctl_conn *c;
     if (connect_or_say(&c)) return 1;

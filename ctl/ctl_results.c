@@ -350,7 +350,7 @@ int bfctl_export(int argc, char **argv) {
         if (argv[i][0] == '-' && strcmp(argv[i], "--csv") && strcmp(argv[i], "--json")) job = 0;
     if (job < 1 || csv + json != 1) {
         fputs(usage, stderr);
-        return 2;
+        return BF_EX_USAGE;
     }
     ctl_conn *c;
     char err[2048];
@@ -423,7 +423,7 @@ int bfctl_results(int argc, char **argv) {
         if (argv[i][0] == '-' && strcmp(argv[i], "--json")) job = 0;
     if (job < 1) {
         fputs(usage, stderr);
-        return 2;
+        return BF_EX_USAGE;
     }
     ctl_conn *c;
     char err[2048];

@@ -13,6 +13,7 @@
 #include <zmq.h>
 
 #include "daemon/bfd.h"
+#include "common/errbuf.h"
 
 static const char *USAGE =
     "usage: bfd [options]            run the coordinator (foreground, log on stderr)\n"
@@ -109,7 +110,7 @@ static int keygen(const char *home, const char *client) {
               *c == '-' || *c == '_' || *c == '.') ||
             strlen(name) > 64) {
             fprintf(stderr, "bfd keygen: NAME must be 1-64 of letters, digits, - _ .\n");
-            return 2;
+            return BF_EX_USAGE;
         }
     snprintf(p, sizeof p, "%s/%s.key", dir, name);
     if (write_key(p, sec, 0600)) return 1;
@@ -146,7 +147,7 @@ int main(int argc, char **argv) {
             quiet = 1;
         } else {
             fprintf(stderr, "bfd: unknown or incomplete option '%s'\n\n%s", a, USAGE);
-            return 2;
+            return BF_EX_USAGE;
         }
     }
     bfd_opts o;
@@ -157,7 +158,7 @@ int main(int argc, char **argv) {
     if (tcp) {
         if (strlen(tcp) >= sizeof o.tcp) {
             fprintf(stderr, "bfd: --tcp value too long\n");
-            return 2;
+            return BF_EX_USAGE;
         }
         snprintf(o.tcp, sizeof o.tcp, "%s", tcp);
     }

@@ -47,6 +47,13 @@ typedef struct ctx {
     sweep_errors *errs;
     sweep_spec *spec;
     yaml_node_t *root, *base_node;
+    /* positions of metric.name and early_stop.metric (0: not given) */
+    size_t metric_line, metric_col, es_line, es_col;
+    /* config keys set at top level, for duplicates between a section and a
+     * dotted key (`model: {layers: 1}` and `model.layers: 2`) */
+    char top_key[128][128];
+    size_t top_line[128], top_col[128];
+    int n_top;
 } ctx;
 
 static void err_at(ctx *x, const yaml_node_t *n, const char *fmt, ...) {
@@ -311,6 +318,7 @@ static void parse_metric(ctx *x, yaml_node_t *v) {
         if (key_is_dup(x, v, p)) continue;
         yaml_node_t *k = node(x, p->key), *val = node(x, p->value);
         if (strcmp(sval(k), "name") == 0) {
+            x->metric_line = val->start_mark.line + 1, x->metric_col = val->start_mark.column + 1;
             have_name =
                 get_name(x, val, "metric.name", s->metric_name, sizeof s->metric_name, "/_.-") == 0;
         } else if (strcmp(sval(k), "goal") == 0) {
@@ -386,6 +394,7 @@ static void parse_early_stop(ctx *x, yaml_node_t *v) {
             int m = get_choice(x, val, "early_stop.method", methods);
             if (m >= 0) s->early_stop.method = (sweep_stop_method)m;
         } else if (strcmp(key, "metric") == 0) {
+            x->es_line = val->start_mark.line + 1, x->es_col = val->start_mark.column + 1;
             get_name(x, val, "early_stop.metric", s->early_stop.metric, sizeof s->early_stop.metric,
                      "/_.-");
         } else if (strcmp(key, "min_steps") == 0) {
@@ -950,6 +959,7 @@ typedef struct vstate {
     char *first_params[MAX_DISTINCT];
     int n;
     long long n_bad;
+    unsigned char *effective; /* per swept key: it changes some trial's run */
 } vstate;
 
 /* The node a validation message points at: the swept key it names, or that
@@ -971,6 +981,14 @@ static void msg_position(ctx *x, const char *msg, size_t *line, size_t *col) {
             return;
         }
     }
+    if (strcmp(key, "metric.name") == 0 && x->metric_line) {
+        *line = x->metric_line, *col = x->metric_col;
+        return;
+    }
+    if (strcmp(key, "early_stop.metric") == 0 && x->es_line) {
+        *line = x->es_line, *col = x->es_col;
+        return;
+    }
     if (!cfg_key_known(key)) return;
     for (int p = 0; p < x->spec->n_params; p++)
         if (strcmp(x->spec->params[p].key, key) == 0) {
@@ -985,10 +1003,39 @@ static void msg_position(ctx *x, const char *msg, size_t *line, size_t *col) {
     }
 }
 
+/* 0 when the swept key changes nothing in trial config c: the head budget
+ * keys outside a budgetformer run with budget.enabled. */
+static int key_has_effect(const char *key, const bf_config *c) {
+    if (strncmp(key, "budget.", 7) != 0) return 1;
+    if (strcmp(c->pipeline, "budgetformer") != 0) return 0;
+    return strcmp(key, "budget.enabled") == 0 || c->budget.enabled;
+}
+
 static int validate_trial(void *ud, const sweep_trial *t) {
     vstate *v = ud;
-    char err[2048];
-    if (cfg_validate(t->config, err, sizeof err) == 0) return 0;
+    sweep_spec *s = v->x->spec;
+    char err[4096];
+    for (int p = 0; v->effective && p < s->n_params; p++)
+        if (key_has_effect(s->params[p].key, t->config)) v->effective[p] = 1;
+    int bad = cfg_validate(t->config, err, sizeof err) != 0;
+    /* the job's metric must be one the trial writes */
+    const char *mnames[2] = {s->metric_name, s->early_stop.metric};
+    const char *mkeys[2] = {"metric.name", "early_stop.metric"};
+    for (int i = 0; i < 2; i++) {
+        char list[1024];
+        if (!mnames[i][0] || cfg_metric_produced(t->config, mnames[i], list, sizeof list)) continue;
+        if (i == 1 && strcmp(mnames[1], mnames[0]) == 0) continue; /* said once */
+        size_t l = bad ? strlen(err) : 0;
+        snprintf(err + l, sizeof err - l,
+                 "%s%s '%s' is never written by pipeline %s%s; it writes: %s", bad ? "\n" : "",
+                 mkeys[i], mnames[i], t->config->pipeline,
+                 strcmp(t->config->pipeline, "budgetformer") == 0 && !t->config->budget.enabled
+                     ? " with budget.enabled false"
+                     : "",
+                 list);
+        bad = 1;
+    }
+    if (!bad) return 0;
     v->n_bad++;
     /* one message per cross-key problem (one per line from cfg_validate) */
     char *save = NULL;
@@ -1018,7 +1065,20 @@ static void validate_trials(ctx *x) {
     v.x = x;
     char err[256];
     long long n = s->is_sweep ? s->n_trials : 1;
+    v.effective = s->n_params ? calloc((size_t)s->n_params, 1) : NULL;
     expand_impl(s, 0, validate_trial, &v, err, sizeof err);
+    for (int p = 0; v.effective && p < s->n_params; p++) {
+        if (v.effective[p]) continue;
+        char full[MSG_MAX + 600];
+        snprintf(full, sizeof full,
+                 "%s:%d:%d: %s is swept but changes nothing: %s; every value trains the same "
+                 "run (sweep it with pipeline budgetformer and budget.enabled: true, or drop it)",
+                 x->file, s->params[p].line, s->params[p].col, s->params[p].key,
+                 strcmp(s->base.pipeline, "budgetformer") != 0 ? "this pipeline has no head budget"
+                                                               : "budget.enabled is false");
+        errs_add(x->errs, full);
+    }
+    free(v.effective);
     for (int j = 0; j < v.n; j++) {
         size_t line, col;
         msg_position(x, v.msg[j], &line, &col);
@@ -1066,6 +1126,25 @@ static void default_name(sweep_spec *s, const char *file) {
         s->name[w++] = (isalnum((unsigned char)*b) || *b == '-' || *b == '_') ? *b : '_';
     if (w == 0) s->name[w++] = 'j', s->name[w++] = 'o', s->name[w++] = 'b';
     s->name[w] = '\0';
+}
+
+/* Records that config key `key` is set at top level at node n; reports a
+ * second setting of it (a section and a dotted key naming the same key), with
+ * the worker's wording. Returns 1 for a duplicate. */
+static int top_dup(ctx *x, const char *key, const yaml_node_t *n) {
+    for (int i = 0; i < x->n_top; i++)
+        if (strcmp(x->top_key[i], key) == 0) {
+            err_at(x, n, "duplicate key '%s' (first set at line %zu, column %zu)", key,
+                   x->top_line[i], x->top_col[i]);
+            return 1;
+        }
+    if (x->n_top < (int)(sizeof x->top_key / sizeof x->top_key[0])) {
+        snprintf(x->top_key[x->n_top], sizeof x->top_key[0], "%s", key);
+        x->top_line[x->n_top] = n->start_mark.line + 1;
+        x->top_col[x->n_top] = n->start_mark.column + 1;
+        x->n_top++;
+    }
+    return 0;
 }
 
 static void load_doc(ctx *x) {
@@ -1141,7 +1220,8 @@ static void load_doc(ctx *x) {
                 char err[MSG_MAX];
                 /* sections report every error through a one-key mapping load */
                 if (cfg_key_known(key)) {
-                    if (cfg_set_node(&s->base, key, x->doc, v, x->file, err, sizeof err) < 0)
+                    if (!top_dup(x, key, k) &&
+                        cfg_set_node(&s->base, key, x->doc, v, x->file, err, sizeof err) < 0)
                         errs_add(x->errs, err);
                 } else {
                     yaml_document_t *d = x->doc;
@@ -1159,8 +1239,8 @@ static void load_doc(ctx *x) {
                             /* position at the key, with the schema's suggestion */
                             if (cfg_set_node(&s->base, fk, d, qk, x->file, err, sizeof err) < 0)
                                 errs_add(x->errs, err);
-                        } else if (cfg_set_node(&s->base, fk, d, qv, x->file, err, sizeof err) <
-                                   0) {
+                        } else if (!top_dup(x, fk, qk) && cfg_set_node(&s->base, fk, d, qv, x->file,
+                                                                       err, sizeof err) < 0) {
                             errs_add(x->errs, err);
                         }
                     }
@@ -1252,7 +1332,9 @@ int sweep_load_string(const char *text, size_t len, const char *file, sweep_spec
         default_name(s, file);
         s->resources.ranks = 1;
         s->resources.cpus_per_rank = 1;
-        ctx x = {&doc, file, errs, s, root, NULL};
+        ctx x;
+        memset(&x, 0, sizeof x);
+        x.doc = &doc, x.file = file, x.errs = errs, x.spec = s, x.root = root;
         load_doc(&x);
         /* cross-key checks per trial, only once every key parsed */
         if (errs->total == before) validate_trials(&x);

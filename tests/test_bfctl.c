@@ -109,7 +109,7 @@ Test(bfctl, invalid_sweeps_exit_nonzero_with_every_error) {
              write_file("c.yaml", "pipeline: lm\nmodel: {layers: 2}\n"));
     cr_assert_eq(run(args, out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "single run, 1 trial\n"), "%s", out);
-    cr_assert_eq(run("expand", out, sizeof out), 2);
+    cr_assert_eq(run("expand", out, sizeof out), 64);
 }
 
 Test(bfctl, help_and_unknown_commands) {
@@ -118,8 +118,23 @@ Test(bfctl, help_and_unknown_commands) {
     cr_assert(strstr(out, "validate SWEEP.yaml") && strstr(out, "expand SWEEP.yaml"), "%s", out);
     cr_assert_eq(run("validate --help", out, sizeof out), 0);
     cr_assert(strstr(out, "usage: bfctl validate"), "%s", out);
-    cr_assert_eq(run("frobnicate", out, sizeof out), 2);
+    cr_assert_eq(run("frobnicate", out, sizeof out), 64);
     cr_assert(strstr(out, "unknown command 'frobnicate'"), "%s", out);
     cr_assert_eq(run("keys --markdown", out, sizeof out), 0);
     cr_assert(strstr(out, "| `model.layers` | integer | `4` | [1, 64] |"), "%s", out);
+}
+
+Test(bfctl, validate_json_and_usage_exit_64) {
+    static char out[1 << 16];
+    const char *bad = write_file("bad.yaml", "pipeline: lm\nmetric: {name: val/acc, goal: max}\n");
+    char args[1024];
+    snprintf(args, sizeof args, "validate --json examples/lm.yaml %s", bad);
+    cr_assert_eq(run(args, out, sizeof out), 1, "%s", out);
+    cr_assert(strstr(out, "\"file\": \"examples/lm.yaml\"") && strstr(out, "\"ok\": true") &&
+                  strstr(out, "\"ok\": false") && strstr(out, "never written by pipeline lm"),
+              "%s", out);
+    cr_assert_null(strstr(out, "cannot open"), "--json read as a file: %s", out);
+    cr_assert_eq(run("validate --jsn examples/lm.yaml", out, sizeof out), 64, "%s", out);
+    cr_assert(strstr(out, "unknown option '--jsn'"), "%s", out);
+    cr_assert_eq(run("validate", out, sizeof out), 64);
 }

@@ -290,7 +290,77 @@ Test(cfg, multiple_errors_counted) {
     bf_config c;
     char err[1024];
     cr_assert_eq(load("model.layers: x\ntrain.lr: y\nfoo: 1\n", &c, err, sizeof err), -1);
-    cr_assert(strstr(err, ":1:15: model.layers") && strstr(err, "(and 2 more errors)"), "%s", err);
+    /* every error, one per line, as bfctl validate shows them */
+    cr_assert(strstr(err, ":1:15: model.layers") && strstr(err, ":2:11: train.lr") &&
+                  strstr(err, ":3:1: unknown key 'foo'"),
+              "%s", err);
+    cr_assert_eq(strchr(strchr(err, '\n') + 1, '\n') != NULL, 1, "three lines: %s", err);
+    cr_assert_null(strstr(err, "more errors"), "%s", err);
+}
+
+Test(cfg, second_document_and_deep_nesting_are_refused) {
+    ASSERT_ERR("model.layers: 2\n---\nmodel.layers: 3\n", "2:1", "a second YAML document");
+    char deep[400] = "model.layers: ";
+    for (int i = 0; i < 100; i++) strcat(deep, "[");
+    for (int i = 0; i < 100; i++) strcat(deep, "]");
+    strcat(deep, "\n");
+    ASSERT_ERR(deep, "1:78", "nesting deeper than 64 levels; refused");
+    bf_config c;
+    char err[256];
+    cfg_defaults(&c);
+    cr_assert_eq(cfg_set(&c, "model.layers=2\n---\n3", err, sizeof err), -1);
+    cr_assert(strstr(err, "more than one YAML document"), "%s", err);
+}
+
+/* validate and the worker share one check: data keys the pipeline would not
+ * read, the tokenizer's vocabulary range */
+Test(cfg, validate_refuses_data_keys_the_pipeline_ignores) {
+    bf_config c;
+    char err[2048];
+    struct {
+        const char *pipeline, *key, *value, *needle;
+    } cases[] = {
+        {"lm", "data.set", "wordnet", "data.set 'wordnet' is not a text corpus"},
+        {"lm", "data.train", "a.tsv", "data.train is a TSV split for pipeline budgetformer"},
+        {"lm", "data.test", "a.tsv", "data.test is a TSV split"},
+        {"lm", "data.val_fraction", "0", "data.val_fraction is 0"},
+        {"budgetformer", "data.set", "kjv", "data.set 'kjv' is not a text classification set"},
+        {"budgetformer", "data.path", "a.txt", "data.path is the lm corpus"},
+        {"budgetformer", "data.val", "v.tsv", "data.val is given without data.train"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cfg_defaults(&c);
+        snprintf(c.pipeline, sizeof c.pipeline, "%s", cases[i].pipeline);
+        char a[128];
+        snprintf(a, sizeof a, "%s=%s", cases[i].key, cases[i].value);
+        cr_assert_eq(cfg_set(&c, a, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(cfg_validate(&c, err, sizeof err), -1, "%s %s accepted", cases[i].pipeline, a);
+        cr_assert(strstr(err, cases[i].needle), "%s: %s", a, err);
+    }
+    cfg_defaults(&c);
+    strcpy(c.pipeline, "lm");
+    cr_assert_eq(cfg_set(&c, "data.path=corpus.txt", err, sizeof err), 0);
+    cr_assert_eq(cfg_validate(&c, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(cfg_set(&c, "model.vocab=8", err, sizeof err), -1);
+    cr_assert(strstr(err, "valid range is [16, 1000000]"), "%s", err);
+    cr_assert_eq(cfg_set(&c, "model.vocab=1000001", err, sizeof err), -1);
+}
+
+Test(cfg, metric_names_follow_the_pipeline) {
+    bf_config c;
+    char list[1024];
+    cfg_defaults(&c);
+    strcpy(c.pipeline, "lm");
+    cr_assert(cfg_metric_produced(&c, "val/ppl", list, sizeof list));
+    cr_assert(!cfg_metric_produced(&c, "val/acc", NULL, 0));
+    cr_assert(strstr(list, "val/loss") && !strstr(list, "acc"), "%s", list);
+    strcpy(c.pipeline, "budgetformer");
+    c.budget.enabled = 1;
+    cr_assert(cfg_metric_produced(&c, "val/acc", NULL, 0));
+    cr_assert(cfg_metric_produced(&c, "val/corr_s_len", NULL, 0));
+    c.budget.enabled = 0;
+    cr_assert(!cfg_metric_produced(&c, "val/corr_s_len", NULL, 0));
+    cr_assert(!cfg_metric_produced(&c, "val/ppl", NULL, 0));
 }
 
 Test(cfg, aliases_work_and_bombs_are_refused) {

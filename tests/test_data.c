@@ -141,8 +141,8 @@ Test(tsv, malformed_lines_name_file_and_line) {
     expect_bad_line3("c\ta\tb\tc", 7, "too many fields");
     expect_bad_line3("c\ta\tb", 5, "3 fields, but line 1 has 2");
     expect_bad_line3("\tsome text", 10, "empty label");
-    expect_bad_line3("c\tbad \xC3\x28 utf8", 14, "invalid UTF-8");
-    expect_bad_line3("c\tover\xED\xA0\x80long", 14, "invalid UTF-8"); /* surrogate */
+    expect_bad_line3("c\tbad \xC3\x28 utf8", 13, "invalid UTF-8");
+    expect_bad_line3("c\tover\xED\xA0\x80long", 13, "invalid UTF-8"); /* surrogate */
     size_t n = DATA_MAX_LINE + 10;
     char *big = malloc(n);
     memset(big, 'x', n);
@@ -180,6 +180,34 @@ Test(tsv, utf8_validator) {
 }
 
 /* ---- text corpora ------------------------------------------------------- */
+
+/* what editors and other tools leave in a TSV: a BOM, spaces around a label,
+ * trailing blank lines (accepted, consistently); a NUL byte (refused with
+ * FILE:LINE, not a silently cut text) */
+Test(tsv, bom_spaces_blank_tail_and_nul) {
+    const char *p = tpath("e.tsv");
+    write_str(p, "\xEF\xBB\xBFpos\tgood film\npos \tfine\n neg\tdull\n\n\r\n  \n");
+    data_tsv_t *d = NULL;
+    char err[512];
+    cr_assert_eq(data_tsv_load(p, NULL, &d, err, sizeof err), DATA_OK, "%s", err);
+    cr_assert_eq(d->n, 3);
+    cr_assert_eq(d->n_classes, 2, "classes: %s, %s, ...", d->class_names[0],
+                 d->n_classes > 1 ? d->class_names[1] : "");
+    cr_assert_str_eq(d->class_names[0], "neg");
+    cr_assert_str_eq(d->class_names[1], "pos");
+    cr_assert_eq(d->label[0], 1);
+    cr_assert_eq(d->label[1], 1);
+    data_tsv_destroy(&d);
+    write_bytes(p, "a\tone\nb\ttw\0o\n", 15);
+    cr_assert_eq(data_tsv_load(p, NULL, &d, err, sizeof err), DATA_EFORMAT);
+    cr_assert(strstr(err, "e.tsv:2: NUL byte at column 5"), "%s", err);
+    write_str(p, "a\tone\n\nb\ttwo\n");
+    cr_assert_eq(data_tsv_load(p, NULL, &d, err, sizeof err), DATA_EFORMAT);
+    cr_assert(strstr(err, "e.tsv:2: empty line"), "%s", err);
+    write_str(p, "\n\n  \n");
+    cr_assert_eq(data_tsv_load(p, NULL, &d, err, sizeof err), DATA_EFORMAT);
+    cr_assert(strstr(err, "only blank lines"), "%s", err);
+}
 
 TestSuite(text, .init = mk_tmp, .fini = rm_tmp);
 

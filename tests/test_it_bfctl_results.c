@@ -338,11 +338,11 @@ Test(bfctl_results, table_json_and_export) {
     free(out);
 
     /* usage errors and an unknown job */
-    cr_assert_eq(bfctl(&out, 1, "export %lld", job), 2, "%s", out);
+    cr_assert_eq(bfctl(&out, 1, "export %lld", job), 64, "%s", out);
     free(out);
-    cr_assert_eq(bfctl(&out, 1, "export %lld --csv --json", job), 2, "%s", out);
+    cr_assert_eq(bfctl(&out, 1, "export %lld --csv --json", job), 64, "%s", out);
     free(out);
-    cr_assert_eq(bfctl(&out, 1, "results"), 2, "%s", out);
+    cr_assert_eq(bfctl(&out, 1, "results"), 64, "%s", out);
     free(out);
     cr_assert_eq(bfctl(&out, 1, "results 999"), 1, "%s", out);
     cr_assert(strstr(out, "not_found"), "%s", out);

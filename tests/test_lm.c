@@ -340,6 +340,32 @@ Test(lm, bfworker_generate_end_to_end, .timeout = 60) {
     rc = run_cmd(cmd, g1, sizeof g1);
     cr_expect_eq(rc, 1, "missing checkpoint gave status %d:\n%s", rc, g1);
 
+    /* a repeated option keeps its last value, as --set does */
+    snprintf(cmd, sizeof cmd,
+             "%s/bfworker generate %s/run --prompt 'and the king' --tokens 3 --tokens 12 "
+             "--temperature 0 2>&1",
+             BF_BIN_DIR, dir);
+    cr_assert_eq(run_cmd(cmd, g2, sizeof g2), 0, "%s", g2);
+    snprintf(cmd, sizeof cmd,
+             "%s/bfworker generate %s/run --prompt 'and the king' --tokens 12 --temperature 0 2>&1",
+             BF_BIN_DIR, dir);
+    cr_assert_eq(run_cmd(cmd, g1, sizeof g1), 0, "%s", g1);
+    cr_expect_str_eq(g1, g2, "--tokens 3 --tokens 12 is not --tokens 12");
+    /* eval: the shape is the checkpoint's; an lm run has no test split */
+    snprintf(cmd, sizeof cmd, "%s/bfworker eval %s/run --set model.heads=1 2>&1", BF_BIN_DIR, dir);
+    rc = run_cmd(cmd, g1, sizeof g1);
+    cr_expect_eq(rc, 64, "a shape override gave status %d:\n%s", rc, g1);
+    cr_expect(strstr(g1, "--set model.heads=1: the checkpoint's model has model.heads 2"), "%s",
+              g1);
+    snprintf(cmd, sizeof cmd, "%s/bfworker eval %s/run --split test 2>&1", BF_BIN_DIR, dir);
+    rc = run_cmd(cmd, g1, sizeof g1);
+    cr_expect_eq(rc, 64, "--split test on an lm run gave status %d:\n%s", rc, g1);
+    cr_expect(strstr(g1, "no test split"), "%s", g1);
+    snprintf(cmd, sizeof cmd, "%s/bfworker eval %s/run --set device=cpu 2>&1", BF_BIN_DIR, dir);
+    rc = run_cmd(cmd, g1, sizeof g1);
+    cr_expect_eq(rc, 0, "eval failed (%d):\n%s", rc, g1);
+    cr_expect(strstr(g1, "split        val"), "%s", g1);
+
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_expect_eq(system(cmd), 0);
 }

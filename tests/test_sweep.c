@@ -344,6 +344,38 @@ Test(sweep, too_many_values_names_the_limit) {
     free(t);
 }
 
+/* bfctl validate refuses what the worker refuses, and what would train the
+ * same run under every value */
+Test(sweep, validate_agrees_with_the_worker) {
+    ASSERT_SWEEP_ERR("model: {layers: 1}\nmodel.layers: 2\n", "2:1",
+                     "duplicate key 'model.layers' (first set at line 1, column 9)");
+    ASSERT_SWEEP_ERR("pipeline: lm\ndata.set: wordnet\n", "2:1",
+                     "data.set 'wordnet' is not a text corpus");
+    ASSERT_SWEEP_ERR("pipeline: budgetformer\ndata: {path: a.txt}\n", "2:8",
+                     "data.path is the lm corpus");
+    ASSERT_SWEEP_ERR("model.vocab: 8\n", "1:14", "valid range is [16, 1000000]");
+    ASSERT_SWEEP_ERR("pipeline: lm\nmetric: {name: val/acc, goal: max}\n", "2:16",
+                     "metric.name 'val/acc' is never written by pipeline lm; it writes: ");
+    ASSERT_SWEEP_ERR("pipeline: budgetformer\nbudget.enabled: false\n"
+                     "metric: {name: val/corr_s_len, goal: max}\n",
+                     "3:16", "with budget.enabled false");
+    ASSERT_SWEEP_ERR("pipeline: lm\nsweep:\n  parameters:\n"
+                     "    budget.range: {values: [[0.1, 0.3], [0.3, 0.6]]}\n",
+                     "4:5", "budget.range is swept but changes nothing: this pipeline has no head");
+    ASSERT_SWEEP_ERR("budget.enabled: false\nsweep:\n  parameters:\n"
+                     "    budget.range: {values: [[0.1, 0.3], [0.3, 0.6]]}\n",
+                     "4:5", "changes nothing: budget.enabled is false");
+    /* swept together with budget.enabled it matters in some trials: fine */
+    sweep_spec *s = NULL;
+    sweep_errors e;
+    cr_assert_eq(load("sweep:\n  parameters:\n    budget.enabled: {values: [true, false]}\n"
+                      "    budget.range: {values: [[0.1, 0.3], [0.3, 0.6]]}\n",
+                      &s, &e),
+                 0, "%s", e.n ? e.msgs[0] : "");
+    sweep_spec_destroy(&s);
+    sweep_errors_free(&e);
+}
+
 Test(sweep, error_unknown_keys_suggest) {
     ASSERT_SWEEP_ERR("sweep:\n  parameters:\n    budget.rnage: {values: [[0.1, 0.3]]}\n", "3:5",
                      "unknown key 'budget.rnage'; did you mean 'budget.range'?");

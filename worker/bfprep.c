@@ -1,6 +1,7 @@
 /* bfprep — prepares the real data sets from their Debian packages and trains
  * tokenizers. Progress goes to stderr; results are written atomically
  * (FILE.tmp, then rename), so an interrupted run leaves no half file. */
+#include "common/errbuf.h"
 #include "worker/data/data.h"
 #include "worker/data/tok.h"
 
@@ -17,15 +18,25 @@
 #define FM_DEFAULT_SRC "/usr/share/datasets/fashion-mnist"
 #define BIBLE_CMD "bible -f gen1:1-rev22:21"
 
+static void vdie(int code, const char *fmt, va_list ap) __attribute__((noreturn));
+static void vdie(int code, const char *fmt, va_list ap) {
+    fputs("bfprep: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    exit(code);
+}
 static void die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 static void die(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fputs("bfprep: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
+    vdie(1, fmt, ap);
+}
+/* A command-line error: exit status BF_EX_USAGE (64), as every bf program. */
+static void die_usage(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+static void die_usage(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vdie(BF_EX_USAGE, fmt, ap);
 }
 
 static double now_s(void) {
@@ -102,7 +113,7 @@ static void out_close(outfile *o) {
 
 /* Option parsing: --name VALUE pairs after the command. */
 static const char *opt_value(int argc, char **argv, int *i) {
-    if (*i + 1 >= argc) die("%s needs a value (see bfprep --help)", argv[*i]);
+    if (*i + 1 >= argc) die_usage("%s needs a value (see bfprep --help)", argv[*i]);
     return argv[++*i];
 }
 
@@ -111,7 +122,7 @@ static long parse_long(const char *s, const char *what, long lo, long hi) {
     errno = 0;
     long v = strtol(s, &end, 10);
     if (errno || end == s || *end || v < lo || v > hi)
-        die("%s '%s': expected an integer in [%ld, %ld]", what, s, lo, hi);
+        die_usage("%s '%s': expected an integer in [%ld, %ld]", what, s, lo, hi);
     return v;
 }
 
@@ -185,7 +196,7 @@ static int cmd_wordnet(int argc, char **argv) {
         else if (!strcmp(argv[i], "--min-class"))
             min_class = parse_long(opt_value(argc, argv, &i), "--min-class", 1, 1000000000);
         else
-            die("wordnet: unknown option '%s' (valid: --src, --out, --min-class)", argv[i]);
+            die_usage("wordnet: unknown option '%s' (valid: --src, --out, --min-class)", argv[i]);
     }
     double t0 = now_s();
     FILE *f = fopen(src, "r");
@@ -323,7 +334,7 @@ static int cmd_kjv(int argc, char **argv) {
         if (!strcmp(argv[i], "--out"))
             out = opt_value(argc, argv, &i);
         else
-            die("kjv: unknown option '%s' (valid: --out)", argv[i]);
+            die_usage("kjv: unknown option '%s' (valid: --out)", argv[i]);
     }
     double t0 = now_s();
     char dir[4096], path[4096];
@@ -404,7 +415,7 @@ static int cmd_fashion(int argc, char **argv) {
         else if (!strcmp(argv[i], "--out"))
             out = opt_value(argc, argv, &i);
         else
-            die("fashion-mnist: unknown option '%s' (valid: --src, --out)", argv[i]);
+            die_usage("fashion-mnist: unknown option '%s' (valid: --src, --out)", argv[i]);
     }
     double t0 = now_s();
     char dir[4096];
@@ -537,7 +548,7 @@ static int cmd_tokenizer(int argc, char **argv) {
             char *end;
             val_fraction = strtod(v, &end);
             if (end == v || *end || !(val_fraction >= 0 && val_fraction < 1))
-                die("--val-fraction '%s': expected a number in [0, 1)", v);
+                die_usage("--val-fraction '%s': expected a number in [0, 1)", v);
         } else if (!strcmp(argv[i], "--type")) {
             const char *v = opt_value(argc, argv, &i);
             if (!strcmp(v, "unigram"))
@@ -545,12 +556,13 @@ static int cmd_tokenizer(int argc, char **argv) {
             else if (!strcmp(v, "bpe"))
                 o.kind = TOK_BPE;
             else
-                die("--type '%s': expected unigram or bpe", v);
+                die_usage("--type '%s': expected unigram or bpe", v);
         } else if (!strcmp(argv[i], "--eval")) {
             if (n_evals == 16) die("at most 16 --eval files");
             evals[n_evals++] = opt_value(argc, argv, &i);
         } else {
-            die("tokenizer: unknown option '%s' (valid: --input, --vocab, --out, --type, --format, "
+            die_usage(
+                "tokenizer: unknown option '%s' (valid: --input, --vocab, --out, --type, --format, "
                 "--val-fraction, --byte-fallback, --eval, --verbose)",
                 argv[i]);
         }
@@ -558,7 +570,7 @@ static int cmd_tokenizer(int argc, char **argv) {
     if (!input || !prefix || !o.vocab)
         die("tokenizer: --input, --vocab and --out are required (see bfprep --help)");
     if (format && strcmp(format, "tsv") && strcmp(format, "text"))
-        die("--format '%s': expected text or tsv", format);
+        die_usage("--format '%s': expected text or tsv", format);
     int is_tsv = format ? !strcmp(format, "tsv") : ends_with(input, ".tsv");
     o.prefix = prefix;
     const char **s;
@@ -593,7 +605,7 @@ static int cmd_tokenizer(int argc, char **argv) {
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
-        return 2;
+        return BF_EX_USAGE;
     }
     const char *c = argv[1];
     for (int i = 1; i < argc; i++)
@@ -607,5 +619,5 @@ int main(int argc, char **argv) {
     if (!strcmp(c, "tokenizer")) return cmd_tokenizer(argc, argv);
     fprintf(stderr,
             "bfprep: unknown command '%s' (valid: wordnet, kjv, fashion-mnist, tokenizer)\n", c);
-    return 2;
+    return BF_EX_USAGE;
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common/cfg.h"
+#include "common/errbuf.h"
 #include "kernels/bk.h"
 #include "worker/ckpt.h"
 #include "worker/comm.h"
@@ -19,7 +20,7 @@
 #include "worker/run_trial.h"
 #include "worker/pipelines/train.h"
 
-enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 64, EXIT_PREEMPTED = 75 };
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = BF_EX_USAGE, EXIT_PREEMPTED = 75 };
 
 static volatile sig_atomic_t stop_requested = 0;
 static void on_term(int sig) {
@@ -74,10 +75,13 @@ static int load_config(bf_config *c, const char *path, int argc, char **argv, in
     return cfg_validate(c, err, errlen);
 }
 
+/* The value of option `name`; when it is given more than once the last one
+ * counts, as with --set. */
 static const char *opt_value(int argc, char **argv, int from, const char *name) {
+    const char *v = NULL;
     for (int i = from; i < argc - 1; i++)
-        if (strcmp(argv[i], name) == 0) return argv[i + 1];
-    return NULL;
+        if (strcmp(argv[i], name) == 0) v = argv[++i];
+    return v;
 }
 
 static int has_flag(int argc, char **argv, int from, const char *name) {
@@ -227,12 +231,31 @@ static int open_checkpoint(int argc, char **argv, ckpt_state *s, bf_config *c, c
         ckpt_free(s);
         return EXIT_FAIL;
     }
+    bf_config stored = *c;
     for (int i = 3; i < argc; i++)
         if (strcmp(argv[i], "--set") == 0 && i + 1 < argc && cfg_set(c, argv[++i], err, errlen)) {
             fprintf(stderr, "bfworker: %s\n", err);
             ckpt_free(s);
             return EXIT_USAGE;
         }
+    /* the weights fix the model's shape: an override of it would build
+     * another model (refused at load, or worse, loaded into the wrong one) */
+    static const char *const shape[] = {"pipeline",      "model.layers",  "model.d_model",
+                                        "model.heads",   "model.seq_len", "model.vocab",
+                                        "attn.out_proj", "budget.enabled"};
+    for (size_t k = 0; k < sizeof shape / sizeof shape[0]; k++) {
+        char was[256], now[256];
+        cfg_format_value(&stored, shape[k], was, sizeof was);
+        cfg_format_value(c, shape[k], now, sizeof now);
+        if (strcmp(was, now) != 0) {
+            fprintf(stderr,
+                    "bfworker: --set %s=%s: the checkpoint's model has %s %s, and its shape "
+                    "cannot change (as with --resume); override device, data.* or train.batch\n",
+                    shape[k], now, shape[k], was);
+            ckpt_free(s);
+            return EXIT_USAGE;
+        }
+    }
     return 0;
 }
 
@@ -273,6 +296,13 @@ static int cmd_eval(int argc, char **argv) {
     }
     be->to_device(m.P.data, s.params, s.n_params * sizeof(float));
     int sp = split && strcmp(split, "val") == 0 ? 0 : 1;
+    if (split && sp == 1 && (!d.n_classes || !d.test)) {
+        snprintf(err, sizeof err, "--split test: this run has no test split (%s); use --split val",
+                 d.n_classes ? "its data has no data.test file"
+                             : "an lm corpus is split into train and val by data.val_fraction");
+        rc = EXIT_USAGE;
+        goto done;
+    }
     if (sp == 1 && !d.test && d.n_classes) sp = 0;
     eval_result e;
     const char *samples_path = opt_value(argc, argv, 3, "--samples");
@@ -285,7 +315,11 @@ static int cmd_eval(int argc, char **argv) {
         fputs("s_mean\ttokens\tloss\tcorrect\n", samples);
     }
     int erc = train_evaluate(&m, &c, &d, d.n_classes ? sp : 1, &e, samples, err, sizeof err);
-    if (samples) fclose(samples);
+    /* a write that failed (a full disk) is an error, not a silent exit 0 */
+    if (samples && (ferror(samples) | fclose(samples)) && !erc) {
+        snprintf(err, sizeof err, "writing %s failed (disk full?)", samples_path);
+        erc = -1;
+    }
     if (erc) goto done;
     const char *name = d.n_classes ? (sp ? "test" : "val") : "val";
     printf("split        %s\n", name);

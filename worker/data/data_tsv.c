@@ -163,6 +163,22 @@ int data_tsv_load(const char *path, const data_tsv_t *labels_from, data_tsv_t **
     const char *expect = "label<TAB>text or label<TAB>text_a<TAB>text_b";
     size_t pos = 0, line = 0;
     int fields_first = 0;
+    /* a UTF-8 byte order mark (editors on Windows write one) is not part of
+     * the first label */
+    if (len >= 3 && memcmp(buf, "\xEF\xBB\xBF", 3) == 0) pos = 3;
+    /* blank lines at the end of the file (an editor's trailing newline or
+     * two) end the data; a blank line inside it is still an error */
+    size_t end = len;
+    while (end > pos && (buf[end - 1] == '\n' || buf[end - 1] == '\r' || buf[end - 1] == ' ' ||
+                         buf[end - 1] == '\t'))
+        end--;
+    if (end == pos) {
+        rc = data_fail(err, errlen, DATA_EFORMAT,
+                       "%s: no data (only blank lines); expected lines of label<TAB>text", path);
+        goto fail;
+    }
+    while (end < len && buf[end] != '\n') end++; /* keep the last line's trailing blanks */
+    len = end;
     while (pos < len) {
         line++;
         char *s = buf + pos;
@@ -170,6 +186,13 @@ int data_tsv_load(const char *path, const data_tsv_t *labels_from, data_tsv_t **
         size_t l = nl ? (size_t)(nl - s) : len - pos;
         pos += l + (nl ? 1 : 0);
         if (l > 0 && s[l - 1] == '\r') l--;
+        const char *nul = memchr(s, '\0', l);
+        if (nul) {
+            rc = data_fail(err, errlen, DATA_EFORMAT,
+                           "%s:%zu: NUL byte at column %zu; lines must be text", path, line,
+                           (size_t)(nul - s) + 1);
+            goto fail;
+        }
         s[l] = 0;
         if (l > DATA_MAX_LINE) {
             rc = data_fail(err, errlen, DATA_EFORMAT,
@@ -216,6 +239,9 @@ int data_tsv_load(const char *path, const data_tsv_t *labels_from, data_tsv_t **
                            fields_first == 2 ? "label<TAB>text" : "label<TAB>text_a<TAB>text_b");
             goto fail;
         }
+        /* spaces around a label are not part of it ("pos " is class "pos") */
+        while (*f[0] == ' ') f[0]++;
+        for (size_t k = strlen(f[0]); k > 0 && f[0][k - 1] == ' '; k--) f[0][k - 1] = 0;
         if (!*f[0]) {
             rc = data_fail(err, errlen, DATA_EFORMAT, "%s:%zu: empty label; expected %s", path,
                            line, expect);
