@@ -234,6 +234,9 @@ int bfctl_expand(int argc, char **argv) {
                (s->is_sweep ? s->n_trials : 1) == 1 ? "" : "s", s->metric_name,
                s->metric_maximize ? "max" : "min");
     }
+    if (s->is_sweep && s->method == SWEEP_TPE)
+        fprintf(stderr, "bfctl expand: tpe proposes its trials while the job runs; listed here are "
+                        "random draws from the same parameter specs, as validation checks them\n");
     char err[512];
     int rc = sweep_expand(s, print_trial, &o, err, sizeof err);
     if (o.json) printf("\n]}\n");

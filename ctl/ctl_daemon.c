@@ -634,6 +634,7 @@ int bfctl_show(int argc, char **argv) {
         printf("trial %lld (job %lld, index %lld): %s, %lld attempt%s, config %s\nlog: %s\n", trial,
                jint(r, "job"), jint(r, "index"), jstr(r, "state"), jint(r, "attempts"),
                jint(r, "attempts") == 1 ? "" : "s", jstr(r, "hash"), jstr(r, "log"));
+        if (*jstr(r, "reason")) printf("early stop: %s\n", jstr(r, "reason"));
         printf("config:\n%s", jstr(r, "config"));
     }
     json_decref(r);

@@ -845,6 +845,7 @@ static void ctl_trial(bfd *d, void *s, proto_msg *m) {
                   (json_int_t)t.job_id, "index", (json_int_t)t.index, "state",
                   store_state_name(t.state), "attempts", t.attempts, "hash", t.hash, "params",
                   params ? params : json_object(), "config", t.config ? t.config : "", "log", logp);
+    if (t.stop_reason) json_object_set_new(b, "reason", json_string(t.stop_reason));
     store_trial_free(&t);
     reply(d, s, m, "trial", b);
     json_decref(b);
