@@ -3,9 +3,11 @@
  * Contracts in kernels/bk.h.
  *
  * Work split (results never depend on the thread count):
- *  - conv: one task per block of CONV_CB channels, all samples in order, so
- *    the block owns its dw/dbias and its dx columns.
- *  - scan forward: one task per (sample, tile of VLEN channels of a group);
+ *  - conv: lanes are channels, MLEN of them per vector. Forward: one task
+ *    per (sample, vector of channels). Backward: one task per vector of
+ *    channels over all samples in order, so it owns its dw/dbias and its dx
+ *    columns.
+ *  - scan forward: one task per (sample, tile of MLEN channels of a group);
  *    the tile's N states live in vector registers, lanes = channels.
  *  - scan backward: one task per (sample, group), because dBm/dCm sum over
  *    the group's channels. Time runs in chunks of BK_SCAN_CHUNK from the last
@@ -27,62 +29,14 @@
 
 /* Parallelise once a call touches this many floats. */
 #define MIX_PAR_MIN (1 << 14)
-#define CONV_CB 16 /* channels per conv task, a multiple of VLEN */
 #define SCAN_L BK_SCAN_CHUNK
+#define LSTM_WT_MAX (4 * 64 * 64) /* floats of a transposed whh kept on the stack */
 
 /* ---- vector helpers ---- */
 
 static inline vfloat vsigmoid(vfloat x) { return 1.0f / (1.0f + bk_vexp(-x)); }
 
-/* softplus(u) = max(u, 0) + log1p(e^-|u|). log1p(y) for y in (0, 1] is
- * 2 atanh(s), s = y / (2 + y) <= 1/3, by its series to s^15 (relative error
- * < 2e-9), so it stays accurate for tiny y. */
-static inline vfloat vsoftplus(vfloat u) {
-    vfloat au = vselect(u < 0.0f, -u, u);
-    vfloat y = bk_vexp(-au);
-    vfloat s = y / (2.0f + y), s2 = s * s;
-    vfloat p = s2 * (1.0f / 15.0f) + 1.0f / 13.0f;
-    p = p * s2 + 1.0f / 11.0f;
-    p = p * s2 + 1.0f / 9.0f;
-    p = p * s2 + 1.0f / 7.0f;
-    p = p * s2 + 1.0f / 5.0f;
-    p = p * s2 + 1.0f / 3.0f;
-    p = p * s2 + 1.0f;
-    return vselect(u > 0.0f, u, vsplat(0.0f)) + 2.0f * s * p;
-}
-
 static inline float sigmoid1(float x) { return vsigmoid(vsplat(x))[0]; }
-
-/* Loads/stores of nl <= VLEN consecutive floats (a tile may be partial). */
-static inline vfloat lanes_load(const float *p, int nl) {
-    if (nl == VLEN) return vload(p);
-    vfloat v = vsplat(0.0f);
-    for (int l = 0; l < nl; l++) v[l] = p[l];
-    return v;
-}
-static inline void lanes_store(float *p, vfloat v, int nl) {
-    if (nl == VLEN) {
-        vstore(p, v);
-        return;
-    }
-    for (int l = 0; l < nl; l++) p[l] = v[l];
-}
-static inline void lanes_add(float *p, vfloat v, int nl) {
-    if (nl == VLEN) {
-        vstore(p, vload(p) + v);
-        return;
-    }
-    for (int l = 0; l < nl; l++) p[l] += v[l];
-}
-
-static inline float vsum_lanes(vfloat v) {
-#if VLEN == 8
-    float a0 = v[0] + v[4], a1 = v[1] + v[5], a2 = v[2] + v[6], a3 = v[3] + v[7];
-#else
-    float a0 = v[0], a1 = v[1], a2 = v[2], a3 = v[3];
-#endif
-    return (a0 + a2) + (a1 + a3);
-}
 
 /* sigmoid over x[0..n) in place, and tanh */
 static void sigmoid_inplace(float *x, int n) {
@@ -100,28 +54,125 @@ static inline int is_masked(const float *mask, int b, int T, int t) {
     return mask && mask[(size_t)b * T + t] == 0.0f;
 }
 
-/* ---- depthwise conv1d over the active tokens ---- */
+/* ---- the scan's vectors ----
+ * The scan's lanes are channels: MLEN channels of one group per tile. With
+ * AVX-512 a tile is 16 channels (one cache line of each row, and twice the
+ * work per instruction); otherwise the VLEN of cpu_math.h. */
+#if defined(__AVX512F__)
+#define MLEN 16
+#else
+#define MLEN VLEN
+#endif
+typedef float mvec __attribute__((vector_size(MLEN * sizeof(float))));
+typedef int32_t mint __attribute__((vector_size(MLEN * sizeof(int32_t))));
 
-/* The taps of a block: wt[k][c] = w[c0 + c, k] (zero past nc), so the inner
- * loops run over contiguous channels. */
-static void conv_taps(float wt[BK_CONV_MAX_K][CONV_CB], const float *w, int c0, int nc, int K) {
-    for (int k = 0; k < K; k++)
-        for (int c = 0; c < CONV_CB; c++) wt[k][c] = c < nc ? w[(size_t)(c0 + c) * K + k] : 0.0f;
+static inline mvec msplat(float x) { return (mvec){0} + x; }
+static inline mvec mselect(mint m, mvec a, mvec b) {
+    return (mvec)(((mint)a & m) | ((mint)b & ~m));
 }
 
-/* pre[c] = bias + sum of the taps over the window: prev[m] is the m-th most
- * recent earlier active token (tap K-2-m), t the current one (tap K-1). */
-static void conv_pre(float pre[CONV_CB], const float *xb, const float wt[BK_CONV_MAX_K][CONV_CB],
-                     const float *bias, int c0, int nc, int C, int K, int t, const int *prev,
-                     int np) {
-    const float *xt = xb + (size_t)t * C + c0;
-    for (int c = 0; c < CONV_CB; c++)
-        pre[c] = c < nc ? (bias ? bias[c0 + c] : 0.0f) + wt[K - 1][c] * xt[c] : 0.0f;
-    for (int m = 0; m < np; m++) {
-        const float *xp = xb + (size_t)prev[m] * C + c0;
-        const float *wk = wt[K - 2 - m];
-        for (int c = 0; c < nc; c++) pre[c] += wk[c] * xp[c];
+/* 2^t for t <= 0 (the decay exp(dt A), A < 0, taken as 2^(dt A log2 e)):
+ * t = n + r by the 1.5 * 2^23 rounding trick, |r| <= 1/2, 2^r by its Taylor
+ * series to degree 6 (relative error ~1e-7), n added into the exponent
+ * bits. 0 < result <= 1; ~1e-38 for t below -125. */
+static inline mvec mexp2_neg(mvec t) {
+    t = mselect(t < -125.0f, msplat(-125.0f), t);
+    const mvec magic = msplat(12582912.0f);
+    mvec sh = t + magic;
+    mint ni = (mint)sh - (mint)magic;
+    mvec r = t - (sh - magic);
+    mvec p = r * 1.5403530e-4f + 1.3333558e-3f; /* (ln 2)^k / k!, k = 6, 5, ... */
+    p = p * r + 9.6181291e-3f;
+    p = p * r + 5.5504109e-2f;
+    p = p * r + 2.4022651e-1f;
+    p = p * r + 6.9314718e-1f;
+    p = p * r + 1.0f;
+    return (mvec)((mint)p + (ni << 23));
+}
+
+/* e^x for any x, through 2^t with t clamped to [-125, 125] */
+static inline mvec mexp(mvec x) {
+    mvec t = x * 1.44269504f;
+    mvec neg = mexp2_neg(mselect(t > 0.0f, -t, t));
+    return mselect(t > 0.0f, 1.0f / neg, neg);
+}
+
+static inline mvec msigmoid(mvec x) { return 1.0f / (1.0f + mexp(-x)); }
+
+/* softplus(u) = max(u, 0) + log1p(e^-|u|). log1p(y) for y in (0, 1] is
+ * 2 atanh(s), s = y / (2 + y) <= 1/3, by its series to s^15 (relative error
+ * < 2e-9), so it stays accurate for tiny y. */
+static inline mvec msoftplus(mvec u) {
+    mvec au = mselect(u < 0.0f, -u, u);
+    mvec y = mexp2_neg(au * -1.44269504f);
+    mvec s = y / (2.0f + y), s2 = s * s;
+    mvec p = s2 * (1.0f / 15.0f) + 1.0f / 13.0f;
+    p = p * s2 + 1.0f / 11.0f;
+    p = p * s2 + 1.0f / 9.0f;
+    p = p * s2 + 1.0f / 7.0f;
+    p = p * s2 + 1.0f / 5.0f;
+    p = p * s2 + 1.0f / 3.0f;
+    p = p * s2 + 1.0f;
+    return mselect(u > 0.0f, u, msplat(0.0f)) + 2.0f * s * p;
+}
+
+/* Loads/stores of nl <= MLEN consecutive floats (a tile may be partial). */
+static inline mvec lanes_load(const float *p, int nl) {
+    mvec v = msplat(0.0f);
+    if (nl == MLEN) {
+        memcpy(&v, p, sizeof v);
+        return v;
     }
+    for (int l = 0; l < nl; l++) v[l] = p[l];
+    return v;
+}
+static inline void lanes_store(float *p, mvec v, int nl) {
+    if (nl == MLEN) {
+        memcpy(p, &v, sizeof v);
+        return;
+    }
+    for (int l = 0; l < nl; l++) p[l] = v[l];
+}
+static inline void lanes_add(float *p, mvec v, int nl) {
+    if (nl == MLEN) {
+        mvec o;
+        memcpy(&o, p, sizeof o);
+        o += v;
+        memcpy(p, &o, sizeof o);
+        return;
+    }
+    for (int l = 0; l < nl; l++) p[l] += v[l];
+}
+
+/* sum of the lanes, as a tree */
+static inline float msum(mvec v) {
+    float a[MLEN];
+    memcpy(a, &v, sizeof a);
+    for (int w = MLEN / 2; w > 0; w /= 2)
+        for (int l = 0; l < w; l++) a[l] += a[l + w];
+    return a[0];
+}
+
+/* ---- depthwise conv1d over the active tokens ---- */
+
+/* The taps of a block of nl <= MLEN channels from c0, one vector per tap
+ * (lanes past nl 0). */
+static void conv_taps(mvec *wt, const float *w, int c0, int nl, int K) {
+    for (int k = 0; k < K; k++) {
+        mvec v = msplat(0.0f);
+        for (int l = 0; l < nl; l++) v[l] = w[(size_t)(c0 + l) * K + k];
+        wt[k] = v;
+    }
+}
+
+/* bias + the taps over the window: prev[m] is the m-th most recent earlier
+ * active token (tap K-2-m), t the current one (tap K-1). */
+static inline mvec conv_pre(const float *xb, const mvec *wt, mvec b0, int c0, int nl, int C, int K,
+                            int t, const int *prev, int np) {
+    mvec pre = b0 + wt[K - 1] * lanes_load(xb + (size_t)t * C + c0, nl);
+    for (int m = 0; m < np; m++)
+        pre += wt[K - 2 - m] * lanes_load(xb + (size_t)prev[m] * C + c0, nl);
+    return pre;
 }
 
 static void conv_push(int *prev, int *np, int K, int t) {
@@ -136,30 +187,26 @@ void bk_cpu_conv1d_forward(float *out, const float *x, const float *w, const flo
                            const bk_conv_args *a) {
     const int B = a->B, T = a->T, C = a->C, K = a->K;
     if (B <= 0 || T <= 0 || C <= 0) return;
-    const int nb = (C + CONV_CB - 1) / CONV_CB;
+    const int nb = (C + MLEN - 1) / MLEN;
     const long ntask = (long)B * nb;
 #pragma omp parallel for schedule(static) if ((long long)B * T * C >= MIX_PAR_MIN)
     for (long task = 0; task < ntask; task++) {
-        int b = (int)(task / nb), c0 = (int)(task % nb) * CONV_CB;
-        int nc = C - c0 < CONV_CB ? C - c0 : CONV_CB;
-        float wt[BK_CONV_MAX_K][CONV_CB], pre[CONV_CB];
-        conv_taps(wt, w, c0, nc, K);
+        int b = (int)(task / nb), c0 = (int)(task % nb) * MLEN;
+        int nl = C - c0 < MLEN ? C - c0 : MLEN;
+        mvec wt[BK_CONV_MAX_K];
+        conv_taps(wt, w, c0, nl, K);
+        mvec b0 = bias ? lanes_load(bias + c0, nl) : msplat(0.0f);
         const float *xb = x + (size_t)b * T * C;
         int prev[BK_CONV_MAX_K], np = 0;
         for (int s = 0; s < T; s++) {
             int t = a->reverse ? T - 1 - s : s;
             float *o = out + ((size_t)b * T + t) * C + c0;
             if (is_masked(a->mask, b, T, t)) {
-                for (int c = 0; c < nc; c++) o[c] = 0.0f;
+                lanes_store(o, msplat(0.0f), nl);
                 continue;
             }
-            conv_pre(pre, xb, wt, bias, c0, nc, C, K, t, prev, np);
-            if (a->silu)
-                for (int c = 0; c < CONV_CB; c += VLEN) {
-                    vfloat v = vload(pre + c);
-                    vstore(pre + c, v * vsigmoid(v));
-                }
-            for (int c = 0; c < nc; c++) o[c] = pre[c];
+            mvec pre = conv_pre(xb, wt, b0, c0, nl, C, K, t, prev, np);
+            lanes_store(o, a->silu ? pre * msigmoid(pre) : pre, nl);
             conv_push(prev, &np, K, t);
         }
     }
@@ -174,65 +221,55 @@ void bk_cpu_conv1d_backward(float *dx, float *dw, float *dbias, float *scratch, 
     (void)scratch; /* the CPU needs none: a task owns its channels over all samples */
     const int B = a->B, T = a->T, C = a->C, K = a->K;
     if (B <= 0 || T <= 0 || C <= 0 || (!dx && !dw && !dbias)) return;
-    const int nb = (C + CONV_CB - 1) / CONV_CB;
+    const int nb = (C + MLEN - 1) / MLEN;
 #pragma omp parallel for schedule(static) if ((long long)B * T * C >= MIX_PAR_MIN)
     for (int blk = 0; blk < nb; blk++) {
-        int c0 = blk * CONV_CB, nc = C - c0 < CONV_CB ? C - c0 : CONV_CB;
-        float wt[BK_CONV_MAX_K][CONV_CB], pre[CONV_CB], gp[CONV_CB];
-        float dwl[BK_CONV_MAX_K][CONV_CB], dbl[CONV_CB];
-        conv_taps(wt, w, c0, nc, K);
-        memset(dwl, 0, sizeof dwl);
-        memset(dbl, 0, sizeof dbl);
+        int c0 = blk * MLEN, nl = C - c0 < MLEN ? C - c0 : MLEN;
+        mvec wt[BK_CONV_MAX_K], dwl[BK_CONV_MAX_K], dbl = msplat(0.0f);
+        conv_taps(wt, w, c0, nl, K);
+        for (int k = 0; k < K; k++) dwl[k] = msplat(0.0f);
+        mvec b0 = bias ? lanes_load(bias + c0, nl) : msplat(0.0f);
         for (int b = 0; b < B; b++) {
             const float *xb = x + (size_t)b * T * C;
             int prev[BK_CONV_MAX_K], np = 0;
             for (int s = 0; s < T; s++) {
                 int t = a->reverse ? T - 1 - s : s;
                 if (is_masked(a->mask, b, T, t)) continue;
-                const float *g = dout + ((size_t)b * T + t) * C + c0;
-                conv_pre(pre, xb, wt, bias, c0, nc, C, K, t, prev, np);
-                for (int c = 0; c < CONV_CB; c++) gp[c] = c < nc ? g[c] : 0.0f;
-                if (a->silu)
-                    for (int c = 0; c < CONV_CB; c += VLEN) {
-                        vfloat v = vload(pre + c), sg = vsigmoid(v);
-                        vstore(gp + c, vload(gp + c) * sg * (1.0f + v * (1.0f - sg)));
-                    }
-                const float *xt = xb + (size_t)t * C + c0;
-                for (int c = 0; c < nc; c++) {
-                    dbl[c] += gp[c];
-                    dwl[K - 1][c] += gp[c] * xt[c];
+                size_t row = ((size_t)b * T + t) * C + c0;
+                mvec pre = conv_pre(xb, wt, b0, c0, nl, C, K, t, prev, np);
+                mvec gp = lanes_load(dout + row, nl);
+                if (a->silu) {
+                    mvec sg = msigmoid(pre);
+                    gp *= sg * (1.0f + pre * (1.0f - sg));
                 }
-                if (dx) {
-                    float *dxt = dx + ((size_t)b * T + t) * C + c0;
-                    for (int c = 0; c < nc; c++) dxt[c] += wt[K - 1][c] * gp[c];
-                }
+                dbl += gp;
+                dwl[K - 1] += gp * lanes_load(x + row, nl);
+                if (dx) lanes_add(dx + row, wt[K - 1] * gp, nl);
                 for (int m = 0; m < np; m++) {
-                    const float *xp = xb + (size_t)prev[m] * C + c0;
-                    int k = K - 2 - m;
-                    for (int c = 0; c < nc; c++) dwl[k][c] += gp[c] * xp[c];
-                    if (dx) {
-                        float *dxp = dx + ((size_t)b * T + prev[m]) * C + c0;
-                        for (int c = 0; c < nc; c++) dxp[c] += wt[k][c] * gp[c];
-                    }
+                    size_t pr = ((size_t)b * T + prev[m]) * C + c0;
+                    dwl[K - 2 - m] += gp * lanes_load(x + pr, nl);
+                    if (dx) lanes_add(dx + pr, wt[K - 2 - m] * gp, nl);
                 }
                 conv_push(prev, &np, K, t);
             }
         }
-        for (int c = 0; c < nc; c++) {
-            if (dbias) dbias[c0 + c] += dbl[c];
+        for (int l = 0; l < nl; l++) {
+            if (dbias) dbias[c0 + l] += dbl[l];
             if (dw)
-                for (int k = 0; k < K; k++) dw[(size_t)(c0 + c) * K + k] += dwl[k][c];
+                for (int k = 0; k < K; k++) dw[(size_t)(c0 + l) * K + k] += dwl[k][l];
         }
     }
 }
 
 /* ---- selective scan ---- */
 
-/* What one tile (VLEN consecutive channels of group g of sample b) needs. */
+/* What one tile (MLEN consecutive channels of group g of sample b) needs. */
 typedef struct {
     const bk_scan_args *a;
     int b, g, c0, nl, bcs, nch;
-    vfloat A[BK_SCAN_MAX_N], Dv, biasv;
+    mvec A[BK_SCAN_MAX_N];  /* A_n = -exp(A_log) */
+    mvec A2[BK_SCAN_MAX_N]; /* A_n log2(e): exp(dt A_n) = 2^(dt A2_n) */
+    mvec Dv, biasv;
 } scan_tile;
 
 static void scan_tile_init(scan_tile *st, const bk_scan_args *a, int b, int g, int cl) {
@@ -241,16 +278,17 @@ static void scan_tile_init(scan_tile *st, const bk_scan_args *a, int b, int g, i
     st->b = b;
     st->g = g;
     st->c0 = g * Dg + cl;
-    st->nl = Dg - cl < VLEN ? Dg - cl : VLEN;
+    st->nl = Dg - cl < MLEN ? Dg - cl : MLEN;
     st->bcs = a->bc_stride ? a->bc_stride : N;
     st->nch = (a->T + SCAN_L - 1) / SCAN_L;
     for (int n = 0; n < N; n++) {
-        vfloat v = vsplat(0.0f);
+        mvec v = msplat(0.0f);
         for (int l = 0; l < st->nl; l++) v[l] = -expf(a->A_log[(size_t)(st->c0 + l) * N + n]);
         st->A[n] = v;
+        st->A2[n] = v * 1.44269504f;
     }
-    st->Dv = a->Dskip ? lanes_load(a->Dskip + st->c0, st->nl) : vsplat(0.0f);
-    st->biasv = a->delta_bias ? lanes_load(a->delta_bias + st->c0, st->nl) : vsplat(0.0f);
+    st->Dv = a->Dskip ? lanes_load(a->Dskip + st->c0, st->nl) : msplat(0.0f);
+    st->biasv = a->delta_bias ? lanes_load(a->delta_bias + st->c0, st->nl) : msplat(0.0f);
 }
 
 /* Forward of one tile over all T steps. Inlined with N = 16 as a constant
@@ -259,26 +297,40 @@ static inline __attribute__((always_inline)) void scan_tile_forward(const scan_t
                                                                     float *states, const int N) {
     const bk_scan_args *a = st->a;
     const int T = a->T, D = a->D, G = a->G, b = st->b, nl = st->nl;
-    vfloat h[BK_SCAN_MAX_N];
-    for (int n = 0; n < N; n++) h[n] = vsplat(0.0f);
+    mvec h[BK_SCAN_MAX_N];
+    for (int n = 0; n < N; n++) h[n] = msplat(0.0f);
     for (int s = 0; s < T; s++) {
         int t = a->reverse ? T - 1 - s : s;
         size_t row = ((size_t)b * T + t) * D + st->c0;
         if (is_masked(a->mask, b, T, t)) {
-            lanes_store(out + row, vsplat(0.0f), nl);
+            lanes_store(out + row, msplat(0.0f), nl);
         } else {
-            vfloat xv = lanes_load(a->x + row, nl);
-            vfloat dt = vsoftplus(lanes_load(a->delta + row, nl) + st->biasv), dtx = dt * xv;
+            mvec xv = lanes_load(a->x + row, nl);
+            mvec dt = msoftplus(lanes_load(a->delta + row, nl) + st->biasv), dtx = dt * xv;
             size_t bc = (((size_t)b * T + t) * G + st->g) * st->bcs;
             const float *Bp = a->Bm + bc, *Cp = a->Cm + bc;
-            vfloat y = st->Dv * xv;
-            for (int n = 0; n < N; n++) {
-                h[n] = bk_vexp(dt * st->A[n]) * h[n] + dtx * Bp[n];
-                y += h[n] * Cp[n];
+            /* four partial sums: one chain of 16 dependent FMAs would set the pace */
+            mvec y0 = st->Dv * xv, y1 = msplat(0.0f), y2 = msplat(0.0f), y3 = msplat(0.0f);
+            int n = 0;
+#pragma GCC unroll 4
+            for (; n + 4 <= N; n += 4) {
+                h[n] = mexp2_neg(dt * st->A2[n]) * h[n] + dtx * Bp[n];
+                h[n + 1] = mexp2_neg(dt * st->A2[n + 1]) * h[n + 1] + dtx * Bp[n + 1];
+                h[n + 2] = mexp2_neg(dt * st->A2[n + 2]) * h[n + 2] + dtx * Bp[n + 2];
+                h[n + 3] = mexp2_neg(dt * st->A2[n + 3]) * h[n + 3] + dtx * Bp[n + 3];
+                y0 += h[n] * Cp[n];
+                y1 += h[n + 1] * Cp[n + 1];
+                y2 += h[n + 2] * Cp[n + 2];
+                y3 += h[n + 3] * Cp[n + 3];
             }
+            for (; n < N; n++) {
+                h[n] = mexp2_neg(dt * st->A2[n]) * h[n] + dtx * Bp[n];
+                y0 += h[n] * Cp[n];
+            }
+            mvec y = (y0 + y1) + (y2 + y3);
             if (a->z) {
-                vfloat zv = lanes_load(a->z + row, nl);
-                y *= zv * vsigmoid(zv);
+                mvec zv = lanes_load(a->z + row, nl);
+                y *= zv * msigmoid(zv);
             }
             lanes_store(out + row, y, nl);
         }
@@ -293,13 +345,13 @@ static inline __attribute__((always_inline)) void scan_tile_forward(const scan_t
 void bk_cpu_scan_forward(float *out, float *states, const bk_scan_args *a) {
     const int B = a->B, T = a->T, D = a->D, G = a->G;
     if (B <= 0 || T <= 0 || D <= 0) return;
-    const int Dg = D / G, tpg = (Dg + VLEN - 1) / VLEN;
+    const int Dg = D / G, tpg = (Dg + MLEN - 1) / MLEN;
     const long ntask = (long)B * G * tpg;
 #pragma omp parallel for schedule(static) if ((long long)B * T * D >= MIX_PAR_MIN / 4)
     for (long task = 0; task < ntask; task++) {
         int tile = (int)(task % tpg), g = (int)(task / tpg % G), b = (int)(task / tpg / G);
         scan_tile st;
-        scan_tile_init(&st, a, b, g, tile * VLEN);
+        scan_tile_init(&st, a, b, g, tile * MLEN);
         if (a->N == BK_SCAN_MAX_N)
             scan_tile_forward(&st, out, states, BK_SCAN_MAX_N);
         else
@@ -310,10 +362,10 @@ void bk_cpu_scan_forward(float *out, float *states, const bk_scan_args *a) {
 /* Per-thread buffers of one chunk of one tile, and of the chunk's dBm/dCm
  * summed over the tiles lane-wise. */
 typedef struct {
-    vfloat h[SCAN_L][BK_SCAN_MAX_N]; /* state after each step */
-    vfloat e[SCAN_L][BK_SCAN_MAX_N]; /* exp(dt A) of each step */
-    vfloat dt[SCAN_L];
-    vfloat dB[SCAN_L][BK_SCAN_MAX_N], dC[SCAN_L][BK_SCAN_MAX_N];
+    mvec h[SCAN_L][BK_SCAN_MAX_N]; /* state after each step */
+    mvec e[SCAN_L][BK_SCAN_MAX_N]; /* exp(dt A) of each step */
+    mvec dt[SCAN_L];
+    mvec dB[SCAN_L][BK_SCAN_MAX_N], dC[SCAN_L][BK_SCAN_MAX_N];
 } scan_chunk_buf;
 
 /* Backward of one tile over the steps [s0, s1) of chunk k. part holds the
@@ -326,9 +378,9 @@ scan_tile_backward_chunk(const scan_tile *st, const bk_scan_grads *gr, const flo
     const bk_scan_args *a = st->a;
     const int T = a->T, D = a->D, G = a->G, b = st->b, nl = st->nl, P = 2 * N + 2;
     const int s0 = k * SCAN_L, s1 = s0 + SCAN_L < T ? s0 + SCAN_L : T;
-    vfloat h0[BK_SCAN_MAX_N], hc[BK_SCAN_MAX_N], dh[BK_SCAN_MAX_N], dA[BK_SCAN_MAX_N];
+    mvec h0[BK_SCAN_MAX_N], hc[BK_SCAN_MAX_N], dh[BK_SCAN_MAX_N], dA[BK_SCAN_MAX_N];
     for (int n = 0; n < N; n++) {
-        vfloat v = vsplat(0.0f), d = vsplat(0.0f), q = vsplat(0.0f);
+        mvec v = msplat(0.0f), d = msplat(0.0f), q = msplat(0.0f);
         for (int l = 0; l < nl; l++) {
             if (k > 0)
                 v[l] = states[((size_t)b * D + st->c0 + l) * st->nch * N + (size_t)(k - 1) * N + n];
@@ -344,12 +396,13 @@ scan_tile_backward_chunk(const scan_tile *st, const bk_scan_grads *gr, const flo
         int t = a->reverse ? T - 1 - s : s, i = s - s0;
         if (!is_masked(a->mask, b, T, t)) {
             size_t row = ((size_t)b * T + t) * D + st->c0;
-            vfloat xv = lanes_load(a->x + row, nl);
-            vfloat dt = vsoftplus(lanes_load(a->delta + row, nl) + st->biasv), dtx = dt * xv;
+            mvec xv = lanes_load(a->x + row, nl);
+            mvec dt = msoftplus(lanes_load(a->delta + row, nl) + st->biasv), dtx = dt * xv;
             const float *Bp = a->Bm + (((size_t)b * T + t) * G + st->g) * st->bcs;
             cb->dt[i] = dt;
+#pragma GCC unroll 16
             for (int n = 0; n < N; n++) {
-                vfloat e = bk_vexp(dt * st->A[n]);
+                mvec e = mexp2_neg(dt * st->A2[n]);
                 hc[n] = e * hc[n] + dtx * Bp[n];
                 cb->e[i][n] = e;
             }
@@ -357,7 +410,7 @@ scan_tile_backward_chunk(const scan_tile *st, const bk_scan_grads *gr, const flo
         for (int n = 0; n < N; n++) cb->h[i][n] = hc[n];
     }
     /* walk it back */
-    vfloat dD = vsplat(0.0f), dbias = vsplat(0.0f);
+    mvec dD = msplat(0.0f), dbias = msplat(0.0f);
     for (int l = 0; l < nl; l++) {
         dD[l] = part[(size_t)l * P + N];
         dbias[l] = part[(size_t)l * P + N + 1];
@@ -368,30 +421,39 @@ scan_tile_backward_chunk(const scan_tile *st, const bk_scan_grads *gr, const flo
         size_t row = ((size_t)b * T + t) * D + st->c0;
         size_t bc = (((size_t)b * T + t) * G + st->g) * st->bcs;
         const float *Bp = a->Bm + bc, *Cp = a->Cm + bc;
-        const vfloat *hp = i > 0 ? cb->h[i - 1] : h0, *ht = cb->h[i], *et = cb->e[i];
-        vfloat xv = lanes_load(a->x + row, nl), gv = lanes_load(dout + row, nl);
-        vfloat u = lanes_load(a->delta + row, nl) + st->biasv, dt = cb->dt[i], dtx = dt * xv;
-        vfloat dys = gv;
+        const mvec *hp = i > 0 ? cb->h[i - 1] : h0, *ht = cb->h[i], *et = cb->e[i];
+        mvec xv = lanes_load(a->x + row, nl), gv = lanes_load(dout + row, nl);
+        mvec u = lanes_load(a->delta + row, nl) + st->biasv, dt = cb->dt[i], dtx = dt * xv;
+        mvec dys = gv;
         if (a->z) {
-            vfloat ys = st->Dv * xv;
+            mvec ys = st->Dv * xv;
             for (int n = 0; n < N; n++) ys += ht[n] * Cp[n];
-            vfloat zv = lanes_load(a->z + row, nl), sz = vsigmoid(zv);
+            mvec zv = lanes_load(a->z + row, nl), sz = msigmoid(zv);
             dys = gv * zv * sz;
             if (gr->dz) lanes_add(gr->dz + row, gv * ys * sz * (1.0f + zv * (1.0f - sz)), nl);
         }
         dD += dys * xv;
-        vfloat dxv = dys * st->Dv, ddt = vsplat(0.0f);
+        /* ddt and dxv summed in two interleaved halves (shorter FMA chains) */
+        mvec dxa = dys * st->Dv, dxb = msplat(0.0f), dta = msplat(0.0f), dtb = msplat(0.0f);
+#pragma GCC unroll 16
         for (int n = 0; n < N; n++) {
-            vfloat dhn = dh[n] + dys * Cp[n];
+            mvec dhn = dh[n] + dys * Cp[n];
             cb->dC[i][n] += dys * ht[n];
             cb->dB[i][n] += dhn * dtx;
-            vfloat q = dhn * hp[n] * et[n]; /* dL / d(dt A_n) */
-            ddt += q * st->A[n] + dhn * Bp[n] * xv;
+            mvec q = dhn * hp[n] * et[n]; /* dL / d(dt A_n) */
+            mvec tq = q * st->A[n] + dhn * Bp[n] * xv, tx = dhn * dt * Bp[n];
+            if (n & 1) {
+                dtb += tq;
+                dxb += tx;
+            } else {
+                dta += tq;
+                dxa += tx;
+            }
             dA[n] += q * dt;
-            dxv += dhn * dt * Bp[n];
             dh[n] = dhn * et[n];
         }
-        vfloat du = ddt * vsigmoid(u);
+        mvec ddt = dta + dtb, dxv = dxa + dxb;
+        mvec du = ddt * msigmoid(u);
         dbias += du;
         if (gr->dx) lanes_add(gr->dx + row, dxv, nl);
         if (gr->ddelta) lanes_add(gr->ddelta + row, du, nl);
@@ -410,7 +472,7 @@ static void scan_group_backward(const bk_scan_args *a, const bk_scan_grads *gr, 
                                 const float *dout, const float *states, int b, int g,
                                 scan_chunk_buf *cb) {
     const int T = a->T, D = a->D, G = a->G, N = a->N, Dg = D / G, P = 2 * N + 2;
-    const int tpg = (Dg + VLEN - 1) / VLEN, nch = (T + SCAN_L - 1) / SCAN_L;
+    const int tpg = (Dg + MLEN - 1) / MLEN, nch = (T + SCAN_L - 1) / SCAN_L;
     const int bcs = a->bc_stride ? a->bc_stride : N;
     float *part = scratch + ((size_t)b * D + (size_t)g * Dg) * P;
     memset(part, 0, (size_t)Dg * P * sizeof(float));
@@ -419,8 +481,8 @@ static void scan_group_backward(const bk_scan_args *a, const bk_scan_grads *gr, 
         memset(cb->dC, 0, sizeof cb->dC);
         for (int tile = 0; tile < tpg; tile++) {
             scan_tile st;
-            scan_tile_init(&st, a, b, g, tile * VLEN);
-            float *tp = part + (size_t)tile * VLEN * P;
+            scan_tile_init(&st, a, b, g, tile * MLEN);
+            float *tp = part + (size_t)tile * MLEN * P;
             if (N == BK_SCAN_MAX_N)
                 scan_tile_backward_chunk(&st, gr, dout, states, tp, cb, k, BK_SCAN_MAX_N);
             else
@@ -432,8 +494,8 @@ static void scan_group_backward(const bk_scan_args *a, const bk_scan_grads *gr, 
             if (is_masked(a->mask, b, T, t)) continue;
             size_t bc = (((size_t)b * T + t) * G + g) * bcs;
             for (int n = 0; n < N; n++) {
-                if (gr->dBm) gr->dBm[bc + n] += vsum_lanes(cb->dB[s - s0][n]);
-                if (gr->dCm) gr->dCm[bc + n] += vsum_lanes(cb->dC[s - s0][n]);
+                if (gr->dBm) gr->dBm[bc + n] += msum(cb->dB[s - s0][n]);
+                if (gr->dCm) gr->dCm[bc + n] += msum(cb->dC[s - s0][n]);
             }
         }
     }
@@ -489,6 +551,12 @@ void bk_cpu_lstm_forward(float *out, float *saved, const float *gx, const float 
         int rev = a->bidir && (s & 1);
         const float *W = whh + (size_t)s * 4 * H * H;
         float h[BK_LSTM_MAX_H], c[BK_LSTM_MAX_H], tc[BK_LSTM_MAX_H], g[4 * BK_LSTM_MAX_H];
+        /* whh[s] transposed, when small enough for the stack (d_h <= 128) */
+        float wbuf[LSTM_WT_MAX];
+        float *wt = (size_t)4 * H * H <= LSTM_WT_MAX ? wbuf : NULL;
+        if (wt)
+            for (int q = 0; q < 4 * H; q++)
+                for (int j = 0; j < H; j++) wt[(size_t)j * 4 * H + q] = W[(size_t)q * H + j];
         memset(h, 0, (size_t)H * sizeof(float));
         memset(c, 0, (size_t)H * sizeof(float));
         for (int step = 0; step < T; step++) {
@@ -505,12 +573,22 @@ void bk_cpu_lstm_forward(float *out, float *saved, const float *gx, const float 
                 continue;
             }
             const float *x = gx + r * 4 * H;
-            for (int q = 0; q < 4 * H; q++) {
-                const float *wr = W + (size_t)q * H;
-                float acc = 0.0f;
+            if (wt) { /* g = x + sum_j h[j] WT[j, :]: contiguous rows, no horizontal sums */
+                memcpy(g, x, (size_t)4 * H * sizeof(float));
+                for (int j = 0; j < H; j++) {
+                    const float *wr = wt + (size_t)j * 4 * H;
+                    float hj = h[j];
+#pragma omp simd
+                    for (int q = 0; q < 4 * H; q++) g[q] += hj * wr[q];
+                }
+            } else {
+                for (int q = 0; q < 4 * H; q++) {
+                    const float *wr = W + (size_t)q * H;
+                    float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
-                for (int j = 0; j < H; j++) acc += wr[j] * h[j];
-                g[q] = x[q] + acc;
+                    for (int j = 0; j < H; j++) acc += wr[j] * h[j];
+                    g[q] = x[q] + acc;
+                }
             }
             sigmoid_inplace(g, 2 * H);
             tanh_into(g + 2 * H, g + 2 * H, H);

@@ -506,8 +506,9 @@ Test(mixer, scan_matches_reference, .init = init_cpu) {
         scan_check_ref(3, 200, 48, 3, 16, reverse, 1, 1, 200 + reverse);
         scan_check_ref(2, 70, 10, 2, 5, reverse, 0, 0, 210 + reverse); /* partial tiles, N = 5 */
     }
-    scan_check_ref(2, 64, 8, 1, 16, 0, 1, 1, 220); /* exactly one chunk */
-    scan_check_ref(1, 1, 3, 3, 1, 1, 0, 1, 230);   /* one token, one channel per group */
+    scan_check_ref(2, 64, 8, 1, 16, 0, 1, 1, 220);   /* exactly one chunk */
+    scan_check_ref(2, 100, 48, 2, 16, 1, 1, 1, 240); /* 24 channels per group */
+    scan_check_ref(1, 1, 3, 3, 1, 1, 0, 1, 230);     /* one token, one channel per group */
 }
 
 typedef struct {
@@ -747,6 +748,7 @@ static void lstm_check_ref(int B, int T, int S, int H, int bidir, int masked, ui
 Test(mixer, lstm_matches_reference, .init = init_cpu) {
     lstm_check_ref(4, 60, 6, 32, 1, 1, 600); /* 3 heads of d_h = 64, both directions */
     lstm_check_ref(2, 17, 3, 5, 0, 0, 610);  /* one direction, odd sizes */
+    lstm_check_ref(2, 9, 2, 80, 1, 1, 620);  /* whh too big to transpose on the stack */
 }
 
 typedef struct {
