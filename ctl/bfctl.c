@@ -31,7 +31,8 @@ static const bfctl_cmd commands[] = {
     {"daemon", bfctl_daemon, "daemon status [--json]", "bfd's state: slots, GPUs, running trials"},
     {"results", bfctl_results, "results JOB [--json]",
      "accuracy and heads used per trial, best marked"},
-    {"export", bfctl_export, "export JOB --csv|--json", "every stored metric of a job"},
+    {"export", bfctl_export, "export JOB --csv|--json|--tensorboard DIR",
+     "every stored metric of a job (CSV, JSON, or TensorBoard event files)"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

@@ -335,15 +335,39 @@ static int export_paged(exporter *ex, ctl_conn *c) {
     return rc ? rc : erc;
 }
 
+/* export JOB --tensorboard DIR (ctl/ctl_tb.c) */
+static int export_tb_args(int argc, char **argv) {
+    const char *dir = NULL, *job_s = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--tensorboard") == 0 && i + 1 < argc && !dir)
+            dir = argv[++i];
+        else if (argv[i][0] != '-' && !job_s)
+            job_s = argv[i];
+        else
+            job_s = "";
+    }
+    char *end;
+    long long job = job_s ? strtoll(job_s, &end, 10) : 0;
+    if (!dir || !*dir || !job_s || !*job_s || *end || job < 1) {
+        fputs("usage: bfctl export JOB --tensorboard DIR\n", stderr);
+        return 2;
+    }
+    return ctl_export_tensorboard(job, dir);
+}
+
 int bfctl_export(int argc, char **argv) {
-    static const char usage[] = "usage: bfctl export JOB --csv|--json\n";
+    static const char usage[] =
+        "usage: bfctl export JOB --csv|--json\n       bfctl export JOB --tensorboard DIR\n";
     if (opt_given(argc, argv, "--help") || opt_given(argc, argv, "-h")) {
         printf("%s  every stored metric of a job: JSON {\"job\", \"trials\": [{\"id\", \"state\", "
                "\"attempts\", \"config\", \"metrics\": [{\"name\", \"step\", \"seq\", \"value\", "
-               "\"time\"}]}]}, or CSV with one row per value\n",
+               "\"time\"}]}]}, or CSV with one row per value; --tensorboard DIR writes "
+               "TensorBoard event files into DIR/NAME-JOB/ (HParams experiment) and "
+               "DIR/NAME-JOB/tTRIAL/ (scalars, session start and end)\n",
                usage);
         return 0;
     }
+    if (opt_given(argc, argv, "--tensorboard")) return export_tb_args(argc, argv);
     int csv = opt_given(argc, argv, "--csv"), json = opt_given(argc, argv, "--json");
     long long job = job_arg(argc, argv);
     for (int i = 1; i < argc; i++)

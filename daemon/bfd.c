@@ -25,6 +25,8 @@
 
 #include "daemon/adaptive.h"
 #include "daemon/dstate.h"
+#include "daemon/exp_tb.h"
+#include "daemon/prom.h"
 #include "daemon/slurm.h"
 #include "jobs/store.h"
 #include "jobs/sweep.h"
@@ -92,6 +94,9 @@ typedef struct bfd {
     double unsent_since;
     char unsent_err[256];
     adaptive *ad; /* early stops and tpe proposals (daemon/adaptive.h) */
+    exp_tb *tb;     /* TensorBoard files ($BF_HOME/tensorboard) */
+    prom *prom;     /* Prometheus /metrics (NULL: off) */
+    double prom_at; /* last snapshot */
 } bfd;
 
 #define UNSENT_LOG_EVERY 10.0
@@ -239,6 +244,8 @@ static run *add_run(bfd *d) {
 static void remove_run(bfd *d, run *r) {
     char err[512];
     if (dstate_run_del(d->ds, r->trial, err, sizeof err)) logf_("%s", err);
+    if (exp_tb_trial_end(d->tb, d->st, r->trial, now_s(), err, sizeof err))
+        logf_("tensorboard, trial %lld: %s", (long long)r->trial, err);
     size_t i = (size_t)(r - d->runs);
     d->runs[i] = d->runs[--d->n_runs];
     d->dirty = 1;
@@ -1444,6 +1451,9 @@ static void flush_batches(bfd *d) {
                 json_pack("{s:I, s:I}", "trial", (json_int_t)r->trial, "seq", (json_int_t)acked);
             reply(d, d->wrk, &bt->msg, "ack", a);
             json_decref(a);
+            if (!bt->gap && exp_tb_trial(d->tb, d->st, r->trial, now_s(), err, sizeof err))
+                logf_("tensorboard, trial %lld: %s", (long long)r->trial, err);
+            if (!bt->gap) prom_trial_points(d->prom, r->trial, bt->pts, bt->n);
             json_t *arr = json_array();
             for (size_t i = 0; !bt->gap && i < bt->n; i++)
                 if (bt->pts[i].seq > bt->prev_acked)
@@ -1575,6 +1585,7 @@ static void handle_worker_msg(bfd *d, proto_msg *m, size_t *round_points) {
 
 static void handle_workers(bfd *d) {
     size_t points = 0;
+    double t0 = now_s();
     for (int k = 0; k < ROUND_MAX_MSGS && points < ROUND_MAX_POINTS; k++) {
         proto_msg m;
         memset(&m, 0, sizeof m);
@@ -1586,7 +1597,10 @@ static void handle_workers(bfd *d) {
         if (rc == 1) handle_worker_msg(d, &m, &points);
         proto_msg_clear(&m);
     }
+    size_t nb = d->n_batches, np = 0;
+    for (size_t b = 0; b < nb; b++) np += d->batches[b].n;
     flush_batches(d);
+    prom_ingest(d->prom, nb, (long long)np, (long long)points, now_s() - t0);
 }
 
 /* --------------------------------------------------------------------- ZAP */
@@ -1862,6 +1876,31 @@ static void check_timers(bfd *d) {
     }
 }
 
+/* The Prometheus snapshot, at most four times a second. */
+static void prom_update(bfd *d) {
+    double t = now_s();
+    if (!d->prom || t - d->prom_at < 0.25) return;
+    d->prom_at = t;
+    prom_state s = {.slots = d->c->slots, .slots_used = slots_used(d), .gpus = d->c->n_gpus};
+    char err[512];
+    if (store_state_counts(d->st, &s.jobs, s.trials, err, sizeof err)) {
+        logf_("prometheus: %s", err);
+        return;
+    }
+    for (int g = 0; g < d->c->n_gpus; g++) s.gpus_used += gpu_used(d, d->c->gpus[g]);
+    prom_run *rs = d->n_runs ? malloc(d->n_runs * sizeof *rs) : NULL;
+    for (size_t i = 0; rs && i < d->n_runs; i++)
+        rs[i] = (prom_run){.trial = d->runs[i].trial,
+                           .job = d->runs[i].job,
+                           .heartbeat_age = t - d->runs[i].last_seen,
+                           .slots = d->runs[i].ranks,
+                           .gpus = d->runs[i].n_gpus};
+    s.runs = rs;
+    s.n_runs = rs ? d->n_runs : 0;
+    prom_set_state(d->prom, &s);
+    free(rs);
+}
+
 static int setup_home_dirs(const char *home, char *err, size_t errlen) {
     const char *subs[] = {"", "/logs", "/trials"};
     for (int i = 0; i < 3; i++) {
@@ -1887,6 +1926,11 @@ int bfd_run(const bfd_opts *o, const bfd_config *c, char *err, size_t errlen) {
     if (store_open(db, &d->st, err, errlen)) goto out;
     if (adaptive_new(&d->ad, err, errlen)) goto out;
     if (dstate_open(db, &d->ds, err, errlen)) goto out;
+    {
+        char tb[1200];
+        snprintf(tb, sizeof tb, "%s/tensorboard", o->home);
+        if (exp_tb_open(tb, c->tensorboard, &d->tb, err, errlen)) goto out;
+    }
     if (pipe(d->sigpipe) != 0) {
         bf_fail(err, errlen, "pipe: %s", strerror(errno));
         goto out;
@@ -1926,6 +1970,15 @@ int bfd_run(const bfd_opts *o, const bfd_config *c, char *err, size_t errlen) {
         goto out;
     if (o->tcp[0] && setup_tcp(d, err, errlen)) goto out;
     if (reconcile(d, err, errlen)) goto out;
+    {
+        char terr[1024];
+        if (exp_tb_recover(d->tb, d->st, now_s(), terr, sizeof terr))
+            logf_("tensorboard: %s", terr);
+    }
+    if (c->prometheus[0]) {
+        if (prom_start(c->prometheus, d->started, &d->prom, err, errlen)) goto out;
+        logf_("prometheus: http://%s/metrics", c->prometheus);
+    }
     logf_("serving %s (pid %d): %d slot%s, %d GPU%s, launcher %s, heartbeat timeout %.0f s",
           o->home, (int)getpid(), c->slots, c->slots == 1 ? "" : "s", c->n_gpus,
           c->n_gpus == 1 ? "" : "s", c->launcher, c->heartbeat_timeout);
@@ -1956,6 +2009,12 @@ int bfd_run(const bfd_opts *o, const bfd_config *c, char *err, size_t errlen) {
         if (d->zap && (items[3].revents & ZMQ_POLLIN)) handle_zap(d);
         check_timers(d);
         log_unsent(d, 0);
+        {
+            char terr[1024];
+            if (exp_tb_tick(d->tb, d->st, now_s(), terr, sizeof terr))
+                logf_("tensorboard: %s", terr);
+        }
+        prom_update(d);
         if (d->dirty || now_s() - d->last_sched > 5) schedule(d);
     }
     log_unsent(d, 1);
@@ -1975,6 +2034,8 @@ out:
     if (d->ctx) zmq_ctx_term(d->ctx);
     if (d->sigpipe[0] >= 0) close(d->sigpipe[0]);
     if (d->sigpipe[1] >= 0) close(d->sigpipe[1]);
+    prom_stop(&d->prom);
+    exp_tb_close(&d->tb);
     dstate_close(&d->ds);
     store_close(&d->st);
     adaptive_destroy(&d->ad);

@@ -25,13 +25,17 @@ typedef struct bfd_config {
     char slurm_mpi[64];        /* srun --mpi=... ("": not passed) */
     double slurm_poll;         /* s between scontrol queries of each Slurm job (2) */
     char sbatch[600], srun[600], scontrol[600], scancel[600]; /* from slurm_bin (or PATH) */
+    /* exporters (daemon/exp_tb.h, daemon/prom.h) */
+    int tensorboard;      /* write $BF_HOME/tensorboard/ (default 1) */
+    char prometheus[256]; /* HOST:PORT of /metrics ("": off, the default) */
 } bfd_config;
 
 /* Fills defaults, then reads path when it exists (a YAML mapping: slots,
  * gpus (a list of indices or a count), launcher (local or slurm),
  * heartbeat_timeout, heartbeat_interval, kill_grace, threads_per_slot,
  * bfworker, mpirun, slurm_bin (folder of sbatch, srun, scontrol, scancel),
- * slurm_partition, slurm_mpi, slurm_poll).
+ * slurm_partition, slurm_mpi, slurm_poll, tensorboard (true or false),
+ * prometheus (HOST:PORT, or a PORT on 127.0.0.1)).
  * Returns 0, or -1 with "PATH:LINE:COL: message". */
 int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen);
 

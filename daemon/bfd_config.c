@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <yaml.h>
+#include <arpa/inet.h>
 
 #include "daemon/bfd.h"
 #include "common/errbuf.h"
@@ -36,6 +37,7 @@ static void defaults(bfd_config *c) {
     c->threads_per_slot = 1;
     snprintf(c->mpirun, sizeof c->mpirun, "mpirun");
     c->slurm_poll = 2;
+    c->tensorboard = 1;
     snprintf(c->sbatch, sizeof c->sbatch, "sbatch");
     snprintf(c->srun, sizeof c->srun, "srun");
     snprintf(c->scontrol, sizeof c->scontrol, "scontrol");
@@ -66,6 +68,30 @@ static int num(const char *path, yaml_node_t *v, double lo, double hi, double *o
         return bf_fail(err, errlen, "%s:%zu:%zu: %s must be a number in [%g, %g]", path,
                        v->start_mark.line + 1, v->start_mark.column + 1, key, lo, hi);
     *out = x;
+    return 0;
+}
+
+/* prometheus: "PORT" (on 127.0.0.1) or "ADDRESS:PORT", ADDRESS an IPv4 address. */
+static int prom_address(const char *path, yaml_node_t *v, const char *sv, char *out, size_t cap,
+                        char *err, size_t errlen) {
+    char host[64] = "127.0.0.1";
+    const char *port = sv ? strrchr(sv, ':') : NULL;
+    if (sv && port && (size_t)(port - sv) < sizeof host) {
+        memcpy(host, sv, (size_t)(port - sv));
+        host[port - sv] = '\0';
+        port++;
+    } else if (sv && !port) {
+        port = sv;
+    }
+    struct in_addr a;
+    char *end = NULL;
+    long p = port && *port ? strtol(port, &end, 10) : 0;
+    if (!sv || !port || !end || *end || p < 1 || p > 65535 || inet_pton(AF_INET, host, &a) != 1)
+        return bf_fail(err, errlen,
+                       "%s:%zu:%zu: prometheus must be PORT or ADDRESS:PORT (an IPv4 address, "
+                       "e.g. 127.0.0.1:9464), got '%s'",
+                       path, v->start_mark.line + 1, v->start_mark.column + 1, sv ? sv : "");
+    snprintf(out, cap, "%s:%ld", host, p);
     return 0;
 }
 
@@ -166,6 +192,15 @@ int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen) {
             rc = num(path, v, 0, 3600, &c->kill_grace, key, err, errlen);
         } else if (strcmp(key, "threads_per_slot") == 0) {
             if (!(rc = num(path, v, 1, 1024, &x, key, err, errlen))) c->threads_per_slot = (int)x;
+        } else if (strcmp(key, "tensorboard") == 0) {
+            int on = sv && (!strcmp(sv, "true") || !strcmp(sv, "yes") || !strcmp(sv, "on"));
+            int off = sv && (!strcmp(sv, "false") || !strcmp(sv, "no") || !strcmp(sv, "off"));
+            if (!on && !off)
+                rc = bf_fail(err, errlen, "%s:%zu:%zu: tensorboard must be true or false", path,
+                             v->start_mark.line + 1, v->start_mark.column + 1);
+            c->tensorboard = on;
+        } else if (strcmp(key, "prometheus") == 0) {
+            rc = prom_address(path, v, sv, c->prometheus, sizeof c->prometheus, err, errlen);
         } else if (strcmp(key, "bfworker") == 0 || strcmp(key, "mpirun") == 0) {
             char *dst = key[0] == 'b' ? c->bfworker : c->mpirun;
             size_t cap = key[0] == 'b' ? sizeof c->bfworker : sizeof c->mpirun;
@@ -178,7 +213,8 @@ int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen) {
             rc = bf_fail(err, errlen,
                          "%s:%zu:%zu: unknown setting '%s' (valid: slots, gpus, launcher, "
                          "heartbeat_timeout, heartbeat_interval, kill_grace, threads_per_slot, "
-                         "bfworker, mpirun, slurm_bin, slurm_partition, slurm_mpi, slurm_poll)",
+                         "bfworker, mpirun, slurm_bin, slurm_partition, slurm_mpi, slurm_poll, "
+                         "tensorboard, prometheus)",
                          path, k->start_mark.line + 1, k->start_mark.column + 1, key);
         }
     }

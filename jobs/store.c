@@ -1576,3 +1576,26 @@ fail:
     rollback(s);
     return -1;
 }
+
+int store_state_counts(store *s, long long *jobs, long long counts[TRIAL_N_STATES], char *err,
+                       size_t errlen) {
+    sqlite3_stmt *st;
+    for (int k = 0; k < TRIAL_N_STATES; k++) counts[k] = 0;
+    if (prepare(s,
+                "SELECT 'JOBS', COUNT(*) FROM jobs"
+                " UNION ALL SELECT state, COUNT(*) FROM trials GROUP BY state",
+                &st, err, errlen) < 0)
+        return -1;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *name = (const char *)sqlite3_column_text(st, 0);
+        trial_state ts;
+        if (name && strcmp(name, "JOBS") == 0)
+            *jobs = sqlite3_column_int64(st, 1);
+        else if (name && store_state_parse(name, &ts) == 0)
+            counts[ts] = sqlite3_column_int64(st, 1);
+    }
+    if (rc != SQLITE_DONE) sqlfail(s, err, errlen, "sqlite3_step(SELECT state counts)");
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : -1;
+}

@@ -176,6 +176,9 @@ int store_running_trials(store *s, int64_t **out, size_t *n, char *err, size_t e
 /* All jobs, and trials PENDING and RUNNING over all jobs, in one read. */
 int store_counts(store *s, long long *jobs, long long *pending, long long *running, char *err,
                  size_t errlen);
+/* All jobs, and the trials of all jobs in each state, in one read. */
+int store_state_counts(store *s, long long *jobs, long long counts[TRIAL_N_STATES], char *err,
+                       size_t errlen);
 
 /* Counts, for tests and `bfctl`: trials of a job (all states when state < 0). */
 int store_count_trials(store *s, int64_t job_id, int state, long long *count, char *err,

@@ -8,7 +8,7 @@ PKGS="build-essential cmake pkg-config clang-format libopenblas-openmp-dev libop
 libzmq3-dev libsodium-dev libyaml-dev libcriterion-dev libsqlite3-dev libjansson-dev
 libsentencepiece-dev zlib1g-dev wordnet-base bible-kjv dataset-fashion-mnist python3-zmq
 python3-numpy python3-pip
-slurm-wlm munge"
+slurm-wlm munge libcairo2-dev libmicrohttpd-dev"
 
 missing=""
 for p in $PKGS; do
@@ -36,4 +36,14 @@ if ! PYTHONPATH=build/pydeps /usr/bin/python3 -c 'import safetensors.numpy' 2>/d
     /usr/bin/python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --target build/pydeps \
         'safetensors>=0.4,<1' ||
         echo "setup: could not install safetensors (test_it_safetensors will fail)" >&2
+fi
+
+# The Python packages the tests play outside parties with (TensorBoard's event
+# reader, Prometheus' text parser), from PyPI into build/pydeps (tests put it
+# on PYTHONPATH); the system Python stays as Debian left it.
+if ! PYTHONPATH=build/pydeps /usr/bin/python3 -c 'import tensorboard, prometheus_client' \
+    >/dev/null 2>&1; then
+    echo "setup: pip-installing tensorboard, prometheus_client into build/pydeps" >&2
+    /usr/bin/python3 -m pip install --quiet --disable-pip-version-check --no-warn-script-location --root-user-action=ignore \
+        --target build/pydeps tensorboard prometheus_client
 fi

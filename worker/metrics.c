@@ -1,18 +1,32 @@
 #include "worker/metrics.h"
+#include "common/tfevents.h"
 
 #include <errno.h>
 #include <math.h>
 #include <string.h>
 #include <sys/time.h>
 
+static int g_tensorboard = 1;
+
+void metrics_set_tensorboard(int on) { g_tensorboard = on; }
+
+static double now_s(void) {
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return tv.tv_sec + tv.tv_usec * 1e-6;
+}
+
 int metrics_open(metrics *m, const char *dir, char *err, size_t errlen) {
     memset(m, 0, sizeof *m);
     if (!dir) return 0;
+    if (g_tensorboard && tfevents_create(dir, now_s(), &m->tb, err, errlen)) return -1;
     char path[4096];
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     m->f = fopen(path, "a");
     if (!m->f) {
         snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        char e2[8];
+        tfevents_close(&m->tb, e2, sizeof e2);
         return -1;
     }
     return 0;
@@ -42,9 +56,8 @@ double metrics_get(const metrics *m, const char *name, double def) {
 
 void metrics_flush(metrics *m) {
     if (!m->f || m->n == 0) return;
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    fprintf(m->f, "{\"step\": %ld, \"time\": %.3f", m->step, tv.tv_sec + tv.tv_usec * 1e-6);
+    double t = now_s();
+    fprintf(m->f, "{\"step\": %ld, \"time\": %.3f", m->step, t);
     for (int i = 0; i < m->n; i++) {
         if (isfinite(m->value[i]))
             fprintf(m->f, ", \"%s\": %.9g", m->name[i], m->value[i]);
@@ -53,10 +66,19 @@ void metrics_flush(metrics *m) {
     }
     fputs("}\n", m->f);
     fflush(m->f);
+    /* TensorBoard: a failed write stops the event file, never the training */
+    char err[256];
+    for (int i = 0; m->tb && i < m->n; i++)
+        if (isfinite(m->value[i]) &&
+            tfevents_scalar(m->tb, m->name[i], m->step, t, m->value[i], err, sizeof err))
+            tfevents_close(&m->tb, err, sizeof err);
+    if (m->tb && tfevents_flush(m->tb, err, sizeof err)) tfevents_close(&m->tb, err, sizeof err);
     m->n = 0;
 }
 
 void metrics_close(metrics *m) {
     if (m->f) fclose(m->f);
     m->f = NULL;
+    char err[256];
+    tfevents_close(&m->tb, err, sizeof err);
 }

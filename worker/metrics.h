@@ -1,8 +1,10 @@
 /* metrics — one JSON object per line in DIR/metrics.jsonl:
  *   {"step": 100, "time": 1764400000.0, "train/loss": 1.23, ...}
  * Points of one line are collected with metrics_add and written by
- * metrics_flush. Non-finite values are written as null. Later the worker's
- * link to bfd receives the same points. */
+ * metrics_flush. Non-finite values are written as null. The same points go
+ * to a TensorBoard event file in DIR (common/tfevents.h; non-finite values
+ * left out) unless metrics_set_tensorboard(0) was called: under bfd, which
+ * writes the trial's TensorBoard files itself. */
 #ifndef METRICS_H
 #define METRICS_H
 
@@ -10,15 +12,21 @@
 
 #define METRICS_MAX_POINTS 64
 
+struct tfevents;
+
 typedef struct metrics {
-    FILE *f; /* NULL: points are only kept for the caller */
+    FILE *f;             /* NULL: points are only kept for the caller */
+    struct tfevents *tb; /* DIR/events.out.tfevents.* (NULL: none) */
     long step;
     int n;
     const char *name[METRICS_MAX_POINTS];
     double value[METRICS_MAX_POINTS];
 } metrics;
 
-/* Opens DIR/metrics.jsonl for appending (dir NULL: no file). Returns 0 or -1 with a message. */
+/* Whether metrics_open also writes a TensorBoard event file (default 1). */
+void metrics_set_tensorboard(int on);
+/* Opens DIR/metrics.jsonl for appending and a new event file (dir NULL: no
+ * file). Returns 0 or -1 with a message. */
 int metrics_open(metrics *m, const char *dir, char *err, size_t errlen);
 void metrics_begin(metrics *m, long step);
 /* name must outlive the flush (string literals). Extra points past the cap are dropped. */

@@ -13,6 +13,7 @@
 #include "worker/comm.h"
 #include "worker/link.h"
 #include "worker/pipelines/train.h"
+#include "worker/metrics.h"
 
 enum { RUN_OK = 0, RUN_FAIL = 1, RUN_USAGE = 64, RUN_PREEMPTED = 75 };
 
@@ -158,6 +159,7 @@ static int run_ranks(int argc, char **argv, comm_t *comm) {
     }
     train_opts o = {.out_dir = out, .resume = 1, .quiet = quiet, .stop = &run_stop, .comm = comm};
     train_result r;
+    metrics_set_tensorboard(0); /* bfd writes the trial's TensorBoard files from the store */
     int rc = train_run(&c, &o, &r, err, sizeof err);
     int code = rc == TRAIN_OK ? RUN_OK : rc == TRAIN_PREEMPTED ? RUN_PREEMPTED : RUN_FAIL;
     if (rc == TRAIN_ERROR) fprintf(stderr, "bfworker run: rank %d: %s\n", rank, err);
