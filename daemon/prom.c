@@ -88,7 +88,10 @@ static void num(char *buf, size_t len, double x) {
     else if (isinf(x))
         snprintf(buf, len, x > 0 ? "+Inf" : "-Inf");
     else
-        snprintf(buf, len, "%.17g", x);
+        for (int prec = 6; prec <= 17; prec++) { /* the shortest text that reads back as x */
+            snprintf(buf, len, "%.*g", prec, x);
+            if (strtod(buf, NULL) == x) break;
+        }
 }
 
 static const trial_values *values_of(const prom *p, int64_t trial) {
