@@ -93,7 +93,7 @@ typedef struct bfd {
     long long unsent, unsent_logged;
     double unsent_since;
     char unsent_err[256];
-    adaptive *ad; /* early stops and tpe proposals (daemon/adaptive.h) */
+    adaptive *ad;   /* early stops and tpe proposals (daemon/adaptive.h) */
     exp_tb *tb;     /* TensorBoard files ($BF_HOME/tensorboard) */
     prom *prom;     /* Prometheus /metrics (NULL: off) */
     double prom_at; /* last snapshot */
