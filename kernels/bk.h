@@ -156,7 +156,7 @@ typedef struct bk_gate_args {
     double norm;             /* loss normaliser, 1 / (B * L) in the model */
     uint64_t seed, step;     /* noise stream (step << 8) | layer of seed */
     uint64_t row_offset;     /* global index of local sample 0 */
-    int layer;               /* 0..255 */
+    int layer;               /* 0..255 (the stream packs it in 8 bits) */
     int exact_gradient;      /* 1: no straight-through term in the backward */
     const double *head_cost; /* [B] on the device, nullable: FLOPs of one head */
 } bk_gate_args;
@@ -389,6 +389,8 @@ typedef struct bk_backend {
      *   p = softmax(zn / tau); r_i = rank of zn_i (1 = best, ties to the
      *   lower index); gate_i = r_i == 1 ? 1 : sigmoid((s H - r_i) / tau_r);
      *   k[b] = clamp(floor(s H), 1, H) (k nullable).
+     * gate[B,H] (overwritten) is the forward value of m (1 + p - sg(p)): the
+     * per-head weight attention_forward takes as bk_attn_args.gate.
      * Adds into stats (nullable) BK_STAT_BUDGET_LOSS (lambda_budget * norm *
      * (max(0, s_min - s)^2 + max(0, s - s_max)^2)), BK_STAT_ENTROPY_LOSS
      * (lambda_entropy (2 progress - 1) * norm * H(p)), BK_STAT_S_SUM (s),
