@@ -128,7 +128,8 @@ static void bench_shape(const bench *b, int T, int d, int heads) {
     /* scan, with the [delta; B; C] rows a block-diagonal W_x would write */
     float *x = dev_fill(be, nx, -1, 1, 1), *delta = dev_fill(be, nx, -4, 0, 2);
     float *z = dev_fill(be, nx, -2, 2, 3), *xdbl = dev_fill(be, nbc, -1, 1, 4);
-    float *bias = dev_fill(be, (size_t)D, -4, -2, 5), *Alog = dev_fill(be, (size_t)D * N, 0, 2.7f, 6);
+    float *bias = dev_fill(be, (size_t)D, -4, -2, 5),
+          *Alog = dev_fill(be, (size_t)D * N, 0, 2.7f, 6);
     float *Dp = dev_fill(be, (size_t)D, 1, 1, 7);
     c.out = dev_fill(be, nx, 0, 0, 8);
     c.states = dev_fill(be, (size_t)B * D * nch * N, 0, 0, 9);
@@ -136,11 +137,22 @@ static void bench_shape(const bench *b, int T, int d, int heads) {
     c.scratch = dev_fill(be, (size_t)B * D * (2 * N + 2), 0, 0, 11);
     float *gbuf = dev_fill(be, 3 * nx, 0, 0, 12), *gbc = dev_fill(be, nbc, 0, 0, 13);
     float *gpar = dev_fill(be, (size_t)D * (N + 2), 0, 0, 14);
-    c.sa = (bk_scan_args){.B = B, .T = T, .D = D, .G = G, .N = N, .bc_stride = S, .x = x,
-                          .delta = delta, .delta_bias = bias, .A_log = Alog, .Bm = xdbl + R,
-                          .Cm = xdbl + R + N, .Dskip = Dp, .z = z};
-    c.sg = (bk_scan_grads){gbuf,          gbuf + nx,    gpar + (size_t)D * N, gpar, gbc + R,
-                           gbc + R + N, gpar + (size_t)D * N + D, gbuf + 2 * nx};
+    c.sa = (bk_scan_args){.B = B,
+                          .T = T,
+                          .D = D,
+                          .G = G,
+                          .N = N,
+                          .bc_stride = S,
+                          .x = x,
+                          .delta = delta,
+                          .delta_bias = bias,
+                          .A_log = Alog,
+                          .Bm = xdbl + R,
+                          .Cm = xdbl + R + N,
+                          .Dskip = Dp,
+                          .z = z};
+    c.sg = (bk_scan_grads){gbuf,    gbuf + nx,   gpar + (size_t)D * N,     gpar,
+                           gbc + R, gbc + R + N, gpar + (size_t)D * N + D, gbuf + 2 * nx};
     double tsf = time_best(b, run_scan_fwd, &c), tsb = time_best(b, run_scan_bwd, &c);
     double st = (double)B * D * nch * N;
     double bf = 4.0 * (4.0 * nx + 2.0 * B * T * G * N + st);
@@ -210,10 +222,10 @@ static void bench_shape(const bench *b, int T, int d, int heads) {
                tab / tlb);
     }
     fflush(stdout);
-    float *all[] = {x,       delta,  z,       xdbl,   bias,     Alog,    Dp,      c.out,
-                    c.states, c.dout, c.scratch, gbuf, gbc,      gpar,    c.cw,    c.cb,
-                    c.cdw,   c.cscratch, c.gx, c.whh, c.lout,   c.saved, c.ldout, c.dgx,
-                    c.dwhh,  c.lsc,  c.qkv,   c.aout, c.att,    c.adout, c.dqkv,  c.ascratch};
+    float *all[] = {x,        delta,      z,         xdbl,   bias,   Alog,    Dp,      c.out,
+                    c.states, c.dout,     c.scratch, gbuf,   gbc,    gpar,    c.cw,    c.cb,
+                    c.cdw,    c.cscratch, c.gx,      c.whh,  c.lout, c.saved, c.ldout, c.dgx,
+                    c.dwhh,   c.lsc,      c.qkv,     c.aout, c.att,  c.adout, c.dqkv,  c.ascratch};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) be->release(all[i]);
 }
 
@@ -293,8 +305,7 @@ int main(int argc, char **argv) {
             "%5s %4s %2s | %8s %6s %8s %6s | %7s %7s | %8s %8s | %9s %9s | %6s %6s | %6s %6s\n",
             "", "", "", "scan", "", "", "", "conv1d", "", "lstm", "", "attention", "",
             "attn/bimamba", "attn/bilstm", "T", "d", "H", "fwd ms", "GB/s", "bwd ms", "GB/s",
-            "fwd ms", "bwd ms", "fwd ms", "bwd ms", "fwd ms", "bwd ms", "fwd", "bwd", "fwd",
-            "bwd");
+            "fwd ms", "bwd ms", "fwd ms", "bwd ms", "fwd ms", "bwd ms", "fwd", "bwd", "fwd", "bwd");
     const int Ts[] = {197, 577, 1025, 2049};
     const int ds[][2] = {{192, 3}, {384, 6}};
     for (size_t j = 0; j < sizeof ds / sizeof *ds; j++)
