@@ -402,7 +402,10 @@ Test(ckset, resume_needs_the_same_tensors) {
     bk_params_add(&Q, "blocks.0.attn.proj.weight", 2, (int[]){3, 3}, 1);
     bk_params_add(&Q, "head.weight", 2, head, 1);
     cr_assert_eq(bk_params_alloc(&Q, bk_cpu(), err, sizeof err), 0);
-    load_refused(sdir, &Q, "blocks.0.attn.qkv.weight", "not in this model");
+    load_refused(sdir, &Q,
+                 "no tensor \"blocks.0.attn.proj.weight\", which this model has; it has "
+                 "\"blocks.0.attn.qkv.weight\", which this model has not",
+                 NULL);
     bk_params_free(&Q);
     bk_params_free(&P);
 }

@@ -601,8 +601,10 @@ out:
     return rc;
 }
 
-/* Checks an open member file against the state; what = its path. */
-static int check_member(const st_file *f, const set_state *s, int which, char *err, size_t errlen) {
+/* Checks an open member file against the state; with verify_data also its
+ * data checksum (a reader that reads every tensor hashes as it goes). */
+static int check_member(const st_file *f, const set_state *s, int which, int verify_data, char *err,
+                        size_t errlen) {
     const char *fmt = st_meta(f, "format"), *kind = st_meta(f, "kind"), *sid = st_meta(f, "set_id"),
                *step = st_meta(f, "step"), *hash = st_meta(f, "config_hash"),
                *dfnv = st_meta(f, "data_fnv1a64");
@@ -641,8 +643,8 @@ static int check_member(const st_file *f, const set_state *s, int which, char *e
                  f->path, dfnv ? dfnv : "(none)", (unsigned long long)s->fnv[which]);
         return -1;
     }
-    uint64_t h;
-    if (st_data_fnv(f, &h, err, errlen)) return -1;
+    uint64_t h = fnvv;
+    if (verify_data && st_data_fnv(f, &h, err, errlen)) return -1;
     if (h != fnvv) {
         snprintf(err, errlen, "checkpoint %s: data checksum mismatch (damaged file)", f->path);
         return -1;
@@ -653,8 +655,8 @@ static int check_member(const st_file *f, const set_state *s, int which, char *e
 /* Opens the member `which` of the set s in dir: its final name when that
  * carries s's set_id, else its .tmp name (a save that crashed after its
  * commit). Checks it (check_member). */
-static int open_member(const char *dir, const set_state *s, int which, st_file *f, char *err,
-                       size_t errlen) {
+static int open_member(const char *dir, const set_state *s, int which, int verify_data, st_file *f,
+                       char *err, size_t errlen) {
     char path[4200], tmp[4200];
     join(path, sizeof path, dir, MEMBER[which]);
     join(tmp, sizeof tmp, dir, MEMBER_TMP[which]);
@@ -662,7 +664,7 @@ static int open_member(const char *dir, const set_state *s, int which, st_file *
     if (st_open(f, path, e1, sizeof e1) == 0) {
         const char *sid = st_meta(f, "set_id");
         if (sid && strcmp(sid, s->set_id) == 0) {
-            if (check_member(f, s, which, err, errlen)) {
+            if (check_member(f, s, which, verify_data, err, errlen)) {
                 st_close(f);
                 return -1;
             }
@@ -675,7 +677,7 @@ static int open_member(const char *dir, const set_state *s, int which, st_file *
         if (sid && strcmp(sid, s->set_id) == 0) {
             st_close(f);
             *f = g;
-            if (check_member(f, s, which, err, errlen)) {
+            if (check_member(f, s, which, verify_data, err, errlen)) {
                 st_close(f);
                 return -1;
             }
@@ -684,7 +686,7 @@ static int open_member(const char *dir, const set_state *s, int which, st_file *
         st_close(&g);
     }
     if (f->f) { /* the final file opened, of another set: torn */
-        int rc = check_member(f, s, which, err, errlen);
+        int rc = check_member(f, s, which, verify_data, err, errlen);
         st_close(f);
         if (rc == 0) snprintf(err, errlen, "checkpoint %s: set mismatch", path);
         return -1;
@@ -902,31 +904,9 @@ static int check_shape(const st_file *f, int i, const bk_tensor *t, char *err, s
     return 0;
 }
 
-/* Reads every tensor of P, named prefix + name, into out; the file must hold
- * exactly the tensors asked for over all calls (n_expected). */
-static int read_all(const st_file *f, const bk_params *P, const char *prefix, float *out, char *err,
-                    size_t errlen) {
-    for (int k = 0; k < P->n; k++) {
-        char name[BK_NAME_MAX + 8];
-        snprintf(name, sizeof name, "%s%s", prefix, P->t[k].name);
-        int i = st_find(f, name);
-        if (i < 0) {
-            snprintf(err, errlen,
-                     "checkpoint %s: no tensor \"%s\", which this model has (resume "
-                     "needs every tensor; init.from loads a subset)",
-                     f->path, name);
-            return -1;
-        }
-        if (check_shape(f, i, &P->t[k], err, errlen) ||
-            st_read_f32(f, i, out + P->t[k].offset, err, errlen))
-            return -1;
-    }
-    return 0;
-}
-
-/* The file holds only tensors of P under the given prefixes. */
-static int no_extras(const st_file *f, const bk_params *P, const char *const *prefix, int np,
-                     char *err, size_t errlen) {
+/* Index of the first tensor of the file that is not prefix[p] + the name of
+ * a tensor of P for any p, or -1. */
+static int first_extra(const st_file *f, const bk_params *P, const char *const *prefix, int np) {
     for (int i = 0; i < f->n; i++) {
         int found = 0;
         for (int p = 0; p < np && !found; p++) {
@@ -934,14 +914,60 @@ static int no_extras(const st_file *f, const bk_params *P, const char *const *pr
             found = strncmp(f->t[i].name, prefix[p], pl) == 0 &&
                     bk_params_find(P, f->t[i].name + pl) >= 0;
         }
-        if (!found) {
-            snprintf(err, errlen,
-                     "checkpoint %s: tensor \"%s\" is not in this model (another "
-                     "model's checkpoint? init.from loads by name and lists such "
-                     "tensors)",
-                     f->path, f->t[i].name);
-            return -1;
+        if (!found) return i;
+    }
+    return -1;
+}
+
+/* Reads a set member holding, for each of np buffers, every tensor of P
+ * named prefix[p] + name (and nothing else), into out[p] in P's layout, in
+ * file order, hashing as it reads: the hash of the data section must be
+ * want_fnv. */
+static int read_member(const st_file *f, const bk_params *P, const char *const *prefix,
+                       float *const *out, int np, uint64_t want_fnv, char *err, size_t errlen) {
+    for (int p = 0; p < np; p++)
+        for (int k = 0; k < P->n; k++) {
+            char name[BK_NAME_MAX + 8];
+            snprintf(name, sizeof name, "%s%s", prefix[p], P->t[k].name);
+            int i = st_find(f, name);
+            if (i < 0) {
+                char extra[300] = "";
+                int x = first_extra(f, P, prefix, np);
+                if (x >= 0)
+                    snprintf(extra, sizeof extra, "; it has \"%.200s\", which this model has not",
+                             f->t[x].name);
+                snprintf(err, errlen,
+                         "checkpoint %s: no tensor \"%s\", which this model has%s (a resume "
+                         "needs every tensor; init.from loads a subset)",
+                         f->path, name, extra);
+                return -1;
+            }
+            if (check_shape(f, i, &P->t[k], err, errlen)) return -1;
         }
+    int x = first_extra(f, P, prefix, np);
+    if (x >= 0) {
+        snprintf(err, errlen,
+                 "checkpoint %s: tensor \"%s\" is not in this model (another model's "
+                 "checkpoint? init.from loads by name and lists such tensors)",
+                 f->path, f->t[x].name);
+        return -1;
+    }
+    uint64_t h = FNV_INIT;
+    for (int i = 0; i < f->n; i++) { /* every tensor maps to one (p, k): checked above */
+        for (int p = 0; p < np; p++) {
+            size_t pl = strlen(prefix[p]);
+            int k = strncmp(f->t[i].name, prefix[p], pl) == 0 ? bk_params_find(P, f->t[i].name + pl)
+                                                              : -1;
+            if (k < 0) continue;
+            float *dst = out[p] + P->t[k].offset;
+            if (st_read_f32(f, i, dst, err, errlen)) return -1;
+            h = fnv(h, dst, P->t[k].numel * sizeof(float));
+            break;
+        }
+    }
+    if (h != want_fnv) {
+        snprintf(err, errlen, "checkpoint %s: data checksum mismatch (damaged file)", f->path);
+        return -1;
     }
     return 0;
 }
@@ -1030,13 +1056,14 @@ int ckpt_load(const char *dir, const bk_params *P, float *params, float *m, floa
         goto out;
     }
     const char *pm[1] = {""}, *po[2] = {"m.", "v."};
-    if (open_member(dir, &s, 0, &f, err, errlen)) goto out;
-    if (no_extras(&f, P, pm, 1, err, errlen) || read_all(&f, P, "", params, err, errlen)) goto out;
+    float *om[1] = {params}, *oo[2] = {m, v};
+    if (open_member(dir, &s, 0, 0, &f, err, errlen) ||
+        read_member(&f, P, pm, om, 1, s.fnv[0], err, errlen))
+        goto out;
     st_close(&f);
     if (m) {
-        if (open_member(dir, &s, 1, &f, err, errlen)) goto out;
-        if (no_extras(&f, P, po, 2, err, errlen) || read_all(&f, P, "m.", m, err, errlen) ||
-            read_all(&f, P, "v.", v, err, errlen))
+        if (open_member(dir, &s, 1, 0, &f, err, errlen) ||
+            read_member(&f, P, po, oo, 2, s.fnv[1], err, errlen))
             goto out;
         st_close(&f);
     }
@@ -1154,7 +1181,7 @@ int ckpt_init_from(const char *path, const bk_params *P, float *host_params, ckp
                 free(s.cfg_owned);
                 return -1;
             }
-            int rc = open_member(path, &s, 0, &f, err, errlen);
+            int rc = open_member(path, &s, 0, 1, &f, err, errlen);
             free(s.cfg_owned);
             if (rc) return -1;
         } else if (exists(p)) {
