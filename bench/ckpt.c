@@ -33,8 +33,8 @@ static int arg_int(int argc, char **argv, const char *name, int def, int lo, int
             char *end;
             long v = strtol(argv[i + 1], &end, 10);
             if (*end || v < lo || v > hi) {
-                fprintf(stderr, "bench_ckpt: %s must be an integer in [%d, %d], got '%s'\n",
-                        name, lo, hi, argv[i + 1]);
+                fprintf(stderr, "bench_ckpt: %s must be an integer in [%d, %d], got '%s'\n", name,
+                        lo, hi, argv[i + 1]);
                 exit(64);
             }
             return (int)v;
@@ -58,11 +58,11 @@ static void build(bk_params *P, int L, int d, int V, int T) {
         const struct {
             const char *part;
             int a, b, decay;
-        } parts[] = {{"ln1.weight", d, 0, 0},      {"ln1.bias", d, 0, 0},
+        } parts[] = {{"ln1.weight", d, 0, 0},          {"ln1.bias", d, 0, 0},
                      {"attn.qkv.weight", d, 3 * d, 1}, {"attn.qkv.bias", 3 * d, 0, 0},
-                     {"attn.proj.weight", d, d, 1},   {"attn.proj.bias", d, 0, 0},
-                     {"ln2.weight", d, 0, 0},       {"ln2.bias", d, 0, 0},
-                     {"mlp.up.weight", d, 4 * d, 1},  {"mlp.up.bias", 4 * d, 0, 0},
+                     {"attn.proj.weight", d, d, 1},    {"attn.proj.bias", d, 0, 0},
+                     {"ln2.weight", d, 0, 0},          {"ln2.bias", d, 0, 0},
+                     {"mlp.up.weight", d, 4 * d, 1},   {"mlp.up.bias", 4 * d, 0, 0},
                      {"mlp.down.weight", 4 * d, d, 1}, {"mlp.down.bias", d, 0, 0}};
         for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) {
             snprintf(n, sizeof n, "blocks.%d.%s", l, parts[k].part);
@@ -151,8 +151,14 @@ int main(int argc, char **argv) {
         char odir[600];
         snprintf(odir, sizeof odir, "%s/old", dir);
         mkdir(odir, 0755);
-        ckpt_state s = {.step = 1, .seed = 1, .data_step = 1, .n_params = n, .params = p, .m = m,
-                        .v = v, .cfg_text = cfg};
+        ckpt_state s = {.step = 1,
+                        .seed = 1,
+                        .data_step = 1,
+                        .n_params = n,
+                        .params = p,
+                        .m = m,
+                        .v = v,
+                        .cfg_text = cfg};
         t0 = bench_now();
         if (ckpt_write(odir, &s, err, sizeof err)) die("ckpt_write", err);
         t[OLD_SAVE * reps + r] = bench_now() - t0;
