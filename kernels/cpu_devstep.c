@@ -48,30 +48,47 @@ void bk_cpu_adamw_clipped(float *p, const float *g, float *m, float *v, size_t n
 
 /* ---- cross-entropy statistics ---- */
 
-/* Rows in order, sums in double: the order worker/model.c summed them on
- * the host. Argmax with ties to the lowest index (strict >). */
+/* Index of the largest non-NaN value of x[V], the lowest among equals
+ * (what a scan with strict > keeps); 0 when every value is NaN. Two passes
+ * so the first vectorises: the max (NaN never wins x > m, and lanes combine
+ * without NaNs), then its first position. */
+static int row_argmax(const float *x, int V) {
+    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (int v = 0; v < V; v++) mx = x[v] > mx ? x[v] : mx;
+    for (int v = 0; v < V; v++)
+        if (x[v] == mx) return v;
+    return 0;
+}
+
+/* The loss sum runs over rows in order, in double: the order worker/model.c
+ * summed them on the host, so the bits match. The argmax (ties to the
+ * lowest index: strict >) is threaded over rows; its counts are integers,
+ * exact in any order. */
 void bk_cpu_crossentropy_stats(double *stats, const float *logits, const float *losses,
                                const int *targets, int N, int V) {
-    double sum = 0, counted = 0, correct = 0, bad = 0;
+    double sum = 0;
+    long long counted = 0, bad = 0, correct = 0;
     for (int r = 0; r < N; r++) {
         int t = targets[r];
         if (t == -1) continue;
         if (t < -1 || t >= V) {
-            bad += 1;
+            bad++;
             continue;
         }
         sum += losses[r];
-        counted += 1;
-        const float *lg = logits + (size_t)r * V;
-        int best = 0;
-        for (int v = 1; v < V; v++)
-            if (lg[v] > lg[best] || (isnan(lg[best]) && !isnan(lg[v]))) best = v;
-        correct += best == t;
+        counted++;
+    }
+#pragma omp parallel for schedule(static) reduction(+ : correct) if ((long long)N * V >= (1 << 16))
+    for (int r = 0; r < N; r++) {
+        int t = targets[r];
+        if (t < 0 || t >= V) continue;
+        correct += row_argmax(logits + (size_t)r * V, V) == t;
     }
     stats[BK_STAT_LOSS_SUM] += sum;
-    stats[BK_STAT_COUNTED] += counted;
-    stats[BK_STAT_CORRECT] += correct;
-    stats[BK_STAT_BAD_TARGETS] += bad;
+    stats[BK_STAT_COUNTED] += (double)counted;
+    stats[BK_STAT_CORRECT] += (double)correct;
+    stats[BK_STAT_BAD_TARGETS] += (double)bad;
 }
 
 /* ---- the BudgetFormer head gate ---- */

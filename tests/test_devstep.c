@@ -249,6 +249,13 @@ Test(devstep, crossentropy_stats_by_hand, .init = init_cpu) {
               st[BK_STAT_CORRECT], st[BK_STAT_BAD_TARGETS]);
     for (int s = 0; s < BK_STAT_SLOTS; s++)
         if (s > BK_STAT_BAD_TARGETS) cr_assert(st[s] == 0, "slot %d written", s);
+    /* all NaN -> index 0; NaN then -inf -> the first -inf; -0 and +0 tie */
+    float odd[3][3] = {{NAN, NAN, NAN}, {NAN, -INFINITY, -INFINITY}, {-0.0f, 0.0f, -1}};
+    int odd_t[3] = {0, 1, 0};
+    float odd_l[3] = {1, 1, 1};
+    double st2[BK_STAT_SLOTS] = {0};
+    cpu->crossentropy_stats(st2, &odd[0][0], odd_l, odd_t, 3, 3);
+    cr_assert(st2[BK_STAT_CORRECT] == 3, "argmax edge cases: %g of 3", st2[BK_STAT_CORRECT]);
 
     /* the forward and backward treat an out-of-range target as ignored */
     float probs[N * V], out[N], d[N * V], dl[N];
@@ -265,7 +272,7 @@ Test(devstep, crossentropy_stats_by_hand, .init = init_cpu) {
 }
 
 Test(devstep, crossentropy_stats_matches_the_host_loop, .init = init_cpu) {
-    int N = 300, V = 37;
+    int N = 3000, V = 37; /* N V above the threaded path's threshold */
     float *lg = malloc((size_t)N * V * sizeof(float)), *losses = malloc(N * sizeof(float));
     int *tg = malloc(N * sizeof(int));
     gc_fill(lg, (size_t)N * V, -2, 2, 5);
