@@ -50,19 +50,17 @@ int proto_name_ok(const char *s) {
 
 /* ------------------------------------------------------------------ receive */
 
-#define MAX_KEPT 8 /* frames looked at; more are drained and counted */
-
-static int equals(zmq_msg_t *f, const char *s) {
+static int equals(const proto_frame *f, const char *s) {
     size_t n = strlen(s);
-    return zmq_msg_size(f) == n && memcmp(zmq_msg_data(f), s, n) == 0;
+    return f->len == n && memcmp(f->data, s, n) == 0;
 }
 
 /* Best effort: the req of a body we could not otherwise use, so the error
  * reply still carries it. */
-static void peek_req(zmq_msg_t *f, proto_msg *m) {
-    if (zmq_msg_size(f) > PROTO_MAX_BODY) return;
+static void peek_req(const proto_frame *f, proto_msg *m) {
+    if (f->len > PROTO_MAX_BODY) return;
     json_error_t je;
-    json_t *b = json_loadb(zmq_msg_data(f), zmq_msg_size(f), 0, &je);
+    json_t *b = json_loadb(f->data, f->len, 0, &je);
     if (!b) return;
     json_t *r = json_object_get(b, "req");
     if (json_is_integer(r) && json_integer_value(r) >= 0 &&
@@ -73,15 +71,109 @@ static void peek_req(zmq_msg_t *f, proto_msg *m) {
     json_decref(b);
 }
 
+void proto_decode(const proto_frame *fr, int kept, int total, int mode, proto_msg *m,
+                  proto_code *code, char *err, size_t errlen) {
+    proto_msg_clear(m);
+    *code = PROTO_OK;
+    if (kept > total) kept = total;
+    int i = 0;
+    if ((mode & PROTO_RECV_ROUTED) && i < kept) {
+        size_t n = fr[i].len;
+        if (n > 0 && n < PROTO_MAX_IDENT) {
+            memcpy(m->ident, fr[i].data, n);
+            m->ident_len = n;
+        }
+        i++;
+    }
+    if ((mode & PROTO_RECV_TOPIC) && i < kept) {
+        size_t n = fr[i].len;
+        if (n > PROTO_MAX_TOPIC) n = PROTO_MAX_TOPIC;
+        memcpy(m->topic, fr[i].data, n);
+        m->topic[n] = '\0';
+        i++;
+    }
+    if (i < kept && fr[i].len == 0) {
+        m->delim = 1;
+        i++;
+    }
+    int rest = total - i;
+    if (rest == PROTO_MAX_FRAMES && kept - i == PROTO_MAX_FRAMES) peek_req(&fr[i + 3], m);
+    if (rest != PROTO_MAX_FRAMES || kept - i != PROTO_MAX_FRAMES) {
+        *code = PROTO_E_FRAMES;
+        bf_fail(err, errlen, "expected %d frames (\"bf\", version, type, body), got %d",
+                PROTO_MAX_FRAMES, rest);
+        return;
+    }
+    if (!equals(&fr[i], PROTO_NAME)) {
+        *code = PROTO_E_FRAMES;
+        bf_fail(err, errlen, "first frame must be the protocol name \"%s\"", PROTO_NAME);
+        return;
+    }
+    if (!equals(&fr[i + 1], "1")) {
+        char v[17];
+        size_t n = fr[i + 1].len;
+        if (n > 16) n = 16;
+        for (size_t k = 0; k < n; k++) {
+            char c = ((const char *)fr[i + 1].data)[k];
+            v[k] = (c >= 32 && c < 127) ? c : '?';
+        }
+        v[n] = '\0';
+        *code = PROTO_E_VERSION;
+        bf_fail(err, errlen, "protocol version '%s' not supported; this side speaks %d", v,
+                PROTO_VERSION);
+        return;
+    }
+    size_t tl = fr[i + 2].len;
+    if (!proto_type_ok(fr[i + 2].data, tl)) {
+        *code = PROTO_E_FRAMES;
+        bf_fail(err, errlen, "message type must be 1-%d characters of a-z, 0-9, _", PROTO_MAX_TYPE);
+        return;
+    }
+    memcpy(m->type, fr[i + 2].data, tl);
+    m->type[tl] = '\0';
+    size_t bl = fr[i + 3].len;
+    if (bl > PROTO_MAX_BODY) {
+        *code = PROTO_E_TOO_LARGE;
+        bf_fail(err, errlen, "%s: body of %zu bytes is over the limit of %u", m->type, bl,
+                PROTO_MAX_BODY);
+        return;
+    }
+    json_error_t je;
+    m->body = json_loadb(fr[i + 3].data, bl, JSON_REJECT_DUPLICATES, &je);
+    if (!m->body || !json_is_object(m->body)) {
+        *code = PROTO_E_JSON;
+        if (m->body)
+            bf_fail(err, errlen, "%s: body must be a JSON object", m->type);
+        else
+            bf_fail(err, errlen, "%s: body is not JSON: line %d column %d: %s", m->type, je.line,
+                    je.column, je.text);
+        if (m->body) json_decref(m->body);
+        m->body = NULL;
+        return;
+    }
+    json_t *r = json_object_get(m->body, "req");
+    if (r) {
+        if (!json_is_integer(r) || json_integer_value(r) < 0 ||
+            json_integer_value(r) > PROTO_MAX_INT) {
+            *code = PROTO_E_FIELD;
+            m->has_req = 0;
+            bf_fail(err, errlen, "%s: 'req' must be an integer in [0, 2^53]", m->type);
+            return;
+        }
+        m->has_req = 1;
+        m->req = json_integer_value(r);
+    }
+}
+
 int proto_recv(void *sock, int flags, int mode, proto_msg *m, proto_code *code, char *err,
                size_t errlen) {
     proto_msg_clear(m);
     *code = PROTO_OK;
-    zmq_msg_t fr[MAX_KEPT];
+    zmq_msg_t fr[PROTO_DECODE_FRAMES];
     int kept = 0, total = 0, more = 1;
     while (more) {
         zmq_msg_t tmp;
-        zmq_msg_t *f = kept < MAX_KEPT ? &fr[kept] : &tmp;
+        zmq_msg_t *f = kept < PROTO_DECODE_FRAMES ? &fr[kept] : &tmp;
         zmq_msg_init(f);
         if (zmq_msg_recv(f, sock, total == 0 ? flags : 0) < 0) {
             int e = zmq_errno();
@@ -97,96 +189,12 @@ int proto_recv(void *sock, int flags, int mode, proto_msg *m, proto_code *code, 
         else
             kept++;
     }
-    int i = 0, rc = 0;
-    if ((mode & PROTO_RECV_ROUTED) && i < kept) {
-        size_t n = zmq_msg_size(&fr[i]);
-        if (n > 0 && n < PROTO_MAX_IDENT) {
-            memcpy(m->ident, zmq_msg_data(&fr[i]), n);
-            m->ident_len = n;
-        }
-        i++;
-    }
-    if ((mode & PROTO_RECV_TOPIC) && i < kept) {
-        size_t n = zmq_msg_size(&fr[i]);
-        if (n > PROTO_MAX_TOPIC) n = PROTO_MAX_TOPIC;
-        memcpy(m->topic, zmq_msg_data(&fr[i]), n);
-        m->topic[n] = '\0';
-        i++;
-    }
-    if (i < kept && zmq_msg_size(&fr[i]) == 0) {
-        m->delim = 1;
-        i++;
-    }
-    int rest = total - i;
-    if (rest == PROTO_MAX_FRAMES && kept - i == PROTO_MAX_FRAMES) peek_req(&fr[i + 3], m);
-    if (rest != PROTO_MAX_FRAMES) {
-        *code = PROTO_E_FRAMES;
-        bf_fail(err, errlen, "expected %d frames (\"bf\", version, type, body), got %d",
-                PROTO_MAX_FRAMES, rest);
-        goto done;
-    }
-    if (!equals(&fr[i], PROTO_NAME)) {
-        *code = PROTO_E_FRAMES;
-        bf_fail(err, errlen, "first frame must be the protocol name \"%s\"", PROTO_NAME);
-        goto done;
-    }
-    if (!equals(&fr[i + 1], "1")) {
-        char v[17];
-        size_t n = zmq_msg_size(&fr[i + 1]);
-        if (n > 16) n = 16;
-        for (size_t k = 0; k < n; k++) {
-            char c = ((const char *)zmq_msg_data(&fr[i + 1]))[k];
-            v[k] = (c >= 32 && c < 127) ? c : '?';
-        }
-        v[n] = '\0';
-        *code = PROTO_E_VERSION;
-        bf_fail(err, errlen, "protocol version '%s' not supported; this side speaks %d", v,
-                PROTO_VERSION);
-        goto done;
-    }
-    size_t tl = zmq_msg_size(&fr[i + 2]);
-    if (!proto_type_ok(zmq_msg_data(&fr[i + 2]), tl)) {
-        *code = PROTO_E_FRAMES;
-        bf_fail(err, errlen, "message type must be 1-%d characters of a-z, 0-9, _", PROTO_MAX_TYPE);
-        goto done;
-    }
-    memcpy(m->type, zmq_msg_data(&fr[i + 2]), tl);
-    m->type[tl] = '\0';
-    size_t bl = zmq_msg_size(&fr[i + 3]);
-    if (bl > PROTO_MAX_BODY) {
-        *code = PROTO_E_TOO_LARGE;
-        bf_fail(err, errlen, "%s: body of %zu bytes is over the limit of %u", m->type, bl,
-                PROTO_MAX_BODY);
-        goto done;
-    }
-    json_error_t je;
-    m->body = json_loadb(zmq_msg_data(&fr[i + 3]), bl, JSON_REJECT_DUPLICATES, &je);
-    if (!m->body || !json_is_object(m->body)) {
-        *code = PROTO_E_JSON;
-        if (m->body)
-            bf_fail(err, errlen, "%s: body must be a JSON object", m->type);
-        else
-            bf_fail(err, errlen, "%s: body is not JSON: line %d column %d: %s", m->type, je.line,
-                    je.column, je.text);
-        if (m->body) json_decref(m->body);
-        m->body = NULL;
-        goto done;
-    }
-    json_t *r = json_object_get(m->body, "req");
-    if (r) {
-        if (!json_is_integer(r) || json_integer_value(r) < 0 ||
-            json_integer_value(r) > PROTO_MAX_INT) {
-            *code = PROTO_E_FIELD;
-            m->has_req = 0;
-            bf_fail(err, errlen, "%s: 'req' must be an integer in [0, 2^53]", m->type);
-            goto done;
-        }
-        m->has_req = 1;
-        m->req = json_integer_value(r);
-    }
-done:
+    proto_frame pf[PROTO_DECODE_FRAMES];
+    for (int k = 0; k < kept; k++)
+        pf[k] = (proto_frame){zmq_msg_data(&fr[k]), zmq_msg_size(&fr[k])};
+    proto_decode(pf, kept, total, mode, m, code, err, errlen);
     for (int k = 0; k < kept; k++) zmq_msg_close(&fr[k]);
-    return rc;
+    return 0;
 }
 
 /* --------------------------------------------------------------------- send */

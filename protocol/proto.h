@@ -86,6 +86,23 @@ enum { PROTO_RECV_ROUTED = 1, PROTO_RECV_TOPIC = 2 };
 int proto_recv(void *sock, int flags, int mode, proto_msg *m, proto_code *code, char *err,
                size_t errlen);
 
+/* One received frame, as proto_decode reads it. */
+typedef struct proto_frame {
+    const void *data;
+    size_t len;
+} proto_frame;
+
+/* Frames proto_recv keeps and decodes; a message with more is drained and
+ * refused (bad_frames). */
+#define PROTO_DECODE_FRAMES 8
+
+/* The decoder proto_recv uses, on frames already received: fr[0..kept) of
+ * a message of `total` frames (kept <= PROTO_DECODE_FRAMES). Fills m and
+ * *code exactly as proto_recv does (m is cleared first; the caller owns
+ * m->body after). No I/O; the unit the protocol fuzzer drives. */
+void proto_decode(const proto_frame *fr, int kept, int total, int mode, proto_msg *m,
+                  proto_code *code, char *err, size_t errlen);
+
 /* Sends "bf" | "1" | type | body. route (nullable): when it has a routing id
  * that frame goes first, and an empty delimiter when route->delim. topic
  * (nullable): a leading topic frame (PUB). body is borrowed; NULL sends {}.

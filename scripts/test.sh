@@ -2,7 +2,7 @@
 # Sets up (packages + build), then runs the whole test suite twice: the
 # release build (CPU, with the CUDA backend compiled when nvcc exists; GPU
 # tests skip without a GPU) and a CPU build under AddressSanitizer and
-# UndefinedBehaviorSanitizer.
+# UndefinedBehaviorSanitizer; then each libFuzzer target for a short time.
 set -eu
 cd "$(dirname "$0")/.."
 sh scripts/setup.sh
@@ -24,3 +24,10 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 
 echo "== release build ==" >&2
 ctest --test-dir build --output-on-failure
+
+# every decoder under libFuzzer for a short while (clang build in
+# ./build-fuzz; scripts/fuzz.sh TARGET SECONDS runs one longer)
+if command -v clang >/dev/null 2>&1; then
+    echo "== fuzz: each target ${BF_FUZZ_SECONDS:-20} s ==" >&2
+    sh scripts/fuzz.sh all "${BF_FUZZ_SECONDS:-20}"
+fi

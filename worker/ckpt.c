@@ -12,6 +12,15 @@
 
 #include "worker/safetensors.h"
 
+/* Fuzz builds (FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION) do not enforce the
+ * checksums, which random bytes never match, so the fuzzer reaches the
+ * checks behind them. */
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+#define BF_FUZZING 1
+#else
+#define BF_FUZZING 0
+#endif
+
 static const char MAGIC[8] = {'B', 'F', 'C', 'K', 'P', 'T', 0, 0};
 #define HEADER_BYTES 80
 #define FNV_INIT 1469598103934665603ull
@@ -145,7 +154,7 @@ int ckpt_read(const char *path, ckpt_state *s, char *err, size_t errlen) {
         snprintf(err, errlen, "checkpoint %s: truncated header", file);
         goto fail;
     }
-    if (get64(h + hbytes - 8) != fnv(FNV_INIT, h, hbytes - 8)) {
+    if (!BF_FUZZING && get64(h + hbytes - 8) != fnv(FNV_INIT, h, hbytes - 8)) {
         snprintf(err, errlen, "checkpoint %s: header checksum mismatch (damaged file)", file);
         goto fail;
     }
@@ -184,7 +193,7 @@ int ckpt_read(const char *path, ckpt_state *s, char *err, size_t errlen) {
     pf = fnv(pf, s->params, nb);
     pf = fnv(pf, s->m, nb);
     pf = fnv(pf, s->v, nb);
-    if (pf != get64(h + 56)) {
+    if (!BF_FUZZING && pf != get64(h + 56)) {
         snprintf(err, errlen, "checkpoint %s: payload checksum mismatch (damaged file)", file);
         goto fail;
     }
