@@ -33,6 +33,8 @@ static const bfctl_cmd commands[] = {
      "accuracy and heads used per trial, best marked"},
     {"export", bfctl_export, "export JOB --csv|--json|--tensorboard DIR",
      "every stored metric of a job (CSV, JSON, or TensorBoard event files)"},
+    {"plot", bfctl_plot, "plot JOB|tTRIAL [--metric NAME ...] [--x step|time] [-o F.png|F.svg]",
+     "metric curves, one line per trial, best marked; prints the file"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

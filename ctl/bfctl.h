@@ -34,6 +34,8 @@ int bfctl_export(int argc, char **argv);
 /* ctl/ctl_adaptive.c: adaptive sweeps */
 int bfctl_resume(int argc, char **argv);
 int bfctl_show_rungs(long long job, int as_json); /* `show JOB --rungs` */
+/* ctl/ctl_plot.c: metric curves as PNG or SVG */
+int bfctl_plot(int argc, char **argv);
 /* ctl/ctl_tb.c: export JOB --tensorboard DIR (exit status) */
 int ctl_export_tensorboard(long long job, const char *dir);
 

@@ -82,5 +82,10 @@ echo
 echo "== results of job $job =="
 "$bin/bfctl" results "$job"
 echo
+echo "== curves of job $job =="
+plot=$("$bin/bfctl" plot "$job" --metric val/acc --metric train/loss -o "$BF_HOME/job$job.png") ||
+    status=1
+echo "plot: $plot"
+echo "TensorBoard: tensorboard --logdir $BF_HOME/tensorboard"
 echo "more: BF_HOME=$BF_HOME $bin/bfctl show $job | best $job | export $job --csv | logs tTRIAL"
 exit $status
