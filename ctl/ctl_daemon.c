@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "ctl/bfctl.h"
+#include "common/spark.h"
 #include "ctl/ctl_client.h"
 #include "protocol/proto.h"
 
@@ -176,8 +177,10 @@ typedef struct table_row {
     long long trial, step;
     char state[16];
     double v[7]; /* loss, acc, heads, s, val/acc, test/acc, tokens/s; NAN = none yet */
+    spark curve; /* the job's metric over the whole history */
 } table_row;
 
+static char g_curve_metric[64]; /* the job's metric, sparklined per row */
 static table_row *g_rows;
 static size_t g_nrows, g_drawn;
 static const char *const g_row_metric[7] = {"train/loss",        "train/acc", "train/heads_used",
@@ -195,6 +198,7 @@ static table_row *table_row_of(long long trial) {
     r->trial = trial;
     snprintf(r->state, sizeof r->state, "PENDING");
     for (int i = 0; i < 7; i++) r->v[i] = NAN;
+    spark_init(&r->curve);
     return r;
 }
 
@@ -207,6 +211,8 @@ static void table_point(long long trial, json_t *p) {
         json_t *v = json_object_get(json_object_get(p, "values"), g_row_metric[i]);
         if (json_is_number(v)) r->v[i] = json_number_value(v);
     }
+    json_t *cv = json_object_get(json_object_get(p, "values"), g_curve_metric);
+    if (json_is_number(cv)) spark_add(&r->curve, json_number_value(cv));
 }
 
 static void table_state(long long trial, const char *state) {
@@ -218,8 +224,9 @@ static void table_state(long long trial, const char *state) {
 static void table_draw(long long job) {
     if (g_drawn) printf("\033[%zuA\033[J", g_drawn);
     printf("job %lld, live (Ctrl-C leaves the job running)\n", job);
-    printf("%-6s %-10s %7s %8s %7s %6s %6s %8s %8s %9s\n", "TRIAL", "STATE", "STEP", "LOSS", "ACC",
-           "HEADS", "S", "VAL/ACC", "TEST/ACC", "TOK/S");
+    printf("%-6s %-10s %7s %8s %7s %6s %6s %8s %8s %9s  %s\n", "TRIAL", "STATE", "STEP", "LOSS",
+           "ACC", "HEADS", "S", "VAL/ACC", "TEST/ACC", "TOK/S", g_curve_metric);
+    int utf8 = spark_utf8_locale();
     for (size_t i = 0; i < g_nrows; i++) {
         const table_row *r = &g_rows[i];
         printf("t%-5lld %-10s %7lld", r->trial, r->state, r->step);
@@ -231,10 +238,12 @@ static void table_draw(long long job) {
             else
                 printf(" %*.*f", width[k], prec[k], r->v[k]);
         }
+        char curve[128];
+        spark_render(&r->curve, 16, utf8, curve, sizeof curve);
         if (isnan(r->v[6]))
-            printf(" %9s\n", "-");
+            printf(" %9s  %s\n", "-", curve);
         else
-            printf(" %8.1fk\n", r->v[6] / 1e3);
+            printf(" %8.1fk  %s\n", r->v[6] / 1e3, curve);
     }
     g_drawn = g_nrows + 2;
     fflush(stdout);
@@ -335,6 +344,7 @@ static int tail(ctl_conn *c, long long job, long long trial, int follow) {
         ns = json_array_size(ts);
         s = calloc(ns ? ns : 1, sizeof *s);
         g_table = follow && g_compact && isatty(STDOUT_FILENO);
+        snprintf(g_curve_metric, sizeof g_curve_metric, "%s", jstr(r, "metric"));
         for (size_t i = 0; s && i < ns; i++) {
             s[i].trial = jint(json_array_get(ts, i), "id");
             if (g_table) table_state(s[i].trial, jstr(json_array_get(ts, i), "state"));
