@@ -109,7 +109,7 @@ static void run_pair(const bench *bc, model *ms[2], int B, int n, result r[2]) {
         r[k].decode_tps = (double)B / r[k].lat_med;
         r[k].cache_mib = 2.0 * ms[k]->sh.layers * n * B * ms[k]->sh.d_model * sizeof(float) / mib;
         r[k].arena_mib = (double)g[k].A.size / mib;
-        r[k].params_mib = (double)ms[k]->P.numel * sizeof(float) / mib;
+        r[k].params_mib = (double)ms[k]->np.P.numel * sizeof(float) / mib;
         free(lat[k]);
         gen_destroy(&g[k]);
     }
@@ -197,8 +197,8 @@ int main(int argc, char **argv) {
     if (model_create(&md, &sh, bc.be, 1, err, sizeof err)) die("dense model", err);
     sh.hadamard = 1;
     if (model_create(&mh, &sh, bc.be, 1, err, sizeof err)) die("hadamard model", err);
-    model_init_weights(&md, 1);
-    model_init_weights(&mh, 1);
+    if (model_init_weights(&md, 1, err, sizeof err)) die("init", err);
+    if (model_init_weights(&mh, 1, err, sizeof err)) die("init", err);
 
     char cpu[256];
     bench_cpu_model(cpu, sizeof cpu);
@@ -209,14 +209,14 @@ int main(int argc, char **argv) {
             "prefill: fastest of %d after a warm-up | decode: %d steps after a prefill of n-%d, x "
             "reps\n",
             bc.be->name, nproc, cpu, omp_get_max_threads(), bc.layers, bc.d_model, bc.heads,
-            bc.vocab, bc.seq_len, md.P.numel, mh.P.numel, bc.reps, bc.steps, bc.steps);
+            bc.vocab, bc.seq_len, md.np.P.numel, mh.np.P.numel, bc.reps, bc.steps, bc.steps);
     if (bc.json) {
         printf("{\"bench\": \"machine\", \"backend\": ");
         bench_json_string(stdout, bc.be->name);
         printf(", \"nproc\": %ld, \"cpu\": ", nproc);
         bench_json_string(stdout, cpu);
         printf(", \"omp_threads\": %d, \"params_dense\": %zu, \"params_hadamard\": %zu}\n",
-               omp_get_max_threads(), md.P.numel, mh.P.numel);
+               omp_get_max_threads(), md.np.P.numel, mh.np.P.numel);
     }
     fprintf(bc.table, "\n%4s %3s %-8s %12s %12s %9s %9s %9s %9s\n", "ctx", "B", "out_proj",
             "prefill t/s", "decode t/s", "lat med", "lat p90", "KV MiB", "arena MiB");
@@ -254,7 +254,7 @@ int main(int argc, char **argv) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     fprintf(bc.table, "\nparameters: dense %.2f MiB, hadamard %.2f MiB | peak RSS %.1f MiB\n",
-            (double)md.P.numel * 4 / 1048576.0, (double)mh.P.numel * 4 / 1048576.0,
+            (double)md.np.P.numel * 4 / 1048576.0, (double)mh.np.P.numel * 4 / 1048576.0,
             (double)ru.ru_maxrss / 1024.0);
     if (bc.json)
         printf("{\"bench\": \"rss\", \"peak_rss_mib\": %.1f}\n", (double)ru.ru_maxrss / 1024.0);

@@ -63,7 +63,10 @@ static void build(model *m, const opts *o, const bk_backend *be, int budget) {
         fprintf(stderr, "bench_heads: %s\n", err);
         exit(1);
     }
-    model_init_weights(m, 1);
+    if (model_init_weights(m, 1, err, sizeof err)) {
+        fprintf(stderr, "bench_heads: %s\n", err);
+        exit(1);
+    }
 }
 
 int main(int argc, char **argv) {

@@ -42,15 +42,19 @@ static double time_steps(const opts *o, const bk_backend *be, int budget, size_t
     }
     m.kn.s_min = 0.3f, m.kn.s_max = 0.6f;
     m.kn.sigma = 1.0f;
-    model_init_weights(&m, 1);
-    *params = m.P.numel;
+    if (model_init_weights(&m, 1, err, sizeof err)) {
+        fprintf(stderr, "bench_train: %s\n", err);
+        exit(1);
+    }
+    *params = m.np.P.numel;
     int *ids = malloc((size_t)o->B * o->T * sizeof(int));
     int *labels = malloc((size_t)o->B * sizeof(int));
     for (int i = 0; i < o->B * o->T; i++)
         ids[i] = (int)(bk_rng_uniform_at(2, 0, (uint64_t)i) * o->V) % o->V;
     for (int i = 0; i < o->B; i++)
         labels[i] = (int)(bk_rng_uniform_at(2, 1, (uint64_t)i) * o->C) % o->C;
-    float *mom = be->alloc(m.P.numel * sizeof(float)), *var = be->alloc(m.P.numel * sizeof(float));
+    float *mom = be->alloc(m.np.P.numel * sizeof(float)),
+          *var = be->alloc(m.np.P.numel * sizeof(float));
     bk_adamw h = {.lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f};
     double *t = malloc((size_t)o->steps * sizeof(double));
     for (int s = -3; s < o->steps; s++) { /* 3 warm-up steps, as the peer does */
@@ -61,9 +65,9 @@ static double time_steps(const opts *o, const bk_backend *be, int budget, size_t
             exit(1);
         }
         model_backward(&m);
-        float norm = be->global_norm(m.P.grad, m.P.numel);
+        float norm = be->global_norm(m.np.P.grad, m.np.P.numel);
         float scale = norm > 1.0f ? 1.0f / norm : 1.0f;
-        be->adamw_update(m.P.data, m.P.grad, mom, var, m.P.numel, &h, s + 4, scale);
+        be->adamw_update(m.np.P.data, m.np.P.grad, mom, var, m.np.P.numel, &h, s + 4, scale);
         be->sync();
         if (s >= 0) t[s] = bench_now() - t0;
     }

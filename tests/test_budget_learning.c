@@ -21,32 +21,33 @@
 enum { L = 1, C = 8, H = 4, T = 6, V = 8, B = 16 };
 
 static float *param(model *m, const char *name) {
-    int i = bk_params_find(&m->P, name);
+    int i = bk_params_find(&m->np.P, name);
     cr_assert_geq(i, 0, "no parameter %s", name);
-    return m->P.t[i].data;
+    return m->np.P.t[i].data;
 }
 
 static void wire(model *m) {
-    memset(m->P.data, 0, m->P.numel * sizeof(float));
+    memset(m->np.P.data, 0, m->np.P.numel * sizeof(float));
     for (int t = 0; t < V; t++) {
         float p = t % 2 == 0 ? 1.0f : -1.0f;
-        param(m, "wte")[t * C + 0] = p;
-        param(m, "wte")[t * C + 1] = p;
+        param(m, "tok_emb.weight")[t * C + 0] = p;
+        param(m, "tok_emb.weight")[t * C + 1] = p;
     }
-    const char *ones[] = {"h0.ln1.w", "h0.ln2.w", "lnf.w"};
+    const char *ones[] = {"blocks.0.ln1.weight", "blocks.0.ln2.weight", "ln_f.weight"};
     for (int i = 0; i < 3; i++)
         for (int c = 0; c < C; c++) param(m, ones[i])[c] = 1.0f;
-    float *qkv = param(m, "h0.attn.qkv.w"); /* [3C, C]; value rows start at 2C, head h at 2C + 2h */
-    qkv[(2 * C + 0) * C + 0] = 1.0f;        /* head 0, value dim 0 <- u_0 */
-    qkv[(2 * C + 2) * C + 0] = 1.0f;        /* head 1, value dim 0 <- u_0 */
-    float *wo = param(m, "h0.attn.out.w");  /* [C, C]: y[4] = c[0] + c[2] */
+    float *qkv = param(
+        m, "blocks.0.attn.qkv.weight"); /* [3C, C]; value rows start at 2C, head h at 2C + 2h */
+    qkv[(2 * C + 0) * C + 0] = 1.0f;    /* head 0, value dim 0 <- u_0 */
+    qkv[(2 * C + 2) * C + 0] = 1.0f;    /* head 1, value dim 0 <- u_0 */
+    float *wo = param(m, "blocks.0.attn.out.weight"); /* [C, C]: y[4] = c[0] + c[2] */
     wo[4 * C + 0] = 1.0f;
     wo[4 * C + 2] = 1.0f;
-    float *cls = param(m, "cls.w"); /* [2, C] */
+    float *cls = param(m, "head.weight"); /* [2, C] */
     cls[0 * C + 4] = 0.5f, cls[0 * C + 5] = -0.5f;
     cls[1 * C + 4] = -0.5f, cls[1 * C + 5] = 0.5f;
-    param(m, "h0.budget.out.b")[0] = logf(0.3f / 0.7f); /* s = 0.3 -> k = 1 */
-    float *sb = param(m, "h0.scorer.b");
+    param(m, "blocks.0.attn.budget.out.bias")[0] = logf(0.3f / 0.7f); /* s = 0.3 -> k = 1 */
+    float *sb = param(m, "blocks.0.attn.scorer.bias");
     sb[2] = 0.5f, sb[3] = 0.5f; /* starts out preferring the empty heads */
 }
 
@@ -93,10 +94,11 @@ Test(budget_learning, scorer_learns_to_pick_the_heads_that_carry_signal) {
     cr_assert_eq(before, 0.0, "before training the scorer should prefer heads 2 and 3");
     cr_assert_gt(loss0, 0.6, "with an empty head the loss should be near ln 2, got %.4f", loss0);
 
-    int sw = bk_params_find(&m.P, "h0.scorer.w"), sbi = bk_params_find(&m.P, "h0.scorer.b");
-    size_t lo = m.P.t[sw].offset, hi = lo + m.P.t[sw].numel;
-    size_t blo = m.P.t[sbi].offset, bhi = blo + m.P.t[sbi].numel;
-    float *mom = calloc(m.P.numel, sizeof(float)), *var = calloc(m.P.numel, sizeof(float));
+    int sw = bk_params_find(&m.np.P, "blocks.0.attn.scorer.weight"),
+        sbi = bk_params_find(&m.np.P, "blocks.0.attn.scorer.bias");
+    size_t lo = m.np.P.t[sw].offset, hi = lo + m.np.P.t[sw].numel;
+    size_t blo = m.np.P.t[sbi].offset, bhi = blo + m.np.P.t[sbi].numel;
+    float *mom = calloc(m.np.P.numel, sizeof(float)), *var = calloc(m.np.P.numel, sizeof(float));
     bk_adamw h = {.lr = 0.05f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0};
     int ids[B * T], labels[B];
     for (int step = 0; step < 150; step++) {
@@ -113,9 +115,10 @@ Test(budget_learning, scorer_learns_to_pick_the_heads_that_carry_signal) {
         batch(step, ids, labels);
         cr_assert_eq(model_forward(&m, ids, NULL, labels, B, 1, err, sizeof err), 0, "%s", err);
         model_backward(&m);
-        for (size_t i = 0; i < m.P.numel; i++)
-            if (!((i >= lo && i < hi) || (i >= blo && i < bhi))) m.P.grad[i] = 0;
-        bk_cpu()->adamw_update(m.P.data, m.P.grad, mom, var, m.P.numel, &h, step + 1, 1.0f);
+        for (size_t i = 0; i < m.np.P.numel; i++)
+            if (!((i >= lo && i < hi) || (i >= blo && i < bhi))) m.np.P.grad[i] = 0;
+        bk_cpu()->adamw_update(m.np.P.data, m.np.P.grad, mom, var, m.np.P.numel, &h, step + 1,
+                               1.0f);
     }
     m.kn.force_k = 0;
     double after = picks_signal_heads(&m, &loss1);

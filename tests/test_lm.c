@@ -28,10 +28,10 @@ static void make_lm(model *m, int hadamard, int d_model) {
                       .hadamard = hadamard};
     char err[256];
     cr_assert_eq(model_create(m, &sh, bk_cpu(), 1, err, sizeof err), 0, "%s", err);
-    model_init_weights(m, 11);
+    cr_assert_eq(model_init_weights(m, 11, err, sizeof err), 0, "%s", err);
     /* weights well above the training init, so logits are spread out and
      * greedy choices are far from ties; alpha/beta move off 1/0 too */
-    for (size_t i = 0; i < m->P.numel; i++) m->P.data[i] += 0.3f * bk_rng_normal_at(21, 2, i);
+    for (size_t i = 0; i < m->np.P.numel; i++) m->np.P.data[i] += 0.3f * bk_rng_normal_at(21, 2, i);
 }
 
 static const int prompts[NB][PROMPT] = {{5, 1, 7, 3}, {2, 28, 4, 4}, {9, 0, 13, 21}};
@@ -169,15 +169,16 @@ Test(lm, hadamard_removes_d_squared_minus_d_per_attention_block) {
         cr_assert_eq(model_create(&mh, &sh, bk_cpu(), 1, err, sizeof err), 0, "%s", err);
         for (int l = 0; l < L; l++) {
             char pre[32];
-            snprintf(pre, sizeof pre, "h%d.attn.", l);
+            snprintf(pre, sizeof pre, "blocks.%d.attn.", l);
             size_t a_dense = model_count(&md, pre), a_had = model_count(&mh, pre);
             cr_expect_eq(a_dense, 4 * d * d + 4 * d, "d=%zu dense attention block", d);
             cr_expect_eq(a_had, 3 * d * d + 5 * d, "d=%zu hadamard attention block", d);
             cr_expect_eq(a_dense - a_had, d * d - d, "d=%zu layer %d", d, l);
-            snprintf(pre, sizeof pre, "h%d.", l);
+            snprintf(pre, sizeof pre, "blocks.%d.", l);
             cr_expect_eq(model_count(&md, pre) - model_count(&mh, pre), d * d - d);
         }
-        cr_expect_eq(md.P.numel - mh.P.numel, (size_t)L * (d * d - d), "d=%zu whole model", d);
+        cr_expect_eq(md.np.P.numel - mh.np.P.numel, (size_t)L * (d * d - d), "d=%zu whole model",
+                     d);
         model_destroy(&md);
         model_destroy(&mh);
     }

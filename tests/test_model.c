@@ -20,10 +20,10 @@ static void make(model *m, int budget, int hadamard, int n_classes) {
                       .budget = budget};
     char err[256];
     cr_assert_eq(model_create(m, &sh, bk_cpu(), 3, err, sizeof err), 0, "%s", err);
-    model_init_weights(m, 3);
+    cr_assert_eq(model_init_weights(m, 3, err, sizeof err), 0, "%s", err);
     /* larger weights than the training init, so every gradient is well above
      * float rounding in the finite differences */
-    for (size_t i = 0; i < m->P.numel; i++) m->P.data[i] += 0.3f * bk_rng_normal_at(9, 1, i);
+    for (size_t i = 0; i < m->np.P.numel; i++) m->np.P.data[i] += 0.3f * bk_rng_normal_at(9, 1, i);
     m->kn = (model_knobs){.tau = 0.7f,
                           .sigma = 0.5f,
                           .tau_r = 0.4f,
@@ -50,19 +50,19 @@ static double loss_at(model *m, const int *targets) {
 static void check_grads(model *m, const int *targets) {
     loss_at(m, targets);
     model_backward(m);
-    float *g = malloc(m->P.numel * sizeof(float));
-    memcpy(g, m->P.grad, m->P.numel * sizeof(float));
+    float *g = malloc(m->np.P.numel * sizeof(float));
+    memcpy(g, m->np.P.grad, m->np.P.numel * sizeof(float));
     int checked = 0;
-    for (int t = 0; t < m->P.n; t++) {
-        const bk_tensor *tt = &m->P.t[t];
+    for (int t = 0; t < m->np.P.n; t++) {
+        const bk_tensor *tt = &m->np.P.t[t];
         for (int j = 0; j < 6 && (size_t)j < tt->numel; j++) {
             size_t i = tt->offset + (size_t)((j * 7919u) % tt->numel);
-            float x0 = m->P.data[i], h = 1e-3f;
-            m->P.data[i] = x0 + h;
+            float x0 = m->np.P.data[i], h = 1e-3f;
+            m->np.P.data[i] = x0 + h;
             double lp = loss_at(m, targets);
-            m->P.data[i] = x0 - h;
+            m->np.P.data[i] = x0 - h;
             double lm = loss_at(m, targets);
-            m->P.data[i] = x0;
+            m->np.P.data[i] = x0;
             double num = (lp - lm) / (2.0 * h), ana = g[i];
             cr_expect_leq(fabs(num - ana), 2e-3 + 3e-2 * fmax(fabs(num), fabs(ana)),
                           "%s[%zu]: analytic %g numeric %g", tt->name, i - tt->offset, ana, num);
@@ -117,17 +117,18 @@ Test(model, straight_through_reaches_the_scorer) {
     int targets[3] = {0, 2, 1};
     loss_at(&m, targets);
     model_backward(&m);
-    float *exact = malloc(m.P.numel * sizeof(float));
-    memcpy(exact, m.P.grad, m.P.numel * sizeof(float));
+    float *exact = malloc(m.np.P.numel * sizeof(float));
+    memcpy(exact, m.np.P.grad, m.np.P.numel * sizeof(float));
     m.kn.exact_gradient = 0;
     loss_at(&m, targets);
     model_backward(&m);
-    int sw = bk_params_find(&m.P, "h1.scorer.w"), bw = bk_params_find(&m.P, "h1.budget.fc.w");
+    int sw = bk_params_find(&m.np.P, "blocks.1.attn.scorer.weight"),
+        bw = bk_params_find(&m.np.P, "blocks.1.attn.budget.fc.weight");
     double dsw = 0, dbw = 0;
-    for (size_t i = 0; i < m.P.t[sw].numel; i++)
-        dsw += fabs(m.P.grad[m.P.t[sw].offset + i] - exact[m.P.t[sw].offset + i]);
-    for (size_t i = 0; i < m.P.t[bw].numel; i++)
-        dbw += fabs(m.P.grad[m.P.t[bw].offset + i] - exact[m.P.t[bw].offset + i]);
+    for (size_t i = 0; i < m.np.P.t[sw].numel; i++)
+        dsw += fabs(m.np.P.grad[m.np.P.t[sw].offset + i] - exact[m.np.P.t[sw].offset + i]);
+    for (size_t i = 0; i < m.np.P.t[bw].numel; i++)
+        dbw += fabs(m.np.P.grad[m.np.P.t[bw].offset + i] - exact[m.np.P.t[bw].offset + i]);
     cr_expect_gt(dsw, 1e-4, "the straight-through term should change the scorer gradient");
     cr_expect_lt(dbw, 1e-7, "the budget MLP of the last layer sees no straight-through term");
     free(exact);
@@ -166,11 +167,11 @@ Test(model, hard_top_k_picks_exactly_k_best_heads) {
         for (int b = 0; b < 3; b++) {
             int heads[4];
             int k = model_selected_heads(&m, l, b, heads);
-            float s = m.h_s[l * m.B + b];
+            float s = model_budget_s(&m, l, b);
             int want = (int)floorf(s * 4);
             want = want < 1 ? 1 : want > 4 ? 4 : want;
             cr_expect_eq(k, want, "layer %d sample %d: s %g gives k %d, got %d", l, b, s, want, k);
-            const float *z = m.h_z + ((size_t)l * m.B + b) * 4;
+            const float *z = model_attn(&m, l)->h_z + (size_t)b * 4;
             for (int i = 0; i < k; i++)
                 for (int j = 0; j < 4; j++) {
                     int in = 0;
@@ -188,8 +189,9 @@ Test(model, hadamard_has_d_squared_fewer_parameters_per_block) {
     make(&had, 0, 1, 3);
     size_t C = 16;
     /* dense W_O (C*C) + bias (C) against alpha and beta (2C) */
-    cr_expect_eq(model_count(&dense, "h0.") - model_count(&had, "h0."), C * C + C - 2 * C);
-    cr_expect_eq(dense.P.numel - had.P.numel, 2 * (C * C - C));
+    cr_expect_eq(model_count(&dense, "blocks.0.") - model_count(&had, "blocks.0."),
+                 C * C + C - 2 * C);
+    cr_expect_eq(dense.np.P.numel - had.np.P.numel, 2 * (C * C - C));
     model_destroy(&dense);
     model_destroy(&had);
 }

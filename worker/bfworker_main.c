@@ -289,12 +289,12 @@ static int cmd_eval(int argc, char **argv) {
     memset(&m, 0, sizeof m);
     int rc = EXIT_FAIL;
     if (model_create(&m, &sh, be, c.train.batch, err, sizeof err)) goto done;
-    if (m.P.numel != s.n_params) {
+    if (m.np.P.numel != s.n_params) {
         snprintf(err, sizeof err, "checkpoint has %zu parameters but its config builds %zu",
-                 s.n_params, m.P.numel);
+                 s.n_params, m.np.P.numel);
         goto done;
     }
-    be->to_device(m.P.data, s.params, s.n_params * sizeof(float));
+    be->to_device(m.np.P.data, s.params, s.n_params * sizeof(float));
     int sp = split && strcmp(split, "val") == 0 ? 0 : 1;
     if (split && sp == 1 && (!d.n_classes || !d.test)) {
         snprintf(err, sizeof err, "--split test: this run has no test split (%s); use --split val",
@@ -382,7 +382,7 @@ static int cmd_params(int argc, char **argv) {
         printf("%-12s %12zu   (attention %zu)\n", pre, model_count(&m, pre), attn);
     }
     printf("%-12s %12zu\n", "head", model_count(&m, "lnf") + model_count(&m, "cls"));
-    printf("%-12s %12zu\n", "total", m.P.numel);
+    printf("%-12s %12zu\n", "total", m.np.P.numel);
     if (!lm) printf("(classifier sized for 26 classes; the data decides the real count)\n");
     model_destroy(&m);
     return EXIT_OK;
@@ -472,12 +472,12 @@ static int cmd_generate(int argc, char **argv) {
         goto done;
     model_shape sh = train_model_shape(&c, &d);
     if (model_create(&m, &sh, be, 1, err, sizeof err)) goto done;
-    if (m.P.numel != s.n_params) {
+    if (m.np.P.numel != s.n_params) {
         snprintf(err, sizeof err, "checkpoint has %zu parameters but its config builds %zu",
-                 s.n_params, m.P.numel);
+                 s.n_params, m.np.P.numel);
         goto done;
     }
-    be->to_device(m.P.data, s.params, s.n_params * sizeof(float));
+    be->to_device(m.np.P.data, s.params, s.n_params * sizeof(float));
     if (gen_create(&g, &m, 1, err, sizeof err)) goto done;
     size_t n_ids = 0;
     if (tok_encode(d.tok, prompt, strlen(prompt), &ids, &n_ids, err, sizeof err)) goto done;

@@ -7,19 +7,6 @@
 
 #include "kernels/bk_rng.h"
 
-/* Parameter indices of one block in m->P (names as model.c declares them). */
-struct gen_layer_ids {
-    int ln1w, ln1b, wqkv, bqkv, wo, bo, ha, hb, ln2w, ln2b, w1, b1, w2, b2;
-};
-
-#define PD(g, id) ((g)->m->P.t[(id)].data)
-
-static int find_param(const model *m, const char *name, char *err, size_t errlen) {
-    int i = bk_params_find(&m->P, name);
-    if (i < 0) snprintf(err, errlen, "generate: the model has no parameter '%s'", name);
-    return i;
-}
-
 /* Same allocation sequence for planning and for real. */
 static void plan(gen_state *g) {
     bk_arena *a = &g->A;
@@ -62,50 +49,13 @@ int gen_create(gen_state *g, const model *m, int batch_capacity, char *err, size
     g->C = m->sh.d_model;
     g->NH = m->sh.heads;
     g->V = m->sh.vocab;
-    g->lp = calloc((size_t)g->L, sizeof *g->lp);
     size_t rows = (size_t)g->T * g->B;
     g->h_ids = malloc(rows * sizeof(int));
     g->h_posids = malloc(rows * sizeof(int));
-    if (!g->lp || !g->h_ids || !g->h_posids) {
+    if (!g->h_ids || !g->h_posids) {
         snprintf(err, errlen, "generate: out of memory");
         gen_destroy(g);
         return -1;
-    }
-    if ((g->wte = find_param(m, "wte", err, errlen)) < 0 ||
-        (g->wpe = find_param(m, "wpe", err, errlen)) < 0 ||
-        (g->lnfw = find_param(m, "lnf.w", err, errlen)) < 0 ||
-        (g->lnfb = find_param(m, "lnf.b", err, errlen)) < 0) {
-        gen_destroy(g);
-        return -1;
-    }
-    char name[64];
-    for (int l = 0; l < g->L; l++) {
-        gen_layer_ids *p = &g->lp[l];
-        p->wo = p->bo = p->ha = p->hb = -1;
-#define FIND(field, suffix)                                                                        \
-    snprintf(name, sizeof name, "h%d.%s", l, suffix);                                              \
-    if ((p->field = find_param(m, name, err, errlen)) < 0) {                                       \
-        gen_destroy(g);                                                                            \
-        return -1;                                                                                 \
-    }
-        FIND(ln1w, "ln1.w");
-        FIND(ln1b, "ln1.b");
-        FIND(wqkv, "attn.qkv.w");
-        FIND(bqkv, "attn.qkv.b");
-        if (m->sh.hadamard) {
-            FIND(ha, "attn.had.alpha");
-            FIND(hb, "attn.had.beta");
-        } else {
-            FIND(wo, "attn.out.w");
-            FIND(bo, "attn.out.b");
-        }
-        FIND(ln2w, "ln2.w");
-        FIND(ln2b, "ln2.b");
-        FIND(w1, "mlp.fc.w");
-        FIND(b1, "mlp.fc.b");
-        FIND(w2, "mlp.proj.w");
-        FIND(b2, "mlp.proj.b");
-#undef FIND
     }
     bk_arena_plan(&g->A);
     plan(g);
@@ -121,7 +71,6 @@ int gen_create(gen_state *g, const model *m, int batch_capacity, char *err, size
 
 void gen_destroy(gen_state *g) {
     bk_arena_free(&g->A);
-    free(g->lp);
     free(g->h_ids);
     free(g->h_posids);
     memset(g, 0, sizeof *g);
@@ -132,56 +81,23 @@ void gen_destroy(gen_state *g) {
  * the cache, and leaves the logits after the last new token in g->logits
  * [batch, V]. */
 static void forward_new(gen_state *g, int n) {
+    const model *m = g->m;
     const bk_backend *be = g->be;
-    int Bq = g->batch, C = g->C, NH = g->NH, HS = C / NH, L = g->L;
+    int Bq = g->batch, C = g->C, L = g->L;
     int rows = n * Bq;
-    size_t RC = (size_t)rows * C;
     size_t layer_cache = (size_t)g->T * g->B * C; /* per layer, at capacity */
     size_t pos_stride = (size_t)Bq * C;           /* one position of every sequence */
-    float scale = 1.0f / sqrtf((float)HS);
+    nn_decode_ws w = {g->ln, g->mean, g->rstd, g->q, g->y, g->proj, g->fch, g->fchg, g->scores};
 
-    be->embedding_forward(g->x, g->ids, PD(g, g->wte), rows, C);
-    be->embedding_forward(g->proj, g->posids, PD(g, g->wpe), rows, C);
-    be->add(g->x, g->x, g->proj, RC);
-    for (int l = 0; l < L; l++) {
-        const gen_layer_ids *p = &g->lp[l];
-        float *kc = g->kc + l * layer_cache, *vc = g->vc + l * layer_cache;
-        const float *wqkv = PD(g, p->wqkv), *bqkv = PD(g, p->bqkv);
-        be->layernorm_forward(g->ln, g->mean, g->rstd, g->x, PD(g, p->ln1w), PD(g, p->ln1b), rows,
-                              C);
-        /* q, and k and v straight into the cache at positions [pos, pos+n) */
-        be->linear_forward(g->q, g->ln, wqkv, bqkv, rows, C, C);
-        be->linear_forward(kc + g->pos * pos_stride, g->ln, wqkv + (size_t)C * C, bqkv + C, rows, C,
-                           C);
-        be->linear_forward(vc + g->pos * pos_stride, g->ln, wqkv + 2 * (size_t)C * C, bqkv + 2 * C,
-                           rows, C, C);
-        /* query position t = pos + i sees keys [0, t]: item b*NH + h of each
-         * batched gemm is head h of sequence b, at column offset (b*NH+h)*HS
-         * of a row of q, of the cache and of y. */
-        for (int i = 0; i < n; i++) {
-            int nk = g->pos + i + 1;
-            be->gemm(0, 1, 1, nk, HS, scale, g->q + i * pos_stride, HS, HS, kc, Bq * C, HS, 0.0f,
-                     g->scores, nk, nk, Bq * NH);
-            be->softmax_forward(g->scores, g->scores, Bq * NH, nk);
-            be->gemm(0, 0, 1, HS, nk, 1.0f, g->scores, nk, nk, vc, Bq * C, HS, 0.0f,
-                     g->y + i * pos_stride, HS, HS, Bq * NH);
-        }
-        if (g->m->sh.hadamard)
-            be->fwht_forward(g->proj, g->y, PD(g, p->ha), PD(g, p->hb), rows, C);
-        else
-            be->linear_forward(g->proj, g->y, PD(g, p->wo), PD(g, p->bo), rows, C, C);
-        be->add(g->x, g->x, g->proj, RC);
-        be->layernorm_forward(g->ln, g->mean, g->rstd, g->x, PD(g, p->ln2w), PD(g, p->ln2b), rows,
-                              C);
-        be->linear_forward(g->fch, g->ln, PD(g, p->w1), PD(g, p->b1), rows, C, 4 * C);
-        be->gelu_forward(g->fchg, g->fch, (size_t)rows * 4 * C);
-        be->linear_forward(g->proj, g->fchg, PD(g, p->w2), PD(g, p->b2), rows, 4 * C, C);
-        be->add(g->x, g->x, g->proj, RC);
-    }
+    nn_embed_rows(&m->emb, &m->env, g->x, g->ids, g->posids, rows, g->proj);
+    for (int l = 0; l < L; l++)
+        nn_block_decode(&m->blocks[l], &m->env, &w, g->x, g->kc + l * layer_cache,
+                        g->vc + l * layer_cache, Bq, g->pos, n);
     /* only the last position's rows need logits */
     const float *last = g->x + (size_t)(n - 1) * pos_stride;
-    be->layernorm_forward(g->ln, g->mean, g->rstd, last, PD(g, g->lnfw), PD(g, g->lnfb), Bq, C);
-    be->linear_forward(g->logits, g->ln, PD(g, g->wte), NULL, Bq, C, g->V);
+    nn_ln_acts ln = {g->ln, g->mean, g->rstd};
+    nn_layernorm_forward(&m->lnf, &m->env, &ln, last, Bq);
+    be->linear_forward(g->logits, g->ln, nn_w(&m->env, m->emb.tok), NULL, Bq, C, g->V);
 }
 
 /* Stages ids[batch, n] (batch-major) as position-major device ids and

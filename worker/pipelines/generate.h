@@ -2,11 +2,11 @@
  * with a KV cache: prefill a prompt, then one token at a time, for B
  * sequences at once; greedy or temperature/top-k sampling.
  *
- * Everything runs through the model's bk_backend table (CPU or CUDA), with
- * only the ops training uses: layernorm, linear, fwht, gelu, add, embedding,
- * softmax and the strided batched gemm. Attention of new queries against the
- * cache is composed of gemm + softmax + gemm, one query position at a time, so
- * that the softmax row is exactly the visible keys (no mask op is needed).
+ * The layers are the model's own nn/ modules (nn_block_decode, which runs
+ * nn_attn_decode against the cache): no second copy of any layer's forward.
+ * Attention of new queries against the cache is composed of gemm + softmax +
+ * gemm, one query position at a time, so that the softmax row is exactly the
+ * visible keys (no mask op is needed).
  *
  * Layout. Inside one call the rows are position-major, [n][batch][C], so the
  * K and V of the new tokens are one contiguous block that the projection
@@ -34,8 +34,6 @@ typedef struct gen_sampler {
     uint64_t seed;     /* Philox: the draw of sequence b at step s is uniform_at(seed, b, s) */
 } gen_sampler;
 
-typedef struct gen_layer_ids gen_layer_ids;
-
 typedef struct gen_state {
     const model *m;       /* borrowed; must outlive the state */
     const bk_backend *be; /* m->be */
@@ -50,8 +48,6 @@ typedef struct gen_state {
     float *x, *ln, *mean, *rstd, *q, *y, *proj, *fch, *fchg, *scores, *logits;
     int *ids, *posids;     /* device, [T*B] */
     int *h_ids, *h_posids; /* host staging, [T*B] */
-    gen_layer_ids *lp;
-    int wte, wpe, lnfw, lnfb;
 } gen_state;
 
 /* Builds a generator for m (a causal LM without the head budget) holding up to

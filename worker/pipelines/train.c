@@ -310,8 +310,7 @@ static int evaluate_shard(model *m, const bf_config *c, const pipe_data *d, int 
         if (d->n_classes && (m->sh.budget || per_sample)) {
             for (int i = 0; i < b.valid_rows; i++) {
                 double s = m->sh.budget ? 0 : NAN;
-                for (int l = 0; m->sh.budget && l < m->sh.layers; l++)
-                    s += m->h_s[(size_t)l * m->B + i];
+                for (int l = 0; m->sh.budget && l < m->sh.layers; l++) s += model_budget_s(m, l, i);
                 if (m->sh.budget) s /= m->sh.layers;
                 int len = 0;
                 for (int t = 0; t < c->model.seq_len; t++)
@@ -433,7 +432,7 @@ static int save_checkpoint(comm_t *comm, const char *dir, model *m, const bf_con
                            size_t errlen) {
     int failed = 0;
     if (comm_rank(comm) == 0) {
-        size_t n = m->P.numel;
+        size_t n = m->np.P.numel;
         char *cfg_text = malloc(CKPT_MAX_CFG);
         float *hp = malloc(n * sizeof(float));
         if (!cfg_text || !hp) {
@@ -441,7 +440,7 @@ static int save_checkpoint(comm_t *comm, const char *dir, model *m, const bf_con
             failed = 1;
         } else {
             cfg_dump(c, cfg_text, CKPT_MAX_CFG);
-            m->be->to_host(hp, m->P.data, n * sizeof(float));
+            m->be->to_host(hp, m->np.P.data, n * sizeof(float));
             m->be->to_host(hm, dm, n * sizeof(float));
             m->be->to_host(hv, dv, n * sizeof(float));
             ckpt_state s = {.step = (uint64_t)step,
@@ -481,7 +480,7 @@ static int resume_from(comm_t *comm, const char *out_dir, model *m, const bf_con
                        float *dv, float *hm, float *hv, long *start, int quiet, char *err,
                        size_t errlen) {
     const bk_backend *be = m->be;
-    size_t n = m->P.numel;
+    size_t n = m->np.P.numel;
     int rank = comm_rank(comm), failed = 0;
     uint64_t hdr[2] = {0, 0}; /* have, step */
     ckpt_state s;
@@ -542,7 +541,7 @@ static int resume_from(comm_t *comm, const char *out_dir, model *m, const bf_con
          comm_bcast(comm, hm, n * sizeof(float), 0, err, errlen) ||
          comm_bcast(comm, hv, n * sizeof(float), 0, err, errlen);
     if (!rc) {
-        be->to_device(m->P.data, hp, n * sizeof(float));
+        be->to_device(m->np.P.data, hp, n * sizeof(float));
         be->to_device(dm, hm, n * sizeof(float));
         be->to_device(dv, hv, n * sizeof(float));
         *start = (long)hdr[1];
@@ -614,8 +613,12 @@ int train_run(const bf_config *c, const train_opts *o, train_result *r, char *er
     }
     m.kn.s_min = c->budget.range[0];
     m.kn.s_max = c->budget.range[1];
-    model_init_weights(&m, c->train.seed);
-    size_t n = m.P.numel;
+    if (model_init_weights(&m, c->train.seed, err, errlen)) {
+        model_destroy(&m);
+        pipe_data_close(&d);
+        return TRAIN_ERROR;
+    }
+    size_t n = m.np.P.numel;
     dm = be->alloc(n * sizeof(float));
     dv = be->alloc(n * sizeof(float));
     hm = malloc(n * sizeof(float));
@@ -709,10 +712,11 @@ int train_run(const bf_config *c, const train_opts *o, train_result *r, char *er
                                    st.correct};
             if (comm_sum_f64(comm, sv, ST_COUNT, err, errlen)) goto out;
             if (!sh.budget) {
-                be->scale(m.P.grad, (float)st.counted, n);
-                if (comm_allreduce_sum(comm, be, m.P.grad, n, 1, err, errlen)) goto out;
-                be->scale(m.P.grad, sv[ST_COUNTED] > 0 ? (float)(1.0 / sv[ST_COUNTED]) : 0.0f, n);
-            } else if (comm_allreduce_mean(comm, be, m.P.grad, n, 1, err, errlen)) {
+                be->scale(m.np.P.grad, (float)st.counted, n);
+                if (comm_allreduce_sum(comm, be, m.np.P.grad, n, 1, err, errlen)) goto out;
+                be->scale(m.np.P.grad, sv[ST_COUNTED] > 0 ? (float)(1.0 / sv[ST_COUNTED]) : 0.0f,
+                          n);
+            } else if (comm_allreduce_mean(comm, be, m.np.P.grad, n, 1, err, errlen)) {
                 goto out;
             }
             t_comm += now_s() - t0;
@@ -725,7 +729,7 @@ int train_run(const bf_config *c, const train_opts *o, train_result *r, char *er
             st.heads_used = sv[ST_HEADS] / world;
             st.correct = sv[ST_CORRECT];
         }
-        float norm = be->global_norm(m.P.grad, n);
+        float norm = be->global_norm(m.np.P.grad, n);
         float scale = c->train.clip > 0 && norm > c->train.clip ? c->train.clip / norm : 1.0f;
         if (!isfinite(norm)) {
             snprintf(err, errlen,
@@ -736,10 +740,12 @@ int train_run(const bf_config *c, const train_opts *o, train_result *r, char *er
         }
         hp.lr = lr_at(c, step);
         hp.weight_decay = c->train.weight_decay;
-        be->adamw_update(m.P.data, m.P.grad, dm, dv, m.P.n_decay, &hp, (int)(step + 1), scale);
+        be->adamw_update(m.np.P.data, m.np.P.grad, dm, dv, m.np.P.n_decay, &hp, (int)(step + 1),
+                         scale);
         hp.weight_decay = 0;
-        be->adamw_update(m.P.data + m.P.n_decay, m.P.grad + m.P.n_decay, dm + m.P.n_decay,
-                         dv + m.P.n_decay, n - m.P.n_decay, &hp, (int)(step + 1), scale);
+        be->adamw_update(m.np.P.data + m.np.P.n_decay, m.np.P.grad + m.np.P.n_decay,
+                         dm + m.np.P.n_decay, dv + m.np.P.n_decay, n - m.np.P.n_decay, &hp,
+                         (int)(step + 1), scale);
         acc_loss += st.loss;
         acc_task += st.loss_task;
         acc_budget += st.loss_budget;

@@ -1,0 +1,426 @@
+#include "worker/nn/nn_attn.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/bk_rng.h"
+
+int nn_attn_declare(nn_attn *a, nn_params *np, const char *prefix, const nn_attn_cfg *cf,
+                    float std, float out_std, char *err, size_t errlen) {
+    memset(a, 0, sizeof *a);
+    a->cf = *cf;
+    a->alpha = a->beta = -1;
+    a->out.w = a->out.b = -1;
+    a->bfc.w = a->bfc.b = a->bout.w = a->bout.b = a->scorer.w = a->scorer.b = -1;
+    if (cf->NH < 1 || cf->C % cf->NH) {
+        snprintf(err, errlen, "attention: d_model %d is not divisible by %d heads", cf->C, cf->NH);
+        return -1;
+    }
+    if (cf->hadamard && !bk_fwht_valid(cf->C)) {
+        snprintf(err, errlen,
+                 "attn.out_proj: hadamard needs d_model = 2^n or 12*2^n (e.g. 64, 128, 256, 384, "
+                 "512, 768, 1024), got %d",
+                 cf->C);
+        return -1;
+    }
+    char p[BK_NAME_MAX];
+    snprintf(p, sizeof p, "%s.qkv", prefix);
+    int rc = nn_linear_declare(&a->qkv, np, p, cf->C, 3 * cf->C, 1, std);
+    snprintf(p, sizeof p, "%s.out", prefix);
+    if (cf->hadamard) {
+        a->alpha = nn_param(np, p, "alpha", cf->C, 0, 0, nn_ones());
+        a->beta = nn_param(np, p, "beta", cf->C, 0, 0, nn_zeros());
+        rc = rc || a->alpha < 0 || a->beta < 0;
+    } else {
+        rc = rc || nn_linear_declare(&a->out, np, p, cf->C, cf->C, 1, out_std);
+    }
+    if (rc) snprintf(err, errlen, "out of memory declaring %s", prefix);
+    return rc ? -1 : 0;
+}
+
+void nn_attn_budget_init(nn_attn *a, nn_params *np, float s_min, float s_max) {
+    if (!a->cf.budget || a->bout.b < 0) return;
+    float s0 = 0.5f * (s_min + s_max);
+    if (s0 < 0.02f) s0 = 0.02f;
+    if (s0 > 0.98f) s0 = 0.98f;
+    np->init[a->bout.b] = nn_const(logf(s0 / (1.0f - s0)));
+}
+
+int nn_attn_declare_budget(nn_attn *a, nn_params *np, const char *prefix, float std) {
+    if (!a->cf.budget) return 0;
+    int C = a->cf.C;
+    char p[BK_NAME_MAX];
+    snprintf(p, sizeof p, "%s.budget.fc", prefix);
+    int rc = nn_linear_declare(&a->bfc, np, p, C, C / 4, 1, std);
+    snprintf(p, sizeof p, "%s.budget.out", prefix);
+    rc = rc || nn_linear_declare(&a->bout, np, p, C / 4, 1, 1, std);
+    if (!rc) nn_attn_budget_init(a, np, 0, 1);
+    snprintf(p, sizeof p, "%s.scorer", prefix);
+    rc = rc || nn_linear_declare(&a->scorer, np, p, C, a->cf.NH, 1, std);
+    return rc ? -1 : 0;
+}
+
+int nn_attn_plan(nn_attn *a, bk_arena *A, int B, int T) {
+    int C = a->cf.C, NH = a->cf.NH;
+    size_t BT = (size_t)B * T;
+    a->B = B;
+    a->T = T;
+    a->qkv_act = bk_arena_floats(A, BT * 3 * C);
+    a->att = bk_arena_floats(A, (size_t)B * NH * T * T);
+    a->atty = bk_arena_floats(A, BT * C);
+    if (!a->cf.budget) return 0;
+    a->xbar = bk_arena_floats(A, (size_t)B * C);
+    a->bh = bk_arena_floats(A, (size_t)B * (C / 4));
+    a->bg = bk_arena_floats(A, (size_t)B * (C / 4));
+    a->bf = bk_arena_floats(A, (size_t)B);
+    a->z = bk_arena_floats(A, (size_t)B * NH);
+    a->gate = bk_arena_floats(A, (size_t)B * NH);
+    if (!A->base || a->h_s) return 0; /* planning pass, or already allocated */
+    size_t BH = (size_t)B * NH;
+    float **fb[] = {&a->h_s, &a->h_f, &a->h_ds, &a->h_df};
+    float **fh[] = {&a->h_z, &a->h_zn, &a->h_p, &a->h_m, &a->h_gate, &a->h_dz, &a->h_dgate};
+    for (size_t i = 0; i < sizeof fb / sizeof *fb; i++)
+        if (!(*fb[i] = calloc((size_t)B, sizeof(float)))) return -1;
+    for (size_t i = 0; i < sizeof fh / sizeof *fh; i++)
+        if (!(*fh[i] = calloc(BH, sizeof(float)))) return -1;
+    a->h_rank = calloc(BH, sizeof(int));
+    a->h_heads = calloc(BH, sizeof(int));
+    a->h_k = calloc((size_t)B, sizeof(int));
+    return a->h_rank && a->h_heads && a->h_k ? 0 : -1;
+}
+
+void nn_attn_scratch(const nn_attn *a, nn_scratch *s) {
+    int C = a->cf.C, NH = a->cf.NH, HS = C / NH, B = a->B, T = a->T;
+    size_t BT = (size_t)B * T;
+    /* backward: dqkv, datty, datt, fwht scratch, and the budget's small ones */
+    size_t bwd = BT * 3 * C + BT * C + (size_t)B * NH * T * T + BT * C;
+    if (a->cf.budget) bwd += 3 * (size_t)B * NH + (size_t)B * C + 2 * (size_t)B * (C / 4) + B;
+    nn_scratch_need(s, bwd);
+    if (a->cf.budget) /* inference with selected heads */
+        nn_scratch_need(s, (size_t)B * NH * T * (3 * HS + T) + 3 * BT * C + BT + (size_t)B * NH);
+}
+
+void nn_attn_free(nn_attn *a) {
+    free(a->h_s), free(a->h_f), free(a->h_ds), free(a->h_df);
+    free(a->h_z), free(a->h_zn), free(a->h_p), free(a->h_m), free(a->h_gate);
+    free(a->h_dz), free(a->h_dgate), free(a->h_rank), free(a->h_heads), free(a->h_k);
+    a->h_s = a->h_f = a->h_ds = a->h_df = NULL;
+    a->h_z = a->h_zn = a->h_p = a->h_m = a->h_gate = a->h_dz = a->h_dgate = NULL;
+    a->h_rank = a->h_heads = a->h_k = NULL;
+}
+
+double nn_attn_flops(const nn_attn_cfg *cf, int k, int n) {
+    double C = cf->C, HS = (double)cf->C / cf->NH;
+    double proj = 2.0 * n * C * 3.0 * HS * k;           /* Q, K, V rows of the used heads */
+    double scores = 2.0 * 2.0 * (double)n * n * HS * k; /* QK^T and PV */
+    double out;
+    if (cf->hadamard) {
+        int lg = 0;
+        while ((1 << (lg + 1)) <= cf->C) lg++;
+        out = (double)n * C * (lg + 2); /* butterflies + scale + shift */
+    } else {
+        out = 2.0 * n * HS * k * C; /* only the used heads' columns of W_O */
+    }
+    return proj + scores + out;
+}
+
+/* ---- the host-side head gate (design.md, "BudgetFormer") ---- */
+
+static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* Ranks (1 = best) of H scores; ties go to the lower index. */
+static void rank_heads(const float *zn, int H, int *rank) {
+    for (int i = 0; i < H; i++) {
+        int r = 1;
+        for (int j = 0; j < H; j++)
+            if (zn[j] > zn[i] || (zn[j] == zn[i] && j < i)) r++;
+        rank[i] = r;
+    }
+}
+
+static int budget_k(float s, int H, int force_k) {
+    if (force_k > 0) return force_k < H ? force_k : H;
+    int k = (int)floorf(s * (float)H);
+    return k < 1 ? 1 : (k > H ? H : k);
+}
+
+/* Budget network and scorer on the device; f and z copied to the host. */
+static void budget_forward(nn_attn *a, const nn_env *e, const nn_call *c, const float *u) {
+    const bk_backend *be = e->be;
+    int B = c->B, NH = a->cf.NH;
+    be->meanpool_forward(a->xbar, u, c->mask, B, c->T, a->cf.C);
+    nn_linear_forward(&a->bfc, e, a->bh, a->xbar, B);
+    be->gelu_forward(a->bg, a->bh, (size_t)B * a->bfc.out);
+    nn_linear_forward(&a->bout, e, a->bf, a->bg, B);
+    nn_linear_forward(&a->scorer, e, a->z, a->xbar, B);
+    be->to_host(a->h_f, a->bf, (size_t)B * sizeof(float));
+    be->to_host(a->h_z, a->z, (size_t)B * NH * sizeof(float));
+    for (int b = 0; b < B; b++) {
+        a->h_s[b] = sigmoidf_(a->h_f[b]);
+        c->st->mean_s += a->h_s[b];
+    }
+}
+
+/* Training gate from s and z (host): p, rank, m, w; k by the rule. */
+static void gate_forward(nn_attn *a, const nn_call *c) {
+    int H = a->cf.NH;
+    const nn_knobs *kn = c->kn;
+    for (int b = 0; b < c->B; b++) {
+        size_t o = (size_t)b * H;
+        float s = a->h_s[b];
+        float *z = a->h_z + o, *zn = a->h_zn + o, *p = a->h_p + o, *g = a->h_m + o;
+        int *r = a->h_rank + o;
+        uint64_t stream = (kn->step << 8) | (uint64_t)c->layer;
+        float mx = -INFINITY;
+        for (int i = 0; i < H; i++) {
+            float noise = kn->sigma > 0
+                              ? kn->sigma * bk_rng_gumbel_at(kn->seed, stream,
+                                                             (kn->row_offset + (uint64_t)b) * H + i)
+                              : 0;
+            zn[i] = z[i] + noise;
+            if (zn[i] / kn->tau > mx) mx = zn[i] / kn->tau;
+        }
+        double sum = 0;
+        for (int i = 0; i < H; i++) sum += (p[i] = expf(zn[i] / kn->tau - mx));
+        for (int i = 0; i < H; i++) p[i] = (float)(p[i] / sum);
+        rank_heads(zn, H, r);
+        for (int i = 0; i < H; i++) {
+            g[i] = r[i] == 1 ? 1.0f : sigmoidf_((s * H - (float)r[i]) / kn->tau_r);
+            a->h_gate[o + i] = g[i]; /* forward value of m * (1 + p - sg(p)) */
+        }
+        a->h_k[b] = budget_k(s, H, 0);
+    }
+}
+
+/* Budget losses into st; their gradients into h_ds / h_dz. */
+static void gate_losses(nn_attn *a, const nn_call *c) {
+    int H = a->cf.NH;
+    const nn_knobs *kn = c->kn;
+    double norm = 1.0 / ((double)c->B * c->layers);
+    float ent_w = kn->lambda_entropy * (2.0f * kn->progress - 1.0f);
+    for (int b = 0; b < c->B; b++) {
+        size_t o = (size_t)b * H;
+        float s = a->h_s[b];
+        float lo = fmaxf(0.0f, kn->s_min - s), hi = fmaxf(0.0f, s - kn->s_max);
+        c->st->loss_budget += kn->lambda_budget * norm * (lo * lo + hi * hi);
+        a->h_ds[b] = (float)(kn->lambda_budget * norm * (-2.0 * lo + 2.0 * hi));
+        double ent = 0;
+        const float *p = a->h_p + o;
+        for (int i = 0; i < H; i++) ent -= p[i] > 0 ? p[i] * log(p[i]) : 0;
+        c->st->loss_entropy += ent_w * norm * ent;
+        /* d/dp of ent_w*norm*H(p) = -ent_w*norm*(log p + 1); kept in h_dz as dp */
+        for (int i = 0; i < H; i++)
+            a->h_dz[o + i] = (float)(-ent_w * norm * (p[i] > 0 ? log(p[i]) + 1.0 : 0.0));
+    }
+}
+
+/* Gate backward: dgate (host, from attention) plus the loss gradients
+ * already in h_ds (ds) and h_dz (dp) -> h_df (d pre-sigmoid f) and h_dz (dz). */
+static void gate_backward(nn_attn *a, const nn_call *c) {
+    int H = a->cf.NH;
+    const nn_knobs *kn = c->kn;
+    for (int b = 0; b < c->B; b++) {
+        size_t o = (size_t)b * H;
+        const float *p = a->h_p + o, *g = a->h_m + o, *dw = a->h_dgate + o;
+        const int *r = a->h_rank + o;
+        float *dp = a->h_dz + o;
+        float ds = a->h_ds[b];
+        for (int i = 0; i < H; i++) {
+            if (!kn->exact_gradient) dp[i] += dw[i] * g[i]; /* straight-through: dw/dp = m */
+            if (r[i] != 1) ds += dw[i] * g[i] * (1.0f - g[i]) * (float)H / kn->tau_r;
+        }
+        /* softmax((z + noise)/tau) backward */
+        double dot = 0;
+        for (int i = 0; i < H; i++) dot += (double)p[i] * dp[i];
+        for (int i = 0; i < H; i++) dp[i] = (float)(p[i] * (dp[i] - dot) / kn->tau);
+        float s = a->h_s[b];
+        a->h_df[b] = ds * s * (1.0f - s);
+    }
+}
+
+int nn_attn_selected_heads(const nn_attn *a, int b, int *heads) {
+    int H = a->cf.NH;
+    const float *z = a->h_z + (size_t)b * H;
+    int rank[256];
+    rank_heads(z, H, rank);
+    int k = a->h_k[b], n = 0;
+    for (int r = 1; r <= k; r++)
+        for (int i = 0; i < H; i++)
+            if (rank[i] == r) heads[n++] = i;
+    return k;
+}
+
+static void attn_args(const nn_attn *a, const nn_call *c, bk_attn_args *g, int B,
+                      const float *gate) {
+    g->B = B;
+    g->T = c->T;
+    g->C = a->cf.C;
+    g->NH = a->cf.NH;
+    g->causal = a->cf.causal;
+    g->mask = c->mask;
+    g->gate = gate;
+}
+
+static void out_proj_forward(const nn_attn *a, const nn_env *e, float *y, const float *x, int N) {
+    if (a->cf.hadamard)
+        e->be->fwht_forward(y, x, nn_w(e, a->alpha), nn_w(e, a->beta), N, a->cf.C);
+    else
+        nn_linear_forward(&a->out, e, y, x, N);
+}
+
+/* Inference with only the selected heads: samples grouped by k so that each
+ * group is one op call. Writes the output projection into y. */
+static void attention_selected(nn_attn *a, const nn_env *e, nn_scratch *s, const nn_call *c,
+                               float *y, const float *u) {
+    const bk_backend *be = e->be;
+    int B = c->B, C = a->cf.C, NH = a->cf.NH, T = c->T, HS = C / NH;
+    size_t TC = (size_t)T * C, BT = (size_t)B * T;
+    nn_scratch_begin(s);
+    float *sel_scratch = nn_scratch_floats(s, (size_t)B * NH * T * (3 * HS + T));
+    float *sel_x = nn_scratch_floats(s, BT * C), *sel_out = nn_scratch_floats(s, BT * C);
+    float *sel_proj = nn_scratch_floats(s, BT * C), *sel_mask = nn_scratch_floats(s, BT);
+    int *sel_heads = nn_scratch_ints(s, (size_t)B * NH);
+    for (int b = 0; b < B; b++) a->h_k[b] = budget_k(a->h_s[b], NH, c->kn->force_k);
+    for (int k = 1; k <= NH; k++) {
+        int nb = 0;
+        for (int b = 0; b < B; b++) nb += a->h_k[b] == k;
+        if (!nb) continue;
+        /* every sample runs k heads: no gather or scatter, the op reads and
+         * writes the batch in place */
+        int whole = nb == B;
+        nb = 0;
+        for (int b = 0; b < B; b++) {
+            if (a->h_k[b] != k) continue;
+            nn_attn_selected_heads(a, b, a->h_heads + (size_t)nb * k);
+            if (!whole) {
+                be->copy(sel_x + nb * TC, u + b * TC, TC * sizeof(float));
+                if (c->mask)
+                    be->copy(sel_mask + (size_t)nb * T, c->mask + (size_t)b * T,
+                             (size_t)T * sizeof(float));
+            }
+            nb++;
+        }
+        be->to_device(sel_heads, a->h_heads, (size_t)nb * k * sizeof(int));
+        bk_attn_args g;
+        attn_args(a, c, &g, nb, NULL);
+        if (!whole && c->mask) g.mask = sel_mask;
+        float *out_proj = whole ? y : sel_proj;
+        be->attention_selected_forward(sel_out, sel_scratch, whole ? u : sel_x, nn_w(e, a->qkv.w),
+                                       nn_w(e, a->qkv.b), sel_heads, k, &g);
+        if (a->cf.hadamard)
+            be->fwht_forward(out_proj, sel_out, nn_w(e, a->alpha), nn_w(e, a->beta), nb * T, C);
+        else
+            be->linear_selected_forward(out_proj, sel_out, nn_w(e, a->out.w), nn_w(e, a->out.b),
+                                        sel_heads, k, nb, T, C, NH, C);
+        if (whole) continue;
+        nb = 0;
+        for (int b = 0; b < B; b++) {
+            if (a->h_k[b] != k) continue;
+            be->copy(y + b * TC, sel_proj + nb * TC, TC * sizeof(float));
+            nb++;
+        }
+    }
+}
+
+void nn_attn_forward(nn_attn *a, const nn_env *e, nn_scratch *s, const nn_call *c, float *y,
+                     const float *u) {
+    const bk_backend *be = e->be;
+    int B = c->B, NH = a->cf.NH;
+    size_t BT = (size_t)B * c->T;
+    if (a->cf.budget) budget_forward(a, e, c, u);
+    if (a->cf.budget && !c->training) {
+        attention_selected(a, e, s, c, y, u);
+    } else {
+        const float *gate = NULL;
+        if (a->cf.budget) {
+            gate_forward(a, c);
+            gate_losses(a, c);
+            be->to_device(a->gate, a->h_gate, (size_t)B * NH * sizeof(float));
+            gate = a->gate;
+        }
+        nn_linear_forward(&a->qkv, e, a->qkv_act, u, (int)BT);
+        bk_attn_args g;
+        attn_args(a, c, &g, B, gate);
+        be->attention_forward(a->atty, a->att, a->qkv_act, &g);
+        out_proj_forward(a, e, y, a->atty, (int)BT);
+    }
+    /* heads used and attention FLOPs by the inference rule */
+    for (int b = 0; b < B; b++) {
+        int k = a->cf.budget ? a->h_k[b] : NH;
+        c->st->heads_used += (double)k / NH;
+        c->st->attn_flops += nn_attn_flops(&a->cf, k, nn_active_tokens(c, b));
+    }
+}
+
+void nn_attn_backward(nn_attn *a, const nn_env *e, nn_scratch *s, const nn_call *c, float *du,
+                      const float *dy, const float *dinner, const float *u) {
+    const bk_backend *be = e->be;
+    int B = c->B, T = c->T, C = a->cf.C, NH = a->cf.NH;
+    size_t BT = (size_t)B * T;
+    nn_scratch_begin(s);
+    float *datty = nn_scratch_floats(s, BT * C), *dqkv = nn_scratch_floats(s, BT * 3 * C);
+    float *datt = nn_scratch_floats(s, (size_t)B * NH * T * T);
+    float *fwht_scratch = nn_scratch_floats(s, BT * C);
+    be->zero(datty, BT * C * sizeof(float));
+    if (a->cf.hadamard)
+        be->fwht_backward(datty, nn_g(e, a->alpha), nn_g(e, a->beta), fwht_scratch, dy, a->atty,
+                          nn_w(e, a->alpha), (int)BT, C);
+    else
+        nn_linear_backward(&a->out, e, datty, dy, a->atty, (int)BT);
+    if (dinner) be->add(datty, datty, dinner, BT * C);
+    be->zero(dqkv, BT * 3 * C * sizeof(float));
+    bk_attn_args g;
+    attn_args(a, c, &g, B, a->cf.budget ? a->gate : NULL);
+    float *dgate = NULL;
+    if (a->cf.budget) {
+        dgate = nn_scratch_floats(s, (size_t)B * NH);
+        be->zero(dgate, (size_t)B * NH * sizeof(float));
+    }
+    be->attention_backward(dqkv, dgate, datt, datty, a->qkv_act, a->att, &g);
+    nn_linear_backward(&a->qkv, e, du, dqkv, u, (int)BT);
+    if (!a->cf.budget) return;
+    float *dz = nn_scratch_floats(s, (size_t)B * NH), *dbf = nn_scratch_floats(s, (size_t)B);
+    float *dxbar = nn_scratch_floats(s, (size_t)B * C);
+    float *dbg = nn_scratch_floats(s, (size_t)B * (C / 4));
+    float *dbh = nn_scratch_floats(s, (size_t)B * (C / 4));
+    be->to_host(a->h_dgate, dgate, (size_t)B * NH * sizeof(float));
+    gate_backward(a, c);
+    be->to_device(dz, a->h_dz, (size_t)B * NH * sizeof(float));
+    be->to_device(dbf, a->h_df, (size_t)B * sizeof(float));
+    be->zero(dxbar, (size_t)B * C * sizeof(float));
+    nn_linear_backward(&a->scorer, e, dxbar, dz, a->xbar, B);
+    be->zero(dbg, (size_t)B * (C / 4) * sizeof(float));
+    nn_linear_backward(&a->bout, e, dbg, dbf, a->bg, B);
+    be->zero(dbh, (size_t)B * (C / 4) * sizeof(float));
+    be->gelu_backward(dbh, a->bh, dbg, (size_t)B * (C / 4));
+    nn_linear_backward(&a->bfc, e, dxbar, dbh, a->xbar, B);
+    be->meanpool_backward(du, dxbar, c->mask, B, T, C);
+}
+
+void nn_attn_decode(const nn_attn *a, const nn_env *e, float *y_out, const float *u, float *kc,
+                    float *vc, int batch, int pos, int n, float *q, float *y, float *scores) {
+    const bk_backend *be = e->be;
+    int C = a->cf.C, NH = a->cf.NH, HS = C / NH, rows = n * batch;
+    size_t pos_stride = (size_t)batch * C; /* one position of every sequence */
+    float scale = 1.0f / sqrtf((float)HS);
+    const float *wqkv = nn_w(e, a->qkv.w), *bqkv = nn_w(e, a->qkv.b);
+    /* q, and k and v straight into the cache at positions [pos, pos+n) */
+    be->linear_forward(q, u, wqkv, bqkv, rows, C, C);
+    be->linear_forward(kc + pos * pos_stride, u, wqkv + (size_t)C * C, bqkv + C, rows, C, C);
+    be->linear_forward(vc + pos * pos_stride, u, wqkv + 2 * (size_t)C * C, bqkv + 2 * C, rows, C,
+                       C);
+    /* query position t = pos + i sees keys [0, t]: item b*NH + h of each
+     * batched gemm is head h of sequence b, at column offset (b*NH+h)*HS of a
+     * row of q, of the cache and of y. */
+    for (int i = 0; i < n; i++) {
+        int nk = pos + i + 1;
+        be->gemm(0, 1, 1, nk, HS, scale, q + i * pos_stride, HS, HS, kc, batch * C, HS, 0.0f,
+                 scores, nk, nk, batch * NH);
+        be->softmax_forward(scores, scores, batch * NH, nk);
+        be->gemm(0, 0, 1, HS, nk, 1.0f, scores, nk, nk, vc, batch * C, HS, 0.0f, y + i * pos_stride,
+                 HS, HS, batch * NH);
+    }
+    out_proj_forward(a, e, y_out, y, rows);
+}
