@@ -83,6 +83,7 @@ typedef struct bf_config {
         float weight_decay, clip;
         uint64_t seed;
         int eval_every, checkpoint_every, log_every;
+        char freeze[CFG_PATH_MAX]; /* comma-separated tensor-name prefixes trained frozen */
     } train;
 } bf_config;
 

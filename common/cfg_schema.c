@@ -97,6 +97,8 @@ static const cfg_field cfg_schema[] = {
      "steps between checkpoints (0 = only at the end)"},
     {"train.log_every", CFG_T_INT, OFF(train.log_every), 1, 100000000, "50", NULL,
      "steps between train/* metric points"},
+    {"train.freeze", CFG_T_STR, OFF(train.freeze), NOLIM, "\"\"", NULL,
+     "tensors kept frozen: comma-separated name prefixes (e.g. \"tok_emb,blocks.0.\")"},
 };
 
 size_t cfg_field_count(void) { return sizeof(cfg_schema) / sizeof(cfg_schema[0]); }

@@ -18,7 +18,7 @@
 #include "worker/comm.h"
 #include "worker/pipelines/generate.h"
 #include "worker/run_trial.h"
-#include "worker/pipelines/train.h"
+#include "worker/train.h"
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = BF_EX_USAGE, EXIT_PREEMPTED = 75 };
 
@@ -278,13 +278,13 @@ static int cmd_eval(int argc, char **argv) {
     int orc = open_checkpoint(argc, argv, &s, &c, err, sizeof err);
     if (orc) return orc;
     const bk_backend *be;
-    pipe_data d;
-    if (bk_select(c.device, &be, err, sizeof err) || pipe_data_open(&c, &d, 1, err, sizeof err)) {
+    data_sets d;
+    if (bk_select(c.device, &be, err, sizeof err) || data_sets_open(&c, &d, 1, err, sizeof err)) {
         fprintf(stderr, "bfworker: %s\n", err);
         ckpt_free(&s);
         return EXIT_FAIL;
     }
-    model_shape sh = train_model_shape(&c, &d);
+    model_shape sh = pipe_model_shape(&c, &d);
     model m;
     memset(&m, 0, sizeof m);
     int rc = EXIT_FAIL;
@@ -314,7 +314,7 @@ static int cmd_eval(int argc, char **argv) {
         }
         fputs("s_mean\ttokens\tloss\tcorrect\n", samples);
     }
-    int erc = train_evaluate(&m, &c, &d, d.n_classes ? sp : 1, &e, samples, err, sizeof err);
+    int erc = pipe_evaluate(&m, &c, &d, d.n_classes ? sp : 1, NULL, &e, samples, err, sizeof err);
     /* a write that failed (a full disk) is an error, not a silent exit 0 */
     if (samples && (ferror(samples) | fclose(samples)) && !erc) {
         snprintf(err, sizeof err, "writing %s failed (disk full?)", samples_path);
@@ -338,7 +338,7 @@ static int cmd_eval(int argc, char **argv) {
 done:
     if (rc) fprintf(stderr, "bfworker: %s\n", err);
     model_destroy(&m);
-    pipe_data_close(&d);
+    data_sets_close(&d);
     ckpt_free(&s);
     return rc;
 }
@@ -459,7 +459,7 @@ static int cmd_generate(int argc, char **argv) {
         return EXIT_FAIL;
     }
     const bk_backend *be;
-    pipe_data d;
+    data_sets d;
     memset(&d, 0, sizeof d);
     model m;
     memset(&m, 0, sizeof m);
@@ -468,9 +468,9 @@ static int cmd_generate(int argc, char **argv) {
     int32_t *ids = NULL;
     int *all = NULL;
     int rc = EXIT_FAIL;
-    if (bk_select(c.device, &be, err, sizeof err) || pipe_data_open(&c, &d, 1, err, sizeof err))
+    if (bk_select(c.device, &be, err, sizeof err) || data_sets_open(&c, &d, 1, err, sizeof err))
         goto done;
-    model_shape sh = train_model_shape(&c, &d);
+    model_shape sh = pipe_model_shape(&c, &d);
     if (model_create(&m, &sh, be, 1, err, sizeof err)) goto done;
     if (m.np.P.numel != s.n_params) {
         snprintf(err, sizeof err, "checkpoint has %zu parameters but its config builds %zu",
@@ -502,7 +502,7 @@ done:
     free(ids);
     gen_destroy(&g);
     model_destroy(&m);
-    pipe_data_close(&d);
+    data_sets_close(&d);
     ckpt_free(&s);
     return rc;
 }

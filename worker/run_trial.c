@@ -12,8 +12,8 @@
 #include "common/cfg.h"
 #include "worker/comm.h"
 #include "worker/link.h"
-#include "worker/pipelines/train.h"
 #include "worker/metrics.h"
+#include "worker/train.h"
 
 enum { RUN_OK = 0, RUN_FAIL = 1, RUN_USAGE = 64, RUN_PREEMPTED = 75 };
 

@@ -169,6 +169,17 @@ float model_budget_s(const model *m, int l, int b) {
     return a && a->h_s ? a->h_s[b] : NAN;
 }
 
+int model_prediction(const model *m, int r) {
+    int V = m->arch->logit_width(m);
+    const float *lg = m->h_logits + (size_t)r * V;
+    int best = 0;
+    for (int v = 1; v < V; v++)
+        if (lg[v] > lg[best]) best = v;
+    return best;
+}
+
+double model_row_loss(const model *m, int r) { return m->h_losses[r]; }
+
 static nn_call model_call(model *m, int B, int training, int layer) {
     return (nn_call){.B = B,
                      .T = m->sh.seq_len,

@@ -122,6 +122,11 @@ int model_selected_heads(const model *m, int l, int b, int *heads);
 /* Predicted budget fraction s of sample b at layer l (last forward). */
 float model_budget_s(const model *m, int l, int b);
 
+/* Of row r of the last forward: the predicted class (argmax of its logits,
+ * lowest on ties) and its task loss. Inference only (they read host copies). */
+int model_prediction(const model *m, int r);
+double model_row_loss(const model *m, int r);
+
 /* Parameter count of the tensors whose names start with prefix. */
 size_t model_count(const model *m, const char *prefix);
 

@@ -54,7 +54,9 @@ int nn_params_init_weights(nn_params *np, uint64_t seed, char *err, size_t errle
         float *w = host + t->offset;
         nn_init in = np->init[i];
         switch (in.kind) {
-        case NN_INIT_ZEROS: memset(w, 0, t->numel * sizeof(float)); break;
+        case NN_INIT_ZEROS:
+            memset(w, 0, t->numel * sizeof(float));
+            break;
         case NN_INIT_ONES:
             for (size_t j = 0; j < t->numel; j++) w[j] = 1.0f;
             break;

@@ -117,15 +117,15 @@ typedef struct nn_stats {
 
 /* One forward or backward call of a module. */
 typedef struct nn_call {
-    int B, T;             /* rows and tokens of this call (B <= planned capacity) */
-    int training;         /* 1: soft gate, save for backward; 0: inference rules */
-    int layer;            /* block index (noise streams, loss normalisation) */
-    int layers;           /* blocks in the model */
-    const float *mask;    /* device [B,T], 1 = active token; NULL = all */
-    const float *h_mask;  /* host copy of mask (NULL = all) */
-    const nn_knobs *kn;   /* budget knobs */
-    nn_stats *st;         /* where modules add what they measured */
-    int time_mixer;       /* 1: time the mixer sublayer into st->attn_seconds */
+    int B, T;            /* rows and tokens of this call (B <= planned capacity) */
+    int training;        /* 1: soft gate, save for backward; 0: inference rules */
+    int layer;           /* block index (noise streams, loss normalisation) */
+    int layers;          /* blocks in the model */
+    const float *mask;   /* device [B,T], 1 = active token; NULL = all */
+    const float *h_mask; /* host copy of mask (NULL = all) */
+    const nn_knobs *kn;  /* budget knobs */
+    nn_stats *st;        /* where modules add what they measured */
+    int time_mixer;      /* 1: time the mixer sublayer into st->attn_seconds */
 } nn_call;
 
 /* Transient scratch shared by the modules of one model: each module says

@@ -7,8 +7,8 @@
 
 #include "kernels/bk_rng.h"
 
-int nn_attn_declare(nn_attn *a, nn_params *np, const char *prefix, const nn_attn_cfg *cf,
-                    float std, float out_std, char *err, size_t errlen) {
+int nn_attn_declare(nn_attn *a, nn_params *np, const char *prefix, const nn_attn_cfg *cf, float std,
+                    float out_std, char *err, size_t errlen) {
     memset(a, 0, sizeof *a);
     a->cf = *cf;
     a->alpha = a->beta = -1;

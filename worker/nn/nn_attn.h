@@ -42,8 +42,8 @@ typedef struct nn_attn {
  * budget tensors are declared apart (nn_attn_declare_budget) so a block can
  * keep the declaration order that fixes each tensor's init stream. std is the
  * init std; out_std that of W_O. Returns 0 or -1 with a message. */
-int nn_attn_declare(nn_attn *a, nn_params *np, const char *prefix, const nn_attn_cfg *cf,
-                    float std, float out_std, char *err, size_t errlen);
+int nn_attn_declare(nn_attn *a, nn_params *np, const char *prefix, const nn_attn_cfg *cf, float std,
+                    float out_std, char *err, size_t errlen);
 /* P.budget.fc, P.budget.out and P.scorer (nothing without the budget). */
 int nn_attn_declare_budget(nn_attn *a, nn_params *np, const char *prefix, float std);
 /* Sets the init rule of the budget output bias: logit(s0), s0 the middle of

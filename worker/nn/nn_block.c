@@ -7,9 +7,7 @@
 
 /* ---- attention in the mixer slot ---- */
 
-static int attn_plan(void *self, bk_arena *A, int B, int T) {
-    return nn_attn_plan(self, A, B, T);
-}
+static int attn_plan(void *self, bk_arena *A, int B, int T) { return nn_attn_plan(self, A, B, T); }
 static void attn_scratch(const void *self, nn_scratch *s) { nn_attn_scratch(self, s); }
 static void attn_forward(void *self, const nn_env *e, nn_scratch *s, const nn_call *c, float *y,
                          const float *u) {
@@ -25,7 +23,7 @@ static void attn_destroy(void *self) {
     free(self);
 }
 
-static const nn_mixer_ops ATTENTION_OPS = {"attention", attn_plan,  attn_scratch, attn_forward,
+static const nn_mixer_ops ATTENTION_OPS = {"attention",   attn_plan,  attn_scratch, attn_forward,
                                            attn_backward, attn_inner, attn_destroy};
 
 /* ---- the block ---- */
@@ -49,8 +47,7 @@ int nn_block_declare(nn_block *b, nn_params *np, const char *prefix, const nn_bl
     snprintf(p, sizeof p, "%s.ln2", prefix);
     if (nn_layernorm_declare(&b->ln2, np, p, cf->C)) goto oom;
     snprintf(p, sizeof p, "%s.mlp", prefix);
-    if (nn_mlp_declare(&b->mlp, np, p, cf->C, cf->hidden, cf->std, cf->resid_std))
-        goto oom;
+    if (nn_mlp_declare(&b->mlp, np, p, cf->C, cf->hidden, cf->std, cf->resid_std)) goto oom;
     snprintf(p, sizeof p, "%s.attn", prefix);
     if (nn_attn_declare_budget(a, np, p, cf->std)) goto oom;
     return 0;
@@ -176,10 +173,14 @@ nn_attn *nn_block_attn(const nn_block *b) {
 
 const float *nn_block_tap(const nn_block *b, nn_tap t) {
     switch (t) {
-    case NN_TAP_MIXER_INNER: return b->mix.ops->inner(b->mix.self);
-    case NN_TAP_MIXER: return b->mix_out;
-    case NN_TAP_OUT: return b->x_out;
-    default: return NULL;
+    case NN_TAP_MIXER_INNER:
+        return b->mix.ops->inner(b->mix.self);
+    case NN_TAP_MIXER:
+        return b->mix_out;
+    case NN_TAP_OUT:
+        return b->x_out;
+    default:
+        return NULL;
     }
 }
 

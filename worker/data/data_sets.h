@@ -1,0 +1,23 @@
+/* data_sets — the data one run trains and evaluates on, from a resolved
+ * config: a prepared set under data.dir by name, or the user's own files;
+ * trains (or reuses) the tokenizer and opens the tokenized splits through the
+ * cache. */
+#ifndef DATA_SETS_H
+#define DATA_SETS_H
+
+#include "common/cfg.h"
+#include "worker/data/data.h"
+
+typedef struct data_sets {
+    tok_t *tok;
+    data_tok_t *train, *val, *test; /* lm: train only, with val_start; val/test NULL */
+    int n_classes;                  /* 0 for lm */
+} data_sets;
+
+/* Resolves the data of c, trains or loads the tokenizer, and opens the
+ * tokenized sets (cached). Progress goes to stderr unless quiet. Returns 0
+ * or -1 with a message (nothing to close then). */
+int data_sets_open(const bf_config *c, data_sets *d, int quiet, char *err, size_t errlen);
+void data_sets_close(data_sets *d);
+
+#endif

@@ -1,0 +1,126 @@
+/* pipe — the one training loop every pipeline configures, and evaluation.
+ *
+ * A pipeline (pipelines/budgetformer.c, lm.c) is a pipe_spec: which model
+ * it builds, its schedules (the knobs set before each step), its loss terms
+ * (each a metric name and where its value comes from: a term the model
+ * computes, or an extra term on the model's taps that a pipeline adds), its
+ * parameter groups (frozen prefixes), and how its evaluation is named. The
+ * loop (pipe_loop.c) knows nothing of a particular pipeline, and nothing of
+ * MPI, files or the daemon: those reach it through pipe_host, which the
+ * worker's top layer (worker/train.c) fills with the collectives, the
+ * checkpoint files and metrics.jsonl. */
+#ifndef PIPE_H
+#define PIPE_H
+
+#include <signal.h>
+#include <stdio.h>
+
+#include "common/cfg.h"
+#include "worker/data/data_sets.h"
+#include "worker/models/model.h"
+
+/* What one evaluation pass measured. */
+typedef struct eval_result {
+    double loss, acc, ppl, heads_used, attn_flops; /* means over samples (lm: over tokens) */
+    double seconds;                                /* wall time of the model forward passes */
+    double samples, tokens;
+    double corr_s_len, corr_s_loss; /* budget only: Pearson r of mean s with length / loss */
+} eval_result;
+
+typedef struct train_result {
+    eval_result val, test;
+    double train_loss, tokens_per_s, final_s;
+    long steps;
+} train_result;
+
+/* The state a checkpoint holds: parameters and AdamW moments on the
+ * device, and the steps done. */
+typedef struct pipe_state {
+    model *m;
+    float *adam_m, *adam_v; /* device, m->np.P.numel each */
+    long step;
+} pipe_state;
+
+/* The process around the loop. Every hook is called on every rank unless
+ * said otherwise; a NULL hook means one process (sums are identities). */
+typedef struct pipe_host {
+    void *ctx;
+    int rank, world;
+    int reduce_always; /* all-reduce gradients even on one rank (benchmarks) */
+    /* v[n] summed over ranks, in place */
+    int (*sum_f64)(void *ctx, double *v, int n, char *err, size_t errlen);
+    /* the gradient buffer summed (mean = 0) or averaged (mean = 1) over ranks */
+    int (*allreduce)(void *ctx, const bk_backend *be, float *g, size_t n, int mean, char *err,
+                     size_t errlen);
+    /* *any = whether flag is set on any rank */
+    int (*any)(void *ctx, int flag, int *any, char *err, size_t errlen);
+    /* collective watchdog off (0) around untimed waits, on (1) after */
+    void (*watch)(void *ctx, int on);
+    /* picks and sets up the device for this rank */
+    int (*device)(void *ctx, const char *name, const bk_backend **be, char *err, size_t errlen);
+    /* metrics of one step (rank 0 writes; others ignore) */
+    void (*metric_begin)(void *ctx, long step);
+    void (*metric)(void *ctx, const char *name, double value);
+    int (*metric_flush)(void *ctx, char *err, size_t errlen);
+    /* writes the state after s->step steps; every rank learns the outcome */
+    int (*save)(void *ctx, const bf_config *c, const pipe_state *s, char *err, size_t errlen);
+    /* restores the state when a checkpoint exists (*found = 1; s->step set) */
+    int (*resume)(void *ctx, const bf_config *c, pipe_state *s, int *found, char *err,
+                  size_t errlen);
+    /* starts the weights from another run's (init.from); report says what matched */
+    int (*init_from)(void *ctx, const bf_config *c, model *m, char *err, size_t errlen);
+    /* a file of the run for writing (rank 0), or NULL when the run has no folder */
+    FILE *(*open_file)(void *ctx, const char *name);
+    int has_files; /* the run has a folder: checkpoints are written */
+} pipe_host;
+
+/* One term of the training loss, as it is logged. */
+typedef struct pipe_term {
+    const char *metric;                     /* "train/loss_budget" */
+    double (*value)(const model_stats *st); /* its value in the model's last forward */
+    int budget_only;                        /* logged only when the model has the budget */
+} pipe_term;
+
+typedef struct pipe_spec {
+    const char *name;        /* "budgetformer" */
+    const char *model_kind;  /* for the progress line */
+    const pipe_term *terms;  /* logged loss terms (train/loss is their sum) */
+    int n_terms;
+    /* sets the model's knobs (schedules) for step of c->train.steps */
+    void (*knobs)(model *m, const bf_config *c, long step);
+    /* extra train/ metrics of a logging window (mean_s: mean budget over it) */
+    void (*log_extra)(const model *m, double mean_s,
+                      void (*metric)(void *ctx, const char *name, double value), void *ctx);
+    /* name prefixes of the tensors trained frozen (NULL-terminated; NULL = none) */
+    const char *const *frozen;
+    int classify; /* 1: accuracy metrics (encoder); 0: perplexity (lm) */
+} pipe_spec;
+
+extern const pipe_spec PIPE_BUDGETFORMER, PIPE_LM;
+
+/* The spec of a pipeline by name, or NULL. */
+const pipe_spec *pipe_find(const char *pipeline);
+
+/* The task loss term (cross-entropy), shared by every pipeline. */
+double pipe_term_task(const model_stats *st);
+
+/* The model shape a config describes over its data. */
+model_shape pipe_model_shape(const bf_config *c, const data_sets *d);
+
+/* Trains per c on d (opened by the caller on every rank); returns 0, 2
+ * (stopped by *stop after writing a checkpoint) or -1 with a message. Data
+ * parallel through h: rank r trains on rows [r*B/W, (r+1)*B/W) of each global
+ * batch B; gradients are averaged (weighted by counted targets) before
+ * clipping and AdamW, so all ranks hold the same parameters. A -1 on one rank
+ * may leave the others waiting in a collective: the caller ends the job. */
+int pipe_train(const pipe_spec *sp, const bf_config *c, const data_sets *d, const pipe_host *h,
+               volatile sig_atomic_t *stop, int quiet, train_result *r, char *err, size_t errlen);
+
+/* One inference pass over a split (0 = val, 1 = test; lm: the validation
+ * tail), this rank's rows of every batch; sums are added through h (NULL:
+ * this process alone), so every rank gets the same result. per_sample
+ * (nullable) gets "s_mean<TAB>tokens<TAB>loss<TAB>correct" per sample. */
+int pipe_evaluate(model *m, const bf_config *c, const data_sets *d, int split, const pipe_host *h,
+                  eval_result *out, FILE *per_sample, char *err, size_t errlen);
+
+#endif

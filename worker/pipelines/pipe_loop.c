@@ -1,0 +1,476 @@
+/* pipe_loop — the generic training loop: a pipe_spec says what to train,
+ * a pipe_host how to talk to the other ranks, the files and the daemon. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "worker/pipelines/pipe.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+model_shape pipe_model_shape(const bf_config *c, const data_sets *d) {
+    model_shape sh = {.layers = c->model.layers,
+                      .d_model = c->model.d_model,
+                      .heads = c->model.heads,
+                      .seq_len = c->model.seq_len,
+                      .vocab = tok_vocab_size(d->tok),
+                      .n_classes = d->n_classes,
+                      .hadamard = strcmp(c->attn.out_proj, "hadamard") == 0,
+                      .budget = c->budget.enabled && d->n_classes > 0};
+    return sh;
+}
+
+const pipe_spec *pipe_find(const char *pipeline) {
+    static const pipe_spec *const all[] = {&PIPE_BUDGETFORMER, &PIPE_LM};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        if (strcmp(all[i]->name, pipeline) == 0) return all[i];
+    return NULL;
+}
+
+double pipe_term_task(const model_stats *st) { return st->loss_task; }
+
+/* Learning rate: linear warmup, then cosine from lr down to lr/10. */
+static float lr_at(const bf_config *c, long step) {
+    float lr = c->train.lr;
+    if (c->train.warmup > 0 && step < c->train.warmup)
+        return lr * (float)(step + 1) / (float)c->train.warmup;
+    long decay = c->train.steps - c->train.warmup;
+    if (decay <= 0) return lr;
+    float p = (float)(step - c->train.warmup) / (float)decay;
+    if (p > 1) p = 1;
+    return lr * (0.1f + 0.9f * 0.5f * (1.0f + cosf(3.14159265f * p)));
+}
+
+static void fmt_eta(double s, char *buf, size_t n) {
+    if (!isfinite(s) || s < 0) s = 0;
+    long t = (long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(buf, n, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+    else
+        snprintf(buf, n, "%ldm%02lds", t / 60, t % 60);
+}
+
+/* Sums of one logging window. W_TERM + i is term i of the spec. */
+enum { W_LOSS, W_COUNTED, W_CORRECT, W_S, W_HEADS, W_TOKENS, W_STEPS, W_TERM, W_MAX = W_TERM + 8 };
+
+/* Everything one run of the loop holds. */
+typedef struct loop {
+    const pipe_spec *sp;
+    const bf_config *c;
+    const data_sets *d;
+    const pipe_host *h;
+    const bk_backend *be;
+    int quiet, local_batch, reduce;
+    model m;
+    float *adam_m, *adam_v;
+    bk_adamw hp;
+    float norm; /* gradient norm of the last step */
+    data_batcher_t *bt;
+    data_batch_t b;
+    double window[W_MAX], t_start, t_log, t_comm;
+    long start;
+} loop;
+
+static int host_sum(const loop *L, double *v, int n, char *err, size_t errlen) {
+    return L->h->sum_f64 ? L->h->sum_f64(L->h->ctx, v, n, err, errlen) : 0;
+}
+
+static int host_any(const loop *L, int flag, int *any, char *err, size_t errlen) {
+    if (!L->h->any) {
+        *any = flag;
+        return 0;
+    }
+    return L->h->any(L->h->ctx, flag, any, err, errlen);
+}
+
+static void metric(const loop *L, const char *name, double v) {
+    if (L->h->metric) L->h->metric(L->h->ctx, name, v);
+}
+
+static void metric_begin(const loop *L, long step) {
+    if (L->h->metric_begin) L->h->metric_begin(L->h->ctx, step);
+}
+
+/* Freezes the tensors named by train.freeze (comma-separated prefixes); a
+ * prefix that names no tensor is an error listing a few valid names. */
+static int freeze_config(model *m, const char *list, char *err, size_t errlen) {
+    char buf[sizeof((bf_config *)0)->train.freeze];
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *save = NULL, *p = strtok_r(buf, ", ", &save); p; p = strtok_r(NULL, ", ", &save)) {
+        if (nn_params_freeze(&m->np, p, 1) == 0) {
+            const bk_params *P = &m->np.P;
+            snprintf(err, errlen,
+                     "train.freeze: '%s' names no tensor (names look like %s, %s, %s; "
+                     "docs/checkpoints.md lists them)",
+                     p, P->t[0].name, P->n > 2 ? P->t[2].name : "", P->t[P->n - 1].name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Builds and initialises the model (weights from seed or init.from, frozen
+ * groups) and the optimiser state. */
+static int loop_model(loop *L, char *err, size_t errlen) {
+    model_shape sh = pipe_model_shape(L->c, L->d);
+    if (model_create(&L->m, &sh, L->be, L->local_batch, err, errlen)) return -1;
+    L->m.kn.s_min = L->c->budget.range[0];
+    L->m.kn.s_max = L->c->budget.range[1];
+    if (model_init_weights(&L->m, L->c->train.seed, err, errlen)) return -1;
+    if (L->h->init_from && L->h->init_from(L->h->ctx, L->c, &L->m, err, errlen))
+        return -1;
+    for (int i = 0; L->sp->frozen && L->sp->frozen[i]; i++)
+        nn_params_freeze(&L->m.np, L->sp->frozen[i], 1);
+    if (freeze_config(&L->m, L->c->train.freeze, err, errlen)) return -1;
+    size_t n = L->m.np.P.numel;
+    L->adam_m = L->be->alloc(n * sizeof(float));
+    L->adam_v = L->be->alloc(n * sizeof(float));
+    if (!L->adam_m || !L->adam_v) {
+        snprintf(err, errlen, "out of memory for the optimiser state (%zu parameters)", n);
+        return -1;
+    }
+    L->be->zero(L->adam_m, n * sizeof(float));
+    L->be->zero(L->adam_v, n * sizeof(float));
+    L->hp = (bk_adamw){.lr = L->c->train.lr,
+                       .beta1 = 0.9f,
+                       .beta2 = 0.95f,
+                       .eps = 1e-8f,
+                       .weight_decay = L->c->train.weight_decay};
+    return 0;
+}
+
+static int loop_data(loop *L, char *err, size_t errlen) {
+    const bf_config *c = L->c;
+    data_batcher_opts bo = {.global_batch = c->train.batch,
+                            .seq_len = c->model.seq_len,
+                            .rank = L->h->rank,
+                            .world = L->h->world,
+                            .seed = c->train.seed,
+                            .shuffle = 1,
+                            .wrap = 1,
+                            .split = 0};
+    if (data_batcher_new(L->d->train, &bo, &L->bt, err, errlen)) return -1;
+    if (data_batch_alloc(&L->b, L->local_batch, c->model.seq_len)) {
+        snprintf(err, errlen, "out of memory for a batch");
+        return -1;
+    }
+    return 0;
+}
+
+/* Averages the gradients over ranks. The loss is a mean over this rank's
+ * counted rows (lm: target tokens): the global batch's mean gradient is
+ * sum_r counted_r g_r / sum_r counted_r. With the budget its losses are
+ * means over every row, so ranks weigh equally (every training row is
+ * counted then: the batcher wraps, no empty rows). st is replaced by the
+ * statistics of the global batch. */
+static int reduce_step(loop *L, model_stats *st, char *err, size_t errlen) {
+    enum { R_COUNTED, R_TASK, R_BUDGET, R_ENTROPY, R_S, R_HEADS, R_CORRECT, R_COUNT };
+    double t0 = now_s();
+    size_t n = L->m.np.P.numel;
+    int world = L->h->world;
+    double sv[R_COUNT] = {st->counted,      st->loss_task * st->counted, st->loss_budget,
+                          st->loss_entropy, st->mean_s,                  st->heads_used,
+                          st->correct};
+    if (host_sum(L, sv, R_COUNT, err, errlen)) return -1;
+    float *g = L->m.np.P.grad;
+    if (!L->m.sh.budget) {
+        L->be->scale(g, (float)st->counted, n);
+        if (L->h->allreduce(L->h->ctx, L->be, g, n, 0, err, errlen)) return -1;
+        L->be->scale(g, sv[R_COUNTED] > 0 ? (float)(1.0 / sv[R_COUNTED]) : 0.0f, n);
+    } else if (L->h->allreduce(L->h->ctx, L->be, g, n, 1, err, errlen)) {
+        return -1;
+    }
+    L->t_comm += now_s() - t0;
+    st->counted = sv[R_COUNTED];
+    st->loss_task = st->counted > 0 ? sv[R_TASK] / st->counted : 0;
+    st->loss_budget = sv[R_BUDGET] / world;
+    st->loss_entropy = sv[R_ENTROPY] / world;
+    st->loss = st->loss_task + st->loss_budget + st->loss_entropy;
+    st->mean_s = sv[R_S] / world;
+    st->heads_used = sv[R_HEADS] / world;
+    st->correct = sv[R_CORRECT];
+    return 0;
+}
+
+typedef struct adamw_ctx {
+    loop *L;
+    int t;
+    float scale;
+} adamw_ctx;
+
+/* One AdamW call over a run of trainable tensors. */
+static void adamw_run(void *ctx, size_t off, size_t n, int decay) {
+    adamw_ctx *a = ctx;
+    loop *L = a->L;
+    L->hp.weight_decay = decay ? L->c->train.weight_decay : 0;
+    L->be->adamw_update(L->m.np.P.data + off, L->m.np.P.grad + off, L->adam_m + off,
+                        L->adam_v + off, n, &L->hp, a->t, a->scale);
+}
+
+/* Clips by the global norm and updates every trainable tensor. */
+static int optimise(loop *L, long step, const model_stats *st, char *err, size_t errlen) {
+    const bf_config *c = L->c;
+    L->norm = L->be->global_norm(L->m.np.P.grad, L->m.np.P.numel);
+    if (!isfinite(L->norm)) {
+        snprintf(err, errlen,
+                 "step %ld: gradient norm is not finite (loss %.4g): lower train.lr or raise "
+                 "train.warmup",
+                 step, st->loss);
+        return -1;
+    }
+    float scale = c->train.clip > 0 && L->norm > c->train.clip ? c->train.clip / L->norm : 1.0f;
+    L->hp.lr = lr_at(c, step);
+    adamw_ctx a = {L, (int)(step + 1), scale};
+    nn_params_runs(&L->m.np, adamw_run, &a);
+    return 0;
+}
+
+/* One training step: knobs, batch, forward, backward, all-reduce, update. */
+static int train_step(loop *L, long step, char *err, size_t errlen) {
+    const bf_config *c = L->c;
+    L->sp->knobs(&L->m, c, step);
+    L->m.kn.row_offset = (uint64_t)L->h->rank * (uint64_t)L->local_batch;
+    if (data_batch_at(L->bt, (uint64_t)step, &L->b, err, errlen)) return -1;
+    const int *targets = L->sp->classify ? L->b.labels : L->b.targets;
+    if (model_forward(&L->m, L->b.ids, L->b.mask, targets, L->b.rows, 1, err, errlen)) return -1;
+    model_backward(&L->m);
+    model_stats st = L->m.st;
+    if (L->reduce && reduce_step(L, &st, err, errlen)) return -1;
+    if (optimise(L, step, &st, err, errlen)) return -1;
+    double *w = L->window;
+    w[W_LOSS] += st.loss;
+    w[W_COUNTED] += st.counted;
+    w[W_CORRECT] += st.correct;
+    w[W_S] += st.mean_s;
+    w[W_HEADS] += st.heads_used;
+    w[W_TOKENS] += (double)c->train.batch * c->model.seq_len;
+    w[W_STEPS] += 1;
+    for (int i = 0; i < L->sp->n_terms && i < W_MAX - W_TERM; i++)
+        w[W_TERM + i] += L->sp->terms[i].value(&st);
+    return 0;
+}
+
+static void metric_cb(void *ctx, const char *name, double v) { metric((const loop *)ctx, name, v); }
+
+/* Logs the window that ends after `done` steps and starts a new one. */
+static void log_window(loop *L, long done, train_result *r) {
+    const bf_config *c = L->c;
+    const pipe_spec *sp = L->sp;
+    double *w = L->window, n = w[W_STEPS];
+    double t = now_s(), tps = w[W_TOKENS] / (t - L->t_log);
+    double acc = w[W_COUNTED] > 0 ? w[W_CORRECT] / w[W_COUNTED] : NAN;
+    metric_begin(L, done);
+    metric(L, "train/loss", w[W_LOSS] / n);
+    for (int i = 0; i < sp->n_terms; i++)
+        if (!sp->terms[i].budget_only || L->m.sh.budget)
+            metric(L, sp->terms[i].metric, w[W_TERM + i] / n);
+    if (sp->log_extra) sp->log_extra(&L->m, w[W_S] / n, metric_cb, L);
+    metric(L, "train/heads_used", w[W_HEADS] / n);
+    if (sp->classify) metric(L, "train/acc", acc);
+    metric(L, "train/lr", L->hp.lr);
+    metric(L, "train/grad_norm", L->norm);
+    metric(L, "train/tokens_per_s", tps);
+    if (L->reduce) metric(L, "train/allreduce_s", L->t_comm / n);
+    if (r) {
+        r->train_loss = w[W_LOSS] / n;
+        r->tokens_per_s = tps;
+        r->final_s = w[W_S] / n;
+    }
+    if (!L->quiet) {
+        char eta[32];
+        double per = (t - L->t_start) / (double)(done - L->start);
+        fmt_eta(per * (double)(c->train.steps - done), eta, sizeof eta);
+        fprintf(stderr, "step %6ld/%d | loss %.4f", done, c->train.steps, w[W_LOSS] / n);
+        if (L->m.sh.budget)
+            fprintf(stderr, " (task %.4f budget %.4f ent %+.4f) | s %.3f", w[W_TERM] / n,
+                    w[W_TERM + 1] / n, w[W_TERM + 2] / n, w[W_S] / n);
+        if (sp->classify) fprintf(stderr, " | acc %.3f", w[W_COUNTED] > 0 ? acc : 0.0);
+        fprintf(stderr, " | heads %.3f | %.0f tok/s", w[W_HEADS] / n, tps);
+        if (L->reduce) fprintf(stderr, " | allreduce %.2f ms", 1e3 * L->t_comm / n);
+        fprintf(stderr, " | ETA %s\n", eta);
+    }
+    memset(L->window, 0, sizeof L->window);
+    L->t_comm = 0;
+    L->t_log = now_s();
+}
+
+static void eval_metrics(const loop *L, const char *split, const eval_result *e) {
+    /* metric names outlive the flush: one static table per split */
+    static const char *vnames[] = {"val/loss",       "val/acc",        "val/ppl",
+                                   "val/heads_used", "val/attn_flops", "val/seconds",
+                                   "val/corr_s_len", "val/corr_s_loss"};
+    static const char *tnames[] = {"test/loss",       "test/acc",        "test/ppl",
+                                   "test/heads_used", "test/attn_flops", "test/seconds",
+                                   "test/corr_s_len", "test/corr_s_loss"};
+    const char **nm = strcmp(split, "val") == 0 ? vnames : tnames;
+    metric(L, nm[0], e->loss);
+    metric(L, nm[L->sp->classify ? 1 : 2], L->sp->classify ? e->acc : e->ppl);
+    metric(L, nm[3], e->heads_used);
+    metric(L, nm[4], e->attn_flops);
+    metric(L, nm[5], e->seconds);
+    if (L->m.sh.budget && L->sp->classify) {
+        metric(L, nm[6], e->corr_s_len);
+        metric(L, nm[7], e->corr_s_loss);
+    }
+}
+
+/* Validation on every rank's shard, logged with the step. */
+static int validate(loop *L, long done, int logged, train_result *r, char *err, size_t errlen) {
+    eval_result e;
+    if (pipe_evaluate(&L->m, L->c, L->d, 0, L->h, &e, NULL, err, errlen)) return -1;
+    if (!logged) metric_begin(L, done);
+    eval_metrics(L, "val", &e);
+    if (r) r->val = e;
+    if (!L->quiet) {
+        if (!L->sp->classify)
+            fprintf(stderr, "eval  %6ld | val/loss %.4f | val/ppl %.2f\n", done, e.loss, e.ppl);
+        else
+            fprintf(stderr,
+                    "eval  %6ld | val/loss %.4f | val/acc %.4f | val/heads_used %.3f | "
+                    "val/attn_flops %.3g\n",
+                    done, e.loss, e.acc, e.heads_used, e.attn_flops);
+    }
+    L->t_log = now_s();
+    return 0;
+}
+
+/* The test pass at the end, on rank 0 alone (it writes the per-sample
+ * file); the other ranks are done. */
+static int final_test(loop *L, long step, train_result *r, char *err, size_t errlen) {
+    if (!L->sp->classify || !L->d->test || L->h->rank != 0) return 0;
+    eval_result e;
+    FILE *ps = L->h->open_file ? L->h->open_file(L->h->ctx, "test_samples.tsv") : NULL;
+    if (ps) fputs("s_mean\ttokens\tloss\tcorrect\n", ps);
+    int erc = pipe_evaluate(&L->m, L->c, L->d, 1, NULL, &e, ps, err, errlen);
+    if (ps && fclose(ps) && !erc) {
+        snprintf(err, errlen, "cannot write test_samples.tsv (disk full?)");
+        return -1;
+    }
+    if (erc) return -1;
+    metric_begin(L, step);
+    eval_metrics(L, "test", &e);
+    if (L->h->metric_flush && L->h->metric_flush(L->h->ctx, err, errlen)) return -1;
+    if (r) r->test = e;
+    if (!L->quiet) {
+        fprintf(stderr,
+                "test  | acc %.4f | heads_used %.3f | attn_flops %.4g | %.0f samples in %.2f s",
+                e.acc, e.heads_used, e.attn_flops, e.samples, e.seconds);
+        if (L->m.sh.budget)
+            fprintf(stderr, " | corr(s, length) %.3f | corr(s, loss) %.3f", e.corr_s_len,
+                    e.corr_s_loss);
+        fputc('\n', stderr);
+    }
+    return 0;
+}
+
+static int save(loop *L, long step, char *err, size_t errlen) {
+    if (!L->h->has_files || !L->h->save) return 0;
+    pipe_state s = {&L->m, L->adam_m, L->adam_v, step};
+    return L->h->save(L->h->ctx, L->c, &s, err, errlen);
+}
+
+static int resume(loop *L, char *err, size_t errlen) {
+    L->start = 0;
+    if (!L->h->resume) return 0;
+    pipe_state s = {&L->m, L->adam_m, L->adam_v, 0};
+    int found = 0;
+    if (L->h->resume(L->h->ctx, L->c, &s, &found, err, errlen)) return -1;
+    if (found) L->start = s.step;
+    return 0;
+}
+
+static void banner(const loop *L) {
+    if (L->quiet) return;
+    const model_shape *sh = &L->m.sh;
+    fprintf(stderr,
+            "model: %s, %d layers, d_model %d, %d heads, out_proj %s, budget %s, %zu parameters "
+            "(%zu trained), device %s\n",
+            L->sp->model_kind, sh->layers, sh->d_model, sh->heads,
+            sh->hadamard ? "hadamard" : "dense", sh->budget ? "on" : "off", L->m.np.P.numel,
+            nn_params_trainable(&L->m.np), L->be->name);
+    if (L->h->world > 1)
+        fprintf(stderr, "data parallel: %d ranks, %d rows each of a global batch of %d\n",
+                L->h->world, L->local_batch, L->c->train.batch);
+}
+
+static void loop_free(loop *L) {
+    data_batch_free(&L->b);
+    data_batcher_destroy(&L->bt);
+    if (L->be) {
+        L->be->release(L->adam_m);
+        L->be->release(L->adam_v);
+    }
+    model_destroy(&L->m);
+}
+
+/* Steps from L->start to c->train.steps with logging, validation and
+ * checkpoints; returns 0, 2 (preempted) or -1. */
+static int run_steps(loop *L, volatile sig_atomic_t *stop, train_result *r, long *step_out,
+                     char *err, size_t errlen) {
+    const bf_config *c = L->c;
+    const int log_every = c->train.log_every > 0 ? c->train.log_every : 50;
+    long step = L->start;
+    for (; step < c->train.steps; step++) {
+        *step_out = step;
+        /* every rank stops at the same step when any rank got SIGTERM */
+        int any_stop = 0;
+        if (host_any(L, stop && *stop, &any_stop, err, errlen)) return -1;
+        if (any_stop) {
+            if (save(L, step, err, errlen)) return -1;
+            if (!L->quiet) fprintf(stderr, "preempted: checkpoint written at step %ld\n", step);
+            return 2;
+        }
+        if (train_step(L, step, err, errlen)) return -1;
+        long done = step + 1;
+        int last = done == c->train.steps, logged = 0;
+        if (done % log_every == 0 || last) {
+            log_window(L, done, r);
+            logged = 1;
+        }
+        if ((c->train.eval_every > 0 && done % c->train.eval_every == 0) || last)
+            if (validate(L, done, logged, r, err, errlen)) return -1;
+        if (L->h->metric_flush && L->h->metric_flush(L->h->ctx, err, errlen)) return -1;
+        if ((c->train.checkpoint_every > 0 && done % c->train.checkpoint_every == 0) || last)
+            if (save(L, done, err, errlen)) return -1;
+    }
+    *step_out = step;
+    return 0;
+}
+
+int pipe_train(const pipe_spec *sp, const bf_config *c, const data_sets *d, const pipe_host *h,
+               volatile sig_atomic_t *stop, int quiet, train_result *r, char *err, size_t errlen) {
+    if (c->train.batch % h->world != 0) {
+        snprintf(
+            err, errlen,
+            "train.batch %d is not divisible by the %d ranks (each rank takes batch/ranks rows)",
+            c->train.batch, h->world);
+        return -1;
+    }
+    loop L;
+    memset(&L, 0, sizeof L);
+    L.sp = sp;
+    L.c = c;
+    L.d = d;
+    L.h = h;
+    L.quiet = quiet || h->rank != 0;
+    L.local_batch = c->train.batch / h->world;
+    L.reduce = h->world > 1 || h->reduce_always;
+    int rc = -1;
+    long step = 0;
+    if (h->device(h->ctx, c->device, &L.be, err, errlen)) return -1;
+    if (loop_model(&L, err, errlen) || resume(&L, err, errlen) || loop_data(&L, err, errlen))
+        goto out;
+    banner(&L);
+    L.t_start = L.t_log = now_s();
+    rc = run_steps(&L, stop, r, &step, err, errlen);
+    if (rc == 0 && final_test(&L, step, r, err, errlen)) rc = -1;
+    if (rc == 0 && r) r->steps = step;
+out:
+    loop_free(&L);
+    return rc;
+}

@@ -1,0 +1,325 @@
+#include "worker/train.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "worker/ckpt.h"
+#include "worker/metrics.h"
+
+static int file_exists(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* mkdir -p */
+static int make_dirs(const char *path, char *err, size_t errlen) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) && errno != EEXIST) goto fail;
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) && errno != EEXIST) goto fail;
+    return 0;
+fail:
+    snprintf(err, errlen, "cannot create folder %s: %s", buf, strerror(errno));
+    return -1;
+}
+
+/* Rank 0 writes the checkpoint of `step` steps done into dir; then every rank
+ * learns whether that worked (an untimed agreement: the others wait while
+ * rank 0 writes). Returns 0 or -1 with a message on every rank. */
+static int save_checkpoint(comm_t *comm, const char *dir, const pipe_state *ps, const bf_config *c,
+                           char *err, size_t errlen) {
+    int failed = 0;
+    const model *m = ps->m;
+    const float *dm = ps->adam_m, *dv = ps->adam_v;
+    long step = ps->step;
+    if (comm_rank(comm) == 0) {
+        size_t n = m->np.P.numel;
+        char *cfg_text = malloc(CKPT_MAX_CFG);
+        float *hp = malloc(n * sizeof(float)), *hm = malloc(n * sizeof(float)),
+              *hv = malloc(n * sizeof(float));
+        if (!cfg_text || !hp || !hm || !hv) {
+            snprintf(err, errlen, "out of memory writing a checkpoint");
+            failed = 1;
+        } else {
+            cfg_dump(c, cfg_text, CKPT_MAX_CFG);
+            m->be->to_host(hp, m->np.P.data, n * sizeof(float));
+            m->be->to_host(hm, dm, n * sizeof(float));
+            m->be->to_host(hv, dv, n * sizeof(float));
+            ckpt_state s = {.step = (uint64_t)step,
+                            .seed = c->train.seed,
+                            .data_step = (uint64_t)step,
+                            .n_params = n,
+                            .params = hp,
+                            .m = hm,
+                            .v = hv,
+                            .cfg_text = cfg_text};
+            failed = ckpt_write(dir, &s, err, errlen) != 0;
+        }
+        free(cfg_text);
+        free(hp);
+        free(hm);
+        free(hv);
+    }
+    if (comm_world(comm) == 1) return failed ? -1 : 0;
+    char e2[256];
+    int any = 0;
+    comm_watch(comm, 0);
+    int rc = comm_any(comm, failed, &any, e2, sizeof e2);
+    comm_watch(comm, 1);
+    if (rc) {
+        if (!failed) snprintf(err, errlen, "%s", e2);
+        return -1;
+    }
+    if (any && !failed)
+        snprintf(err, errlen, "rank 0 could not write the checkpoint of step %ld (see its message)",
+                 step);
+    return any ? -1 : 0;
+}
+
+/* Rank 0 reads out_dir's checkpoint (when there is one), checks it against
+ * c and n, and every rank gets params and moments into the device buffers.
+ * ps->step = steps already done, *found = 1 (0 without a checkpoint). Returns 0 or -1 with
+ * a message on every rank. */
+static int resume_from(comm_t *comm, const char *out_dir, pipe_state *ps, const bf_config *c,
+                       int *found, int quiet, char *err, size_t errlen) {
+    model *m = ps->m;
+    float *dm = ps->adam_m, *dv = ps->adam_v;
+    const bk_backend *be = m->be;
+    size_t n = m->np.P.numel;
+    *found = 0;
+    int rank = comm_rank(comm), failed = 0;
+    uint64_t hdr[2] = {0, 0}; /* have, step */
+    ckpt_state s;
+    memset(&s, 0, sizeof s);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", out_dir, CKPT_NAME);
+    if (rank == 0 && file_exists(path)) {
+        char *cur = malloc(CKPT_MAX_CFG);
+        if (!cur) {
+            snprintf(err, errlen, "out of memory");
+            failed = 1;
+        } else if (ckpt_read(path, &s, err, errlen)) {
+            failed = 1;
+        } else if (s.n_params != n) {
+            snprintf(err, errlen, "checkpoint %s has %zu parameters, this config builds %zu", path,
+                     s.n_params, n);
+            failed = 1;
+        } else {
+            cfg_dump(c, cur, CKPT_MAX_CFG);
+            char e2[1536];
+            if (ckpt_config_check(s.cfg_text, cur, e2, sizeof e2)) {
+                snprintf(err, errlen, "checkpoint %s: %s", path, e2);
+                failed = 1;
+            }
+        }
+        free(cur);
+        hdr[0] = !failed;
+        hdr[1] = s.step;
+    }
+    int any = failed;
+    char e2[256];
+    comm_watch(comm, 0);
+    int rc = comm_any(comm, failed, &any, e2, sizeof e2);
+    comm_watch(comm, 1);
+    if (rc || any) {
+        if (rc && !failed)
+            snprintf(err, errlen, "%s", e2);
+        else if (!failed)
+            snprintf(err, errlen, "rank 0 could not resume from %s (see its message)", path);
+        ckpt_free(&s);
+        return -1;
+    }
+    if (comm_bcast(comm, hdr, sizeof hdr, 0, err, errlen)) {
+        ckpt_free(&s);
+        return -1;
+    }
+    if (!hdr[0]) return 0; /* no checkpoint yet: a fresh start */
+    float *hp = rank == 0 ? s.params : malloc(n * sizeof(float));
+    float *hm = rank == 0 ? s.m : malloc(n * sizeof(float));
+    float *hv = rank == 0 ? s.v : malloc(n * sizeof(float));
+    if (!hp || !hm || !hv) {
+        snprintf(err, errlen, "out of memory");
+        if (rank != 0) free(hp), free(hm), free(hv);
+        ckpt_free(&s);
+        return -1;
+    }
+    rc = comm_bcast(comm, hp, n * sizeof(float), 0, err, errlen) ||
+         comm_bcast(comm, hm, n * sizeof(float), 0, err, errlen) ||
+         comm_bcast(comm, hv, n * sizeof(float), 0, err, errlen);
+    if (!rc) {
+        be->to_device(m->np.P.data, hp, n * sizeof(float));
+        be->to_device(dm, hm, n * sizeof(float));
+        be->to_device(dv, hv, n * sizeof(float));
+        ps->step = (long)hdr[1];
+        *found = 1;
+        if (!quiet) fprintf(stderr, "resume: continuing from step %ld of %s\n", ps->step, path);
+    }
+    if (rank != 0) free(hp), free(hm), free(hv);
+    ckpt_free(&s);
+    return rc ? -1 : 0;
+}
+
+/* ---- the loop's host: this process's ranks, run folder and metrics ---- */
+
+typedef struct host_ctx {
+    comm_t *comm;
+    const char *out_dir; /* rank 0's folder, NULL elsewhere or without one */
+    const char *resume_dir;
+    int quiet;
+    metrics mt;
+} host_ctx;
+
+static int h_sum(void *ctx, double *v, int n, char *err, size_t errlen) {
+    return comm_sum_f64(((host_ctx *)ctx)->comm, v, n, err, errlen);
+}
+
+static int h_allreduce(void *ctx, const bk_backend *be, float *g, size_t n, int mean, char *err,
+                       size_t errlen) {
+    comm_t *comm = ((host_ctx *)ctx)->comm;
+    return mean ? comm_allreduce_mean(comm, be, g, n, 1, err, errlen)
+                : comm_allreduce_sum(comm, be, g, n, 1, err, errlen);
+}
+
+static int h_any(void *ctx, int flag, int *any, char *err, size_t errlen) {
+    return comm_any(((host_ctx *)ctx)->comm, flag, any, err, errlen);
+}
+
+static void h_watch(void *ctx, int on) { comm_watch(((host_ctx *)ctx)->comm, on); }
+
+static int h_device(void *ctx, const char *name, const bk_backend **be, char *err, size_t errlen) {
+    comm_t *comm = ((host_ctx *)ctx)->comm;
+    if (comm_select_gpu(comm, err, errlen)) return -1;
+    if (bk_select(name, be, err, errlen)) return -1;
+    return comm_gpu_setup(comm, *be, err, errlen);
+}
+
+static void h_metric_begin(void *ctx, long step) { metrics_begin(&((host_ctx *)ctx)->mt, step); }
+
+static void h_metric(void *ctx, const char *name, double v) {
+    metrics_add(&((host_ctx *)ctx)->mt, name, v);
+}
+
+static int h_metric_flush(void *ctx, char *err, size_t errlen) {
+    (void)err, (void)errlen;
+    metrics_flush(&((host_ctx *)ctx)->mt);
+    return 0;
+}
+
+static int h_save(void *ctx, const bf_config *c, const pipe_state *s, char *err, size_t errlen) {
+    host_ctx *h = ctx;
+    return save_checkpoint(h->comm, h->resume_dir, s, c, err, errlen);
+}
+
+static int h_resume(void *ctx, const bf_config *c, pipe_state *s, int *found, char *err,
+                    size_t errlen) {
+    host_ctx *h = ctx;
+    *found = 0;
+    if (!h->resume_dir) return 0;
+    return resume_from(h->comm, h->resume_dir, s, c, found, h->quiet, err, errlen);
+}
+
+static FILE *h_open_file(void *ctx, const char *name) {
+    host_ctx *h = ctx;
+    if (!h->out_dir) return NULL;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", h->out_dir, name);
+    return fopen(path, "w");
+}
+
+/* Writes the resolved config beside the run's other files. */
+static int write_config(const char *dir, const bf_config *c, char *err, size_t errlen) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.yaml", dir);
+    char *txt = malloc(CKPT_MAX_CFG);
+    FILE *f = fopen(path, "w");
+    int rc = -1;
+    if (!txt || !f) {
+        snprintf(err, errlen, "cannot write %s: %s", path, txt ? strerror(errno) : "out of memory");
+    } else {
+        cfg_dump(c, txt, CKPT_MAX_CFG);
+        fputs(txt, f);
+        rc = 0;
+    }
+    if (f && fclose(f) && rc == 0) {
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        rc = -1;
+    }
+    free(txt);
+    return rc;
+}
+
+int train_open_data(const bf_config *c, comm_t *comm, int quiet, data_sets *d, char *err,
+                    size_t errlen) {
+    const int rank = comm_rank(comm);
+    memset(d, 0, sizeof *d);
+    int failed = 0, any = 0;
+    if (rank == 0) failed = data_sets_open(c, d, quiet, err, errlen) != 0;
+    char e2[256];
+    comm_watch(comm, 0);
+    int rc = comm_any(comm, failed, &any, e2, sizeof e2);
+    comm_watch(comm, 1);
+    if (rc || any) {
+        if (!failed)
+            snprintf(err, errlen, "%s", rc ? e2 : "rank 0 could not open the data (see its message)");
+        if (!failed && rank == 0) data_sets_close(d);
+        return -1;
+    }
+    if (rank != 0 && data_sets_open(c, d, 1, err, errlen)) return -1;
+    return 0;
+}
+
+int train_run(const bf_config *c, const train_opts *o, train_result *r, char *err, size_t errlen) {
+    comm_t *comm = o->comm;
+    const int rank = comm_rank(comm), world = comm_world(comm);
+    const int quiet = o->quiet || rank != 0;
+    const pipe_spec *sp = pipe_find(c->pipeline);
+    if (!sp) {
+        snprintf(err, errlen, "pipeline '%s' is not built yet (valid: budgetformer, lm)",
+                 c->pipeline);
+        return TRAIN_ERROR;
+    }
+    host_ctx hc = {.comm = comm,
+                   .out_dir = rank == 0 ? o->out_dir : NULL,
+                   .resume_dir = o->out_dir,
+                   .quiet = quiet};
+    if (hc.out_dir && make_dirs(hc.out_dir, err, errlen)) return TRAIN_ERROR;
+    data_sets d;
+    if (train_open_data(c, comm, quiet, &d, err, errlen)) return TRAIN_ERROR;
+    int rc = TRAIN_ERROR;
+    if (hc.out_dir && write_config(hc.out_dir, c, err, errlen)) goto out;
+    if (metrics_open(&hc.mt, hc.out_dir, err, errlen)) goto out;
+    /* BF_ALLREDUCE_ALWAYS=1: run the all-reduce even on one rank (the
+     * scaling benchmark measures NCCL's cost on a single GPU this way) */
+    const char *always = getenv("BF_ALLREDUCE_ALWAYS");
+    pipe_host h = {.ctx = &hc,
+                   .rank = rank,
+                   .world = world,
+                   .reduce_always = always && strcmp(always, "1") == 0,
+                   .sum_f64 = h_sum,
+                   .allreduce = h_allreduce,
+                   .any = h_any,
+                   .watch = h_watch,
+                   .device = h_device,
+                   .metric_begin = h_metric_begin,
+                   .metric = h_metric,
+                   .metric_flush = h_metric_flush,
+                   .save = h_save,
+                   .resume = o->resume ? h_resume : NULL,
+                   .init_from = NULL,
+                   .open_file = h_open_file,
+                   .has_files = o->out_dir != NULL};
+    int prc = pipe_train(sp, c, &d, &h, o->stop, quiet, r, err, errlen);
+    rc = prc == 2 ? TRAIN_PREEMPTED : prc == 0 ? TRAIN_OK : TRAIN_ERROR;
+out:
+    metrics_close(&hc.mt);
+    data_sets_close(&d);
+    return rc;
+}

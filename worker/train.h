@@ -1,0 +1,36 @@
+/* train — one training run of a process: wires the generic loop
+ * (pipelines/pipe.h) to this process's ranks (comm), its run folder
+ * (checkpoints, metrics.jsonl, config.yaml) and the data, for `bfworker
+ * train` and for a trial bfd runs. */
+#ifndef TRAIN_H
+#define TRAIN_H
+
+#include <signal.h>
+
+#include "common/cfg.h"
+#include "worker/comm.h"
+#include "worker/pipelines/pipe.h"
+
+typedef struct train_opts {
+    const char *out_dir;         /* metrics.jsonl, config.yaml, checkpoint; NULL = none */
+    int resume;                  /* continue from out_dir's checkpoint when it exists */
+    int quiet;                   /* no progress lines on stderr */
+    volatile sig_atomic_t *stop; /* set by SIGTERM: checkpoint and return TRAIN_PREEMPTED */
+    comm_t *comm;                /* ranks of a data-parallel run (borrowed); NULL = one process */
+} train_opts;
+
+enum { TRAIN_OK = 0, TRAIN_ERROR = -1, TRAIN_PREEMPTED = 2 };
+
+/* Trains per c; returns TRAIN_OK, TRAIN_PREEMPTED (stopped by *o->stop after
+ * writing a checkpoint) or TRAIN_ERROR with a message. r nullable. Every
+ * rank calls this with the same config; only rank 0 writes files and prints
+ * progress. A TRAIN_ERROR on one rank may leave the others waiting in a
+ * collective: the caller must then end the job (comm_abort). */
+int train_run(const bf_config *c, const train_opts *o, train_result *r, char *err, size_t errlen);
+
+/* Opens the data on every rank, rank 0 first (it may train the tokenizer
+ * and write the token cache), then the others read what it made. */
+int train_open_data(const bf_config *c, comm_t *comm, int quiet, data_sets *d, char *err,
+                    size_t errlen);
+
+#endif
