@@ -268,7 +268,8 @@ int train_open_data(const bf_config *c, comm_t *comm, int quiet, data_sets *d, c
     comm_watch(comm, 1);
     if (rc || any) {
         if (!failed)
-            snprintf(err, errlen, "%s", rc ? e2 : "rank 0 could not open the data (see its message)");
+            snprintf(err, errlen, "%s",
+                     rc ? e2 : "rank 0 could not open the data (see its message)");
         if (!failed && rank == 0) data_sets_close(d);
         return -1;
     }

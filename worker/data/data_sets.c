@@ -179,4 +179,3 @@ void data_sets_close(data_sets *d) {
     data_tok_destroy(&d->test);
     tok_destroy(&d->tok);
 }
-

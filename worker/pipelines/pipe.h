@@ -82,9 +82,9 @@ typedef struct pipe_term {
 } pipe_term;
 
 typedef struct pipe_spec {
-    const char *name;        /* "budgetformer" */
-    const char *model_kind;  /* for the progress line */
-    const pipe_term *terms;  /* logged loss terms (train/loss is their sum) */
+    const char *name;       /* "budgetformer" */
+    const char *model_kind; /* for the progress line */
+    const pipe_term *terms; /* logged loss terms (train/loss is their sum) */
     int n_terms;
     /* sets the model's knobs (schedules) for step of c->train.steps */
     void (*knobs)(model *m, const bf_config *c, long step);

@@ -137,4 +137,3 @@ int pipe_evaluate(model *m, const bf_config *c, const data_sets *d, int split, c
         pearson_sums(sum[EV_N], sum[EV_S], sum[EV_L], sum[EV_SS], sum[EV_LL], sum[EV_SL]);
     return 0;
 }
-

@@ -122,8 +122,7 @@ static int loop_model(loop *L, char *err, size_t errlen) {
     L->m.kn.s_min = L->c->budget.range[0];
     L->m.kn.s_max = L->c->budget.range[1];
     if (model_init_weights(&L->m, L->c->train.seed, err, errlen)) return -1;
-    if (L->h->init_from && L->h->init_from(L->h->ctx, L->c, &L->m, err, errlen))
-        return -1;
+    if (L->h->init_from && L->h->init_from(L->h->ctx, L->c, &L->m, err, errlen)) return -1;
     for (int i = 0; L->sp->frozen && L->sp->frozen[i]; i++)
         nn_params_freeze(&L->m.np, L->sp->frozen[i], 1);
     if (freeze_config(&L->m, L->c->train.freeze, err, errlen)) return -1;
@@ -173,8 +172,9 @@ static int reduce_step(loop *L, model_stats *st, char *err, size_t errlen) {
     double t0 = now_s();
     size_t n = L->m.np.P.numel;
     int world = L->h->world;
-    double sv[R_COUNT] = {st->counted,      st->loss_task * st->counted, st->loss_budget,
-                          st->loss_entropy, st->mean_s,                  st->heads_used,
+    double sv[R_COUNT] = {st->counted,     st->loss_task * st->counted,
+                          st->loss_budget, st->loss_entropy,
+                          st->mean_s,      st->heads_used,
                           st->correct};
     if (host_sum(L, sv, R_COUNT, err, errlen)) return -1;
     float *g = L->m.np.P.grad;
