@@ -50,7 +50,23 @@ typedef struct bk_adamw {
  * means the same for all three ops: a skipped token leaves every recurrent
  * state (conv window, scan state, LSTM h and c) exactly as it was, its output
  * is 0 and it receives no gradient. A masked run therefore equals a run on
- * the compacted sequence of active tokens, scattered back to their places. */
+ * the compacted sequence of active tokens, scattered back to their places.
+ *
+ * How a BiMamba direction is put together from them without copies (G head
+ * groups of Dg = D/G channels, delta rank R, u the LayerNorm output):
+ *   x, z   = two linear_forwards of u (W_in's halves), each [B,T,D]
+ *   xc     = conv1d_forward(x) with silu = 1, reverse = direction
+ *   xdbl   = gemm batched over g: [B*T, R+2N] blocks of W_x[g] @ xc's group g
+ *            (lda D, strideA Dg; ldc G*(R+2N), strideC R+2N) -> [B,T,G,R+2N]
+ *   dpre   = gemm batched over g: W_delta[g] @ xdbl[..., 0:R] -> [B,T,D]
+ *   y      = scan_forward(x = xc, delta = dpre, delta_bias = b_delta,
+ *            Bm = xdbl + R, Cm = xdbl + R + N, bc_stride = R + 2N, z, reverse)
+ * and W_out (y_fwd + y_bwd) / 2. The backward runs the same chain back; the
+ * reverse flags keep every tensor in token order.
+ * A BiLSTM head h is streams 2h (left to right) and 2h+1 (right to left) of
+ * lstm_forward with bidir = 1; gx is one linear_forward of u with the
+ * [S*4H, d] stacked W_ih (b_ih + b_hh as its bias), and out [B,T,S,H] is
+ * already "per head, forward then backward, heads concatenated". */
 
 /* Depthwise 1-D convolution over the active tokens, K taps per channel.
  * Causal (reverse = 0): out[p_j] = act(bias + sum_k w[c,k] x[p_{j-K+1+k}]),

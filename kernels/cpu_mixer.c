@@ -536,6 +536,42 @@ void bk_cpu_scan_backward(const bk_scan_grads *gr, float *scratch, const float *
 
 /* ---- LSTM recurrence ---- */
 
+/* y[0:M] = x[0:M] (NULL: 0) + sum_j v[j] A[j, 0:M], A's rows M floats apart
+ * (y must not alias A or v). Eight vectors of outputs stay in registers over
+ * all j; a last narrow block splits j four ways instead, so no chain of
+ * dependent FMAs is longer than J/4. */
+static void rows_axpy(float *y, const float *x, const float *A, const float *v, int J, int M) {
+    int q = 0;
+    for (; q + 8 * MLEN <= M; q += 8 * MLEN) {
+        mvec acc[8];
+        for (int k = 0; k < 8; k++) acc[k] = x ? lanes_load(x + q + k * MLEN, MLEN) : msplat(0.0f);
+        for (int j = 0; j < J; j++) {
+            mvec vj = msplat(v[j]);
+            const float *r = A + (size_t)j * M + q;
+            for (int k = 0; k < 8; k++) acc[k] += vj * lanes_load(r + k * MLEN, MLEN);
+        }
+        for (int k = 0; k < 8; k++) lanes_store(y + q + k * MLEN, acc[k], MLEN);
+    }
+    for (; q + MLEN <= M; q += MLEN) {
+        mvec a0 = x ? lanes_load(x + q, MLEN) : msplat(0.0f), a1 = msplat(0.0f), a2 = a1, a3 = a1;
+        int j = 0;
+        for (; j + 4 <= J; j += 4) {
+            const float *r = A + (size_t)j * M + q;
+            a0 += msplat(v[j]) * lanes_load(r, MLEN);
+            a1 += msplat(v[j + 1]) * lanes_load(r + M, MLEN);
+            a2 += msplat(v[j + 2]) * lanes_load(r + 2 * (size_t)M, MLEN);
+            a3 += msplat(v[j + 3]) * lanes_load(r + 3 * (size_t)M, MLEN);
+        }
+        for (; j < J; j++) a0 += msplat(v[j]) * lanes_load(A + (size_t)j * M + q, MLEN);
+        lanes_store(y + q, (a0 + a1) + (a2 + a3), MLEN);
+    }
+    for (; q < M; q++) {
+        float acc = x ? x[q] : 0.0f;
+        for (int j = 0; j < J; j++) acc += v[j] * A[(size_t)j * M + q];
+        y[q] = acc;
+    }
+}
+
 static inline size_t lstm_row(const bk_lstm_args *a, int b, int t, int s) {
     return ((size_t)b * a->T + t) * a->S + s;
 }
@@ -574,13 +610,7 @@ void bk_cpu_lstm_forward(float *out, float *saved, const float *gx, const float 
             }
             const float *x = gx + r * 4 * H;
             if (wt) { /* g = x + sum_j h[j] WT[j, :]: contiguous rows, no horizontal sums */
-                memcpy(g, x, (size_t)4 * H * sizeof(float));
-                for (int j = 0; j < H; j++) {
-                    const float *wr = wt + (size_t)j * 4 * H;
-                    float hj = h[j];
-#pragma omp simd
-                    for (int q = 0; q < 4 * H; q++) g[q] += hj * wr[q];
-                }
+                rows_axpy(g, x, wt, h, H, 4 * H);
             } else {
                 for (int q = 0; q < 4 * H; q++) {
                     const float *wr = W + (size_t)q * H;
@@ -654,13 +684,7 @@ void bk_cpu_lstm_backward(float *dgx, float *dwhh, float *scratch, const float *
                     for (int j = 0; j < H; j++) pr[j] += d * hp[j];
                 }
             }
-            memset(dh, 0, (size_t)H * sizeof(float));
-            for (int q = 0; q < 4 * H; q++) {
-                const float *wr = W + (size_t)q * H;
-                float d = dp[q];
-#pragma omp simd
-                for (int j = 0; j < H; j++) dh[j] += wr[j] * d;
-            }
+            rows_axpy(dh, NULL, W, dp, 4 * H, H); /* dh = whh^T dp */
         }
     }
     if (!dwhh) return;
