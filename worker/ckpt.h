@@ -140,7 +140,10 @@ ckpt_kind ckpt_probe(const char *dir);
  * P->numel floats in P's buffer layout (tensor i at P->t[i].offset), owned
  * by the caller and only read. meta: step, seed, data_step, cfg_text,
  * counters (cfg_hash, format_version, set_id are ignored). Returns 0, or -1
- * with a message naming the file; the previous set is then still whole. */
+ * with a message naming the file: a failure before the commit (bad input,
+ * disk full, ...) leaves the previous set whole; one after it (a failed final
+ * rename, said so in the message) leaves the new set committed and loadable
+ * from its .tmp names. Not for two writers on one dir at once. */
 int ckpt_save(const char *dir, const bk_params *P, const float *params, const float *m,
               const float *v, const ckpt_meta *meta, char *err, size_t errlen);
 
@@ -150,7 +153,8 @@ int ckpt_save(const char *dir, const bk_params *P, const float *params, const fl
  * ckpt_init_from to load a subset. params, m, v: the caller's host arrays of
  * P->numel floats, filled in P's buffer layout; m and v may both be NULL
  * (weights only: the optimizer file is then not read). meta is filled;
- * meta->cfg_text is allocated (ckpt_meta_free), for ckpt_config_check.
+ * meta->cfg_text is allocated (ckpt_meta_free), for ckpt_config_check;
+ * an old checkpoint.bin has no counters (n_counters 0). dir is only read.
  * Returns 0, or -1 with a message naming the file and what failed (torn set,
  * checksum, missing, unexpected or misshapen tensor, an old checkpoint whose
  * size differs); the arrays may then be partly written. */
@@ -185,7 +189,9 @@ typedef struct ckpt_init_report {
  * name and another shape, another dtype than F32, a file with no tensor in
  * common with the model, a damaged file and an old checkpoint of another
  * size are errors: -1 with a message naming the file (and the tensor with
- * both shapes). Returns 0 with r and text filled. */
+ * both shapes), and host_params untouched (all of these are found before
+ * anything is read; only a failing read midway leaves it partly written).
+ * Returns 0 with r and text filled. The file is only read, never repaired. */
 int ckpt_init_from(const char *path, const bk_params *P, float *host_params, ckpt_init_report *r,
                    char *text, size_t textlen, char *err, size_t errlen);
 
