@@ -397,6 +397,11 @@ typedef struct bk_backend {
      * crossentropy_forward, targets[N]. */
     void (*crossentropy_stats)(double *stats, const float *logits, const float *losses,
                                const int *targets, int N, int V);
+    /* dlosses[n] = value for counted rows (0 <= targets[n] < V), 0 for the
+     * rest (overwrites): the backward's seed of a mean loss (value = 1 /
+     * counted rows, known on the host from the targets it uploaded) without
+     * an upload per step. */
+    void (*crossentropy_dlosses)(float *dlosses, const int *targets, float value, int N, int V);
     /* BudgetFormer head gate, training (design.md, "BudgetFormer"), for one
      * layer; every sample is independent. From f[B] (pre-sigmoid budget
      * logit) and z[B,H] (head scores):

@@ -63,6 +63,7 @@ static const bk_backend cpu_backend = {
     .grad_norm = bk_cpu_grad_norm,
     .adamw_clipped = bk_cpu_adamw_clipped,
     .crossentropy_stats = bk_cpu_crossentropy_stats,
+    .crossentropy_dlosses = bk_cpu_crossentropy_dlosses,
     .gate_forward = bk_cpu_gate_forward,
     .gate_backward = bk_cpu_gate_backward,
     .gate_infer = bk_cpu_gate_infer,

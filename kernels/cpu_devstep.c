@@ -91,6 +91,10 @@ void bk_cpu_crossentropy_stats(double *stats, const float *logits, const float *
     stats[BK_STAT_BAD_TARGETS] += (double)bad;
 }
 
+void bk_cpu_crossentropy_dlosses(float *dlosses, const int *targets, float value, int N, int V) {
+    for (int r = 0; r < N; r++) dlosses[r] = targets[r] >= 0 && targets[r] < V ? value : 0.0f;
+}
+
 /* ---- the BudgetFormer head gate ---- */
 
 static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }

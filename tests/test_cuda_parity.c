@@ -846,6 +846,11 @@ Test(cuda_parity, devstep_crossentropy_stats) {
         cpu->crossentropy_stats(st, lg.h, losses.h, tg, N, V);
         gpu->crossentropy_stats(dst, lg.d, losses.d, dtg, N, V);
         expect_stats_close("crossentropy_stats", st, dst, 1e-12);
+        pair seed = pair_new((size_t)N, -1, 1);
+        cpu->crossentropy_dlosses(seed.h, tg, 0.125f, N, V);
+        gpu->crossentropy_dlosses(seed.d, dtg, 0.125f, N, V);
+        expect_bits_equal("crossentropy_dlosses", &seed, 0, (size_t)N);
+        pair_free(&seed);
         cr_expect(st[BK_STAT_BAD_TARGETS] > 0 && st[BK_STAT_CORRECT] > 0, "test data");
         gpu->release(dst);
         gpu->release(dtg);

@@ -6,8 +6,8 @@
  *  - grad_norm / adamw_clipped against the host-side norm and clip of the
  *    train loop (bit for bit), and the skipped step on a non-finite norm;
  *  - crossentropy_stats by hand (ties, ignored and out-of-range targets) and
- *    against the host loop worker/model.c ran, and the range-checked
- *    crossentropy ops;
+ *    against the host loop worker/model.c ran, the range-checked
+ *    crossentropy ops, and crossentropy_dlosses;
  *  - the Gumbel stream: bk_log_exact correctly rounded on every input the
  *    stream draws, rng_gumbel = bk_rng_gumbel_at;
  *  - the head gate against a verbatim copy of the host gate worker/model.c
@@ -80,15 +80,13 @@ Test(devstep, small_training_step_copies_nothing_until_the_log, .init = init_cpu
     int *tg = be->alloc(N * sizeof(int));
     cr_assert(x && w && logits && probs && losses && dlosses && dlogits && dw && m && v && norm &&
               stats && tg);
-    float hx[N * IC], hw[V * IC], hd[N];
+    float hx[N * IC], hw[V * IC];
     int htg[N] = {0, 3, -1, 2, 1, 3};
     gc_fill(hx, N * IC, -1, 1, 1);
     gc_fill(hw, V * IC, -0.5f, 0.5f, 2);
-    for (int i = 0; i < N; i++) hd[i] = htg[i] >= 0 ? 1.0f / 5 : 0.0f;
     be->to_device(x, hx, sizeof hx);
     be->to_device(w, hw, sizeof hw);
     be->to_device(tg, htg, sizeof htg);
-    be->to_device(dlosses, hd, sizeof hd);
     be->zero(stats, BK_STAT_SLOTS * sizeof(double));
     bk_adamw h = {1e-2f, 0.9f, 0.999f, 1e-8f, 0.0f};
     be->d2h_reset();
@@ -96,6 +94,7 @@ Test(devstep, small_training_step_copies_nothing_until_the_log, .init = init_cpu
         be->linear_forward(logits, x, w, NULL, N, IC, V);
         be->crossentropy_forward(losses, probs, logits, tg, N, V);
         be->crossentropy_stats(stats, logits, losses, tg, N, V);
+        be->crossentropy_dlosses(dlosses, tg, 1.0f / 5, N, V); /* 5 counted rows */
         be->zero(dlogits, N * V * sizeof(float));
         be->zero(dw, V * IC * sizeof(float));
         be->crossentropy_backward(dlogits, probs, tg, dlosses, N, V);
@@ -268,6 +267,13 @@ Test(devstep, crossentropy_stats_by_hand, .init = init_cpu) {
     cpu->crossentropy_backward(d, probs, tg, dl, N, V);
     for (int j = 0; j < V; j++)
         cr_assert(d[4 * V + j] == 0.5f && d[6 * V + j] == 0.5f, "bad target row got a gradient");
+
+    /* the backward's seed: value on counted rows, 0 elsewhere */
+    float seed[N];
+    for (int i = 0; i < N; i++) seed[i] = -9;
+    cpu->crossentropy_dlosses(seed, tg, 0.25f, N, V);
+    float want_seed[N] = {0.25f, 0.25f, 0.25f, 0, 0, 0.25f, 0};
+    expect_bits("crossentropy_dlosses", seed, want_seed, N);
     free(lg);
 }
 

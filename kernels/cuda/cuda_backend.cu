@@ -82,6 +82,7 @@ static void fill_table(bk_backend *t) {
     t->grad_norm = bk_cuda_grad_norm;
     t->adamw_clipped = bk_cuda_adamw_clipped;
     t->crossentropy_stats = bk_cuda_crossentropy_stats;
+    t->crossentropy_dlosses = bk_cuda_crossentropy_dlosses;
     t->gate_forward = bk_cuda_gate_forward;
     t->gate_backward = bk_cuda_gate_backward;
     t->gate_infer = bk_cuda_gate_infer;

@@ -191,6 +191,18 @@ void bk_cuda_crossentropy_stats(double *stats, const float *logits, const float 
     CUDA_CHECK_LAUNCH();
 }
 
+__global__ void ce_dlosses_kernel(float *dlosses, const int *targets, float value, int N, int V) {
+    for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < N; r += gridDim.x * blockDim.x)
+        dlosses[r] = targets[r] >= 0 && targets[r] < V ? value : 0.0f;
+}
+
+void bk_cuda_crossentropy_dlosses(float *dlosses, const int *targets, float value, int N, int V) {
+    if (N <= 0) return;
+    ce_dlosses_kernel<<<bk_blocks((size_t)N, BK_THREADS), BK_THREADS>>>(dlosses, targets, value, N,
+                                                                        V);
+    CUDA_CHECK_LAUNCH();
+}
+
 /* ---- the BudgetFormer head gate ---- */
 
 __device__ __forceinline__ float sigmoid_dev(float x) { return 1.0f / (1.0f + expf(-x)); }

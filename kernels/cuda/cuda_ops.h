@@ -96,6 +96,7 @@ void bk_cuda_adamw_clipped(float *p, const float *g, float *m, float *v, size_t 
                            const bk_adamw *h, int t, const float *norm, float clip);
 void bk_cuda_crossentropy_stats(double *stats, const float *logits, const float *losses,
                                 const int *targets, int N, int V);
+void bk_cuda_crossentropy_dlosses(float *dlosses, const int *targets, float value, int N, int V);
 void bk_cuda_gate_forward(float *gate, int *k, float *save, double *stats, const float *f,
                           const float *z, const bk_gate_args *a);
 void bk_cuda_gate_backward(float *df, float *dz, const float *dgate, const float *save,
