@@ -364,11 +364,31 @@ static void run_ended_code(bfd *d, run *r, int code, const char *fail_why) {
     remove_run(d, r);
 }
 
+/* The outcome the worker of trial's attempt left in its folder
+ * (PROTO_OUTCOME_FILE): 0 completed, 1 preempted, 2 failed, -1 none (or
+ * another attempt's). */
+static int read_outcome(const bfd *d, int64_t trial, int attempt) {
+    char p[1300], state[32];
+    snprintf(p, sizeof p, "%s/trials/%lld/" PROTO_OUTCOME_FILE, d->o->home, (long long)trial);
+    FILE *f = fopen(p, "r");
+    if (!f) return -1;
+    int a = 0, code = -1;
+    int n = fscanf(f, "%d %31s %d", &a, state, &code);
+    fclose(f);
+    if (n != 3 || a != attempt) return -1;
+    return !strcmp(state, "completed")   ? 0
+           : !strcmp(state, "preempted") ? 1
+           : !strcmp(state, "failed")    ? 2
+                                         : -1;
+}
+
 /* The attempt's process is gone: map how it ended to the trial's state. */
 static void run_ended(bfd *d, run *r, int have_status, int status) {
     char why[256];
     int code = -1;
     if (have_status && WIFEXITED(status)) code = WEXITSTATUS(status);
+    /* not our child (reattached): `done`, or else the outcome file, says */
+    if (!have_status && r->done_state < 0) r->done_state = read_outcome(d, r->trial, r->attempt);
     if (!have_status) code = r->done_state == 0 ? 0 : r->done_state == 1 ? 75 : -1;
     if (have_status && WIFSIGNALED(status))
         snprintf(why, sizeof why, "killed by signal %d", WTERMSIG(status));
@@ -1820,7 +1840,15 @@ static int reconcile(bfd *d, char *err, size_t errlen) {
                          row->slurm_job, ss.state);
             else
                 snprintf(why, sizeof why, "worker gone while bfd was down");
-            record_failure(d, &tmp, why);
+            /* an attempt that ended while bfd was down left its outcome */
+            int oc = row ? read_outcome(d, ids[i], row->attempt) : -1;
+            if (oc == 0 && !tmp.stop_reason[0])
+                record_state(d, &tmp, TRIAL_COMPLETED, "completed while bfd was down");
+            else if (oc == 1 && !tmp.stop_reason[0])
+                record_preempted(d, &tmp);
+            else
+                record_failure(d, &tmp,
+                               oc == 2 ? "the worker reported failure while bfd was down" : why);
         }
     }
     for (size_t k = 0; k < nr; k++)

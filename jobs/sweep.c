@@ -1286,7 +1286,11 @@ int sweep_load_string(const char *text, size_t len, const char *file, sweep_spec
     *out = NULL;
     char line[MSG_MAX + CFG_PATH_MAX];
     if (!file) file = "sweep";
-    if (len == 0 || strspn(text, " \t\r\n") == len) {
+    /* text holds len bytes and need not end in a NUL (fuzz_sweep found
+     * strspn reading past them) */
+    size_t blank = 0;
+    while (blank < len && text[blank] && strchr(" \t\r\n", text[blank])) blank++;
+    if (blank == len) {
         snprintf(line, sizeof line,
                  "%s:1:1: empty sweep file: expected a mapping with base/sweep "
                  "keys, or a config",

@@ -86,6 +86,12 @@ enum { PROTO_RECV_ROUTED = 1, PROTO_RECV_TOPIC = 2 };
 int proto_recv(void *sock, int flags, int mode, proto_msg *m, proto_code *code, char *err,
                size_t errlen);
 
+/* The file rank 0 of `bfworker run` leaves in its --out folder once every
+ * metrics line is acked and `done` is sent: "ATTEMPT STATE EXIT_CODE\n"
+ * (STATE completed | preempted | failed), written atomically. A bfd that
+ * finds the worker gone after a restart takes the outcome from it. */
+#define PROTO_OUTCOME_FILE "outcome"
+
 /* One received frame, as proto_decode reads it. */
 typedef struct proto_frame {
     const void *data;

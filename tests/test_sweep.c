@@ -320,6 +320,25 @@ Test(sweep, deep_nesting_is_refused_while_parsing) {
     sweep_errors_free(&e);
 }
 
+/* sweep_load_string reads len bytes, not to a NUL (fuzz_sweep found it
+ * reading past an all-blank buffer; the ASan build catches a regression) */
+Test(sweep, text_without_a_nul_is_read_to_len) {
+    char *t = malloc(3);
+    cr_assert_not_null(t);
+    memcpy(t, " \n ", 3);
+    sweep_spec *s = NULL;
+    sweep_errors e = {0};
+    cr_assert_eq(sweep_load_string(t, 3, "blank.yaml", &s, &e), -1);
+    cr_assert(e.n == 1 && strstr(e.msgs[0], "empty sweep file"), "%s", e.n ? e.msgs[0] : "");
+    sweep_errors_free(&e);
+    t = realloc(t, 8);
+    memcpy(t, "name: x\n", 8);
+    cr_assert_eq(sweep_load_string(t, 8, "x.yaml", &s, &e), 0, "%s", e.n ? e.msgs[0] : "");
+    sweep_spec_destroy(&s);
+    sweep_errors_free(&e);
+    free(t);
+}
+
 Test(sweep, second_document_is_refused) {
     ASSERT_SWEEP_ERR("name: a\nbase: {train.steps: 5}\n---\nname: b\n", "3:1",
                      "a second YAML document starts here");

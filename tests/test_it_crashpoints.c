@@ -1,0 +1,212 @@
+/* Crash points: bfd is killed with SIGKILL at 20 random moments of a
+ * 4-trial sweep (started again each time, as a supervisor would), and one
+ * worker is killed with SIGKILL too. Every trial must complete, and every
+ * trial's stored points must equal its metrics.jsonl line for line: line k
+ * is seq k, each of its values is stored once with that step and exactly
+ * that value, nothing else is stored (nothing lost, nothing twice, no value
+ * changed). The moments come from a seed printed at the start
+ * (BF_CRASH_SEED=N repeats a run). */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdint.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "it_bfd.h"
+
+#define KILLS 20
+#define TRIALS 4
+#define STEPS 2500
+
+static char g_dir[256], g_home[320];
+static pid_t g_bfd = -1;
+
+static void setup(void) {
+    it_worker_env();
+    it_bfd_home(g_dir, sizeof g_dir, g_home, sizeof g_home, "/tmp/bf-itc-XXXXXX");
+    it_copy_glosses(g_dir);
+    it_write_text(tmpdir_path(g_home, "bfd.yaml"),
+                  "slots: 2\nheartbeat_timeout: 10\nheartbeat_interval: 0.2\nkill_grace: 2\n",
+                  0644);
+}
+
+static void teardown(void) {
+    it_stop(&g_bfd, SIGKILL);
+    char p[512];
+    snprintf(p, sizeof p, "%s/bf.db", g_home);
+    sqlite3 *db;
+    if (sqlite3_open_v2(p, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK) {
+        sqlite3_stmt *st;
+        if (sqlite3_prepare_v2(db, "SELECT pid FROM bfd_runs", -1, &st, NULL) == SQLITE_OK) {
+            while (sqlite3_step(st) == SQLITE_ROW)
+                if (sqlite3_column_int64(st, 0) > 0)
+                    kill(-(pid_t)sqlite3_column_int64(st, 0), SIGKILL);
+            sqlite3_finalize(st);
+        }
+    }
+    sqlite3_close(db);
+    if (tmpdir_remove(g_dir)) { /* nothing left to clean is fine */
+    }
+}
+
+TestSuite(crashpoints, .init = setup, .fini = teardown, .timeout = 300);
+
+/* xorshift64*: the test's own reproducible randomness */
+static uint64_t g_rng;
+static double uniform(double lo, double hi) {
+    g_rng ^= g_rng >> 12, g_rng ^= g_rng << 25, g_rng ^= g_rng >> 27;
+    return lo + (hi - lo) * (double)((g_rng * 2685821657736338717ull) >> 11) / 9007199254740992.0;
+}
+
+typedef struct row {
+    long long seq, step;
+    char name[64];
+    double value;
+} row;
+
+static int row_cmp(const void *a, const void *b) {
+    const row *x = a, *y = b;
+    if (x->seq != y->seq) return x->seq < y->seq ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+/* The rows metrics.jsonl of trial says should be stored, sorted by (seq,
+ * name): line k is seq k; a line cut by a kill (not JSON) has none. */
+static row *file_rows(long long trial, size_t *n, long long *lines) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/trials/%lld/metrics.jsonl", g_home, trial);
+    FILE *f = fopen(p, "r");
+    cr_assert(f, "no %s", p);
+    size_t cap = 1024;
+    row *r = malloc(cap * sizeof *r);
+    *n = 0;
+    *lines = 0;
+    char line[8192];
+    while (fgets(line, sizeof line, f)) {
+        (*lines)++;
+        json_error_t je;
+        json_t *o = json_loads(line, 0, &je);
+        if (!o) continue;
+        long long step = json_integer_value(json_object_get(o, "step"));
+        const char *k;
+        json_t *v;
+        json_object_foreach(o, k, v) {
+            if (!strcmp(k, "step") || !strcmp(k, "time") || !json_is_number(v)) continue;
+            if (*n == cap) r = realloc(r, (cap *= 2) * sizeof *r);
+            cr_assert(r);
+            r[*n].seq = *lines;
+            r[*n].step = step;
+            snprintf(r[*n].name, sizeof r[*n].name, "%s", k);
+            r[*n].value = json_number_value(v);
+            (*n)++;
+        }
+        json_decref(o);
+    }
+    fclose(f);
+    qsort(r, *n, sizeof *r, row_cmp);
+    return r;
+}
+
+/* The rows the store holds for trial, sorted by (seq, name). */
+static row *db_rows(long long trial, size_t *n) {
+    sqlite3 *db = it_db_open(g_home);
+    int rc;
+    sqlite3_stmt *st = it_db_query(db,
+                                   "SELECT m.seq, m.step, n.name, m.value FROM metrics m "
+                                   "JOIN metric_names n ON n.id = m.name WHERE m.trial = ?1",
+                                   trial, &rc);
+    size_t cap = 1024;
+    row *r = malloc(cap * sizeof *r);
+    *n = 0;
+    for (; rc == SQLITE_ROW; rc = sqlite3_step(st)) {
+        if (*n == cap) r = realloc(r, (cap *= 2) * sizeof *r);
+        cr_assert(r);
+        r[*n].seq = sqlite3_column_int64(st, 0);
+        r[*n].step = sqlite3_column_int64(st, 1);
+        snprintf(r[*n].name, sizeof r[*n].name, "%s", (const char *)sqlite3_column_text(st, 2));
+        r[*n].value = sqlite3_column_double(st, 3);
+        (*n)++;
+    }
+    cr_assert_eq(rc, SQLITE_DONE, "%s", sqlite3_errmsg(db));
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    qsort(r, *n, sizeof *r, row_cmp);
+    return r;
+}
+
+Test(crashpoints, bfd_killed_at_random_moments_loses_nothing) {
+    const char *env = getenv("BF_CRASH_SEED");
+    uint64_t seed = env && *env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
+    g_rng = seed * 0x9E3779B97F4A7C15ull + 1;
+    fprintf(stderr, "crashpoints: seed %llu (BF_CRASH_SEED=%llu repeats this run)\n",
+            (unsigned long long)seed, (unsigned long long)seed);
+    g_bfd = it_bfd_start(g_dir, g_home);
+    long long job = it_submit(g_dir, it_write_sweep(g_dir, "crash", TRIALS, STEPS, "retries: 3\n"));
+    int worker_killed = 0, kills = 0;
+    double t0 = it_now_s();
+    while (kills < KILLS) {
+        it_sleep_s(uniform(0.05, 0.9));
+        it_stop(&g_bfd, SIGKILL);
+        kills++;
+        /* once, halfway: a worker too, while bfd is down */
+        if (!worker_killed && kills >= KILLS / 2) {
+            long long pid = it_db_int(g_home, "SELECT MAX(pid) FROM bfd_runs WHERE ?1", 1);
+            if (pid > 0 && kill((pid_t)pid, SIGKILL) == 0) worker_killed = 1;
+        }
+        it_sleep_s(uniform(0.0, 0.4)); /* workers go on alone for a moment */
+        g_bfd = it_bfd_start(g_dir, g_home);
+    }
+    fprintf(stderr, "crashpoints: %d kills of bfd in %.1f s, worker killed: %s\n", kills,
+            it_now_s() - t0, worker_killed ? "yes" : "no");
+    cr_assert(worker_killed, "no worker was running to kill");
+    char args[64];
+    snprintf(args, sizeof args, "wait %lld", job);
+    int wrc = it_bfctl(g_dir, NULL, 0, args);
+    if (wrc != 0) {
+        it_show_tail(tmpdir_path(g_dir, "bfd.log"), 4000);
+        for (long long t = 1; t <= TRIALS; t++) {
+            char lp[512];
+            snprintf(lp, sizeof lp, "%s/logs/%lld.log", g_home, t);
+            it_show_tail(lp, 1500);
+        }
+    }
+    cr_assert_eq(wrc, 0, "the sweep did not complete (bfd.log above)");
+    const char *logp = tmpdir_path(g_dir, "bfd.log");
+    fprintf(stderr,
+            "crashpoints: %d reattaches, %d attempts ended while bfd was down (outcome file), "
+            "%d lost attempts retried\n",
+            it_count_lines_with(logp, "reattaching"),
+            it_count_lines_with(logp, "while bfd was down") -
+                it_count_lines_with(logp, "worker gone while bfd was down"),
+            it_count_lines_with(logp, "failed: "));
+    cr_assert_eq(it_db_int(g_home,
+                           "SELECT COUNT(*) FROM trials WHERE job = ?1 AND state = "
+                           "'COMPLETED'",
+                           job),
+                 TRIALS);
+    cr_assert_geq(it_db_int(g_home, "SELECT MAX(attempts) FROM trials WHERE job = ?1", job), 2,
+                  "the killed worker's trial was not retried");
+    for (long long t = 1; t <= TRIALS; t++) {
+        size_t nf, nd;
+        long long lines;
+        row *f = file_rows(t, &nf, &lines);
+        row *d = db_rows(t, &nd);
+        cr_assert_eq(nd, nf, "trial %lld: %zu rows stored, %zu values in its %lld lines", t, nd, nf,
+                     lines);
+        for (size_t i = 0; i < nf; i++)
+            cr_assert(d[i].seq == f[i].seq && d[i].step == f[i].step &&
+                          strcmp(d[i].name, f[i].name) == 0 && d[i].value == f[i].value,
+                      "trial %lld: stored (seq %lld, step %lld, %s = %.17g), metrics.jsonl has "
+                      "(seq %lld, step %lld, %s = %.17g)",
+                      t, d[i].seq, d[i].step, d[i].name, d[i].value, f[i].seq, f[i].step, f[i].name,
+                      f[i].value);
+        cr_assert_eq(it_db_int(g_home, "SELECT MAX(step) FROM metrics WHERE trial = ?1", t), STEPS);
+        free(f);
+        free(d);
+    }
+}
