@@ -56,6 +56,7 @@ typedef struct opts {
     long points;
     double lat_rate;
     char bfd[1024];
+    char bfd_yaml[256]; /* more bfd.yaml lines (e.g. "tensorboard: false") */
 } opts;
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -479,8 +480,8 @@ static double cpu_seconds(pid_t pid) {
 
 static void usage(void) {
     fprintf(stderr, "usage: bench_daemon [--senders N] [--points N] [--batch N] [--values N]\n"
-                    "                    [--lat-points N] [--lat-rate HZ] [--bfd PATH] [--keep] "
-                    "[--json]\n");
+                    "                    [--lat-points N] [--lat-rate HZ] [--bfd PATH] "
+                    "[--bfd-yaml LINES] [--keep] [--json]\n");
     exit(2);
 }
 
@@ -497,10 +498,12 @@ int main(int argc, char **argv) {
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             printf(
                 "bench_daemon [--senders N] [--points N] [--batch N] [--values N]\n"
-                "             [--lat-points N] [--lat-rate HZ] [--bfd PATH] [--keep] [--json]\n"
+                "             [--lat-points N] [--lat-rate HZ] [--bfd PATH] [--bfd-yaml LINES]\n"
+                "             [--keep] [--json]\n"
                 "  senders: concurrent workers (16); points: per sender (25000); batch: points\n"
                 "  per metrics message (500); values: per point (1); lat-points: phase-2 points\n"
-                "  (2000) sent one per message at lat-rate per second (500)\n");
+                "  (2000) sent one per message at lat-rate per second (500); bfd-yaml: more\n"
+                "  bfd.yaml lines, e.g. 'tensorboard: false' or 'prometheus: 9464'\n");
             return 0;
         }
         if (strcmp(a, "--json") == 0)
@@ -523,6 +526,8 @@ int main(int argc, char **argv) {
             o.lat_rate = atof(v), i++;
         else if (strcmp(a, "--bfd") == 0)
             snprintf(o.bfd, sizeof o.bfd, "%s", v), i++;
+        else if (strcmp(a, "--bfd-yaml") == 0)
+            snprintf(o.bfd_yaml, sizeof o.bfd_yaml, "%s", v), i++;
         else
             usage();
     }
@@ -555,9 +560,10 @@ int main(int argc, char **argv) {
     write_file(path, text, 0700);
     char cfg[800];
     snprintf(cfg, sizeof cfg, "%s/bfd.yaml", home);
-    snprintf(text, sizeof text,
-             "slots: %d\nheartbeat_timeout: 3600\nthreads_per_slot: 1\nbfworker: %s/fake_worker\n",
-             o.senders, g_dir);
+    snprintf(
+        text, sizeof text,
+        "slots: %d\nheartbeat_timeout: 3600\nthreads_per_slot: 1\nbfworker: %s/fake_worker\n%s\n",
+        o.senders, g_dir, o.bfd_yaml);
     write_file(cfg, text, 0600);
 
     char log[400];
@@ -594,7 +600,9 @@ int main(int argc, char **argv) {
                                 "    train.seed: {values: [");
     for (int i = 0; i < o.senders; i++)
         w += (size_t)snprintf(sweep + w, cap - w, "%s%d", i ? ", " : "", i + 1);
-    snprintf(sweep + w, cap - w, "]}\nmetric: {name: bench/v0, goal: max}\n");
+    /* the metric must be one the pipeline writes (submit checks); the bench's
+     * own points are named bench/vK */
+    snprintf(sweep + w, cap - w, "]}\nmetric: {name: train/loss, goal: min}\n");
     json_t *body =
         json_pack("{s:s, s:s, s:s}", "sweep", sweep, "file", "bench-daemon.yaml", "cwd", g_dir);
     if (!body) die("json_pack failed");
@@ -774,6 +782,8 @@ int main(int argc, char **argv) {
             fin(lat50), "p99_ms", fin(lat99), "max_ms", fin(lat_max), "store", "rows",
             (json_int_t)rows, "expected_rows", (json_int_t)want_rows, "bfd_clean_exit",
             WIFEXITED(bst) && WEXITSTATUS(bst) == 0);
+        if (j)
+            json_object_set_new(json_object_get(j, "config"), "bfd_yaml", json_string(o.bfd_yaml));
         if (j)
             json_object_set_new(json_object_get(j, "throughput"), "bfd_cpu_s",
                                 json_real(fin(bfd_cpu)));

@@ -2,9 +2,9 @@
  * with `prometheus: 127.0.0.1:PORT` runs a real 3-trial sweep on 2 slots;
  * tests/test_it_prometheus.py scrapes it with prometheus_client's text
  * parser while the trials run and checks the counts against `bfctl daemon
- * status --json`. Also: a taken port stops bfd at start with the reason, and
- * a bad address in bfd.yaml is refused naming the line. The Python package
- * comes from build/pydeps (scripts/setup.sh). */
+ * status --json`. Also: a taken port stops bfd at start with the reason,
+ * and a bad address (or tensorboard value) in bfd.yaml is refused naming
+ * the line. The Python package comes from build/pydeps (scripts/setup.sh). */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <netinet/in.h>
@@ -110,5 +110,13 @@ Test(prometheus, taken_port_and_bad_address_stop_bfd_with_the_reason) {
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) != 0);
     log = it_slurp(logp, NULL);
     cr_assert(strstr(log, "bfd.yaml:2:13: prometheus must be PORT or ADDRESS:PORT"), "%s", log);
+    free(log);
+
+    it_write_text(tmpdir_path(g_home, "bfd.yaml"), "tensorboard: maybe\n", 0644);
+    pid = it_spawn(logp, argv, 0);
+    cr_assert_eq(it_wait_pid(pid, 20, &st), 0, "bfd kept running with tensorboard: maybe");
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+    log = it_slurp(logp, NULL);
+    cr_assert(strstr(log, "bfd.yaml:1:14: tensorboard must be true or false"), "%s", log);
     free(log);
 }
