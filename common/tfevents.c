@@ -174,6 +174,7 @@ enum {
     HPI_TYPE = 4,
     HPI_DOMAIN_DISCRETE = 5,
     HPI_DOMAIN_INTERVAL = 6,
+    HPI_DIFFERS = 7,
     IV_MIN = 1,
     IV_MAX = 2,
     MI_NAME = 1,
@@ -471,6 +472,10 @@ int tfevents_experiment(tfevents *w, const char *name, json_t *trials_params,
         pb_str(&info, HPI_NAME, k);
         pb_key(&info, HPI_TYPE, WT_VARINT);
         pb_varint(&info, (uint64_t)type);
+        if (json_array_size(vals) > 1) { /* TensorBoard lists differing hparams first */
+            pb_key(&info, HPI_DIFFERS, WT_VARINT);
+            pb_varint(&info, 1);
+        }
         if (type == DT_FLOAT64 && json_array_size(vals) > TFE_MAX_DISCRETE) {
             pb iv = {0};
             pb_double(&iv, IV_MIN, lo);

@@ -4,7 +4,8 @@
  * again; once the job is done, tests/test_it_tensorboard.py reads
  * $BF_HOME/tensorboard with the `tensorboard` package's event reader and
  * checks every scalar against the store (no point lost, none twice) and
- * the HParams experiment and sessions. The same check runs on the files of
+ * the HParams experiment and sessions; a real TensorBoard server then shows
+ * every trial as an HParams session. The same check runs on the files of
  * `bfctl export JOB --tensorboard DIR`, and on a standalone
  * `bfworker train` run folder against its metrics.jsonl.
  *
@@ -103,6 +104,8 @@ Test(tensorboard, sweep_files_equal_the_store_across_a_bfd_kill) {
     snprintf(tb, sizeof tb, "%s/tensorboard", g_home);
     snprintf(args, sizeof args, "store %s %s %lld", db, tb, job);
     check("bfd's files", args);
+    snprintf(args, sizeof args, "server %s %lld", tb, job);
+    check("TensorBoard's HParams view", args);
 
     /* the same from the store, for an old job */
     snprintf(args, sizeof args, "export %lld --tensorboard %s/export", job, g_dir);

@@ -4,6 +4,9 @@
       in LOGDIR/NAME-JOB/tTRIAL equals the store's points (same tags, steps,
       wall times, float32 values, no duplicates); the HParams experiment and
       each session's start/end parse and match the trials' params and states.
+  test_it_tensorboard.py server LOGDIR JOB     a real TensorBoard server on
+      LOGDIR/NAME-JOB (LOGDIR beside bf.db) shows each trial as an HParams
+      session with its values and status.
   test_it_tensorboard.py jsonl RUNDIR           the scalars of RUNDIR's event file
       equal RUNDIR/metrics.jsonl (bfworker train, no daemon).
 
@@ -14,8 +17,12 @@ import json
 import math
 import os
 import sqlite3
+import socket
 import struct
+import subprocess
 import sys
+import time
+import urllib.request
 
 from tensorboard.backend.event_processing import event_accumulator as ea
 from tensorboard.plugins.hparams import api_pb2, metadata as hp_metadata, plugin_data_pb2
@@ -144,6 +151,66 @@ def check_store(db, logdir, job):
     print("ok: %d trials, %d scalars equal to the store in %s" % (len(trials), total, jobdir))
 
 
+def check_server(logdir, job):
+    """A real TensorBoard server on the job's folder: its HParams backend lists
+    one session group per trial, with the trial's values and final status."""
+    con = sqlite3.connect("file:%s?mode=ro" % os.path.join(logdir, "..", "bf.db"), uri=True)
+    name, = con.execute("SELECT name FROM jobs WHERE id = ?", (job,)).fetchone()
+    trials = con.execute("SELECT id, params, state FROM trials WHERE job = ?", (job,)).fetchall()
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    jobdir = os.path.join(logdir, "%s-%d" % (name, job))
+    srv = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", jobdir,
+                            "--host", "127.0.0.1", "--port", str(port), "--load_fast=false"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = "http://127.0.0.1:%d/data/plugin/hparams/" % port
+
+    def post(path, body):
+        req = urllib.request.Request(base + path, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read())
+
+    try:
+        deadline = time.time() + 90
+        groups = None
+        while time.time() < deadline:
+            try:
+                exp = post("experiment", {"experimentName": ""})
+                groups = post("session_groups", {
+                    "experimentName": "", "startIndex": 0, "sliceSize": 1000, "colParams": [],
+                    "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE",
+                                        "STATUS_RUNNING"]})
+                if len(groups.get("sessionGroups", [])) >= len(trials):
+                    break
+            except OSError:
+                pass
+            time.sleep(0.5)
+        if groups is None:
+            fail("TensorBoard did not answer on port %d" % port)
+    finally:
+        srv.kill()
+        srv.wait()
+    keys = sorted(json.loads(trials[0][1]))
+    if sorted(h["name"] for h in exp["hparamInfos"]) != keys:
+        fail("TensorBoard's experiment lists %s" % exp["hparamInfos"])
+    got = {g["name"]: g for g in groups["sessionGroups"]}
+    for tid, params, state in trials:
+        g = got.get("t%d" % tid)
+        if g is None:
+            fail("TensorBoard shows sessions %s, not t%d" % (sorted(got), tid))
+        for k, v in json.loads(params).items():
+            if canon(g["hparams"].get(k)) != canon(v):
+                fail("t%d: TensorBoard shows %s = %r, params %r" % (tid, k, g["hparams"].get(k), v))
+        if state == "COMPLETED" and g["sessions"][0]["status"] != "STATUS_SUCCESS":
+            fail("t%d: TensorBoard shows status %s" % (tid, g["sessions"][0]["status"]))
+        if not g["metricValues"]:
+            fail("t%d: no metric values in TensorBoard's HParams table" % tid)
+    print("ok: TensorBoard's HParams backend shows %d sessions with their values" % len(trials))
+
+
 def check_jsonl(run_dir):
     files = glob.glob(os.path.join(run_dir, "events.out.tfevents.*"))
     if len(files) != 1:
@@ -171,6 +238,8 @@ def check_jsonl(run_dir):
 if __name__ == "__main__":
     if len(sys.argv) == 5 and sys.argv[1] == "store":
         check_store(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    elif len(sys.argv) == 4 and sys.argv[1] == "server":
+        check_server(sys.argv[2], int(sys.argv[3]))
     elif len(sys.argv) == 3 and sys.argv[1] == "jsonl":
         check_jsonl(sys.argv[2])
     else:
