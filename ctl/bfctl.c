@@ -31,10 +31,10 @@ static const bfctl_cmd commands[] = {
     {"daemon", bfctl_daemon, "daemon status [--json]", "bfd's state: slots, GPUs, running trials"},
     {"results", bfctl_results, "results JOB [--json]",
      "accuracy and heads used per trial, best marked"},
-    {"export", bfctl_export, "export JOB --csv|--json|--tensorboard DIR",
+    {"export", bfctl_export, "export JOB --csv|--json|--tensorboard D",
      "every stored metric of a job (CSV, JSON, or TensorBoard event files)"},
-    {"plot", bfctl_plot, "plot JOB|tTRIAL [--metric NAME ...] [--x step|time] [-o F.png|F.svg]",
-     "metric curves, one line per trial, best marked; prints the file"},
+    {"plot", bfctl_plot, "plot JOB|tTRIAL [--metric M ...] [-o F]",
+     "metric curves as PNG or SVG, one line per trial, best marked"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
