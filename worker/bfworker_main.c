@@ -2,6 +2,7 @@
  *   bfworker train CONFIG.yaml [--set key=value ...] [--out DIR] [--resume] [--quiet]
  *   bfworker eval CHECKPOINT [--split val|test] [--set key=value ...]
  *   bfworker params CONFIG.yaml [--set key=value ...]
+ *   bfworker dump CONFIG.yaml --out DIR [--set key=value ...] [--batch N]
  *   bfworker generate CHECKPOINT --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed
  * S]
  */
@@ -16,6 +17,7 @@
 #include "kernels/bk.h"
 #include "worker/ckpt.h"
 #include "worker/comm.h"
+#include "worker/dump.h"
 #include "worker/pipelines/generate.h"
 #include "worker/run_trial.h"
 #include "worker/train.h"
@@ -55,6 +57,9 @@ static const char *USAGE =
     "      --top-k K         sample among the K most likely tokens (default 40; 0 = all)\n"
     "      --seed S          sampling seed (default 1)\n"
     "      --set KEY=VALUE   e.g. --set device=cpu\n"
+    "  dump CONFIG.yaml --out DIR [--set KEY=VALUE ...] [--batch N]\n"
+    "                      one training step's weights, batch, logits, gradients and losses\n"
+    "                      as safetensors + JSON, for an outside check (bfworker dump --help)\n"
     "  run --trial ID --connect ENDPOINT --token TOKEN --out DIR\n"
     "                      one attempt of a trial for bfd (config and metrics over the\n"
     "                      worker link; docs/protocol.md); started by bfd, not by hand\n"
@@ -518,9 +523,10 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "params") == 0) return cmd_params(argc, argv);
     if (strcmp(argv[1], "generate") == 0) return cmd_generate(argc, argv);
     if (strcmp(argv[1], "run") == 0) return run_trial_main(argc, argv);
-    fprintf(
-        stderr,
-        "bfworker: unknown command '%s' (valid: train, eval, params, generate, run; see --help)\n",
-        argv[1]);
+    if (strcmp(argv[1], "dump") == 0) return dump_main(argc, argv);
+    fprintf(stderr,
+            "bfworker: unknown command '%s' (valid: train, eval, params, generate, dump, run; see "
+            "--help)\n",
+            argv[1]);
     return EXIT_USAGE;
 }

@@ -1,0 +1,195 @@
+/* test_it_parity_torch — bf against an outside implementation: `bfworker
+ * dump` writes one training step (weights, batch, budget noise, logits,
+ * gradients, losses) of tiny configs over a copy of tests/data, and
+ * tests/test_parity_torch.py, a PyTorch model written from design.md's
+ * equations (Debian's python3-torch, safetensors from build/pydeps), loads
+ * the weights by name and must reproduce the logits (1e-4), the losses and
+ * every tensor's gradient (1e-3). Cases: the encoder baseline, the budget
+ * gate in training mode with Gumbel noise (dense and Hadamard W_O), and the
+ * causal LM (dense and Hadamard). A missing torch fails the test (CI
+ * installs it). A gradient file with one element moved by 0.5% must then
+ * fail the check: the comparison is shown to be able to fail. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "tests/tmpdir.h"
+#include "worker/safetensors.h"
+
+#define PYTHON "/usr/bin/python3"
+#define SCRIPT BF_SOURCE_DIR "/tests/test_parity_torch.py"
+
+static char dir[256];
+static void setup(void) {
+    tmpdir_make(dir, sizeof dir, "/tmp/bf-parity-XXXXXX");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cp %s/tests/data/glosses_train.tsv %s/tests/data/glosses_train.tsv.tok300.model "
+             "%s/tests/data/glosses_val.tsv %s/",
+             BF_SOURCE_DIR, BF_SOURCE_DIR, BF_SOURCE_DIR, dir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+static void teardown(void) { tmpdir_remove(dir); }
+TestSuite(parity, .init = setup, .fini = teardown, .timeout = 300);
+
+/* Tiny shapes; seq_len 24 leaves padding in most glosses (key masks). s
+ * starts at the middle of budget.range clamped to [0.02, 0.98], so the
+ * ranges [0.99, 1] and [0, 0.01] put every sample 0.01 outside them at step
+ * 0: the hinge and its gradient are exercised on both sides, far from the
+ * kink where float32 rounding of s would dominate. The entropy weight is
+ * raised so that its term weighs in the gradients. */
+static const char *const COMMON =
+    "device: cpu\n"
+    "model: {layers: 2, d_model: 32, heads: 4, seq_len: 24, vocab: 300}\n"
+    "train: {steps: 20, batch: 6, lr: 3.0e-3, seed: 11, eval_every: 0, checkpoint_every: 0}\n";
+
+typedef struct parity_case {
+    const char *name, *yaml;
+} parity_case;
+
+static const parity_case CASES[] = {
+    {"encoder_baseline", "pipeline: budgetformer\nattn: {out_proj: dense}\n"
+                         "budget: {enabled: false}\n"},
+    {"encoder_budget_dense",
+     "pipeline: budgetformer\nattn: {out_proj: dense}\n"
+     "budget: {enabled: true, range: [0.99, 1.0], lambda_budget: 1.0,\n"
+     "         lambda_entropy: 0.5, noise: {schedule: linear, start: 1.0, end: 0.0},\n"
+     "         temperature: {schedule: exp, start: 0.7, end: 0.1}}\n"},
+    {"encoder_budget_hadamard",
+     "pipeline: budgetformer\nattn: {out_proj: hadamard}\n"
+     "budget: {enabled: true, range: [0.0, 0.01], lambda_budget: 1.0,\n"
+     "         lambda_entropy: 0.5, noise: {schedule: linear, start: 0.5, end: 0.0}}\n"},
+    {"lm_dense", "pipeline: lm\nattn: {out_proj: dense}\ndata: {val_fraction: 0.1}\n"},
+    {"lm_hadamard", "pipeline: lm\nattn: {out_proj: hadamard}\ndata: {val_fraction: 0.1}\n"},
+};
+#define N_CASES (sizeof CASES / sizeof CASES[0])
+
+static const char *log_text(const char *path) {
+    static char buf[16384];
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    buf[n] = '\0';
+    if (f) fclose(f);
+    return buf;
+}
+
+/* Dumps case c into dir/NAME. */
+static void dump_case(const parity_case *c) {
+    char yaml[2048], name[128], cmd[4096];
+    snprintf(yaml, sizeof yaml, "%s%s", COMMON, c->yaml);
+    snprintf(name, sizeof name, "%s.yaml", c->name);
+    const char *cfg = tmpdir_write_file(dir, name, yaml, strlen(yaml));
+    int lm = strncmp(c->name, "lm_", 3) == 0;
+    char data[1024];
+    if (lm)
+        snprintf(data, sizeof data, "--set data.path=%s/glosses_train.tsv", dir);
+    else
+        snprintf(data, sizeof data,
+                 "--set data.train=%s/glosses_train.tsv --set data.val=%s/glosses_val.tsv", dir,
+                 dir);
+    snprintf(cmd, sizeof cmd, "%s/bfworker dump '%s' %s --out '%s/%s' --quiet 2>'%s/%s.log'",
+             BF_BIN_DIR, cfg, data, dir, c->name, dir, c->name);
+    char logp[512];
+    snprintf(logp, sizeof logp, "%s/%s.log", dir, c->name);
+    cr_assert_eq(system(cmd), 0, "%s\n%s", cmd, log_text(logp));
+}
+
+/* Runs the PyTorch check over the dump folders in args; its exit status,
+ * output in dir/py.log. */
+static int python(const char *args) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s -c 'import torch' 2>&1", PYTHON);
+    cr_assert_eq(system(cmd), 0,
+                 "%s cannot import torch: install Debian's python3-torch (sh scripts/setup.sh "
+                 "does); this test does not skip without it",
+                 PYTHON);
+    /* build/pydeps (safetensors) goes after Debian's packages: the script
+     * appends BF_PYDEPS to sys.path, so torch keeps the numpy it was built for */
+    snprintf(cmd, sizeof cmd,
+             "BF_PYDEPS='%s/pydeps' OMP_NUM_THREADS=1 %s '%s' %s >'%s/py.log' 2>&1", BF_BIN_DIR,
+             PYTHON, SCRIPT, args, dir);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Rewrites dir/NAME/grads.safetensors with tensor `tensor`'s largest element
+ * scaled by factor (the "wrong gradient" the check must catch). */
+static void perturb_gradient(const char *name, const char *tensor, float factor) {
+    char path[512], err[1024];
+    snprintf(path, sizeof path, "%s/%s/grads.safetensors", dir, name);
+    st_file f;
+    cr_assert_eq(st_open(&f, path, err, sizeof err), 0, "%s", err);
+    st_entry *e = calloc((size_t)f.n, sizeof *e);
+    float **data = calloc((size_t)f.n, sizeof *data);
+    int64_t(*shape)[ST_MAX_DIMS] = calloc((size_t)f.n, sizeof *shape);
+    cr_assert(e && data && shape);
+    int hit = 0;
+    for (int i = 0; i < f.n; i++) {
+        data[i] = malloc(f.t[i].numel * sizeof(float));
+        cr_assert_eq(st_read_f32(&f, i, data[i], err, sizeof err), 0, "%s", err);
+        for (int k = 0; k < f.t[i].ndim; k++) shape[i][k] = (int64_t)f.t[i].shape[k];
+        e[i] = (st_entry){f.t[i].name, f.t[i].ndim, shape[i], data[i]};
+        if (strcmp(f.t[i].name, tensor) == 0) {
+            size_t best = 0;
+            for (size_t k = 1; k < f.t[i].numel; k++)
+                if (fabsf(data[i][k]) > fabsf(data[i][best])) best = k;
+            data[i][best] *= factor;
+            hit = 1;
+        }
+    }
+    cr_assert(hit, "no tensor %s in %s", tensor, path);
+    cr_assert_eq(st_write(path, e, f.n, NULL, 0, err, sizeof err), 0, "%s", err);
+    for (int i = 0; i < f.n; i++) free(data[i]);
+    free(e), free(data), free(shape);
+    st_close(&f);
+}
+
+Test(parity, bf_matches_pytorch) {
+    char args[2048] = "";
+    size_t n = 0;
+    for (size_t c = 0; c < N_CASES; c++) {
+        dump_case(&CASES[c]);
+        n += (size_t)snprintf(args + n, sizeof args - n, "'%s/%s' ", dir, CASES[c].name);
+    }
+    int rc = python(args);
+    const char *out = log_text(tmpdir_path(dir, "py.log"));
+    cr_log_info("%s", out);
+    cr_assert_eq(rc, 0, "PyTorch parity failed:\n%s", out);
+    cr_expect(strstr(out, "5 of 5 dumps match bf"), "%s", out);
+    /* the hinge exercised on both sides (every sample, both layers) */
+    cr_expect(strstr(out, "s outside the range 12+0 of 12") &&
+                  strstr(out, "s outside the range 0+12 of 12"),
+              "%s", out);
+
+    /* the check can fail: the largest gradient of the head scorer (reached only
+     * through the gate's straight-through path and the entropy term) 0.5% off */
+    perturb_gradient(CASES[1].name, "blocks.1.attn.scorer.weight", 1.005f);
+    snprintf(args, sizeof args, "'%s/%s'", dir, CASES[1].name);
+    cr_expect_eq(python(args), 1, "%s", log_text(tmpdir_path(dir, "py.log")));
+    out = log_text(tmpdir_path(dir, "py.log"));
+    cr_expect(strstr(out, "FAIL") && strstr(out, "gradient of blocks.1.attn.scorer.weight"), "%s",
+              out);
+}
+
+Test(parity, dump_refuses_bad_input) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s/bfworker dump 2>'%s/e.log'", BF_BIN_DIR, dir);
+    int st = system(cmd);
+    cr_expect_eq(WEXITSTATUS(st), 64);
+    cr_expect(strstr(log_text(tmpdir_path(dir, "e.log")), "missing CONFIG.yaml"));
+    const char *cfg = tmpdir_write_file(dir, "c.yaml", "pipeline: lm\n", 13);
+    snprintf(cmd, sizeof cmd, "%s/bfworker dump '%s' --batch 0 --out '%s/x' 2>'%s/e.log'",
+             BF_BIN_DIR, cfg, dir, dir);
+    st = system(cmd);
+    cr_expect_eq(WEXITSTATUS(st), 64);
+    cr_expect(
+        strstr(log_text(tmpdir_path(dir, "e.log")), "--batch must be a whole number in 1..4096"),
+        "%s", log_text(tmpdir_path(dir, "e.log")));
+    snprintf(cmd, sizeof cmd, "%s/bfworker dump '%s' 2>'%s/e.log'", BF_BIN_DIR, cfg, dir);
+    st = system(cmd);
+    cr_expect_eq(WEXITSTATUS(st), 64);
+    cr_expect(strstr(log_text(tmpdir_path(dir, "e.log")), "--out DIR is required"));
+}

@@ -1,0 +1,359 @@
+"""The outside party for test_it_parity_torch: an independent PyTorch model of
+each bf architecture, written from the equations of design.md ("Algorithms")
+and the tensor names of docs/checkpoints.md, not from bf's C code.
+
+  test_parity_torch.py DUMP_DIR [DUMP_DIR ...]
+
+Each DUMP_DIR is what `bfworker dump` wrote: model.safetensors (bf's
+weights), batch.safetensors (ids, mask, targets, the budget's noise per
+layer), outputs.safetensors (bf's logits), grads.safetensors (bf's gradient
+of every tensor after one training-mode forward and backward) and dump.json
+(bf's losses, knobs, shape). The model here loads the weights by name
+(load_state_dict, strict: every name must match), runs the same batch in
+float64, and checks
+
+  logits      max |bf - torch| <= 1e-4 * max |torch|
+  losses      total, task, budget, entropy: |bf - torch| <= 1e-4 |torch| + 1e-9
+  gradients   every tensor, elementwise:
+              |bf - torch| <= 1e-3 |torch| + 1e-5 max|torch of that tensor| + 1e-12
+              (the floor: entries five orders below the tensor's largest are
+              sums that cancel, where bf's float32 rounding, ~1e-7 of the
+              magnitude of the summed terms, is all that is left)
+
+and exits non-zero naming the tensor, the worst element and both values on
+the first mismatch. A budget case must be well-posed first: no two heads'
+noisy scores within 1e-4 (bf ranks float32 scores), and no sample's s within
+1e-3 of an edge of budget.range (there the float32 hinge gradient is
+ill-conditioned, ulp(s)/|s - edge|: measured, bf and this model run in
+float32 then both differ from float64 by 2e-4). The summary line says how
+many samples were outside the range, i.e. whether the hinge was exercised. Everything is float64 here, so the reference does not
+depend on summation order; bf runs float32.
+
+The model:
+  x = tok_emb[ids] + pos_emb[t]
+  per block (pre-LN):  x += Attn(LN1(x));  x += W2 GELU(W1 LN2(x))   (hidden 4d)
+  LN: eps 1e-5. GELU: the tanh approximation (bf's kernels use the tanh form).
+  Attn: q, k, v = the three d-wide thirds of u Wqkv^T + b (head h = columns
+  h*d_h .. (h+1)*d_h of each); softmax(q k^T / sqrt(d_h)) with masked keys
+  (mask 0) and, in the decoder, later positions removed; a query with no
+  visible key outputs 0. Head outputs (times the gate w) are concatenated to c
+  and projected: dense W_O c + b_O, or Hadamard alpha * (H_d c)/sqrt(d) + beta
+  with Sylvester H_d in natural order (only d = 2^n here; bf's 12*2^n Paley
+  form is not rebuilt).
+  Budget (training): u_bar = masked mean of u = LN1(x); s = sigmoid(f(u_bar)),
+  f = d -> d/4 -> 1 with GELU; z = scorer(u_bar); p = softmax((z + noise)/tau)
+  with bf's dumped noise; r = ranks of z + noise (1 = best, ties to the lower
+  index; no gradient); m_i = 1 at rank 1, else sigmoid((s H - r_i)/tau_r);
+  w = m * (1 + p - stopgrad(p)).
+  Heads: encoder = masked mean of LN_f(x) then head; decoder = LN_f(x) tok_emb^T.
+  Loss: CE (mean over targets >= 0)
+        + lambda_b * mean over samples and layers of
+          [max(0, s_min - s)^2 + max(0, s - s_max)^2]
+        + lambda_e * (2 progress - 1) * mean over samples and layers of H(p).
+"""
+import json
+import math
+import os
+import sys
+
+import numpy as np
+
+try:
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError as e:  # a missing torch is a failure, not a skip: CI installs it
+    print("test_parity_torch.py: cannot import torch (%s): install Debian's python3-torch "
+          "(sh scripts/setup.sh)" % e, file=sys.stderr)
+    sys.exit(2)
+# build/pydeps (scripts/setup.sh) holds the safetensors package; it goes after
+# Debian's own packages, so torch runs with the numpy it was built for
+if os.environ.get("BF_PYDEPS"):
+    sys.path.append(os.environ["BF_PYDEPS"])
+from safetensors.torch import load_file  # noqa: E402
+
+RTOL_LOGITS = 1e-4
+RTOL_LOSS = 1e-4
+RTOL_GRAD = 1e-3
+FLOOR_GRAD = 1e-5  # times the tensor's largest reference gradient
+
+
+class Failure(Exception):
+    pass
+
+
+def sylvester(d):
+    """Unnormalised Sylvester Hadamard matrix of order d = 2^n, natural order:
+    H_1 = [1], H_2k = [[H_k, H_k], [H_k, -H_k]]."""
+    if d < 1 or d & (d - 1):
+        raise Failure("hadamard width %d is not a power of two (the 12*2^n Paley form is "
+                      "not rebuilt by this test)" % d)
+    h = torch.ones(1, 1, dtype=torch.float64)
+    while h.shape[0] < d:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    return h
+
+
+def masked_mean(x, mask):
+    """x [B,T,C], mask [B,T] (1 = token) -> [B,C]; a row with no token -> 0."""
+    m = mask.unsqueeze(-1)
+    n = mask.sum(1, keepdim=True)
+    return (x * m).sum(1) / torch.where(n > 0, n, torch.ones_like(n))
+
+
+class MLP(nn.Module):
+    def __init__(self, d_in, hidden, d_out):
+        super().__init__()
+        self.fc = nn.Linear(d_in, hidden)
+        self.proj = nn.Linear(hidden, d_out)
+
+    def forward(self, x):
+        return self.proj(F.gelu(self.fc(x), approximate="tanh"))
+
+
+class Hadamard(nn.Module):
+    """y = alpha * (H_d c)/sqrt(d) + beta; H_d symmetric, so c H_d works per row."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.ones(d))
+        self.beta = nn.Parameter(torch.zeros(d))
+        self.register_buffer("H", sylvester(d), persistent=False)
+
+    def forward(self, c):
+        d = c.shape[-1]
+        return self.alpha * (c @ self.H.to(c.dtype)) / math.sqrt(d) + self.beta
+
+
+class Budget(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.fc = nn.Linear(d, d // 4)
+        self.out = nn.Linear(d // 4, 1)
+
+
+class Attention(nn.Module):
+    def __init__(self, d, heads, causal, hadamard, budget):
+        super().__init__()
+        self.d, self.heads, self.causal = d, heads, causal
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out = Hadamard(d) if hadamard else nn.Linear(d, d)
+        self.has_budget = budget
+        if budget:
+            self.budget = Budget(d)
+            self.scorer = nn.Linear(d, heads)
+
+    def gate(self, u, mask, noise, kn):
+        """The soft training gate w [B,H] and this layer's budget and entropy sums."""
+        H = self.heads
+        ubar = masked_mean(u, mask)
+        s = torch.sigmoid(self.budget.out(F.gelu(self.budget.fc(ubar), approximate="tanh")))
+        s = s.squeeze(-1)  # [B]
+        zn = self.scorer(ubar) + noise
+        p = torch.softmax(zn / kn["tau"], dim=-1)
+        # ranks of z + noise, 1 = best; ties to the lower index; no gradient
+        v = zn.detach()
+        idx = torch.arange(H)
+        better = (v.unsqueeze(1) > v.unsqueeze(2)) | (
+            (v.unsqueeze(1) == v.unsqueeze(2)) & (idx.view(1, 1, H) < idx.view(1, H, 1)))
+        rank = 1 + better.sum(-1).to(u.dtype)  # rank[b,i] = 1 + #{j better than i}
+        m = torch.where(rank == 1, torch.ones_like(rank),
+                        torch.sigmoid((s.unsqueeze(-1) * H - rank) / kn["tau_r"]))
+        w = m * (1 + p - p.detach())
+        hinge = (torch.clamp(kn["s_min"] - s, min=0) ** 2 + torch.clamp(s - kn["s_max"], min=0) ** 2)
+        ent = -(p * torch.log(p)).sum(-1)
+        self.last_s = s.detach()
+        self.last_zn = v
+        return w, hinge.sum(), ent.sum()
+
+    def forward(self, u, mask, noise, kn):
+        B, T, C = u.shape
+        H, hs = self.heads, C // self.heads
+        w, hinge, ent = None, 0, 0
+        if self.has_budget:
+            w, hinge, ent = self.gate(u, mask, noise, kn)
+        q, k, v = self.qkv(u).split(C, dim=-1)
+        q, k, v = (t.view(B, T, H, hs).transpose(1, 2) for t in (q, k, v))  # [B,H,T,hs]
+        att = q @ k.transpose(-1, -2) / math.sqrt(hs)
+        visible = (mask > 0).view(B, 1, 1, T).expand(B, H, T, T)
+        if self.causal:
+            visible = visible & torch.ones(T, T, dtype=torch.bool).tril()
+        att = torch.softmax(att.masked_fill(~visible, float("-inf")), dim=-1)
+        # a query with no visible key outputs 0
+        att = torch.where(visible.any(-1, keepdim=True), att, torch.zeros_like(att))
+        y = att @ v  # [B,H,T,hs]
+        if w is not None:
+            y = y * w.view(B, H, 1, 1)
+        c = y.transpose(1, 2).reshape(B, T, C)
+        return self.out(c), hinge, ent
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads, causal, hadamard, budget):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d, eps=1e-5)
+        self.attn = Attention(d, heads, causal, hadamard, budget)
+        self.ln2 = nn.LayerNorm(d, eps=1e-5)
+        self.mlp = MLP(d, 4 * d, d)
+
+    def forward(self, x, mask, noise, kn):
+        a, hinge, ent = self.attn(self.ln1(x), mask, noise, kn)
+        x = x + a
+        return x + self.mlp(self.ln2(x)), hinge, ent
+
+
+class Transformer(nn.Module):
+    """The encoder classifier (n_classes > 0) or the causal decoder LM (tied head)."""
+
+    def __init__(self, sh):
+        super().__init__()
+        d, V, T = sh["d_model"], sh["vocab"], sh["seq_len"]
+        self.encoder = sh["n_classes"] > 0
+        self.tok_emb = nn.Embedding(V, d)
+        self.pos_emb = nn.Embedding(T, d)
+        self.blocks = nn.ModuleList(
+            Block(d, sh["heads"], not self.encoder, sh["hadamard"], sh["budget"])
+            for _ in range(sh["layers"]))
+        self.ln_f = nn.LayerNorm(d, eps=1e-5)
+        if self.encoder:
+            self.head = nn.Linear(d, sh["n_classes"])
+
+    def forward(self, ids, mask, targets, noise, kn):
+        B, T = ids.shape
+        x = self.tok_emb(ids) + self.pos_emb(torch.arange(T)).unsqueeze(0)
+        hinge, ent = 0, 0
+        for l, blk in enumerate(self.blocks):
+            x, h, e = blk(x, mask, noise[l] if noise else None, kn)
+            hinge, ent = hinge + h, ent + e
+        x = self.ln_f(x)
+        if self.encoder:
+            logits = self.head(masked_mean(x, mask))
+            tg = targets.view(B)
+        else:
+            logits = (x @ self.tok_emb.weight.t()).view(B * T, -1)
+            tg = targets.view(B * T)
+        task = F.cross_entropy(logits, tg, ignore_index=-1, reduction="mean")
+        norm = 1.0 / (B * len(self.blocks))
+        budget = kn["lambda_budget"] * norm * hinge
+        entropy = kn["lambda_entropy"] * (2 * kn["progress"] - 1) * norm * ent
+        return logits, task, budget, entropy
+
+
+def close(name, bf, ref, rtol, floor=0.0):
+    """Elementwise |bf - ref| <= rtol |ref| + floor; returns the worst ratio."""
+    bf, ref = bf.to(torch.float64), ref.to(torch.float64)
+    if bf.shape != ref.shape:
+        raise Failure("%s: bf has shape %s, torch %s" % (name, list(bf.shape), list(ref.shape)))
+    err = (bf - ref).abs()
+    bound = rtol * ref.abs() + floor
+    ratio = err / bound
+    i = int(torch.argmax(ratio.reshape(-1)))
+    worst = float(ratio.reshape(-1)[i])
+    if not worst <= 1.0:  # also catches NaN
+        at = list(np.unravel_index(i, tuple(ref.shape))) if ref.dim() else []
+        raise Failure("%s: element %s is %.9g in bf but %.9g in torch (|diff| %.3g > bound %.3g; "
+                      "max |torch| %.3g)" % (name, [int(a) for a in at], float(bf.reshape(-1)[i]),
+                                             float(ref.reshape(-1)[i]), float(err.reshape(-1)[i]),
+                                             float(bound.reshape(-1)[i]), float(ref.abs().max())))
+    return worst
+
+
+def check_dump(d):
+    meta = json.load(open(os.path.join(d, "dump.json")))
+    sh, kn = meta["shape"], meta["knobs"]
+    weights = load_file(os.path.join(d, "model.safetensors"))
+    batch = load_file(os.path.join(d, "batch.safetensors"))
+    bf_logits = load_file(os.path.join(d, "outputs.safetensors"))["logits"]
+    bf_grads = load_file(os.path.join(d, "grads.safetensors"))
+
+    model = Transformer(sh)
+    # strict: every bf tensor has a place in the torch model and none is left over
+    model.load_state_dict(weights, strict=True)
+    model = model.double()
+    ids = batch["ids"].long()
+    mask = batch["mask"].double()
+    targets = batch["targets"].long()
+    noise = None
+    if sh["budget"]:
+        noise = [batch["noise.%d" % l].double() for l in range(sh["layers"])]
+    logits, task, budget, entropy = model(ids, mask, targets, noise, kn)
+    loss = task + budget + entropy
+    loss.backward()
+
+    # is the case well-posed? (before any comparison, so that a failure says why)
+    if sh["budget"]:
+        below = sum(int((b.attn.last_s < kn["s_min"]).sum()) for b in model.blocks)
+        above = sum(int((b.attn.last_s > kn["s_max"]).sum()) for b in model.blocks)
+        # s starts in the middle of budget.range (clamped to [0.02, 0.98]): only a
+        # range such as [0.99, 1] or [0, 0.01] puts it outside at step 0, where
+        # the hinge and its gradient are checked
+        hinge_note = "s outside the range %d+%d of %d" % (below, above, len(ids) * sh["layers"])
+        if not (below or above):
+            hinge_note += " (the hinge is not exercised)"
+        # near an edge of the range the hinge's gradient 2 (s - edge) carries bf's
+        # float32 rounding of s relative to the distance (ulp(s) / |s - edge|):
+        # such a case would compare rounding, not equations
+        near = min(float(torch.minimum((b.attn.last_s - kn["s_min"]).abs(),
+                                       (b.attn.last_s - kn["s_max"]).abs()).min())
+                   for b in model.blocks)
+        if near < 1e-3:
+            raise Failure("a sample's s is %.3g from an edge of budget.range, where the float32 "
+                          "hinge gradient is ill-conditioned: move the range" % near)
+        extra = ", " + hinge_note
+        ms = sum(float(b.attn.last_s.mean()) for b in model.blocks) / sh["layers"]
+        if not abs(meta["loss"]["mean_s"] - ms) <= 1e-5 * abs(ms):
+            raise Failure("mean_s: bf %.9g, torch %.9g" % (meta["loss"]["mean_s"], ms))
+        # the ranks are taken from float32 scores in bf: a gap below the float32
+        # noise of z would make them ambiguous and the case meaningless
+        gap = min(float((b.attn.last_zn.sort(-1).values.diff(dim=-1)).min())
+                  for b in model.blocks)
+        if gap < 1e-4:
+            raise Failure("two heads' noisy scores are %.3g apart: ranks are ambiguous; pick "
+                          "another seed" % gap)
+    else:
+        extra = ""
+    worst_logit = close("logits", bf_logits, logits.detach(), 0, RTOL_LOGITS *
+                        float(logits.detach().abs().max()))
+    losses = {"loss": loss, "loss_task": task, "loss_budget": budget, "loss_entropy": entropy}
+    for k, v in losses.items():
+        v = float(v)
+        if not abs(meta["loss"][k] - v) <= RTOL_LOSS * abs(v) + 1e-9:
+            raise Failure("%s: bf %.9g, torch %.9g" % (k, meta["loss"][k], v))
+    params = dict(model.named_parameters())
+    if set(params) != set(bf_grads):
+        raise Failure("gradient names differ: only bf %s, only torch %s" % (
+            sorted(set(bf_grads) - set(params)), sorted(set(params) - set(bf_grads))))
+    worst_grad, worst_name = 0.0, ""
+    for name, p in params.items():
+        ref = p.grad if p.grad is not None else torch.zeros_like(p)
+        floor = FLOOR_GRAD * float(ref.abs().max()) + 1e-12
+        r = close("gradient of " + name, bf_grads[name], ref, RTOL_GRAD, floor)
+        if r >= worst_grad:
+            worst_grad, worst_name = r, name
+    return ("%s: %s%s%s, %d tensors: logits within %.2g of the bound, loss %.6f (task %.6f "
+            "budget %.3g entropy %+.3g%s), worst gradient %s at %.2g of the bound" % (
+                os.path.basename(os.path.normpath(d)), "encoder" if sh["n_classes"] else "lm",
+                " budget" if sh["budget"] else "", " hadamard" if sh["hadamard"] else " dense",
+                len(params), worst_logit, float(loss), float(task), float(budget),
+                float(entropy), extra, worst_name, worst_grad))
+
+
+def main(argv):
+    if len(argv) < 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    torch.manual_seed(0)
+    failed = 0
+    for d in argv[1:]:
+        try:
+            print("ok " + check_dump(d))
+        except Failure as e:
+            print("FAIL %s: %s" % (d, e))
+            failed += 1
+    print("torch %s: %d of %d dumps match bf" % (torch.__version__, len(argv) - 1 - failed,
+                                                  len(argv) - 1))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,320 @@
+#include "worker/dump.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/errbuf.h"
+#include "kernels/bk.h"
+#include "kernels/bk_rng.h"
+#include "worker/pipelines/pipe.h"
+#include "worker/safetensors.h"
+
+/* mkdir -p of path (an existing folder is fine). */
+static int make_dirs(const char *path, char *err, size_t errlen) {
+    char p[4096];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) {
+        snprintf(err, errlen, "--out: path longer than %zu bytes", sizeof p - 1);
+        return -1;
+    }
+    for (char *s = p + 1;; s++) {
+        int end = *s == '\0';
+        if (*s == '/' || end) {
+            *s = '\0';
+            struct stat st;
+            if (mkdir(p, 0755) && errno != EEXIST) {
+                snprintf(err, errlen, "cannot create %s: %s", p, strerror(errno));
+                return -1;
+            }
+            if (stat(p, &st) || !S_ISDIR(st.st_mode)) {
+                snprintf(err, errlen, "%s exists and is not a folder", p);
+                return -1;
+            }
+            if (end) return 0;
+            *s = '/';
+        }
+    }
+}
+
+/* dir/name into buf (which has room for a path). */
+static const char *join(char *buf, size_t n, const char *dir, const char *name) {
+    snprintf(buf, n, "%s/%s", dir, name);
+    return buf;
+}
+
+/* The parameters (grad = 0) or their gradients (grad = 1), copied to the
+ * host and written by name. */
+static int write_params(const model *m, const char *path, int grad, char *err, size_t errlen) {
+    const bk_params *P = &m->np.P;
+    float *host = malloc(P->numel * sizeof(float));
+    st_entry *t = calloc((size_t)P->n, sizeof *t);
+    int64_t *shapes = calloc((size_t)P->n * BK_MAX_DIMS, sizeof *shapes);
+    int rc = -1;
+    if (!host || !t || !shapes) {
+        snprintf(err, errlen, "out of memory writing %s", path);
+        goto out;
+    }
+    m->be->to_host(host, grad ? P->grad : P->data, P->numel * sizeof(float));
+    for (int i = 0; i < P->n; i++) {
+        const bk_tensor *x = &P->t[i];
+        int64_t *sh = shapes + (size_t)i * BK_MAX_DIMS;
+        for (int d = 0; d < x->ndim; d++) sh[d] = x->shape[d];
+        t[i] = (st_entry){x->name, x->ndim, sh, host + x->offset};
+    }
+    const char *meta[] = {"format", "bf", "kind", grad ? "gradients" : "model"};
+    rc = st_write(path, t, P->n, meta, 2, err, errlen);
+out:
+    free(host);
+    free(t);
+    free(shapes);
+    return rc;
+}
+
+static float *ints_to_f32(const int32_t *v, size_t n) {
+    float *f = malloc(n * sizeof(float));
+    if (f)
+        for (size_t i = 0; i < n; i++) f[i] = (float)v[i];
+    return f;
+}
+
+/* ids, mask and targets of the batch, and the budget's noise per layer: the
+ * same draw as the gate's (nn_attn.c): sigma * gumbel(seed, (step << 8) |
+ * layer, (row_offset + b) * H + i), 0 when sigma is 0. */
+static int write_batch(const model *m, const data_batch_t *b, const int *targets, int n_targets,
+                       const char *path, char *err, size_t errlen) {
+    int B = b->rows, T = b->seq_len, H = m->sh.heads, L = m->sh.layers;
+    int nl = m->sh.budget ? L : 0;
+    size_t BT = (size_t)B * T, BH = (size_t)B * H;
+    float *ids = ints_to_f32(b->ids, BT), *tg = ints_to_f32(targets, (size_t)n_targets);
+    float *noise = calloc(BH * (size_t)(nl ? nl : 1), sizeof(float));
+    st_entry *t = calloc((size_t)(3 + nl), sizeof *t);
+    char(*names)[32] = calloc((size_t)(nl ? nl : 1), sizeof *names);
+    int rc = -1;
+    if (!ids || !tg || !noise || !t || !names) {
+        snprintf(err, errlen, "out of memory writing %s", path);
+        goto out;
+    }
+    int64_t bt_shape[2] = {B, T}, tg_shape[2] = {B, T}, bh_shape[2] = {B, H};
+    int tg_dims = n_targets == B ? 1 : 2;
+    t[0] = (st_entry){"ids", 2, bt_shape, ids};
+    t[1] = (st_entry){"mask", 2, bt_shape, b->mask};
+    t[2] = (st_entry){"targets", tg_dims, tg_shape, tg};
+    const model_knobs *kn = &m->kn;
+    for (int l = 0; l < nl; l++) {
+        float *z = noise + (size_t)l * BH;
+        uint64_t stream = (kn->step << 8) | (uint64_t)l;
+        for (int r = 0; r < B && kn->sigma > 0; r++)
+            for (int i = 0; i < H; i++)
+                z[(size_t)r * H + i] =
+                    kn->sigma *
+                    bk_rng_gumbel_at(kn->seed, stream, (kn->row_offset + (uint64_t)r) * H + i);
+        snprintf(names[l], sizeof names[l], "noise.%d", l);
+        t[3 + l] = (st_entry){names[l], 2, bh_shape, z};
+    }
+    rc = st_write(path, t, 3 + nl, NULL, 0, err, errlen);
+out:
+    free(ids), free(tg), free(noise), free(t), free(names);
+    return rc;
+}
+
+static int write_logits(const model *m, int B, const char *path, char *err, size_t errlen) {
+    int rows = m->arch->loss_rows(m, B), V = m->arch->logit_width(m);
+    float *h = malloc((size_t)rows * V * sizeof(float));
+    if (!h) {
+        snprintf(err, errlen, "out of memory writing %s", path);
+        return -1;
+    }
+    m->be->to_host(h, m->logits, (size_t)rows * V * sizeof(float));
+    int64_t shape[2] = {rows, V};
+    st_entry t = {"logits", 2, shape, h};
+    int rc = st_write(path, &t, 1, NULL, 0, err, errlen);
+    free(h);
+    return rc;
+}
+
+static int write_json(const model *m, const bf_config *c, int B, const char *path, char *err,
+                      size_t errlen) {
+    const model_stats *st = &m->st;
+    const model_knobs *kn = &m->kn;
+    const model_shape *sh = &m->sh;
+    json_t *root = json_pack(
+        "{s:s, s:s, s:I, s:I, s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f},"
+        " s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f},"
+        " s:{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:b, s:b, s:i, s:i, s:i}}",
+        "pipeline", c->pipeline, "device", m->be->name, "seed", (json_int_t)c->train.seed, "step",
+        (json_int_t)kn->step, "loss", "loss", st->loss, "loss_task", st->loss_task, "loss_budget",
+        st->loss_budget, "loss_entropy", st->loss_entropy, "mean_s", st->mean_s, "heads_used",
+        st->heads_used, "counted", st->counted, "correct", st->correct, "knobs", "tau",
+        (double)kn->tau, "sigma", (double)kn->sigma, "tau_r", (double)kn->tau_r, "s_min",
+        (double)kn->s_min, "s_max", (double)kn->s_max, "lambda_budget", (double)kn->lambda_budget,
+        "lambda_entropy", (double)kn->lambda_entropy, "progress", (double)kn->progress, "shape",
+        "model", m->arch == &MODEL_ENCODER ? "encoder" : "decoder", "layers", sh->layers, "d_model",
+        sh->d_model, "heads", sh->heads, "seq_len", sh->seq_len, "vocab", sh->vocab, "n_classes",
+        sh->n_classes, "hadamard", sh->hadamard, "budget", sh->budget, "causal", sh->n_classes == 0,
+        "batch", B, "rows", m->arch->loss_rows(m, B), "logit_width", m->arch->logit_width(m));
+    if (!root) {
+        snprintf(err, errlen, "out of memory building %s", path);
+        return -1;
+    }
+    int rc = json_dump_file(root, path, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
+    json_decref(root);
+    if (rc) snprintf(err, errlen, "cannot write %s", path);
+    return rc ? -1 : 0;
+}
+
+int dump_write(const bf_config *conf, const char *out_dir, int batch, int quiet, char *err,
+               size_t errlen) {
+    bf_config c = *conf;
+    if (batch < 0 || batch > DUMP_MAX_BATCH) {
+        snprintf(err, errlen, "--batch %d outside 1..%d", batch, DUMP_MAX_BATCH);
+        return -1;
+    }
+    if (batch > 0) c.train.batch = batch;
+    const pipe_spec *sp = pipe_find(c.pipeline);
+    if (!sp) {
+        snprintf(err, errlen, "dump: pipeline '%s' has no training step to dump (valid: %s, %s)",
+                 c.pipeline, PIPE_BUDGETFORMER.name, PIPE_LM.name);
+        return -1;
+    }
+    if (make_dirs(out_dir, err, errlen)) return -1;
+    const bk_backend *be;
+    if (bk_select(c.device, &be, err, errlen)) return -1;
+    data_sets d;
+    if (data_sets_open(&c, &d, quiet, err, errlen)) return -1;
+    model m;
+    memset(&m, 0, sizeof m);
+    data_batcher_t *bt = NULL;
+    data_batch_t b;
+    memset(&b, 0, sizeof b);
+    int rc = -1;
+    int B = c.train.batch, T = c.model.seq_len;
+    model_shape sh = pipe_model_shape(&c, &d);
+    /* the model as the training loop builds it (pipe_loop.c, loop_model) */
+    if (model_create(&m, &sh, be, B, err, errlen)) goto out;
+    m.kn.s_min = c.budget.range[0];
+    m.kn.s_max = c.budget.range[1];
+    if (model_init_weights(&m, c.train.seed, err, errlen)) goto out;
+    /* and its first batch (loop_data, train_step) on one rank */
+    data_batcher_opts bo = {.global_batch = B,
+                            .seq_len = T,
+                            .rank = 0,
+                            .world = 1,
+                            .seed = c.train.seed,
+                            .shuffle = 1,
+                            .wrap = 1,
+                            .split = 0};
+    if (data_batcher_new(d.train, &bo, &bt, err, errlen)) goto out;
+    if (data_batch_alloc(&b, B, T)) {
+        snprintf(err, errlen, "out of memory for a batch of %d", B);
+        goto out;
+    }
+    if (data_batch_at(bt, 0, &b, err, errlen)) goto out;
+    sp->knobs(&m, &c, 0);
+    m.kn.row_offset = 0;
+    const int *targets = sp->classify ? b.labels : b.targets;
+    int n_targets = sp->classify ? b.rows : b.rows * T;
+    char path[4200];
+    /* the weights before the step changes them (the forward reads them only) */
+    if (write_params(&m, join(path, sizeof path, out_dir, "model.safetensors"), 0, err, errlen))
+        goto out;
+    if (model_forward(&m, b.ids, b.mask, targets, b.rows, 1, err, errlen)) goto out;
+    model_backward(&m);
+    if (write_batch(&m, &b, targets, n_targets,
+                    join(path, sizeof path, out_dir, "batch.safetensors"), err, errlen) ||
+        write_logits(&m, b.rows, join(path, sizeof path, out_dir, "outputs.safetensors"), err,
+                     errlen) ||
+        write_params(&m, join(path, sizeof path, out_dir, "grads.safetensors"), 1, err, errlen) ||
+        write_json(&m, &c, b.rows, join(path, sizeof path, out_dir, "dump.json"), err, errlen))
+        goto out;
+    if (!quiet)
+        fprintf(stderr,
+                "dump: %s, %d rows, loss %.6f (task %.6f budget %.6f entropy %+.6f) -> %s\n",
+                c.pipeline, b.rows, m.st.loss, m.st.loss_task, m.st.loss_budget, m.st.loss_entropy,
+                out_dir);
+    rc = 0;
+out:
+    data_batch_free(&b);
+    data_batcher_destroy(&bt);
+    model_destroy(&m);
+    data_sets_close(&d);
+    return rc;
+}
+
+static const char *DUMP_USAGE =
+    "usage: bfworker dump CONFIG.yaml [--set KEY=VALUE ...] --out DIR [--batch N] [--quiet]\n"
+    "  One training-mode forward and backward of step 0 (the config's seed, the first\n"
+    "  training batch, the knobs of step 0), written for an outside implementation to\n"
+    "  check: DIR/model.safetensors (weights), batch.safetensors (ids, mask, targets,\n"
+    "  budget noise.L), outputs.safetensors (logits), grads.safetensors (every\n"
+    "  parameter's gradient by name), dump.json (losses, knobs, shape).\n"
+    "  --batch N   rows of the batch (default train.batch; at most 4096)\n";
+
+int dump_main(int argc, char **argv) {
+    const char *cfg_path = argc >= 3 ? argv[2] : NULL, *out = NULL;
+    long batch = 0;
+    int quiet = 0;
+    if (argc >= 3 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
+        fputs(DUMP_USAGE, stdout);
+        return 0;
+    }
+    if (!cfg_path || cfg_path[0] == '-') {
+        fprintf(stderr, "bfworker dump: missing CONFIG.yaml\n%s", DUMP_USAGE);
+        return BF_EX_USAGE;
+    }
+    char err[2048];
+    bf_config c;
+    cfg_defaults(&c);
+    if (cfg_load_file(&c, cfg_path, err, sizeof err)) {
+        fprintf(stderr, "bfworker: %s\n", err);
+        return BF_EX_USAGE;
+    }
+    for (int i = 3; i < argc; i++) {
+        const char *o = argv[i];
+        int has_value =
+            strcmp(o, "--set") == 0 || strcmp(o, "--out") == 0 || strcmp(o, "--batch") == 0;
+        if (strcmp(o, "--quiet") == 0) {
+            quiet = 1;
+            continue;
+        }
+        if (!has_value) {
+            fprintf(stderr, "bfworker dump: unknown option '%s'\n%s", o, DUMP_USAGE);
+            return BF_EX_USAGE;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "bfworker dump: %s needs a value\n", o);
+            return BF_EX_USAGE;
+        }
+        const char *v = argv[++i];
+        if (strcmp(o, "--set") == 0 && cfg_set(&c, v, err, sizeof err)) {
+            fprintf(stderr, "bfworker: %s\n", err);
+            return BF_EX_USAGE;
+        }
+        if (strcmp(o, "--out") == 0) out = v;
+        if (strcmp(o, "--batch") == 0) {
+            char *end = NULL;
+            batch = strtol(v, &end, 10);
+            if (end == v || *end || batch < 1 || batch > DUMP_MAX_BATCH) {
+                fprintf(stderr,
+                        "bfworker dump: --batch must be a whole number in 1..%d, got '%s'\n",
+                        DUMP_MAX_BATCH, v);
+                return BF_EX_USAGE;
+            }
+        }
+    }
+    if (!out) {
+        fprintf(stderr, "bfworker dump: --out DIR is required\n%s", DUMP_USAGE);
+        return BF_EX_USAGE;
+    }
+    if (cfg_validate(&c, err, sizeof err)) {
+        fprintf(stderr, "bfworker: %s\n", err);
+        return BF_EX_USAGE;
+    }
+    if (dump_write(&c, out, (int)batch, quiet, err, sizeof err)) {
+        fprintf(stderr, "bfworker dump: %s\n", err);
+        return 1;
+    }
+    return 0;
+}
