@@ -366,6 +366,28 @@ Test(lm, bfworker_generate_end_to_end, .timeout = 60) {
     rc = run_cmd(cmd, g1, sizeof g1);
     cr_expect_eq(rc, 0, "eval failed (%d):\n%s", rc, g1);
     cr_expect(strstr(g1, "split        val"), "%s", g1);
+    /* an empty validation split is found before step 1 (it used to be found
+     * by the first eval, after training) */
+    snprintf(cmd, sizeof cmd,
+             "echo 'a single line of text' > %s/one.txt && %s/bfworker train %s --quiet "
+             "--set data.path=%s/one.txt --out %s/one 2>&1",
+             dir, BF_BIN_DIR, cfg, dir, dir);
+    rc = run_cmd(cmd, g1, sizeof g1);
+    cr_expect_eq(rc, 1, "a one-line corpus gave status %d:\n%s", rc, g1);
+    cr_expect(strstr(g1, "validation split is too small") && !strstr(g1, "step "), "%s", g1);
+    /* a full disk (/dev/full) is an error with the reason, not a silent exit 0 */
+    const char *files[] = {"metrics.jsonl", "config.yaml"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof cmd, "rm -rf %s/full && mkdir %s/full && ln -s /dev/full %s/full/%s",
+                 dir, dir, dir, files[k]);
+        cr_assert_eq(system(cmd), 0);
+        snprintf(cmd, sizeof cmd,
+                 "%s/bfworker train %s --quiet --set train.steps=20 --out %s/full 2>&1", BF_BIN_DIR,
+                 cfg, dir);
+        rc = run_cmd(cmd, g1, sizeof g1);
+        cr_expect_eq(rc, 1, "%s on a full disk gave status %d:\n%s", files[k], rc, g1);
+        cr_expect(strstr(g1, files[k]) && strstr(g1, "No space left on device"), "%s", g1);
+    }
 
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_expect_eq(system(cmd), 0);

@@ -65,7 +65,9 @@ void metrics_flush(metrics *m) {
             fprintf(m->f, ", \"%s\": null", m->name[i]);
     }
     fputs("}\n", m->f);
-    fflush(m->f);
+    errno = 0;
+    if ((fflush(m->f) != 0 || ferror(m->f)) && !m->write_errno)
+        m->write_errno = errno ? errno : EIO;
     /* TensorBoard: a failed write stops the event file, never the training */
     char err[256];
     for (int i = 0; m->tb && i < m->n; i++)
@@ -81,4 +83,10 @@ void metrics_close(metrics *m) {
     m->f = NULL;
     char err[256];
     tfevents_close(&m->tb, err, sizeof err);
+}
+
+int metrics_status(const metrics *m, char *err, size_t errlen) {
+    if (!m->write_errno) return 0;
+    snprintf(err, errlen, "writing metrics.jsonl failed: %s", strerror(m->write_errno));
+    return -1;
 }

@@ -21,7 +21,12 @@ typedef struct metrics {
     int n;
     const char *name[METRICS_MAX_POINTS];
     double value[METRICS_MAX_POINTS];
+    int write_errno; /* first failed write of metrics.jsonl (0: none) */
 } metrics;
+
+/* 0 while every metrics.jsonl write worked, else -1 with a message naming
+ * the file and the error (a full disk: ENOSPC). */
+int metrics_status(const metrics *m, char *err, size_t errlen);
 
 /* Whether metrics_open also writes a TensorBoard event file (default 1). */
 void metrics_set_tensorboard(int on);

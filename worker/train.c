@@ -208,9 +208,8 @@ static void h_metric(void *ctx, const char *name, double v) {
 }
 
 static int h_metric_flush(void *ctx, char *err, size_t errlen) {
-    (void)err, (void)errlen;
     metrics_flush(&((host_ctx *)ctx)->mt);
-    return 0;
+    return metrics_status(&((host_ctx *)ctx)->mt, err, errlen);
 }
 
 static int h_save(void *ctx, const bf_config *c, const pipe_state *s, char *err, size_t errlen) {

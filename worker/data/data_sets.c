@@ -149,6 +149,19 @@ int data_sets_open(const bf_config *c, data_sets *d, int quiet, char *err, size_
             goto fail;
         }
         d->n_classes = 0;
+        /* found now, not at the first eval after training */
+        const data_tok_t *t = d->train;
+        uint64_t val_tokens = t->offsets[t->n_seq] - t->offsets[t->val_start];
+        if (t->val_start >= t->n_seq || t->val_start == 0 ||
+            val_tokens < (uint64_t)c->model.seq_len + 1) {
+            snprintf(err, errlen,
+                     "%s: %zu line(s), %llu validation tokens with data.val_fraction %g: the "
+                     "%s split is too small (a window needs model.seq_len + 1 = %d tokens); give "
+                     "a longer corpus or another data.val_fraction",
+                     train, t->n_seq, (unsigned long long)val_tokens, c->data.val_fraction,
+                     t->val_start == 0 ? "training" : "validation", c->model.seq_len + 1);
+            goto fail;
+        }
     } else {
         if (data_open_tsv(train, d->tok, NULL, NULL, &d->train, &rebuilt, e2, sizeof e2) ||
             data_open_tsv(val, d->tok, d->train, NULL, &d->val, &rebuilt, e2, sizeof e2) ||
