@@ -378,15 +378,15 @@ static int cmd_params(int argc, char **argv) {
         return EXIT_USAGE;
     }
     printf("%-12s %12s\n", "part", "parameters");
-    printf("%-12s %12zu\n", "embedding", model_count(&m, "wte") + model_count(&m, "wpe"));
+    printf("%-12s %12zu\n", "embedding", model_count(&m, "tok_emb.") + model_count(&m, "pos_emb."));
     char pre[32];
     for (int l = 0; l < sh.layers; l++) {
-        snprintf(pre, sizeof pre, "h%d.attn.", l);
+        snprintf(pre, sizeof pre, "blocks.%d.attn.", l);
         size_t attn = model_count(&m, pre);
-        snprintf(pre, sizeof pre, "h%d.", l);
+        snprintf(pre, sizeof pre, "blocks.%d.", l);
         printf("%-12s %12zu   (attention %zu)\n", pre, model_count(&m, pre), attn);
     }
-    printf("%-12s %12zu\n", "head", model_count(&m, "lnf") + model_count(&m, "cls"));
+    printf("%-12s %12zu\n", "head", model_count(&m, "ln_f.") + model_count(&m, "head."));
     printf("%-12s %12zu\n", "total", m.np.P.numel);
     if (!lm) printf("(classifier sized for 26 classes; the data decides the real count)\n");
     model_destroy(&m);
