@@ -696,7 +696,8 @@ static json_t *trial_summary(const store_trial *t) {
                   params ? params : json_object(), "latest", latest ? latest : json_object(),
                   "best", isfinite(t->best) ? json_real(t->best) : json_null());
     /* an early stop's reason (decided, or already acted on) */
-    if (o && t->stop_reason) json_object_set_new(o, "reason", json_string(t->stop_reason));
+    if (o && t->stop_reason && (t->state == TRIAL_STOPPED || t->state == TRIAL_RUNNING))
+        json_object_set_new(o, "reason", json_string(t->stop_reason));
     return o;
 }
 
