@@ -47,7 +47,8 @@ static int write_file(const char *path, const char *text) {
 }
 
 /* Every k-th line of src into dst, k chosen so that about n lines are kept
- * (the split is sorted by class: a stride keeps every class). */
+ * (the split is sorted by class: a stride keeps every class). Returns the
+ * lines kept, or -1. */
 static int stride_lines(const char *src, const char *dst, int n) {
     FILE *in = fopen(src, "r");
     if (!in) return -1;
@@ -61,10 +62,11 @@ static int stride_lines(const char *src, const char *dst, int n) {
         return -1;
     }
     long k = total > n ? total / n : 1;
+    int kept = 0;
     for (long i = 0; fgets(line, sizeof line, in); i++)
-        if (i % k == 0) fputs(line, out);
+        if (i % k == 0) fputs(line, out), kept++;
     fclose(in);
-    return fclose(out);
+    return fclose(out) == 0 ? kept : -1;
 }
 
 static const char *HEAD = "pipeline: budgetformer\ndevice: cpu\n"
@@ -123,7 +125,8 @@ static double q_real(sqlite3 *db, const char *sql, long long a) {
 static void measure(sqlite3 *db, job_result *r) {
     long long j = r->id;
     r->trials = q_int(db, "SELECT COUNT(*) FROM trials WHERE job = ?1", j);
-    r->completed = q_int(db, "SELECT COUNT(*) FROM trials WHERE job = ?1 AND state = 'COMPLETED'", j);
+    r->completed =
+        q_int(db, "SELECT COUNT(*) FROM trials WHERE job = ?1 AND state = 'COMPLETED'", j);
     r->stopped = q_int(db, "SELECT COUNT(*) FROM trials WHERE job = ?1 AND state = 'STOPPED'", j);
     r->failed = q_int(db, "SELECT COUNT(*) FROM trials WHERE job = ?1 AND state = 'FAILED'", j);
     r->steps = q_int(db,
@@ -165,10 +168,14 @@ int main(int argc, char **argv) {
         else if (v && !strcmp(a, "--only"))
             only = v, i++;
         else {
-            fprintf(stderr,
+            int help = !strcmp(a, "--help") || !strcmp(a, "-h");
+            fprintf(help ? stdout : stderr,
                     "usage: bench_adaptive [--data DIR] [--steps N] [--min-steps R] [--eta E] "
-                    "[--slots N] [--val N] [--only asha|search] [--keep] [--json]\n");
-            return !strcmp(a, "--help") || !strcmp(a, "-h") ? 0 : 64;
+                    "[--slots N] [--val N] [--only asha|search] [--keep] [--json]\n"
+                    "  a 27-trial BudgetFormer grid with and without ASHA, and random search vs "
+                    "TPE on the same budget, through a real bfd (see the comment in "
+                    "bench/adaptive.c)\n");
+            return help ? 0 : 64;
         }
     }
     if (steps < 2 || min_steps < 1 || min_steps >= steps || eta < 1.5 || slots < 1 || val < 1) {
@@ -191,7 +198,7 @@ int main(int argc, char **argv) {
     snprintf(g_home, sizeof g_home, "%s", tmpl);
     char p[900], text[512];
     snprintf(p, sizeof p, "%s/val.tsv", g_home);
-    if (stride_lines(src, p, val)) {
+    if ((val = stride_lines(src, p, val)) < 1) {
         fprintf(stderr, "bench_adaptive: cannot cut %s into %s\n", src, p);
         return 1;
     }
@@ -225,8 +232,9 @@ int main(int argc, char **argv) {
                        "    budget.range: {values: [[0.1, 0.3], [0.3, 0.6], [0.6, 1.0]]}\n"
                        "    train.seed: {values: [1, 2, 3]}\n";
     char asha[1024], search[1024], rnd[1200], tpe[1200];
-    snprintf(asha, sizeof asha, "%searly_stop: {method: asha, min_steps: %d, reduction_factor: %g}\n",
-             grid, min_steps, eta);
+    snprintf(asha, sizeof asha,
+             "%searly_stop: {method: asha, min_steps: %d, reduction_factor: %g}\n", grid, min_steps,
+             eta);
     snprintf(search, sizeof search,
              "  seed: 7\n  parameters:\n"
              "    train.lr: {min: 3.0e-5, max: 1.0e-2, distribution: log_uniform}\n"
@@ -234,17 +242,25 @@ int main(int argc, char **argv) {
              "    budget.range: {values: [[0.1, 0.3], [0.3, 0.6], [0.6, 1.0]]}\n");
     snprintf(rnd, sizeof rnd, "sweep:\n  method: random\n  trials: 27\n%s", search);
     snprintf(tpe, sizeof tpe,
-             "sweep:\n  method: tpe\n  trials: 27\n  parallel: %d\n  startup_trials: 8\n%s",
-             slots, search);
+             "sweep:\n  method: tpe\n  trials: 27\n  parallel: %d\n  startup_trials: 8\n%s", slots,
+             search);
     job_result res[4];
     int nj = 0;
     if (strcmp(only, "search")) {
-        res[nj++] = (job_result){.label = "grid, full", .method = "grid", .id = submit(write_sweep("grid", steps, min_steps, grid))};
-        res[nj++] = (job_result){.label = "grid, asha", .method = "grid+asha", .id = submit(write_sweep("asha", steps, min_steps, asha))};
+        res[nj++] = (job_result){.label = "grid, full",
+                                 .method = "grid",
+                                 .id = submit(write_sweep("grid", steps, min_steps, grid))};
+        res[nj++] = (job_result){.label = "grid, asha",
+                                 .method = "grid+asha",
+                                 .id = submit(write_sweep("asha", steps, min_steps, asha))};
     }
     if (strcmp(only, "asha")) {
-        res[nj++] = (job_result){.label = "random search", .method = "random", .id = submit(write_sweep("random", steps, min_steps, rnd))};
-        res[nj++] = (job_result){.label = "tpe", .method = "tpe", .id = submit(write_sweep("tpe", steps, min_steps, tpe))};
+        res[nj++] = (job_result){.label = "random search",
+                                 .method = "random",
+                                 .id = submit(write_sweep("random", steps, min_steps, rnd))};
+        res[nj++] = (job_result){.label = "tpe",
+                                 .method = "tpe",
+                                 .id = submit(write_sweep("tpe", steps, min_steps, tpe))};
     }
     for (int i = 0; i < nj; i++) {
         snprintf(cmd, sizeof cmd, "BF_HOME=%s %s/bfctl wait %lld >&2", g_home, BF_BIN_DIR,
@@ -285,7 +301,8 @@ int main(int argc, char **argv) {
                "OF GRID", "BEST ACC", "WALL s");
         for (int i = 0; i < nj; i++) {
             char frac[16] = "-";
-            if (full > 0 && i < 2) snprintf(frac, sizeof frac, "%.1f%%", 100.0 * res[i].steps / full);
+            if (full > 0 && i < 2)
+                snprintf(frac, sizeof frac, "%.1f%%", 100.0 * res[i].steps / full);
             printf("%-14s %7lld %6lld %6lld %9lld %8s %9.4f %8.1f\n", res[i].label, res[i].trials,
                    res[i].completed, res[i].stopped, res[i].steps, frac, res[i].best, res[i].wall);
         }
