@@ -5,6 +5,7 @@
  * axes with round ticks. Data from bfd: `job`, `best`, paged `metrics`. */
 #include <cairo-svg.h>
 #include <cairo.h>
+#include <fontconfig/fontconfig.h>
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -375,6 +376,10 @@ static int render(const plot *p, const char *path, int svg, int w, int h) {
         fprintf(stderr, "bfctl plot: writing %s failed: %s\n", path,
                 cairo_status_to_string(cairo_surface_status(sf)));
     cairo_surface_destroy(sf);
+    /* cairo's font caches and fontconfig's configuration live until reset:
+     * freed here, so leak checkers see only what is really lost */
+    cairo_debug_reset_static_data();
+    FcFini();
     return rc;
 }
 
