@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "it_proc.h"
+#include "worker/safetensors.h"
 
 #define BFWORKER BF_BIN_DIR "/bfworker"
 #define TIMEOUT_RC (-1000)
@@ -193,12 +194,28 @@ Test(ddp, two_ranks_match_one_rank_budget_on_with_noise) {
 /* lm: gradients are weighted by each rank's counted target tokens. */
 Test(ddp, two_ranks_match_one_rank_lm) { check_equal_trajectory("lm.yaml", NULL, "lm"); }
 
+/* Every tensor of a run's checkpoint set (parameters, then the AdamW
+ * moments), as bytes: two sets are the same state when these agree. (The
+ * files' metadata differ by design: each save has its own set id.) */
 static unsigned char *read_ckpt(const char *out, size_t *len) {
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s/checkpoint.bin", g_dir, out);
-    unsigned char *s = (unsigned char *)it_slurp(p, len);
-    cr_assert(s, "no checkpoint %s", p);
-    return s;
+    static const char *const files[] = {"model.safetensors", "optimizer.safetensors"};
+    unsigned char *all = NULL;
+    *len = 0;
+    for (int k = 0; k < 2; k++) {
+        char p[512], err[1024];
+        snprintf(p, sizeof p, "%s/%s/%s", g_dir, out, files[k]);
+        st_file f;
+        cr_assert_eq(st_open(&f, p, err, sizeof err), 0, "no checkpoint: %s", err);
+        for (int i = 0; i < f.n; i++) {
+            size_t n = f.t[i].numel;
+            all = realloc(all, *len + n * sizeof(float));
+            cr_assert_not_null(all);
+            cr_assert_eq(st_read_f32(&f, i, (float *)(all + *len), err, sizeof err), 0, "%s", err);
+            *len += n * sizeof(float);
+        }
+        st_close(&f);
+    }
+    return all;
 }
 
 /* Pid of a bfworker rank under mpirun pid, or 0. */
@@ -258,7 +275,7 @@ static void check_resume_identical(int ranks, int after, const char *tag) {
     size_t la = 0, lb = 0;
     unsigned char *a = read_ckpt(full, &la), *b = read_ckpt(cut, &lb);
     cr_assert_eq(la, lb, "checkpoint sizes differ: %zu vs %zu", la, lb);
-    /* header 80 bytes; then config text, params, m, v: compare all of it */
+    /* params, m, v: compare all of it */
     size_t first = la;
     for (size_t i = 0; i < la; i++)
         if (a[i] != b[i]) {
@@ -297,55 +314,66 @@ static void expect_refused(const char *tag, const char *want, char **extra) {
     free(text);
 }
 
+/* Overwrites path with len bytes of data. */
+static void put_file(const char *path, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f);
+    fwrite(data, 1, len, f);
+    fclose(f);
+}
+
 Test(ddp, damaged_checkpoints_are_refused) {
-    char *argv[40], log[512], path[512], bak[512];
+    char *argv[40], log[512], path[512], bak[512], state[512], sbak[512];
     log_path(log, sizeof log, "ck");
     train_argv(argv, 1, "cls.yaml", "ck", NULL);
     cr_assert_eq(run(log, 60, argv), 0);
-    snprintf(path, sizeof path, "%s/ck/checkpoint.bin", g_dir);
+    snprintf(path, sizeof path, "%s/ck/model.safetensors", g_dir);
     snprintf(bak, sizeof bak, "%s/ck.bak", g_dir);
+    snprintf(state, sizeof state, "%s/ck/state.json", g_dir);
+    snprintf(sbak, sizeof sbak, "%s/state.bak", g_dir);
     it_copy_file(path, bak);
-    size_t len = 0;
+    it_copy_file(state, sbak);
+    size_t len = 0, slen = 0;
     unsigned char *good = (unsigned char *)it_slurp(path, &len);
+    char *sgood = it_slurp(state, &slen);
     char *resume[] = {"--resume", NULL};
 
     /* one flipped bit in the parameters */
     unsigned char *bad = malloc(len);
     memcpy(bad, good, len);
-    bad[len / 2] ^= 0x01;
-    FILE *f = fopen(path, "wb");
-    fwrite(bad, 1, len, f);
-    fclose(f);
-    expect_refused("flip-payload", "payload checksum mismatch", resume);
-
-    /* a flipped byte in the header's step field */
-    memcpy(bad, good, len);
-    bad[24] ^= 0x40;
-    f = fopen(path, "wb");
-    fwrite(bad, 1, len, f);
-    fclose(f);
-    expect_refused("flip-header", "header checksum mismatch", resume);
+    bad[len - 64] ^= 0x01;
+    put_file(path, bad, len);
+    expect_refused("flip-payload", "data checksum mismatch", resume);
 
     /* truncated */
-    f = fopen(path, "wb");
-    fwrite(good, 1, len - 1000, f);
-    fclose(f);
-    expect_refused("truncated", "truncated or padded", resume);
-    f = fopen(path, "wb");
-    fwrite(good, 1, 40, f);
-    fclose(f);
-    expect_refused("truncated-header", "truncated header", resume);
+    put_file(path, good, len - 1000);
+    expect_refused("truncated", "model.safetensors", resume);
+    put_file(path, good, 4);
+    expect_refused("truncated-header", "truncated", resume);
 
     /* foreign file */
-    f = fopen(path, "wb");
+    FILE *f = fopen(path, "wb");
     for (int i = 0; i < 4096; i++) fputc("not a checkpoint\n"[i % 17], f);
     fclose(f);
-    expect_refused("foreign", "bad magic", resume);
+    expect_refused("foreign", "model.safetensors", resume);
 
-    /* intact file, other config */
+    /* a state.json that is not JSON, and one of another save (torn set) */
     it_copy_file(bak, path);
+    put_file(state, "{\"format\": ", 12);
+    expect_refused("state-json", "state.json", resume);
+    char *torn = strdup(sgood), *id = strstr(torn, "\"set_id\"");
+    cr_assert_not_null(id, "state.json has no set_id: %s", sgood);
+    char *q = strchr(id + 9, '"');
+    cr_assert_not_null(q);
+    q[1] = q[1] == '0' ? '1' : '0'; /* another set's id */
+    put_file(state, torn, slen);
+    expect_refused("torn", "set", resume);
+    free(torn);
+
+    /* intact set, other config */
+    it_copy_file(sbak, state);
     char *other[] = {"--resume", "--set", "model.d_model=64", NULL};
-    expect_refused("config-shape", "parameters", other);
+    expect_refused("config-shape", "another model", other);
     char *lr[] = {"--resume", "--set", "train.lr=0.5", NULL};
     expect_refused("config", "train.lr is 0.002 in the checkpoint but 0.5 now", lr);
     /* a key that does not change the trajectory may differ */
@@ -354,6 +382,7 @@ Test(ddp, damaged_checkpoints_are_refused) {
     cr_assert_eq(run(log, 60, argv), 0, "resume with another log_every was refused (see %s)", log);
     free(good);
     free(bad);
+    free(sgood);
 }
 
 /* Starts a long 2-rank run and waits until it trains. */

@@ -310,7 +310,7 @@ Test(lm, bfworker_generate_end_to_end, .timeout = 60) {
 
     /* greedy: deterministic, starts with the prompt, adds text */
     snprintf(cmd, sizeof cmd,
-             "%s/bfworker generate %s/run/checkpoint.bin --prompt 'and the king' --tokens 12 "
+             "%s/bfworker generate %s/run --prompt 'and the king' --tokens 12 "
              "--temperature 0 2>&1",
              BF_BIN_DIR, dir);
     static char g1[4096], g2[4096];

@@ -19,6 +19,7 @@
 #include "worker/comm.h"
 #include "worker/dump.h"
 #include "worker/pipelines/generate.h"
+#include "worker/run_src.h"
 #include "worker/run_trial.h"
 #include "worker/train.h"
 
@@ -224,23 +225,23 @@ static int train_ranks(int argc, char **argv, comm_t *comm) {
 /* Reads the checkpoint argv[2] and its config, then applies the --set
  * options from argv[3..]. Returns 0, or the exit status after printing why
  * (s is freed then). */
-static int open_checkpoint(int argc, char **argv, ckpt_state *s, bf_config *c, char *err,
+static int open_checkpoint(int argc, char **argv, run_src *s, bf_config *c, char *err,
                            size_t errlen) {
-    if (ckpt_read(argv[2], s, err, errlen)) {
+    if (run_src_open(s, argv[2], err, errlen)) {
         fprintf(stderr, "bfworker: %s\n", err);
         return EXIT_FAIL;
     }
     cfg_defaults(c);
     if (cfg_load_text(c, s->cfg_text, strlen(s->cfg_text), "checkpoint config", err, errlen)) {
         fprintf(stderr, "bfworker: checkpoint config: %s\n", err);
-        ckpt_free(s);
+        run_src_close(s);
         return EXIT_FAIL;
     }
     bf_config stored = *c;
     for (int i = 3; i < argc; i++)
         if (strcmp(argv[i], "--set") == 0 && i + 1 < argc && cfg_set(c, argv[++i], err, errlen)) {
             fprintf(stderr, "bfworker: %s\n", err);
-            ckpt_free(s);
+            run_src_close(s);
             return EXIT_USAGE;
         }
     /* the weights fix the model's shape: an override of it would build
@@ -257,7 +258,7 @@ static int open_checkpoint(int argc, char **argv, ckpt_state *s, bf_config *c, c
                     "bfworker: --set %s=%s: the checkpoint's model has %s %s, and its shape "
                     "cannot change (as with --resume); override device, data.* or train.batch\n",
                     shape[k], now, shape[k], was);
-            ckpt_free(s);
+            run_src_close(s);
             return EXIT_USAGE;
         }
     }
@@ -278,7 +279,7 @@ static int cmd_eval(int argc, char **argv) {
         return EXIT_USAGE;
     }
     char err[2048];
-    ckpt_state s;
+    run_src s;
     bf_config c;
     int orc = open_checkpoint(argc, argv, &s, &c, err, sizeof err);
     if (orc) return orc;
@@ -286,7 +287,7 @@ static int cmd_eval(int argc, char **argv) {
     data_sets d;
     if (bk_select(c.device, &be, err, sizeof err) || data_sets_open(&c, &d, 1, err, sizeof err)) {
         fprintf(stderr, "bfworker: %s\n", err);
-        ckpt_free(&s);
+        run_src_close(&s);
         return EXIT_FAIL;
     }
     model_shape sh = pipe_model_shape(&c, &d);
@@ -294,12 +295,7 @@ static int cmd_eval(int argc, char **argv) {
     memset(&m, 0, sizeof m);
     int rc = EXIT_FAIL;
     if (model_create(&m, &sh, be, c.train.batch, err, sizeof err)) goto done;
-    if (m.np.P.numel != s.n_params) {
-        snprintf(err, sizeof err, "checkpoint has %zu parameters but its config builds %zu",
-                 s.n_params, m.np.P.numel);
-        goto done;
-    }
-    be->to_device(m.np.P.data, s.params, s.n_params * sizeof(float));
+    if (run_src_load(&s, &m, err, sizeof err)) goto done;
     int sp = split && strcmp(split, "val") == 0 ? 0 : 1;
     if (split && sp == 1 && (!d.n_classes || !d.test)) {
         snprintf(err, sizeof err, "--split test: this run has no test split (%s); use --split val",
@@ -344,7 +340,7 @@ done:
     if (rc) fprintf(stderr, "bfworker: %s\n", err);
     model_destroy(&m);
     data_sets_close(&d);
-    ckpt_free(&s);
+    run_src_close(&s);
     return rc;
 }
 
@@ -453,14 +449,14 @@ static int cmd_generate(int argc, char **argv) {
         return EXIT_USAGE;
     }
     char err[2048];
-    ckpt_state s;
+    run_src s;
     bf_config c;
     int orc = open_checkpoint(argc, argv, &s, &c, err, sizeof err);
     if (orc) return orc;
     if (strcmp(c.pipeline, "lm") != 0) {
         fprintf(stderr, "bfworker generate: %s is a '%s' checkpoint; generate needs pipeline lm\n",
                 argv[2], c.pipeline);
-        ckpt_free(&s);
+        run_src_close(&s);
         return EXIT_FAIL;
     }
     const bk_backend *be;
@@ -477,12 +473,7 @@ static int cmd_generate(int argc, char **argv) {
         goto done;
     model_shape sh = pipe_model_shape(&c, &d);
     if (model_create(&m, &sh, be, 1, err, sizeof err)) goto done;
-    if (m.np.P.numel != s.n_params) {
-        snprintf(err, sizeof err, "checkpoint has %zu parameters but its config builds %zu",
-                 s.n_params, m.np.P.numel);
-        goto done;
-    }
-    be->to_device(m.np.P.data, s.params, s.n_params * sizeof(float));
+    if (run_src_load(&s, &m, err, sizeof err)) goto done;
     if (gen_create(&g, &m, 1, err, sizeof err)) goto done;
     size_t n_ids = 0;
     if (tok_encode(d.tok, prompt, strlen(prompt), &ids, &n_ids, err, sizeof err)) goto done;
@@ -508,7 +499,7 @@ done:
     gen_destroy(&g);
     model_destroy(&m);
     data_sets_close(&d);
-    ckpt_free(&s);
+    run_src_close(&s);
     return rc;
 }
 

@@ -9,11 +9,6 @@
 #include "worker/ckpt.h"
 #include "worker/metrics.h"
 
-static int file_exists(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
-}
-
 /* mkdir -p */
 static int make_dirs(const char *path, char *err, size_t errlen) {
     char buf[4096];
@@ -53,15 +48,13 @@ static int save_checkpoint(comm_t *comm, const char *dir, const pipe_state *ps, 
             m->be->to_host(hp, m->np.P.data, n * sizeof(float));
             m->be->to_host(hm, dm, n * sizeof(float));
             m->be->to_host(hv, dv, n * sizeof(float));
-            ckpt_state s = {.step = (uint64_t)step,
-                            .seed = c->train.seed,
-                            .data_step = (uint64_t)step,
-                            .n_params = n,
-                            .params = hp,
-                            .m = hm,
-                            .v = hv,
-                            .cfg_text = cfg_text};
-            failed = ckpt_write(dir, &s, err, errlen) != 0;
+            ckpt_meta meta;
+            memset(&meta, 0, sizeof meta);
+            meta.step = (uint64_t)step;
+            meta.seed = c->train.seed;
+            meta.data_step = (uint64_t)step;
+            meta.cfg_text = cfg_text;
+            failed = ckpt_save(dir, &m->np.P, hp, hm, hv, &meta, err, errlen) != 0;
         }
         free(cfg_text);
         free(hp);
@@ -84,46 +77,46 @@ static int save_checkpoint(comm_t *comm, const char *dir, const pipe_state *ps, 
     return any ? -1 : 0;
 }
 
-/* Rank 0 reads out_dir's checkpoint (when there is one), checks it against
- * c and n, and every rank gets params and moments into the device buffers.
- * ps->step = steps already done, *found = 1 (0 without a checkpoint). Returns 0 or -1 with
- * a message on every rank. */
+/* Rank 0 loads out_dir's checkpoint (a named set, or an older
+ * checkpoint.bin by position) when there is one and checks its config
+ * against c; every rank gets the parameters and moments into the device
+ * buffers. ps->step = steps already done and *found = 1 (0 without a
+ * checkpoint). Returns 0 or -1 with a message on every rank. */
 static int resume_from(comm_t *comm, const char *out_dir, pipe_state *ps, const bf_config *c,
                        int *found, int quiet, char *err, size_t errlen) {
     model *m = ps->m;
-    float *dm = ps->adam_m, *dv = ps->adam_v;
     const bk_backend *be = m->be;
     size_t n = m->np.P.numel;
-    *found = 0;
     int rank = comm_rank(comm), failed = 0;
     uint64_t hdr[2] = {0, 0}; /* have, step */
-    ckpt_state s;
-    memset(&s, 0, sizeof s);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", out_dir, CKPT_NAME);
-    if (rank == 0 && file_exists(path)) {
+    *found = 0;
+    float *hp = malloc(n * sizeof(float)), *hm = malloc(n * sizeof(float)),
+          *hv = malloc(n * sizeof(float));
+    ckpt_meta meta;
+    memset(&meta, 0, sizeof meta);
+    if (!hp || !hm || !hv) {
+        snprintf(err, errlen, "out of memory resuming %zu parameters", n);
+        failed = 1;
+    } else if (rank == 0 && ckpt_probe(out_dir) != CKPT_NONE) {
         char *cur = malloc(CKPT_MAX_CFG);
         if (!cur) {
             snprintf(err, errlen, "out of memory");
             failed = 1;
-        } else if (ckpt_read(path, &s, err, errlen)) {
-            failed = 1;
-        } else if (s.n_params != n) {
-            snprintf(err, errlen, "checkpoint %s has %zu parameters, this config builds %zu", path,
-                     s.n_params, n);
+        } else if (ckpt_load(out_dir, &m->np.P, hp, hm, hv, &meta, err, errlen)) {
             failed = 1;
         } else {
             cfg_dump(c, cur, CKPT_MAX_CFG);
             char e2[1536];
-            if (ckpt_config_check(s.cfg_text, cur, e2, sizeof e2)) {
-                snprintf(err, errlen, "checkpoint %s: %s", path, e2);
+            if (meta.cfg_text && ckpt_config_check(meta.cfg_text, cur, e2, sizeof e2)) {
+                snprintf(err, errlen, "checkpoint in %s: %s", out_dir, e2);
                 failed = 1;
             }
         }
         free(cur);
         hdr[0] = !failed;
-        hdr[1] = s.step;
+        hdr[1] = meta.step;
     }
+    ckpt_meta_free(&meta);
     int any = failed;
     char e2[256];
     comm_watch(comm, 0);
@@ -133,38 +126,50 @@ static int resume_from(comm_t *comm, const char *out_dir, pipe_state *ps, const 
         if (rc && !failed)
             snprintf(err, errlen, "%s", e2);
         else if (!failed)
-            snprintf(err, errlen, "rank 0 could not resume from %s (see its message)", path);
-        ckpt_free(&s);
-        return -1;
+            snprintf(err, errlen, "rank 0 could not resume from %s (see its message)", out_dir);
+        goto fail;
     }
-    if (comm_bcast(comm, hdr, sizeof hdr, 0, err, errlen)) {
-        ckpt_free(&s);
-        return -1;
-    }
-    if (!hdr[0]) return 0; /* no checkpoint yet: a fresh start */
-    float *hp = rank == 0 ? s.params : malloc(n * sizeof(float));
-    float *hm = rank == 0 ? s.m : malloc(n * sizeof(float));
-    float *hv = rank == 0 ? s.v : malloc(n * sizeof(float));
-    if (!hp || !hm || !hv) {
-        snprintf(err, errlen, "out of memory");
-        if (rank != 0) free(hp), free(hm), free(hv);
-        ckpt_free(&s);
-        return -1;
-    }
-    rc = comm_bcast(comm, hp, n * sizeof(float), 0, err, errlen) ||
-         comm_bcast(comm, hm, n * sizeof(float), 0, err, errlen) ||
-         comm_bcast(comm, hv, n * sizeof(float), 0, err, errlen);
-    if (!rc) {
+    if (comm_bcast(comm, hdr, sizeof hdr, 0, err, errlen)) goto fail;
+    if (hdr[0]) {
+        rc = comm_bcast(comm, hp, n * sizeof(float), 0, err, errlen) ||
+             comm_bcast(comm, hm, n * sizeof(float), 0, err, errlen) ||
+             comm_bcast(comm, hv, n * sizeof(float), 0, err, errlen);
+        if (rc) goto fail;
         be->to_device(m->np.P.data, hp, n * sizeof(float));
-        be->to_device(dm, hm, n * sizeof(float));
-        be->to_device(dv, hv, n * sizeof(float));
+        be->to_device(ps->adam_m, hm, n * sizeof(float));
+        be->to_device(ps->adam_v, hv, n * sizeof(float));
         ps->step = (long)hdr[1];
         *found = 1;
-        if (!quiet) fprintf(stderr, "resume: continuing from step %ld of %s\n", ps->step, path);
+        if (!quiet) fprintf(stderr, "resume: continuing from step %ld of %s\n", ps->step, out_dir);
     }
-    if (rank != 0) free(hp), free(hm), free(hv);
-    ckpt_free(&s);
-    return rc ? -1 : 0;
+    free(hp), free(hm), free(hv);
+    return 0;
+fail:
+    free(hp), free(hm), free(hv);
+    return -1;
+}
+
+/* init.from: every rank reads the file itself (it is read-only and the same
+ * for all) and fills the tensors it names; rank 0 reports what matched. */
+static int init_from(const char *path, model *m, int quiet, char *err, size_t errlen) {
+    size_t n = m->np.P.numel;
+    float *hp = malloc(n * sizeof(float));
+    char *text = malloc(8192);
+    int rc = -1;
+    if (!hp || !text) {
+        snprintf(err, errlen, "out of memory reading init.from");
+        goto done;
+    }
+    m->be->to_host(hp, m->np.P.data, n * sizeof(float));
+    ckpt_init_report r;
+    if (ckpt_init_from(path, &m->np.P, hp, &r, text, 8192, err, errlen)) goto done;
+    m->be->to_device(m->np.P.data, hp, n * sizeof(float));
+    if (!quiet) fprintf(stderr, "init.from: %s\n", text);
+    rc = 0;
+done:
+    free(hp);
+    free(text);
+    return rc;
 }
 
 /* ---- the loop's host: this process's ranks, run folder and metrics ---- */
@@ -223,6 +228,11 @@ static int h_resume(void *ctx, const bf_config *c, pipe_state *s, int *found, ch
     *found = 0;
     if (!h->resume_dir) return 0;
     return resume_from(h->comm, h->resume_dir, s, c, found, h->quiet, err, errlen);
+}
+
+static int h_init_from(void *ctx, const bf_config *c, model *m, char *err, size_t errlen) {
+    if (!c->init.from[0]) return 0;
+    return init_from(c->init.from, m, ((host_ctx *)ctx)->quiet, err, errlen);
 }
 
 static FILE *h_open_file(void *ctx, const char *name) {
@@ -313,7 +323,7 @@ int train_run(const bf_config *c, const train_opts *o, train_result *r, char *er
                    .metric_flush = h_metric_flush,
                    .save = h_save,
                    .resume = o->resume ? h_resume : NULL,
-                   .init_from = NULL,
+                   .init_from = h_init_from,
                    .open_file = h_open_file,
                    .has_files = o->out_dir != NULL};
     int prc = pipe_train(sp, c, &d, &h, o->stop, quiet, r, err, errlen);

@@ -124,6 +124,10 @@ int model_create(model *m, const model_shape *sh, const bk_backend *be, int batc
     m->h_dlosses = calloc(rows, sizeof(float));
     m->h_logits = calloc(rows * (size_t)m->arch->logit_width(m), sizeof(float));
     if (!m->h_mask || !m->h_targets || !m->h_losses || !m->h_dlosses || !m->h_logits) goto oom;
+    m->dstats = be->alloc(BK_STAT_SLOTS * sizeof(double));
+    if (!m->dstats) goto oom;
+    be->zero(m->dstats, BK_STAT_SLOTS * sizeof(double));
+    m->stats_per_forward = 1;
     return 0;
 oom:
     snprintf(err, errlen, "out of memory building the model");
@@ -140,6 +144,7 @@ void model_destroy(model *m) {
     nn_scratch_free(&m->S);
     free(m->h_mask), free(m->h_targets), free(m->h_logits), free(m->h_losses);
     free(m->h_dlosses);
+    if (m->be && m->dstats) m->be->release(m->dstats);
     memset(m, 0, sizeof *m);
 }
 
@@ -190,7 +195,62 @@ static nn_call model_call(model *m, int B, int training, int layer) {
                      .h_mask = m->h_mask,
                      .kn = &m->kn,
                      .st = &m->st,
+                     .dstats = m->dstats,
                      .time_mixer = m->time_attention};
+}
+
+void model_stats_reset(model *m) { m->be->zero(m->dstats, BK_STAT_SLOTS * sizeof(double)); }
+
+void model_stats_fetch(const model *m, double *raw) {
+    m->be->to_host(raw, m->dstats, BK_STAT_SLOTS * sizeof(double));
+}
+
+void model_stats_means(const model *m, const double *raw, double steps, model_stats *st) {
+    memset(st, 0, sizeof *st);
+    double rows = raw[BK_STAT_GATE_ROWS], n = steps > 0 ? steps : 1;
+    st->counted = raw[BK_STAT_COUNTED];
+    st->correct = raw[BK_STAT_CORRECT];
+    st->loss_task = st->counted > 0 ? raw[BK_STAT_LOSS_SUM] / st->counted : 0;
+    st->loss_budget = raw[BK_STAT_BUDGET_LOSS] / n;
+    st->loss_entropy = raw[BK_STAT_ENTROPY_LOSS] / n;
+    st->loss = st->loss_task + st->loss_budget + st->loss_entropy;
+    st->mean_s = m->sh.budget && rows > 0 ? raw[BK_STAT_S_SUM] / rows : 0;
+    st->heads_used = m->sh.budget && rows > 0 ? raw[BK_STAT_HEADS_SUM] / rows : 1.0;
+}
+
+/* Training: the statistics stay on the device; the host knows how many
+ * targets count (it has them), which is all the backward needs. */
+static void training_stats(model *m, int rows, int V) {
+    m->be->crossentropy_stats(m->dstats, m->logits, m->losses, m->targets, rows, V);
+    double counted = 0;
+    for (int r = 0; r < rows; r++) counted += m->h_targets[r] >= 0;
+    if (m->stats_per_forward) {
+        double raw[BK_STAT_SLOTS];
+        model_stats_fetch(m, raw);
+        model_stats_means(m, raw, 1, &m->st);
+    }
+    m->st.counted = counted;
+}
+
+/* Inference: logits and per-row losses come to the host (evaluation reads
+ * them per sample). */
+static void inference_stats(model *m, int rows, int V) {
+    const bk_backend *be = m->be;
+    float *hl = m->h_losses;
+    be->to_host(hl, m->losses, (size_t)rows * sizeof(float));
+    be->to_host(m->h_logits, m->logits, (size_t)rows * V * sizeof(float));
+    double sum = 0, counted = 0, correct = 0;
+    for (int r = 0; r < rows; r++) {
+        int t = m->h_targets[r];
+        if (t < 0) continue;
+        sum += hl[r];
+        counted += 1;
+        correct += model_prediction(m, r) == t;
+    }
+    m->st.counted = counted;
+    m->st.correct = correct;
+    m->st.loss_task = counted > 0 ? sum / counted : 0;
+    m->st.loss = m->st.loss_task + m->st.loss_budget + m->st.loss_entropy;
 }
 
 int model_forward(model *m, const int *ids, const float *mask, const int *targets, int batch,
@@ -217,6 +277,7 @@ int model_forward(model *m, const int *ids, const float *mask, const int *target
         }
     m->batch = B;
     memset(&m->st, 0, sizeof m->st);
+    if (training && m->stats_per_forward) model_stats_reset(m);
     for (size_t i = 0; i < BT; i++) m->h_mask[i] = mask ? mask[i] : 1.0f;
     memcpy(m->h_targets, targets, (size_t)rows * sizeof(int));
     be->to_device(m->ids, ids, BT * sizeof(int));
@@ -230,30 +291,15 @@ int model_forward(model *m, const int *ids, const float *mask, const int *target
     }
     m->st.heads_used /= (double)B * L;
     m->st.attn_flops /= (double)B;
-    if (m->sh.budget) m->st.mean_s /= (double)B * L;
+    if (m->sh.budget) m->st.mean_s /= (double)B * L; /* inference; training: device stats */
 
     nn_layernorm_forward(&m->lnf, &m->env, &m->af, m->x[L], (int)BT);
     m->arch->head_forward(m, B);
     be->crossentropy_forward(m->losses, m->probs, m->logits, m->targets, rows, V);
-    float *hl = m->h_losses;
-    be->to_host(hl, m->losses, (size_t)rows * sizeof(float));
-    be->to_host(m->h_logits, m->logits, (size_t)rows * V * sizeof(float));
-    double sum = 0, counted = 0, correct = 0;
-    for (int r = 0; r < rows; r++) {
-        int t = m->h_targets[r];
-        if (t < 0) continue;
-        sum += hl[r];
-        counted += 1;
-        const float *lg = m->h_logits + (size_t)r * V;
-        int best = 0;
-        for (int v = 1; v < V; v++)
-            if (lg[v] > lg[best]) best = v;
-        correct += best == t;
-    }
-    m->st.counted = counted;
-    m->st.correct = correct;
-    m->st.loss_task = counted > 0 ? sum / counted : 0;
-    m->st.loss = m->st.loss_task + m->st.loss_budget + m->st.loss_entropy;
+    if (training)
+        training_stats(m, rows, V);
+    else
+        inference_stats(m, rows, V);
     return 0;
 }
 

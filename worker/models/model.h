@@ -81,10 +81,15 @@ struct model {
     float *h_losses; /* [rows] host copy of the last per-row task losses */
     float *h_dlosses;
 
+    double *dstats; /* device stats buffer, BK_STAT_SLOTS doubles (training adds into it) */
+
     model_knobs kn;
     model_stats st;
     int batch; /* rows in the current forward (<= B) */
     int time_attention;
+    int stats_per_forward; /* 1 (default): a training forward resets the device stats and
+                              reads them into st (one copy); 0: they accumulate until the
+                              caller reads them (model_stats_fetch), st.counted only */
 };
 
 /* Builds the parameter layout for shape sh on backend be (call
@@ -104,11 +109,20 @@ int model_init_weights(model *m, uint64_t seed, char *err, size_t errlen);
 /* Forward over a batch of `batch` rows (<= capacity). ids [batch,T] token ids
  * (host), mask [batch,T] (host, 1 = token, NULL = all), targets (host):
  * encoder: [batch] class ids; lm: [batch,T] next-token ids, -1 = ignore.
- * training = 1 uses the noisy soft gate and saves what backward needs;
- * training = 0 uses the hard top-k rule and computes only the selected heads.
- * Fills m->st. Returns 0 or -1 with a message (ids or targets out of range). */
+ * training = 1 uses the noisy soft gate and saves what backward needs, and
+ * copies nothing to the host (losses, accuracy and gate statistics add into
+ * the device stats; see stats_per_forward); training = 0 uses the hard top-k
+ * rule, computes only the selected heads and fills m->st on the host. Returns 0 or -1 with a
+ * message (ids or targets out of range). */
 int model_forward(model *m, const int *ids, const float *mask, const int *targets, int batch,
                   int training, char *err, size_t errlen);
+
+/* The device stats buffer: zeroed; copied to the host (one copy) into
+ * raw[BK_STAT_SLOTS]; and turned into means over `steps` training forwards
+ * (losses and budget terms per step, loss_task per counted row). */
+void model_stats_reset(model *m);
+void model_stats_fetch(const model *m, double *raw);
+void model_stats_means(const model *m, const double *raw, double steps, model_stats *st);
 
 /* Backward of the last training forward: zeroes and fills the gradient buffer
  * with d(total loss)/d(parameters) (frozen tensors stay 0). */

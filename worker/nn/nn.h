@@ -125,6 +125,7 @@ typedef struct nn_call {
     const float *h_mask; /* host copy of mask (NULL = all) */
     const nn_knobs *kn;  /* budget knobs */
     nn_stats *st;        /* where modules add what they measured */
+    double *dstats;      /* device stats buffer (BK_STAT_SLOTS; training): ops add into it */
     int time_mixer;      /* 1: time the mixer sublayer into st->attn_seconds */
 } nn_call;
 

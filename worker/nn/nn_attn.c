@@ -5,8 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/bk_rng.h"
-
 int nn_attn_declare(nn_attn *a, nn_params *np, const char *prefix, const nn_attn_cfg *cf, float std,
                     float out_std, char *err, size_t errlen) {
     memset(a, 0, sizeof *a);
@@ -77,18 +75,15 @@ int nn_attn_plan(nn_attn *a, bk_arena *A, int B, int T) {
     a->bf = bk_arena_floats(A, (size_t)B);
     a->z = bk_arena_floats(A, (size_t)B * NH);
     a->gate = bk_arena_floats(A, (size_t)B * NH);
+    a->gsave = bk_arena_floats(A, BK_GATE_SAVE_FLOATS(B, NH));
     if (!A->base || a->h_s) return 0; /* planning pass, or already allocated */
     size_t BH = (size_t)B * NH;
-    float **fb[] = {&a->h_s, &a->h_f, &a->h_ds, &a->h_df};
-    float **fh[] = {&a->h_z, &a->h_zn, &a->h_p, &a->h_m, &a->h_gate, &a->h_dz, &a->h_dgate};
-    for (size_t i = 0; i < sizeof fb / sizeof *fb; i++)
-        if (!(*fb[i] = calloc((size_t)B, sizeof(float)))) return -1;
-    for (size_t i = 0; i < sizeof fh / sizeof *fh; i++)
-        if (!(*fh[i] = calloc(BH, sizeof(float)))) return -1;
-    a->h_rank = calloc(BH, sizeof(int));
+    a->h_s = calloc((size_t)B, sizeof(float));
+    a->h_f = calloc((size_t)B, sizeof(float));
+    a->h_z = calloc(BH, sizeof(float));
     a->h_heads = calloc(BH, sizeof(int));
     a->h_k = calloc((size_t)B, sizeof(int));
-    return a->h_rank && a->h_heads && a->h_k ? 0 : -1;
+    return a->h_s && a->h_f && a->h_z && a->h_heads && a->h_k ? 0 : -1;
 }
 
 void nn_attn_scratch(const nn_attn *a, nn_scratch *s) {
@@ -103,12 +98,9 @@ void nn_attn_scratch(const nn_attn *a, nn_scratch *s) {
 }
 
 void nn_attn_free(nn_attn *a) {
-    free(a->h_s), free(a->h_f), free(a->h_ds), free(a->h_df);
-    free(a->h_z), free(a->h_zn), free(a->h_p), free(a->h_m), free(a->h_gate);
-    free(a->h_dz), free(a->h_dgate), free(a->h_rank), free(a->h_heads), free(a->h_k);
-    a->h_s = a->h_f = a->h_ds = a->h_df = NULL;
-    a->h_z = a->h_zn = a->h_p = a->h_m = a->h_gate = a->h_dz = a->h_dgate = NULL;
-    a->h_rank = a->h_heads = a->h_k = NULL;
+    free(a->h_s), free(a->h_f), free(a->h_z), free(a->h_heads), free(a->h_k);
+    a->h_s = a->h_f = a->h_z = NULL;
+    a->h_heads = a->h_k = NULL;
 }
 
 double nn_attn_flops(const nn_attn_cfg *cf, int k, int n) {
@@ -146,15 +138,21 @@ static int budget_k(float s, int H, int force_k) {
     return k < 1 ? 1 : (k > H ? H : k);
 }
 
-/* Budget network and scorer on the device; f and z copied to the host. */
+/* Budget network and scorer on the device: f[B] = a->bf, z[B,H] = a->z. */
 static void budget_forward(nn_attn *a, const nn_env *e, const nn_call *c, const float *u) {
     const bk_backend *be = e->be;
-    int B = c->B, NH = a->cf.NH;
+    int B = c->B;
     be->meanpool_forward(a->xbar, u, c->mask, B, c->T, a->cf.C);
     nn_linear_forward(&a->bfc, e, a->bh, a->xbar, B);
     be->gelu_forward(a->bg, a->bh, (size_t)B * a->bfc.out);
     nn_linear_forward(&a->bout, e, a->bf, a->bg, B);
     nn_linear_forward(&a->scorer, e, a->z, a->xbar, B);
+}
+
+/* Inference: s and z on the host, to group samples by k. */
+static void budget_to_host(nn_attn *a, const nn_env *e, const nn_call *c) {
+    const bk_backend *be = e->be;
+    int B = c->B, NH = a->cf.NH;
     be->to_host(a->h_f, a->bf, (size_t)B * sizeof(float));
     be->to_host(a->h_z, a->z, (size_t)B * NH * sizeof(float));
     for (int b = 0; b < B; b++) {
@@ -163,81 +161,26 @@ static void budget_forward(nn_attn *a, const nn_env *e, const nn_call *c, const 
     }
 }
 
-/* Training gate from s and z (host): p, rank, m, w; k by the rule. */
-static void gate_forward(nn_attn *a, const nn_call *c) {
-    int H = a->cf.NH;
+/* The device gate's arguments for this call. */
+static bk_gate_args gate_args(const nn_attn *a, const nn_call *c) {
     const nn_knobs *kn = c->kn;
-    for (int b = 0; b < c->B; b++) {
-        size_t o = (size_t)b * H;
-        float s = a->h_s[b];
-        float *z = a->h_z + o, *zn = a->h_zn + o, *p = a->h_p + o, *g = a->h_m + o;
-        int *r = a->h_rank + o;
-        uint64_t stream = (kn->step << 8) | (uint64_t)c->layer;
-        float mx = -INFINITY;
-        for (int i = 0; i < H; i++) {
-            float noise = kn->sigma > 0
-                              ? kn->sigma * bk_rng_gumbel_at(kn->seed, stream,
-                                                             (kn->row_offset + (uint64_t)b) * H + i)
-                              : 0;
-            zn[i] = z[i] + noise;
-            if (zn[i] / kn->tau > mx) mx = zn[i] / kn->tau;
-        }
-        double sum = 0;
-        for (int i = 0; i < H; i++) sum += (p[i] = expf(zn[i] / kn->tau - mx));
-        for (int i = 0; i < H; i++) p[i] = (float)(p[i] / sum);
-        rank_heads(zn, H, r);
-        for (int i = 0; i < H; i++) {
-            g[i] = r[i] == 1 ? 1.0f : sigmoidf_((s * H - (float)r[i]) / kn->tau_r);
-            a->h_gate[o + i] = g[i]; /* forward value of m * (1 + p - sg(p)) */
-        }
-        a->h_k[b] = budget_k(s, H, 0);
-    }
-}
-
-/* Budget losses into st; their gradients into h_ds / h_dz. */
-static void gate_losses(nn_attn *a, const nn_call *c) {
-    int H = a->cf.NH;
-    const nn_knobs *kn = c->kn;
-    double norm = 1.0 / ((double)c->B * c->layers);
-    float ent_w = kn->lambda_entropy * (2.0f * kn->progress - 1.0f);
-    for (int b = 0; b < c->B; b++) {
-        size_t o = (size_t)b * H;
-        float s = a->h_s[b];
-        float lo = fmaxf(0.0f, kn->s_min - s), hi = fmaxf(0.0f, s - kn->s_max);
-        c->st->loss_budget += kn->lambda_budget * norm * (lo * lo + hi * hi);
-        a->h_ds[b] = (float)(kn->lambda_budget * norm * (-2.0 * lo + 2.0 * hi));
-        double ent = 0;
-        const float *p = a->h_p + o;
-        for (int i = 0; i < H; i++) ent -= p[i] > 0 ? p[i] * log(p[i]) : 0;
-        c->st->loss_entropy += ent_w * norm * ent;
-        /* d/dp of ent_w*norm*H(p) = -ent_w*norm*(log p + 1); kept in h_dz as dp */
-        for (int i = 0; i < H; i++)
-            a->h_dz[o + i] = (float)(-ent_w * norm * (p[i] > 0 ? log(p[i]) + 1.0 : 0.0));
-    }
-}
-
-/* Gate backward: dgate (host, from attention) plus the loss gradients
- * already in h_ds (ds) and h_dz (dp) -> h_df (d pre-sigmoid f) and h_dz (dz). */
-static void gate_backward(nn_attn *a, const nn_call *c) {
-    int H = a->cf.NH;
-    const nn_knobs *kn = c->kn;
-    for (int b = 0; b < c->B; b++) {
-        size_t o = (size_t)b * H;
-        const float *p = a->h_p + o, *g = a->h_m + o, *dw = a->h_dgate + o;
-        const int *r = a->h_rank + o;
-        float *dp = a->h_dz + o;
-        float ds = a->h_ds[b];
-        for (int i = 0; i < H; i++) {
-            if (!kn->exact_gradient) dp[i] += dw[i] * g[i]; /* straight-through: dw/dp = m */
-            if (r[i] != 1) ds += dw[i] * g[i] * (1.0f - g[i]) * (float)H / kn->tau_r;
-        }
-        /* softmax((z + noise)/tau) backward */
-        double dot = 0;
-        for (int i = 0; i < H; i++) dot += (double)p[i] * dp[i];
-        for (int i = 0; i < H; i++) dp[i] = (float)(p[i] * (dp[i] - dot) / kn->tau);
-        float s = a->h_s[b];
-        a->h_df[b] = ds * s * (1.0f - s);
-    }
+    return (bk_gate_args){.B = c->B,
+                          .H = a->cf.NH,
+                          .tau = kn->tau,
+                          .sigma = kn->sigma,
+                          .tau_r = kn->tau_r,
+                          .s_min = kn->s_min,
+                          .s_max = kn->s_max,
+                          .lambda_budget = kn->lambda_budget,
+                          .lambda_entropy = kn->lambda_entropy,
+                          .progress = kn->progress,
+                          .norm = 1.0 / ((double)c->B * c->layers),
+                          .seed = kn->seed,
+                          .step = kn->step,
+                          .row_offset = kn->row_offset,
+                          .layer = c->layer,
+                          .exact_gradient = kn->exact_gradient,
+                          .head_cost = NULL};
 }
 
 int nn_attn_selected_heads(const nn_attn *a, int b, int *heads) {
@@ -331,13 +274,13 @@ void nn_attn_forward(nn_attn *a, const nn_env *e, nn_scratch *s, const nn_call *
     size_t BT = (size_t)B * c->T;
     if (a->cf.budget) budget_forward(a, e, c, u);
     if (a->cf.budget && !c->training) {
+        budget_to_host(a, e, c);
         attention_selected(a, e, s, c, y, u);
     } else {
         const float *gate = NULL;
         if (a->cf.budget) {
-            gate_forward(a, c);
-            gate_losses(a, c);
-            be->to_device(a->gate, a->h_gate, (size_t)B * NH * sizeof(float));
+            bk_gate_args ga = gate_args(a, c);
+            be->gate_forward(a->gate, NULL, a->gsave, c->dstats, a->bf, a->z, &ga);
             gate = a->gate;
         }
         nn_linear_forward(&a->qkv, e, a->qkv_act, u, (int)BT);
@@ -346,7 +289,9 @@ void nn_attn_forward(nn_attn *a, const nn_env *e, nn_scratch *s, const nn_call *
         be->attention_forward(a->atty, a->att, a->qkv_act, &g);
         out_proj_forward(a, e, y, a->atty, (int)BT);
     }
-    /* heads used and attention FLOPs by the inference rule */
+    /* heads used and attention FLOPs by the inference rule (with the budget
+     * in training, the gate op adds them into the device stats) */
+    if (a->cf.budget && c->training) return;
     for (int b = 0; b < B; b++) {
         int k = a->cf.budget ? a->h_k[b] : NH;
         c->st->heads_used += (double)k / NH;
@@ -385,10 +330,10 @@ void nn_attn_backward(nn_attn *a, const nn_env *e, nn_scratch *s, const nn_call 
     float *dxbar = nn_scratch_floats(s, (size_t)B * C);
     float *dbg = nn_scratch_floats(s, (size_t)B * (C / 4));
     float *dbh = nn_scratch_floats(s, (size_t)B * (C / 4));
-    be->to_host(a->h_dgate, dgate, (size_t)B * NH * sizeof(float));
-    gate_backward(a, c);
-    be->to_device(dz, a->h_dz, (size_t)B * NH * sizeof(float));
-    be->to_device(dbf, a->h_df, (size_t)B * sizeof(float));
+    bk_gate_args ga = gate_args(a, c);
+    be->zero(dz, (size_t)B * NH * sizeof(float));
+    be->zero(dbf, (size_t)B * sizeof(float));
+    be->gate_backward(dbf, dz, dgate, a->gsave, &ga);
     be->zero(dxbar, (size_t)B * C * sizeof(float));
     nn_linear_backward(&a->scorer, e, dxbar, dz, a->xbar, B);
     be->zero(dbg, (size_t)B * (C / 4) * sizeof(float));

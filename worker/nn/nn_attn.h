@@ -9,8 +9,10 @@
  * are computed at all (no Q/K/V rows, scores or W_O columns for the others).
  * Decoding: the same projections and output projection against a KV cache.
  *
- * The per-sample gate (B x H numbers) is computed on the host: it is tiny,
- * and ranks and top-k are clearer there. */
+ * In training the gate is computed on the device (bk gate_forward /
+ * gate_backward): a training step copies nothing to the host. Inference
+ * copies each sample's s and head scores to the host, to group the samples
+ * by k and pick their heads. */
 #ifndef NN_ATTN_H
 #define NN_ATTN_H
 
@@ -33,9 +35,11 @@ typedef struct nn_attn {
      * the output projection: the "inner" tap) */
     float *qkv_act, *att, *atty;
     float *xbar, *bh, *bg, *bf, *z, *gate; /* budget: [B,C], [B,C/4] x2, [B], [B,H] x2 */
-    /* host-side gate state [B] / [B,H] */
-    float *h_s, *h_f, *h_z, *h_zn, *h_p, *h_m, *h_gate, *h_ds, *h_dz, *h_dgate, *h_df;
-    int *h_rank, *h_k, *h_heads;
+    float *gsave;                          /* training gate's save (BK_GATE_SAVE_FLOATS) */
+    /* inference: the last forward's s, f [B], scores z [B,H], k [B] and the
+     * selected heads [B,H] on the host */
+    float *h_s, *h_f, *h_z;
+    int *h_k, *h_heads;
 } nn_attn;
 
 /* Declares P.qkv and P.out (dense) or P.out.alpha/beta (hadamard). The

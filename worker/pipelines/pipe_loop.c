@@ -55,8 +55,12 @@ static void fmt_eta(double s, char *buf, size_t n) {
         snprintf(buf, n, "%ldm%02lds", t / 60, t % 60);
 }
 
-/* Sums of one logging window. W_TERM + i is term i of the spec. */
-enum { W_LOSS, W_COUNTED, W_CORRECT, W_S, W_HEADS, W_TOKENS, W_STEPS, W_TERM, W_MAX = W_TERM + 8 };
+/* What the host counts over one logging window (the rest is in the
+ * model's device stats buffer, read once when the window is logged). */
+typedef struct window {
+    double steps, tokens;
+    uint64_t d2h_calls; /* device-to-host copies at the window's start */
+} window;
 
 /* Everything one run of the loop holds. */
 typedef struct loop {
@@ -69,10 +73,11 @@ typedef struct loop {
     model m;
     float *adam_m, *adam_v;
     bk_adamw hp;
-    float norm; /* gradient norm of the last step */
+    float *norm; /* device: the gradient norm of the current step */
     data_batcher_t *bt;
     data_batch_t b;
-    double window[W_MAX], t_start, t_log, t_comm;
+    window w;
+    double t_start, t_log, t_comm;
     long start;
 } loop;
 
@@ -133,8 +138,15 @@ static int loop_model(loop *L, char *err, size_t errlen) {
         snprintf(err, errlen, "out of memory for the optimiser state (%zu parameters)", n);
         return -1;
     }
+    L->norm = L->be->alloc(sizeof(float));
+    if (!L->norm) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
     L->be->zero(L->adam_m, n * sizeof(float));
     L->be->zero(L->adam_v, n * sizeof(float));
+    L->m.stats_per_forward = 0; /* the loop reads the device stats once per window */
+    model_stats_reset(&L->m);
     L->hp = (bk_adamw){.lr = L->c->train.lr,
                        .beta1 = 0.9f,
                        .beta2 = 0.95f,
@@ -163,71 +175,49 @@ static int loop_data(loop *L, char *err, size_t errlen) {
 
 /* Averages the gradients over ranks. The loss is a mean over this rank's
  * counted rows (lm: target tokens): the global batch's mean gradient is
- * sum_r counted_r g_r / sum_r counted_r. With the budget its losses are
- * means over every row, so ranks weigh equally (every training row is
- * counted then: the batcher wraps, no empty rows). st is replaced by the
- * statistics of the global batch. */
-static int reduce_step(loop *L, model_stats *st, char *err, size_t errlen) {
-    enum { R_COUNTED, R_TASK, R_BUDGET, R_ENTROPY, R_S, R_HEADS, R_CORRECT, R_COUNT };
+ * sum_r counted_r g_r / sum_r counted_r (counted is known on the host from
+ * the targets). With the budget its losses are means over every row, so
+ * ranks weigh equally (every training row is counted then: the batcher
+ * wraps, no empty rows). */
+static int reduce_step(loop *L, double counted, char *err, size_t errlen) {
     double t0 = now_s();
     size_t n = L->m.np.P.numel;
-    int world = L->h->world;
-    double sv[R_COUNT] = {st->counted,     st->loss_task * st->counted,
-                          st->loss_budget, st->loss_entropy,
-                          st->mean_s,      st->heads_used,
-                          st->correct};
-    if (host_sum(L, sv, R_COUNT, err, errlen)) return -1;
     float *g = L->m.np.P.grad;
     if (!L->m.sh.budget) {
-        L->be->scale(g, (float)st->counted, n);
+        double total = counted;
+        if (host_sum(L, &total, 1, err, errlen)) return -1;
+        L->be->scale(g, (float)counted, n);
         if (L->h->allreduce(L->h->ctx, L->be, g, n, 0, err, errlen)) return -1;
-        L->be->scale(g, sv[R_COUNTED] > 0 ? (float)(1.0 / sv[R_COUNTED]) : 0.0f, n);
+        L->be->scale(g, total > 0 ? (float)(1.0 / total) : 0.0f, n);
     } else if (L->h->allreduce(L->h->ctx, L->be, g, n, 1, err, errlen)) {
         return -1;
     }
     L->t_comm += now_s() - t0;
-    st->counted = sv[R_COUNTED];
-    st->loss_task = st->counted > 0 ? sv[R_TASK] / st->counted : 0;
-    st->loss_budget = sv[R_BUDGET] / world;
-    st->loss_entropy = sv[R_ENTROPY] / world;
-    st->loss = st->loss_task + st->loss_budget + st->loss_entropy;
-    st->mean_s = sv[R_S] / world;
-    st->heads_used = sv[R_HEADS] / world;
-    st->correct = sv[R_CORRECT];
     return 0;
 }
 
 typedef struct adamw_ctx {
     loop *L;
     int t;
-    float scale;
 } adamw_ctx;
 
-/* One AdamW call over a run of trainable tensors. */
+/* One AdamW call over a run of trainable tensors, clipped by the device norm. */
 static void adamw_run(void *ctx, size_t off, size_t n, int decay) {
     adamw_ctx *a = ctx;
     loop *L = a->L;
     L->hp.weight_decay = decay ? L->c->train.weight_decay : 0;
-    L->be->adamw_update(L->m.np.P.data + off, L->m.np.P.grad + off, L->adam_m + off,
-                        L->adam_v + off, n, &L->hp, a->t, a->scale);
+    L->be->adamw_clipped(L->m.np.P.data + off, L->m.np.P.grad + off, L->adam_m + off,
+                         L->adam_v + off, n, &L->hp, a->t, L->norm, L->c->train.clip);
 }
 
-/* Clips by the global norm and updates every trainable tensor. */
-static int optimise(loop *L, long step, const model_stats *st, char *err, size_t errlen) {
-    const bf_config *c = L->c;
-    L->norm = L->be->global_norm(L->m.np.P.grad, L->m.np.P.numel);
-    if (!isfinite(L->norm)) {
-        snprintf(err, errlen,
-                 "step %ld: gradient norm is not finite (loss %.4g): lower train.lr or raise "
-                 "train.warmup",
-                 step, st->loss);
-        return -1;
-    }
-    float scale = c->train.clip > 0 && L->norm > c->train.clip ? c->train.clip / L->norm : 1.0f;
-    L->hp.lr = lr_at(c, step);
-    adamw_ctx a = {L, (int)(step + 1), scale};
+/* Clips by the global norm and updates every trainable tensor, on the
+ * device: the norm never comes to the host; a step whose norm is not finite
+ * is skipped by the op and counted in the stats (the window's log fails it). */
+static void optimise(loop *L, long step) {
+    L->be->grad_norm(L->norm, L->m.dstats, L->m.np.P.grad, L->m.np.P.numel);
+    L->hp.lr = lr_at(L->c, step);
+    adamw_ctx a = {L, (int)(step + 1)};
     nn_params_runs(&L->m.np, adamw_run, &a);
-    return 0;
 }
 
 /* One training step: knobs, batch, forward, backward, all-reduce, update. */
@@ -239,62 +229,102 @@ static int train_step(loop *L, long step, char *err, size_t errlen) {
     const int *targets = L->sp->classify ? L->b.labels : L->b.targets;
     if (model_forward(&L->m, L->b.ids, L->b.mask, targets, L->b.rows, 1, err, errlen)) return -1;
     model_backward(&L->m);
-    model_stats st = L->m.st;
-    if (L->reduce && reduce_step(L, &st, err, errlen)) return -1;
-    if (optimise(L, step, &st, err, errlen)) return -1;
-    double *w = L->window;
-    w[W_LOSS] += st.loss;
-    w[W_COUNTED] += st.counted;
-    w[W_CORRECT] += st.correct;
-    w[W_S] += st.mean_s;
-    w[W_HEADS] += st.heads_used;
-    w[W_TOKENS] += (double)c->train.batch * c->model.seq_len;
-    w[W_STEPS] += 1;
-    for (int i = 0; i < L->sp->n_terms && i < W_MAX - W_TERM; i++)
-        w[W_TERM + i] += L->sp->terms[i].value(&st);
+    if (L->reduce && reduce_step(L, L->m.st.counted, err, errlen)) return -1;
+    optimise(L, step);
+    L->w.steps += 1;
+    L->w.tokens += (double)c->train.batch * c->model.seq_len;
     return 0;
 }
 
 static void metric_cb(void *ctx, const char *name, double v) { metric((const loop *)ctx, name, v); }
 
+static uint64_t d2h_calls(const loop *L) {
+    uint64_t n = 0;
+    L->be->d2h_count(&n, NULL);
+    return n;
+}
+
+/* Reads the window's device stats (the one host copy of the window), sums
+ * them over ranks and turns them into means over its steps. */
+static int window_stats(loop *L, model_stats *st, double *norm, double *nonfinite, char *err,
+                        size_t errlen) {
+    double raw[BK_STAT_SLOTS];
+    model_stats_fetch(&L->m, raw);
+    model_stats_reset(&L->m);
+    if (host_sum(L, raw, BK_STAT_SLOTS, err, errlen)) return -1;
+    int world = L->h->world;
+    /* budget terms are per-rank means: average them; gate rows add up */
+    raw[BK_STAT_BUDGET_LOSS] /= world;
+    raw[BK_STAT_ENTROPY_LOSS] /= world;
+    model_stats_means(&L->m, raw, L->w.steps, st);
+    /* every rank computed the same norms (the gradients are all-reduced) */
+    double finite = raw[BK_STAT_NORM_COUNT] - raw[BK_STAT_NONFINITE_STEPS];
+    *norm = finite > 0 ? raw[BK_STAT_GRAD_NORM_SUM] / finite : NAN;
+    *nonfinite = raw[BK_STAT_NONFINITE_STEPS];
+    if (raw[BK_STAT_BAD_TARGETS] > 0) {
+        snprintf(err, errlen, "%.0f training targets outside the model's classes (a bug)",
+                 raw[BK_STAT_BAD_TARGETS]);
+        return -1;
+    }
+    return 0;
+}
+
 /* Logs the window that ends after `done` steps and starts a new one. */
-static void log_window(loop *L, long done, train_result *r) {
+static int log_window(loop *L, long done, train_result *r, char *err, size_t errlen) {
     const bf_config *c = L->c;
     const pipe_spec *sp = L->sp;
-    double *w = L->window, n = w[W_STEPS];
-    double t = now_s(), tps = w[W_TOKENS] / (t - L->t_log);
-    double acc = w[W_COUNTED] > 0 ? w[W_CORRECT] / w[W_COUNTED] : NAN;
+    model_stats st;
+    double norm, nonfinite;
+    if (window_stats(L, &st, &norm, &nonfinite, err, errlen)) return -1;
+    if (nonfinite > 0) {
+        snprintf(err, errlen,
+                 "%.0f step(s) up to step %ld had a gradient norm that is not finite (loss "
+                 "%.4g; those updates were skipped): lower train.lr or raise train.warmup",
+                 nonfinite, done, st.loss);
+        return -1;
+    }
+    /* copies of the window's steps: the one read above, nothing else */
+    uint64_t copies = d2h_calls(L) - L->w.d2h_calls;
+    double n = L->w.steps;
+    double t = now_s(), tps = L->w.tokens / (t - L->t_log);
+    double acc = st.counted > 0 ? st.correct / st.counted : NAN;
     metric_begin(L, done);
-    metric(L, "train/loss", w[W_LOSS] / n);
+    metric(L, "train/loss", st.loss);
     for (int i = 0; i < sp->n_terms; i++)
         if (!sp->terms[i].budget_only || L->m.sh.budget)
-            metric(L, sp->terms[i].metric, w[W_TERM + i] / n);
-    if (sp->log_extra) sp->log_extra(&L->m, w[W_S] / n, metric_cb, L);
-    metric(L, "train/heads_used", w[W_HEADS] / n);
+            metric(L, sp->terms[i].metric, sp->terms[i].value(&st));
+    if (sp->log_extra) sp->log_extra(&L->m, st.mean_s, metric_cb, L);
+    metric(L, "train/heads_used", st.heads_used);
     if (sp->classify) metric(L, "train/acc", acc);
     metric(L, "train/lr", L->hp.lr);
-    metric(L, "train/grad_norm", L->norm);
+    metric(L, "train/grad_norm", norm);
     metric(L, "train/tokens_per_s", tps);
+    metric(L, "train/host_copies", (double)copies);
     if (L->reduce) metric(L, "train/allreduce_s", L->t_comm / n);
     if (r) {
-        r->train_loss = w[W_LOSS] / n;
+        r->train_loss = st.loss;
         r->tokens_per_s = tps;
-        r->final_s = w[W_S] / n;
+        r->final_s = st.mean_s;
     }
     if (!L->quiet) {
         char eta[32];
         double per = (t - L->t_start) / (double)(done - L->start);
         fmt_eta(per * (double)(c->train.steps - done), eta, sizeof eta);
-        fprintf(stderr, "step %6ld/%d | loss %.4f", done, c->train.steps, w[W_LOSS] / n);
+        fprintf(stderr, "step %6ld/%d | loss %.4f", done, c->train.steps, st.loss);
         if (L->m.sh.budget)
-            fprintf(stderr, " (task %.4f budget %.4f ent %+.4f) | s %.3f", w[W_TERM] / n,
-                    w[W_TERM + 1] / n, w[W_TERM + 2] / n, w[W_S] / n);
-        if (sp->classify) fprintf(stderr, " | acc %.3f", w[W_COUNTED] > 0 ? acc : 0.0);
-        fprintf(stderr, " | heads %.3f | %.0f tok/s", w[W_HEADS] / n, tps);
+            fprintf(stderr, " (task %.4f budget %.4f ent %+.4f) | s %.3f", st.loss_task,
+                    st.loss_budget, st.loss_entropy, st.mean_s);
+        if (sp->classify) fprintf(stderr, " | acc %.3f", st.counted > 0 ? acc : 0.0);
+        fprintf(stderr, " | heads %.3f | %.0f tok/s", st.heads_used, tps);
         if (L->reduce) fprintf(stderr, " | allreduce %.2f ms", 1e3 * L->t_comm / n);
         fprintf(stderr, " | ETA %s\n", eta);
     }
-    memset(L->window, 0, sizeof L->window);
+    return 0;
+}
+
+/* Starts a logging window: nothing counted yet. */
+static void window_begin(loop *L) {
+    L->w = (window){0, 0, d2h_calls(L)};
     L->t_comm = 0;
     L->t_log = now_s();
 }
@@ -335,7 +365,6 @@ static int validate(loop *L, long done, int logged, train_result *r, char *err, 
                     "val/attn_flops %.3g\n",
                     done, e.loss, e.acc, e.heads_used, e.attn_flops);
     }
-    L->t_log = now_s();
     return 0;
 }
 
@@ -404,6 +433,7 @@ static void loop_free(loop *L) {
     if (L->be) {
         L->be->release(L->adam_m);
         L->be->release(L->adam_v);
+        L->be->release(L->norm);
     }
     model_destroy(&L->m);
 }
@@ -429,7 +459,7 @@ static int run_steps(loop *L, volatile sig_atomic_t *stop, train_result *r, long
         long done = step + 1;
         int last = done == c->train.steps, logged = 0;
         if (done % log_every == 0 || last) {
-            log_window(L, done, r);
+            if (log_window(L, done, r, err, errlen)) return -1;
             logged = 1;
         }
         if ((c->train.eval_every > 0 && done % c->train.eval_every == 0) || last)
@@ -437,6 +467,7 @@ static int run_steps(loop *L, volatile sig_atomic_t *stop, train_result *r, long
         if (L->h->metric_flush && L->h->metric_flush(L->h->ctx, err, errlen)) return -1;
         if ((c->train.checkpoint_every > 0 && done % c->train.checkpoint_every == 0) || last)
             if (save(L, done, err, errlen)) return -1;
+        if (logged) window_begin(L);
     }
     *step_out = step;
     return 0;
@@ -466,7 +497,8 @@ int pipe_train(const pipe_spec *sp, const bf_config *c, const data_sets *d, cons
     if (loop_model(&L, err, errlen) || resume(&L, err, errlen) || loop_data(&L, err, errlen))
         goto out;
     banner(&L);
-    L.t_start = L.t_log = now_s();
+    L.t_start = now_s();
+    window_begin(&L);
     rc = run_steps(&L, stop, r, &step, err, errlen);
     if (rc == 0 && final_test(&L, step, r, err, errlen)) rc = -1;
     if (rc == 0 && r) r->steps = step;

@@ -1,0 +1,27 @@
+/* run_src — the weights and config of a finished (or running) run, for
+ * `bfworker eval` and `generate`: a run folder holding a checkpoint set
+ * (model.safetensors + state.json, docs/checkpoints.md) or an older
+ * checkpoint.bin, or one of those files named directly. */
+#ifndef RUN_SRC_H
+#define RUN_SRC_H
+
+#include <stddef.h>
+
+#include "worker/ckpt.h"
+#include "worker/models/model.h"
+
+typedef struct run_src {
+    char dir[4096]; /* the set's folder ("" for an older checkpoint.bin) */
+    ckpt_state old; /* an older checkpoint.bin, read whole */
+    char *cfg_text; /* the run's resolved config (owned) */
+} run_src;
+
+/* Opens path (a run folder, its model.safetensors or a checkpoint.bin) and
+ * reads its config text. Returns 0, or -1 with a message (nothing to close). */
+int run_src_open(run_src *s, const char *path, char *err, size_t errlen);
+/* Loads the weights into m (built from the config): by name from a set, by
+ * position from an older file. Returns 0 or -1 with a message. */
+int run_src_load(run_src *s, model *m, char *err, size_t errlen);
+void run_src_close(run_src *s);
+
+#endif
