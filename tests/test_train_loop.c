@@ -81,8 +81,13 @@ Test(loop, a_window_of_steps_copies_only_its_statistics) {
 Test(loop, a_training_step_makes_no_host_copy) {
     const bk_backend *be = bk_cpu();
     model m;
-    model_shape sh = {.layers = 2, .d_model = 16, .heads = 4, .seq_len = 8, .vocab = 32,
-                      .n_classes = 3, .budget = 1};
+    model_shape sh = {.layers = 2,
+                      .d_model = 16,
+                      .heads = 4,
+                      .seq_len = 8,
+                      .vocab = 32,
+                      .n_classes = 3,
+                      .budget = 1};
     char err[256];
     cr_assert_eq(model_create(&m, &sh, be, 4, err, sizeof err), 0, "%s", err);
     cr_assert_eq(model_init_weights(&m, 5, err, sizeof err), 0, "%s", err);
