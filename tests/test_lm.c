@@ -366,6 +366,26 @@ Test(lm, bfworker_generate_end_to_end, .timeout = 60) {
     rc = run_cmd(cmd, g1, sizeof g1);
     cr_expect_eq(rc, 0, "eval failed (%d):\n%s", rc, g1);
     cr_expect(strstr(g1, "split        val"), "%s", g1);
+    /* a relative data path is stored absolute: eval works from another folder */
+    snprintf(cmd, sizeof cmd,
+             "cd %s && %s/bfworker train tiny.yaml --quiet --set data.path=corpus.txt "
+             "--set train.steps=20 --out rel 2>&1 && cd / && %s/bfworker eval %s/rel 2>&1",
+             dir, BF_BIN_DIR, BF_BIN_DIR, dir);
+    rc = run_cmd(cmd, g1, sizeof g1);
+    cr_expect_eq(rc, 0, "eval from / of a run with a relative data path (%d):\n%s", rc, g1);
+    /* --out on a folder holding a run: refused unless --resume or --force */
+    snprintf(cmd, sizeof cmd, "%s/bfworker train %s --quiet --out %s/run 2>&1", BF_BIN_DIR, cfg,
+             dir);
+    rc = run_cmd(cmd, g1, sizeof g1);
+    cr_expect_eq(rc, 64, "training again into a run folder gave status %d:\n%s", rc, g1);
+    cr_expect(strstr(g1, "already holds a run") && strstr(g1, "--force"), "%s", g1);
+    snprintf(cmd, sizeof cmd,
+             "%s/bfworker train %s --quiet --set train.steps=20 --force --out %s/run 2>&1 && "
+             "wc -l < %s/run/metrics.jsonl",
+             BF_BIN_DIR, cfg, dir, dir);
+    rc = run_cmd(cmd, g1, sizeof g1);
+    cr_expect_eq(rc, 0, "--force failed (%d):\n%s", rc, g1);
+    cr_expect_eq(atoi(g1), 1, "--force kept the old metrics (%s lines)", g1);
     /* an empty validation split is found before step 1 (it used to be found
      * by the first eval, after training) */
     snprintf(cmd, sizeof cmd,
@@ -382,8 +402,8 @@ Test(lm, bfworker_generate_end_to_end, .timeout = 60) {
                  dir, dir, dir, files[k]);
         cr_assert_eq(system(cmd), 0);
         snprintf(cmd, sizeof cmd,
-                 "%s/bfworker train %s --quiet --set train.steps=20 --out %s/full 2>&1", BF_BIN_DIR,
-                 cfg, dir);
+                 "%s/bfworker train %s --quiet --set train.steps=20 --resume --out %s/full 2>&1",
+                 BF_BIN_DIR, cfg, dir);
         rc = run_cmd(cmd, g1, sizeof g1);
         cr_expect_eq(rc, 1, "%s on a full disk gave status %d:\n%s", files[k], rc, g1);
         cr_expect(strstr(g1, files[k]) && strstr(g1, "No space left on device"), "%s", g1);

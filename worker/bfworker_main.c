@@ -6,6 +6,7 @@
  *   bfworker generate CHECKPOINT --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed
  * S]
  */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,9 @@ static const char *USAGE =
     "runs/NAME)\n"
     "      --resume [DIR]    continue from DIR/checkpoint.bin if it exists (DIR: the --out "
     "folder)\n"
+    "      --force           start over in an --out folder that holds a run (its metrics and\n"
+    "                        checkpoint are removed; without --resume or --force such a\n"
+    "                        folder is refused)\n"
     "      --comm-timeout S  data parallel: a collective not done in S seconds ends the rank\n"
     "                        with status 69 (a peer died; default 600, 0 = never)\n"
     "      --quiet           no progress lines\n"
@@ -83,6 +87,38 @@ static int load_config(bf_config *c, const char *path, int argc, char **argv, in
 
 /* The value of option `name`; when it is given more than once the last one
  * counts, as with --set. */
+/* Makes the config's data paths absolute (from the current folder), so the
+ * config the run stores (config.yaml, the checkpoint) still finds its data
+ * when eval or generate run from elsewhere. Returns 0 or -1 with a message. */
+static int absolute_data_paths(bf_config *c, char *err, size_t errlen) {
+    char cwd[4096];
+    if (!getcwd(cwd, sizeof cwd)) {
+        snprintf(err, errlen, "getcwd: %s", strerror(errno));
+        return -1;
+    }
+    struct {
+        const char *key;
+        char *v;
+    } paths[] = {{"data.path", c->data.path},
+                 {"data.train", c->data.train},
+                 {"data.val", c->data.val},
+                 {"data.test", c->data.test},
+                 {"data.dir", c->data.dir}};
+    for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+        char *v = paths[i].v;
+        if (!v[0] || v[0] == '/') continue;
+        char abs[8192];
+        int n = snprintf(abs, sizeof abs, "%s/%s", cwd, v[0] == '.' && v[1] == '/' ? v + 2 : v);
+        if (n < 0 || (size_t)n >= CFG_PATH_MAX) {
+            snprintf(err, errlen, "%s: %.600s/%.600s is longer than %d bytes; give a shorter path",
+                     paths[i].key, cwd, v, CFG_PATH_MAX - 1);
+            return -1;
+        }
+        memcpy(v, abs, (size_t)n + 1);
+    }
+    return 0;
+}
+
 static const char *opt_value(int argc, char **argv, int from, const char *name) {
     const char *v = NULL;
     for (int i = from; i < argc - 1; i++)
@@ -143,7 +179,7 @@ static int cmd_train(int argc, char **argv) {
 
 static int train_ranks(int argc, char **argv, comm_t *comm) {
     static const char *const vals[] = {"--set", "--out", "--comm-timeout", NULL};
-    static const char *const flags[] = {"--resume", "--quiet", NULL};
+    static const char *const flags[] = {"--resume", "--force", "--quiet", NULL};
     if (argc < 3 || argv[2][0] == '-') {
         fprintf(stderr, "bfworker train: missing CONFIG.yaml\n%s", USAGE);
         return EXIT_USAGE;
@@ -167,7 +203,8 @@ static int train_ranks(int argc, char **argv, comm_t *comm) {
         return EXIT_USAGE;
     }
     bf_config c;
-    if (load_config(&c, argv[2], argc, argv, 3, err, sizeof err)) {
+    if (load_config(&c, argv[2], argc, argv, 3, err, sizeof err) ||
+        absolute_data_paths(&c, err, sizeof err)) {
         fprintf(stderr, "bfworker: %s\n", err);
         free(args);
         return EXIT_USAGE;
@@ -197,13 +234,51 @@ static int train_ranks(int argc, char **argv, comm_t *comm) {
         snprintf(outbuf, sizeof outbuf, "runs/%s-%s", c.pipeline, hash);
         out = outbuf;
     }
+    /* a folder that holds a run is continued (--resume) or started over
+     * (--force), never silently mixed: its checkpoint overwritten and the new
+     * metrics appended to the old ones */
+    int resume = has_flag(argc, argv, 3, "--resume"), force = has_flag(argc, argv, 3, "--force");
+    char mpath[1100];
+    snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", out);
+    /* rank 0 decides (the others could see the files it is writing); a
+     * refusal there ends every rank (cmd_train) */
+    int holds_run = rank == 0 && (ckpt_probe(out) != CKPT_NONE || access(mpath, F_OK) == 0);
+    if (resume && force) {
+        fprintf(stderr,
+                "bfworker: --resume continues the run in %s, --force starts it over; "
+                "give one\n",
+                out);
+        free(args);
+        return EXIT_USAGE;
+    }
+    if (holds_run && !resume && !force) {
+        fprintf(stderr,
+                "bfworker: %s already holds a run (checkpoint or metrics.jsonl): --resume "
+                "continues it, --force starts over there, or give another --out\n",
+                out);
+        free(args);
+        return EXIT_USAGE;
+    }
+    if (holds_run && force && rank == 0) {
+        static const char *const old[] = {"metrics.jsonl", CKPT_NAME,       CKPT_MODEL_FILE,
+                                          CKPT_OPTIM_FILE, CKPT_STATE_FILE, "test_samples.tsv"};
+        for (size_t k = 0; k < sizeof old / sizeof old[0]; k++) {
+            char p[1200];
+            snprintf(p, sizeof p, "%s/%s", out, old[k]);
+            if (unlink(p) != 0 && errno != ENOENT) {
+                fprintf(stderr, "bfworker: --force: cannot remove %s: %s\n", p, strerror(errno));
+                free(args);
+                return EXIT_FAIL;
+            }
+        }
+    }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_term;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     train_opts o = {.out_dir = out,
-                    .resume = has_flag(argc, argv, 3, "--resume"),
+                    .resume = resume,
                     .quiet = has_flag(argc, argv, 3, "--quiet"),
                     .stop = &stop_requested,
                     .comm = comm};
