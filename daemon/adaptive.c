@@ -21,10 +21,33 @@ typedef struct job_entry {
     int broken; /* its early_stop or sweep could not be read: logged once, then ignored */
 } job_entry;
 
+/* The last step the median rule or threshold judged of a trial (not
+ * durable: after a restart a trial's whole history is judged once, which
+ * is how points stored while bfd was down are caught up). */
+typedef struct judged {
+    int64_t trial, step;
+} judged;
+
 struct adaptive {
     job_entry *jobs;
     size_t n, cap;
+    judged *judged;
+    size_t n_judged, cap_judged;
 };
+
+static judged *judged_of(adaptive *a, int64_t trial) {
+    for (size_t i = 0; i < a->n_judged; i++)
+        if (a->judged[i].trial == trial) return &a->judged[i];
+    if (a->n_judged == a->cap_judged) {
+        size_t cap = a->cap_judged ? 2 * a->cap_judged : 64;
+        judged *nj = realloc(a->judged, cap * sizeof *nj);
+        if (!nj) return NULL;
+        a->judged = nj;
+        a->cap_judged = cap;
+    }
+    a->judged[a->n_judged] = (judged){trial, -1};
+    return &a->judged[a->n_judged++];
+}
 
 int adaptive_new(adaptive **out, char *err, size_t errlen) {
     *out = calloc(1, sizeof **out);
@@ -36,6 +59,7 @@ void adaptive_destroy(adaptive **ap) {
     adaptive *a = *ap;
     for (size_t i = 0; i < a->n; i++) sweep_spec_destroy(&a->jobs[i].spec);
     free(a->jobs);
+    free(a->judged);
     free(a);
     *ap = NULL;
 }
@@ -161,45 +185,60 @@ static int judge_asha(job_entry *e, store *st, int64_t trial, const store_series
     return out;
 }
 
-/* Median rule and threshold: the trial's latest point. */
-static int judge_latest(job_entry *e, store *st, int64_t trial, const store_series *sr,
+/* Median rule and threshold: every point of the trial not judged yet (in
+ * step order; normally just the newest), until one says stop. */
+static int judge_points(adaptive *a, job_entry *e, store *st, int64_t trial, const store_series *sr,
                         char *reason, size_t len, char *err, size_t errlen) {
-    int64_t step = sr->steps[sr->n - 1];
-    if (step < e->stop.min_steps) return 0;
-    double best = sr->values[0];
-    for (size_t i = 1; i < sr->n; i++)
-        if (sched_better(&e->stop, sr->values[i], best)) best = sr->values[i];
-    sched_verdict v;
-    const char *method;
-    if (e->stop.method == SWEEP_STOP_THRESHOLD) {
-        method = "threshold";
-        sched_threshold_judge(&e->stop, step, best, &v);
-    } else {
-        method = "median";
-        store_series *all = NULL;
-        size_t na = 0;
+    judged *jd = judged_of(a, trial);
+    int64_t after = jd ? jd->step : -1;
+    if (sr->steps[sr->n - 1] < e->stop.min_steps || sr->steps[sr->n - 1] <= after) return 0;
+    store_series *all = NULL;
+    size_t na = 0;
+    double *avg = NULL;
+    int median = e->stop.method == SWEEP_STOP_MEDIAN;
+    if (median) {
         if (store_job_series(st, e->job, 0, e->stop.metric, &all, &na, err, errlen)) return -1;
-        double *avg = malloc((na ? na : 1) * sizeof *avg);
+        avg = malloc((na ? na : 1) * sizeof *avg);
         if (!avg) {
             store_series_free(all, na);
             return bf_fail(err, errlen, "median rule: out of memory");
         }
-        size_t k = 0;
-        for (size_t i = 0; i < na; i++)
-            if (all[i].trial != trial &&
-                sched_running_mean(all[i].steps, all[i].values, all[i].n, step, &avg[k]))
-                k++;
-        sched_median_judge(&e->stop, step, best, avg, k, &v);
-        free(avg);
-        store_series_free(all, na);
     }
-    if (!v.stop) return 0;
-    store_decision d;
-    fill_decision(&d, e, trial, method, 0, step, step, best, &v);
-    int added;
-    if (store_decision_add(st, &d, &added, err, errlen)) return -1;
-    snprintf(reason, len, "%s", v.reason);
-    return 1;
+    int out = 0;
+    double best = sr->values[0];
+    for (size_t p = 0; p < sr->n && out == 0; p++) {
+        if (p > 0 && sched_better(&e->stop, sr->values[p], best)) best = sr->values[p];
+        int64_t step = sr->steps[p];
+        if (step < e->stop.min_steps || step <= after ||
+            (p + 1 < sr->n && sr->steps[p + 1] == step))
+            continue; /* judged before, too early, or not the last point at this step */
+        sched_verdict v;
+        const char *method = median ? "median" : "threshold";
+        if (median) {
+            size_t k = 0;
+            for (size_t i = 0; i < na; i++)
+                if (all[i].trial != trial &&
+                    sched_running_mean(all[i].steps, all[i].values, all[i].n, step, &avg[k]))
+                    k++;
+            sched_median_judge(&e->stop, step, best, avg, k, &v);
+        } else {
+            sched_threshold_judge(&e->stop, step, best, &v);
+        }
+        if (!v.stop) continue;
+        store_decision d;
+        fill_decision(&d, e, trial, method, 0, step, step, best, &v);
+        int added;
+        if (store_decision_add(st, &d, &added, err, errlen)) {
+            out = -1;
+            break;
+        }
+        snprintf(reason, len, "%s", v.reason);
+        out = 1;
+    }
+    if (jd && out == 0) jd->step = sr->steps[sr->n - 1];
+    free(avg);
+    store_series_free(all, na);
+    return out;
 }
 
 int adaptive_judge(adaptive *a, store *st, int64_t job, int64_t trial, char *reason, size_t len,
@@ -225,7 +264,7 @@ int adaptive_judge(adaptive *a, store *st, int64_t job, int64_t trial, char *rea
     if (ns == 1 && sr[0].n > 0)
         rc = e->stop.method == SWEEP_STOP_ASHA
                  ? judge_asha(e, st, trial, &sr[0], reason, len, err, errlen)
-                 : judge_latest(e, st, trial, &sr[0], reason, len, err, errlen);
+                 : judge_points(a, e, st, trial, &sr[0], reason, len, err, errlen);
     store_series_free(sr, ns);
     return rc;
 }
