@@ -22,12 +22,7 @@
 static char dir[256];
 static void setup(void) {
     tmpdir_make(dir, sizeof dir, "/tmp/bf_loop_XXXXXX");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd,
-             "cp %s/tests/data/glosses_train.tsv %s/tests/data/glosses_train.tsv.tok300.model "
-             "%s/tests/data/glosses_val.tsv %s/",
-             BF_SOURCE_DIR, BF_SOURCE_DIR, BF_SOURCE_DIR, dir);
-    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    tmpdir_copy_glosses(dir);
 }
 static void teardown(void) { tmpdir_remove(dir); }
 TestSuite(loop, .init = setup, .fini = teardown, .timeout = 300);

@@ -52,4 +52,18 @@ static inline const char *tmpdir_write_file(const char *dir, const char *name, c
     return path;
 }
 
+#ifdef BF_SOURCE_DIR
+/* Copies the small glosses data set of tests/data (train and val TSV and
+ * the 300-piece tokenizer trained on them) into dir, so a run there writes
+ * its caches beside its own copy. */
+static inline void tmpdir_copy_glosses(const char *dir) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cp %s/tests/data/glosses_train.tsv %s/tests/data/glosses_train.tsv.tok300.model "
+             "%s/tests/data/glosses_val.tsv %s/",
+             BF_SOURCE_DIR, BF_SOURCE_DIR, BF_SOURCE_DIR, dir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+#endif
+
 #endif

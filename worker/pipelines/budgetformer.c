@@ -9,8 +9,7 @@
 #include "worker/pipelines/pipe.h"
 
 static void budget_knobs(model *m, const bf_config *c, long step) {
-    float p = c->train.steps > 1 ? (float)step / (float)(c->train.steps - 1) : 1.0f;
-    if (p > 1) p = 1;
+    float p = pipe_step_knobs(m, c, step);
     cfg_schedule tr = {c->budget.temperature.kind, 0.5f, 0.05f};
     m->kn.tau = cfg_schedule_at(&c->budget.temperature, p);
     m->kn.sigma = cfg_schedule_at(&c->budget.noise, p);
@@ -19,9 +18,6 @@ static void budget_knobs(model *m, const bf_config *c, long step) {
     m->kn.s_max = c->budget.range[1];
     m->kn.lambda_budget = c->budget.lambda_budget;
     m->kn.lambda_entropy = c->budget.lambda_entropy;
-    m->kn.progress = p;
-    m->kn.seed = c->train.seed;
-    m->kn.step = (uint64_t)step;
 }
 
 static double term_budget(const model_stats *st) { return st->loss_budget; }

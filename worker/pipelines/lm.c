@@ -5,12 +5,7 @@
 #include "worker/pipelines/pipe.h"
 
 /* No schedules of its own: only the step and seed the noise streams read. */
-static void lm_knobs(model *m, const bf_config *c, long step) {
-    float p = c->train.steps > 1 ? (float)step / (float)(c->train.steps - 1) : 1.0f;
-    m->kn.progress = p > 1 ? 1 : p;
-    m->kn.seed = c->train.seed;
-    m->kn.step = (uint64_t)step;
-}
+static void lm_knobs(model *m, const bf_config *c, long step) { pipe_step_knobs(m, c, step); }
 
 static const pipe_term LM_TERMS[] = {{"train/loss_task", pipe_term_task, 0}};
 

@@ -101,6 +101,10 @@ extern const pipe_spec PIPE_BUDGETFORMER, PIPE_LM;
 /* The spec of a pipeline by name, or NULL. */
 const pipe_spec *pipe_find(const char *pipeline);
 
+/* Sets the knobs every pipeline shares for step of c->train.steps (progress
+ * t/T in [0,1], seed, step) and returns the progress. */
+float pipe_step_knobs(model *m, const bf_config *c, long step);
+
 /* The task loss term (cross-entropy), shared by every pipeline. */
 double pipe_term_task(const model_stats *st);
 

@@ -34,6 +34,15 @@ const pipe_spec *pipe_find(const char *pipeline) {
 
 double pipe_term_task(const model_stats *st) { return st->loss_task; }
 
+float pipe_step_knobs(model *m, const bf_config *c, long step) {
+    float p = c->train.steps > 1 ? (float)step / (float)(c->train.steps - 1) : 1.0f;
+    if (p > 1) p = 1;
+    m->kn.progress = p;
+    m->kn.seed = c->train.seed;
+    m->kn.step = (uint64_t)step;
+    return p;
+}
+
 /* Learning rate: linear warmup, then cosine from lr down to lr/10. */
 static float lr_at(const bf_config *c, long step) {
     float lr = c->train.lr;
