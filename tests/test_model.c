@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "kernels/bk_rng.h"
+#include "kernels/bk_tensor.h"
 #include "worker/models/model.h"
 
 static void make(model *m, int budget, int hadamard, int n_classes) {
@@ -248,5 +249,96 @@ Test(model, grouped_inference_matches_one_sample_at_a_time) {
                                "sample %d logit %d: alone %g, in the batch %g", b, v, m.h_logits[v],
                                batch_logits[3 * b + v]);
     }
+    model_destroy(&m);
+}
+
+/* Taps: with an extra gradient g at block 1's mixer output before its output
+ * projection, the backward is the gradient of loss + <g, tap>: checked by
+ * finite differences of that sum. */
+static double tapped_loss(model *m, const int *targets, const float *g, size_t n) {
+    double l = loss_at(m, targets);
+    const float *tap = nn_block_tap(&m->blocks[1], NN_TAP_MIXER_INNER);
+    double dot = 0;
+    for (size_t i = 0; i < n; i++) dot += (double)g[i] * tap[i];
+    return l + dot;
+}
+
+Test(model, a_tap_gradient_is_the_gradient_of_an_extra_loss_term) {
+    model m;
+    make(&m, 0, 0, 3);
+    int targets[3] = {0, 2, 1};
+    size_t n = (size_t)3 * 5 * 16;
+    float *g = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) g[i] = 0.5f * bk_rng_normal_at(4, 2, i);
+    nn_block_tap_grad(&m.blocks[1], NN_TAP_MIXER_INNER, g);
+    tapped_loss(&m, targets, g, n);
+    model_backward(&m);
+    float *ana = malloc(m.np.P.numel * sizeof(float));
+    memcpy(ana, m.np.P.grad, m.np.P.numel * sizeof(float));
+    /* block 1's qkv and block 0's MLP sit before the tap; block 1's W_O after */
+    const char *names[] = {"blocks.1.attn.qkv.weight", "blocks.0.mlp.fc.weight",
+                           "blocks.1.attn.out.weight"};
+    double moved = 0;
+    for (int k = 0; k < 3; k++) {
+        int t = bk_params_find(&m.np.P, names[k]);
+        cr_assert_geq(t, 0);
+        for (int j = 0; j < 5; j++) {
+            size_t i = m.np.P.t[t].offset + (size_t)(j * 37) % m.np.P.t[t].numel;
+            float x0 = m.np.P.data[i], h = 1e-3f;
+            m.np.P.data[i] = x0 + h;
+            double lp = tapped_loss(&m, targets, g, n);
+            m.np.P.data[i] = x0 - h;
+            double lm = tapped_loss(&m, targets, g, n);
+            m.np.P.data[i] = x0;
+            double num = (lp - lm) / (2.0 * h);
+            cr_expect_leq(fabs(num - ana[i]), 2e-3 + 3e-2 * fmax(fabs(num), fabs(ana[i])),
+                          "%s: analytic %g numeric %g", names[k], ana[i], num);
+            moved += fabs(num);
+        }
+    }
+    cr_expect_gt(moved, 1e-3, "the tap term did not reach the gradients");
+    /* cleared, the tap adds nothing: the gradients are the plain loss's */
+    nn_block_tap_grad(&m.blocks[1], NN_TAP_MIXER_INNER, NULL);
+    loss_at(&m, targets);
+    model_backward(&m);
+    int t = bk_params_find(&m.np.P, "blocks.1.attn.qkv.weight");
+    double diff = 0;
+    for (size_t j = 0; j < m.np.P.t[t].numel; j++)
+        diff += fabs(m.np.P.grad[m.np.P.t[t].offset + j] - ana[m.np.P.t[t].offset + j]);
+    cr_expect_gt(diff, 1e-4, "clearing the tap changed nothing");
+    free(g);
+    free(ana);
+    model_destroy(&m);
+}
+
+/* A block's own mask: the same mask as the model's changes nothing; hiding
+ * a token from one layer's attention changes the other tokens' outputs of
+ * that layer onwards, and leaves the layers below alone. */
+Test(model, a_block_uses_its_own_mask) {
+    model m;
+    make(&m, 0, 0, 3);
+    int targets[3] = {0, 2, 1};
+    char err[256];
+    cr_assert_eq(model_forward(&m, ids, mask, targets, 3, 0, err, sizeof err), 0, "%s", err);
+    float base[9], x1[240];
+    memcpy(base, m.h_logits, sizeof base);
+    memcpy(x1, m.x[1], sizeof x1);
+    m.blocks[1].mask = m.mask;
+    m.blocks[1].h_mask = m.h_mask;
+    cr_assert_eq(model_forward(&m, ids, mask, targets, 3, 0, err, sizeof err), 0, "%s", err);
+    for (int i = 0; i < 9; i++) cr_expect_eq(base[i], m.h_logits[i], "logit %d", i);
+    float own[15], own_dev[15];
+    memcpy(own, mask, sizeof own);
+    own[2] = 0;                       /* sample 0's token 2, hidden from block 1 only */
+    memcpy(own_dev, own, sizeof own); /* the CPU backend's device memory is host memory */
+    m.blocks[1].mask = own_dev;
+    m.blocks[1].h_mask = own;
+    cr_assert_eq(model_forward(&m, ids, mask, targets, 3, 0, err, sizeof err), 0, "%s", err);
+    cr_expect(memcmp(x1, m.x[1], sizeof x1) == 0, "block 0 changed");
+    double d0 = 0, d1 = 0;
+    for (int i = 0; i < 3; i++) d0 += fabs(base[i] - m.h_logits[i]);
+    for (int i = 3; i < 9; i++) d1 += fabs(base[i] - m.h_logits[i]);
+    cr_expect_gt(d0, 1e-6, "sample 0's logits did not change");
+    cr_expect_eq(d1, 0.0, "other samples changed");
     model_destroy(&m);
 }
