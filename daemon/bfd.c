@@ -792,8 +792,10 @@ static void ctl_submit(bfd *d, void *s, proto_msg *m) {
         snprintf(msg, sizeof msg, "%s: %d error%s%s%s", file, se.total, se.total == 1 ? "" : "s",
                  se.n ? "; first: " : "", se.n ? se.msgs[0] : "");
         json_object_set_new(b, "code", json_string(proto_code_name(PROTO_E_INVALID_SWEEP)));
-        json_object_set_new(b, "message",
-                            json_string(msg) ? json_string(msg) : json_string("invalid sweep"));
+        /* json_string refuses text that is not UTF-8; the message then says less
+         * (the ASan integration run found the first string leaked here) */
+        json_t *jm = json_string(msg);
+        json_object_set_new(b, "message", jm ? jm : json_string("invalid sweep"));
         json_object_set_new(b, "errors", arr);
         reply(d, s, m, "error", b);
         json_decref(b);

@@ -99,5 +99,6 @@ Test(pyclient, protocol_from_the_doc_alone) {
     if (st == -1) it_show_tail(bfd_log, 4000);
     cr_assert(st != -1, "bfd did not stop within 15 s of SIGTERM");
     g_bfd = -1;
+    if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) it_show_tail(bfd_log, 6000);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "bfd stopped with status %d", st);
 }
