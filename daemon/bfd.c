@@ -352,7 +352,7 @@ static void run_ended_code(bfd *d, run *r, int code, const char *fail_why) {
     if (!r->ending) {
         if (code == 0)
             record_state(d, r, TRIAL_COMPLETED, "exit status 0");
-        else if (code == 75 && r->stop_requested)
+        else if (code == 75 && (r->stop_requested || r->stop_reason[0]))
             record_state(d, r, TRIAL_STOPPED,
                          r->stop_reason[0] ? r->stop_reason
                                            : "stopped on request (checkpoint written)");

@@ -147,15 +147,26 @@ Test(crashpoints, bfd_killed_at_random_moments_loses_nothing) {
             (unsigned long long)seed, (unsigned long long)seed);
     g_bfd = it_bfd_start(g_dir, g_home);
     long long job = it_submit(g_dir, it_write_sweep(g_dir, "crash", TRIALS, STEPS, "retries: 3\n"));
+    long long killed_trial = 0;
     int worker_killed = 0, kills = 0;
     double t0 = it_now_s();
     while (kills < KILLS) {
         it_sleep_s(uniform(0.05, 0.9));
         it_stop(&g_bfd, SIGKILL);
         kills++;
-        /* once, halfway: a worker too, while bfd is down */
-        if (!worker_killed && kills >= KILLS / 2) {
-            long long pid = it_db_int(g_home, "SELECT MAX(pid) FROM bfd_runs WHERE ?1", 1);
+        /* once, from the third kill on: a worker too, while bfd is down; one
+         * far from its last step, so it has not finished (and left its
+         * outcome) already */
+        if (!worker_killed && kills >= 3) {
+            killed_trial = it_db_int(g_home,
+                                     "SELECT MIN(r.trial) FROM bfd_runs r WHERE r.pid > 0 AND "
+                                     "(SELECT COALESCE(MAX(step), 0) FROM metrics m WHERE "
+                                     "m.trial = r.trial) < ?1",
+                                     STEPS / 2);
+            long long pid =
+                killed_trial > 0
+                    ? it_db_int(g_home, "SELECT pid FROM bfd_runs WHERE trial = ?1", killed_trial)
+                    : -1;
             if (pid > 0 && kill((pid_t)pid, SIGKILL) == 0) worker_killed = 1;
         }
         it_sleep_s(uniform(0.0, 0.4)); /* workers go on alone for a moment */
@@ -189,8 +200,8 @@ Test(crashpoints, bfd_killed_at_random_moments_loses_nothing) {
                            "'COMPLETED'",
                            job),
                  TRIALS);
-    cr_assert_geq(it_db_int(g_home, "SELECT MAX(attempts) FROM trials WHERE job = ?1", job), 2,
-                  "the killed worker's trial was not retried");
+    cr_assert_geq(it_db_int(g_home, "SELECT attempts FROM trials WHERE id = ?1", killed_trial), 2,
+                  "the killed worker's trial %lld was not retried", killed_trial);
     for (long long t = 1; t <= TRIALS; t++) {
         size_t nf, nd;
         long long lines;
