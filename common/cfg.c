@@ -1124,10 +1124,12 @@ int cfg_validate(const bf_config *c, char *err, size_t errlen) {
     int nerr = 0;
     if (strcmp(c->pipeline, "s2s") == 0)
         add_err(err, errlen, &nerr,
-                "pipeline 's2s' is not built yet; available pipelines: budgetformer, lm");
-    else if (strcmp(c->pipeline, "budgetformer") != 0 && strcmp(c->pipeline, "lm") != 0)
+                "pipeline 's2s' is not built yet; available pipelines: budgetformer, lm, vit");
+    else if (strcmp(c->pipeline, "budgetformer") != 0 && strcmp(c->pipeline, "lm") != 0 &&
+             strcmp(c->pipeline, "vit") != 0)
         add_err(err, errlen, &nerr,
-                "pipeline '%s' is unknown; available pipelines: budgetformer, lm", c->pipeline);
+                "pipeline '%s' is unknown; available pipelines: budgetformer, lm, vit",
+                c->pipeline);
     if (enum_index("auto|cpu|cuda", c->device) < 0)
         add_err(err, errlen, &nerr, "device '%s' is unknown; expected auto, cpu or cuda",
                 c->device);
@@ -1192,6 +1194,30 @@ int cfg_validate(const bf_config *c, char *err, size_t errlen) {
                     "data.%s is given without data.train; give the three TSV splits, or "
                     "data.set wordnet",
                     c->data.val[0] ? "val" : "test");
+    } else if (strcmp(c->pipeline, "vit") == 0) {
+        if (c->data.set[0] && strcmp(c->data.set, "fashion_mnist") != 0 &&
+            strcmp(c->data.set, "fashion-mnist") != 0)
+            add_err(err, errlen, &nerr,
+                    "data.set '%s' is not an image set; pipeline vit takes data.set "
+                    "fashion_mnist or data.train_images/data.train_labels IDX files",
+                    c->data.set);
+        if (!c->data.train_images[0] != !c->data.train_labels[0] ||
+            !c->data.test_images[0] != !c->data.test_labels[0])
+            add_err(err, errlen, &nerr,
+                    "give IDX images and labels in pairs: data.train_images with "
+                    "data.train_labels, data.test_images with data.test_labels");
+        if (c->data.test_images[0] && !c->data.train_images[0])
+            add_err(err, errlen, &nerr,
+                    "data.test_images is given without data.train_images; give the training "
+                    "pair too, or data.set fashion_mnist");
+        if (c->data.train[0] || c->data.val[0] || c->data.test[0] || c->data.path[0])
+            add_err(err, errlen, &nerr,
+                    "data.train/val/test/path are text files; pipeline vit reads IDX images "
+                    "(data.train_images, data.train_labels, data.test_images, data.test_labels)");
+        if (!(c->data.val_fraction > 0))
+            add_err(err, errlen, &nerr,
+                    "data.val_fraction is 0: pipeline vit validates on a tail of the training "
+                    "images; give a fraction in (0, 0.5]");
     }
     float s0 = c->budget.range[0], s1 = c->budget.range[1];
     if (!(s0 >= 0.0f && s1 <= 1.0f && s0 <= s1))
@@ -1263,7 +1289,7 @@ static int metric_applies(const bf_config *c, int when) {
     case MET_CLS:
         return !lm;
     case MET_BUDGET:
-        return !lm && c->budget.enabled;
+        return !lm && c->budget.enabled && strcmp(c->pipeline, "vit") != 0;
     default:
         return 1;
     }

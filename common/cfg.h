@@ -40,7 +40,7 @@ float cfg_schedule_at(const cfg_schedule *s, float p);
 const char *cfg_sched_name(cfg_sched_kind k);
 
 typedef struct bf_config {
-    char pipeline[CFG_NAME_MAX]; /* budgetformer | lm | s2s */
+    char pipeline[CFG_NAME_MAX]; /* budgetformer | lm | vit | s2s */
     char device[CFG_NAME_MAX];   /* auto | cpu | cuda */
     struct {
         char set[CFG_NAME_MAX]; /* prepared set by name: wordnet | kjv | fashion_mnist, or "" */
@@ -48,10 +48,18 @@ typedef struct bf_config {
         char path[CFG_PATH_MAX]; /* lm: one UTF-8 text file */
         float val_fraction;      /* lm: tail fraction held out for validation */
         char dir[CFG_PATH_MAX];  /* where prepared sets live (default: $BF_DATA or ./data) */
+        /* vit: own IDX image/label files (gzipped or not) */
+        char train_images[CFG_PATH_MAX], train_labels[CFG_PATH_MAX];
+        char test_images[CFG_PATH_MAX], test_labels[CFG_PATH_MAX];
     } data;
     struct {
         int layers, d_model, heads, seq_len, vocab;
+        int patch; /* vit: patch side in pixels */
     } model;
+    struct {
+        int crop_pad; /* vit: random-crop padding in pixels (0 = off) */
+        int hflip;    /* vit: random horizontal flip */
+    } aug;
     struct {
         char out_proj[CFG_NAME_MAX]; /* dense | hadamard */
     } attn;

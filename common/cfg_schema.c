@@ -10,8 +10,9 @@
 #define NOLIM 0.0, 0.0
 
 static const cfg_field cfg_schema[] = {
-    {"pipeline", CFG_T_ENUM, OFF(pipeline), NOLIM, "budgetformer", "budgetformer|lm|s2s",
-     "what a run trains: BudgetFormer classifier, decoder LM, or the S2S distillation"},
+    {"pipeline", CFG_T_ENUM, OFF(pipeline), NOLIM, "budgetformer", "budgetformer|lm|vit|s2s",
+     "what a run trains: BudgetFormer classifier, decoder LM, ViT image classifier, or the S2S "
+     "distillation"},
     {"device", CFG_T_ENUM, OFF(device), NOLIM, "auto", "auto|cpu|cuda",
      "compute backend; auto picks CUDA when a GPU is present"},
 
@@ -23,9 +24,17 @@ static const cfg_field cfg_schema[] = {
     {"data.path", CFG_T_STR, OFF(data.path), NOLIM, "\"\"", NULL,
      "lm: one UTF-8 text file, split by data.val_fraction"},
     {"data.val_fraction", CFG_T_FLOAT, OFF(data.val_fraction), 0.0, 0.5, "0.05", NULL,
-     "lm: tail fraction of the corpus held out for validation"},
+     "lm: tail fraction of the corpus held out for validation; vit: of the training images"},
     {"data.dir", CFG_T_STR, OFF(data.dir), NOLIM, "data", NULL,
      "where prepared sets live (default $BF_DATA, else ./data)"},
+    {"data.train_images", CFG_T_STR, OFF(data.train_images), NOLIM, "\"\"", NULL,
+     "vit: own training images (IDX u8 [n, rows, cols], gzipped or not)"},
+    {"data.train_labels", CFG_T_STR, OFF(data.train_labels), NOLIM, "\"\"", NULL,
+     "vit: own training labels (IDX u8 [n])"},
+    {"data.test_images", CFG_T_STR, OFF(data.test_images), NOLIM, "\"\"", NULL,
+     "vit: own test images (IDX u8 [n, rows, cols])"},
+    {"data.test_labels", CFG_T_STR, OFF(data.test_labels), NOLIM, "\"\"", NULL,
+     "vit: own test labels (IDX u8 [n])"},
 
     {"model.layers", CFG_T_INT, OFF(model.layers), 1, CFG_MAX_LAYERS, "4", NULL,
      "number of transformer blocks"},
@@ -35,6 +44,12 @@ static const cfg_field cfg_schema[] = {
      "tokens per example (context length)"},
     {"model.vocab", CFG_T_INT, OFF(model.vocab), 16, 1000000, "8192", NULL,
      "vocabulary size (the tokenizer's pieces; sentencepiece takes 16..1000000)"},
+    {"model.patch", CFG_T_INT, OFF(model.patch), 1, 64, "4", NULL,
+     "vit: patch side in pixels (must divide the image's rows and cols)"},
+    {"aug.crop_pad", CFG_T_INT, OFF(aug.crop_pad), 0, 16, "2", NULL,
+     "vit: random crop after zero padding by this many pixels (0 = off)"},
+    {"aug.hflip", CFG_T_BOOL, OFF(aug.hflip), NOLIM, "true", NULL,
+     "vit: random horizontal flip of training images"},
 
     {"attn.out_proj", CFG_T_ENUM, OFF(attn.out_proj), NOLIM, "dense", "dense|hadamard",
      "attention output projection: dense W_O or fixed Walsh-Hadamard + scale/bias"},

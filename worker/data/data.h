@@ -189,6 +189,10 @@ typedef struct data_images {
 int data_images_load(const char *images_path, const char *labels_path, data_images_t **out,
                      char *err, size_t errlen);
 void data_images_destroy(data_images_t **self_p);
+/* Images [from, to) of im as a CLS set: one sequence of rows*cols pixel
+ * values (0..255) per image, its label, classes "0".."n_classes-1". */
+int data_tok_from_images(const data_images_t *im, size_t from, size_t to, int n_classes,
+                         data_tok_t **out, char *err, size_t errlen);
 
 /* ---- the batcher (data_batch.c) ----------------------------------------- */
 

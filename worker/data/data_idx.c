@@ -5,6 +5,7 @@
 #include "worker/data/data_priv.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
@@ -189,4 +190,41 @@ done:
     data_idx_destroy(&im);
     data_idx_destroy(&lb);
     return rc;
+}
+
+int data_tok_from_images(const data_images_t *im, size_t from, size_t to, int n_classes,
+                         data_tok_t **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (!im || from > to || to > im->n || n_classes < 1 || n_classes > DATA_MAX_CLASSES)
+        return data_fail(err, errlen, DATA_EINVAL, "data_tok_from_images: bad argument");
+    size_t n = to - from, px = (size_t)im->rows * im->cols;
+    data_tok_t *d = calloc(1, sizeof *d);
+    if (!d) return data_fail(err, errlen, DATA_ENOMEM, "out of memory");
+    d->kind = DATA_KIND_CLS;
+    d->vocab = 256;
+    d->n_seq = n;
+    d->val_start = n;
+    d->n_classes = (size_t)n_classes;
+    d->offsets = malloc((n + 1) * sizeof *d->offsets);
+    d->tokens = malloc((n * px > 0 ? n * px : 1) * sizeof *d->tokens);
+    d->labels = malloc((n ? n : 1) * sizeof *d->labels);
+    d->class_names = calloc((size_t)n_classes, sizeof *d->class_names);
+    if (!d->offsets || !d->tokens || !d->labels || !d->class_names) goto nomem;
+    for (int k = 0; k < n_classes; k++) {
+        char name[16];
+        snprintf(name, sizeof name, "%d", k);
+        if (!(d->class_names[k] = strdup(name))) goto nomem;
+    }
+    for (size_t i = 0; i < n; i++) {
+        d->offsets[i] = i * px;
+        d->labels[i] = im->labels[from + i];
+        const uint8_t *p = im->pixels + (from + i) * px;
+        for (size_t j = 0; j < px; j++) d->tokens[i * px + j] = p[j];
+    }
+    d->offsets[n] = n * px;
+    *out = d;
+    return DATA_OK;
+nomem:
+    data_tok_destroy(&d);
+    return data_fail(err, errlen, DATA_ENOMEM, "out of memory");
 }

@@ -81,8 +81,100 @@ static int ensure_tok_text(const char *path, double val_fraction, const char *pr
     return rc;
 }
 
+/* Pipeline vit: IDX images and labels (a prepared set or the user's own
+ * files); the validation split is the last val_fraction of the training
+ * images (at least one each), so it is the same for every seed. */
+static int open_images(const bf_config *c, data_sets *d, int quiet, char *err, size_t errlen) {
+    char tri[1100], trl[1100], tei[1100], tel[1100];
+    tei[0] = tel[0] = '\0';
+    if (c->data.train_images[0]) {
+        snprintf(tri, sizeof tri, "%s", c->data.train_images);
+        snprintf(trl, sizeof trl, "%s", c->data.train_labels);
+        snprintf(tei, sizeof tei, "%s", c->data.test_images);
+        snprintf(tel, sizeof tel, "%s", c->data.test_labels);
+    } else {
+        const char *dir = c->data.dir;
+        snprintf(tri, sizeof tri, "%s/fashion_mnist/train-images-idx3-ubyte.gz", dir);
+        snprintf(trl, sizeof trl, "%s/fashion_mnist/train-labels-idx1-ubyte.gz", dir);
+        snprintf(tei, sizeof tei, "%s/fashion_mnist/t10k-images-idx3-ubyte.gz", dir);
+        snprintf(tel, sizeof tel, "%s/fashion_mnist/t10k-labels-idx1-ubyte.gz", dir);
+        if (!file_exists(tri)) {
+            snprintf(err, errlen,
+                     "%s not found (run scripts/prepare_data.sh, or set data.train_images and "
+                     "data.train_labels)",
+                     tri);
+            return -1;
+        }
+    }
+    data_images_t *tr = NULL, *te = NULL;
+    int rc = -1;
+    if (data_images_load(tri, trl, &tr, err, errlen)) goto out;
+    if (tei[0] && data_images_load(tei, tel, &te, err, errlen)) goto out;
+    if (tr->rows < 1 || tr->cols < 1 || (size_t)tr->rows * tr->cols > 65536) {
+        snprintf(err, errlen, "%s: images of %d x %d pixels; expected 1..65536 pixels each", tri,
+                 tr->rows, tr->cols);
+        goto out;
+    }
+    if (te && (te->rows != tr->rows || te->cols != tr->cols)) {
+        snprintf(err, errlen, "%s: images are %d x %d but the training images (%s) are %d x %d",
+                 tei, te->rows, te->cols, tri, tr->rows, tr->cols);
+        goto out;
+    }
+    int p = c->model.patch;
+    if (p < 1 || tr->rows % p || tr->cols % p) {
+        char valid[256];
+        size_t w = 0;
+        valid[0] = '\0';
+        for (int q = 1; q <= 64 && q <= tr->rows && w + 8 < sizeof valid; q++)
+            if (tr->rows % q == 0 && tr->cols % q == 0)
+                w += (size_t)snprintf(valid + w, sizeof valid - w, "%s%d", w ? ", " : "", q);
+        snprintf(err, errlen,
+                 "model.patch %d does not divide the %d x %d images of %s; valid patch sizes: %s",
+                 p, tr->rows, tr->cols, tri, valid);
+        goto out;
+    }
+    if (tr->n < 2 || tr->n_classes < 2) {
+        snprintf(err, errlen,
+                 "%s: %zu image(s) in %d class(es); training needs at least 2 images and 2 "
+                 "classes",
+                 trl, tr->n, tr->n_classes);
+        goto out;
+    }
+    if (te && te->n_classes > tr->n_classes) {
+        for (size_t i = 0; i < te->n; i++)
+            if (te->labels[i] >= tr->n_classes) {
+                snprintf(err, errlen,
+                         "%s: label %d of image %zu is not a class of the training labels (%s "
+                         "has classes 0..%d)",
+                         tel, te->labels[i], i, trl, tr->n_classes - 1);
+                goto out;
+            }
+    }
+    size_t nval = (size_t)(c->data.val_fraction * (double)tr->n + 0.5);
+    if (nval < 1) nval = 1;
+    if (nval >= tr->n) nval = tr->n - 1;
+    size_t ntr = tr->n - nval;
+    if (data_tok_from_images(tr, 0, ntr, tr->n_classes, &d->train, err, errlen) ||
+        data_tok_from_images(tr, ntr, tr->n, tr->n_classes, &d->val, err, errlen) ||
+        (te && data_tok_from_images(te, 0, te->n, tr->n_classes, &d->test, err, errlen)))
+        goto out;
+    d->n_classes = tr->n_classes;
+    d->image_rows = tr->rows;
+    d->image_cols = tr->cols;
+    if (!quiet)
+        fprintf(stderr, "data: %s: %zu train, %zu val, %zu test images of %d x %d, %d classes\n",
+                tri, ntr, nval, te ? te->n : 0, tr->rows, tr->cols, tr->n_classes);
+    rc = 0;
+out:
+    data_images_destroy(&tr);
+    data_images_destroy(&te);
+    if (rc) data_sets_close(d);
+    return rc;
+}
+
 int data_sets_open(const bf_config *c, data_sets *d, int quiet, char *err, size_t errlen) {
     memset(d, 0, sizeof *d);
+    if (strcmp(c->pipeline, "vit") == 0) return open_images(c, d, quiet, err, errlen);
     char train[1024], val[1024], test[1024], prefix[1100], model_path[1200];
     char e2[1024];
     int lm = strcmp(c->pipeline, "lm") == 0;

@@ -1,7 +1,9 @@
 /* data_sets — the data one run trains and evaluates on, from a resolved
  * config: a prepared set under data.dir by name, or the user's own files;
  * trains (or reuses) the tokenizer and opens the tokenized splits through the
- * cache. */
+ * cache. Pipeline vit opens IDX images instead (data.set fashion_mnist or
+ * data.train_images/...): validation is the last data.val_fraction of the
+ * training images, in file order. */
 #ifndef DATA_SETS_H
 #define DATA_SETS_H
 
@@ -12,6 +14,8 @@ typedef struct data_sets {
     tok_t *tok;
     data_tok_t *train, *val, *test; /* lm: train only, with val_start; val/test NULL */
     int n_classes;                  /* 0 for lm */
+    int image_rows, image_cols;     /* vit: every item is rows*cols pixel values 0..255 as
+                                       token ids (row-major); 0 for text */
 } data_sets;
 
 /* Resolves the data of c, trains or loads the tokenizer, and opens the

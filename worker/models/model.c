@@ -8,7 +8,7 @@
 static nn_attn_cfg attn_cfg(const model_shape *sh) {
     return (nn_attn_cfg){.C = sh->d_model,
                          .NH = sh->heads,
-                         .causal = sh->n_classes == 0,
+                         .causal = sh->n_classes == 0 && sh->patch == 0,
                          .hadamard = sh->hadamard,
                          .budget = sh->budget};
 }
@@ -66,7 +66,7 @@ int model_create(model *m, const model_shape *sh, const bk_backend *be, int batc
     m->sh = *sh;
     m->be = be;
     m->B = batch_capacity;
-    m->arch = sh->n_classes ? &MODEL_ENCODER : &MODEL_DECODER;
+    m->arch = sh->patch > 0 ? &MODEL_VIT : sh->n_classes ? &MODEL_ENCODER : &MODEL_DECODER;
     m->kn = (model_knobs){.tau = 1,
                           .sigma = 0,
                           .tau_r = 0.5f,
@@ -81,7 +81,14 @@ int model_create(model *m, const model_shape *sh, const bk_backend *be, int batc
     m->x = calloc((size_t)L + 1, sizeof *m->x);
     if (!m->blocks || !m->x) goto oom;
     const float std = 0.02f, resid_std = std * (1.0f / sqrtf(2.0f * L));
-    if (nn_embed_declare(&m->emb, &m->np, sh->vocab, sh->seq_len, C, std)) goto oom;
+    if (m->arch->declare_input) {
+        if (m->arch->declare_input(m, err, errlen)) {
+            model_destroy(m);
+            return -1;
+        }
+    } else if (nn_embed_declare(&m->emb, &m->np, sh->vocab, sh->seq_len, C, std)) {
+        goto oom;
+    }
     nn_block_cfg bc = {.C = C,
                        .hidden = 4 * C,
                        .mixer = "attention",
@@ -144,6 +151,7 @@ void model_destroy(model *m) {
     nn_scratch_free(&m->S);
     free(m->h_mask), free(m->h_targets), free(m->h_logits), free(m->h_losses);
     free(m->h_dlosses);
+    free(m->h_patches), free(m->h_gather);
     if (m->be && m->dstats) m->be->release(m->dstats);
     memset(m, 0, sizeof *m);
 }
@@ -262,12 +270,14 @@ int model_forward(model *m, const int *ids, const float *mask, const int *target
         snprintf(err, errlen, "batch %d outside 1..%d", B, m->B);
         return -1;
     }
-    for (size_t i = 0; i < BT; i++)
+    int own_input = m->arch->embed_forward != NULL;
+    for (size_t i = 0; !own_input && i < BT; i++)
         if (ids[i] < 0 || ids[i] >= m->sh.vocab) {
             snprintf(err, errlen, "token id %d at position %zu outside the vocabulary 0..%d",
                      ids[i], i, m->sh.vocab - 1);
             return -1;
         }
+    if (own_input) mask = NULL; /* the input's mask is over its own positions, not tokens */
     int rows = m->arch->loss_rows(m, B), V = m->arch->logit_width(m);
     for (int r = 0; r < rows; r++)
         if (targets[r] < -1 || targets[r] >= V) {
@@ -280,11 +290,14 @@ int model_forward(model *m, const int *ids, const float *mask, const int *target
     if (training && m->stats_per_forward) model_stats_reset(m);
     for (size_t i = 0; i < BT; i++) m->h_mask[i] = mask ? mask[i] : 1.0f;
     memcpy(m->h_targets, targets, (size_t)rows * sizeof(int));
-    be->to_device(m->ids, ids, BT * sizeof(int));
+    if (!own_input) be->to_device(m->ids, ids, BT * sizeof(int));
     be->to_device(m->mask, m->h_mask, BT * sizeof(float));
     be->to_device(m->targets, targets, (size_t)rows * sizeof(int));
 
-    nn_embed_forward(&m->emb, &m->env, m->x[0], m->ids, B, T);
+    if (!own_input)
+        nn_embed_forward(&m->emb, &m->env, m->x[0], m->ids, B, T);
+    else if (m->arch->embed_forward(m, ids, B, training, err, errlen))
+        return -1;
     for (int l = 0; l < L; l++) {
         nn_call c = model_call(m, B, training, l);
         nn_block_forward(&m->blocks[l], &m->env, &m->S, &c, m->x[l + 1], m->x[l]);
@@ -324,5 +337,8 @@ void model_backward(model *m) {
         nn_call c = model_call(m, B, 1, l);
         nn_block_backward(&m->blocks[l], &m->env, &m->S, &m->ws, &c, m->dres);
     }
-    nn_embed_backward(&m->emb, &m->env, m->dres, m->ids, B, T);
+    if (m->arch->embed_backward)
+        m->arch->embed_backward(m, m->dres, B);
+    else
+        nn_embed_backward(&m->emb, &m->env, m->dres, m->ids, B, T);
 }

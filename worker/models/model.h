@@ -26,9 +26,11 @@
 
 typedef struct model_shape {
     int layers, d_model, heads, seq_len, vocab;
-    int n_classes; /* encoder: classifier width; 0 = causal LM with tied embedding */
-    int hadamard;  /* 1: Hadamard output projection, 0: dense W_O */
-    int budget;    /* 1: BudgetFormer head budget in every attention layer */
+    int n_classes;        /* encoder: classifier width; 0 = causal LM with tied embedding */
+    int hadamard;         /* 1: Hadamard output projection, 0: dense W_O */
+    int budget;           /* 1: BudgetFormer head budget in every attention layer */
+    int patch;            /* vit: patch side (> 0 picks the ViT; seq_len = patches + 1) */
+    int image_h, image_w; /* vit: input image size; the input ids are its pixels 0..255 */
 } model_shape;
 
 typedef nn_knobs model_knobs;
@@ -50,9 +52,17 @@ typedef struct model_arch {
     void (*head_forward)(model *m, int B);
     /* dlnf += from dlogits (parameter gradients +=) */
     void (*head_backward)(model *m, int B);
+    /* Optional: an input embedding of the architecture's own in place of the
+     * trunk's nn_embed (token ids + positions). declare_input declares its
+     * tensors (before the blocks); embed_forward writes x[0] from the host
+     * input of B rows (returns 0 or -1 with a message on bad input);
+     * embed_backward takes d x[0] (parameter gradients +=). */
+    int (*declare_input)(model *m, char *err, size_t errlen);
+    int (*embed_forward)(model *m, const int *in, int B, int training, char *err, size_t errlen);
+    void (*embed_backward)(model *m, const float *dx0, int B);
 } model_arch;
 
-extern const model_arch MODEL_ENCODER, MODEL_DECODER;
+extern const model_arch MODEL_ENCODER, MODEL_DECODER, MODEL_VIT;
 
 struct model {
     model_shape sh;
@@ -64,6 +74,15 @@ struct model {
     nn_block *blocks;
     nn_layernorm lnf;
     nn_linear head; /* encoder classifier */
+    /* vit (models/vit.c): patch embedding, class token, positions; device
+     * patches [B*N, p*p], rows [1 + B*N, C] (class token then patch
+     * embeddings) and their gradient, gather ids [B*T] into x[0], class-token
+     * row ids [B]; host patches */
+    nn_linear patch_emb;
+    int cls_token, pos_emb;
+    float *patches, *prow, *dprow, *h_patches;
+    int *gather, *cls_rows, *h_gather;
+    int aug_pad, aug_flip; /* vit training augmentation: crop padding, horizontal flip */
 
     int B; /* batch capacity the arena was sized for */
     bk_arena A;

@@ -96,7 +96,7 @@ typedef struct pipe_spec {
     int classify; /* 1: accuracy metrics (encoder); 0: perplexity (lm) */
 } pipe_spec;
 
-extern const pipe_spec PIPE_BUDGETFORMER, PIPE_LM;
+extern const pipe_spec PIPE_BUDGETFORMER, PIPE_LM, PIPE_VIT;
 
 /* The spec of a pipeline by name, or NULL. */
 const pipe_spec *pipe_find(const char *pipeline);
@@ -107,6 +107,10 @@ float pipe_step_knobs(model *m, const bf_config *c, long step);
 
 /* The task loss term (cross-entropy), shared by every pipeline. */
 double pipe_term_task(const model_stats *st);
+
+/* Values per item the batcher cuts: model.seq_len tokens, or an image's
+ * pixels (vit). */
+int pipe_input_len(const bf_config *c, const data_sets *d);
 
 /* The model shape a config describes over its data. */
 model_shape pipe_model_shape(const bf_config *c, const data_sets *d);

@@ -51,9 +51,9 @@ int pipe_evaluate(model *m, const bf_config *c, const data_sets *d, int split, c
         snprintf(err, errlen, "no %s split", split ? "test" : "validation");
         return -1;
     }
-    int world = h ? h->world : 1;
+    int world = h ? h->world : 1, T_in = pipe_input_len(c, d);
     data_batcher_opts bo = {.global_batch = m->B * world,
-                            .seq_len = c->model.seq_len,
+                            .seq_len = T_in,
                             .rank = h ? h->rank : 0,
                             .world = world,
                             .seed = c->train.seed,
@@ -63,7 +63,7 @@ int pipe_evaluate(model *m, const bf_config *c, const data_sets *d, int split, c
     data_batcher_t *bt = NULL;
     if (data_batcher_new(set, &bo, &bt, err, errlen)) return -1;
     data_batch_t b;
-    if (data_batch_alloc(&b, m->B, c->model.seq_len)) {
+    if (data_batch_alloc(&b, m->B, T_in)) {
         data_batcher_destroy(&bt);
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -91,15 +91,14 @@ int pipe_evaluate(model *m, const bf_config *c, const data_sets *d, int split, c
         sum[EV_HEADS] += m->st.heads_used * b.valid_rows;
         sum[EV_FLOPS] += m->st.attn_flops * b.valid_rows;
         sum[EV_ROWS] += b.valid_rows;
-        for (int i = 0; i < b.valid_rows * c->model.seq_len; i++) sum[EV_TOKENS] += b.mask[i] > 0;
+        for (int i = 0; i < b.valid_rows * T_in; i++) sum[EV_TOKENS] += b.mask[i] > 0;
         if (d->n_classes && (m->sh.budget || per_sample)) {
             for (int i = 0; i < b.valid_rows; i++) {
                 double s = m->sh.budget ? 0 : NAN;
                 for (int l = 0; m->sh.budget && l < m->sh.layers; l++) s += model_budget_s(m, l, i);
                 if (m->sh.budget) s /= m->sh.layers;
                 int len = 0;
-                for (int t = 0; t < c->model.seq_len; t++)
-                    len += b.mask[i * c->model.seq_len + t] > 0;
+                for (int t = 0; t < T_in; t++) len += b.mask[i * T_in + t] > 0;
                 int best = model_prediction(m, i);
                 double loss = model_row_loss(m, i);
                 if (per_sample)

@@ -14,6 +14,18 @@ static double now_s(void) {
 }
 
 model_shape pipe_model_shape(const bf_config *c, const data_sets *d) {
+    if (d->image_rows > 0) {
+        int p = c->model.patch;
+        return (model_shape){.layers = c->model.layers,
+                             .d_model = c->model.d_model,
+                             .heads = c->model.heads,
+                             .seq_len = (d->image_rows / p) * (d->image_cols / p) + 1,
+                             .vocab = 256,
+                             .n_classes = d->n_classes,
+                             .patch = p,
+                             .image_h = d->image_rows,
+                             .image_w = d->image_cols};
+    }
     model_shape sh = {.layers = c->model.layers,
                       .d_model = c->model.d_model,
                       .heads = c->model.heads,
@@ -25,8 +37,12 @@ model_shape pipe_model_shape(const bf_config *c, const data_sets *d) {
     return sh;
 }
 
+int pipe_input_len(const bf_config *c, const data_sets *d) {
+    return d->image_rows > 0 ? d->image_rows * d->image_cols : c->model.seq_len;
+}
+
 const pipe_spec *pipe_find(const char *pipeline) {
-    static const pipe_spec *const all[] = {&PIPE_BUDGETFORMER, &PIPE_LM};
+    static const pipe_spec *const all[] = {&PIPE_BUDGETFORMER, &PIPE_LM, &PIPE_VIT};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         if (strcmp(all[i]->name, pipeline) == 0) return all[i];
     return NULL;
@@ -133,6 +149,8 @@ static int freeze_config(model *m, const char *list, char *err, size_t errlen) {
 static int loop_model(loop *L, char *err, size_t errlen) {
     model_shape sh = pipe_model_shape(L->c, L->d);
     if (model_create(&L->m, &sh, L->be, L->local_batch, err, errlen)) return -1;
+    L->m.aug_pad = L->c->aug.crop_pad;
+    L->m.aug_flip = L->c->aug.hflip;
     L->m.kn.s_min = L->c->budget.range[0];
     L->m.kn.s_max = L->c->budget.range[1];
     if (model_init_weights(&L->m, L->c->train.seed, err, errlen)) return -1;
@@ -167,7 +185,7 @@ static int loop_model(loop *L, char *err, size_t errlen) {
 static int loop_data(loop *L, char *err, size_t errlen) {
     const bf_config *c = L->c;
     data_batcher_opts bo = {.global_batch = c->train.batch,
-                            .seq_len = c->model.seq_len,
+                            .seq_len = pipe_input_len(c, L->d),
                             .rank = L->h->rank,
                             .world = L->h->world,
                             .seed = c->train.seed,
@@ -175,7 +193,7 @@ static int loop_data(loop *L, char *err, size_t errlen) {
                             .wrap = 1,
                             .split = 0};
     if (data_batcher_new(L->d->train, &bo, &L->bt, err, errlen)) return -1;
-    if (data_batch_alloc(&L->b, L->local_batch, c->model.seq_len)) {
+    if (data_batch_alloc(&L->b, L->local_batch, pipe_input_len(c, L->d))) {
         snprintf(err, errlen, "out of memory for a batch");
         return -1;
     }
@@ -241,7 +259,7 @@ static int train_step(loop *L, long step, char *err, size_t errlen) {
     if (L->reduce && reduce_step(L, L->m.st.counted, err, errlen)) return -1;
     optimise(L, step);
     L->w.steps += 1;
-    L->w.tokens += (double)c->train.batch * c->model.seq_len;
+    L->w.tokens += (double)c->train.batch * L->m.sh.seq_len;
     return 0;
 }
 
