@@ -249,7 +249,7 @@ Test(cfg, error_out_of_range) {
 Test(cfg, error_enum_lists_choices) {
     ASSERT_ERR("attn:\n  out_proj: sparse\n", "2:13",
                "attn.out_proj: 'sparse' is not valid; expected one of: dense, hadamard");
-    ASSERT_ERR("pipeline: vit\n", "1:11", "expected one of: budgetformer, lm, s2s");
+    ASSERT_ERR("pipeline: resnet\n", "1:11", "expected one of: budgetformer, lm, vit, s2s");
     ASSERT_ERR("budget.noise: {schedule: step}\n", "1:26",
                "expected one of: constant, linear, exp, cosine");
 }

@@ -30,9 +30,9 @@ static void write_set(const char *name, int n, unsigned seed, int gz) {
         for (int y = 0; y < 12; y++)
             for (int x = 0; x < 12; x++) {
                 seed = seed * 1103515245u + 12345u;
-                int k = i % 3, on = k == 0 ? (y == 1 || y == 2)
-                                   : k == 1 ? (y == 9 || y == 10)
-                                            : (x == 5 || x == 6);
+                int k = i % 3, on = k == 0   ? (y == 1 || y == 2)
+                                    : k == 1 ? (y == 9 || y == 10)
+                                             : (x == 5 || x == 6);
                 fputc(on ? 200 + (int)(seed >> 26) : (int)(seed >> 26), f);
             }
     fclose(f);
@@ -85,8 +85,8 @@ Test(it_vit, learns_a_tiny_idx_set, .timeout = 300) {
     write_cfg("train-images.gz");
     char cmd[1024];
     static char out[1 << 16];
-    snprintf(cmd, sizeof cmd, "%s/bfworker train %s/vit.yaml --quiet --out %s/run 2>&1",
-             BF_BIN_DIR, dir, dir);
+    snprintf(cmd, sizeof cmd, "%s/bfworker train %s/vit.yaml --quiet --out %s/run 2>&1", BF_BIN_DIR,
+             dir, dir);
     int rc = run_cmd(cmd, out, sizeof out);
     cr_assert_eq(rc, 0, "train failed (%d):\n%s", rc, out);
     snprintf(cmd, sizeof cmd, "grep -o '\"test/acc\": [0-9.e-]*' %s/run/metrics.jsonl", dir);

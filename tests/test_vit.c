@@ -48,8 +48,8 @@ Test(vit, gradients_match_finite_differences) {
     for (int i = 0; i < 3 * 64; i++) pixels[i] = (i * 37 + 11) % 256;
     model m;
     make(&m);
-    const char *names[] = {"patch_emb.weight", "patch_emb.bias", "cls_token", "pos_emb.weight",
-                           "blocks.0.ln1.weight", "head.weight"};
+    const char *names[] = {"patch_emb.weight", "patch_emb.bias",      "cls_token",
+                           "pos_emb.weight",   "blocks.0.ln1.weight", "head.weight"};
     for (size_t k = 0; k < sizeof names / sizeof *names; k++)
         cr_assert_gt(model_count(&m, names[k]), 0, "no tensor %s", names[k]);
     int targets[3] = {0, 2, 1};

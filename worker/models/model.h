@@ -5,6 +5,8 @@
  *   models/encoder.c   encoder classifier (BudgetFormer and its baseline):
  *                      masked mean pool + linear classifier over B rows
  *   models/decoder.c   causal decoder LM: tied output embedding over B*T rows
+ *   models/vit.c       DeiT-style ViT: its own input embedding (patches,
+ *                      class token, positions), classifier on the class token
  * This file is the trunk they share: build, plan, forward, backward, the loss
  * and its statistics. Every op goes through the bk_backend table, so the same
  * model runs on CPU and CUDA; parameters live in one buffer (nn_params),
@@ -15,7 +17,8 @@
  *   blocks.L.attn.qkv.{weight,bias}, blocks.L.attn.out.{weight,bias} (dense)
  *   or blocks.L.attn.out.{alpha,beta} (hadamard), blocks.L.mlp.{fc,proj}.*,
  *   blocks.L.attn.{budget.fc,budget.out,scorer}.* (budget), ln_f.*, and
- *   head.{weight,bias} (encoder; the decoder's head is tok_emb). */
+ *   head.{weight,bias} (encoder; the decoder's head is tok_emb); the vit has
+ *   patch_emb.{weight,bias}, cls_token and pos_emb.weight in place of tok_emb. */
 #ifndef MODEL_H
 #define MODEL_H
 

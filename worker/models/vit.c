@@ -39,8 +39,8 @@ static int vit_declare_input(model *m, char *err, size_t errlen) {
     }
     if (nn_linear_declare(&m->patch_emb, &m->np, "patch_emb", p * p, C, 1, 0.02f) ||
         (m->cls_token = nn_param(&m->np, "", "cls_token", 1, C, 0, nn_normal(0.02f))) < 0 ||
-        (m->pos_emb = nn_param(&m->np, "pos_emb", "weight", sh->seq_len, C, 1,
-                               nn_normal(0.02f))) < 0) {
+        (m->pos_emb = nn_param(&m->np, "pos_emb", "weight", sh->seq_len, C, 1, nn_normal(0.02f))) <
+            0) {
         snprintf(err, errlen, "out of memory declaring the patch embedding");
         return -1;
     }
