@@ -18,6 +18,39 @@ double model_attn_flops(const model_shape *sh, int k, int n) {
     return nn_attn_flops(&cf, k, n);
 }
 
+const char *model_mixer_name(int kind) {
+    static const char *names[] = {"attention", "bimamba", "bilstm"};
+    return kind >= 0 && kind <= MODEL_MIXER_BILSTM ? names[kind] : "?";
+}
+
+int model_shape_mixers(model_shape *sh, const char *list, char *err, size_t errlen) {
+    memset(sh->mixer, 0, sizeof sh->mixer);
+    if (!list[0]) return 0;
+    const char *p = list;
+    for (int l = 0;; l++) {
+        size_t n = strcspn(p, ",");
+        if (l >= sh->layers || l >= MODEL_MAX_LAYERS) {
+            snprintf(err, errlen, "model.mixers: more entries than the %d layers", sh->layers);
+            return -1;
+        }
+        int kind = -1;
+        for (int k = 0; k <= MODEL_MIXER_BILSTM; k++)
+            if (strlen(model_mixer_name(k)) == n && strncmp(p, model_mixer_name(k), n) == 0)
+                kind = k;
+        if (kind < 0) {
+            snprintf(err, errlen,
+                     "model.mixers: entry %d '%.*s' is not a mixer (valid: attention, "
+                     "bimamba, bilstm)",
+                     l, (int)(n < 32 ? n : 32), p);
+            return -1;
+        }
+        sh->mixer[l] = (unsigned char)kind;
+        if (!p[n]) break;
+        p += n + 1;
+    }
+    return 0;
+}
+
 static int check_shape(const model_shape *sh, char *err, size_t errlen) {
     if (sh->layers < 1 || sh->layers > 64 || sh->d_model < 4 || sh->heads < 1 || sh->heads > 256 ||
         sh->d_model % sh->heads || sh->seq_len < 1 || sh->vocab < 4) {
@@ -26,6 +59,19 @@ static int check_shape(const model_shape *sh, char *err, size_t errlen) {
                  "heads %d (1..256), seq_len %d, vocab %d",
                  sh->layers, sh->d_model, sh->heads, sh->seq_len, sh->vocab);
         return -1;
+    }
+    for (int l = 0; l < sh->layers; l++) {
+        if (sh->mixer[l] > MODEL_MIXER_BILSTM) {
+            snprintf(err, errlen, "layer %d: unknown mixer kind %d", l, sh->mixer[l]);
+            return -1;
+        }
+        if (sh->mixer[l] != MODEL_MIXER_ATTENTION && sh->n_classes == 0) {
+            snprintf(err, errlen,
+                     "layer %d: mixer %s is bidirectional; a causal LM (n_classes 0) takes only "
+                     "attention",
+                     l, model_mixer_name(sh->mixer[l]));
+            return -1;
+        }
     }
     return 0;
 }
@@ -98,6 +144,7 @@ int model_create(model *m, const model_shape *sh, const bk_backend *be, int batc
     for (int l = 0; l < L; l++) {
         char prefix[32];
         snprintf(prefix, sizeof prefix, "blocks.%d", l);
+        bc.mixer = model_mixer_name(sh->mixer[l]);
         if (nn_block_declare(&m->blocks[l], &m->np, prefix, &bc, err, errlen)) {
             model_destroy(m);
             return -1;

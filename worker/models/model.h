@@ -27,6 +27,10 @@
 #include "worker/nn/nn_block.h"
 #include "worker/nn/nn_embed.h"
 
+/* The mixer of a layer (model_shape.mixer): attention unless replaced. */
+typedef enum { MODEL_MIXER_ATTENTION = 0, MODEL_MIXER_BIMAMBA, MODEL_MIXER_BILSTM } model_mixer;
+#define MODEL_MAX_LAYERS 64
+
 typedef struct model_shape {
     int layers, d_model, heads, seq_len, vocab;
     int n_classes;        /* encoder: classifier width; 0 = causal LM with tied embedding */
@@ -34,7 +38,18 @@ typedef struct model_shape {
     int budget;           /* 1: BudgetFormer head budget in every attention layer */
     int patch;            /* vit: patch side (> 0 picks the ViT; seq_len = patches + 1) */
     int image_h, image_w; /* vit: input image size; the input ids are its pixels 0..255 */
+    /* per layer: model_mixer (0 = attention). A bimamba layer's own tensors
+     * are blocks.L.mamba.*, a bilstm's blocks.L.lstm.*; both keep the
+     * output projection's names blocks.L.attn.out.* (encoders only). */
+    unsigned char mixer[MODEL_MAX_LAYERS];
 } model_shape;
+
+/* "attention", "bimamba", "bilstm" */
+const char *model_mixer_name(int kind);
+/* Sets sh->mixer from a comma list of one kind per layer ("attention,
+ * bimamba,bilstm"; "" leaves every layer attention). Returns 0 or -1 with a
+ * message naming the entry and the valid kinds. */
+int model_shape_mixers(model_shape *sh, const char *list, char *err, size_t errlen);
 
 typedef nn_knobs model_knobs;
 typedef nn_stats model_stats;

@@ -1,5 +1,6 @@
 #include "worker/nn/nn.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +67,19 @@ int nn_params_init_weights(nn_params *np, uint64_t seed, char *err, size_t errle
         case NN_INIT_NORMAL:
             for (size_t j = 0; j < t->numel; j++)
                 w[j] = in.value * bk_rng_normal_at(seed, (uint64_t)i, j);
+            break;
+        case NN_INIT_LOG_ARANGE: {
+            size_t n = t->ndim > 1 ? (size_t)t->shape[t->ndim - 1] : t->numel;
+            for (size_t j = 0; j < t->numel; j++) w[j] = logf((float)(1 + j % n));
+            break;
+        }
+        case NN_INIT_DT_BIAS:
+            for (size_t j = 0; j < t->numel; j++) {
+                double u = bk_rng_uniform_at(seed, (uint64_t)i, j);
+                double dt = exp(log(in.value) + u * (log(in.value2) - log(in.value)));
+                if (dt < 1e-4) dt = 1e-4;
+                w[j] = (float)(dt + log(-expm1(-dt))); /* softplus^-1(dt) */
+            }
             break;
         }
     }

@@ -28,17 +28,31 @@
 
 /* How a tensor starts. NORMAL: N(0, value^2) from the Philox stream
  * (seed, tensor index, element), so a tensor's values depend only on the
- * seed and its place in the declaration order. */
-typedef enum { NN_INIT_ZEROS, NN_INIT_ONES, NN_INIT_NORMAL, NN_INIT_CONST } nn_init_kind;
+ * seed and its place in the declaration order. The Mamba rules (design.md):
+ * LOG_ARANGE: element j of a [rows, n] tensor is log(1 + j mod n) (A_log);
+ * DT_BIAS: softplus^-1(dt), dt log-uniform in [value, value2] from the same
+ * Philox stream (b_delta). */
+typedef enum {
+    NN_INIT_ZEROS,
+    NN_INIT_ONES,
+    NN_INIT_NORMAL,
+    NN_INIT_CONST,
+    NN_INIT_LOG_ARANGE,
+    NN_INIT_DT_BIAS
+} nn_init_kind;
 typedef struct nn_init {
     nn_init_kind kind;
-    float value;
+    float value, value2;
 } nn_init;
 
-static inline nn_init nn_zeros(void) { return (nn_init){NN_INIT_ZEROS, 0}; }
-static inline nn_init nn_ones(void) { return (nn_init){NN_INIT_ONES, 1}; }
-static inline nn_init nn_normal(float std) { return (nn_init){NN_INIT_NORMAL, std}; }
-static inline nn_init nn_const(float v) { return (nn_init){NN_INIT_CONST, v}; }
+static inline nn_init nn_zeros(void) { return (nn_init){NN_INIT_ZEROS, 0, 0}; }
+static inline nn_init nn_ones(void) { return (nn_init){NN_INIT_ONES, 1, 0}; }
+static inline nn_init nn_normal(float std) { return (nn_init){NN_INIT_NORMAL, std, 0}; }
+static inline nn_init nn_const(float v) { return (nn_init){NN_INIT_CONST, v, 0}; }
+static inline nn_init nn_log_arange(void) { return (nn_init){NN_INIT_LOG_ARANGE, 0, 0}; }
+static inline nn_init nn_dt_bias(float dt_min, float dt_max) {
+    return (nn_init){NN_INIT_DT_BIAS, dt_min, dt_max};
+}
 
 /* The parameters of one model: a bk_params (one buffer, decayed tensors
  * first) plus, per tensor, its init rule and whether it is frozen. A frozen

@@ -1,5 +1,8 @@
 #include "worker/nn/nn_block.h"
 
+#include "worker/nn/nn_bilstm.h"
+#include "worker/nn/nn_bimamba.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +29,73 @@ static void attn_destroy(void *self) {
 static const nn_mixer_ops ATTENTION_OPS = {"attention",   attn_plan,  attn_scratch, attn_forward,
                                            attn_backward, attn_inner, attn_destroy};
 
+/* ---- the sequential mixers of S2S in the mixer slot ---- */
+
+static int mamba_plan(void *self, bk_arena *A, int B, int T) {
+    return nn_bimamba_plan(self, A, B, T);
+}
+static void mamba_scratch(const void *self, nn_scratch *s) { nn_bimamba_scratch(self, s); }
+static void mamba_forward(void *self, const nn_env *e, nn_scratch *s, const nn_call *c, float *y,
+                          const float *u) {
+    nn_bimamba_forward(self, e, s, c, y, u);
+}
+static void mamba_backward(void *self, const nn_env *e, nn_scratch *s, const nn_call *c, float *du,
+                           const float *dy, const float *dinner, const float *u) {
+    nn_bimamba_backward(self, e, s, c, du, dy, dinner, u);
+}
+static const float *mamba_inner(const void *self) { return ((const nn_bimamba *)self)->inner; }
+static void plain_destroy(void *self) { free(self); }
+
+static const nn_mixer_ops BIMAMBA_OPS = {"bimamba",      mamba_plan,  mamba_scratch, mamba_forward,
+                                         mamba_backward, mamba_inner, plain_destroy};
+
+static int lstm_plan(void *self, bk_arena *A, int B, int T) {
+    return nn_bilstm_plan(self, A, B, T);
+}
+static void lstm_scratch(const void *self, nn_scratch *s) { nn_bilstm_scratch(self, s); }
+static void lstm_forward(void *self, const nn_env *e, nn_scratch *s, const nn_call *c, float *y,
+                         const float *u) {
+    nn_bilstm_forward(self, e, s, c, y, u);
+}
+static void lstm_backward(void *self, const nn_env *e, nn_scratch *s, const nn_call *c, float *du,
+                          const float *dy, const float *dinner, const float *u) {
+    nn_bilstm_backward(self, e, s, c, du, dy, dinner, u);
+}
+static const float *lstm_inner(const void *self) { return ((const nn_bilstm *)self)->inner; }
+
+static const nn_mixer_ops BILSTM_OPS = {"bilstm",      lstm_plan,  lstm_scratch, lstm_forward,
+                                        lstm_backward, lstm_inner, plain_destroy};
+
+/* A sequential mixer under P.mamba or P.lstm, with attention's output
+ * projection names (P.attn.out.*), so the teacher's W_O loads by name. */
+static int declare_sequential(nn_block *b, nn_params *np, const char *prefix,
+                              const nn_block_cfg *cf, char *err, size_t errlen) {
+    char p[BK_NAME_MAX], o[BK_NAME_MAX];
+    snprintf(o, sizeof o, "%s.attn.out", prefix);
+    if (cf->attn.causal) {
+        snprintf(err, errlen, "%s: mixer '%s' is bidirectional and cannot run a causal model",
+                 prefix, cf->mixer);
+        return -1;
+    }
+    if (strcmp(cf->mixer, "bimamba") == 0) {
+        nn_bimamba *m = calloc(1, sizeof *m);
+        if (!m) goto oom;
+        b->mix = (nn_mixer){&BIMAMBA_OPS, m};
+        snprintf(p, sizeof p, "%s.mamba", prefix);
+        return nn_bimamba_declare(m, np, p, o, cf->C, cf->attn.NH, cf->attn.hadamard, cf->std,
+                                  cf->resid_std, err, errlen);
+    }
+    nn_bilstm *l = calloc(1, sizeof *l);
+    if (!l) goto oom;
+    b->mix = (nn_mixer){&BILSTM_OPS, l};
+    snprintf(p, sizeof p, "%s.lstm", prefix);
+    return nn_bilstm_declare(l, np, p, o, cf->C, cf->attn.NH, cf->attn.hadamard, cf->resid_std, err,
+                             errlen);
+oom:
+    snprintf(err, errlen, "out of memory declaring %s", prefix);
+    return -1;
+}
+
 /* ---- the block ---- */
 
 int nn_block_declare(nn_block *b, nn_params *np, const char *prefix, const nn_block_cfg *cf,
@@ -35,8 +105,18 @@ int nn_block_declare(nn_block *b, nn_params *np, const char *prefix, const nn_bl
     char p[BK_NAME_MAX];
     snprintf(p, sizeof p, "%s.ln1", prefix);
     if (nn_layernorm_declare(&b->ln1, np, p, cf->C)) goto oom;
-    if (strcmp(cf->mixer, "attention") != 0) {
-        snprintf(err, errlen, "%s: unknown mixer '%s' (valid: attention)", prefix, cf->mixer);
+    const char *mixer = cf->mixer ? cf->mixer : "attention";
+    if (strcmp(mixer, "bimamba") == 0 || strcmp(mixer, "bilstm") == 0) {
+        if (declare_sequential(b, np, prefix, cf, err, errlen)) return -1;
+        snprintf(p, sizeof p, "%s.ln2", prefix);
+        if (nn_layernorm_declare(&b->ln2, np, p, cf->C)) goto oom;
+        snprintf(p, sizeof p, "%s.mlp", prefix);
+        if (nn_mlp_declare(&b->mlp, np, p, cf->C, cf->hidden, cf->std, cf->resid_std)) goto oom;
+        return 0;
+    }
+    if (strcmp(mixer, "attention") != 0) {
+        snprintf(err, errlen, "%s: unknown mixer '%s' (valid: attention, bimamba, bilstm)", prefix,
+                 mixer);
         return -1;
     }
     nn_attn *a = calloc(1, sizeof *a);

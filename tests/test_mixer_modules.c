@@ -1,0 +1,341 @@
+/* The sequential mixers as nn modules in a block's mixer slot (nn_bimamba,
+ * nn_bilstm): gradients of a model with a replaced layer against finite
+ * differences, a masked block equal to the block run on each sample's
+ * compacted active tokens (outputs and parameter gradients), the tensor
+ * names a student shares with its teacher, the Mamba init, and a model with
+ * one layer replaced learning a small task. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/bk_rng.h"
+#include "worker/models/model.h"
+
+/* ---- finite differences through a model with layer 1 (or 0) replaced ---- */
+
+static void make(model *m, int kind, int layer, int hadamard) {
+    model_shape sh = {.layers = 2,
+                      .d_model = 16,
+                      .heads = 2,
+                      .seq_len = 6,
+                      .vocab = 11,
+                      .n_classes = 3,
+                      .hadamard = hadamard};
+    sh.mixer[layer] = (unsigned char)kind;
+    char err[256];
+    cr_assert_eq(model_create(m, &sh, bk_cpu(), 3, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(model_init_weights(m, 3, err, sizeof err), 0, "%s", err);
+    for (size_t i = 0; i < m->np.P.numel; i++) m->np.P.data[i] += 0.3f * bk_rng_normal_at(9, 1, i);
+}
+
+static const int ids[18] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0, 3, 5, 7, 9, 2, 4, 6};
+static const float mask[18] = {1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 0, 1, 1};
+
+static double loss_at(model *m, const int *targets) {
+    char err[256];
+    cr_assert_eq(model_forward(m, ids, mask, targets, 3, 1, err, sizeof err), 0, "%s", err);
+    return m->st.loss;
+}
+
+/* Central differences on up to 6 entries of every tensor; returns how many
+ * entries of the mixer's own tensors were checked. */
+static int check_grads(model *m, const char *own) {
+    int targets[3] = {0, 2, 1};
+    loss_at(m, targets);
+    model_backward(m);
+    float *g = malloc(m->np.P.numel * sizeof(float));
+    memcpy(g, m->np.P.grad, m->np.P.numel * sizeof(float));
+    int checked = 0, nonzero = 0;
+    for (int t = 0; t < m->np.P.n; t++) {
+        const bk_tensor *tt = &m->np.P.t[t];
+        int mine = strstr(tt->name, own) != NULL;
+        for (int j = 0; j < 6 && (size_t)j < tt->numel; j++) {
+            size_t i = tt->offset + (size_t)((j * 7919u) % tt->numel);
+            float x0 = m->np.P.data[i], h = 1e-3f;
+            m->np.P.data[i] = x0 + h;
+            double lp = loss_at(m, targets);
+            m->np.P.data[i] = x0 - h;
+            double lm = loss_at(m, targets);
+            m->np.P.data[i] = x0;
+            double num = (lp - lm) / (2.0 * h), ana = g[i];
+            cr_expect_leq(fabs(num - ana), 2e-3 + 3e-2 * fmax(fabs(num), fabs(ana)),
+                          "%s[%zu]: analytic %g numeric %g", tt->name, i - tt->offset, ana, num);
+            checked += mine;
+            nonzero += mine && fabs(ana) > 1e-5;
+        }
+    }
+    cr_expect_gt(nonzero, checked / 2, "most of the mixer's gradients should be nonzero");
+    free(g);
+    return checked;
+}
+
+Test(mixer_modules, bimamba_gradients_dense) {
+    model m;
+    make(&m, MODEL_MIXER_BIMAMBA, 1, 0);
+    cr_expect_geq(check_grads(&m, ".mamba."), 14 * 3);
+    model_destroy(&m);
+}
+
+Test(mixer_modules, bimamba_gradients_first_layer_hadamard) {
+    model m;
+    make(&m, MODEL_MIXER_BIMAMBA, 0, 1);
+    cr_expect_geq(check_grads(&m, ".mamba."), 14 * 3);
+    model_destroy(&m);
+}
+
+Test(mixer_modules, bilstm_gradients_dense) {
+    model m;
+    make(&m, MODEL_MIXER_BILSTM, 1, 0);
+    cr_expect_geq(check_grads(&m, ".lstm."), 3 * 6);
+    model_destroy(&m);
+}
+
+Test(mixer_modules, bilstm_gradients_first_layer_hadamard) {
+    model m;
+    make(&m, MODEL_MIXER_BILSTM, 0, 1);
+    cr_expect_geq(check_grads(&m, ".lstm."), 3 * 6);
+    model_destroy(&m);
+}
+
+/* ---- names: the student's own tensors, and the teacher's W_O names ---- */
+
+Test(mixer_modules, names_keep_the_output_projection) {
+    model m;
+    make(&m, MODEL_MIXER_BIMAMBA, 1, 0);
+    const bk_params *P = &m.np.P;
+    const char *present[] = {"blocks.1.attn.out.weight",       "blocks.1.attn.out.bias",
+                             "blocks.1.mamba.in.weight",       "blocks.1.mamba.out.weight",
+                             "blocks.1.mamba.fwd.A_log",       "blocks.1.mamba.bwd.dt_proj.bias",
+                             "blocks.1.mamba.bwd.conv.weight", "blocks.0.attn.qkv.weight"};
+    for (size_t i = 0; i < sizeof present / sizeof *present; i++)
+        cr_expect_geq(bk_params_find(P, present[i]), 0, "%s missing", present[i]);
+    cr_expect_lt(bk_params_find(P, "blocks.1.attn.qkv.weight"), 0);
+    /* d_h 8: Dg 16, R 1, x_proj rows per group R + 2N = 33 */
+    int xp = bk_params_find(P, "blocks.1.mamba.fwd.x_proj.weight");
+    cr_assert_geq(xp, 0);
+    cr_expect_eq(P->t[xp].shape[0], 2 * 33);
+    cr_expect_eq(P->t[xp].shape[1], 16);
+    cr_expect_null(model_attn(&m, 1));
+    cr_expect_not_null(model_attn(&m, 0));
+    model_destroy(&m);
+    make(&m, MODEL_MIXER_BILSTM, 0, 1);
+    cr_expect_geq(bk_params_find(&m.np.P, "blocks.0.attn.out.alpha"), 0);
+    cr_expect_geq(bk_params_find(&m.np.P, "blocks.0.lstm.hh.weight"), 0);
+    model_destroy(&m);
+}
+
+/* ---- the Mamba init (design.md) ---- */
+
+Test(mixer_modules, bimamba_init) {
+    model_shape sh = {
+        .layers = 1, .d_model = 16, .heads = 2, .seq_len = 4, .vocab = 11, .n_classes = 3};
+    sh.mixer[0] = MODEL_MIXER_BIMAMBA;
+    model m;
+    char err[256];
+    cr_assert_eq(model_create(&m, &sh, bk_cpu(), 1, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(model_init_weights(&m, 5, err, sizeof err), 0, "%s", err);
+    const bk_params *P = &m.np.P;
+    const bk_tensor *a = &P->t[bk_params_find(P, "blocks.0.mamba.bwd.A_log")];
+    const bk_tensor *d = &P->t[bk_params_find(P, "blocks.0.mamba.fwd.D")];
+    const bk_tensor *b = &P->t[bk_params_find(P, "blocks.0.mamba.fwd.dt_proj.bias")];
+    for (size_t j = 0; j < a->numel; j++)
+        cr_expect_float_eq(P->data[a->offset + j], logf((float)(1 + j % 16)), 1e-6);
+    for (size_t j = 0; j < d->numel; j++) cr_expect_eq(P->data[d->offset + j], 1.0f);
+    double lo = 1, hi = 0;
+    for (size_t j = 0; j < b->numel; j++) {
+        double dt = log1p(exp((double)P->data[b->offset + j])); /* softplus */
+        lo = fmin(lo, dt), hi = fmax(hi, dt);
+    }
+    cr_expect(lo >= 0.999e-3 && hi <= 1.001e-1, "dt in [%g, %g]", lo, hi);
+    cr_expect(hi / lo > 10, "dt should spread over the log range: [%g, %g]", lo, hi);
+    model_destroy(&m);
+}
+
+/* ---- a masked block equals the block on each compacted sample ---- */
+
+typedef struct blk {
+    nn_params np;
+    nn_env env;
+    nn_block b;
+    bk_arena A;
+    nn_scratch S;
+    nn_block_ws ws;
+} blk;
+
+static void blk_make(blk *k, const char *mixer, int B, int T) {
+    const bk_backend *be = bk_cpu();
+    char err[256];
+    memset(k, 0, sizeof *k);
+    nn_params_init(&k->np);
+    k->env = (nn_env){be, &k->np};
+    nn_block_cfg cf = {.C = 16,
+                       .hidden = 32,
+                       .mixer = mixer,
+                       .attn = {.C = 16, .NH = 2},
+                       .std = 0.2f,
+                       .resid_std = 0.2f};
+    cr_assert_eq(nn_block_declare(&k->b, &k->np, "blocks.0", &cf, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(bk_params_alloc(&k->np.P, be, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(nn_params_init_weights(&k->np, 11, err, sizeof err), 0, "%s", err);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 0) bk_arena_plan(&k->A);
+        nn_block_plan(&k->b, &k->A, B, T);
+        nn_block_ws_plan(&k->ws, &k->A, (size_t)B * T, 16);
+        if (pass == 0)
+            cr_assert_eq(bk_arena_reserve(&k->A, be, err, sizeof err), 0, "%s", err);
+        else
+            bk_arena_reset(&k->A);
+    }
+    nn_block_scratch(&k->b, &k->S);
+    cr_assert_eq(nn_scratch_reserve(&k->S, be, err, sizeof err), 0, "%s", err);
+}
+
+static void blk_free(blk *k) {
+    nn_block_destroy(&k->b);
+    nn_scratch_free(&k->S);
+    bk_arena_free(&k->A);
+    nn_params_free(&k->np);
+}
+
+static void masked_equals_compacted(const char *mixer) {
+    enum { B = 2, T = 9, C = 16 };
+    static const float msk[B * T] = {1, 0, 1, 1, 0, 0, 1, 1, 1, 0, 1, 1, 1, 1, 1, 0, 0, 1};
+    blk k;
+    blk_make(&k, mixer, B, T);
+    float x[B * T * C], out[B * T * C], dx[B * T * C];
+    for (int i = 0; i < B * T * C; i++) x[i] = bk_rng_normal_at(4, 2, i);
+    nn_knobs kn = {.tau = 1};
+    nn_stats st = {0};
+    nn_call c = {.B = B,
+                 .T = T,
+                 .training = 1,
+                 .layers = 1,
+                 .mask = msk,
+                 .h_mask = msk,
+                 .kn = &kn,
+                 .st = &st};
+    nn_block_forward(&k.b, &k.env, &k.S, &c, out, x);
+    /* d(out) on the active tokens only */
+    for (int i = 0; i < B * T * C; i++) dx[i] = msk[i / C] > 0 ? bk_rng_normal_at(4, 3, i) : 0;
+    float dout[B * T * C];
+    memcpy(dout, dx, sizeof dx);
+    memset(k.np.P.grad, 0, k.np.P.numel * sizeof(float));
+    nn_block_backward(&k.b, &k.env, &k.S, &k.ws, &c, dx);
+    size_t np = k.np.P.numel;
+    float *gmask = malloc(np * sizeof(float));
+    memcpy(gmask, k.np.P.grad, np * sizeof(float));
+    /* each sample alone, its active tokens in order, no mask */
+    memset(k.np.P.grad, 0, np * sizeof(float));
+    for (int b = 0; b < B; b++) {
+        int pos[T], n = 0;
+        for (int t = 0; t < T; t++)
+            if (msk[b * T + t] > 0) pos[n++] = t;
+        float xc[T * C], oc[T * C], dc[T * C];
+        for (int j = 0; j < n; j++) {
+            memcpy(xc + j * C, x + (b * T + pos[j]) * C, C * sizeof(float));
+            memcpy(dc + j * C, dout + (b * T + pos[j]) * C, C * sizeof(float));
+        }
+        nn_call cc = {.B = 1, .T = n, .training = 1, .layers = 1, .kn = &kn, .st = &st};
+        nn_block_forward(&k.b, &k.env, &k.S, &cc, oc, xc);
+        nn_block_backward(&k.b, &k.env, &k.S, &k.ws, &cc, dc);
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < C; i++) {
+                size_t at = ((size_t)b * T + pos[j]) * C + i;
+                cr_expect_float_eq(out[at], oc[j * C + i], 1e-5, "%s out b%d t%d c%d: %g vs %g",
+                                   mixer, b, pos[j], i, out[at], oc[j * C + i]);
+                cr_expect_float_eq(dx[at], dc[j * C + i], 1e-5, "%s dx b%d t%d c%d: %g vs %g",
+                                   mixer, b, pos[j], i, dx[at], dc[j * C + i]);
+            }
+    }
+    double gsum = 0;
+    for (size_t i = 0; i < np; i++) {
+        gsum += fabs(gmask[i]);
+        cr_expect_float_eq(gmask[i], k.np.P.grad[i], 1e-4 + 1e-4 * fabs(gmask[i]),
+                           "%s grad %zu: %g vs %g", mixer, i, gmask[i], k.np.P.grad[i]);
+    }
+    cr_expect_gt(gsum, 1e-2);
+    free(gmask);
+    blk_free(&k);
+}
+
+Test(mixer_modules, bimamba_masked_equals_compacted) { masked_equals_compacted("bimamba"); }
+Test(mixer_modules, bilstm_masked_equals_compacted) { masked_equals_compacted("bilstm"); }
+
+/* ---- errors ---- */
+
+Test(mixer_modules, bad_configs_are_errors) {
+    model_shape sh = {
+        .layers = 3, .d_model = 16, .heads = 2, .seq_len = 4, .vocab = 11, .n_classes = 3};
+    char err[256] = "";
+    cr_expect_eq(model_shape_mixers(&sh, "attention,bimamba,bilstm", err, sizeof err), 0, "%s",
+                 err);
+    cr_expect_eq(sh.mixer[1], MODEL_MIXER_BIMAMBA);
+    cr_expect_eq(sh.mixer[2], MODEL_MIXER_BILSTM);
+    cr_expect_eq(model_shape_mixers(&sh, "attention,mamba", err, sizeof err), -1);
+    cr_expect(strstr(err, "entry 1 'mamba'") && strstr(err, "bilstm"), "%s", err);
+    cr_expect_eq(model_shape_mixers(&sh, "attention,attention,attention,bimamba", err, sizeof err),
+                 -1);
+    cr_expect(strstr(err, "3 layers"), "%s", err);
+    cr_expect_eq(model_shape_mixers(&sh, "", err, sizeof err), 0);
+    cr_expect_eq(sh.mixer[1], 0);
+    /* a causal LM cannot take a bidirectional mixer */
+    model m;
+    sh.n_classes = 0;
+    sh.mixer[1] = MODEL_MIXER_BIMAMBA;
+    cr_expect_eq(model_create(&m, &sh, bk_cpu(), 1, err, sizeof err), -1);
+    cr_expect(strstr(err, "layer 1") && strstr(err, "causal"), "%s", err);
+    /* bilstm needs an even head width */
+    sh = (model_shape){
+        .layers = 1, .d_model = 18, .heads = 6, .seq_len = 4, .vocab = 11, .n_classes = 3};
+    sh.mixer[0] = MODEL_MIXER_BILSTM;
+    cr_expect_eq(model_create(&m, &sh, bk_cpu(), 1, err, sizeof err), -1);
+    cr_expect(strstr(err, "even head width"), "%s", err);
+}
+
+/* ---- a model with one layer replaced learns ---- */
+
+static void learns(int kind) {
+    model_shape sh = {
+        .layers = 2, .d_model = 16, .heads = 2, .seq_len = 8, .vocab = 8, .n_classes = 2};
+    sh.mixer[1] = (unsigned char)kind;
+    model m;
+    char err[256];
+    enum { B = 8 };
+    cr_assert_eq(model_create(&m, &sh, bk_cpu(), B, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(model_init_weights(&m, 1, err, sizeof err), 0, "%s", err);
+    size_t n = m.np.P.numel;
+    float *mom = calloc(n, sizeof(float)), *var = calloc(n, sizeof(float));
+    bk_adamw h = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0};
+    /* one fixed batch to fit; label: whether token 3 comes before token 5
+     * (order matters, so the mixers must carry it) */
+    int ids[B * 8], y[B];
+    double first = 0, last = 0;
+    for (int step = 0; step < 40; step++) {
+        for (int b = 0; b < B; b++) {
+            for (int t = 0; t < 8; t++)
+                ids[b * 8 + t] = (int)(bk_rng_uniform_at(7, 0, b * 8 + t) * 3);
+            int p = (int)(bk_rng_uniform_at(8, 0, b) * 8),
+                q = (int)(bk_rng_uniform_at(9, 0, b) * 8);
+            if (p == q) q = (q + 1) % 8;
+            ids[b * 8 + p] = 3;
+            ids[b * 8 + q] = 5;
+            y[b] = p < q;
+        }
+        cr_assert_eq(model_forward(&m, ids, NULL, y, B, 1, err, sizeof err), 0, "%s", err);
+        if (step < 10) first += m.st.loss_task / 10;
+        if (step >= 30) last += m.st.loss_task / 10;
+        model_backward(&m);
+        bk_cpu()->adamw_update(m.np.P.data, m.np.P.grad, mom, var, n, &h, step + 1, 1.0f);
+    }
+    cr_log_info("%s: loss %g over the first 10 steps, %g over the last 10", model_mixer_name(kind),
+                first, last);
+    cr_expect_lt(last, first * 0.9, "%s: loss %g over the first 10 steps, %g over the last",
+                 model_mixer_name(kind), first, last);
+    free(mom);
+    free(var);
+    model_destroy(&m);
+}
+
+Test(mixer_modules, bimamba_model_learns) { learns(MODEL_MIXER_BIMAMBA); }
+Test(mixer_modules, bilstm_model_learns) { learns(MODEL_MIXER_BILSTM); }

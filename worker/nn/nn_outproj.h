@@ -1,0 +1,26 @@
+/* nn_outproj — the output projection a sequential mixer shares with the
+ * attention it replaces: dense W_O ("P.weight", "P.bias") or Hadamard
+ * (alpha ⊙ H c / sqrt(d) + beta, "P.alpha", "P.beta"). The mixers declare it
+ * under "blocks.L.attn.out", attention's own names, so a student loads the
+ * teacher's W_O by name (init.from). */
+#ifndef NN_OUTPROJ_H
+#define NN_OUTPROJ_H
+
+#include "worker/nn/nn_linear.h"
+
+typedef struct nn_outproj {
+    int C, hadamard;
+    nn_linear lin;   /* dense */
+    int alpha, beta; /* hadamard (-1 when dense) */
+} nn_outproj;
+
+/* Returns 0 or -1 with a message (Hadamard width, out of memory). */
+int nn_outproj_declare(nn_outproj *o, nn_params *np, const char *prefix, int C, int hadamard,
+                       float std, char *err, size_t errlen);
+/* y[N,C] = OutProj(x[N,C]) */
+void nn_outproj_forward(const nn_outproj *o, const nn_env *e, float *y, const float *x, int N);
+/* dx[N,C] += ; parameter gradients += (skipped when frozen). scratch: N*C floats. */
+void nn_outproj_backward(const nn_outproj *o, const nn_env *e, float *dx, float *scratch,
+                         const float *dy, const float *x, int N);
+
+#endif
