@@ -65,7 +65,7 @@ static int check_shape(const model_shape *sh, char *err, size_t errlen) {
             snprintf(err, errlen, "layer %d: unknown mixer kind %d", l, sh->mixer[l]);
             return -1;
         }
-        if (sh->mixer[l] != MODEL_MIXER_ATTENTION && sh->n_classes == 0) {
+        if (sh->mixer[l] != MODEL_MIXER_ATTENTION && sh->n_classes == 0 && sh->patch == 0) {
             snprintf(err, errlen,
                      "layer %d: mixer %s is bidirectional; a causal LM (n_classes 0) takes only "
                      "attention",
