@@ -1223,6 +1223,34 @@ int cfg_validate(const bf_config *c, char *err, size_t errlen) {
     if (!(s0 >= 0.0f && s1 <= 1.0f && s0 <= s1))
         add_err(err, errlen, &nerr,
                 "budget.range [%g, %g] must be ordered (s_min <= s_max) and inside [0, 1]", s0, s1);
+    {
+        const char *p = c->model.mixers;
+        for (int l = 0; p[0]; l++) {
+            size_t n = strcspn(p, ",");
+            int ok = (n == 9 && !strncmp(p, "attention", 9)) ||
+                     (n == 7 && !strncmp(p, "bimamba", 7)) || (n == 6 && !strncmp(p, "bilstm", 6));
+            if (!ok) {
+                add_err(err, errlen, &nerr,
+                        "model.mixers: entry %d '%.*s' is not a mixer (valid: attention, bimamba, "
+                        "bilstm)",
+                        l, (int)(n < 32 ? n : 32), p);
+                break;
+            }
+            if (l >= c->model.layers) {
+                add_err(err, errlen, &nerr, "model.mixers: more entries than model.layers (%d)",
+                        c->model.layers);
+                break;
+            }
+            if (strcmp(c->pipeline, "lm") == 0 && strncmp(p, "attention", 9) != 0) {
+                add_err(err, errlen, &nerr,
+                        "model.mixers: layer %d's %.*s is bidirectional; pipeline lm is causal and "
+                        "takes only attention",
+                        l, (int)n, p);
+                break;
+            }
+            p += n + (p[n] == ',');
+        }
+    }
     if (strcmp(c->pipeline, "s2s") == 0) {
         if (c->distill.replace_auto > c->model.layers)
             add_err(err, errlen, &nerr,

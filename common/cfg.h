@@ -18,6 +18,7 @@ extern "C" {
 
 #define CFG_PATH_MAX 512
 #define CFG_NAME_MAX 64
+#define CFG_MIXERS_MAX 1024 /* model.mixers: 64 layers of "attention," */
 #define CFG_MAX_LAYERS 64
 
 typedef enum {
@@ -55,6 +56,8 @@ typedef struct bf_config {
     struct {
         int layers, d_model, heads, seq_len, vocab;
         int patch; /* vit: patch side in pixels */
+        /* per-layer mixer kinds, "attention,bimamba,..." ("" = all attention) */
+        char mixers[CFG_MIXERS_MAX];
     } model;
     struct {
         int crop_pad; /* vit: random-crop padding in pixels (0 = off) */

@@ -46,6 +46,9 @@ static const cfg_field cfg_schema[] = {
      "vocabulary size (the tokenizer's pieces; sentencepiece takes 16..1000000)"},
     {"model.patch", CFG_T_INT, OFF(model.patch), 1, 64, "4", NULL,
      "vit: patch side in pixels (must divide the image's rows and cols)"},
+    {"model.mixers", CFG_T_STR, OFF(model.mixers), NOLIM, "\"\"", NULL,
+     "per-layer mixer, comma list: attention | bimamba | bilstm (\"\" or missing tail = "
+     "attention; not for lm)"},
     {"aug.crop_pad", CFG_T_INT, OFF(aug.crop_pad), 0, 16, "2", NULL,
      "vit: random crop after zero padding by this many pixels (0 = off)"},
     {"aug.hflip", CFG_T_BOOL, OFF(aug.hflip), NOLIM, "true", NULL,

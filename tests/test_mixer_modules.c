@@ -2,15 +2,19 @@
  * nn_bilstm): gradients of a model with a replaced layer against finite
  * differences, a masked block equal to the block run on each sample's
  * compacted active tokens (outputs and parameter gradients), the tensor
- * names a student shares with its teacher, the Mamba init, and a model with
- * one layer replaced learning a small task. */
+ * names a student shares with its teacher, the Mamba init, a model with
+ * one layer replaced learning a small task, and model.mixers from config
+ * alone: bfworker trains and tests a student whose replaced layer starts
+ * from the teacher's W_O (init.from, by name). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/bk_rng.h"
+#include "tests/tmpdir.h"
 #include "worker/models/model.h"
+#include "worker/safetensors.h"
 
 /* ---- finite differences through a model with layer 1 (or 0) replaced ---- */
 
@@ -339,3 +343,85 @@ static void learns(int kind) {
 
 Test(mixer_modules, bimamba_model_learns) { learns(MODEL_MIXER_BIMAMBA); }
 Test(mixer_modules, bilstm_model_learns) { learns(MODEL_MIXER_BILSTM); }
+
+/* ---- from config alone: bfworker with model.mixers ---- */
+
+#define GOLDEN BF_SOURCE_DIR "/tests/data/golden"
+
+static char dir[256];
+static void setup(void) {
+    tmpdir_make(dir, sizeof dir, "/tmp/bf_mixers_XXXXXX");
+    tmpdir_copy_glosses(dir);
+}
+static void teardown(void) { tmpdir_remove(dir); }
+
+static int train(const char *out, const char *extra) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "%s/bfworker train %s/budget_dense.yaml --set data.train=%s/glosses_train.tsv "
+             "--set data.val=%s/glosses_val.tsv %s --out %s/%s --quiet >%s/%s.log 2>&1",
+             BF_BIN_DIR, GOLDEN, dir, dir, extra, dir, out, dir, out);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static const char *log_of(const char *out) {
+    static char buf[8192];
+    FILE *f = fopen(tmpdir_path(dir, out), "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    buf[n] = 0;
+    if (f) fclose(f);
+    return buf;
+}
+
+/* tensor name of the run's model.safetensors into data (numel floats); 0 if absent */
+static size_t read_tensor(const char *run, const char *name, float **data) {
+    char err[1024], path[128];
+    snprintf(path, sizeof path, "%s/model.safetensors", run);
+    st_file f;
+    cr_assert_eq(st_open(&f, tmpdir_path(dir, path), err, sizeof err), 0, "%s", err);
+    size_t n = 0;
+    *data = NULL;
+    for (int i = 0; i < f.n; i++)
+        if (strcmp(f.t[i].name, name) == 0) {
+            n = f.t[i].numel;
+            *data = malloc(n * sizeof(float));
+            cr_assert_eq(st_read_f32(&f, i, *data, err, sizeof err), 0, "%s", err);
+        }
+    st_close(&f);
+    return n;
+}
+
+Test(mixer_config, a_student_trains_from_config_with_the_teachers_out_projection, .init = setup,
+     .fini = teardown, .timeout = 300) {
+    cr_assert_eq(train("teacher", ""), 0, "%s", log_of("teacher.log"));
+    static const char *kinds[2] = {"bimamba", "bilstm"}, *own[2] = {"mamba.in", "lstm.ih"};
+    for (int k = 0; k < 2; k++) {
+        char extra[1024], out[32], name[64];
+        snprintf(out, sizeof out, "student_%s", kinds[k]);
+        /* layer 1 replaced; its output projection loaded and kept frozen */
+        snprintf(extra, sizeof extra,
+                 "--set model.mixers=attention,%s --set init.from=%s/teacher "
+                 "--set train.freeze=blocks.1.attn.out",
+                 kinds[k], dir);
+        cr_assert_eq(train(out, extra), 0, "%s", log_of(strcat(strcpy(name, out), ".log")));
+        float *a, *b, *m;
+        size_t na = read_tensor("teacher", "blocks.1.attn.out.weight", &a);
+        size_t nb = read_tensor(out, "blocks.1.attn.out.weight", &b);
+        cr_assert(na > 0 && na == nb);
+        cr_expect(memcmp(a, b, na * sizeof(float)) == 0, "%s: W_O is not the teacher's", kinds[k]);
+        snprintf(name, sizeof name, "blocks.1.%s.weight", own[k]);
+        cr_expect_gt(read_tensor(out, name, &m), 0, "%s missing", name);
+        cr_expect_eq(read_tensor(out, "blocks.1.attn.qkv.weight", &b), 0);
+        free(a), free(b), free(m);
+    }
+}
+
+Test(mixer_config, a_bad_mixer_list_is_refused, .init = setup, .fini = teardown, .timeout = 120) {
+    cr_assert_neq(train("bad", "--set model.mixers=attention,mamba"), 0);
+    const char *msg = log_of("bad.log");
+    cr_expect(strstr(msg, "model.mixers") && strstr(msg, "bilstm"), "unhelpful error: %s", msg);
+    cr_assert_neq(train("long", "--set model.mixers=attention,attention,bimamba"), 0);
+    msg = log_of("long.log");
+    cr_expect(strstr(msg, "model.layers"), "unhelpful error: %s", msg);
+}

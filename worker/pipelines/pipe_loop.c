@@ -14,26 +14,32 @@ static double now_s(void) {
 }
 
 model_shape pipe_model_shape(const bf_config *c, const data_sets *d) {
+    model_shape sh;
     if (d->image_rows > 0) {
         int p = c->model.patch;
-        return (model_shape){.layers = c->model.layers,
-                             .d_model = c->model.d_model,
-                             .heads = c->model.heads,
-                             .seq_len = (d->image_rows / p) * (d->image_cols / p) + 1,
-                             .vocab = 256,
-                             .n_classes = d->n_classes,
-                             .patch = p,
-                             .image_h = d->image_rows,
-                             .image_w = d->image_cols};
+        sh = (model_shape){.layers = c->model.layers,
+                           .d_model = c->model.d_model,
+                           .heads = c->model.heads,
+                           .seq_len = (d->image_rows / p) * (d->image_cols / p) + 1,
+                           .vocab = 256,
+                           .n_classes = d->n_classes,
+                           .patch = p,
+                           .image_h = d->image_rows,
+                           .image_w = d->image_cols};
+    } else {
+        sh = (model_shape){.layers = c->model.layers,
+                           .d_model = c->model.d_model,
+                           .heads = c->model.heads,
+                           .seq_len = c->model.seq_len,
+                           .vocab = tok_vocab_size(d->tok),
+                           .n_classes = d->n_classes,
+                           .hadamard = strcmp(c->attn.out_proj, "hadamard") == 0,
+                           .budget = c->budget.enabled && d->n_classes > 0};
     }
-    model_shape sh = {.layers = c->model.layers,
-                      .d_model = c->model.d_model,
-                      .heads = c->model.heads,
-                      .seq_len = c->model.seq_len,
-                      .vocab = tok_vocab_size(d->tok),
-                      .n_classes = d->n_classes,
-                      .hadamard = strcmp(c->attn.out_proj, "hadamard") == 0,
-                      .budget = c->budget.enabled && d->n_classes > 0};
+    /* cfg_validate checked the list; a config that skipped it builds attention */
+    char err[256];
+    if (model_shape_mixers(&sh, c->model.mixers, err, sizeof err))
+        memset(sh.mixer, 0, sizeof sh.mixer);
     return sh;
 }
 
