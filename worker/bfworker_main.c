@@ -443,13 +443,26 @@ static int cmd_params(int argc, char **argv) {
                       .n_classes = lm ? 0 : 26,
                       .hadamard = strcmp(c.attn.out_proj, "hadamard") == 0,
                       .budget = c.budget.enabled && !lm};
+    int vit = strcmp(c.pipeline, "vit") == 0, p = c.model.patch;
+    if (vit) /* sized for Fashion-MNIST's 28 x 28 images and 10 classes */
+        sh = (model_shape){.layers = c.model.layers,
+                           .d_model = c.model.d_model,
+                           .heads = c.model.heads,
+                           .seq_len = (28 / p) * (28 / p) + 1,
+                           .vocab = 256,
+                           .n_classes = 10,
+                           .patch = p,
+                           .image_h = 28,
+                           .image_w = 28};
     model m;
     if (model_create(&m, &sh, bk_cpu(), 1, err, sizeof err)) {
         fprintf(stderr, "bfworker: %s\n", err);
         return EXIT_USAGE;
     }
     printf("%-12s %12s\n", "part", "parameters");
-    printf("%-12s %12zu\n", "embedding", model_count(&m, "tok_emb.") + model_count(&m, "pos_emb."));
+    printf("%-12s %12zu\n", "embedding",
+           model_count(&m, "tok_emb.") + model_count(&m, "pos_emb.") +
+               model_count(&m, "patch_emb.") + model_count(&m, "cls_token"));
     char pre[32];
     for (int l = 0; l < sh.layers; l++) {
         snprintf(pre, sizeof pre, "blocks.%d.attn.", l);
@@ -459,7 +472,10 @@ static int cmd_params(int argc, char **argv) {
     }
     printf("%-12s %12zu\n", "head", model_count(&m, "ln_f.") + model_count(&m, "head."));
     printf("%-12s %12zu\n", "total", m.np.P.numel);
-    if (!lm) printf("(classifier sized for 26 classes; the data decides the real count)\n");
+    if (vit)
+        printf("(sized for 28 x 28 images and 10 classes; the data decides the real ones)\n");
+    else if (!lm)
+        printf("(classifier sized for 26 classes; the data decides the real count)\n");
     model_destroy(&m);
     return EXIT_OK;
 }
