@@ -43,6 +43,7 @@ static const char *const COMMON =
 
 typedef struct parity_case {
     const char *name, *yaml;
+    const char *set; /* extra --set options (nullable) */
 } parity_case;
 
 static const parity_case CASES[] = {
@@ -57,6 +58,9 @@ static const parity_case CASES[] = {
      "pipeline: budgetformer\nattn: {out_proj: hadamard}\n"
      "budget: {enabled: true, range: [0.0, 0.01], lambda_budget: 1.0,\n"
      "         lambda_entropy: 0.5, noise: {schedule: linear, start: 0.5, end: 0.0}}\n"},
+    {"encoder_bilstm",
+     "pipeline: budgetformer\nattn: {out_proj: dense}\nbudget: {enabled: false}\n",
+     "--set model.mixers=bilstm,attention"},
     {"lm_dense", "pipeline: lm\nattn: {out_proj: dense}\ndata: {val_fraction: 0.1}\n"},
     {"lm_hadamard", "pipeline: lm\nattn: {out_proj: hadamard}\ndata: {val_fraction: 0.1}\n"},
 };
@@ -85,8 +89,8 @@ static void dump_case(const parity_case *c) {
         snprintf(data, sizeof data,
                  "--set data.train=%s/glosses_train.tsv --set data.val=%s/glosses_val.tsv", dir,
                  dir);
-    snprintf(cmd, sizeof cmd, "%s/bfworker dump '%s' %s --out '%s/%s' --quiet 2>'%s/%s.log'",
-             BF_BIN_DIR, cfg, data, dir, c->name, dir, c->name);
+    snprintf(cmd, sizeof cmd, "%s/bfworker dump '%s' %s %s --out '%s/%s' --quiet 2>'%s/%s.log'",
+             BF_BIN_DIR, cfg, data, c->set ? c->set : "", dir, c->name, dir, c->name);
     char logp[512];
     snprintf(logp, sizeof logp, "%s/%s.log", dir, c->name);
     cr_assert_eq(system(cmd), 0, "%s\n%s", cmd, log_text(logp));
@@ -153,7 +157,8 @@ Test(parity, bf_matches_pytorch) {
     const char *out = log_text(tmpdir_path(dir, "py.log"));
     cr_log_info("%s", out);
     cr_assert_eq(rc, 0, "PyTorch parity failed:\n%s", out);
-    cr_expect(strstr(out, "5 of 5 dumps match bf"), "%s", out);
+    cr_expect(strstr(out, "6 of 6 dumps match bf"), "%s", out);
+    cr_expect(strstr(out, "ok encoder_bilstm: encoder dense bilstm"), "%s", out);
     /* the hinge exercised on both sides (every sample, both layers) */
     cr_expect(strstr(out, "s outside the range 12+0 of 12") &&
                   strstr(out, "s outside the range 0+12 of 12"),

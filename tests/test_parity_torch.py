@@ -46,6 +46,7 @@ The model:
   index; no gradient); m_i = 1 at rank 1, else sigmoid((s H - r_i)/tau_r);
   w = m * (1 + p - stopgrad(p)).
   Heads: encoder = masked mean of LN_f(x) then head; decoder = LN_f(x) tok_emb^T.
+  BiLSTM layers (model.mixers): torch.nn.LSTM per head, see BiLSTMMixer.
   Loss: CE (mean over targets >= 0)
         + lambda_b * mean over samples and layers of
           [max(0, s_min - s)^2 + max(0, s - s_max)^2]
@@ -188,15 +189,81 @@ class Attention(nn.Module):
         return self.out(c), hinge, ent
 
 
+class OutOnly(nn.Module):
+    """The replaced attention's output projection, under its names (attn.out.*)."""
+
+    def __init__(self, d, hadamard):
+        super().__init__()
+        self.out = Hadamard(d) if hadamard else nn.Linear(d, d)
+
+
+class Params(nn.Module):
+    def __init__(self, **shapes):
+        super().__init__()
+        for k, v in shapes.items():
+            setattr(self, k, nn.Parameter(torch.zeros(*v)))
+
+
+class BiLSTMMixer(nn.Module):
+    """Per head a torch.nn.LSTM(d, d_h/2, bidirectional) over u, its weights
+    the slices of bf's lstm.ih / lstm.hh (streams 2h forward, 2h+1 backward;
+    b_ih = lstm.ih.bias, b_hh = 0); outputs per head concatenated, then W_O.
+    The mask must be a prefix per sample (padding at the end): the masked run
+    is then torch's packed sequence."""
+
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads, self.hsz = heads, d // heads // 2
+        G = 4 * self.hsz
+        self.ih = nn.Linear(d, 2 * heads * G)
+        self.hh = Params(weight=(2 * heads * G, self.hsz))
+        # the reference module, unregistered: its parameters are bf's slices
+        self.__dict__["ref"] = nn.LSTM(d, self.hsz, batch_first=True, bidirectional=True).double()
+
+    def forward(self, u, mask):
+        B, T, _ = u.shape
+        lengths = mask.sum(1).long()
+        pos = torch.arange(T).unsqueeze(0)
+        if not bool(((pos < lengths.unsqueeze(1)).double() == mask).all()):
+            raise Failure("bilstm parity needs each sample's mask to be a prefix")
+        G, outs = 4 * self.hsz, []
+        for h in range(self.heads):
+            f, b = slice(2 * h * G, (2 * h + 1) * G), slice((2 * h + 1) * G, (2 * h + 2) * G)
+            w = {"weight_ih_l0": self.ih.weight[f], "weight_hh_l0": self.hh.weight[f],
+                 "bias_ih_l0": self.ih.bias[f], "bias_hh_l0": torch.zeros_like(self.ih.bias[f]),
+                 "weight_ih_l0_reverse": self.ih.weight[b],
+                 "weight_hh_l0_reverse": self.hh.weight[b],
+                 "bias_ih_l0_reverse": self.ih.bias[b],
+                 "bias_hh_l0_reverse": torch.zeros_like(self.ih.bias[b])}
+            packed = nn.utils.rnn.pack_padded_sequence(u, lengths.clamp(min=1), batch_first=True,
+                                                       enforce_sorted=False)
+            # the module's own forward over bf's tensors (what it would run
+            # after load_state_dict of these slices, with their gradients)
+            object.__setattr__(self.ref, "_flat_weights",
+                               [w[n] for n in self.ref._flat_weights_names])
+            y, _ = self.ref(packed)
+            y, _ = nn.utils.rnn.pad_packed_sequence(y, batch_first=True, total_length=T)
+            outs.append(y * mask.unsqueeze(-1))
+        return torch.cat(outs, -1)
+
+
 class Block(nn.Module):
-    def __init__(self, d, heads, causal, hadamard, budget):
+    def __init__(self, d, heads, causal, hadamard, budget, mixer="attention"):
         super().__init__()
         self.ln1 = nn.LayerNorm(d, eps=1e-5)
-        self.attn = Attention(d, heads, causal, hadamard, budget)
+        self.mixer = mixer
+        if mixer == "bilstm":
+            self.lstm = BiLSTMMixer(d, heads)
+            self.attn = OutOnly(d, hadamard)
+        else:
+            self.attn = Attention(d, heads, causal, hadamard, budget)
         self.ln2 = nn.LayerNorm(d, eps=1e-5)
         self.mlp = MLP(d, 4 * d, d)
 
     def forward(self, x, mask, noise, kn):
+        if self.mixer == "bilstm":
+            x = x + self.attn.out(self.lstm(self.ln1(x), mask))
+            return x + self.mlp(self.ln2(x)), 0, 0
         a, hinge, ent = self.attn(self.ln1(x), mask, noise, kn)
         x = x + a
         return x + self.mlp(self.ln2(x)), hinge, ent
@@ -212,8 +279,9 @@ class Transformer(nn.Module):
         self.tok_emb = nn.Embedding(V, d)
         self.pos_emb = nn.Embedding(T, d)
         self.blocks = nn.ModuleList(
-            Block(d, sh["heads"], not self.encoder, sh["hadamard"], sh["budget"])
-            for _ in range(sh["layers"]))
+            Block(d, sh["heads"], not self.encoder, sh["hadamard"], sh["budget"],
+                  sh.get("mixers", ["attention"] * sh["layers"])[l])
+            for l in range(sh["layers"]))
         self.ln_f = nn.LayerNorm(d, eps=1e-5)
         if self.encoder:
             self.head = nn.Linear(d, sh["n_classes"])
@@ -330,11 +398,12 @@ def check_dump(d):
         r = close("gradient of " + name, bf_grads[name], ref, RTOL_GRAD, floor)
         if r >= worst_grad:
             worst_grad, worst_name = r, name
-    return ("%s: %s%s%s, %d tensors: logits within %.2g of the bound, loss %.6f (task %.6f "
+    mixers = "".join(" " + k for k in sorted(set(sh.get("mixers", [])) - {"attention"}))
+    return ("%s: %s%s%s%s, %d tensors: logits within %.2g of the bound, loss %.6f (task %.6f "
             "budget %.3g entropy %+.3g%s), worst gradient %s at %.2g of the bound" % (
                 os.path.basename(os.path.normpath(d)), "encoder" if sh["n_classes"] else "lm",
                 " budget" if sh["budget"] else "", " hadamard" if sh["hadamard"] else " dense",
-                len(params), worst_logit, float(loss), float(task), float(budget),
+                mixers, len(params), worst_logit, float(loss), float(task), float(budget),
                 float(entropy), extra, worst_name, worst_grad))
 
 

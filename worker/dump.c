@@ -155,7 +155,11 @@ static int write_json(const model *m, const bf_config *c, int B, const char *pat
         sh->d_model, "heads", sh->heads, "seq_len", sh->seq_len, "vocab", sh->vocab, "n_classes",
         sh->n_classes, "hadamard", sh->hadamard, "budget", sh->budget, "causal", sh->n_classes == 0,
         "batch", B, "rows", m->arch->loss_rows(m, B), "logit_width", m->arch->logit_width(m));
-    if (!root) {
+    json_t *mixers = json_array();
+    for (int l = 0; root && mixers && l < sh->layers; l++)
+        json_array_append_new(mixers, json_string(model_mixer_name(sh->mixer[l])));
+    if (!root || !mixers || json_object_set_new(json_object_get(root, "shape"), "mixers", mixers)) {
+        json_decref(root);
         snprintf(err, errlen, "out of memory building %s", path);
         return -1;
     }
