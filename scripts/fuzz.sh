@@ -49,6 +49,7 @@ for t in $targets; do
     crashes=build-fuzz/crashes/$t
     mkdir -p "$work" "$crashes"
     log=build-fuzz/fuzz_$t.log
+    before=$(find "$crashes" -type f | wc -l)
     rc=0
     # leaks: OpenMP and sentencepiece keep per-process allocations that
     # LeakSanitizer reports on exit; leak checks run in the ASan unit tests
@@ -57,7 +58,7 @@ for t in $targets; do
         -max_len=262144 -print_final_stats=1 -artifact_prefix="$crashes/" \
         "$work" "tests/fuzz/corpus/$t" >"$log" 2>&1 || rc=$?
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
-    found=$(find "$crashes" -type f | wc -l | tr -d ' ')
+    found=$(($(find "$crashes" -type f | wc -l) - before)) # this run's, not earlier ones
     size=$(find "$work" -type f | wc -l | tr -d ' ')
     echo "fuzz $t: ${runs:-?} executions in $secs s, corpus $size, crashes $found (log: $log)"
     if [ "$rc" -ne 0 ] || [ "$found" -ne 0 ]; then
