@@ -1,0 +1,186 @@
+/* bench_mixers: one mixer sublayer as a model runs it (LayerNorm, the mixer,
+ * its output projection: nn_block's LN1 and mixer slot), attention against
+ * bimamba and bilstm, at ViT shapes.
+ *
+ *   bench_mixers [--device auto|cpu|cuda] [--json] [--reps N] [--max-t T]
+ *
+ * Shapes: batch 8, T = 197, 577, 1025, 2049 tokens (up to --max-t), d = 192
+ * with 3 heads (DeiT-Tiny) and d = 384 with 6 heads, dense W_O. Modes:
+ * "infer" (forward, inference) and "train" (training forward + backward,
+ * parameter gradients included). Each number is the fastest of N timed
+ * repetitions (default 3) after one warm-up, with the backend's sync()
+ * around each. The table goes to stdout; with --json it goes to stderr and
+ * stdout gets one record per line:
+ *   {"mixer": "bimamba", "T": 577, "d": 192, "heads": 3, "mode": "infer",
+ *    "ms": ..., "speedup_vs_attention": ...} */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/bench_util.h"
+#include "kernels/bk_rng.h"
+#include "worker/nn/nn_block.h"
+
+#define BATCH 8
+
+typedef struct sub {
+    nn_params np;
+    nn_env env;
+    nn_block b;
+    bk_arena A;
+    nn_scratch S;
+    float *x, *y, *dy, *dx;
+    int B, T, C;
+} sub;
+
+static int sub_make(sub *s, const bk_backend *be, const char *mixer, int C, int H, int T, char *err,
+                    size_t errlen) {
+    memset(s, 0, sizeof *s);
+    s->B = BATCH, s->T = T, s->C = C;
+    nn_params_init(&s->np);
+    s->env = (nn_env){be, &s->np};
+    nn_block_cfg cf = {.C = C,
+                       .hidden = 4 * C,
+                       .mixer = mixer,
+                       .attn = {.C = C, .NH = H},
+                       .std = 0.02f,
+                       .resid_std = 0.02f};
+    if (nn_block_declare(&s->b, &s->np, "blocks.0", &cf, err, errlen)) return -1;
+    if (bk_params_alloc(&s->np.P, be, err, errlen)) return -1;
+    if (nn_params_init_weights(&s->np, 1, err, errlen)) return -1;
+    size_t n = (size_t)BATCH * T * C;
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 0) bk_arena_plan(&s->A);
+        nn_block_plan(&s->b, &s->A, BATCH, T);
+        s->x = bk_arena_floats(&s->A, n);
+        s->y = bk_arena_floats(&s->A, n);
+        s->dy = bk_arena_floats(&s->A, n);
+        s->dx = bk_arena_floats(&s->A, n);
+        if (pass == 0 && bk_arena_reserve(&s->A, be, err, errlen)) return -1;
+        if (pass == 0) bk_arena_reset(&s->A);
+    }
+    nn_block_scratch(&s->b, &s->S);
+    if (nn_scratch_reserve(&s->S, be, err, errlen)) return -1;
+    be->rng_normal(s->x, n, 3, 0, 0);
+    be->rng_normal(s->dy, n, 3, 1, 0);
+    return 0;
+}
+
+static void sub_free(sub *s) {
+    nn_block_destroy(&s->b);
+    nn_scratch_free(&s->S);
+    bk_arena_free(&s->A);
+    nn_params_free(&s->np);
+}
+
+/* LN1 + mixer (+ backward of both when train) */
+static void sub_run(sub *s, int train) {
+    const bk_backend *be = s->env.be;
+    nn_knobs kn = {.tau = 1};
+    nn_stats st = {0};
+    nn_call c = {.B = s->B, .T = s->T, .training = train, .layers = 1, .kn = &kn, .st = &st};
+    int N = s->B * s->T;
+    nn_block *b = &s->b;
+    nn_layernorm_forward(&b->ln1, &s->env, &b->a1, s->x, N);
+    b->mix.ops->forward(b->mix.self, &s->env, &s->S, &c, s->y, b->a1.out);
+    if (!train) return;
+    size_t NC = (size_t)N * s->C;
+    be->zero(s->dx, NC * sizeof(float));
+    /* dy goes to the mixer; its du lands in y (reused), then through LN1 */
+    be->zero(s->y, NC * sizeof(float));
+    b->mix.ops->backward(b->mix.self, &s->env, &s->S, &c, s->y, s->dy, NULL, b->a1.out);
+    nn_layernorm_backward(&b->ln1, &s->env, &b->a1, s->dx, s->y, s->x, N);
+}
+
+static double best_ms(sub *s, int train, int reps) {
+    const bk_backend *be = s->env.be;
+    double best = 1e30;
+    for (int r = 0; r <= reps; r++) {
+        be->sync();
+        double t0 = bench_now();
+        sub_run(s, train);
+        be->sync();
+        double t = bench_now() - t0;
+        if (r > 0 && t < best) best = t; /* r = 0 warms up */
+    }
+    return best * 1e3;
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: bench_mixers [--device auto|cpu|cuda] [--json] [--reps N] [--max-t T]\n"
+               "  one mixer sublayer (LN + mixer + output projection), attention vs bimamba vs\n"
+               "  bilstm, batch 8, T = 197..2049, d = 192/3 heads and 384/6 heads;\n"
+               "  infer = forward, train = forward + backward\n");
+}
+
+int main(int argc, char **argv) {
+    bk_openmp_passive(argv);
+    const char *device = "cpu";
+    int json = 0, reps = 3, max_t = 2049;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json"))
+            json = 1;
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc)
+            device = argv[++i];
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--max-t") && i + 1 < argc)
+            max_t = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "bench_mixers: unknown option '%s'\n", argv[i]);
+            usage(stderr);
+            return 64;
+        }
+    }
+    if (reps < 1 || reps > 1000) {
+        fprintf(stderr, "bench_mixers: --reps %d outside [1, 1000]\n", reps);
+        return 64;
+    }
+    const bk_backend *be;
+    char err[512];
+    if (bk_select(device, &be, err, sizeof err)) {
+        fprintf(stderr, "bench_mixers: %s\n", err);
+        return 64;
+    }
+    FILE *table = json ? stderr : stdout;
+    char cpu[256];
+    bench_cpu_model(cpu, sizeof cpu);
+    fprintf(table, "bench_mixers on %s (%s), batch %d, fastest of %d\n", be->name, cpu, BATCH,
+            reps);
+    fprintf(table, "%-9s %5s %4s %5s %-5s %10s %8s\n", "mixer", "T", "d", "heads", "mode", "ms",
+            "speedup");
+    static const int Ts[] = {197, 577, 1025, 2049};
+    static const int Ds[][2] = {{192, 3}, {384, 6}};
+    static const char *mixers[] = {"attention", "bimamba", "bilstm"};
+    for (int di = 0; di < 2; di++)
+        for (int ti = 0; ti < 4; ti++) {
+            int T = Ts[ti], C = Ds[di][0], H = Ds[di][1];
+            if (T > max_t) continue;
+            for (int train = 0; train < 2; train++) {
+                double att = 0;
+                for (int mi = 0; mi < 3; mi++) {
+                    sub s;
+                    if (sub_make(&s, be, mixers[mi], C, H, T, err, sizeof err)) {
+                        fprintf(stderr, "bench_mixers: %s\n", err);
+                        sub_free(&s);
+                        return 1;
+                    }
+                    double ms = best_ms(&s, train, reps);
+                    sub_free(&s);
+                    if (mi == 0) att = ms;
+                    const char *mode = train ? "train" : "infer";
+                    fprintf(table, "%-9s %5d %4d %5d %-5s %10.2f %7.2fx\n", mixers[mi], T, C, H,
+                            mode, ms, att / ms);
+                    if (json)
+                        printf("{\"mixer\": \"%s\", \"T\": %d, \"d\": %d, \"heads\": %d, \"mode\": "
+                               "\"%s\", \"ms\": %.4f, \"speedup_vs_attention\": %.4f}\n",
+                               mixers[mi], T, C, H, mode, ms, att / ms);
+                    fflush(stdout);
+                }
+            }
+        }
+    return 0;
+}
