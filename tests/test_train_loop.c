@@ -231,3 +231,31 @@ Test(loop, init_from_loads_another_runs_weights_by_name) {
     const char *msg = log_of("c.log");
     cr_expect(strstr(msg, "tok_emb.weight") && strstr(msg, "shape"), "unhelpful error: %s", msg);
 }
+
+/* Two runs that tokenize the same data at once (two trials of a sweep
+ * starting together) both train: neither reads the other's half-written
+ * tokenizer model. */
+Test(loop, two_runs_training_one_tokenizer_at_once_both_succeed) {
+    for (int round = 0; round < 3; round++) {
+        char cmd[4096];
+        snprintf(cmd, sizeof cmd, "rm -f %s/glosses_train.tsv.tok2*", dir);
+        cr_assert_eq(system(cmd), 0);
+        int vocab = 256 + round; /* a tokenizer no earlier round made */
+        char one[1500];
+        snprintf(one, sizeof one,
+                 "%s/bfworker train %s/budget_off.yaml --set data.train=%s/glosses_train.tsv "
+                 "--set data.val=%s/glosses_val.tsv --set model.vocab=%d --set train.steps=2 "
+                 "--quiet --out %s/tok",
+                 BF_BIN_DIR, GOLDEN, dir, dir, vocab, dir);
+        snprintf(cmd, sizeof cmd,
+                 "%sa%d >%s/toka%d.log 2>&1 & pa=$!; %sb%d >%s/tokb%d.log 2>&1 & pb=$!; "
+                 "wait $pa; a=$?; wait $pb; b=$?; test $a -eq 0 -a $b -eq 0",
+                 one, round, dir, round, one, round, dir, round);
+        int st = system(cmd);
+        char la[64], lb[64];
+        snprintf(la, sizeof la, "toka%d.log", round);
+        snprintf(lb, sizeof lb, "tokb%d.log", round);
+        cr_assert_eq(st, 0, "round %d: a concurrent run failed:\n%s\n%s", round, log_of(la),
+                     log_of(lb));
+    }
+}

@@ -1,9 +1,11 @@
 #include "worker/data/data_sets.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static int file_exists(const char *p) {
     struct stat st;
@@ -23,17 +25,36 @@ static int tok_current(const char *prefix, const char *src) {
 
 /* Trains a sentencepiece model of `vocab` pieces at prefix.model from n
  * sentences (what/src only name them in the progress line). */
+/* Trains a sentencepiece model of `vocab` pieces at prefix.model (and
+ * .vocab) from n sentences (what/src only name them in the progress line).
+ * Training writes under a name of this process and renames into place, so
+ * two trials that tokenize the same data at once never read a half-written
+ * model: each renames a whole one (training is deterministic, so they are
+ * the same). */
 static int train_tok(const char **s, size_t n, const char *prefix, int vocab, int quiet,
                      const char *what, const char *src, char *err, size_t errlen) {
+    char tmp[1200], from[1300], to[1300];
+    snprintf(tmp, sizeof tmp, "%s.tmp%ld", prefix, (long)getpid());
     tok_train_opts o;
     tok_train_opts_init(&o);
     o.vocab = vocab;
-    o.prefix = prefix;
+    o.prefix = tmp;
     o.hard_vocab_limit = 0;
     if (!quiet)
         fprintf(stderr, "tokenizer: training a %d-piece sentencepiece model on %zu %s of %s\n",
                 vocab, n, what, src);
-    return tok_train_sentences(s, n, &o, err, errlen) ? -1 : 0;
+    if (tok_train_sentences(s, n, &o, err, errlen)) return -1;
+    static const char *const ext[] = {".vocab", ".model"}; /* .model last: it marks a whole set */
+    for (int i = 0; i < 2; i++) {
+        snprintf(from, sizeof from, "%s%s", tmp, ext[i]);
+        snprintf(to, sizeof to, "%s%s", prefix, ext[i]);
+        if (rename(from, to)) {
+            snprintf(err, errlen, "cannot rename %s to %s: %s", from, to, strerror(errno));
+            unlink(from);
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* Trains the tokenizer at prefix.model from the texts of a TSV training split,
