@@ -241,14 +241,17 @@ static void killed_after_stop_decision(const char *name, int steps, const char *
                  1, "stopped once");
 }
 
+/* 6000 steps: a decided trial must not reach its end while bfd is down
+ * (these tiny trials run ~1 ms a step; bfd's restart takes up to seconds on a
+ * loaded machine), or it would rightly end COMPLETED, not STOPPED. */
 Test(adaptive, bfd_killed_after_an_asha_stop_keeps_it) {
-    killed_after_stop_decision("asha", 1500, "early_stop: {method: asha, min_steps: 40}\n",
+    killed_after_stop_decision("asha", 6000, "early_stop: {method: asha, min_steps: 40}\n",
                                "asha: val/acc ");
     cr_assert_eq(db_int("SELECT COUNT(*) FROM decisions WHERE job = ?1 AND rung = 1", 1), 4);
 }
 
 Test(adaptive, bfd_killed_after_a_median_stop_keeps_it) {
-    killed_after_stop_decision("median", 1500,
+    killed_after_stop_decision("median", 6000,
                                "early_stop: {method: median, min_steps: 40, min_trials: 2}\n",
                                "median: val/acc best ");
 }
