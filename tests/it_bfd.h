@@ -94,6 +94,24 @@ static inline const char *it_write_sweep(const char *dir, const char *name, int 
 /* ------------------------------------------------------ the store, read back */
 
 /* home/bf.db opened read-only, waiting up to 5 s on bfd's locks. */
+/* Kills (SIGKILL, whole process group) every worker bfd recorded in home's
+ * store: a test's teardown, so no trial outlives its test. */
+static inline void it_kill_workers(const char *home) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/bf.db", home);
+    sqlite3 *db;
+    if (sqlite3_open_v2(p, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK) {
+        sqlite3_stmt *st;
+        if (sqlite3_prepare_v2(db, "SELECT pid FROM bfd_runs", -1, &st, NULL) == SQLITE_OK) {
+            while (sqlite3_step(st) == SQLITE_ROW)
+                if (sqlite3_column_int64(st, 0) > 0)
+                    kill(-(pid_t)sqlite3_column_int64(st, 0), SIGKILL);
+            sqlite3_finalize(st);
+        }
+    }
+    sqlite3_close(db);
+}
+
 static inline sqlite3 *it_db_open(const char *home) {
     char p[512];
     snprintf(p, sizeof p, "%s/bf.db", home);

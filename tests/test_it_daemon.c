@@ -43,19 +43,7 @@ static void setup(void) {
 static void teardown(void) {
     stop_bfd(SIGKILL);
     /* end the process group of any worker this test left running, by the pids bfd recorded */
-    char p[512];
-    snprintf(p, sizeof p, "%s/bf.db", g_home);
-    sqlite3 *db;
-    if (sqlite3_open_v2(p, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK) {
-        sqlite3_stmt *st;
-        if (sqlite3_prepare_v2(db, "SELECT pid FROM bfd_runs", -1, &st, NULL) == SQLITE_OK) {
-            while (sqlite3_step(st) == SQLITE_ROW)
-                if (sqlite3_column_int64(st, 0) > 0)
-                    kill(-(pid_t)sqlite3_column_int64(st, 0), SIGKILL);
-            sqlite3_finalize(st);
-        }
-    }
-    sqlite3_close(db);
+    it_kill_workers(g_home);
     if (tmpdir_remove(g_dir)) { /* nothing left to clean is fine */
     }
 }
