@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const stage_names[S2S_STAGES] = {"teacher",  "avit",     "profile",
-                                                    "distill",  "finetune", "eval"};
+static const char *const stage_names[S2S_STAGES] = {"teacher", "avit",     "profile",
+                                                    "distill", "finetune", "eval"};
 
 /* What each stage reads from the config, besides its parent's output. A rule
  * ending in '.' is a prefix ("data." = every data key), any other is one key;

@@ -112,8 +112,7 @@ Test(s2s_stages, keys_that_do_not_change_training_change_nothing) {
     s2s_stage a[S2S_STAGES], b[S2S_STAGES];
     plan_with("", a);
     const char *inert[] = {"train.eval_every: 7\n", "train.checkpoint_every: 3\n",
-                           "train.log_every: 1\n", "device: cpu\n",
-                           "budget: {lambda_budget: 2}\n"};
+                           "train.log_every: 1\n", "device: cpu\n", "budget: {lambda_budget: 2}\n"};
     for (size_t i = 0; i < sizeof inert / sizeof inert[0]; i++) {
         plan_with(inert[i], b);
         cr_assert_eq(changed(a, b), 0u, "%s changed mask %#x", inert[i], changed(a, b));
@@ -123,9 +122,13 @@ Test(s2s_stages, keys_that_do_not_change_training_change_nothing) {
 Test(s2s_stages, teacher_keys_move_everything) {
     s2s_stage a[S2S_STAGES], b[S2S_STAGES];
     plan_with("", a);
-    const char *moving[] = {"train.seed: 2\n", "model.seq_len: 32\n",
-                            "attn: {out_proj: hadamard}\n", "aug: {hflip: false}\n",
-                            "init: {from: /tmp/x.safetensors}\n", "train.lr: 1e-3\n", "data.val_fraction: 0.1\n"};
+    const char *moving[] = {"train.seed: 2\n",
+                            "model.seq_len: 32\n",
+                            "attn: {out_proj: hadamard}\n",
+                            "aug: {hflip: false}\n",
+                            "init: {from: /tmp/x.safetensors}\n",
+                            "train.lr: 1e-3\n",
+                            "data.val_fraction: 0.1\n"};
     for (size_t i = 0; i < sizeof moving / sizeof moving[0]; i++) {
         plan_with(moving[i], b);
         cr_assert_eq(changed(a, b), 0x3fu, "%s changed mask %#x", moving[i], changed(a, b));
@@ -139,10 +142,8 @@ Test(s2s_stages, dependency_table_by_prefix) {
         const char *k = cfg_field_at(i)->key;
         int teacher = s2s_stage_depends(0, k), avit = s2s_stage_depends(1, k);
         if (strncmp(k, "avit.", 5) == 0) cr_assert(avit && !teacher, "%s", k);
-        if (strncmp(k, "data.", 5) == 0 || strncmp(k, "aug.", 4) == 0)
-            cr_assert(teacher, "%s", k);
-        if (strncmp(k, "budget.", 7) == 0 || strcmp(k, "device") == 0 ||
-            strcmp(k, "pipeline") == 0)
+        if (strncmp(k, "data.", 5) == 0 || strncmp(k, "aug.", 4) == 0) cr_assert(teacher, "%s", k);
+        if (strncmp(k, "budget.", 7) == 0 || strcmp(k, "device") == 0 || strcmp(k, "pipeline") == 0)
             for (int s = 0; s < S2S_STAGES; s++) cr_assert(!s2s_stage_depends(s, k), "%s", k);
     }
     cr_assert(!s2s_stage_depends(0, "model.mixers"));
