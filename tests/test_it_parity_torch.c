@@ -5,8 +5,9 @@
  * equations (Debian's python3-torch, safetensors from build/pydeps), loads
  * the weights by name and must reproduce the logits (1e-4), the losses and
  * every tensor's gradient (1e-3). Cases: the encoder baseline, the budget
- * gate in training mode with Gumbel noise (dense and Hadamard W_O), and the
- * causal LM (dense and Hadamard). A missing torch fails the test (CI
+ * gate in training mode with Gumbel noise (dense and Hadamard W_O), the
+ * bilstm and bimamba mixers in an encoder layer, and the causal LM (dense and
+ * Hadamard). A missing torch fails the test (CI
  * installs it). A gradient file with one element moved by 0.5% must then
  * fail the check: the comparison is shown to be able to fail. */
 #include <criterion/criterion.h>
@@ -61,6 +62,9 @@ static const parity_case CASES[] = {
     {"encoder_bilstm",
      "pipeline: budgetformer\nattn: {out_proj: dense}\nbudget: {enabled: false}\n",
      "--set model.mixers=bilstm,attention"},
+    {"encoder_bimamba",
+     "pipeline: budgetformer\nattn: {out_proj: dense}\nbudget: {enabled: false}\n",
+     "--set model.mixers=bimamba,attention"},
     {"lm_dense", "pipeline: lm\nattn: {out_proj: dense}\ndata: {val_fraction: 0.1}\n"},
     {"lm_hadamard", "pipeline: lm\nattn: {out_proj: hadamard}\ndata: {val_fraction: 0.1}\n"},
 };
@@ -157,8 +161,9 @@ Test(parity, bf_matches_pytorch) {
     const char *out = log_text(tmpdir_path(dir, "py.log"));
     cr_log_info("%s", out);
     cr_assert_eq(rc, 0, "PyTorch parity failed:\n%s", out);
-    cr_expect(strstr(out, "6 of 6 dumps match bf"), "%s", out);
+    cr_expect(strstr(out, "7 of 7 dumps match bf"), "%s", out);
     cr_expect(strstr(out, "ok encoder_bilstm: encoder dense bilstm"), "%s", out);
+    cr_expect(strstr(out, "ok encoder_bimamba: encoder dense bimamba"), "%s", out);
     /* the hinge exercised on both sides (every sample, both layers) */
     cr_expect(strstr(out, "s outside the range 12+0 of 12") &&
                   strstr(out, "s outside the range 0+12 of 12"),
@@ -171,6 +176,13 @@ Test(parity, bf_matches_pytorch) {
     cr_expect_eq(python(args), 1, "%s", log_text(tmpdir_path(dir, "py.log")));
     out = log_text(tmpdir_path(dir, "py.log"));
     cr_expect(strstr(out, "FAIL") && strstr(out, "gradient of blocks.1.attn.scorer.weight"), "%s",
+              out);
+    /* and in the mixer: the backward direction's decay rates, 0.5% off */
+    perturb_gradient("encoder_bimamba", "blocks.0.mamba.bwd.A_log", 1.005f);
+    snprintf(args, sizeof args, "'%s/encoder_bimamba'", dir);
+    cr_expect_eq(python(args), 1, "%s", log_text(tmpdir_path(dir, "py.log")));
+    out = log_text(tmpdir_path(dir, "py.log"));
+    cr_expect(strstr(out, "FAIL") && strstr(out, "gradient of blocks.0.mamba.bwd.A_log"), "%s",
               out);
 }
 
