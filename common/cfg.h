@@ -73,7 +73,9 @@ typedef struct bf_config {
         float lambda_budget, lambda_entropy;
     } budget;
     struct {
-        float retention, gate_scale, ponder_weight, prior_weight;
+        int enabled;
+        float retention, gate_scale, gate_center, ponder_weight, prior_weight;
+        int steps; /* s2s: the avit stage's steps */
     } avit;
     struct {
         char mixer[CFG_NAME_MAX]; /* bimamba | bilstm */

@@ -70,6 +70,12 @@ static const cfg_field cfg_schema[] = {
     {"budget.lambda_entropy", CFG_T_FLOAT, OFF(budget.lambda_entropy), 0.0, 1e6, "0.01", NULL,
      "weight of the annealed head-entropy term"},
 
+    {"avit.enabled", CFG_T_BOOL, OFF(avit.enabled), NOLIM, "false", NULL,
+     "A-ViT token halting after every block (vit; in s2s the avit stage turns it on)"},
+    {"avit.gate_center", CFG_T_FLOAT, OFF(avit.gate_center), -1e4, 1e4, "3", NULL,
+     "halting gate centre g: h = sigmoid(gate_scale * t0 - g)"},
+    {"avit.steps", CFG_T_INT, OFF(avit.steps), 1, 100000000, "1000", NULL,
+     "s2s: steps of the avit stage (fine-tuning the teacher with halting)"},
     {"avit.retention", CFG_T_FLOAT, OFF(avit.retention), 0.01, 1.0, "0.7", NULL,
      "target token-retention ratio r (mean fraction of tokens active per layer)"},
     {"avit.gate_scale", CFG_T_FLOAT, OFF(avit.gate_scale), 1e-3, 1e4, "10", NULL,

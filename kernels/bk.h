@@ -185,6 +185,33 @@ typedef struct bk_gate_args {
 
 /* The backend interface. bk_cpu() and bk_cuda() return tables with the same
  * signatures; models call ops only through a table, so one binary runs on both. */
+/* A-ViT halting of one layer (design.md, "A-ViT"), for halt_forward and
+ * halt_backward. Token 0 of each sample is the class token: it never halts
+ * and is left out of every sum. */
+typedef struct bk_halt_args {
+    int B, T, C;       /* t is [B,T,C]; the score reads channel 0 */
+    int layer, layers; /* this layer and the model's depth (the last halts every token) */
+    float gamma;       /* gate scale: h = sigmoid(gamma * t[.,.,0] - centre) */
+    float centre;      /* gate centre g */
+    float eps;         /* a token halts once its cumulative score reaches 1 - eps */
+} bk_halt_args;
+
+/* Floats of the per-layer sums halt_forward adds (hstats, doubles): psum[L]
+ * (sum of p over patch tokens: h while running, the remainder where it
+ * halts), keep[L] (active patch tokens), then one slot for the sum of the
+ * remainders at halting. */
+#define BK_HALT_STATS(L) (2 * (size_t)(L) + 1)
+
+/* What halt_loss turns hstats into. */
+typedef struct bk_halt_loss_args {
+    int layers;
+    double tokens;      /* patch tokens in the batch, B (T - 1) */
+    float centre_depth; /* prior mean over layers 0..L-1 */
+    float sigma;        /* prior std (layers) */
+    float ponder_weight, prior_weight;
+    int slot_ponder, slot_prior, slot_keep; /* dstats slots the losses and keep fraction add to */
+} bk_halt_loss_args;
+
 typedef struct bk_backend {
     const char *name;
     bk_device device;
@@ -437,6 +464,31 @@ typedef struct bk_backend {
      * heads to the host (inference is not a training step). */
     void (*gate_infer)(float *s, int *k, int *heads, double *stats, const float *f, const float *z,
                        const double *head_cost, int B, int H, int force_k);
+    /* ---- A-ViT token halting (bk_halt_args) ---- */
+    /* out[n, :] = inp[n, :] * s[n] over N rows of C (in place allowed). */
+    void (*rowscale)(float *out, const float *inp, const float *s, int N, int C);
+    /* One layer after its block: for each active token (mask[b,k] > 0) h =
+     * sigmoid(gamma t[b,k,0] - centre) (class token: 0; last layer: 1),
+     * cum += h, and when cum >= 1 - eps the token halts here (at = layer,
+     * p = rem, next = 0) else p = h, rem -= h, next = 1. Inactive tokens:
+     * h = 0, next = 0, state unchanged. h[B,T] keeps the sigmoid for the
+     * backward; cum, rem [B,T] (start 0 and 1), at[B,T] (start -1: not yet
+     * halted), next[B,T] (this layer's output mask; may not alias mask).
+     * hstats (BK_HALT_STATS(layers) doubles) += psum, keep, remainders. */
+    void (*halt_forward)(float *h, float *next, float *cum, float *rem, int *at, double *hstats,
+                         const float *t, const float *mask, const bk_halt_args *a);
+    /* From hstats after the last layer: q_l = psum_l / sum psum, the prior
+     * pi_l proportional to exp(-(l - centre)^2 / 2 sigma^2), ponder =
+     * ponder_weight * (sum keep + sum remainders) / tokens, prior =
+     * prior_weight * KL(pi || q); adds both and mean keep fraction
+     * (sum keep / (tokens L)) into stats at the slots given. dldp[L]
+     * (floats, overwritten): d(ponder + prior)/d p of one token at layer l. */
+    void (*halt_loss)(double *stats, float *dldp, const double *hstats, const bk_halt_loss_args *a);
+    /* dt[b,k,0] += gamma h (1 - h) (dldp[layer] - dldp[at] + pgrad) for the
+     * patch tokens still running after this layer (at > layer), pgrad =
+     * -ponder_weight / tokens (the remainder's share of the ponder cost). */
+    void (*halt_backward)(float *dt, const float *h, const int *at, const float *dldp, float pgrad,
+                          const bk_halt_args *a);
 } bk_backend;
 
 /* The CPU reference backend; always available. */

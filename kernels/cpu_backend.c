@@ -55,6 +55,10 @@ static const bk_backend cpu_backend = {
     .scan_backward = bk_cpu_scan_backward,
     .lstm_forward = bk_cpu_lstm_forward,
     .lstm_backward = bk_cpu_lstm_backward,
+    .rowscale = bk_cpu_rowscale,
+    .halt_forward = bk_cpu_halt_forward,
+    .halt_loss = bk_cpu_halt_loss,
+    .halt_backward = bk_cpu_halt_backward,
 
     /* the step on the device */
     .d2h_count = bk_cpu_d2h_count,

@@ -108,4 +108,12 @@ void bk_cpu_gate_infer(float *s, int *k, int *heads, double *stats, const float 
 void bk_cpu_count_d2h(size_t bytes);
 float bk_cpu_norm_value(const float *g, size_t n);
 
+/* cpu_halt.c */
+void bk_cpu_rowscale(float *out, const float *inp, const float *s, int N, int C);
+void bk_cpu_halt_forward(float *h, float *next, float *cum, float *rem, int *at, double *hstats,
+                         const float *t, const float *mask, const bk_halt_args *a);
+void bk_cpu_halt_loss(double *stats, float *dldp, const double *hstats, const bk_halt_loss_args *a);
+void bk_cpu_halt_backward(float *dt, const float *h, const int *at, const float *dldp, float pgrad,
+                          const bk_halt_args *a);
+
 #endif

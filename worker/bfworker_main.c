@@ -370,6 +370,7 @@ static int cmd_eval(int argc, char **argv) {
     memset(&m, 0, sizeof m);
     int rc = EXIT_FAIL;
     if (model_create(&m, &sh, be, c.train.batch, err, sizeof err)) goto done;
+    pipe_model_config(&m, &c);
     if (run_src_load(&s, &m, err, sizeof err)) goto done;
     int sp = split && strcmp(split, "val") == 0 ? 0 : 1;
     if (split && sp == 1 && (!d.n_classes || !d.test)) {

@@ -74,6 +74,10 @@ static void fill_table(bk_backend *t) {
     t->scan_backward = bk_cuda_scan_backward;
     t->lstm_forward = bk_cuda_lstm_forward;
     t->lstm_backward = bk_cuda_lstm_backward;
+    t->rowscale = bk_cuda_rowscale;
+    t->halt_forward = bk_cuda_halt_forward;
+    t->halt_loss = bk_cuda_halt_loss;
+    t->halt_backward = bk_cuda_halt_backward;
 
     /* the step on the device */
     t->d2h_count = bk_cuda_d2h_count;

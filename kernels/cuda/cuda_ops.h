@@ -104,6 +104,15 @@ void bk_cuda_gate_backward(float *df, float *dz, const float *dgate, const float
 void bk_cuda_gate_infer(float *s, int *k, int *heads, double *stats, const float *f, const float *z,
                         const double *head_cost, int B, int H, int force_k);
 
+/* ---- A-ViT token halting (kernels/cuda/cuda_halt.cu) ---- */
+void bk_cuda_rowscale(float *out, const float *inp, const float *s, int N, int C);
+void bk_cuda_halt_forward(float *h, float *next, float *cum, float *rem, int *at, double *hstats,
+                          const float *t, const float *mask, const bk_halt_args *a);
+void bk_cuda_halt_loss(double *stats, float *dldp, const double *hstats,
+                       const bk_halt_loss_args *a);
+void bk_cuda_halt_backward(float *dt, const float *h, const int *at, const float *dldp, float pgrad,
+                           const bk_halt_args *a);
+
 #ifdef __cplusplus
 }
 #endif

@@ -97,6 +97,13 @@ static int plan_arena(model *m) {
     m->ids = bk_arena_ints(a, BT);
     m->targets = bk_arena_ints(a, BT);
     m->mask = bk_arena_floats(a, BT);
+    if (m->sh.avit) {
+        rc |= nn_halt_plan(&m->halt, a, L, B, T);
+        m->xc = bk_arena_floats(a, BT * C);
+        m->yc = bk_arena_floats(a, BT * C);
+        m->cmask = bk_arena_floats(a, BT);
+        m->cidx = bk_arena_ints(a, BT);
+    }
     m->arch->plan_head(m, a);
     return rc;
 }
@@ -182,6 +189,24 @@ int model_create(model *m, const model_shape *sh, const bk_backend *be, int batc
     if (!m->dstats) goto oom;
     be->zero(m->dstats, BK_STAT_SLOTS * sizeof(double));
     m->stats_per_forward = 1;
+    if (sh->avit) {
+        if (!m->arch->declare_input) {
+            snprintf(err, errlen, "A-ViT halting needs the vit model (a class token)");
+            model_destroy(m);
+            return -1;
+        }
+        m->h_cmask = malloc(BT * sizeof(float));
+        m->h_cidx = malloc(BT * sizeof(int));
+        if (!m->h_cmask || !m->h_cidx) goto oom;
+        m->halt.cf = (nn_halt_cfg){.gamma = 10,
+                                   .centre = 3,
+                                   .eps = 0.01f,
+                                   .ponder_weight = 5e-4f,
+                                   .prior_weight = 0.1f,
+                                   .retention = 0.7f,
+                                   .sigma = 1};
+        m->drop = 1;
+    }
     return 0;
 oom:
     snprintf(err, errlen, "out of memory building the model");
@@ -199,6 +224,8 @@ void model_destroy(model *m) {
     free(m->h_mask), free(m->h_targets), free(m->h_logits), free(m->h_losses);
     free(m->h_dlosses);
     free(m->h_patches), free(m->h_gather);
+    free(m->h_cmask), free(m->h_cidx);
+    nn_halt_free(&m->halt);
     if (m->be && m->dstats) m->be->release(m->dstats);
     memset(m, 0, sizeof *m);
 }
@@ -268,7 +295,11 @@ void model_stats_means(const model *m, const double *raw, double steps, model_st
     st->loss_task = st->counted > 0 ? raw[BK_STAT_LOSS_SUM] / st->counted : 0;
     st->loss_budget = raw[BK_STAT_BUDGET_LOSS] / n;
     st->loss_entropy = raw[BK_STAT_ENTROPY_LOSS] / n;
-    st->loss = st->loss_task + st->loss_budget + st->loss_entropy;
+    st->loss_ponder = raw[MODEL_STAT_PONDER] / n;
+    st->loss_prior = raw[MODEL_STAT_PRIOR] / n;
+    st->retention = raw[MODEL_STAT_KEEP] / n;
+    st->loss =
+        st->loss_task + st->loss_budget + st->loss_entropy + st->loss_ponder + st->loss_prior;
     st->mean_s = m->sh.budget && rows > 0 ? raw[BK_STAT_S_SUM] / rows : 0;
     st->heads_used = m->sh.budget && rows > 0 ? raw[BK_STAT_HEADS_SUM] / rows : 1.0;
 }
@@ -308,6 +339,50 @@ static void inference_stats(model *m, int rows, int V) {
     m->st.loss = m->st.loss_task + m->st.loss_budget + m->st.loss_entropy;
 }
 
+/* Inference of A-ViT layer l on the active tokens only: each sample's
+ * active rows (by the host mask of layer l) are gathered into a compacted
+ * [B, Tc] sequence (Tc = the most any sample has; shorter samples are
+ * padded with their class token's row, masked), the block runs on it, and
+ * what it changed is scattered back: x[l+1] = x[l] + (y - x) on the active
+ * rows. A halted row is frozen, so it is x[l] unchanged, as in training. */
+static void forward_dropped(model *m, int l, int B) {
+    const bk_backend *be = m->be;
+    int T = m->sh.seq_len, C = m->sh.d_model, Tc = 1;
+    const float *hm = m->halt.h_mask[l];
+    for (int b = 0; b < B; b++) {
+        int n = 0;
+        for (int t = 0; t < T; t++) n += hm[(size_t)b * T + t] > 0;
+        if (n > Tc) Tc = n;
+    }
+    for (int b = 0; b < B; b++) {
+        int j = 0;
+        for (int t = 0; t < T; t++)
+            if (hm[(size_t)b * T + t] > 0) {
+                m->h_cidx[(size_t)b * Tc + j] = b * T + t;
+                m->h_cmask[(size_t)b * Tc + j++] = 1;
+            }
+        for (; j < Tc; j++) {
+            m->h_cidx[(size_t)b * Tc + j] = b * T;
+            m->h_cmask[(size_t)b * Tc + j] = 0;
+        }
+    }
+    size_t rows = (size_t)B * Tc;
+    be->to_device(m->cidx, m->h_cidx, rows * sizeof(int));
+    be->to_device(m->cmask, m->h_cmask, rows * sizeof(float));
+    be->embedding_forward(m->xc, m->cidx, m->x[l], (int)rows, C);
+    nn_block *blk = &m->blocks[l];
+    blk->mask = m->cmask;
+    blk->h_mask = m->h_cmask;
+    nn_call c = model_call(m, B, 0, l);
+    c.T = Tc;
+    nn_block_forward(blk, &m->env, &m->S, &c, m->yc, m->xc);
+    be->axpy(m->yc, m->xc, -1.0f, rows * C);
+    be->copy(m->x[l + 1], m->x[l], (size_t)B * T * C * sizeof(float));
+    be->embedding_backward(m->x[l + 1], m->yc, m->cidx, (int)rows, C);
+    blk->mask = m->halt.mask[l];
+    blk->h_mask = m->halt.h_mask[l];
+}
+
 int model_forward(model *m, const int *ids, const float *mask, const int *targets, int batch,
                   int training, char *err, size_t errlen) {
     const bk_backend *be = m->be;
@@ -345,10 +420,25 @@ int model_forward(model *m, const int *ids, const float *mask, const int *target
         nn_embed_forward(&m->emb, &m->env, m->x[0], m->ids, B, T);
     else if (m->arch->embed_forward(m, ids, B, training, err, errlen))
         return -1;
+    if (m->sh.avit) nn_halt_begin(&m->halt, &m->env, B);
     for (int l = 0; l < L; l++) {
         nn_call c = model_call(m, B, training, l);
-        nn_block_forward(&m->blocks[l], &m->env, &m->S, &c, m->x[l + 1], m->x[l]);
+        nn_block *blk = &m->blocks[l];
+        if (m->sh.avit) {
+            blk->mask = m->halt.mask[l];
+            blk->h_mask = training ? NULL : m->halt.h_mask[l];
+        }
+        if (m->sh.avit && !training && m->drop && l > 0)
+            forward_dropped(m, l, B);
+        else
+            nn_block_forward(blk, &m->env, &m->S, &c, m->x[l + 1], m->x[l]);
+        if (m->sh.avit)
+            nn_halt_layer(&m->halt, &m->env, l, m->x[l + 1], B, m->sh.d_model, training);
     }
+    if (m->sh.avit && training)
+        nn_halt_loss(&m->halt, &m->env, m->dstats, B, MODEL_STAT_PONDER, MODEL_STAT_PRIOR,
+                     MODEL_STAT_KEEP);
+    if (m->sh.avit && !training) m->st.retention = nn_halt_retention(&m->halt, B, -1);
     m->st.heads_used /= (double)B * L;
     m->st.attn_flops /= (double)B;
     if (m->sh.budget) m->st.mean_s /= (double)B * L; /* inference; training: device stats */
@@ -382,6 +472,7 @@ void model_backward(model *m) {
     nn_layernorm_backward(&m->lnf, &m->env, &m->af, m->dres, m->dlnf, m->x[L], (int)BT);
     for (int l = L - 1; l >= 0; l--) {
         nn_call c = model_call(m, B, 1, l);
+        if (m->sh.avit) nn_halt_backward(&m->halt, &m->env, l, m->dres, B, C);
         nn_block_backward(&m->blocks[l], &m->env, &m->S, &m->ws, &c, m->dres);
     }
     if (m->arch->embed_backward)

@@ -26,6 +26,7 @@
 
 #include "worker/nn/nn_block.h"
 #include "worker/nn/nn_embed.h"
+#include "worker/nn/nn_halt.h"
 
 /* The mixer of a layer (model_shape.mixer): attention unless replaced. */
 typedef enum { MODEL_MIXER_ATTENTION = 0, MODEL_MIXER_BIMAMBA, MODEL_MIXER_BILSTM } model_mixer;
@@ -38,6 +39,7 @@ typedef struct model_shape {
     int budget;           /* 1: BudgetFormer head budget in every attention layer */
     int patch;            /* vit: patch side (> 0 picks the ViT; seq_len = patches + 1) */
     int image_h, image_w; /* vit: input image size; the input ids are its pixels 0..255 */
+    int avit;             /* vit: A-ViT token halting after every block (nn_halt.h) */
     /* per layer: model_mixer (0 = attention). A bimamba layer's own tensors
      * are blocks.L.mamba.*, a bilstm's blocks.L.lstm.*; both keep the
      * output projection's names blocks.L.attn.out.* (encoders only). */
@@ -118,6 +120,14 @@ struct model {
     float *h_losses; /* [rows] host copy of the last per-row task losses */
     float *h_dlosses;
 
+    /* A-ViT (sh.avit): the halting state; its cf is set by the pipeline.
+     * drop (default 1): inference computes only the active tokens of each
+     * layer (gathered per sample, computed, scattered back); 0 runs the
+     * masked computation training uses (for tests and the benchmark). */
+    nn_halt halt;
+    int drop;
+    float *xc, *yc, *cmask, *h_cmask; /* dropped layer: gathered rows, their mask */
+    int *cidx, *h_cidx;
     double *dstats; /* device stats buffer, BK_STAT_SLOTS doubles (training adds into it) */
 
     model_knobs kn;
@@ -127,6 +137,14 @@ struct model {
     int stats_per_forward; /* 1 (default): a training forward resets the device stats and
                               reads them into st (one copy); 0: they accumulate until the
                               caller reads them (model_stats_fetch), st.counted only */
+};
+
+/* Device stats slots of the A-ViT terms (after the ones bk ops write). */
+enum {
+    MODEL_STAT_PONDER = BK_STAT_FIRST_FREE,
+    MODEL_STAT_PRIOR,
+    MODEL_STAT_KEEP,
+    MODEL_STAT_FREE /* first slot a pipeline may use */
 };
 
 /* Builds the parameter layout for shape sh on backend be (call

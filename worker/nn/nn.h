@@ -120,7 +120,9 @@ typedef struct nn_knobs {
 /* What a forward measured (modules add into it). */
 typedef struct nn_stats {
     double loss, loss_task, loss_budget, loss_entropy;
-    double mean_s;     /* mean predicted budget fraction s */
+    double loss_ponder, loss_prior; /* A-ViT */
+    double retention;               /* A-ViT: mean fraction of patch tokens active per layer */
+    double mean_s;                  /* mean predicted budget fraction s */
     double heads_used; /* mean k/H over samples and layers (k = clamp(floor(sH),1,H)) */
     double correct;    /* encoder: correct predictions in the batch */
     double counted;    /* samples (encoder) or target tokens (lm) counted in the loss */

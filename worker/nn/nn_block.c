@@ -182,6 +182,12 @@ static nn_call block_call(const nn_block *b, const nn_call *c) {
     return bc;
 }
 
+/* Under the block's own mask (A-ViT halting) a masked row is frozen: its
+ * LayerNorm outputs and both branch outputs are zeroed, so out = x there. */
+static void freeze_rows(const nn_block *b, const nn_env *e, float *v, int N) {
+    if (b->mask) e->be->rowscale(v, v, b->mask, N, b->C);
+}
+
 void nn_block_forward(nn_block *b, const nn_env *e, nn_scratch *s, const nn_call *c, float *out,
                       const float *x) {
     const bk_backend *be = e->be;
@@ -196,16 +202,20 @@ void nn_block_forward(nn_block *b, const nn_env *e, nn_scratch *s, const nn_call
         t0 = wall_s();
     }
     nn_layernorm_forward(&b->ln1, e, &b->a1, x, N);
+    freeze_rows(b, e, b->a1.out, N);
     b->mix.ops->forward(b->mix.self, e, s, &bc, b->mix_out, b->a1.out);
+    freeze_rows(b, e, b->mix_out, N);
     be->add(b->mid, x, b->mix_out, NC);
     if (bc.time_mixer) {
         be->sync();
         bc.st->attn_seconds += wall_s() - t0;
     }
     nn_layernorm_forward(&b->ln2, e, &b->a2, b->mid, N);
+    freeze_rows(b, e, b->a2.out, N);
     nn_scratch_begin(s);
     float *mlp_out = nn_scratch_floats(s, NC);
     nn_mlp_forward(&b->mlp, e, mlp_out, b->a2.out, N);
+    freeze_rows(b, e, mlp_out, N);
     be->add(out, b->mid, mlp_out, NC);
 }
 
@@ -217,18 +227,29 @@ void nn_block_backward(nn_block *b, const nn_env *e, nn_scratch *s, const nn_blo
     size_t NC = (size_t)N * b->C;
     if (b->tap_grad[NN_TAP_OUT]) be->add(dx, dx, b->tap_grad[NN_TAP_OUT], NC);
     /* MLP branch: out = mid + MLP(LN2(mid)) */
+    const float *dy = dx;
+    if (b->mask) {
+        be->rowscale(w->dmix, dx, b->mask, N, b->C);
+        dy = w->dmix;
+    }
     be->zero(w->dln, NC * sizeof(float));
-    nn_mlp_backward(&b->mlp, e, s, w->dln, dx, b->a2.out, N);
+    nn_mlp_backward(&b->mlp, e, s, w->dln, dy, b->a2.out, N);
+    freeze_rows(b, e, w->dln, N);
     nn_layernorm_backward(&b->ln2, e, &b->a2, dx, w->dln, b->mid, N);
     /* mixer branch: mid = x + Mix(LN1(x)) */
-    const float *dy = dx;
+    dy = dx;
     if (b->tap_grad[NN_TAP_MIXER]) {
         be->add(w->dmix, dx, b->tap_grad[NN_TAP_MIXER], NC);
+        dy = w->dmix;
+    }
+    if (b->mask) {
+        be->rowscale(w->dmix, dy, b->mask, N, b->C);
         dy = w->dmix;
     }
     be->zero(w->dln, NC * sizeof(float));
     b->mix.ops->backward(b->mix.self, e, s, &bc, w->dln, dy, b->tap_grad[NN_TAP_MIXER_INNER],
                          b->a1.out);
+    freeze_rows(b, e, w->dln, N);
     nn_layernorm_backward(&b->ln1, e, &b->a1, dx, w->dln, b->x_in, N);
 }
 

@@ -27,13 +27,13 @@ static const pipe_term BUDGET_TERMS[] = {{"train/loss_task", pipe_term_task, 0},
                                          {"train/loss_budget", term_budget, 1},
                                          {"train/loss_entropy", term_entropy, 1}};
 
-static void budget_log(const model *m, double mean_s,
+static void budget_log(const model *m, const model_stats *st,
                        void (*metric)(void *ctx, const char *name, double value), void *ctx) {
     if (!m->sh.budget) return;
     metric(ctx, "train/temperature", m->kn.tau);
     metric(ctx, "train/noise", m->kn.sigma);
     metric(ctx, "train/gate_temperature", m->kn.tau_r);
-    metric(ctx, "train/budget_s", mean_s);
+    metric(ctx, "train/budget_s", st->mean_s);
 }
 
 const pipe_spec PIPE_BUDGETFORMER = {.name = "budgetformer",

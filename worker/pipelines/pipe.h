@@ -25,6 +25,7 @@ typedef struct eval_result {
     double seconds;                                /* wall time of the model forward passes */
     double samples, tokens;
     double corr_s_len, corr_s_loss; /* budget only: Pearson r of mean s with length / loss */
+    double retention;               /* A-ViT: mean fraction of patch tokens active per layer */
 } eval_result;
 
 typedef struct train_result {
@@ -88,9 +89,16 @@ typedef struct pipe_spec {
     int n_terms;
     /* sets the model's knobs (schedules) for step of c->train.steps */
     void (*knobs)(model *m, const bf_config *c, long step);
-    /* extra train/ metrics of a logging window (mean_s: mean budget over it) */
-    void (*log_extra)(const model *m, double mean_s,
+    /* extra train/ metrics of a logging window (st: its means) */
+    void (*log_extra)(const model *m, const model_stats *st,
                       void (*metric)(void *ctx, const char *name, double value), void *ctx);
+    /* after each logging window, with its means (the same on every rank):
+     * a pipeline's feedback on its knobs; NULL = none */
+    void (*window)(model *m, const bf_config *c, const model_stats *st);
+    /* after the last step, checkpoint written and test done: -1 with a
+     * message fails the run (e.g. a target it missed); NULL = none */
+    int (*check)(const model *m, const bf_config *c, const eval_result *val, char *err,
+                 size_t errlen);
     /* name prefixes of the tensors trained frozen (NULL-terminated; NULL = none) */
     const char *const *frozen;
     int classify; /* 1: accuracy metrics (encoder); 0: perplexity (lm) */
@@ -107,6 +115,10 @@ float pipe_step_knobs(model *m, const bf_config *c, long step);
 
 /* The task loss term (cross-entropy), shared by every pipeline. */
 double pipe_term_task(const model_stats *st);
+
+/* Sets what the config says of a built model beyond its shape: the
+ * augmentation, the budget range, the A-ViT halting knobs. */
+void pipe_model_config(model *m, const bf_config *c);
 
 /* Values per item the batcher cuts: model.seq_len tokens, or an image's
  * pixels (vit). */

@@ -40,6 +40,7 @@ enum {
     EV_LL,
     EV_SLEN,
     EV_SL,
+    EV_RET,
     EV_COUNT
 };
 
@@ -91,6 +92,7 @@ int pipe_evaluate(model *m, const bf_config *c, const data_sets *d, int split, c
         sum[EV_HEADS] += m->st.heads_used * b.valid_rows;
         sum[EV_FLOPS] += m->st.attn_flops * b.valid_rows;
         sum[EV_ROWS] += b.valid_rows;
+        sum[EV_RET] += m->st.retention * b.valid_rows;
         for (int i = 0; i < b.valid_rows * T_in; i++) sum[EV_TOKENS] += b.mask[i] > 0;
         if (d->n_classes && (m->sh.budget || per_sample)) {
             for (int i = 0; i < b.valid_rows; i++) {
@@ -130,6 +132,7 @@ int pipe_evaluate(model *m, const bf_config *c, const data_sets *d, int split, c
     out->ppl = d->n_classes ? NAN : exp(out->loss);
     out->heads_used = rows > 0 ? sum[EV_HEADS] / rows : NAN;
     out->attn_flops = rows > 0 ? sum[EV_FLOPS] / rows : NAN;
+    out->retention = m->sh.avit && rows > 0 ? sum[EV_RET] / rows : NAN;
     out->corr_s_len =
         pearson_sums(sum[EV_N], sum[EV_S], sum[EV_LEN], sum[EV_SS], sum[EV_LENLEN], sum[EV_SLEN]);
     out->corr_s_loss =

@@ -25,7 +25,8 @@ model_shape pipe_model_shape(const bf_config *c, const data_sets *d) {
                            .n_classes = d->n_classes,
                            .patch = p,
                            .image_h = d->image_rows,
-                           .image_w = d->image_cols};
+                           .image_w = d->image_cols,
+                           .avit = c->avit.enabled};
     } else {
         sh = (model_shape){.layers = c->model.layers,
                            .d_model = c->model.d_model,
@@ -41,6 +42,20 @@ model_shape pipe_model_shape(const bf_config *c, const data_sets *d) {
     if (model_shape_mixers(&sh, c->model.mixers, err, sizeof err))
         memset(sh.mixer, 0, sizeof sh.mixer);
     return sh;
+}
+
+void pipe_model_config(model *m, const bf_config *c) {
+    m->aug_pad = c->aug.crop_pad;
+    m->aug_flip = c->aug.hflip;
+    m->kn.s_min = c->budget.range[0];
+    m->kn.s_max = c->budget.range[1];
+    if (m->sh.avit) {
+        m->halt.cf.gamma = c->avit.gate_scale;
+        m->halt.cf.centre = c->avit.gate_center;
+        m->halt.cf.ponder_weight = c->avit.ponder_weight;
+        m->halt.cf.prior_weight = c->avit.prior_weight;
+        m->halt.cf.retention = c->avit.retention;
+    }
 }
 
 int pipe_input_len(const bf_config *c, const data_sets *d) {
@@ -108,6 +123,7 @@ typedef struct loop {
     data_batcher_t *bt;
     data_batch_t b;
     window w;
+    eval_result last_val; /* the last validation (the spec's check reads it) */
     double t_start, t_log, t_comm;
     long start;
 } loop;
@@ -155,10 +171,7 @@ static int freeze_config(model *m, const char *list, char *err, size_t errlen) {
 static int loop_model(loop *L, char *err, size_t errlen) {
     model_shape sh = pipe_model_shape(L->c, L->d);
     if (model_create(&L->m, &sh, L->be, L->local_batch, err, errlen)) return -1;
-    L->m.aug_pad = L->c->aug.crop_pad;
-    L->m.aug_flip = L->c->aug.hflip;
-    L->m.kn.s_min = L->c->budget.range[0];
-    L->m.kn.s_max = L->c->budget.range[1];
+    pipe_model_config(&L->m, L->c);
     if (model_init_weights(&L->m, L->c->train.seed, err, errlen)) return -1;
     if (L->h->init_from && L->h->init_from(L->h->ctx, L->c, &L->m, err, errlen)) return -1;
     for (int i = 0; L->sp->frozen && L->sp->frozen[i]; i++)
@@ -326,7 +339,8 @@ static int log_window(loop *L, long done, train_result *r, char *err, size_t err
     for (int i = 0; i < sp->n_terms; i++)
         if (!sp->terms[i].budget_only || L->m.sh.budget)
             metric(L, sp->terms[i].metric, sp->terms[i].value(&st));
-    if (sp->log_extra) sp->log_extra(&L->m, st.mean_s, metric_cb, L);
+    if (sp->log_extra) sp->log_extra(&L->m, &st, metric_cb, L);
+    if (sp->window) sp->window(&L->m, c, &st);
     metric(L, "train/heads_used", st.heads_used);
     if (sp->classify) metric(L, "train/acc", acc);
     metric(L, "train/lr", L->hp.lr);
@@ -380,6 +394,10 @@ static void eval_metrics(const loop *L, const char *split, const eval_result *e)
         metric(L, nm[6], e->corr_s_len);
         metric(L, nm[7], e->corr_s_loss);
     }
+    if (L->m.sh.avit)
+        metric(L, strcmp(split, "val") == 0 ? "val/retention" : "test/retention", e->retention);
+    if (L->m.sh.patch > 0 && strcmp(split, "test") == 0 && e->seconds > 0)
+        metric(L, "test/images_per_s", e->samples / e->seconds);
 }
 
 /* Validation on every rank's shard, logged with the step. */
@@ -388,6 +406,7 @@ static int validate(loop *L, long done, int logged, train_result *r, char *err, 
     if (pipe_evaluate(&L->m, L->c, L->d, 0, L->h, &e, NULL, err, errlen)) return -1;
     if (!logged) metric_begin(L, done);
     eval_metrics(L, "val", &e);
+    L->last_val = e;
     if (r) r->val = e;
     if (!L->quiet) {
         if (!L->sp->classify)
@@ -395,8 +414,9 @@ static int validate(loop *L, long done, int logged, train_result *r, char *err, 
         else
             fprintf(stderr,
                     "eval  %6ld | val/loss %.4f | val/acc %.4f | val/heads_used %.3f | "
-                    "val/attn_flops %.3g\n",
-                    done, e.loss, e.acc, e.heads_used, e.attn_flops);
+                    "val/attn_flops %.3g%s",
+                    done, e.loss, e.acc, e.heads_used, e.attn_flops, L->m.sh.avit ? "" : "\n");
+        if (L->m.sh.avit) fprintf(stderr, " | val/retention %.3f\n", e.retention);
     }
     return 0;
 }
@@ -425,6 +445,9 @@ static int final_test(loop *L, long step, train_result *r, char *err, size_t err
         if (L->m.sh.budget)
             fprintf(stderr, " | corr(s, length) %.3f | corr(s, loss) %.3f", e.corr_s_len,
                     e.corr_s_loss);
+        if (L->m.sh.avit) fprintf(stderr, " | retention %.3f", e.retention);
+        if (L->m.sh.patch > 0 && e.seconds > 0)
+            fprintf(stderr, " | %.0f images/s", e.samples / e.seconds);
         fputc('\n', stderr);
     }
     return 0;
@@ -534,6 +557,7 @@ int pipe_train(const pipe_spec *sp, const bf_config *c, const data_sets *d, cons
     window_begin(&L);
     rc = run_steps(&L, stop, r, &step, err, errlen);
     if (rc == 0 && final_test(&L, step, r, err, errlen)) rc = -1;
+    if (rc == 0 && sp->check && sp->check(&L.m, c, &L.last_val, err, errlen)) rc = -1;
     if (rc == 0 && r) r->steps = step;
 out:
     loop_free(&L);

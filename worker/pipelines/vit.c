@@ -1,19 +1,71 @@
 /* vit — the ViT image classifier pipeline (design.md, "ViT"; models/vit.c):
  * Fashion-MNIST or any IDX image set, cross-entropy on the class token, the
  * augmentation keys aug.crop_pad and aug.hflip (set on the model by the
- * loop). Metrics: train/loss, train/acc, val/acc, test/acc. A-ViT halting is
- * the next step (avit.*). */
+ * loop). With avit.enabled the model halts tokens (design.md, "A-ViT";
+ * nn/nn_halt.h): the loss adds the ponder cost and the depth-prior KL whose
+ * centre follows avit.retention, and the run fails at the end (after its
+ * checkpoint is written) when the validation retention misses the target
+ * by more than 0.05. Metrics: train/loss, train/loss_task, train/acc, and
+ * with A-ViT train/loss_ponder, train/loss_prior, train/retention; val/acc,
+ * test/acc, test/images_per_s, and with A-ViT val/retention,
+ * test/retention. */
+#include <math.h>
+#include <stdio.h>
+
 #include "worker/pipelines/pipe.h"
 
 static void vit_knobs(model *m, const bf_config *c, long step) { pipe_step_knobs(m, c, step); }
 
 static const pipe_term VIT_TERMS[] = {{"train/loss_task", pipe_term_task, 0}};
 
+static void vit_log(const model *m, const model_stats *st,
+                    void (*metric)(void *ctx, const char *name, double value), void *ctx) {
+    if (!m->sh.avit) return;
+    metric(ctx, "train/loss_ponder", st->loss_ponder);
+    metric(ctx, "train/loss_prior", st->loss_prior);
+    metric(ctx, "train/retention", st->retention);
+    metric(ctx, "train/prior_shift", m->halt.cf.shift);
+}
+
+/* Retention control: the halting losses pull each token's ACT weights
+ * towards the prior, but the depth at which tokens halt also depends on how
+ * the scores are spread, so after each logging window the prior's centre
+ * moves by VIT_RETENTION_GAIN * L layers per unit of retention error (a
+ * resumed run starts the control again from 0). */
+#define VIT_RETENTION_GAIN 1.0f
+
+static void vit_window(model *m, const bf_config *c, const model_stats *st) {
+    if (!m->sh.avit || st->retention <= 0) return;
+    float L = (float)m->sh.layers, s = m->halt.cf.shift;
+    s -= VIT_RETENTION_GAIN * L * (float)(st->retention - c->avit.retention);
+    m->halt.cf.shift = s < -L ? -L : s > L ? L : s;
+}
+
+/* How far the reached retention may be from avit.retention. */
+#define VIT_RETENTION_TOL 0.05
+
+static int vit_check(const model *m, const bf_config *c, const eval_result *val, char *err,
+                     size_t errlen) {
+    if (!m->sh.avit || isnan(val->retention)) return 0;
+    double r = c->avit.retention, got = val->retention;
+    if (fabs(got - r) <= VIT_RETENTION_TOL) return 0;
+    snprintf(err, errlen,
+             "A-ViT reached retention %.3f on the validation set, not the %.2f asked (avit."
+             "retention; tolerance %.2f). The checkpoint is written. To move it: raise "
+             "avit.prior_weight (now %g) to pull the halting depth to the target harder, %s "
+             "avit.gate_center (now %g; lower halts sooner), or train longer (train.steps)",
+             got, r, VIT_RETENTION_TOL, (double)c->avit.prior_weight, got > r ? "lower" : "raise",
+             (double)c->avit.gate_center);
+    return -1;
+}
+
 const pipe_spec PIPE_VIT = {.name = "vit",
                             .model_kind = "vit classifier",
                             .terms = VIT_TERMS,
                             .n_terms = 1,
                             .knobs = vit_knobs,
-                            .log_extra = NULL,
+                            .log_extra = vit_log,
+                            .window = vit_window,
+                            .check = vit_check,
                             .frozen = NULL,
                             .classify = 1};

@@ -1,0 +1,206 @@
+/* A-ViT halting (nn/nn_halt.h, kernels/cpu_halt.c, the vit model with
+ * sh.avit): the gate follows ACT on a hand-made case; the prior centre
+ * solves for the retention asked; the whole model's gradients with the
+ * ponder and prior losses match finite differences; halted rows are frozen
+ * in training; and inference that drops halted tokens physically equals the
+ * masked computation (every layer's rows and the logits, within 1e-5). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/bk_rng.h"
+#include "worker/models/model.h"
+
+Test(avit, the_gate_follows_act) {
+    /* one sample, class token + 3 patches, C = 2, 3 layers */
+    const bk_backend *be = bk_cpu();
+    float t[4 * 2] = {5, 0, 0.35f, 0, 0.2f, 0, -1, 0}; /* channel 0: scores of layer 0 */
+    float mask[4] = {1, 1, 1, 1}, next[4], h[4], cum[4] = {0}, rem[4] = {1, 1, 1, 1};
+    int at[4] = {-1, -1, -1, -1};
+    double hs[BK_HALT_STATS(3)] = {0};
+    bk_halt_args a = {
+        .B = 1, .T = 4, .C = 2, .layer = 0, .layers = 3, .gamma = 10, .centre = 0, .eps = 0.01f};
+    be->halt_forward(h, next, cum, rem, at, hs, t, mask, &a);
+    float h1 = 1 / (1 + expf(-3.5f)), h2 = 1 / (1 + expf(-2.0f)), h3 = 1 / (1 + expf(10.0f));
+    cr_expect_float_eq(h[0], 0, 0, "the class token never scores");
+    cr_expect_float_eq(h[1], h1, 1e-6);
+    cr_expect_eq(next[0], 1);
+    cr_expect_eq(next[1], 1);
+    cr_expect_float_eq(rem[1], 1 - h1, 1e-6);
+    cr_expect_float_eq(hs[0], h1 + h2 + h3, 1e-6);
+    cr_expect_float_eq(hs[3], 3, 0, "three patch tokens active in layer 0");
+    /* layer 1: tokens 1 and 2 score high again and halt with their remainders */
+    memcpy(mask, next, sizeof mask);
+    a.layer = 1;
+    be->halt_forward(h, next, cum, rem, at, hs, t, mask, &a);
+    cr_expect_eq(at[1], 1, "token 1 halts at layer 1 (cum %g)", cum[1]);
+    cr_expect_eq(at[2], 1, "token 2 halts at layer 1 (cum %g)", cum[2]);
+    cr_expect_eq(at[3], -1);
+    cr_expect_eq(next[1], 0);
+    cr_expect_eq(next[3], 1);
+    cr_expect_float_eq(hs[1], (1 - h1) + (1 - h2) + h3, 1e-6, "layer 1 spends the remainders");
+    cr_expect_float_eq(hs[6], (1 - h1) + (1 - h2), 1e-6);
+    /* layer 2 (the last): everyone still running halts */
+    memcpy(mask, next, sizeof mask);
+    a.layer = 2;
+    be->halt_forward(h, next, cum, rem, at, hs, t, mask, &a);
+    cr_expect_eq(at[3], 2);
+    cr_expect_eq(next[0], 1, "the class token runs to the end");
+    cr_expect_float_eq(hs[5], 1, 0, "one patch token at the last layer");
+    cr_expect_float_eq(hs[2], 1 - 2 * h3, 1e-6);
+    /* ponder = (keep + remainders) / tokens */
+    double st[BK_STAT_SLOTS] = {0};
+    float dldp[3];
+    bk_halt_loss_args la = {.layers = 3,
+                            .tokens = 3,
+                            .centre_depth = 1,
+                            .sigma = 1,
+                            .ponder_weight = 1,
+                            .prior_weight = 0,
+                            .slot_ponder = 20,
+                            .slot_prior = 21,
+                            .slot_keep = 22};
+    be->halt_loss(st, dldp, hs, &la);
+    double rsum = (1 - h1) + (1 - h2) + (1 - 2 * h3);
+    cr_expect_float_eq(st[20], (3 + 3 + 1 + rsum) / 3, 1e-5, "ponder %g", st[20]);
+    cr_expect_float_eq(st[22], 7.0 / 9, 1e-9, "keep fraction");
+}
+
+Test(avit, the_prior_centre_gives_the_retention) {
+    /* every token runs layer 0, so r must exceed 1 / L */
+    for (int L = 4; L <= 12; L += 4)
+        for (float r = 0.3f; r < 0.95f; r += 0.2f) {
+            float c = nn_halt_centre(r, L, 1);
+            double z = 0, got = 0;
+            for (int l = 0; l < L; l++) {
+                double p = exp(-0.5 * (l - c) * (l - c));
+                z += p;
+                got += p * (l + 1);
+            }
+            cr_expect_float_eq(got / (z * L), r, 1e-4, "L %d r %g: centre %g", L, r, c);
+        }
+    cr_expect_lt(nn_halt_centre(0.3f, 12, 1), nn_halt_centre(0.7f, 12, 1));
+}
+
+/* 8 x 8 images, patch 2: 16 patches + the class token, 4 layers; weights
+ * perturbed so that tokens halt at different depths. */
+static int pixels[3 * 64];
+
+static void make(model *m, float centre) {
+    model_shape sh = {.layers = 4,
+                      .d_model = 16,
+                      .heads = 2,
+                      .seq_len = 17,
+                      .vocab = 256,
+                      .n_classes = 3,
+                      .patch = 2,
+                      .image_h = 8,
+                      .image_w = 8,
+                      .avit = 1};
+    char err[256];
+    cr_assert_eq(model_create(m, &sh, bk_cpu(), 3, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(model_init_weights(m, 3, err, sizeof err), 0, "%s", err);
+    for (size_t i = 0; i < m->np.P.numel; i++) m->np.P.data[i] += 0.3f * bk_rng_normal_at(9, 1, i);
+    m->halt.cf.centre = centre;
+    m->halt.cf.ponder_weight = 0.05f;
+    m->halt.cf.prior_weight = 0.5f;
+    m->halt.cf.retention = 0.6f;
+    for (int i = 0; i < 3 * 64; i++) pixels[i] = (i * 37 + 11) % 256;
+}
+
+static double loss_at(model *m, const int *targets) {
+    char err[256];
+    cr_assert_eq(model_forward(m, pixels, NULL, targets, 3, 1, err, sizeof err), 0, "%s", err);
+    return m->st.loss;
+}
+
+/* The halting depth of every token of the last forward. */
+static void depths(const model *m, int *out) { memcpy(out, m->halt.at, 3 * 17 * sizeof(int)); }
+
+Test(avit, gradients_with_the_halting_losses_match_finite_differences) {
+    model m;
+    make(&m, 0.5f);
+    int targets[3] = {0, 2, 1}, d0[51], d1[51];
+    loss_at(&m, targets);
+    cr_assert_gt(m.st.loss_ponder, 0);
+    cr_assert_gt(m.st.loss_prior, 0);
+    cr_assert(m.st.retention > 0.3 && m.st.retention < 0.95, "retention %g: want some halting",
+              m.st.retention);
+    depths(&m, d0);
+    model_backward(&m);
+    float *g = malloc(m.np.P.numel * sizeof(float));
+    memcpy(g, m.np.P.grad, m.np.P.numel * sizeof(float));
+    int checked = 0, skipped = 0;
+    for (int t = 0; t < m.np.P.n; t++) {
+        const bk_tensor *tt = &m.np.P.t[t];
+        for (int j = 0; j < 4 && (size_t)j < tt->numel; j++) {
+            size_t i = tt->offset + (size_t)((j * 7919u) % tt->numel);
+            float x0 = m.np.P.data[i], h = 1e-3f;
+            m.np.P.data[i] = x0 + h;
+            double lp = loss_at(&m, targets);
+            depths(&m, d1);
+            int same = memcmp(d0, d1, sizeof d0) == 0;
+            m.np.P.data[i] = x0 - h;
+            double lm = loss_at(&m, targets);
+            depths(&m, d1);
+            same = same && memcmp(d0, d1, sizeof d0) == 0;
+            m.np.P.data[i] = x0;
+            if (!same) { /* a token crossed its threshold: the loss jumps there */
+                skipped++;
+                continue;
+            }
+            double num = (lp - lm) / (2.0 * h), ana = g[i];
+            cr_expect_leq(fabs(num - ana), 2e-3 + 3e-2 * fmax(fabs(num), fabs(ana)),
+                          "%s[%zu]: analytic %g numeric %g", tt->name, i - tt->offset, ana, num);
+            checked++;
+        }
+    }
+    cr_assert_gt(checked, 40, "checked %d, skipped %d", checked, skipped);
+    free(g);
+    model_destroy(&m);
+}
+
+Test(avit, halted_rows_are_frozen_in_training) {
+    model m;
+    make(&m, 0.5f);
+    int targets[3] = {0, 2, 1}, frozen = 0;
+    loss_at(&m, targets);
+    for (int l = 1; l < 4; l++)
+        for (int r = 0; r < 51; r++) {
+            if (m.halt.mask[l][r] > 0) continue;
+            frozen++;
+            cr_expect_eq(memcmp(m.x[l + 1] + r * 16, m.x[l] + r * 16, 16 * sizeof(float)), 0,
+                         "layer %d row %d changed after halting", l, r);
+        }
+    cr_assert_gt(frozen, 10);
+    model_destroy(&m);
+}
+
+Test(avit, dropping_halted_tokens_equals_masking_them) {
+    model m;
+    make(&m, 0.5f);
+    int targets[3] = {0, 2, 1};
+    char err[256];
+    size_t rows = 3 * 17 * 16;
+    float *x[5], logits[9];
+    m.drop = 0;
+    cr_assert_eq(model_forward(&m, pixels, NULL, targets, 3, 0, err, sizeof err), 0, "%s", err);
+    double ret = m.st.retention;
+    cr_assert(ret > 0.3 && ret < 0.95, "retention %g", ret);
+    for (int l = 0; l <= 4; l++) {
+        x[l] = malloc(rows * sizeof(float));
+        memcpy(x[l], m.x[l], rows * sizeof(float));
+    }
+    memcpy(logits, m.h_logits, sizeof logits);
+    m.drop = 1;
+    cr_assert_eq(model_forward(&m, pixels, NULL, targets, 3, 0, err, sizeof err), 0, "%s", err);
+    cr_expect_float_eq(m.st.retention, ret, 1e-12, "the same tokens halt");
+    double worst = 0;
+    for (int l = 1; l <= 4; l++)
+        for (size_t i = 0; i < rows; i++) worst = fmax(worst, fabs(m.x[l][i] - x[l][i]));
+    for (int i = 0; i < 9; i++) worst = fmax(worst, fabs(m.h_logits[i] - logits[i]));
+    cr_expect_leq(worst, 1e-5, "dropped vs masked: worst difference %g", worst);
+    for (int l = 0; l <= 4; l++) free(x[l]);
+    model_destroy(&m);
+}

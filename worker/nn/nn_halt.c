@@ -1,0 +1,124 @@
+#include "worker/nn/nn_halt.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int nn_halt_plan(nn_halt *h, bk_arena *A, int L, int B, int T) {
+    size_t BT = (size_t)B * T;
+    h->L = L;
+    h->B = B;
+    h->T = T;
+    if (!h->mask) {
+        h->mask = calloc((size_t)L + 1, sizeof *h->mask);
+        h->h = calloc((size_t)L, sizeof *h->h);
+        h->h_mask = calloc((size_t)L + 1, sizeof *h->h_mask);
+        h->h_ones = malloc(BT * sizeof(float));
+        h->h_rem = malloc(BT * sizeof(float));
+        h->h_at = malloc(BT * sizeof(int));
+        if (!h->mask || !h->h || !h->h_mask || !h->h_ones || !h->h_rem || !h->h_at) return -1;
+        for (int l = 0; l <= L; l++)
+            if (!(h->h_mask[l] = malloc(BT * sizeof(float)))) return -1;
+        for (size_t i = 0; i < BT; i++) h->h_ones[i] = 1.0f, h->h_at[i] = -1;
+    }
+    for (int l = 0; l <= L; l++) h->mask[l] = bk_arena_floats(A, BT);
+    for (int l = 0; l < L; l++) h->h[l] = bk_arena_floats(A, BT);
+    h->cum = bk_arena_floats(A, BT);
+    h->rem = bk_arena_floats(A, BT);
+    h->at = bk_arena_ints(A, BT);
+    h->hstats = (double *)bk_arena_floats(A, 2 * BK_HALT_STATS(L));
+    h->dldp = bk_arena_floats(A, (size_t)L);
+    return 0;
+}
+
+void nn_halt_free(nn_halt *h) {
+    for (int l = 0; h->h_mask && l <= h->L; l++) free(h->h_mask[l]);
+    free(h->mask), free(h->h), free(h->h_mask), free(h->h_ones), free(h->h_rem), free(h->h_at);
+    h->mask = NULL, h->h = NULL, h->h_mask = NULL, h->h_ones = NULL, h->h_rem = NULL;
+    h->h_at = NULL;
+}
+
+void nn_halt_begin(nn_halt *h, const nn_env *e, int B) {
+    const bk_backend *be = e->be;
+    size_t BT = (size_t)B * h->T;
+    be->to_device(h->mask[0], h->h_ones, BT * sizeof(float));
+    be->to_device(h->rem, h->h_ones, BT * sizeof(float));
+    be->to_device(h->at, h->h_at, BT * sizeof(int));
+    be->zero(h->cum, BT * sizeof(float));
+    be->zero(h->hstats, BK_HALT_STATS(h->L) * sizeof(double));
+    memcpy(h->h_mask[0], h->h_ones, BT * sizeof(float));
+}
+
+static bk_halt_args halt_args(const nn_halt *h, int l, int B, int C) {
+    return (bk_halt_args){.B = B,
+                          .T = h->T,
+                          .C = C,
+                          .layer = l,
+                          .layers = h->L,
+                          .gamma = h->cf.gamma,
+                          .centre = h->cf.centre,
+                          .eps = h->cf.eps};
+}
+
+void nn_halt_layer(nn_halt *h, const nn_env *e, int l, const float *out, int B, int C,
+                   int training) {
+    bk_halt_args a = halt_args(h, l, B, C);
+    e->be->halt_forward(h->h[l], h->mask[l + 1], h->cum, h->rem, h->at, h->hstats, out, h->mask[l],
+                        &a);
+    if (!training)
+        e->be->to_host(h->h_mask[l + 1], h->mask[l + 1], (size_t)B * h->T * sizeof(float));
+}
+
+static double patch_tokens(const nn_halt *h, int B) { return (double)B * (h->T - 1); }
+
+void nn_halt_loss(nn_halt *h, const nn_env *e, double *stats, int B, int slot_ponder,
+                  int slot_prior, int slot_keep) {
+    bk_halt_loss_args a = {.layers = h->L,
+                           .tokens = patch_tokens(h, B),
+                           .centre_depth =
+                               nn_halt_centre(h->cf.retention, h->L, h->cf.sigma) + h->cf.shift,
+                           .sigma = h->cf.sigma,
+                           .ponder_weight = h->cf.ponder_weight,
+                           .prior_weight = h->cf.prior_weight,
+                           .slot_ponder = slot_ponder,
+                           .slot_prior = slot_prior,
+                           .slot_keep = slot_keep};
+    e->be->halt_loss(stats, h->dldp, h->hstats, &a);
+}
+
+void nn_halt_backward(nn_halt *h, const nn_env *e, int l, float *dout, int B, int C) {
+    bk_halt_args a = halt_args(h, l, B, C);
+    float pgrad = (float)(-h->cf.ponder_weight / patch_tokens(h, B));
+    e->be->halt_backward(dout, h->h[l], h->at, h->dldp, pgrad, &a);
+}
+
+double nn_halt_retention(const nn_halt *h, int B, int b) {
+    double keep = 0;
+    int b0 = b < 0 ? 0 : b, b1 = b < 0 ? B : b + 1;
+    for (int l = 0; l < h->L; l++)
+        for (int s = b0; s < b1; s++)
+            for (int k = 1; k < h->T; k++) keep += h->h_mask[l][(size_t)s * h->T + k] > 0;
+    return keep / ((double)(b1 - b0) * (h->T - 1) * h->L);
+}
+
+static double implied_retention(double mu, int L, double sigma) {
+    double z = 0, r = 0;
+    for (int l = 0; l < L; l++) {
+        double d = (l - mu) / sigma, p = exp(-0.5 * d * d);
+        z += p;
+        r += p * (l + 1);
+    }
+    return r / (z * L);
+}
+
+float nn_halt_centre(float r, int L, float sigma) {
+    double lo = -2.0 * L, hi = 3.0 * L;
+    for (int i = 0; i < 60; i++) {
+        double mid = 0.5 * (lo + hi);
+        if (implied_retention(mid, L, sigma) < r)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return (float)(0.5 * (lo + hi));
+}

@@ -1,0 +1,65 @@
+/* nn_halt — A-ViT adaptive token halting over a model's blocks (design.md,
+ * "A-ViT"). No parameters of its own: after block l the halting score of
+ * token k is h = sigmoid(gamma * t[k, 0] - g) from channel 0 of the block's
+ * output; the cumulative score decides when the token halts (at 1 - eps;
+ * the last layer halts all, the class token never), the remainder and the
+ * ponder cost follow ACT, and q_l (the batch mean of what each token spends
+ * at layer l, normalised over layers) is pulled towards a Gaussian prior over
+ * depth centred where the target retention puts it.
+ *
+ * Layer l runs under mask[l] (mask[0]: every token; mask[l + 1]: the tokens
+ * still running after layer l). The blocks take these as their own masks.
+ * Everything stays on the device in training; at inference the masks are
+ * copied to the host (h_mask) for the token dropping. */
+#ifndef NN_HALT_H
+#define NN_HALT_H
+#include "worker/nn/nn.h"
+
+typedef struct nn_halt_cfg {
+    float gamma, centre, eps;          /* gate scale, gate centre g, halting threshold */
+    float ponder_weight, prior_weight; /* alpha_p, alpha_d */
+    float retention;                   /* target r (sets the prior's centre) */
+    float sigma;                       /* prior std in layers */
+    float shift;                       /* layers added to the centre (the pipeline's
+                                          retention control; 0 = none) */
+} nn_halt_cfg;
+
+typedef struct nn_halt {
+    nn_halt_cfg cf;
+    int L, B, T;
+    float **mask; /* [L + 1] device [B,T] */
+    float **h;    /* [L] device [B,T]: the sigmoid of each layer */
+    float *cum, *rem;
+    int *at;
+    double *hstats; /* BK_HALT_STATS(L) doubles */
+    float *dldp;    /* [L] */
+    float **h_mask; /* [L + 1] host [B,T]: inference copies */
+    float *h_ones, *h_rem;
+    int *h_at;
+} nn_halt;
+
+/* Device arrays from the arena for L layers and (B, T); host copies malloc'd.
+ * Returns 0 or -1 (host out of memory). */
+int nn_halt_plan(nn_halt *h, bk_arena *A, int L, int B, int T);
+void nn_halt_free(nn_halt *h);
+/* Starts a forward of B rows: every token active, nothing halted. */
+void nn_halt_begin(nn_halt *h, const nn_env *e, int B);
+/* After block l: out[B,T,C] is its output. Fills mask[l + 1] (and at
+ * inference its host copy). */
+void nn_halt_layer(nn_halt *h, const nn_env *e, int l, const float *out, int B, int C,
+                   int training);
+/* After the last layer: the ponder and prior losses and the keep fraction
+ * into stats (slots), and the gradient table for the backward. */
+void nn_halt_loss(nn_halt *h, const nn_env *e, double *stats, int B, int slot_ponder,
+                  int slot_prior, int slot_keep);
+/* Backward at layer l: adds the halting gradient to dout[B,T,C] (the
+ * gradient of block l's output) before the block's own backward. */
+void nn_halt_backward(nn_halt *h, const nn_env *e, int l, float *dout, int B, int C);
+/* The prior centre (in layers 0..L-1) whose Gaussian, read as the depth at
+ * which tokens halt, keeps the fraction r of tokens per layer on average:
+ * sum_l pi_l(centre) (l + 1) / L = r, by bisection. */
+float nn_halt_centre(float r, int L, float sigma);
+/* Mean fraction of patch tokens active per layer in the last inference
+ * forward, from the host masks, for sample b (b < 0: over the batch). */
+double nn_halt_retention(const nn_halt *h, int B, int b);
+#endif
