@@ -928,3 +928,51 @@ Test(cuda_parity, devstep_gate) {
         for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
     }
 }
+
+/* A-ViT: rowscale, and three layers of halting with the loss and its
+ * backward; thresholds are tested away from ties by the score spread. */
+Test(cuda_parity, avit_halting) {
+    NEED_GPU();
+    int B = 3, T = 33, C = 8, L = 3;
+    size_t BT = (size_t)B * T;
+    pair x = pair_new(BT * C, -1, 1), s = pair_new(BT, 0, 1), y = pair_const(BT * C, 0);
+    cpu->rowscale(y.h, x.h, s.h, (int)BT, C);
+    gpu->rowscale(y.d, x.d, s.d, (int)BT, C);
+    expect_close("rowscale", &y, TOL_EW);
+    pair t = pair_new(BT * C, -0.6f, 0.6f), h[3], mask[4];
+    pair cum = pair_const(BT, 0), rem = pair_const(BT, 1), dt = pair_const(BT * C, 0);
+    mask[0] = pair_const(BT, 1);
+    int *at = malloc(BT * sizeof(int)), *at_d;
+    for (size_t i = 0; i < BT; i++) at[i] = -1;
+    at_d = ints_to_gpu(at, BT);
+    double hs[BK_HALT_STATS(3)] = {0}, *hs_d = doubles_to_gpu(hs, BK_HALT_STATS(3));
+    for (int l = 0; l < L; l++) {
+        h[l] = pair_const(BT, 0);
+        mask[l + 1] = pair_const(BT, 0);
+        bk_halt_args a = {B, T, C, l, L, 10, 0.5f, 0.01f};
+        cpu->halt_forward(h[l].h, mask[l + 1].h, cum.h, rem.h, at, hs, t.h, mask[l].h, &a);
+        gpu->halt_forward(h[l].d, mask[l + 1].d, cum.d, rem.d, at_d, hs_d, t.d, mask[l].d, &a);
+        expect_close("halt h", &h[l], TOL_EW);
+        expect_close("halt mask", &mask[l + 1], 0, 0);
+    }
+    expect_ints_equal("halt at", at, at_d, BT);
+    double st[BK_STAT_SLOTS] = {0}, *st_d = doubles_to_gpu(st, BK_STAT_SLOTS);
+    pair dldp = pair_const((size_t)L, 0);
+    bk_halt_loss_args la = {L, (double)B * (T - 1), 1.2f, 1, 0.01f, 0.3f, 20, 21, 22};
+    cpu->halt_loss(st, dldp.h, hs, &la);
+    gpu->halt_loss(st_d, dldp.d, hs_d, &la);
+    expect_stats_close("halt loss", st, st_d, 1e-9);
+    expect_close("halt dldp", &dldp, TOL_EW);
+    for (int l = L - 1; l >= 0; l--) {
+        bk_halt_args a = {B, T, C, l, L, 10, 0.5f, 0.01f};
+        cpu->halt_backward(dt.h, h[l].h, at, dldp.h, -1e-4f, &a);
+        gpu->halt_backward(dt.d, h[l].d, at_d, dldp.d, -1e-4f, &a);
+    }
+    expect_close("halt backward", &dt, TOL_EW);
+    for (int l = 0; l < L; l++) pair_free(&h[l]);
+    for (int l = 0; l <= L; l++) pair_free(&mask[l]);
+    pair_free(&x), pair_free(&s), pair_free(&y), pair_free(&t), pair_free(&cum);
+    pair_free(&rem), pair_free(&dt), pair_free(&dldp);
+    gpu->release(at_d), gpu->release(hs_d), gpu->release(st_d);
+    free(at);
+}

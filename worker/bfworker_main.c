@@ -20,6 +20,7 @@
 #include "worker/comm.h"
 #include "worker/dump.h"
 #include "worker/pipelines/generate.h"
+#include "worker/pipelines/profile.h"
 #include "worker/run_src.h"
 #include "worker/run_trial.h"
 #include "worker/train.h"
@@ -53,6 +54,12 @@ static const char *USAGE =
     "      --split val|test  which split (default test)\n"
     "      --samples FILE    write one line per sample: mean s, tokens, loss, correct\n"
     "      --set KEY=VALUE   e.g. --set device=cpu, --set train.batch=1\n"
+    "  profile RUN         a vit run's attention sparsity per layer (normalised entropy,\n"
+    "                      top-10%% attention mass, A-ViT keep fraction) on a calibration\n"
+    "                      batch of validation images; writes RUN/profile.json\n"
+    "      --samples N       calibration images (default 64)\n"
+    "      --json            print the JSON instead of the table\n"
+    "      --set KEY=VALUE   e.g. --set device=cpu\n"
     "  params CONFIG.yaml  print parameters per block and the total\n"
     "      --set KEY=VALUE\n"
     "  generate CHECKPOINT continue a prompt with an lm checkpoint (KV cache; file or folder)\n"
@@ -321,9 +328,9 @@ static int open_checkpoint(int argc, char **argv, run_src *s, bf_config *c, char
         }
     /* the weights fix the model's shape: an override of it would build
      * another model (refused at load, or worse, loaded into the wrong one) */
-    static const char *const shape[] = {"pipeline",      "model.layers",  "model.d_model",
-                                        "model.heads",   "model.seq_len", "model.vocab",
-                                        "attn.out_proj", "budget.enabled"};
+    static const char *const shape[] = {
+        "pipeline",    "model.layers",  "model.d_model",  "model.heads", "model.seq_len",
+        "model.vocab", "attn.out_proj", "budget.enabled", "model.patch", "model.mixers"};
     for (size_t k = 0; k < sizeof shape / sizeof shape[0]; k++) {
         char was[256], now[256];
         cfg_format_value(&stored, shape[k], was, sizeof was);
@@ -411,6 +418,74 @@ static int cmd_eval(int argc, char **argv) {
     printf("wall_time    %.3f s (%.1f samples/s)\n", e.seconds,
            e.samples / (e.seconds > 0 ? e.seconds : 1));
     if (sh.budget) printf("corr(s,len)  %.3f\ncorr(s,loss) %.3f\n", e.corr_s_len, e.corr_s_loss);
+    rc = EXIT_OK;
+done:
+    if (rc) fprintf(stderr, "bfworker: %s\n", err);
+    model_destroy(&m);
+    data_sets_close(&d);
+    run_src_close(&s);
+    return rc;
+}
+
+/* bfworker profile RUN: the attention sparsity profile (pipelines/profile.h)
+ * on a calibration batch, printed and written to RUN/profile.json. */
+static int cmd_profile(int argc, char **argv) {
+    static const char *const vals[] = {"--set", "--samples", NULL};
+    static const char *const flags[] = {"--json", NULL};
+    if (argc < 3 || argv[2][0] == '-') {
+        fprintf(stderr, "bfworker profile: missing RUN\n%s", USAGE);
+        return EXIT_USAGE;
+    }
+    if (check_options(argc, argv, 3, vals, flags)) return EXIT_USAGE;
+    const char *ns = opt_value(argc, argv, 3, "--samples");
+    char *end = NULL;
+    long samples = ns ? strtol(ns, &end, 10) : 64;
+    if (ns && (*end || samples < 1 || samples > 4096)) {
+        fprintf(stderr, "bfworker profile: --samples must be 1..4096, got '%s'\n", ns);
+        return EXIT_USAGE;
+    }
+    char err[2048];
+    run_src s;
+    bf_config c;
+    int orc = open_checkpoint(argc, argv, &s, &c, err, sizeof err);
+    if (orc) return orc;
+    const bk_backend *be;
+    data_sets d;
+    if (strcmp(c.pipeline, "vit") != 0 && strcmp(c.pipeline, "s2s") != 0) {
+        fprintf(stderr, "bfworker profile: %s is a %s run; profile takes a vit run\n", argv[2],
+                c.pipeline);
+        run_src_close(&s);
+        return EXIT_USAGE;
+    }
+    if (bk_select(c.device, &be, err, sizeof err) || data_sets_open(&c, &d, 1, err, sizeof err)) {
+        fprintf(stderr, "bfworker: %s\n", err);
+        run_src_close(&s);
+        return EXIT_FAIL;
+    }
+    model_shape sh = pipe_model_shape(&c, &d);
+    model m;
+    memset(&m, 0, sizeof m);
+    int rc = EXIT_FAIL;
+    pipe_profile_t p;
+    if (model_create(&m, &sh, be, (int)samples, err, sizeof err)) goto done;
+    pipe_model_config(&m, &c);
+    if (run_src_load(&s, &m, err, sizeof err)) goto done;
+    if (pipe_profile(&m, &c, &d, (int)samples, &p, err, sizeof err)) goto done;
+    if (has_flag(argc, argv, 3, "--json"))
+        pipe_profile_json(&p, stdout);
+    else
+        pipe_profile_table(&p, stdout);
+    if (s.dir[0]) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/profile.json", s.dir);
+        FILE *f = fopen(path, "w");
+        if (f) pipe_profile_json(&p, f);
+        if (!f || (ferror(f) | fclose(f))) {
+            snprintf(err, sizeof err, "cannot write %.2000s", path);
+            goto done;
+        }
+        if (!has_flag(argc, argv, 3, "--json")) printf("wrote %s\n", path);
+    }
     rc = EXIT_OK;
 done:
     if (rc) fprintf(stderr, "bfworker: %s\n", err);
@@ -604,6 +679,7 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "train") == 0) return cmd_train(argc, argv);
     if (strcmp(argv[1], "eval") == 0) return cmd_eval(argc, argv);
     if (strcmp(argv[1], "params") == 0) return cmd_params(argc, argv);
+    if (strcmp(argv[1], "profile") == 0) return cmd_profile(argc, argv);
     if (strcmp(argv[1], "generate") == 0) return cmd_generate(argc, argv);
     if (strcmp(argv[1], "run") == 0) return run_trial_main(argc, argv);
     if (strcmp(argv[1], "dump") == 0) return dump_main(argc, argv);
