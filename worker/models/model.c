@@ -354,6 +354,12 @@ static void forward_dropped(model *m, int l, int B) {
         for (int t = 0; t < T; t++) n += hm[(size_t)b * T + t] > 0;
         if (n > Tc) Tc = n;
     }
+    nn_block *blk = &m->blocks[l];
+    if (Tc == T) { /* a sample with every token still running: nothing to drop */
+        nn_call c = model_call(m, B, 0, l);
+        nn_block_forward(blk, &m->env, &m->S, &c, m->x[l + 1], m->x[l]);
+        return;
+    }
     for (int b = 0; b < B; b++) {
         int j = 0;
         for (int t = 0; t < T; t++)
@@ -370,7 +376,6 @@ static void forward_dropped(model *m, int l, int B) {
     be->to_device(m->cidx, m->h_cidx, rows * sizeof(int));
     be->to_device(m->cmask, m->h_cmask, rows * sizeof(float));
     be->embedding_forward(m->xc, m->cidx, m->x[l], (int)rows, C);
-    nn_block *blk = &m->blocks[l];
     blk->mask = m->cmask;
     blk->h_mask = m->h_cmask;
     nn_call c = model_call(m, B, 0, l);
