@@ -595,13 +595,50 @@ static void print_trial_row(json_t *t, const char *metric) {
     if (json_is_number(best)) snprintf(b, sizeof b, "%.4g", json_number_value(best));
     printf("t%-6lld %5lld %-10s %4lld %10s %10s  %s\n", jint(t, "id"), jint(t, "index"),
            jstr(t, "state"), jint(t, "attempts"), l, b, params);
-    if (*jstr(t, "reason")) printf("        %s\n", jstr(t, "reason")); /* an early stop's */
+    if (*jstr(t, "reason")) printf("        %s\n", jstr(t, "reason"));   /* an early stop's */
+    if (*jstr(t, "waiting")) printf("        %s\n", jstr(t, "waiting")); /* a shared stage */
+}
+
+/* A job's shared-stage summary (s2s), one line. */
+static void print_job_stages(json_t *sc) {
+    if (!sc) return;
+    json_t *st = json_object_get(sc, "states");
+    printf("stages: %lld distinct of %lld used by its trials; %lld shared by two or more trials, "
+           "%lld uses served by another trial's run (%lld stage%s from earlier jobs); %lld run "
+           "by its own trials; done %lld, running %lld, pending %lld, failed %lld\n",
+           jint(sc, "distinct"), jint(sc, "uses"), jint(sc, "shared"), jint(sc, "reused"),
+           jint(sc, "from_other_jobs"), jint(sc, "from_other_jobs") == 1 ? "" : "s",
+           jint(sc, "run"), jint(st, "done"), jint(st, "running"), jint(st, "pending"),
+           jint(st, "failed"));
+}
+
+/* A trial's stages (s2s), one line each. */
+static void print_trial_stages(json_t *r) {
+    json_t *arr = json_object_get(r, "stages");
+    if (!arr) return;
+    if (*jstr(r, "waiting")) printf("%s\n", jstr(r, "waiting"));
+    printf("%-9s %-16s %-8s %-7s %3s  %s\n", "STAGE", "KEY", "STATE", "RUN BY", "ATT", "FOLDER");
+    size_t i;
+    json_t *o;
+    json_array_foreach(arr, i, o) {
+        char by[32] = "-";
+        if (json_is_integer(json_object_get(o, "trial")))
+            snprintf(by, sizeof by, "t%lld%s", jint(o, "trial"),
+                     json_is_true(json_object_get(o, "shared")) ? "*" : "");
+        printf("%-9s %-16s %-8s %-7s %3lld  %s\n", jstr(o, "name"), jstr(o, "key"),
+               jstr(o, "state"), by, jint(o, "attempts"), jstr(o, "folder"));
+        if (!strcmp(jstr(o, "state"), "failed") && *jstr(o, "message"))
+            printf("          %s\n", jstr(o, "message"));
+    }
+    printf("(* run by another trial and shared)\n");
 }
 
 int bfctl_show(int argc, char **argv) {
     if (help_wanted(argc, argv, "show JOB|tTRIAL [--json] [--rungs]",
                     "a job with its trials (state, attempts, latest and best metric, the reason "
-                    "of an early stop), or one trial with its config; JOB --rungs: the job's "
+                    "of an early stop or of a wait for a shared stage; for s2s how many stages "
+                    "were shared), or one trial with its config (for s2s its stages: name, key, "
+                    "state, the trial that ran it, folder); JOB --rungs: the job's "
                     "early-stopping decisions (per ASHA rung: trials, values, cutoff)"))
         return 0;
     long long job, trial;
@@ -634,6 +671,7 @@ int bfctl_show(int argc, char **argv) {
         if (jint(r, "to_propose") > 0)
             printf("%s: %lld trial%s still to be proposed\n", jstr(r, "method"),
                    jint(r, "to_propose"), jint(r, "to_propose") == 1 ? "" : "s");
+        print_job_stages(json_object_get(r, "stages"));
         printf("%-7s %5s %-10s %4s %10s %10s  %s\n", "TRIAL", "INDEX", "STATE", "ATT", "LATEST",
                "BEST", "PARAMS");
         size_t i;
@@ -645,6 +683,7 @@ int bfctl_show(int argc, char **argv) {
                jint(r, "job"), jint(r, "index"), jstr(r, "state"), jint(r, "attempts"),
                jint(r, "attempts") == 1 ? "" : "s", jstr(r, "hash"), jstr(r, "log"));
         if (*jstr(r, "reason")) printf("early stop: %s\n", jstr(r, "reason"));
+        print_trial_stages(r);
         printf("config:\n%s", jstr(r, "config"));
     }
     json_decref(r);

@@ -59,6 +59,9 @@ typedef struct run {
     char slurm_job[SLURM_JOB_ID_MAX]; /* "" for a local run */
     int slurm_phase;                  /* last slurm_phase seen (SLURM_QUEUED at submit) */
     double next_poll;                 /* when to ask scontrol again */
+    /* s2s: the shared stage this attempt runs (stage_key "" for a whole trial) */
+    char stage[16], stage_key[17], stage_dir[32];
+    int stage_last; /* the trial's last stage (eval): done means the trial is */
 } run;
 
 typedef struct batch {
@@ -346,12 +349,65 @@ static void record_preempted(bfd *d, run *r) {
     d->dirty = 1;
 }
 
+/* Reads ROOT/DIR/stage.json, which the worker writes last (atomically) when
+ * a stage is done: 0 when it names this stage and key, else -1 with why. */
+static int stage_output_ok(bfd *d, const store_stage *st, char *why, size_t whylen) {
+    char p[1400];
+    snprintf(p, sizeof p, "%s/stages/%s/stage.json", d->o->home, st->dir);
+    json_error_t je;
+    json_t *o = json_load_file(p, JSON_REJECT_DUPLICATES, &je);
+    if (!o)
+        return bf_fail(why, whylen, "stage %s exited 0 but %s is unreadable: %s", st->name, p,
+                       je.text);
+    const char *name = json_string_value(json_object_get(o, "stage"));
+    const char *key = json_string_value(json_object_get(o, "key"));
+    int ok = name && key && !strcmp(name, st->name) && !strcmp(key, st->key);
+    if (!ok)
+        bf_fail(why, whylen, "stage %s exited 0 but %s names stage '%s' key '%s', not %s %s",
+                st->name, p, name ? name : "?", key ? key : "?", st->name, st->key);
+    json_decref(o);
+    return ok ? 0 : -1;
+}
+
+/* The attempt ended with success. A whole trial completes; an s2s attempt
+ * completes its stage (checked against the stage's stage.json), and the
+ * trial with it when that was its last stage, else goes PENDING for its next
+ * stage at once. */
+static void record_completed(bfd *d, run *r, const char *why) {
+    char err[1024], msg[512];
+    store_stage st;
+    int rc = store_trial_running_stage(d->st, r->trial, &st, err, sizeof err);
+    if (rc < 0) logf_("trial %lld: %s", (long long)r->trial, err);
+    if (rc != 0) {
+        record_state(d, r, TRIAL_COMPLETED, why);
+        return;
+    }
+    if (stage_output_ok(d, &st, msg, sizeof msg)) {
+        record_failure(d, r, msg);
+        return;
+    }
+    if (st.idx == S2S_STAGES - 1) {
+        snprintf(msg, sizeof msg, "%s; stage %s %s done, the last", why, st.name, st.key);
+        record_state(d, r, TRIAL_COMPLETED, msg);
+        return;
+    }
+    snprintf(msg, sizeof msg, "stage %s %s done (%s); next: %s", st.name, st.key, why,
+             s2s_stage_name(st.idx + 1));
+    if (store_trial_stage_done(d->st, r->trial, msg, err, sizeof err)) {
+        logf_("trial %lld: %s", (long long)r->trial, err);
+        return;
+    }
+    logf_("trial %lld attempt %d: %s", (long long)r->trial, r->attempt, msg);
+    publish_event(d, r->job, r->trial, "PENDING", r->attempt, msg);
+    d->dirty = 1;
+}
+
 /* The attempt is over with exit status code (-1: none known): map it to the
  * trial's state (fail_why when it failed) and forget the run. */
 static void run_ended_code(bfd *d, run *r, int code, const char *fail_why) {
     if (!r->ending) {
         if (code == 0)
-            record_state(d, r, TRIAL_COMPLETED, "exit status 0");
+            record_completed(d, r, "exit status 0");
         else if (code == 75 && (r->stop_requested || r->stop_reason[0]))
             record_state(d, r, TRIAL_STOPPED,
                          r->stop_reason[0] ? r->stop_reason
@@ -467,7 +523,7 @@ static void parse_gpus(const char *s, int *g, int *n) {
  * The worker connects back to the worker endpoint (ipc:// works when the
  * compute node is this machine; other hosts need bfd --tcp, with CURVE). */
 static int launch_slurm(bfd *d, run *r, const store_job *j, const char *out, const char *logp,
-                        const char *cwd) {
+                        const char *cwd, const char *stage_root) {
     char err[1024], why[1300], script[1300];
     snprintf(script, sizeof script, "%s/slurm.sh", out);
     slurm_batch b = {.trial = r->trial,
@@ -485,7 +541,9 @@ static int launch_slurm(bfd *d, run *r, const store_job *j, const char *out, con
                      .token = r->token,
                      .out_dir = out,
                      .log_path = logp,
-                     .cwd = cwd};
+                     .cwd = cwd,
+                     .stage_root = r->stage[0] ? stage_root : NULL,
+                     .stage = r->stage[0] ? r->stage : NULL};
     char id[SLURM_JOB_ID_MAX];
     if (slurm_write_script(script, &b, err, sizeof err) ||
         slurm_submit(d->c->sbatch, script, id, err, sizeof err)) {
@@ -512,8 +570,10 @@ static int launch_slurm(bfd *d, run *r, const store_job *j, const char *out, con
     return 0;
 }
 
-/* Starts one attempt of trial t (PENDING) on the given GPUs. */
-static int launch(bfd *d, const store_trial *t, const store_job *j, const int *gpus, int ng) {
+/* Starts one attempt of trial t (PENDING) on the given GPUs; stage >= 0:
+ * an attempt that runs only that stage of the trial's s2s plan. */
+static int launch(bfd *d, const store_trial *t, const store_job *j, const int *gpus, int ng,
+                  int stage) {
     char err[1024], token[PROTO_TOKEN_LEN + 1];
     if (proto_random_token(token, err, sizeof err)) {
         logf_("trial %lld: %s", (long long)t->id, err);
@@ -532,7 +592,23 @@ static int launch(bfd *d, const store_trial *t, const store_job *j, const int *g
         return -1;
     }
     if (!cwd[0]) snprintf(cwd, sizeof cwd, "%s", d->o->home);
-    if (store_trial_transition(d->st, t->id, TRIAL_RUNNING, "launched", err, sizeof err)) {
+    char stage_root[1200];
+    snprintf(stage_root, sizeof stage_root, "%s/stages", d->o->home);
+    store_stage plan[S2S_STAGES];
+    int n_plan = 0;
+    if (stage >= 0) {
+        char why[300];
+        if (store_trial_stages(d->st, t->id, plan, &n_plan, err, sizeof err) || stage >= n_plan ||
+            make_dir(stage_root, 0700, err, sizeof err)) {
+            logf_("trial %lld: %s", (long long)t->id, stage >= n_plan ? "no such stage" : err);
+            return -1;
+        }
+        snprintf(why, sizeof why, "launched for stage %s %s", plan[stage].name, plan[stage].key);
+        if (store_stage_launch(d->st, t->id, stage, why, err, sizeof err)) {
+            logf_("trial %lld: %s", (long long)t->id, err);
+            return -1;
+        }
+    } else if (store_trial_transition(d->st, t->id, TRIAL_RUNNING, "launched", err, sizeof err)) {
         logf_("trial %lld: %s", (long long)t->id, err);
         return -1;
     }
@@ -551,6 +627,12 @@ static int launch(bfd *d, const store_trial *t, const store_job *j, const int *g
     r->n_gpus = ng;
     r->started = r->last_seen = now_s();
     r->is_child = !is_slurm(d);
+    if (stage >= 0) {
+        snprintf(r->stage, sizeof r->stage, "%s", plan[stage].name);
+        snprintf(r->stage_key, sizeof r->stage_key, "%s", plan[stage].key);
+        snprintf(r->stage_dir, sizeof r->stage_dir, "%s", plan[stage].dir);
+        r->stage_last = stage == S2S_STAGES - 1;
+    }
     char gl[256];
     format_gpus(gpus, ng, gl, sizeof gl);
     /* recorded before the fork: a bfd killed in between still knows the token */
@@ -558,7 +640,7 @@ static int launch(bfd *d, const store_trial *t, const store_job *j, const int *g
     memcpy(dr.token, token, sizeof token);
     snprintf(dr.gpus, sizeof dr.gpus, "%s", gl);
     if (dstate_run_put(d->ds, &dr, err, sizeof err)) logf_("%s", err);
-    if (is_slurm(d)) return launch_slurm(d, r, j, out, logp, cwd);
+    if (is_slurm(d)) return launch_slurm(d, r, j, out, logp, cwd, stage_root);
 
     char id[32], np[16], attempt[16];
     snprintf(id, sizeof id, "%lld", (long long)t->id);
@@ -585,6 +667,12 @@ static int launch(bfd *d, const store_trial *t, const store_job *j, const int *g
     argv[a++] = out;
     argv[a++] = "--attempt";
     argv[a++] = attempt;
+    if (r->stage[0]) {
+        argv[a++] = "--stage-root";
+        argv[a++] = stage_root;
+        argv[a++] = "--stage";
+        argv[a++] = r->stage;
+    }
     argv[a] = NULL;
     pid_t pid = fork();
     if (pid < 0) {
@@ -635,10 +723,77 @@ static int launch(bfd *d, const store_trial *t, const store_job *j, const int *g
     dr.pid = pid;
     if (dstate_run_put(d->ds, &dr, err, sizeof err)) logf_("%s", err);
     char msg[128];
-    snprintf(msg, sizeof msg, "started, pid %d", (int)pid);
+    if (r->stage[0])
+        snprintf(msg, sizeof msg, "started stage %s %s, pid %d", r->stage, r->stage_key, (int)pid);
+    else
+        snprintf(msg, sizeof msg, "started, pid %d", (int)pid);
     logf_("trial %lld attempt %d: %s, %d rank%s, gpus [%s]", (long long)t->id, r->attempt, msg,
           j->ranks, j->ranks == 1 ? "" : "s", gl);
     publish_event(d, r->job, r->trial, "RUNNING", r->attempt, msg);
+    return 0;
+}
+
+/* The live attempt (also one being stopped) that runs stage key, or NULL. */
+static run *stage_runner(bfd *d, const char *key) {
+    for (size_t i = 0; i < d->n_runs; i++)
+        if (d->runs[i].stage_key[0] && !strcmp(d->runs[i].stage_key, key)) return &d->runs[i];
+    return NULL;
+}
+
+/* The shared-stage step of scheduling an s2s trial t (PENDING): 0 with
+ * *stage = the stage it runs now, or 1 when it does not start now (it waits
+ * for a stage another trial runs; it failed with a stage; it completed
+ * because every stage was done already). */
+static int schedule_stage(bfd *d, const store_trial *t, int *stage) {
+    char err[1024], reason[512];
+    stage_next next;
+    int idx, first;
+    if (store_stage_next(d->st, t->id, &next, &idx, reason, sizeof reason, &first, err,
+                         sizeof err)) {
+        logf_("trial %lld: %s", (long long)t->id, err);
+        return 1;
+    }
+    switch (next) {
+    case STAGE_NEXT_NONE:
+        return 0; /* planless (submitted before stages existed): the whole pipeline */
+    case STAGE_NEXT_WAIT:
+        if (first) {
+            logf_("trial %lld: %s", (long long)t->id, reason);
+            publish_event(d, t->job_id, t->id, "PENDING", t->attempts, reason);
+        }
+        return 1;
+    case STAGE_NEXT_FAILED:
+        if (store_trial_stage_failed(d->st, t->id, reason, err, sizeof err)) {
+            logf_("trial %lld: %s", (long long)t->id, err);
+            return 1;
+        }
+        logf_("trial %lld: FAILED (%s)", (long long)t->id, reason);
+        publish_event(d, t->job_id, t->id, "FAILED", t->attempts + 1, reason);
+        return 1;
+    case STAGE_NEXT_REUSED: {
+        const char *why = "every stage was done already (reused); metrics of its eval stage copied";
+        if (store_trial_stages_reused(d->st, t->id, why, err, sizeof err)) {
+            logf_("trial %lld: %s", (long long)t->id, err);
+            return 1;
+        }
+        logf_("trial %lld: COMPLETED (%s)", (long long)t->id, why);
+        publish_event(d, t->job_id, t->id, "COMPLETED", t->attempts + 1, why);
+        d->dirty = 1;
+        return 1;
+    }
+    case STAGE_NEXT_RUN:
+        break;
+    }
+    /* a stage released by an attempt whose process has not gone yet (being
+     * stopped or cancelled) is not started a second time beside it */
+    store_stage plan[S2S_STAGES];
+    int n = 0;
+    if (store_trial_stages(d->st, t->id, plan, &n, err, sizeof err) || idx >= n) {
+        logf_("trial %lld: %s", (long long)t->id, idx >= n ? "stage plan incomplete" : err);
+        return 1;
+    }
+    if (stage_runner(d, plan[idx].key)) return 1;
+    *stage = idx;
     return 0;
 }
 
@@ -660,6 +815,8 @@ static void schedule(bfd *d) {
     for (size_t i = 0; i < n && free_slots > 0; i++) {
         store_job j;
         if (store_job_get(d->st, ts[i].job_id, &j, err, sizeof err) != 0) continue;
+        int stage = -1;
+        if (!strcmp(j.pipeline, "s2s") && schedule_stage(d, &ts[i], &stage)) continue;
         /* with Slurm the cluster owns the GPUs: bfd only caps how many ranks it
          * has submitted at once (slots) */
         int need_g = is_slurm(d) ? 0 : j.ranks * j.gpus_per_rank;
@@ -678,7 +835,7 @@ static void schedule(bfd *d) {
         for (int g = 0; g < d->c->n_gpus && ng < need_g; g++)
             if (!gpu_used(d, d->c->gpus[g])) gpus[ng++] = d->c->gpus[g];
         if (ng < need_g) continue;
-        if (launch(d, &ts[i], &j, gpus, ng) == 0) free_slots -= j.ranks;
+        if (launch(d, &ts[i], &j, gpus, ng, stage) == 0) free_slots -= j.ranks;
     }
     store_trials_free(ts, n);
 }
@@ -699,6 +856,48 @@ static json_t *trial_summary(const store_trial *t) {
     if (o && t->stop_reason && (t->state == TRIAL_STOPPED || t->state == TRIAL_RUNNING))
         json_object_set_new(o, "reason", json_string(t->stop_reason));
     return o;
+}
+
+/* The stages of an s2s trial as a JSON array (NULL for other trials), and
+ * in waiting (when the trial is PENDING behind another trial's run of its
+ * next stage) why it waits; "" otherwise. */
+static json_t *trial_stages_json(bfd *d, int64_t trial, trial_state state, char *waiting,
+                                 size_t wlen) {
+    char err[1024];
+    store_stage plan[S2S_STAGES];
+    int n = 0;
+    if (wlen) waiting[0] = '\0';
+    if (store_trial_stages(d->st, trial, plan, &n, err, sizeof err)) {
+        logf_("trial %lld: %s", (long long)trial, err);
+        return NULL;
+    }
+    if (n == 0) return NULL;
+    json_t *arr = json_array();
+    int first_open = -1;
+    for (int i = 0; i < n; i++) {
+        const store_stage *st = &plan[i];
+        char folder[1300];
+        snprintf(folder, sizeof folder, "%s/stages/%s", d->o->home, st->dir);
+        json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s}", "name", st->name, "key", st->key,
+                              "parent", st->parent, "state",
+                              store_stage_state_name(st->known ? st->state : STAGE_PENDING),
+                              "folder", folder);
+        json_object_set_new(o, "trial", st->trial ? json_integer(st->trial) : json_null());
+        json_object_set_new(o, "job", st->trial ? json_integer(st->job) : json_null());
+        json_object_set_new(o, "shared", json_boolean(st->trial && st->trial != trial));
+        json_object_set_new(o, "attempts", json_integer(st->attempts));
+        json_object_set_new(o, "failures", json_integer(st->failures));
+        if (st->started > 0) json_object_set_new(o, "started", json_real(st->started));
+        if (st->ended > 0) json_object_set_new(o, "ended", json_real(st->ended));
+        if (st->message[0]) json_object_set_new(o, "message", json_string(st->message));
+        json_array_append_new(arr, o);
+        if (first_open < 0 && !(st->known && st->state == STAGE_DONE)) first_open = i;
+    }
+    if (state == TRIAL_PENDING && first_open >= 0 && plan[first_open].known &&
+        plan[first_open].state == STAGE_RUNNING && plan[first_open].trial != trial)
+        snprintf(waiting, wlen, "waiting for stage %s %.8s\xe2\x80\xa6 of t%lld",
+                 plan[first_open].name, plan[first_open].key, (long long)plan[first_open].trial);
+    return arr;
 }
 
 /* Reads a job for a request; replies not_found/internal itself on failure. */
@@ -851,8 +1050,34 @@ static void ctl_job(bfd *d, void *s, proto_msg *m) {
     store_trial *ts;
     size_t n;
     if (get_job_with_trials(d, s, m, id, &j, &b, &ts, &n)) return;
-    json_object_set_new(b, "trials", trial_summaries(ts, n));
+    json_t *arr = trial_summaries(ts, n);
+    for (size_t i = 0; !strcmp(j.pipeline, "s2s") && i < n; i++) {
+        char waiting[256];
+        if (ts[i].state != TRIAL_PENDING) continue;
+        json_decref(trial_stages_json(d, ts[i].id, ts[i].state, waiting, sizeof waiting));
+        if (waiting[0])
+            json_object_set_new(json_array_get(arr, i), "waiting", json_string(waiting));
+    }
+    json_object_set_new(b, "trials", arr);
     store_trials_free(ts, n);
+    if (!strcmp(j.pipeline, "s2s")) {
+        store_stage_counts sc;
+        char err[1024];
+        if (store_job_stage_counts(d->st, id, &sc, err, sizeof err)) {
+            logf_("job %lld: %s", id, err);
+        } else {
+            json_t *bs = json_object();
+            for (int k = 0; k < STAGE_N_STATES; k++)
+                json_object_set_new(bs, store_stage_state_name((stage_state)k),
+                                    json_integer(sc.by_state[k]));
+            json_object_set_new(
+                b, "stages",
+                json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "uses", (json_int_t)sc.uses,
+                          "distinct", (json_int_t)sc.distinct, "shared", (json_int_t)sc.shared,
+                          "reused", (json_int_t)sc.reused, "from_other_jobs",
+                          (json_int_t)sc.from_other_jobs, "run", (json_int_t)sc.run, "states", bs));
+        }
+    }
     json_object_set_new(b, "method", json_string(j.method));
     json_object_set_new(b, "to_propose",
                         json_integer(j.closed ? 0 : (json_int_t)(j.n_trials - j.n_proposed)));
@@ -876,6 +1101,10 @@ static void ctl_trial(bfd *d, void *s, proto_msg *m) {
                   store_state_name(t.state), "attempts", t.attempts, "hash", t.hash, "params",
                   params ? params : json_object(), "config", t.config ? t.config : "", "log", logp);
     if (t.stop_reason) json_object_set_new(b, "reason", json_string(t.stop_reason));
+    char waiting[256];
+    json_t *stages = trial_stages_json(d, t.id, t.state, waiting, sizeof waiting);
+    if (stages) json_object_set_new(b, "stages", stages);
+    if (waiting[0]) json_object_set_new(b, "waiting", json_string(waiting));
     store_trial_free(&t);
     reply(d, s, m, "trial", b);
     json_decref(b);
@@ -1816,6 +2045,13 @@ static int reconcile(bfd *d, char *err, size_t errlen) {
             r->started = row->started;
             r->last_seen = r->last_alive_check = now_s();
             r->is_child = 0;
+            store_stage rs;
+            if (store_trial_running_stage(d->st, r->trial, &rs, err, errlen) == 0) {
+                snprintf(r->stage, sizeof r->stage, "%s", rs.name);
+                snprintf(r->stage_key, sizeof r->stage_key, "%s", rs.key);
+                snprintf(r->stage_dir, sizeof r->stage_dir, "%s", rs.dir);
+                r->stage_last = rs.idx == S2S_STAGES - 1;
+            }
             if (row->slurm_job[0]) {
                 memcpy(r->slurm_job, row->slurm_job, sizeof r->slurm_job);
                 r->slurm_phase = ss.phase;
@@ -1846,7 +2082,7 @@ static int reconcile(bfd *d, char *err, size_t errlen) {
             /* an attempt that ended while bfd was down left its outcome */
             int oc = row ? read_outcome(d, ids[i], row->attempt) : -1;
             if (oc == 0 && !tmp.stop_reason[0])
-                record_state(d, &tmp, TRIAL_COMPLETED, "completed while bfd was down");
+                record_completed(d, &tmp, "completed while bfd was down");
             else if (oc == 1 && !tmp.stop_reason[0])
                 record_preempted(d, &tmp);
             else

@@ -174,6 +174,13 @@ int slurm_write_script(const char *path, const slurm_batch *b, char *err, size_t
         fputc(' ', f);
         put_quoted(f, args[i]);
     }
+    if (b->stage && b->stage_root) {
+        const char *st[] = {"--stage-root", b->stage_root, "--stage", b->stage};
+        for (size_t i = 0; i < sizeof st / sizeof st[0]; i++) {
+            fputc(' ', f);
+            put_quoted(f, st[i]);
+        }
+    }
     fputc('\n', f);
     int bad = ferror(f);
     if (fclose(f) != 0 || bad)

@@ -29,6 +29,9 @@ typedef struct slurm_batch {
     const char *out_dir;  /* $BF_HOME/trials/ID */
     const char *log_path; /* $BF_HOME/logs/ID.log */
     const char *cwd;      /* the job's working directory */
+    /* s2s: the one stage this attempt runs (both NULL: a whole trial) */
+    const char *stage_root; /* --stage-root: $BF_HOME/stages */
+    const char *stage;      /* --stage: teacher, avit, ... */
 } slurm_batch;
 
 /* Writes the batch script for b to path (mode 0600): #SBATCH lines for the

@@ -18,7 +18,7 @@
 
 struct store {
     sqlite3 *db;
-    sqlite3_stmt *ins_metric, *upd_latest, *get_name, *ins_name, *trial_exists;
+    sqlite3_stmt *ins_metric, *upd_latest, *get_name, *ins_name, *trial_exists, *ins_plan;
     struct {
         char name[64];
         int64_t id;
@@ -199,6 +199,34 @@ static const char *const migrations[STORE_SCHEMA_VERSION] = {
     " time REAL NOT NULL,"
     " UNIQUE (trial, method, rung_step));"
     "CREATE INDEX decisions_job ON decisions(job, rung, id);",
+    /* 4 -> 5: shared stages of s2s trials. One row per stage key (shared by
+     * every trial and job that needs it), the plan of each s2s trial, and the
+     * attempts that ran one stage to the end (not failures, like preemptions) */
+    "ALTER TABLE trials ADD COLUMN stage_runs INTEGER NOT NULL DEFAULT 0;"
+    "CREATE TABLE stages("
+    " key TEXT PRIMARY KEY,"
+    " name TEXT NOT NULL,"
+    " parent TEXT NOT NULL,"
+    " dir TEXT NOT NULL,"
+    " state TEXT NOT NULL CHECK (state IN ('pending', 'running', 'done', 'failed')),"
+    " trial INTEGER REFERENCES trials(id),"
+    " attempts INTEGER NOT NULL DEFAULT 0,"
+    " failures INTEGER NOT NULL DEFAULT 0,"
+    " created REAL NOT NULL,"
+    " started REAL,"
+    " ended REAL,"
+    " message TEXT NOT NULL DEFAULT '') WITHOUT ROWID;"
+    "CREATE INDEX stages_trial ON stages(trial, state);"
+    "CREATE TABLE trial_stages("
+    " trial INTEGER NOT NULL REFERENCES trials(id),"
+    " idx INTEGER NOT NULL,"
+    " name TEXT NOT NULL,"
+    " key TEXT NOT NULL,"
+    " parent TEXT NOT NULL,"
+    " dir TEXT NOT NULL,"
+    " waited INTEGER NOT NULL DEFAULT 0,"
+    " PRIMARY KEY (trial, idx)) WITHOUT ROWID;"
+    "CREATE INDEX trial_stages_key ON trial_stages(key, trial);",
 };
 
 static int user_version(store *s, int *v, char *err, size_t errlen) {
@@ -329,7 +357,11 @@ int store_open(const char *path, store **out, char *err, size_t errlen) {
                 &s->upd_latest, err, errlen) < 0 ||
         prepare(s, "SELECT id FROM metric_names WHERE name = ?1", &s->get_name, err, errlen) < 0 ||
         prepare(s, "INSERT INTO metric_names(name) VALUES (?1)", &s->ins_name, err, errlen) < 0 ||
-        prepare(s, "SELECT 1 FROM trials WHERE id = ?1", &s->trial_exists, err, errlen) < 0) {
+        prepare(s, "SELECT 1 FROM trials WHERE id = ?1", &s->trial_exists, err, errlen) < 0 ||
+        prepare(s,
+                "INSERT OR IGNORE INTO trial_stages(trial, idx, name, key, parent, dir)"
+                " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                &s->ins_plan, err, errlen) < 0) {
         store_close(&s);
         return -1;
     }
@@ -345,6 +377,7 @@ void store_close(store **sp) {
     sqlite3_finalize(s->get_name);
     sqlite3_finalize(s->ins_name);
     sqlite3_finalize(s->trial_exists);
+    sqlite3_finalize(s->ins_plan);
     sqlite3_close(s->db);
     free(s);
     *sp = NULL;
@@ -378,6 +411,29 @@ static int add_event(store *s, int64_t job, int64_t trial, const char *kind, con
 
 /* ----------------------------------------------------------------- submit */
 
+/* The stage plan of an s2s trial (nothing for other pipelines), inside the
+ * caller's transaction. */
+static int put_plan(store *s, int64_t trial, const bf_config *c, char *err, size_t errlen) {
+    if (!c || strcmp(c->pipeline, "s2s") != 0) return 0;
+    s2s_stage plan[S2S_STAGES];
+    s2s_stage_plan(c, plan);
+    for (int i = 0; i < S2S_STAGES; i++) {
+        sqlite3_stmt *st = s->ins_plan;
+        sqlite3_reset(st);
+        sqlite3_bind_int64(st, 1, trial);
+        sqlite3_bind_int(st, 2, i);
+        sqlite3_bind_text(st, 3, plan[i].name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 4, plan[i].key, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 5, plan[i].parent, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 6, plan[i].dir, -1, SQLITE_TRANSIENT);
+        int rc = sqlite3_step(st);
+        sqlite3_reset(st);
+        if (rc != SQLITE_DONE)
+            return sqlfail(s, err, errlen, "sqlite3_step(INSERT INTO trial_stages)");
+    }
+    return 0;
+}
+
 typedef struct submit_ctx {
     store *s;
     sqlite3_stmt *ins;
@@ -400,7 +456,7 @@ static int submit_trial(void *ud, const sweep_trial *t) {
         return sqlfail(c->s, c->err, c->errlen, "sqlite3_bind(INSERT INTO trials)");
     if (sqlite3_step(st) != SQLITE_DONE)
         return sqlfail(c->s, c->err, c->errlen, "sqlite3_step(INSERT INTO trials)");
-    return 0;
+    return put_plan(c->s, sqlite3_last_insert_rowid(c->s->db), t->config, c->err, c->errlen);
 }
 
 int store_submit(store *s, const sweep_spec *spec, const char *source, int64_t *job_id, char *err,
@@ -477,12 +533,13 @@ fail:
 /* ------------------------------------------------------------ transitions */
 
 /* *attempts counts every start; *failures those that did not end in a
- * preemption (what retries are measured against). */
+ * preemption or a finished stage (what retries are measured against). */
 static int load_state(store *s, int64_t trial, trial_state *state, int *attempts, int *failures,
                       int *retries, int64_t *job, char *err, size_t errlen) {
     sqlite3_stmt *st;
     if (prepare(s,
-                "SELECT t.state, t.attempts, j.retries, t.job, t.attempts - t.preemptions"
+                "SELECT t.state, t.attempts, j.retries, t.job,"
+                " t.attempts - t.preemptions - t.stage_runs"
                 " FROM trials t JOIN jobs j ON j.id = t.job WHERE t.id = ?1",
                 &st, err, errlen) < 0)
         return -1;
@@ -508,9 +565,13 @@ static int load_state(store *s, int64_t trial, trial_state *state, int *attempts
     return out;
 }
 
-/* The transition itself, inside a transaction the caller holds. */
-static int transition_in_tx(store *s, int64_t trial, trial_state to, const char *message, char *err,
-                            size_t errlen) {
+static int stage_follow(store *s, int64_t trial, int64_t job, trial_state to, int stage_done,
+                        int retries, const char *message, double t, char *err, size_t errlen);
+
+/* The transition itself, inside a transaction the caller holds; stage_done:
+ * a RUNNING -> PENDING that ended the attempt's stage (not a preemption). */
+static int transition_ex(store *s, int64_t trial, trial_state to, const char *message,
+                         int stage_done, char *err, size_t errlen) {
     trial_state from;
     int attempts, failures, retries;
     int64_t job;
@@ -524,12 +585,14 @@ static int transition_in_tx(store *s, int64_t trial, trial_state to, const char 
                        "trial %lld has no retries left: %d attempt%s made, the job allows %d "
                        "(1 + retries %d)",
                        (long long)trial, failures, failures == 1 ? "" : "s", 1 + retries, retries);
-    int preempted = from == TRIAL_RUNNING && to == TRIAL_PENDING;
+    stage_done = stage_done && from == TRIAL_RUNNING && to == TRIAL_PENDING;
+    int preempted = from == TRIAL_RUNNING && to == TRIAL_PENDING && !stage_done;
     double t = now_s();
     sqlite3_stmt *st;
     if (prepare(s,
                 "UPDATE trials SET state = ?1, attempts = attempts + ?2,"
-                " preemptions = preemptions + ?5, updated = ?3 WHERE id = ?4",
+                " preemptions = preemptions + ?5, stage_runs = stage_runs + ?6, updated = ?3"
+                " WHERE id = ?4",
                 &st, err, errlen) < 0)
         return -1;
     sqlite3_bind_text(st, 1, store_state_name(to), -1, SQLITE_STATIC);
@@ -537,6 +600,7 @@ static int transition_in_tx(store *s, int64_t trial, trial_state to, const char 
     sqlite3_bind_double(st, 3, t);
     sqlite3_bind_int64(st, 4, trial);
     sqlite3_bind_int(st, 5, preempted);
+    sqlite3_bind_int(st, 6, stage_done);
     int rc = sqlite3_step(st);
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) return sqlfail(s, err, errlen, "sqlite3_step(UPDATE trials SET state)");
@@ -557,18 +621,29 @@ static int transition_in_tx(store *s, int64_t trial, trial_state to, const char 
                     &st, err, errlen) < 0)
             return -1;
         sqlite3_bind_double(st, 1, t);
-        sqlite3_bind_text(st, 2, preempted ? "PREEMPTED" : store_state_name(to), -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2,
+                          preempted    ? "PREEMPTED"
+                          : stage_done ? "STAGE_DONE"
+                                       : store_state_name(to),
+                          -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 3, message ? message : "", -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 4, trial);
         sqlite3_bind_int(st, 5, attempts);
         rc = sqlite3_step(st);
         sqlite3_finalize(st);
         if (rc != SQLITE_DONE) return sqlfail(s, err, errlen, "sqlite3_step(UPDATE attempts)");
+        if (stage_follow(s, trial, job, to, stage_done, retries, message, t, err, errlen) < 0)
+            return -1;
     }
     char msg[512];
     snprintf(msg, sizeof msg, "%s -> %s%s%s", store_state_name(from), store_state_name(to),
              message && *message ? ": " : "", message ? message : "");
     return add_event(s, job, trial, preempted ? "preempt" : "state", msg, err, errlen);
+}
+
+static int transition_in_tx(store *s, int64_t trial, trial_state to, const char *message, char *err,
+                            size_t errlen) {
+    return transition_ex(s, trial, to, message, 0, err, errlen);
 }
 
 int store_trial_transition(store *s, int64_t trial_id, trial_state to, const char *message,
@@ -1566,6 +1641,7 @@ int store_add_trial(store *s, int64_t job, const sweep_trial *t, const char *poi
         goto fail;
     }
     *trial_id = sqlite3_last_insert_rowid(s->db);
+    if (put_plan(s, *trial_id, t->config, err, errlen) < 0) goto fail;
     char msg[256];
     snprintf(msg, sizeof msg, "proposed trial %lld of %lld", (long long)t->index + 1, want);
     if (add_event(s, job, *trial_id, "propose", msg, err, errlen) < 0 ||
@@ -1598,4 +1674,432 @@ int store_state_counts(store *s, long long *jobs, long long counts[TRIAL_N_STATE
     if (rc != SQLITE_DONE) sqlfail(s, err, errlen, "sqlite3_step(SELECT state counts)");
     sqlite3_finalize(st);
     return rc == SQLITE_DONE ? 0 : -1;
+}
+
+/* ----------------------------------------------------------- shared stages */
+
+static const char *const stage_state_names[STAGE_N_STATES] = {"pending", "running", "done",
+                                                              "failed"};
+
+const char *store_stage_state_name(stage_state st) {
+    return (unsigned)st < STAGE_N_STATES ? stage_state_names[st] : "?";
+}
+
+static stage_state stage_state_of(const unsigned char *text) {
+    for (int i = 0; text && i < STAGE_N_STATES; i++)
+        if (strcmp((const char *)text, stage_state_names[i]) == 0) return (stage_state)i;
+    return STAGE_PENDING;
+}
+
+static void copy_text(char *dst, size_t n, const unsigned char *src) {
+    snprintf(dst, n, "%s", src ? (const char *)src : "");
+}
+
+/* "avit 3f2a91c0…": a stage as messages name it */
+static void stage_label(char *buf, size_t n, const char *name, const char *key) {
+    snprintf(buf, n, "%s %.8s\xe2\x80\xa6", name, key);
+}
+
+/* The stage the RUNNING trial's attempt runs follows the trial's own
+ * transition `to` (from RUNNING), in the caller's transaction. */
+static int stage_follow(store *s, int64_t trial, int64_t job, trial_state to, int stage_done,
+                        int retries, const char *message, double t, char *err, size_t errlen) {
+    sqlite3_stmt *st;
+    if (prepare(s, "SELECT key, name, failures FROM stages WHERE trial = ?1 AND state = 'running'",
+                &st, err, errlen) < 0)
+        return -1;
+    sqlite3_bind_int64(st, 1, trial);
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        sqlite3_finalize(st);
+        return rc == SQLITE_DONE ? 0 : sqlfail(s, err, errlen, "sqlite3_step(SELECT stage)");
+    }
+    char key[17], name[16];
+    copy_text(key, sizeof key, sqlite3_column_text(st, 0));
+    copy_text(name, sizeof name, sqlite3_column_text(st, 1));
+    int failures = sqlite3_column_int(st, 2);
+    sqlite3_finalize(st);
+    stage_state next = STAGE_PENDING;
+    if (to == TRIAL_COMPLETED || stage_done) {
+        next = STAGE_DONE;
+    } else if (to == TRIAL_FAILED) {
+        failures++;
+        next = failures > retries ? STAGE_FAILED : STAGE_PENDING;
+    }
+    if (prepare(s,
+                "UPDATE stages SET state = ?1, failures = ?2, ended = ?3, message = ?4"
+                " WHERE key = ?5",
+                &st, err, errlen) < 0)
+        return -1;
+    sqlite3_bind_text(st, 1, store_stage_state_name(next), -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, failures);
+    sqlite3_bind_double(st, 3, t);
+    sqlite3_bind_text(st, 4, message ? message : "", -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, key, -1, SQLITE_STATIC);
+    rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) return sqlfail(s, err, errlen, "sqlite3_step(UPDATE stages)");
+    char label[64], msg[512];
+    stage_label(label, sizeof label, name, key);
+    if (next == STAGE_DONE)
+        snprintf(msg, sizeof msg, "stage %s done (run by t%lld)", label, (long long)trial);
+    else if (next == STAGE_FAILED)
+        snprintf(msg, sizeof msg, "stage %s failed for good after %d attempt%s (run by t%lld): %s",
+                 label, failures, failures == 1 ? "" : "s", (long long)trial,
+                 message ? message : "");
+    else if (to == TRIAL_FAILED)
+        snprintf(msg, sizeof msg, "stage %s failed (run by t%lld), %d of %d attempts: %s", label,
+                 (long long)trial, failures, 1 + retries, message ? message : "");
+    else
+        snprintf(msg, sizeof msg, "stage %s released by t%lld (%s)", label, (long long)trial,
+                 store_state_name(to));
+    return add_event(s, job, trial, "stage", msg, err, errlen);
+}
+
+#define STAGE_COLS                                                                                 \
+    "ts.idx, ts.name, ts.key, ts.parent, ts.dir, st.state, st.trial,"                              \
+    " (SELECT job FROM trials WHERE id = st.trial), st.attempts, st.failures, st.created,"         \
+    " st.started, st.ended, st.message, (SELECT state FROM trials WHERE id = st.trial),"           \
+    " ts.waited"
+
+/* One row of STAGE_COLS into *o; *runner_state the runner's trial state
+ * (TRIAL_N_STATES: none), *waited the plan row's flag. */
+static void read_stage_row(sqlite3_stmt *st, store_stage *o, trial_state *runner_state,
+                           int *waited) {
+    memset(o, 0, sizeof *o);
+    o->idx = sqlite3_column_int(st, 0);
+    copy_text(o->name, sizeof o->name, sqlite3_column_text(st, 1));
+    copy_text(o->key, sizeof o->key, sqlite3_column_text(st, 2));
+    copy_text(o->parent, sizeof o->parent, sqlite3_column_text(st, 3));
+    copy_text(o->dir, sizeof o->dir, sqlite3_column_text(st, 4));
+    o->known = sqlite3_column_type(st, 5) != SQLITE_NULL;
+    if (o->known) {
+        o->state = stage_state_of(sqlite3_column_text(st, 5));
+        o->trial = sqlite3_column_int64(st, 6);
+        o->job = sqlite3_column_int64(st, 7);
+        o->attempts = sqlite3_column_int(st, 8);
+        o->failures = sqlite3_column_int(st, 9);
+        o->created = sqlite3_column_double(st, 10);
+        o->started = sqlite3_column_double(st, 11);
+        o->ended = sqlite3_column_double(st, 12);
+        copy_text(o->message, sizeof o->message, sqlite3_column_text(st, 13));
+    }
+    trial_state rs = TRIAL_N_STATES;
+    if (sqlite3_column_type(st, 14) != SQLITE_NULL &&
+        store_state_parse((const char *)sqlite3_column_text(st, 14), &rs) < 0)
+        rs = TRIAL_N_STATES;
+    if (runner_state) *runner_state = rs;
+    if (waited) *waited = sqlite3_column_int(st, 15);
+}
+
+/* The plan of trial with its rows; *n 0 (not s2s) or 6. */
+static int load_plan(store *s, int64_t trial, store_stage out[S2S_STAGES],
+                     trial_state runner[S2S_STAGES], int waited[S2S_STAGES], int *n, char *err,
+                     size_t errlen) {
+    sqlite3_stmt *st;
+    *n = 0;
+    if (prepare(s,
+                "SELECT " STAGE_COLS " FROM trial_stages ts LEFT JOIN stages st ON st.key = ts.key"
+                " WHERE ts.trial = ?1 ORDER BY ts.idx",
+                &st, err, errlen) < 0)
+        return -1;
+    sqlite3_bind_int64(st, 1, trial);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < S2S_STAGES) {
+        read_stage_row(st, &out[*n], runner ? &runner[*n] : NULL, waited ? &waited[*n] : NULL);
+        (*n)++;
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+        return sqlfail(s, err, errlen, "sqlite3_step(SELECT trial_stages)");
+    if (*n != 0 && *n != S2S_STAGES)
+        return bf_fail(err, errlen, "trial %lld has %d of its %d stages in the database",
+                       (long long)trial, *n, S2S_STAGES);
+    return 0;
+}
+
+int store_trial_stages(store *s, int64_t trial, store_stage out[S2S_STAGES], int *n, char *err,
+                       size_t errlen) {
+    return load_plan(s, trial, out, NULL, NULL, n, err, errlen);
+}
+
+/* When the trial's job was submitted. */
+static int job_submitted(store *s, int64_t trial, double *t, char *err, size_t errlen) {
+    sqlite3_stmt *st;
+    if (prepare(s, "SELECT j.submitted FROM trials t JOIN jobs j ON j.id = t.job WHERE t.id = ?1",
+                &st, err, errlen) < 0)
+        return -1;
+    sqlite3_bind_int64(st, 1, trial);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) *t = sqlite3_column_double(st, 0);
+    sqlite3_finalize(st);
+    if (rc == SQLITE_ROW) return 0;
+    if (rc == SQLITE_DONE) return bf_fail(err, errlen, "no trial with id %lld", (long long)trial);
+    return sqlfail(s, err, errlen, "sqlite3_step(SELECT jobs.submitted)");
+}
+
+/* What the trial does with stage o (not done): claim it, wait, or fail. */
+static stage_next stage_verdict(const store_stage *o, trial_state runner, int64_t trial,
+                                double submitted) {
+    if (!o->known || o->state == STAGE_PENDING) return STAGE_NEXT_RUN;
+    if (o->state == STAGE_RUNNING)
+        return o->trial != trial && runner == TRIAL_RUNNING ? STAGE_NEXT_WAIT : STAGE_NEXT_RUN;
+    if (o->state == STAGE_FAILED) return o->ended < submitted ? STAGE_NEXT_RUN : STAGE_NEXT_FAILED;
+    return STAGE_NEXT_RUN;
+}
+
+int store_stage_next(store *s, int64_t trial, stage_next *next, int *idx, char *reason,
+                     size_t reasonlen, int *first_wait, char *err, size_t errlen) {
+    *next = STAGE_NEXT_NONE;
+    *idx = 0;
+    *first_wait = 0;
+    if (reasonlen) reason[0] = '\0';
+    store_stage plan[S2S_STAGES];
+    trial_state runner[S2S_STAGES];
+    int waited[S2S_STAGES], n;
+    double submitted = 0;
+    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+    if (load_plan(s, trial, plan, runner, waited, &n, err, errlen) < 0) goto fail;
+    if (n == 0) return exec(s, "COMMIT", err, errlen);
+    if (job_submitted(s, trial, &submitted, err, errlen) < 0) goto fail;
+    int i = 0;
+    while (i < n && plan[i].known && plan[i].state == STAGE_DONE) i++;
+    *idx = i;
+    if (i == n) {
+        *next = STAGE_NEXT_REUSED;
+        return exec(s, "COMMIT", err, errlen);
+    }
+    store_stage *o = &plan[i];
+    *next = stage_verdict(o, runner[i], trial, submitted);
+    char label[64];
+    stage_label(label, sizeof label, o->name, o->key);
+    if (*next == STAGE_NEXT_WAIT) {
+        snprintf(reason, reasonlen, "waiting for stage %s of t%lld", label, (long long)o->trial);
+        if (!waited[i]) {
+            sqlite3_stmt *st;
+            if (prepare(s, "UPDATE trial_stages SET waited = 1 WHERE trial = ?1 AND idx = ?2", &st,
+                        err, errlen) < 0)
+                goto fail;
+            sqlite3_bind_int64(st, 1, trial);
+            sqlite3_bind_int(st, 2, i);
+            int rc = sqlite3_step(st);
+            sqlite3_finalize(st);
+            if (rc != SQLITE_DONE) {
+                sqlfail(s, err, errlen, "sqlite3_step(UPDATE trial_stages)");
+                goto fail;
+            }
+            int64_t job = 0;
+            if (store_trial_job(s, trial, &job, err, errlen) < 0 ||
+                add_event(s, job, trial, "stage", reason, err, errlen) < 0)
+                goto fail;
+            *first_wait = 1;
+        }
+    } else if (*next == STAGE_NEXT_FAILED) {
+        snprintf(reason, reasonlen, "stage %s failed (run by t%lld): %s", label,
+                 (long long)o->trial, o->message);
+    }
+    return exec(s, "COMMIT", err, errlen);
+fail:
+    rollback(s);
+    return -1;
+}
+
+int store_stage_launch(store *s, int64_t trial, int idx, const char *message, char *err,
+                       size_t errlen) {
+    store_stage plan[S2S_STAGES];
+    trial_state runner[S2S_STAGES];
+    int n;
+    double submitted = 0;
+    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+    if (load_plan(s, trial, plan, runner, NULL, &n, err, errlen) < 0 ||
+        job_submitted(s, trial, &submitted, err, errlen) < 0)
+        goto fail;
+    if (idx < 0 || idx >= n) {
+        bf_fail(err, errlen, "trial %lld has no stage %d%s", (long long)trial, idx,
+                n ? "" : " (it is not an s2s trial)");
+        goto fail;
+    }
+    store_stage *o = &plan[idx];
+    char label[64];
+    stage_label(label, sizeof label, o->name, o->key);
+    if (o->known && o->state == STAGE_DONE) {
+        bf_fail(err, errlen, "stage %s is done already (run by t%lld)", label, (long long)o->trial);
+        goto fail;
+    }
+    if (stage_verdict(o, runner[idx], trial, submitted) != STAGE_NEXT_RUN) {
+        bf_fail(err, errlen, "stage %s is %s (t%lld)", label, store_stage_state_name(o->state),
+                (long long)o->trial);
+        goto fail;
+    }
+    if (transition_in_tx(s, trial, TRIAL_RUNNING, message, err, errlen) < 0) goto fail;
+    double t = now_s();
+    sqlite3_stmt *st;
+    if (prepare(s,
+                "INSERT INTO stages(key, name, parent, dir, state, trial, attempts, failures,"
+                " created, started) VALUES (?1, ?2, ?3, ?4, 'running', ?5, 1, 0, ?6, ?6)"
+                " ON CONFLICT (key) DO UPDATE SET state = 'running', trial = excluded.trial,"
+                "  attempts = attempts + 1,"
+                "  failures = CASE WHEN state = 'failed' THEN 0 ELSE failures END,"
+                "  started = excluded.started, ended = NULL, message = ''",
+                &st, err, errlen) < 0)
+        goto fail;
+    sqlite3_bind_text(st, 1, o->key, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, o->name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, o->parent, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 4, o->dir, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 5, trial);
+    sqlite3_bind_double(st, 6, t);
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) {
+        sqlfail(s, err, errlen, "sqlite3_step(INSERT INTO stages)");
+        goto fail;
+    }
+    int64_t job = 0;
+    char msg[256];
+    snprintf(msg, sizeof msg, "stage %s started by t%lld (its attempt %d)", label, (long long)trial,
+             o->known ? o->attempts + 1 : 1);
+    if (store_trial_job(s, trial, &job, err, errlen) < 0 ||
+        add_event(s, job, trial, "stage", msg, err, errlen) < 0 ||
+        exec(s, "COMMIT", err, errlen) < 0)
+        goto fail;
+    return 0;
+fail:
+    rollback(s);
+    return -1;
+}
+
+int store_trial_running_stage(store *s, int64_t trial, store_stage *out, char *err, size_t errlen) {
+    sqlite3_stmt *st;
+    if (prepare(s,
+                "SELECT " STAGE_COLS " FROM stages st JOIN trial_stages ts"
+                " ON ts.key = st.key AND ts.trial = st.trial"
+                " WHERE st.trial = ?1 AND st.state = 'running'",
+                &st, err, errlen) < 0)
+        return -1;
+    sqlite3_bind_int64(st, 1, trial);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) read_stage_row(st, out, NULL, NULL);
+    sqlite3_finalize(st);
+    if (rc == SQLITE_ROW) return 0;
+    if (rc == SQLITE_DONE) return 1;
+    return sqlfail(s, err, errlen, "sqlite3_step(SELECT running stage)");
+}
+
+int store_trial_stage_done(store *s, int64_t trial, const char *message, char *err, size_t errlen) {
+    store_stage o;
+    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+    int rc = store_trial_running_stage(s, trial, &o, err, errlen);
+    if (rc == 1) bf_fail(err, errlen, "trial %lld runs no stage", (long long)trial);
+    if (rc != 0 || transition_ex(s, trial, TRIAL_PENDING, message, 1, err, errlen) < 0 ||
+        exec(s, "COMMIT", err, errlen) < 0) {
+        rollback(s);
+        return -1;
+    }
+    return 0;
+}
+
+int store_trial_stage_failed(store *s, int64_t trial, const char *message, char *err,
+                             size_t errlen) {
+    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+    if (transition_in_tx(s, trial, TRIAL_RUNNING, "a stage it needs failed", err, errlen) < 0 ||
+        transition_in_tx(s, trial, TRIAL_FAILED, message, err, errlen) < 0 ||
+        exec(s, "COMMIT", err, errlen) < 0) {
+        rollback(s);
+        return -1;
+    }
+    return 0;
+}
+
+/* Copies the points of `from` whose names are under "eval/" to `to`, after
+ * to's own sequence numbers, and updates to's latest values; in the
+ * caller's transaction. */
+static int copy_eval_points(store *s, int64_t from, int64_t to, char *err, size_t errlen) {
+    static const char *const sql[] = {
+        "INSERT OR IGNORE INTO metrics(trial, seq, name, step, value, time)"
+        " SELECT ?2, m.seq - (SELECT MIN(seq) FROM metrics WHERE trial = ?1 AND name IN"
+        "   (SELECT id FROM metric_names WHERE name LIKE 'eval/%'))"
+        "   + 1 + (SELECT COALESCE(MAX(seq), 0) FROM metrics WHERE trial = ?2),"
+        "  m.name, m.step, m.value, m.time"
+        " FROM metrics m WHERE m.trial = ?1 AND m.name IN"
+        "  (SELECT id FROM metric_names WHERE name LIKE 'eval/%')",
+        "INSERT OR REPLACE INTO metric_latest(trial, name, seq, step, value, time, vmin, vmax)"
+        " SELECT ?2, m.name, m.seq, m.step, m.value, m.time, a.vmin, a.vmax"
+        " FROM (SELECT name, MAX(seq) AS mseq, MIN(value) AS vmin, MAX(value) AS vmax"
+        "       FROM metrics WHERE trial = ?2 AND name IN"
+        "        (SELECT id FROM metric_names WHERE name LIKE 'eval/%') GROUP BY name) a"
+        " JOIN metrics m ON m.trial = ?2 AND m.name = a.name AND m.seq = a.mseq"};
+    for (size_t i = 0; i < sizeof sql / sizeof sql[0]; i++) {
+        sqlite3_stmt *st;
+        if (prepare(s, sql[i], &st, err, errlen) < 0) return -1;
+        sqlite3_bind_int64(st, 1, from);
+        sqlite3_bind_int64(st, 2, to);
+        int rc = sqlite3_step(st);
+        sqlite3_finalize(st);
+        if (rc != SQLITE_DONE) return sqlfail(s, err, errlen, "sqlite3_step(copy eval points)");
+    }
+    return 0;
+}
+
+int store_trial_stages_reused(store *s, int64_t trial, const char *message, char *err,
+                              size_t errlen) {
+    store_stage plan[S2S_STAGES];
+    int n;
+    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+    if (load_plan(s, trial, plan, NULL, NULL, &n, err, errlen) < 0) goto fail;
+    for (int i = 0; i < n; i++)
+        if (!plan[i].known || plan[i].state != STAGE_DONE) {
+            bf_fail(err, errlen, "trial %lld: stage %s is not done", (long long)trial,
+                    plan[i].name);
+            goto fail;
+        }
+    if (n == 0) {
+        bf_fail(err, errlen, "trial %lld is not an s2s trial", (long long)trial);
+        goto fail;
+    }
+    const store_stage *ev = &plan[S2S_STAGES - 1];
+    if (ev->trial != trial && copy_eval_points(s, ev->trial, trial, err, errlen) < 0) goto fail;
+    if (transition_in_tx(s, trial, TRIAL_RUNNING, "every stage is done already", err, errlen) < 0 ||
+        transition_in_tx(s, trial, TRIAL_COMPLETED, message, err, errlen) < 0 ||
+        exec(s, "COMMIT", err, errlen) < 0)
+        goto fail;
+    return 0;
+fail:
+    rollback(s);
+    return -1;
+}
+
+int store_job_stage_counts(store *s, int64_t job, store_stage_counts *out, char *err,
+                           size_t errlen) {
+    memset(out, 0, sizeof *out);
+    sqlite3_stmt *st;
+    if (prepare(s,
+                "WITH u AS (SELECT ts.trial, ts.key, st.state, st.trial AS runner,"
+                "  (SELECT job FROM trials WHERE id = st.trial) AS rjob"
+                "  FROM trial_stages ts JOIN trials t ON t.id = ts.trial"
+                "  LEFT JOIN stages st ON st.key = ts.key WHERE t.job = ?1)"
+                " SELECT (SELECT COUNT(*) FROM u), (SELECT COUNT(DISTINCT key) FROM u),"
+                "  (SELECT COUNT(*) FROM (SELECT key FROM u GROUP BY key HAVING COUNT(*) > 1)),"
+                "  (SELECT COUNT(*) FROM u WHERE state IN ('done', 'running') AND runner <> trial),"
+                "  (SELECT COUNT(DISTINCT key) FROM u WHERE rjob IS NOT NULL AND rjob <> ?1),"
+                "  (SELECT COUNT(DISTINCT key) FROM u WHERE state = 'done' AND rjob = ?1),"
+                "  (SELECT COUNT(DISTINCT key) FROM u WHERE state IS NULL OR state = 'pending'),"
+                "  (SELECT COUNT(DISTINCT key) FROM u WHERE state = 'running'),"
+                "  (SELECT COUNT(DISTINCT key) FROM u WHERE state = 'done'),"
+                "  (SELECT COUNT(DISTINCT key) FROM u WHERE state = 'failed')",
+                &st, err, errlen) < 0)
+        return -1;
+    sqlite3_bind_int64(st, 1, job);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        out->uses = sqlite3_column_int64(st, 0);
+        out->distinct = sqlite3_column_int64(st, 1);
+        out->shared = sqlite3_column_int64(st, 2);
+        out->reused = sqlite3_column_int64(st, 3);
+        out->from_other_jobs = sqlite3_column_int64(st, 4);
+        out->run = sqlite3_column_int64(st, 5);
+        for (int k = 0; k < STAGE_N_STATES; k++) out->by_state[k] = sqlite3_column_int64(st, 6 + k);
+    }
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW ? 0 : sqlfail(s, err, errlen, "sqlite3_step(SELECT stage counts)");
 }

@@ -5,9 +5,10 @@
  * PENDING -> CANCELLED; STOPPED -> PENDING (resume, a manual promotion past
  * an early stop); FAILED -> PENDING while retries are left (a trial may
  * fail 1 + job.retries times); RUNNING -> PENDING when the attempt was
- * preempted (it checkpointed on SIGTERM and exited 75): the attempt is
- * counted, the retries are not. Every other transition is refused with an
- * error.
+ * preempted (it checkpointed on SIGTERM and exited 75), or when it ran one
+ * shared stage of an s2s trial to the end (store_trial_stage_done): the
+ * attempt is counted, the retries are not. Every other transition is
+ * refused with an error.
  *
  * All functions return 0 on success or -1 with a message in err (which names
  * the SQLite call and carries SQLite's own text). A store handle is used by
@@ -18,13 +19,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/s2s_stages.h"
 #include "jobs/sweep.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define STORE_SCHEMA_VERSION 4
+#define STORE_SCHEMA_VERSION 5
 
 typedef enum {
     TRIAL_PENDING = 0,
@@ -239,6 +241,115 @@ int store_job_source(store *s, int64_t job, char **text, char *file, size_t file
  * when the job already has n_trials trials or is closed. */
 int store_add_trial(store *s, int64_t job, const sweep_trial *t, const char *point_json,
                     int64_t *trial_id, char *err, size_t errlen);
+
+/* ---------------------------------------------------------- shared stages
+ *
+ * An s2s trial is a chain of six stages (common/s2s_stages.h). Each stage
+ * key is one row of the stage table, shared by every trial (of any job)
+ * whose plan holds that key; the plan of each s2s trial is written at submit.
+ * Stage states: pending (nobody runs it now; any trial that needs it may
+ * claim it) -> running (one trial's attempt runs it) -> done | failed |
+ * pending. The stage follows its runner's attempt inside the same
+ * transaction as the trial's own transition: the attempt ends COMPLETED or
+ * by store_trial_stage_done -> done; FAILED -> failed once the stage has
+ * failed 1 + retries times (retries of the runner's job), else pending;
+ * preempted, stopped or cancelled -> pending. So a restart of bfd (whatever
+ * moment it was killed at) neither runs a stage twice nor loses one. */
+
+typedef enum {
+    STAGE_PENDING = 0,
+    STAGE_RUNNING,
+    STAGE_DONE,
+    STAGE_FAILED,
+    STAGE_N_STATES
+} stage_state;
+
+const char *store_stage_state_name(stage_state s); /* "pending", ... */
+
+/* One stage of a trial's plan, with the shared row of its key. */
+typedef struct store_stage {
+    int idx;       /* 0 teacher .. 5 eval */
+    char name[16]; /* "teacher", ... */
+    char key[17];  /* s2s_stage_plan's key */
+    char parent[17];
+    char dir[32]; /* folder name "NAME-KEY" under the stage root */
+    int known;    /* 0: no trial has claimed the key yet (the fields below are 0) */
+    stage_state state;
+    int64_t trial;                  /* the trial that runs it, ran it, or last tried (0: none) */
+    int64_t job;                    /* that trial's job */
+    int attempts;                   /* times started */
+    int failures;                   /* attempts that failed */
+    double created, started, ended; /* unix seconds; 0 when not yet */
+    char message[256];              /* how the last attempt ended */
+} store_stage;
+
+/* The plan of a trial with the shared row of each stage: *n = 6, or 0 for a
+ * trial that is not of pipeline s2s. */
+int store_trial_stages(store *s, int64_t trial, store_stage out[S2S_STAGES], int *n, char *err,
+                       size_t errlen);
+
+/* What a PENDING s2s trial does next (store_stage_next). */
+typedef enum {
+    STAGE_NEXT_NONE = 0, /* not an s2s trial: launch it as usual */
+    STAGE_NEXT_RUN,      /* run stage *idx itself (nobody runs it; done ones are reused) */
+    STAGE_NEXT_WAIT,     /* stage *idx is being run by another trial: stay PENDING */
+    STAGE_NEXT_FAILED,   /* stage *idx failed for good: the trial fails with it */
+    STAGE_NEXT_REUSED    /* every stage is done already: the trial completes without a run */
+} stage_next;
+
+/* Walks the plan of trial (PENDING) and says what it does next; *idx is the
+ * first stage not done. WAIT and FAILED fill reason ("waiting for stage avit
+ * 3f2a… of t2", "stage avit 3f2a… failed (run by t2): ..."). A stage left
+ * running by a trial that is not RUNNING (bfd died between the two writes
+ * of a launch in an older build, or the row is stale) counts as not run. A
+ * failed stage is claimable again by a trial of a job submitted after it
+ * failed (a new submission retries it); for trials submitted before, it
+ * fails them. *first_wait is 1 when this is the first time the trial waits
+ * for that stage (a "stage" event is then written: bfd publishes it once). */
+int store_stage_next(store *s, int64_t trial, stage_next *next, int *idx, char *reason,
+                     size_t reasonlen, int *first_wait, char *err, size_t errlen);
+
+/* PENDING -> RUNNING for one attempt that runs stage idx of the trial's plan,
+ * and the stage -> running with this trial as its runner, in one
+ * transaction. Refused when another RUNNING trial runs the stage, or the
+ * stage is done. */
+int store_stage_launch(store *s, int64_t trial, int idx, const char *message, char *err,
+                       size_t errlen);
+
+/* The stage the RUNNING trial's attempt runs: 0 found (*out filled), 1 none. */
+int store_trial_running_stage(store *s, int64_t trial, store_stage *out, char *err, size_t errlen);
+
+/* The attempt ran its stage to the end (the worker wrote stage.json): the
+ * stage -> done and the trial RUNNING -> PENDING for its next stage, with
+ * the attempt's outcome STAGE_DONE and no retry used, in one transaction.
+ * (For the last stage, eval, the trial goes COMPLETED instead through
+ * store_trial_transition, which marks the stage done too.) */
+int store_trial_stage_done(store *s, int64_t trial, const char *message, char *err, size_t errlen);
+
+/* PENDING -> FAILED of a trial whose stage failed for good under another
+ * trial (store_stage_next said FAILED); the attempt recorded says so. */
+int store_trial_stage_failed(store *s, int64_t trial, const char *message, char *err,
+                             size_t errlen);
+
+/* PENDING -> COMPLETED of a trial whose every stage is done (REUSED): its eval
+ * stage's points (metric names under "eval/") are copied from the trial that
+ * ran that stage, under new sequence numbers after the trial's own, so the
+ * trial has its final metric. One transaction. */
+int store_trial_stages_reused(store *s, int64_t trial, const char *message, char *err,
+                              size_t errlen);
+
+/* How a job's trials share stages: uses = trials x stages of its s2s trials;
+ * distinct = distinct keys among them; shared = keys used by two or more of
+ * its trials; reused = uses served by a run of another trial (of this job or
+ * another, the stage done or running); from_other_jobs = distinct keys whose
+ * run belongs to a trial of another job; run = stages its own trials ran
+ * (done). All 0 for a job that is not s2s. */
+typedef struct store_stage_counts {
+    long long uses, distinct, shared, reused, from_other_jobs, run;
+    long long by_state[STAGE_N_STATES]; /* distinct keys in each state (never claimed: pending) */
+} store_stage_counts;
+int store_job_stage_counts(store *s, int64_t job, store_stage_counts *out, char *err,
+                           size_t errlen);
 
 #ifdef __cplusplus
 }
