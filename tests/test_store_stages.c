@@ -237,8 +237,7 @@ Test(store_stages, a_failed_stage_retries_once_then_fails_its_dependants) {
     cr_assert_eq(next_of(s, t2, &idx, NULL, NULL), STAGE_NEXT_RUN);
     launch(s, t2, 0);
     cr_assert_eq(next_of(s, t1, &idx, NULL, NULL), STAGE_NEXT_WAIT);
-    cr_assert_eq(store_trial_fail(s, t2, "killed by signal 9", &rq, err, sizeof err), 0, "%s",
-                 err);
+    cr_assert_eq(store_trial_fail(s, t2, "killed by signal 9", &rq, err, sizeof err), 0, "%s", err);
     st = stage_of(s, t1, 0);
     cr_assert_eq(st.state, STAGE_FAILED);
     cr_assert_eq(st.failures, 2);
@@ -343,7 +342,9 @@ Test(store_stages, a_later_job_reuses_every_stage_and_gets_the_eval_metric) {
     for (int i = 0; i < S2S_STAGES; i++) {
         launch(s, t1, i);
         store_metric m[2] = {{.seq = 2 * i + 1, .step = 10, .name = "train/loss", .value = 1.0},
-                             {.seq = 2 * i + 2, .step = 10, .name = "eval/student/test/acc",
+                             {.seq = 2 * i + 2,
+                              .step = 10,
+                              .name = "eval/student/test/acc",
                               .value = 0.5 + 0.01 * i}};
         /* only the eval stage writes eval/ names; the others write their own */
         cr_assert_eq(store_metrics_insert(s, t1, m, i == S2S_STAGES - 1 ? 2 : 1, err, sizeof err),
