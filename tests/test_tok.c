@@ -5,7 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -41,6 +44,10 @@ static void load_glosses(void) {
 static void setup(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/bf_test_tok_XXXXXX");
     cr_assert_not_null(mkdtemp(tmpdir));
+    /* a cache folder of this test's own: "rebuilt" means what it says */
+    char cache[300];
+    snprintf(cache, sizeof cache, "%s/cache", tmpdir);
+    setenv("BF_CACHE", cache, 1);
     load_glosses();
     if (n_train < 600) cr_skip_test("wordnet-base is not installed");
 }
@@ -249,8 +256,14 @@ Test(tok, open_tsv_uses_and_rebuilds_cache) {
     cr_assert_eq(d->n_classes, 4);
     data_tok_destroy(&d);
     /* damage the cache: rebuilt, not trusted */
-    char cp[600];
-    data_cache_path(cp, sizeof cp, tr, tok_hash(t));
+    char cp[4400];
+    {
+        char dir[4096];
+        data_src_id sid;
+        cr_assert_eq(data_cache_dir(dir, sizeof dir, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(data_src_identify(tr, &sid, err, sizeof err), 0);
+        data_cache_path(cp, sizeof cp, dir, data_cache_key(&sid, tok_hash(t), 0, DATA_KIND_CLS));
+    }
     struct stat st;
     cr_assert_eq(stat(cp, &st), 0);
     cr_assert_eq(truncate(cp, st.st_size - 4), 0);
@@ -272,6 +285,119 @@ Test(tok, open_tsv_uses_and_rebuilds_cache) {
     cr_assert(strstr(err, ":602:"), "%s", err);
     tok_destroy(&t);
     tok_destroy(&t2);
+}
+
+/* Names in folder dir that contain part (-1: the folder cannot be read). */
+static int count_names(const char *dir, const char *part) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.' && strstr(e->d_name, part)) n++;
+    closedir(d);
+    return n;
+}
+
+static void write_tsv(const char *path, int n) {
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    for (int i = 0; i < n; i++) fprintf(f, "c%d\t%s\n", i % 3, glosses[i]);
+    cr_assert_eq(fclose(f), 0);
+}
+
+/* BF_CACHE: caches go to the cache folder, never beside the data, and are
+ * keyed by the data's contents: a copy at another path or a touched file
+ * finds the same cache; changed contents do not. */
+Test(tok, cache_folder_keyed_by_contents) {
+    tok_t *t = train(TOK_UNIGRAM, 800, 0, "k");
+    char data[300], other[300], err[512];
+    snprintf(data, sizeof data, "%s/data", tmpdir);
+    snprintf(other, sizeof other, "%s/elsewhere", tmpdir);
+    cr_assert_eq(mkdir(data, 0755), 0);
+    cr_assert_eq(mkdir(other, 0755), 0);
+    char a[400], b[400];
+    snprintf(a, sizeof a, "%s/train.tsv", data);
+    snprintf(b, sizeof b, "%s/copy.tsv", other);
+    write_tsv(a, 200);
+    write_tsv(b, 200);
+    data_tok_t *d = NULL, *e = NULL;
+    int rebuilt = -1;
+    cr_assert_eq(data_open_tsv(a, t, NULL, NULL, &d, &rebuilt, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(rebuilt, 1);
+    cr_assert_eq(count_names(data, ""), 1, "bf wrote beside the data");
+    cr_assert_eq(count_names(tpath("cache"), ".bfcache"), 1);
+    /* the same bytes at another path: the same cache */
+    cr_assert_eq(data_open_tsv(b, t, NULL, NULL, &e, &rebuilt, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(rebuilt, 0, "a copy of the file at another path should find its cache");
+    cr_assert_eq(e->offsets[e->n_seq], d->offsets[d->n_seq]);
+    data_tok_destroy(&e);
+    /* a new mtime, same bytes: still the same cache */
+    struct timeval tv[2] = {{1000000000, 0}, {1000000000, 0}};
+    cr_assert_eq(utimes(a, tv), 0);
+    cr_assert_eq(data_open_tsv(a, t, NULL, NULL, &e, &rebuilt, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(rebuilt, 0, "an mtime change alone should not rebuild");
+    data_tok_destroy(&e);
+    /* other bytes: another cache, and the old one stays for the old data */
+    write_tsv(a, 150);
+    cr_assert_eq(data_open_tsv(a, t, NULL, NULL, &e, &rebuilt, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(rebuilt, 1);
+    cr_assert_eq(e->n_seq, 150);
+    cr_assert_eq(count_names(tpath("cache"), ".bfcache"), 2);
+    cr_assert_eq(count_names(tpath("cache"), ".tmp-"), 0);
+    data_tok_destroy(&e);
+    data_tok_destroy(&d);
+    /* a cache folder that cannot be made is an error naming BF_CACHE */
+    char bad[450];
+    snprintf(bad, sizeof bad, "%s/cache", a); /* under a file */
+    setenv("BF_CACHE", bad, 1);
+    cr_assert_neq(data_open_tsv(a, t, NULL, NULL, &e, &rebuilt, err, sizeof err), 0);
+    cr_assert(strstr(err, "BF_CACHE") && strstr(err, bad), "%s", err);
+    tok_destroy(&t);
+}
+
+/* Six processes tokenizing the same file into an empty cache folder at
+ * once all succeed, with the same data, and leave one whole cache and no
+ * temporary files. */
+Test(tok, concurrent_writers_of_one_cache) {
+    tok_t *t = train(TOK_UNIGRAM, 800, 0, "w");
+    const char *src = tpath("shared.tsv");
+    write_tsv(src, 600);
+    for (int round = 0; round < 3; round++) {
+        char cache[300];
+        snprintf(cache, sizeof cache, "%s/cache%d", tmpdir, round);
+        setenv("BF_CACHE", cache, 1);
+        pid_t kids[6];
+        for (int k = 0; k < 6; k++) {
+            kids[k] = fork();
+            cr_assert_neq(kids[k], -1);
+            if (kids[k] == 0) {
+                char err[512];
+                data_tok_t *d = NULL;
+                int rebuilt;
+                int rc = data_open_tsv(src, t, NULL, NULL, &d, &rebuilt, err, sizeof err);
+                if (rc) fprintf(stderr, "writer %d: %s\n", k, err);
+                _exit(rc || d->n_seq != 600 ? 1 : 0);
+            }
+        }
+        for (int k = 0; k < 6; k++) {
+            int st;
+            cr_assert_eq(waitpid(kids[k], &st, 0), kids[k]);
+            cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "round %d: writer %d failed", round,
+                      k);
+        }
+        cr_assert_eq(count_names(cache, ".bfcache"), 1);
+        cr_assert_eq(count_names(cache, ".tmp-"), 0, "a temporary file was left behind");
+        char err[512];
+        data_tok_t *d = NULL;
+        int rebuilt = -1;
+        cr_assert_eq(data_open_tsv(src, t, NULL, NULL, &d, &rebuilt, err, sizeof err), 0, "%s",
+                     err);
+        cr_assert_eq(rebuilt, 0, "the cache the writers left is not whole");
+        cr_assert_eq(d->n_seq, 600);
+        data_tok_destroy(&d);
+    }
+    tok_destroy(&t);
 }
 
 Test(tok, open_text_stream_and_split) {

@@ -636,8 +636,10 @@ static int cmd_generate(int argc, char **argv) {
     int32_t *ids = NULL;
     int *all = NULL;
     int rc = EXIT_FAIL;
-    if (bk_select(c.device, &be, err, sizeof err) || data_sets_open(&c, &d, 1, err, sizeof err))
-        goto done;
+    if (bk_select(c.device, &be, err, sizeof err)) goto done;
+    /* the run's own tokenizer; only an older run needs its corpus */
+    int trc = run_src_tokenizer(&s, &d.tok, err, sizeof err);
+    if (trc < 0 || (trc > 0 && data_sets_open(&c, &d, 1, err, sizeof err))) goto done;
     model_shape sh = pipe_model_shape(&c, &d);
     if (model_create(&m, &sh, be, 1, err, sizeof err)) goto done;
     if (run_src_load(&s, &m, err, sizeof err)) goto done;

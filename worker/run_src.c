@@ -4,6 +4,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "worker/data/data_sets.h"
 #include "worker/safetensors.h"
 
 static int is_dir(const char *p) {
@@ -93,4 +94,14 @@ void run_src_close(run_src *s) {
     ckpt_free(&s->old);
     free(s->cfg_text);
     memset(s, 0, sizeof *s);
+}
+
+int run_src_tokenizer(const run_src *s, tok_t **tok, char *err, size_t errlen) {
+    *tok = NULL;
+    if (!s->dir[0]) return 1;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", s->dir, DATA_RUN_TOKENIZER);
+    struct stat st;
+    if (stat(path, &st) != 0) return 1;
+    return tok_load(tok, path, err, errlen) ? -1 : 0;
 }

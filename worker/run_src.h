@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "worker/ckpt.h"
+#include "worker/data/tok.h"
 #include "worker/models/model.h"
 
 typedef struct run_src {
@@ -23,5 +24,9 @@ int run_src_open(run_src *s, const char *path, char *err, size_t errlen);
  * position from an older file. Returns 0 or -1 with a message. */
 int run_src_load(run_src *s, model *m, char *err, size_t errlen);
 void run_src_close(run_src *s);
+/* Loads the tokenizer the run folder keeps (tokenizer.model, written by
+ * training since it was added) into *tok. Returns 0, 1 when the run has
+ * none (an older run: open its data instead), or -1 with a message. */
+int run_src_tokenizer(const run_src *s, tok_t **tok, char *err, size_t errlen);
 
 #endif

@@ -304,7 +304,9 @@ int train_run(const bf_config *c, const train_opts *o, train_result *r, char *er
     data_sets d;
     if (train_open_data(c, comm, quiet, &d, err, errlen)) return TRAIN_ERROR;
     int rc = TRAIN_ERROR;
-    if (hc.out_dir && write_config(hc.out_dir, c, err, errlen)) goto out;
+    if (hc.out_dir && (write_config(hc.out_dir, c, err, errlen) ||
+                       data_sets_save_tokenizer(&d, hc.out_dir, err, errlen)))
+        goto out;
     if (metrics_open(&hc.mt, hc.out_dir, err, errlen)) goto out;
     /* BF_ALLREDUCE_ALWAYS=1: run the all-reduce even on one rank (the
      * scaling benchmark measures NCCL's cost on a single GPU this way) */

@@ -123,16 +123,16 @@ int data_tok_from_text(const data_text_t *t, const tok_t *tok, data_tok_t **out,
 
 /* ---- the tokenized cache (data_cache.c) --------------------------------- */
 
-/* What a source file was when a cache was built from it. */
+/* What a source file was when a cache was built from it: its contents, not
+ * its path or mtime. */
 typedef struct data_src_id {
     uint64_t size;
-    int64_t mtime_ns;
     uint64_t fnv; /* FNV-1a of the contents */
 } data_src_id;
 
 int data_src_identify(const char *path, data_src_id *id, char *err, size_t errlen);
 
-/* Writes d to path atomically (path.tmp.PID, then rename). extra: a value the
+/* Writes d to path atomically (data_tmp_name, then rename). extra: a value the
  * caller wants the cache keyed on too (e.g. the val_fraction's bits, or the
  * label set's source); compared on read like the tokenizer hash. */
 int data_cache_write(const char *path, const data_tok_t *d, const data_src_id *src,
@@ -143,12 +143,23 @@ int data_cache_write(const char *path, const data_tok_t *d, const data_src_id *s
 int data_cache_read(const char *path, const data_src_id *src, uint64_t tok_hash, uint64_t extra,
                     data_tok_t **out, char *err, size_t errlen);
 
-/* Cache path for a source: "<src>.<16 hex of tok_hash>.bfcache". buf gets it. */
-int data_cache_path(char *buf, size_t buflen, const char *src_path, uint64_t tok_hash);
+/* The folder caches live in (tokenized sets, trained tokenizers): $BF_CACHE,
+ * else $XDG_CACHE_HOME/bf, else $HOME/.cache/bf, else /tmp/bf-cache-UID.
+ * Creates it (mode 0700) when missing. buf gets the path. */
+int data_cache_dir(char *buf, size_t buflen, char *err, size_t errlen);
+/* The key a tokenized set is cached under: a hash of its source's contents,
+ * the tokenizer, the caller's extra and the kind (DATA_KIND_*). */
+uint64_t data_cache_key(const data_src_id *src, uint64_t tok_hash, uint64_t extra, int kind);
+/* Cache path "<dir>/data-<16 hex of key>.bfcache". buf gets it. */
+int data_cache_path(char *buf, size_t buflen, const char *dir, uint64_t key);
+/* A temporary name beside path that no other writer uses at the same time
+ * (host, pid, clock, counter): write there, then rename onto path. */
+int data_tmp_name(char *buf, size_t buflen, const char *path);
 
-/* The loaders a pipeline calls: read the cache next to src_path when it is
- * valid, else parse + tokenize src_path and (re)write the cache. *rebuilt
- * (nullable) says which happened. cache_path NULL → data_cache_path().
+/* The loaders a pipeline calls: read the cache when it is valid, else parse
+ * + tokenize src_path and (re)write the cache. *rebuilt (nullable) says
+ * which happened. cache_path NULL → data_cache_path(data_cache_dir(),
+ * data_cache_key(...)).
  * data_open_tsv: labels_from as in data_tsv_load (the train split's data_tok_t
  * class list, or NULL). data_open_text: the token stream with val_start set
  * by val_fraction. */

@@ -8,7 +8,17 @@
  *   names    names_bytes bytes: n_classes NUL-terminated class names (CLS only)
  * The file's size must be exactly what the header implies (truncation and
  * trailing junk are both corruption), payload_fnv covers everything after the
- * header, and every value is range-checked before the data is handed out. */
+ * header, and every value is range-checked before the data is handed out.
+ *
+ * Where caches live: one folder (data_cache_dir: $BF_CACHE, else the user's
+ * cache directory), never beside the user's data, so a read-only or shared
+ * data folder works and two users never write into each other's folders.
+ * A cache's name is a hash of what it was built from (the source's contents,
+ * the tokenizer, the caller's key): a copy of a file at another path, or a
+ * touched file, finds the same cache; a changed file gets a new one. Writers
+ * write under a name of their own and rename it into place, so readers only
+ * ever see whole files, and two writers of the same cache at once both
+ * succeed (the last rename wins; the contents are the same). */
 #include "worker/data/data.h"
 #include "worker/data/data_priv.h"
 
@@ -18,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Fuzz builds (FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION) do not enforce the
@@ -40,7 +51,7 @@ typedef struct cache_hdr {
     int32_t vocab;
     uint64_t n_seq, n_tokens, n_classes, val_start, names_bytes;
     uint64_t src_size;
-    int64_t src_mtime_ns;
+    int64_t unused; /* was the source's mtime; the contents decide now */
     uint64_t src_fnv;
     uint64_t tok_hash, extra;
     uint64_t payload_fnv;
@@ -60,6 +71,12 @@ int data_src_identify(const char *path, data_src_id *id, char *err, size_t errle
         fclose(f);
         return data_fail(err, errlen, DATA_EIO, "%s: %s", path, strerror(errno));
     }
+    if (!S_ISREG(st.st_mode)) {
+        fclose(f);
+        return data_fail(err, errlen, DATA_EIO, "%s %s", path,
+                         S_ISDIR(st.st_mode) ? "is a folder; expected a file"
+                                             : "is not a regular file");
+    }
     uint64_t h = DATA_FNV_INIT, n = 0;
     unsigned char buf[1 << 16];
     size_t k;
@@ -71,13 +88,74 @@ int data_src_identify(const char *path, data_src_id *id, char *err, size_t errle
     fclose(f);
     if (bad) return data_fail(err, errlen, DATA_EIO, "%s: read error", path);
     id->size = n;
-    id->mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
     id->fnv = h;
     return DATA_OK;
 }
 
-int data_cache_path(char *buf, size_t buflen, const char *src_path, uint64_t tok_hash) {
-    int w = snprintf(buf, buflen, "%s.%016" PRIx64 ".bfcache", src_path, tok_hash);
+/* mkdir -p; mode for the folders it creates. */
+static int make_dirs(const char *path, mode_t mode, char *err, size_t errlen) {
+    char p[4096];
+    int w = snprintf(p, sizeof p, "%s", path);
+    if (w < 0 || (size_t)w >= sizeof p)
+        return data_fail(err, errlen, DATA_EINVAL, "cache folder path too long: %.200s", path);
+    for (char *s = p + 1;; s++) {
+        char c = *s;
+        if (c != '/' && c != '\0') continue;
+        *s = '\0';
+        if (mkdir(p, mode) != 0 && errno != EEXIST)
+            return data_fail(err, errlen, DATA_EIO, "cannot create the cache folder %s: %s", p,
+                             strerror(errno));
+        *s = c;
+        if (!c) break;
+    }
+    struct stat st;
+    if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode))
+        return data_fail(err, errlen, DATA_EIO, "cache folder %s is not a folder", p);
+    return DATA_OK;
+}
+
+int data_cache_dir(char *buf, size_t buflen, char *err, size_t errlen) {
+    const char *env = getenv("BF_CACHE"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    int w;
+    if (env && *env)
+        w = snprintf(buf, buflen, "%s", env);
+    else if (xdg && *xdg == '/')
+        w = snprintf(buf, buflen, "%s/bf", xdg);
+    else if (home && *home == '/')
+        w = snprintf(buf, buflen, "%s/.cache/bf", home);
+    else
+        w = snprintf(buf, buflen, "/tmp/bf-cache-%ld", (long)getuid());
+    if (w < 0 || (size_t)w >= buflen)
+        return data_fail(err, errlen, DATA_EINVAL, "cache folder path too long (BF_CACHE?)");
+    int rc = make_dirs(buf, 0700, err, errlen);
+    if (rc && env && *env) {
+        size_t l = strlen(err);
+        if (l + 40 < errlen) snprintf(err + l, errlen - l, " (from BF_CACHE)");
+    }
+    return rc;
+}
+
+uint64_t data_cache_key(const data_src_id *src, uint64_t tok_hash, uint64_t extra, int kind) {
+    uint64_t v[5] = {src->size, src->fnv, tok_hash, extra, (uint64_t)kind};
+    return data_fnv1a(DATA_FNV_INIT, v, sizeof v);
+}
+
+int data_cache_path(char *buf, size_t buflen, const char *dir, uint64_t key) {
+    int w = snprintf(buf, buflen, "%s/data-%016" PRIx64 ".bfcache", dir, key);
+    return (w < 0 || (size_t)w >= buflen) ? DATA_EINVAL : DATA_OK;
+}
+
+int data_tmp_name(char *buf, size_t buflen, const char *path) {
+    static unsigned counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    char host[64] = "";
+    if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+    host[sizeof host - 1] = '\0';
+    for (char *c = host; *c; c++)
+        if (*c == '/') *c = '_';
+    int w = snprintf(buf, buflen, "%s.tmp-%s-%ld-%lx-%u", path, host, (long)getpid(),
+                     (unsigned long)ts.tv_nsec, counter++);
     return (w < 0 || (size_t)w >= buflen) ? DATA_EINVAL : DATA_OK;
 }
 
@@ -105,7 +183,6 @@ int data_cache_write(const char *path, const data_tok_t *d, const data_src_id *s
     h.val_start = d->val_start;
     h.names_bytes = names_size(d);
     h.src_size = src->size;
-    h.src_mtime_ns = src->mtime_ns;
     h.src_fnv = src->fnv;
     h.tok_hash = tok_hash;
     h.extra = extra;
@@ -120,9 +197,8 @@ int data_cache_write(const char *path, const data_tok_t *d, const data_src_id *s
     h.payload_fnv = p;
     h.header_fnv = data_fnv1a(DATA_FNV_INIT, &h, offsetof(cache_hdr, header_fnv));
 
-    char tmp[4096];
-    int w = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    if (w < 0 || (size_t)w >= sizeof tmp)
+    char tmp[4200];
+    if (data_tmp_name(tmp, sizeof tmp, path))
         return data_fail(err, errlen, DATA_EINVAL, "%s: path too long", path);
     FILE *f = fopen(tmp, "wb");
     if (!f) return data_fail(err, errlen, DATA_EIO, "%s: %s", tmp, strerror(errno));
@@ -186,9 +262,8 @@ int data_cache_read(const char *path, const data_src_id *src, uint64_t tok_hash,
         rc = data_fail(err, errlen, DATA_ECORRUPT, "%s: unknown kind %u", path, h.kind);
         goto fail;
     }
-    if ((src &&
-         (h.src_size != src->size || h.src_mtime_ns != src->mtime_ns || h.src_fnv != src->fnv)) ||
-        h.tok_hash != tok_hash || h.extra != extra) {
+    if ((src && (h.src_size != src->size || h.src_fnv != src->fnv)) || h.tok_hash != tok_hash ||
+        h.extra != extra) {
         rc = data_fail(err, errlen, DATA_ESTALE, "%s: built from another %s", path,
                        h.tok_hash != tok_hash ? "tokenizer"
                        : h.extra != extra     ? "configuration"
@@ -314,21 +389,23 @@ typedef int (*build_fn)(const char *src, const tok_t *tok, const void *arg, data
                         char *err, size_t errlen);
 
 static int open_cached(const char *src_path, const tok_t *tok, const char *cache_path,
-                       uint64_t extra, build_fn build, const void *arg, data_tok_t **out,
-                       int *rebuilt, char *err, size_t errlen) {
+                       data_kind kind, uint64_t extra, build_fn build, const void *arg,
+                       data_tok_t **out, int *rebuilt, char *err, size_t errlen) {
     if (!src_path || !tok || !out)
         return data_fail(err, errlen, DATA_EINVAL, "data_open: null argument");
     *out = NULL;
     if (rebuilt) *rebuilt = 0;
-    char pbuf[4096];
-    if (!cache_path) {
-        if (data_cache_path(pbuf, sizeof pbuf, src_path, tok_hash(tok)))
-            return data_fail(err, errlen, DATA_EINVAL, "%s: path too long", src_path);
-        cache_path = pbuf;
-    }
     data_src_id id;
     int rc = data_src_identify(src_path, &id, err, errlen);
     if (rc) return rc;
+    char pbuf[4200], dir[4096];
+    if (!cache_path) {
+        if ((rc = data_cache_dir(dir, sizeof dir, err, errlen))) return rc;
+        if (data_cache_path(pbuf, sizeof pbuf, dir,
+                            data_cache_key(&id, tok_hash(tok), extra, (int)kind)))
+            return data_fail(err, errlen, DATA_EINVAL, "%s: cache path too long", dir);
+        cache_path = pbuf;
+    }
     if (data_cache_read(cache_path, &id, tok_hash(tok), extra, out, NULL, 0) == DATA_OK &&
         (*out)->vocab == tok_vocab_size(tok))
         return DATA_OK;
@@ -336,8 +413,9 @@ static int open_cached(const char *src_path, const tok_t *tok, const char *cache
     rc = build(src_path, tok, arg, out, err, errlen);
     if (rc) return rc;
     if (rebuilt) *rebuilt = 1;
-    /* A cache that cannot be written (read-only data folder) costs time, not
-     * correctness: the freshly built data is returned either way. */
+    /* A cache that cannot be written (a full or read-only cache folder)
+     * costs time, not correctness: the freshly built data is returned
+     * either way. */
     (void)data_cache_write(cache_path, *out, &id, tok_hash(tok), extra, NULL, 0);
     return DATA_OK;
 }
@@ -375,8 +453,8 @@ int data_open_tsv(const char *src_path, const tok_t *tok, const data_tok_t *labe
     if (labels_from && labels_from->kind != DATA_KIND_CLS)
         return data_fail(err, errlen, DATA_EINVAL,
                          "data_open_tsv: labels_from is not a classification set");
-    return open_cached(src_path, tok, cache_path, labels_key(labels_from), build_tsv, labels_from,
-                       out, rebuilt, err, errlen);
+    return open_cached(src_path, tok, cache_path, DATA_KIND_CLS, labels_key(labels_from), build_tsv,
+                       labels_from, out, rebuilt, err, errlen);
 }
 
 int data_open_text(const char *src_path, double val_fraction, const tok_t *tok,
@@ -385,6 +463,6 @@ int data_open_text(const char *src_path, double val_fraction, const tok_t *tok,
     if (!(val_fraction >= 0 && val_fraction < 1))
         return data_fail(err, errlen, DATA_EINVAL, "val_fraction %g is outside [0, 1)",
                          val_fraction);
-    return open_cached(src_path, tok, cache_path, fraction_key(val_fraction), build_text,
-                       &val_fraction, out, rebuilt, err, errlen);
+    return open_cached(src_path, tok, cache_path, DATA_KIND_LM, fraction_key(val_fraction),
+                       build_text, &val_fraction, out, rebuilt, err, errlen);
 }

@@ -1,4 +1,5 @@
 #include "worker/data/data_sets.h"
+#include "worker/data/data_priv.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -7,24 +8,38 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int file_exists(const char *p) {
+/* 0 when path is a regular file; else -1 with a message naming the key it
+ * came from, what it is, and what was expected (hint: how to get one). */
+static int check_input(const char *key, const char *path, const char *expected, const char *hint,
+                       char *err, size_t errlen) {
     struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+    if (stat(path, &st) != 0) {
+        snprintf(err, errlen, "%s: %s %s%s%s%s", key, path,
+                 errno == ENOENT ? "not found" : strerror(errno), hint ? " (" : "",
+                 hint ? hint : "", hint ? ")" : "");
+        return -1;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "%s: %s is a folder; expected %s", key, path, expected);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s: %s is not a regular file; expected %s", key, path, expected);
+        return -1;
+    }
+    return 0;
 }
 
-/* 1 when prefix.model exists and is at least as new as the source it was
- * trained from (a changed source retrains it). */
-static int tok_current(const char *prefix, const char *src) {
-    char model_path[4096];
-    snprintf(model_path, sizeof model_path, "%s.model", prefix);
+/* 1 when a tokenizer someone prepared beside the data (bfprep tokenizer,
+ * scripts/prepare_data.sh: SRC.tokV.model) is there and at least as new as
+ * its source: it is used as it is. bf itself never writes beside the data. */
+static int tok_beside_current(const char *model_path, const char *src) {
     struct stat ms, ss;
     if (stat(model_path, &ms) || !S_ISREG(ms.st_mode)) return 0;
     if (stat(src, &ss)) return 1;
     return ms.st_mtime >= ss.st_mtime;
 }
 
-/* Trains a sentencepiece model of `vocab` pieces at prefix.model from n
- * sentences (what/src only name them in the progress line). */
 /* Trains a sentencepiece model of `vocab` pieces at prefix.model (and
  * .vocab) from n sentences (what/src only name them in the progress line).
  * Training writes under a name of this process and renames into place, so
@@ -33,8 +48,11 @@ static int tok_current(const char *prefix, const char *src) {
  * the same). */
 static int train_tok(const char **s, size_t n, const char *prefix, int vocab, int quiet,
                      const char *what, const char *src, char *err, size_t errlen) {
-    char tmp[1200], from[1300], to[1300];
-    snprintf(tmp, sizeof tmp, "%s.tmp%ld", prefix, (long)getpid());
+    char tmp[4400], from[4500], to[4500];
+    if (data_tmp_name(tmp, sizeof tmp, prefix)) {
+        snprintf(err, errlen, "%s: path too long", prefix);
+        return -1;
+    }
     tok_train_opts o;
     tok_train_opts_init(&o);
     o.vocab = vocab;
@@ -57,47 +75,58 @@ static int train_tok(const char **s, size_t n, const char *prefix, int vocab, in
     return 0;
 }
 
-/* Trains the tokenizer at prefix.model from the texts of a TSV training split,
- * unless a current one exists. */
-static int ensure_tok_tsv(const char *train_path, const char *prefix, int vocab, int quiet,
-                          char *err, size_t errlen) {
-    if (tok_current(prefix, train_path)) return 0;
-    data_tsv_t *tsv = NULL;
-    if (data_tsv_load(train_path, NULL, &tsv, err, errlen)) return -1;
-    size_t n = tsv->n * (tsv->is_pair ? 2 : 1), k = 0;
-    const char **s = malloc(n * sizeof *s);
+/* Bumped when the tokenizer training options change: older cached models
+ * are then not reused. */
+#define TOK_TRAIN_VERSION 1u
+
+/* Sets model_path to the tokenizer of source src (a TSV training split, or a
+ * corpus when text): one prepared beside it, else the one in the cache
+ * folder keyed by a hash of (its contents, vocab, kind, val_fraction),
+ * trained there first when missing. */
+static int find_tok(const char *src, int text, double val_fraction, int vocab, int quiet,
+                    char *model_path, size_t mlen, char *err, size_t errlen) {
+    snprintf(model_path, mlen, "%s.tok%d.model", src, vocab);
+    if (tok_beside_current(model_path, src)) return 0;
+    char dir[4096], prefix[4200];
+    data_src_id id;
+    if (data_cache_dir(dir, sizeof dir, err, errlen) || data_src_identify(src, &id, err, errlen))
+        return -1;
+    uint64_t key[6] = {id.size, id.fnv, (uint64_t)vocab, (uint64_t)text, 0, TOK_TRAIN_VERSION};
+    if (text) memcpy(&key[4], &val_fraction, sizeof val_fraction);
+    snprintf(prefix, sizeof prefix, "%s/tok-%016llx", dir,
+             (unsigned long long)data_fnv1a(DATA_FNV_INIT, key, sizeof key));
+    snprintf(model_path, mlen, "%s.model", prefix);
+    struct stat st;
+    if (stat(model_path, &st) == 0 && S_ISREG(st.st_mode)) return 0;
+    size_t n = 0, k = 0;
+    const char **s = NULL;
     int rc = -1;
-    if (!s) {
+    data_tsv_t *tsv = NULL;
+    data_text_t *t = NULL;
+    if (text) {
+        if (data_text_load(src, val_fraction, &t, err, errlen)) return -1;
+        n = t->val_start;
+    } else {
+        if (data_tsv_load(src, NULL, &tsv, err, errlen)) return -1;
+        n = tsv->n * (tsv->is_pair ? 2 : 1);
+    }
+    if (!(s = malloc((n ? n : 1) * sizeof *s))) {
         snprintf(err, errlen, "out of memory");
+        goto out;
+    }
+    if (text) {
+        for (size_t i = 0; i < n; i++) /* training lines only */
+            if (t->line_bytes[i]) s[k++] = t->lines[i];
     } else {
         for (size_t i = 0; i < tsv->n; i++) {
             s[k++] = tsv->text_a[i];
             if (tsv->is_pair) s[k++] = tsv->text_b[i];
         }
-        rc = train_tok(s, k, prefix, vocab, quiet, "texts", train_path, err, errlen);
     }
+    rc = train_tok(s, k, prefix, vocab, quiet, text ? "lines" : "texts", src, err, errlen);
+out:
     free(s);
     data_tsv_destroy(&tsv);
-    return rc;
-}
-
-/* The same for a corpus: trained on its training lines only. */
-static int ensure_tok_text(const char *path, double val_fraction, const char *prefix, int vocab,
-                           int quiet, char *err, size_t errlen) {
-    if (tok_current(prefix, path)) return 0;
-    data_text_t *t = NULL;
-    if (data_text_load(path, val_fraction, &t, err, errlen)) return -1;
-    size_t n = t->val_start, k = 0;
-    const char **s = malloc((n ? n : 1) * sizeof *s);
-    int rc = -1;
-    if (!s) {
-        snprintf(err, errlen, "out of memory");
-    } else {
-        for (size_t i = 0; i < n; i++)
-            if (t->line_bytes[i]) s[k++] = t->lines[i];
-        rc = train_tok(s, k, prefix, vocab, quiet, "lines", path, err, errlen);
-    }
-    free(s);
     data_text_destroy(&t);
     return rc;
 }
@@ -119,14 +148,19 @@ static int open_images(const bf_config *c, data_sets *d, int quiet, char *err, s
         snprintf(trl, sizeof trl, "%s/fashion_mnist/train-labels-idx1-ubyte.gz", dir);
         snprintf(tei, sizeof tei, "%s/fashion_mnist/t10k-images-idx3-ubyte.gz", dir);
         snprintf(tel, sizeof tel, "%s/fashion_mnist/t10k-labels-idx1-ubyte.gz", dir);
-        if (!file_exists(tri)) {
-            snprintf(err, errlen,
-                     "%s not found (run scripts/prepare_data.sh, or set data.train_images and "
-                     "data.train_labels)",
-                     tri);
-            return -1;
-        }
     }
+    const char *hint = c->data.train_images[0] ? NULL
+                                               : "run scripts/prepare_data.sh, or set "
+                                                 "data.train_images and data.train_labels";
+    if (check_input(hint ? "data.set" : "data.train_images", tri, "an IDX file", hint, err,
+                    errlen) ||
+        check_input(hint ? "data.set" : "data.train_labels", trl, "an IDX file", hint, err,
+                    errlen) ||
+        (tei[0] && check_input(hint ? "data.set" : "data.test_images", tei, "an IDX file", hint,
+                               err, errlen)) ||
+        (tel[0] && check_input(hint ? "data.set" : "data.test_labels", tel, "an IDX file", hint,
+                               err, errlen)))
+        return -1;
     data_images_t *tr = NULL, *te = NULL;
     int rc = -1;
     if (data_images_load(tri, trl, &tr, err, errlen)) goto out;
@@ -193,10 +227,55 @@ out:
     return rc;
 }
 
+/* Fewer training examples than this in a class earns a warning. */
+#define DATA_RARE_CLASS 5
+
+/* Warnings about data that trains but likely not as meant: classes with
+ * very few training examples, and a batch larger than the training set
+ * (every batch then repeats examples). */
+static void warn_data(const bf_config *c, const data_sets *d, const char *train) {
+    const data_tok_t *t = d->train;
+    uint64_t items;
+    const char *what;
+    if (t->kind == DATA_KIND_LM) {
+        uint64_t len = t->offsets[t->val_start], T = (uint64_t)c->model.seq_len;
+        items = len >= 2 * T ? (len - T) / T : 0;
+        what = "windows of model.seq_len tokens";
+    } else {
+        items = t->n_seq;
+        what = "examples";
+        size_t *count = calloc(t->n_classes ? t->n_classes : 1, sizeof *count);
+        if (count) {
+            for (size_t i = 0; i < t->n_seq; i++) count[t->labels[i]]++;
+            size_t rare = 0;
+            char list[512];
+            size_t w = 0;
+            list[0] = '\0';
+            for (size_t k = 0; k < t->n_classes; k++) {
+                if (count[k] >= DATA_RARE_CLASS) continue;
+                if (rare++ < 8 && w + 80 < sizeof list)
+                    w += (size_t)snprintf(list + w, sizeof list - w, "%s'%.40s' (%zu)",
+                                          w ? ", " : "", t->class_names[k], count[k]);
+            }
+            if (rare)
+                fprintf(stderr,
+                        "data: warning: %s: %zu of %zu classes have fewer than %d training "
+                        "examples: %s%s; their accuracy will mean little\n",
+                        train, rare, t->n_classes, DATA_RARE_CLASS, list, rare > 8 ? ", ..." : "");
+            free(count);
+        }
+    }
+    if ((uint64_t)c->train.batch > items)
+        fprintf(stderr,
+                "data: warning: train.batch %d is larger than the %llu training %s of %s: every "
+                "batch repeats examples\n",
+                c->train.batch, (unsigned long long)items, what, train);
+}
+
 int data_sets_open(const bf_config *c, data_sets *d, int quiet, char *err, size_t errlen) {
     memset(d, 0, sizeof *d);
     if (strcmp(c->pipeline, "vit") == 0) return open_images(c, d, quiet, err, errlen);
-    char train[1024], val[1024], test[1024], prefix[1100], model_path[1200];
+    char train[1024], val[1024], test[1024];
     char e2[1024];
     int lm = strcmp(c->pipeline, "lm") == 0;
     if (lm) {
@@ -210,15 +289,10 @@ int data_sets_open(const bf_config *c, data_sets *d, int quiet, char *err, size_
                      c->data.set);
             return -1;
         }
-        if (!file_exists(train)) {
-            snprintf(err, errlen,
-                     "corpus %s not found (run scripts/prepare_data.sh, or set data.path=FILE)",
-                     train);
-            return -1;
-        }
-        snprintf(prefix, sizeof prefix, "%s.tok%d", train, c->model.vocab);
-        if (ensure_tok_text(train, c->data.val_fraction, prefix, c->model.vocab, quiet, err,
-                            errlen))
+        if (check_input(c->data.path[0] ? "data.path" : "data.set", train, "a UTF-8 text file",
+                        c->data.path[0] ? NULL
+                                        : "run scripts/prepare_data.sh, or set data.path=FILE",
+                        err, errlen))
             return -1;
     } else {
         if (c->data.train[0]) {
@@ -242,18 +316,18 @@ int data_sets_open(const bf_config *c, data_sets *d, int quiet, char *err, size_
                      c->data.set);
             return -1;
         }
-        if (!file_exists(train)) {
-            snprintf(
-                err, errlen,
-                "training split %s not found (run scripts/prepare_data.sh, or set data.train=FILE)",
-                train);
+        const int own = c->data.train[0] != 0;
+        const char *hint = own ? NULL : "run scripts/prepare_data.sh, or set data.train=FILE";
+        if (check_input(own ? "data.train" : "data.set", train, "a TSV file", hint, err, errlen) ||
+            check_input(own ? "data.val" : "data.set", val, "a TSV file", hint, err, errlen) ||
+            (test[0] &&
+             check_input(own ? "data.test" : "data.set", test, "a TSV file", hint, err, errlen)))
             return -1;
-        }
-        snprintf(prefix, sizeof prefix, "%s.tok%d", train, c->model.vocab);
-        if (ensure_tok_tsv(train, prefix, c->model.vocab, quiet, err, errlen)) return -1;
     }
-    snprintf(model_path, sizeof model_path, "%s.model", prefix);
-    if (tok_load(&d->tok, model_path, err, errlen)) return -1;
+    if (find_tok(train, lm, c->data.val_fraction, c->model.vocab, quiet, d->tok_path,
+                 sizeof d->tok_path, err, errlen) ||
+        tok_load(&d->tok, d->tok_path, err, errlen))
+        return -1;
     int rebuilt = 0;
     if (lm) {
         if (data_open_text(train, c->data.val_fraction, d->tok, NULL, &d->train, &rebuilt, e2,
@@ -290,9 +364,11 @@ int data_sets_open(const bf_config *c, data_sets *d, int quiet, char *err, size_
             goto fail;
         }
     }
-    if (!quiet)
+    if (!quiet) {
         fprintf(stderr, "data: %s: %zu sequences%s, vocab %d%s\n", train, d->train->n_seq,
                 lm ? "" : " (train)", tok_vocab_size(d->tok), rebuilt ? " (cache rebuilt)" : "");
+        warn_data(c, d, train);
+    }
     return 0;
 fail:
     data_sets_close(d);
@@ -304,4 +380,32 @@ void data_sets_close(data_sets *d) {
     data_tok_destroy(&d->val);
     data_tok_destroy(&d->test);
     tok_destroy(&d->tok);
+}
+
+int data_sets_save_tokenizer(const data_sets *d, const char *dir, char *err, size_t errlen) {
+    if (!d->tok_path[0]) return 0;
+    char to[4200], tmp[4400];
+    snprintf(to, sizeof to, "%s/%s", dir, DATA_RUN_TOKENIZER);
+    if (data_tmp_name(tmp, sizeof tmp, to)) {
+        snprintf(err, errlen, "%s: path too long", to);
+        return -1;
+    }
+    char *buf = NULL;
+    size_t n = 0;
+    if (data_read_file(d->tok_path, 256u << 20, &buf, &n, err, errlen)) return -1;
+    FILE *f = fopen(tmp, "wb");
+    int ok = f && fwrite(buf, 1, n, f) == n;
+    int e = errno;
+    if (f && fclose(f) != 0 && ok) {
+        ok = 0;
+        e = errno;
+    }
+    free(buf);
+    if (!ok || rename(tmp, to) != 0) {
+        if (ok) e = errno;
+        unlink(tmp);
+        snprintf(err, errlen, "cannot write %s: %s", to, strerror(e));
+        return -1;
+    }
+    return 0;
 }

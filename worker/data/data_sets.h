@@ -1,7 +1,10 @@
 /* data_sets — the data one run trains and evaluates on, from a resolved
  * config: a prepared set under data.dir by name, or the user's own files;
  * trains (or reuses) the tokenizer and opens the tokenized splits through the
- * cache. Pipeline vit opens IDX images instead (data.set fashion_mnist or
+ * cache. Tokenizers and tokenized sets live in the cache folder
+ * (data_cache_dir), keyed by a hash of the data's contents; a tokenizer
+ * prepared beside the data (SRC.tokV.model, from bfprep tokenizer) is used
+ * when one is there. Pipeline vit opens IDX images instead (data.set fashion_mnist or
  * data.train_images/...): validation is the last data.val_fraction of the
  * training images, in file order. */
 #ifndef DATA_SETS_H
@@ -12,6 +15,7 @@
 
 typedef struct data_sets {
     tok_t *tok;
+    char tok_path[4400];            /* the tokenizer's .model file ("" for vit) */
     data_tok_t *train, *val, *test; /* lm: train only, with val_start; val/test NULL */
     int n_classes;                  /* 0 for lm */
     int image_rows, image_cols;     /* vit: every item is rows*cols pixel values 0..255 as
@@ -23,5 +27,13 @@ typedef struct data_sets {
  * or -1 with a message (nothing to close then). */
 int data_sets_open(const bf_config *c, data_sets *d, int quiet, char *err, size_t errlen);
 void data_sets_close(data_sets *d);
+
+/* The file name a run folder keeps its tokenizer under, so that `bfworker
+ * generate` needs only the run folder, not the data it was trained on. */
+#define DATA_RUN_TOKENIZER "tokenizer.model"
+/* Copies d's tokenizer model to dir/DATA_RUN_TOKENIZER (a temporary name,
+ * then rename). Nothing to do for data without one (vit). Returns 0 or -1
+ * with a message. */
+int data_sets_save_tokenizer(const data_sets *d, const char *dir, char *err, size_t errlen);
 
 #endif

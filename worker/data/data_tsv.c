@@ -65,9 +65,12 @@ int data_read_file(const char *path, uint64_t cap, char **buf, size_t *len, char
     FILE *f = fopen(path, "rb");
     if (!f) return data_fail(err, errlen, DATA_EIO, "%s: %s", path, strerror(errno));
     struct stat st;
+    memset(&st, 0, sizeof st);
     if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
         fclose(f);
-        return data_fail(err, errlen, DATA_EIO, "%s: not a regular file", path);
+        return data_fail(err, errlen, DATA_EIO, "%s %s", path,
+                         S_ISDIR(st.st_mode) ? "is a folder; expected a file"
+                                             : "is not a regular file");
     }
     if ((uint64_t)st.st_size > cap) {
         fclose(f);

@@ -16,6 +16,18 @@
 #include <unordered_map>
 #include <vector>
 
+// sentencepiece's own log threshold (0 info .. 3 fatal). Exported by the
+// library but not declared in its installed headers.
+namespace sentencepiece {
+namespace logging {
+void SetMinLogLevel(int v);
+} // namespace logging
+} // namespace sentencepiece
+
+// Quiet means quiet: sentencepiece's own messages never reach stderr. Its
+// errors still come back, as Status text in our message.
+static void silence_library() { sentencepiece::logging::SetMinLogLevel(3); }
+
 struct tok {
     sentencepiece::SentencePieceProcessor sp;
     uint64_t hash;
@@ -98,8 +110,9 @@ int train_common(const char *input, sentencepiece::SentenceIterator *it, const t
     kw["input_sentence_size"] = "0";
     kw["shuffle_input_sentence"] = "false";
     kw["max_sentence_length"] = "65536";
-    if (o->quiet) kw["minloglevel"] = "2";
+    kw["minloglevel"] = o->quiet ? "3" : "0";
     try {
+        if (o->quiet) silence_library();
         auto st = sentencepiece::SentencePieceTrainer::Train(kw, it);
         if (!st.ok())
             return tok_fail(err, errlen, TOK_ELIB, "sentencepiece training of %s: %s", o->prefix,
@@ -159,6 +172,7 @@ extern "C" int tok_load(tok_t **out, const char *model_path, char *err, size_t e
     tok_t *t = new (std::nothrow) tok_t;
     if (!t) return tok_fail(err, errlen, TOK_ENOMEM, "tok_load: out of memory");
     try {
+        silence_library();
         auto st = t->sp.Load(model_path);
         if (!st.ok()) {
             delete t;
