@@ -225,6 +225,10 @@ typedef struct bk_backend {
     void (*copy)(void *dst, const void *src, size_t bytes); /* device to device */
     void (*zero)(void *p, size_t bytes);
     void (*sync)(void); /* waits for queued device work */
+    /* Bytes that can still be allocated on the device (CPU: the host's
+     * MemAvailable, within a cgroup memory limit). Returns 0, or -1 when
+     * it cannot tell. */
+    int (*mem_available)(size_t *bytes);
 
     /* ---- elementwise, n elements ---- */
     /* out = a + b (out may alias a or b) */

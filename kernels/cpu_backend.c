@@ -5,6 +5,7 @@ static const bk_backend cpu_backend = {
     .device = BK_CPU,
     .alloc = bk_cpu_alloc,
     .release = bk_cpu_release,
+    .mem_available = bk_cpu_mem_available,
     .to_device = bk_cpu_to_device,
     .to_host = bk_cpu_to_host,
     .copy = bk_cpu_copy,

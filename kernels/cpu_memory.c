@@ -1,4 +1,5 @@
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,6 +34,34 @@ void *bk_cpu_alloc(size_t bytes) {
 }
 
 void bk_cpu_release(void *p) { free(p); }
+
+/* A number from the first line of path (cgroup files: "max" is no limit). */
+static int read_u64_file(const char *path, unsigned long long *v) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    int ok = fscanf(f, "%llu", v) == 1;
+    fclose(f);
+    return ok ? 0 : -1;
+}
+
+int bk_cpu_mem_available(size_t *bytes) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return -1;
+    char line[256];
+    unsigned long long kb = 0;
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f))
+        found = sscanf(line, "MemAvailable: %llu kB", &kb) == 1;
+    fclose(f);
+    if (!found) return -1;
+    unsigned long long avail = kb * 1024ull, max, cur;
+    /* a container's limit (cgroup v2) can be tighter than the host's memory */
+    if (read_u64_file("/sys/fs/cgroup/memory.max", &max) == 0 &&
+        read_u64_file("/sys/fs/cgroup/memory.current", &cur) == 0 && max > cur && max - cur < avail)
+        avail = max - cur;
+    *bytes = (size_t)avail;
+    return 0;
+}
 void bk_cpu_to_device(void *dst, const void *src_host, size_t bytes) {
     memcpy(dst, src_host, bytes);
 }

@@ -8,6 +8,7 @@
 #include "kernels/bk.h"
 
 void *bk_cpu_alloc(size_t bytes);
+int bk_cpu_mem_available(size_t *bytes);
 void bk_cpu_release(void *p);
 void bk_cpu_to_device(void *dst, const void *src_host, size_t bytes);
 void bk_cpu_to_host(void *dst_host, const void *src, size_t bytes);

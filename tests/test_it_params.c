@@ -55,3 +55,52 @@ Test(params, budgetformer_counts_by_name) {
     cr_expect_eq(c.block[0], ATTN + budget + BLOCK_REST);
     cr_expect_eq(c.head, 2 * D + 26 * D + 26, "ln_f and a 26-class head");
 }
+
+/* `params` counts from the declared tensors without allocating them: a
+ * 59.7-billion-parameter model (240 GB of weights) is counted on a machine
+ * that could not hold it, exactly, and says what training it would need. */
+Test(params, counts_a_model_too_big_to_allocate) {
+    char cmd[1024], line[512];
+    snprintf(cmd, sizeof cmd,
+             "%s/bfworker params %s/lm_dense.yaml --set model.d_model=8192 --set model.layers=64 "
+             "--set model.heads=64 --set model.vocab=1000000 2>&1",
+             BF_BIN_DIR, GOLDEN);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    long long total = -1;
+    double mib = -1;
+    while (fgets(line, sizeof line, p)) {
+        sscanf(line, "total %lld", &total);
+        sscanf(line, "memory to train at train.batch 4 (one rank): %lf MiB", &mib);
+    }
+    cr_assert_eq(pclose(p), 0, "%s", cmd);
+    const long long d = 8192, l = 64, v = 1000000, t = 16;
+    const long long attn = d * 3 * d + 3 * d + d * d + d,
+                    rest = 4 * d + d * 4 * d + 4 * d + 4 * d * d + d;
+    cr_expect_eq(total, v * d + t * d + l * (attn + rest) + 2 * d, "total %lld", total);
+    /* weights, gradients and the two AdamW moments alone: 16 bytes each */
+    cr_expect_gt(mib, 16.0 * (double)total / (1024.0 * 1024.0), "%.1f MiB", mib);
+}
+
+/* A model that does not fit is refused before it is allocated, with what
+ * it needs part by part and what is available (not found buffer by buffer,
+ * or by the OOM killer). */
+Test(params, train_refuses_a_model_that_does_not_fit) {
+    char cmd[2048], out[4096];
+    snprintf(cmd, sizeof cmd,
+             "d=$(mktemp -d) && %s/bfworker train %s/lm_dense.yaml "
+             "--set data.path=%s/tests/data/glosses_train.tsv --set model.d_model=8192 "
+             "--set model.layers=24 --set model.heads=64 --out $d/run 2>&1; echo \"rc=$?\"; "
+             "rm -rf $d",
+             BF_BIN_DIR, GOLDEN, BF_SOURCE_DIR);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = 0;
+    pclose(p);
+    cr_expect(strstr(out, "rc=1"), "%s", out);
+    cr_expect(strstr(out, "the model does not fit: it needs ") && strstr(out, "GiB on cpu") &&
+                  strstr(out, "AdamW moments") && strstr(out, "GiB is available"),
+              "%s", out);
+    cr_expect(!strstr(out, "step "), "training started:\n%s", out);
+}

@@ -219,5 +219,17 @@ Test(vit, refuses_bad_idx_files, .init = setup_dir, .fini = teardown_dir) {
     /* a patch that does not divide 8 x 8: a config error */
     expect_refused("im", "lb", NULL, NULL, 3, NULL, "valid patch sizes: 1, 2, 4, 8");
     /* a missing file */
-    expect_refused("nope", "lb", NULL, NULL, 4, "nope", "No such file");
+    {
+        /* a missing file: named with the key it came from */
+        data_sets d;
+        char err[512], want[300];
+        cr_assert_eq(open_set("nope", "lb", NULL, NULL, 4, &d, err, sizeof err), -1);
+        snprintf(want, sizeof want, "data.train_images: %s/nope not found", dir);
+        cr_expect_str_eq(err, want);
+        /* a folder: said so */
+        cr_assert_eq(open_set(".", "lb", NULL, NULL, 4, &d, err, sizeof err), -1);
+        cr_expect(strstr(err, "data.train_images: ") &&
+                      strstr(err, "is a folder; expected an IDX file"),
+                  "%s", err);
+    }
 }

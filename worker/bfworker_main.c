@@ -530,8 +530,12 @@ static int cmd_params(int argc, char **argv) {
                            .patch = p,
                            .image_h = 28,
                            .image_w = 28};
+    /* counted from the declared tensors: nothing of the model's size is
+     * allocated, so a model too big for this machine is still counted */
     model m;
-    if (model_create(&m, &sh, bk_cpu(), 1, err, sizeof err)) {
+    model_mem mm;
+    int batch = c.train.batch > 0 ? c.train.batch : 1;
+    if (model_plan(&m, &sh, batch, &mm, err, sizeof err)) {
         fprintf(stderr, "bfworker: %s\n", err);
         return EXIT_USAGE;
     }
@@ -547,7 +551,17 @@ static int cmd_params(int argc, char **argv) {
         printf("%-12s %12zu   (attention %zu)\n", pre, model_count(&m, pre), attn);
     }
     printf("%-12s %12zu\n", "head", model_count(&m, "ln_f.") + model_count(&m, "head."));
-    printf("%-12s %12zu\n", "total", m.np.P.numel);
+    printf("%-12s %12zu\n", "total", mm.params);
+    mm.optimizer_bytes = 2 * mm.params * sizeof(float);
+    const double mib = 1024.0 * 1024.0;
+    printf("memory to train at train.batch %d (one rank): %.1f MiB = parameters + gradients "
+           "%.1f, AdamW %.1f, activations %.1f, scratch %.1f, host copies %.1f\n",
+           batch,
+           (double)(mm.param_bytes + mm.optimizer_bytes + mm.act_bytes + mm.scratch_bytes +
+                    mm.host_bytes) /
+               mib,
+           mm.param_bytes / mib, mm.optimizer_bytes / mib, mm.act_bytes / mib,
+           mm.scratch_bytes / mib, mm.host_bytes / mib);
     if (vit)
         printf("(sized for 28 x 28 images and 10 classes; the data decides the real ones)\n");
     else if (!lm)

@@ -23,6 +23,7 @@ static void fill_table(bk_backend *t) {
     t->name = "cuda";
     t->device = BK_CUDA;
     t->alloc = bk_cuda_alloc;
+    t->mem_available = bk_cuda_mem_available;
     t->release = bk_cuda_release;
     t->to_device = bk_cuda_to_device;
     t->to_host = bk_cuda_to_host;

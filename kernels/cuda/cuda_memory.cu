@@ -23,6 +23,16 @@ void bk_cuda_d2h_reset(void) {
 
 /* Zeroed device memory, or NULL (the CUDA error is cleared so the next
  * checked call does not see it). bytes == 0 still returns a valid pointer. */
+int bk_cuda_mem_available(size_t *bytes) {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    *bytes = free_b;
+    return 0;
+}
+
 void *bk_cuda_alloc(size_t bytes) {
     void *p = NULL;
     if (bytes == 0) bytes = 1;

@@ -9,6 +9,7 @@ extern "C" {
 #endif
 
 void *bk_cuda_alloc(size_t bytes);
+int bk_cuda_mem_available(size_t *bytes);
 void bk_cuda_release(void *p);
 void bk_cuda_to_device(void *dst, const void *src_host, size_t bytes);
 void bk_cuda_to_host(void *dst_host, const void *src, size_t bytes);

@@ -108,8 +108,11 @@ static int plan_arena(model *m) {
     return rc;
 }
 
-int model_create(model *m, const model_shape *sh, const bk_backend *be, int batch_capacity,
-                 char *err, size_t errlen) {
+/* The first part of model_create: checks the shape and declares every
+ * tensor (names, shapes); no buffer of the model's size exists yet. Returns
+ * 0, or -1 with a message (m destroyed). */
+static int declare_model(model *m, const model_shape *sh, const bk_backend *be, int batch_capacity,
+                         char *err, size_t errlen) {
     memset(m, 0, sizeof *m);
     if (check_shape(sh, err, errlen)) return -1;
     if (batch_capacity < 1) {
@@ -162,6 +165,78 @@ int model_create(model *m, const model_shape *sh, const bk_backend *be, int batc
         model_destroy(m);
         return -1;
     }
+    return 0;
+oom:
+    snprintf(err, errlen, "out of memory building the model");
+    model_destroy(m);
+    return -1;
+}
+
+/* Sizes of a declared model (declare_model), from the planning passes of
+ * its arena and scratch; allocates nothing. */
+static void mem_of(model *m, model_mem *mm) {
+    memset(mm, 0, sizeof *mm);
+    for (int i = 0; i < m->np.P.n; i++) mm->params += m->np.P.t[i].numel;
+    mm->param_bytes = 2 * mm->params * sizeof(float); /* values + gradients */
+    bk_arena_plan(&m->A);
+    plan_arena(m);
+    mm->act_bytes = m->A.peak;
+    bk_arena_plan(&m->A);
+    nn_scratch S;
+    memset(&S, 0, sizeof S);
+    for (int l = 0; l < m->sh.layers; l++) nn_block_scratch(&m->blocks[l], &S);
+    mm->scratch_bytes = S.need;
+    size_t BT = (size_t)m->B * m->sh.seq_len, rows = (size_t)m->arch->loss_rows(m, m->B);
+    mm->host_bytes = (2 * BT + 2 * rows + rows * (size_t)m->arch->logit_width(m)) * sizeof(float);
+}
+
+int model_plan(model *m, const model_shape *sh, int batch_capacity, model_mem *mm, char *err,
+               size_t errlen) {
+    if (declare_model(m, sh, bk_cpu(), batch_capacity, err, errlen)) return -1;
+    mem_of(m, mm);
+    return 0;
+}
+
+static double gib(size_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
+
+int model_mem_check(const model_mem *mm, const bk_backend *be, char *err, size_t errlen) {
+    size_t dev = mm->param_bytes + mm->optimizer_bytes + mm->act_bytes + mm->scratch_bytes;
+    size_t host = mm->host_bytes + (be->device == BK_CPU ? dev : 0), avail;
+    /* the device first; on a GPU the host copies are small beside it */
+    size_t need = be->device == BK_CPU ? host : dev;
+    if (!be->mem_available || be->mem_available(&avail) != 0 || need <= avail) return 0;
+    snprintf(err, errlen,
+             "the model does not fit: it needs %.2f GiB on %s (parameters %zu: %.2f GiB with "
+             "their gradients%s%.2f GiB; activations %.2f GiB; scratch %.2f GiB%s) but %.2f GiB "
+             "is available; make model.d_model, model.layers, model.seq_len or train.batch "
+             "smaller",
+             gib(need), be->name, mm->params, gib(mm->param_bytes),
+             mm->optimizer_bytes ? "; AdamW moments " : "",
+             mm->optimizer_bytes ? gib(mm->optimizer_bytes) : 0.0, gib(mm->act_bytes),
+             gib(mm->scratch_bytes), be->device == BK_CPU ? "; host copies" : "", gib(avail));
+    return -1;
+}
+
+int model_fits(const model_shape *sh, const bk_backend *be, int batch_capacity, int training,
+               char *err, size_t errlen) {
+    model m;
+    model_mem mm;
+    if (model_plan(&m, sh, batch_capacity, &mm, err, errlen)) return -1;
+    model_destroy(&m);
+    if (training) mm.optimizer_bytes = 2 * mm.params * sizeof(float);
+    return model_mem_check(&mm, be, err, errlen);
+}
+
+int model_create(model *m, const model_shape *sh, const bk_backend *be, int batch_capacity,
+                 char *err, size_t errlen) {
+    if (declare_model(m, sh, be, batch_capacity, err, errlen)) return -1;
+    model_mem mm;
+    mem_of(m, &mm);
+    if (model_mem_check(&mm, be, err, errlen)) {
+        model_destroy(m);
+        return -1;
+    }
+    const int L = sh->layers;
     if (bk_params_alloc(&m->np.P, be, err, errlen)) {
         model_destroy(m);
         return -1;

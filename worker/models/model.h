@@ -147,8 +147,32 @@ enum {
     MODEL_STAT_FREE /* first slot a pipeline may use */
 };
 
+/* What a model needs, in bytes, before anything of its size is allocated. */
+typedef struct model_mem {
+    size_t params;          /* parameter count */
+    size_t param_bytes;     /* values + gradients */
+    size_t optimizer_bytes; /* AdamW moments (0 unless the caller sets them) */
+    size_t act_bytes;       /* the activation arena for the batch capacity */
+    size_t scratch_bytes;   /* transient memory shared by the modules */
+    size_t host_bytes;      /* host copies (mask, targets, logits, losses) */
+} model_mem;
+
+/* Declares m's tensors (names and shapes: model_count works) and sizes its
+ * memory for shape sh and a batch capacity, allocating no buffer of the
+ * model's size. Free m with model_destroy. Returns 0 or -1 with a message. */
+int model_plan(model *m, const model_shape *sh, int batch_capacity, model_mem *mm, char *err,
+               size_t errlen);
+/* 0 when mm fits in what be can still allocate (or be cannot tell); else -1
+ * with a message giving the bytes needed, part by part, and available. */
+int model_mem_check(const model_mem *mm, const bk_backend *be, char *err, size_t errlen);
+/* model_plan + model_mem_check; training adds the AdamW moments. */
+int model_fits(const model_shape *sh, const bk_backend *be, int batch_capacity, int training,
+               char *err, size_t errlen);
+
 /* Builds the parameter layout for shape sh on backend be (call
  * model_init_weights next). The architecture follows from sh.n_classes.
+ * Checks first that the model fits (model_mem_check): one that does not is
+ * refused before anything of its size is allocated.
  * Returns 0, or -1 with a message (bad shape, invalid Hadamard width, out of
  * memory). */
 int model_create(model *m, const model_shape *sh, const bk_backend *be, int batch_capacity,

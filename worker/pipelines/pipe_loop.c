@@ -170,7 +170,10 @@ static int freeze_config(model *m, const char *list, char *err, size_t errlen) {
  * groups) and the optimiser state. */
 static int loop_model(loop *L, char *err, size_t errlen) {
     model_shape sh = pipe_model_shape(L->c, L->d);
-    if (model_create(&L->m, &sh, L->be, L->local_batch, err, errlen)) return -1;
+    /* refused up front, with the sizes, rather than found buffer by buffer */
+    if (model_fits(&sh, L->be, L->local_batch, 1, err, errlen) ||
+        model_create(&L->m, &sh, L->be, L->local_batch, err, errlen))
+        return -1;
     pipe_model_config(&L->m, L->c);
     if (model_init_weights(&L->m, L->c->train.seed, err, errlen)) return -1;
     if (L->h->init_from && L->h->init_from(L->h->ctx, L->c, &L->m, err, errlen)) return -1;
