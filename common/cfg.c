@@ -274,20 +274,23 @@ size_t cfg_dump(const bf_config *c, char *buf, size_t buflen) {
     return w;
 }
 
-void cfg_hash(const bf_config *c, char out[17]) {
-    size_t need = cfg_dump(c, NULL, 0);
-    char stackbuf[8192];
-    char *buf = need < sizeof stackbuf ? stackbuf : malloc(need + 1);
+void cfg_hash_text(const char *dump, size_t n, char out[17]) {
     uint64_t h = 0xcbf29ce484222325ull;
-    if (buf) {
-        cfg_dump(c, buf, need + 1);
-        for (size_t i = 0; i < need; i++) {
-            h ^= (unsigned char)buf[i];
-            h *= 0x100000001b3ull;
-        }
-        if (buf != stackbuf) free(buf);
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)dump[i];
+        h *= 0x100000001b3ull;
     }
     snprintf(out, 17, "%016" PRIx64, h);
+}
+
+void cfg_hash(const bf_config *c, char out[17]) {
+    /* one dump when it fits the stack buffer (a dump is most of the cost) */
+    char stackbuf[8192];
+    size_t need = cfg_dump(c, stackbuf, sizeof stackbuf);
+    char *buf = need < sizeof stackbuf ? stackbuf : malloc(need + 1);
+    if (buf && buf != stackbuf) cfg_dump(c, buf, need + 1);
+    cfg_hash_text(buf ? buf : "", buf ? need : 0, out);
+    if (buf && buf != stackbuf) free(buf);
 }
 
 /* ----------------------------------------------------------- the YAML walk */

@@ -216,6 +216,9 @@ size_t cfg_format_value(const bf_config *c, const char *key, char *buf, size_t b
 size_t cfg_dump(const bf_config *c, char *buf, size_t buflen);
 /* Stable 64-bit hash of the canonical dump (FNV-1a), as 16 hex digits in out[17]. */
 void cfg_hash(const bf_config *c, char out[17]);
+/* The same hash of a dump already made (cfg_dump's n bytes): cfg_hash(c)
+ * equals cfg_hash_text(dump of c). */
+void cfg_hash_text(const char *dump, size_t n, char out[17]);
 
 #ifdef __cplusplus
 }

@@ -869,13 +869,17 @@ static int emit_trial(trial_buf *tb, long long i, int with_text, sweep_trial_fn 
     sweep_trial t;
     memset(&t, 0, sizeof t);
     if (with_text) {
-        size_t need = cfg_dump(&tb->cfg, NULL, 0);
-        if (buf_reserve(&tb->dump, &tb->dump_cap, need + 1) < 0) {
-            snprintf(err, errlen, "sweep_expand: out of memory");
-            return -1;
+        /* one dump per trial (into the buffer the last trial grew), and
+         * the hash from it: a dump is most of a trial's cost */
+        size_t need = cfg_dump(&tb->cfg, tb->dump, tb->dump ? tb->dump_cap : 0);
+        if (!tb->dump || need >= tb->dump_cap) {
+            if (buf_reserve(&tb->dump, &tb->dump_cap, need + 1) < 0) {
+                snprintf(err, errlen, "sweep_expand: out of memory");
+                return -1;
+            }
+            cfg_dump(&tb->cfg, tb->dump, need + 1);
         }
-        cfg_dump(&tb->cfg, tb->dump, need + 1);
-        cfg_hash(&tb->cfg, t.hash);
+        cfg_hash_text(tb->dump, need, t.hash);
     }
     t.index = i;
     t.config = &tb->cfg;
