@@ -3,6 +3,7 @@
  * walk over the document is bounded (nodes visited, depth) so aliases cannot
  * blow it up. */
 #include "common/cfg.h"
+#include "common/s2s_stages.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -104,8 +105,8 @@ size_t cfg_edit_distance(const char *a, const char *b) {
     return prev[lb];
 }
 
-static const char *const section_names[] = {"data", "model",   "attn", "budget",
-                                            "avit", "distill", "train"};
+static const char *const section_names[] = {"data", "model",   "attn",  "budget",
+                                            "avit", "distill", "train", "s2s"};
 
 /* Nearest schema key (and, when with_sections, section name) to key, and its
  * distance. */
@@ -1125,13 +1126,10 @@ int cfg_validate(const bf_config *c, char *err, size_t errlen) {
     if (!err || !errlen) err = dummy, errlen = sizeof dummy;
     err[0] = '\0';
     int nerr = 0;
-    if (strcmp(c->pipeline, "s2s") == 0)
+    if (strcmp(c->pipeline, "budgetformer") != 0 && strcmp(c->pipeline, "lm") != 0 &&
+        strcmp(c->pipeline, "vit") != 0 && strcmp(c->pipeline, "s2s") != 0)
         add_err(err, errlen, &nerr,
-                "pipeline 's2s' is not built yet; available pipelines: budgetformer, lm, vit");
-    else if (strcmp(c->pipeline, "budgetformer") != 0 && strcmp(c->pipeline, "lm") != 0 &&
-             strcmp(c->pipeline, "vit") != 0)
-        add_err(err, errlen, &nerr,
-                "pipeline '%s' is unknown; available pipelines: budgetformer, lm, vit",
+                "pipeline '%s' is unknown; available pipelines: budgetformer, lm, vit, s2s",
                 c->pipeline);
     if (enum_index("auto|cpu|cuda", c->device) < 0)
         add_err(err, errlen, &nerr, "device '%s' is unknown; expected auto, cpu or cuda",
@@ -1197,13 +1195,13 @@ int cfg_validate(const bf_config *c, char *err, size_t errlen) {
                     "data.%s is given without data.train; give the three TSV splits, or "
                     "data.set wordnet",
                     c->data.val[0] ? "val" : "test");
-    } else if (strcmp(c->pipeline, "vit") == 0) {
+    } else if (strcmp(c->pipeline, "vit") == 0 || strcmp(c->pipeline, "s2s") == 0) {
         if (c->data.set[0] && strcmp(c->data.set, "fashion_mnist") != 0 &&
             strcmp(c->data.set, "fashion-mnist") != 0)
             add_err(err, errlen, &nerr,
-                    "data.set '%s' is not an image set; pipeline vit takes data.set "
+                    "data.set '%s' is not an image set; pipeline %s takes data.set "
                     "fashion_mnist or data.train_images/data.train_labels IDX files",
-                    c->data.set);
+                    c->data.set, c->pipeline);
         if (!c->data.train_images[0] != !c->data.train_labels[0] ||
             !c->data.test_images[0] != !c->data.test_labels[0])
             add_err(err, errlen, &nerr,
@@ -1255,18 +1253,51 @@ int cfg_validate(const bf_config *c, char *err, size_t errlen) {
         }
     }
     if (strcmp(c->pipeline, "s2s") == 0) {
-        if (c->distill.replace_auto > c->model.layers)
+        int L = c->model.layers;
+        if (c->distill.replace_auto >= L)
             add_err(err, errlen, &nerr,
-                    "distill.replace_layers auto:%d replaces more layers than model.layers (%d)",
-                    c->distill.replace_auto, c->model.layers);
-        for (int i = 0; i < c->distill.n_replace; i++)
-            if (c->distill.replace_layers[i] >= c->model.layers) {
+                    "distill.replace_layers auto:%d replaces every layer or more (model.layers "
+                    "is %d); valid: auto:1 .. auto:%d",
+                    c->distill.replace_auto, L, L - 1);
+        int seen[CFG_MAX_LAYERS] = {0};
+        for (int i = 0; i < c->distill.n_replace; i++) {
+            int l = c->distill.replace_layers[i];
+            if (l < 0 || l >= L) {
                 add_err(err, errlen, &nerr,
-                        "distill.replace_layers: layer %d does not exist (model.layers is %d)",
-                        c->distill.replace_layers[i], c->model.layers);
+                        "distill.replace_layers: layer %d does not exist; valid: 0 .. %d "
+                        "(model.layers is %d)",
+                        l, L - 1, L);
                 break;
             }
+            if (seen[l]++) {
+                add_err(err, errlen, &nerr, "distill.replace_layers: layer %d is listed twice", l);
+                break;
+            }
+        }
+        if (c->distill.n_replace >= L)
+            add_err(err, errlen, &nerr,
+                    "distill.replace_layers replaces all %d layers; S2S keeps at least one "
+                    "attention layer",
+                    L);
+        if (c->distill.n_replace == 0 && c->distill.replace_auto == 0)
+            add_err(err, errlen, &nerr,
+                    "distill.replace_layers is empty; give layers ([%d]) or auto:K", L - 1);
+        if (c->model.mixers[0])
+            add_err(err, errlen, &nerr,
+                    "model.mixers is set by pipeline s2s from distill.replace_layers and "
+                    "distill.mixer; leave it out");
+        if (c->s2s.stage[0] && s2s_stage_index(c->s2s.stage) < 0)
+            add_err(err, errlen, &nerr,
+                    "s2s.stage '%s' is not a stage; valid: teacher, avit, profile, distill, "
+                    "finetune, eval (or \"\" for all)",
+                    c->s2s.stage);
     }
+    if ((strcmp(c->pipeline, "s2s") == 0 || c->avit.enabled) &&
+        c->avit.retention * c->model.layers <= 1.0f)
+        add_err(err, errlen, &nerr,
+                "avit.retention %g is unreachable with %d layers: every token runs layer 0, so "
+                "retention is at least 1/%d; give more than %.3g",
+                (double)c->avit.retention, c->model.layers, c->model.layers, 1.0 / c->model.layers);
     return nerr ? -1 : 0;
 }
 
@@ -1275,7 +1306,7 @@ int cfg_validate(const bf_config *c, char *err, size_t errlen) {
 /* The metric names a pipeline writes (metrics.jsonl), by condition. Kept
  * beside the schema so a sweep's `metric` is checked against what the
  * trials will produce. */
-enum { MET_ALL, MET_LM, MET_CLS, MET_BUDGET };
+enum { MET_ALL, MET_LM, MET_CLS, MET_BUDGET, MET_AVIT, MET_VIT, MET_S2S };
 static const struct {
     const char *name;
     int when;
@@ -1310,11 +1341,45 @@ static const struct {
     {"test/acc", MET_CLS},
     {"test/corr_s_len", MET_BUDGET},
     {"test/corr_s_loss", MET_BUDGET},
+    {"test/images_per_s", MET_VIT},
+    {"train/loss_ponder", MET_AVIT},
+    {"train/loss_prior", MET_AVIT},
+    {"train/retention", MET_AVIT},
+    {"val/retention", MET_AVIT},
+    {"test/retention", MET_AVIT},
+    /* s2s: each stage's metrics under its name (docs/s2s.md) */
+    {"teacher/val/acc", MET_S2S},
+    {"teacher/test/acc", MET_S2S},
+    {"avit/val/acc", MET_S2S},
+    {"avit/val/retention", MET_S2S},
+    {"avit/test/acc", MET_S2S},
+    {"avit/test/retention", MET_S2S},
+    {"distill/train/loss_mse", MET_S2S},
+    {"distill/val/acc", MET_S2S},
+    {"finetune/val/acc", MET_S2S},
+    {"finetune/val/retention", MET_S2S},
+    {"finetune/test/acc", MET_S2S},
+    {"eval/dense/test/acc", MET_S2S},
+    {"eval/teacher/test/acc", MET_S2S},
+    {"eval/student/test/acc", MET_S2S},
+    {"eval/teacher/test/retention", MET_S2S},
+    {"eval/student/test/retention", MET_S2S},
+    {"eval/student/images_per_s", MET_S2S},
+    {"eval/student/speedup_vs_teacher@577", MET_S2S},
+    {"eval/mixer/speedup@577", MET_S2S},
 };
 
 static int metric_applies(const bf_config *c, int when) {
-    int lm = strcmp(c->pipeline, "lm") == 0;
+    int lm = strcmp(c->pipeline, "lm") == 0, s2s = strcmp(c->pipeline, "s2s") == 0;
+    int vit = strcmp(c->pipeline, "vit") == 0;
+    if (s2s != (when == MET_S2S)) return 0;
     switch (when) {
+    case MET_S2S:
+        return 1;
+    case MET_VIT:
+        return vit;
+    case MET_AVIT:
+        return vit && c->avit.enabled;
     case MET_LM:
         return lm;
     case MET_CLS:

@@ -87,6 +87,10 @@ typedef struct bf_config {
         int unfreeze;
     } distill;
     struct {
+        char root[CFG_PATH_MAX];  /* where stage folders NAME-KEY live ("" = OUT/stages) */
+        char stage[CFG_NAME_MAX]; /* run only this stage ("" = every stage not done) */
+    } s2s;
+    struct {
         char from[CFG_PATH_MAX]; /* run folder, .safetensors or checkpoint.bin; "" = none */
     } init;
     struct {

@@ -100,6 +100,12 @@ static const cfg_field cfg_schema[] = {
     {"distill.unfreeze", CFG_T_BOOL, OFF(distill.unfreeze), NOLIM, "false", NULL,
      "train the non-replaced layers too in stage 1"},
 
+    {"s2s.root", CFG_T_STR, OFF(s2s.root), NOLIM, "\"\"", NULL,
+     "s2s: folder of the stage outputs NAME-KEY/ (empty = OUT/stages; bfd: its data dir's "
+     "stages/)"},
+    {"s2s.stage", CFG_T_STR, OFF(s2s.stage), NOLIM, "\"\"", NULL,
+     "s2s: run only this stage (teacher, avit, profile, distill, finetune, eval; empty = all)"},
+
     {"init.from", CFG_T_STR, OFF(init.from), NOLIM, "\"\"", NULL,
      "start from another run's weights by tensor name: a run folder, a .safetensors file or a "
      "checkpoint.bin (empty = fresh init)"},

@@ -396,8 +396,10 @@ Test(cfg, validate_cross_keys) {
     cr_assert_eq(cfg_validate(&c, err, sizeof err), -1);
     cr_assert_str_eq(err, "model.d_model (130) must be divisible by model.heads (8)");
     strcpy(c.pipeline, "s2s");
+    strcpy(c.model.mixers, "attention");
     cr_assert_eq(cfg_validate(&c, err, sizeof err), -1);
     cr_assert(strchr(err, '\n'), "two problems, one per line: %s", err);
+    cr_assert(strstr(err, "model.mixers is set by pipeline s2s"), "%s", err);
 
     cfg_defaults(&c);
     strcpy(c.attn.out_proj, "hadamard");
@@ -421,8 +423,12 @@ Test(cfg, validate_cross_keys) {
 
     cfg_defaults(&c);
     strcpy(c.pipeline, "s2s");
+    strcpy(c.data.set, "fashion_mnist");
+    cr_assert_eq(cfg_validate(&c, err, sizeof err), 0, "%s", err);
+    c.distill.replace_auto = c.model.layers;
     cr_assert_eq(cfg_validate(&c, err, sizeof err), -1);
-    cr_assert(strstr(err, "pipeline 's2s' is not built yet"), "%s", err);
+    cr_assert(strstr(err, "valid: auto:1 .. auto:3"), "%s", err);
+    cfg_defaults(&c);
     strcpy(c.pipeline, "lm");
     cr_assert_eq(cfg_validate(&c, err, sizeof err), 0, "%s", err);
 }

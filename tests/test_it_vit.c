@@ -9,56 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static char dir[64];
-
-static void be32(FILE *f, unsigned v) {
-    unsigned char b[4] = {v >> 24, v >> 16, v >> 8, v};
-    fwrite(b, 1, 4, f);
-}
-
-/* n images of class i % 3 with noise from seed into NAME-images / NAME-labels
- * (the images gzipped through gzip(1) when gz: both kinds are read). */
-static void write_set(const char *name, int n, unsigned seed, int gz) {
-    char p[160];
-    snprintf(p, sizeof p, "%s/%s-images", dir, name);
-    FILE *f = fopen(p, "wb");
-    cr_assert(f != NULL);
-    unsigned char m[4] = {0, 0, 8, 3};
-    fwrite(m, 1, 4, f);
-    be32(f, (unsigned)n), be32(f, 12), be32(f, 12);
-    for (int i = 0; i < n; i++)
-        for (int y = 0; y < 12; y++)
-            for (int x = 0; x < 12; x++) {
-                seed = seed * 1103515245u + 12345u;
-                int k = i % 3, on = k == 0   ? (y == 1 || y == 2)
-                                    : k == 1 ? (y == 9 || y == 10)
-                                             : (x == 5 || x == 6);
-                fputc(on ? 200 + (int)(seed >> 26) : (int)(seed >> 26), f);
-            }
-    fclose(f);
-    if (gz) {
-        char cmd[256];
-        snprintf(cmd, sizeof cmd, "gzip %s", p);
-        cr_assert_eq(system(cmd), 0);
-    }
-    snprintf(p, sizeof p, "%s/%s-labels", dir, name);
-    f = fopen(p, "wb");
-    cr_assert(f != NULL);
-    unsigned char ml[4] = {0, 0, 8, 1};
-    fwrite(ml, 1, 4, f);
-    be32(f, (unsigned)n);
-    for (int i = 0; i < n; i++) fputc(i % 3, f);
-    fclose(f);
-}
-
-static int run_cmd(const char *cmd, char *out, size_t outlen) {
-    FILE *p = popen(cmd, "r");
-    cr_assert(p != NULL, "popen %s", cmd);
-    size_t n = fread(out, 1, outlen - 1, p);
-    out[n] = 0;
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+#include "tests/it_idx.h"
 
 static void write_cfg(const char *train_im) {
     char p[160];
@@ -96,6 +47,31 @@ Test(it_vit, learns_a_tiny_idx_set, .timeout = 300) {
     cr_log_info("test/acc %g", acc);
     snprintf(cmd, sizeof cmd, "grep -c '\"val/acc\"' %s/run/metrics.jsonl", dir);
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "no val/acc in metrics.jsonl");
+
+    /* A-ViT (3 layers): retention metrics; a target the
+     * halting cannot reach (the gate never opens) fails at the end, after
+     * the checkpoint, naming the knobs */
+    snprintf(cmd, sizeof cmd,
+             "%s/bfworker train %s/vit.yaml --quiet --out %s/avit --set avit.enabled=true "
+             "--set avit.retention=0.6 --set model.layers=3 --set train.log_every=10 2>&1",
+             BF_BIN_DIR, dir, dir);
+    rc = run_cmd(cmd, out, sizeof out);
+    cr_assert_eq(rc, 0, "A-ViT fine-tune failed (%d):\n%s", rc, out);
+    snprintf(cmd, sizeof cmd,
+             "grep -o '\"val/retention\": [0-9.e-]*' %s/avit/metrics.jsonl | tail -1", dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "no val/retention in metrics.jsonl");
+    double ret = atof(strchr(out, ':') + 1);
+    cr_assert(ret > 0.55 && ret < 0.65, "val/retention %g, asked 0.6", ret);
+    snprintf(cmd, sizeof cmd,
+             "%s/bfworker train %s/vit.yaml --quiet --out %s/avit2 --set avit.enabled=true "
+             "--set avit.retention=0.5 --set avit.gate_center=1e4 --set avit.prior_weight=0 "
+             "--set model.layers=3 --set train.steps=20 2>&1",
+             BF_BIN_DIR, dir, dir);
+    rc = run_cmd(cmd, out, sizeof out);
+    cr_assert_neq(rc, 0, "a missed retention passed:\n%s", out);
+    cr_assert(strstr(out, "reached retention 1.000") && strstr(out, "avit.gate_center"), "%s", out);
+    snprintf(cmd, sizeof cmd, "test -s %s/avit2/model.safetensors", dir);
+    cr_assert_eq(system(cmd), 0, "the checkpoint of a run that missed its retention is lost");
 
     /* a truncated training file: the run fails naming it */
     snprintf(cmd, sizeof cmd, "head -c 1000 %s/test-images > %s/cut-images", dir, dir);

@@ -523,16 +523,17 @@ Test(sweep, grid_limit_boundary) {
 }
 
 Test(sweep, error_pipelines) {
-    ASSERT_SWEEP_ERR(
-        "pipeline: s2s\nsweep:\n  parameters:\n    avit.retention: {values: [0.5, 0.7]}\n", "1:1",
-        "pipeline 's2s' is not built yet; available pipelines: budgetformer, lm, vit");
+    ASSERT_SWEEP_ERR("pipeline: s2s\nsweep:\n  parameters:\n    avit.retention: {values: [0.5, "
+                     "0.7]}\nmetric: {name: val/acc, goal: max}\n",
+                     "5:16",
+                     "metric.name 'val/acc' is never written by pipeline s2s; it writes: "
+                     "teacher/val/acc");
     ASSERT_SWEEP_ERR(
         "pipeline: resnet\n", "1:11",
         "pipeline: 'resnet' is not valid; expected one of: budgetformer, lm, vit, s2s");
     ASSERT_SWEEP_ERR(
         "sweep:\n  parameters:\n    pipeline: {values: [lm, s2s]}\n", "3:5",
-        "pipeline 's2s' is not built yet; available pipelines: budgetformer, lm, vit (in 1 "
-        "of 2 trials; first: trial 1, pipeline: s2s)");
+        "metric.name 'val/acc' is never written by pipeline s2s; it writes: teacher/val/acc");
 }
 
 Test(sweep, error_cross_key_per_trial) {

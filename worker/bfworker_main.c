@@ -49,6 +49,10 @@ static const char *USAGE =
     "      --comm-timeout S  data parallel: a collective not done in S seconds ends the rank\n"
     "                        with status 69 (a peer died; default 600, 0 = never)\n"
     "      --quiet           no progress lines\n"
+    "      --stage NAME      s2s: run only this stage (teacher, avit, profile, distill,\n"
+    "                        finetune, eval); its parents must be done (= --set s2s.stage=)\n"
+    "      --stage-root DIR  s2s: the stage folders NAME-KEY/ (default OUT/stages; stages\n"
+    "                        done there are reused by any run with the same key)\n"
     "  eval CHECKPOINT     evaluate a checkpoint (file or its folder): accuracy, heads used,\n"
     "                      attention FLOPs and wall time\n"
     "      --split val|test  which split (default test)\n"
@@ -185,7 +189,8 @@ static int cmd_train(int argc, char **argv) {
 }
 
 static int train_ranks(int argc, char **argv, comm_t *comm) {
-    static const char *const vals[] = {"--set", "--out", "--comm-timeout", NULL};
+    static const char *const vals[] = {"--set",   "--out",        "--comm-timeout",
+                                       "--stage", "--stage-root", NULL};
     static const char *const flags[] = {"--resume", "--force", "--quiet", NULL};
     if (argc < 3 || argv[2][0] == '-') {
         fprintf(stderr, "bfworker train: missing CONFIG.yaml\n%s", USAGE);
@@ -215,6 +220,22 @@ static int train_ranks(int argc, char **argv, comm_t *comm) {
         fprintf(stderr, "bfworker: %s\n", err);
         free(args);
         return EXIT_USAGE;
+    }
+    /* --stage NAME, --stage-root DIR: s2s.stage and s2s.root */
+    static const char *const stage_opts[][2] = {{"--stage", "s2s.stage"},
+                                                {"--stage-root", "s2s.root"}};
+    for (int k = 0; k < 2; k++) {
+        const char *v = opt_value(argc, argv, 3, stage_opts[k][0]);
+        char set[1200];
+        snprintf(set, sizeof set, "%s=\"%s\"", stage_opts[k][1], v ? v : "");
+        if (!v) continue;
+        if (strcmp(c.pipeline, "s2s") != 0 || strchr(v, '"') || cfg_set(&c, set, err, sizeof err) ||
+            cfg_validate(&c, err, sizeof err)) {
+            fprintf(stderr, "bfworker: %s %s: %s\n", stage_opts[k][0], v,
+                    strcmp(c.pipeline, "s2s") ? "only pipeline s2s has stages" : err);
+            free(args);
+            return EXIT_USAGE;
+        }
     }
     const char *timeout = opt_value(argc, argv, 3, "--comm-timeout");
     char *end = NULL;

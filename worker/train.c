@@ -8,6 +8,7 @@
 
 #include "worker/ckpt.h"
 #include "worker/metrics.h"
+#include "worker/s2s_run.h"
 
 /* mkdir -p */
 static int make_dirs(const char *path, char *err, size_t errlen) {
@@ -179,8 +180,26 @@ typedef struct host_ctx {
     const char *out_dir; /* rank 0's folder, NULL elsewhere or without one */
     const char *resume_dir;
     int quiet;
-    metrics mt;
+    metrics own, *mt;   /* mt: own, or the caller's (a stage of s2s) */
+    const char *prefix; /* metric names under this ("teacher/"), or NULL */
+    long step_offset;   /* added to every metric step */
 } host_ctx;
+
+/* "prefix" + name, kept for the process's life (metric names must outlive
+ * their flush); a bounded table: a name past it is logged unprefixed. */
+static const char *prefixed(const char *prefix, const char *name) {
+    static char *names[1024];
+    static int n;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s%s", prefix, name);
+    for (int i = 0; i < n; i++)
+        if (strcmp(names[i], buf) == 0) return names[i];
+    if (n == (int)(sizeof names / sizeof *names)) return name;
+    char *copy = malloc(strlen(buf) + 1);
+    if (!copy) return name;
+    strcpy(copy, buf);
+    return names[n++] = copy;
+}
 
 static int h_sum(void *ctx, double *v, int n, char *err, size_t errlen) {
     return comm_sum_f64(((host_ctx *)ctx)->comm, v, n, err, errlen);
@@ -206,15 +225,20 @@ static int h_device(void *ctx, const char *name, const bk_backend **be, char *er
     return comm_gpu_setup(comm, *be, err, errlen);
 }
 
-static void h_metric_begin(void *ctx, long step) { metrics_begin(&((host_ctx *)ctx)->mt, step); }
+static void h_metric_begin(void *ctx, long step) {
+    host_ctx *h = ctx;
+    metrics_begin(h->mt, step + h->step_offset);
+}
 
 static void h_metric(void *ctx, const char *name, double v) {
-    metrics_add(&((host_ctx *)ctx)->mt, name, v);
+    host_ctx *h = ctx;
+    metrics_add(h->mt, h->prefix ? prefixed(h->prefix, name) : name, v);
 }
 
 static int h_metric_flush(void *ctx, char *err, size_t errlen) {
-    metrics_flush(&((host_ctx *)ctx)->mt);
-    return metrics_status(&((host_ctx *)ctx)->mt, err, errlen);
+    host_ctx *h = ctx;
+    metrics_flush(h->mt);
+    return metrics_status(h->mt, err, errlen);
 }
 
 static int h_save(void *ctx, const bf_config *c, const pipe_state *s, char *err, size_t errlen) {
@@ -286,13 +310,63 @@ int train_open_data(const bf_config *c, comm_t *comm, int quiet, data_sets *d, c
     return 0;
 }
 
+/* The loop's host for c on this process's ranks: checkpoints in
+ * ckpt_dir, files in rank 0's file_dir. */
+static pipe_host make_host(host_ctx *hc, const train_opts *o, int has_files) {
+    const char *always = getenv("BF_ALLREDUCE_ALWAYS");
+    return (pipe_host){.ctx = hc,
+                       .rank = comm_rank(o->comm),
+                       .world = comm_world(o->comm),
+                       /* BF_ALLREDUCE_ALWAYS=1: run the all-reduce even on one rank (the
+                        * scaling benchmark measures NCCL's cost on a single GPU this way) */
+                       .reduce_always = always && strcmp(always, "1") == 0,
+                       .sum_f64 = h_sum,
+                       .allreduce = h_allreduce,
+                       .any = h_any,
+                       .watch = h_watch,
+                       .device = h_device,
+                       .metric_begin = h_metric_begin,
+                       .metric = h_metric,
+                       .metric_flush = h_metric_flush,
+                       .save = h_save,
+                       .resume = o->resume ? h_resume : NULL,
+                       .init_from = h_init_from,
+                       .open_file = h_open_file,
+                       .has_files = has_files};
+}
+
+int train_run_stage(const pipe_spec *sp, const bf_config *c, const train_opts *o,
+                    const train_stage *st, const data_sets *d, train_result *r, char *err,
+                    size_t errlen) {
+    const int rank = comm_rank(o->comm);
+    host_ctx hc = {.comm = o->comm,
+                   .out_dir = rank == 0 ? st->dir : NULL,
+                   .resume_dir = st->dir,
+                   .quiet = o->quiet || rank != 0,
+                   .mt = st->mt,
+                   .prefix = st->prefix,
+                   .step_offset = st->step_offset};
+    if (hc.out_dir && make_dirs(hc.out_dir, err, errlen)) return TRAIN_ERROR;
+    if (hc.out_dir && write_config(hc.out_dir, c, err, errlen)) return TRAIN_ERROR;
+    train_opts so = *o;
+    so.resume = 1; /* a stage folder is its own: continue what a killed run left */
+    pipe_host h = make_host(&hc, &so, 1);
+    int prc = pipe_train(sp, c, d, &h, o->stop, hc.quiet, r, err, errlen);
+    return prc == 2 ? TRAIN_PREEMPTED : prc == 0 ? TRAIN_OK : TRAIN_ERROR;
+}
+
+int train_make_dirs(const char *path, char *err, size_t errlen) {
+    return make_dirs(path, err, errlen);
+}
+
 int train_run(const bf_config *c, const train_opts *o, train_result *r, char *err, size_t errlen) {
+    if (strcmp(c->pipeline, "s2s") == 0) return s2s_run(c, o, r, err, errlen);
     comm_t *comm = o->comm;
-    const int rank = comm_rank(comm), world = comm_world(comm);
+    const int rank = comm_rank(comm);
     const int quiet = o->quiet || rank != 0;
     const pipe_spec *sp = pipe_find(c->pipeline);
     if (!sp) {
-        snprintf(err, errlen, "pipeline '%s' is not built yet (valid: budgetformer, lm)",
+        snprintf(err, errlen, "pipeline '%s' is unknown (valid: budgetformer, lm, vit, s2s)",
                  c->pipeline);
         return TRAIN_ERROR;
     }
@@ -300,6 +374,7 @@ int train_run(const bf_config *c, const train_opts *o, train_result *r, char *er
                    .out_dir = rank == 0 ? o->out_dir : NULL,
                    .resume_dir = o->out_dir,
                    .quiet = quiet};
+    hc.mt = &hc.own;
     if (hc.out_dir && make_dirs(hc.out_dir, err, errlen)) return TRAIN_ERROR;
     data_sets d;
     if (train_open_data(c, comm, quiet, &d, err, errlen)) return TRAIN_ERROR;
@@ -307,31 +382,12 @@ int train_run(const bf_config *c, const train_opts *o, train_result *r, char *er
     if (hc.out_dir && (write_config(hc.out_dir, c, err, errlen) ||
                        data_sets_save_tokenizer(&d, hc.out_dir, err, errlen)))
         goto out;
-    if (metrics_open(&hc.mt, hc.out_dir, err, errlen)) goto out;
-    /* BF_ALLREDUCE_ALWAYS=1: run the all-reduce even on one rank (the
-     * scaling benchmark measures NCCL's cost on a single GPU this way) */
-    const char *always = getenv("BF_ALLREDUCE_ALWAYS");
-    pipe_host h = {.ctx = &hc,
-                   .rank = rank,
-                   .world = world,
-                   .reduce_always = always && strcmp(always, "1") == 0,
-                   .sum_f64 = h_sum,
-                   .allreduce = h_allreduce,
-                   .any = h_any,
-                   .watch = h_watch,
-                   .device = h_device,
-                   .metric_begin = h_metric_begin,
-                   .metric = h_metric,
-                   .metric_flush = h_metric_flush,
-                   .save = h_save,
-                   .resume = o->resume ? h_resume : NULL,
-                   .init_from = h_init_from,
-                   .open_file = h_open_file,
-                   .has_files = o->out_dir != NULL};
+    if (metrics_open(hc.mt, hc.out_dir, err, errlen)) goto out;
+    pipe_host h = make_host(&hc, o, o->out_dir != NULL);
     int prc = pipe_train(sp, c, &d, &h, o->stop, quiet, r, err, errlen);
     rc = prc == 2 ? TRAIN_PREEMPTED : prc == 0 ? TRAIN_OK : TRAIN_ERROR;
 out:
-    metrics_close(&hc.mt);
+    metrics_close(hc.mt);
     data_sets_close(&d);
     return rc;
 }

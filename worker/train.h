@@ -28,6 +28,24 @@ enum { TRAIN_OK = 0, TRAIN_ERROR = -1, TRAIN_PREEMPTED = 2 };
  * collective: the caller must then end the job (comm_abort). */
 int train_run(const bf_config *c, const train_opts *o, train_result *r, char *err, size_t errlen);
 
+/* One pipeline run inside a larger one (a stage of s2s): its checkpoint,
+ * config.yaml and files in dir (always resumed when a checkpoint is there),
+ * its metrics into the caller's mt under prefix ("teacher/") with steps
+ * shifted by step_offset. d is opened by the caller. */
+struct metrics;
+typedef struct train_stage {
+    const char *dir;
+    const char *prefix;
+    long step_offset;
+    struct metrics *mt;
+} train_stage;
+int train_run_stage(const pipe_spec *sp, const bf_config *c, const train_opts *o,
+                    const train_stage *st, const data_sets *d, train_result *r, char *err,
+                    size_t errlen);
+
+/* mkdir -p; 0 or -1 with a message. */
+int train_make_dirs(const char *path, char *err, size_t errlen);
+
 /* Opens the data on every rank, rank 0 first (it may train the tokenizer
  * and write the token cache), then the others read what it made. */
 int train_open_data(const bf_config *c, comm_t *comm, int quiet, data_sets *d, char *err,

@@ -500,22 +500,24 @@ int model_forward(model *m, const int *ids, const float *mask, const int *target
         nn_embed_forward(&m->emb, &m->env, m->x[0], m->ids, B, T);
     else if (m->arch->embed_forward(m, ids, B, training, err, errlen))
         return -1;
-    if (m->sh.avit) nn_halt_begin(&m->halt, &m->env, B);
+    int ext = m->sh.avit && training && m->ext_mask; /* halting given, not computed */
+    int halting = m->sh.avit && !ext;
+    if (halting) nn_halt_begin(&m->halt, &m->env, B);
     for (int l = 0; l < L; l++) {
         nn_call c = model_call(m, B, training, l);
         nn_block *blk = &m->blocks[l];
         if (m->sh.avit) {
-            blk->mask = m->halt.mask[l];
+            blk->mask = ext ? m->ext_mask[l] : m->halt.mask[l];
             blk->h_mask = training ? NULL : m->halt.h_mask[l];
         }
         if (m->sh.avit && !training && m->drop && l > 0)
             forward_dropped(m, l, B);
         else
             nn_block_forward(blk, &m->env, &m->S, &c, m->x[l + 1], m->x[l]);
-        if (m->sh.avit)
-            nn_halt_layer(&m->halt, &m->env, l, m->x[l + 1], B, m->sh.d_model, training);
+        if (halting) nn_halt_layer(&m->halt, &m->env, l, m->x[l + 1], B, m->sh.d_model, training);
     }
-    if (m->sh.avit && training)
+    m->ext_used = ext;
+    if (halting && training)
         nn_halt_loss(&m->halt, &m->env, m->dstats, B, MODEL_STAT_PONDER, MODEL_STAT_PRIOR,
                      MODEL_STAT_KEEP);
     if (m->sh.avit && !training) m->st.retention = nn_halt_retention(&m->halt, B, -1);
@@ -552,7 +554,7 @@ void model_backward(model *m) {
     nn_layernorm_backward(&m->lnf, &m->env, &m->af, m->dres, m->dlnf, m->x[L], (int)BT);
     for (int l = L - 1; l >= 0; l--) {
         nn_call c = model_call(m, B, 1, l);
-        if (m->sh.avit) nn_halt_backward(&m->halt, &m->env, l, m->dres, B, C);
+        if (m->sh.avit && !m->ext_used) nn_halt_backward(&m->halt, &m->env, l, m->dres, B, C);
         nn_block_backward(&m->blocks[l], &m->env, &m->S, &m->ws, &c, m->dres);
     }
     if (m->arch->embed_backward)

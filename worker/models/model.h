@@ -126,6 +126,10 @@ struct model {
      * masked computation training uses (for tests and the benchmark). */
     nn_halt halt;
     int drop;
+    /* training forwards under these per-layer masks (device [B,T] each, e.g.
+     * a teacher's) instead of the model's own halting; NULL = own */
+    float *const *ext_mask;
+    int ext_used;                     /* the last forward ran under ext_mask */
     float *xc, *yc, *cmask, *h_cmask; /* dropped layer: gathered rows, their mask */
     int *cidx, *h_cidx;
     double *dstats; /* device stats buffer, BK_STAT_SLOTS doubles (training adds into it) */

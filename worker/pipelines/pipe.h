@@ -101,7 +101,20 @@ typedef struct pipe_spec {
                  size_t errlen);
     /* name prefixes of the tensors trained frozen (NULL-terminated; NULL = none) */
     const char *const *frozen;
+    /* when set: the only prefixes that train (everything else frozen) */
+    const char *const *trainable;
     int classify; /* 1: accuracy metrics (encoder); 0: perplexity (lm) */
+    /* A pipeline's own state and hooks around each training step (all
+     * nullable): before_forward runs before the model's training forward
+     * on the same batch (e.g. a teacher's forward), extra_backward after it
+     * (it sets tap gradients of extra losses, see nn_block_tap_grad), and
+     * log_ctx adds metrics to each logging window. */
+    void *ctx;
+    int (*before_forward)(void *ctx, model *m, const int *in, const int *targets, int rows,
+                          char *err, size_t errlen);
+    void (*extra_backward)(void *ctx, model *m);
+    void (*log_ctx)(void *ctx, void (*metric)(void *mctx, const char *name, double value),
+                    void *mctx);
 } pipe_spec;
 
 extern const pipe_spec PIPE_BUDGETFORMER, PIPE_LM, PIPE_VIT;

@@ -179,6 +179,11 @@ static int loop_model(loop *L, char *err, size_t errlen) {
     if (L->h->init_from && L->h->init_from(L->h->ctx, L->c, &L->m, err, errlen)) return -1;
     for (int i = 0; L->sp->frozen && L->sp->frozen[i]; i++)
         nn_params_freeze(&L->m.np, L->sp->frozen[i], 1);
+    if (L->sp->trainable) {
+        nn_params_freeze(&L->m.np, "", 1);
+        for (int i = 0; L->sp->trainable[i]; i++)
+            nn_params_freeze(&L->m.np, L->sp->trainable[i], 0);
+    }
     if (freeze_config(&L->m, L->c->train.freeze, err, errlen)) return -1;
     size_t n = L->m.np.P.numel;
     L->adam_m = L->be->alloc(n * sizeof(float));
@@ -276,7 +281,11 @@ static int train_step(loop *L, long step, char *err, size_t errlen) {
     L->m.kn.row_offset = (uint64_t)L->h->rank * (uint64_t)L->local_batch;
     if (data_batch_at(L->bt, (uint64_t)step, &L->b, err, errlen)) return -1;
     const int *targets = L->sp->classify ? L->b.labels : L->b.targets;
+    if (L->sp->before_forward &&
+        L->sp->before_forward(L->sp->ctx, &L->m, L->b.ids, targets, L->b.rows, err, errlen))
+        return -1;
     if (model_forward(&L->m, L->b.ids, L->b.mask, targets, L->b.rows, 1, err, errlen)) return -1;
+    if (L->sp->extra_backward) L->sp->extra_backward(L->sp->ctx, &L->m);
     model_backward(&L->m);
     if (L->reduce && reduce_step(L, L->m.st.counted, err, errlen)) return -1;
     optimise(L, step);
@@ -344,6 +353,7 @@ static int log_window(loop *L, long done, train_result *r, char *err, size_t err
             metric(L, sp->terms[i].metric, sp->terms[i].value(&st));
     if (sp->log_extra) sp->log_extra(&L->m, &st, metric_cb, L);
     if (sp->window) sp->window(&L->m, c, &st);
+    if (sp->log_ctx) sp->log_ctx(sp->ctx, metric_cb, L);
     metric(L, "train/heads_used", st.heads_used);
     if (sp->classify) metric(L, "train/acc", acc);
     metric(L, "train/lr", L->hp.lr);

@@ -1,0 +1,198 @@
+#include "worker/pipelines/s2s.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/bk_rng.h"
+
+static int distill_before(void *ctx, model *m, const int *in, const int *targets, int rows,
+                          char *err, size_t errlen) {
+    s2s_distill *d = ctx;
+    d->teacher.drop = 0; /* masked: the full layout the student's rows line up with */
+    if (model_forward(&d->teacher, in, NULL, targets, rows, 0, err, errlen)) return -1;
+    m->ext_mask = d->teacher.halt.mask;
+    d->steps += 1;
+    return 0;
+}
+
+/* The masked MSE of each replaced layer and its gradient at the mixer's
+ * inner tap. */
+static void distill_backward(void *ctx, model *m) {
+    s2s_distill *d = ctx;
+    const bk_backend *be = d->be;
+    int N = m->batch * m->sh.seq_len, C = m->sh.d_model;
+    for (int i = 0; i < d->n; i++) {
+        int l = d->layers[i];
+        nn_block *b = &m->blocks[l];
+        const float *s = nn_block_tap(b, NN_TAP_MIXER_INNER);
+        const float *t = model_attn(&d->teacher, l)->atty, *mask = d->teacher.halt.mask[l];
+        be->mse_forward(d->mse + i, s, t, mask, N, C);
+        be->add(d->acc, d->acc, d->mse + i, 1);
+        be->zero(d->grad[i], (size_t)N * C * sizeof(float));
+        be->mse_backward(d->grad[i], NULL, s, t, mask, d->lambda_mse, N, C);
+        nn_block_tap_grad(b, NN_TAP_MIXER_INNER, d->grad[i]);
+    }
+}
+
+static void distill_log(void *ctx, void (*metric)(void *mctx, const char *name, double value),
+                        void *mctx) {
+    s2s_distill *d = ctx;
+    float acc = 0;
+    d->be->to_host(&acc, d->acc, sizeof acc);
+    d->be->zero(d->acc, sizeof(float));
+    metric(mctx, "train/loss_mse", d->steps > 0 ? acc / d->steps : NAN);
+    d->steps = 0;
+}
+
+int s2s_distill_spec(s2s_distill *d, pipe_spec *sp, const int *layers, int n, float lambda_mse,
+                     int unfreeze, int mixer_kind, char *err, size_t errlen) {
+    const bk_backend *be = d->teacher.be;
+    d->be = be;
+    d->n = n;
+    d->lambda_mse = lambda_mse;
+    memcpy(d->layers, layers, (size_t)n * sizeof(int));
+    size_t NC = (size_t)d->teacher.B * d->teacher.sh.seq_len * d->teacher.sh.d_model;
+    d->mse = be->alloc((size_t)n * sizeof(float));
+    d->acc = be->alloc(sizeof(float));
+    d->grad = calloc((size_t)n, sizeof *d->grad);
+    int ok = d->mse && d->acc && d->grad;
+    for (int i = 0; ok && i < n; i++) ok = (d->grad[i] = be->alloc(NC * sizeof(float))) != NULL;
+    if (!ok) {
+        snprintf(err, errlen, "out of memory for the distillation buffers");
+        return -1;
+    }
+    be->zero(d->acc, sizeof(float));
+    int k = 0;
+    for (int i = 0; !unfreeze && i < n; i++) {
+        char p[64];
+        snprintf(p, sizeof p, "blocks.%d.%s.", layers[i],
+                 mixer_kind == MODEL_MIXER_BILSTM ? "lstm" : "mamba");
+        if (!(d->trainable[k++] = strdup(p))) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+    }
+    d->trainable[k] = NULL;
+    *sp = PIPE_VIT;
+    sp->name = "s2s distill";
+    sp->model_kind = "vit student (stage 1: layer distillation)";
+    sp->check = NULL; /* the student halts as the teacher says: no retention target here */
+    sp->window = NULL;
+    sp->trainable = unfreeze ? NULL : (const char *const *)d->trainable;
+    sp->ctx = d;
+    sp->before_forward = distill_before;
+    sp->extra_backward = distill_backward;
+    sp->log_ctx = distill_log;
+    return 0;
+}
+
+void s2s_distill_free(s2s_distill *d) {
+    if (d->be) {
+        for (int i = 0; d->grad && i < d->n; i++) d->be->release(d->grad[i]);
+        d->be->release(d->mse);
+        d->be->release(d->acc);
+    }
+    free(d->grad);
+    for (int i = 0; d->trainable[i]; i++) free(d->trainable[i]);
+    model_destroy(&d->teacher);
+    memset(d, 0, sizeof *d);
+}
+
+/* ---- speed ---- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The shape at T tokens: square images of sqrt(T - 1) patches a side. */
+static int shape_at(model_shape *sh, int T, char *err, size_t errlen) {
+    int side = (int)lround(sqrt((double)(T - 1)));
+    if (side * side != T - 1 || sh->patch < 1) {
+        snprintf(err, errlen, "%d tokens is not a square of patches plus the class token", T);
+        return -1;
+    }
+    sh->seq_len = T;
+    sh->image_h = sh->image_w = side * sh->patch;
+    return 0;
+}
+
+static int random_batch(model *m, int B, int **img, int **lab) {
+    size_t px = (size_t)m->sh.image_h * m->sh.image_w;
+    *img = malloc((size_t)B * px * sizeof(int));
+    *lab = malloc((size_t)B * sizeof(int));
+    if (!*img || !*lab) return -1;
+    for (size_t i = 0; i < (size_t)B * px; i++)
+        (*img)[i] = (int)(256 * bk_rng_uniform_at(7, 3, i)) & 255;
+    for (int b = 0; b < B; b++) (*lab)[b] = b % m->sh.n_classes;
+    return 0;
+}
+
+double s2s_speed(const model_shape *shape, const bk_backend *be, int T, double retention, int B,
+                 int reps, double *ret, char *err, size_t errlen) {
+    model_shape sh = *shape;
+    if (shape_at(&sh, T, err, errlen)) return -1;
+    model m;
+    int *img = NULL, *lab = NULL;
+    double best = INFINITY;
+    *ret = 1;
+    if (model_create(&m, &sh, be, B, err, errlen)) return -1;
+    if (model_init_weights(&m, 1, err, errlen) || random_batch(&m, B, &img, &lab)) goto fail;
+    if (sh.avit) { /* the gate centre that keeps `retention` of the tokens, by bisection */
+        double lo = -50, hi = 50;
+        m.drop = 0;
+        for (int i = 0; i < 40; i++) {
+            m.halt.cf.centre = (float)(0.5 * (lo + hi));
+            if (model_forward(&m, img, NULL, lab, B, 0, err, errlen)) goto fail;
+            if (fabs(m.st.retention - retention) < 0.01) break;
+            *(m.st.retention > retention ? &hi : &lo) = m.halt.cf.centre;
+        }
+        m.drop = 1;
+    }
+    for (int r = 0; r <= reps; r++) {
+        be->sync();
+        double t0 = now_s();
+        if (model_forward(&m, img, NULL, lab, B, 0, err, errlen)) goto fail;
+        be->sync();
+        if (r > 0 && now_s() - t0 < best) best = now_s() - t0; /* r = 0 warms up */
+    }
+    if (sh.avit) *ret = m.st.retention;
+    free(img), free(lab);
+    model_destroy(&m);
+    return B / best;
+fail:
+    free(img), free(lab);
+    model_destroy(&m);
+    return -1;
+}
+
+double s2s_mixer_ms(const model_shape *shape, const bk_backend *be, int mixer, int T, int B,
+                    int reps, char *err, size_t errlen) {
+    model_shape sh = *shape;
+    sh.layers = 1;
+    sh.avit = 0;
+    memset(sh.mixer, 0, sizeof sh.mixer);
+    sh.mixer[0] = (unsigned char)mixer;
+    if (shape_at(&sh, T, err, errlen)) return -1;
+    model m;
+    int *img = NULL, *lab = NULL;
+    double best = INFINITY;
+    if (model_create(&m, &sh, be, B, err, errlen)) return -1;
+    if (model_init_weights(&m, 1, err, errlen) || random_batch(&m, B, &img, &lab)) goto fail;
+    m.time_attention = 1; /* st.attn_seconds: LN1 to the residual add */
+    for (int r = 0; r <= reps; r++) {
+        if (model_forward(&m, img, NULL, lab, B, 0, err, errlen)) goto fail;
+        if (r > 0 && m.st.attn_seconds < best) best = m.st.attn_seconds;
+    }
+    free(img), free(lab);
+    model_destroy(&m);
+    return 1e3 * best;
+fail:
+    free(img), free(lab);
+    model_destroy(&m);
+    return -1;
+}

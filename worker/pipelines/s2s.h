@@ -1,0 +1,57 @@
+/* s2s — the model side of the S2S stages (design.md, "S2S pipeline"); the
+ * stages themselves (folders, order, reuse) are worker/s2s_run.c.
+ *
+ * distill (stage 1): the student is the A-ViT teacher with sequential
+ * mixers in the replaced layers. Before each training step the teacher
+ * (frozen, a second model) runs the same batch; the student then trains
+ * under the teacher's per-layer masks (model.ext_mask), and every replaced
+ * layer's mixer output before W_O is pulled to the teacher attention's
+ * output before W_O by a masked MSE (lambda_mse; active tokens of that
+ * layer), on top of the task cross-entropy. Only the mixers train unless
+ * unfreeze. Metric: train/loss_mse (the sum over replaced layers, mean over
+ * the window's steps).
+ *
+ * eval: accuracy, retention and images/s of a trained model on the test
+ * split, and the speed of the model's shape at other token counts
+ * (fresh weights, halting tuned to a given retention) and of its mixer
+ * sublayer alone. */
+#ifndef PIPE_S2S_H
+#define PIPE_S2S_H
+
+#include "worker/pipelines/pipe.h"
+
+typedef struct s2s_distill {
+    model teacher; /* built and loaded by the caller (s2s_distill_spec) */
+    int layers[MODEL_MAX_LAYERS], n;
+    float lambda_mse;
+    float *mse;   /* device [n]: per-layer losses of the last step */
+    float *acc;   /* device [1]: their sum over the window's steps */
+    float **grad; /* device [n][B*T*C]: tap gradients */
+    double steps; /* steps in the window */
+    char *trainable[2 * MODEL_MAX_LAYERS + 1];
+    const bk_backend *be;
+} s2s_distill;
+
+/* The distill spec over a loaded teacher (its shape: sh, weights from the
+ * caller): fills sp (PIPE_VIT's loss and logging plus the hooks) and ctx
+ * (owns its buffers; s2s_distill_free). layers: the replaced ones. Returns
+ * 0 or -1 with a message. */
+int s2s_distill_spec(s2s_distill *ctx, pipe_spec *sp, const int *layers, int n, float lambda_mse,
+                     int unfreeze, int mixer_kind, char *err, size_t errlen);
+void s2s_distill_free(s2s_distill *ctx);
+
+/* Speed of a model shape at T tokens (patch side p, square images of
+ * sqrt(T - 1) patches a side), fresh weights, with halting tuned to keep
+ * `retention` (avit shapes; ignored otherwise): images/s of inference over
+ * batch B, fastest of reps. *ret receives the retention reached. Returns
+ * images/s or a negative number with a message. */
+double s2s_speed(const model_shape *sh, const bk_backend *be, int T, double retention, int B,
+                 int reps, double *ret, char *err, size_t errlen);
+
+/* ms of one mixer sublayer (LN1 + mixer + output projection: nn_block's
+ * mixer half) of kind `mixer` at (B, T) and the model's width and heads,
+ * inference, fastest of reps; negative with a message on failure. */
+double s2s_mixer_ms(const model_shape *sh, const bk_backend *be, int mixer, int T, int B, int reps,
+                    char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,389 @@
+#include "worker/s2s_run.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/s2s_stages.h"
+#include "worker/ckpt.h"
+#include "worker/metrics.h"
+#include "worker/pipelines/profile.h"
+#include "worker/pipelines/s2s.h"
+
+/* What the stages share. */
+typedef struct s2s_ctx {
+    const bf_config *c;
+    const train_opts *o;
+    s2s_stage st[S2S_STAGES];
+    char root[3000];
+    char dir[S2S_STAGES][3100];
+    data_sets d;
+    metrics mt;
+    long offset; /* training steps of the stages before */
+    int rank, quiet;
+    int layers[MODEL_MAX_LAYERS], n_layers; /* the replaced layers (after profile) */
+    double acc_student;                     /* eval: the student's test accuracy */
+} s2s_ctx;
+
+enum { ST_TEACHER, ST_AVIT, ST_PROFILE, ST_DISTILL, ST_FINETUNE, ST_EVAL };
+
+static int is_done(const s2s_ctx *x, int i) {
+    char p[3200];
+    snprintf(p, sizeof p, "%s/stage.json", x->dir[i]);
+    return access(p, R_OK) == 0;
+}
+
+/* stage.json, written last and renamed into place: the stage is done. */
+static int mark_done(const s2s_ctx *x, int i, char *err, size_t errlen) {
+    if (x->rank != 0) return 0;
+    if (train_make_dirs(x->dir[i], err, errlen)) return -1;
+    char p[3200], t[3300];
+    snprintf(p, sizeof p, "%s/stage.json", x->dir[i]);
+    snprintf(t, sizeof t, "%s.tmp%ld", p, (long)getpid());
+    FILE *f = fopen(t, "w");
+    int ok = f && fprintf(f, "{\"stage\": \"%s\", \"key\": \"%s\", \"parent\": \"%s\"}\n",
+                          x->st[i].name, x->st[i].key, x->st[i].parent) > 0;
+    ok = f && fclose(f) == 0 && ok;
+    if (!ok || rename(t, p) != 0) {
+        snprintf(err, errlen, "cannot write %s: %s", p, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* The config of a model stage: pipeline vit over c's data, model, train. */
+static bf_config stage_config(const s2s_ctx *x, int i) {
+    bf_config s = *x->c;
+    snprintf(s.pipeline, sizeof s.pipeline, "vit");
+    s.s2s.root[0] = s.s2s.stage[0] = 0;
+    s.avit.enabled = i != ST_TEACHER;
+    if (i >= ST_DISTILL) {
+        size_t w = 0;
+        int kind =
+            strcmp(x->c->distill.mixer, "bilstm") == 0 ? MODEL_MIXER_BILSTM : MODEL_MIXER_BIMAMBA;
+        for (int l = 0; l < x->c->model.layers; l++) {
+            int rep = 0;
+            for (int k = 0; k < x->n_layers; k++) rep |= x->layers[k] == l;
+            w += (size_t)snprintf(s.model.mixers + w, sizeof s.model.mixers - w, "%s%s",
+                                  l ? "," : "", model_mixer_name(rep ? kind : 0));
+        }
+    }
+    int parent = i == ST_DISTILL ? ST_AVIT : i - 1;
+    if (i != ST_TEACHER) /* s2s_run checked the folders fit */
+        snprintf(s.init.from, sizeof s.init.from, "%.*s", (int)sizeof s.init.from - 1,
+                 x->dir[parent]);
+    if (i == ST_AVIT) s.train.steps = x->c->avit.steps;
+    if (i == ST_DISTILL) {
+        s.train.steps = x->c->distill.stage1_steps > 0 ? x->c->distill.stage1_steps : 1;
+        s.aug.crop_pad = 0; /* the teacher's targets are of the images as they are */
+        s.aug.hflip = 0;
+    }
+    if (i == ST_FINETUNE)
+        s.train.steps = x->c->distill.stage2_steps > 0 ? x->c->distill.stage2_steps : 1;
+    if (i != ST_TEACHER && s.train.warmup > s.train.steps / 10) s.train.warmup = s.train.steps / 10;
+    return s;
+}
+
+static const char *const PREFIX[S2S_STAGES] = {"teacher/", "avit/",     "profile/",
+                                               "distill/", "finetune/", "eval/"};
+
+static int run_train_stage(s2s_ctx *x, int i, const pipe_spec *sp, const bf_config *sc, char *err,
+                           size_t errlen) {
+    train_stage ts = {x->dir[i], PREFIX[i], x->offset, &x->mt};
+    train_result r;
+    int rc = train_run_stage(sp, sc, x->o, &ts, &x->d, &r, err, errlen);
+    if (rc == TRAIN_ERROR) {
+        char e2[1024];
+        snprintf(e2, sizeof e2, "%s", err);
+        snprintf(err, errlen, "stage %s: %s", x->st[i].name, e2);
+    }
+    return rc;
+}
+
+/* A model of stage i's shape, weights from the stage folder `from`. */
+static int load_model(s2s_ctx *x, int i, const char *from, int batch, model *m, char *err,
+                      size_t errlen) {
+    bf_config sc = stage_config(x, i);
+    const bk_backend *be;
+    if (bk_select(sc.device, &be, err, errlen)) return -1;
+    model_shape sh = pipe_model_shape(&sc, &x->d);
+    if (model_create(m, &sh, be, batch, err, errlen)) return -1;
+    pipe_model_config(m, &sc);
+    size_t n = m->np.P.numel;
+    float *hp = malloc(n * sizeof(float));
+    char text[1024];
+    ckpt_init_report rep;
+    int rc = -1;
+    if (!hp) {
+        snprintf(err, errlen, "out of memory");
+    } else {
+        m->be->to_host(hp, m->np.P.data, n * sizeof(float));
+        if (ckpt_init_from(from, &m->np.P, hp, &rep, text, sizeof text, err, errlen) == 0) {
+            m->be->to_device(m->np.P.data, hp, n * sizeof(float));
+            rc = 0;
+        }
+    }
+    free(hp);
+    if (rc) model_destroy(m);
+    return rc;
+}
+
+/* The replaced layers: the list, or the K sparsest by the profile. */
+static int choose_layers(s2s_ctx *x, char *err, size_t errlen) {
+    const bf_config *c = x->c;
+    if (c->distill.replace_auto <= 0) {
+        x->n_layers = c->distill.n_replace;
+        memcpy(x->layers, c->distill.replace_layers, (size_t)x->n_layers * sizeof(int));
+        return 0;
+    }
+    char p[3200];
+    snprintf(p, sizeof p, "%s/profile.json", x->dir[ST_PROFILE]);
+    pipe_profile_t pr;
+    if (pipe_profile_read(p, &pr, err, errlen)) return -1;
+    if (pr.layers != c->model.layers) {
+        snprintf(err, errlen, "%s: %d layers, the model has %d", p, pr.layers, c->model.layers);
+        return -1;
+    }
+    x->n_layers = c->distill.replace_auto;
+    memcpy(x->layers, pr.order, (size_t)x->n_layers * sizeof(int));
+    return 0;
+}
+
+static int run_profile(s2s_ctx *x, char *err, size_t errlen) {
+    model m;
+    pipe_profile_t p;
+    if (load_model(x, ST_AVIT, x->dir[ST_AVIT], 64, &m, err, errlen)) return -1;
+    int rc = pipe_profile(&m, x->c, &x->d, 64, &p, err, errlen);
+    model_destroy(&m);
+    if (rc || x->rank != 0) return rc;
+    if (train_make_dirs(x->dir[ST_PROFILE], err, errlen)) return -1;
+    char path[3200];
+    snprintf(path, sizeof path, "%s/profile.json", x->dir[ST_PROFILE]);
+    FILE *f = fopen(path, "w");
+    if (f) pipe_profile_json(&p, f);
+    if (!f || (ferror(f) | fclose(f))) {
+        snprintf(err, errlen, "cannot write %s", path);
+        return -1;
+    }
+    if (!x->quiet) pipe_profile_table(&p, stderr);
+    return 0;
+}
+
+static int run_distill(s2s_ctx *x, char *err, size_t errlen) {
+    bf_config sc = stage_config(x, ST_DISTILL);
+    s2s_distill d;
+    memset(&d, 0, sizeof d);
+    int batch = sc.train.batch / (x->o->comm ? comm_world(x->o->comm) : 1);
+    if (load_model(x, ST_AVIT, x->dir[ST_AVIT], batch, &d.teacher, err, errlen)) return -1;
+    pipe_spec sp;
+    int kind = strcmp(sc.distill.mixer, "bilstm") == 0 ? MODEL_MIXER_BILSTM : MODEL_MIXER_BIMAMBA;
+    int rc = s2s_distill_spec(&d, &sp, x->layers, x->n_layers, sc.distill.lambda_mse,
+                              sc.distill.unfreeze, kind, err, errlen);
+    if (!rc) rc = run_train_stage(x, ST_DISTILL, &sp, &sc, err, errlen);
+    s2s_distill_free(&d);
+    return rc;
+}
+
+/* ---- eval ---- */
+
+static const char *name_of(const char *a, const char *b, const char *c2, int T) {
+    static char *names[256];
+    static int n;
+    char buf[128];
+    if (T > 0)
+        snprintf(buf, sizeof buf, "%s%s%s@%d", a, b, c2, T);
+    else
+        snprintf(buf, sizeof buf, "%s%s%s", a, b, c2);
+    for (int i = 0; i < n; i++)
+        if (strcmp(names[i], buf) == 0) return names[i];
+    if (n == 256 || !(names[n] = strdup(buf))) return "eval/overflow";
+    return names[n++];
+}
+
+static int run_eval(s2s_ctx *x, char *err, size_t errlen) {
+    static const char *const who[] = {"dense", "teacher", "student"};
+    const int stage[] = {ST_TEACHER, ST_AVIT, ST_FINETUNE};
+    static const int lengths[] = {197, 577, 1025};
+    model_shape shape[3];
+    double ret[3];
+    metrics_begin(&x->mt, x->offset);
+    for (int k = 0; k < 3; k++) {
+        model m;
+        eval_result e;
+        if (load_model(x, stage[k], x->dir[stage[k]], x->c->train.batch, &m, err, errlen))
+            return -1;
+        shape[k] = m.sh;
+        int rc = pipe_evaluate(&m, x->c, &x->d, x->d.test ? 1 : 0, NULL, &e, NULL, err, errlen);
+        model_destroy(&m);
+        if (rc) return -1;
+        ret[k] = shape[k].avit ? e.retention : 1.0;
+        if (k == 2) x->acc_student = e.acc;
+        metrics_add(&x->mt, name_of("eval/", who[k], "/test/acc", 0), e.acc);
+        metrics_add(&x->mt, name_of("eval/", who[k], "/test/retention", 0), ret[k]);
+        metrics_add(&x->mt, name_of("eval/", who[k], "/images_per_s", 0),
+                    e.seconds > 0 ? e.samples / e.seconds : 0);
+        if (!x->quiet)
+            fprintf(stderr, "eval  %-7s | test/acc %.4f | retention %.3f | %.0f images/s\n", who[k],
+                    e.acc, ret[k], e.seconds > 0 ? e.samples / e.seconds : 0);
+    }
+
+    const bk_backend *be;
+    if (bk_select(x->c->device, &be, err, errlen)) return -1;
+    int kind =
+        strcmp(x->c->distill.mixer, "bilstm") == 0 ? MODEL_MIXER_BILSTM : MODEL_MIXER_BIMAMBA;
+    for (size_t t = 0; t < sizeof lengths / sizeof *lengths; t++) {
+        int T = lengths[t];
+        double ips[3];
+        for (int k = 0; k < 3; k++) {
+            double got;
+            ips[k] = s2s_speed(&shape[k], be, T, ret[k], 4, 2, &got, err, errlen);
+            if (ips[k] < 0) return -1;
+            metrics_add(&x->mt, name_of("eval/", who[k], "/images_per_s", T), ips[k]);
+        }
+        double ma = s2s_mixer_ms(&shape[2], be, MODEL_MIXER_ATTENTION, T, 4, 2, err, errlen);
+        double mm = s2s_mixer_ms(&shape[2], be, kind, T, 4, 2, err, errlen);
+        if (ma < 0 || mm < 0) return -1;
+        metrics_add(&x->mt, name_of("eval/", "student", "/speedup_vs_teacher", T), ips[2] / ips[1]);
+        metrics_add(&x->mt, name_of("eval/", "mixer", "/attention_ms", T), ma);
+        metrics_add(
+            &x->mt,
+            name_of("eval/", "mixer/", kind == MODEL_MIXER_BILSTM ? "bilstm_ms" : "bimamba_ms", T),
+            mm);
+        metrics_add(&x->mt, name_of("eval/", "mixer", "/speedup", T), ma / mm);
+        if (!x->quiet)
+            fprintf(stderr,
+                    "eval  %4d tokens | images/s dense %.1f teacher %.1f student %.1f (%.2fx the "
+                    "teacher) | mixer alone: attention %.2f ms, %s %.2f ms (%.2fx)\n",
+                    T, ips[0], ips[1], ips[2], ips[2] / ips[1], ma, model_mixer_name(kind), mm,
+                    ma / mm);
+    }
+    metrics_flush(&x->mt);
+    return metrics_status(&x->mt, err, errlen);
+}
+
+static int vit_retention_warn(const model *m, const bf_config *c, const eval_result *val, char *err,
+                              size_t errlen) {
+    char msg[1024];
+    if (PIPE_VIT.check && PIPE_VIT.check(m, c, val, msg, sizeof msg))
+        fprintf(stderr, "stage finetune: warning: %s\n", msg);
+    (void)err, (void)errlen;
+    return 0;
+}
+
+static int run_one(s2s_ctx *x, int i, char *err, size_t errlen) {
+    if ((i == ST_DISTILL || i == ST_FINETUNE || i == ST_EVAL) && choose_layers(x, err, errlen))
+        return -1;
+    if (i == ST_PROFILE) return run_profile(x, err, errlen);
+    if (i == ST_DISTILL) return run_distill(x, err, errlen);
+    if (i == ST_EVAL) return run_eval(x, err, errlen);
+    bf_config sc = stage_config(x, i);
+    pipe_spec sp = PIPE_VIT;
+    if (i == ST_FINETUNE) /* the student's retention is reported (eval), not a target */
+        sp.check = vit_retention_warn;
+    return run_train_stage(x, i, &sp, &sc, err, errlen);
+}
+
+static long stage_steps(const bf_config *c, int i) {
+    switch (i) {
+    case ST_TEACHER:
+        return c->train.steps;
+    case ST_AVIT:
+        return c->avit.steps;
+    case ST_DISTILL:
+        return c->distill.stage1_steps;
+    case ST_FINETUNE:
+        return c->distill.stage2_steps;
+    default:
+        return 0;
+    }
+}
+
+int s2s_run(const bf_config *c, const train_opts *o, train_result *r, char *err, size_t errlen) {
+    if (!o->out_dir) {
+        snprintf(err, errlen, "pipeline s2s writes its stages into folders: give --out DIR");
+        return TRAIN_ERROR;
+    }
+    s2s_ctx *x = calloc(1, sizeof *x);
+    if (!x) {
+        snprintf(err, errlen, "out of memory");
+        return TRAIN_ERROR;
+    }
+    x->c = c;
+    x->o = o;
+    x->rank = o->comm ? comm_rank(o->comm) : 0;
+    x->quiet = o->quiet || x->rank != 0;
+    if (c->s2s.root[0])
+        snprintf(x->root, sizeof x->root, "%s", c->s2s.root);
+    else
+        snprintf(x->root, sizeof x->root, "%s/stages", o->out_dir);
+    s2s_stage_plan(c, x->st);
+    for (int i = 0; i < S2S_STAGES; i++) {
+        snprintf(x->dir[i], sizeof x->dir[i], "%s/%s", x->root, x->st[i].dir);
+        if (strlen(x->dir[i]) >= sizeof c->init.from) {
+            snprintf(err, errlen,
+                     "the stage folder %.200s... is longer than %zu bytes: use a "
+                     "shorter --out or s2s.root",
+                     x->dir[i], sizeof c->init.from - 1);
+            free(x);
+            return TRAIN_ERROR;
+        }
+    }
+    int only = c->s2s.stage[0] ? s2s_stage_index(c->s2s.stage) : -1, rc = TRAIN_ERROR;
+    if (c->s2s.stage[0] && only < 0) {
+        snprintf(err, errlen,
+                 "s2s.stage '%s' is not a stage (valid: teacher, avit, profile, "
+                 "distill, finetune, eval)",
+                 c->s2s.stage);
+        free(x);
+        return TRAIN_ERROR;
+    }
+    bf_config dc = stage_config(x, ST_TEACHER);
+    if ((x->rank == 0 &&
+         (train_make_dirs(o->out_dir, err, errlen) || train_make_dirs(x->root, err, errlen))) ||
+        train_open_data(&dc, o->comm, x->quiet, &x->d, err, errlen)) {
+        free(x);
+        return TRAIN_ERROR;
+    }
+    if (metrics_open(&x->mt, x->rank == 0 ? o->out_dir : NULL, err, errlen)) goto out;
+    for (int i = 0; i < S2S_STAGES; i++) {
+        int last = only >= 0 ? only : S2S_STAGES - 1;
+        if (i > last) break;
+        if (is_done(x, i)) {
+            if (!x->quiet && (only < 0 || i == only))
+                fprintf(stderr, "stage %-8s %s: done, reusing %s\n", x->st[i].name, x->st[i].key,
+                        x->dir[i]);
+            x->offset += stage_steps(c, i);
+            continue;
+        }
+        if (only >= 0 && i < only) {
+            snprintf(err, errlen,
+                     "stage %s needs stage %s (%s) done first: %s/stage.json is missing",
+                     x->st[only].name, x->st[i].name, x->st[i].key, x->dir[i]);
+            goto out;
+        }
+        if (!x->quiet)
+            fprintf(stderr, "stage %-8s %s: running into %s\n", x->st[i].name, x->st[i].key,
+                    x->dir[i]);
+        int src = run_one(x, i, err, errlen);
+        if (src != TRAIN_OK) {
+            rc = src == TRAIN_PREEMPTED ? TRAIN_PREEMPTED : TRAIN_ERROR;
+            goto out;
+        }
+        if (mark_done(x, i, err, errlen)) goto out;
+        x->offset += stage_steps(c, i);
+    }
+    rc = TRAIN_OK;
+    if (r) {
+        memset(r, 0, sizeof *r);
+        r->steps = x->offset;
+        r->test.acc = x->acc_student;
+    }
+out:
+    metrics_close(&x->mt);
+    data_sets_close(&x->d);
+    free(x);
+    return rc;
+}

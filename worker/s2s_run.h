@@ -1,0 +1,18 @@
+/* s2s_run — pipeline s2s as six stages (design.md, "S2S pipeline";
+ * common/s2s_stages.h): teacher -> avit -> profile -> distill -> finetune
+ * -> eval. Each stage writes into ROOT/NAME-KEY/ (ROOT = s2s.root, or
+ * OUT/stages) and, last, ROOT/NAME-KEY/stage.json (atomically): a folder with
+ * it is done and reused, by this run and by any other whose stage has the
+ * same key. s2s.stage runs one stage alone (its parents must be done): how
+ * bfd runs shared stages as separate units of work. Metrics of every stage
+ * go to OUT/metrics.jsonl under the stage's name ("teacher/val/acc",
+ * "distill/train/loss_mse", "eval/student/test/acc"; docs/s2s.md lists
+ * them), steps counted across the training stages. */
+#ifndef S2S_RUN_H
+#define S2S_RUN_H
+
+#include "worker/train.h"
+
+int s2s_run(const bf_config *c, const train_opts *o, train_result *r, char *err, size_t errlen);
+
+#endif
