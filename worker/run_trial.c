@@ -27,6 +27,7 @@ static void on_term(int sig) {
 static const char *RUN_USAGE_TEXT =
     "usage: bfworker run --trial ID --connect ENDPOINT --token TOKEN --out DIR [--attempt N] "
     "[--quiet]\n"
+    "                    [--stage-root DIR --stage NAME]   (s2s: one stage of the trial)\n"
     "  (started by bfd; see docs/protocol.md)\n";
 
 /* Writes text to path (0600). */
@@ -55,16 +56,38 @@ static void end_partial_line(const char *path) {
     close(fd);
 }
 
+/* --stage-root DIR --stage NAME: s2s.root and s2s.stage of the trial's
+ * config (bfd runs each shared stage of an s2s trial as its own attempt). */
+static int run_stage_keys(bf_config *c, const char *root, const char *stage, char *err,
+                          size_t errlen) {
+    if (!root && !stage) return 0;
+    if (strcmp(c->pipeline, "s2s") != 0) {
+        snprintf(err, errlen, "--stage/--stage-root: trial pipeline %s has no stages", c->pipeline);
+        return -1;
+    }
+    if ((root && strlen(root) >= sizeof c->s2s.root) ||
+        (stage && strlen(stage) >= sizeof c->s2s.stage)) {
+        snprintf(err, errlen, "--stage/--stage-root: value too long");
+        return -1;
+    }
+    if (root) snprintf(c->s2s.root, sizeof c->s2s.root, "%s", root);
+    if (stage) snprintf(c->s2s.stage, sizeof c->s2s.stage, "%s", stage);
+    return 0;
+}
+
 static int run_ranks(int argc, char **argv, comm_t *comm) {
     const char *trial_s = NULL, *endpoint = NULL, *token = NULL, *out = NULL, *attempt_s = "1";
+    const char *stage_root = NULL, *stage = NULL; /* s2s: one stage of a trial (bfd) */
     int quiet = 0;
     for (int i = 2; i < argc; i++) {
-        const char **dst = !strcmp(argv[i], "--trial")     ? &trial_s
-                           : !strcmp(argv[i], "--connect") ? &endpoint
-                           : !strcmp(argv[i], "--token")   ? &token
-                           : !strcmp(argv[i], "--out")     ? &out
-                           : !strcmp(argv[i], "--attempt") ? &attempt_s
-                                                           : NULL;
+        const char **dst = !strcmp(argv[i], "--trial")        ? &trial_s
+                           : !strcmp(argv[i], "--connect")    ? &endpoint
+                           : !strcmp(argv[i], "--token")      ? &token
+                           : !strcmp(argv[i], "--out")        ? &out
+                           : !strcmp(argv[i], "--attempt")    ? &attempt_s
+                           : !strcmp(argv[i], "--stage-root") ? &stage_root
+                           : !strcmp(argv[i], "--stage")      ? &stage
+                                                              : NULL;
         if (dst && i + 1 < argc) {
             *dst = argv[++i];
         } else if (!strcmp(argv[i], "--quiet")) {
@@ -131,6 +154,7 @@ static int run_ranks(int argc, char **argv, comm_t *comm) {
     cfg_defaults(&c);
     if ((rank == 0 && write_text(path, text, err, sizeof err)) ||
         cfg_load_text(&c, text, len, "trial config", err, sizeof err) ||
+        run_stage_keys(&c, stage_root, stage, err, sizeof err) ||
         cfg_validate(&c, err, sizeof err)) {
         fprintf(stderr, "bfworker run: trial config: %s\n", err);
         free(text);
