@@ -493,6 +493,14 @@ typedef struct bk_backend {
      * -ponder_weight / tokens (the remainder's share of the ponder cost). */
     void (*halt_backward)(float *dt, const float *h, const int *at, const float *dldp, float pgrad,
                           const bk_halt_args *a);
+    /* S2S halting alignment of one layer (design.md, distill): over the
+     * patch tokens active in mask[B,T] (n of them), with the student's score
+     * hs = sigmoid(gamma t[.,.,0] - centre) and the teacher's ht[B,T],
+     *   loss = weight * (sum BKL(ht || hs) / n + 5 (mean hs - mean ht)^2)
+     * (BKL the binary KL, ht clamped to [1e-6, 1 - 1e-6]); adds it into
+     * stats[slot] and its gradient into dt[b,k,0]. */
+    void (*halt_align)(float *dt, double *stats, int slot, const float *t, const float *ht,
+                       const float *mask, float weight, const bk_halt_args *a);
 } bk_backend;
 
 /* The CPU reference backend; always available. */

@@ -60,6 +60,7 @@ static const bk_backend cpu_backend = {
     .halt_forward = bk_cpu_halt_forward,
     .halt_loss = bk_cpu_halt_loss,
     .halt_backward = bk_cpu_halt_backward,
+    .halt_align = bk_cpu_halt_align,
 
     /* the step on the device */
     .d2h_count = bk_cpu_d2h_count,

@@ -97,3 +97,33 @@ void bk_cpu_halt_backward(float *dt, const float *h, const int *at, const float 
             dt[i * a->C] += a->gamma * hv * (1.0f - hv) * g;
         }
 }
+
+void bk_cpu_halt_align(float *dt, double *stats, int slot, const float *t, const float *ht,
+                       const float *mask, float weight, const bk_halt_args *a) {
+    double n = 0, ms = 0, mt = 0, kl = 0;
+    for (int b = 0; b < a->B; b++)
+        for (int k = 1; k < a->T; k++) {
+            size_t i = (size_t)b * a->T + k;
+            if (!(mask[i] > 0)) continue;
+            double hs = gate(t[i * a->C], a), p = ht[i];
+            p = p < 1e-6 ? 1e-6 : p > 1 - 1e-6 ? 1 - 1e-6 : p;
+            double q = hs < 1e-12 ? 1e-12 : hs > 1 - 1e-12 ? 1 - 1e-12 : hs;
+            kl += p * log(p / q) + (1 - p) * log((1 - p) / (1 - q));
+            ms += hs;
+            mt += ht[i];
+            n += 1;
+        }
+    if (n == 0) return;
+    ms /= n, mt /= n;
+    if (stats) stats[slot] += weight * (kl / n + 5 * (ms - mt) * (ms - mt));
+    for (int b = 0; b < a->B; b++)
+        for (int k = 1; k < a->T; k++) {
+            size_t i = (size_t)b * a->T + k;
+            if (!(mask[i] > 0)) continue;
+            double hs = gate(t[i * a->C], a), p = ht[i];
+            p = p < 1e-6 ? 1e-6 : p > 1 - 1e-6 ? 1 - 1e-6 : p;
+            /* d BKL / d t0 = gamma (hs - p); d mean hs / d t0 = gamma hs (1 - hs) / n */
+            double g = (hs - p) / n + 10 * (ms - mt) * hs * (1 - hs) / n;
+            dt[i * a->C] += (float)(weight * a->gamma * g);
+        }
+}

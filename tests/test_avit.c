@@ -204,3 +204,40 @@ Test(avit, dropping_halted_tokens_equals_masking_them) {
     for (int l = 0; l <= 4; l++) free(x[l]);
     model_destroy(&m);
 }
+
+/* The S2S halting alignment: its gradient against finite differences of its
+ * loss, over a masked layer. */
+Test(avit, halting_alignment_gradient) {
+    const bk_backend *be = bk_cpu();
+    enum { B = 2, T = 6, C = 3 };
+    float t[B * T * C], ht[B * T], mask[B * T], dt[B * T * C] = {0};
+    for (int i = 0; i < B * T * C; i++) t[i] = 0.4f * bk_rng_normal_at(3, 2, (uint64_t)i);
+    for (int i = 0; i < B * T; i++) {
+        ht[i] = bk_rng_uniform_at(4, 2, (uint64_t)i);
+        mask[i] = i % 5 != 3;
+    }
+    bk_halt_args a = {
+        .B = B, .T = T, .C = C, .layer = 0, .layers = 3, .gamma = 4, .centre = 0.5f, .eps = 0.01f};
+    double st[1] = {0};
+    be->halt_align(dt, st, 0, t, ht, mask, 0.7f, &a);
+    cr_assert_gt(st[0], 0);
+    int checked = 0;
+    for (int i = 0; i < B * T; i++) {
+        float x0 = t[i * C], h = 1e-3f, scratch[B * T * C];
+        double lp = 0, lm = 0;
+        t[i * C] = x0 + h;
+        be->halt_align(scratch, &lp, 0, t, ht, mask, 0.7f, &a);
+        t[i * C] = x0 - h;
+        be->halt_align(scratch, &lm, 0, t, ht, mask, 0.7f, &a);
+        t[i * C] = x0;
+        double num = (lp - lm) / (2 * h);
+        cr_expect_float_eq(dt[i * C], num, 1e-4 + 1e-2 * fabs(num), "token %d: %g vs %g", i,
+                           (double)dt[i * C], num);
+        if (i % T == 0 || !(mask[i] > 0))
+            cr_expect_eq(dt[i * C], 0, "class token or masked token %d has a gradient", i);
+        else
+            checked++;
+        cr_expect_eq(dt[i * C + 1], 0, "only channel 0");
+    }
+    cr_assert_gt(checked, 6);
+}

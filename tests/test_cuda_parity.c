@@ -969,6 +969,16 @@ Test(cuda_parity, avit_halting) {
         gpu->halt_backward(dt.d, h[l].d, at_d, dldp.d, -1e-4f, &a);
     }
     expect_close("halt backward", &dt, TOL_EW);
+    double ha = 0, *ha_d = doubles_to_gpu(&ha, 1);
+    bk_halt_args a1 = {B, T, C, 1, L, 10, 0.5f, 0.01f};
+    cpu->halt_align(dt.h, &ha, 0, t.h, h[0].h, mask[1].h, 0.3f, &a1);
+    gpu->halt_align(dt.d, ha_d, 0, t.d, h[0].d, mask[1].d, 0.3f, &a1);
+    expect_close("halt align", &dt, TOL_EW);
+    double ha_got = 0;
+    gpu->to_host(&ha_got, ha_d, sizeof ha_got);
+    cr_expect(fabs(ha_got - ha) <= 1e-6 * fmax(1, fabs(ha)), "halt align loss %g vs %g", ha,
+              ha_got);
+    gpu->release(ha_d);
     for (int l = 0; l < L; l++) pair_free(&h[l]);
     for (int l = 0; l <= L; l++) pair_free(&mask[l]);
     pair_free(&x), pair_free(&s), pair_free(&y), pair_free(&t), pair_free(&cum);

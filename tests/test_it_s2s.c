@@ -57,8 +57,9 @@ Test(it_s2s, runs_every_stage_and_shares_them, .timeout = 600) {
     snprintf(cmd, sizeof cmd, "test -s %s/run/stages/profile-*/profile.json", dir);
     cr_assert_eq(system(cmd), 0, "no profile.json");
     static const char *const names[] = {"\"teacher/val/acc\"",        "\"avit/val/retention\"",
-                                        "\"distill/train/loss_mse\"", "\"finetune/val/acc\"",
-                                        "\"eval/student/test/acc\"",  "\"eval/mixer/speedup@577\""};
+                                        "\"distill/train/loss_mse\"", "\"distill/train/loss_halt\"",
+                                        "\"finetune/val/acc\"",       "\"eval/student/test/acc\"",
+                                        "\"eval/mixer/speedup@577\""};
     for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
         snprintf(cmd, sizeof cmd, "grep -c '%s' %s/run/metrics.jsonl", names[k], dir);
         cr_expect_eq(run_cmd(cmd, out, sizeof out), 0, "no %s in metrics.jsonl", names[k]);

@@ -181,7 +181,7 @@ static int run_distill(s2s_ctx *x, char *err, size_t errlen) {
     pipe_spec sp;
     int kind = strcmp(sc.distill.mixer, "bilstm") == 0 ? MODEL_MIXER_BILSTM : MODEL_MIXER_BIMAMBA;
     int rc = s2s_distill_spec(&d, &sp, x->layers, x->n_layers, sc.distill.lambda_mse,
-                              sc.distill.unfreeze, kind, err, errlen);
+                              sc.distill.lambda_halt, sc.distill.unfreeze, kind, err, errlen);
     if (!rc) rc = run_train_stage(x, ST_DISTILL, &sp, &sc, err, errlen);
     s2s_distill_free(&d);
     return rc;

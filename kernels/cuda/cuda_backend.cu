@@ -79,6 +79,7 @@ static void fill_table(bk_backend *t) {
     t->halt_forward = bk_cuda_halt_forward;
     t->halt_loss = bk_cuda_halt_loss;
     t->halt_backward = bk_cuda_halt_backward;
+    t->halt_align = bk_cuda_halt_align;
 
     /* the step on the device */
     t->d2h_count = bk_cuda_d2h_count;

@@ -129,3 +129,51 @@ extern "C" void bk_cuda_halt_backward(float *dt, const float *h, const int *at, 
     halt_backward_kernel<<<bk_blocks(n, BK_THREADS), BK_THREADS>>>(dt, h, at, dldp, pgrad, *a);
     CUDA_CHECK_LAUNCH();
 }
+
+/* One block: the means first, then the gradient (fixed summation order). */
+__global__ void halt_align_kernel(float *dt, double *stats, int slot, const float *t,
+                                  const float *ht, const float *mask, float weight,
+                                  bk_halt_args a) {
+    __shared__ double sn[HALT_THREADS], ss[HALT_THREADS], st[HALT_THREADS], sk[HALT_THREADS];
+    double n = 0, ms = 0, mt = 0, kl = 0;
+    size_t N = (size_t)a.B * a.T;
+    for (size_t i = threadIdx.x; i < N; i += blockDim.x) {
+        if (i % a.T == 0 || !(mask[i] > 0)) continue;
+        double hs = 1.0f / (1.0f + expf(-(a.gamma * t[i * a.C] - a.centre))), p = ht[i];
+        p = p < 1e-6 ? 1e-6 : p > 1 - 1e-6 ? 1 - 1e-6 : p;
+        double q = hs < 1e-12 ? 1e-12 : hs > 1 - 1e-12 ? 1 - 1e-12 : hs;
+        kl += p * log(p / q) + (1 - p) * log((1 - p) / (1 - q));
+        ms += hs;
+        mt += ht[i];
+        n += 1;
+    }
+    sn[threadIdx.x] = n, ss[threadIdx.x] = ms, st[threadIdx.x] = mt, sk[threadIdx.x] = kl;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) {
+            sn[threadIdx.x] += sn[threadIdx.x + s];
+            ss[threadIdx.x] += ss[threadIdx.x + s];
+            st[threadIdx.x] += st[threadIdx.x + s];
+            sk[threadIdx.x] += sk[threadIdx.x + s];
+        }
+        __syncthreads();
+    }
+    n = sn[0];
+    if (n == 0) return;
+    ms = ss[0] / n, mt = st[0] / n;
+    if (threadIdx.x == 0 && stats) stats[slot] += weight * (sk[0] / n + 5 * (ms - mt) * (ms - mt));
+    for (size_t i = threadIdx.x; i < N; i += blockDim.x) {
+        if (i % a.T == 0 || !(mask[i] > 0)) continue;
+        double hs = 1.0f / (1.0f + expf(-(a.gamma * t[i * a.C] - a.centre))), p = ht[i];
+        p = p < 1e-6 ? 1e-6 : p > 1 - 1e-6 ? 1 - 1e-6 : p;
+        double g = (hs - p) / n + 10 * (ms - mt) * hs * (1 - hs) / n;
+        dt[i * a.C] += (float)(weight * a.gamma * g);
+    }
+}
+
+extern "C" void bk_cuda_halt_align(float *dt, double *stats, int slot, const float *t,
+                                   const float *ht, const float *mask, float weight,
+                                   const bk_halt_args *a) {
+    halt_align_kernel<<<1, HALT_THREADS>>>(dt, stats, slot, t, ht, mask, weight, *a);
+    CUDA_CHECK_LAUNCH();
+}

@@ -113,6 +113,8 @@ void bk_cuda_halt_loss(double *stats, float *dldp, const double *hstats,
                        const bk_halt_loss_args *a);
 void bk_cuda_halt_backward(float *dt, const float *h, const int *at, const float *dldp, float pgrad,
                            const bk_halt_args *a);
+void bk_cuda_halt_align(float *dt, double *stats, int slot, const float *t, const float *ht,
+                        const float *mask, float weight, const bk_halt_args *a);
 
 #ifdef __cplusplus
 }

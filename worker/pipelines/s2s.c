@@ -35,6 +35,20 @@ static void distill_backward(void *ctx, model *m) {
         be->mse_backward(d->grad[i], NULL, s, t, mask, d->lambda_mse, N, C);
         nn_block_tap_grad(b, NN_TAP_MIXER_INNER, d->grad[i]);
     }
+    for (int l = 0; d->lambda_halt > 0 && l < m->sh.layers - 1; l++) {
+        bk_halt_args a = {.B = m->batch,
+                          .T = m->sh.seq_len,
+                          .C = C,
+                          .layer = l,
+                          .layers = m->sh.layers,
+                          .gamma = m->halt.cf.gamma,
+                          .centre = m->halt.cf.centre,
+                          .eps = m->halt.cf.eps};
+        be->zero(d->hgrad[l], (size_t)N * C * sizeof(float));
+        be->halt_align(d->hgrad[l], d->hloss, 0, m->x[l + 1], d->teacher.halt.h[l],
+                       d->teacher.halt.mask[l], d->lambda_halt, &a);
+        nn_block_tap_grad(&m->blocks[l], NN_TAP_OUT, d->hgrad[l]);
+    }
 }
 
 static void distill_log(void *ctx, void (*metric)(void *mctx, const char *name, double value),
@@ -43,12 +57,16 @@ static void distill_log(void *ctx, void (*metric)(void *mctx, const char *name, 
     float acc = 0;
     d->be->to_host(&acc, d->acc, sizeof acc);
     d->be->zero(d->acc, sizeof(float));
+    double hl = 0;
+    d->be->to_host(&hl, d->hloss, sizeof hl);
+    d->be->zero(d->hloss, sizeof(double));
     metric(mctx, "train/loss_mse", d->steps > 0 ? acc / d->steps : NAN);
+    metric(mctx, "train/loss_halt", d->steps > 0 ? hl / d->steps : NAN);
     d->steps = 0;
 }
 
 int s2s_distill_spec(s2s_distill *d, pipe_spec *sp, const int *layers, int n, float lambda_mse,
-                     int unfreeze, int mixer_kind, char *err, size_t errlen) {
+                     float lambda_halt, int unfreeze, int mixer_kind, char *err, size_t errlen) {
     const bk_backend *be = d->teacher.be;
     d->be = be;
     d->n = n;
@@ -58,13 +76,20 @@ int s2s_distill_spec(s2s_distill *d, pipe_spec *sp, const int *layers, int n, fl
     d->mse = be->alloc((size_t)n * sizeof(float));
     d->acc = be->alloc(sizeof(float));
     d->grad = calloc((size_t)n, sizeof *d->grad);
-    int ok = d->mse && d->acc && d->grad;
+    int L = d->teacher.sh.layers;
+    d->lambda_halt = lambda_halt;
+    d->hgrad = calloc((size_t)L, sizeof *d->hgrad);
+    d->hloss = be->alloc(sizeof(double));
+    int ok = d->mse && d->acc && d->grad && d->hgrad && d->hloss;
     for (int i = 0; ok && i < n; i++) ok = (d->grad[i] = be->alloc(NC * sizeof(float))) != NULL;
+    for (int l = 0; ok && lambda_halt > 0 && l < L - 1; l++)
+        ok = (d->hgrad[l] = be->alloc(NC * sizeof(float))) != NULL;
     if (!ok) {
         snprintf(err, errlen, "out of memory for the distillation buffers");
         return -1;
     }
     be->zero(d->acc, sizeof(float));
+    be->zero(d->hloss, sizeof(double));
     int k = 0;
     for (int i = 0; !unfreeze && i < n; i++) {
         char p[64];
@@ -92,10 +117,14 @@ int s2s_distill_spec(s2s_distill *d, pipe_spec *sp, const int *layers, int n, fl
 void s2s_distill_free(s2s_distill *d) {
     if (d->be) {
         for (int i = 0; d->grad && i < d->n; i++) d->be->release(d->grad[i]);
+        for (int l = 0; d->hgrad && l < d->teacher.sh.layers; l++)
+            if (d->hgrad[l]) d->be->release(d->hgrad[l]);
+        d->be->release(d->hloss);
         d->be->release(d->mse);
         d->be->release(d->acc);
     }
     free(d->grad);
+    free(d->hgrad);
     for (int i = 0; d->trainable[i]; i++) free(d->trainable[i]);
     model_destroy(&d->teacher);
     memset(d, 0, sizeof *d);

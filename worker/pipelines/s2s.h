@@ -8,8 +8,12 @@
  * layer's mixer output before W_O is pulled to the teacher attention's
  * output before W_O by a masked MSE (lambda_mse; active tokens of that
  * layer), on top of the task cross-entropy. Only the mixers train unless
- * unfreeze. Metric: train/loss_mse (the sum over replaced layers, mean over
- * the window's steps).
+ * unfreeze. lambda_halt weighs the halting alignment of every layer but the
+ * last (kernels' halt_align: binary KL of the teacher's halting scores
+ * against the student's over the active patch tokens, plus 5 (difference of
+ * their means)^2). Metrics: train/loss_mse (the sum over replaced layers)
+ * and train/loss_halt, means over the window's steps. Not done: the design's
+ * label smoothing of the cross-entropy (0.1); it is plain cross-entropy.
  *
  * eval: accuracy, retention and images/s of a trained model on the test
  * split, and the speed of the model's shape at other token counts
@@ -27,7 +31,10 @@ typedef struct s2s_distill {
     float *mse;   /* device [n]: per-layer losses of the last step */
     float *acc;   /* device [1]: their sum over the window's steps */
     float **grad; /* device [n][B*T*C]: tap gradients */
-    double steps; /* steps in the window */
+    float lambda_halt;
+    float **hgrad; /* device [L-1][B*T*C]: halting-alignment gradients at block outputs */
+    double *hloss; /* device [1]: halting-alignment loss summed over the window */
+    double steps;  /* steps in the window */
     char *trainable[2 * MODEL_MAX_LAYERS + 1];
     const bk_backend *be;
 } s2s_distill;
@@ -37,7 +44,7 @@ typedef struct s2s_distill {
  * (owns its buffers; s2s_distill_free). layers: the replaced ones. Returns
  * 0 or -1 with a message. */
 int s2s_distill_spec(s2s_distill *ctx, pipe_spec *sp, const int *layers, int n, float lambda_mse,
-                     int unfreeze, int mixer_kind, char *err, size_t errlen);
+                     float lambda_halt, int unfreeze, int mixer_kind, char *err, size_t errlen);
 void s2s_distill_free(s2s_distill *ctx);
 
 /* Speed of a model shape at T tokens (patch side p, square images of
