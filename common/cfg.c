@@ -1355,6 +1355,7 @@ static const struct {
     {"avit/test/acc", MET_S2S},
     {"avit/test/retention", MET_S2S},
     {"distill/train/loss_mse", MET_S2S},
+    {"distill/train/loss_halt", MET_S2S},
     {"distill/val/acc", MET_S2S},
     {"finetune/val/acc", MET_S2S},
     {"finetune/val/retention", MET_S2S},
