@@ -87,7 +87,7 @@ Test(avit, the_prior_centre_gives_the_retention) {
  * perturbed so that tokens halt at different depths. */
 static int pixels[3 * 64];
 
-static void make(model *m, float centre) {
+static void make_mixers(model *m, float centre, int mixers) {
     model_shape sh = {.layers = 4,
                       .d_model = 16,
                       .heads = 2,
@@ -98,6 +98,10 @@ static void make(model *m, float centre) {
                       .image_h = 8,
                       .image_w = 8,
                       .avit = 1};
+    if (mixers) { /* the S2S student's shape: sequential mixers in the deep layers */
+        sh.mixer[2] = MODEL_MIXER_BIMAMBA;
+        sh.mixer[3] = MODEL_MIXER_BILSTM;
+    }
     char err[256];
     cr_assert_eq(model_create(m, &sh, bk_cpu(), 3, err, sizeof err), 0, "%s", err);
     cr_assert_eq(model_init_weights(m, 3, err, sizeof err), 0, "%s", err);
@@ -108,6 +112,8 @@ static void make(model *m, float centre) {
     m->halt.cf.retention = 0.6f;
     for (int i = 0; i < 3 * 64; i++) pixels[i] = (i * 37 + 11) % 256;
 }
+
+static void make(model *m, float centre) { make_mixers(m, centre, 0); }
 
 static double loss_at(model *m, const int *targets) {
     char err[256];
@@ -177,9 +183,9 @@ Test(avit, halted_rows_are_frozen_in_training) {
     model_destroy(&m);
 }
 
-Test(avit, dropping_halted_tokens_equals_masking_them) {
+static void dropping_equals_masking(int mixers) {
     model m;
-    make(&m, 0.5f);
+    make_mixers(&m, 0.5f, mixers);
     int targets[3] = {0, 2, 1};
     char err[256];
     size_t rows = 3 * 17 * 16;
@@ -204,6 +210,12 @@ Test(avit, dropping_halted_tokens_equals_masking_them) {
     for (int l = 0; l <= 4; l++) free(x[l]);
     model_destroy(&m);
 }
+
+Test(avit, dropping_halted_tokens_equals_masking_them) { dropping_equals_masking(0); }
+
+/* The same with bimamba and bilstm in the deep layers (the S2S student): the
+ * sequential mixers run on each sample's compacted active tokens. */
+Test(avit, dropping_equals_masking_with_sequential_mixers) { dropping_equals_masking(1); }
 
 /* The S2S halting alignment: its gradient against finite differences of its
  * loss, over a masked layer. */
