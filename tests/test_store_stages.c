@@ -160,6 +160,41 @@ Test(store_stages, plan_at_submit_and_what_a_grid_shares) {
     store_close(&s);
 }
 
+/* The issue's sweep: 3 retentions x 3 layer sets x 2 mixers trains one
+ * teacher, three A-ViT fine-tunes (three profiles) and 18 students. */
+Test(store_stages, the_paper_sweep_needs_one_teacher_three_avit_18_students) {
+    store *s = open_store();
+    int64_t job = submit_s2s(s, "name: p\npipeline: vit\nbase: {train: {steps: 10}}\n"
+                                "sweep:\n  parameters:\n"
+                                "    avit.retention: {values: [0.7, 0.5, 0.3]}\n"
+                                "    distill.replace_layers: {values: [[1, 2, 3], [0, 1, 2], "
+                                "auto:3]}\n"
+                                "    distill.mixer: {values: [bimamba, bilstm]}\n"
+                                "metric: {name: val/acc, goal: max}\n");
+    store_stage_counts c;
+    char err[512];
+    cr_assert_eq(store_job_stage_counts(s, job, &c, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(c.uses, 18 * 6);
+    cr_assert_eq(c.distinct, 1 + 3 + 3 + 18 * 3);
+    cr_assert_eq(c.shared, 1 + 3 + 3);
+    /* by name: one teacher key, three avit keys, 18 distill keys */
+    const char *names[] = {"teacher", "avit", "profile", "distill", "finetune", "eval"};
+    const int want[] = {1, 3, 3, 18, 18, 18};
+    for (int i = 0; i < S2S_STAGES; i++) {
+        char keys[18][17];
+        int nk = 0;
+        for (long long t = 0; t < 18; t++) {
+            store_stage st = stage_of(s, trial_at(s, job, t), i);
+            cr_assert_str_eq(st.name, names[i]);
+            int seen = 0;
+            for (int k = 0; k < nk; k++) seen |= !strcmp(keys[k], st.key);
+            if (!seen) strcpy(keys[nk++], st.key);
+        }
+        cr_assert_eq(nk, want[i], "%s: %d keys", names[i], nk);
+    }
+    store_close(&s);
+}
+
 Test(store_stages, one_runs_the_others_wait_then_reuse) {
     store *s = open_store();
     int64_t job = submit_grid(s, 0);
