@@ -61,7 +61,8 @@ typedef struct run {
     double next_poll;                 /* when to ask scontrol again */
     /* s2s: the shared stage this attempt runs (stage_key "" for a whole trial) */
     char stage[16], stage_key[17], stage_dir[32];
-    int stage_last; /* the trial's last stage (eval): done means the trial is */
+    int stage_last;     /* the trial's last stage (eval): done means the trial is */
+    char done_msg[256]; /* the worker's message in `done` (why it failed), "" none */
 } run;
 
 typedef struct batch {
@@ -440,7 +441,7 @@ static int read_outcome(const bfd *d, int64_t trial, int attempt) {
 
 /* The attempt's process is gone: map how it ended to the trial's state. */
 static void run_ended(bfd *d, run *r, int have_status, int status) {
-    char why[256];
+    char why[600];
     int code = -1;
     if (have_status && WIFEXITED(status)) code = WEXITSTATUS(status);
     /* not our child (reattached): `done`, or else the outcome file, says */
@@ -454,6 +455,12 @@ static void run_ended(bfd *d, run *r, int have_status, int status) {
         snprintf(why, sizeof why, "the worker reported failure");
     else
         snprintf(why, sizeof why, "worker process gone without reporting done");
+    /* the worker's own reason, as it said in `done`: what a dependant of a
+     * failed shared stage is told */
+    if (r->done_state == 2 && r->done_msg[0]) {
+        size_t k = strlen(why);
+        snprintf(why + k, sizeof why - k, ": %s", r->done_msg);
+    }
     run_ended_code(d, r, code, why);
 }
 
@@ -1812,6 +1819,7 @@ static void handle_worker_msg(bfd *d, proto_msg *m, size_t *round_points) {
             return;
         }
         r->done_state = st;
+        snprintf(r->done_msg, sizeof r->done_msg, "%s", msg ? msg : "");
         if (r->slurm_job[0]) r->next_poll = now_s() + 0.3; /* the job ends right after */
         reply(d, s, m, "ok", NULL);
         return;

@@ -1,0 +1,285 @@
+/* Shared stages of s2s, end to end: a real bfd, real bfworker processes
+ * (pipeline s2s on a tiny IDX image set this test writes: 12 x 12 images,
+ * three classes), the real SQLite store and stage folders read back.
+ *   - a 2-trial sweep over distill.mixer shares its teacher, avit and
+ *     profile stages: each runs once (the stage table, the attempts and the
+ *     folders say so), the other trial waits with the reason, both complete
+ *     with their eval metric, and `bfctl show` reports it;
+ *   - bfd killed with SIGKILL while a shared stage runs, then restarted: the
+ *     sweep finishes, no stage runs twice, every metric point is stored
+ *     exactly once;
+ *   - a later job with the same config reuses every stage and completes
+ *     without a run, with the eval metric copied. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "it_bfd.h"
+
+static char g_dir[256], g_home[320];
+static pid_t g_bfd = -1;
+
+static void be32(FILE *f, unsigned v) {
+    unsigned char b[4] = {v >> 24, v >> 16, v >> 8, v};
+    fwrite(b, 1, 4, f);
+}
+
+/* n images of class i % 3 over noise into g_dir/NAME-images, NAME-labels */
+static void write_set(const char *name, int n, unsigned seed) {
+    char p[400];
+    snprintf(p, sizeof p, "%s/%s-images", g_dir, name);
+    FILE *f = fopen(p, "wb");
+    cr_assert(f != NULL);
+    unsigned char m[4] = {0, 0, 8, 3};
+    fwrite(m, 1, 4, f);
+    be32(f, (unsigned)n), be32(f, 12), be32(f, 12);
+    for (int i = 0; i < n; i++)
+        for (int y = 0; y < 12; y++)
+            for (int x = 0; x < 12; x++) {
+                seed = seed * 1103515245u + 12345u;
+                int k = i % 3, on = k == 0   ? (y == 1 || y == 2)
+                                    : k == 1 ? (y == 9 || y == 10)
+                                             : (x == 5 || x == 6);
+                fputc(on ? 200 + (int)(seed >> 26) : (int)(seed >> 26), f);
+            }
+    fclose(f);
+    snprintf(p, sizeof p, "%s/%s-labels", g_dir, name);
+    f = fopen(p, "wb");
+    cr_assert(f != NULL);
+    unsigned char ml[4] = {0, 0, 8, 1};
+    fwrite(ml, 1, 4, f);
+    be32(f, (unsigned)n);
+    for (int i = 0; i < n; i++) fputc(i % 3, f);
+    fclose(f);
+}
+
+static void setup(void) {
+    it_worker_env();
+    it_bfd_home(g_dir, sizeof g_dir, g_home, sizeof g_home, "/tmp/bf-its-XXXXXX");
+    write_set("train", 240, 1);
+    write_set("test", 60, 2);
+    it_write_text(tmpdir_path(g_home, "bfd.yaml"),
+                  "slots: 2\nheartbeat_timeout: 20\nheartbeat_interval: 0.2\nkill_grace: 2\n",
+                  0644);
+}
+
+static void teardown(void) {
+    it_stop(&g_bfd, SIGKILL);
+    it_kill_workers(g_home);
+    if (getenv("BF_TEST_KEEP")) return; /* to look at a failure */
+    if (tmpdir_remove(g_dir)) {         /* nothing left to clean is fine */
+    }
+}
+
+TestSuite(it_stages, .init = setup, .fini = teardown, .timeout = 300);
+
+/* g_dir/NAME.yaml: two trials (bimamba, bilstm) of one tiny s2s config;
+ * avit_steps sizes the shared avit stage. Returns the path. */
+static const char *write_sweep(const char *name, int avit_steps, const char *mixers) {
+    static char p[512];
+    snprintf(p, sizeof p, "%s/%s.yaml", g_dir, name);
+    FILE *f = fopen(p, "w");
+    cr_assert(f != NULL);
+    fprintf(f,
+            "name: %s\npipeline: s2s\ndevice: cpu\n"
+            "data: {train_images: %s/train-images, train_labels: %s/train-labels,\n"
+            "       test_images: %s/test-images, test_labels: %s/test-labels, val_fraction: 0.1}\n"
+            "model: {patch: 4, layers: 3, d_model: 16, heads: 2}\n"
+            "train: {steps: 60, batch: 16, lr: 3.0e-3, warmup: 5, eval_every: 0, log_every: 10}\n"
+            "avit: {steps: %d, retention: 0.7}\n"
+            "distill: {replace_layers: 'auto:1', stage1_steps: 10, stage2_steps: 10}\n"
+            "sweep:\n  parameters:\n    distill.mixer: {values: %s}\n"
+            "metric: {name: eval/student/test/acc, goal: max}\n",
+            name, g_dir, g_dir, g_dir, g_dir, avit_steps, mixers);
+    cr_assert_eq(fclose(f), 0);
+    return p;
+}
+
+static long long db_int(const char *sql, long long arg) { return it_db_int(g_home, sql, arg); }
+
+static int wait_job(long long job) {
+    char args[64];
+    snprintf(args, sizeof args, "wait %lld", job);
+    return it_bfctl(g_dir, NULL, 0, args);
+}
+
+/* `bfctl show ARG --json`, parsed. */
+static json_t *show_json(const char *arg) {
+    static char out[1 << 20];
+    char args[128];
+    snprintf(args, sizeof args, "show %s --json", arg);
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, args), 0, "bfctl %s", args);
+    json_error_t je;
+    json_t *r = json_loads(out, 0, &je);
+    cr_assert(r, "bfctl %s: %s", args, je.text);
+    return r;
+}
+
+/* Every line of the trial's metrics.jsonl is stored exactly once. */
+static void check_exactly_once(long long trial) {
+    long long lines, values;
+    it_metrics_file(g_home, trial, 1, &lines, &values);
+    cr_assert_gt(lines, 0);
+    long long rows = db_int("SELECT COUNT(*) FROM metrics WHERE trial = ?1", trial);
+    long long mx = db_int("SELECT MAX(seq) FROM metrics WHERE trial = ?1", trial);
+    cr_assert_eq(rows, values, "trial %lld: %lld rows stored, %lld values in metrics.jsonl", trial,
+                 rows, values);
+    cr_assert_eq(mx, lines, "trial %lld: last seq %lld, %lld lines", trial, mx, lines);
+}
+
+/* The invariants of a finished 2-trial sweep of job (trials t1, t2): nine
+ * stages, each done and run once, each with its folder and stage.json;
+ * teacher, avit and profile shared; both trials completed with the metric. */
+static void check_shared_once(long long job) {
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM trials WHERE job = ?1 AND state = 'COMPLETED'", job),
+                 2);
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM stages WHERE ?1 > 0", 1), 9);
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM stages WHERE state = 'done' AND ?1 > 0", 1), 9);
+    cr_assert_eq(db_int("SELECT MAX(attempts) FROM stages WHERE ?1 > 0", 1), 1,
+                 "a stage ran twice");
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM stages WHERE name = 'teacher' AND ?1 > 0", 1), 1);
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM stages WHERE name = 'distill' AND ?1 > 0", 1), 2);
+    /* nine launches in all: seven ended a stage, two completed their trial */
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM attempts a JOIN trials t ON t.id = a.trial"
+                        " WHERE t.job = ?1",
+                        job),
+                 9);
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM attempts a JOIN trials t ON t.id = a.trial"
+                        " WHERE t.job = ?1 AND a.outcome = 'STAGE_DONE'",
+                        job),
+                 7);
+    /* the folders say the same: one of each shared stage, two of each other */
+    sqlite3 *db = it_db_open(g_home);
+    int rc;
+    sqlite3_stmt *st = it_db_query(db, "SELECT dir, key, name FROM stages WHERE ?1 > 0", 1, &rc);
+    for (; rc == SQLITE_ROW; rc = sqlite3_step(st)) {
+        char p[1024];
+        snprintf(p, sizeof p, "%s/stages/%s/stage.json", g_home, sqlite3_column_text(st, 0));
+        json_error_t je;
+        json_t *o = json_load_file(p, 0, &je);
+        cr_assert(o, "%s: %s", p, je.text);
+        cr_assert_str_eq(json_string_value(json_object_get(o, "key")),
+                         (const char *)sqlite3_column_text(st, 1));
+        cr_assert_str_eq(json_string_value(json_object_get(o, "stage")),
+                         (const char *)sqlite3_column_text(st, 2));
+        json_decref(o);
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    char cmd[600], out[64];
+    snprintf(cmd, sizeof cmd, "ls %s/stages | grep -c '^teacher-'", g_home);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p && fgets(out, sizeof out, p));
+    pclose(p);
+    cr_assert_eq(atoi(out), 1, "teacher folders: %s", out);
+    /* the final metric of both trials, from their eval stages */
+    for (int t = 0; t < 2; t++) {
+        long long id = db_int(t ? "SELECT id FROM trials WHERE job = ?1 ORDER BY idx DESC LIMIT 1"
+                                : "SELECT id FROM trials WHERE job = ?1 ORDER BY idx LIMIT 1",
+                              job);
+        cr_assert_eq(db_int("SELECT COUNT(*) FROM metric_latest l JOIN metric_names n"
+                            " ON n.id = l.name WHERE l.trial = ?1"
+                            " AND n.name = 'eval/student/test/acc'",
+                            id),
+                     1, "trial %lld has no eval/student/test/acc", id);
+        check_exactly_once(id);
+    }
+}
+
+Test(it_stages, a_sweep_runs_each_shared_stage_once) {
+    g_bfd = it_bfd_start(g_dir, g_home);
+    long long job = it_submit(g_dir, write_sweep("two", 200, "[bimamba, bilstm]"));
+    cr_assert_eq(wait_job(job), 0, "a trial did not complete (see %s/bfd.log)", g_dir);
+    check_shared_once(job);
+    /* one trial waited for the other's stage, and said so */
+    cr_assert_geq(db_int("SELECT COUNT(*) FROM events WHERE job = ?1 AND kind = 'stage'"
+                         " AND message LIKE 'waiting for stage %'",
+                         job),
+                  1);
+    json_t *r = show_json("1");
+    json_t *sc = json_object_get(r, "stages");
+    cr_assert_eq(json_integer_value(json_object_get(sc, "uses")), 12);
+    cr_assert_eq(json_integer_value(json_object_get(sc, "distinct")), 9);
+    cr_assert_eq(json_integer_value(json_object_get(sc, "shared")), 3);
+    cr_assert_eq(json_integer_value(json_object_get(sc, "reused")), 3);
+    json_decref(r);
+    r = show_json("t2");
+    json_t *stages = json_object_get(r, "stages");
+    cr_assert_eq(json_array_size(stages), 6);
+    const char *names[] = {"teacher", "avit", "profile", "distill", "finetune", "eval"};
+    int shared = 0;
+    for (size_t i = 0; i < 6; i++) {
+        json_t *o = json_array_get(stages, i);
+        cr_assert_str_eq(json_string_value(json_object_get(o, "name")), names[i]);
+        cr_assert_str_eq(json_string_value(json_object_get(o, "state")), "done");
+        shared += json_is_true(json_object_get(o, "shared"));
+    }
+    cr_assert_eq(shared, 3, "t1 and t2: one ran teacher, avit, profile for both");
+    json_decref(r);
+    /* a later job with the same config reuses everything: no run at all */
+    long long job2 = it_submit(g_dir, write_sweep("again", 200, "[bimamba]"));
+    cr_assert_eq(wait_job(job2), 0);
+    long long t3 = db_int("SELECT id FROM trials WHERE job = ?1", job2);
+    cr_assert_eq(db_int("SELECT state = 'COMPLETED' FROM trials WHERE id = ?1", t3), 1);
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM stages WHERE ?1 > 0", 1), 9);
+    cr_assert_eq(db_int("SELECT MAX(attempts) FROM stages WHERE ?1 > 0", 1), 1);
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM metric_latest l JOIN metric_names n"
+                        " ON n.id = l.name WHERE l.trial = ?1"
+                        " AND n.name = 'eval/student/test/acc'",
+                        t3),
+                 1);
+    r = show_json("2");
+    cr_assert_eq(
+        json_integer_value(json_object_get(json_object_get(r, "stages"), "from_other_jobs")), 6);
+    json_decref(r);
+}
+
+Test(it_stages, bfd_killed_during_a_shared_stage) {
+    g_bfd = it_bfd_start(g_dir, g_home);
+    long long job = it_submit(g_dir, write_sweep("kill", 1500, "[bimamba, bilstm]"));
+    it_db_wait(g_dir, g_home, "the shared avit stage running",
+               "SELECT COUNT(*) FROM stages WHERE name = 'avit' AND state = 'running' AND ?1 > 0",
+               1, 1, 120);
+    it_sleep_s(0.5);
+    it_stop(&g_bfd, SIGKILL);
+    it_sleep_s(1.0);
+    g_bfd = it_bfd_start(g_dir, g_home);
+    cr_assert_eq(wait_job(job), 0, "a trial did not complete (see %s/bfd.log)", g_dir);
+    check_shared_once(job);
+}
+
+/* 20 A-ViT steps cannot reach retention 0.7 (the worker fails the stage,
+ * as it must): with retries 1 the shared avit stage runs twice in all, not
+ * twice per dependant, and both trials fail with it. */
+Test(it_stages, a_failed_shared_stage_retries_once_for_all) {
+    g_bfd = it_bfd_start(g_dir, g_home);
+    const char *p = write_sweep("fail", 20, "[bimamba, bilstm]");
+    FILE *f = fopen(p, "a");
+    cr_assert(f != NULL);
+    fprintf(f, "retries: 1\n");
+    fclose(f);
+    long long job = it_submit(g_dir, p);
+    cr_assert_neq(wait_job(job), 0, "the sweep should fail");
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM trials WHERE job = ?1 AND state = 'FAILED'", job), 2);
+    cr_assert_eq(db_int("SELECT attempts FROM stages WHERE name = 'teacher' AND ?1 > 0", 1), 1);
+    cr_assert_eq(db_int("SELECT attempts FROM stages WHERE name = 'avit' AND ?1 > 0", 1), 2);
+    cr_assert_eq(db_int("SELECT failures FROM stages WHERE name = 'avit' AND ?1 > 0", 1), 2);
+    cr_assert_eq(db_int("SELECT state = 'failed' FROM stages WHERE name = 'avit' AND ?1 > 0", 1),
+                 1);
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM stages WHERE ?1 > 0", 1), 2, "nothing past avit ran");
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM events WHERE job = ?1 AND kind = 'state'"
+                        " AND message LIKE '%stage avit % failed (run by t%'",
+                        job),
+                 1, "the dependant that did not run it fails with the stage's reason");
+    json_t *r = show_json("t1");
+    json_t *av = json_array_get(json_object_get(r, "stages"), 1);
+    cr_assert_str_eq(json_string_value(json_object_get(av, "state")), "failed");
+    cr_assert(strstr(json_string_value(json_object_get(av, "message")), "retention"), "%s",
+              json_string_value(json_object_get(av, "message")));
+    json_decref(r);
+}
