@@ -501,6 +501,15 @@ typedef struct bk_backend {
      * stats[slot] and its gradient into dt[b,k,0]. */
     void (*halt_align)(float *dt, double *stats, int slot, const float *t, const float *ht,
                        const float *mask, float weight, const bk_halt_args *a);
+    /* Label smoothing eps over a crossentropy_forward's losses (in place):
+     * losses[n] = (1 - eps) losses[n] + eps (logsumexp(logits[n]) - mean_v
+     * logits[n,v]) for counted rows (0 <= target < V); and its backward's
+     * share: dlogits[n,v] += eps (onehot(target)_v - 1/V) dlosses[n] on top
+     * of crossentropy_backward's. */
+    void (*label_smooth_forward)(float *losses, const float *logits, const int *targets, int N,
+                                 int V, float eps);
+    void (*label_smooth_backward)(float *dlogits, const int *targets, const float *dlosses, int N,
+                                  int V, float eps);
 } bk_backend;
 
 /* The CPU reference backend; always available. */

@@ -61,6 +61,8 @@ static const bk_backend cpu_backend = {
     .halt_loss = bk_cpu_halt_loss,
     .halt_backward = bk_cpu_halt_backward,
     .halt_align = bk_cpu_halt_align,
+    .label_smooth_forward = bk_cpu_label_smooth_forward,
+    .label_smooth_backward = bk_cpu_label_smooth_backward,
 
     /* the step on the device */
     .d2h_count = bk_cpu_d2h_count,

@@ -108,3 +108,27 @@ void bk_cpu_mse_backward(float *da, float *db, const float *a, const float *b, c
         }
     }
 }
+
+void bk_cpu_label_smooth_forward(float *losses, const float *logits, const int *targets, int N,
+                                 int V, float eps) {
+    for (int n = 0; n < N; n++) {
+        int t = targets[n];
+        if (t < 0 || t >= V) continue;
+        const float *x = logits + (size_t)n * V;
+        double mean = 0;
+        for (int v = 0; v < V; v++) mean += x[v];
+        mean /= V;
+        double lse = (double)losses[n] + x[t];
+        losses[n] = (float)((1.0 - eps) * losses[n] + eps * (lse - mean));
+    }
+}
+
+void bk_cpu_label_smooth_backward(float *dlogits, const int *targets, const float *dlosses, int N,
+                                  int V, float eps) {
+    for (int n = 0; n < N; n++) {
+        int t = targets[n];
+        if (t < 0 || t >= V) continue;
+        float *d = dlogits + (size_t)n * V, g = eps * dlosses[n];
+        for (int v = 0; v < V; v++) d[v] += g * ((v == t ? 1.0f : 0.0f) - 1.0f / V);
+    }
+}

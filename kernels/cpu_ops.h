@@ -109,6 +109,11 @@ void bk_cpu_gate_infer(float *s, int *k, int *heads, double *stats, const float 
 void bk_cpu_count_d2h(size_t bytes);
 float bk_cpu_norm_value(const float *g, size_t n);
 
+void bk_cpu_label_smooth_forward(float *losses, const float *logits, const int *targets, int N,
+                                 int V, float eps);
+void bk_cpu_label_smooth_backward(float *dlogits, const int *targets, const float *dlosses, int N,
+                                  int V, float eps);
+
 /* cpu_halt.c */
 void bk_cpu_rowscale(float *out, const float *inp, const float *s, int N, int C);
 void bk_cpu_halt_forward(float *h, float *next, float *cum, float *rem, int *at, double *hstats,

@@ -253,3 +253,36 @@ Test(avit, halting_alignment_gradient) {
     }
     cr_assert_gt(checked, 6);
 }
+
+/* Label smoothing (S2S stage 1's cross-entropy): the loss is (1 - eps) CE +
+ * eps * the mean of -log p over the classes, and the gradient matches finite
+ * differences; an ignored row stays 0. */
+Test(avit, label_smoothing_loss_and_gradient) {
+    const bk_backend *be = bk_cpu();
+    enum { N = 3, V = 5 };
+    float x[N * V], p[N * V], l[N], d[N * V] = {0}, dl[N] = {1, 1, 1};
+    int t[N] = {2, -1, 4};
+    for (int i = 0; i < N * V; i++) x[i] = bk_rng_normal_at(5, 1, (uint64_t)i);
+    be->crossentropy_forward(l, p, x, t, N, V);
+    be->label_smooth_forward(l, x, t, N, V, 0.1f);
+    double want = 0;
+    for (int v = 0; v < V; v++) want += -log(p[v]);
+    want = 0.9 * -log(p[2]) + 0.1 * want / V;
+    cr_expect_float_eq(l[0], want, 1e-5, "%g vs %g", (double)l[0], want);
+    cr_expect_eq(l[1], 0);
+    be->crossentropy_backward(d, p, t, dl, N, V);
+    be->label_smooth_backward(d, t, dl, N, V, 0.1f);
+    for (int i = 0; i < N * V; i++) {
+        float x0 = x[i], h = 1e-3f, lp[N], lm[N], pp[N * V];
+        x[i] = x0 + h;
+        be->crossentropy_forward(lp, pp, x, t, N, V);
+        be->label_smooth_forward(lp, x, t, N, V, 0.1f);
+        x[i] = x0 - h;
+        be->crossentropy_forward(lm, pp, x, t, N, V);
+        be->label_smooth_forward(lm, x, t, N, V, 0.1f);
+        x[i] = x0;
+        double num = 0;
+        for (int n = 0; n < N; n++) num += (lp[n] - lm[n]) / (2 * h);
+        cr_expect_float_eq(d[i], num, 2e-3, "logit %d: %g vs %g", i, (double)d[i], num);
+    }
+}

@@ -510,6 +510,28 @@ Test(cuda_parity, crossentropy) {
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
 }
 
+Test(cuda_parity, label_smoothing) {
+    NEED_GPU();
+    int N = 37, V = 19;
+    pair x = pair_new((size_t)N * V, -3, 3), p = pair_const((size_t)N * V, 0);
+    pair l = pair_const((size_t)N, 0), d = pair_const((size_t)N * V, 0);
+    pair dl = pair_new((size_t)N, 0.1f, 1);
+    int *t = malloc((size_t)N * sizeof(int));
+    for (int n = 0; n < N; n++) t[n] = n % 7 == 3 ? -1 : (n * 5) % V;
+    int *t_d = ints_to_gpu(t, (size_t)N);
+    cpu->crossentropy_forward(l.h, p.h, x.h, t, N, V);
+    gpu->crossentropy_forward(l.d, p.d, x.d, t_d, N, V);
+    cpu->label_smooth_forward(l.h, x.h, t, N, V, 0.1f);
+    gpu->label_smooth_forward(l.d, x.d, t_d, N, V, 0.1f);
+    expect_close("label smooth forward", &l, TOL_EW);
+    cpu->label_smooth_backward(d.h, t, dl.h, N, V, 0.1f);
+    gpu->label_smooth_backward(d.d, t_d, dl.d, N, V, 0.1f);
+    expect_close("label smooth backward", &d, TOL_EW);
+    pair_free(&x), pair_free(&p), pair_free(&l), pair_free(&d), pair_free(&dl);
+    gpu->release(t_d);
+    free(t);
+}
+
 Test(cuda_parity, mse) {
     NEED_GPU();
     int N = 13, C = 17;

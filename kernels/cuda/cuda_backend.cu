@@ -80,6 +80,8 @@ static void fill_table(bk_backend *t) {
     t->halt_loss = bk_cuda_halt_loss;
     t->halt_backward = bk_cuda_halt_backward;
     t->halt_align = bk_cuda_halt_align;
+    t->label_smooth_forward = bk_cuda_label_smooth_forward;
+    t->label_smooth_backward = bk_cuda_label_smooth_backward;
 
     /* the step on the device */
     t->d2h_count = bk_cuda_d2h_count;

@@ -141,3 +141,48 @@ void bk_cuda_mse_backward(float *da, float *db, const float *a, const float *b, 
                                                                       dloss, N, C);
     CUDA_CHECK_LAUNCH();
 }
+
+/* ---- label smoothing (one block per row; the same formulas as cpu_loss.c) ---- */
+__global__ void label_smooth_forward_kernel(float *losses, const float *logits, const int *targets,
+                                            int V, float eps) {
+    __shared__ float sh[32];
+    size_t n = blockIdx.x;
+    int t = targets[n];
+    if (t < 0 || t >= V) return;
+    const float *x = logits + n * V;
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) s += x[i];
+    s = bk_block_sum(s, sh);
+    if (threadIdx.x == 0) {
+        double lse = (double)losses[n] + x[t];
+        losses[n] = (float)((1.0 - eps) * losses[n] + eps * (lse - (double)s / V));
+    }
+}
+
+extern "C" void bk_cuda_label_smooth_forward(float *losses, const float *logits, const int *targets,
+                                             int N, int V, float eps) {
+    if (N <= 0 || V <= 0) return;
+    label_smooth_forward_kernel<<<(unsigned)N, CE_THREADS>>>(losses, logits, targets, V, eps);
+    CUDA_CHECK_LAUNCH();
+}
+
+__global__ void label_smooth_backward_kernel(float *dlogits, const int *targets,
+                                             const float *dlosses, int N, int V, float eps) {
+    size_t total = (size_t)N * V;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t n = i / V;
+        int v = (int)(i % V), t = targets[n];
+        if (t < 0 || t >= V) continue;
+        dlogits[i] += eps * dlosses[n] * ((v == t ? 1.0f : 0.0f) - 1.0f / V);
+    }
+}
+
+extern "C" void bk_cuda_label_smooth_backward(float *dlogits, const int *targets,
+                                              const float *dlosses, int N, int V, float eps) {
+    size_t total = (size_t)N * V;
+    if (!total) return;
+    label_smooth_backward_kernel<<<bk_blocks(total, BK_THREADS), BK_THREADS>>>(dlogits, targets,
+                                                                               dlosses, N, V, eps);
+    CUDA_CHECK_LAUNCH();
+}

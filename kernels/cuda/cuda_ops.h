@@ -115,6 +115,10 @@ void bk_cuda_halt_backward(float *dt, const float *h, const int *at, const float
                            const bk_halt_args *a);
 void bk_cuda_halt_align(float *dt, double *stats, int slot, const float *t, const float *ht,
                         const float *mask, float weight, const bk_halt_args *a);
+void bk_cuda_label_smooth_forward(float *losses, const float *logits, const int *targets, int N,
+                                  int V, float eps);
+void bk_cuda_label_smooth_backward(float *dlogits, const int *targets, const float *dlosses, int N,
+                                   int V, float eps);
 
 #ifdef __cplusplus
 }

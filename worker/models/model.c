@@ -528,6 +528,8 @@ int model_forward(model *m, const int *ids, const float *mask, const int *target
     nn_layernorm_forward(&m->lnf, &m->env, &m->af, m->x[L], (int)BT);
     m->arch->head_forward(m, B);
     be->crossentropy_forward(m->losses, m->probs, m->logits, m->targets, rows, V);
+    if (training && m->label_smoothing > 0)
+        be->label_smooth_forward(m->losses, m->logits, m->targets, rows, V, m->label_smoothing);
     if (training)
         training_stats(m, rows, V);
     else
@@ -548,6 +550,8 @@ void model_backward(model *m) {
     be->to_device(m->dlosses, m->h_dlosses, (size_t)rows * sizeof(float));
     be->zero(m->dlogits, (size_t)rows * V * sizeof(float));
     be->crossentropy_backward(m->dlogits, m->probs, m->targets, m->dlosses, rows, V);
+    if (m->label_smoothing > 0)
+        be->label_smooth_backward(m->dlogits, m->targets, m->dlosses, rows, V, m->label_smoothing);
     be->zero(m->dlnf, BT * C * sizeof(float));
     m->arch->head_backward(m, B);
     be->zero(m->dres, BT * C * sizeof(float));

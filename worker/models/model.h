@@ -130,6 +130,7 @@ struct model {
      * a teacher's) instead of the model's own halting; NULL = own */
     float *const *ext_mask;
     int ext_used;                     /* the last forward ran under ext_mask */
+    float label_smoothing;            /* training cross-entropy's label smoothing (0 = none) */
     float *xc, *yc, *cmask, *h_cmask; /* dropped layer: gathered rows, their mask */
     int *cidx, *h_cidx;
     double *dstats; /* device stats buffer, BK_STAT_SLOTS doubles (training adds into it) */

@@ -14,6 +14,7 @@ static int distill_before(void *ctx, model *m, const int *in, const int *targets
     d->teacher.drop = 0; /* masked: the full layout the student's rows line up with */
     if (model_forward(&d->teacher, in, NULL, targets, rows, 0, err, errlen)) return -1;
     m->ext_mask = d->teacher.halt.mask;
+    m->label_smoothing = 0.1f; /* the design's stage-1 cross-entropy */
     d->steps += 1;
     return 0;
 }

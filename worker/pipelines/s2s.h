@@ -11,9 +11,9 @@
  * unfreeze. lambda_halt weighs the halting alignment of every layer but the
  * last (kernels' halt_align: binary KL of the teacher's halting scores
  * against the student's over the active patch tokens, plus 5 (difference of
- * their means)^2). Metrics: train/loss_mse (the sum over replaced layers)
- * and train/loss_halt, means over the window's steps. Not done: the design's
- * label smoothing of the cross-entropy (0.1); it is plain cross-entropy.
+ * their means)^2), and the task cross-entropy with label smoothing 0.1.
+ * Metrics: train/loss_mse (the sum over replaced layers) and
+ * train/loss_halt, means over the window's steps.
  *
  * eval: accuracy, retention and images/s of a trained model on the test
  * split, and the speed of the model's shape at other token counts
