@@ -88,7 +88,8 @@ Test(bfctl, invalid_sweeps_exit_nonzero_with_every_error) {
              "%s:5:37: attn.out_proj: 'sparse' is not valid; expected one of: dense, hadamard\n",
              bad);
     cr_assert(strstr(out, want), "%s", out);
-    /* an s2s sweep is refused by name */
+    /* an s2s sweep is checked like any other: a replaced layer the model does not
+     * have, and a metric pipeline s2s never writes (it names the ones it does) */
     const char *s2s = write_file(
         "s2s.yaml", "pipeline: s2s\nsweep:\n  parameters:\n"
                     "    avit.retention: {values: [0.5, 0.7]}\n"
@@ -96,7 +97,12 @@ Test(bfctl, invalid_sweeps_exit_nonzero_with_every_error) {
                     "    distill.mixer: {values: [bimamba, bilstm]}\n");
     snprintf(args, sizeof args, "validate '%s'", s2s);
     cr_assert_eq(run(args, out, sizeof out), 1, "%s", out);
-    cr_assert(strstr(out, "s2s.yaml:1:1: pipeline 's2s' is not built yet"), "%s", out);
+    cr_assert(strstr(out, "s2s.yaml:5:5: distill.replace_layers: layer 9 does not exist; valid: "
+                          "0 .. 3 (model.layers is 4)"),
+              "%s", out);
+    cr_assert(strstr(out, "s2s.yaml:1:1: metric.name 'val/acc' is never written by pipeline s2s; "
+                          "it writes: teacher/val/acc"),
+              "%s", out);
     /* empty and non-text files; a missing one */
     snprintf(args, sizeof args, "validate '%s' '%s' /nonexistent.yaml", write_file("e.yaml", ""),
              tmpdir);
