@@ -28,6 +28,7 @@
 #include "daemon/exp_tb.h"
 #include "daemon/prom.h"
 #include "daemon/slurm.h"
+#include "daemon/submitq.h"
 #include "jobs/store.h"
 #include "jobs/sweep.h"
 #include "protocol/proto.h"
@@ -101,6 +102,7 @@ typedef struct bfd {
     exp_tb *tb;     /* TensorBoard files ($BF_HOME/tensorboard) */
     prom *prom;     /* Prometheus /metrics (NULL: off) */
     double prom_at; /* last snapshot */
+    submitq *sq;    /* submits parsed, expanded and stored off the loop */
 } bfd;
 
 #define UNSENT_LOG_EVERY 10.0
@@ -967,7 +969,7 @@ static int get_trial(bfd *d, void *s, proto_msg *m, long long id, store_trial *t
     } while (0)
 
 static void ctl_submit(bfd *d, void *s, proto_msg *m) {
-    char ferr[512], err[1024];
+    char ferr[512];
     const char *text, *file, *cwd;
     FIELD(proto_get_str(m->body, "sweep", 1, PROTO_MAX_TEXT, &text, ferr, sizeof ferr));
     FIELD(proto_get_str(m->body, "file", 1, PROTO_MAX_PATH, &file, ferr, sizeof ferr));
@@ -988,52 +990,63 @@ static void ctl_submit(bfd *d, void *s, proto_msg *m) {
                   stat(cwd, &cst) == 0 && !S_ISDIR(cst.st_mode) ? "not a directory" : strerror(e));
         return;
     }
-    sweep_spec *spec = NULL;
-    sweep_errors se = {0};
-    if (sweep_load_string(text, strlen(text), file, &spec, &se)) {
-        json_t *b = json_object();
-        json_t *arr = json_array();
-        for (int i = 0; i < se.n; i++) json_array_append_new(arr, json_string(se.msgs[i]));
-        char msg[4096];
-        snprintf(msg, sizeof msg, "%s: %d error%s%s%s", file, se.total, se.total == 1 ? "" : "s",
-                 se.n ? "; first: " : "", se.n ? se.msgs[0] : "");
-        json_object_set_new(b, "code", json_string(proto_code_name(PROTO_E_INVALID_SWEEP)));
-        /* json_string refuses text that is not UTF-8; the message then says less
-         * (the ASan integration run found the first string leaked here) */
-        json_t *jm = json_string(msg);
-        json_object_set_new(b, "message", jm ? jm : json_string("invalid sweep"));
-        json_object_set_new(b, "errors", arr);
-        reply(d, s, m, "error", b);
-        json_decref(b);
-        sweep_errors_free(&se);
+    /* loading (every trial's config is checked), expanding and storing grow
+     * with the sweep: the submit thread does them, the loop goes on serving
+     * and replies when the job is stored (finish_submits) */
+    submit_req *r = submit_req_new(m, text, file, cwd);
+    if (!r) {
+        reply_err(d, s, m, PROTO_E_INTERNAL, "submit: out of memory");
         return;
     }
-    int ranks = spec->resources.ranks > 0 ? spec->resources.ranks : 1;
-    int need_g = is_slurm(d) ? 0 : ranks * spec->resources.gpus_per_rank;
-    if (ranks > d->c->slots || need_g > d->c->n_gpus) {
-        reply_err(d, s, m, PROTO_E_FIELD,
-                  "submit: each trial needs %d slots and %d GPUs; this bfd has %d slots and %d "
-                  "GPUs (%s/bfd.yaml)",
-                  ranks, need_g, d->c->slots, d->c->n_gpus, d->o->home);
-        sweep_spec_destroy(&spec);
-        return;
+    if (submitq_push(d->sq, r)) {
+        submit_req_free(&r);
+        reply_err(d, s, m, PROTO_E_INTERNAL,
+                  "submit: %d submits are already waiting to be stored; try again shortly",
+                  SUBMITQ_MAX_QUEUED);
     }
-    int64_t job;
-    if (store_submit(d->st, spec, text, &job, err, sizeof err)) {
-        reply_err(d, s, m, PROTO_E_INTERNAL, "submit: %s", err);
-        sweep_spec_destroy(&spec);
-        return;
+}
+
+/* Replies to the submits the thread has finished, in the order they came. */
+static void finish_submits(bfd *d) {
+    submit_req *r;
+    void *s = d->ctl;
+    while ((r = submitq_pop_done(d->sq))) {
+        proto_msg *m = &r->msg;
+        if (r->status == SUBMIT_INVALID) {
+            sweep_errors *se = &r->errs;
+            json_t *b = json_object();
+            json_t *arr = json_array();
+            for (int i = 0; i < se->n; i++) json_array_append_new(arr, json_string(se->msgs[i]));
+            char msg[4096];
+            snprintf(msg, sizeof msg, "%s: %d error%s%s%s", r->file, se->total,
+                     se->total == 1 ? "" : "s", se->n ? "; first: " : "", se->n ? se->msgs[0] : "");
+            json_object_set_new(b, "code", json_string(proto_code_name(PROTO_E_INVALID_SWEEP)));
+            /* json_string refuses text that is not UTF-8; the message then says
+             * less (the ASan integration run found the first string leaked here) */
+            json_t *jm = json_string(msg);
+            json_object_set_new(b, "message", jm ? jm : json_string("invalid sweep"));
+            json_object_set_new(b, "errors", arr);
+            reply(d, s, m, "error", b);
+            json_decref(b);
+        } else if (r->status == SUBMIT_REFUSED) {
+            reply_err(d, s, m, PROTO_E_FIELD, "%s", r->err);
+        } else if (r->status == SUBMIT_FAILED) {
+            reply_err(d, s, m, PROTO_E_INTERNAL, "submit: %s", r->err);
+        } else {
+            char err[1024];
+            if (r->cwd && dstate_job_cwd_set(d->ds, r->job, r->cwd, err, sizeof err))
+                logf_("%s", err);
+            long long n = r->n_trials;
+            json_t *b = json_pack("{s:I, s:s, s:I}", "job", (json_int_t)r->job, "name", r->name,
+                                  "trials", (json_int_t)n);
+            logf_("job %lld submitted: '%s', %lld trial%s", (long long)r->job, r->name, n,
+                  n == 1 ? "" : "s");
+            reply(d, s, m, "submitted", b);
+            json_decref(b);
+            d->dirty = 1;
+        }
+        submit_req_free(&r);
     }
-    if (cwd && dstate_job_cwd_set(d->ds, job, cwd, err, sizeof err)) logf_("%s", err);
-    long long n = spec->is_sweep ? spec->n_trials : 1;
-    json_t *b = json_pack("{s:I, s:s, s:I}", "job", (json_int_t)job, "name", spec->name, "trials",
-                          (json_int_t)n);
-    logf_("job %lld submitted: '%s', %lld trial%s", (long long)job, spec->name, n,
-          n == 1 ? "" : "s");
-    sweep_spec_destroy(&spec);
-    reply(d, s, m, "submitted", b);
-    json_decref(b);
-    d->dirty = 1;
 }
 
 static void ctl_jobs(bfd *d, void *s, proto_msg *m) {
@@ -2200,6 +2213,7 @@ int bfd_run(const bfd_opts *o, const bfd_config *c, char *err, size_t errlen) {
     if (setup_home_dirs(o->home, err, errlen)) goto out;
     if (store_open(db, &d->st, err, errlen)) goto out;
     if (adaptive_new(&d->ad, err, errlen)) goto out;
+    if (submitq_new(&d->sq, db, c->slots, c->n_gpus, is_slurm(d), o->home, err, errlen)) goto out;
     if (dstate_open(db, &d->ds, err, errlen)) goto out;
     {
         char tb[1200];
@@ -2259,13 +2273,12 @@ int bfd_run(const bfd_opts *o, const bfd_config *c, char *err, size_t errlen) {
           c->n_gpus == 1 ? "" : "s", c->launcher, c->heartbeat_timeout);
     d->dirty = 1;
     while (!d->quit) {
-        zmq_pollitem_t items[4] = {
-            {d->ctl, 0, ZMQ_POLLIN, 0},
-            {d->wrk, 0, ZMQ_POLLIN, 0},
-            {NULL, d->sigpipe[0], ZMQ_POLLIN, 0},
+        zmq_pollitem_t items[5] = {
+            {d->ctl, 0, ZMQ_POLLIN, 0},           {d->wrk, 0, ZMQ_POLLIN, 0},
+            {NULL, d->sigpipe[0], ZMQ_POLLIN, 0}, {NULL, submitq_fd(d->sq), ZMQ_POLLIN, 0},
             {d->zap, 0, ZMQ_POLLIN, 0},
         };
-        int n_items = d->zap ? 4 : 3;
+        int n_items = d->zap ? 5 : 4;
         int p = zmq_poll(items, n_items, 200);
         if (p < 0 && zmq_errno() != EINTR) {
             bf_fail(err, errlen, "zmq_poll: %s", zmq_strerror(zmq_errno()));
@@ -2281,7 +2294,8 @@ int bfd_run(const bfd_opts *o, const bfd_config *c, char *err, size_t errlen) {
         reap_children(d); /* also on timeouts: a SIGCHLD may race the poll */
         if (items[1].revents & ZMQ_POLLIN) handle_workers(d);
         if (items[0].revents & ZMQ_POLLIN) handle_ctl(d);
-        if (d->zap && (items[3].revents & ZMQ_POLLIN)) handle_zap(d);
+        if (items[3].revents & ZMQ_POLLIN) finish_submits(d);
+        if (d->zap && (items[4].revents & ZMQ_POLLIN)) handle_zap(d);
         check_timers(d);
         log_unsent(d, 0);
         {
@@ -2292,6 +2306,10 @@ int bfd_run(const bfd_opts *o, const bfd_config *c, char *err, size_t errlen) {
         prom_update(d);
         if (d->dirty || now_s() - d->last_sched > 5) schedule(d);
     }
+    /* a submit being stored is finished and acknowledged; queued ones were
+     * never stored and get no reply (the client's request times out) */
+    submitq_stop(d->sq);
+    finish_submits(d);
     log_unsent(d, 1);
     logf_("stopping; %zu running trial%s keep running and reattach when bfd starts again",
           d->n_runs, d->n_runs == 1 ? "" : "s");
@@ -2302,6 +2320,7 @@ out:
         free(d->batches[b].pts);
         proto_msg_clear(&d->batches[b].msg);
     }
+    submitq_destroy(&d->sq);
     if (d->ctl) zmq_close(d->ctl);
     if (d->wrk) zmq_close(d->wrk);
     if (d->pub) zmq_close(d->pub);
