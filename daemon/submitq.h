@@ -29,7 +29,7 @@ typedef enum {
 } submit_status;
 
 typedef struct submit_req {
-    proto_msg msg; /* the client's routing (ident, req); body NULL */
+    proto_msg msg;           /* the client's routing (ident, req); body NULL */
     char *text, *file, *cwd; /* owned; cwd may be NULL */
     /* the result, set by the thread */
     submit_status status;
