@@ -62,6 +62,16 @@ Test(it_vit, learns_a_tiny_idx_set, .timeout = 300) {
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "no val/retention in metrics.jsonl");
     double ret = atof(strchr(out, ':') + 1);
     cr_assert(ret > 0.55 && ret < 0.65, "val/retention %g, asked 0.6", ret);
+    /* the sparsity profile of that run: a table, JSON, profile.json */
+    snprintf(cmd, sizeof cmd, "%s/bfworker profile %s/avit --samples 16 2>&1", BF_BIN_DIR, dir);
+    rc = run_cmd(cmd, out, sizeof out);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "top10%_mass") && strstr(out, "sparsest first:"), "%s", out);
+    snprintf(cmd, sizeof cmd, "%s/bfworker profile %s/avit --json --samples 0 2>&1", BF_BIN_DIR,
+             dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 64, "--samples 0 accepted: %s", out);
+    snprintf(cmd, sizeof cmd, "grep -c '\"sparsest\"' %s/avit/profile.json", dir);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "no profile.json");
     snprintf(cmd, sizeof cmd,
              "%s/bfworker train %s/vit.yaml --quiet --out %s/avit2 --set avit.enabled=true "
              "--set avit.retention=0.5 --set avit.gate_center=1e4 --set avit.prior_weight=0 "

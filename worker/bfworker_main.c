@@ -368,6 +368,46 @@ static int open_checkpoint(int argc, char **argv, run_src *s, bf_config *c, char
     return 0;
 }
 
+/* A trained run opened for a command: its checkpoint and config (with the
+ * --set options), its data and its model built for `batch` rows with the
+ * weights loaded. */
+typedef struct run_model {
+    run_src s;
+    bf_config c;
+    data_sets d;
+    model m;
+} run_model;
+
+static void close_run_model(run_model *r) {
+    model_destroy(&r->m);
+    data_sets_close(&r->d);
+    run_src_close(&r->s);
+}
+
+/* Returns 0, or the exit status after printing why (nothing left open).
+ * batch 0: the config's train.batch. */
+static int open_run_model(int argc, char **argv, run_model *r, int batch) {
+    char err[2048];
+    memset(r, 0, sizeof *r);
+    int orc = open_checkpoint(argc, argv, &r->s, &r->c, err, sizeof err);
+    if (orc) return orc;
+    const bk_backend *be;
+    if (bk_select(r->c.device, &be, err, sizeof err) ||
+        data_sets_open(&r->c, &r->d, 1, err, sizeof err)) {
+        fprintf(stderr, "bfworker: %s\n", err);
+        run_src_close(&r->s);
+        return EXIT_FAIL;
+    }
+    model_shape sh = pipe_model_shape(&r->c, &r->d);
+    if (model_create(&r->m, &sh, be, batch > 0 ? batch : r->c.train.batch, err, sizeof err) ||
+        (pipe_model_config(&r->m, &r->c), run_src_load(&r->s, &r->m, err, sizeof err))) {
+        fprintf(stderr, "bfworker: %s\n", err);
+        close_run_model(r);
+        return EXIT_FAIL;
+    }
+    return 0;
+}
+
 static int cmd_eval(int argc, char **argv) {
     static const char *const vals[] = {"--set", "--split", "--samples", NULL};
     static const char *const flags[] = {NULL};
@@ -382,24 +422,14 @@ static int cmd_eval(int argc, char **argv) {
         return EXIT_USAGE;
     }
     char err[2048];
-    run_src s;
-    bf_config c;
-    int orc = open_checkpoint(argc, argv, &s, &c, err, sizeof err);
+    run_model rm;
+    int orc = open_run_model(argc, argv, &rm, 0);
     if (orc) return orc;
-    const bk_backend *be;
-    data_sets d;
-    if (bk_select(c.device, &be, err, sizeof err) || data_sets_open(&c, &d, 1, err, sizeof err)) {
-        fprintf(stderr, "bfworker: %s\n", err);
-        run_src_close(&s);
-        return EXIT_FAIL;
-    }
-    model_shape sh = pipe_model_shape(&c, &d);
-    model m;
-    memset(&m, 0, sizeof m);
+    const bf_config c = rm.c;
+    const data_sets d = rm.d;
+    model *m = &rm.m;
+    const model_shape sh = m->sh;
     int rc = EXIT_FAIL;
-    if (model_create(&m, &sh, be, c.train.batch, err, sizeof err)) goto done;
-    pipe_model_config(&m, &c);
-    if (run_src_load(&s, &m, err, sizeof err)) goto done;
     int sp = split && strcmp(split, "val") == 0 ? 0 : 1;
     if (split && sp == 1 && (!d.n_classes || !d.test)) {
         snprintf(err, sizeof err, "--split test: this run has no test split (%s); use --split val",
@@ -419,7 +449,7 @@ static int cmd_eval(int argc, char **argv) {
         }
         fputs("s_mean\ttokens\tloss\tcorrect\n", samples);
     }
-    int erc = pipe_evaluate(&m, &c, &d, d.n_classes ? sp : 1, NULL, &e, samples, err, sizeof err);
+    int erc = pipe_evaluate(m, &c, &d, d.n_classes ? sp : 1, NULL, &e, samples, err, sizeof err);
     /* a write that failed (a full disk) is an error, not a silent exit 0 */
     if (samples && (ferror(samples) | fclose(samples)) && !erc) {
         snprintf(err, sizeof err, "writing %s failed (disk full?)", samples_path);
@@ -442,9 +472,7 @@ static int cmd_eval(int argc, char **argv) {
     rc = EXIT_OK;
 done:
     if (rc) fprintf(stderr, "bfworker: %s\n", err);
-    model_destroy(&m);
-    data_sets_close(&d);
-    run_src_close(&s);
+    close_run_model(&rm);
     return rc;
 }
 
@@ -466,39 +494,25 @@ static int cmd_profile(int argc, char **argv) {
         return EXIT_USAGE;
     }
     char err[2048];
-    run_src s;
-    bf_config c;
-    int orc = open_checkpoint(argc, argv, &s, &c, err, sizeof err);
+    run_model rm;
+    int orc = open_run_model(argc, argv, &rm, (int)samples);
     if (orc) return orc;
-    const bk_backend *be;
-    data_sets d;
-    if (strcmp(c.pipeline, "vit") != 0 && strcmp(c.pipeline, "s2s") != 0) {
-        fprintf(stderr, "bfworker profile: %s is a %s run; profile takes a vit run\n", argv[2],
-                c.pipeline);
-        run_src_close(&s);
-        return EXIT_USAGE;
-    }
-    if (bk_select(c.device, &be, err, sizeof err) || data_sets_open(&c, &d, 1, err, sizeof err)) {
-        fprintf(stderr, "bfworker: %s\n", err);
-        run_src_close(&s);
-        return EXIT_FAIL;
-    }
-    model_shape sh = pipe_model_shape(&c, &d);
-    model m;
-    memset(&m, 0, sizeof m);
     int rc = EXIT_FAIL;
     pipe_profile_t p;
-    if (model_create(&m, &sh, be, (int)samples, err, sizeof err)) goto done;
-    pipe_model_config(&m, &c);
-    if (run_src_load(&s, &m, err, sizeof err)) goto done;
-    if (pipe_profile(&m, &c, &d, (int)samples, &p, err, sizeof err)) goto done;
+    if (rm.m.sh.patch <= 0) {
+        snprintf(err, sizeof err, "%s is a %s run; profile takes a vit run", argv[2],
+                 rm.c.pipeline);
+        rc = EXIT_USAGE;
+        goto done;
+    }
+    if (pipe_profile(&rm.m, &rm.c, &rm.d, (int)samples, &p, err, sizeof err)) goto done;
     if (has_flag(argc, argv, 3, "--json"))
         pipe_profile_json(&p, stdout);
     else
         pipe_profile_table(&p, stdout);
-    if (s.dir[0]) {
+    if (rm.s.dir[0]) {
         char path[4200];
-        snprintf(path, sizeof path, "%s/profile.json", s.dir);
+        snprintf(path, sizeof path, "%s/profile.json", rm.s.dir);
         FILE *f = fopen(path, "w");
         if (f) pipe_profile_json(&p, f);
         if (!f || (ferror(f) | fclose(f))) {
@@ -510,9 +524,7 @@ static int cmd_profile(int argc, char **argv) {
     rc = EXIT_OK;
 done:
     if (rc) fprintf(stderr, "bfworker: %s\n", err);
-    model_destroy(&m);
-    data_sets_close(&d);
-    run_src_close(&s);
+    close_run_model(&rm);
     return rc;
 }
 
