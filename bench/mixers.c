@@ -3,22 +3,32 @@
  * bimamba and bilstm, at ViT shapes.
  *
  *   bench_mixers [--device auto|cpu|cuda] [--json] [--reps N] [--max-t T]
+ *                [--t T] [--d D] [--mixer NAME] [--mode infer|train]
  *
  * Shapes: batch 8, T = 197, 577, 1025, 2049 tokens (up to --max-t), d = 192
  * with 3 heads (DeiT-Tiny) and d = 384 with 6 heads, dense W_O. Modes:
  * "infer" (forward, inference) and "train" (training forward + backward,
  * parameter gradients included). Each number is the fastest of N timed
  * repetitions (default 3) after one warm-up, with the backend's sync()
- * around each. The table goes to stdout; with --json it goes to stderr and
- * stdout gets one record per line:
+ * around each. --t, --d, --mixer and --mode keep only the matching rows
+ * (attention still runs, for the speedup column). The table goes to stdout; with --json it goes to
+ * stderr and stdout gets one record per line:
  *   {"mixer": "bimamba", "T": 577, "d": 192, "heads": 3, "mode": "infer",
- *    "ms": ..., "speedup_vs_attention": ...} */
+ *    "ms": ..., "speedup_vs_attention": ...}
+ * After each bimamba inference row, its forward by stage (synced after each,
+ * so the stages add up to a little more than the row): W_in, both
+ * directions' conv, both W_x (W_delta runs inside the scan at inference),
+ * both scans with their GB/s against the memory the scans must touch once
+ * (read x, z and the delta/B/C rows, write out; the second direction reads
+ * out and adds onto it), and W_out with the output projection; in JSON a
+ * record with "stages_ms" and "scan_gb_s". */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench/bench_util.h"
 #include "kernels/bk_rng.h"
+#include "worker/nn/nn_bimamba.h"
 #include "worker/nn/nn_block.h"
 
 #define BATCH 8
@@ -106,17 +116,45 @@ static double best_ms(sub *s, int train, int reps) {
     return best * 1e3;
 }
 
+/* bimamba's forward by stage (nn_bimamba.prof): each stage's fastest of
+ * reps, in ms, into ms[NN_MAMBA_STAGES]. */
+static void mamba_stages(sub *s, int reps, double *ms) {
+    nn_bimamba *m = s->b.mix.self;
+    double t[NN_MAMBA_STAGES];
+    for (int k = 0; k < NN_MAMBA_STAGES; k++) ms[k] = 1e30;
+    m->prof = t;
+    for (int r = 0; r <= reps; r++) {
+        memset(t, 0, sizeof t);
+        sub_run(s, 0);
+        for (int k = 0; k < NN_MAMBA_STAGES; k++)
+            if (r > 0 && t[k] * 1e3 < ms[k]) ms[k] = t[k] * 1e3;
+    }
+    m->prof = NULL;
+}
+
+/* Bytes the two directions' scans must touch at inference, once each: read
+ * x, z, and the rows of delta (rank R), B and C; write out, which the second
+ * direction reads and adds onto. */
+static double scan_bytes(const sub *s) {
+    const nn_bimamba *m = s->b.mix.self;
+    double BT = (double)s->B * s->T, row = (double)m->G * (m->R + 2 * m->N);
+    return 4.0 * (2.0 * (2.0 * BT * m->D + BT * row) + 3.0 * BT * m->D);
+}
+
 static void usage(FILE *f) {
     fprintf(f, "usage: bench_mixers [--device auto|cpu|cuda] [--json] [--reps N] [--max-t T]\n"
+               "                    [--t T] [--d D] [--mixer NAME] [--mode infer|train]\n"
                "  one mixer sublayer (LN + mixer + output projection), attention vs bimamba vs\n"
                "  bilstm, batch 8, T = 197..2049, d = 192/3 heads and 384/6 heads;\n"
-               "  infer = forward, train = forward + backward\n");
+               "  infer = forward, train = forward + backward; --t/--d/--mixer/--mode keep only\n"
+               "  the matching rows (attention always runs, for the speedup)\n");
 }
 
 int main(int argc, char **argv) {
     bk_openmp_passive(argv);
     const char *device = "cpu";
-    int json = 0, reps = 3, max_t = 2049;
+    const char *only_mixer = NULL, *only_mode = NULL;
+    int json = 0, reps = 3, max_t = 2049, only_t = 0, only_d = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json"))
             json = 1;
@@ -126,6 +164,14 @@ int main(int argc, char **argv) {
             reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--max-t") && i + 1 < argc)
             max_t = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--t") && i + 1 < argc)
+            only_t = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--d") && i + 1 < argc)
+            only_d = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--mixer") && i + 1 < argc)
+            only_mixer = argv[++i];
+        else if (!strcmp(argv[i], "--mode") && i + 1 < argc)
+            only_mode = argv[++i];
         else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return 0;
@@ -137,6 +183,16 @@ int main(int argc, char **argv) {
     }
     if (reps < 1 || reps > 1000) {
         fprintf(stderr, "bench_mixers: --reps %d outside [1, 1000]\n", reps);
+        return 64;
+    }
+    if (only_mode && strcmp(only_mode, "infer") && strcmp(only_mode, "train")) {
+        fprintf(stderr, "bench_mixers: --mode '%s' is not infer or train\n", only_mode);
+        return 64;
+    }
+    if (only_mixer && strcmp(only_mixer, "attention") && strcmp(only_mixer, "bimamba") &&
+        strcmp(only_mixer, "bilstm")) {
+        fprintf(stderr, "bench_mixers: --mixer '%s' is not attention, bimamba or bilstm\n",
+                only_mixer);
         return 64;
     }
     const bk_backend *be;
@@ -158,10 +214,12 @@ int main(int argc, char **argv) {
     for (int di = 0; di < 2; di++)
         for (int ti = 0; ti < 4; ti++) {
             int T = Ts[ti], C = Ds[di][0], H = Ds[di][1];
-            if (T > max_t) continue;
+            if (T > max_t || (only_t && T != only_t) || (only_d && C != only_d)) continue;
             for (int train = 0; train < 2; train++) {
+                if (only_mode && strcmp(only_mode, train ? "train" : "infer")) continue;
                 double att = 0;
                 for (int mi = 0; mi < 3; mi++) {
+                    if (mi > 0 && only_mixer && strcmp(only_mixer, mixers[mi])) continue;
                     sub s;
                     if (sub_make(&s, be, mixers[mi], C, H, T, err, sizeof err)) {
                         fprintf(stderr, "bench_mixers: %s\n", err);
@@ -169,6 +227,10 @@ int main(int argc, char **argv) {
                         return 1;
                     }
                     double ms = best_ms(&s, train, reps);
+                    double st[NN_MAMBA_STAGES];
+                    int staged = mi == 1 && !train;
+                    if (staged) mamba_stages(&s, reps, st);
+                    double gbs = staged ? scan_bytes(&s) / (st[NN_MAMBA_SCAN] * 1e-3) / 1e9 : 0;
                     sub_free(&s);
                     if (mi == 0) att = ms;
                     const char *mode = train ? "train" : "infer";
@@ -178,6 +240,18 @@ int main(int argc, char **argv) {
                         printf("{\"mixer\": \"%s\", \"T\": %d, \"d\": %d, \"heads\": %d, \"mode\": "
                                "\"%s\", \"ms\": %.4f, \"speedup_vs_attention\": %.4f}\n",
                                mixers[mi], T, C, H, mode, ms, att / ms);
+                    if (staged) {
+                        fprintf(table,
+                                "  bimamba stages (ms, synced): W_in %.2f | conv %.2f | W_x "
+                                "%.2f | scan %.2f (%.1f GB/s) | W_out+out %.2f\n",
+                                st[0], st[1], st[2], st[3], gbs, st[4]);
+                        if (json)
+                            printf("{\"mixer\": \"bimamba\", \"T\": %d, \"d\": %d, \"heads\": "
+                                   "%d, \"mode\": \"infer\", \"stages_ms\": {\"w_in\": %.4f, "
+                                   "\"conv\": %.4f, \"w_x\": %.4f, \"scan\": %.4f, "
+                                   "\"w_out_out\": %.4f}, \"scan_gb_s\": %.3f}\n",
+                                   T, C, H, st[0], st[1], st[2], st[3], st[4], gbs);
+                    }
                     fflush(stdout);
                 }
             }

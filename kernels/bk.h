@@ -94,8 +94,16 @@ typedef struct bk_conv_args {
  * ceil(T / BK_SCAN_CHUNK); the backward restarts each chunk from there and
  * recomputes it, so no per-step state is kept. reverse = 1 is the backward
  * direction of BiMamba without reversing any tensor: inputs and outputs stay
- * in the original token order. */
+ * in the original token order.
+ * Forward-only options (scan_backward requires them 0/NULL and reads delta):
+ *  - delta_w: delta is computed inside, delta[t,c] = sum_r delta_w[c,r]
+ *    dlow[t,g,r] (r < R, R <= BK_SCAN_MAX_R; dlow's rows bc_stride apart like
+ *    Bm's), so the rank-R projection W_delta needs neither its own GEMM nor a
+ *    [B,T,D] delta in memory; a->delta is then not read.
+ *  - accumulate: out += y at active tokens (masked ones keep out), so the
+ *    second direction of BiMamba adds itself onto the first's output. */
 #define BK_SCAN_MAX_N 16
+#define BK_SCAN_MAX_R 32
 #define BK_SCAN_CHUNK 64
 typedef struct bk_scan_args {
     int B, T, D, G, N;       /* G divides D; N in [1, BK_SCAN_MAX_N]; D/G <= 1024 */
@@ -109,6 +117,10 @@ typedef struct bk_scan_args {
     const float *Dskip;      /* [D] nullable (no skip term) */
     const float *z;          /* [B,T,D] nullable (no gate) */
     const float *mask;       /* [B,T] nullable */
+    const float *delta_w;    /* [D,R] nullable: delta = delta_w dlow inside (forward only) */
+    const float *dlow;       /* [B,T,G,R] rows bc_stride apart, with delta_w */
+    int R;                   /* with delta_w: 1..BK_SCAN_MAX_R */
+    int accumulate;          /* 1: out += y (forward only) */
 } bk_scan_args;
 
 /* Gradients of the scan; each nullable, each accumulated (+=). dBm, dCm use
@@ -539,7 +551,12 @@ int bk_hadamard_entry(int d, int i, int j);
  * instead of 14 ms). Programs call this first thing in main: unless the user
  * chose a policy, it re-executes the program once with OMP_WAIT_POLICY=passive
  * (and BK_OMP_PASSIVE_SET=1, so a benchmark can run a peer program without the
- * policy it did not ask for). Returns only when no re-exec happened. */
+ * policy it did not ask for). Returns only when no re-exec happened.
+ * OpenBLAS likewise reads OPENBLAS_CORETYPE once, when it loads: where it fell
+ * back to its SSE3 kernels on a CPU it does not know but that has AVX-512
+ * (or AVX2), the same re-exec sets OPENBLAS_CORETYPE=SkylakeX (Haswell), the
+ * kernels for what the CPU can do (3x faster sgemm on such a virtual machine).
+ * A user's own OPENBLAS_CORETYPE is kept. */
 void bk_openmp_passive(char **argv);
 
 #ifdef __cplusplus

@@ -23,6 +23,9 @@
 
 #include <math.h>
 #include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include "kernels/cpu_math.h"
 #include "kernels/cpu_ops.h"
@@ -72,32 +75,44 @@ static inline mvec mselect(mint m, mvec a, mvec b) {
 }
 
 /* 2^t for t <= 0 (the decay exp(dt A), A < 0, taken as 2^(dt A log2 e)):
- * t = n + r by the 1.5 * 2^23 rounding trick, |r| <= 1/2, 2^r by its Taylor
- * series to degree 6 (relative error ~1e-7), n added into the exponent
- * bits. 0 < result <= 1; ~1e-38 for t below -125. */
-static inline mvec mexp2_neg(mvec t) {
-    t = mselect(t < -125.0f, msplat(-125.0f), t);
-    const mvec magic = msplat(12582912.0f);
-    mvec sh = t + magic;
-    mint ni = (mint)sh - (mint)magic;
-    mvec r = t - (sh - magic);
+ * t = n + r with n = round(t), |r| <= 1/2, 2^r by its Taylor series to
+ * degree 6 (relative error ~1e-7), times 2^n. 0 < result <= 1; ~1e-38 for t
+ * below -125 (clamped: never a subnormal). With AVX-512, round and 2^n are
+ * one instruction each (vrndscaleps, vscalefps); otherwise n is found by the
+ * 1.5 * 2^23 rounding trick and added into the exponent bits. */
+static inline mvec exp2_poly(mvec r) {
     mvec p = r * 1.5403530e-4f + 1.3333558e-3f; /* (ln 2)^k / k!, k = 6, 5, ... */
     p = p * r + 9.6181291e-3f;
     p = p * r + 5.5504109e-2f;
     p = p * r + 2.4022651e-1f;
     p = p * r + 6.9314718e-1f;
-    p = p * r + 1.0f;
+    return p * r + 1.0f;
+}
+#if MLEN == 16
+static inline mvec mexp2_neg(mvec t) {
+    __m512 tv = _mm512_max_ps((__m512)t, _mm512_set1_ps(-125.0f));
+    __m512 n = _mm512_roundscale_ps(tv, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    mvec p = exp2_poly((mvec)_mm512_sub_ps(tv, n));
+    return (mvec)_mm512_scalef_ps((__m512)p, n);
+}
+#else
+static inline mvec mexp2_neg(mvec t) {
+    t = mselect(t < -125.0f, msplat(-125.0f), t);
+    const mvec magic = msplat(12582912.0f);
+    mvec sh = t + magic;
+    mint ni = (mint)sh - (mint)magic;
+    mvec p = exp2_poly(t - (sh - magic));
     return (mvec)((mint)p + (ni << 23));
 }
+#endif
 
-/* e^x for any x, through 2^t with t clamped to [-125, 125] */
-static inline mvec mexp(mvec x) {
-    mvec t = x * 1.44269504f;
-    mvec neg = mexp2_neg(mselect(t > 0.0f, -t, t));
-    return mselect(t > 0.0f, 1.0f / neg, neg);
+/* 1 / (1 + e^-x) with one division: e = e^-|x| in (0, 1], r = 1 / (1 + e);
+ * r for x >= 0, e r below. */
+static inline mvec msigmoid(mvec x) {
+    mvec ax = mselect(x < 0.0f, -x, x);
+    mvec e = mexp2_neg(ax * -1.44269504f), r = 1.0f / (1.0f + e);
+    return mselect(x < 0.0f, e * r, r);
 }
-
-static inline mvec msigmoid(mvec x) { return 1.0f / (1.0f + mexp(-x)); }
 
 /* softplus(u) = max(u, 0) + log1p(e^-|u|). log1p(y) for y in (0, 1] is
  * 2 atanh(s), s = y / (2 + y) <= 1/3, by its series to s^15 (relative error
@@ -183,6 +198,35 @@ static void conv_push(int *prev, int *np, int K, int t) {
     *np = n;
 }
 
+/* One task of the forward: nl channels from c0 of sample b. The window of
+ * the K-1 most recent earlier active tokens stays in registers (win[m] the
+ * m-th most recent, zero before the first: the missing taps add +0), so a
+ * step loads its row once. Inlined with K = 4 as a constant. */
+static inline __attribute__((always_inline)) void conv_forward_task(float *out, const float *x,
+                                                                    const mvec *wt, mvec b0,
+                                                                    const bk_conv_args *a, int b,
+                                                                    int c0, int nl, const int K) {
+    const int T = a->T, C = a->C;
+    mvec win[BK_CONV_MAX_K];
+    for (int m = 0; m < K; m++) win[m] = msplat(0.0f);
+    const float *xb = x + (size_t)b * T * C + c0;
+    float *ob = out + (size_t)b * T * C + c0;
+    for (int s = 0; s < T; s++) {
+        int t = a->reverse ? T - 1 - s : s;
+        float *o = ob + (size_t)t * C;
+        if (is_masked(a->mask, b, T, t)) {
+            lanes_store(o, msplat(0.0f), nl);
+            continue;
+        }
+        mvec xv = lanes_load(xb + (size_t)t * C, nl);
+        mvec pre = b0 + wt[K - 1] * xv;
+        for (int m = 0; m < K - 1; m++) pre += wt[K - 2 - m] * win[m];
+        for (int m = K - 2; m > 0; m--) win[m] = win[m - 1];
+        win[0] = xv;
+        lanes_store(o, a->silu ? pre * msigmoid(pre) : pre, nl);
+    }
+}
+
 void bk_cpu_conv1d_forward(float *out, const float *x, const float *w, const float *bias,
                            const bk_conv_args *a) {
     const int B = a->B, T = a->T, C = a->C, K = a->K;
@@ -196,19 +240,10 @@ void bk_cpu_conv1d_forward(float *out, const float *x, const float *w, const flo
         mvec wt[BK_CONV_MAX_K];
         conv_taps(wt, w, c0, nl, K);
         mvec b0 = bias ? lanes_load(bias + c0, nl) : msplat(0.0f);
-        const float *xb = x + (size_t)b * T * C;
-        int prev[BK_CONV_MAX_K], np = 0;
-        for (int s = 0; s < T; s++) {
-            int t = a->reverse ? T - 1 - s : s;
-            float *o = out + ((size_t)b * T + t) * C + c0;
-            if (is_masked(a->mask, b, T, t)) {
-                lanes_store(o, msplat(0.0f), nl);
-                continue;
-            }
-            mvec pre = conv_pre(xb, wt, b0, c0, nl, C, K, t, prev, np);
-            lanes_store(o, a->silu ? pre * msigmoid(pre) : pre, nl);
-            conv_push(prev, &np, K, t);
-        }
+        if (K == 4)
+            conv_forward_task(out, x, wt, b0, a, b, c0, nl, 4);
+        else
+            conv_forward_task(out, x, wt, b0, a, b, c0, nl, K);
     }
 }
 
@@ -270,6 +305,7 @@ typedef struct {
     mvec A[BK_SCAN_MAX_N];  /* A_n = -exp(A_log) */
     mvec A2[BK_SCAN_MAX_N]; /* A_n log2(e): exp(dt A_n) = 2^(dt A2_n) */
     mvec Dv, biasv;
+    mvec Wd[BK_SCAN_MAX_R]; /* delta_w's columns (forward with delta_w) */
 } scan_tile;
 
 static void scan_tile_init(scan_tile *st, const bk_scan_args *a, int b, int g, int cl) {
@@ -289,6 +325,11 @@ static void scan_tile_init(scan_tile *st, const bk_scan_args *a, int b, int g, i
     }
     st->Dv = a->Dskip ? lanes_load(a->Dskip + st->c0, st->nl) : msplat(0.0f);
     st->biasv = a->delta_bias ? lanes_load(a->delta_bias + st->c0, st->nl) : msplat(0.0f);
+    for (int r = 0; a->delta_w && r < a->R; r++) {
+        mvec v = msplat(0.0f);
+        for (int l = 0; l < st->nl; l++) v[l] = a->delta_w[(size_t)(st->c0 + l) * a->R + r];
+        st->Wd[r] = v;
+    }
 }
 
 /* Forward of one tile over all T steps. Inlined with N = 16 as a constant
@@ -303,12 +344,19 @@ static inline __attribute__((always_inline)) void scan_tile_forward(const scan_t
         int t = a->reverse ? T - 1 - s : s;
         size_t row = ((size_t)b * T + t) * D + st->c0;
         if (is_masked(a->mask, b, T, t)) {
-            lanes_store(out + row, msplat(0.0f), nl);
+            if (!a->accumulate) lanes_store(out + row, msplat(0.0f), nl);
         } else {
-            mvec xv = lanes_load(a->x + row, nl);
-            mvec dt = msoftplus(lanes_load(a->delta + row, nl) + st->biasv), dtx = dt * xv;
             size_t bc = (((size_t)b * T + t) * G + st->g) * st->bcs;
             const float *Bp = a->Bm + bc, *Cp = a->Cm + bc;
+            mvec xv = lanes_load(a->x + row, nl), pre;
+            if (a->delta_w) { /* W_delta dlow, in r order, then the bias (as a GEMM then +) */
+                const float *dl = a->dlow + bc;
+                pre = st->Wd[0] * dl[0];
+                for (int r = 1; r < a->R; r++) pre += st->Wd[r] * dl[r];
+            } else {
+                pre = lanes_load(a->delta + row, nl);
+            }
+            mvec dt = msoftplus(pre + st->biasv), dtx = dt * xv;
             /* four partial sums: one chain of 16 dependent FMAs would set the pace */
             mvec y0 = st->Dv * xv, y1 = msplat(0.0f), y2 = msplat(0.0f), y3 = msplat(0.0f);
             int n = 0;
@@ -332,7 +380,10 @@ static inline __attribute__((always_inline)) void scan_tile_forward(const scan_t
                 mvec zv = lanes_load(a->z + row, nl);
                 y *= zv * msigmoid(zv);
             }
-            lanes_store(out + row, y, nl);
+            if (a->accumulate)
+                lanes_add(out + row, y, nl);
+            else
+                lanes_store(out + row, y, nl);
         }
         if (states && (s % SCAN_L == SCAN_L - 1 || s == T - 1)) {
             float *sp = states + ((size_t)b * D + st->c0) * st->nch * N + (size_t)(s / SCAN_L) * N;

@@ -688,8 +688,17 @@ static void check_scan(int B, int T, int D, int G, int N, int reverse, int maske
                  grads[i].name, T, D, G, N, reverse, masked);
         expect_close(what, grads[i].p, TOL_MM);
     }
-    pair *all[] = {&x,    &delta, &bias, &Alog,  &xdbl, &Dp,    &z,  &mask, &out,    &states,
-                   &dout, &dx,    &dd,   &dbias, &dA,   &dxdbl, &dD, &dz,   &scratch};
+    /* the forward-only options: delta_w inside, accumulate onto out */
+    pair dw = pair_new((size_t)D * R, -1, 1), acc = pair_new(nx, -1, 1);
+    ah.delta = NULL, ah.delta_w = dw.h, ah.dlow = xdbl.h, ah.R = R, ah.accumulate = 1;
+    ad.delta = NULL, ad.delta_w = dw.d, ad.dlow = xdbl.d, ad.R = R, ad.accumulate = 1;
+    cpu->scan_forward(acc.h, NULL, &ah);
+    gpu->scan_forward(acc.d, NULL, &ad);
+    snprintf(what, sizeof what, "scan delta_w + accumulate T=%d D=%d G=%d rev=%d mask=%d", T, D, G,
+             reverse, masked);
+    expect_close(what, &acc, TOL_MM);
+    pair *all[] = {&x,  &delta, &bias,  &Alog, &xdbl,  &Dp, &z,       &mask, &out, &states, &dout,
+                   &dx, &dd,    &dbias, &dA,   &dxdbl, &dD, &scratch, &dw,   &acc, &dz};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
 }
 

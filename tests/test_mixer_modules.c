@@ -264,6 +264,38 @@ static void masked_equals_compacted(const char *mixer) {
 }
 
 Test(mixer_modules, bimamba_masked_equals_compacted) { masked_equals_compacted("bimamba"); }
+
+/* At inference the scan applies W_delta itself (no delta tensor); training
+ * runs W_delta as a GEMM for the backward: the same outputs. */
+Test(mixer_modules, bimamba_inference_equals_training) {
+    enum { B = 2, T = 9, C = 16 };
+    static const float msk[B * T] = {1, 0, 1, 1, 0, 0, 1, 1, 1, 0, 1, 1, 1, 1, 1, 0, 0, 1};
+    blk k;
+    blk_make(&k, "bimamba", B, T);
+    float x[B * T * C], tr[B * T * C], inf[B * T * C];
+    for (int i = 0; i < B * T * C; i++) x[i] = bk_rng_normal_at(4, 5, i);
+    nn_knobs kn = {.tau = 1};
+    nn_stats st = {0};
+    nn_call c = {.B = B,
+                 .T = T,
+                 .training = 1,
+                 .layers = 1,
+                 .mask = msk,
+                 .h_mask = msk,
+                 .kn = &kn,
+                 .st = &st};
+    nn_block_forward(&k.b, &k.env, &k.S, &c, tr, x);
+    c.training = 0;
+    nn_block_forward(&k.b, &k.env, &k.S, &c, inf, x);
+    double diff = 0;
+    for (int i = 0; i < B * T * C; i++) {
+        cr_expect_float_eq(inf[i], tr[i], 1e-5, "out[%d]: inference %g, training %g", i, inf[i],
+                           tr[i]);
+        diff += fabs(tr[i] - x[i]);
+    }
+    cr_expect_gt(diff, 1e-2, "the block must change its input");
+    blk_free(&k);
+}
 Test(mixer_modules, bilstm_masked_equals_compacted) { masked_equals_compacted("bilstm"); }
 
 /* ---- errors ---- */

@@ -511,6 +511,48 @@ Test(mixer, scan_matches_reference, .init = init_cpu) {
     scan_check_ref(1, 1, 3, 3, 1, 1, 0, 1, 230);     /* one token, one channel per group */
 }
 
+/* The forward-only options: delta computed inside from the delta-rank
+ * columns (delta_w, dlow) equals the scan of the same delta computed
+ * outside; accumulate adds y onto out at active tokens, masked ones keep out. */
+static void scan_check_fused(int B, int T, int D, int G, int N, int reverse, uint64_t seed) {
+    scan_case c = scan_make(B, T, D, G, N, reverse, 1, 1, seed);
+    const int Dg = D / G, S = SCAN_R + 2 * N;
+    float *w = frand((size_t)D * SCAN_R, -1, 1, seed + 60);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int d = 0; d < D; d++) {
+                const float *dl = c.xdbl + (((size_t)b * T + t) * G + d / Dg) * S;
+                double v = 0;
+                for (int r = 0; r < SCAN_R; r++) v += (double)w[d * SCAN_R + r] * dl[r];
+                c.delta[((size_t)b * T + t) * D + d] = (float)v;
+            }
+    cpu->scan_forward(c.out, NULL, &c.a);
+    bk_scan_args f = c.a;
+    f.delta = NULL; /* not read */
+    f.delta_w = w;
+    f.dlow = c.xdbl;
+    f.R = SCAN_R;
+    float *fused = fbuf(c.nx);
+    cpu->scan_forward(fused, NULL, &f);
+    expect_close_f("scan with delta_w vs delta given", fused, c.out, c.nx, 1e-5);
+    float *base = frand(c.nx, -1, 1, seed + 61), *acc = fcopy(base, c.nx);
+    f.accumulate = 1;
+    cpu->scan_forward(acc, NULL, &f);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++)
+            for (int d = 0; d < D; d++) {
+                size_t i = ((size_t)b * T + t) * D + d;
+                float want = active(c.a.mask, b, T, t) ? base[i] + fused[i] : base[i];
+                cr_assert_eq(acc[i], want, "scan accumulate [%zu]: got %.9g, want %.9g", i,
+                             (double)acc[i], (double)want);
+            }
+}
+
+Test(mixer, scan_fused_delta_and_accumulate, .init = init_cpu) {
+    for (int reverse = 0; reverse < 2; reverse++) scan_check_fused(2, 70, 48, 3, 16, reverse, 300);
+    scan_check_fused(2, 30, 10, 2, 5, 0, 310); /* partial tiles, N = 5 */
+}
+
 typedef struct {
     scan_case *c;
 } scan_ctx;

@@ -182,6 +182,8 @@ static void scan_require(const bk_scan_args *a) {
     BK_CUDA_REQUIRE(a->G >= 1 && a->D % a->G == 0, "G must divide D");
     BK_CUDA_REQUIRE(a->D / a->G <= 1024, "at most 1024 channels per group");
     BK_CUDA_REQUIRE(a->N >= 1 && a->N <= BK_SCAN_MAX_N, "state size N must be in [1, 16]");
+    BK_CUDA_REQUIRE(!a->delta_w || (a->dlow && a->R >= 1 && a->R <= BK_SCAN_MAX_R),
+                    "delta_w needs dlow and R in [1, 32]");
 }
 
 __global__ void __launch_bounds__(1024) scan_forward_kernel(float *out, float *states, scan_dev p) {
@@ -200,10 +202,18 @@ __global__ void __launch_bounds__(1024) scan_forward_kernel(float *out, float *s
         int t = a.reverse ? T - 1 - s : s;
         size_t row = ((size_t)b * T + t) * D + c;
         if (mix_masked(a.mask, b, T, t)) {
-            out[row] = 0.0f;
+            if (!a.accumulate) out[row] = 0.0f;
         } else {
-            float x = a.x[row], dt = mix_softplus(a.delta[row] + bias), dtx = dt * x;
             size_t bc = (((size_t)b * T + t) * G + g) * p.bcs;
+            float pre;
+            if (a.delta_w) { /* W_delta dlow inside, in r order */
+                pre = a.delta_w[(size_t)c * a.R] * __ldg(a.dlow + bc);
+                for (int r = 1; r < a.R; r++)
+                    pre += a.delta_w[(size_t)c * a.R + r] * __ldg(a.dlow + bc + r);
+            } else {
+                pre = a.delta[row];
+            }
+            float x = a.x[row], dt = mix_softplus(pre + bias), dtx = dt * x;
             const float *Bp = a.Bm + bc, *Cp = a.Cm + bc;
             float y = Dv * x;
 #pragma unroll
@@ -216,7 +226,7 @@ __global__ void __launch_bounds__(1024) scan_forward_kernel(float *out, float *s
                 float z = a.z[row];
                 y *= z * mix_sigmoid(z);
             }
-            out[row] = y;
+            out[row] = a.accumulate ? out[row] + y : y;
         }
         if (states && (s % MIX_L == MIX_L - 1 || s == T - 1)) {
             float *sp = states + (((size_t)b * D + c) * p.nch + s / MIX_L) * N;
@@ -371,6 +381,7 @@ extern "C" void bk_cuda_scan_backward(const bk_scan_grads *g, float *scratch, co
                                       const float *states, const bk_scan_args *a) {
     if (a->B <= 0 || a->T <= 0 || a->D <= 0) return;
     scan_require(a);
+    BK_CUDA_REQUIRE(!a->delta_w && !a->accumulate, "delta_w and accumulate are forward-only");
     scan_dev p = scan_dev_make(a);
     int params = g->dA_log || g->dDskip || g->ddelta_bias;
     dim3 grid((unsigned)a->G, (unsigned)a->B);

@@ -3,12 +3,20 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 /* One block-diagonal product: G items of a strided batched gemm, alpha 1. */
 static void bgemm(const bk_backend *be, int ta, int tb, int M, int N, int K, const float *A,
                   int lda, long long sA, const float *Bm, int ldb, long long sB, float beta,
                   float *Cm, int ldc, long long sC, int G) {
     be->gemm(ta, tb, M, N, K, 1.0f, A, lda, sA, Bm, ldb, sB, beta, Cm, ldc, sC, G);
+}
+
+/* The same with alpha 1/2: W_out's products with ysum = y_fwd + y_bwd. */
+static void bgemm_half(const bk_backend *be, int ta, int tb, int M, int N, int K, const float *A,
+                       int lda, long long sA, const float *Bm, int ldb, long long sB, float beta,
+                       float *Cm, int ldc, long long sC, int G) {
+    be->gemm(ta, tb, M, N, K, 0.5f, A, lda, sA, Bm, ldb, sB, beta, Cm, ldc, sC, G);
 }
 
 int nn_bimamba_declare(nn_bimamba *m, nn_params *np, const char *prefix, const char *out_prefix,
@@ -78,7 +86,6 @@ int nn_bimamba_plan(nn_bimamba *m, bk_arena *A, int B, int T) {
         d->xc = bk_arena_floats(A, BT * m->D);
         d->xdbl = bk_arena_floats(A, BT * m->G * P);
         d->dpre = bk_arena_floats(A, BT * m->D);
-        d->y = bk_arena_floats(A, BT * m->D);
         d->states = bk_arena_floats(A, (size_t)B * m->D * nch * m->N);
     }
     m->ysum = bk_arena_floats(A, BT * m->D);
@@ -129,32 +136,56 @@ double nn_bimamba_flops(const nn_bimamba *m, int n) {
     return n * (per + out);
 }
 
+/* With m->prof: the seconds since *t0 go to stage k (after a sync). */
+static void stage_done(const nn_bimamba *m, const bk_backend *be, int k, double *t0) {
+    if (!m->prof) return;
+    be->sync();
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double t = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    if (k >= 0) m->prof[k] += t - *t0;
+    *t0 = t;
+}
+
 void nn_bimamba_forward(nn_bimamba *m, const nn_env *e, nn_scratch *s, const nn_call *c, float *y,
                         const float *u) {
     (void)s;
     const bk_backend *be = e->be;
     int BT = c->B * c->T, G = m->G, dh = m->dh, D = m->D, Dg = m->Dg, R = m->R;
     int P = R + 2 * m->N, C = m->C;
+    double t0 = 0;
+    stage_done(m, be, -1, &t0);
     const float *win = nn_w(e, m->w_in);
     bgemm(be, 0, 1, BT, Dg, dh, u, C, dh, win, dh, (long long)Dg * dh, 0.0f, m->x, D, Dg, G);
     bgemm(be, 0, 1, BT, Dg, dh, u, C, dh, win + (size_t)D * dh, dh, (long long)Dg * dh, 0.0f, m->z,
           D, Dg, G);
+    stage_done(m, be, NN_MAMBA_IN, &t0);
     for (int r = 0; r < 2; r++) {
         nn_mamba_dir *d = &m->dir[r];
         bk_conv_args ca = conv_args(m, c, r);
         be->conv1d_forward(d->xc, m->x, nn_w(e, d->conv_w), nn_w(e, d->conv_b), &ca);
+        stage_done(m, be, NN_MAMBA_CONV_ST, &t0);
         bgemm(be, 0, 1, BT, P, Dg, d->xc, D, Dg, nn_w(e, d->x_proj), Dg, (long long)P * Dg, 0.0f,
               d->xdbl, G * P, P, G);
-        bgemm(be, 0, 1, BT, Dg, R, d->xdbl, G * P, P, nn_w(e, d->dt_w), R, (long long)Dg * R, 0.0f,
-              d->dpre, D, Dg, G);
         bk_scan_args sa = scan_args(m, e, c, r);
-        be->scan_forward(d->y, d->states, &sa);
+        if (c->training) { /* the backward reads W_delta delta as a tensor */
+            bgemm(be, 0, 1, BT, Dg, R, d->xdbl, G * P, P, nn_w(e, d->dt_w), R, (long long)Dg * R,
+                  0.0f, d->dpre, D, Dg, G);
+        } else { /* inference: the scan applies W_delta itself */
+            sa.delta_w = nn_w(e, d->dt_w);
+            sa.dlow = d->xdbl;
+            sa.R = R;
+        }
+        stage_done(m, be, NN_MAMBA_XPROJ, &t0);
+        /* ysum = y_fwd + y_bwd: the second direction adds itself on */
+        sa.accumulate = r;
+        be->scan_forward(m->ysum, d->states, &sa);
+        stage_done(m, be, NN_MAMBA_SCAN, &t0);
     }
-    be->add(m->ysum, m->dir[0].y, m->dir[1].y, (size_t)BT * D);
-    be->scale(m->ysum, 0.5f, (size_t)BT * D);
-    bgemm(be, 0, 1, BT, dh, Dg, m->ysum, D, Dg, nn_w(e, m->w_out), Dg, (long long)dh * Dg, 0.0f,
-          m->inner, C, dh, G);
+    bgemm_half(be, 0, 1, BT, dh, Dg, m->ysum, D, Dg, nn_w(e, m->w_out), Dg, (long long)dh * Dg,
+               0.0f, m->inner, C, dh, G);
     nn_outproj_forward(&m->out, e, y, m->inner, BT);
+    stage_done(m, be, NN_MAMBA_OUT, &t0);
     if (c->training || !c->st) return;
     for (int b = 0; b < c->B; b++) c->st->attn_flops += nn_bimamba_flops(m, nn_active_tokens(c, b));
 }
@@ -175,13 +206,13 @@ void nn_bimamba_backward(nn_bimamba *m, const nn_env *e, nn_scratch *s, const nn
     be->zero(din, (size_t)BT * C * sizeof(float));
     nn_outproj_backward(&m->out, e, din, oscr, dy, m->inner, BT);
     if (dinner) be->add(din, din, dinner, (size_t)BT * C);
-    /* inner = W_out ysum, ysum = (y_fwd + y_bwd) / 2 */
+    /* inner = W_out ysum / 2, ysum = y_fwd + y_bwd */
     const float *wout = nn_w(e, m->w_out);
     bgemm(be, 0, 0, BT, Dg, dh, din, C, dh, wout, Dg, (long long)dh * Dg, 0.0f, dys, D, Dg, G);
     float *gout = nn_g(e, m->w_out);
     if (gout)
-        bgemm(be, 1, 0, dh, Dg, BT, din, C, dh, m->ysum, D, Dg, 1.0f, gout, Dg, (long long)dh * Dg,
-              G);
+        bgemm_half(be, 1, 0, dh, Dg, BT, din, C, dh, m->ysum, D, Dg, 1.0f, gout, Dg,
+                   (long long)dh * Dg, G);
     be->scale(dys, 0.5f, nD);
     be->zero(dx, nD * sizeof(float));
     be->zero(dz, nD * sizeof(float));

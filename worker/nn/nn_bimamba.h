@@ -17,7 +17,10 @@
  *   y     = OutProj(inner)   the replaced attention's own output projection,
  *                            "blocks.L.attn.out.*" (nn_outproj)
  * The bwd direction runs right to left in place (the ops' reverse flag), so
- * "reverse(y_bwd)" needs no copy. Init: A_log = log(1..N), D = 1,
+ * "reverse(y_bwd)" needs no copy; it adds itself onto y_fwd in one buffer
+ * (the scan's accumulate), and the 1/2 rides on W_out's GEMM. At inference
+ * the scan applies W_delta itself (no delta tensor); training keeps delta
+ * for the backward. Init: A_log = log(1..N), D = 1,
  * b_Δ = softplus^-1(dt) with dt log-uniform in [1e-3, 1e-1], W_Δ with the
  * Mamba std R^-1/2 (as a normal of the same variance), other weights the
  * variance of PyTorch's default (uniform ±1/sqrt(fan_in)). Under a token mask
@@ -33,7 +36,7 @@
 
 typedef struct nn_mamba_dir {
     int conv_w, conv_b, x_proj, dt_w, dt_b, A_log, Dskip;
-    float *xc, *xdbl, *dpre, *y, *states; /* activations */
+    float *xc, *xdbl, *dpre, *states; /* activations (dpre in training only) */
 } nn_mamba_dir;
 
 typedef struct nn_bimamba {
@@ -43,7 +46,20 @@ typedef struct nn_bimamba {
     nn_outproj out;
     int B, T; /* planned capacity */
     float *x, *z, *ysum, *inner;
+    /* NULL, or NN_MAMBA_STAGES doubles: forward then syncs the backend after
+     * each stage and adds its seconds there (bench_mixers' breakdown) */
+    double *prof;
 } nn_bimamba;
+
+/* The forward's stages, in order, as prof counts them. */
+enum {
+    NN_MAMBA_IN,
+    NN_MAMBA_CONV_ST,
+    NN_MAMBA_XPROJ,
+    NN_MAMBA_SCAN,
+    NN_MAMBA_OUT,
+    NN_MAMBA_STAGES
+};
 
 /* prefix "blocks.L.mamba", out_prefix "blocks.L.attn.out". Returns 0 or -1
  * with a message (heads not dividing C, Hadamard width, out of memory). */
