@@ -100,8 +100,11 @@ typedef struct bk_conv_args {
  *    dlow[t,g,r] (r < R, R <= BK_SCAN_MAX_R; dlow's rows bc_stride apart like
  *    Bm's), so the rank-R projection W_delta needs neither its own GEMM nor a
  *    [B,T,D] delta in memory; a->delta is then not read.
- *  - accumulate: out += y at active tokens (masked ones keep out), so the
- *    second direction of BiMamba adds itself onto the first's output. */
+ *  - accumulate: at active tokens out's value adds onto y before the gate,
+ *    out = (out + sum_n Cm h + Dskip x) * SiLU(z); masked tokens keep out. The
+ *    second direction of BiMamba adds itself onto the first's ungated output
+ *    (the first runs with z NULL), and the shared gate is applied once:
+ *    (y_fwd + y_bwd) SiLU(z) = y_fwd SiLU(z) + y_bwd SiLU(z). */
 #define BK_SCAN_MAX_N 16
 #define BK_SCAN_MAX_R 32
 #define BK_SCAN_CHUNK 64
@@ -120,7 +123,7 @@ typedef struct bk_scan_args {
     const float *delta_w;    /* [D,R] nullable: delta = delta_w dlow inside (forward only) */
     const float *dlow;       /* [B,T,G,R] rows bc_stride apart, with delta_w */
     int R;                   /* with delta_w: 1..BK_SCAN_MAX_R */
-    int accumulate;          /* 1: out += y (forward only) */
+    int accumulate;          /* 1: out = (out + y) * gate (forward only) */
 } bk_scan_args;
 
 /* Gradients of the scan; each nullable, each accumulated (+=). dBm, dCm use

@@ -7,8 +7,12 @@
  *    per (sample, vector of channels). Backward: one task per vector of
  *    channels over all samples in order, so it owns its dw/dbias and its dx
  *    columns.
- *  - scan forward: one task per (sample, tile of MLEN channels of a group);
- *    the tile's N states live in vector registers, lanes = channels.
+ *  - scan forward: one task per (sample, group); time runs in chunks of
+ *    BK_SCAN_CHUNK steps, each chunk for every tile of MLEN channels of the
+ *    group in turn, so the chunk's rows come from memory once and the
+ *    group's other tiles find them in cache. While a tile runs its N states
+ *    live in vector registers, lanes = channels; between chunks they wait in
+ *    a small per-thread buffer.
  *  - scan backward: one task per (sample, group), because dBm/dCm sum over
  *    the group's channels. Time runs in chunks of BK_SCAN_CHUNK from the last
  *    to the first; for each chunk every tile restarts from the saved state,
@@ -22,6 +26,7 @@
 #endif
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -75,24 +80,24 @@ static inline mvec mselect(mint m, mvec a, mvec b) {
 }
 
 /* 2^t for t <= 0 (the decay exp(dt A), A < 0, taken as 2^(dt A log2 e)):
- * t = n + r with n = round(t), |r| <= 1/2, 2^r by its Taylor series to
- * degree 6 (relative error ~1e-7), times 2^n. 0 < result <= 1; ~1e-38 for t
- * below -125 (clamped: never a subnormal). With AVX-512, round and 2^n are
- * one instruction each (vrndscaleps, vscalefps); otherwise n is found by the
- * 1.5 * 2^23 rounding trick and added into the exponent bits. */
+ * t = n + r with n = round(t), |r| <= 1/2, 2^r by a degree-5 polynomial
+ * fitted for relative error on [-1/2, 1/2] with p(0) = 1 exactly (so a zero
+ * step decays nothing; 9e-8 in exact arithmetic, 1.9e-7 in float), times
+ * 2^n. 0 <= result <= 1. With AVX-512, round and 2^n are one instruction
+ * each (vrndscaleps, vscalefps; t below -126 gives a subnormal or 0, the
+ * true value rounded); otherwise n is found by the 1.5 * 2^23 rounding trick
+ * and added into the exponent bits, t clamped to -125 (~1e-38). */
 static inline mvec exp2_poly(mvec r) {
-    mvec p = r * 1.5403530e-4f + 1.3333558e-3f; /* (ln 2)^k / k!, k = 6, 5, ... */
-    p = p * r + 9.6181291e-3f;
-    p = p * r + 5.5504109e-2f;
-    p = p * r + 2.4022651e-1f;
-    p = p * r + 6.9314718e-1f;
+    mvec p = r * 1.32647256e-3f + 9.67151309e-3f;
+    p = p * r + 5.55073375e-2f;
+    p = p * r + 2.40222421e-1f;
+    p = p * r + 6.93146978e-1f;
     return p * r + 1.0f;
 }
 #if MLEN == 16
 static inline mvec mexp2_neg(mvec t) {
-    __m512 tv = _mm512_max_ps((__m512)t, _mm512_set1_ps(-125.0f));
-    __m512 n = _mm512_roundscale_ps(tv, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    mvec p = exp2_poly((mvec)_mm512_sub_ps(tv, n));
+    __m512 n = _mm512_roundscale_ps((__m512)t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    mvec p = exp2_poly((mvec)_mm512_sub_ps((__m512)t, n));
     return (mvec)_mm512_scalef_ps((__m512)p, n);
 }
 #else
@@ -106,11 +111,23 @@ static inline mvec mexp2_neg(mvec t) {
 }
 #endif
 
-/* 1 / (1 + e^-x) with one division: e = e^-|x| in (0, 1], r = 1 / (1 + e);
+/* 1 / x for x in [1, 3] (the sigmoid's and softplus' denominators): with
+ * AVX-512 the 14-bit estimate and one Newton step (relative error ~1e-8),
+ * off the divider's slow port; otherwise a division. */
+static inline mvec mrecip(mvec x) {
+#if MLEN == 16
+    mvec r = (mvec)_mm512_rcp14_ps((__m512)x);
+    return r * (2.0f - x * r);
+#else
+    return 1.0f / x;
+#endif
+}
+
+/* 1 / (1 + e^-x) with one reciprocal: e = e^-|x| in (0, 1], r = 1 / (1 + e);
  * r for x >= 0, e r below. */
 static inline mvec msigmoid(mvec x) {
     mvec ax = mselect(x < 0.0f, -x, x);
-    mvec e = mexp2_neg(ax * -1.44269504f), r = 1.0f / (1.0f + e);
+    mvec e = mexp2_neg(ax * -1.44269504f), r = mrecip(1.0f + e);
     return mselect(x < 0.0f, e * r, r);
 }
 
@@ -120,7 +137,7 @@ static inline mvec msigmoid(mvec x) {
 static inline mvec msoftplus(mvec u) {
     mvec au = mselect(u < 0.0f, -u, u);
     mvec y = mexp2_neg(au * -1.44269504f);
-    mvec s = y / (2.0f + y), s2 = s * s;
+    mvec s = y * mrecip(2.0f + y), s2 = s * s;
     mvec p = s2 * (1.0f / 15.0f) + 1.0f / 13.0f;
     p = p * s2 + 1.0f / 11.0f;
     p = p * s2 + 1.0f / 9.0f;
@@ -335,12 +352,13 @@ static void scan_tile_init(scan_tile *st, const bk_scan_args *a, int b, int g, i
 /* Forward of one tile over all T steps. Inlined with N = 16 as a constant
  * for the common case, so the state loop unrolls into registers. */
 static inline __attribute__((always_inline)) void scan_tile_forward(const scan_tile *st, float *out,
-                                                                    float *states, const int N) {
+                                                                    float *states, mvec *hio,
+                                                                    int s0, int s1, const int N) {
     const bk_scan_args *a = st->a;
     const int T = a->T, D = a->D, G = a->G, b = st->b, nl = st->nl;
     mvec h[BK_SCAN_MAX_N];
-    for (int n = 0; n < N; n++) h[n] = msplat(0.0f);
-    for (int s = 0; s < T; s++) {
+    for (int n = 0; n < N; n++) h[n] = hio[n];
+    for (int s = s0; s < s1; s++) {
         int t = a->reverse ? T - 1 - s : s;
         size_t row = ((size_t)b * T + t) * D + st->c0;
         if (is_masked(a->mask, b, T, t)) {
@@ -376,14 +394,12 @@ static inline __attribute__((always_inline)) void scan_tile_forward(const scan_t
                 y0 += h[n] * Cp[n];
             }
             mvec y = (y0 + y1) + (y2 + y3);
+            if (a->accumulate) y += lanes_load(out + row, nl); /* before the gate */
             if (a->z) {
                 mvec zv = lanes_load(a->z + row, nl);
                 y *= zv * msigmoid(zv);
             }
-            if (a->accumulate)
-                lanes_add(out + row, y, nl);
-            else
-                lanes_store(out + row, y, nl);
+            lanes_store(out + row, y, nl);
         }
         if (states && (s % SCAN_L == SCAN_L - 1 || s == T - 1)) {
             float *sp = states + ((size_t)b * D + st->c0) * st->nch * N + (size_t)(s / SCAN_L) * N;
@@ -391,22 +407,55 @@ static inline __attribute__((always_inline)) void scan_tile_forward(const scan_t
                 for (int n = 0; n < N; n++) sp[(size_t)l * st->nch * N + n] = h[n][l];
         }
     }
+    for (int n = 0; n < N; n++) hio[n] = h[n];
+}
+
+/* One tile over steps [s0, s1), its state in hio. */
+static void scan_tile_run(const scan_tile *st, float *out, float *states, mvec *hio, int s0,
+                          int s1) {
+    if (st->a->N == BK_SCAN_MAX_N)
+        scan_tile_forward(st, out, states, hio, s0, s1, BK_SCAN_MAX_N);
+    else
+        scan_tile_forward(st, out, states, hio, s0, s1, st->a->N);
 }
 
 void bk_cpu_scan_forward(float *out, float *states, const bk_scan_args *a) {
     const int B = a->B, T = a->T, D = a->D, G = a->G;
     if (B <= 0 || T <= 0 || D <= 0) return;
     const int Dg = D / G, tpg = (Dg + MLEN - 1) / MLEN;
-    const long ntask = (long)B * G * tpg;
-#pragma omp parallel for schedule(static) if ((long long)B * T * D >= MIX_PAR_MIN / 4)
-    for (long task = 0; task < ntask; task++) {
-        int tile = (int)(task % tpg), g = (int)(task / tpg % G), b = (int)(task / tpg / G);
-        scan_tile st;
-        scan_tile_init(&st, a, b, g, tile * MLEN);
-        if (a->N == BK_SCAN_MAX_N)
-            scan_tile_forward(&st, out, states, BK_SCAN_MAX_N);
-        else
-            scan_tile_forward(&st, out, states, a->N);
+    const long ntask = (long)B * G;
+#pragma omp parallel if ((long long)B * T * D >= MIX_PAR_MIN / 4)
+    {
+        /* this thread's tiles of one group and their states (a few KB each) */
+        scan_tile *tiles = aligned_alloc(sizeof(mvec), (size_t)tpg * sizeof *tiles);
+        mvec *hs = aligned_alloc(sizeof(mvec), (size_t)tpg * BK_SCAN_MAX_N * sizeof *hs);
+#pragma omp for schedule(dynamic, 1)
+        for (long task = 0; task < ntask; task++) {
+            int g = (int)(task % G), b = (int)(task / G);
+            if (!tiles || !hs) { /* no memory: each tile alone over all steps */
+                for (int tile = 0; tile < tpg; tile++) {
+                    scan_tile st;
+                    mvec h[BK_SCAN_MAX_N] = {0};
+                    scan_tile_init(&st, a, b, g, tile * MLEN);
+                    scan_tile_run(&st, out, states, h, 0, T);
+                }
+                continue;
+            }
+            for (int tile = 0; tile < tpg; tile++) {
+                scan_tile_init(&tiles[tile], a, b, g, tile * MLEN);
+                for (int n = 0; n < BK_SCAN_MAX_N; n++) hs[tile * BK_SCAN_MAX_N + n] = msplat(0.0f);
+            }
+            /* a chunk of steps for every tile of the group in turn: the chunk's
+             * rows (512 B of each for 128 channels) come from memory once and
+             * stay in cache for the group's other tiles */
+            for (int s0 = 0; s0 < T; s0 += SCAN_L) {
+                int s1 = s0 + SCAN_L < T ? s0 + SCAN_L : T;
+                for (int tile = 0; tile < tpg; tile++)
+                    scan_tile_run(&tiles[tile], out, states, hs + tile * BK_SCAN_MAX_N, s0, s1);
+            }
+        }
+        free(tiles);
+        free(hs);
     }
 }
 

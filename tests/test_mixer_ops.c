@@ -513,7 +513,8 @@ Test(mixer, scan_matches_reference, .init = init_cpu) {
 
 /* The forward-only options: delta computed inside from the delta-rank
  * columns (delta_w, dlow) equals the scan of the same delta computed
- * outside; accumulate adds y onto out at active tokens, masked ones keep out. */
+ * outside; accumulate adds out onto y before the gate at active tokens,
+ * masked ones keep out. */
 static void scan_check_fused(int B, int T, int D, int G, int N, int reverse, uint64_t seed) {
     scan_case c = scan_make(B, T, D, G, N, reverse, 1, 1, seed);
     const int Dg = D / G, S = SCAN_R + 2 * N;
@@ -535,17 +536,26 @@ static void scan_check_fused(int B, int T, int D, int G, int N, int reverse, uin
     float *fused = fbuf(c.nx);
     cpu->scan_forward(fused, NULL, &f);
     expect_close_f("scan with delta_w vs delta given", fused, c.out, c.nx, 1e-5);
+    /* accumulate: (base + ungated y) * SiLU(z) at active tokens, base elsewhere */
+    f.z = NULL;
+    float *ungated = fbuf(c.nx);
+    cpu->scan_forward(ungated, NULL, &f);
     float *base = frand(c.nx, -1, 1, seed + 61), *acc = fcopy(base, c.nx);
-    f.accumulate = 1;
-    cpu->scan_forward(acc, NULL, &f);
+    double *want = dbuf(c.nx);
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
             for (int d = 0; d < D; d++) {
                 size_t i = ((size_t)b * T + t) * D + d;
-                float want = active(c.a.mask, b, T, t) ? base[i] + fused[i] : base[i];
-                cr_assert_eq(acc[i], want, "scan accumulate [%zu]: got %.9g, want %.9g", i,
-                             (double)acc[i], (double)want);
+                double zi = c.z[i], y = (double)base[i] + ungated[i];
+                want[i] = active(c.a.mask, b, T, t) ? y * zi * sigm(zi) : base[i];
             }
+    f.z = c.z;
+    f.accumulate = 1;
+    cpu->scan_forward(acc, NULL, &f);
+    expect_near("scan accumulate before the gate", acc, want, c.nx, 1e-5);
+    for (size_t i = 0; i < c.nx; i++)
+        if (!active(c.a.mask, (int)(i / D / T), T, (int)(i / D % T)))
+            cr_assert_eq(acc[i], base[i], "scan accumulate: masked [%zu] changed", i);
 }
 
 Test(mixer, scan_fused_delta_and_accumulate, .init = init_cpu) {

@@ -222,11 +222,12 @@ __global__ void __launch_bounds__(1024) scan_forward_kernel(float *out, float *s
                     h[n] = expf(dt * A[n]) * h[n] + dtx * __ldg(Bp + n);
                     y += __ldg(Cp + n) * h[n];
                 }
+            if (a.accumulate) y += out[row]; /* before the gate */
             if (a.z) {
                 float z = a.z[row];
                 y *= z * mix_sigmoid(z);
             }
-            out[row] = a.accumulate ? out[row] + y : y;
+            out[row] = y;
         }
         if (states && (s % MIX_L == MIX_L - 1 || s == T - 1)) {
             float *sp = states + (((size_t)b * D + c) * p.nch + s / MIX_L) * N;

@@ -177,7 +177,9 @@ void nn_bimamba_forward(nn_bimamba *m, const nn_env *e, nn_scratch *s, const nn_
             sa.R = R;
         }
         stage_done(m, be, NN_MAMBA_XPROJ, &t0);
-        /* ysum = y_fwd + y_bwd: the second direction adds itself on */
+        /* ysum = (y_fwd + y_bwd) SiLU(z): the forward direction writes its
+         * ungated y, the backward one adds itself on and applies the gate */
+        if (r == 0) sa.z = NULL;
         sa.accumulate = r;
         be->scan_forward(m->ysum, d->states, &sa);
         stage_done(m, be, NN_MAMBA_SCAN, &t0);
