@@ -230,7 +230,9 @@ int main(int argc, char **argv) {
                     double st[NN_MAMBA_STAGES];
                     int staged = mi == 1 && !train;
                     if (staged) mamba_stages(&s, reps, st);
-                    double gbs = staged ? scan_bytes(&s) / (st[NN_MAMBA_SCAN] * 1e-3) / 1e9 : 0;
+                    double gbs = staged && st[NN_MAMBA_SCAN] > 0
+                                     ? scan_bytes(&s) / (st[NN_MAMBA_SCAN] * 1e-3) / 1e9
+                                     : 0;
                     sub_free(&s);
                     if (mi == 0) att = ms;
                     const char *mode = train ? "train" : "infer";

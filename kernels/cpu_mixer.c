@@ -38,6 +38,7 @@
 /* Parallelise once a call touches this many floats. */
 #define MIX_PAR_MIN (1 << 14)
 #define SCAN_L BK_SCAN_CHUNK
+#define CONV_PF 16                /* rows the conv prefetches ahead */
 #define LSTM_WT_MAX (4 * 64 * 64) /* floats of a transposed whh kept on the stack */
 
 /* ---- vector helpers ---- */
@@ -231,6 +232,11 @@ static inline __attribute__((always_inline)) void conv_forward_task(float *out, 
     for (int s = 0; s < T; s++) {
         int t = a->reverse ? T - 1 - s : s;
         float *o = ob + (size_t)t * C;
+        if (s + CONV_PF < T) { /* rows CONV_PF steps ahead: the stride defeats the prefetchers */
+            int tn = a->reverse ? t - CONV_PF : t + CONV_PF;
+            __builtin_prefetch(xb + (size_t)tn * C, 0, 2);
+            __builtin_prefetch(ob + (size_t)tn * C, 1, 2);
+        }
         if (is_masked(a->mask, b, T, t)) {
             lanes_store(o, msplat(0.0f), nl);
             continue;
@@ -361,6 +367,18 @@ static inline __attribute__((always_inline)) void scan_tile_forward(const scan_t
     for (int s = s0; s < s1; s++) {
         int t = a->reverse ? T - 1 - s : s;
         size_t row = ((size_t)b * T + t) * D + st->c0;
+        if (s + SCAN_L < T) { /* this tile's lines of the next chunk, into cache */
+            int tn = a->reverse ? t - SCAN_L : t + SCAN_L;
+            size_t rn = ((size_t)b * T + tn) * D + st->c0;
+            const float *bn = a->Bm + (((size_t)b * T + tn) * G + st->g) * st->bcs;
+            __builtin_prefetch(a->x + rn, 0, 2);
+            __builtin_prefetch(out + rn, 1, 2);
+            if (a->z) __builtin_prefetch(a->z + rn, 0, 2);
+            if (!a->delta_w) __builtin_prefetch(a->delta + rn, 0, 2);
+            __builtin_prefetch(bn, 0, 2);
+            __builtin_prefetch(bn + 16, 0, 2);
+            if (a->delta_w) __builtin_prefetch(a->dlow + (bn - a->Bm), 0, 2);
+        }
         if (is_masked(a->mask, b, T, t)) {
             if (!a->accumulate) lanes_store(out + row, msplat(0.0f), nl);
         } else {
