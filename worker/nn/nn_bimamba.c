@@ -181,7 +181,7 @@ void nn_bimamba_forward(nn_bimamba *m, const nn_env *e, nn_scratch *s, const nn_
          * ungated y, the backward one adds itself on and applies the gate */
         if (r == 0) sa.z = NULL;
         sa.accumulate = r;
-        be->scan_forward(m->ysum, d->states, &sa);
+        be->scan_forward(m->ysum, c->training ? d->states : NULL, &sa);
         stage_done(m, be, NN_MAMBA_SCAN, &t0);
     }
     bgemm_half(be, 0, 1, BT, dh, Dg, m->ysum, D, Dg, nn_w(e, m->w_out), Dg, (long long)dh * Dg,
