@@ -26,6 +26,7 @@ model_shape pipe_model_shape(const bf_config *c, const data_sets *d) {
                            .patch = p,
                            .image_h = d->image_rows,
                            .image_w = d->image_cols,
+                           .hadamard = strcmp(c->attn.out_proj, "hadamard") == 0,
                            .avit = c->avit.enabled};
     } else {
         sh = (model_shape){.layers = c->model.layers,
