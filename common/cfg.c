@@ -105,6 +105,28 @@ size_t cfg_edit_distance(const char *a, const char *b) {
     return prev[lb];
 }
 
+size_t cfg_edit_distance_within(const char *a, const char *b, size_t max) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > CFG_KEY_MAX || lb > CFG_KEY_MAX) return max + 1;
+    /* the distance is at least the difference in length */
+    if ((la > lb ? la - lb : lb - la) > max) return max + 1;
+    size_t prev[CFG_KEY_MAX + 1], cur[CFG_KEY_MAX + 1];
+    for (size_t j = 0; j <= lb; j++) prev[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        cur[0] = i;
+        size_t row_min = cur[0];
+        for (size_t j = 1; j <= lb; j++) {
+            size_t sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
+            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+            if (cur[j] < row_min) row_min = cur[j];
+        }
+        if (row_min > max) return max + 1; /* rows never decrease below their minimum */
+        memcpy(prev, cur, (lb + 1) * sizeof(size_t));
+    }
+    return prev[lb] <= max ? prev[lb] : max + 1;
+}
+
 static const char *const section_names[] = {"data", "model",   "attn",  "budget",
                                             "avit", "distill", "train", "s2s"};
 
@@ -113,12 +135,15 @@ static const char *const section_names[] = {"data", "model",   "attn",  "budget"
 static const char *nearest(const char *key, int with_sections, size_t *dist) {
     const char *best = NULL;
     size_t bd = (size_t)-1;
+    /* a candidate only counts when strictly nearer than the best so far:
+     * cfg_edit_distance_within stops as soon as it cannot be (the fuzzer
+     * spent half its time here on long unknown keys) */
     for (size_t i = 0; i < cfg_field_count(); i++) {
-        size_t d = cfg_edit_distance(key, cfg_field_at(i)->key);
+        size_t d = cfg_edit_distance_within(key, cfg_field_at(i)->key, bd - 1);
         if (d < bd) bd = d, best = cfg_field_at(i)->key;
     }
     for (size_t i = 0; with_sections && i < sizeof(section_names) / sizeof(*section_names); i++) {
-        size_t d = cfg_edit_distance(key, section_names[i]);
+        size_t d = cfg_edit_distance_within(key, section_names[i], bd - 1);
         if (d < bd) bd = d, best = section_names[i];
     }
     if (dist) *dist = bd;

@@ -144,6 +144,8 @@ const char *cfg_nearest_key(const char *key);
 /* Levenshtein distance between a and b; (size_t)-1 when either is longer
  * than a key can be (256 bytes). */
 size_t cfg_edit_distance(const char *a, const char *b);
+/* The same when it is <= max; else some value > max, found sooner. */
+size_t cfg_edit_distance_within(const char *a, const char *b, size_t max);
 
 /* ---- Schema introspection (additions for jobs/ and docs) ---- */
 

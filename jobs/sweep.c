@@ -93,7 +93,7 @@ static const char *near_name(const char *key, const char *const *names) {
     const char *best = NULL;
     size_t bd = 1000, len = strlen(key);
     for (; *names; names++) {
-        size_t d = cfg_edit_distance(key, *names);
+        size_t d = cfg_edit_distance_within(key, *names, bd - 1);
         if (d < bd) bd = d, best = *names;
     }
     return (bd <= 2 || bd * 3 <= len) ? best : NULL;

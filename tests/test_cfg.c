@@ -504,3 +504,39 @@ Test(cfg, schedules) {
     cr_assert_float_eq(cfg_schedule_at(&z, 0.7f), 0.5f, 1e-7);
     cr_assert_str_eq(cfg_sched_name(CFG_SCHED_COSINE), "cosine");
 }
+
+/* The bounded edit distance the "did you mean" search uses is the plain one
+ * wherever that is within the bound, and says "over" everywhere else. */
+Test(cfg, bounded_edit_distance_agrees_with_the_plain_one) {
+    const char *w[] = {"",
+                       "a",
+                       "model.layers",
+                       "model.layer",
+                       "modle.layers",
+                       "train.lr",
+                       "train.steps",
+                       "budget.range",
+                       "xyz",
+                       "data.train",
+                       "data.val",
+                       "distill.mixer",
+                       "attn.out_proj",
+                       "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"};
+    size_t n = sizeof w / sizeof *w, checked = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < n; j++) {
+            size_t d = cfg_edit_distance(w[i], w[j]);
+            for (size_t max = 0; max < 34; max++) {
+                size_t b = cfg_edit_distance_within(w[i], w[j], max);
+                if (d <= max)
+                    cr_assert_eq(b, d, "'%s' '%s' max %zu: %zu, plain %zu", w[i], w[j], max, b, d);
+                else
+                    cr_assert_gt(b, max, "'%s' '%s' max %zu: %zu, plain %zu", w[i], w[j], max, b,
+                                 d);
+                checked++;
+            }
+        }
+    cr_assert_eq(checked, n * n * 34);
+    /* and the suggestion it feeds is unchanged */
+    cr_assert_str_eq(cfg_nearest_key("modle.layers"), "model.layers");
+}
