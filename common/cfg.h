@@ -75,7 +75,8 @@ typedef struct bf_config {
     struct {
         int enabled;
         float retention, gate_scale, gate_center, ponder_weight, prior_weight;
-        int steps; /* s2s: the avit stage's steps */
+        float tolerance; /* of the reached retention */
+        int steps;       /* s2s: the avit stage's steps */
     } avit;
     struct {
         char mixer[CFG_NAME_MAX]; /* bimamba | bilstm */

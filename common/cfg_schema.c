@@ -76,6 +76,9 @@ static const cfg_field cfg_schema[] = {
      "halting gate centre g: h = sigmoid(gate_scale * t0 - g)"},
     {"avit.steps", CFG_T_INT, OFF(avit.steps), 1, 100000000, "1000", NULL,
      "s2s: steps of the avit stage (fine-tuning the teacher with halting)"},
+    {"avit.tolerance", CFG_T_FLOAT, OFF(avit.tolerance), 0.0, 1.0, "0.05", NULL,
+     "how far the reached validation retention may be from avit.retention before the run "
+     "fails"},
     {"avit.retention", CFG_T_FLOAT, OFF(avit.retention), 0.01, 1.0, "0.7", NULL,
      "target token-retention ratio r (mean fraction of tokens active per layer)"},
     {"avit.gate_scale", CFG_T_FLOAT, OFF(avit.gate_scale), 1e-3, 1e4, "10", NULL,

@@ -41,21 +41,18 @@ static void vit_window(model *m, const bf_config *c, const model_stats *st) {
     m->halt.cf.shift = s < -L ? -L : s > L ? L : s;
 }
 
-/* How far the reached retention may be from avit.retention. */
-#define VIT_RETENTION_TOL 0.05
-
 static int vit_check(const model *m, const bf_config *c, const eval_result *val, char *err,
                      size_t errlen) {
     if (!m->sh.avit || isnan(val->retention)) return 0;
     double r = c->avit.retention, got = val->retention;
-    if (fabs(got - r) <= VIT_RETENTION_TOL) return 0;
+    if (fabs(got - r) <= c->avit.tolerance) return 0;
     snprintf(err, errlen,
              "A-ViT reached retention %.3f on the validation set, not the %.2f asked (avit."
-             "retention; tolerance %.2f). The checkpoint is written. To move it: raise "
+             "retention; avit.tolerance %.2f). The checkpoint is written. To move it: raise "
              "avit.prior_weight (now %g) to pull the halting depth to the target harder, %s "
              "avit.gate_center (now %g; lower halts sooner), or train longer (train.steps)",
-             got, r, VIT_RETENTION_TOL, (double)c->avit.prior_weight, got > r ? "lower" : "raise",
-             (double)c->avit.gate_center);
+             got, r, (double)c->avit.tolerance, (double)c->avit.prior_weight,
+             got > r ? "lower" : "raise", (double)c->avit.gate_center);
     return -1;
 }
 
