@@ -586,9 +586,11 @@ static int cmd_params(int argc, char **argv) {
     printf("%-12s %12zu\n", "head", model_count(&m, "ln_f.") + model_count(&m, "head."));
     printf("%-12s %12zu\n", "total", mm.params);
     mm.optimizer_bytes = 2 * mm.params * sizeof(float);
+    mm.host_bytes += 3 * mm.params * sizeof(float); /* checkpoint staging, as model_fits */
     const double mib = 1024.0 * 1024.0;
     printf("memory to train at train.batch %d (one rank): %.1f MiB = parameters + gradients "
-           "%.1f, AdamW %.1f, activations %.1f, scratch %.1f, host copies %.1f\n",
+           "%.1f, AdamW %.1f, activations %.1f, scratch %.1f, host copies and checkpoint staging "
+           "%.1f\n",
            batch,
            (double)(mm.param_bytes + mm.optimizer_bytes + mm.act_bytes + mm.scratch_bytes +
                     mm.host_bytes) /

@@ -223,7 +223,11 @@ int model_fits(const model_shape *sh, const bk_backend *be, int batch_capacity, 
     model_mem mm;
     if (model_plan(&m, sh, batch_capacity, &mm, err, errlen)) return -1;
     model_destroy(&m);
-    if (training) mm.optimizer_bytes = 2 * mm.params * sizeof(float);
+    if (training) {
+        mm.optimizer_bytes = 2 * mm.params * sizeof(float);
+        /* a checkpoint is staged on the host: parameters and both moments */
+        mm.host_bytes += 3 * mm.params * sizeof(float);
+    }
     return model_mem_check(&mm, be, err, errlen);
 }
 

@@ -170,7 +170,8 @@ int model_plan(model *m, const model_shape *sh, int batch_capacity, model_mem *m
 /* 0 when mm fits in what be can still allocate (or be cannot tell); else -1
  * with a message giving the bytes needed, part by part, and available. */
 int model_mem_check(const model_mem *mm, const bk_backend *be, char *err, size_t errlen);
-/* model_plan + model_mem_check; training adds the AdamW moments. */
+/* model_plan + model_mem_check; training adds the AdamW moments and the
+ * host copies a checkpoint is staged in (parameters and both moments). */
 int model_fits(const model_shape *sh, const bk_backend *be, int batch_capacity, int training,
                char *err, size_t errlen);
 
