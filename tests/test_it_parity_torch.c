@@ -6,10 +6,14 @@
  * the weights by name and must reproduce the logits (1e-4), the losses and
  * every tensor's gradient (1e-3). Cases: the encoder baseline, the budget
  * gate in training mode with Gumbel noise (dense and Hadamard W_O), the
- * bilstm and bimamba mixers in an encoder layer, and the causal LM (dense and
- * Hadamard). A missing torch fails the test (CI
- * installs it). A gradient file with one element moved by 0.5% must then
- * fail the check: the comparison is shown to be able to fail. */
+ * bilstm and bimamba mixers in an encoder layer, the causal LM (dense and
+ * Hadamard), and over a tiny IDX image set (tests/it_idx.h) the ViT and the
+ * ViT with A-ViT halting (its ponder and prior losses, retention and
+ * per-layer halting sums too). A missing torch fails the test (CI installs
+ * it). A gradient file with one element moved by 0.5% must then fail the
+ * check, and the reference's five deliberate departures from the halting
+ * equations must each fail against the A-ViT dump: the comparison is shown
+ * to be able to fail. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -17,16 +21,18 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "tests/it_idx.h" /* dir, write_set (the tiny IDX image set), run_cmd */
 #include "tests/tmpdir.h"
 #include "worker/safetensors.h"
 
 #define PYTHON "/usr/bin/python3"
 #define SCRIPT BF_SOURCE_DIR "/tests/test_parity_torch.py"
 
-static char dir[256];
 static void setup(void) {
     tmpdir_make(dir, sizeof dir, "/tmp/bf-parity-XXXXXX");
     tmpdir_copy_glosses(dir);
+    write_set("train", 60, 1, 0);
+    write_set("test", 30, 2, 0);
 }
 static void teardown(void) { tmpdir_remove(dir); }
 TestSuite(parity, .init = setup, .fini = teardown, .timeout = 300);
@@ -40,6 +46,19 @@ TestSuite(parity, .init = setup, .fini = teardown, .timeout = 300);
 static const char *const COMMON =
     "device: cpu\n"
     "model: {layers: 2, d_model: 32, heads: 4, seq_len: 24, vocab: 300}\n"
+    "train: {steps: 20, batch: 6, lr: 3.0e-3, seed: 11, eval_every: 0, checkpoint_every: 0}\n";
+
+/* The ViT cases: 12 x 12 images of tests/it_idx.h in 4 x 4 patches (9 + 1
+ * tokens), 4 layers, no augmentation (the reference sees the images as they
+ * are). With A-ViT the gate centre -0.5 opens the gate at init so that the 54
+ * patch tokens halt at layers 1, 2 and 3 (retention 0.75, between 1/L and 1:
+ * the reference refuses a dump where no token halts mid-depth); retention
+ * 0.6 puts the prior's centre at layer 1.37 and the ponder weight is raised so
+ * that its term weighs in the gradients. */
+static const char *const VIT_COMMON =
+    "pipeline: vit\ndevice: cpu\ndata: {val_fraction: 0.1}\n"
+    "model: {patch: 4, layers: 4, d_model: 32, heads: 4}\n"
+    "aug: {crop_pad: 0, hflip: false}\n"
     "train: {steps: 20, batch: 6, lr: 3.0e-3, seed: 11, eval_every: 0, checkpoint_every: 0}\n";
 
 typedef struct parity_case {
@@ -67,6 +86,9 @@ static const parity_case CASES[] = {
      "--set model.mixers=bimamba,attention"},
     {"lm_dense", "pipeline: lm\nattn: {out_proj: dense}\ndata: {val_fraction: 0.1}\n"},
     {"lm_hadamard", "pipeline: lm\nattn: {out_proj: hadamard}\ndata: {val_fraction: 0.1}\n"},
+    {"vit", "", NULL},
+    {"vit_avit", "avit: {enabled: true, gate_center: -0.5, retention: 0.6, ponder_weight: 0.01,\n"
+                 "       prior_weight: 0.1}\n"},
 };
 #define N_CASES (sizeof CASES / sizeof CASES[0])
 
@@ -82,22 +104,26 @@ static const char *log_text(const char *path) {
 /* Dumps case c into dir/NAME. */
 static void dump_case(const parity_case *c) {
     char yaml[2048], name[128], cmd[4096];
-    snprintf(yaml, sizeof yaml, "%s%s", COMMON, c->yaml);
+    int lm = strncmp(c->name, "lm_", 3) == 0, vit = strncmp(c->name, "vit", 3) == 0;
+    snprintf(yaml, sizeof yaml, "%s%s", vit ? VIT_COMMON : COMMON, c->yaml);
     snprintf(name, sizeof name, "%s.yaml", c->name);
     const char *cfg = tmpdir_write_file(dir, name, yaml, strlen(yaml));
-    int lm = strncmp(c->name, "lm_", 3) == 0;
     char data[1024];
-    if (lm)
+    if (vit)
+        snprintf(data, sizeof data,
+                 "--set data.train_images=%s/train-images --set data.train_labels=%s/train-labels "
+                 "--set data.test_images=%s/test-images --set data.test_labels=%s/test-labels",
+                 dir, dir, dir, dir);
+    else if (lm)
         snprintf(data, sizeof data, "--set data.path=%s/glosses_train.tsv", dir);
     else
         snprintf(data, sizeof data,
                  "--set data.train=%s/glosses_train.tsv --set data.val=%s/glosses_val.tsv", dir,
                  dir);
-    snprintf(cmd, sizeof cmd, "%s/bfworker dump '%s' %s %s --out '%s/%s' --quiet 2>'%s/%s.log'",
-             BF_BIN_DIR, cfg, data, c->set ? c->set : "", dir, c->name, dir, c->name);
-    char logp[512];
-    snprintf(logp, sizeof logp, "%s/%s.log", dir, c->name);
-    cr_assert_eq(system(cmd), 0, "%s\n%s", cmd, log_text(logp));
+    snprintf(cmd, sizeof cmd, "%s/bfworker dump '%s' %s %s --out '%s/%s' --quiet 2>&1", BF_BIN_DIR,
+             cfg, data, c->set ? c->set : "", dir, c->name);
+    static char out[16384];
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s\n%s", cmd, out);
 }
 
 /* Runs the PyTorch check over the dump folders in args; its exit status,
@@ -161,7 +187,14 @@ Test(parity, bf_matches_pytorch) {
     const char *out = log_text(tmpdir_path(dir, "py.log"));
     cr_log_info("%s", out);
     cr_assert_eq(rc, 0, "PyTorch parity failed:\n%s", out);
-    cr_expect(strstr(out, "7 of 7 dumps match bf"), "%s", out);
+    cr_expect(strstr(out, "9 of 9 dumps match bf"), "%s", out);
+    cr_expect(strstr(out, "ok vit: vit, 56 tensors"), "%s", out);
+    /* the halting exercised (tokens halt at layers 1, 2 and 3) and every
+     * deliberate departure of the reference from it caught */
+    cr_expect(strstr(out, "ok vit_avit: vit avit, 56 tensors") &&
+                  strstr(out, "halting depths [0, 16, 21, 17]") &&
+                  strstr(out, "mutants caught 5 of 5"),
+              "%s", out);
     cr_expect(strstr(out, "ok encoder_bilstm: encoder dense bilstm"), "%s", out);
     cr_expect(strstr(out, "ok encoder_bimamba: encoder dense bimamba"), "%s", out);
     /* the hinge exercised on both sides (every sample, both layers) */
@@ -184,6 +217,13 @@ Test(parity, bf_matches_pytorch) {
     out = log_text(tmpdir_path(dir, "py.log"));
     cr_expect(strstr(out, "FAIL") && strstr(out, "gradient of blocks.0.mamba.bwd.A_log"), "%s",
               out);
+    /* and in the A-ViT: the class token's gradient (it carries the halting
+     * losses' share), 0.5% off */
+    perturb_gradient("vit_avit", "cls_token", 1.005f);
+    snprintf(args, sizeof args, "'%s/vit_avit'", dir);
+    cr_expect_eq(python(args), 1, "%s", log_text(tmpdir_path(dir, "py.log")));
+    out = log_text(tmpdir_path(dir, "py.log"));
+    cr_expect(strstr(out, "FAIL") && strstr(out, "gradient of cls_token"), "%s", out);
 }
 
 Test(parity, dump_refuses_bad_input) {

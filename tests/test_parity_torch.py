@@ -57,6 +57,16 @@ The model:
         + lambda_b * mean over samples and layers of
           [max(0, s_min - s)^2 + max(0, s - s_max)^2]
         + lambda_e * (2 progress - 1) * mean over samples and layers of H(p).
+
+The ViT (shape model "vit") and its A-ViT halting: class ViT below, its
+docstring gives the equations. An A-ViT dump also compares the ponder and
+prior losses, the retention (mean fraction of patch tokens active per layer)
+and per layer the active patch tokens (exactly) and the p they spent; it must
+be well-posed (no cumulative score within 1e-4 of 1 - eps, where float32
+could decide the other way) and meaningful (retention strictly between 1/L
+and 1, some token halting mid-depth). Then each of AVIT_MUTANTS, a
+deliberate departure of the reference from the halting equations, must fail
+against the same dump, or the check reports that it cannot see that part.
 """
 import json
 import math
@@ -404,6 +414,128 @@ class Transformer(nn.Module):
         return logits, task, budget, entropy
 
 
+class ViT(nn.Module):
+    """design.md's DeiT-style ViT: the image (the dump's ids are its pixels
+    0..255, row-major [H, W]) cut into p x p patches (row-major patch order,
+    row-major pixels within a patch), each scaled to [-1, 1] (v * 2/255 - 1)
+    and embedded by patch_emb; the class token leads, positions are added; the
+    pre-LN blocks see every token both ways; the classifier reads LN_f of the
+    class token.
+
+    A-ViT (design.md "A-ViT", docs/s2s.md), when avit is given: after block l,
+    patch token k's score is h = sigmoid(gamma t[k, 0] - g) from channel 0 of
+    the block's output (h = 1 at the last layer, so every token halts there);
+    its cumulative score halts it once it reaches 1 - eps; while running it
+    spends p = h, at the layer where it halts p = its remainder R = 1 - (the
+    sum of its earlier h). The class token never halts. Layer l runs under the
+    mask of the tokens still running: halted tokens are no attention keys,
+    their LayerNorm outputs and both branch outputs are zero (their rows stop
+    changing). Losses: ponder_weight * mean over patch tokens of rho = N + R
+    (N = layers it ran), and prior_weight * KL(prior || q), q_l = the sum of p
+    over the batch's patch tokens at layer l normalised over layers, the prior
+    a Gaussian over layers 0..L-1 (std 1 layer) centred at the prior_centre
+    bf reports (nn_halt_centre of avit.retention plus the pipeline's shift).
+    eps = 0.01 and the prior's std are design.md's constants, not the dump's.
+    The halting decisions are discrete (no gradient); every h and remainder
+    carries its gradient into the losses.
+
+    mutant (the self-check): one deliberate departure from these equations
+    that the comparison must catch."""
+
+    def __init__(self, sh):
+        super().__init__()
+        d, T, p = sh["d_model"], sh["seq_len"], sh["patch"]
+        self.p, self.H, self.W = p, sh["image_h"], sh["image_w"]
+        self.patch_emb = nn.Linear(p * p, d)
+        self.cls_token = nn.Parameter(torch.zeros(1, d))
+        self.pos_emb = Params(weight=(T, d))
+        self.blocks = nn.ModuleList(Block(d, sh["heads"], False, False, False)
+                                    for _ in range(sh["layers"]))
+        self.ln_f = nn.LayerNorm(d, eps=1e-5)
+        self.head = nn.Linear(d, sh["n_classes"])
+
+    def embed(self, ids):
+        B, p = ids.shape[0], self.p
+        img = ids.view(B, self.H, self.W).to(torch.float64) * (2.0 / 255.0) - 1.0
+        patches = img.view(B, self.H // p, p, self.W // p, p).permute(0, 1, 3, 2, 4)
+        patches = patches.reshape(B, -1, p * p)
+        x = torch.cat([self.cls_token.expand(B, 1, -1), self.patch_emb(patches)], 1)
+        return x + self.pos_emb.weight.unsqueeze(0)
+
+    @staticmethod
+    def block(blk, x, active, keys):
+        """One pre-LN block under the token mask active [B,T] (keys: the
+        attention's key mask); masked rows come out unchanged."""
+        m = active.unsqueeze(-1)
+        a, _, _ = blk.attn(blk.ln1(x) * m, keys, None, None)
+        x = x + a * m
+        return x + blk.mlp(blk.ln2(x) * m) * m
+
+    def forward(self, ids, targets, avit=None, mutant=None):
+        x = self.embed(ids)
+        B, T, _ = x.shape
+        L = len(self.blocks)
+        info = {}
+        if avit is None:
+            ones = torch.ones(B, T, dtype=x.dtype)
+            for blk in self.blocks:
+                x = self.block(blk, x, ones, ones)
+        else:
+            gamma, g, eps = avit["gamma"], avit["gate_center"], AVIT_EPS
+            one = torch.ones(B, 1, dtype=x.dtype)
+            active = torch.ones(B, T, dtype=x.dtype)
+            cum = torch.zeros(B, T - 1, dtype=x.dtype)  # no gradient needed: decisions only
+            rem = torch.ones(B, T - 1, dtype=x.dtype)
+            rho = torch.zeros(B, T - 1, dtype=x.dtype)
+            psum, keep, margin = [], [], math.inf
+            halted_at = torch.full((B, T - 1), -1, dtype=torch.long)
+            for l, blk in enumerate(self.blocks):
+                keys = torch.ones_like(active) if mutant == "keys" else active
+                x = self.block(blk, x, active, keys)
+                run = active[:, 1:] > 0
+                if l == L - 1:
+                    h = torch.ones(B, T - 1, dtype=x.dtype)
+                else:
+                    h = torch.sigmoid(gamma * x[:, 1:, 0] - g)
+                if mutant == "halt_grad":
+                    h = h.detach()
+                h = torch.where(run, h, torch.zeros_like(h))
+                cum = cum + h.detach()
+                if l < L - 1 and bool(run.any()):
+                    margin = min(margin, float((cum - (1 - eps))[run].abs().min()))
+                stop = run & (cum >= 1 - eps)
+                spent = h if mutant == "remainder" else rem
+                p = torch.where(stop, spent, h)
+                r_rho = rem.detach() if mutant == "ponder_grad" else rem
+                rho = rho + run.to(x.dtype) + torch.where(stop, r_rho, torch.zeros_like(rem))
+                rem = torch.where(run & ~stop, rem - h, rem)
+                halted_at = torch.where(stop, torch.full_like(halted_at, l), halted_at)
+                psum.append(p.sum())
+                keep.append(int(run.sum()))
+                active = torch.cat([one, (run & ~stop).to(x.dtype)], 1)
+            psum_t = torch.stack(psum)
+            q = psum_t / psum_t.sum()
+            centre = avit["prior_centre"] + (0.5 if mutant == "prior_centre" else 0.0)
+            depth = torch.arange(L, dtype=x.dtype)
+            prior = torch.exp(-0.5 * ((depth - centre) / AVIT_SIGMA) ** 2)
+            prior = prior / prior.sum()
+            kl = (prior * (torch.log(prior) - torch.log(q))).sum()
+            info = {"ponder": avit["ponder_weight"] * rho.mean(),
+                    "prior": avit["prior_weight"] * kl,
+                    "retention": sum(keep) / (B * (T - 1) * L), "keep": keep,
+                    "psum": [float(v) for v in psum], "margin": margin,
+                    "halted_at": torch.bincount(halted_at.view(-1), minlength=L).tolist()}
+        logits = self.head(self.ln_f(x)[:, 0])
+        task = F.cross_entropy(logits, targets.view(B), reduction="mean")
+        return logits, task, info
+
+
+AVIT_EPS, AVIT_SIGMA = 0.01, 1.0  # design.md's halting threshold; the prior's std (layers)
+
+# each must make an A-ViT dump fail: the check sees every part of the halting
+AVIT_MUTANTS = ("keys", "remainder", "prior_centre", "halt_grad", "ponder_grad")
+
+
 def close(name, bf, ref, rtol, floor=0.0):
     """Elementwise |bf - ref| <= rtol |ref| + floor; returns the worst ratio."""
     bf, ref = bf.to(torch.float64), ref.to(torch.float64)
@@ -423,6 +555,116 @@ def close(name, bf, ref, rtol, floor=0.0):
     return worst
 
 
+def compare_grads(params, bf_grads):
+    """Every tensor's gradient, elementwise; returns the worst ratio and its tensor."""
+    if set(params) != set(bf_grads):
+        raise Failure("gradient names differ: only bf %s, only torch %s" % (
+            sorted(set(bf_grads) - set(params)), sorted(set(params) - set(bf_grads))))
+    worst_grad, worst_name = 0.0, ""
+    for name, p in params.items():
+        ref = p.grad if p.grad is not None else torch.zeros_like(p)
+        floor = FLOOR_GRAD * float(ref.abs().max()) + 1e-30
+        r = close("gradient of " + name, bf_grads[name], ref, RTOL_GRAD, floor)
+        if r >= worst_grad:
+            worst_grad, worst_name = r, name
+    return worst_grad, worst_name
+
+
+def check_loss(meta, name, v):
+    v = float(v)
+    if not abs(meta["loss"][name] - v) <= RTOL_LOSS * abs(v) + 1e-9:
+        raise Failure("%s: bf %.9g, torch %.9g" % (name, meta["loss"][name], v))
+
+
+def vit_reference(meta, weights, batch, mutant=None):
+    """The torch ViT over the dump's batch, its loss backwarded; (model, logits,
+    losses, halting info)."""
+    sh = meta["shape"]
+    model = ViT(sh)
+    model.load_state_dict(weights, strict=True)
+    model = model.double()
+    if not bool((batch["mask"] == 1).all()):
+        raise Failure("a vit batch's mask is not all ones")
+    logits, task, info = model(batch["ids"].long(), batch["targets"].long(),
+                               meta.get("avit") if sh["avit"] else None, mutant)
+    losses = {"loss_task": task}
+    if sh["avit"]:
+        losses.update(loss_ponder=info["ponder"], loss_prior=info["prior"])
+    losses["loss"] = sum(losses.values())
+    losses["loss"].backward()
+    return model, logits.detach(), losses, info
+
+
+def compare_vit(meta, model, logits, losses, info, bf_logits, bf_grads):
+    """Raises Failure on the first difference; returns (worst logit ratio,
+    worst gradient ratio, its tensor)."""
+    worst_logit = close("logits", bf_logits, logits, 0, RTOL_LOGITS * float(logits.abs().max()))
+    for k, v in losses.items():
+        check_loss(meta, k, v)
+    if meta["shape"]["avit"]:
+        bf = meta["avit"]
+        if [int(k) for k in bf["keep"]] != info["keep"]:
+            raise Failure("active patch tokens per layer: bf %s, torch %s" % (
+                [int(k) for k in bf["keep"]], info["keep"]))
+        close("p spent per layer (psum)", torch.tensor(bf["psum"], dtype=torch.float64),
+              torch.tensor(info["psum"], dtype=torch.float64), RTOL_LOSS, 1e-9)
+        if not abs(meta["loss"]["retention"] - info["retention"]) <= 1e-12:
+            raise Failure("retention: bf %.9g, torch %.9g" % (meta["loss"]["retention"],
+                                                              info["retention"]))
+    worst_grad, worst_name = compare_grads(dict(model.named_parameters()), bf_grads)
+    return worst_logit, worst_grad, worst_name
+
+
+def check_vit(d, meta, weights, batch, bf_logits, bf_grads):
+    sh = meta["shape"]
+    if sh["aug_pad"] or sh["aug_flip"]:
+        raise Failure("the dump's training batch was augmented (aug.crop_pad %d, aug.hflip %s): "
+                      "this model sees the images as they are; dump with --set aug.crop_pad=0 "
+                      "--set aug.hflip=false" % (sh["aug_pad"], bool(sh["aug_flip"])))
+    if sh["avit"] and (meta["avit"]["eps"] != np.float32(AVIT_EPS) or
+                       meta["avit"]["prior_sigma"] != AVIT_SIGMA):
+        raise Failure("bf halts at eps %g with a prior std of %g; design.md says %g and %g" % (
+            meta["avit"]["eps"], meta["avit"]["prior_sigma"], AVIT_EPS, AVIT_SIGMA))
+    model, logits, losses, info = vit_reference(meta, weights, batch)
+    L = sh["layers"]
+    note = ""
+    if sh["avit"]:
+        # well-posed: bf decides in float32; a cumulative score this close to
+        # 1 - eps would compare rounding, not equations
+        if info["margin"] < 1e-4:
+            raise Failure("a token's cumulative score is %.3g from 1 - eps: its halting is "
+                          "ambiguous in float32; move avit.gate_center" % info["margin"])
+        # and meaningful: tokens halt between the first and the last layer
+        mid = sum(info["halted_at"][1:L - 1])
+        if not (1.0 / L < info["retention"] < 1.0) or mid == 0:
+            raise Failure("retention %.4g (halting depths %s): no token halts mid-depth, the "
+                          "halting is not exercised; move avit.gate_center" % (
+                              info["retention"], info["halted_at"]))
+    worst_logit, worst_grad, worst_name = compare_vit(meta, model, logits, losses, info,
+                                                      bf_logits, bf_grads)
+    if sh["avit"]:
+        caught = []
+        for mu in AVIT_MUTANTS:
+            mm, ml, mls, mi = vit_reference(meta, weights, batch, mu)
+            try:
+                compare_vit(meta, mm, ml, mls, mi, bf_logits, bf_grads)
+            except Failure as e:
+                caught.append("%s (%s)" % (mu, str(e).split(":")[0]))
+                continue
+            raise Failure("the mutant '%s' of the reference matches bf too: the check cannot "
+                          "see that part of the halting" % mu)
+        note = (" ponder %.6g prior %.6g, retention %.4f (prior centre %.4g, halting depths %s, "
+                "margin to 1-eps %.2g); mutants caught %d of %d: %s" % (
+                    float(losses["loss_ponder"]), float(losses["loss_prior"]), info["retention"],
+                    meta["avit"]["prior_centre"], info["halted_at"], info["margin"],
+                    len(caught), len(AVIT_MUTANTS), ", ".join(caught)))
+    return ("%s: vit%s, %d tensors: logits within %.2g of the bound, loss %.6f (task %.6f%s), "
+            "worst gradient %s at %.2g of the bound" % (
+                os.path.basename(os.path.normpath(d)), " avit" if sh["avit"] else "",
+                len(list(model.parameters())), worst_logit, float(losses["loss"]),
+                float(losses["loss_task"]), note, worst_name, worst_grad))
+
+
 def check_dump(d):
     meta = json.load(open(os.path.join(d, "dump.json")))
     sh, kn = meta["shape"], meta["knobs"]
@@ -430,6 +672,8 @@ def check_dump(d):
     batch = load_file(os.path.join(d, "batch.safetensors"))
     bf_logits = load_file(os.path.join(d, "outputs.safetensors"))["logits"]
     bf_grads = load_file(os.path.join(d, "grads.safetensors"))
+    if sh["model"] == "vit":
+        return check_vit(d, meta, weights, batch, bf_logits, bf_grads)
 
     model = Transformer(sh)
     # strict: every bf tensor has a place in the torch model and none is left over
@@ -485,16 +729,7 @@ def check_dump(d):
         if not abs(meta["loss"][k] - v) <= RTOL_LOSS * abs(v) + 1e-9:
             raise Failure("%s: bf %.9g, torch %.9g" % (k, meta["loss"][k], v))
     params = dict(model.named_parameters())
-    if set(params) != set(bf_grads):
-        raise Failure("gradient names differ: only bf %s, only torch %s" % (
-            sorted(set(bf_grads) - set(params)), sorted(set(params) - set(bf_grads))))
-    worst_grad, worst_name = 0.0, ""
-    for name, p in params.items():
-        ref = p.grad if p.grad is not None else torch.zeros_like(p)
-        floor = FLOOR_GRAD * float(ref.abs().max()) + 1e-30
-        r = close("gradient of " + name, bf_grads[name], ref, RTOL_GRAD, floor)
-        if r >= worst_grad:
-            worst_grad, worst_name = r, name
+    worst_grad, worst_name = compare_grads(params, bf_grads)
     mixers = "".join(" " + k for k in sorted(set(sh.get("mixers", [])) - {"attention"}))
     return ("%s: %s%s%s%s, %d tensors: logits within %.2g of the bound, loss %.6f (task %.6f "
             "budget %.3g entropy %+.3g%s), worst gradient %s at %.2g of the bound" % (

@@ -135,30 +135,72 @@ static int write_logits(const model *m, int B, const char *path, char *err, size
     return rc;
 }
 
+/* The A-ViT halting of the dumped forward: the gate and loss knobs, the
+ * prior's centre this step used (nn_halt_centre of the retention + the
+ * pipeline's shift, layers 0..L-1) and the per-layer sums of the forward
+ * (active patch tokens, and the p they spent: h while running, the
+ * remainder where they halt). */
+static json_t *avit_json(const model *m) {
+    const nn_halt *h = &m->halt;
+    int L = m->sh.layers;
+    double *hs = malloc(BK_HALT_STATS(L) * sizeof(double));
+    json_t *keep = json_array(), *psum = json_array();
+    json_t *o = NULL;
+    if (hs && keep && psum) {
+        m->be->to_host(hs, h->hstats, BK_HALT_STATS(L) * sizeof(double));
+        for (int l = 0; l < L; l++) {
+            json_array_append_new(keep, json_real(hs[L + l]));
+            json_array_append_new(psum, json_real(hs[l]));
+        }
+        o = json_pack(
+            "{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:o, s:o}", "gamma", (double)h->cf.gamma,
+            "gate_center", (double)h->cf.centre, "eps", (double)h->cf.eps, "ponder_weight",
+            (double)h->cf.ponder_weight, "prior_weight", (double)h->cf.prior_weight,
+            "retention_target", (double)h->cf.retention, "prior_centre",
+            (double)(nn_halt_centre(h->cf.retention, L, h->cf.sigma) + h->cf.shift), "prior_sigma",
+            (double)h->cf.sigma, "remainders", hs[2 * L], "keep", keep, "psum", psum);
+        keep = psum = NULL; /* o owns them */
+    }
+    json_decref(keep);
+    json_decref(psum);
+    free(hs);
+    return o;
+}
+
+static const char *arch_name(const model *m) {
+    return m->arch == &MODEL_ENCODER ? "encoder" : m->arch == &MODEL_VIT ? "vit" : "decoder";
+}
+
 static int write_json(const model *m, const bf_config *c, int B, const char *path, char *err,
                       size_t errlen) {
     const model_stats *st = &m->st;
     const model_knobs *kn = &m->kn;
     const model_shape *sh = &m->sh;
     json_t *root = json_pack(
-        "{s:s, s:s, s:I, s:I, s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f},"
+        "{s:s, s:s, s:I, s:I, s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f},"
         " s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f},"
-        " s:{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:b, s:b, s:i, s:i, s:i}}",
+        " s:{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:b, s:b, s:i, s:i, s:i,"
+        " s:i, s:i, s:i, s:b, s:i, s:b}}",
         "pipeline", c->pipeline, "device", m->be->name, "seed", (json_int_t)c->train.seed, "step",
         (json_int_t)kn->step, "loss", "loss", st->loss, "loss_task", st->loss_task, "loss_budget",
-        st->loss_budget, "loss_entropy", st->loss_entropy, "mean_s", st->mean_s, "heads_used",
-        st->heads_used, "counted", st->counted, "correct", st->correct, "knobs", "tau",
-        (double)kn->tau, "sigma", (double)kn->sigma, "tau_r", (double)kn->tau_r, "s_min",
+        st->loss_budget, "loss_entropy", st->loss_entropy, "loss_ponder", st->loss_ponder,
+        "loss_prior", st->loss_prior, "retention", st->retention, "mean_s", st->mean_s,
+        "heads_used", st->heads_used, "counted", st->counted, "correct", st->correct, "knobs",
+        "tau", (double)kn->tau, "sigma", (double)kn->sigma, "tau_r", (double)kn->tau_r, "s_min",
         (double)kn->s_min, "s_max", (double)kn->s_max, "lambda_budget", (double)kn->lambda_budget,
         "lambda_entropy", (double)kn->lambda_entropy, "progress", (double)kn->progress, "shape",
-        "model", m->arch == &MODEL_ENCODER ? "encoder" : "decoder", "layers", sh->layers, "d_model",
-        sh->d_model, "heads", sh->heads, "seq_len", sh->seq_len, "vocab", sh->vocab, "n_classes",
-        sh->n_classes, "hadamard", sh->hadamard, "budget", sh->budget, "causal", sh->n_classes == 0,
-        "batch", B, "rows", m->arch->loss_rows(m, B), "logit_width", m->arch->logit_width(m));
+        "model", arch_name(m), "layers", sh->layers, "d_model", sh->d_model, "heads", sh->heads,
+        "seq_len", sh->seq_len, "vocab", sh->vocab, "n_classes", sh->n_classes, "hadamard",
+        sh->hadamard, "budget", sh->budget, "causal", sh->n_classes == 0, "batch", B, "rows",
+        m->arch->loss_rows(m, B), "logit_width", m->arch->logit_width(m), "patch", sh->patch,
+        "image_h", sh->image_h, "image_w", sh->image_w, "avit", sh->avit, "aug_pad", m->aug_pad,
+        "aug_flip", m->aug_flip);
     json_t *mixers = json_array();
     for (int l = 0; root && mixers && l < sh->layers; l++)
         json_array_append_new(mixers, json_string(model_mixer_name(sh->mixer[l])));
-    if (!root || !mixers || json_object_set_new(json_object_get(root, "shape"), "mixers", mixers)) {
+    json_t *avit = sh->avit ? avit_json(m) : NULL;
+    if (!root || !mixers || json_object_set_new(json_object_get(root, "shape"), "mixers", mixers) ||
+        (sh->avit && (!avit || json_object_set_new(root, "avit", avit)))) {
         json_decref(root);
         snprintf(err, errlen, "out of memory building %s", path);
         return -1;
@@ -179,8 +221,9 @@ int dump_write(const bf_config *conf, const char *out_dir, int batch, int quiet,
     if (batch > 0) c.train.batch = batch;
     const pipe_spec *sp = pipe_find(c.pipeline);
     if (!sp) {
-        snprintf(err, errlen, "dump: pipeline '%s' has no training step to dump (valid: %s, %s)",
-                 c.pipeline, PIPE_BUDGETFORMER.name, PIPE_LM.name);
+        snprintf(err, errlen,
+                 "dump: pipeline '%s' has no training step to dump (valid: %s, %s, %s)", c.pipeline,
+                 PIPE_BUDGETFORMER.name, PIPE_LM.name, PIPE_VIT.name);
         return -1;
     }
     if (make_dirs(out_dir, err, errlen)) return -1;
@@ -194,12 +237,12 @@ int dump_write(const bf_config *conf, const char *out_dir, int batch, int quiet,
     data_batch_t b;
     memset(&b, 0, sizeof b);
     int rc = -1;
-    int B = c.train.batch, T = c.model.seq_len;
+    /* values per item: tokens, or an image's pixels (vit) */
+    int B = c.train.batch, T = pipe_input_len(&c, &d);
     model_shape sh = pipe_model_shape(&c, &d);
     /* the model as the training loop builds it (pipe_loop.c, loop_model) */
     if (model_create(&m, &sh, be, B, err, errlen)) goto out;
-    m.kn.s_min = c.budget.range[0];
-    m.kn.s_max = c.budget.range[1];
+    pipe_model_config(&m, &c); /* augmentation, budget range, halting knobs */
     if (model_init_weights(&m, c.train.seed, err, errlen)) goto out;
     /* and its first batch (loop_data, train_step) on one rank */
     data_batcher_opts bo = {.global_batch = B,
@@ -233,7 +276,13 @@ int dump_write(const bf_config *conf, const char *out_dir, int batch, int quiet,
         write_params(&m, join(path, sizeof path, out_dir, "grads.safetensors"), 1, err, errlen) ||
         write_json(&m, &c, b.rows, join(path, sizeof path, out_dir, "dump.json"), err, errlen))
         goto out;
-    if (!quiet)
+    if (!quiet && sh.avit)
+        fprintf(stderr,
+                "dump: %s, %d rows, loss %.6f (task %.6f ponder %.6f prior %.6f), retention "
+                "%.4f -> %s\n",
+                c.pipeline, b.rows, m.st.loss, m.st.loss_task, m.st.loss_ponder, m.st.loss_prior,
+                m.st.retention, out_dir);
+    else if (!quiet)
         fprintf(stderr,
                 "dump: %s, %d rows, loss %.6f (task %.6f budget %.6f entropy %+.6f) -> %s\n",
                 c.pipeline, b.rows, m.st.loss, m.st.loss_task, m.st.loss_budget, m.st.loss_entropy,
@@ -252,8 +301,10 @@ static const char *DUMP_USAGE =
     "  One training-mode forward and backward of step 0 (the config's seed, the first\n"
     "  training batch, the knobs of step 0), written for an outside implementation to\n"
     "  check: DIR/model.safetensors (weights), batch.safetensors (ids, mask, targets,\n"
-    "  budget noise.L), outputs.safetensors (logits), grads.safetensors (every\n"
-    "  parameter's gradient by name), dump.json (losses, knobs, shape).\n"
+    "  budget noise.L; vit: ids are the pixels), outputs.safetensors (logits),\n"
+    "  grads.safetensors (every parameter's gradient by name), dump.json (losses,\n"
+    "  knobs, shape; with avit.enabled the halting knobs, the prior centre used and\n"
+    "  the per-layer keep and psum sums).\n"
     "  --batch N   rows of the batch (default train.batch; at most 4096)\n";
 
 int dump_main(int argc, char **argv) {
