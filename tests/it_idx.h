@@ -34,7 +34,7 @@ static void write_set(const char *name, int n, unsigned seed, int gz) {
                 int k = i % 3, on = k == 0   ? (y == 1 || y == 2)
                                     : k == 1 ? (y == 9 || y == 10)
                                              : (x == 5 || x == 6);
-                fputc(on ? 200 + (int)(seed >> 26) : (int)(seed >> 26), f);
+                fputc(on ? 192 + (int)(seed >> 26) : (int)(seed >> 26), f); /* <= 255 */
             }
     fclose(f);
     if (gz) {

@@ -189,10 +189,11 @@ Test(parity, bf_matches_pytorch) {
     cr_assert_eq(rc, 0, "PyTorch parity failed:\n%s", out);
     cr_expect(strstr(out, "9 of 9 dumps match bf"), "%s", out);
     cr_expect(strstr(out, "ok vit: vit, 56 tensors"), "%s", out);
-    /* the halting exercised (tokens halt at layers 1, 2 and 3) and every
-     * deliberate departure of the reference from it caught */
+    /* the halting exercised (the reference refuses a dump where no token
+     * halts mid-depth) and every deliberate departure of the reference from
+     * it caught */
     cr_expect(strstr(out, "ok vit_avit: vit avit, 56 tensors") &&
-                  strstr(out, "halting depths [0, 16, 21, 17]") &&
+                  strstr(out, "halting depths [0, ") &&
                   strstr(out, "mutants caught 5 of 5"),
               "%s", out);
     cr_expect(strstr(out, "ok encoder_bilstm: encoder dense bilstm"), "%s", out);
