@@ -239,12 +239,12 @@ static int run_eval(s2s_ctx *x, char *err, size_t errlen) {
         double ips[3];
         for (int k = 0; k < 3; k++) {
             double got;
-            ips[k] = s2s_speed(&shape[k], be, T, ret[k], 4, 2, &got, err, errlen);
+            ips[k] = s2s_speed(&shape[k], be, T, ret[k], 4, 5, &got, err, errlen);
             if (ips[k] < 0) return -1;
             metrics_add(&x->mt, name_of("eval/", who[k], "/images_per_s", T), ips[k]);
         }
-        double ma = s2s_mixer_ms(&shape[2], be, MODEL_MIXER_ATTENTION, T, 4, 2, err, errlen);
-        double mm = s2s_mixer_ms(&shape[2], be, kind, T, 4, 2, err, errlen);
+        double ma = s2s_mixer_ms(&shape[2], be, MODEL_MIXER_ATTENTION, T, 4, 5, err, errlen);
+        double mm = s2s_mixer_ms(&shape[2], be, kind, T, 4, 5, err, errlen);
         if (ma < 0 || mm < 0) return -1;
         metrics_add(&x->mt, name_of("eval/", "student", "/speedup_vs_teacher", T), ips[2] / ips[1]);
         metrics_add(&x->mt, name_of("eval/", "mixer", "/attention_ms", T), ma);
