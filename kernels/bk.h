@@ -554,7 +554,12 @@ int bk_hadamard_entry(int d, int i, int j);
  * instead of 14 ms). Programs call this first thing in main: unless the user
  * chose a policy, it re-executes the program once with OMP_WAIT_POLICY=passive
  * (and BK_OMP_PASSIVE_SET=1, so a benchmark can run a peer program without the
- * policy it did not ask for). Returns only when no re-exec happened. */
+ * policy it did not ask for). Returns only when no re-exec happened.
+ * OpenBLAS likewise reads OPENBLAS_CORETYPE once, when it loads: where it fell
+ * back to its SSE3 kernels on a CPU it does not know but that has AVX-512
+ * (or AVX2), the same re-exec sets OPENBLAS_CORETYPE=SkylakeX (Haswell), the
+ * kernels for what the CPU can do (3x faster sgemm on such a virtual machine).
+ * A user's own OPENBLAS_CORETYPE is kept. */
 void bk_openmp_passive(char **argv);
 
 #ifdef __cplusplus
