@@ -91,6 +91,14 @@ Test(it_vit, learns_a_tiny_idx_set, .timeout = 300) {
     cr_assert(strstr(out, "reached retention 1.000") && strstr(out, "avit.gate_center"), "%s", out);
     snprintf(cmd, sizeof cmd, "test -s %s/avit2/model.safetensors", dir);
     cr_assert_eq(system(cmd), 0, "the checkpoint of a run that missed its retention is lost");
+    /* resumed at its last step, it validates again and says the same */
+    snprintf(cmd, sizeof cmd,
+             "%s/bfworker train %s/vit.yaml --quiet --resume %s/avit2 --set avit.enabled=true "
+             "--set avit.retention=0.5 --set avit.gate_center=1e4 --set avit.prior_weight=0 "
+             "--set model.layers=3 --set train.steps=20 2>&1",
+             BF_BIN_DIR, dir, dir);
+    rc = run_cmd(cmd, out, sizeof out);
+    cr_assert(rc != 0 && strstr(out, "reached retention 1.000"), "%s", out);
 
     /* a truncated training file: the run fails naming it */
     snprintf(cmd, sizeof cmd, "head -c 1000 %s/test-images > %s/cut-images", dir, dir);

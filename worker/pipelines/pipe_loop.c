@@ -571,6 +571,11 @@ int pipe_train(const pipe_spec *sp, const bf_config *c, const data_sets *d, cons
     window_begin(&L);
     rc = run_steps(&L, stop, r, &step, err, errlen);
     if (rc == 0 && final_test(&L, step, r, err, errlen)) rc = -1;
+    /* a run resumed at its last step validated nothing in this process:
+     * the check reads a validation of the weights it ends with */
+    if (rc == 0 && sp->check && L.last_val.samples == 0 &&
+        pipe_evaluate(&L.m, c, d, 0, h, &L.last_val, NULL, err, errlen))
+        rc = -1;
     if (rc == 0 && sp->check && sp->check(&L.m, c, &L.last_val, err, errlen)) rc = -1;
     if (rc == 0 && r) r->steps = step;
 out:
