@@ -10,18 +10,19 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 
-static char dir[64];
+static char dir[64] __attribute__((unused)); /* the test's folder (write_set) */
 
-static void be32(FILE *f, unsigned v) {
+static inline void be32(FILE *f, unsigned v) {
     unsigned char b[4] = {v >> 24, v >> 16, v >> 8, v};
     fwrite(b, 1, 4, f);
 }
 
 /* n images of class i % 3 with noise from seed into NAME-images / NAME-labels
  * (the images gzipped through gzip(1) when gz: both kinds are read). */
-static void write_set(const char *name, int n, unsigned seed, int gz) {
-    char p[160];
-    snprintf(p, sizeof p, "%s/%s-images", dir, name);
+static inline void it_idx_write(const char *folder, const char *name, int n, unsigned seed,
+                                int gz) {
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s-images", folder, name);
     FILE *f = fopen(p, "wb");
     cr_assert(f != NULL);
     unsigned char m[4] = {0, 0, 8, 3};
@@ -38,11 +39,11 @@ static void write_set(const char *name, int n, unsigned seed, int gz) {
             }
     fclose(f);
     if (gz) {
-        char cmd[256];
+        char cmd[700];
         snprintf(cmd, sizeof cmd, "gzip %s", p);
         cr_assert_eq(system(cmd), 0);
     }
-    snprintf(p, sizeof p, "%s/%s-labels", dir, name);
+    snprintf(p, sizeof p, "%s/%s-labels", folder, name);
     f = fopen(p, "wb");
     cr_assert(f != NULL);
     unsigned char ml[4] = {0, 0, 8, 1};
@@ -52,7 +53,12 @@ static void write_set(const char *name, int n, unsigned seed, int gz) {
     fclose(f);
 }
 
-static int run_cmd(const char *cmd, char *out, size_t outlen) {
+/* ... into the test's `dir` */
+static inline void write_set(const char *name, int n, unsigned seed, int gz) {
+    it_idx_write(dir, name, n, seed, gz);
+}
+
+static inline int run_cmd(const char *cmd, char *out, size_t outlen) {
     FILE *p = popen(cmd, "r");
     cr_assert(p != NULL, "popen %s", cmd);
     size_t n = fread(out, 1, outlen - 1, p);

@@ -20,49 +20,16 @@
 #include <unistd.h>
 
 #include "it_bfd.h"
+#include "tests/it_idx.h"
 
 static char g_dir[256], g_home[320];
 static pid_t g_bfd = -1;
 
-static void be32(FILE *f, unsigned v) {
-    unsigned char b[4] = {v >> 24, v >> 16, v >> 8, v};
-    fwrite(b, 1, 4, f);
-}
-
-/* n images of class i % 3 over noise into g_dir/NAME-images, NAME-labels */
-static void write_set(const char *name, int n, unsigned seed) {
-    char p[400];
-    snprintf(p, sizeof p, "%s/%s-images", g_dir, name);
-    FILE *f = fopen(p, "wb");
-    cr_assert(f != NULL);
-    unsigned char m[4] = {0, 0, 8, 3};
-    fwrite(m, 1, 4, f);
-    be32(f, (unsigned)n), be32(f, 12), be32(f, 12);
-    for (int i = 0; i < n; i++)
-        for (int y = 0; y < 12; y++)
-            for (int x = 0; x < 12; x++) {
-                seed = seed * 1103515245u + 12345u;
-                int k = i % 3, on = k == 0   ? (y == 1 || y == 2)
-                                    : k == 1 ? (y == 9 || y == 10)
-                                             : (x == 5 || x == 6);
-                fputc(on ? 200 + (int)(seed >> 26) : (int)(seed >> 26), f);
-            }
-    fclose(f);
-    snprintf(p, sizeof p, "%s/%s-labels", g_dir, name);
-    f = fopen(p, "wb");
-    cr_assert(f != NULL);
-    unsigned char ml[4] = {0, 0, 8, 1};
-    fwrite(ml, 1, 4, f);
-    be32(f, (unsigned)n);
-    for (int i = 0; i < n; i++) fputc(i % 3, f);
-    fclose(f);
-}
-
 static void setup(void) {
     it_worker_env();
     it_bfd_home(g_dir, sizeof g_dir, g_home, sizeof g_home, "/tmp/bf-its-XXXXXX");
-    write_set("train", 240, 1);
-    write_set("test", 60, 2);
+    it_idx_write(g_dir, "train", 240, 1, 0);
+    it_idx_write(g_dir, "test", 60, 2, 0);
     it_write_text(tmpdir_path(g_home, "bfd.yaml"),
                   "slots: 2\nheartbeat_timeout: 20\nheartbeat_interval: 0.2\nkill_grace: 2\n",
                   0644);
