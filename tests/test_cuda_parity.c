@@ -709,6 +709,9 @@ Test(cuda_parity, selective_scan) {
         check_scan(2, 70, 10, 2, 5, reverse, 0, 0);   /* 5 channels per group, N = 5 */
     }
     check_scan(2, 129, 256, 1, 16, 0, 1, 1); /* one group of 256 channels */
+    check_scan(2, 1100, 80, 2, 16, 1, 1, 1); /* 40 channels per group: a full and a partial
+                                                tile of 32; 18 chunks, the last partial */
+    check_scan(1, 7, 33, 1, 3, 0, 1, 0);     /* shorter than one chunk's first segment */
 }
 
 static void check_lstm(int B, int T, int S, int H, int bidir, int masked) {

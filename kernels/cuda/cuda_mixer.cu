@@ -3,18 +3,23 @@
  * CPU reference (kernels/cpu_mixer.c):
  *  - conv: one thread per (sample, channel) walking its tokens; dw/dbias
  *    through per-sample partials in scratch, added over samples in order.
- *  - scan: one block per (sample, channel group), one thread per channel,
- *    the N states in registers, time walked in order. The forward saves the
- *    state at every chunk end; the backward restarts each chunk from there,
- *    recomputes the chunk's states into per-thread (local) memory and walks
- *    it back. dBm/dCm, sums over the group's channels, are reduced in the
+ *  - scan forward: parallel over time inside each chunk as well as over
+ *    (sample, channel): a block scan of the step h = a h + u over segments
+ *    of the chunk, carried chunk to chunk (see scan_forward_kernel). It
+ *    saves the state at every chunk end.
+ *  - scan backward: one block per (sample, channel group), one thread per
+ *    channel, the N states in registers; it restarts each chunk from the
+ *    saved state, recomputes the chunk's states into per-thread (local)
+ *    memory and walks it back. dBm/dCm, sums over the group's channels, are reduced in the
  *    block per step (warp shuffles, then shared memory) with no atomics, so
  *    results are reproducible. Parameter gradients go through per-sample
  *    partials like the CPU's.
  *  - lstm: one block per (sample, stream), one thread per gate row; h and
  *    the gates of a step in shared memory.
- * Time stays sequential inside a thread here; a time-parallel block scan (as
- * in state-spaces/mamba) is the next step once it can be measured. */
+ * The backward still walks time in order inside a thread; making it
+ * chunk-parallel too (local dh recurrences per chunk, then the carries) is
+ * the next step once it can be measured. */
+#include <limits.h>
 #include <math.h>
 
 #include "kernels/cuda/cuda_check.h"
@@ -184,57 +189,130 @@ static void scan_require(const bk_scan_args *a) {
     BK_CUDA_REQUIRE(a->N >= 1 && a->N <= BK_SCAN_MAX_N, "state size N must be in [1, 16]");
     BK_CUDA_REQUIRE(!a->delta_w || (a->dlow && a->R >= 1 && a->R <= BK_SCAN_MAX_R),
                     "delta_w needs dlow and R in [1, 32]");
+    long long bcs = a->bc_stride ? a->bc_stride : a->N;
+    BK_CUDA_REQUIRE((long long)a->T * a->G * bcs < INT_MAX,
+                    "one sample's Bm/Cm rows must hold fewer than 2^31 floats");
 }
 
-__global__ void __launch_bounds__(1024) scan_forward_kernel(float *out, float *states, scan_dev p) {
+/* The forward, parallel over time as well as channels. A block is a tile of
+ * 32 channels of one group (the lanes, so each load of a token row is one
+ * coalesced line; the tokens' Bm/Cm rows are the same for the whole warp)
+ * by SCAN_W warps. Time goes chunk by chunk (BK_SCAN_CHUNK steps, the
+ * chunks whose end states the backward restarts from); a chunk is cut into
+ * SCAN_W segments of SCAN_I consecutive steps, one per warp. Per state n
+ * the step is h = a h + u (a = exp(dt A_n), u = dt x B_n; a masked or
+ * missing step is a = 1, u = 0), and steps compose: (a2, u2) after (a1, u1)
+ * is (a2 a1, a2 u1 + u2). Each thread composes its segment into (a, u), the
+ * segments meet in shared memory, each thread applies those before its own
+ * to the chunk's carried state and walks its segment from there for the
+ * outputs; applying all of them gives the chunk's end state: the next
+ * carry, saved for the backward. Two block syncs per chunk; the exps are
+ * computed twice (composing, walking) rather than held in registers. */
+#define SCAN_W 8
+#define SCAN_I (MIX_L / SCAN_W)
+static_assert(MIX_L % SCAN_W == 0, "a chunk splits into SCAN_W equal segments");
+
+__global__ void __launch_bounds__(32 * SCAN_W)
+    scan_forward_kernel(float *out, float *states, scan_dev p) {
     const bk_scan_args &a = p.a;
-    const int g = blockIdx.x, b = blockIdx.y, cl = threadIdx.x;
-    if (cl >= p.Dg) return; /* no block-wide sync in the forward */
-    const int c = g * p.Dg + cl, T = a.T, D = a.D, G = a.G, N = a.N;
-    float A[MIX_NMAX], h[MIX_NMAX];
+    const int tiles = (p.Dg + 31) / 32, g = blockIdx.x / tiles, b = blockIdx.y;
+    const int lane = threadIdx.x, w = threadIdx.y, cl = (blockIdx.x % tiles) * 32 + lane;
+    const bool valid = cl < p.Dg; /* invalid lanes still reach every sync */
+    const int c = g * p.Dg + (valid ? cl : 0), T = a.T, D = a.D, G = a.G, N = a.N;
+    __shared__ float sa[MIX_NMAX][SCAN_W][32], su[MIX_NMAX][SCAN_W][32];
+    float A[MIX_NMAX], carry[MIX_NMAX];
 #pragma unroll
     for (int n = 0; n < MIX_NMAX; n++) {
-        A[n] = n < N ? -expf(a.A_log[(size_t)c * N + n]) : 0.0f;
-        h[n] = 0.0f;
+        A[n] = valid && n < N ? -expf(a.A_log[(size_t)c * N + n]) : 0.0f;
+        carry[n] = 0.0f;
     }
-    const float Dv = a.Dskip ? a.Dskip[c] : 0.0f, bias = a.delta_bias ? a.delta_bias[c] : 0.0f;
-    for (int s = 0; s < T; s++) {
-        int t = a.reverse ? T - 1 - s : s;
-        size_t row = ((size_t)b * T + t) * D + c;
-        if (mix_masked(a.mask, b, T, t)) {
-            if (!a.accumulate) out[row] = 0.0f;
-        } else {
-            size_t bc = (((size_t)b * T + t) * G + g) * p.bcs;
+    const float Dv = valid && a.Dskip ? a.Dskip[c] : 0.0f;
+    const float bias = valid && a.delta_bias ? a.delta_bias[c] : 0.0f;
+    /* this sample's Bm/Cm/dlow rows; offsets within a sample fit 32 bits */
+    const size_t bbase = (size_t)b * T * G * p.bcs;
+    const float *Bm = a.Bm + bbase, *Cm = a.Cm + bbase;
+    for (int s0 = 0; s0 < T; s0 += MIX_L) {
+        float dt[SCAN_I], dtx[SCAN_I], y[SCAN_I];
+        unsigned bc[SCAN_I];
+        bool on[SCAN_I];
+#pragma unroll
+        for (int i = 0; i < SCAN_I; i++) {
+            const int s = s0 + w * SCAN_I + i, t = a.reverse ? T - 1 - s : s;
+            on[i] = valid && s < T && !mix_masked(a.mask, b, T, t);
+            dt[i] = dtx[i] = y[i] = 0.0f;
+            bc[i] = 0;
+            if (!on[i]) continue;
+            const size_t row = ((size_t)b * T + t) * D + c;
+            bc[i] = (unsigned)((t * G + g) * p.bcs);
             float pre;
             if (a.delta_w) { /* W_delta dlow inside, in r order */
-                pre = a.delta_w[(size_t)c * a.R] * __ldg(a.dlow + bc);
-                for (int r = 1; r < a.R; r++)
-                    pre += a.delta_w[(size_t)c * a.R + r] * __ldg(a.dlow + bc + r);
+                const float *dl = a.dlow + bbase + bc[i];
+                pre = a.delta_w[(size_t)c * a.R] * __ldg(dl);
+                for (int r = 1; r < a.R; r++) pre += a.delta_w[(size_t)c * a.R + r] * __ldg(dl + r);
             } else {
                 pre = a.delta[row];
             }
-            float x = a.x[row], dt = mix_softplus(pre + bias), dtx = dt * x;
-            const float *Bp = a.Bm + bc, *Cp = a.Cm + bc;
-            float y = Dv * x;
+            const float x = a.x[row];
+            dt[i] = mix_softplus(pre + bias);
+            dtx[i] = dt[i] * x;
+            y[i] = Dv * x;
+        }
+#pragma unroll
+        for (int n = 0; n < MIX_NMAX; n++)
+            if (n < N) { /* this segment composed */
+                float pa = 1.0f, pu = 0.0f;
+#pragma unroll
+                for (int i = 0; i < SCAN_I; i++)
+                    if (on[i]) {
+                        float e = expf(dt[i] * A[n]);
+                        pa *= e;
+                        pu = e * pu + dtx[i] * __ldg(Bm + bc[i] + n);
+                    }
+                sa[n][w][lane] = pa;
+                su[n][w][lane] = pu;
+            }
+        __syncthreads();
+#pragma unroll
+        for (int n = 0; n < MIX_NMAX; n++)
+            if (n < N) {
+                float run = carry[n], h = 0.0f;
+#pragma unroll
+                for (int wi = 0; wi < SCAN_W; wi++) {
+                    if (wi == w) h = run; /* the state before this segment */
+                    run = sa[n][wi][lane] * run + su[n][wi][lane];
+                }
+                carry[n] = run;
+#pragma unroll
+                for (int i = 0; i < SCAN_I; i++)
+                    if (on[i]) {
+                        h = expf(dt[i] * A[n]) * h + dtx[i] * __ldg(Bm + bc[i] + n);
+                        y[i] += __ldg(Cm + bc[i] + n) * h;
+                    }
+            }
+        if (states && valid && w == 0) { /* the state after the chunk's last step */
+            float *sp = states + (((size_t)b * D + c) * p.nch + s0 / MIX_L) * N;
 #pragma unroll
             for (int n = 0; n < MIX_NMAX; n++)
-                if (n < N) {
-                    h[n] = expf(dt * A[n]) * h[n] + dtx * __ldg(Bp + n);
-                    y += __ldg(Cp + n) * h[n];
-                }
-            if (a.accumulate) y += out[row]; /* before the gate */
+                if (n < N) sp[n] = carry[n];
+        }
+#pragma unroll
+        for (int i = 0; i < SCAN_I; i++) {
+            const int s = s0 + w * SCAN_I + i, t = a.reverse ? T - 1 - s : s;
+            if (!valid || s >= T) continue;
+            const size_t row = ((size_t)b * T + t) * D + c;
+            if (!on[i]) { /* masked: out 0, or left as it is when accumulating */
+                if (!a.accumulate) out[row] = 0.0f;
+                continue;
+            }
+            float v = y[i];
+            if (a.accumulate) v += out[row]; /* before the gate */
             if (a.z) {
                 float z = a.z[row];
-                y *= z * mix_sigmoid(z);
+                v *= z * mix_sigmoid(z);
             }
-            out[row] = y;
+            out[row] = v;
         }
-        if (states && (s % MIX_L == MIX_L - 1 || s == T - 1)) {
-            float *sp = states + (((size_t)b * D + c) * p.nch + s / MIX_L) * N;
-#pragma unroll
-            for (int n = 0; n < MIX_NMAX; n++)
-                if (n < N) sp[n] = h[n];
-        }
+        __syncthreads(); /* sa/su are rewritten by the next chunk */
     }
 }
 
@@ -373,8 +451,8 @@ extern "C" void bk_cuda_scan_forward(float *out, float *states, const bk_scan_ar
     if (a->B <= 0 || a->T <= 0 || a->D <= 0) return;
     scan_require(a);
     scan_dev p = scan_dev_make(a);
-    dim3 grid((unsigned)a->G, (unsigned)a->B);
-    scan_forward_kernel<<<grid, round_warp(p.Dg)>>>(out, states, p);
+    dim3 grid((unsigned)(a->G * ((p.Dg + 31) / 32)), (unsigned)a->B), block(32, SCAN_W);
+    scan_forward_kernel<<<grid, block>>>(out, states, p);
     CUDA_CHECK_LAUNCH();
 }
 
