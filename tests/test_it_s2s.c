@@ -1,6 +1,9 @@
 /* bfworker train with pipeline s2s on a tiny IDX image set (tests/it_idx.h):
  * every stage runs and leaves its folder and stage.json; metrics of every
- * stage reach metrics.jsonl under the stage's name; a second run reuses
+ * stage reach metrics.jsonl under the stage's name; stage 1 lowers the
+ * replaced layer's MSE on held data (distill/val/loss_mse before and after)
+ * and leaves every tensor but the mixer's bit for bit as the A-ViT teacher
+ * had it; a second run reuses
  * every stage; a config that differs only in distill.mixer, sharing the
  * stage root, reuses teacher, avit and profile and runs the rest; a stage
  * alone (--stage) refuses to run before its parents; bad s2s values are
@@ -13,6 +16,7 @@
 #include <unistd.h>
 
 #include "tests/it_idx.h"
+#include "worker/safetensors.h"
 
 static void write_cfg(void) {
     char p[160];
@@ -26,7 +30,7 @@ static void write_cfg(void) {
             "model: {patch: 4, layers: 3, d_model: 16, heads: 2}\n"
             "train: {steps: 60, batch: 16, lr: 3.0e-3, warmup: 5, eval_every: 0, log_every: 10}\n"
             "avit: {retention: 0.7, steps: 200, tolerance: 0.15}\n"
-            "distill: {mixer: bimamba, replace_layers: 'auto:1', stage1_steps: 10, "
+            "distill: {mixer: bimamba, replace_layers: 'auto:1', stage1_steps: 80, "
             "stage2_steps: 10}\n",
             dir, dir, dir, dir);
     fclose(f);
@@ -36,6 +40,66 @@ static int count(const char *hay, const char *needle) {
     int n = 0;
     for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
     return n;
+}
+
+/* Every value of metric name in a metrics.jsonl, in order; returns how many. */
+static int metric_values(const char *path, const char *name, double *v, int max) {
+    FILE *f = fopen(path, "r");
+    cr_assert(f != NULL, "%s", path);
+    char key[128], line[1 << 14];
+    snprintf(key, sizeof key, "\"%s\": ", name);
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, key);
+        if (p && n < max) v[n++] = strtod(p + strlen(key), NULL);
+    }
+    fclose(f);
+    return n;
+}
+
+/* The one folder matching pattern (a shell glob) into out. */
+static void one_folder(const char *pattern, char *out, size_t n) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "ls -d %s", pattern);
+    cr_assert_eq(run_cmd(cmd, out, n), 0, "no %s", pattern);
+    out[strcspn(out, "\n")] = 0;
+}
+
+/* Stage 1 trains only the mixers: every tensor of the student that the
+ * teacher has is the teacher's, bit for bit; the mixer's are new. */
+static void expect_frozen_through_stage1(void) {
+    char avit[512], distill[512], err[256];
+    snprintf(avit, sizeof avit, "%s/run/stages/avit-*", dir);
+    one_folder(avit, avit, sizeof avit);
+    snprintf(distill, sizeof distill, "%s/run/stages/distill-*", dir);
+    one_folder(distill, distill, sizeof distill);
+    strcat(avit, "/model.safetensors");
+    strcat(distill, "/model.safetensors");
+    st_file t, s;
+    cr_assert_eq(st_open(&t, avit, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(st_open(&s, distill, err, sizeof err), 0, "%s", err);
+    int same = 0, mixer = 0;
+    for (int i = 0; i < s.n; i++) {
+        int j = st_find(&t, s.t[i].name);
+        if (j < 0) { /* the mixer's own */
+            cr_expect(strstr(s.t[i].name, ".mamba.") != NULL, "new tensor %s", s.t[i].name);
+            mixer++;
+            continue;
+        }
+        cr_assert_eq(s.t[i].numel, t.t[j].numel, "%s", s.t[i].name);
+        float *a = malloc(s.t[i].numel * sizeof(float)), *b = malloc(t.t[j].numel * sizeof(float));
+        cr_assert(a && b);
+        cr_assert_eq(st_read_f32(&s, i, a, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(st_read_f32(&t, j, b, err, sizeof err), 0, "%s", err);
+        cr_expect_eq(memcmp(a, b, s.t[i].numel * sizeof(float)), 0,
+                     "%s changed in stage 1 (frozen)", s.t[i].name);
+        free(a), free(b);
+        same++;
+    }
+    cr_expect_gt(mixer, 0, "no mixer tensors in %s", distill);
+    cr_expect_gt(same, 10, "only %d tensors shared with the teacher", same);
+    st_close(&t);
+    st_close(&s);
 }
 
 Test(it_s2s, runs_every_stage_and_shares_them, .timeout = 600) {
@@ -64,6 +128,14 @@ Test(it_s2s, runs_every_stage_and_shares_them, .timeout = 600) {
         snprintf(cmd, sizeof cmd, "grep -c '%s' %s/run/metrics.jsonl", names[k], dir);
         cr_expect_eq(run_cmd(cmd, out, sizeof out), 0, "no %s in metrics.jsonl", names[k]);
     }
+    /* stage 1 on held data: the MSE before its first step and after its last */
+    double mse[8];
+    snprintf(cmd, sizeof cmd, "%s/run/metrics.jsonl", dir);
+    int nm = metric_values(cmd, "distill/val/loss_mse", mse, 8);
+    cr_assert_eq(nm, 2, "distill/val/loss_mse logged %d times", nm);
+    cr_expect(mse[1] < 0.8 * mse[0], "held-out layer MSE %g before stage 1, %g after", mse[0],
+              mse[1]);
+    expect_frozen_through_stage1();
     /* again: every stage is reused */
     snprintf(cmd, sizeof cmd, "%s/bfworker train %s/s2s.yaml --out %s/run --resume 2>&1",
              BF_BIN_DIR, dir, dir);

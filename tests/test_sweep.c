@@ -101,10 +101,11 @@ static collected *expand(const sweep_spec *s) {
 }
 
 Test(sweep, examples_validate) {
-    const char *names[] = {"budgetformer_sweep.yaml", "lm_sweep.yaml", "asha_sweep.yaml",
-                           "median_sweep.yaml", "tpe_sweep.yaml"};
-    long long want[] = {6, 4, 27, 12, 40};
-    for (int i = 0; i < 5; i++) {
+    const char *names[] = {"budgetformer_sweep.yaml", "lm_sweep.yaml",  "asha_sweep.yaml",
+                           "median_sweep.yaml",       "tpe_sweep.yaml", "s2s_sweep.yaml",
+                           "s2s_sweep_small.yaml"};
+    long long want[] = {6, 4, 27, 12, 40, 36, 18};
+    for (int i = 0; i < (int)(sizeof want / sizeof *want); i++) {
         char path[512];
         snprintf(path, sizeof path, "%s/examples/%s", BF_SOURCE_DIR, names[i]);
         sweep_spec *s = NULL;

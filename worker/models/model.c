@@ -504,7 +504,8 @@ int model_forward(model *m, const int *ids, const float *mask, const int *target
         nn_embed_forward(&m->emb, &m->env, m->x[0], m->ids, B, T);
     else if (m->arch->embed_forward(m, ids, B, training, err, errlen))
         return -1;
-    int ext = m->sh.avit && training && m->ext_mask; /* halting given, not computed */
+    /* halting given, not computed */
+    int ext = m->sh.avit && m->ext_mask && (training || m->ext_infer);
     int halting = m->sh.avit && !ext;
     if (halting) nn_halt_begin(&m->halt, &m->env, B);
     for (int l = 0; l < L; l++) {
@@ -512,9 +513,9 @@ int model_forward(model *m, const int *ids, const float *mask, const int *target
         nn_block *blk = &m->blocks[l];
         if (m->sh.avit) {
             blk->mask = ext ? m->ext_mask[l] : m->halt.mask[l];
-            blk->h_mask = training ? NULL : m->halt.h_mask[l];
+            blk->h_mask = training || ext ? NULL : m->halt.h_mask[l];
         }
-        if (m->sh.avit && !training && m->drop && l > 0)
+        if (m->sh.avit && !training && !ext && m->drop && l > 0)
             forward_dropped(m, l, B);
         else
             nn_block_forward(blk, &m->env, &m->S, &c, m->x[l + 1], m->x[l]);
@@ -524,7 +525,7 @@ int model_forward(model *m, const int *ids, const float *mask, const int *target
     if (halting && training)
         nn_halt_loss(&m->halt, &m->env, m->dstats, B, MODEL_STAT_PONDER, MODEL_STAT_PRIOR,
                      MODEL_STAT_KEEP);
-    if (m->sh.avit && !training) m->st.retention = nn_halt_retention(&m->halt, B, -1);
+    if (m->sh.avit && !training && !ext) m->st.retention = nn_halt_retention(&m->halt, B, -1);
     m->st.heads_used /= (double)B * L;
     m->st.attn_flops /= (double)B;
     if (m->sh.budget) m->st.mean_s /= (double)B * L; /* inference; training: device stats */

@@ -127,8 +127,10 @@ struct model {
     nn_halt halt;
     int drop;
     /* training forwards under these per-layer masks (device [B,T] each, e.g.
-     * a teacher's) instead of the model's own halting; NULL = own */
+     * a teacher's) instead of the model's own halting; NULL = own. With
+     * ext_infer inference does too (masked, not dropped; no retention). */
     float *const *ext_mask;
+    int ext_infer;
     int ext_used;                     /* the last forward ran under ext_mask */
     float label_smoothing;            /* training cross-entropy's label smoothing (0 = none) */
     float *xc, *yc, *cmask, *h_cmask; /* dropped layer: gathered rows, their mask */

@@ -115,6 +115,13 @@ typedef struct pipe_spec {
     void (*extra_backward)(void *ctx, model *m);
     void (*log_ctx)(void *ctx, void (*metric)(void *mctx, const char *name, double value),
                     void *mctx);
+    /* A pipeline's own held-out measures (val/ names), after each
+     * validation pass and once before the first step of a run that starts
+     * fresh; every rank calls it (h sums shards). Nullable. */
+    int (*validate_ctx)(void *ctx, model *m, const bf_config *c, const data_sets *d,
+                        const pipe_host *h,
+                        void (*metric)(void *mctx, const char *name, double value), void *mctx,
+                        char *err, size_t errlen);
 } pipe_spec;
 
 extern const pipe_spec PIPE_BUDGETFORMER, PIPE_LM, PIPE_VIT;

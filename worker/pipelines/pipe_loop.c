@@ -125,6 +125,7 @@ typedef struct loop {
     data_batch_t b;
     window w;
     eval_result last_val; /* the last validation (the spec's check reads it) */
+    long val_step;        /* the step validate_ctx's metrics are logged at */
     double t_start, t_log, t_comm;
     long start;
 } loop;
@@ -414,6 +415,19 @@ static void eval_metrics(const loop *L, const char *split, const eval_result *e)
         metric(L, "test/images_per_s", e->samples / e->seconds);
 }
 
+/* A pipeline's own validation metrics: logged, and printed when not quiet. */
+static void val_metric_cb(void *ctx, const char *name, double v) {
+    const loop *L = ctx;
+    metric(L, name, v);
+    if (!L->quiet) fprintf(stderr, "eval  %6ld | %s %.6g\n", L->val_step, name, v);
+}
+
+static int validate_ctx(loop *L, long done, char *err, size_t errlen) {
+    if (!L->sp->validate_ctx) return 0;
+    L->val_step = done;
+    return L->sp->validate_ctx(L->sp->ctx, &L->m, L->c, L->d, L->h, val_metric_cb, L, err, errlen);
+}
+
 /* Validation on every rank's shard, logged with the step. */
 static int validate(loop *L, long done, int logged, train_result *r, char *err, size_t errlen) {
     eval_result e;
@@ -432,7 +446,7 @@ static int validate(loop *L, long done, int logged, train_result *r, char *err, 
                     done, e.loss, e.acc, e.heads_used, e.attn_flops, L->m.sh.avit ? "" : "\n");
         if (L->m.sh.avit) fprintf(stderr, " | val/retention %.3f\n", e.retention);
     }
-    return 0;
+    return validate_ctx(L, done, err, errlen);
 }
 
 /* The test pass at the end, on rank 0 alone (it writes the per-sample
@@ -567,6 +581,12 @@ int pipe_train(const pipe_spec *sp, const bf_config *c, const data_sets *d, cons
     if (loop_model(&L, err, errlen) || resume(&L, err, errlen) || loop_data(&L, err, errlen))
         goto out;
     banner(&L);
+    if (L.start == 0 && sp->validate_ctx) { /* the held-out measures before training */
+        metric_begin(&L, 0);
+        if (validate_ctx(&L, 0, err, errlen) ||
+            (h->metric_flush && h->metric_flush(h->ctx, err, errlen)))
+            goto out;
+    }
     L.t_start = now_s();
     window_begin(&L);
     rc = run_steps(&L, stop, r, &step, err, errlen);

@@ -66,6 +66,74 @@ static void distill_log(void *ctx, void (*metric)(void *mctx, const char *name, 
     d->steps = 0;
 }
 
+/* The replaced layers' MSE on the validation split (the held-out version
+ * of train/loss_mse): the teacher runs each batch, the student runs it
+ * under the teacher's masks, and each layer's masked MSE at the mixer's
+ * inner tap is averaged over samples (per batch, weighted by its samples),
+ * then summed over the replaced layers. */
+static int distill_validate(void *ctx, model *m, const bf_config *c, const data_sets *ds,
+                            const pipe_host *h,
+                            void (*metric)(void *mctx, const char *name, double value), void *mctx,
+                            char *err, size_t errlen) {
+    s2s_distill *d = ctx;
+    if (!ds->val) return 0;
+    const bk_backend *be = d->be;
+    int world = h ? h->world : 1, T_in = pipe_input_len(c, ds);
+    data_batcher_opts bo = {.global_batch = m->B * world,
+                            .seq_len = T_in,
+                            .rank = h ? h->rank : 0,
+                            .world = world,
+                            .seed = c->train.seed,
+                            .shuffle = 0,
+                            .wrap = 0,
+                            .split = 0};
+    data_batcher_t *bt = NULL;
+    if (data_batcher_new(ds->val, &bo, &bt, err, errlen)) return -1;
+    data_batch_t b;
+    float h_mse[MODEL_MAX_LAYERS];
+    if (data_batch_alloc(&b, m->B, T_in)) {
+        data_batcher_destroy(&bt);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    int drop = m->drop, tdrop = d->teacher.drop, rc = 0;
+    float *const *ext = m->ext_mask;
+    m->drop = d->teacher.drop = 0;
+    m->ext_infer = 1;
+    double sum[2] = {0, 0}; /* sum over samples of the layers' MSE, samples */
+    for (;;) {
+        int r = data_batch_next(bt, &b, err, errlen);
+        if (r == DATA_END) break;
+        if (r || (b.valid_rows > 0 && model_forward(&d->teacher, b.ids, b.mask, b.labels,
+                                                    b.valid_rows, 0, err, errlen))) {
+            rc = -1;
+            break;
+        }
+        if (b.valid_rows == 0) continue;
+        m->ext_mask = d->teacher.halt.mask;
+        if (model_forward(m, b.ids, b.mask, b.labels, b.valid_rows, 0, err, errlen)) {
+            rc = -1;
+            break;
+        }
+        int N = b.valid_rows * m->sh.seq_len, C = m->sh.d_model;
+        for (int i = 0; i < d->n; i++) {
+            int l = d->layers[i];
+            be->mse_forward(d->mse + i, nn_block_tap(&m->blocks[l], NN_TAP_MIXER_INNER),
+                            model_attn(&d->teacher, l)->atty, d->teacher.halt.mask[l], N, C);
+        }
+        be->to_host(h_mse, d->mse, (size_t)d->n * sizeof(float));
+        for (int i = 0; i < d->n; i++) sum[0] += (double)h_mse[i] * b.valid_rows;
+        sum[1] += b.valid_rows;
+    }
+    m->drop = drop, d->teacher.drop = tdrop, m->ext_infer = 0, m->ext_mask = ext;
+    data_batch_free(&b);
+    data_batcher_destroy(&bt);
+    if (rc) return rc;
+    if (h && h->sum_f64 && h->sum_f64(h->ctx, sum, 2, err, errlen)) return -1;
+    metric(mctx, "val/loss_mse", sum[1] > 0 ? sum[0] / sum[1] : NAN);
+    return 0;
+}
+
 int s2s_distill_spec(s2s_distill *d, pipe_spec *sp, const int *layers, int n, float lambda_mse,
                      float lambda_halt, int unfreeze, int mixer_kind, char *err, size_t errlen) {
     const bk_backend *be = d->teacher.be;
@@ -112,6 +180,7 @@ int s2s_distill_spec(s2s_distill *d, pipe_spec *sp, const int *layers, int n, fl
     sp->before_forward = distill_before;
     sp->extra_backward = distill_backward;
     sp->log_ctx = distill_log;
+    sp->validate_ctx = distill_validate;
     return 0;
 }
 

@@ -13,7 +13,9 @@
  * against the student's over the active patch tokens, plus 5 (difference of
  * their means)^2), and the task cross-entropy with label smoothing 0.1.
  * Metrics: train/loss_mse (the sum over replaced layers) and
- * train/loss_halt, means over the window's steps.
+ * train/loss_halt, means over the window's steps; val/loss_mse, the same
+ * MSE on the validation split, before the first step and at every
+ * validation.
  *
  * eval: accuracy, retention and images/s of a trained model on the test
  * split, and the speed of the model's shape at other token counts
