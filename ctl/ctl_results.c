@@ -432,12 +432,51 @@ static void params_text(json_t *params, char *buf, size_t len) {
 
 static json_t *num_or_null(double x) { return isfinite(x) ? json_real(x) : json_null(); }
 
+/* The measured columns of a results table, by pipeline: a title, the
+ * metric read (the second when the first is missing), its JSON key and
+ * digits. The first column is the accuracy (its source is shown). */
+typedef struct res_col {
+    const char *title, *a, *b, *key;
+    int digits;
+} res_col;
+
+static const res_col COLS_DEFAULT[] = {
+    {"ACCURACY", "test/acc", "val/acc", "accuracy", 4},
+    {"HEADS USED", "test/heads_used", "val/heads_used", "heads_used", 3},
+};
+static const res_col COLS_VIT[] = {
+    {"ACCURACY", "test/acc", "val/acc", "accuracy", 4},
+    {"RETENTION", "test/retention", "val/retention", "retention", 3},
+};
+static const res_col COLS_S2S[] = {
+    {"ACCURACY", "eval/student/test/acc", "finetune/val/acc", "accuracy", 4},
+    {"TEACHER", "eval/teacher/test/acc", "avit/test/acc", "teacher_accuracy", 4},
+    {"RETENTION", "eval/student/test/retention", "finetune/val/retention", "retention", 3},
+    {"SPEEDUP@577", "eval/student/speedup_vs_teacher@577", NULL, "speedup_vs_teacher@577", 2},
+};
+#define RES_MAX_COLS 4
+
+static const res_col *results_cols(const char *pipeline, int *n) {
+    if (!strcmp(pipeline, "s2s")) {
+        *n = (int)(sizeof COLS_S2S / sizeof *COLS_S2S);
+        return COLS_S2S;
+    }
+    if (!strcmp(pipeline, "vit")) {
+        *n = (int)(sizeof COLS_VIT / sizeof *COLS_VIT);
+        return COLS_VIT;
+    }
+    *n = (int)(sizeof COLS_DEFAULT / sizeof *COLS_DEFAULT);
+    return COLS_DEFAULT;
+}
+
 int bfctl_results(int argc, char **argv) {
     static const char usage[] = "usage: bfctl results JOB [--json]\n";
     if (opt_given(argc, argv, "--help") || opt_given(argc, argv, "-h")) {
         printf("%s  per trial: state, accuracy (test/acc, else the latest val/acc), heads used "
                "(test/heads_used, else val/heads_used) and the job's metric; * marks the best "
-               "trial by that metric\n",
+               "trial by that metric. pipeline vit: retention instead of heads used; s2s: the "
+               "student's accuracy and retention, the A-ViT teacher's accuracy and the "
+               "student's speed-up over it at 577 tokens (eval/...)\n",
                usage);
         return 0;
     }
@@ -469,6 +508,8 @@ int bfctl_results(int argc, char **argv) {
     long long best_id = top ? (long long)json_integer_value(json_object_get(top, "id")) : 0;
     const char *metric = str_of(jr, "metric");
     json_t *trials = json_object_get(jr, "trials");
+    int ncol;
+    const res_col *cols = results_cols(str_of(jr, "pipeline"), &ncol);
 
     json_t *out = json ? json_pack("{s:I, s:s, s:s, s:s, s:I, s:[]}", "job", (json_int_t)job,
                                    "name", str_of(jr, "name"), "metric", metric, "goal",
@@ -480,39 +521,54 @@ int bfctl_results(int argc, char **argv) {
     } else if (!json) {
         printf("job %lld '%s': %zu trials; best by %s (%s) marked *\n", job, str_of(jr, "name"),
                json_array_size(trials), metric, str_of(jr, "goal"));
-        printf("  %-8s %-10s %9s %-9s %10s %10s  %s\n", "TRIAL", "STATE", "ACCURACY", "(FROM)",
-               "HEADS USED", metric, "PARAMS");
+        printf("  %-8s %-10s %9s %-9s", "TRIAL", "STATE", cols[0].title, "(FROM)");
+        for (int k = 1; k < ncol; k++) printf(" %11s", cols[k].title);
+        printf(" %10s  %s\n", metric, "PARAMS");
     }
     size_t i;
     json_t *t;
     json_array_foreach(trials, i, t) {
         if (rc) break;
-        const char *acc_from, *heads_from;
-        double acc = latest_of(t, "test/acc", "val/acc", &acc_from);
-        double heads = latest_of(t, "test/heads_used", "val/heads_used", &heads_from);
+        const char *from[RES_MAX_COLS];
+        double v[RES_MAX_COLS];
+        for (int k = 0; k < ncol; k++)
+            v[k] = latest_of(t, cols[k].a, cols[k].b ? cols[k].b : cols[k].a, &from[k]);
         json_t *bv = json_object_get(t, "best");
         double best = json_is_number(bv) ? json_number_value(bv) : NAN;
         long long id = (long long)json_integer_value(json_object_get(t, "id"));
         if (json) {
-            json_t *row = json_pack(
-                "{s:I, s:I, s:s, s:I, s:O, s:o, s:s?, s:o, s:s?, s:o, s:b}", "id", (json_int_t)id,
-                "index", json_integer_value(json_object_get(t, "index")), "state",
-                str_of(t, "state"), "attempts", json_integer_value(json_object_get(t, "attempts")),
-                "params", json_object_get(t, "params"), "accuracy", num_or_null(acc),
-                "accuracy_from", acc_from, "heads_used", num_or_null(heads), "heads_used_from",
-                heads_from, "metric_best", num_or_null(best), "best", id == best_id);
+            json_t *row = json_pack("{s:I, s:I, s:s, s:I, s:O}", "id", (json_int_t)id, "index",
+                                    json_integer_value(json_object_get(t, "index")), "state",
+                                    str_of(t, "state"), "attempts",
+                                    json_integer_value(json_object_get(t, "attempts")), "params",
+                                    json_object_get(t, "params"));
+            for (int k = 0; row && k < ncol; k++) {
+                char fk[64];
+                snprintf(fk, sizeof fk, "%s_from", cols[k].key);
+                if (json_object_set_new(row, cols[k].key, num_or_null(v[k])) ||
+                    json_object_set_new(row, fk, from[k] ? json_string(from[k]) : json_null()))
+                    rc = 1;
+            }
+            if (row && (json_object_set_new(row, "metric_best", num_or_null(best)) ||
+                        json_object_set_new(row, "best", json_boolean(id == best_id))))
+                rc = 1;
             if (!row || json_array_append_new(json_object_get(out, "trials"), row)) rc = 1;
         } else {
-            char a[32] = "-", h[32] = "-", b[32] = "-", from[16] = "", params[512];
-            if (acc_from) {
-                snprintf(a, sizeof a, "%.4f", acc);
-                snprintf(from, sizeof from, "(%.*s)", (int)strcspn(acc_from, "/"), acc_from);
+            char a[32] = "-", b[32] = "-", fromtxt[40] = "", params[512];
+            if (from[0]) {
+                snprintf(a, sizeof a, "%.4f", v[0]);
+                snprintf(fromtxt, sizeof fromtxt, "(%.*s)", (int)strcspn(from[0], "/"), from[0]);
             }
-            if (heads_from) snprintf(h, sizeof h, "%.3f", heads);
             if (isfinite(best)) snprintf(b, sizeof b, "%.4f", best);
             params_text(json_object_get(t, "params"), params, sizeof params);
-            printf("%c t%-7lld %-10s %9s %-9s %10s %10s  %s\n", id == best_id ? '*' : ' ', id,
-                   str_of(t, "state"), a, from, h, b, params);
+            printf("%c t%-7lld %-10s %9s %-9s", id == best_id ? '*' : ' ', id, str_of(t, "state"),
+                   a, fromtxt);
+            for (int k = 1; k < ncol; k++) {
+                char c[32] = "-";
+                if (from[k]) snprintf(c, sizeof c, "%.*f", cols[k].digits, v[k]);
+                printf(" %11s", c);
+            }
+            printf(" %10s  %s\n", b, params);
         }
     }
     if (json && !rc) {

@@ -188,6 +188,30 @@ Test(it_stages, a_sweep_runs_each_shared_stage_once) {
     }
     cr_assert_eq(shared, 3, "t1 and t2: one ran teacher, avit, profile for both");
     json_decref(r);
+    /* the results table of an s2s job: student, teacher, retention, speed-up */
+    static char out[1 << 16];
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "results 1"), 0, "%s", out);
+    cr_assert(strstr(out, "TEACHER") && strstr(out, "RETENTION") && strstr(out, "SPEEDUP@577") &&
+                  strstr(out, "(eval)"),
+              "%s", out);
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "results 1 --json"), 0, "%s", out);
+    json_error_t je;
+    r = json_loads(out, 0, &je);
+    cr_assert(r, "results --json: %s", je.text);
+    json_t *rows = json_object_get(r, "trials");
+    cr_assert_eq(json_array_size(rows), 2);
+    for (size_t i = 0; i < 2; i++) {
+        json_t *o = json_array_get(rows, i);
+        cr_assert_str_eq(json_string_value(json_object_get(o, "accuracy_from")),
+                         "eval/student/test/acc");
+        static const char *const keys[] = {"accuracy", "teacher_accuracy", "retention",
+                                           "speedup_vs_teacher@577"};
+        for (size_t k = 0; k < 4; k++)
+            cr_assert(json_is_number(json_object_get(o, keys[k])), "trial %zu: no %s", i, keys[k]);
+        double ret = json_number_value(json_object_get(o, "retention"));
+        cr_assert(ret > 0 && ret <= 1, "retention %g", ret);
+    }
+    json_decref(r);
     /* a later job with the same config reuses everything: no run at all */
     long long job2 = it_submit(g_dir, write_sweep("again", 200, "[bimamba]"));
     cr_assert_eq(wait_job(job2), 0);
