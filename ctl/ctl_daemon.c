@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "ctl/bfctl.h"
+#include "common/s2s_stages.h"
 #include "common/spark.h"
 #include "ctl/ctl_client.h"
 #include "protocol/proto.h"
@@ -139,28 +140,70 @@ static double point_value(json_t *p, const char *name, int *found) {
     return *found ? json_number_value(v) : 0;
 }
 
+/* The stage a point of an s2s trial comes from (its names start with
+ * "STAGE/"), or NULL; stage then holds "STAGE/". */
+static const char *point_stage(json_t *p, char *stage, size_t n) {
+    void *it = json_object_iter(json_object_get(p, "values"));
+    const char *k = it ? json_object_iter_key(it) : NULL;
+    if (!k) return NULL;
+    size_t len = strcspn(k, "/");
+    if (k[len] != '/' || len + 2 > n) return NULL;
+    memcpy(stage, k, len);
+    stage[len] = '\0';
+    if (s2s_stage_index(stage) < 0) return NULL;
+    stage[len] = '/', stage[len + 1] = '\0';
+    return stage;
+}
+
+/* A point's value by name, or by STAGE/name for a stage's point. */
+static double stage_value(json_t *p, const char *stage, const char *name, int *found) {
+    if (!stage) return point_value(p, name, found);
+    char full[160];
+    snprintf(full, sizeof full, "%s%s", stage, name);
+    return point_value(p, full, found);
+}
+
 /* The compact form: "t3 step   600 | loss 1.1303 acc 0.697 heads 0.20 s 0.253 | 44.5k tok/s |
- * val/acc 0.7052 ..." */
+ * val/acc 0.7052 ..."; an s2s stage's point says its stage ("t3 step 4100 [distill] | loss ...
+ * mse 0.0213 ...") and the eval stage's its results. */
 static void print_compact(long long trial, json_t *p) {
     static const struct {
         const char *name, *label, *fmt;
-    } cols[] = {{"train/loss", "loss", "%.4f"},        {"train/acc", "acc", "%.3f"},
-                {"train/heads_used", "heads", "%.2f"}, {"train/budget_s", "s", "%.3f"},
-                {"val/loss", "val/loss", "%.4f"},      {"val/acc", "val/acc", "%.4f"},
-                {"val/ppl", "val/ppl", "%.2f"},        {"val/heads_used", "val/heads", "%.3f"},
-                {"test/acc", "test/acc", "%.4f"},      {"test/heads_used", "test/heads", "%.3f"}};
-    printf("t%-3lld step %6lld |", trial, jint(p, "step"));
+    } cols[] = {{"train/loss", "loss", "%.4f"},
+                {"train/acc", "acc", "%.3f"},
+                {"train/heads_used", "heads", "%.2f"},
+                {"train/budget_s", "s", "%.3f"},
+                {"train/loss_mse", "mse", "%.4f"},
+                {"train/retention", "ret", "%.3f"},
+                {"val/loss", "val/loss", "%.4f"},
+                {"val/acc", "val/acc", "%.4f"},
+                {"val/ppl", "val/ppl", "%.2f"},
+                {"val/heads_used", "val/heads", "%.3f"},
+                {"val/loss_mse", "val/mse", "%.4f"},
+                {"val/retention", "val/ret", "%.3f"},
+                {"test/acc", "test/acc", "%.4f"},
+                {"test/heads_used", "test/heads", "%.3f"},
+                {"test/retention", "test/ret", "%.3f"},
+                {"student/test/acc", "student/acc", "%.4f"},
+                {"student/test/retention", "student/ret", "%.3f"},
+                {"teacher/test/acc", "teacher/acc", "%.4f"},
+                {"student/speedup_vs_teacher@577", "x@577", "%.2f"}};
+    char sbuf[32];
+    const char *stage = point_stage(p, sbuf, sizeof sbuf);
+    printf("t%-3lld step %6lld", trial, jint(p, "step"));
+    if (stage) printf(" [%.*s]", (int)strlen(stage) - 1, stage);
+    printf(" |");
     int any = 0;
     for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) {
         int found;
-        double v = point_value(p, cols[i].name, &found);
+        double v = stage_value(p, stage, cols[i].name, &found);
         if (!found) continue;
         printf(" %s ", cols[i].label);
         printf(cols[i].fmt, v);
         any = 1;
     }
     int found;
-    double tps = point_value(p, "train/tokens_per_s", &found);
+    double tps = stage_value(p, stage, "train/tokens_per_s", &found);
     if (found) printf(" | %.1fk tok/s", tps / 1e3);
     if (!any && !found)
         printf(" (%zu other values; --all shows them)",
@@ -175,7 +218,7 @@ static double g_next_draw;
 
 typedef struct table_row {
     long long trial, step;
-    char state[16];
+    char state[16], stage[16]; /* stage: an s2s trial's latest ("" = none) */
     double v[7]; /* loss, acc, heads, s, val/acc, test/acc, tokens/s; NAN = none yet */
     spark curve; /* the job's metric over the whole history */
 } table_row;
@@ -207,9 +250,13 @@ static void table_point(long long trial, json_t *p) {
     if (!r) return;
     r->step = jint(p, "step");
     if (!strcmp(r->state, "PENDING")) snprintf(r->state, sizeof r->state, "RUNNING");
+    char sbuf[32];
+    const char *stage = point_stage(p, sbuf, sizeof sbuf);
+    if (stage) snprintf(r->stage, sizeof r->stage, "%.*s", (int)strlen(stage) - 1, stage);
     for (int i = 0; i < 7; i++) {
-        json_t *v = json_object_get(json_object_get(p, "values"), g_row_metric[i]);
-        if (json_is_number(v)) r->v[i] = json_number_value(v);
+        int found;
+        double v = stage_value(p, stage, g_row_metric[i], &found);
+        if (found) r->v[i] = v;
     }
     json_t *cv = json_object_get(json_object_get(p, "values"), g_curve_metric);
     if (json_is_number(cv)) spark_add(&r->curve, json_number_value(cv));
@@ -229,7 +276,12 @@ static void table_draw(long long job) {
     int utf8 = spark_utf8_locale();
     for (size_t i = 0; i < g_nrows; i++) {
         const table_row *r = &g_rows[i];
-        printf("t%-5lld %-10s %7lld", r->trial, r->state, r->step);
+        char state[40];
+        if (r->stage[0] && !strcmp(r->state, "RUNNING"))
+            snprintf(state, sizeof state, "%s", r->stage); /* an s2s trial: its stage */
+        else
+            snprintf(state, sizeof state, "%s", r->state);
+        printf("t%-5lld %-10s %7lld", r->trial, state, r->step);
         const int width[6] = {8, 7, 6, 6, 8, 8};
         const int prec[6] = {4, 3, 2, 3, 4, 4};
         for (int k = 0; k < 6; k++) {

@@ -212,6 +212,12 @@ Test(it_stages, a_sweep_runs_each_shared_stage_once) {
         cr_assert(ret > 0 && ret <= 1, "retention %g", ret);
     }
     json_decref(r);
+    /* the job's tail names each point's stage and shows its values */
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "tail 1"), 0, "%s", out);
+    cr_assert(strstr(out, "[teacher] | loss ") && strstr(out, "[distill] | loss ") &&
+                  strstr(out, " mse ") && strstr(out, "[eval] | student/acc ") &&
+                  !strstr(out, "other values"),
+              "%s", out);
     /* a later job with the same config reuses everything: no run at all */
     long long job2 = it_submit(g_dir, write_sweep("again", 200, "[bimamba]"));
     cr_assert_eq(wait_job(job2), 0);
