@@ -3,22 +3,20 @@
  * CPU reference (kernels/cpu_mixer.c):
  *  - conv: one thread per (sample, channel) walking its tokens; dw/dbias
  *    through per-sample partials in scratch, added over samples in order.
- *  - scan forward: parallel over time inside each chunk as well as over
- *    (sample, channel): a block scan of the step h = a h + u over segments
- *    of the chunk, carried chunk to chunk (see scan_forward_kernel). It
- *    saves the state at every chunk end.
- *  - scan backward: one block per (sample, channel group), one thread per
- *    channel, the N states in registers; it restarts each chunk from the
- *    saved state, recomputes the chunk's states into per-thread (local)
- *    memory and walks it back. dBm/dCm, sums over the group's channels, are reduced in the
- *    block per step (warp shuffles, then shared memory) with no atomics, so
- *    results are reproducible. Parameter gradients go through per-sample
- *    partials like the CPU's.
+ *  - scan: parallel over time inside each chunk as well as over (sample,
+ *    channel): a block scan of the step h = a h + u over segments of the
+ *    chunk, carried chunk to chunk (see scan_forward_kernel), the forward
+ *    saving the state at every chunk end; the backward walks the chunks
+ *    from the last, recomputes each chunk's states from the saved one and
+ *    runs the state gradient's recurrence as the same kind of scan,
+ *    backwards (scan_backward_kernel). dBm/dCm, sums over the group's
+ *    channels, are reduced with warp shuffles and added in a fixed order
+ *    with no atomics, so results are reproducible. Parameter gradients go
+ *    through per-sample partials like the CPU's.
  *  - lstm: one block per (sample, stream), one thread per gate row; h and
  *    the gates of a step in shared memory.
- * The backward still walks time in order inside a thread; making it
- * chunk-parallel too (local dh recurrences per chunk, then the carries) is
- * the next step once it can be measured. */
+ * Neither scan kernel has run on a GPU yet (tests/test_cuda_parity.c
+ * checks both against the CPU's when one is present). */
 #include <limits.h>
 #include <math.h>
 
@@ -316,117 +314,185 @@ __global__ void __launch_bounds__(32 * SCAN_W)
     }
 }
 
-__global__ void __launch_bounds__(1024)
+/* The backward, parallel over time inside each chunk like the forward. A
+ * block owns one (sample, group): it takes the group's channels 32 at a
+ * time (lanes) and walks the chunks from the last; inside a chunk the
+ * SCAN_W warps take the same segments as the forward. Per state n:
+ *  1. the chunk's states again, from the saved state before it: segment
+ *     aggregates, composed onto that state in shared memory, then each
+ *     thread walks its segment (hs[i] = the state after step i);
+ *  2. the state gradient from later steps, K (dh of the sequential walk:
+ *     G_s = K_s + dys_s C_s, K_{s-1} = e_s G_s), is the same kind of step
+ *     run backwards, K <- e K + e dys C: segment aggregates composed from
+ *     the last segment onto the carry from the next chunk;
+ *  3. each thread walks its segment backwards with its K, as the
+ *     sequential walk does.
+ * dBm/dCm of a step sum over the group's channels: a warp sum over the
+ * lanes, added to the step's row by the warp's lane 0, tile after tile in
+ * the same thread, so the order is fixed and nothing races (no atomics). */
+__global__ void __launch_bounds__(32 * SCAN_W)
     scan_backward_kernel(bk_scan_grads gr, float *part, const float *dout, const float *states,
                          scan_dev p) {
     const bk_scan_args &a = p.a;
-    const int g = blockIdx.x, b = blockIdx.y, cl = threadIdx.x;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    const bool valid = cl < p.Dg; /* invalid threads still join every reduction */
-    const int c = g * p.Dg + (valid ? cl : 0), T = a.T, D = a.D, G = a.G, N = a.N;
-    __shared__ float red[2 * MIX_NMAX][32];
-    float A[MIX_NMAX], h0[MIX_NMAX], hc[MIX_NMAX], dh[MIX_NMAX], dA[MIX_NMAX];
-    float hbuf[MIX_L][MIX_NMAX]; /* the chunk's states, in local memory */
-#pragma unroll
-    for (int n = 0; n < MIX_NMAX; n++) {
-        A[n] = valid && n < N ? -expf(a.A_log[(size_t)c * N + n]) : 0.0f;
-        dh[n] = dA[n] = 0.0f;
-    }
-    const float Dv = valid && a.Dskip ? a.Dskip[c] : 0.0f;
-    const float bias = valid && a.delta_bias ? a.delta_bias[c] : 0.0f;
-    float dD = 0.0f, dbias = 0.0f;
-    for (int k = p.nch - 1; k >= 0; k--) {
-        const int s0 = k * MIX_L, s1 = min(T, s0 + MIX_L);
+    const int g = blockIdx.x, b = blockIdx.y, lane = threadIdx.x, w = threadIdx.y;
+    const int T = a.T, D = a.D, G = a.G, N = a.N, tiles = (p.Dg + 31) / 32;
+    __shared__ float sa[SCAN_W][32], su[SCAN_W][32], ra[SCAN_W][32], ru[SCAN_W][32];
+    __shared__ float pr[MIX_NMAX + 2][SCAN_W][32]; /* per-channel sums of each warp */
+    const size_t bbase = (size_t)b * T * G * p.bcs;
+    const float *Bm = a.Bm + bbase, *Cm = a.Cm + bbase;
+    float *dBm = gr.dBm ? gr.dBm + bbase : NULL, *dCm = gr.dCm ? gr.dCm + bbase : NULL;
+    for (int tile = 0; tile < tiles; tile++) {
+        const int cl = tile * 32 + lane;
+        const bool valid = cl < p.Dg; /* invalid lanes still reach every sync and warp sum */
+        const int c = g * p.Dg + (valid ? cl : 0);
+        float A[MIX_NMAX], K[MIX_NMAX], dA[MIX_NMAX];
 #pragma unroll
         for (int n = 0; n < MIX_NMAX; n++) {
-            h0[n] = valid && k > 0 && n < N
-                        ? states[(((size_t)b * D + c) * p.nch + (k - 1)) * N + n]
-                        : 0.0f;
-            hc[n] = h0[n];
+            A[n] = valid && n < N ? -expf(a.A_log[(size_t)c * N + n]) : 0.0f;
+            K[n] = dA[n] = 0.0f;
         }
-        for (int s = s0; s < s1; s++) { /* recompute */
-            int t = a.reverse ? T - 1 - s : s;
-            if (valid && !mix_masked(a.mask, b, T, t)) {
-                size_t row = ((size_t)b * T + t) * D + c;
-                float x = a.x[row], dt = mix_softplus(a.delta[row] + bias), dtx = dt * x;
-                const float *Bp = a.Bm + (((size_t)b * T + t) * G + g) * p.bcs;
+        const float Dv = valid && a.Dskip ? a.Dskip[c] : 0.0f;
+        const float bias = valid && a.delta_bias ? a.delta_bias[c] : 0.0f;
+        float dD = 0.0f, dbias = 0.0f;
+        for (int k = p.nch - 1; k >= 0; k--) {
+            const int s0 = k * MIX_L;
+            float dt[SCAN_I], xv[SCAN_I], dys[SCAN_I], ys[SCAN_I], ddt[SCAN_I], dxv[SCAN_I];
+            unsigned bc[SCAN_I];
+            bool on[SCAN_I];
 #pragma unroll
-                for (int n = 0; n < MIX_NMAX; n++)
-                    if (n < N) hc[n] = expf(dt * A[n]) * hc[n] + dtx * __ldg(Bp + n);
+            for (int i = 0; i < SCAN_I; i++) {
+                const int s = s0 + w * SCAN_I + i, t = a.reverse ? T - 1 - s : s;
+                on[i] = valid && s < T && !mix_masked(a.mask, b, T, t);
+                dt[i] = xv[i] = dys[i] = ys[i] = ddt[i] = dxv[i] = 0.0f;
+                bc[i] = 0;
+                if (!on[i]) continue;
+                const size_t row = ((size_t)b * T + t) * D + c;
+                bc[i] = (unsigned)((t * G + g) * p.bcs);
+                xv[i] = a.x[row];
+                dt[i] = mix_softplus(a.delta[row] + bias);
+                float gy = dout[row];
+                dys[i] = gy;
+                if (a.z) {
+                    float z = a.z[row];
+                    dys[i] = gy * z * mix_sigmoid(z);
+                }
+                ys[i] = Dv * xv[i];
+                dD += dys[i] * xv[i];
+                dxv[i] = dys[i] * Dv;
             }
 #pragma unroll
-            for (int n = 0; n < MIX_NMAX; n++) hbuf[s - s0][n] = hc[n];
-        }
-        for (int s = s1 - 1; s >= s0; s--) { /* walk back */
-            int t = a.reverse ? T - 1 - s : s, i = s - s0;
-            if (mix_masked(a.mask, b, T, t)) continue; /* uniform over the block */
-            size_t row = ((size_t)b * T + t) * D + c;
-            size_t bc = (((size_t)b * T + t) * G + g) * p.bcs;
-            const float *Bp = a.Bm + bc, *Cp = a.Cm + bc;
-            float cB[MIX_NMAX], cC[MIX_NMAX];
+            for (int n = 0; n < MIX_NMAX; n++) {
+                if (n >= N) continue; /* uniform over the block */
+                /* 1. this chunk's states */
+                float pa = 1.0f, pu = 0.0f;
 #pragma unroll
-            for (int n = 0; n < MIX_NMAX; n++) cB[n] = cC[n] = 0.0f;
-            if (valid) {
-                float x = a.x[row], gy = dout[row], u = a.delta[row] + bias;
-                float dt = mix_softplus(u), dtx = dt * x, dys = gy;
-                if (a.z) {
-                    float ys = Dv * x;
-#pragma unroll
-                    for (int n = 0; n < MIX_NMAX; n++)
-                        if (n < N) ys += __ldg(Cp + n) * hbuf[i][n];
-                    float z = a.z[row], sz = mix_sigmoid(z);
-                    dys = gy * z * sz;
-                    if (gr.dz) gr.dz[row] += gy * ys * sz * (1.0f + z * (1.0f - sz));
-                }
-                dD += dys * x;
-                float dxv = dys * Dv, ddt = 0.0f;
-#pragma unroll
-                for (int n = 0; n < MIX_NMAX; n++)
-                    if (n < N) {
-                        float Bn = __ldg(Bp + n), Cn = __ldg(Cp + n);
-                        float hp = i > 0 ? hbuf[i - 1][n] : h0[n];
-                        float e = expf(dt * A[n]), dhn = dh[n] + dys * Cn;
-                        cC[n] = dys * hbuf[i][n];
-                        cB[n] = dhn * dtx;
-                        float q = dhn * hp * e;
-                        ddt += q * A[n] + dhn * Bn * x;
-                        dA[n] += q * dt;
-                        dxv += dhn * dt * Bn;
-                        dh[n] = dhn * e;
+                for (int i = 0; i < SCAN_I; i++)
+                    if (on[i]) {
+                        float e = expf(dt[i] * A[n]);
+                        pa *= e;
+                        pu = e * pu + dt[i] * xv[i] * __ldg(Bm + bc[i] + n);
                     }
-                float du = ddt * mix_sigmoid(u);
+                sa[w][lane] = pa;
+                su[w][lane] = pu;
+                __syncthreads();
+                float h =
+                    valid && k > 0 ? states[(((size_t)b * D + c) * p.nch + (k - 1)) * N + n] : 0.0f;
+                for (int wi = 0; wi < w; wi++) h = sa[wi][lane] * h + su[wi][lane];
+                const float hstart = h;
+                float hs[SCAN_I];
+#pragma unroll
+                for (int i = 0; i < SCAN_I; i++) {
+                    if (on[i]) {
+                        h = expf(dt[i] * A[n]) * h + dt[i] * xv[i] * __ldg(Bm + bc[i] + n);
+                        ys[i] += __ldg(Cm + bc[i] + n) * h;
+                    }
+                    hs[i] = h;
+                }
+                /* 2. the state gradient entering each segment from its end */
+                pa = 1.0f, pu = 0.0f;
+#pragma unroll
+                for (int i = SCAN_I - 1; i >= 0; i--)
+                    if (on[i]) {
+                        float e = expf(dt[i] * A[n]);
+                        pa *= e;
+                        pu = e * pu + e * dys[i] * __ldg(Cm + bc[i] + n);
+                    }
+                ra[w][lane] = pa;
+                ru[w][lane] = pu;
+                __syncthreads();
+                float run = K[n], kw = 0.0f;
+                for (int wi = SCAN_W - 1; wi >= 0; wi--) {
+                    if (wi == w) kw = run;
+                    run = ra[wi][lane] * run + ru[wi][lane];
+                }
+                K[n] = run; /* into the chunk before */
+                            /* 3. walk back */
+#pragma unroll
+                for (int i = SCAN_I - 1; i >= 0; i--) {
+                    float cB = 0.0f, cC = 0.0f;
+                    if (on[i]) {
+                        float Bn = __ldg(Bm + bc[i] + n), Cn = __ldg(Cm + bc[i] + n);
+                        float hp = i > 0 ? hs[i - 1] : hstart;
+                        float e = expf(dt[i] * A[n]), gs = kw + dys[i] * Cn; /* G_s */
+                        cC = dys[i] * hs[i];
+                        cB = gs * dt[i] * xv[i];
+                        float q = gs * hp * e;
+                        ddt[i] += q * A[n] + gs * Bn * xv[i];
+                        dA[n] += q * dt[i];
+                        dxv[i] += gs * dt[i] * Bn;
+                        kw = gs * e;
+                    }
+                    /* the step's rows exist whenever the step does */
+                    const int s = s0 + w * SCAN_I + i;
+                    if (s >= T || (!dBm && !dCm)) continue; /* uniform over the warp */
+                    const int t = a.reverse ? T - 1 - s : s;
+                    const unsigned r = (unsigned)((t * G + g) * p.bcs);
+                    float vb = bk_warp_sum(cB), vc = bk_warp_sum(cC);
+                    if (lane == 0 && !mix_masked(a.mask, b, T, t)) {
+                        if (dBm) dBm[r + n] += vb;
+                        if (dCm) dCm[r + n] += vc;
+                    }
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < SCAN_I; i++) {
+                if (!on[i]) continue;
+                const int s = s0 + w * SCAN_I + i, t = a.reverse ? T - 1 - s : s;
+                const size_t row = ((size_t)b * T + t) * D + c;
+                if (a.z && gr.dz) {
+                    float z = a.z[row], sz = mix_sigmoid(z);
+                    gr.dz[row] += dout[row] * ys[i] * sz * (1.0f + z * (1.0f - sz));
+                }
+                float du = ddt[i] * mix_sigmoid(a.delta[row] + bias);
                 dbias += du;
-                if (gr.dx) gr.dx[row] += dxv;
+                if (gr.dx) gr.dx[row] += dxv[i];
                 if (gr.ddelta) gr.ddelta[row] += du;
             }
-            /* dBm, dCm of this step: sum over the block's channels */
-#pragma unroll
-            for (int n = 0; n < MIX_NMAX; n++)
-                if (n < N) {
-                    float vb = bk_warp_sum(cB[n]), vc = bk_warp_sum(cC[n]);
-                    if (lane == 0) {
-                        red[n][warp] = vb;
-                        red[MIX_NMAX + n][warp] = vc;
-                    }
-                }
-            __syncthreads();
-            if (threadIdx.x < 2 * N) {
-                int n = threadIdx.x % N, isC = threadIdx.x >= N;
-                float v = 0.0f;
-                for (int wi = 0; wi < nwarps; wi++) v += red[isC * MIX_NMAX + n][wi];
-                float *dst = isC ? gr.dCm : gr.dBm;
-                if (dst) dst[bc + n] += v;
-            }
-            __syncthreads();
         }
-    }
-    if (valid && part) {
-        float *pp = part + ((size_t)b * D + c) * (2 * N + 2);
+        /* the tile's per-channel sums: each warp has its segments' share;
+         * added in warp order */
 #pragma unroll
         for (int n = 0; n < MIX_NMAX; n++)
-            if (n < N) pp[n] = dA[n];
-        pp[N] = dD;
-        pp[N + 1] = dbias;
+            if (n < N) pr[n][w][lane] = dA[n];
+        pr[MIX_NMAX][w][lane] = dD;
+        pr[MIX_NMAX + 1][w][lane] = dbias;
+        __syncthreads();
+        if (w == 0 && valid && part) {
+            float *pp = part + ((size_t)b * D + c) * (2 * N + 2);
+            for (int n = 0; n < N; n++) {
+                float v = 0.0f;
+                for (int wi = 0; wi < SCAN_W; wi++) v += pr[n][wi][lane];
+                pp[n] = v;
+            }
+            float vd = 0.0f, vb = 0.0f;
+            for (int wi = 0; wi < SCAN_W; wi++) {
+                vd += pr[MIX_NMAX][wi][lane];
+                vb += pr[MIX_NMAX + 1][wi][lane];
+            }
+            pp[N] = vd;
+            pp[N + 1] = vb;
+        }
+        __syncthreads(); /* pr is the next tile's */
     }
 }
 
@@ -463,8 +529,8 @@ extern "C" void bk_cuda_scan_backward(const bk_scan_grads *g, float *scratch, co
     BK_CUDA_REQUIRE(!a->delta_w && !a->accumulate, "delta_w and accumulate are forward-only");
     scan_dev p = scan_dev_make(a);
     int params = g->dA_log || g->dDskip || g->ddelta_bias;
-    dim3 grid((unsigned)a->G, (unsigned)a->B);
-    scan_backward_kernel<<<grid, round_warp(p.Dg)>>>(*g, params ? scratch : NULL, dout, states, p);
+    dim3 grid((unsigned)a->G, (unsigned)a->B), block(32, SCAN_W);
+    scan_backward_kernel<<<grid, block>>>(*g, params ? scratch : NULL, dout, states, p);
     CUDA_CHECK_LAUNCH();
     if (!params) return;
     size_t n = (size_t)a->D * (a->N + 2);
