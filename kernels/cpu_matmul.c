@@ -2,9 +2,124 @@
  * Contracts in kernels/bk.h. OpenBLAS threads each call itself, so these
  * functions call it from the serial region only. */
 #include <cblas.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu_ops.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+/* Skinny products C = alpha A B^T + beta C where B is [N,K] with N <= 128
+ * (a small layer's weight [out, in]; bimamba's W_x has N = 36, K = 128).
+ * OpenBLAS packs A on every call, which costs more than the product when N
+ * is this small (that W_x ran at ~60 GFLOP/s). Here B is packed once, K rows
+ * of 64 floats per block of output columns (zero-padded, in L1/L2), and
+ * each block of R rows of A is multiplied straight from A: one broadcast per
+ * element, up to 4 FMAs with it, at most 24 accumulators in registers. k runs in order, so a row's
+ * result depends on neither M nor the row's place in the batch. */
+#define SKINNY_MAX_N 128
+#define SKINNY_MAX_K 1024
+#define SKINNY_BLOCK 64 /* output columns per block: 4 vectors */
+#define SKINNY_MIN_M 32
+
+static inline __attribute__((always_inline)) void
+skinny_block(int NV, int R, int rows, int K, const float *a, int lda, const float *bp, float alpha,
+             float beta, float *c, int ldc, __mmask16 last) {
+    __m512 acc[8][4]; /* all set: the compiler keeps the R x NV it uses */
+    for (int r = 0; r < 8; r++)
+        for (int v = 0; v < 4; v++) acc[r][v] = _mm512_setzero_ps();
+    for (int k = 0; k < K; k++) {
+        __m512 b[4];
+        for (int v = 0; v < NV; v++) b[v] = _mm512_load_ps(bp + (size_t)k * SKINNY_BLOCK + v * 16);
+        for (int r = 0; r < R; r++) {
+            if (r >= rows) break;
+            __m512 av = _mm512_set1_ps(a[(size_t)r * lda + k]);
+            for (int v = 0; v < NV; v++) acc[r][v] = _mm512_fmadd_ps(av, b[v], acc[r][v]);
+        }
+    }
+    __m512 al = _mm512_set1_ps(alpha), be = _mm512_set1_ps(beta);
+    for (int r = 0; r < rows; r++)
+        for (int v = 0; v < NV; v++) {
+            __mmask16 m = v == NV - 1 ? last : (__mmask16)0xFFFF;
+            float *o = c + (size_t)r * ldc + v * 16;
+            __m512 y = _mm512_mul_ps(al, acc[r][v]);
+            if (beta != 0.0f) /* C is not read when beta is 0 (it may hold anything) */
+                y = _mm512_fmadd_ps(be, _mm512_maskz_loadu_ps(m, o), y);
+            _mm512_mask_storeu_ps(o, m, y);
+        }
+}
+
+/* Row blocks of R rows: 8 when no column block has 4 vectors (at most 24
+ * accumulators), else 6 (24). */
+#define SKINNY_CASE(NV, R)                                                                         \
+    case NV:                                                                                       \
+        if (rows == R)                                                                             \
+            skinny_block(NV, R, R, K, a, lda, b, alpha, beta, cc, ldc, m);                         \
+        else                                                                                       \
+            skinny_block(NV, R, rows, K, a, lda, b, alpha, beta, cc, ldc, m);                      \
+        break;
+
+/* Returns 0, or -1 (out of memory: the caller falls back to sgemm). B is
+ * packed per item in column blocks of SKINNY_BLOCK, K rows each, zero-padded. */
+static int skinny_gemm(int M, int N, int K, float alpha, const float *A, int lda, long long sA,
+                       const float *Bm, int ldb, long long sB, float beta, float *C, int ldc,
+                       long long sC, int batch) {
+    const int NB = (N + SKINNY_BLOCK - 1) / SKINNY_BLOCK, R = N > 48 ? 6 : 8;
+    const size_t per_block = (size_t)K * SKINNY_BLOCK;
+    float *bp = aligned_alloc(64, (size_t)batch * NB * per_block * sizeof(float));
+    if (!bp) return -1;
+    for (int i = 0; i < batch; i++)
+        for (int cb = 0; cb < NB; cb++)
+            for (int k = 0; k < K; k++)
+                for (int j = 0; j < SKINNY_BLOCK; j++) {
+                    int n = cb * SKINNY_BLOCK + j;
+                    bp[((size_t)i * NB + cb) * per_block + (size_t)k * SKINNY_BLOCK + j] =
+                        n < N ? Bm[(long long)i * sB + (long long)n * ldb + k] : 0.0f;
+                }
+    const __mmask16 tail = N % 16 ? (__mmask16)((1u << (N % 16)) - 1) : (__mmask16)0xFFFF;
+    const long long blocks = (M + R - 1) / R, tasks = blocks * batch;
+#pragma omp parallel for schedule(static) if (tasks > 1 && (double)M * N * K * batch >= 1e5)
+    for (long long t = 0; t < tasks; t++) {
+        const int i = (int)(t / blocks), r0 = (int)(t % blocks) * R;
+        const int rows = M - r0 < R ? M - r0 : R;
+        const float *a = A + (long long)i * sA + (long long)r0 * lda;
+        float *c = C + (long long)i * sC + (long long)r0 * ldc;
+        for (int cb = 0; cb < NB; cb++) {
+            const int n0 = cb * SKINNY_BLOCK;
+            const int nv = ((N - n0 < SKINNY_BLOCK ? N - n0 : SKINNY_BLOCK) + 15) / 16;
+            const float *b = bp + ((size_t)i * NB + cb) * per_block;
+            float *cc = c + n0;
+            const __mmask16 m = cb == NB - 1 ? tail : (__mmask16)0xFFFF;
+            if (R == 8) {
+                switch (nv) {
+                    SKINNY_CASE(1, 8)
+                    SKINNY_CASE(2, 8)
+                    SKINNY_CASE(3, 8)
+                default:
+                    break;
+                }
+            } else {
+                switch (nv) {
+                    SKINNY_CASE(1, 6)
+                    SKINNY_CASE(2, 6)
+                    SKINNY_CASE(3, 6)
+                    SKINNY_CASE(4, 6)
+                default:
+                    break;
+                }
+            }
+        }
+    }
+    free(bp);
+    return 0;
+}
+
+static int skinny_fits(int transa, int transb, int M, int N, int K) {
+    return !transa && transb && N <= SKINNY_MAX_N && K >= 1 && K <= SKINNY_MAX_K &&
+           M >= SKINNY_MIN_M;
+}
+#endif
 
 /* out[N,OC] = inp[N,IC] @ w[OC,IC]^T + bias[OC] (bias nullable). The bias is
  * written first and the product added to it (beta = 1), saving a pass. */
@@ -18,6 +133,11 @@ void bk_cpu_linear_forward(float *out, const float *inp, const float *w, const f
         memset(out, 0, (size_t)N * OC * sizeof(float));
     }
     if (IC <= 0) return;
+#if defined(__AVX512F__)
+    if (skinny_fits(0, 1, N, OC, IC) &&
+        skinny_gemm(N, OC, IC, 1.0f, inp, IC, 0, w, IC, 0, bias ? 1.0f : 0.0f, out, OC, 0, 1) == 0)
+        return;
+#endif
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, w, IC,
                 bias ? 1.0f : 0.0f, out, OC);
 }
@@ -51,7 +171,8 @@ void bk_cpu_linear_backward(float *dinp, float *dw, float *dbias, const float *d
     }
 }
 
-/* C_i = alpha op(A_i) op(B_i) + beta C_i for each batch item, one sgemm each.
+/* C_i = alpha op(A_i) op(B_i) + beta C_i for each batch item, one sgemm each
+ * (skinny A B^T products: skinny_gemm, all items at once).
  * Batch items are not run in parallel: the OpenBLAS here is the pthreads
  * build, which threads inside each call and must not be called from many
  * OpenMP threads at once. */
@@ -59,6 +180,12 @@ void bk_cpu_gemm(int transa, int transb, int M, int N, int K, float alpha, const
                  long long strideA, const float *Bm, int ldb, long long strideB, float beta,
                  float *Cm, int ldc, long long strideC, int batch) {
     if (M <= 0 || N <= 0 || batch <= 0) return;
+#if defined(__AVX512F__)
+    if (skinny_fits(transa, transb, M, N, K) &&
+        skinny_gemm(M, N, K, alpha, A, lda, strideA, Bm, ldb, strideB, beta, Cm, ldc, strideC,
+                    batch) == 0)
+        return;
+#endif
     enum CBLAS_TRANSPOSE ta = transa ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE tb = transb ? CblasTrans : CblasNoTrans;
     for (int i = 0; i < batch; i++)
