@@ -115,11 +115,19 @@ Test(it_s2s, runs_every_stage_and_shares_them, .timeout = 600) {
     int rc = run_cmd(cmd, out, sizeof out);
     cr_assert_eq(rc, 0, "s2s failed (%d):\n%s", rc, out);
     cr_assert_eq(count(out, ": running into "), 6, "%s", out);
+    cr_assert(strstr(out, "stage distill: auto:1 replaces layer "), "%s", out);
     snprintf(cmd, sizeof cmd, "ls %s/run/stages/*/stage.json | wc -l", dir);
     run_cmd(cmd, out, sizeof out);
     cr_assert_eq(atoi(out), 6, "stage.json files: %s", out);
     snprintf(cmd, sizeof cmd, "test -s %s/run/stages/profile-*/profile.json", dir);
     cr_assert_eq(system(cmd), 0, "no profile.json");
+    /* the student's stages name the layers auto:1 chose */
+    snprintf(cmd, sizeof cmd,
+             "grep -l '\"mixer\": \"bimamba\", \"replaced_layers\": \\[[0-2]\\]' "
+             "%s/run/stages/*/stage.json | wc -l",
+             dir);
+    run_cmd(cmd, out, sizeof out);
+    cr_assert_eq(atoi(out), 3, "distill, finetune and eval stage.json with the layers: %s", out);
     static const char *const names[] = {"\"teacher/val/acc\"",        "\"avit/val/retention\"",
                                         "\"distill/train/loss_mse\"", "\"distill/train/loss_halt\"",
                                         "\"finetune/val/acc\"",       "\"eval/student/test/acc\"",

@@ -26,6 +26,7 @@ typedef struct s2s_ctx {
     int rank, quiet;
     int layers[MODEL_MAX_LAYERS], n_layers; /* the replaced layers (after profile) */
     double acc_student;                     /* eval: the student's test accuracy */
+    int layers_told;                        /* auto:K's choice printed */
 } s2s_ctx;
 
 enum { ST_TEACHER, ST_AVIT, ST_PROFILE, ST_DISTILL, ST_FINETUNE, ST_EVAL };
@@ -44,8 +45,15 @@ static int mark_done(const s2s_ctx *x, int i, char *err, size_t errlen) {
     snprintf(p, sizeof p, "%s/stage.json", x->dir[i]);
     snprintf(t, sizeof t, "%s.tmp%ld", p, (long)getpid());
     FILE *f = fopen(t, "w");
-    int ok = f && fprintf(f, "{\"stage\": \"%s\", \"key\": \"%s\", \"parent\": \"%s\"}\n",
+    int ok = f && fprintf(f, "{\"stage\": \"%s\", \"key\": \"%s\", \"parent\": \"%s\"",
                           x->st[i].name, x->st[i].key, x->st[i].parent) > 0;
+    if (ok && i >= ST_DISTILL) { /* the student's replaced layers (auto:K resolved) */
+        ok = fprintf(f, ", \"mixer\": \"%s\", \"replaced_layers\": [", x->c->distill.mixer) > 0;
+        for (int k = 0; ok && k < x->n_layers; k++)
+            ok = fprintf(f, "%s%d", k ? ", " : "", x->layers[k]) > 0;
+        ok = ok && fputs("]", f) >= 0;
+    }
+    ok = ok && fputs("}\n", f) >= 0;
     ok = f && fclose(f) == 0 && ok;
     if (!ok || rename(t, p) != 0) {
         snprintf(err, errlen, "cannot write %s: %s", p, strerror(errno));
@@ -149,6 +157,13 @@ static int choose_layers(s2s_ctx *x, char *err, size_t errlen) {
     }
     x->n_layers = c->distill.replace_auto;
     memcpy(x->layers, pr.order, (size_t)x->n_layers * sizeof(int));
+    if (!x->quiet && !x->layers_told) {
+        fprintf(stderr, "stage distill: auto:%d replaces layer%s", x->n_layers,
+                x->n_layers > 1 ? "s" : "");
+        for (int k = 0; k < x->n_layers; k++) fprintf(stderr, "%s%d", k ? ", " : " ", x->layers[k]);
+        fprintf(stderr, " (the sparsest by %s)\n", p);
+        x->layers_told = 1;
+    }
     return 0;
 }
 
