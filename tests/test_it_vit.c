@@ -81,6 +81,17 @@ Test(it_vit, learns_a_tiny_idx_set, .timeout = 300) {
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 64, "--samples 0 accepted: %s", out);
     snprintf(cmd, sizeof cmd, "grep -c '\"sparsest\"' %s/avit/profile.json", dir);
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "no profile.json");
+    /* every patch token halts after layer 0 (the gate is always closed):
+     * layers 1 and 2 mix nothing, so they are the sparsest (density 0) */
+    snprintf(cmd, sizeof cmd,
+             "%s/bfworker train %s/vit.yaml --quiet --out %s/halted --set avit.enabled=true "
+             "--set avit.retention=0.5 --set avit.gate_center=-1e4 --set avit.prior_weight=0 "
+             "--set model.layers=3 --set train.steps=5 2>&1; "
+             "%s/bfworker profile %s/halted --json --samples 16 2>&1 | tr -d ' \\n'",
+             BF_BIN_DIR, dir, dir, BF_BIN_DIR, dir);
+    run_cmd(cmd, out, sizeof out);
+    cr_assert(strstr(out, "\"sparsest\":[1,2,0]") && strstr(out, "\"keep\":0.0,\"density\":0.0"),
+              "%s", out);
     snprintf(cmd, sizeof cmd,
              "%s/bfworker train %s/vit.yaml --quiet --out %s/avit2 --set avit.enabled=true "
              "--set avit.retention=0.5 --set avit.gate_center=1e4 --set avit.prior_weight=0 "

@@ -117,7 +117,8 @@ int pipe_profile(model *m, const bf_config *c, const data_sets *d, int samples, 
         layer_attention(att, mask, b.valid_rows, NH, T, row, &ent, &top, &n);
         p->entropy = n > 0 ? ent / n : NAN;
         p->top_mass = n > 0 ? top / n : NAN;
-        p->density = p->keep * p->entropy;
+        /* no query with two active tokens: the layer mixes nothing */
+        p->density = n > 0 ? p->keep * p->entropy : 0.0;
     }
     m->drop = drop, m->aug_pad = pad, m->aug_flip = flip;
     out->layers = L;

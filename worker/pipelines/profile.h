@@ -8,10 +8,14 @@
  *             up), same mean
  *   keep      the A-ViT keep fraction: patch tokens active in the layer (1
  *             without halting)
- *   density   keep * entropy: the fraction of the sequence a layer still mixes
+ *   density   keep * entropy: the fraction of the sequence a layer still mixes;
+ *             0 where no sample has two active tokens (every patch token
+ *             halted before the layer: it mixes nothing, entropy and top mass
+ *             are NaN), so such layers come first
  * and the layers in order of density, sparsest first (what distill's
  * replace_layers auto:K takes). Layers whose mixer is not attention report
- * NaN entropy and top mass. Written as profile.json. */
+ * NaN entropy, top mass and density and come last. Written as
+ * profile.json. */
 #ifndef PIPE_PROFILE_H
 #define PIPE_PROFILE_H
 
