@@ -231,67 +231,111 @@ static int random_batch(model *m, int B, int **img, int **lab) {
     return 0;
 }
 
-double s2s_speed(const model_shape *shape, const bk_backend *be, int T, double retention, int B,
-                 int reps, double *ret, char *err, size_t errlen) {
-    model_shape sh = *shape;
-    if (shape_at(&sh, T, err, errlen)) return -1;
+/* One model a speed measurement runs: shape at T tokens, fresh weights, a
+ * random batch, halting tuned (avit) to keep `retention` of the tokens. */
+typedef struct speed_probe {
     model m;
-    int *img = NULL, *lab = NULL;
-    double best = INFINITY;
-    *ret = 1;
-    if (model_create(&m, &sh, be, B, err, errlen)) return -1;
-    if (model_init_weights(&m, 1, err, errlen) || random_batch(&m, B, &img, &lab)) goto fail;
-    if (sh.avit) { /* the gate centre that keeps `retention` of the tokens, by bisection */
-        double lo = -50, hi = 50;
-        m.drop = 0;
-        for (int i = 0; i < 40; i++) {
-            m.halt.cf.centre = (float)(0.5 * (lo + hi));
-            if (model_forward(&m, img, NULL, lab, B, 0, err, errlen)) goto fail;
-            if (fabs(m.st.retention - retention) < 0.01) break;
-            *(m.st.retention > retention ? &hi : &lo) = m.halt.cf.centre;
-        }
-        m.drop = 1;
-    }
-    for (int r = 0; r <= reps; r++) {
-        be->sync();
-        double t0 = now_s();
-        if (model_forward(&m, img, NULL, lab, B, 0, err, errlen)) goto fail;
-        be->sync();
-        if (r > 0 && now_s() - t0 < best) best = now_s() - t0; /* r = 0 warms up */
-    }
-    if (sh.avit) *ret = m.st.retention;
-    free(img), free(lab);
-    model_destroy(&m);
-    return B / best;
-fail:
-    free(img), free(lab);
-    model_destroy(&m);
-    return -1;
+    int *img, *lab;
+    int B, open, timed; /* timed: st.attn_seconds is the measure (a mixer alone) */
+} speed_probe;
+
+static void probe_close(speed_probe *p) {
+    free(p->img), free(p->lab);
+    if (p->open) model_destroy(&p->m);
+    memset(p, 0, sizeof *p);
 }
 
-double s2s_mixer_ms(const model_shape *shape, const bk_backend *be, int mixer, int T, int B,
-                    int reps, char *err, size_t errlen) {
+static int probe_open(speed_probe *p, const model_shape *shape, const bk_backend *be, int T,
+                      double retention, int B, char *err, size_t errlen) {
+    memset(p, 0, sizeof *p);
     model_shape sh = *shape;
-    sh.layers = 1;
-    sh.avit = 0;
-    memset(sh.mixer, 0, sizeof sh.mixer);
-    sh.mixer[0] = (unsigned char)mixer;
-    if (shape_at(&sh, T, err, errlen)) return -1;
-    model m;
-    int *img = NULL, *lab = NULL;
-    double best = INFINITY;
-    if (model_create(&m, &sh, be, B, err, errlen)) return -1;
-    if (model_init_weights(&m, 1, err, errlen) || random_batch(&m, B, &img, &lab)) goto fail;
-    m.time_attention = 1; /* st.attn_seconds: LN1 to the residual add */
-    for (int r = 0; r <= reps; r++) {
-        if (model_forward(&m, img, NULL, lab, B, 0, err, errlen)) goto fail;
-        if (r > 0 && m.st.attn_seconds < best) best = m.st.attn_seconds;
+    if (shape_at(&sh, T, err, errlen) || model_create(&p->m, &sh, be, B, err, errlen)) return -1;
+    p->open = 1;
+    p->B = B;
+    if (model_init_weights(&p->m, 1, err, errlen)) return -1;
+    if (random_batch(&p->m, B, &p->img, &p->lab)) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
     }
-    free(img), free(lab);
-    model_destroy(&m);
-    return 1e3 * best;
-fail:
-    free(img), free(lab);
-    model_destroy(&m);
-    return -1;
+    if (sh.avit) { /* the gate centre that keeps `retention` of the tokens, by bisection */
+        double lo = -50, hi = 50;
+        p->m.drop = 0;
+        for (int i = 0; i < 40; i++) {
+            p->m.halt.cf.centre = (float)(0.5 * (lo + hi));
+            if (model_forward(&p->m, p->img, NULL, p->lab, B, 0, err, errlen)) return -1;
+            if (fabs(p->m.st.retention - retention) < 0.01) break;
+            *(p->m.st.retention > retention ? &hi : &lo) = p->m.halt.cf.centre;
+        }
+        p->m.drop = 1;
+    }
+    return 0;
+}
+
+/* Seconds of one inference forward (or of its mixer sublayer when timed). */
+static double probe_once(speed_probe *p, char *err, size_t errlen) {
+    const bk_backend *be = p->m.be;
+    be->sync();
+    double t0 = now_s();
+    if (model_forward(&p->m, p->img, NULL, p->lab, p->B, 0, err, errlen)) return -1;
+    be->sync();
+    return p->timed ? p->m.st.attn_seconds : now_s() - t0;
+}
+
+/* Times n probes in turns: a warm-up round, then reps rounds of one forward
+ * each; best[k] = the fastest of probe k. Taking turns lets a slow moment of
+ * the machine hit every probe alike, so the ratios hold better than the
+ * absolute times. */
+static int probe_rounds(speed_probe *p, int n, int reps, double *best, char *err, size_t errlen) {
+    for (int k = 0; k < n; k++) best[k] = INFINITY;
+    for (int r = 0; r <= reps; r++)
+        for (int k = 0; k < n; k++) {
+            double s = probe_once(&p[k], err, errlen);
+            if (s < 0) return -1;
+            if (r > 0 && s < best[k]) best[k] = s; /* r = 0 warms up */
+        }
+    return 0;
+}
+
+int s2s_speeds(const model_shape *shapes, const double *retention, int n, const bk_backend *be,
+               int T, int B, int reps, double *ips, double *ret, char *err, size_t errlen) {
+    speed_probe p[S2S_SPEED_MAX];
+    double best[S2S_SPEED_MAX];
+    if (n < 1 || n > S2S_SPEED_MAX) {
+        snprintf(err, errlen, "%d models to time (1..%d)", n, S2S_SPEED_MAX);
+        return -1;
+    }
+    memset(p, 0, sizeof p);
+    int rc = 0;
+    for (int k = 0; !rc && k < n; k++)
+        rc =
+            probe_open(&p[k], &shapes[k], be, T, shapes[k].avit ? retention[k] : 1, B, err, errlen);
+    if (!rc) rc = probe_rounds(p, n, reps, best, err, errlen);
+    for (int k = 0; !rc && k < n; k++) {
+        ips[k] = B / best[k];
+        ret[k] = shapes[k].avit ? p[k].m.st.retention : 1;
+    }
+    for (int k = 0; k < n; k++) probe_close(&p[k]);
+    return rc;
+}
+
+int s2s_mixer_ms(const model_shape *shape, const bk_backend *be, int mixer, int T, int B, int reps,
+                 double *attention_ms, double *mixer_ms, char *err, size_t errlen) {
+    speed_probe p[2];
+    double best[2];
+    memset(p, 0, sizeof p);
+    int rc = 0;
+    for (int k = 0; !rc && k < 2; k++) { /* one layer of attention, one of the mixer */
+        model_shape sh = *shape;
+        sh.layers = 1;
+        sh.avit = 0;
+        memset(sh.mixer, 0, sizeof sh.mixer);
+        sh.mixer[0] = (unsigned char)(k ? mixer : MODEL_MIXER_ATTENTION);
+        rc = probe_open(&p[k], &sh, be, T, 1, B, err, errlen);
+        p[k].timed = 1;
+        if (!rc) p[k].m.time_attention = 1; /* st.attn_seconds: LN1 to the residual add */
+    }
+    if (!rc) rc = probe_rounds(p, 2, reps, best, err, errlen);
+    if (!rc) *attention_ms = 1e3 * best[0], *mixer_ms = 1e3 * best[1];
+    for (int k = 0; k < 2; k++) probe_close(&p[k]);
+    return rc;
 }

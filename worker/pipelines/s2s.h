@@ -49,18 +49,22 @@ int s2s_distill_spec(s2s_distill *ctx, pipe_spec *sp, const int *layers, int n, 
                      float lambda_halt, int unfreeze, int mixer_kind, char *err, size_t errlen);
 void s2s_distill_free(s2s_distill *ctx);
 
-/* Speed of a model shape at T tokens (patch side p, square images of
- * sqrt(T - 1) patches a side), fresh weights, with halting tuned to keep
- * `retention` (avit shapes; ignored otherwise): images/s of inference over
- * batch B, fastest of reps. *ret receives the retention reached. Returns
- * images/s or a negative number with a message. */
-double s2s_speed(const model_shape *sh, const bk_backend *be, int T, double retention, int B,
-                 int reps, double *ret, char *err, size_t errlen);
+/* Speed of n model shapes at T tokens (patch side p, square images of
+ * sqrt(T - 1) patches a side), fresh weights, each avit shape's halting
+ * tuned to keep its retention[k]: ips[k] = images/s of inference over
+ * batch B, the fastest of reps forwards, the models timed in turns (one
+ * forward each per round) so that the machine's slow moments hit them
+ * alike; ret[k] = the retention reached (1 without halting). n <= 4.
+ * Returns 0 or -1 with a message. */
+#define S2S_SPEED_MAX 4
+int s2s_speeds(const model_shape *shapes, const double *retention, int n, const bk_backend *be,
+               int T, int B, int reps, double *ips, double *ret, char *err, size_t errlen);
 
 /* ms of one mixer sublayer (LN1 + mixer + output projection: nn_block's
- * mixer half) of kind `mixer` at (B, T) and the model's width and heads,
- * inference, fastest of reps; negative with a message on failure. */
-double s2s_mixer_ms(const model_shape *sh, const bk_backend *be, int mixer, int T, int B, int reps,
-                    char *err, size_t errlen);
+ * mixer half) at (B, T) and the shape's width and heads, inference: the
+ * attention sublayer's and the `mixer` kind's, timed in turns, the fastest
+ * of reps each. Returns 0 or -1 with a message. */
+int s2s_mixer_ms(const model_shape *shape, const bk_backend *be, int mixer, int T, int B, int reps,
+                 double *attention_ms, double *mixer_ms, char *err, size_t errlen);
 
 #endif
