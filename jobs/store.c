@@ -94,6 +94,55 @@ static void rollback(store *s) {
     s->n_names = 0; /* ids inserted in the rolled-back transaction are gone */
 }
 
+/* Room for element `used` of a growing array p of elem-byte elements whose
+ * capacity is *cap (doubled, from `first`): returns the array, moved or not,
+ * or NULL when out of memory (p is then unchanged and still the caller's). */
+static void *grow(void *p, size_t *cap, size_t used, size_t elem, size_t first) {
+    if (used < *cap) return p;
+    size_t nc = *cap ? 2 * *cap : first;
+    void *n = realloc(p, nc * elem);
+    if (n) *cap = nc;
+    return n;
+}
+
+/* Column 0 of every row of st into a new array: int64 into *ids, or double
+ * into *vals (the other NULL); *n elements. st is finalized. Returns 0, or -1
+ * with a message naming `what` (the query, or the caller when out of memory). */
+static int collect_column(store *s, sqlite3_stmt *st, int64_t **ids, double **vals, size_t *n,
+                          const char *what, char *err, size_t errlen) {
+    void *arr = NULL;
+    size_t cnt = 0, cap = 0, elem = ids ? sizeof **ids : sizeof **vals;
+    int rc, oom = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        void *g = grow(arr, &cap, cnt, elem, 16);
+        if (!g) {
+            oom = 1;
+            break;
+        }
+        arr = g;
+        if (ids)
+            ((int64_t *)arr)[cnt++] = sqlite3_column_int64(st, 0);
+        else
+            ((double *)arr)[cnt++] = sqlite3_column_double(st, 0);
+    }
+    if (oom || rc != SQLITE_DONE) {
+        if (oom)
+            bf_fail(err, errlen, "%s: out of memory", what);
+        else
+            bf_fail(err, errlen, "sqlite3_step(%s): %s", what, sqlite3_errmsg(s->db));
+        free(arr);
+        sqlite3_finalize(st);
+        return -1;
+    }
+    sqlite3_finalize(st);
+    if (ids)
+        *ids = arr;
+    else
+        *vals = arr;
+    *n = cnt;
+    return 0;
+}
+
 /* ------------------------------------------------------------- migrations */
 
 static const char *const migrations[STORE_SCHEMA_VERSION] = {
@@ -713,24 +762,9 @@ int store_job_cancel(store *s, int64_t job_id, int *n_cancelled, char *err, size
     }
     sqlite3_bind_int64(st, 1, job_id);
     int64_t *ids = NULL;
-    size_t n = 0, cap = 0;
+    size_t n = 0;
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (n == cap) {
-            cap = cap ? cap * 2 : 64;
-            int64_t *ni = realloc(ids, cap * sizeof *ni);
-            if (!ni) break;
-            ids = ni;
-        }
-        ids[n++] = sqlite3_column_int64(st, 0);
-    }
-    sqlite3_finalize(st);
-    if (rc != SQLITE_DONE) {
-        free(ids);
-        bf_fail(err, errlen,
-                rc == SQLITE_ROW ? "store_job_cancel: out of memory"
-                                 : "sqlite3_step(SELECT trials): %s",
-                sqlite3_errmsg(s->db));
+    if (collect_column(s, st, &ids, NULL, &n, "store_job_cancel: SELECT trials", err, errlen)) {
         rollback(s);
         return -1;
     }
@@ -935,16 +969,13 @@ static int collect(store *s, sqlite3_stmt *st, int ncols, store_trial **out, siz
     size_t cnt = 0, cap = 0;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (cnt == cap) {
-            cap = cap ? cap * 2 : 16;
-            store_trial *nr = realloc(rows, cap * sizeof *nr);
-            if (!nr) {
-                store_trials_free(rows, cnt);
-                sqlite3_finalize(st);
-                return bf_fail(err, errlen, "out of memory");
-            }
-            rows = nr;
+        store_trial *nr = grow(rows, &cap, cnt, sizeof *rows, 16);
+        if (!nr) {
+            store_trials_free(rows, cnt);
+            sqlite3_finalize(st);
+            return bf_fail(err, errlen, "out of memory");
         }
+        rows = nr;
         row_to_trial(st, &rows[cnt++], ncols);
     }
     if (rc != SQLITE_DONE) {
@@ -1050,16 +1081,13 @@ int store_metric_history(store *s, int64_t trial_id, int64_t after_seq, int limi
     size_t cnt = 0, cap = 0;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (cnt == cap) {
-            cap = cap ? cap * 2 : 64;
-            store_point *np = realloc(pts, cap * sizeof *np);
-            if (!np) {
-                free(pts);
-                sqlite3_finalize(st);
-                return bf_fail(err, errlen, "out of memory");
-            }
-            pts = np;
+        store_point *np = grow(pts, &cap, cnt, sizeof *pts, 64);
+        if (!np) {
+            free(pts);
+            sqlite3_finalize(st);
+            return bf_fail(err, errlen, "out of memory");
         }
+        pts = np;
         store_point *p = &pts[cnt++];
         p->seq = sqlite3_column_int64(st, 0);
         p->step = sqlite3_column_int64(st, 1);
@@ -1162,16 +1190,13 @@ int store_jobs(store *s, store_job **out, size_t *n, char *err, size_t errlen) {
     size_t cnt = 0, cap = 0;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (cnt == cap) {
-            cap = cap ? 2 * cap : 16;
-            store_job *nr = realloc(rows, cap * sizeof *nr);
-            if (!nr) {
-                free(rows);
-                sqlite3_finalize(st);
-                return bf_fail(err, errlen, "store_jobs: out of memory");
-            }
-            rows = nr;
+        store_job *nr = grow(rows, &cap, cnt, sizeof *rows, 16);
+        if (!nr) {
+            free(rows);
+            sqlite3_finalize(st);
+            return bf_fail(err, errlen, "store_jobs: out of memory");
         }
+        rows = nr;
         row_to_job(st, &rows[cnt++]);
     }
     if (rc != SQLITE_DONE) {
@@ -1240,32 +1265,8 @@ int store_running_trials(store *s, int64_t **out, size_t *n, char *err, size_t e
     if (prepare(s, "SELECT id FROM trials WHERE state = 'RUNNING' ORDER BY id", &st, err, errlen) <
         0)
         return -1;
-    int64_t *ids = NULL;
-    size_t cnt = 0, cap = 0;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (cnt == cap) {
-            cap = cap ? 2 * cap : 16;
-            int64_t *ni = realloc(ids, cap * sizeof *ni);
-            if (!ni) {
-                free(ids);
-                sqlite3_finalize(st);
-                return bf_fail(err, errlen, "store_running_trials: out of memory");
-            }
-            ids = ni;
-        }
-        ids[cnt++] = sqlite3_column_int64(st, 0);
-    }
-    if (rc != SQLITE_DONE) {
-        sqlfail(s, err, errlen, "sqlite3_step(SELECT RUNNING trials)");
-        free(ids);
-        sqlite3_finalize(st);
-        return -1;
-    }
-    sqlite3_finalize(st);
-    *out = ids;
-    *n = cnt;
-    return 0;
+    return collect_column(s, st, out, NULL, n, "store_running_trials: SELECT RUNNING trials", err,
+                          errlen);
 }
 
 int store_counts(store *s, long long *jobs, long long *pending, long long *running, char *err,
@@ -1364,16 +1365,13 @@ int store_decisions(store *s, int64_t job, int64_t trial, store_decision **out, 
     size_t cnt = 0, cap = 0;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (cnt == cap) {
-            cap = cap ? 2 * cap : 16;
-            store_decision *nr = realloc(rows, cap * sizeof *nr);
-            if (!nr) {
-                free(rows);
-                sqlite3_finalize(st);
-                return bf_fail(err, errlen, "store_decisions: out of memory");
-            }
-            rows = nr;
+        store_decision *nr = grow(rows, &cap, cnt, sizeof *rows, 16);
+        if (!nr) {
+            free(rows);
+            sqlite3_finalize(st);
+            return bf_fail(err, errlen, "store_decisions: out of memory");
         }
+        rows = nr;
         store_decision *d = &rows[cnt++];
         memset(d, 0, sizeof *d);
         d->id = sqlite3_column_int64(st, 0);
@@ -1412,30 +1410,8 @@ int store_rung_values(store *s, int64_t job, int rung, double **vals, size_t *n,
         return -1;
     sqlite3_bind_int64(st, 1, job);
     sqlite3_bind_int(st, 2, rung);
-    double *v = NULL;
-    size_t cnt = 0, cap = 0;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (cnt == cap) {
-            cap = cap ? 2 * cap : 16;
-            double *nv = realloc(v, cap * sizeof *nv);
-            if (!nv) {
-                free(v);
-                sqlite3_finalize(st);
-                return bf_fail(err, errlen, "store_rung_values: out of memory");
-            }
-            v = nv;
-        }
-        v[cnt++] = sqlite3_column_double(st, 0);
-    }
-    sqlite3_finalize(st);
-    if (rc != SQLITE_DONE) {
-        free(v);
-        return bf_fail(err, errlen, "sqlite3_step(SELECT rung values): %s", sqlite3_errmsg(s->db));
-    }
-    *vals = v;
-    *n = cnt;
-    return 0;
+    return collect_column(s, st, NULL, vals, n, "store_rung_values: SELECT rung values", err,
+                          errlen);
 }
 
 int store_trial_resume(store *s, int64_t trial_id, const char *message, char *err, size_t errlen) {
@@ -1499,15 +1475,12 @@ int store_job_series(store *s, int64_t job, int64_t trial, const char *name, sto
     while (!oom && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         int64_t t = sqlite3_column_int64(st, 0);
         if (cnt == 0 || v[cnt - 1].trial != t) {
-            if (cnt == cap) {
-                cap = cap ? 2 * cap : 16;
-                store_series *nv = realloc(v, cap * sizeof *nv);
-                if (!nv) {
-                    oom = 1;
-                    break;
-                }
-                v = nv;
+            store_series *nv = grow(v, &cap, cnt, sizeof *v, 16);
+            if (!nv) {
+                oom = 1;
+                break;
             }
+            v = nv;
             memset(&v[cnt], 0, sizeof v[cnt]);
             v[cnt++].trial = t;
             pcap = 0;
@@ -1547,30 +1520,8 @@ int store_proposing_jobs(store *s, int64_t **out, size_t *n, char *err, size_t e
                 " (SELECT COUNT(*) FROM trials WHERE job = jobs.id) < n_trials ORDER BY id",
                 &st, err, errlen) < 0)
         return -1;
-    int64_t *ids = NULL;
-    size_t cnt = 0, cap = 0;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (cnt == cap) {
-            cap = cap ? 2 * cap : 8;
-            int64_t *ni = realloc(ids, cap * sizeof *ni);
-            if (!ni) {
-                free(ids);
-                sqlite3_finalize(st);
-                return bf_fail(err, errlen, "store_proposing_jobs: out of memory");
-            }
-            ids = ni;
-        }
-        ids[cnt++] = sqlite3_column_int64(st, 0);
-    }
-    sqlite3_finalize(st);
-    if (rc != SQLITE_DONE) {
-        free(ids);
-        return bf_fail(err, errlen, "sqlite3_step(SELECT tpe jobs): %s", sqlite3_errmsg(s->db));
-    }
-    *out = ids;
-    *n = cnt;
-    return 0;
+    return collect_column(s, st, out, NULL, n, "store_proposing_jobs: SELECT tpe jobs", err,
+                          errlen);
 }
 
 int store_job_source(store *s, int64_t job, char **text, char *file, size_t filelen, char *err,
