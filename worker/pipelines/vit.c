@@ -20,7 +20,7 @@ static const pipe_term VIT_TERMS[] = {{"train/loss_task", pipe_term_task, 0}};
 
 static void vit_log(const model *m, const model_stats *st,
                     void (*metric)(void *ctx, const char *name, double value), void *ctx) {
-    if (!m->sh.avit) return;
+    if (!m->sh.avit || m->ext_used) return; /* under given masks (distill) it halts not itself */
     metric(ctx, "train/loss_ponder", st->loss_ponder);
     metric(ctx, "train/loss_prior", st->loss_prior);
     metric(ctx, "train/retention", st->retention);
