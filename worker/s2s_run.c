@@ -204,8 +204,8 @@ static int run_distill(s2s_ctx *x, char *err, size_t errlen) {
 
 /* ---- eval ---- */
 
-/* The speed measurements: batch 4, the fastest of 9 forwards per model,
- * the models of one length timed in turns (s2s_speeds). */
+/* The speed measurements: batch 4, the fastest of 9 forwards per model;
+ * teacher and student, and the mixer pair, timed in turns (s2s_speeds). */
 #define EVAL_BATCH 4
 #define EVAL_REPS 9
 
@@ -256,8 +256,12 @@ static int run_eval(s2s_ctx *x, char *err, size_t errlen) {
         strcmp(x->c->distill.mixer, "bilstm") == 0 ? MODEL_MIXER_BILSTM : MODEL_MIXER_BIMAMBA;
     for (size_t t = 0; t < sizeof lengths / sizeof *lengths; t++) {
         int T = lengths[t];
+        /* the dense model alone, then teacher and student in turns (their
+         * ratio is the one reported; two models alive at a time, not three) */
         double ips[3], got[3], ma, mm;
-        if (s2s_speeds(shape, ret, 3, be, T, EVAL_BATCH, EVAL_REPS, ips, got, err, errlen) ||
+        if (s2s_speeds(shape, ret, 1, be, T, EVAL_BATCH, EVAL_REPS, ips, got, err, errlen) ||
+            s2s_speeds(shape + 1, ret + 1, 2, be, T, EVAL_BATCH, EVAL_REPS, ips + 1, got + 1, err,
+                       errlen) ||
             s2s_mixer_ms(&shape[2], be, kind, T, EVAL_BATCH, EVAL_REPS, &ma, &mm, err, errlen))
             return -1;
         for (int k = 0; k < 3; k++)
