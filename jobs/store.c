@@ -71,6 +71,14 @@ static int sqlfail(store *s, char *err, size_t errlen, const char *call) {
     return bf_fail(err, errlen, "%s: %s", call, sqlite3_errmsg(s->db));
 }
 
+/* Steps a statement that returns no row and finalizes it: 0, or -1 with
+ * "CALL: sqlite's message". */
+static int step_done(store *s, sqlite3_stmt *st, const char *call, char *err, size_t errlen) {
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : sqlfail(s, err, errlen, call);
+}
+
 static int exec(store *s, const char *sql, char *err, size_t errlen) {
     char *msg = NULL;
     if (sqlite3_exec(s->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
@@ -650,9 +658,7 @@ static int transition_ex(store *s, int64_t trial, trial_state to, const char *me
     sqlite3_bind_int64(st, 4, trial);
     sqlite3_bind_int(st, 5, preempted);
     sqlite3_bind_int(st, 6, stage_done);
-    int rc = sqlite3_step(st);
-    sqlite3_finalize(st);
-    if (rc != SQLITE_DONE) return sqlfail(s, err, errlen, "sqlite3_step(UPDATE trials SET state)");
+    if (step_done(s, st, "sqlite3_step(UPDATE trials SET state)", err, errlen) < 0) return -1;
     if (to == TRIAL_RUNNING) {
         if (prepare(s, "INSERT INTO attempts(trial, n, started) VALUES (?1, ?2, ?3)", &st, err,
                     errlen) < 0)
@@ -660,9 +666,7 @@ static int transition_ex(store *s, int64_t trial, trial_state to, const char *me
         sqlite3_bind_int64(st, 1, trial);
         sqlite3_bind_int(st, 2, attempts + 1);
         sqlite3_bind_double(st, 3, t);
-        rc = sqlite3_step(st);
-        sqlite3_finalize(st);
-        if (rc != SQLITE_DONE) return sqlfail(s, err, errlen, "sqlite3_step(INSERT INTO attempts)");
+        if (step_done(s, st, "sqlite3_step(INSERT INTO attempts)", err, errlen) < 0) return -1;
     } else if (from == TRIAL_RUNNING) {
         if (prepare(s,
                     "UPDATE attempts SET ended = ?1, outcome = ?2, message = ?3 WHERE trial = ?4 "
@@ -678,9 +682,7 @@ static int transition_ex(store *s, int64_t trial, trial_state to, const char *me
         sqlite3_bind_text(st, 3, message ? message : "", -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 4, trial);
         sqlite3_bind_int(st, 5, attempts);
-        rc = sqlite3_step(st);
-        sqlite3_finalize(st);
-        if (rc != SQLITE_DONE) return sqlfail(s, err, errlen, "sqlite3_step(UPDATE attempts)");
+        if (step_done(s, st, "sqlite3_step(UPDATE attempts)", err, errlen) < 0) return -1;
         if (stage_follow(s, trial, job, to, stage_done, retries, message, t, err, errlen) < 0)
             return -1;
     }
@@ -1314,12 +1316,7 @@ int store_decision_add(store *s, const store_decision *d, int *added, char *err,
     sqlite3_bind_int(st, 10, d->stop);
     sqlite3_bind_text(st, 11, d->reason, -1, SQLITE_STATIC);
     sqlite3_bind_double(st, 12, now_s());
-    int rc = sqlite3_step(st);
-    sqlite3_finalize(st);
-    if (rc != SQLITE_DONE) {
-        sqlfail(s, err, errlen, "sqlite3_step(INSERT INTO decisions)");
-        goto fail;
-    }
+    if (step_done(s, st, "sqlite3_step(INSERT INTO decisions)", err, errlen) < 0) goto fail;
     if (sqlite3_changes(s->db) == 0) { /* decided before (a restart, a resend) */
         if (exec(s, "COMMIT", err, errlen) < 0) goto fail;
         return 0;
@@ -1329,12 +1326,8 @@ int store_decision_add(store *s, const store_decision *d, int *added, char *err,
             goto fail;
         sqlite3_bind_text(st, 1, d->reason, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 2, d->trial);
-        rc = sqlite3_step(st);
-        sqlite3_finalize(st);
-        if (rc != SQLITE_DONE) {
-            sqlfail(s, err, errlen, "sqlite3_step(UPDATE trials SET stop_reason)");
+        if (step_done(s, st, "sqlite3_step(UPDATE trials SET stop_reason)", err, errlen) < 0)
             goto fail;
-        }
     }
     char msg[400];
     snprintf(msg, sizeof msg, "%s: %s", d->stop ? "stop" : "continue", d->reason);
@@ -1430,12 +1423,7 @@ int store_trial_resume(store *s, int64_t trial_id, const char *message, char *er
     if (prepare(s, "UPDATE trials SET stop_reason = NULL WHERE id = ?1", &st, err, errlen) < 0)
         goto fail;
     sqlite3_bind_int64(st, 1, trial_id);
-    int rc = sqlite3_step(st);
-    sqlite3_finalize(st);
-    if (rc != SQLITE_DONE) {
-        sqlfail(s, err, errlen, "sqlite3_step(UPDATE trials SET stop_reason)");
-        goto fail;
-    }
+    if (step_done(s, st, "sqlite3_step(UPDATE trials SET stop_reason)", err, errlen) < 0) goto fail;
     if (transition_in_tx(s, trial_id, TRIAL_PENDING, message, err, errlen) < 0 ||
         add_event(s, job, trial_id, "resume", message, err, errlen) < 0 ||
         exec(s, "COMMIT", err, errlen) < 0)
@@ -1585,12 +1573,7 @@ int store_add_trial(store *s, int64_t job, const sweep_trial *t, const char *poi
     sqlite3_bind_text(st, 5, t->config_text, -1, SQLITE_STATIC);
     sqlite3_bind_double(st, 6, now_s());
     sqlite3_bind_text(st, 7, point_json, -1, SQLITE_STATIC);
-    rc = sqlite3_step(st);
-    sqlite3_finalize(st);
-    if (rc != SQLITE_DONE) {
-        sqlfail(s, err, errlen, "sqlite3_step(INSERT INTO trials)");
-        goto fail;
-    }
+    if (step_done(s, st, "sqlite3_step(INSERT INTO trials)", err, errlen) < 0) goto fail;
     *trial_id = sqlite3_last_insert_rowid(s->db);
     if (put_plan(s, *trial_id, t->config, err, errlen) < 0) goto fail;
     char msg[256];
@@ -1687,9 +1670,7 @@ static int stage_follow(store *s, int64_t trial, int64_t job, trial_state to, in
     sqlite3_bind_double(st, 3, t);
     sqlite3_bind_text(st, 4, message ? message : "", -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 5, key, -1, SQLITE_STATIC);
-    rc = sqlite3_step(st);
-    sqlite3_finalize(st);
-    if (rc != SQLITE_DONE) return sqlfail(s, err, errlen, "sqlite3_step(UPDATE stages)");
+    if (step_done(s, st, "sqlite3_step(UPDATE stages)", err, errlen) < 0) return -1;
     char label[64], msg[512];
     stage_label(label, sizeof label, name, key);
     if (next == STAGE_DONE)
@@ -1833,12 +1814,7 @@ int store_stage_next(store *s, int64_t trial, stage_next *next, int *idx, char *
                 goto fail;
             sqlite3_bind_int64(st, 1, trial);
             sqlite3_bind_int(st, 2, i);
-            int rc = sqlite3_step(st);
-            sqlite3_finalize(st);
-            if (rc != SQLITE_DONE) {
-                sqlfail(s, err, errlen, "sqlite3_step(UPDATE trial_stages)");
-                goto fail;
-            }
+            if (step_done(s, st, "sqlite3_step(UPDATE trial_stages)", err, errlen) < 0) goto fail;
             int64_t job = 0;
             if (store_trial_job(s, trial, &job, err, errlen) < 0 ||
                 add_event(s, job, trial, "stage", reason, err, errlen) < 0)
@@ -1900,12 +1876,7 @@ int store_stage_launch(store *s, int64_t trial, int idx, const char *message, ch
     sqlite3_bind_text(st, 4, o->dir, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 5, trial);
     sqlite3_bind_double(st, 6, t);
-    int rc = sqlite3_step(st);
-    sqlite3_finalize(st);
-    if (rc != SQLITE_DONE) {
-        sqlfail(s, err, errlen, "sqlite3_step(INSERT INTO stages)");
-        goto fail;
-    }
+    if (step_done(s, st, "sqlite3_step(INSERT INTO stages)", err, errlen) < 0) goto fail;
     int64_t job = 0;
     char msg[256];
     snprintf(msg, sizeof msg, "stage %s started by t%lld (its attempt %d)", label, (long long)trial,
@@ -1985,9 +1956,7 @@ static int copy_eval_points(store *s, int64_t from, int64_t to, char *err, size_
         if (prepare(s, sql[i], &st, err, errlen) < 0) return -1;
         sqlite3_bind_int64(st, 1, from);
         sqlite3_bind_int64(st, 2, to);
-        int rc = sqlite3_step(st);
-        sqlite3_finalize(st);
-        if (rc != SQLITE_DONE) return sqlfail(s, err, errlen, "sqlite3_step(copy eval points)");
+        if (step_done(s, st, "sqlite3_step(copy eval points)", err, errlen) < 0) return -1;
     }
     return 0;
 }
