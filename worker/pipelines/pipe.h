@@ -144,6 +144,13 @@ void pipe_model_config(model *m, const bf_config *c);
  * pixels (vit). */
 int pipe_input_len(const bf_config *c, const data_sets *d);
 
+/* An evaluation pass's batcher over split `set` (in order, no wrap; this
+ * rank's shard of global batches of m->B per rank) and its batch buffer:
+ * 0, or -1 with a message (nothing to free then). */
+int pipe_eval_batcher(const model *m, const bf_config *c, const data_sets *d, const data_tok_t *set,
+                      const pipe_host *h, data_batcher_t **bt, data_batch_t *b, char *err,
+                      size_t errlen);
+
 /* The model shape a config describes over its data. */
 model_shape pipe_model_shape(const bf_config *c, const data_sets *d);
 

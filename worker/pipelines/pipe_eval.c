@@ -44,14 +44,9 @@ enum {
     EV_COUNT
 };
 
-int pipe_evaluate(model *m, const bf_config *c, const data_sets *d, int split, const pipe_host *h,
-                  eval_result *out, FILE *per_sample, char *err, size_t errlen) {
-    memset(out, 0, sizeof *out);
-    const data_tok_t *set = d->n_classes ? (split ? d->test : d->val) : d->train;
-    if (!set) {
-        snprintf(err, errlen, "no %s split", split ? "test" : "validation");
-        return -1;
-    }
+int pipe_eval_batcher(const model *m, const bf_config *c, const data_sets *d, const data_tok_t *set,
+                      const pipe_host *h, data_batcher_t **bt, data_batch_t *b, char *err,
+                      size_t errlen) {
     int world = h ? h->world : 1, T_in = pipe_input_len(c, d);
     data_batcher_opts bo = {.global_batch = m->B * world,
                             .seq_len = T_in,
@@ -61,14 +56,28 @@ int pipe_evaluate(model *m, const bf_config *c, const data_sets *d, int split, c
                             .shuffle = 0,
                             .wrap = 0,
                             .split = d->n_classes ? 0 : 1};
-    data_batcher_t *bt = NULL;
-    if (data_batcher_new(set, &bo, &bt, err, errlen)) return -1;
-    data_batch_t b;
-    if (data_batch_alloc(&b, m->B, T_in)) {
-        data_batcher_destroy(&bt);
+    *bt = NULL;
+    if (data_batcher_new(set, &bo, bt, err, errlen)) return -1;
+    if (data_batch_alloc(b, m->B, T_in)) {
+        data_batcher_destroy(bt);
         snprintf(err, errlen, "out of memory");
         return -1;
     }
+    return 0;
+}
+
+int pipe_evaluate(model *m, const bf_config *c, const data_sets *d, int split, const pipe_host *h,
+                  eval_result *out, FILE *per_sample, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    const data_tok_t *set = d->n_classes ? (split ? d->test : d->val) : d->train;
+    if (!set) {
+        snprintf(err, errlen, "no %s split", split ? "test" : "validation");
+        return -1;
+    }
+    int world = h ? h->world : 1, T_in = pipe_input_len(c, d);
+    data_batcher_t *bt;
+    data_batch_t b;
+    if (pipe_eval_batcher(m, c, d, set, h, &bt, &b, err, errlen)) return -1;
     double sum[EV_COUNT] = {0};
     int rc = 0;
     for (;;) {

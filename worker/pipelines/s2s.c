@@ -78,24 +78,10 @@ static int distill_validate(void *ctx, model *m, const bf_config *c, const data_
     s2s_distill *d = ctx;
     if (!ds->val) return 0;
     const bk_backend *be = d->be;
-    int world = h ? h->world : 1, T_in = pipe_input_len(c, ds);
-    data_batcher_opts bo = {.global_batch = m->B * world,
-                            .seq_len = T_in,
-                            .rank = h ? h->rank : 0,
-                            .world = world,
-                            .seed = c->train.seed,
-                            .shuffle = 0,
-                            .wrap = 0,
-                            .split = 0};
-    data_batcher_t *bt = NULL;
-    if (data_batcher_new(ds->val, &bo, &bt, err, errlen)) return -1;
+    data_batcher_t *bt;
     data_batch_t b;
     float h_mse[MODEL_MAX_LAYERS];
-    if (data_batch_alloc(&b, m->B, T_in)) {
-        data_batcher_destroy(&bt);
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (pipe_eval_batcher(m, c, ds, ds->val, h, &bt, &b, err, errlen)) return -1;
     int drop = m->drop, tdrop = d->teacher.drop, rc = 0;
     float *const *ext = m->ext_mask;
     m->drop = d->teacher.drop = 0;
