@@ -84,10 +84,11 @@ static inline mvec mselect(mint m, mvec a, mvec b) {
  * t = n + r with n = round(t), |r| <= 1/2, 2^r by a degree-5 polynomial
  * fitted for relative error on [-1/2, 1/2] with p(0) = 1 exactly (so a zero
  * step decays nothing; 9e-8 in exact arithmetic, 1.9e-7 in float), times
- * 2^n. 0 <= result <= 1. With AVX-512, round and 2^n are one instruction
- * each (vrndscaleps, vscalefps; t below -126 gives a subnormal or 0, the
- * true value rounded); otherwise n is found by the 1.5 * 2^23 rounding trick
- * and added into the exponent bits, t clamped to -125 (~1e-38). */
+ * 2^n. 0 <= result <= 1. n is found by the 1.5 * 2^23 rounding trick (an
+ * add and a subtract, cheaper than vrndscaleps' two uops). With AVX-512, 2^n
+ * is vscalefps (t below -126 gives a subnormal or 0, the true value
+ * rounded); otherwise n is added into the exponent bits, t clamped to -125
+ * (~1e-38). */
 static inline mvec exp2_poly(mvec r) {
     mvec p = r * 1.32647256e-3f + 9.67151309e-3f;
     p = p * r + 5.55073375e-2f;
