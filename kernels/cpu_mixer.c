@@ -528,15 +528,20 @@ scan_tile_backward_chunk(const scan_tile *st, const bk_scan_grads *gr, const flo
         dh[n] = d;
         dA[n] = q;
     }
-    /* recompute the chunk */
+    /* recompute the chunk: every step's dt first (as in the forward, so the
+     * state updates do not wait on each step's softplus), then the states */
+    for (int s = s0; s < s1; s++) {
+        int t = a->reverse ? T - 1 - s : s;
+        if (!is_masked(a->mask, b, T, t))
+            cb->dt[s - s0] =
+                msoftplus(lanes_load(a->delta + ((size_t)b * T + t) * D + st->c0, nl) + st->biasv);
+    }
     for (int s = s0; s < s1; s++) {
         int t = a->reverse ? T - 1 - s : s, i = s - s0;
         if (!is_masked(a->mask, b, T, t)) {
             size_t row = ((size_t)b * T + t) * D + st->c0;
-            mvec xv = lanes_load(a->x + row, nl);
-            mvec dt = msoftplus(lanes_load(a->delta + row, nl) + st->biasv), dtx = dt * xv;
+            mvec dt = cb->dt[i], dtx = dt * lanes_load(a->x + row, nl);
             const float *Bp = a->Bm + (((size_t)b * T + t) * G + st->g) * st->bcs;
-            cb->dt[i] = dt;
 #pragma GCC unroll 16
             for (int n = 0; n < N; n++) {
                 mvec e = mexp2_neg(dt * st->A2[n]);
