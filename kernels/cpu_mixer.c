@@ -7,10 +7,11 @@
  *    per (sample, vector of channels). Backward: one task per vector of
  *    channels over all samples in order, so it owns its dw/dbias and its dx
  *    columns.
- *  - scan forward: one task per (sample, group); time runs in chunks of
- *    BK_SCAN_CHUNK steps, each chunk for every tile of MLEN channels of the
- *    group in turn, so the chunk's rows come from memory once and the
- *    group's other tiles find them in cache. While a tile runs its N states
+ *  - scan forward: one task per (sample, group), or per block of a group's
+ *    tiles when samples are too few to keep every thread busy; time runs in
+ *    chunks of BK_SCAN_CHUNK steps, each chunk for every tile of MLEN
+ *    channels of the task in turn, so the chunk's rows come from memory once
+ *    and the task's other tiles find them in cache. While a tile runs its N states
  *    live in vector registers, lanes = channels; between chunks they wait in
  *    a small per-thread buffer.
  *  - scan backward: one task per (sample, group), because dBm/dCm sum over
@@ -26,6 +27,7 @@
 #endif
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #if defined(__AVX512F__)
@@ -460,34 +462,43 @@ void bk_cpu_scan_forward(float *out, float *states, const bk_scan_args *a) {
     const int B = a->B, T = a->T, D = a->D, G = a->G;
     if (B <= 0 || T <= 0 || D <= 0) return;
     const int Dg = D / G, tpg = (Dg + MLEN - 1) / MLEN;
-    const long ntask = (long)B * G;
+    /* A task is a block of tiles of one group: the whole group when there
+     * are samples enough for about four tasks a thread, else the group's
+     * tiles in a few blocks (a tile's result does not depend on its block). */
+    const long want = 4L * omp_get_max_threads();
+    int nblk = 1;
+    while (nblk < tpg && (long)B * G * nblk < want) nblk++;
+    const int tpb = (tpg + nblk - 1) / nblk;
+    nblk = (tpg + tpb - 1) / tpb;
+    const long ntask = (long)B * G * nblk;
 #pragma omp parallel if ((long long)B * T * D >= MIX_PAR_MIN / 4)
     {
-        /* this thread's tiles of one group and their states (a few KB each) */
-        scan_tile *tiles = aligned_alloc(sizeof(mvec), (size_t)tpg * sizeof *tiles);
-        mvec *hs = aligned_alloc(sizeof(mvec), (size_t)tpg * BK_SCAN_MAX_N * sizeof *hs);
+        /* this thread's tiles of one block and their states (a few KB each) */
+        scan_tile *tiles = aligned_alloc(sizeof(mvec), (size_t)tpb * sizeof *tiles);
+        mvec *hs = aligned_alloc(sizeof(mvec), (size_t)tpb * BK_SCAN_MAX_N * sizeof *hs);
 #pragma omp for schedule(dynamic, 1)
         for (long task = 0; task < ntask; task++) {
-            int g = (int)(task % G), b = (int)(task / G);
+            int blk = (int)(task % nblk), g = (int)(task / nblk % G), b = (int)(task / nblk / G);
+            int t0 = blk * tpb, nt = tpg - t0 < tpb ? tpg - t0 : tpb;
             if (!tiles || !hs) { /* no memory: each tile alone over all steps */
-                for (int tile = 0; tile < tpg; tile++) {
+                for (int tile = 0; tile < nt; tile++) {
                     scan_tile st;
                     mvec h[BK_SCAN_MAX_N] = {0};
-                    scan_tile_init(&st, a, b, g, tile * MLEN);
+                    scan_tile_init(&st, a, b, g, (t0 + tile) * MLEN);
                     scan_tile_run(&st, out, states, h, 0, T);
                 }
                 continue;
             }
-            for (int tile = 0; tile < tpg; tile++) {
-                scan_tile_init(&tiles[tile], a, b, g, tile * MLEN);
+            for (int tile = 0; tile < nt; tile++) {
+                scan_tile_init(&tiles[tile], a, b, g, (t0 + tile) * MLEN);
                 for (int n = 0; n < BK_SCAN_MAX_N; n++) hs[tile * BK_SCAN_MAX_N + n] = msplat(0.0f);
             }
-            /* a chunk of steps for every tile of the group in turn: the chunk's
-             * rows (512 B of each for 128 channels) come from memory once and
-             * stay in cache for the group's other tiles */
+            /* a chunk of steps for every tile of the block in turn: the
+             * chunk's Bm/Cm rows come from memory once and stay in cache for
+             * the block's other tiles */
             for (int s0 = 0; s0 < T; s0 += SCAN_L) {
                 int s1 = s0 + SCAN_L < T ? s0 + SCAN_L : T;
-                for (int tile = 0; tile < tpg; tile++)
+                for (int tile = 0; tile < nt; tile++)
                     scan_tile_run(&tiles[tile], out, states, hs + tile * BK_SCAN_MAX_N, s0, s1);
             }
         }
