@@ -363,17 +363,17 @@ static void scan_tile_init(scan_tile *st, const bk_scan_args *a, int b, int g, i
 
 /* Forward of one tile over the steps [s0, s1). Inlined with N = 16 as a
  * constant for the common case, so the state loop unrolls into registers.
- * The steps go in pieces of at most SCAN_L: first every step's dt and dt x
- * (softplus, a long chain of its own, but no step waits on another's), then
- * the states. Computing dt inside the state loop left each step's 16 state
- * updates waiting on its softplus, and the core ran them at ~16 cycles a
- * vector instead of ~7. */
+ * The steps go in pieces of at most SCAN_L: first every step's dt, dt x
+ * and gate (softplus and sigmoid, long chains of their own, but no step
+ * waits on another's), then the states. Computing them inside the state loop
+ * left each step's 16 state updates waiting on its softplus, and the core
+ * ran them at ~16 cycles a vector instead of ~7. */
 static inline __attribute__((always_inline)) void scan_tile_forward(const scan_tile *st, float *out,
                                                                     float *states, mvec *hio,
                                                                     int s0, int s1, const int N) {
     const bk_scan_args *a = st->a;
     const int T = a->T, D = a->D, G = a->G, b = st->b, nl = st->nl;
-    mvec h[BK_SCAN_MAX_N], dtb[SCAN_L], dtxb[SCAN_L];
+    mvec h[BK_SCAN_MAX_N], dtb[SCAN_L], dtxb[SCAN_L], gateb[SCAN_L];
     for (int n = 0; n < N; n++) h[n] = hio[n];
     for (int p0 = s0; p0 < s1; p0 += SCAN_L) {
         const int p1 = p0 + SCAN_L < s1 ? p0 + SCAN_L : s1;
@@ -404,6 +404,10 @@ static inline __attribute__((always_inline)) void scan_tile_forward(const scan_t
             mvec dt = msoftplus(pre + st->biasv);
             dtb[s - p0] = dt;
             dtxb[s - p0] = dt * lanes_load(a->x + row, nl);
+            if (a->z) {
+                mvec zv = lanes_load(a->z + row, nl);
+                gateb[s - p0] = zv * msigmoid(zv);
+            }
         }
         for (int s = p0; s < p1; s++) {
             int t = a->reverse ? T - 1 - s : s;
@@ -435,10 +439,7 @@ static inline __attribute__((always_inline)) void scan_tile_forward(const scan_t
                 }
                 mvec y = (y0 + y1) + (y2 + y3);
                 if (a->accumulate) y += lanes_load(out + row, nl); /* before the gate */
-                if (a->z) {
-                    mvec zv = lanes_load(a->z + row, nl);
-                    y *= zv * msigmoid(zv);
-                }
+                if (a->z) y *= gateb[s - p0];
                 lanes_store(out + row, y, nl);
             }
             if (states && (s % SCAN_L == SCAN_L - 1 || s == T - 1)) {
