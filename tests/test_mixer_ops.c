@@ -236,6 +236,10 @@ Test(mixer, conv_matches_reference, .init = init_cpu) {
     }
     conv_check_ref(2, 20, 5, 1, 0, 1, 1); /* K = 1: pointwise */
     conv_check_ref(2, 20, 5, BK_CONV_MAX_K, 1, 1, 1);
+    /* 600 channels: a row in two slabs of at most 512; 150 steps: blocks of
+     * 64 that find their window by walking back, masked and not */
+    conv_check_ref(2, 150, 600, 4, 1, 1, 1);
+    conv_check_ref(2, 150, 600, 4, 0, 1, 0);
 }
 
 typedef struct {
