@@ -28,6 +28,7 @@
 
 #include <math.h>
 #include <omp.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #if defined(__AVX512F__)
@@ -153,7 +154,21 @@ static inline mvec msoftplus(mvec u) {
     return mselect(u > 0.0f, u, msplat(0.0f)) + 2.0f * s * p;
 }
 
-/* Loads/stores of nl <= MLEN consecutive floats (a tile may be partial). */
+/* Loads/stores of nl <= MLEN consecutive floats (a tile may be partial).
+ * With AVX-512 one masked instruction each: no branch and no call (a
+ * partial copy loop became a memcpy call, and a call in a loop makes the
+ * compiler keep every vector in memory around it). */
+#if MLEN == 16
+static inline __mmask16 lanes_mask(int nl) {
+    return nl >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << nl) - 1);
+}
+static inline mvec lanes_load(const float *p, int nl) {
+    return (mvec)_mm512_maskz_loadu_ps(lanes_mask(nl), p);
+}
+static inline void lanes_store(float *p, mvec v, int nl) {
+    _mm512_mask_storeu_ps(p, lanes_mask(nl), (__m512)v);
+}
+#else
 static inline mvec lanes_load(const float *p, int nl) {
     mvec v = msplat(0.0f);
     if (nl == MLEN) {
@@ -170,15 +185,9 @@ static inline void lanes_store(float *p, mvec v, int nl) {
     }
     for (int l = 0; l < nl; l++) p[l] = v[l];
 }
+#endif
 static inline void lanes_add(float *p, mvec v, int nl) {
-    if (nl == MLEN) {
-        mvec o;
-        memcpy(&o, p, sizeof o);
-        o += v;
-        memcpy(p, &o, sizeof o);
-        return;
-    }
-    for (int l = 0; l < nl; l++) p[l] += v[l];
+    lanes_store(p, lanes_load(p, nl) + v, nl);
 }
 
 /* sum of the lanes, as a tree */
@@ -390,82 +399,91 @@ static inline __attribute__((always_inline)) void scan_tile_forward(const scan_t
                                                                     float *states, mvec *hio,
                                                                     int s0, int s1, const int N) {
     const bk_scan_args *a = st->a;
-    const int T = a->T, D = a->D, G = a->G, b = st->b, nl = st->nl;
+    const int T = a->T, nl = st->nl, R = a->R, rev = a->reverse, acc = a->accumulate;
+    /* everything the steps touch, as locals: row t of a [B,T,D] tensor is
+     * xo + t * D floats on, of a [B,T,G,*] one bo + t * BS */
+    const ptrdiff_t D = a->D, BS = (ptrdiff_t)a->G * st->bcs;
+    const size_t xo = (size_t)st->b * T * D + st->c0;
+    const size_t bo = ((size_t)st->b * T * a->G + st->g) * st->bcs;
+    const float *x = a->x + xo, *z = a->z ? a->z + xo : NULL;
+    const float *delta = a->delta_w ? NULL : a->delta + xo;
+    const float *Bm = a->Bm + bo, *Cm = a->Cm + bo, *dlow = a->delta_w ? a->dlow + bo : NULL;
+    const float *mask = a->mask ? a->mask + (size_t)st->b * T : NULL;
+    float *o = out + xo;
+    const mvec biasv = st->biasv, Dv = st->Dv;
     mvec h[BK_SCAN_MAX_N], dtb[SCAN_L], dtxb[SCAN_L], gateb[SCAN_L];
     for (int n = 0; n < N; n++) h[n] = hio[n];
     for (int p0 = s0; p0 < s1; p0 += SCAN_L) {
         const int p1 = p0 + SCAN_L < s1 ? p0 + SCAN_L : s1;
         for (int s = p0; s < p1; s++) {
-            int t = a->reverse ? T - 1 - s : s;
-            size_t row = ((size_t)b * T + t) * D + st->c0;
+            const ptrdiff_t t = rev ? T - 1 - s : s;
             if (s + SCAN_L < T) { /* this tile's lines of the next chunk, into cache */
-                int tn = a->reverse ? t - SCAN_L : t + SCAN_L;
-                size_t rn = ((size_t)b * T + tn) * D + st->c0;
-                const float *bn = a->Bm + (((size_t)b * T + tn) * G + st->g) * st->bcs;
-                __builtin_prefetch(a->x + rn, 0, 2);
-                __builtin_prefetch(out + rn, 1, 2);
-                if (a->z) __builtin_prefetch(a->z + rn, 0, 2);
-                if (!a->delta_w) __builtin_prefetch(a->delta + rn, 0, 2);
-                __builtin_prefetch(bn, 0, 2);
-                __builtin_prefetch(bn + 16, 0, 2);
-                if (a->delta_w) __builtin_prefetch(a->dlow + (bn - a->Bm), 0, 2);
+                const ptrdiff_t tn = rev ? t - SCAN_L : t + SCAN_L;
+                __builtin_prefetch(x + tn * D, 0, 2);
+                __builtin_prefetch(o + tn * D, 1, 2);
+                if (z) __builtin_prefetch(z + tn * D, 0, 2);
+                if (delta) __builtin_prefetch(delta + tn * D, 0, 2);
+                __builtin_prefetch(Bm + tn * BS, 0, 2);
+                __builtin_prefetch(Bm + tn * BS + 16, 0, 2);
+                if (dlow) __builtin_prefetch(dlow + tn * BS, 0, 2);
             }
-            if (is_masked(a->mask, b, T, t)) continue;
+            if (mask && mask[t] == 0.0f) continue;
             mvec pre;
-            if (a->delta_w) { /* W_delta dlow, in r order, then the bias (as a GEMM then +) */
-                const float *dl = a->dlow + (((size_t)b * T + t) * G + st->g) * st->bcs;
+            if (dlow) { /* W_delta dlow, in r order, then the bias (as a GEMM then +) */
+                const float *dl = dlow + t * BS;
                 pre = st->Wd[0] * dl[0];
-                for (int r = 1; r < a->R; r++) pre += st->Wd[r] * dl[r];
+                for (int r = 1; r < R; r++) pre += st->Wd[r] * dl[r];
             } else {
-                pre = lanes_load(a->delta + row, nl);
+                pre = lanes_load(delta + t * D, nl);
             }
-            mvec dt = msoftplus(pre + st->biasv);
+            mvec dt = msoftplus(pre + biasv);
             dtb[s - p0] = dt;
-            dtxb[s - p0] = dt * lanes_load(a->x + row, nl);
-            if (a->z) {
-                mvec zv = lanes_load(a->z + row, nl);
+            dtxb[s - p0] = dt * lanes_load(x + t * D, nl);
+            if (z) {
+                mvec zv = lanes_load(z + t * D, nl);
                 gateb[s - p0] = zv * msigmoid(zv);
             }
         }
         for (int s = p0; s < p1; s++) {
-            int t = a->reverse ? T - 1 - s : s;
-            size_t row = ((size_t)b * T + t) * D + st->c0;
-            if (is_masked(a->mask, b, T, t)) {
-                if (!a->accumulate) lanes_store(out + row, msplat(0.0f), nl);
-            } else {
-                size_t bc = (((size_t)b * T + t) * G + st->g) * st->bcs;
-                const float *Bp = a->Bm + bc, *Cp = a->Cm + bc;
-                const mvec dt = dtb[s - p0], dtx = dtxb[s - p0];
-                /* four partial sums: one chain of 16 dependent FMAs would set the pace */
-                mvec y0 = st->Dv * lanes_load(a->x + row, nl), y1 = msplat(0.0f);
-                mvec y2 = msplat(0.0f), y3 = msplat(0.0f);
-                int n = 0;
+            const ptrdiff_t t = rev ? T - 1 - s : s;
+            float *orow = o + t * D;
+            if (mask && mask[t] == 0.0f) {
+                if (!acc) lanes_store(orow, msplat(0.0f), nl);
+                continue;
+            }
+            const float *Bp = Bm + t * BS, *Cp = Cm + t * BS;
+            const mvec dt = dtb[s - p0], dtx = dtxb[s - p0];
+            /* four partial sums: one chain of 16 dependent FMAs would set the pace */
+            mvec y0 = Dv * lanes_load(x + t * D, nl), y1 = msplat(0.0f);
+            mvec y2 = msplat(0.0f), y3 = msplat(0.0f);
+            int n = 0;
 #pragma GCC unroll 4
-                for (; n + 4 <= N; n += 4) {
-                    h[n] = mexp2_neg(dt * st->A2[n]) * h[n] + dtx * Bp[n];
-                    h[n + 1] = mexp2_neg(dt * st->A2[n + 1]) * h[n + 1] + dtx * Bp[n + 1];
-                    h[n + 2] = mexp2_neg(dt * st->A2[n + 2]) * h[n + 2] + dtx * Bp[n + 2];
-                    h[n + 3] = mexp2_neg(dt * st->A2[n + 3]) * h[n + 3] + dtx * Bp[n + 3];
-                    y0 += h[n] * Cp[n];
-                    y1 += h[n + 1] * Cp[n + 1];
-                    y2 += h[n + 2] * Cp[n + 2];
-                    y3 += h[n + 3] * Cp[n + 3];
-                }
-                for (; n < N; n++) {
-                    h[n] = mexp2_neg(dt * st->A2[n]) * h[n] + dtx * Bp[n];
-                    y0 += h[n] * Cp[n];
-                }
-                mvec y = (y0 + y1) + (y2 + y3);
-                if (a->accumulate) y += lanes_load(out + row, nl); /* before the gate */
-                if (a->z) y *= gateb[s - p0];
-                lanes_store(out + row, y, nl);
+            for (; n + 4 <= N; n += 4) {
+                h[n] = mexp2_neg(dt * st->A2[n]) * h[n] + dtx * Bp[n];
+                h[n + 1] = mexp2_neg(dt * st->A2[n + 1]) * h[n + 1] + dtx * Bp[n + 1];
+                h[n + 2] = mexp2_neg(dt * st->A2[n + 2]) * h[n + 2] + dtx * Bp[n + 2];
+                h[n + 3] = mexp2_neg(dt * st->A2[n + 3]) * h[n + 3] + dtx * Bp[n + 3];
+                y0 += h[n] * Cp[n];
+                y1 += h[n + 1] * Cp[n + 1];
+                y2 += h[n + 2] * Cp[n + 2];
+                y3 += h[n + 3] * Cp[n + 3];
             }
-            if (states && (s % SCAN_L == SCAN_L - 1 || s == T - 1)) {
-                float *sp =
-                    states + ((size_t)b * D + st->c0) * st->nch * N + (size_t)(s / SCAN_L) * N;
-                for (int l = 0; l < nl; l++)
-                    for (int n = 0; n < N; n++) sp[(size_t)l * st->nch * N + n] = h[n][l];
+            for (; n < N; n++) {
+                h[n] = mexp2_neg(dt * st->A2[n]) * h[n] + dtx * Bp[n];
+                y0 += h[n] * Cp[n];
             }
+            mvec y = (y0 + y1) + (y2 + y3);
+            if (acc) y += lanes_load(orow, nl); /* before the gate */
+            if (z) y *= gateb[s - p0];
+            lanes_store(orow, y, nl);
+        }
+        /* the state after each chunk (pieces start on chunk boundaries) */
+        const int last = p1 - 1;
+        if (states && (last % SCAN_L == SCAN_L - 1 || last == T - 1)) {
+            float *sp = states + ((size_t)st->b * a->D + st->c0) * st->nch * N +
+                        (size_t)(last / SCAN_L) * N;
+            for (int l = 0; l < nl; l++)
+                for (int n = 0; n < N; n++) sp[(size_t)l * st->nch * N + n] = h[n][l];
         }
     }
     for (int n = 0; n < N; n++) hio[n] = h[n];
