@@ -87,7 +87,7 @@ Test(avit, the_prior_centre_gives_the_retention) {
  * perturbed so that tokens halt at different depths. */
 static int pixels[3 * 64];
 
-static void make_mixers(model *m, float centre, int mixers) {
+static void make_opts(model *m, float centre, int mixers, int infer_only) {
     model_shape sh = {.layers = 4,
                       .d_model = 16,
                       .heads = 2,
@@ -97,7 +97,8 @@ static void make_mixers(model *m, float centre, int mixers) {
                       .patch = 2,
                       .image_h = 8,
                       .image_w = 8,
-                      .avit = 1};
+                      .avit = 1,
+                      .infer_only = infer_only};
     if (mixers) { /* the S2S student's shape: sequential mixers in the deep layers */
         sh.mixer[2] = MODEL_MIXER_BIMAMBA;
         sh.mixer[3] = MODEL_MIXER_BILSTM;
@@ -113,6 +114,7 @@ static void make_mixers(model *m, float centre, int mixers) {
     for (int i = 0; i < 3 * 64; i++) pixels[i] = (i * 37 + 11) % 256;
 }
 
+static void make_mixers(model *m, float centre, int mixers) { make_opts(m, centre, mixers, 0); }
 static void make(model *m, float centre) { make_mixers(m, centre, 0); }
 
 static double loss_at(model *m, const int *targets) {
@@ -216,6 +218,46 @@ Test(avit, dropping_halted_tokens_equals_masking_them) { dropping_equals_masking
 /* The same with bimamba and bilstm in the deep layers (the S2S student): the
  * sequential mixers run on each sample's compacted active tokens. */
 Test(avit, dropping_equals_masking_with_sequential_mixers) { dropping_equals_masking(1); }
+
+/* A model built for inference only (model_shape.infer_only: every attention
+ * layer's maps in the shared scratch) computes bit for bit what the full one
+ * does, dropping halted tokens or masking them; it plans one layer's maps
+ * fewer per layer, and refuses a training forward. */
+Test(avit, inference_only_models_match_and_hold_no_maps) {
+    model full, inf;
+    make_opts(&full, 0.5f, 1, 0);
+    make_opts(&inf, 0.5f, 1, 1);
+    int targets[3] = {0, 2, 1};
+    char err[256];
+    for (int drop = 0; drop < 2; drop++) {
+        full.drop = inf.drop = drop;
+        cr_assert_eq(model_forward(&full, pixels, NULL, targets, 3, 0, err, sizeof err), 0, "%s",
+                     err);
+        cr_assert_eq(model_forward(&inf, pixels, NULL, targets, 3, 0, err, sizeof err), 0, "%s",
+                     err);
+        cr_expect_eq(memcmp(full.h_logits, inf.h_logits, 9 * sizeof(float)), 0,
+                     "drop %d: logits differ", drop);
+        for (int l = 1; l <= 4; l++)
+            cr_expect_eq(memcmp(full.x[l], inf.x[l], 3 * 17 * 16 * sizeof(float)), 0,
+                         "drop %d: layer %d's output differs", drop, l);
+    }
+    model_mem a, b;
+    model pa, pb;
+    model_shape sh = full.sh;
+    cr_assert_eq(model_plan(&pa, &sh, 3, &a, err, sizeof err), 0, "%s", err);
+    sh.infer_only = 1;
+    cr_assert_eq(model_plan(&pb, &sh, 3, &b, err, sizeof err), 0, "%s", err);
+    /* layers 0 and 1 are attention (2 and 3 the sequential mixers): 3 x 2 heads x 17 x 17 each */
+    size_t maps = 2 * (size_t)3 * 2 * 17 * 17 * sizeof(float);
+    cr_expect_leq(b.act_bytes + maps, a.act_bytes, "activations %zu vs %zu (maps %zu)", b.act_bytes,
+                  a.act_bytes, maps);
+    cr_expect_eq(model_forward(&inf, pixels, NULL, targets, 3, 1, err, sizeof err), -1);
+    cr_expect(strstr(err, "inference only") != NULL, "%s", err);
+    model_destroy(&pa);
+    model_destroy(&pb);
+    model_destroy(&full);
+    model_destroy(&inf);
+}
 
 /* The S2S halting alignment: its gradient against finite differences of its
  * loss, over a masked layer. */

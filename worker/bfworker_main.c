@@ -385,8 +385,9 @@ static void close_run_model(run_model *r) {
 }
 
 /* Returns 0, or the exit status after printing why (nothing left open).
- * batch 0: the config's train.batch. */
-static int open_run_model(int argc, char **argv, run_model *r, int batch) {
+ * batch 0: the config's train.batch. infer_only: model_shape.infer_only (the
+ * profile reads every layer's attention maps after the forward: 0). */
+static int open_run_model(int argc, char **argv, run_model *r, int batch, int infer_only) {
     char err[2048];
     memset(r, 0, sizeof *r);
     int orc = open_checkpoint(argc, argv, &r->s, &r->c, err, sizeof err);
@@ -399,6 +400,7 @@ static int open_run_model(int argc, char **argv, run_model *r, int batch) {
         return EXIT_FAIL;
     }
     model_shape sh = pipe_model_shape(&r->c, &r->d);
+    sh.infer_only = infer_only;
     if (model_create(&r->m, &sh, be, batch > 0 ? batch : r->c.train.batch, err, sizeof err) ||
         (pipe_model_config(&r->m, &r->c), run_src_load(&r->s, &r->m, err, sizeof err))) {
         fprintf(stderr, "bfworker: %s\n", err);
@@ -423,7 +425,7 @@ static int cmd_eval(int argc, char **argv) {
     }
     char err[2048];
     run_model rm;
-    int orc = open_run_model(argc, argv, &rm, 0);
+    int orc = open_run_model(argc, argv, &rm, 0, 1);
     if (orc) return orc;
     const bf_config c = rm.c;
     const data_sets d = rm.d;
@@ -495,7 +497,7 @@ static int cmd_profile(int argc, char **argv) {
     }
     char err[2048];
     run_model rm;
-    int orc = open_run_model(argc, argv, &rm, (int)samples);
+    int orc = open_run_model(argc, argv, &rm, (int)samples, 0);
     if (orc) return orc;
     int rc = EXIT_FAIL;
     pipe_profile_t p;
@@ -690,6 +692,7 @@ static int cmd_generate(int argc, char **argv) {
     int trc = run_src_tokenizer(&s, &d.tok, err, sizeof err);
     if (trc < 0 || (trc > 0 && data_sets_open(&c, &d, 1, err, sizeof err))) goto done;
     model_shape sh = pipe_model_shape(&c, &d);
+    sh.infer_only = 1;
     if (model_create(&m, &sh, be, 1, err, sizeof err)) goto done;
     if (run_src_load(&s, &m, err, sizeof err)) goto done;
     if (gen_create(&g, &m, 1, err, sizeof err)) goto done;

@@ -111,13 +111,16 @@ static int run_train_stage(s2s_ctx *x, int i, const pipe_spec *sp, const bf_conf
     return rc;
 }
 
-/* A model of stage i's shape, weights from the stage folder `from`. */
-static int load_model(s2s_ctx *x, int i, const char *from, int batch, model *m, char *err,
-                      size_t errlen) {
+/* A model of stage i's shape, weights from the stage folder `from`;
+ * infer_only as model_shape's (0 for the profile, which reads every layer's
+ * attention maps). */
+static int load_model(s2s_ctx *x, int i, const char *from, int batch, int infer_only, model *m,
+                      char *err, size_t errlen) {
     bf_config sc = stage_config(x, i);
     const bk_backend *be;
     if (bk_select(sc.device, &be, err, errlen)) return -1;
     model_shape sh = pipe_model_shape(&sc, &x->d);
+    sh.infer_only = infer_only;
     if (model_create(m, &sh, be, batch, err, errlen)) return -1;
     pipe_model_config(m, &sc);
     size_t n = m->np.P.numel;
@@ -170,7 +173,7 @@ static int choose_layers(s2s_ctx *x, char *err, size_t errlen) {
 static int run_profile(s2s_ctx *x, char *err, size_t errlen) {
     model m;
     pipe_profile_t p;
-    if (load_model(x, ST_AVIT, x->dir[ST_AVIT], 64, &m, err, errlen)) return -1;
+    if (load_model(x, ST_AVIT, x->dir[ST_AVIT], 64, 0, &m, err, errlen)) return -1;
     int rc = pipe_profile(&m, x->c, &x->d, 64, &p, err, errlen);
     model_destroy(&m);
     if (rc || x->rank != 0) return rc;
@@ -192,7 +195,7 @@ static int run_distill(s2s_ctx *x, char *err, size_t errlen) {
     s2s_distill d;
     memset(&d, 0, sizeof d);
     int batch = sc.train.batch / (x->o->comm ? comm_world(x->o->comm) : 1);
-    if (load_model(x, ST_AVIT, x->dir[ST_AVIT], batch, &d.teacher, err, errlen)) return -1;
+    if (load_model(x, ST_AVIT, x->dir[ST_AVIT], batch, 1, &d.teacher, err, errlen)) return -1;
     pipe_spec sp;
     int kind = strcmp(sc.distill.mixer, "bilstm") == 0 ? MODEL_MIXER_BILSTM : MODEL_MIXER_BIMAMBA;
     int rc = s2s_distill_spec(&d, &sp, x->layers, x->n_layers, sc.distill.lambda_mse,
@@ -233,7 +236,7 @@ static int run_eval(s2s_ctx *x, char *err, size_t errlen) {
     for (int k = 0; k < 3; k++) {
         model m;
         eval_result e;
-        if (load_model(x, stage[k], x->dir[stage[k]], x->c->train.batch, &m, err, errlen))
+        if (load_model(x, stage[k], x->dir[stage[k]], x->c->train.batch, 1, &m, err, errlen))
             return -1;
         shape[k] = m.sh;
         int rc = pipe_evaluate(&m, x->c, &x->d, x->d.test ? 1 : 0, NULL, &e, NULL, err, errlen);

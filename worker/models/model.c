@@ -10,7 +10,8 @@ static nn_attn_cfg attn_cfg(const model_shape *sh) {
                          .NH = sh->heads,
                          .causal = sh->n_classes == 0 && sh->patch == 0,
                          .hadamard = sh->hadamard,
-                         .budget = sh->budget};
+                         .budget = sh->budget,
+                         .scratch_maps = sh->infer_only};
 }
 
 double model_attn_flops(const model_shape *sh, int k, int n) {
@@ -474,6 +475,12 @@ int model_forward(model *m, const int *ids, const float *mask, const int *target
     size_t BT = (size_t)B * T;
     if (B < 1 || B > m->B) {
         snprintf(err, errlen, "batch %d outside 1..%d", B, m->B);
+        return -1;
+    }
+    if (training && m->sh.infer_only) {
+        snprintf(err, errlen,
+                 "this model was built for inference only (model_shape.infer_only): "
+                 "it keeps no attention maps for a backward");
         return -1;
     }
     int own_input = m->arch->embed_forward != NULL;

@@ -44,6 +44,13 @@ typedef struct model_shape {
      * are blocks.L.mamba.*, a bilstm's blocks.L.lstm.*; both keep the
      * output projection's names blocks.L.attn.out.* (encoders only). */
     unsigned char mixer[MODEL_MAX_LAYERS];
+    /* 1: the model only runs inference (evaluation, speed probes, generation,
+     * a distillation teacher): each attention layer's maps [B, heads, T, T]
+     * live in the shared scratch instead of the layer's activations, so the
+     * model holds one layer's maps, not every layer's (at 1025 tokens, batch
+     * 64, d 64, 6 layers: 400 MB less). A training forward is refused. Not a
+     * shape of the weights: checkpoints and stage keys ignore it. */
+    int infer_only;
 } model_shape;
 
 /* "attention", "bimamba", "bilstm" */

@@ -66,7 +66,7 @@ int nn_attn_plan(nn_attn *a, bk_arena *A, int B, int T) {
     a->B = B;
     a->T = T;
     a->qkv_act = bk_arena_floats(A, BT * 3 * C);
-    a->att = bk_arena_floats(A, (size_t)B * NH * T * T);
+    a->att = a->cf.scratch_maps ? NULL : bk_arena_floats(A, (size_t)B * NH * T * T);
     a->atty = bk_arena_floats(A, BT * C);
     if (!a->cf.budget) return 0;
     a->xbar = bk_arena_floats(A, (size_t)B * C);
@@ -91,6 +91,7 @@ void nn_attn_scratch(const nn_attn *a, nn_scratch *s) {
     size_t BT = (size_t)B * T;
     /* backward: dqkv, datty, datt, fwht scratch, and the budget's small ones */
     size_t bwd = BT * 3 * C + BT * C + (size_t)B * NH * T * T + BT * C;
+    nn_scratch_need(s, (size_t)B * NH * T * T); /* scratch_maps: the forward's maps */
     if (a->cf.budget) bwd += 3 * (size_t)B * NH + (size_t)B * C + 2 * (size_t)B * (C / 4) + B;
     nn_scratch_need(s, bwd);
     if (a->cf.budget) /* inference with selected heads */
@@ -286,7 +287,12 @@ void nn_attn_forward(nn_attn *a, const nn_env *e, nn_scratch *s, const nn_call *
         nn_linear_forward(&a->qkv, e, a->qkv_act, u, (int)BT);
         bk_attn_args g;
         attn_args(a, c, &g, B, gate);
-        be->attention_forward(a->atty, a->att, a->qkv_act, &g);
+        float *att = a->att;
+        if (!att) { /* scratch_maps (inference only) */
+            nn_scratch_begin(s);
+            att = nn_scratch_floats(s, (size_t)B * NH * c->T * c->T);
+        }
+        be->attention_forward(a->atty, att, a->qkv_act, &g);
         out_proj_forward(a, e, y, a->atty, (int)BT);
     }
     /* heads used and attention FLOPs by the inference rule (with the budget

@@ -23,6 +23,10 @@ typedef struct nn_attn_cfg {
     int causal;   /* 1: query t sees keys <= t */
     int hadamard; /* 1: Hadamard output projection */
     int budget;   /* 1: BudgetFormer head budget */
+    /* 1: inference only: the maps [B,NH,T,T] are taken from the scratch in
+     * each forward (a->att is NULL) rather than kept per layer for a
+     * backward or a reader after the forward */
+    int scratch_maps;
 } nn_attn_cfg;
 
 typedef struct nn_attn {

@@ -235,6 +235,7 @@ static int probe_open(speed_probe *p, const model_shape *shape, const bk_backend
                       double retention, int B, char *err, size_t errlen) {
     memset(p, 0, sizeof *p);
     model_shape sh = *shape;
+    sh.infer_only = 1;
     if (shape_at(&sh, T, err, errlen) || model_create(&p->m, &sh, be, B, err, errlen)) return -1;
     p->open = 1;
     p->B = B;
