@@ -10,10 +10,12 @@
 #if defined(__AVX512F__)
 #include <immintrin.h>
 
-/* Skinny products C = alpha A B^T + beta C where B is [N,K] with N <= 128
- * (a small layer's weight [out, in]; bimamba's W_x has N = 36, K = 128).
- * OpenBLAS packs A on every call, which costs more than the product when N
- * is this small (that W_x ran at ~60 GFLOP/s). Here B is packed once, K rows
+/* Skinny products C = alpha A op(B) + beta C with op(B) [K,N], N <= 128: B
+ * [N,K] transposed (a small layer's weight [out, in]; bimamba's W_x has
+ * N = 36, K = 128) or B [K,N] as it is (the backward's products with a
+ * weight, e.g. bimamba's W_delta, N = 4). OpenBLAS packs A on every call,
+ * which costs more than the product when N is this small (that W_x ran at
+ * ~60 GFLOP/s, the N = 4 product at 13). Here B is packed once, K rows
  * of 64 floats per block of output columns (zero-padded, in L1/L2), and
  * each block of R rows of A is multiplied straight from A: one broadcast per
  * element, up to 4 FMAs with it, at most 24 accumulators in registers. k runs in order, so a row's
@@ -63,8 +65,8 @@ skinny_block(int NV, int R, int rows, int K, const float *a, int lda, const floa
 /* Returns 0, or -1 (out of memory: the caller falls back to sgemm). B is
  * packed per item in column blocks of SKINNY_BLOCK, K rows each, zero-padded. */
 static int skinny_gemm(int M, int N, int K, float alpha, const float *A, int lda, long long sA,
-                       const float *Bm, int ldb, long long sB, float beta, float *C, int ldc,
-                       long long sC, int batch) {
+                       int transb, const float *Bm, int ldb, long long sB, float beta, float *C,
+                       int ldc, long long sC, int batch) {
     const int NB = (N + SKINNY_BLOCK - 1) / SKINNY_BLOCK, R = N > 48 ? 6 : 8;
     const size_t per_block = (size_t)K * SKINNY_BLOCK;
     float *bp = aligned_alloc(64, (size_t)batch * NB * per_block * sizeof(float));
@@ -75,7 +77,9 @@ static int skinny_gemm(int M, int N, int K, float alpha, const float *A, int lda
                 for (int j = 0; j < SKINNY_BLOCK; j++) {
                     int n = cb * SKINNY_BLOCK + j;
                     bp[((size_t)i * NB + cb) * per_block + (size_t)k * SKINNY_BLOCK + j] =
-                        n < N ? Bm[(long long)i * sB + (long long)n * ldb + k] : 0.0f;
+                        n >= N   ? 0.0f
+                        : transb ? Bm[(long long)i * sB + (long long)n * ldb + k]
+                                 : Bm[(long long)i * sB + (long long)k * ldb + n];
                 }
     const __mmask16 tail = N % 16 ? (__mmask16)((1u << (N % 16)) - 1) : (__mmask16)0xFFFF;
     const long long blocks = (M + R - 1) / R, tasks = blocks * batch;
@@ -115,9 +119,8 @@ static int skinny_gemm(int M, int N, int K, float alpha, const float *A, int lda
     return 0;
 }
 
-static int skinny_fits(int transa, int transb, int M, int N, int K) {
-    return !transa && transb && N <= SKINNY_MAX_N && K >= 1 && K <= SKINNY_MAX_K &&
-           M >= SKINNY_MIN_M;
+static int skinny_fits(int transa, int M, int N, int K) {
+    return !transa && N <= SKINNY_MAX_N && K >= 1 && K <= SKINNY_MAX_K && M >= SKINNY_MIN_M;
 }
 #endif
 
@@ -134,8 +137,8 @@ void bk_cpu_linear_forward(float *out, const float *inp, const float *w, const f
     }
     if (IC <= 0) return;
 #if defined(__AVX512F__)
-    if (skinny_fits(0, 1, N, OC, IC) &&
-        skinny_gemm(N, OC, IC, 1.0f, inp, IC, 0, w, IC, 0, bias ? 1.0f : 0.0f, out, OC, 0, 1) == 0)
+    if (skinny_fits(0, N, OC, IC) && skinny_gemm(N, OC, IC, 1.0f, inp, IC, 0, 1, w, IC, 0,
+                                                 bias ? 1.0f : 0.0f, out, OC, 0, 1) == 0)
         return;
 #endif
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, w, IC,
@@ -181,9 +184,9 @@ void bk_cpu_gemm(int transa, int transb, int M, int N, int K, float alpha, const
                  float *Cm, int ldc, long long strideC, int batch) {
     if (M <= 0 || N <= 0 || batch <= 0) return;
 #if defined(__AVX512F__)
-    if (skinny_fits(transa, transb, M, N, K) &&
-        skinny_gemm(M, N, K, alpha, A, lda, strideA, Bm, ldb, strideB, beta, Cm, ldc, strideC,
-                    batch) == 0)
+    if (skinny_fits(transa, M, N, K) &&
+        skinny_gemm(M, N, K, alpha, A, lda, strideA, transb, Bm, ldb, strideB, beta, Cm, ldc,
+                    strideC, batch) == 0)
         return;
 #endif
     enum CBLAS_TRANSPOSE ta = transa ? CblasTrans : CblasNoTrans;

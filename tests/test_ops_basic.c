@@ -441,62 +441,66 @@ Test(ops, gemm_strided_batched_matches_naive, .init = init_cpu) {
         }
 }
 
-/* Skinny A B^T products (N <= 64, M >= 32) take the CPU's own kernel on
- * AVX-512 machines and sgemm elsewhere: either way they match the naive
- * product, with strides, alpha and beta; beta 0 never reads C (NaN there
- * stays out of the result); with the CPU's own kernel a row's result does
- * not depend on M. */
+/* Skinny products A B^T and A B (N <= 128, K <= 1024, M >= 32) take the
+ * CPU's own kernel on AVX-512 machines and sgemm elsewhere: either way they
+ * match the naive product, with strides, alpha and beta; beta 0 never reads
+ * C (NaN there stays out of the result); with the CPU's own kernel a row's
+ * result does not depend on M. */
 Test(ops, gemm_skinny_products_match_naive, .init = init_cpu) {
     static const int Ns[] = {1, 15, 16, 17, 36, 48, 49, 64, 65, 100, 128, 129};
     static const int Ks[] = {1, 7, 128};
-    for (size_t ni = 0; ni < sizeof Ns / sizeof *Ns; ni++)
-        for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++)
-            for (int zero_beta = 0; zero_beta < 2; zero_beta++) {
-                int M = 45, N = Ns[ni], K = Ks[ki], batch = 3;
-                int lda = K + 3, ldb = K + 1, ldc = N + 2;
-                long long sA = (long long)M * lda + 7, sB = (long long)N * ldb + 2,
-                          sC = (long long)M * ldc + 5;
-                float *A = frand((size_t)(sA * batch), -1, 1, 11),
-                      *Bm = frand((size_t)(sB * batch), -1, 1, 12);
-                float *C = frand((size_t)(sC * batch), -1, 1, 13);
-                for (long long i = 0; zero_beta && i < sC * batch; i++) C[i] = NAN;
-                float *C0 = fcopy(C, (size_t)(sC * batch));
-                float beta = zero_beta ? 0.0f : -2.0f;
-                cpu->gemm(0, 1, M, N, K, 0.5f, A, lda, sA, Bm, ldb, sB, beta, C, ldc, sC, batch);
-                for (int i = 0; i < batch; i++)
-                    for (int r = 0; r < M; r++)
-                        for (int c = 0; c < ldc; c++) {
-                            size_t ci = (size_t)(i * sC + r * ldc + c);
-                            if (c >= N) {
-                                cr_assert(memcmp(&C[ci], &C0[ci], sizeof(float)) == 0,
-                                          "N %d K %d: padding written at %zu", N, K, ci);
-                                continue;
+    for (int tb = 0; tb < 2; tb++) /* B [K,N] (A B), then [N,K] (A B^T) */
+        for (size_t ni = 0; ni < sizeof Ns / sizeof *Ns; ni++)
+            for (size_t ki = 0; ki < sizeof Ks / sizeof *Ks; ki++)
+                for (int zero_beta = 0; zero_beta < 2; zero_beta++) {
+                    int M = 45, N = Ns[ni], K = Ks[ki], batch = 3;
+                    int lda = K + 3, ldb = tb ? K + 1 : N + 1, ldc = N + 2;
+                    long long sA = (long long)M * lda + 7, sB = (long long)(tb ? N : K) * ldb + 2,
+                              sC = (long long)M * ldc + 5;
+                    float *A = frand((size_t)(sA * batch), -1, 1, 11),
+                          *Bm = frand((size_t)(sB * batch), -1, 1, 12);
+                    float *C = frand((size_t)(sC * batch), -1, 1, 13);
+                    for (long long i = 0; zero_beta && i < sC * batch; i++) C[i] = NAN;
+                    float *C0 = fcopy(C, (size_t)(sC * batch));
+                    float beta = zero_beta ? 0.0f : -2.0f;
+                    cpu->gemm(0, tb, M, N, K, 0.5f, A, lda, sA, Bm, ldb, sB, beta, C, ldc, sC,
+                              batch);
+                    for (int i = 0; i < batch; i++)
+                        for (int r = 0; r < M; r++)
+                            for (int c = 0; c < ldc; c++) {
+                                size_t ci = (size_t)(i * sC + r * ldc + c);
+                                if (c >= N) {
+                                    cr_assert(memcmp(&C[ci], &C0[ci], sizeof(float)) == 0,
+                                              "N %d K %d: padding written at %zu", N, K, ci);
+                                    continue;
+                                }
+                                double acc = 0;
+                                for (int k = 0; k < K; k++)
+                                    acc += (double)A[i * sA + r * lda + k] *
+                                           Bm[i * sB + (tb ? c * ldb + k : k * ldb + c)];
+                                double want = 0.5 * acc + (zero_beta ? 0.0 : -2.0 * C0[ci]);
+                                cr_assert(fabs(C[ci] - want) <= 1e-5 * (1 + fabs(want)),
+                                          "transb %d N %d K %d beta %g item %d (%d,%d): %g vs %g",
+                                          tb, N, K, (double)beta, i, r, c, (double)C[ci], want);
                             }
-                            double acc = 0;
-                            for (int k = 0; k < K; k++)
-                                acc += (double)A[i * sA + r * lda + k] * Bm[i * sB + c * ldb + k];
-                            double want = 0.5 * acc + (zero_beta ? 0.0 : -2.0 * C0[ci]);
-                            cr_assert(fabs(C[ci] - want) <= 1e-5 * (1 + fabs(want)),
-                                      "N %d K %d beta %g item %d (%d,%d): %g vs %g", N, K,
-                                      (double)beta, i, r, c, (double)C[ci], want);
-                        }
 #if defined(__AVX512F__)
-                /* the first 33 rows alone: the same bits (the CPU's own kernel;
-                 * sgemm's blocking depends on M) */
-                if (N > 128) {
-                    release_all();
-                    continue;
-                }
-                float *C2 = fcopy(C0, (size_t)(sC * batch));
-                cpu->gemm(0, 1, 33, N, K, 0.5f, A, lda, sA, Bm, ldb, sB, beta, C2, ldc, sC, batch);
-                for (int i = 0; i < batch; i++)
-                    for (int r = 0; r < 33; r++)
-                        cr_assert(memcmp(C2 + i * sC + r * ldc, C + i * sC + r * ldc,
-                                         (size_t)N * sizeof(float)) == 0,
-                                  "N %d K %d: row %d of item %d differs with M 33", N, K, r, i);
+                    /* the first 33 rows alone: the same bits (the CPU's own kernel;
+                     * sgemm's blocking depends on M) */
+                    if (N > 128) {
+                        release_all();
+                        continue;
+                    }
+                    float *C2 = fcopy(C0, (size_t)(sC * batch));
+                    cpu->gemm(0, tb, 33, N, K, 0.5f, A, lda, sA, Bm, ldb, sB, beta, C2, ldc, sC,
+                              batch);
+                    for (int i = 0; i < batch; i++)
+                        for (int r = 0; r < 33; r++)
+                            cr_assert(memcmp(C2 + i * sC + r * ldc, C + i * sC + r * ldc,
+                                             (size_t)N * sizeof(float)) == 0,
+                                      "N %d K %d: row %d of item %d differs with M 33", N, K, r, i);
 #endif
-                release_all(); /* the buffer table holds a few cases at a time */
-            }
+                    release_all(); /* the buffer table holds a few cases at a time */
+                }
     /* a layer with few outputs (a classifier head): bias, then the product */
     int Nr = 70, IC = 40, OC = 10;
     float *inp = frand((size_t)Nr * IC, -1, 1, 21), *w = frand((size_t)OC * IC, -1, 1, 22);
