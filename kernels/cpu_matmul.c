@@ -122,6 +122,113 @@ static int skinny_gemm(int M, int N, int K, float alpha, const float *A, int lda
 static int skinny_fits(int transa, int M, int N, int K) {
     return !transa && N <= SKINNY_MAX_N && K >= 1 && K <= SKINNY_MAX_K && M >= SKINNY_MIN_M;
 }
+
+/* Reductions over many rows, C = alpha A^T B + beta C with A [K,M], B [K,N],
+ * M, N <= 128 and K large: the weight gradients of small layers (bimamba's
+ * W_delta: M 128, N 4; W_x: M 36, N 128; K = the batch's tokens). sgemm
+ * packs both operands for an output this small (the N = 4 one ran at ~12
+ * GFLOP/s). Here K runs in fixed chunks of TN_CHUNK rows, each chunk's
+ * product into its own partial [M,N] (a block of R output rows by up to 4
+ * vectors of columns in registers, one broadcast of A per row and output
+ * row, B's row loaded as it is), and the partials are added in chunk order:
+ * the result depends on neither the thread count nor the batch. */
+#define TN_CHUNK 256
+#define TN_MAX 128
+
+static inline __attribute__((always_inline)) void tn_block(int NV, int R, int rows, int k0, int k1,
+                                                           const float *A, int lda, const float *B,
+                                                           int ldb, int m0, int n0, __mmask16 last,
+                                                           float *P, int N) {
+    __m512 acc[8][4];
+    for (int r = 0; r < 8; r++)
+        for (int v = 0; v < 4; v++) acc[r][v] = _mm512_setzero_ps();
+    for (int k = k0; k < k1; k++) {
+        __m512 b[4];
+        const float *bk = B + (size_t)k * ldb + n0;
+        for (int v = 0; v < NV; v++)
+            b[v] = _mm512_maskz_loadu_ps(v == NV - 1 ? last : (__mmask16)0xFFFF, bk + v * 16);
+        const float *ak = A + (size_t)k * lda + m0;
+        for (int r = 0; r < R; r++) {
+            if (r >= rows) break;
+            __m512 av = _mm512_set1_ps(ak[r]);
+            for (int v = 0; v < NV; v++) acc[r][v] = _mm512_fmadd_ps(av, b[v], acc[r][v]);
+        }
+    }
+    for (int r = 0; r < rows; r++)
+        for (int v = 0; v < NV; v++)
+            _mm512_mask_storeu_ps(P + (size_t)(m0 + r) * N + n0 + v * 16,
+                                  v == NV - 1 ? last : (__mmask16)0xFFFF, acc[r][v]);
+}
+
+#define TN_CASE(NV, R)                                                                             \
+    case NV:                                                                                       \
+        if (rows == R)                                                                             \
+            tn_block(NV, R, R, k0, k1, a, lda, b, ldb, m0, n0, m, P, N);                           \
+        else                                                                                       \
+            tn_block(NV, R, rows, k0, k1, a, lda, b, ldb, m0, n0, m, P, N);                        \
+        break;
+
+static int tn_fits(int transa, int transb, int M, int N, int K) {
+    return transa && !transb && M <= TN_MAX && N <= TN_MAX && K >= 2 * TN_CHUNK;
+}
+
+/* Returns 0, or -1 (out of memory: the caller falls back to sgemm). */
+static int tn_gemm(int M, int N, int K, float alpha, const float *A, int lda, long long sA,
+                   const float *Bm, int ldb, long long sB, float beta, float *C, int ldc,
+                   long long sC, int batch) {
+    const int nch = (K + TN_CHUNK - 1) / TN_CHUNK, R = N > 48 ? 6 : 8;
+    const size_t MN = (size_t)M * N;
+    float *part = malloc((size_t)batch * nch * MN * sizeof(float));
+    if (!part) return -1;
+    const __mmask16 tail = N % 16 ? (__mmask16)((1u << (N % 16)) - 1) : (__mmask16)0xFFFF;
+    const long long tasks = (long long)batch * nch;
+#pragma omp parallel for schedule(static) if (tasks > 1)
+    for (long long t = 0; t < tasks; t++) {
+        const int i = (int)(t / nch), c = (int)(t % nch);
+        const int k0 = c * TN_CHUNK, k1 = k0 + TN_CHUNK < K ? k0 + TN_CHUNK : K;
+        const float *a = A + (long long)i * sA, *b = Bm + (long long)i * sB;
+        float *P = part + (size_t)t * MN;
+        for (int m0 = 0; m0 < M; m0 += R) {
+            const int rows = M - m0 < R ? M - m0 : R;
+            for (int n0 = 0; n0 < N; n0 += SKINNY_BLOCK) {
+                const int nv = ((N - n0 < SKINNY_BLOCK ? N - n0 : SKINNY_BLOCK) + 15) / 16;
+                const __mmask16 m = n0 + SKINNY_BLOCK >= N ? tail : (__mmask16)0xFFFF;
+                if (R == 8) {
+                    switch (nv) {
+                        TN_CASE(1, 8)
+                        TN_CASE(2, 8)
+                        TN_CASE(3, 8)
+                    default:
+                        break;
+                    }
+                } else {
+                    switch (nv) {
+                        TN_CASE(1, 6)
+                        TN_CASE(2, 6)
+                        TN_CASE(3, 6)
+                        TN_CASE(4, 6)
+                    default:
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    /* the partials in chunk order, then alpha and beta (C not read when beta is 0) */
+#pragma omp parallel for schedule(static) if ((long long)batch * M * N * nch >= (1 << 16))
+    for (long long t = 0; t < (long long)batch * M; t++) {
+        const int i = (int)(t / M), r = (int)(t % M);
+        const float *p = part + (size_t)i * nch * MN + (size_t)r * N;
+        float *o = C + (long long)i * sC + (long long)r * ldc;
+        for (int n = 0; n < N; n++) {
+            float acc = p[n];
+            for (int c = 1; c < nch; c++) acc += p[(size_t)c * MN + n];
+            o[n] = alpha * acc + (beta != 0.0f ? beta * o[n] : 0.0f);
+        }
+    }
+    free(part);
+    return 0;
+}
 #endif
 
 /* out[N,OC] = inp[N,IC] @ w[OC,IC]^T + bias[OC] (bias nullable). The bias is
@@ -187,6 +294,9 @@ void bk_cpu_gemm(int transa, int transb, int M, int N, int K, float alpha, const
     if (skinny_fits(transa, M, N, K) &&
         skinny_gemm(M, N, K, alpha, A, lda, strideA, transb, Bm, ldb, strideB, beta, Cm, ldc,
                     strideC, batch) == 0)
+        return;
+    if (tn_fits(transa, transb, M, N, K) && tn_gemm(M, N, K, alpha, A, lda, strideA, Bm, ldb,
+                                                    strideB, beta, Cm, ldc, strideC, batch) == 0)
         return;
 #endif
     enum CBLAS_TRANSPOSE ta = transa ? CblasTrans : CblasNoTrans;
