@@ -52,8 +52,7 @@ skinny_block(int NV, int R, int rows, int K, const float *a, int lda, const floa
         }
 }
 
-/* Row blocks of R rows: 8 when no column block has 4 vectors (at most 24
- * accumulators), else 6 (24). */
+/* One case of REGISTER_BLOCKS: a block of R rows by NV vectors. */
 #define SKINNY_CASE(NV, R)                                                                         \
     case NV:                                                                                       \
         if (rows == R)                                                                             \
@@ -61,6 +60,28 @@ skinny_block(int NV, int R, int rows, int K, const float *a, int lda, const floa
         else                                                                                       \
             skinny_block(NV, R, rows, K, a, lda, b, alpha, beta, cc, ldc, m);                      \
         break;
+
+/* The register blocks by the column vectors nv of a block: R rows of 8
+ * when no block has 4 vectors (at most 24 accumulators), else 6 (24). */
+#define REGISTER_BLOCKS(CASE)                                                                      \
+    if (R == 8) {                                                                                  \
+        switch (nv) {                                                                              \
+            CASE(1, 8)                                                                             \
+            CASE(2, 8)                                                                             \
+            CASE(3, 8)                                                                             \
+        default:                                                                                   \
+            break;                                                                                 \
+        }                                                                                          \
+    } else {                                                                                       \
+        switch (nv) {                                                                              \
+            CASE(1, 6)                                                                             \
+            CASE(2, 6)                                                                             \
+            CASE(3, 6)                                                                             \
+            CASE(4, 6)                                                                             \
+        default:                                                                                   \
+            break;                                                                                 \
+        }                                                                                          \
+    }
 
 /* Returns 0, or -1 (out of memory: the caller falls back to sgemm). B is
  * packed per item in column blocks of SKINNY_BLOCK, K rows each, zero-padded. */
@@ -95,24 +116,7 @@ static int skinny_gemm(int M, int N, int K, float alpha, const float *A, int lda
             const float *b = bp + ((size_t)i * NB + cb) * per_block;
             float *cc = c + n0;
             const __mmask16 m = cb == NB - 1 ? tail : (__mmask16)0xFFFF;
-            if (R == 8) {
-                switch (nv) {
-                    SKINNY_CASE(1, 8)
-                    SKINNY_CASE(2, 8)
-                    SKINNY_CASE(3, 8)
-                default:
-                    break;
-                }
-            } else {
-                switch (nv) {
-                    SKINNY_CASE(1, 6)
-                    SKINNY_CASE(2, 6)
-                    SKINNY_CASE(3, 6)
-                    SKINNY_CASE(4, 6)
-                default:
-                    break;
-                }
-            }
+            REGISTER_BLOCKS(SKINNY_CASE)
         }
     }
     free(bp);
@@ -193,24 +197,7 @@ static int tn_gemm(int M, int N, int K, float alpha, const float *A, int lda, lo
             for (int n0 = 0; n0 < N; n0 += SKINNY_BLOCK) {
                 const int nv = ((N - n0 < SKINNY_BLOCK ? N - n0 : SKINNY_BLOCK) + 15) / 16;
                 const __mmask16 m = n0 + SKINNY_BLOCK >= N ? tail : (__mmask16)0xFFFF;
-                if (R == 8) {
-                    switch (nv) {
-                        TN_CASE(1, 8)
-                        TN_CASE(2, 8)
-                        TN_CASE(3, 8)
-                    default:
-                        break;
-                    }
-                } else {
-                    switch (nv) {
-                        TN_CASE(1, 6)
-                        TN_CASE(2, 6)
-                        TN_CASE(3, 6)
-                        TN_CASE(4, 6)
-                    default:
-                        break;
-                    }
-                }
+                REGISTER_BLOCKS(TN_CASE)
             }
         }
     }
