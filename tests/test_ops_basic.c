@@ -446,7 +446,8 @@ Test(ops, gemm_strided_batched_matches_naive, .init = init_cpu) {
  * 512: weight gradients) take the CPU's own chunked kernel on AVX-512
  * machines and sgemm elsewhere: either way they match the naive product,
  * with strides, alpha, beta, a last chunk cut short and NaN in C under beta
- * 0; and the result is the same bits with one thread as with two. */
+ * 0; and with the CPU's own kernel the result is the same bits with one
+ * thread as with two. */
 Test(ops, gemm_tall_reductions_match_naive, .init = init_cpu) {
     static const int Ms[] = {1, 36, 128}, Ns[] = {4, 17, 64, 128};
     for (size_t mi = 0; mi < sizeof Ms / sizeof *Ms; mi++)
@@ -475,12 +476,17 @@ Test(ops, gemm_tall_reductions_match_naive, .init = init_cpu) {
                                       "M %d N %d beta %g item %d (%d,%d): %g vs %g", M, N,
                                       (double)beta, i, r, c, (double)C[ci], want);
                         }
+#if defined(__AVX512F__)
+                /* the CPU's own kernel (sgemm's split of K follows its threads) */
                 int threads = omp_get_max_threads();
                 omp_set_num_threads(1);
                 cpu->gemm(1, 0, M, N, K, -1.5f, A, lda, sA, Bm, ldb, sB, beta, C1, ldc, sC, batch);
                 omp_set_num_threads(threads);
                 cr_assert(memcmp(C1, C, (size_t)(sC * batch) * sizeof(float)) == 0,
                           "M %d N %d: one thread gives other bits", M, N);
+#else
+                (void)C1;
+#endif
                 release_all();
             }
 }
