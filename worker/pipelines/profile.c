@@ -112,6 +112,13 @@ int pipe_profile(model *m, const bf_config *c, const data_sets *d, int samples, 
         p->attention = a != NULL;
         p->entropy = p->top_mass = p->density = NAN;
         if (!a) continue;
+        if (!a->att) { /* model_shape.infer_only: the maps were not kept */
+            snprintf(err, errlen,
+                     "profile: the model keeps no attention maps (built for "
+                     "inference only); build it with infer_only 0");
+            rc = -1;
+            break;
+        }
         m->be->to_host(att, a->att, BT * NH * T * sizeof(float));
         double ent = 0, top = 0, n = 0;
         layer_attention(att, mask, b.valid_rows, NH, T, row, &ent, &top, &n);
