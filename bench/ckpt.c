@@ -19,8 +19,8 @@
 
 #include "bench/bench_util.h"
 #include "kernels/bk.h"
-#include "worker/ckpt.h"
-#include "worker/safetensors.h"
+#include "worker/io/ckpt.h"
+#include "worker/io/safetensors.h"
 
 static void die(const char *what, const char *err) {
     fprintf(stderr, "bench_ckpt: %s: %s\n", what, err);

@@ -13,8 +13,8 @@
 
 #include "kernels/bk.h"
 #include "tests/tmpdir.h"
-#include "worker/ckpt.h"
-#include "worker/safetensors.h"
+#include "worker/io/ckpt.h"
+#include "worker/io/safetensors.h"
 
 static char dir[] = "/tmp/bf-ckpt-XXXXXX";
 static char path[256];

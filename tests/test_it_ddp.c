@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "it_proc.h"
-#include "worker/safetensors.h"
+#include "worker/io/safetensors.h"
 
 #define BFWORKER BF_BIN_DIR "/bfworker"
 #define TIMEOUT_RC (-1000)

@@ -23,7 +23,7 @@
 
 #include "tests/it_idx.h" /* dir, write_set (the tiny IDX image set), run_cmd */
 #include "tests/tmpdir.h"
-#include "worker/safetensors.h"
+#include "worker/io/safetensors.h"
 
 #define PYTHON "/usr/bin/python3"
 #define SCRIPT BF_SOURCE_DIR "/tests/test_parity_torch.py"

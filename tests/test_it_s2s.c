@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "tests/it_idx.h"
-#include "worker/safetensors.h"
+#include "worker/io/safetensors.h"
 
 static void write_cfg(void) {
     char p[160];

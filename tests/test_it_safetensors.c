@@ -11,8 +11,8 @@
 
 #include "kernels/bk.h"
 #include "tests/tmpdir.h"
-#include "worker/ckpt.h"
-#include "worker/safetensors.h"
+#include "worker/io/ckpt.h"
+#include "worker/io/safetensors.h"
 
 #define PYTHON "/usr/bin/python3"
 #define SCRIPT BF_SOURCE_DIR "/tests/test_it_safetensors.py"

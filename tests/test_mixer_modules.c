@@ -14,7 +14,7 @@
 #include "kernels/bk_rng.h"
 #include "tests/tmpdir.h"
 #include "worker/models/model.h"
-#include "worker/safetensors.h"
+#include "worker/io/safetensors.h"
 
 /* ---- finite differences through a model with layer 1 (or 0) replaced ---- */
 

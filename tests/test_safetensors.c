@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "tests/tmpdir.h"
-#include "worker/safetensors.h"
+#include "worker/io/safetensors.h"
 
 static char dir[256];
 static char path[512];

@@ -15,7 +15,7 @@
 #include "kernels/bk.h"
 #include "tests/tmpdir.h"
 #include "worker/models/model.h"
-#include "worker/safetensors.h"
+#include "worker/io/safetensors.h"
 
 #define GOLDEN BF_SOURCE_DIR "/tests/data/golden"
 

@@ -16,14 +16,14 @@
 #include "common/cfg.h"
 #include "common/errbuf.h"
 #include "kernels/bk.h"
-#include "worker/ckpt.h"
-#include "worker/comm.h"
-#include "worker/dump.h"
+#include "worker/io/ckpt.h"
+#include "worker/dist/comm.h"
+#include "worker/cmd/cmd_dump.h"
 #include "worker/pipelines/generate.h"
 #include "worker/pipelines/profile.h"
-#include "worker/run_src.h"
-#include "worker/run_trial.h"
-#include "worker/train.h"
+#include "worker/io/run_src.h"
+#include "worker/cmd/cmd_run.h"
+#include "worker/run/train.h"
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = BF_EX_USAGE, EXIT_PREEMPTED = 75 };
 

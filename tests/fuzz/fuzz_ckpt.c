@@ -5,8 +5,8 @@
 #include <stdlib.h>
 
 #include "fuzz_util.h"
-#include "worker/ckpt.h"
-#include "worker/safetensors.h"
+#include "worker/io/ckpt.h"
+#include "worker/io/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,4 +1,4 @@
-#include "worker/ckpt.h"
+#include "worker/io/ckpt.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "worker/safetensors.h"
+#include "worker/io/safetensors.h"
 
 /* Fuzz builds (FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION) do not enforce the
  * checksums, which random bytes never match, so the fuzzer reaches the

@@ -1,4 +1,4 @@
-#include "worker/run_trial.h"
+#include "worker/cmd/cmd_run.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -10,11 +10,11 @@
 #include <unistd.h>
 
 #include "common/cfg.h"
-#include "worker/comm.h"
-#include "worker/link.h"
-#include "worker/metrics.h"
+#include "worker/dist/comm.h"
+#include "worker/dist/link.h"
+#include "worker/dist/metrics.h"
 #include "protocol/proto.h"
-#include "worker/train.h"
+#include "worker/run/train.h"
 
 enum { RUN_OK = 0, RUN_FAIL = 1, RUN_USAGE = 64, RUN_PREEMPTED = 75 };
 

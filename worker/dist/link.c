@@ -1,4 +1,4 @@
-#include "worker/link.h"
+#include "worker/dist/link.h"
 #include "common/errbuf.h"
 
 #include <errno.h>

@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "worker/ckpt.h"
+#include "worker/io/ckpt.h"
 #include "worker/data/tok.h"
 #include "worker/models/model.h"
 

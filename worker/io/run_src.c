@@ -1,11 +1,11 @@
-#include "worker/run_src.h"
+#include "worker/io/run_src.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "worker/data/data_sets.h"
-#include "worker/safetensors.h"
+#include "worker/io/safetensors.h"
 
 static int is_dir(const char *p) {
     struct stat st;

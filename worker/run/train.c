@@ -1,4 +1,4 @@
-#include "worker/train.h"
+#include "worker/run/train.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -6,9 +6,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "worker/ckpt.h"
-#include "worker/metrics.h"
-#include "worker/s2s_run.h"
+#include "worker/io/ckpt.h"
+#include "worker/dist/metrics.h"
+#include "worker/run/s2s_run.h"
 
 /* mkdir -p */
 static int make_dirs(const char *path, char *err, size_t errlen) {

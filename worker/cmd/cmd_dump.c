@@ -1,4 +1,4 @@
-#include "worker/dump.h"
+#include "worker/cmd/cmd_dump.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -11,7 +11,7 @@
 #include "kernels/bk.h"
 #include "kernels/bk_rng.h"
 #include "worker/pipelines/pipe.h"
-#include "worker/safetensors.h"
+#include "worker/io/safetensors.h"
 
 /* mkdir -p of path (an existing folder is fine). */
 static int make_dirs(const char *path, char *err, size_t errlen) {

@@ -8,7 +8,7 @@
 #include <signal.h>
 
 #include "common/cfg.h"
-#include "worker/comm.h"
+#include "worker/dist/comm.h"
 #include "worker/pipelines/pipe.h"
 
 typedef struct train_opts {

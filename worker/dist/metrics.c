@@ -1,4 +1,4 @@
-#include "worker/metrics.h"
+#include "worker/dist/metrics.h"
 #include "common/tfevents.h"
 
 #include <errno.h>

@@ -1,4 +1,4 @@
-#include "worker/safetensors.h"
+#include "worker/io/safetensors.h"
 
 #include <errno.h>
 #include <fcntl.h>

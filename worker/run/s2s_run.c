@@ -1,4 +1,4 @@
-#include "worker/s2s_run.h"
+#include "worker/run/s2s_run.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include "common/s2s_stages.h"
-#include "worker/ckpt.h"
-#include "worker/metrics.h"
+#include "worker/io/ckpt.h"
+#include "worker/dist/metrics.h"
 #include "worker/pipelines/profile.h"
 #include "worker/pipelines/s2s.h"
 

@@ -1,4 +1,4 @@
-#include "worker/comm.h"
+#include "worker/dist/comm.h"
 
 #include <mpi.h>
 #include <pthread.h>
