@@ -1,4 +1,24 @@
-#include "worker/cmd/cmd_dump.h"
+/* cmd_dump — `bfworker dump`: one training step of a config, written out for an outside
+ * implementation to check against (tests/test_parity_torch.py):
+ *   bfworker dump CONFIG.yaml [--set KEY=VALUE ...] --out DIR [--batch N]
+ * opens the data as training does, builds the model from the config's seed,
+ * sets the knobs of step 0 as the pipeline would, takes the first training
+ * batch, runs one training-mode forward and backward and writes into DIR:
+ *   model.safetensors    the initial weights, by name (F32)
+ *   batch.safetensors    "ids", "mask" [B,T] and "targets" ([B] encoder,
+ *                        [B,T] lm; -1 = ignored) as F32, and with the budget
+ *                        "noise.L" [B,H] per layer: the scaled Gumbel noise
+ *                        sigma * G the gate added to the head scores
+ *   outputs.safetensors  "logits" ([B,n_classes] encoder, [B*T,V] lm)
+ *   grads.safetensors    d(total loss)/d(tensor) for every parameter, by its name
+ *   dump.json            the losses, the knobs and the shape
+ * Nothing is trained and no checkpoint is written. */
+#include "worker/cmd/cmd.h"
+
+#define DUMP_MAX_BATCH 4096
+
+int dump_write(const bf_config *c, const char *out_dir, int batch, int quiet, char *err,
+               size_t errlen);
 
 #include <errno.h>
 #include <jansson.h>
@@ -211,6 +231,11 @@ static int write_json(const model *m, const bf_config *c, int B, const char *pat
     return rc ? -1 : 0;
 }
 
+/* Runs the step of c over `batch` rows (0 = c->train.batch) and writes the
+ * files into out_dir (created when missing; files there of the same names
+ * are replaced). Progress goes to stderr unless quiet. Returns 0, or -1 with
+ * a message. (External linkage only so that its messages are checked
+ * against any caller's buffer, not main's.) */
 int dump_write(const bf_config *conf, const char *out_dir, int batch, int quiet, char *err,
                size_t errlen) {
     bf_config c = *conf;
@@ -307,7 +332,7 @@ static const char *DUMP_USAGE =
     "  the per-layer keep and psum sums).\n"
     "  --batch N   rows of the batch (default train.batch; at most 4096)\n";
 
-int dump_main(int argc, char **argv) {
+int cmd_dump(int argc, char **argv) {
     const char *cfg_path = argc >= 3 ? argv[2] : NULL, *out = NULL;
     long batch = 0;
     int quiet = 0;

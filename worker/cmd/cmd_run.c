@@ -1,4 +1,11 @@
-#include "worker/cmd/cmd_run.h"
+/* cmd_run — `bfworker run`: one attempt of a trial launched by bfd.
+ *   bfworker run --trial ID --connect ENDPOINT --token TOKEN --out DIR [--attempt N] [--quiet]
+ * Rank 0 fetches the resolved config over the worker link (worker/link.h),
+ * broadcasts it to the other ranks, trains with resume from DIR's
+ * checkpoint, and streams DIR/metrics.jsonl to bfd while training runs.
+ * Returns the exit status: 0 completed, 75 stopped/preempted (checkpoint
+ * written), 1 failed, 64 usage. */
+#include "worker/cmd/cmd.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -216,7 +223,7 @@ comm_fail:
     return RUN_FAIL;
 }
 
-int run_trial_main(int argc, char **argv) {
+int cmd_run(int argc, char **argv) {
     for (int i = 2; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(RUN_USAGE_TEXT, stdout);

@@ -1,0 +1,81 @@
+/* cmd — bfworker's commands, one file each (as git's builtin/), and what
+ * they share: the help text, the option scanner, loading a config with its
+ * --set overrides, and opening a trained run. bfworker_main.c only picks the
+ * command; each entry takes main's argv (argv[1] is the command's name) and
+ * returns the process's exit status. */
+#ifndef CMD_H
+#define CMD_H
+
+#include <stddef.h>
+
+#include "common/cfg.h"
+#include "common/errbuf.h"
+#include "worker/data/data_sets.h"
+#include "worker/io/run_src.h"
+#include "worker/models/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Exit statuses of every command. CMD_RANK_LOST: a collective outlived
+ * --comm-timeout (a peer rank died or hangs). */
+enum { CMD_OK = 0, CMD_FAIL = 1, CMD_RANK_LOST = 69, CMD_USAGE = BF_EX_USAGE, CMD_PREEMPTED = 75 };
+
+/* The commands (docs: cmd_usage). */
+int cmd_train(int argc, char **argv);    /* train CONFIG.yaml: one run, MPI ranks or one process */
+int cmd_eval(int argc, char **argv);     /* eval CHECKPOINT: accuracy, heads used, time */
+int cmd_profile(int argc, char **argv);  /* profile RUN: attention sparsity per layer */
+int cmd_params(int argc, char **argv);   /* params CONFIG.yaml: parameters and memory */
+int cmd_generate(int argc, char **argv); /* generate CHECKPOINT --prompt TEXT (lm) */
+int cmd_dump(int argc, char **argv);     /* dump CONFIG.yaml --out DIR: one step's tensors */
+int cmd_run(int argc, char **argv);      /* run --trial ID ...: one attempt for bfd */
+
+/* The text of `bfworker --help`. */
+extern const char *const cmd_usage;
+
+/* The value of option `name` in argv[from..]; when it is given more than
+ * once the last one counts, as with --set. NULL when absent. */
+const char *cmd_opt_value(int argc, char **argv, int from, const char *name);
+
+/* 1 when flag `name` is in argv[from..], else 0. */
+int cmd_has_flag(int argc, char **argv, int from, const char *name);
+
+/* Rejects options not in with_value or flags (both NULL-terminated), so a
+ * typo is not silently ignored; prints why and returns -1, else 0. */
+int cmd_check_options(int argc, char **argv, int from, const char *const *with_value,
+                      const char *const *flags);
+
+/* Defaults, then the file at path (NULL: none), then every --set of
+ * argv[from..], then validation. Returns 0, or -1 with a message. */
+int cmd_load_config(bf_config *c, const char *path, int argc, char **argv, int from, char *err,
+                    size_t errlen);
+
+/* Reads the checkpoint argv[2] and its config, then applies the --set
+ * options from argv[3..] (refusing any that would change the model's shape).
+ * Returns 0, or the exit status after printing why (s is closed then). */
+int cmd_open_checkpoint(int argc, char **argv, run_src *s, bf_config *c, char *err, size_t errlen);
+
+/* A trained run opened for a command: its checkpoint and config (with the
+ * --set options), its data and its model built for `batch` rows with the
+ * weights loaded. */
+typedef struct run_model {
+    run_src s;
+    bf_config c;
+    data_sets d;
+    model m;
+} run_model;
+
+/* Opens argv[2] into r. batch 0: the config's train.batch. infer_only:
+ * model_shape.infer_only (the profile reads every layer's attention maps
+ * after the forward: 0). Returns 0, or the exit status after printing why
+ * (nothing left open). */
+int cmd_open_run_model(int argc, char **argv, run_model *r, int batch, int infer_only);
+
+/* Frees what cmd_open_run_model opened. */
+void cmd_close_run_model(run_model *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
