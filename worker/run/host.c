@@ -1,4 +1,5 @@
-#include "worker/run/train.h"
+/* host.c — see host.h. It never picks a pipeline: run/train.c does. */
+#include "worker/run/host.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -8,7 +9,6 @@
 
 #include "worker/io/ckpt.h"
 #include "worker/dist/metrics.h"
-#include "worker/run/s2s_run.h"
 
 /* mkdir -p */
 static int make_dirs(const char *path, char *err, size_t errlen) {
@@ -289,8 +289,8 @@ static int write_config(const char *dir, const bf_config *c, char *err, size_t e
     return rc;
 }
 
-int train_open_data(const bf_config *c, comm_t *comm, int quiet, data_sets *d, char *err,
-                    size_t errlen) {
+int host_open_data(const bf_config *c, comm_t *comm, int quiet, data_sets *d, char *err,
+                   size_t errlen) {
     const int rank = comm_rank(comm);
     memset(d, 0, sizeof *d);
     int failed = 0, any = 0;
@@ -335,9 +335,9 @@ static pipe_host make_host(host_ctx *hc, const train_opts *o, int has_files) {
                        .has_files = has_files};
 }
 
-int train_run_stage(const pipe_spec *sp, const bf_config *c, const train_opts *o,
-                    const train_stage *st, const data_sets *d, train_result *r, char *err,
-                    size_t errlen) {
+int host_run_stage(const pipe_spec *sp, const bf_config *c, const train_opts *o,
+                   const train_stage *st, const data_sets *d, train_result *r, char *err,
+                   size_t errlen) {
     const int rank = comm_rank(o->comm);
     host_ctx hc = {.comm = o->comm,
                    .out_dir = rank == 0 ? st->dir : NULL,
@@ -355,21 +355,15 @@ int train_run_stage(const pipe_spec *sp, const bf_config *c, const train_opts *o
     return prc == 2 ? TRAIN_PREEMPTED : prc == 0 ? TRAIN_OK : TRAIN_ERROR;
 }
 
-int train_make_dirs(const char *path, char *err, size_t errlen) {
+int host_make_dirs(const char *path, char *err, size_t errlen) {
     return make_dirs(path, err, errlen);
 }
 
-int train_run(const bf_config *c, const train_opts *o, train_result *r, char *err, size_t errlen) {
-    if (strcmp(c->pipeline, "s2s") == 0) return s2s_run(c, o, r, err, errlen);
+int host_run(const pipe_spec *sp, const bf_config *c, const train_opts *o, train_result *r,
+             char *err, size_t errlen) {
     comm_t *comm = o->comm;
     const int rank = comm_rank(comm);
     const int quiet = o->quiet || rank != 0;
-    const pipe_spec *sp = pipe_find(c->pipeline);
-    if (!sp) {
-        snprintf(err, errlen, "pipeline '%s' is unknown (valid: budgetformer, lm, vit, s2s)",
-                 c->pipeline);
-        return TRAIN_ERROR;
-    }
     host_ctx hc = {.comm = comm,
                    .out_dir = rank == 0 ? o->out_dir : NULL,
                    .resume_dir = o->out_dir,
@@ -377,7 +371,7 @@ int train_run(const bf_config *c, const train_opts *o, train_result *r, char *er
     hc.mt = &hc.own;
     if (hc.out_dir && make_dirs(hc.out_dir, err, errlen)) return TRAIN_ERROR;
     data_sets d;
-    if (train_open_data(c, comm, quiet, &d, err, errlen)) return TRAIN_ERROR;
+    if (host_open_data(c, comm, quiet, &d, err, errlen)) return TRAIN_ERROR;
     int rc = TRAIN_ERROR;
     if (hc.out_dir && (write_config(hc.out_dir, c, err, errlen) ||
                        data_sets_save_tokenizer(&d, hc.out_dir, err, errlen)))

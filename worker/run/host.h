@@ -1,9 +1,11 @@
-/* train — one training run of a process: wires the generic loop
- * (pipelines/pipe.h) to this process's ranks (comm), its run folder
- * (checkpoints, metrics.jsonl, config.yaml) and the data, for `bfworker
- * train` and for a trial bfd runs. */
-#ifndef TRAIN_H
-#define TRAIN_H
+/* host — the generic loop's host in a process (pipelines/pipe.h's
+ * pipe_host): wires a pipeline to this process's ranks (comm), its run
+ * folder (checkpoints, metrics.jsonl, config.yaml) and the data. One
+ * pipeline per call: a whole run (host_run) or one stage of a larger one
+ * (host_run_stage). It knows no pipeline by name and never picks one; that
+ * is run/train.c. */
+#ifndef HOST_H
+#define HOST_H
 
 #include <signal.h>
 
@@ -21,12 +23,12 @@ typedef struct train_opts {
 
 enum { TRAIN_OK = 0, TRAIN_ERROR = -1, TRAIN_PREEMPTED = 2 };
 
-/* Trains per c; returns TRAIN_OK, TRAIN_PREEMPTED (stopped by *o->stop after
- * writing a checkpoint) or TRAIN_ERROR with a message. r nullable. Every
- * rank calls this with the same config; only rank 0 writes files and prints
- * progress. A TRAIN_ERROR on one rank may leave the others waiting in a
- * collective: the caller must then end the job (comm_abort). */
-int train_run(const bf_config *c, const train_opts *o, train_result *r, char *err, size_t errlen);
+/* Trains pipeline sp per c into o->out_dir; returns TRAIN_OK, TRAIN_PREEMPTED (stopped by *o->stop
+ * after writing a checkpoint) or TRAIN_ERROR with a message. r nullable. Every rank calls this with
+ * the same config; only rank 0 writes files and prints progress. A TRAIN_ERROR on one rank may
+ * leave the others waiting in a collective: the caller must then end the job (comm_abort). */
+int host_run(const pipe_spec *sp, const bf_config *c, const train_opts *o, train_result *r,
+             char *err, size_t errlen);
 
 /* One pipeline run inside a larger one (a stage of s2s): its checkpoint,
  * config.yaml and files in dir (always resumed when a checkpoint is there),
@@ -39,16 +41,16 @@ typedef struct train_stage {
     long step_offset;
     struct metrics *mt;
 } train_stage;
-int train_run_stage(const pipe_spec *sp, const bf_config *c, const train_opts *o,
-                    const train_stage *st, const data_sets *d, train_result *r, char *err,
-                    size_t errlen);
+int host_run_stage(const pipe_spec *sp, const bf_config *c, const train_opts *o,
+                   const train_stage *st, const data_sets *d, train_result *r, char *err,
+                   size_t errlen);
 
 /* mkdir -p; 0 or -1 with a message. */
-int train_make_dirs(const char *path, char *err, size_t errlen);
+int host_make_dirs(const char *path, char *err, size_t errlen);
 
 /* Opens the data on every rank, rank 0 first (it may train the tokenizer
  * and write the token cache), then the others read what it made. */
-int train_open_data(const bf_config *c, comm_t *comm, int quiet, data_sets *d, char *err,
-                    size_t errlen);
+int host_open_data(const bf_config *c, comm_t *comm, int quiet, data_sets *d, char *err,
+                   size_t errlen);
 
 #endif

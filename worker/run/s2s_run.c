@@ -40,7 +40,7 @@ static int is_done(const s2s_ctx *x, int i) {
 /* stage.json, written last and renamed into place: the stage is done. */
 static int mark_done(const s2s_ctx *x, int i, char *err, size_t errlen) {
     if (x->rank != 0) return 0;
-    if (train_make_dirs(x->dir[i], err, errlen)) return -1;
+    if (host_make_dirs(x->dir[i], err, errlen)) return -1;
     char p[3200], t[3300];
     snprintf(p, sizeof p, "%s/stage.json", x->dir[i]);
     snprintf(t, sizeof t, "%s.tmp%ld", p, (long)getpid());
@@ -102,7 +102,7 @@ static int run_train_stage(s2s_ctx *x, int i, const pipe_spec *sp, const bf_conf
                            size_t errlen) {
     train_stage ts = {x->dir[i], PREFIX[i], x->offset, &x->mt};
     train_result r;
-    int rc = train_run_stage(sp, sc, x->o, &ts, &x->d, &r, err, errlen);
+    int rc = host_run_stage(sp, sc, x->o, &ts, &x->d, &r, err, errlen);
     if (rc == TRAIN_ERROR) {
         char e2[1024];
         snprintf(e2, sizeof e2, "%s", err);
@@ -177,7 +177,7 @@ static int run_profile(s2s_ctx *x, char *err, size_t errlen) {
     int rc = pipe_profile(&m, x->c, &x->d, 64, &p, err, errlen);
     model_destroy(&m);
     if (rc || x->rank != 0) return rc;
-    if (train_make_dirs(x->dir[ST_PROFILE], err, errlen)) return -1;
+    if (host_make_dirs(x->dir[ST_PROFILE], err, errlen)) return -1;
     char path[3200];
     snprintf(path, sizeof path, "%s/profile.json", x->dir[ST_PROFILE]);
     FILE *f = fopen(path, "w");
@@ -365,8 +365,8 @@ int s2s_run(const bf_config *c, const train_opts *o, train_result *r, char *err,
     }
     bf_config dc = stage_config(x, ST_TEACHER);
     if ((x->rank == 0 &&
-         (train_make_dirs(o->out_dir, err, errlen) || train_make_dirs(x->root, err, errlen))) ||
-        train_open_data(&dc, o->comm, x->quiet, &x->d, err, errlen)) {
+         (host_make_dirs(o->out_dir, err, errlen) || host_make_dirs(x->root, err, errlen))) ||
+        host_open_data(&dc, o->comm, x->quiet, &x->d, err, errlen)) {
         free(x);
         return TRAIN_ERROR;
     }

@@ -11,7 +11,7 @@
 #ifndef S2S_RUN_H
 #define S2S_RUN_H
 
-#include "worker/run/train.h"
+#include "worker/run/host.h"
 
 int s2s_run(const bf_config *c, const train_opts *o, train_result *r, char *err, size_t errlen);
 
