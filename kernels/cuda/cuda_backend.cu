@@ -1,20 +1,9 @@
 /* The CUDA backend table and its one-time initialisation: device check,
- * cuBLAS handle, math mode. */
+ * then the cuBLAS handle (cuda_blas.cu). It runs no op itself. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cuda/cuda_check.h"
-
-static cublasHandle_t blas_handle;
-static int blas_ready;
-
-cublasHandle_t bk_cuda_blas(void) {
-    if (!blas_ready) { /* ops are only reachable through bk_cuda(), which creates it */
-        CUBLAS_CHECK(cublasCreate(&blas_handle));
-        blas_ready = 1;
-    }
-    return blas_handle;
-}
 
 /* Filled by name (C++17 has no designated initialisers), once, in bk_cuda(). */
 static bk_backend cuda_backend;
@@ -118,29 +107,12 @@ extern "C" const bk_backend *bk_cuda(const char **why) {
         snprintf(reason, sizeof reason, "cudaGetDeviceCount reports no CUDA device");
         state = -1;
     } else {
-        cublasStatus_t s = cublasCreate(&blas_handle);
-        if (s != CUBLAS_STATUS_SUCCESS) {
-            snprintf(reason, sizeof reason, "cublasCreate failed: %s (%s)",
-                     cublasGetStatusString(s), cublasGetStatusName(s));
+        if (bk_cuda_blas_init(reason, sizeof reason)) {
             (void)cudaGetLastError();
             state = -1;
         } else {
-            /* Exact fp32 by default so results match the CPU reference;
-             * BF_CUDA_TF32=1 opts in to TF32 tensor cores for GEMMs. */
-            const char *tf32 = getenv("BF_CUDA_TF32");
-            cublasMath_t mode =
-                (tf32 && strcmp(tf32, "1") == 0) ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
-            s = cublasSetMathMode(blas_handle, mode);
-            if (s != CUBLAS_STATUS_SUCCESS) {
-                snprintf(reason, sizeof reason, "cublasSetMathMode failed: %s",
-                         cublasGetStatusString(s));
-                cublasDestroy(blas_handle);
-                state = -1;
-            } else {
-                blas_ready = 1;
-                fill_table(&cuda_backend);
-                state = 1;
-            }
+            fill_table(&cuda_backend);
+            state = 1;
         }
     }
     if (state == 1) return &cuda_backend;

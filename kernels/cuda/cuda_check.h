@@ -63,9 +63,14 @@ static inline unsigned bk_blocks(size_t n, unsigned threads) {
     return (unsigned)b;
 }
 
-/* The cuBLAS handle shared by all ops, created by bk_cuda() (cuda_backend.cu).
- * Math mode is exact fp32 unless BF_CUDA_TF32=1 is set in the environment. */
+/* The cuBLAS handle shared by all ops (cuda_blas.cu), created by bk_cuda()
+ * through bk_cuda_blas_init. Math mode is exact fp32 unless BF_CUDA_TF32=1 is
+ * set in the environment. */
 cublasHandle_t bk_cuda_blas(void);
+
+/* Creates the handle and sets its math mode; 0, or -1 with the reason
+ * (nothing left created). A second call after success does nothing. */
+int bk_cuda_blas_init(char *reason, size_t reason_len);
 
 /* A device buffer of at least `bytes`, owned by the backend and reused by
  * every op (cuda_memory.cu). Grows on demand (cudaFree synchronises the
