@@ -3,6 +3,7 @@
  * walk over the document is bounded (nodes visited, depth) so aliases cannot
  * blow it up. */
 #include "common/cfg.h"
+#include "common/cfg_priv.h"
 #include "common/s2s_stages.h"
 
 #include <ctype.h>
@@ -17,129 +18,6 @@
 #include <yaml.h>
 
 #define CFG_FILE_MAX (1u << 20)
-#define CFG_MSG_MAX 1024
-#define CFG_KEY_MAX 256
-
-/* ------------------------------------------------------------- schema look */
-
-const cfg_field *cfg_field_find(const char *key) {
-    if (!key) return NULL;
-    for (size_t i = 0; i < cfg_field_count(); i++)
-        if (strcmp(cfg_field_at(i)->key, key) == 0) return cfg_field_at(i);
-    return NULL;
-}
-
-int cfg_key_known(const char *key) { return cfg_field_find(key) != NULL; }
-
-int cfg_is_section(const char *prefix) {
-    size_t n = strlen(prefix);
-    if (n == 0) return 0;
-    for (size_t i = 0; i < cfg_field_count(); i++) {
-        const char *k = cfg_field_at(i)->key;
-        if (strncmp(k, prefix, n) == 0 && k[n] == '.') return 1;
-    }
-    return 0;
-}
-
-const char *cfg_type_name(cfg_type t) {
-    switch (t) {
-    case CFG_T_INT:
-        return "integer";
-    case CFG_T_U64:
-        return "non-negative integer";
-    case CFG_T_FLOAT:
-        return "number";
-    case CFG_T_BOOL:
-        return "boolean (true or false)";
-    case CFG_T_ENUM:
-        return "name";
-    case CFG_T_STR:
-        return "string";
-    case CFG_T_PAIR:
-        return "pair of numbers [a, b]";
-    case CFG_T_SCHED:
-        return "schedule {schedule, start, end}";
-    case CFG_T_LAYERS:
-        return "list of layer indices or auto:K";
-    }
-    return "?";
-}
-
-size_t cfg_edit_distance(const char *a, const char *b) {
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > CFG_KEY_MAX || lb > CFG_KEY_MAX) return (size_t)-1;
-    size_t prev[CFG_KEY_MAX + 1], cur[CFG_KEY_MAX + 1];
-    for (size_t j = 0; j <= lb; j++) prev[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        cur[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
-            size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
-            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
-        }
-        memcpy(prev, cur, (lb + 1) * sizeof(size_t));
-    }
-    return prev[lb];
-}
-
-size_t cfg_edit_distance_within(const char *a, const char *b, size_t max) {
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > CFG_KEY_MAX || lb > CFG_KEY_MAX) return max + 1;
-    /* the distance is at least the difference in length */
-    if ((la > lb ? la - lb : lb - la) > max) return max + 1;
-    size_t prev[CFG_KEY_MAX + 1], cur[CFG_KEY_MAX + 1];
-    for (size_t j = 0; j <= lb; j++) prev[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        cur[0] = i;
-        size_t row_min = cur[0];
-        for (size_t j = 1; j <= lb; j++) {
-            size_t sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
-            size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
-            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
-            if (cur[j] < row_min) row_min = cur[j];
-        }
-        if (row_min > max) return max + 1; /* rows never decrease below their minimum */
-        memcpy(prev, cur, (lb + 1) * sizeof(size_t));
-    }
-    return prev[lb] <= max ? prev[lb] : max + 1;
-}
-
-static const char *const section_names[] = {"data", "model",   "attn",  "budget",
-                                            "avit", "distill", "train", "s2s"};
-
-/* Nearest schema key (and, when with_sections, section name) to key, and its
- * distance. */
-static const char *nearest(const char *key, int with_sections, size_t *dist) {
-    const char *best = NULL;
-    size_t bd = (size_t)-1;
-    /* a candidate only counts when strictly nearer than the best so far:
-     * cfg_edit_distance_within stops as soon as it cannot be (the fuzzer
-     * spent half its time here on long unknown keys) */
-    for (size_t i = 0; i < cfg_field_count(); i++) {
-        size_t d = cfg_edit_distance_within(key, cfg_field_at(i)->key, bd - 1);
-        if (d < bd) bd = d, best = cfg_field_at(i)->key;
-    }
-    for (size_t i = 0; with_sections && i < sizeof(section_names) / sizeof(*section_names); i++) {
-        size_t d = cfg_edit_distance_within(key, section_names[i], bd - 1);
-        if (d < bd) bd = d, best = section_names[i];
-    }
-    if (dist) *dist = bd;
-    return best;
-}
-
-const char *cfg_nearest_key(const char *key) { return key ? nearest(key, 0, NULL) : NULL; }
-
-/* "unknown key 'x'; did you mean 'y'?" — the suggestion only when it is close. */
-static void unknown_key_msg(char *out, size_t n, const char *key, int with_sections) {
-    size_t d;
-    const char *best = nearest(key, with_sections, &d);
-    size_t len = strlen(key);
-    if (best && (d <= 2 || d * 3 <= len))
-        snprintf(out, n, "unknown key '%s'; did you mean '%s'?", key, best);
-    else
-        snprintf(out, n, "unknown key '%s' (see docs/sweeps.md or `bfctl keys` for valid keys)",
-                 key);
-}
 
 /* --------------------------------------------------------------- formatting */
 
@@ -445,19 +323,6 @@ static yaml_node_t *item(walk *w, yaml_node_item_t id) {
     return yaml_document_get_node(w->doc, id);
 }
 
-static int enum_index(const char *choices, const char *s) {
-    size_t n = strlen(s);
-    int idx = 0;
-    for (const char *p = choices; *p; idx++) {
-        const char *bar = strchr(p, '|');
-        size_t len = bar ? (size_t)(bar - p) : strlen(p);
-        if (len == n && strncmp(p, s, n) == 0) return idx;
-        if (!bar) break;
-        p = bar + 1;
-    }
-    return -1;
-}
-
 static void choices_list(const char *choices, char *out, size_t n) {
     size_t w = 0;
     for (const char *p = choices; *p && w + 3 < n; p++) {
@@ -530,7 +395,7 @@ static int set_field(walk *w, bf_config *c, const cfg_field *f, yaml_node_t *n, 
     case CFG_T_ENUM: {
         char list[256];
         choices_list(f->choices, list, sizeof list);
-        if (n->type != YAML_SCALAR_NODE || enum_index(f->choices, scalar(n)) < 0) {
+        if (n->type != YAML_SCALAR_NODE || cfg_choice_index(f->choices, scalar(n)) < 0) {
             describe(n, got, sizeof got);
             walk_error(w, n, "%s: %s is not valid; expected one of: %s", f->key, got, list);
             return -1;
@@ -610,7 +475,7 @@ static int set_field(walk *w, bf_config *c, const cfg_field *f, yaml_node_t *n, 
             seen[which] = 1;
             if (which == 0) {
                 int idx = v->type == YAML_SCALAR_NODE
-                              ? enum_index("constant|linear|exp|cosine", scalar(v))
+                              ? cfg_choice_index("constant|linear|exp|cosine", scalar(v))
                               : -1;
                 if (idx < 0) {
                     describe(v, got, sizeof got);
@@ -729,7 +594,7 @@ static void apply_key(walk *w, bf_config *c, const char *key, yaml_node_t *k, ya
         return;
     }
     char msg[CFG_MSG_MAX];
-    unknown_key_msg(msg, sizeof msg, key, v->type == YAML_MAPPING_NODE);
+    cfg_unknown_key_msg(msg, sizeof msg, key, v->type == YAML_MAPPING_NODE);
     walk_error(w, k ? k : v, "%s", msg);
 }
 
@@ -1133,7 +998,7 @@ int cfg_validate(const bf_config *c, char *err, size_t errlen) {
         add_err(err, errlen, &nerr,
                 "pipeline '%s' is unknown; available pipelines: budgetformer, lm, vit, s2s",
                 c->pipeline);
-    if (enum_index("auto|cpu|cuda", c->device) < 0)
+    if (cfg_choice_index("auto|cpu|cuda", c->device) < 0)
         add_err(err, errlen, &nerr, "device '%s' is unknown; expected auto, cpu or cuda",
                 c->device);
     if (c->model.heads <= 0 || c->model.d_model <= 0 || c->model.d_model % c->model.heads != 0)
@@ -1149,7 +1014,7 @@ int cfg_validate(const bf_config *c, char *err, size_t errlen) {
                 "attn.out_proj hadamard needs model.d_model = 2^n or 12*2^n (64, 96, 128, 192, "
                 "256, 384, 512, 768, ...); got %d (nearest valid: %d or %d)",
                 c->model.d_model, lo, hi);
-    } else if (enum_index("dense|hadamard", c->attn.out_proj) < 0) {
+    } else if (cfg_choice_index("dense|hadamard", c->attn.out_proj) < 0) {
         add_err(err, errlen, &nerr, "attn.out_proj '%s' is unknown; expected dense or hadamard",
                 c->attn.out_proj);
     }

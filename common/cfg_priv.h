@@ -1,0 +1,22 @@
+/* cfg_priv — what the files of the config language share among themselves
+ * and nobody else: common/ only, never included outside it. The public API
+ * is cfg.h. Each declaration names the file that defines it. */
+#ifndef CFG_PRIV_H
+#define CFG_PRIV_H
+
+#include "common/cfg.h"
+
+#include <stddef.h>
+
+#define CFG_MSG_MAX 1024 /* one error message, before its position */
+#define CFG_KEY_MAX 256  /* a dotted key, NUL included */
+
+/* cfg_keys.c: index of s among choices "a|b|c" (0-based), or -1. */
+int cfg_choice_index(const char *choices, const char *s);
+
+/* cfg_keys.c: writes "unknown key 'x'; did you mean 'y'?" into out[n], the
+ * suggestion only when it is close; with_sections also suggests section
+ * names (for a mapping given under an unknown key). */
+void cfg_unknown_key_msg(char *out, size_t n, const char *key, int with_sections);
+
+#endif
