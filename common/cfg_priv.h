@@ -19,4 +19,9 @@ int cfg_choice_index(const char *choices, const char *s);
  * names (for a mapping given under an unknown key). */
 void cfg_unknown_key_msg(char *out, size_t n, const char *key, int with_sections);
 
+/* cfg_format.c: the shortest "%.Ng" text of v that reads back as the same
+ * float (0.3f prints as 0.3, not 0.300000012) into buf[n]; returns its
+ * length (snprintf-like). */
+size_t cfg_format_float(char *buf, size_t n, double v);
+
 #endif
