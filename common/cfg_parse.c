@@ -507,6 +507,21 @@ static void keep_first(void *ud, const char *msg) {
     if (fe->count++ == 0 && fe->len) snprintf(fe->buf, fe->len, "%s", msg);
 }
 
+int cfg_load_key(bf_config *c, const char *key, yaml_document_t *doc, yaml_node_t *key_node,
+                 yaml_node_t *value, const char *file, const char *where, char *err,
+                 size_t errlen) {
+    walk w;
+    memset(&w, 0, sizeof w);
+    first_err fe = {err, errlen, 0, 0};
+    w.doc = doc;
+    w.file = file;
+    w.where = where;
+    w.fn = keep_first;
+    w.ud = &fe;
+    apply_key(&w, c, key, key_node, value, 0);
+    return w.nerr ? -1 : 0;
+}
+
 /* Error sink that keeps every message, one per line, as long as they fit
  * (leaving room to say how many did not). */
 static void keep_all(void *ud, const char *msg) {
@@ -517,91 +532,6 @@ static void keep_all(void *ud, const char *msg) {
     if (fe->kept && l + 1 + ml + 40 >= fe->len) return;
     snprintf(fe->buf + l, fe->len - l, "%s%s", fe->kept ? "\n" : "", msg);
     fe->kept++;
-}
-
-int cfg_set_node(bf_config *c, const char *key, struct yaml_document_s *doc,
-                 struct yaml_node_s *node, const char *file, char *err, size_t errlen) {
-    walk w;
-    memset(&w, 0, sizeof w);
-    first_err fe = {err, errlen, 0, 0};
-    w.doc = doc;
-    w.file = file ? file : "config";
-    w.fn = keep_first;
-    w.ud = &fe;
-    apply_key(&w, c, key, node, node, 0);
-    return w.nerr ? -1 : 0;
-}
-
-int cfg_set_value(bf_config *c, const char *key, const char *yaml_value, const char *where,
-                  char *err, size_t errlen) {
-    char dummy[8];
-    if (!err || !errlen) err = dummy, errlen = sizeof dummy;
-    if (!where) where = key;
-    const char *text = yaml_value ? yaml_value : "";
-    const char *t = text;
-    while (*t == ' ' || *t == '\t') t++;
-    if (*t == '\0') text = "\"\""; /* an empty value is the empty string */
-    if (strlen(text) > 65536) {
-        snprintf(err, errlen, "%s: value too long", where);
-        return -1;
-    }
-    yaml_document_t doc;
-    if (cfg_yaml_parse(&doc, text, strlen(text), where, 0, err, errlen) < 0) return -1;
-    yaml_node_t *root = yaml_document_get_root_node(&doc);
-    int rc = -1;
-    if (!root) {
-        snprintf(err, errlen, "%s: no value given", where);
-    } else {
-        walk w;
-        memset(&w, 0, sizeof w);
-        first_err fe = {err, errlen, 0, 0};
-        w.doc = &doc;
-        w.file = NULL;
-        w.where = where;
-        w.fn = keep_first;
-        w.ud = &fe;
-        apply_key(&w, c, key, NULL, root, 0);
-        rc = w.nerr ? -1 : 0;
-    }
-    yaml_document_delete(&doc);
-    return rc;
-}
-
-int cfg_set(bf_config *c, const char *assignment, char *err, size_t errlen) {
-    char dummy[8];
-    if (!err || !errlen) err = dummy, errlen = sizeof dummy;
-    const char *eq = assignment ? strchr(assignment, '=') : NULL;
-    if (!eq) {
-        snprintf(err, errlen, "--set %s: expected KEY=VALUE", assignment ? assignment : "");
-        return -1;
-    }
-    char key[CFG_KEY_MAX];
-    const char *ks = assignment, *ke = eq;
-    while (ks < ke && isspace((unsigned char)*ks)) ks++;
-    while (ke > ks && isspace((unsigned char)ke[-1])) ke--;
-    if (ke == ks || (size_t)(ke - ks) >= sizeof key) {
-        snprintf(err, errlen, "--set %s: expected KEY=VALUE with a key", assignment);
-        return -1;
-    }
-    memcpy(key, ks, (size_t)(ke - ks));
-    key[ke - ks] = '\0';
-    char where[CFG_KEY_MAX + 8];
-    snprintf(where, sizeof where, "--set %s", key);
-    return cfg_set_value(c, key, eq + 1, where, err, errlen);
-}
-
-void cfg_defaults(bf_config *c) {
-    memset(c, 0, sizeof *c);
-    char err[CFG_MSG_MAX];
-    for (size_t i = 0; i < cfg_field_count(); i++) {
-        const cfg_field *f = cfg_field_at(i);
-        /* defaults are compile-time constants checked by test_cfg; a failure
-         * here is a bug in the table, and leaves the zero value */
-        (void)cfg_set_value(c, f->key, f->def, "default", err, sizeof err);
-    }
-    const char *env = getenv("BF_DATA");
-    if (env && *env && strlen(env) < sizeof c->data.dir)
-        snprintf(c->data.dir, sizeof c->data.dir, "%s", env);
 }
 
 int cfg_load_text(bf_config *c, const char *text, size_t n, const char *name, char *err,

@@ -11,6 +11,19 @@
 #define CFG_MSG_MAX 1024 /* one error message, before its position */
 #define CFG_KEY_MAX 256  /* a dotted key, NUL included */
 
+struct yaml_document_s;
+struct yaml_node_s;
+
+/* cfg_parse.c: parses node `value` of doc as the value of dotted key `key`
+ * (a key or a section) and stores it into c. Errors are positioned at
+ * key_node (or value when key_node is NULL) as "FILE:LINE:COL: message";
+ * with file NULL, as "WHERE: message". Returns 0, or -1 with the first
+ * error in err[errlen]; c changes only where a value was valid. The
+ * document stays the caller's. */
+int cfg_load_key(bf_config *c, const char *key, struct yaml_document_s *doc,
+                 struct yaml_node_s *key_node, struct yaml_node_s *value, const char *file,
+                 const char *where, char *err, size_t errlen);
+
 /* cfg_keys.c: index of s among choices "a|b|c" (0-based), or -1. */
 int cfg_choice_index(const char *choices, const char *s);
 
