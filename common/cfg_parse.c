@@ -180,234 +180,271 @@ static void choices_list(const char *choices, char *out, size_t n) {
     out[w] = '\0';
 }
 
-/* Parses node as the value of field f and stores it into c (only on success). */
-static int set_field(walk *w, bf_config *c, const cfg_field *f, yaml_node_t *n, int depth) {
-    char *base = (char *)c + f->offset;
+/* One setter per type (set_field picks it): each reads node n as field f's
+ * value and stores it only when it is valid; else it reports at n and
+ * returns -1. */
+static int set_int(walk *w, const cfg_field *f, yaml_node_t *n, int *out) {
     char got[96];
-    if (walk_visit(w, n, depth) < 0) return -1;
-    switch (f->type) {
-    case CFG_T_INT: {
+    long long v;
+    if (parse_ll(n, &v) < 0) {
+        describe(n, got, sizeof got);
+        walk_error(w, n, "%s: expected an integer, got %s", f->key, got);
+        return -1;
+    }
+    if (v < f->min || v > f->max) {
+        walk_error(w, n, "%s: %lld is out of range; valid range is [%.0f, %.0f]", f->key, v, f->min,
+                   f->max);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+static int set_u64(walk *w, const cfg_field *f, yaml_node_t *n, uint64_t *out) {
+    char got[96];
+    uint64_t v;
+    if (parse_u64(n, &v) < 0) {
+        describe(n, got, sizeof got);
+        walk_error(w, n, "%s: expected a non-negative integer (0 .. 2^64-1), got %s", f->key, got);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int set_float(walk *w, const cfg_field *f, yaml_node_t *n, float *out) {
+    char got[96];
+    double v;
+    if (parse_num(n, &v) < 0) {
+        describe(n, got, sizeof got);
+        walk_error(w, n, "%s: expected a number, got %s", f->key, got);
+        return -1;
+    }
+    if (check_range(w, n, f, v) < 0) return -1;
+    *out = (float)v;
+    return 0;
+}
+
+static int set_bool(walk *w, const cfg_field *f, yaml_node_t *n, int *out) {
+    char got[96];
+    if (scalar_is_plain(n) && strcmp(scalar(n), "true") == 0) {
+        *out = 1;
+        return 0;
+    }
+    if (scalar_is_plain(n) && strcmp(scalar(n), "false") == 0) {
+        *out = 0;
+        return 0;
+    }
+    describe(n, got, sizeof got);
+    walk_error(w, n, "%s: expected true or false, got %s", f->key, got);
+    return -1;
+}
+
+static int set_enum(walk *w, const cfg_field *f, yaml_node_t *n, char *out) {
+    char got[96];
+    char list[256];
+    choices_list(f->choices, list, sizeof list);
+    if (n->type != YAML_SCALAR_NODE || cfg_choice_index(f->choices, scalar(n)) < 0) {
+        describe(n, got, sizeof got);
+        walk_error(w, n, "%s: %s is not valid; expected one of: %s", f->key, got, list);
+        return -1;
+    }
+    snprintf(out, f->size, "%s", scalar(n));
+    return 0;
+}
+
+static int set_str(walk *w, const cfg_field *f, yaml_node_t *n, char *out) {
+    if (n->type != YAML_SCALAR_NODE) {
+        walk_error(w, n, "%s: expected a string, got %s", f->key, node_kind_name(n));
+        return -1;
+    }
+    if (n->data.scalar.length >= f->size) {
+        walk_error(w, n, "%s: too long (%zu bytes; at most %zu)", f->key, n->data.scalar.length,
+                   f->size - 1);
+        return -1;
+    }
+    if (strlen(scalar(n)) != n->data.scalar.length) {
+        walk_error(w, n, "%s: contains a NUL character", f->key);
+        return -1;
+    }
+    /* A plain `~` or `null` means "not set". */
+    const char *s = scalar(n);
+    if (scalar_is_plain(n) && (strcmp(s, "~") == 0 || strcmp(s, "null") == 0)) s = "";
+    memcpy(out, s, strlen(s) + 1);
+    return 0;
+}
+
+/* [a, b], each a number in the field's range. */
+static int set_pair(walk *w, const cfg_field *f, yaml_node_t *n, int depth, float out[2]) {
+    char got[96];
+    if (n->type != YAML_SEQUENCE_NODE ||
+        n->data.sequence.items.top - n->data.sequence.items.start != 2) {
+        describe(n, got, sizeof got);
+        walk_error(w, n, "%s: expected a pair of numbers [a, b], got %s", f->key, got);
+        return -1;
+    }
+    double v[2];
+    for (int i = 0; i < 2; i++) {
+        yaml_node_t *e = item(w, n->data.sequence.items.start[i]);
+        if (walk_visit(w, e, depth + 1) < 0) return -1;
+        if (get_number(w, e, f, i ? "the second element" : "the first element", &v[i]) < 0)
+            return -1;
+    }
+    out[0] = (float)v[0];
+    out[1] = (float)v[1];
+    return 0;
+}
+
+/* {schedule, start, end}; a key left out keeps its value. */
+static int set_sched(walk *w, const cfg_field *f, yaml_node_t *n, int depth, cfg_schedule *out) {
+    char got[96];
+    if (n->type != YAML_MAPPING_NODE) {
+        describe(n, got, sizeof got);
+        walk_error(w, n,
+                   "%s: expected a schedule {schedule: constant|linear|exp|cosine, start: "
+                   "NUMBER, end: NUMBER}, got %s",
+                   f->key, got);
+        return -1;
+    }
+    cfg_schedule s = *out;
+    int seen[3] = {0, 0, 0}, bad = 0;
+    for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = item(w, p->key), *v = item(w, p->value);
+        if (walk_visit(w, k, depth + 1) < 0 || walk_visit(w, v, depth + 1) < 0) return -1;
+        const char *ks = k->type == YAML_SCALAR_NODE ? scalar(k) : "";
+        int which = strcmp(ks, "schedule") == 0 ? 0
+                    : strcmp(ks, "start") == 0  ? 1
+                    : strcmp(ks, "end") == 0    ? 2
+                                                : -1;
+        if (which < 0) {
+            walk_error(w, k, "%s: unknown schedule field '%s'; expected schedule, start, end",
+                       f->key, ks);
+            bad = 1;
+            continue;
+        }
+        if (seen[which]) {
+            walk_error(w, k, "%s: duplicate key '%s'", f->key, ks);
+            bad = 1;
+            continue;
+        }
+        seen[which] = 1;
+        if (which == 0) {
+            int idx = v->type == YAML_SCALAR_NODE
+                          ? cfg_choice_index("constant|linear|exp|cosine", scalar(v))
+                          : -1;
+            if (idx < 0) {
+                describe(v, got, sizeof got);
+                walk_error(w, v,
+                           "%s.schedule: %s is not valid; expected one of: constant, "
+                           "linear, exp, cosine",
+                           f->key, got);
+                bad = 1;
+            } else {
+                s.kind = (cfg_sched_kind)idx;
+            }
+        } else {
+            double d;
+            if (get_number(w, v, f, which == 1 ? "start" : "end", &d) < 0)
+                bad = 1;
+            else if (which == 1)
+                s.start = (float)d;
+            else
+                s.end = (float)d;
+        }
+    }
+    if (bad) return -1;
+    *out = s;
+    return 0;
+}
+
+/* distill.replace_layers: auto:K, or a list of distinct layer indices, kept
+ * sorted so that equal sets dump and hash alike. */
+static int set_layers(walk *w, const cfg_field *f, yaml_node_t *n, int depth, bf_config *c) {
+    char got[96];
+    if (n->type == YAML_SCALAR_NODE) {
+        const char *s = scalar(n);
+        if (strncmp(s, "auto:", 5) == 0) {
+            char *end;
+            errno = 0;
+            long k = strtol(s + 5, &end, 10);
+            if (!errno && *end == '\0' && isdigit((unsigned char)s[5]) && k >= 1 &&
+                k <= CFG_MAX_LAYERS) {
+                c->distill.replace_auto = (int)k;
+                c->distill.n_replace = 0;
+                return 0;
+            }
+            walk_error(w, n, "%s: '%s': K in auto:K must be an integer in [1, %d]", f->key, s,
+                       CFG_MAX_LAYERS);
+            return -1;
+        }
+    }
+    if (n->type != YAML_SEQUENCE_NODE) {
+        describe(n, got, sizeof got);
+        walk_error(w, n, "%s: expected a list of layer indices like [9, 10, 11] or auto:K, got %s",
+                   f->key, got);
+        return -1;
+    }
+    int cnt = (int)(n->data.sequence.items.top - n->data.sequence.items.start);
+    if (cnt < 1 || cnt > CFG_MAX_LAYERS) {
+        walk_error(w, n, "%s: expected 1 to %d layer indices, got %d", f->key, CFG_MAX_LAYERS, cnt);
+        return -1;
+    }
+    int layers[CFG_MAX_LAYERS];
+    for (int i = 0; i < cnt; i++) {
+        yaml_node_t *e = item(w, n->data.sequence.items.start[i]);
+        if (walk_visit(w, e, depth + 1) < 0) return -1;
         long long v;
-        if (parse_ll(n, &v) < 0) {
-            describe(n, got, sizeof got);
-            walk_error(w, n, "%s: expected an integer, got %s", f->key, got);
+        if (parse_ll(e, &v) < 0) {
+            describe(e, got, sizeof got);
+            walk_error(w, e, "%s: expected a layer index (integer), got %s", f->key, got);
             return -1;
         }
         if (v < f->min || v > f->max) {
-            walk_error(w, n, "%s: %lld is out of range; valid range is [%.0f, %.0f]", f->key, v,
-                       f->min, f->max);
+            walk_error(w, e, "%s: layer %lld is out of range; valid range is [%.0f, %.0f]", f->key,
+                       v, f->min, f->max);
             return -1;
         }
-        *(int *)base = (int)v;
-        return 0;
+        /* keep sorted (insertion) so equal sets dump and hash alike */
+        int j = i;
+        while (j > 0 && layers[j - 1] > v) {
+            layers[j] = layers[j - 1];
+            j--;
+        }
+        if (j > 0 && layers[j - 1] == v) {
+            walk_error(w, e, "%s: layer %lld is listed twice", f->key, v);
+            return -1;
+        }
+        layers[j] = (int)v;
     }
-    case CFG_T_U64: {
-        uint64_t v;
-        if (parse_u64(n, &v) < 0) {
-            describe(n, got, sizeof got);
-            walk_error(w, n, "%s: expected a non-negative integer (0 .. 2^64-1), got %s", f->key,
-                       got);
-            return -1;
-        }
-        *(uint64_t *)base = v;
-        return 0;
-    }
-    case CFG_T_FLOAT: {
-        double v;
-        if (parse_num(n, &v) < 0) {
-            describe(n, got, sizeof got);
-            walk_error(w, n, "%s: expected a number, got %s", f->key, got);
-            return -1;
-        }
-        if (check_range(w, n, f, v) < 0) return -1;
-        *(float *)base = (float)v;
-        return 0;
-    }
-    case CFG_T_BOOL: {
-        if (scalar_is_plain(n) && strcmp(scalar(n), "true") == 0) {
-            *(int *)base = 1;
-            return 0;
-        }
-        if (scalar_is_plain(n) && strcmp(scalar(n), "false") == 0) {
-            *(int *)base = 0;
-            return 0;
-        }
-        describe(n, got, sizeof got);
-        walk_error(w, n, "%s: expected true or false, got %s", f->key, got);
-        return -1;
-    }
-    case CFG_T_ENUM: {
-        char list[256];
-        choices_list(f->choices, list, sizeof list);
-        if (n->type != YAML_SCALAR_NODE || cfg_choice_index(f->choices, scalar(n)) < 0) {
-            describe(n, got, sizeof got);
-            walk_error(w, n, "%s: %s is not valid; expected one of: %s", f->key, got, list);
-            return -1;
-        }
-        snprintf(base, f->size, "%s", scalar(n));
-        return 0;
-    }
-    case CFG_T_STR: {
-        if (n->type != YAML_SCALAR_NODE) {
-            walk_error(w, n, "%s: expected a string, got %s", f->key, node_kind_name(n));
-            return -1;
-        }
-        if (n->data.scalar.length >= f->size) {
-            walk_error(w, n, "%s: too long (%zu bytes; at most %zu)", f->key, n->data.scalar.length,
-                       f->size - 1);
-            return -1;
-        }
-        if (strlen(scalar(n)) != n->data.scalar.length) {
-            walk_error(w, n, "%s: contains a NUL character", f->key);
-            return -1;
-        }
-        /* A plain `~` or `null` means "not set". */
-        const char *s = scalar(n);
-        if (scalar_is_plain(n) && (strcmp(s, "~") == 0 || strcmp(s, "null") == 0)) s = "";
-        memcpy(base, s, strlen(s) + 1);
-        return 0;
-    }
-    case CFG_T_PAIR: {
-        if (n->type != YAML_SEQUENCE_NODE ||
-            n->data.sequence.items.top - n->data.sequence.items.start != 2) {
-            describe(n, got, sizeof got);
-            walk_error(w, n, "%s: expected a pair of numbers [a, b], got %s", f->key, got);
-            return -1;
-        }
-        double v[2];
-        for (int i = 0; i < 2; i++) {
-            yaml_node_t *e = item(w, n->data.sequence.items.start[i]);
-            if (walk_visit(w, e, depth + 1) < 0) return -1;
-            if (get_number(w, e, f, i ? "the second element" : "the first element", &v[i]) < 0)
-                return -1;
-        }
-        ((float *)base)[0] = (float)v[0];
-        ((float *)base)[1] = (float)v[1];
-        return 0;
-    }
-    case CFG_T_SCHED: {
-        if (n->type != YAML_MAPPING_NODE) {
-            describe(n, got, sizeof got);
-            walk_error(w, n,
-                       "%s: expected a schedule {schedule: constant|linear|exp|cosine, start: "
-                       "NUMBER, end: NUMBER}, got %s",
-                       f->key, got);
-            return -1;
-        }
-        cfg_schedule s = *(cfg_schedule *)base;
-        int seen[3] = {0, 0, 0}, bad = 0;
-        for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top;
-             p++) {
-            yaml_node_t *k = item(w, p->key), *v = item(w, p->value);
-            if (walk_visit(w, k, depth + 1) < 0 || walk_visit(w, v, depth + 1) < 0) return -1;
-            const char *ks = k->type == YAML_SCALAR_NODE ? scalar(k) : "";
-            int which = strcmp(ks, "schedule") == 0 ? 0
-                        : strcmp(ks, "start") == 0  ? 1
-                        : strcmp(ks, "end") == 0    ? 2
-                                                    : -1;
-            if (which < 0) {
-                walk_error(w, k, "%s: unknown schedule field '%s'; expected schedule, start, end",
-                           f->key, ks);
-                bad = 1;
-                continue;
-            }
-            if (seen[which]) {
-                walk_error(w, k, "%s: duplicate key '%s'", f->key, ks);
-                bad = 1;
-                continue;
-            }
-            seen[which] = 1;
-            if (which == 0) {
-                int idx = v->type == YAML_SCALAR_NODE
-                              ? cfg_choice_index("constant|linear|exp|cosine", scalar(v))
-                              : -1;
-                if (idx < 0) {
-                    describe(v, got, sizeof got);
-                    walk_error(w, v,
-                               "%s.schedule: %s is not valid; expected one of: constant, "
-                               "linear, exp, cosine",
-                               f->key, got);
-                    bad = 1;
-                } else {
-                    s.kind = (cfg_sched_kind)idx;
-                }
-            } else {
-                double d;
-                if (get_number(w, v, f, which == 1 ? "start" : "end", &d) < 0)
-                    bad = 1;
-                else if (which == 1)
-                    s.start = (float)d;
-                else
-                    s.end = (float)d;
-            }
-        }
-        if (bad) return -1;
-        *(cfg_schedule *)base = s;
-        return 0;
-    }
-    case CFG_T_LAYERS: {
-        if (n->type == YAML_SCALAR_NODE) {
-            const char *s = scalar(n);
-            if (strncmp(s, "auto:", 5) == 0) {
-                char *end;
-                errno = 0;
-                long k = strtol(s + 5, &end, 10);
-                if (!errno && *end == '\0' && isdigit((unsigned char)s[5]) && k >= 1 &&
-                    k <= CFG_MAX_LAYERS) {
-                    c->distill.replace_auto = (int)k;
-                    c->distill.n_replace = 0;
-                    return 0;
-                }
-                walk_error(w, n, "%s: '%s': K in auto:K must be an integer in [1, %d]", f->key, s,
-                           CFG_MAX_LAYERS);
-                return -1;
-            }
-        }
-        if (n->type != YAML_SEQUENCE_NODE) {
-            describe(n, got, sizeof got);
-            walk_error(w, n,
-                       "%s: expected a list of layer indices like [9, 10, 11] or auto:K, got %s",
-                       f->key, got);
-            return -1;
-        }
-        int cnt = (int)(n->data.sequence.items.top - n->data.sequence.items.start);
-        if (cnt < 1 || cnt > CFG_MAX_LAYERS) {
-            walk_error(w, n, "%s: expected 1 to %d layer indices, got %d", f->key, CFG_MAX_LAYERS,
-                       cnt);
-            return -1;
-        }
-        int layers[CFG_MAX_LAYERS];
-        for (int i = 0; i < cnt; i++) {
-            yaml_node_t *e = item(w, n->data.sequence.items.start[i]);
-            if (walk_visit(w, e, depth + 1) < 0) return -1;
-            long long v;
-            if (parse_ll(e, &v) < 0) {
-                describe(e, got, sizeof got);
-                walk_error(w, e, "%s: expected a layer index (integer), got %s", f->key, got);
-                return -1;
-            }
-            if (v < f->min || v > f->max) {
-                walk_error(w, e, "%s: layer %lld is out of range; valid range is [%.0f, %.0f]",
-                           f->key, v, f->min, f->max);
-                return -1;
-            }
-            /* keep sorted (insertion) so equal sets dump and hash alike */
-            int j = i;
-            while (j > 0 && layers[j - 1] > v) {
-                layers[j] = layers[j - 1];
-                j--;
-            }
-            if (j > 0 && layers[j - 1] == v) {
-                walk_error(w, e, "%s: layer %lld is listed twice", f->key, v);
-                return -1;
-            }
-            layers[j] = (int)v;
-        }
-        memcpy(c->distill.replace_layers, layers, (size_t)cnt * sizeof(int));
-        c->distill.n_replace = cnt;
-        c->distill.replace_auto = 0;
-        return 0;
-    }
+    memcpy(c->distill.replace_layers, layers, (size_t)cnt * sizeof(int));
+    c->distill.n_replace = cnt;
+    c->distill.replace_auto = 0;
+    return 0;
+}
+
+/* Parses node as the value of field f and stores it into c (only on success). */
+static int set_field(walk *w, bf_config *c, const cfg_field *f, yaml_node_t *n, int depth) {
+    char *base = (char *)c + f->offset;
+    if (walk_visit(w, n, depth) < 0) return -1;
+    switch (f->type) {
+    case CFG_T_INT:
+        return set_int(w, f, n, (int *)base);
+    case CFG_T_U64:
+        return set_u64(w, f, n, (uint64_t *)base);
+    case CFG_T_FLOAT:
+        return set_float(w, f, n, (float *)base);
+    case CFG_T_BOOL:
+        return set_bool(w, f, n, (int *)base);
+    case CFG_T_ENUM:
+        return set_enum(w, f, n, base);
+    case CFG_T_STR:
+        return set_str(w, f, n, base);
+    case CFG_T_PAIR:
+        return set_pair(w, f, n, depth, (float *)base);
+    case CFG_T_SCHED:
+        return set_sched(w, f, n, depth, (cfg_schedule *)base);
+    case CFG_T_LAYERS:
+        return set_layers(w, f, n, depth, c);
     }
     return -1;
 }
