@@ -53,16 +53,12 @@ static void walk_error(walk *w, const yaml_node_t *node, const char *fmt, ...) {
 static int walk_visit(walk *w, const yaml_node_t *node, int depth) {
     if (w->aborted) return -1;
     if (++w->visits > CFG_MAX_NODES) {
-        walk_error(w, node,
-                   "document has more than %d nodes (keys, values and lists, each alias "
-                   "counted every time it is used); a config or sweep is limited to %d",
-                   CFG_MAX_NODES, CFG_MAX_NODES);
+        walk_error(w, node, CFG_TOO_MANY_NODES, CFG_MAX_NODES, CFG_MAX_NODES);
         w->aborted = 1;
         return -1;
     }
     if (depth > CFG_MAX_DEPTH) {
-        walk_error(w, node, "nesting deeper than %d levels (recursive alias?); refused",
-                   CFG_MAX_DEPTH);
+        walk_error(w, node, CFG_TOO_DEEP, CFG_MAX_DEPTH);
         w->aborted = 1;
         return -1;
     }
@@ -98,6 +94,14 @@ static void describe(const yaml_node_t *n, char *out, size_t len) {
     } else {
         snprintf(out, len, "%s", node_kind_name(n));
     }
+}
+
+/* Reports "KEY: expected WHAT, got ..." at n; returns -1. */
+static int type_error(walk *w, const yaml_node_t *n, const cfg_field *f, const char *what) {
+    char got[96];
+    describe(n, got, sizeof got);
+    walk_error(w, n, "%s: expected %s, got %s", f->key, what, got);
+    return -1;
 }
 
 static int parse_ll(const yaml_node_t *n, long long *out) {
@@ -184,13 +188,8 @@ static void choices_list(const char *choices, char *out, size_t n) {
  * value and stores it only when it is valid; else it reports at n and
  * returns -1. */
 static int set_int(walk *w, const cfg_field *f, yaml_node_t *n, int *out) {
-    char got[96];
     long long v;
-    if (parse_ll(n, &v) < 0) {
-        describe(n, got, sizeof got);
-        walk_error(w, n, "%s: expected an integer, got %s", f->key, got);
-        return -1;
-    }
+    if (parse_ll(n, &v) < 0) return type_error(w, n, f, "an integer");
     if (v < f->min || v > f->max) {
         walk_error(w, n, "%s: %lld is out of range; valid range is [%.0f, %.0f]", f->key, v, f->min,
                    f->max);
@@ -201,32 +200,21 @@ static int set_int(walk *w, const cfg_field *f, yaml_node_t *n, int *out) {
 }
 
 static int set_u64(walk *w, const cfg_field *f, yaml_node_t *n, uint64_t *out) {
-    char got[96];
     uint64_t v;
-    if (parse_u64(n, &v) < 0) {
-        describe(n, got, sizeof got);
-        walk_error(w, n, "%s: expected a non-negative integer (0 .. 2^64-1), got %s", f->key, got);
-        return -1;
-    }
+    if (parse_u64(n, &v) < 0) return type_error(w, n, f, "a non-negative integer (0 .. 2^64-1)");
     *out = v;
     return 0;
 }
 
 static int set_float(walk *w, const cfg_field *f, yaml_node_t *n, float *out) {
-    char got[96];
     double v;
-    if (parse_num(n, &v) < 0) {
-        describe(n, got, sizeof got);
-        walk_error(w, n, "%s: expected a number, got %s", f->key, got);
-        return -1;
-    }
+    if (parse_num(n, &v) < 0) return type_error(w, n, f, "a number");
     if (check_range(w, n, f, v) < 0) return -1;
     *out = (float)v;
     return 0;
 }
 
 static int set_bool(walk *w, const cfg_field *f, yaml_node_t *n, int *out) {
-    char got[96];
     if (scalar_is_plain(n) && strcmp(scalar(n), "true") == 0) {
         *out = 1;
         return 0;
@@ -235,9 +223,7 @@ static int set_bool(walk *w, const cfg_field *f, yaml_node_t *n, int *out) {
         *out = 0;
         return 0;
     }
-    describe(n, got, sizeof got);
-    walk_error(w, n, "%s: expected true or false, got %s", f->key, got);
-    return -1;
+    return type_error(w, n, f, "true or false");
 }
 
 static int set_enum(walk *w, const cfg_field *f, yaml_node_t *n, char *out) {
@@ -276,12 +262,9 @@ static int set_str(walk *w, const cfg_field *f, yaml_node_t *n, char *out) {
 
 /* [a, b], each a number in the field's range. */
 static int set_pair(walk *w, const cfg_field *f, yaml_node_t *n, int depth, float out[2]) {
-    char got[96];
     if (n->type != YAML_SEQUENCE_NODE ||
         n->data.sequence.items.top - n->data.sequence.items.start != 2) {
-        describe(n, got, sizeof got);
-        walk_error(w, n, "%s: expected a pair of numbers [a, b], got %s", f->key, got);
-        return -1;
+        return type_error(w, n, f, "a pair of numbers [a, b]");
     }
     double v[2];
     for (int i = 0; i < 2; i++) {
@@ -298,14 +281,10 @@ static int set_pair(walk *w, const cfg_field *f, yaml_node_t *n, int depth, floa
 /* {schedule, start, end}; a key left out keeps its value. */
 static int set_sched(walk *w, const cfg_field *f, yaml_node_t *n, int depth, cfg_schedule *out) {
     char got[96];
-    if (n->type != YAML_MAPPING_NODE) {
-        describe(n, got, sizeof got);
-        walk_error(w, n,
-                   "%s: expected a schedule {schedule: constant|linear|exp|cosine, start: "
-                   "NUMBER, end: NUMBER}, got %s",
-                   f->key, got);
-        return -1;
-    }
+    if (n->type != YAML_MAPPING_NODE)
+        return type_error(
+            w, n, f,
+            "a schedule {schedule: constant|linear|exp|cosine, start: NUMBER, end: NUMBER}");
     cfg_schedule s = *out;
     int seen[3] = {0, 0, 0}, bad = 0;
     for (yaml_node_pair_t *p = n->data.mapping.pairs.start; p < n->data.mapping.pairs.top; p++) {
@@ -360,7 +339,6 @@ static int set_sched(walk *w, const cfg_field *f, yaml_node_t *n, int depth, cfg
 /* distill.replace_layers: auto:K, or a list of distinct layer indices, kept
  * sorted so that equal sets dump and hash alike. */
 static int set_layers(walk *w, const cfg_field *f, yaml_node_t *n, int depth, bf_config *c) {
-    char got[96];
     if (n->type == YAML_SCALAR_NODE) {
         const char *s = scalar(n);
         if (strncmp(s, "auto:", 5) == 0) {
@@ -378,12 +356,8 @@ static int set_layers(walk *w, const cfg_field *f, yaml_node_t *n, int depth, bf
             return -1;
         }
     }
-    if (n->type != YAML_SEQUENCE_NODE) {
-        describe(n, got, sizeof got);
-        walk_error(w, n, "%s: expected a list of layer indices like [9, 10, 11] or auto:K, got %s",
-                   f->key, got);
-        return -1;
-    }
+    if (n->type != YAML_SEQUENCE_NODE)
+        return type_error(w, n, f, "a list of layer indices like [9, 10, 11] or auto:K");
     int cnt = (int)(n->data.sequence.items.top - n->data.sequence.items.start);
     if (cnt < 1 || cnt > CFG_MAX_LAYERS) {
         walk_error(w, n, "%s: expected 1 to %d layer indices, got %d", f->key, CFG_MAX_LAYERS, cnt);
@@ -394,11 +368,7 @@ static int set_layers(walk *w, const cfg_field *f, yaml_node_t *n, int depth, bf
         yaml_node_t *e = item(w, n->data.sequence.items.start[i]);
         if (walk_visit(w, e, depth + 1) < 0) return -1;
         long long v;
-        if (parse_ll(e, &v) < 0) {
-            describe(e, got, sizeof got);
-            walk_error(w, e, "%s: expected a layer index (integer), got %s", f->key, got);
-            return -1;
-        }
+        if (parse_ll(e, &v) < 0) return type_error(w, e, f, "a layer index (integer)");
         if (v < f->min || v > f->max) {
             walk_error(w, e, "%s: layer %lld is out of range; valid range is [%.0f, %.0f]", f->key,
                        v, f->min, f->max);

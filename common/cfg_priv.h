@@ -11,6 +11,14 @@
 #define CFG_MSG_MAX 1024 /* one error message, before its position */
 #define CFG_KEY_MAX 256  /* a dotted key, NUL included */
 
+/* The words of the two caps on a walk over a YAML document (CFG_MAX_NODES,
+ * CFG_MAX_DEPTH), so that the expansion check (cfg_yaml.c) and the config
+ * walk (cfg_parse.c) refuse alike. TOO_MANY_NODES takes the cap twice. */
+#define CFG_TOO_MANY_NODES                                                                         \
+    "document has more than %d nodes (keys, values and lists, each alias counted every time it "   \
+    "is used); a config or sweep is limited to %d"
+#define CFG_TOO_DEEP "nesting deeper than %d levels (recursive alias?); refused"
+
 struct yaml_document_s;
 struct yaml_node_s;
 

@@ -5,6 +5,7 @@
  * files and sweeps come through here. It knows no config key and never
  * touches a bf_config. */
 #include "common/cfg.h"
+#include "common/cfg_priv.h"
 
 #include <stdio.h>
 #include <yaml.h>
@@ -12,17 +13,13 @@
 static int expansion_walk(yaml_document_t *doc, yaml_node_t *n, int depth, long *visits,
                           const char *file, char *err, size_t errlen) {
     if (++*visits > CFG_MAX_NODES) {
-        snprintf(err, errlen,
-                 "%s:%zu:%zu: document has more than %d nodes (keys, values and lists, each "
-                 "alias counted every time it is used); a config or sweep is limited to %d",
-                 file, n->start_mark.line + 1, n->start_mark.column + 1, CFG_MAX_NODES,
-                 CFG_MAX_NODES);
+        snprintf(err, errlen, "%s:%zu:%zu: " CFG_TOO_MANY_NODES, file, n->start_mark.line + 1,
+                 n->start_mark.column + 1, CFG_MAX_NODES, CFG_MAX_NODES);
         return -1;
     }
     if (depth > CFG_MAX_DEPTH) {
-        snprintf(err, errlen,
-                 "%s:%zu:%zu: nesting deeper than %d levels (recursive alias?); refused", file,
-                 n->start_mark.line + 1, n->start_mark.column + 1, CFG_MAX_DEPTH);
+        snprintf(err, errlen, "%s:%zu:%zu: " CFG_TOO_DEEP, file, n->start_mark.line + 1,
+                 n->start_mark.column + 1, CFG_MAX_DEPTH);
         return -1;
     }
     if (n->type == YAML_SEQUENCE_NODE) {
