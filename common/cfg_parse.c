@@ -1,7 +1,10 @@
-/* cfg — load, override, validate, dump and hash a bf_config through the one
- * schema table in cfg_schema.c. YAML is read with libyaml's document API; the
- * walk over the document is bounded (nodes visited, depth) so aliases cannot
- * blow it up. */
+/* cfg_parse.c — reads a config: a YAML file or text (cfg_load_file,
+ * cfg_load_text) or a mapping node of a document read elsewhere
+ * (cfg_load_node), walked key by key into a bf_config through the schema
+ * table, each value checked against its field's type and range, every error
+ * reported with FILE:LINE:COL. The walk is bounded (nodes visited, depth),
+ * so aliases cannot blow it up. It never checks rules across keys
+ * (cfg_validate.c) and never writes a config back (cfg_format.c). */
 #include "common/cfg.h"
 #include "common/cfg_priv.h"
 
