@@ -1,11 +1,20 @@
 /* cfg — the one config language: `bfworker train CONFIG.yaml`, a sweep's
  * `base`, and `--set key=value` overrides all go through the schema table in
- * cfg.c, which is the single source of truth for keys, types, ranges and
- * defaults (the jobs module validates sweeps against the same table).
+ * cfg_schema.c, which is the single source of truth for keys, types, ranges
+ * and defaults (the jobs module validates sweeps against the same table).
  *
  * Keys are dotted paths ("model.d_model"). Errors name the place
  * (FILE:LINE:COL, or "--set" for overrides) and, for an unknown key, the
- * nearest valid one. */
+ * nearest valid one.
+ *
+ * The files, each calling only those below it (cfg_priv.h is what they
+ * share):
+ *   cfg_set.c       --set, sweep parameters, defaults: one key at a time
+ *   cfg_parse.c     YAML file/text/node -> bf_config, with positions
+ *   cfg_validate.c  rules across keys        cfg_metrics.c  metric names
+ *   cfg_format.c    canonical dump, hash     cfg_yaml.c     bounded YAML reader
+ *   cfg_keys.c      lookups, did-you-mean    cfg_sched.c    schedules
+ *   cfg_schema.c    the key table */
 #ifndef CFG_H
 #define CFG_H
 

@@ -1,7 +1,9 @@
-/* The config schema: every key users can type, with its type, place in
- * bf_config, range, default and help. This table is the single source of truth
- * for cfg.c (load, --set, dump, hash), for sweep validation in jobs/, and for
- * the key table in docs/sweeps.md (`bfctl keys --markdown`). */
+/* cfg_schema.c — the config schema: every key users can type, with its
+ * type, place in bf_config, range, default and help. This table is the single
+ * source of truth for the cfg_*.c files (load, --set, validate, dump, hash),
+ * for sweep validation in jobs/, and for the key table in docs/sweeps.md
+ * (`bfctl keys --markdown`). A new key is one row here. It holds data only:
+ * lookups by name live in cfg_keys.c, and it never parses or formats. */
 #include "common/cfg.h"
 
 #include <stddef.h>

@@ -1,3 +1,6 @@
+/* spark.c — sparklines (spark.h): folds a series of any length into a fixed
+ * buffer and renders it as one line of characters into the caller's buffer.
+ * It never prints and never allocates. */
 #include "common/spark.h"
 
 #include <math.h>

@@ -1,3 +1,8 @@
+/* tfevents.c — TensorBoard event files (tfevents.h): CRC-32C, a minimal
+ * protobuf encoder for the Event, Summary and HParams messages bf writes,
+ * and TFRecord framing into a file. It only writes (never reads an event
+ * file back), knows no daemon or job store, and reports failures into the
+ * caller's buffer; it never exits or prints. */
 #include "common/tfevents.h"
 #include "common/errbuf.h"
 

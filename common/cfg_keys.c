@@ -1,0 +1,141 @@
+/* cfg_keys.c — questions asked of the schema table by key name: is a key
+ * known, is a prefix a section, what a type is called, which of a field's
+ * choices a name is, and, for an unknown key, the nearest known one (edit
+ * distance) for "did you mean". It reads only the table (cfg_schema.c); it
+ * never parses YAML, never formats a value and never changes a bf_config. */
+#include "common/cfg.h"
+#include "common/cfg_priv.h"
+
+#include <stdio.h>
+#include <string.h>
+
+const cfg_field *cfg_field_find(const char *key) {
+    if (!key) return NULL;
+    for (size_t i = 0; i < cfg_field_count(); i++)
+        if (strcmp(cfg_field_at(i)->key, key) == 0) return cfg_field_at(i);
+    return NULL;
+}
+
+int cfg_key_known(const char *key) { return cfg_field_find(key) != NULL; }
+
+int cfg_is_section(const char *prefix) {
+    size_t n = strlen(prefix);
+    if (n == 0) return 0;
+    for (size_t i = 0; i < cfg_field_count(); i++) {
+        const char *k = cfg_field_at(i)->key;
+        if (strncmp(k, prefix, n) == 0 && k[n] == '.') return 1;
+    }
+    return 0;
+}
+
+const char *cfg_type_name(cfg_type t) {
+    switch (t) {
+    case CFG_T_INT:
+        return "integer";
+    case CFG_T_U64:
+        return "non-negative integer";
+    case CFG_T_FLOAT:
+        return "number";
+    case CFG_T_BOOL:
+        return "boolean (true or false)";
+    case CFG_T_ENUM:
+        return "name";
+    case CFG_T_STR:
+        return "string";
+    case CFG_T_PAIR:
+        return "pair of numbers [a, b]";
+    case CFG_T_SCHED:
+        return "schedule {schedule, start, end}";
+    case CFG_T_LAYERS:
+        return "list of layer indices or auto:K";
+    }
+    return "?";
+}
+
+size_t cfg_edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > CFG_KEY_MAX || lb > CFG_KEY_MAX) return (size_t)-1;
+    size_t prev[CFG_KEY_MAX + 1], cur[CFG_KEY_MAX + 1];
+    for (size_t j = 0; j <= lb; j++) prev[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        cur[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
+            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+        memcpy(prev, cur, (lb + 1) * sizeof(size_t));
+    }
+    return prev[lb];
+}
+
+size_t cfg_edit_distance_within(const char *a, const char *b, size_t max) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > CFG_KEY_MAX || lb > CFG_KEY_MAX) return max + 1;
+    /* the distance is at least the difference in length */
+    if ((la > lb ? la - lb : lb - la) > max) return max + 1;
+    size_t prev[CFG_KEY_MAX + 1], cur[CFG_KEY_MAX + 1];
+    for (size_t j = 0; j <= lb; j++) prev[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        cur[0] = i;
+        size_t row_min = cur[0];
+        for (size_t j = 1; j <= lb; j++) {
+            size_t sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
+            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+            if (cur[j] < row_min) row_min = cur[j];
+        }
+        if (row_min > max) return max + 1; /* rows never decrease below their minimum */
+        memcpy(prev, cur, (lb + 1) * sizeof(size_t));
+    }
+    return prev[lb] <= max ? prev[lb] : max + 1;
+}
+
+static const char *const section_names[] = {"data", "model",   "attn",  "budget",
+                                            "avit", "distill", "train", "s2s"};
+
+/* Nearest schema key (and, when with_sections, section name) to key, and its
+ * distance. */
+static const char *nearest(const char *key, int with_sections, size_t *dist) {
+    const char *best = NULL;
+    size_t bd = (size_t)-1;
+    /* a candidate only counts when strictly nearer than the best so far:
+     * cfg_edit_distance_within stops as soon as it cannot be (the fuzzer
+     * spent half its time here on long unknown keys) */
+    for (size_t i = 0; i < cfg_field_count(); i++) {
+        size_t d = cfg_edit_distance_within(key, cfg_field_at(i)->key, bd - 1);
+        if (d < bd) bd = d, best = cfg_field_at(i)->key;
+    }
+    for (size_t i = 0; with_sections && i < sizeof(section_names) / sizeof(*section_names); i++) {
+        size_t d = cfg_edit_distance_within(key, section_names[i], bd - 1);
+        if (d < bd) bd = d, best = section_names[i];
+    }
+    if (dist) *dist = bd;
+    return best;
+}
+
+const char *cfg_nearest_key(const char *key) { return key ? nearest(key, 0, NULL) : NULL; }
+
+void cfg_unknown_key_msg(char *out, size_t n, const char *key, int with_sections) {
+    size_t d;
+    const char *best = nearest(key, with_sections, &d);
+    size_t len = strlen(key);
+    if (best && (d <= 2 || d * 3 <= len))
+        snprintf(out, n, "unknown key '%s'; did you mean '%s'?", key, best);
+    else
+        snprintf(out, n, "unknown key '%s' (see docs/sweeps.md or `bfctl keys` for valid keys)",
+                 key);
+}
+
+int cfg_choice_index(const char *choices, const char *s) {
+    size_t n = strlen(s);
+    int idx = 0;
+    for (const char *p = choices; *p; idx++) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && strncmp(p, s, n) == 0) return idx;
+        if (!bar) break;
+        p = bar + 1;
+    }
+    return -1;
+}
