@@ -5,7 +5,7 @@
  * reads YAML and never changes the config it checks. */
 #include "common/cfg.h"
 #include "common/cfg_priv.h"
-#include "common/s2s_stages.h"
+#include "common/pipeline_decl.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -217,11 +217,11 @@ static void validate_s2s(const bf_config *c, problems *pr) {
     if (c->model.mixers[0])
         add_err(pr, "model.mixers is set by pipeline s2s from distill.replace_layers and "
                     "distill.mixer; leave it out");
-    if (c->s2s.stage[0] && s2s_stage_index(c->s2s.stage) < 0)
-        add_err(pr,
-                "s2s.stage '%s' is not a stage; valid: teacher, avit, profile, distill, "
-                "finetune, eval (or \"\" for all)",
-                c->s2s.stage);
+    const stage_graph *g = pipeline_stages(c->pipeline);
+    char names[256];
+    if (c->s2s.stage[0] && stage_graph_index(g, c->s2s.stage) < 0)
+        add_err(pr, "s2s.stage '%s' is not a stage; valid: %s (or \"\" for all)", c->s2s.stage,
+                stage_graph_list(g, names, sizeof names));
 }
 
 /* avit.retention reachable with model.layers */

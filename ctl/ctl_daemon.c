@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "ctl/bfctl.h"
-#include "common/s2s_stages.h"
+#include "common/pipeline_decl.h"
 #include "common/spark.h"
 #include "ctl/ctl_client.h"
 #include "protocol/proto.h"
@@ -150,7 +150,7 @@ static const char *point_stage(json_t *p, char *stage, size_t n) {
     if (k[len] != '/' || len + 2 > n) return NULL;
     memcpy(stage, k, len);
     stage[len] = '\0';
-    if (s2s_stage_index(stage) < 0) return NULL;
+    if (stage_graph_index(pipeline_stages("s2s"), stage) < 0) return NULL;
     stage[len] = '/', stage[len + 1] = '\0';
     return stage;
 }

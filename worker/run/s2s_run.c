@@ -1,3 +1,6 @@
+/* s2s_run.c — see s2s_run.h: S2S's stages in order, each into its folder,
+ * reused when done. The stages' names and keys are the declaration's
+ * (common/pipeline_decl.c); the math of each stage is worker/pipelines/. */
 #include "worker/run/s2s_run.h"
 
 #include <errno.h>
@@ -7,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "common/s2s_stages.h"
+#include "common/pipeline_decl.h"
 #include "worker/io/ckpt.h"
 #include "worker/dist/metrics.h"
 #include "worker/pipelines/profile.h"
@@ -17,9 +20,10 @@
 typedef struct s2s_ctx {
     const bf_config *c;
     const train_opts *o;
-    s2s_stage st[S2S_STAGES];
+    stage_node st[STAGE_MAX];
+    char prefix[STAGE_MAX][40]; /* metric names of stage i: "NAME/" */
     char root[3000];
-    char dir[S2S_STAGES][3100];
+    char dir[STAGE_MAX][3100];
     data_sets d;
     metrics mt;
     long offset; /* training steps of the stages before */
@@ -29,7 +33,11 @@ typedef struct s2s_ctx {
     int layers_told;                        /* auto:K's choice printed */
 } s2s_ctx;
 
-enum { ST_TEACHER, ST_AVIT, ST_PROFILE, ST_DISTILL, ST_FINETUNE, ST_EVAL };
+/* The stages this driver runs, in the declaration's order (checked by
+ * s2s_run against pipeline_stages("s2s")). */
+enum { ST_TEACHER, ST_AVIT, ST_PROFILE, ST_DISTILL, ST_FINETUNE, ST_EVAL, S2S_STAGES };
+static const char *const STAGE_NAMES[S2S_STAGES] = {"teacher", "avit",     "profile",
+                                                    "distill", "finetune", "eval"};
 
 static int is_done(const s2s_ctx *x, int i) {
     char p[3200];
@@ -95,12 +103,9 @@ static bf_config stage_config(const s2s_ctx *x, int i) {
     return s;
 }
 
-static const char *const PREFIX[S2S_STAGES] = {"teacher/", "avit/",     "profile/",
-                                               "distill/", "finetune/", "eval/"};
-
 static int run_train_stage(s2s_ctx *x, int i, const pipe_spec *sp, const bf_config *sc, char *err,
                            size_t errlen) {
-    train_stage ts = {x->dir[i], PREFIX[i], x->offset, &x->mt};
+    train_stage ts = {x->dir[i], x->prefix[i], x->offset, &x->mt};
     train_result r;
     int rc = host_run_stage(sp, sc, x->o, &ts, &x->d, &r, err, errlen);
     if (rc == TRAIN_ERROR) {
@@ -342,8 +347,20 @@ int s2s_run(const bf_config *c, const train_opts *o, train_result *r, char *err,
         snprintf(x->root, sizeof x->root, "%s", c->s2s.root);
     else
         snprintf(x->root, sizeof x->root, "%s/stages", o->out_dir);
-    s2s_stage_plan(c, x->st);
+    const stage_graph *g = pipeline_stages("s2s");
+    int same = g && g->n == S2S_STAGES;
+    for (int i = 0; same && i < S2S_STAGES; i++) same = strcmp(g->names[i], STAGE_NAMES[i]) == 0;
+    if (!same) {
+        snprintf(err, errlen,
+                 "pipeline s2s: the declared stages (common/pipeline_decl.c) are not the ones "
+                 "this driver runs (%s, ..., %s)",
+                 STAGE_NAMES[0], STAGE_NAMES[S2S_STAGES - 1]);
+        free(x);
+        return TRAIN_ERROR;
+    }
+    stage_graph_plan(g, c, x->st);
     for (int i = 0; i < S2S_STAGES; i++) {
+        snprintf(x->prefix[i], sizeof x->prefix[i], "%s/", x->st[i].name);
         snprintf(x->dir[i], sizeof x->dir[i], "%s/%s", x->root, x->st[i].dir);
         if (strlen(x->dir[i]) >= sizeof c->init.from) {
             snprintf(err, errlen,
@@ -354,12 +371,11 @@ int s2s_run(const bf_config *c, const train_opts *o, train_result *r, char *err,
             return TRAIN_ERROR;
         }
     }
-    int only = c->s2s.stage[0] ? s2s_stage_index(c->s2s.stage) : -1, rc = TRAIN_ERROR;
+    int only = c->s2s.stage[0] ? stage_graph_index(g, c->s2s.stage) : -1, rc = TRAIN_ERROR;
     if (c->s2s.stage[0] && only < 0) {
-        snprintf(err, errlen,
-                 "s2s.stage '%s' is not a stage (valid: teacher, avit, profile, "
-                 "distill, finetune, eval)",
-                 c->s2s.stage);
+        char names[256];
+        snprintf(err, errlen, "s2s.stage '%s' is not a stage (valid: %s)", c->s2s.stage,
+                 stage_graph_list(g, names, sizeof names));
         free(x);
         return TRAIN_ERROR;
     }

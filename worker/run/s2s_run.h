@@ -1,5 +1,5 @@
 /* s2s_run — pipeline s2s as six stages (design.md, "S2S pipeline";
- * common/s2s_stages.h): teacher -> avit -> profile -> distill -> finetune
+ * common/pipeline_decl.c): teacher -> avit -> profile -> distill -> finetune
  * -> eval. Each stage writes into ROOT/NAME-KEY/ (ROOT = s2s.root, or
  * OUT/stages) and, last, ROOT/NAME-KEY/stage.json (atomically): a folder with
  * it is done and reused, by this run and by any other whose stage has the

@@ -1,4 +1,5 @@
-/* test_s2s_stages — the stage keys of pipeline s2s: which config change moves
+/* test_stage_graph — the generic stage graph (stage_graph.h) and the keys of
+ * pipeline s2s, its one declaration (pipeline_decl.c): which config change moves
  * which stage's key (and so which stages a sweep can share), stability of the
  * key under spelling, and the folder names the worker and bfd agree on. */
 #include <criterion/criterion.h>
@@ -6,19 +7,23 @@
 #include <string.h>
 
 #include "common/cfg.h"
-#include "common/s2s_stages.h"
+#include "common/pipeline_decl.h"
+#include "common/stage_graph.h"
+
+#define S2S_STAGES 6
+#define G pipeline_stages("s2s")
 
 /* The defaults, then the YAML text, then the plan. */
-static void plan_of(const char *yaml, s2s_stage out[S2S_STAGES]) {
+static void plan_of(const char *yaml, stage_node out[STAGE_MAX]) {
     bf_config c;
     char err[1024] = "";
     cfg_defaults(&c);
     cr_assert_eq(cfg_load_text(&c, yaml, strlen(yaml), "t.yaml", err, sizeof err), 0, "%s", err);
-    s2s_stage_plan(&c, out);
+    cr_assert_eq(stage_graph_plan(G, &c, out), S2S_STAGES);
 }
 
 /* Bit i set when stage i's key differs between a and b. */
-static unsigned changed(const s2s_stage *a, const s2s_stage *b) {
+static unsigned changed(const stage_node *a, const stage_node *b) {
     unsigned m = 0;
     for (int i = 0; i < S2S_STAGES; i++)
         if (strcmp(a[i].key, b[i].key) != 0) m |= 1u << i;
@@ -30,20 +35,20 @@ static const char *base = "pipeline: s2s\n"
                           "model: {layers: 4, d_model: 32, heads: 2, patch: 7}\n"
                           "train: {steps: 20, batch: 8}\n";
 
-static void plan_with(const char *extra, s2s_stage out[S2S_STAGES]) {
+static void plan_with(const char *extra, stage_node out[STAGE_MAX]) {
     char text[2048];
     snprintf(text, sizeof text, "%s%s", base, extra);
     plan_of(text, out);
 }
 
-Test(s2s_stages, order_names_parents_and_folders) {
-    s2s_stage p[S2S_STAGES];
+Test(stage_graph, order_names_parents_and_folders) {
+    stage_node p[STAGE_MAX];
     plan_with("", p);
     const char *want[] = {"teacher", "avit", "profile", "distill", "finetune", "eval"};
     for (int i = 0; i < S2S_STAGES; i++) {
         cr_assert_str_eq(p[i].name, want[i]);
-        cr_assert_eq(s2s_stage_index(want[i]), i);
-        cr_assert_str_eq(s2s_stage_name(i), want[i]);
+        cr_assert_eq(stage_graph_index(G, want[i]), i);
+        cr_assert_str_eq(stage_graph_name(G, i), want[i]);
         cr_assert_eq(strlen(p[i].key), 16);
         cr_assert_eq(strspn(p[i].key, "0123456789abcdef"), 16, "key %s", p[i].key);
         cr_assert_str_eq(p[i].parent, i ? p[i - 1].key : "");
@@ -52,17 +57,17 @@ Test(s2s_stages, order_names_parents_and_folders) {
         cr_assert_str_eq(p[i].dir, dir);
         for (int j = 0; j < i; j++) cr_assert_str_neq(p[i].key, p[j].key);
     }
-    cr_assert_eq(s2s_stage_index("student"), -1);
-    cr_assert_eq(s2s_stage_index(""), -1);
-    cr_assert_eq(s2s_stage_index(NULL), -1);
-    cr_assert_null(s2s_stage_name(6));
-    cr_assert_null(s2s_stage_name(-1));
+    cr_assert_eq(stage_graph_index(G, "student"), -1);
+    cr_assert_eq(stage_graph_index(G, ""), -1);
+    cr_assert_eq(stage_graph_index(G, NULL), -1);
+    cr_assert_null(stage_graph_name(G, 6));
+    cr_assert_null(stage_graph_name(G, -1));
 }
 
-/* A known value pins the byte rule in s2s_stages.h: the worker's folders
+/* A known value pins the byte rule in stage_graph.h: the worker's folders
  * from one build must be found by bfd of the next. */
-Test(s2s_stages, eval_key_is_the_documented_hash) {
-    s2s_stage p[S2S_STAGES];
+Test(stage_graph, eval_key_is_the_documented_hash) {
+    stage_node p[STAGE_MAX];
     plan_with("", p);
     /* eval depends on no key: FNV-1a 64 of "stage=eval\nparent=<finetune key>\n" */
     char text[128];
@@ -77,8 +82,8 @@ Test(s2s_stages, eval_key_is_the_documented_hash) {
     cr_assert_str_eq(p[5].key, want);
 }
 
-Test(s2s_stages, explicit_default_equals_omitted_key) {
-    s2s_stage a[S2S_STAGES], b[S2S_STAGES];
+Test(stage_graph, explicit_default_equals_omitted_key) {
+    stage_node a[STAGE_MAX], b[STAGE_MAX];
     plan_with("", a);
     plan_with("avit: {retention: 0.7}\ndistill: {mixer: bimamba, replace_layers: auto:3}\n"
               "train.lr: 3.0e-4\n",
@@ -89,16 +94,16 @@ Test(s2s_stages, explicit_default_equals_omitted_key) {
     cr_assert_eq(changed(a, b), 0u);
 }
 
-Test(s2s_stages, retention_moves_avit_and_below_not_teacher) {
-    s2s_stage a[S2S_STAGES], b[S2S_STAGES];
+Test(stage_graph, retention_moves_avit_and_below_not_teacher) {
+    stage_node a[STAGE_MAX], b[STAGE_MAX];
     plan_with("avit: {retention: 0.7}\n", a);
     plan_with("avit: {retention: 0.5}\n", b);
     cr_assert_eq(changed(a, b), 0x3eu, "changed mask %#x", changed(a, b));
     cr_assert_str_eq(a[0].key, b[0].key);
 }
 
-Test(s2s_stages, mixer_moves_only_distill_finetune_eval) {
-    s2s_stage a[S2S_STAGES], b[S2S_STAGES];
+Test(stage_graph, mixer_moves_only_distill_finetune_eval) {
+    stage_node a[STAGE_MAX], b[STAGE_MAX];
     plan_with("distill: {mixer: bimamba}\n", a);
     plan_with("distill: {mixer: bilstm}\n", b);
     cr_assert_eq(changed(a, b), 0x38u, "changed mask %#x", changed(a, b));
@@ -108,8 +113,8 @@ Test(s2s_stages, mixer_moves_only_distill_finetune_eval) {
     cr_assert_eq(changed(a, b), 0x30u, "stage2_steps is finetune's");
 }
 
-Test(s2s_stages, keys_that_do_not_change_training_change_nothing) {
-    s2s_stage a[S2S_STAGES], b[S2S_STAGES];
+Test(stage_graph, keys_that_do_not_change_training_change_nothing) {
+    stage_node a[STAGE_MAX], b[STAGE_MAX];
     plan_with("", a);
     const char *inert[] = {"train.eval_every: 7\n", "train.checkpoint_every: 3\n",
                            "train.log_every: 1\n", "device: cpu\n", "budget: {lambda_budget: 2}\n"};
@@ -119,8 +124,8 @@ Test(s2s_stages, keys_that_do_not_change_training_change_nothing) {
     }
 }
 
-Test(s2s_stages, teacher_keys_move_everything) {
-    s2s_stage a[S2S_STAGES], b[S2S_STAGES];
+Test(stage_graph, teacher_keys_move_everything) {
+    stage_node a[STAGE_MAX], b[STAGE_MAX];
     plan_with("", a);
     const char *moving[] = {"train.seed: 2\n",
                             "model.seq_len: 32\n",
@@ -135,24 +140,63 @@ Test(s2s_stages, teacher_keys_move_everything) {
     }
 }
 
-Test(s2s_stages, dependency_table_by_prefix) {
+Test(stage_graph, dependency_table_by_prefix) {
     /* every schema key under a listed prefix is a dependency, including keys
      * added later; the exclusions hold */
     for (size_t i = 0; i < cfg_field_count(); i++) {
         const char *k = cfg_field_at(i)->key;
-        int teacher = s2s_stage_depends(0, k), avit = s2s_stage_depends(1, k);
+        int teacher = stage_graph_depends(G, 0, k), avit = stage_graph_depends(G, 1, k);
         if (strncmp(k, "avit.", 5) == 0) cr_assert(avit && !teacher, "%s", k);
         if (strncmp(k, "data.", 5) == 0 || strncmp(k, "aug.", 4) == 0) cr_assert(teacher, "%s", k);
         if (strncmp(k, "budget.", 7) == 0 || strcmp(k, "device") == 0 || strcmp(k, "pipeline") == 0)
-            for (int s = 0; s < S2S_STAGES; s++) cr_assert(!s2s_stage_depends(s, k), "%s", k);
+            for (int s = 0; s < S2S_STAGES; s++) cr_assert(!stage_graph_depends(G, s, k), "%s", k);
     }
-    cr_assert(!s2s_stage_depends(0, "model.mixers"));
-    cr_assert(s2s_stage_depends(0, "model.layers"));
-    cr_assert(!s2s_stage_depends(0, "train.eval_every"));
-    cr_assert(s2s_stage_depends(0, "train.freeze"));
-    cr_assert(s2s_stage_depends(3, "distill.unfreeze"));
-    cr_assert(!s2s_stage_depends(3, "distill.stage2_steps"));
-    cr_assert(s2s_stage_depends(4, "distill.stage2_steps"));
-    cr_assert(!s2s_stage_depends(2, "distill.mixer"));
-    cr_assert(!s2s_stage_depends(5, "train.steps"));
+    cr_assert(!stage_graph_depends(G, 0, "model.mixers"));
+    cr_assert(stage_graph_depends(G, 0, "model.layers"));
+    cr_assert(!stage_graph_depends(G, 0, "train.eval_every"));
+    cr_assert(stage_graph_depends(G, 0, "train.freeze"));
+    cr_assert(stage_graph_depends(G, 3, "distill.unfreeze"));
+    cr_assert(!stage_graph_depends(G, 3, "distill.stage2_steps"));
+    cr_assert(stage_graph_depends(G, 4, "distill.stage2_steps"));
+    cr_assert(!stage_graph_depends(G, 2, "distill.mixer"));
+    cr_assert(!stage_graph_depends(G, 5, "train.steps"));
+}
+
+/* The mechanism knows no pipeline: a graph declared here, with its own
+ * names and rules, gets keys by the same rule; a pipeline that runs in one
+ * piece has no graph. */
+Test(stage_graph, any_declared_graph) {
+    static const stage_rule rules[] = {
+        {0, "train.", 0}, {0, "train.log_every", 1}, {1, "model.heads", 0}};
+    const stage_graph g = {
+        .pipeline = "two", .n = 2, .names = {"fit", "score"}, .rules = rules, .n_rules = 3};
+    bf_config a, b;
+    cfg_defaults(&a);
+    b = a;
+    stage_node pa[STAGE_MAX], pb[STAGE_MAX];
+    cr_assert_eq(stage_graph_plan(&g, &a, pa), 2);
+    cr_assert_str_eq(pa[0].name, "fit");
+    cr_assert_str_eq(pa[1].parent, pa[0].key);
+    char dir[64];
+    snprintf(dir, sizeof dir, "score-%s", pa[1].key);
+    cr_assert_str_eq(pa[1].dir, dir);
+    b.model.heads = a.model.heads * 2; /* only stage 1 reads it */
+    stage_graph_plan(&g, &b, pb);
+    cr_assert_str_eq(pa[0].key, pb[0].key);
+    cr_assert_str_neq(pa[1].key, pb[1].key);
+    b = a;
+    b.train.log_every = a.train.log_every + 7; /* excluded */
+    stage_graph_plan(&g, &b, pb);
+    cr_assert_str_eq(pa[0].key, pb[0].key);
+    b.train.steps = a.train.steps + 1; /* moves stage 0 and, through its parent, stage 1 */
+    stage_graph_plan(&g, &b, pb);
+    cr_assert_str_neq(pa[0].key, pb[0].key);
+    cr_assert_str_neq(pa[1].key, pb[1].key);
+    cr_assert_eq(stage_graph_index(&g, "score"), 1);
+    cr_assert_eq(stage_graph_index(&g, "teacher"), -1);
+    char list[64];
+    cr_assert_str_eq(stage_graph_list(&g, list, sizeof list), "fit, score");
+    cr_assert_null(pipeline_stages("vit"));
+    cr_assert_null(pipeline_stages("budgetformer"));
+    cr_assert_null(pipeline_stages(NULL));
 }
