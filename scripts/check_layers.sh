@@ -1,0 +1,122 @@
+#!/bin/sh
+# The layering rule of docs/architecture.md, checked:
+#   sh scripts/check_layers.sh [BUILD_DIR]
+# 1. every #include "..." of a tracked source outside tests/ and bench/ names
+#    a folder its own folder may include (the table below, which is the one
+#    in docs/architecture.md);
+# 2. with BUILD_DIR: no circle of library object files that call each other
+#    (read from the symbols each object defines and uses, `nm`).
+# Prints each violation and exits 1 when there is one; 0 and a count else.
+set -eu
+cd "$(dirname "$0")/.."
+
+# folder: the folders its files may include (its own is always allowed).
+# worker/top is worker/ itself (bfworker_main.c).
+RULES='
+common:
+kernels: kernels/cuda
+kernels/cuda: kernels
+protocol: common
+jobs: common kernels
+daemon: common protocol jobs
+ctl: common protocol jobs
+worker/data: common kernels
+worker/nn: common kernels worker/data
+worker/models: common kernels worker/data worker/nn
+worker/pipelines: common kernels worker/data worker/nn worker/models
+worker/io: common kernels worker/data worker/nn worker/models
+worker/dist: common kernels protocol
+worker/run: common kernels protocol worker/data worker/nn worker/models worker/pipelines worker/io worker/dist
+worker/cmd: common kernels protocol worker/data worker/nn worker/models worker/pipelines worker/io worker/dist worker/run
+worker/bfprep: common kernels worker/data
+worker/top: common kernels worker/cmd
+'
+
+folder_of() {
+    d=$(dirname "$1")
+    [ "$d" = worker ] && d=worker/top
+    echo "$d"
+}
+
+bad=0
+checked=0
+files=$(git ls-files '*.c' '*.h' '*.cc' '*.cu' 2>/dev/null | grep -v '^tests/\|^bench/' || true)
+if [ -z "$files" ]; then
+    echo "check_layers: no tracked sources (not a git checkout?)" >&2
+    exit 1
+fi
+for f in $files; do
+    from=$(folder_of "$f")
+    allowed=$(printf '%s\n' "$RULES" | sed -n "s#^$from:##p")
+    if ! printf '%s\n' "$RULES" | grep -q "^$from:"; then
+        echo "check_layers: $f: folder $from has no rule (add it to scripts/check_layers.sh and docs/architecture.md)"
+        bad=1
+        continue
+    fi
+    for inc in $(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$f"); do
+        checked=$((checked + 1))
+        to=$(folder_of "$inc")
+        [ "$to" = "$from" ] && continue
+        ok=0
+        for a in $allowed; do [ "$a" = "$to" ] && ok=1; done
+        if [ "$ok" = 0 ]; then
+            echo "check_layers: $f includes $inc: $from may include only:${allowed:- its own folder}"
+            bad=1
+        fi
+    done
+done
+
+circles=0
+if [ $# -ge 1 ]; then
+    build=$1
+    objs=$(find "$build" -path '*CMakeFiles*' -name '*.o' 2>/dev/null |
+        grep -v '/tests/\|/bench/\|/test_\|/bench_\|_main\.c\.o$\|/bfprep\.c\.o$\|/fuzz' || true)
+    if [ -z "$objs" ]; then
+        echo "check_layers: no object files under $build (build it first)" >&2
+        exit 1
+    fi
+    out=$(for o in $objs; do
+        name=$(echo "$o" | sed 's#.*CMakeFiles/[^/]*\.dir/##; s#\.o$##')
+        nm "$o" 2>/dev/null | awk -v f="$name" '
+            NF == 3 && $2 ~ /^[TDBR]$/ { print "D", f, $3 }
+            NF == 2 && $1 == "U" { print "U", f, $2 }'
+    done | awk '
+        $1 == "D" { def[$3] = $2; next }
+        { use[++n] = $2 " " $3 }
+        END {
+            for (i = 1; i <= n; i++) {
+                split(use[i], a, " ")
+                if (!(a[2] in def) || def[a[2]] == a[1]) continue
+                e = a[1] SUBSEP def[a[2]]
+                if (e in seen) continue
+                seen[e] = 1
+                adj[a[1]] = adj[a[1]] " " def[a[2]]
+                node[a[1]] = 1
+            }
+            # a circle through s whose other files all sort after s: each
+            # circle is reported once, from its smallest file
+            for (s in node) {
+                split("", vis); split("", path)
+                top = 0; stack[++top] = s; path[s] = s
+                while (top > 0) {
+                    x = stack[top--]
+                    k = split(adj[x], nb, " ")
+                    for (j = 1; j <= k; j++) {
+                        y = nb[j]
+                        if (y == s && !found[s]) { print "check_layers: circle: " path[x] " -> " s; found[s] = 1 }
+                        else if (!(y in vis) && y > s) { vis[y] = 1; path[y] = path[x] " -> " y; stack[++top] = y }
+                    }
+                }
+            }
+        }')
+    if [ -n "$out" ]; then
+        echo "$out"
+        circles=1
+    fi
+fi
+
+if [ "$bad" != 0 ] || [ "$circles" != 0 ]; then
+    echo "check_layers: the layers of docs/architecture.md are broken (above)"
+    exit 1
+fi
+echo "check_layers: $checked includes in $(echo "$files" | wc -l) files keep the layers${1:+; no circle of files in $1}"
