@@ -1,7 +1,7 @@
 /* store — SQLite (WAL) job store. Schema versions live in PRAGMA
  * user_version; migrations[i] moves a database from version i to i+1 inside
  * one transaction. Every SQLite call is checked and its message passed on. */
-#include "jobs/store.h"
+#include "jobs/store_priv.h"
 #include "common/errbuf.h"
 #include "jobs/sched_stop.h"
 
@@ -13,18 +13,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-#define NAME_CACHE 256
-
-struct store {
-    sqlite3 *db;
-    sqlite3_stmt *ins_metric, *upd_latest, *get_name, *ins_name, *trial_exists, *ins_plan;
-    struct {
-        char name[64];
-        int64_t id;
-    } names[NAME_CACHE];
-    int n_names;
-};
 
 static const char *const state_names[TRIAL_N_STATES] = {"PENDING", "RUNNING",   "COMPLETED",
                                                         "FAILED",  "CANCELLED", "STOPPED"};
@@ -58,97 +46,6 @@ int store_transition_legal(trial_state from, trial_state to) {
     default:
         return 0;
     }
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* "CALL: sqlite's message" */
-static int sqlfail(store *s, char *err, size_t errlen, const char *call) {
-    return bf_fail(err, errlen, "%s: %s", call, sqlite3_errmsg(s->db));
-}
-
-/* Steps a statement that returns no row and finalizes it: 0, or -1 with
- * "CALL: sqlite's message". */
-static int step_done(store *s, sqlite3_stmt *st, const char *call, char *err, size_t errlen) {
-    int rc = sqlite3_step(st);
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? 0 : sqlfail(s, err, errlen, call);
-}
-
-static int exec(store *s, const char *sql, char *err, size_t errlen) {
-    char *msg = NULL;
-    if (sqlite3_exec(s->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-        bf_fail(err, errlen, "sqlite3_exec(%.60s...): %s", sql, msg ? msg : sqlite3_errmsg(s->db));
-        sqlite3_free(msg);
-        return -1;
-    }
-    return 0;
-}
-
-static int prepare(store *s, const char *sql, sqlite3_stmt **st, char *err, size_t errlen) {
-    if (sqlite3_prepare_v2(s->db, sql, -1, st, NULL) != SQLITE_OK)
-        return bf_fail(err, errlen, "sqlite3_prepare_v2(%.60s...): %s", sql, sqlite3_errmsg(s->db));
-    return 0;
-}
-
-static void rollback(store *s) {
-    /* after a failed statement SQLite may already have rolled back; then this
-     * reports "no transaction is active", which is what we wanted anyway */
-    sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-    s->n_names = 0; /* ids inserted in the rolled-back transaction are gone */
-}
-
-/* Room for element `used` of a growing array p of elem-byte elements whose
- * capacity is *cap (doubled, from `first`): returns the array, moved or not,
- * or NULL when out of memory (p is then unchanged and still the caller's). */
-static void *grow(void *p, size_t *cap, size_t used, size_t elem, size_t first) {
-    if (used < *cap) return p;
-    size_t nc = *cap ? 2 * *cap : first;
-    void *n = realloc(p, nc * elem);
-    if (n) *cap = nc;
-    return n;
-}
-
-/* Column 0 of every row of st into a new array: int64 into *ids, or double
- * into *vals (the other NULL); *n elements. st is finalized. Returns 0, or -1
- * with a message naming `what` (the query, or the caller when out of memory). */
-static int collect_column(store *s, sqlite3_stmt *st, int64_t **ids, double **vals, size_t *n,
-                          const char *what, char *err, size_t errlen) {
-    void *arr = NULL;
-    size_t cnt = 0, cap = 0, elem = ids ? sizeof **ids : sizeof **vals;
-    int rc, oom = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        void *g = grow(arr, &cap, cnt, elem, 16);
-        if (!g) {
-            oom = 1;
-            break;
-        }
-        arr = g;
-        if (ids)
-            ((int64_t *)arr)[cnt++] = sqlite3_column_int64(st, 0);
-        else
-            ((double *)arr)[cnt++] = sqlite3_column_double(st, 0);
-    }
-    if (oom || rc != SQLITE_DONE) {
-        if (oom)
-            bf_fail(err, errlen, "%s: out of memory", what);
-        else
-            bf_fail(err, errlen, "sqlite3_step(%s): %s", what, sqlite3_errmsg(s->db));
-        free(arr);
-        sqlite3_finalize(st);
-        return -1;
-    }
-    sqlite3_finalize(st);
-    if (ids)
-        *ids = arr;
-    else
-        *vals = arr;
-    *n = cnt;
-    return 0;
 }
 
 /* ------------------------------------------------------------- migrations */
@@ -288,10 +185,10 @@ static const char *const migrations[STORE_SCHEMA_VERSION] = {
 
 static int user_version(store *s, int *v, char *err, size_t errlen) {
     sqlite3_stmt *st;
-    if (prepare(s, "PRAGMA user_version", &st, err, errlen) < 0) return -1;
+    if (store_prepare(s, "PRAGMA user_version", &st, err, errlen) < 0) return -1;
     int rc = sqlite3_step(st);
     if (rc != SQLITE_ROW) {
-        sqlfail(s, err, errlen, "sqlite3_step(PRAGMA user_version)");
+        store_sqlfail(s, err, errlen, "sqlite3_step(PRAGMA user_version)");
         sqlite3_finalize(st);
         return -1;
     }
@@ -301,14 +198,14 @@ static int user_version(store *s, int *v, char *err, size_t errlen) {
 }
 
 static int migrate(store *s, char *err, size_t errlen) {
-    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+    if (store_begin(s, err, errlen) < 0) return -1;
     int v;
     if (user_version(s, &v, err, errlen) < 0) {
-        rollback(s);
+        store_rollback(s);
         return -1;
     }
     if (v > STORE_SCHEMA_VERSION) {
-        rollback(s);
+        store_rollback(s);
         return bf_fail(
             err, errlen,
             "database schema version %d is newer than this build knows (%d); use a newer "
@@ -318,12 +215,12 @@ static int migrate(store *s, char *err, size_t errlen) {
     for (; v < STORE_SCHEMA_VERSION; v++) {
         char sql[64];
         snprintf(sql, sizeof sql, "PRAGMA user_version = %d", v + 1);
-        if (exec(s, migrations[v], err, errlen) < 0 || exec(s, sql, err, errlen) < 0) {
-            rollback(s);
+        if (store_exec(s, migrations[v], err, errlen) < 0 || store_exec(s, sql, err, errlen) < 0) {
+            store_rollback(s);
             return -1;
         }
     }
-    return exec(s, "COMMIT", err, errlen);
+    return store_commit(s, err, errlen);
 }
 
 int store_create_at_version(const char *path, int version, char *err, size_t errlen) {
@@ -339,8 +236,10 @@ int store_create_at_version(const char *path, int version, char *err, size_t err
     for (int v = 0; v < version && rc == 0; v++) {
         char sql[64];
         snprintf(sql, sizeof sql, "PRAGMA user_version = %d", v + 1);
-        rc =
-            exec(&tmp, migrations[v], err, errlen) < 0 || exec(&tmp, sql, err, errlen) < 0 ? -1 : 0;
+        rc = store_exec(&tmp, migrations[v], err, errlen) < 0 ||
+                     store_exec(&tmp, sql, err, errlen) < 0
+                 ? -1
+                 : 0;
     }
     sqlite3_close(tmp.db);
     return rc;
@@ -359,7 +258,7 @@ int store_open(const char *path, store **out, char *err, size_t errlen) {
         return -1;
     }
     if (sqlite3_busy_timeout(s->db, 10000) != SQLITE_OK) {
-        sqlfail(s, err, errlen, "sqlite3_busy_timeout");
+        store_sqlfail(s, err, errlen, "sqlite3_busy_timeout");
         store_close(&s);
         return -1;
     }
@@ -376,7 +275,7 @@ int store_open(const char *path, store **out, char *err, size_t errlen) {
     /* WAL: readers do not block the writer; FULL: a commit survives power loss,
      * so an acknowledged submit is never lost */
     sqlite3_stmt *st;
-    if (prepare(s, "PRAGMA journal_mode = WAL", &st, err, errlen) < 0) {
+    if (store_prepare(s, "PRAGMA journal_mode = WAL", &st, err, errlen) < 0) {
         store_close(&s);
         return -1;
     }
@@ -392,33 +291,36 @@ int store_open(const char *path, store **out, char *err, size_t errlen) {
     sqlite3_finalize(st);
     /* 64 MiB of page cache: metric inserts from many trials touch pages all
      * over the metrics B-tree */
-    if (exec(s, "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA cache_size = -65536",
-             err, errlen) < 0 ||
+    if (store_exec(
+            s, "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA cache_size = -65536",
+            err, errlen) < 0 ||
         migrate(s, err, errlen) < 0) {
         store_close(&s);
         return -1;
     }
-    if (prepare(s,
-                "INSERT OR IGNORE INTO metrics(trial, seq, name, step, value, time)"
-                " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                &s->ins_metric, err, errlen) < 0 ||
-        prepare(s,
-                "INSERT INTO metric_latest(trial, name, seq, step, value, time, vmin, vmax)"
-                " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?5, ?5)"
-                " ON CONFLICT (trial, name) DO UPDATE SET"
-                "  step = CASE WHEN excluded.seq > seq THEN excluded.step ELSE step END,"
-                "  value = CASE WHEN excluded.seq > seq THEN excluded.value ELSE value END,"
-                "  time = CASE WHEN excluded.seq > seq THEN excluded.time ELSE time END,"
-                "  seq = MAX(seq, excluded.seq),"
-                "  vmin = MIN(vmin, excluded.vmin), vmax = MAX(vmax, excluded.vmax)",
-                &s->upd_latest, err, errlen) < 0 ||
-        prepare(s, "SELECT id FROM metric_names WHERE name = ?1", &s->get_name, err, errlen) < 0 ||
-        prepare(s, "INSERT INTO metric_names(name) VALUES (?1)", &s->ins_name, err, errlen) < 0 ||
-        prepare(s, "SELECT 1 FROM trials WHERE id = ?1", &s->trial_exists, err, errlen) < 0 ||
-        prepare(s,
-                "INSERT OR IGNORE INTO trial_stages(trial, idx, name, key, parent, dir)"
-                " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                &s->ins_plan, err, errlen) < 0) {
+    if (store_prepare(s,
+                      "INSERT OR IGNORE INTO metrics(trial, seq, name, step, value, time)"
+                      " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                      &s->ins_metric, err, errlen) < 0 ||
+        store_prepare(s,
+                      "INSERT INTO metric_latest(trial, name, seq, step, value, time, vmin, vmax)"
+                      " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?5, ?5)"
+                      " ON CONFLICT (trial, name) DO UPDATE SET"
+                      "  step = CASE WHEN excluded.seq > seq THEN excluded.step ELSE step END,"
+                      "  value = CASE WHEN excluded.seq > seq THEN excluded.value ELSE value END,"
+                      "  time = CASE WHEN excluded.seq > seq THEN excluded.time ELSE time END,"
+                      "  seq = MAX(seq, excluded.seq),"
+                      "  vmin = MIN(vmin, excluded.vmin), vmax = MAX(vmax, excluded.vmax)",
+                      &s->upd_latest, err, errlen) < 0 ||
+        store_prepare(s, "SELECT id FROM metric_names WHERE name = ?1", &s->get_name, err, errlen) <
+            0 ||
+        store_prepare(s, "INSERT INTO metric_names(name) VALUES (?1)", &s->ins_name, err, errlen) <
+            0 ||
+        store_prepare(s, "SELECT 1 FROM trials WHERE id = ?1", &s->trial_exists, err, errlen) < 0 ||
+        store_prepare(s,
+                      "INSERT OR IGNORE INTO trial_stages(trial, idx, name, key, parent, dir)"
+                      " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                      &s->ins_plan, err, errlen) < 0) {
         store_close(&s);
         return -1;
     }
@@ -447,25 +349,6 @@ int store_schema_version(store *s) {
     return v;
 }
 
-static int add_event(store *s, int64_t job, int64_t trial, const char *kind, const char *msg,
-                     char *err, size_t errlen) {
-    sqlite3_stmt *st;
-    if (prepare(s,
-                "INSERT INTO events(time, job, trial, kind, message) VALUES (?1, ?2, ?3, ?4, ?5)",
-                &st, err, errlen) < 0)
-        return -1;
-    sqlite3_bind_double(st, 1, now_s());
-    if (job > 0) sqlite3_bind_int64(st, 2, job);
-    if (trial > 0) sqlite3_bind_int64(st, 3, trial);
-    sqlite3_bind_text(st, 4, kind, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 5, msg ? msg : "", -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st) == SQLITE_DONE
-                 ? 0
-                 : sqlfail(s, err, errlen, "sqlite3_step(INSERT INTO events)");
-    sqlite3_finalize(st);
-    return rc;
-}
-
 /* ----------------------------------------------------------------- submit */
 
 /* The stage plan of an s2s trial (nothing for other pipelines), inside the
@@ -486,7 +369,7 @@ static int put_plan(store *s, int64_t trial, const bf_config *c, char *err, size
         int rc = sqlite3_step(st);
         sqlite3_reset(st);
         if (rc != SQLITE_DONE)
-            return sqlfail(s, err, errlen, "sqlite3_step(INSERT INTO trial_stages)");
+            return store_sqlfail(s, err, errlen, "sqlite3_step(INSERT INTO trial_stages)");
     }
     return 0;
 }
@@ -510,17 +393,17 @@ static int submit_trial(void *ud, const sweep_trial *t) {
         sqlite3_bind_text(st, 4, t->params_json, -1, SQLITE_TRANSIENT) != SQLITE_OK ||
         sqlite3_bind_text(st, 5, t->config_text, -1, SQLITE_TRANSIENT) != SQLITE_OK ||
         sqlite3_bind_double(st, 6, c->t) != SQLITE_OK)
-        return sqlfail(c->s, c->err, c->errlen, "sqlite3_bind(INSERT INTO trials)");
+        return store_sqlfail(c->s, c->err, c->errlen, "sqlite3_bind(INSERT INTO trials)");
     if (sqlite3_step(st) != SQLITE_DONE)
-        return sqlfail(c->s, c->err, c->errlen, "sqlite3_step(INSERT INTO trials)");
+        return store_sqlfail(c->s, c->err, c->errlen, "sqlite3_step(INSERT INTO trials)");
     return put_plan(c->s, sqlite3_last_insert_rowid(c->s->db), t->config, c->err, c->errlen);
 }
 
 int store_submit(store *s, const sweep_spec *spec, const char *source, int64_t *job_id, char *err,
                  size_t errlen) {
-    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+    if (store_begin(s, err, errlen) < 0) return -1;
     sqlite3_stmt *st = NULL;
-    submit_ctx c = {s, NULL, 0, now_s(), err, errlen};
+    submit_ctx c = {s, NULL, 0, store_now(), err, errlen};
     long long n = spec->is_sweep ? spec->n_trials : 1;
     char early[512];
     if (sched_stop_json(spec, early, sizeof early) < 0) {
@@ -528,7 +411,7 @@ int store_submit(store *s, const sweep_spec *spec, const char *source, int64_t *
         goto fail;
     }
     int tpe = spec->is_sweep && spec->method == SWEEP_TPE;
-    if (prepare(
+    if (store_prepare(
             s,
             "INSERT INTO jobs(name, pipeline, file, source, metric_name, metric_goal, priority,"
             " retries, ranks, gpus_per_rank, cpus_per_rank, time_limit_s, early_stop, n_trials,"
@@ -554,20 +437,20 @@ int store_submit(store *s, const sweep_spec *spec, const char *source, int64_t *
                       SQLITE_STATIC);
     sqlite3_bind_int(st, 17, tpe ? spec->parallel : 0);
     if (sqlite3_bind_double(st, 15, c.t) != SQLITE_OK) {
-        sqlfail(s, err, errlen, "sqlite3_bind(INSERT INTO jobs)");
+        store_sqlfail(s, err, errlen, "sqlite3_bind(INSERT INTO jobs)");
         goto fail;
     }
     if (sqlite3_step(st) != SQLITE_DONE) {
-        sqlfail(s, err, errlen, "sqlite3_step(INSERT INTO jobs)");
+        store_sqlfail(s, err, errlen, "sqlite3_step(INSERT INTO jobs)");
         goto fail;
     }
     sqlite3_finalize(st);
     st = NULL;
     c.job = sqlite3_last_insert_rowid(s->db);
-    if (prepare(s,
-                "INSERT INTO trials(job, idx, state, attempts, hash, params, config, updated)"
-                " VALUES (?1, ?2, 'PENDING', 0, ?3, ?4, ?5, ?6)",
-                &c.ins, err, errlen) < 0)
+    if (store_prepare(s,
+                      "INSERT INTO trials(job, idx, state, attempts, hash, params, config, updated)"
+                      " VALUES (?1, ?2, 'PENDING', 0, ?3, ?4, ?5, ?6)",
+                      &c.ins, err, errlen) < 0)
         goto fail;
     /* a tpe job's trials are proposed later, one by one (store_add_trial) */
     if (!tpe && sweep_expand(spec, submit_trial, &c, err, errlen) != 0) goto fail;
@@ -576,14 +459,14 @@ int store_submit(store *s, const sweep_spec *spec, const char *source, int64_t *
     char msg[256];
     snprintf(msg, sizeof msg, "submitted '%s' with %lld trials%s", spec->name, n,
              tpe ? " to be proposed by tpe" : "");
-    if (add_event(s, c.job, 0, "submit", msg, err, errlen) < 0) goto fail;
-    if (exec(s, "COMMIT", err, errlen) < 0) goto fail;
+    if (store_event(s, c.job, 0, "submit", msg, err, errlen) < 0) goto fail;
+    if (store_commit(s, err, errlen) < 0) goto fail;
     *job_id = c.job;
     return 0;
 fail:
     sqlite3_finalize(st);
     sqlite3_finalize(c.ins);
-    rollback(s);
+    store_rollback(s);
     return -1;
 }
 
@@ -594,11 +477,11 @@ fail:
 static int load_state(store *s, int64_t trial, trial_state *state, int *attempts, int *failures,
                       int *retries, int64_t *job, char *err, size_t errlen) {
     sqlite3_stmt *st;
-    if (prepare(s,
-                "SELECT t.state, t.attempts, j.retries, t.job,"
-                " t.attempts - t.preemptions - t.stage_runs"
-                " FROM trials t JOIN jobs j ON j.id = t.job WHERE t.id = ?1",
-                &st, err, errlen) < 0)
+    if (store_prepare(s,
+                      "SELECT t.state, t.attempts, j.retries, t.job,"
+                      " t.attempts - t.preemptions - t.stage_runs"
+                      " FROM trials t JOIN jobs j ON j.id = t.job WHERE t.id = ?1",
+                      &st, err, errlen) < 0)
         return -1;
     sqlite3_bind_int64(st, 1, trial);
     int rc = sqlite3_step(st), out = -1;
@@ -616,7 +499,7 @@ static int load_state(store *s, int64_t trial, trial_state *state, int *attempts
     } else if (rc == SQLITE_DONE) {
         bf_fail(err, errlen, "no trial with id %lld", (long long)trial);
     } else {
-        sqlfail(s, err, errlen, "sqlite3_step(SELECT trial state)");
+        store_sqlfail(s, err, errlen, "sqlite3_step(SELECT trial state)");
     }
     sqlite3_finalize(st);
     return out;
@@ -644,13 +527,13 @@ static int transition_ex(store *s, int64_t trial, trial_state to, const char *me
                        (long long)trial, failures, failures == 1 ? "" : "s", 1 + retries, retries);
     stage_done = stage_done && from == TRIAL_RUNNING && to == TRIAL_PENDING;
     int preempted = from == TRIAL_RUNNING && to == TRIAL_PENDING && !stage_done;
-    double t = now_s();
+    double t = store_now();
     sqlite3_stmt *st;
-    if (prepare(s,
-                "UPDATE trials SET state = ?1, attempts = attempts + ?2,"
-                " preemptions = preemptions + ?5, stage_runs = stage_runs + ?6, updated = ?3"
-                " WHERE id = ?4",
-                &st, err, errlen) < 0)
+    if (store_prepare(s,
+                      "UPDATE trials SET state = ?1, attempts = attempts + ?2,"
+                      " preemptions = preemptions + ?5, stage_runs = stage_runs + ?6, updated = ?3"
+                      " WHERE id = ?4",
+                      &st, err, errlen) < 0)
         return -1;
     sqlite3_bind_text(st, 1, store_state_name(to), -1, SQLITE_STATIC);
     sqlite3_bind_int(st, 2, to == TRIAL_RUNNING);
@@ -658,20 +541,22 @@ static int transition_ex(store *s, int64_t trial, trial_state to, const char *me
     sqlite3_bind_int64(st, 4, trial);
     sqlite3_bind_int(st, 5, preempted);
     sqlite3_bind_int(st, 6, stage_done);
-    if (step_done(s, st, "sqlite3_step(UPDATE trials SET state)", err, errlen) < 0) return -1;
+    if (store_step_done(s, st, "sqlite3_step(UPDATE trials SET state)", err, errlen) < 0) return -1;
     if (to == TRIAL_RUNNING) {
-        if (prepare(s, "INSERT INTO attempts(trial, n, started) VALUES (?1, ?2, ?3)", &st, err,
-                    errlen) < 0)
+        if (store_prepare(s, "INSERT INTO attempts(trial, n, started) VALUES (?1, ?2, ?3)", &st,
+                          err, errlen) < 0)
             return -1;
         sqlite3_bind_int64(st, 1, trial);
         sqlite3_bind_int(st, 2, attempts + 1);
         sqlite3_bind_double(st, 3, t);
-        if (step_done(s, st, "sqlite3_step(INSERT INTO attempts)", err, errlen) < 0) return -1;
+        if (store_step_done(s, st, "sqlite3_step(INSERT INTO attempts)", err, errlen) < 0)
+            return -1;
     } else if (from == TRIAL_RUNNING) {
-        if (prepare(s,
-                    "UPDATE attempts SET ended = ?1, outcome = ?2, message = ?3 WHERE trial = ?4 "
-                    "AND n = ?5",
-                    &st, err, errlen) < 0)
+        if (store_prepare(
+                s,
+                "UPDATE attempts SET ended = ?1, outcome = ?2, message = ?3 WHERE trial = ?4 "
+                "AND n = ?5",
+                &st, err, errlen) < 0)
             return -1;
         sqlite3_bind_double(st, 1, t);
         sqlite3_bind_text(st, 2,
@@ -682,14 +567,14 @@ static int transition_ex(store *s, int64_t trial, trial_state to, const char *me
         sqlite3_bind_text(st, 3, message ? message : "", -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 4, trial);
         sqlite3_bind_int(st, 5, attempts);
-        if (step_done(s, st, "sqlite3_step(UPDATE attempts)", err, errlen) < 0) return -1;
+        if (store_step_done(s, st, "sqlite3_step(UPDATE attempts)", err, errlen) < 0) return -1;
         if (stage_follow(s, trial, job, to, stage_done, retries, message, t, err, errlen) < 0)
             return -1;
     }
     char msg[512];
     snprintf(msg, sizeof msg, "%s -> %s%s%s", store_state_name(from), store_state_name(to),
              message && *message ? ": " : "", message ? message : "");
-    return add_event(s, job, trial, preempted ? "preempt" : "state", msg, err, errlen);
+    return store_event(s, job, trial, preempted ? "preempt" : "state", msg, err, errlen);
 }
 
 static int transition_in_tx(store *s, int64_t trial, trial_state to, const char *message, char *err,
@@ -699,10 +584,10 @@ static int transition_in_tx(store *s, int64_t trial, trial_state to, const char 
 
 int store_trial_transition(store *s, int64_t trial_id, trial_state to, const char *message,
                            char *err, size_t errlen) {
-    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+    if (store_begin(s, err, errlen) < 0) return -1;
     if (transition_in_tx(s, trial_id, to, message, err, errlen) < 0 ||
-        exec(s, "COMMIT", err, errlen) < 0) {
-        rollback(s);
+        store_commit(s, err, errlen) < 0) {
+        store_rollback(s);
         return -1;
     }
     return 0;
@@ -711,7 +596,7 @@ int store_trial_transition(store *s, int64_t trial_id, trial_state to, const cha
 int store_trial_fail(store *s, int64_t trial_id, const char *message, int *requeued, char *err,
                      size_t errlen) {
     *requeued = 0;
-    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+    if (store_begin(s, err, errlen) < 0) return -1;
     if (transition_in_tx(s, trial_id, TRIAL_FAILED, message, err, errlen) < 0) goto fail;
     trial_state st;
     int attempts, failures, retries;
@@ -722,10 +607,10 @@ int store_trial_fail(store *s, int64_t trial_id, const char *message, int *reque
         if (transition_in_tx(s, trial_id, TRIAL_PENDING, "retry", err, errlen) < 0) goto fail;
         *requeued = 1;
     }
-    if (exec(s, "COMMIT", err, errlen) < 0) goto fail;
+    if (store_commit(s, err, errlen) < 0) goto fail;
     return 0;
 fail:
-    rollback(s);
+    store_rollback(s);
     *requeued = 0;
     return -1;
 }
@@ -734,7 +619,7 @@ int store_trial_preempt(store *s, int64_t trial_id, const char *message, char *e
     trial_state from;
     int attempts, failures, retries;
     int64_t job;
-    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+    if (store_begin(s, err, errlen) < 0) return -1;
     if (load_state(s, trial_id, &from, &attempts, &failures, &retries, &job, err, errlen) < 0)
         goto fail;
     if (from != TRIAL_RUNNING) {
@@ -743,56 +628,57 @@ int store_trial_preempt(store *s, int64_t trial_id, const char *message, char *e
         goto fail;
     }
     if (transition_in_tx(s, trial_id, TRIAL_PENDING, message, err, errlen) < 0 ||
-        exec(s, "COMMIT", err, errlen) < 0)
+        store_commit(s, err, errlen) < 0)
         goto fail;
     return 0;
 fail:
-    rollback(s);
+    store_rollback(s);
     return -1;
 }
 
 int store_job_cancel(store *s, int64_t job_id, int *n_cancelled, char *err, size_t errlen) {
     *n_cancelled = 0;
-    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+    if (store_begin(s, err, errlen) < 0) return -1;
     sqlite3_stmt *st;
-    if (prepare(
+    if (store_prepare(
             s,
             "SELECT id FROM trials WHERE job = ?1 AND state IN ('PENDING', 'RUNNING') ORDER BY idx",
             &st, err, errlen) < 0) {
-        rollback(s);
+        store_rollback(s);
         return -1;
     }
     sqlite3_bind_int64(st, 1, job_id);
     int64_t *ids = NULL;
     size_t n = 0;
     int rc;
-    if (collect_column(s, st, &ids, NULL, &n, "store_job_cancel: SELECT trials", err, errlen)) {
-        rollback(s);
+    if (store_collect_column(s, st, &ids, NULL, &n, "store_job_cancel: SELECT trials", err,
+                             errlen)) {
+        store_rollback(s);
         return -1;
     }
-    if (prepare(s, "UPDATE jobs SET closed = 1 WHERE id = ?1", &st, err, errlen) < 0) {
+    if (store_prepare(s, "UPDATE jobs SET closed = 1 WHERE id = ?1", &st, err, errlen) < 0) {
         free(ids);
-        rollback(s);
+        store_rollback(s);
         return -1;
     }
     sqlite3_bind_int64(st, 1, job_id);
     rc = sqlite3_step(st);
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) {
-        sqlfail(s, err, errlen, "sqlite3_step(UPDATE jobs SET closed)");
+        store_sqlfail(s, err, errlen, "sqlite3_step(UPDATE jobs SET closed)");
         free(ids);
-        rollback(s);
+        store_rollback(s);
         return -1;
     }
     for (size_t i = 0; i < n; i++)
         if (transition_in_tx(s, ids[i], TRIAL_CANCELLED, "job cancelled", err, errlen) < 0) {
             free(ids);
-            rollback(s);
+            store_rollback(s);
             return -1;
         }
     free(ids);
-    if (exec(s, "COMMIT", err, errlen) < 0) {
-        rollback(s);
+    if (store_commit(s, err, errlen) < 0) {
+        store_rollback(s);
         return -1;
     }
     *n_cancelled = (int)n;
@@ -819,13 +705,13 @@ static int name_id(store *s, const char *name, int64_t *id, char *err, size_t er
         sqlite3_reset(s->ins_name);
         sqlite3_bind_text(s->ins_name, 1, name, -1, SQLITE_STATIC);
         if (sqlite3_step(s->ins_name) != SQLITE_DONE)
-            return sqlfail(s, err, errlen, "sqlite3_step(INSERT INTO metric_names)");
+            return store_sqlfail(s, err, errlen, "sqlite3_step(INSERT INTO metric_names)");
         *id = sqlite3_last_insert_rowid(s->db);
     } else {
-        return sqlfail(s, err, errlen, "sqlite3_step(SELECT FROM metric_names)");
+        return store_sqlfail(s, err, errlen, "sqlite3_step(SELECT FROM metric_names)");
     }
     sqlite3_reset(s->get_name);
-    if (s->n_names < NAME_CACHE) {
+    if (s->n_names < STORE_NAME_CACHE) {
         snprintf(s->names[s->n_names].name, sizeof s->names[0].name, "%s", name);
         s->names[s->n_names++].id = *id;
     }
@@ -840,13 +726,13 @@ static int check_trial(store *s, int64_t trial_id, char *err, size_t errlen) {
     if (rc == SQLITE_ROW) return 0;
     if (rc == SQLITE_DONE)
         return bf_fail(err, errlen, "metrics for unknown trial %lld", (long long)trial_id);
-    return sqlfail(s, err, errlen, "sqlite3_step(SELECT trial)");
+    return store_sqlfail(s, err, errlen, "sqlite3_step(SELECT trial)");
 }
 
 /* Points i of trial trial_ids[i] (or trial_id for all when trial_ids is NULL). */
 static int insert_points(store *s, int64_t trial_id, const int64_t *trial_ids,
                          const store_metric *pts, size_t n, char *err, size_t errlen) {
-    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+    if (store_begin(s, err, errlen) < 0) return -1;
     int64_t checked = 0;
     for (size_t i = 0; i < n; i++) {
         if (trial_ids) trial_id = trial_ids[i];
@@ -872,7 +758,7 @@ static int insert_points(store *s, int64_t trial_id, const int64_t *trial_ids,
         sqlite3_bind_double(st, 5, pts[i].value);
         sqlite3_bind_double(st, 6, pts[i].time);
         if (sqlite3_step(st) != SQLITE_DONE) {
-            sqlfail(s, err, errlen, "sqlite3_step(INSERT INTO metrics)");
+            store_sqlfail(s, err, errlen, "sqlite3_step(INSERT INTO metrics)");
             goto fail;
         }
         if (sqlite3_changes(s->db) == 0) continue; /* a resend: already stored */
@@ -885,18 +771,18 @@ static int insert_points(store *s, int64_t trial_id, const int64_t *trial_ids,
         sqlite3_bind_double(st, 5, pts[i].value);
         sqlite3_bind_double(st, 6, pts[i].time);
         if (sqlite3_step(st) != SQLITE_DONE) {
-            sqlfail(s, err, errlen, "sqlite3_step(UPSERT metric_latest)");
+            store_sqlfail(s, err, errlen, "sqlite3_step(UPSERT metric_latest)");
             goto fail;
         }
     }
     sqlite3_reset(s->ins_metric);
     sqlite3_reset(s->upd_latest);
-    if (exec(s, "COMMIT", err, errlen) < 0) goto fail;
+    if (store_commit(s, err, errlen) < 0) goto fail;
     return 0;
 fail:
     sqlite3_reset(s->ins_metric);
     sqlite3_reset(s->upd_latest);
-    rollback(s);
+    store_rollback(s);
     return -1;
 }
 
@@ -928,11 +814,6 @@ void store_trials_free(store_trial *t, size_t n) {
     free(t);
 }
 
-static char *col_dup(sqlite3_stmt *st, int i) {
-    const unsigned char *v = sqlite3_column_text(st, i);
-    return v ? strdup((const char *)v) : NULL;
-}
-
 /* Columns: 0 id, 1 job, 2 idx, 3 state, 4 attempts, 5 retries, 6 priority,
  * 7 hash, 8 params, 9 preemptions, 10 stop reason, 11 point, 12 config,
  * 13 latest json, 14 best. */
@@ -951,15 +832,14 @@ static void row_to_trial(sqlite3_stmt *st, store_trial *t, int ncols) {
     t->attempts = sqlite3_column_int(st, 4);
     t->retries = sqlite3_column_int(st, 5);
     t->priority = sqlite3_column_int(st, 6);
-    const unsigned char *h = sqlite3_column_text(st, 7);
-    snprintf(t->hash, sizeof t->hash, "%s", h ? (const char *)h : "");
-    t->params_json = col_dup(st, 8);
+    store_col_text(st, 7, t->hash, sizeof t->hash);
+    t->params_json = store_col_dup(st, 8);
     t->preemptions = sqlite3_column_int(st, 9);
-    t->stop_reason = col_dup(st, 10);
-    t->point_json = col_dup(st, 11);
+    t->stop_reason = store_col_dup(st, 10);
+    t->point_json = store_col_dup(st, 11);
     t->best = NAN;
-    if (ncols > 12) t->config = col_dup(st, 12);
-    if (ncols > 13) t->latest_json = col_dup(st, 13);
+    if (ncols > 12) t->config = store_col_dup(st, 12);
+    if (ncols > 13) t->latest_json = store_col_dup(st, 13);
     if (ncols > 14 && sqlite3_column_type(st, 14) != SQLITE_NULL)
         t->best = sqlite3_column_double(st, 14);
 }
@@ -971,7 +851,7 @@ static int collect(store *s, sqlite3_stmt *st, int ncols, store_trial **out, siz
     size_t cnt = 0, cap = 0;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        store_trial *nr = grow(rows, &cap, cnt, sizeof *rows, 16);
+        store_trial *nr = store_grow(rows, &cap, cnt, sizeof *rows, 16);
         if (!nr) {
             store_trials_free(rows, cnt);
             sqlite3_finalize(st);
@@ -981,7 +861,7 @@ static int collect(store *s, sqlite3_stmt *st, int ncols, store_trial **out, siz
         row_to_trial(st, &rows[cnt++], ncols);
     }
     if (rc != SQLITE_DONE) {
-        sqlfail(s, err, errlen, "sqlite3_step(SELECT trials)");
+        store_sqlfail(s, err, errlen, "sqlite3_step(SELECT trials)");
         store_trials_free(rows, cnt);
         sqlite3_finalize(st);
         return -1;
@@ -994,10 +874,10 @@ static int collect(store *s, sqlite3_stmt *st, int ncols, store_trial **out, siz
 
 int store_get_trial(store *s, int64_t trial_id, store_trial *out, char *err, size_t errlen) {
     sqlite3_stmt *st;
-    if (prepare(s,
-                "SELECT " TRIAL_COLS
-                ", t.config FROM trials t JOIN jobs j ON j.id = t.job WHERE t.id = ?1",
-                &st, err, errlen) < 0)
+    if (store_prepare(s,
+                      "SELECT " TRIAL_COLS
+                      ", t.config FROM trials t JOIN jobs j ON j.id = t.job WHERE t.id = ?1",
+                      &st, err, errlen) < 0)
         return -1;
     sqlite3_bind_int64(st, 1, trial_id);
     store_trial *rows = NULL;
@@ -1015,11 +895,11 @@ int store_get_trial(store *s, int64_t trial_id, store_trial *out, char *err, siz
 int store_next_runnable(store *s, int limit, store_trial **out, size_t *n, char *err,
                         size_t errlen) {
     sqlite3_stmt *st;
-    if (prepare(s,
-                "SELECT " TRIAL_COLS " FROM trials t JOIN jobs j ON j.id = t.job"
-                " WHERE t.state = 'PENDING'"
-                " ORDER BY j.priority DESC, j.submitted, j.id, t.idx LIMIT ?1",
-                &st, err, errlen) < 0)
+    if (store_prepare(s,
+                      "SELECT " TRIAL_COLS " FROM trials t JOIN jobs j ON j.id = t.job"
+                      " WHERE t.state = 'PENDING'"
+                      " ORDER BY j.priority DESC, j.submitted, j.id, t.idx LIMIT ?1",
+                      &st, err, errlen) < 0)
         return -1;
     sqlite3_bind_int(st, 1, limit);
     return collect(s, st, TRIAL_NCOLS, out, n, err, errlen);
@@ -1037,10 +917,10 @@ int store_next_runnable(store *s, int limit, store_trial **out, size_t *n, char 
 int store_job_trials(store *s, int64_t job_id, store_trial **out, size_t *n, char *err,
                      size_t errlen) {
     sqlite3_stmt *st;
-    if (prepare(s,
-                "SELECT " TRIAL_COLS LATEST_AND_BEST
-                " FROM trials t JOIN jobs j ON j.id = t.job WHERE t.job = ?1 ORDER BY t.idx",
-                &st, err, errlen) < 0)
+    if (store_prepare(s,
+                      "SELECT " TRIAL_COLS LATEST_AND_BEST
+                      " FROM trials t JOIN jobs j ON j.id = t.job WHERE t.job = ?1 ORDER BY t.idx",
+                      &st, err, errlen) < 0)
         return -1;
     sqlite3_bind_int64(st, 1, job_id);
     return collect(s, st, TRIAL_NCOLS + 3, out, n, err, errlen);
@@ -1049,12 +929,12 @@ int store_job_trials(store *s, int64_t job_id, store_trial **out, size_t *n, cha
 int store_best_trials(store *s, int64_t job_id, int limit, store_trial **out, size_t *n, char *err,
                       size_t errlen) {
     sqlite3_stmt *st;
-    if (prepare(s,
-                "SELECT * FROM (SELECT " TRIAL_COLS LATEST_AND_BEST ", j.metric_goal AS goal"
-                " FROM trials t JOIN jobs j ON j.id = t.job WHERE t.job = ?1)"
-                " WHERE best IS NOT NULL"
-                " ORDER BY CASE goal WHEN 'max' THEN -best ELSE best END, idx LIMIT ?2",
-                &st, err, errlen) < 0)
+    if (store_prepare(s,
+                      "SELECT * FROM (SELECT " TRIAL_COLS LATEST_AND_BEST ", j.metric_goal AS goal"
+                      " FROM trials t JOIN jobs j ON j.id = t.job WHERE t.job = ?1)"
+                      " WHERE best IS NOT NULL"
+                      " ORDER BY CASE goal WHEN 'max' THEN -best ELSE best END, idx LIMIT ?2",
+                      &st, err, errlen) < 0)
         return -1;
     sqlite3_bind_int64(st, 1, job_id);
     sqlite3_bind_int(st, 2, limit);
@@ -1067,14 +947,15 @@ int store_metric_history(store *s, int64_t trial_id, int64_t after_seq, int limi
     *n = 0;
     sqlite3_stmt *st;
     /* `limit` whole sequence numbers: a seq is never split across two calls */
-    if (prepare(s,
-                "SELECT m.seq, m.step, n.name, m.value, m.time FROM metrics m"
-                " JOIN metric_names n ON n.id = m.name"
-                " WHERE m.trial = ?1 AND m.seq > ?2 AND m.seq <= COALESCE("
-                "  (SELECT seq FROM (SELECT DISTINCT seq FROM metrics WHERE trial = ?1 AND seq > ?2"
-                "   ORDER BY seq LIMIT 1 OFFSET ?3 - 1)), 9223372036854775807)"
-                " ORDER BY m.seq, n.name",
-                &st, err, errlen) < 0)
+    if (store_prepare(
+            s,
+            "SELECT m.seq, m.step, n.name, m.value, m.time FROM metrics m"
+            " JOIN metric_names n ON n.id = m.name"
+            " WHERE m.trial = ?1 AND m.seq > ?2 AND m.seq <= COALESCE("
+            "  (SELECT seq FROM (SELECT DISTINCT seq FROM metrics WHERE trial = ?1 AND seq > ?2"
+            "   ORDER BY seq LIMIT 1 OFFSET ?3 - 1)), 9223372036854775807)"
+            " ORDER BY m.seq, n.name",
+            &st, err, errlen) < 0)
         return -1;
     sqlite3_bind_int64(st, 1, trial_id);
     sqlite3_bind_int64(st, 2, after_seq);
@@ -1083,7 +964,7 @@ int store_metric_history(store *s, int64_t trial_id, int64_t after_seq, int limi
     size_t cnt = 0, cap = 0;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        store_point *np = grow(pts, &cap, cnt, sizeof *pts, 64);
+        store_point *np = store_grow(pts, &cap, cnt, sizeof *pts, 64);
         if (!np) {
             free(pts);
             sqlite3_finalize(st);
@@ -1093,13 +974,12 @@ int store_metric_history(store *s, int64_t trial_id, int64_t after_seq, int limi
         store_point *p = &pts[cnt++];
         p->seq = sqlite3_column_int64(st, 0);
         p->step = sqlite3_column_int64(st, 1);
-        const unsigned char *nm = sqlite3_column_text(st, 2);
-        snprintf(p->name, sizeof p->name, "%s", nm ? (const char *)nm : "");
+        store_col_text(st, 2, p->name, sizeof p->name);
         p->value = sqlite3_column_double(st, 3);
         p->time = sqlite3_column_double(st, 4);
     }
     if (rc != SQLITE_DONE) {
-        sqlfail(s, err, errlen, "sqlite3_step(SELECT metric history)");
+        store_sqlfail(s, err, errlen, "sqlite3_step(SELECT metric history)");
         free(pts);
         sqlite3_finalize(st);
         return -1;
@@ -1113,14 +993,14 @@ int store_metric_history(store *s, int64_t trial_id, int64_t after_seq, int limi
 static int count_query(store *s, const char *sql, int64_t a, int b, int nb, long long *count,
                        char *err, size_t errlen) {
     sqlite3_stmt *st;
-    if (prepare(s, sql, &st, err, errlen) < 0) return -1;
+    if (store_prepare(s, sql, &st, err, errlen) < 0) return -1;
     if (nb >= 1) sqlite3_bind_int64(st, 1, a);
     if (nb >= 2) sqlite3_bind_text(st, 2, store_state_name((trial_state)b), -1, SQLITE_STATIC);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW)
         *count = sqlite3_column_int64(st, 0);
     else
-        sqlfail(s, err, errlen, "sqlite3_step(SELECT COUNT)");
+        store_sqlfail(s, err, errlen, "sqlite3_step(SELECT COUNT)");
     sqlite3_finalize(st);
     return rc == SQLITE_ROW ? 0 : -1;
 }
@@ -1145,16 +1025,11 @@ int store_count_jobs(store *s, long long *count, char *err, size_t errlen) {
     " cpus_per_rank, time_limit_s, metric_name, metric_goal, n_trials, method, parallel, closed,"  \
     " early_stop, (SELECT COUNT(*) FROM trials WHERE job = jobs.id) FROM jobs"
 
-static void text_col(sqlite3_stmt *st, int i, char *buf, size_t len) {
-    const unsigned char *v = sqlite3_column_text(st, i);
-    snprintf(buf, len, "%s", v ? (const char *)v : "");
-}
-
 static void row_to_job(sqlite3_stmt *st, store_job *j) {
     memset(j, 0, sizeof *j);
     j->id = sqlite3_column_int64(st, 0);
-    text_col(st, 1, j->name, sizeof j->name);
-    text_col(st, 2, j->pipeline, sizeof j->pipeline);
+    store_col_text(st, 1, j->name, sizeof j->name);
+    store_col_text(st, 2, j->pipeline, sizeof j->pipeline);
     j->submitted = sqlite3_column_double(st, 3);
     j->priority = sqlite3_column_int(st, 4);
     j->retries = sqlite3_column_int(st, 5);
@@ -1162,23 +1037,24 @@ static void row_to_job(sqlite3_stmt *st, store_job *j) {
     j->gpus_per_rank = sqlite3_column_int(st, 7);
     j->cpus_per_rank = sqlite3_column_int(st, 8);
     j->time_limit_s = sqlite3_column_int64(st, 9);
-    text_col(st, 10, j->metric, sizeof j->metric);
-    text_col(st, 11, j->goal, sizeof j->goal);
+    store_col_text(st, 10, j->metric, sizeof j->metric);
+    store_col_text(st, 11, j->goal, sizeof j->goal);
     j->n_trials = sqlite3_column_int64(st, 12);
-    text_col(st, 13, j->method, sizeof j->method);
+    store_col_text(st, 13, j->method, sizeof j->method);
     j->parallel = sqlite3_column_int(st, 14);
     j->closed = sqlite3_column_int(st, 15);
-    text_col(st, 16, j->early_stop, sizeof j->early_stop);
+    store_col_text(st, 16, j->early_stop, sizeof j->early_stop);
     j->n_proposed = sqlite3_column_int64(st, 17);
 }
 
 int store_job_get(store *s, int64_t job_id, store_job *out, char *err, size_t errlen) {
     sqlite3_stmt *st;
-    if (prepare(s, JOB_COLS " WHERE id = ?1", &st, err, errlen) < 0) return -1;
+    if (store_prepare(s, JOB_COLS " WHERE id = ?1", &st, err, errlen) < 0) return -1;
     sqlite3_bind_int64(st, 1, job_id);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) row_to_job(st, out);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) sqlfail(s, err, errlen, "sqlite3_step(SELECT job)");
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        store_sqlfail(s, err, errlen, "sqlite3_step(SELECT job)");
     sqlite3_finalize(st);
     return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? 1 : -1;
 }
@@ -1187,12 +1063,12 @@ int store_jobs(store *s, store_job **out, size_t *n, char *err, size_t errlen) {
     *out = NULL;
     *n = 0;
     sqlite3_stmt *st;
-    if (prepare(s, JOB_COLS " ORDER BY id", &st, err, errlen) < 0) return -1;
+    if (store_prepare(s, JOB_COLS " ORDER BY id", &st, err, errlen) < 0) return -1;
     store_job *rows = NULL;
     size_t cnt = 0, cap = 0;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        store_job *nr = grow(rows, &cap, cnt, sizeof *rows, 16);
+        store_job *nr = store_grow(rows, &cap, cnt, sizeof *rows, 16);
         if (!nr) {
             free(rows);
             sqlite3_finalize(st);
@@ -1202,7 +1078,7 @@ int store_jobs(store *s, store_job **out, size_t *n, char *err, size_t errlen) {
         row_to_job(st, &rows[cnt++]);
     }
     if (rc != SQLITE_DONE) {
-        sqlfail(s, err, errlen, "sqlite3_step(SELECT jobs)");
+        store_sqlfail(s, err, errlen, "sqlite3_step(SELECT jobs)");
         free(rows);
         sqlite3_finalize(st);
         return -1;
@@ -1217,8 +1093,8 @@ int store_job_state_counts(store *s, int64_t job_id, long long counts[TRIAL_N_ST
                            size_t errlen) {
     for (int i = 0; i < TRIAL_N_STATES; i++) counts[i] = 0;
     sqlite3_stmt *st;
-    if (prepare(s, "SELECT state, COUNT(*) FROM trials WHERE job = ?1 GROUP BY state", &st, err,
-                errlen) < 0)
+    if (store_prepare(s, "SELECT state, COUNT(*) FROM trials WHERE job = ?1 GROUP BY state", &st,
+                      err, errlen) < 0)
         return -1;
     sqlite3_bind_int64(st, 1, job_id);
     int rc;
@@ -1228,34 +1104,34 @@ int store_job_state_counts(store *s, int64_t job_id, long long counts[TRIAL_N_ST
         if (store_state_parse((const char *)sqlite3_column_text(st, 0), &ts) == 0)
             counts[ts] = sqlite3_column_int64(st, 1);
     }
-    if (rc != SQLITE_DONE) sqlfail(s, err, errlen, "sqlite3_step(SELECT trial states)");
+    if (rc != SQLITE_DONE) store_sqlfail(s, err, errlen, "sqlite3_step(SELECT trial states)");
     sqlite3_finalize(st);
     return rc == SQLITE_DONE ? 0 : -1;
 }
 
 int store_trial_job(store *s, int64_t trial_id, int64_t *job_id, char *err, size_t errlen) {
     sqlite3_stmt *st;
-    if (prepare(s, "SELECT job FROM trials WHERE id = ?1", &st, err, errlen) < 0) return -1;
+    if (store_prepare(s, "SELECT job FROM trials WHERE id = ?1", &st, err, errlen) < 0) return -1;
     sqlite3_bind_int64(st, 1, trial_id);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) *job_id = sqlite3_column_int64(st, 0);
     if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-        sqlfail(s, err, errlen, "sqlite3_step(SELECT trials.job)");
+        store_sqlfail(s, err, errlen, "sqlite3_step(SELECT trials.job)");
     sqlite3_finalize(st);
     return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? 1 : -1;
 }
 
 int store_max_seq(store *s, int64_t trial_id, int64_t *out, char *err, size_t errlen) {
     sqlite3_stmt *st;
-    if (prepare(s, "SELECT COALESCE(MAX(seq), 0) FROM metrics WHERE trial = ?1", &st, err, errlen) <
-        0)
+    if (store_prepare(s, "SELECT COALESCE(MAX(seq), 0) FROM metrics WHERE trial = ?1", &st, err,
+                      errlen) < 0)
         return -1;
     sqlite3_bind_int64(st, 1, trial_id);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW)
         *out = sqlite3_column_int64(st, 0);
     else
-        sqlfail(s, err, errlen, "sqlite3_step(SELECT MAX(seq))");
+        store_sqlfail(s, err, errlen, "sqlite3_step(SELECT MAX(seq))");
     sqlite3_finalize(st);
     return rc == SQLITE_ROW ? 0 : -1;
 }
@@ -1264,21 +1140,21 @@ int store_running_trials(store *s, int64_t **out, size_t *n, char *err, size_t e
     *out = NULL;
     *n = 0;
     sqlite3_stmt *st;
-    if (prepare(s, "SELECT id FROM trials WHERE state = 'RUNNING' ORDER BY id", &st, err, errlen) <
-        0)
+    if (store_prepare(s, "SELECT id FROM trials WHERE state = 'RUNNING' ORDER BY id", &st, err,
+                      errlen) < 0)
         return -1;
-    return collect_column(s, st, out, NULL, n, "store_running_trials: SELECT RUNNING trials", err,
-                          errlen);
+    return store_collect_column(s, st, out, NULL, n, "store_running_trials: SELECT RUNNING trials",
+                                err, errlen);
 }
 
 int store_counts(store *s, long long *jobs, long long *pending, long long *running, char *err,
                  size_t errlen) {
     sqlite3_stmt *st;
-    if (prepare(s,
-                "SELECT (SELECT COUNT(*) FROM jobs),"
-                " (SELECT COUNT(*) FROM trials WHERE state = 'PENDING'),"
-                " (SELECT COUNT(*) FROM trials WHERE state = 'RUNNING')",
-                &st, err, errlen) < 0)
+    if (store_prepare(s,
+                      "SELECT (SELECT COUNT(*) FROM jobs),"
+                      " (SELECT COUNT(*) FROM trials WHERE state = 'PENDING'),"
+                      " (SELECT COUNT(*) FROM trials WHERE state = 'RUNNING')",
+                      &st, err, errlen) < 0)
         return -1;
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
@@ -1286,7 +1162,7 @@ int store_counts(store *s, long long *jobs, long long *pending, long long *runni
         *pending = sqlite3_column_int64(st, 1);
         *running = sqlite3_column_int64(st, 2);
     } else {
-        sqlfail(s, err, errlen, "sqlite3_step(SELECT counts)");
+        store_sqlfail(s, err, errlen, "sqlite3_step(SELECT counts)");
     }
     sqlite3_finalize(st);
     return rc == SQLITE_ROW ? 0 : -1;
@@ -1296,13 +1172,14 @@ int store_counts(store *s, long long *jobs, long long *pending, long long *runni
 
 int store_decision_add(store *s, const store_decision *d, int *added, char *err, size_t errlen) {
     *added = 0;
-    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+    if (store_begin(s, err, errlen) < 0) return -1;
     sqlite3_stmt *st;
-    if (prepare(s,
-                "INSERT OR IGNORE INTO decisions(job, trial, method, rung, rung_step, step, value,"
-                " cutoff, n, stop, reason, time) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10,"
-                " ?11, ?12)",
-                &st, err, errlen) < 0)
+    if (store_prepare(
+            s,
+            "INSERT OR IGNORE INTO decisions(job, trial, method, rung, rung_step, step, value,"
+            " cutoff, n, stop, reason, time) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10,"
+            " ?11, ?12)",
+            &st, err, errlen) < 0)
         goto fail;
     sqlite3_bind_int64(st, 1, d->job);
     sqlite3_bind_int64(st, 2, d->trial);
@@ -1315,29 +1192,30 @@ int store_decision_add(store *s, const store_decision *d, int *added, char *err,
     sqlite3_bind_int(st, 9, d->n);
     sqlite3_bind_int(st, 10, d->stop);
     sqlite3_bind_text(st, 11, d->reason, -1, SQLITE_STATIC);
-    sqlite3_bind_double(st, 12, now_s());
-    if (step_done(s, st, "sqlite3_step(INSERT INTO decisions)", err, errlen) < 0) goto fail;
+    sqlite3_bind_double(st, 12, store_now());
+    if (store_step_done(s, st, "sqlite3_step(INSERT INTO decisions)", err, errlen) < 0) goto fail;
     if (sqlite3_changes(s->db) == 0) { /* decided before (a restart, a resend) */
-        if (exec(s, "COMMIT", err, errlen) < 0) goto fail;
+        if (store_commit(s, err, errlen) < 0) goto fail;
         return 0;
     }
     if (d->stop) {
-        if (prepare(s, "UPDATE trials SET stop_reason = ?1 WHERE id = ?2", &st, err, errlen) < 0)
+        if (store_prepare(s, "UPDATE trials SET stop_reason = ?1 WHERE id = ?2", &st, err, errlen) <
+            0)
             goto fail;
         sqlite3_bind_text(st, 1, d->reason, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 2, d->trial);
-        if (step_done(s, st, "sqlite3_step(UPDATE trials SET stop_reason)", err, errlen) < 0)
+        if (store_step_done(s, st, "sqlite3_step(UPDATE trials SET stop_reason)", err, errlen) < 0)
             goto fail;
     }
     char msg[400];
     snprintf(msg, sizeof msg, "%s: %s", d->stop ? "stop" : "continue", d->reason);
-    if (add_event(s, d->job, d->trial, "early_stop", msg, err, errlen) < 0 ||
-        exec(s, "COMMIT", err, errlen) < 0)
+    if (store_event(s, d->job, d->trial, "early_stop", msg, err, errlen) < 0 ||
+        store_commit(s, err, errlen) < 0)
         goto fail;
     *added = 1;
     return 0;
 fail:
-    rollback(s);
+    store_rollback(s);
     return -1;
 }
 
@@ -1346,11 +1224,12 @@ int store_decisions(store *s, int64_t job, int64_t trial, store_decision **out, 
     *out = NULL;
     *n = 0;
     sqlite3_stmt *st;
-    if (prepare(s,
-                "SELECT id, job, trial, method, rung, rung_step, step, value, cutoff, n, stop,"
-                " reason, time FROM decisions WHERE (?1 <= 0 OR job = ?1) AND (?2 <= 0 OR"
-                " trial = ?2) ORDER BY id",
-                &st, err, errlen) < 0)
+    if (store_prepare(
+            s,
+            "SELECT id, job, trial, method, rung, rung_step, step, value, cutoff, n, stop,"
+            " reason, time FROM decisions WHERE (?1 <= 0 OR job = ?1) AND (?2 <= 0 OR"
+            " trial = ?2) ORDER BY id",
+            &st, err, errlen) < 0)
         return -1;
     sqlite3_bind_int64(st, 1, job);
     sqlite3_bind_int64(st, 2, trial);
@@ -1358,7 +1237,7 @@ int store_decisions(store *s, int64_t job, int64_t trial, store_decision **out, 
     size_t cnt = 0, cap = 0;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        store_decision *nr = grow(rows, &cap, cnt, sizeof *rows, 16);
+        store_decision *nr = store_grow(rows, &cap, cnt, sizeof *rows, 16);
         if (!nr) {
             free(rows);
             sqlite3_finalize(st);
@@ -1370,7 +1249,7 @@ int store_decisions(store *s, int64_t job, int64_t trial, store_decision **out, 
         d->id = sqlite3_column_int64(st, 0);
         d->job = sqlite3_column_int64(st, 1);
         d->trial = sqlite3_column_int64(st, 2);
-        text_col(st, 3, d->method, sizeof d->method);
+        store_col_text(st, 3, d->method, sizeof d->method);
         d->rung = sqlite3_column_int(st, 4);
         d->rung_step = sqlite3_column_int64(st, 5);
         d->step = sqlite3_column_int64(st, 6);
@@ -1378,7 +1257,7 @@ int store_decisions(store *s, int64_t job, int64_t trial, store_decision **out, 
         d->cutoff = sqlite3_column_type(st, 8) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 8);
         d->n = sqlite3_column_int(st, 9);
         d->stop = sqlite3_column_int(st, 10);
-        text_col(st, 11, d->reason, sizeof d->reason);
+        store_col_text(st, 11, d->reason, sizeof d->reason);
         d->time = sqlite3_column_double(st, 12);
     }
     sqlite3_finalize(st);
@@ -1396,22 +1275,22 @@ int store_rung_values(store *s, int64_t job, int rung, double **vals, size_t *n,
     *vals = NULL;
     *n = 0;
     sqlite3_stmt *st;
-    if (prepare(s,
-                "SELECT value FROM decisions WHERE job = ?1 AND method = 'asha' AND rung = ?2"
-                " ORDER BY id",
-                &st, err, errlen) < 0)
+    if (store_prepare(s,
+                      "SELECT value FROM decisions WHERE job = ?1 AND method = 'asha' AND rung = ?2"
+                      " ORDER BY id",
+                      &st, err, errlen) < 0)
         return -1;
     sqlite3_bind_int64(st, 1, job);
     sqlite3_bind_int(st, 2, rung);
-    return collect_column(s, st, NULL, vals, n, "store_rung_values: SELECT rung values", err,
-                          errlen);
+    return store_collect_column(s, st, NULL, vals, n, "store_rung_values: SELECT rung values", err,
+                                errlen);
 }
 
 int store_trial_resume(store *s, int64_t trial_id, const char *message, char *err, size_t errlen) {
     trial_state from;
     int attempts, failures, retries;
     int64_t job;
-    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+    if (store_begin(s, err, errlen) < 0) return -1;
     if (load_state(s, trial_id, &from, &attempts, &failures, &retries, &job, err, errlen) < 0)
         goto fail;
     if (from != TRIAL_STOPPED) {
@@ -1420,17 +1299,19 @@ int store_trial_resume(store *s, int64_t trial_id, const char *message, char *er
         goto fail;
     }
     sqlite3_stmt *st;
-    if (prepare(s, "UPDATE trials SET stop_reason = NULL WHERE id = ?1", &st, err, errlen) < 0)
+    if (store_prepare(s, "UPDATE trials SET stop_reason = NULL WHERE id = ?1", &st, err, errlen) <
+        0)
         goto fail;
     sqlite3_bind_int64(st, 1, trial_id);
-    if (step_done(s, st, "sqlite3_step(UPDATE trials SET stop_reason)", err, errlen) < 0) goto fail;
+    if (store_step_done(s, st, "sqlite3_step(UPDATE trials SET stop_reason)", err, errlen) < 0)
+        goto fail;
     if (transition_in_tx(s, trial_id, TRIAL_PENDING, message, err, errlen) < 0 ||
-        add_event(s, job, trial_id, "resume", message, err, errlen) < 0 ||
-        exec(s, "COMMIT", err, errlen) < 0)
+        store_event(s, job, trial_id, "resume", message, err, errlen) < 0 ||
+        store_commit(s, err, errlen) < 0)
         goto fail;
     return 0;
 fail:
-    rollback(s);
+    store_rollback(s);
     return -1;
 }
 
@@ -1448,11 +1329,12 @@ int store_job_series(store *s, int64_t job, int64_t trial, const char *name, sto
     *out = NULL;
     *n = 0;
     sqlite3_stmt *st;
-    if (prepare(s,
-                "SELECT m.trial, m.step, m.value FROM metrics m JOIN trials t ON t.id = m.trial"
-                " WHERE t.job = ?1 AND (?2 <= 0 OR m.trial = ?2) AND m.name ="
-                " (SELECT id FROM metric_names WHERE name = ?3) ORDER BY m.trial, m.step, m.seq",
-                &st, err, errlen) < 0)
+    if (store_prepare(
+            s,
+            "SELECT m.trial, m.step, m.value FROM metrics m JOIN trials t ON t.id = m.trial"
+            " WHERE t.job = ?1 AND (?2 <= 0 OR m.trial = ?2) AND m.name ="
+            " (SELECT id FROM metric_names WHERE name = ?3) ORDER BY m.trial, m.step, m.seq",
+            &st, err, errlen) < 0)
         return -1;
     sqlite3_bind_int64(st, 1, job);
     sqlite3_bind_int64(st, 2, trial);
@@ -1463,7 +1345,7 @@ int store_job_series(store *s, int64_t job, int64_t trial, const char *name, sto
     while (!oom && (rc = sqlite3_step(st)) == SQLITE_ROW) {
         int64_t t = sqlite3_column_int64(st, 0);
         if (cnt == 0 || v[cnt - 1].trial != t) {
-            store_series *nv = grow(v, &cap, cnt, sizeof *v, 16);
+            store_series *nv = store_grow(v, &cap, cnt, sizeof *v, 16);
             if (!nv) {
                 oom = 1;
                 break;
@@ -1503,41 +1385,43 @@ int store_proposing_jobs(store *s, int64_t **out, size_t *n, char *err, size_t e
     *out = NULL;
     *n = 0;
     sqlite3_stmt *st;
-    if (prepare(s,
-                "SELECT id FROM jobs WHERE method = 'tpe' AND closed = 0 AND"
-                " (SELECT COUNT(*) FROM trials WHERE job = jobs.id) < n_trials ORDER BY id",
-                &st, err, errlen) < 0)
+    if (store_prepare(s,
+                      "SELECT id FROM jobs WHERE method = 'tpe' AND closed = 0 AND"
+                      " (SELECT COUNT(*) FROM trials WHERE job = jobs.id) < n_trials ORDER BY id",
+                      &st, err, errlen) < 0)
         return -1;
-    return collect_column(s, st, out, NULL, n, "store_proposing_jobs: SELECT tpe jobs", err,
-                          errlen);
+    return store_collect_column(s, st, out, NULL, n, "store_proposing_jobs: SELECT tpe jobs", err,
+                                errlen);
 }
 
 int store_job_source(store *s, int64_t job, char **text, char *file, size_t filelen, char *err,
                      size_t errlen) {
     *text = NULL;
     sqlite3_stmt *st;
-    if (prepare(s, "SELECT source, file FROM jobs WHERE id = ?1", &st, err, errlen) < 0) return -1;
+    if (store_prepare(s, "SELECT source, file FROM jobs WHERE id = ?1", &st, err, errlen) < 0)
+        return -1;
     sqlite3_bind_int64(st, 1, job);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
-        *text = col_dup(st, 0);
-        text_col(st, 1, file, filelen);
+        *text = store_col_dup(st, 0);
+        store_col_text(st, 1, file, filelen);
     }
     sqlite3_finalize(st);
     if (rc == SQLITE_DONE) return bf_fail(err, errlen, "no job with id %lld", (long long)job);
-    if (rc != SQLITE_ROW) return sqlfail(s, err, errlen, "sqlite3_step(SELECT jobs.source)");
+    if (rc != SQLITE_ROW) return store_sqlfail(s, err, errlen, "sqlite3_step(SELECT jobs.source)");
     return 0;
 }
 
 int store_add_trial(store *s, int64_t job, const sweep_trial *t, const char *point_json,
                     int64_t *trial_id, char *err, size_t errlen) {
-    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+    if (store_begin(s, err, errlen) < 0) return -1;
     sqlite3_stmt *st = NULL;
     long long have = 0, want = 0, closed = 0;
-    if (prepare(s,
-                "SELECT (SELECT COUNT(*) FROM trials WHERE job = ?1), n_trials, closed FROM jobs"
-                " WHERE id = ?1",
-                &st, err, errlen) < 0)
+    if (store_prepare(
+            s,
+            "SELECT (SELECT COUNT(*) FROM trials WHERE job = ?1), n_trials, closed FROM jobs"
+            " WHERE id = ?1",
+            &st, err, errlen) < 0)
         goto fail;
     sqlite3_bind_int64(st, 1, job);
     int rc = sqlite3_step(st);
@@ -1552,7 +1436,7 @@ int store_add_trial(store *s, int64_t job, const sweep_trial *t, const char *poi
         if (rc == SQLITE_DONE)
             bf_fail(err, errlen, "no job with id %lld", (long long)job);
         else
-            sqlfail(s, err, errlen, "sqlite3_step(SELECT job counts)");
+            store_sqlfail(s, err, errlen, "sqlite3_step(SELECT job counts)");
         goto fail;
     }
     if (closed || have >= want) {
@@ -1560,7 +1444,7 @@ int store_add_trial(store *s, int64_t job, const sweep_trial *t, const char *poi
                 closed ? "is cancelled" : "has all its trials");
         goto fail;
     }
-    if (prepare(
+    if (store_prepare(
             s,
             "INSERT INTO trials(job, idx, state, attempts, hash, params, config, updated, point)"
             " VALUES (?1, ?2, 'PENDING', 0, ?3, ?4, ?5, ?6, ?7)",
@@ -1571,19 +1455,19 @@ int store_add_trial(store *s, int64_t job, const sweep_trial *t, const char *poi
     sqlite3_bind_text(st, 3, t->hash, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 4, t->params_json, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 5, t->config_text, -1, SQLITE_STATIC);
-    sqlite3_bind_double(st, 6, now_s());
+    sqlite3_bind_double(st, 6, store_now());
     sqlite3_bind_text(st, 7, point_json, -1, SQLITE_STATIC);
-    if (step_done(s, st, "sqlite3_step(INSERT INTO trials)", err, errlen) < 0) goto fail;
+    if (store_step_done(s, st, "sqlite3_step(INSERT INTO trials)", err, errlen) < 0) goto fail;
     *trial_id = sqlite3_last_insert_rowid(s->db);
     if (put_plan(s, *trial_id, t->config, err, errlen) < 0) goto fail;
     char msg[256];
     snprintf(msg, sizeof msg, "proposed trial %lld of %lld", (long long)t->index + 1, want);
-    if (add_event(s, job, *trial_id, "propose", msg, err, errlen) < 0 ||
-        exec(s, "COMMIT", err, errlen) < 0)
+    if (store_event(s, job, *trial_id, "propose", msg, err, errlen) < 0 ||
+        store_commit(s, err, errlen) < 0)
         goto fail;
     return 0;
 fail:
-    rollback(s);
+    store_rollback(s);
     return -1;
 }
 
@@ -1591,10 +1475,10 @@ int store_state_counts(store *s, long long *jobs, long long counts[TRIAL_N_STATE
                        size_t errlen) {
     sqlite3_stmt *st;
     for (int k = 0; k < TRIAL_N_STATES; k++) counts[k] = 0;
-    if (prepare(s,
-                "SELECT 'JOBS', COUNT(*) FROM jobs"
-                " UNION ALL SELECT state, COUNT(*) FROM trials GROUP BY state",
-                &st, err, errlen) < 0)
+    if (store_prepare(s,
+                      "SELECT 'JOBS', COUNT(*) FROM jobs"
+                      " UNION ALL SELECT state, COUNT(*) FROM trials GROUP BY state",
+                      &st, err, errlen) < 0)
         return -1;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -1605,7 +1489,7 @@ int store_state_counts(store *s, long long *jobs, long long counts[TRIAL_N_STATE
         else if (name && store_state_parse(name, &ts) == 0)
             counts[ts] = sqlite3_column_int64(st, 1);
     }
-    if (rc != SQLITE_DONE) sqlfail(s, err, errlen, "sqlite3_step(SELECT state counts)");
+    if (rc != SQLITE_DONE) store_sqlfail(s, err, errlen, "sqlite3_step(SELECT state counts)");
     sqlite3_finalize(st);
     return rc == SQLITE_DONE ? 0 : -1;
 }
@@ -1625,10 +1509,6 @@ static stage_state stage_state_of(const unsigned char *text) {
     return STAGE_PENDING;
 }
 
-static void copy_text(char *dst, size_t n, const unsigned char *src) {
-    snprintf(dst, n, "%s", src ? (const char *)src : "");
-}
-
 /* "avit 3f2a91c0…": a stage as messages name it */
 static void stage_label(char *buf, size_t n, const char *name, const char *key) {
     snprintf(buf, n, "%s %.8s\xe2\x80\xa6", name, key);
@@ -1639,18 +1519,19 @@ static void stage_label(char *buf, size_t n, const char *name, const char *key) 
 static int stage_follow(store *s, int64_t trial, int64_t job, trial_state to, int stage_done,
                         int retries, const char *message, double t, char *err, size_t errlen) {
     sqlite3_stmt *st;
-    if (prepare(s, "SELECT key, name, failures FROM stages WHERE trial = ?1 AND state = 'running'",
-                &st, err, errlen) < 0)
+    if (store_prepare(
+            s, "SELECT key, name, failures FROM stages WHERE trial = ?1 AND state = 'running'", &st,
+            err, errlen) < 0)
         return -1;
     sqlite3_bind_int64(st, 1, trial);
     int rc = sqlite3_step(st);
     if (rc != SQLITE_ROW) {
         sqlite3_finalize(st);
-        return rc == SQLITE_DONE ? 0 : sqlfail(s, err, errlen, "sqlite3_step(SELECT stage)");
+        return rc == SQLITE_DONE ? 0 : store_sqlfail(s, err, errlen, "sqlite3_step(SELECT stage)");
     }
     char key[17], name[16];
-    copy_text(key, sizeof key, sqlite3_column_text(st, 0));
-    copy_text(name, sizeof name, sqlite3_column_text(st, 1));
+    store_col_text(st, 0, key, sizeof key);
+    store_col_text(st, 1, name, sizeof name);
     int failures = sqlite3_column_int(st, 2);
     sqlite3_finalize(st);
     stage_state next = STAGE_PENDING;
@@ -1660,17 +1541,17 @@ static int stage_follow(store *s, int64_t trial, int64_t job, trial_state to, in
         failures++;
         next = failures > retries ? STAGE_FAILED : STAGE_PENDING;
     }
-    if (prepare(s,
-                "UPDATE stages SET state = ?1, failures = ?2, ended = ?3, message = ?4"
-                " WHERE key = ?5",
-                &st, err, errlen) < 0)
+    if (store_prepare(s,
+                      "UPDATE stages SET state = ?1, failures = ?2, ended = ?3, message = ?4"
+                      " WHERE key = ?5",
+                      &st, err, errlen) < 0)
         return -1;
     sqlite3_bind_text(st, 1, store_stage_state_name(next), -1, SQLITE_STATIC);
     sqlite3_bind_int(st, 2, failures);
     sqlite3_bind_double(st, 3, t);
     sqlite3_bind_text(st, 4, message ? message : "", -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 5, key, -1, SQLITE_STATIC);
-    if (step_done(s, st, "sqlite3_step(UPDATE stages)", err, errlen) < 0) return -1;
+    if (store_step_done(s, st, "sqlite3_step(UPDATE stages)", err, errlen) < 0) return -1;
     char label[64], msg[512];
     stage_label(label, sizeof label, name, key);
     if (next == STAGE_DONE)
@@ -1685,7 +1566,7 @@ static int stage_follow(store *s, int64_t trial, int64_t job, trial_state to, in
     else
         snprintf(msg, sizeof msg, "stage %s released by t%lld (%s)", label, (long long)trial,
                  store_state_name(to));
-    return add_event(s, job, trial, "stage", msg, err, errlen);
+    return store_event(s, job, trial, "stage", msg, err, errlen);
 }
 
 #define STAGE_COLS                                                                                 \
@@ -1700,10 +1581,10 @@ static void read_stage_row(sqlite3_stmt *st, store_stage *o, trial_state *runner
                            int *waited) {
     memset(o, 0, sizeof *o);
     o->idx = sqlite3_column_int(st, 0);
-    copy_text(o->name, sizeof o->name, sqlite3_column_text(st, 1));
-    copy_text(o->key, sizeof o->key, sqlite3_column_text(st, 2));
-    copy_text(o->parent, sizeof o->parent, sqlite3_column_text(st, 3));
-    copy_text(o->dir, sizeof o->dir, sqlite3_column_text(st, 4));
+    store_col_text(st, 1, o->name, sizeof o->name);
+    store_col_text(st, 2, o->key, sizeof o->key);
+    store_col_text(st, 3, o->parent, sizeof o->parent);
+    store_col_text(st, 4, o->dir, sizeof o->dir);
     o->known = sqlite3_column_type(st, 5) != SQLITE_NULL;
     if (o->known) {
         o->state = stage_state_of(sqlite3_column_text(st, 5));
@@ -1714,7 +1595,7 @@ static void read_stage_row(sqlite3_stmt *st, store_stage *o, trial_state *runner
         o->created = sqlite3_column_double(st, 10);
         o->started = sqlite3_column_double(st, 11);
         o->ended = sqlite3_column_double(st, 12);
-        copy_text(o->message, sizeof o->message, sqlite3_column_text(st, 13));
+        store_col_text(st, 13, o->message, sizeof o->message);
     }
     trial_state rs = TRIAL_N_STATES;
     if (sqlite3_column_type(st, 14) != SQLITE_NULL &&
@@ -1730,10 +1611,11 @@ static int load_plan(store *s, int64_t trial, store_stage out[S2S_STAGES],
                      size_t errlen) {
     sqlite3_stmt *st;
     *n = 0;
-    if (prepare(s,
-                "SELECT " STAGE_COLS " FROM trial_stages ts LEFT JOIN stages st ON st.key = ts.key"
-                " WHERE ts.trial = ?1 ORDER BY ts.idx",
-                &st, err, errlen) < 0)
+    if (store_prepare(s,
+                      "SELECT " STAGE_COLS
+                      " FROM trial_stages ts LEFT JOIN stages st ON st.key = ts.key"
+                      " WHERE ts.trial = ?1 ORDER BY ts.idx",
+                      &st, err, errlen) < 0)
         return -1;
     sqlite3_bind_int64(st, 1, trial);
     int rc;
@@ -1743,7 +1625,7 @@ static int load_plan(store *s, int64_t trial, store_stage out[S2S_STAGES],
     }
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-        return sqlfail(s, err, errlen, "sqlite3_step(SELECT trial_stages)");
+        return store_sqlfail(s, err, errlen, "sqlite3_step(SELECT trial_stages)");
     if (*n != 0 && *n != S2S_STAGES)
         return bf_fail(err, errlen, "trial %lld has %d of its %d stages in the database",
                        (long long)trial, *n, S2S_STAGES);
@@ -1758,8 +1640,9 @@ int store_trial_stages(store *s, int64_t trial, store_stage out[S2S_STAGES], int
 /* When the trial's job was submitted. */
 static int job_submitted(store *s, int64_t trial, double *t, char *err, size_t errlen) {
     sqlite3_stmt *st;
-    if (prepare(s, "SELECT j.submitted FROM trials t JOIN jobs j ON j.id = t.job WHERE t.id = ?1",
-                &st, err, errlen) < 0)
+    if (store_prepare(
+            s, "SELECT j.submitted FROM trials t JOIN jobs j ON j.id = t.job WHERE t.id = ?1", &st,
+            err, errlen) < 0)
         return -1;
     sqlite3_bind_int64(st, 1, trial);
     int rc = sqlite3_step(st);
@@ -1767,7 +1650,7 @@ static int job_submitted(store *s, int64_t trial, double *t, char *err, size_t e
     sqlite3_finalize(st);
     if (rc == SQLITE_ROW) return 0;
     if (rc == SQLITE_DONE) return bf_fail(err, errlen, "no trial with id %lld", (long long)trial);
-    return sqlfail(s, err, errlen, "sqlite3_step(SELECT jobs.submitted)");
+    return store_sqlfail(s, err, errlen, "sqlite3_step(SELECT jobs.submitted)");
 }
 
 /* What the trial does with stage o (not done): claim it, wait, or fail. */
@@ -1790,16 +1673,16 @@ int store_stage_next(store *s, int64_t trial, stage_next *next, int *idx, char *
     trial_state runner[S2S_STAGES];
     int waited[S2S_STAGES], n;
     double submitted = 0;
-    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+    if (store_begin(s, err, errlen) < 0) return -1;
     if (load_plan(s, trial, plan, runner, waited, &n, err, errlen) < 0) goto fail;
-    if (n == 0) return exec(s, "COMMIT", err, errlen);
+    if (n == 0) return store_commit(s, err, errlen);
     if (job_submitted(s, trial, &submitted, err, errlen) < 0) goto fail;
     int i = 0;
     while (i < n && plan[i].known && plan[i].state == STAGE_DONE) i++;
     *idx = i;
     if (i == n) {
         *next = STAGE_NEXT_REUSED;
-        return exec(s, "COMMIT", err, errlen);
+        return store_commit(s, err, errlen);
     }
     store_stage *o = &plan[i];
     *next = stage_verdict(o, runner[i], trial, submitted);
@@ -1809,15 +1692,16 @@ int store_stage_next(store *s, int64_t trial, stage_next *next, int *idx, char *
         snprintf(reason, reasonlen, "waiting for stage %s of t%lld", label, (long long)o->trial);
         if (!waited[i]) {
             sqlite3_stmt *st;
-            if (prepare(s, "UPDATE trial_stages SET waited = 1 WHERE trial = ?1 AND idx = ?2", &st,
-                        err, errlen) < 0)
+            if (store_prepare(s, "UPDATE trial_stages SET waited = 1 WHERE trial = ?1 AND idx = ?2",
+                              &st, err, errlen) < 0)
                 goto fail;
             sqlite3_bind_int64(st, 1, trial);
             sqlite3_bind_int(st, 2, i);
-            if (step_done(s, st, "sqlite3_step(UPDATE trial_stages)", err, errlen) < 0) goto fail;
+            if (store_step_done(s, st, "sqlite3_step(UPDATE trial_stages)", err, errlen) < 0)
+                goto fail;
             int64_t job = 0;
             if (store_trial_job(s, trial, &job, err, errlen) < 0 ||
-                add_event(s, job, trial, "stage", reason, err, errlen) < 0)
+                store_event(s, job, trial, "stage", reason, err, errlen) < 0)
                 goto fail;
             *first_wait = 1;
         }
@@ -1825,9 +1709,9 @@ int store_stage_next(store *s, int64_t trial, stage_next *next, int *idx, char *
         snprintf(reason, reasonlen, "stage %s failed (run by t%lld): %s", label,
                  (long long)o->trial, o->message);
     }
-    return exec(s, "COMMIT", err, errlen);
+    return store_commit(s, err, errlen);
 fail:
-    rollback(s);
+    store_rollback(s);
     return -1;
 }
 
@@ -1837,7 +1721,7 @@ int store_stage_launch(store *s, int64_t trial, int idx, const char *message, ch
     trial_state runner[S2S_STAGES];
     int n;
     double submitted = 0;
-    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+    if (store_begin(s, err, errlen) < 0) return -1;
     if (load_plan(s, trial, plan, runner, NULL, &n, err, errlen) < 0 ||
         job_submitted(s, trial, &submitted, err, errlen) < 0)
         goto fail;
@@ -1859,16 +1743,16 @@ int store_stage_launch(store *s, int64_t trial, int idx, const char *message, ch
         goto fail;
     }
     if (transition_in_tx(s, trial, TRIAL_RUNNING, message, err, errlen) < 0) goto fail;
-    double t = now_s();
+    double t = store_now();
     sqlite3_stmt *st;
-    if (prepare(s,
-                "INSERT INTO stages(key, name, parent, dir, state, trial, attempts, failures,"
-                " created, started) VALUES (?1, ?2, ?3, ?4, 'running', ?5, 1, 0, ?6, ?6)"
-                " ON CONFLICT (key) DO UPDATE SET state = 'running', trial = excluded.trial,"
-                "  attempts = attempts + 1,"
-                "  failures = CASE WHEN state = 'failed' THEN 0 ELSE failures END,"
-                "  started = excluded.started, ended = NULL, message = ''",
-                &st, err, errlen) < 0)
+    if (store_prepare(s,
+                      "INSERT INTO stages(key, name, parent, dir, state, trial, attempts, failures,"
+                      " created, started) VALUES (?1, ?2, ?3, ?4, 'running', ?5, 1, 0, ?6, ?6)"
+                      " ON CONFLICT (key) DO UPDATE SET state = 'running', trial = excluded.trial,"
+                      "  attempts = attempts + 1,"
+                      "  failures = CASE WHEN state = 'failed' THEN 0 ELSE failures END,"
+                      "  started = excluded.started, ended = NULL, message = ''",
+                      &st, err, errlen) < 0)
         goto fail;
     sqlite3_bind_text(st, 1, o->key, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, o->name, -1, SQLITE_STATIC);
@@ -1876,28 +1760,28 @@ int store_stage_launch(store *s, int64_t trial, int idx, const char *message, ch
     sqlite3_bind_text(st, 4, o->dir, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 5, trial);
     sqlite3_bind_double(st, 6, t);
-    if (step_done(s, st, "sqlite3_step(INSERT INTO stages)", err, errlen) < 0) goto fail;
+    if (store_step_done(s, st, "sqlite3_step(INSERT INTO stages)", err, errlen) < 0) goto fail;
     int64_t job = 0;
     char msg[256];
     snprintf(msg, sizeof msg, "stage %s started by t%lld (its attempt %d)", label, (long long)trial,
              o->known ? o->attempts + 1 : 1);
     if (store_trial_job(s, trial, &job, err, errlen) < 0 ||
-        add_event(s, job, trial, "stage", msg, err, errlen) < 0 ||
-        exec(s, "COMMIT", err, errlen) < 0)
+        store_event(s, job, trial, "stage", msg, err, errlen) < 0 ||
+        store_commit(s, err, errlen) < 0)
         goto fail;
     return 0;
 fail:
-    rollback(s);
+    store_rollback(s);
     return -1;
 }
 
 int store_trial_running_stage(store *s, int64_t trial, store_stage *out, char *err, size_t errlen) {
     sqlite3_stmt *st;
-    if (prepare(s,
-                "SELECT " STAGE_COLS " FROM stages st JOIN trial_stages ts"
-                " ON ts.key = st.key AND ts.trial = st.trial"
-                " WHERE st.trial = ?1 AND st.state = 'running'",
-                &st, err, errlen) < 0)
+    if (store_prepare(s,
+                      "SELECT " STAGE_COLS " FROM stages st JOIN trial_stages ts"
+                      " ON ts.key = st.key AND ts.trial = st.trial"
+                      " WHERE st.trial = ?1 AND st.state = 'running'",
+                      &st, err, errlen) < 0)
         return -1;
     sqlite3_bind_int64(st, 1, trial);
     int rc = sqlite3_step(st);
@@ -1905,17 +1789,17 @@ int store_trial_running_stage(store *s, int64_t trial, store_stage *out, char *e
     sqlite3_finalize(st);
     if (rc == SQLITE_ROW) return 0;
     if (rc == SQLITE_DONE) return 1;
-    return sqlfail(s, err, errlen, "sqlite3_step(SELECT running stage)");
+    return store_sqlfail(s, err, errlen, "sqlite3_step(SELECT running stage)");
 }
 
 int store_trial_stage_done(store *s, int64_t trial, const char *message, char *err, size_t errlen) {
     store_stage o;
-    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+    if (store_begin(s, err, errlen) < 0) return -1;
     int rc = store_trial_running_stage(s, trial, &o, err, errlen);
     if (rc == 1) bf_fail(err, errlen, "trial %lld runs no stage", (long long)trial);
     if (rc != 0 || transition_ex(s, trial, TRIAL_PENDING, message, 1, err, errlen) < 0 ||
-        exec(s, "COMMIT", err, errlen) < 0) {
-        rollback(s);
+        store_commit(s, err, errlen) < 0) {
+        store_rollback(s);
         return -1;
     }
     return 0;
@@ -1923,11 +1807,11 @@ int store_trial_stage_done(store *s, int64_t trial, const char *message, char *e
 
 int store_trial_stage_failed(store *s, int64_t trial, const char *message, char *err,
                              size_t errlen) {
-    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+    if (store_begin(s, err, errlen) < 0) return -1;
     if (transition_in_tx(s, trial, TRIAL_RUNNING, "a stage it needs failed", err, errlen) < 0 ||
         transition_in_tx(s, trial, TRIAL_FAILED, message, err, errlen) < 0 ||
-        exec(s, "COMMIT", err, errlen) < 0) {
-        rollback(s);
+        store_commit(s, err, errlen) < 0) {
+        store_rollback(s);
         return -1;
     }
     return 0;
@@ -1953,10 +1837,10 @@ static int copy_eval_points(store *s, int64_t from, int64_t to, char *err, size_
         " JOIN metrics m ON m.trial = ?2 AND m.name = a.name AND m.seq = a.mseq"};
     for (size_t i = 0; i < sizeof sql / sizeof sql[0]; i++) {
         sqlite3_stmt *st;
-        if (prepare(s, sql[i], &st, err, errlen) < 0) return -1;
+        if (store_prepare(s, sql[i], &st, err, errlen) < 0) return -1;
         sqlite3_bind_int64(st, 1, from);
         sqlite3_bind_int64(st, 2, to);
-        if (step_done(s, st, "sqlite3_step(copy eval points)", err, errlen) < 0) return -1;
+        if (store_step_done(s, st, "sqlite3_step(copy eval points)", err, errlen) < 0) return -1;
     }
     return 0;
 }
@@ -1965,7 +1849,7 @@ int store_trial_stages_reused(store *s, int64_t trial, const char *message, char
                               size_t errlen) {
     store_stage plan[S2S_STAGES];
     int n;
-    if (exec(s, "BEGIN IMMEDIATE", err, errlen) < 0) return -1;
+    if (store_begin(s, err, errlen) < 0) return -1;
     if (load_plan(s, trial, plan, NULL, NULL, &n, err, errlen) < 0) goto fail;
     for (int i = 0; i < n; i++)
         if (!plan[i].known || plan[i].state != STAGE_DONE) {
@@ -1981,11 +1865,11 @@ int store_trial_stages_reused(store *s, int64_t trial, const char *message, char
     if (ev->trial != trial && copy_eval_points(s, ev->trial, trial, err, errlen) < 0) goto fail;
     if (transition_in_tx(s, trial, TRIAL_RUNNING, "every stage is done already", err, errlen) < 0 ||
         transition_in_tx(s, trial, TRIAL_COMPLETED, message, err, errlen) < 0 ||
-        exec(s, "COMMIT", err, errlen) < 0)
+        store_commit(s, err, errlen) < 0)
         goto fail;
     return 0;
 fail:
-    rollback(s);
+    store_rollback(s);
     return -1;
 }
 
@@ -1993,21 +1877,22 @@ int store_job_stage_counts(store *s, int64_t job, store_stage_counts *out, char 
                            size_t errlen) {
     memset(out, 0, sizeof *out);
     sqlite3_stmt *st;
-    if (prepare(s,
-                "WITH u AS (SELECT ts.trial, ts.key, st.state, st.trial AS runner,"
-                "  (SELECT job FROM trials WHERE id = st.trial) AS rjob"
-                "  FROM trial_stages ts JOIN trials t ON t.id = ts.trial"
-                "  LEFT JOIN stages st ON st.key = ts.key WHERE t.job = ?1)"
-                " SELECT (SELECT COUNT(*) FROM u), (SELECT COUNT(DISTINCT key) FROM u),"
-                "  (SELECT COUNT(*) FROM (SELECT key FROM u GROUP BY key HAVING COUNT(*) > 1)),"
-                "  (SELECT COUNT(*) FROM u WHERE state IN ('done', 'running') AND runner <> trial),"
-                "  (SELECT COUNT(DISTINCT key) FROM u WHERE rjob IS NOT NULL AND rjob <> ?1),"
-                "  (SELECT COUNT(DISTINCT key) FROM u WHERE state = 'done' AND rjob = ?1),"
-                "  (SELECT COUNT(DISTINCT key) FROM u WHERE state IS NULL OR state = 'pending'),"
-                "  (SELECT COUNT(DISTINCT key) FROM u WHERE state = 'running'),"
-                "  (SELECT COUNT(DISTINCT key) FROM u WHERE state = 'done'),"
-                "  (SELECT COUNT(DISTINCT key) FROM u WHERE state = 'failed')",
-                &st, err, errlen) < 0)
+    if (store_prepare(
+            s,
+            "WITH u AS (SELECT ts.trial, ts.key, st.state, st.trial AS runner,"
+            "  (SELECT job FROM trials WHERE id = st.trial) AS rjob"
+            "  FROM trial_stages ts JOIN trials t ON t.id = ts.trial"
+            "  LEFT JOIN stages st ON st.key = ts.key WHERE t.job = ?1)"
+            " SELECT (SELECT COUNT(*) FROM u), (SELECT COUNT(DISTINCT key) FROM u),"
+            "  (SELECT COUNT(*) FROM (SELECT key FROM u GROUP BY key HAVING COUNT(*) > 1)),"
+            "  (SELECT COUNT(*) FROM u WHERE state IN ('done', 'running') AND runner <> trial),"
+            "  (SELECT COUNT(DISTINCT key) FROM u WHERE rjob IS NOT NULL AND rjob <> ?1),"
+            "  (SELECT COUNT(DISTINCT key) FROM u WHERE state = 'done' AND rjob = ?1),"
+            "  (SELECT COUNT(DISTINCT key) FROM u WHERE state IS NULL OR state = 'pending'),"
+            "  (SELECT COUNT(DISTINCT key) FROM u WHERE state = 'running'),"
+            "  (SELECT COUNT(DISTINCT key) FROM u WHERE state = 'done'),"
+            "  (SELECT COUNT(DISTINCT key) FROM u WHERE state = 'failed')",
+            &st, err, errlen) < 0)
         return -1;
     sqlite3_bind_int64(st, 1, job);
     int rc = sqlite3_step(st);
@@ -2021,5 +1906,6 @@ int store_job_stage_counts(store *s, int64_t job, store_stage_counts *out, char 
         for (int k = 0; k < STAGE_N_STATES; k++) out->by_state[k] = sqlite3_column_int64(st, 6 + k);
     }
     sqlite3_finalize(st);
-    return rc == SQLITE_ROW ? 0 : sqlfail(s, err, errlen, "sqlite3_step(SELECT stage counts)");
+    return rc == SQLITE_ROW ? 0
+                            : store_sqlfail(s, err, errlen, "sqlite3_step(SELECT stage counts)");
 }
