@@ -87,4 +87,11 @@ int store_rows(store *s, sqlite3_stmt *st, size_t elem, size_t first, store_row_
 int store_collect_column(store *s, sqlite3_stmt *st, int64_t **ids, double **vals, size_t *n,
                          const char *what, char *err, size_t errlen);
 
+/* ---------------------------------------------- store_points.c: points */
+
+/* Copies the points of `from` whose names are under "eval/" to `to`, after
+ * to's own sequence numbers, and updates to's latest values; in the
+ * caller's transaction. */
+int store_copy_eval_points(store *s, int64_t from, int64_t to, char *err, size_t errlen);
+
 #endif
