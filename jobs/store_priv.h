@@ -87,11 +87,29 @@ int store_rows(store *s, sqlite3_stmt *st, size_t elem, size_t first, store_row_
 int store_collect_column(store *s, sqlite3_stmt *st, int64_t **ids, double **vals, size_t *n,
                          const char *what, char *err, size_t errlen);
 
+/* ------------------------------------------ store.c: the names of states */
+
+/* The stage state a stages.state text names (STAGE_PENDING when none). */
+stage_state store_stage_state_of(const unsigned char *text);
+/* "avit 3f2a91c0…": a stage as messages name it. */
+void store_stage_label(char *buf, size_t n, const char *name, const char *key);
+
 /* ---------------------------------------------- store_points.c: points */
 
 /* Copies the points of `from` whose names are under "eval/" to `to`, after
  * to's own sequence numbers, and updates to's latest values; in the
  * caller's transaction. */
 int store_copy_eval_points(store *s, int64_t from, int64_t to, char *err, size_t errlen);
+
+/* ------------------------------------ store_trials.c: the state machine */
+
+/* Moves trial to `to` in the caller's transaction: the edge checked against
+ * its state (store_transition_legal) and, for FAILED -> PENDING, the job's
+ * retries; the attempt row started or ended, the stage its attempt runs
+ * moved along, and a "state" (or "preempt") event. stage_done: a RUNNING ->
+ * PENDING that finished the attempt's stage (store_trial_stage_done), not a
+ * preemption. The only writer of trials.state. */
+int store_transition(store *s, int64_t trial, trial_state to, const char *message, int stage_done,
+                     char *err, size_t errlen);
 
 #endif
