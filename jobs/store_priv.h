@@ -112,4 +112,10 @@ int store_copy_eval_points(store *s, int64_t from, int64_t to, char *err, size_t
 int store_transition(store *s, int64_t trial, trial_state to, const char *message, int stage_done,
                      char *err, size_t errlen);
 
+/* ------------------------------------------ store_stages.c: the stages */
+
+/* Writes the stage plan of trial (config c) when it is an s2s trial; nothing
+ * for other pipelines. In the caller's transaction. */
+int store_put_plan(store *s, int64_t trial, const bf_config *c, char *err, size_t errlen);
+
 #endif
