@@ -61,6 +61,24 @@ fail:
     return -1;
 }
 
+static void read_decision(sqlite3_stmt *st, void *row, void *ud) {
+    (void)ud;
+    store_decision *d = row;
+    d->id = sqlite3_column_int64(st, 0);
+    d->job = sqlite3_column_int64(st, 1);
+    d->trial = sqlite3_column_int64(st, 2);
+    store_col_text(st, 3, d->method, sizeof d->method);
+    d->rung = sqlite3_column_int(st, 4);
+    d->rung_step = sqlite3_column_int64(st, 5);
+    d->step = sqlite3_column_int64(st, 6);
+    d->value = sqlite3_column_double(st, 7);
+    d->cutoff = sqlite3_column_type(st, 8) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 8);
+    d->n = sqlite3_column_int(st, 9);
+    d->stop = sqlite3_column_int(st, 10);
+    store_col_text(st, 11, d->reason, sizeof d->reason);
+    d->time = sqlite3_column_double(st, 12);
+}
+
 int store_decisions(store *s, int64_t job, int64_t trial, store_decision **out, size_t *n,
                     char *err, size_t errlen) {
     *out = NULL;
@@ -75,40 +93,11 @@ int store_decisions(store *s, int64_t job, int64_t trial, store_decision **out, 
         return -1;
     sqlite3_bind_int64(st, 1, job);
     sqlite3_bind_int64(st, 2, trial);
-    store_decision *rows = NULL;
-    size_t cnt = 0, cap = 0;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        store_decision *nr = store_grow(rows, &cap, cnt, sizeof *rows, 16);
-        if (!nr) {
-            free(rows);
-            sqlite3_finalize(st);
-            return bf_fail(err, errlen, "store_decisions: out of memory");
-        }
-        rows = nr;
-        store_decision *d = &rows[cnt++];
-        memset(d, 0, sizeof *d);
-        d->id = sqlite3_column_int64(st, 0);
-        d->job = sqlite3_column_int64(st, 1);
-        d->trial = sqlite3_column_int64(st, 2);
-        store_col_text(st, 3, d->method, sizeof d->method);
-        d->rung = sqlite3_column_int(st, 4);
-        d->rung_step = sqlite3_column_int64(st, 5);
-        d->step = sqlite3_column_int64(st, 6);
-        d->value = sqlite3_column_double(st, 7);
-        d->cutoff = sqlite3_column_type(st, 8) == SQLITE_NULL ? NAN : sqlite3_column_double(st, 8);
-        d->n = sqlite3_column_int(st, 9);
-        d->stop = sqlite3_column_int(st, 10);
-        store_col_text(st, 11, d->reason, sizeof d->reason);
-        d->time = sqlite3_column_double(st, 12);
-    }
-    sqlite3_finalize(st);
-    if (rc != SQLITE_DONE) {
-        free(rows);
-        return bf_fail(err, errlen, "sqlite3_step(SELECT decisions): %s", sqlite3_errmsg(s->db));
-    }
+    void *rows = NULL;
+    if (store_rows(s, st, sizeof **out, 16, read_decision, NULL, NULL, &rows, n, "SELECT decisions",
+                   err, errlen) < 0)
+        return -1;
     *out = rows;
-    *n = cnt;
     return 0;
 }
 

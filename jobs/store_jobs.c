@@ -258,33 +258,21 @@ int store_job_get(store *s, int64_t job_id, store_job *out, char *err, size_t er
     return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? 1 : -1;
 }
 
+static void read_job(sqlite3_stmt *st, void *row, void *ud) {
+    (void)ud;
+    row_to_job(st, row);
+}
+
 int store_jobs(store *s, store_job **out, size_t *n, char *err, size_t errlen) {
     *out = NULL;
     *n = 0;
     sqlite3_stmt *st;
     if (store_prepare(s, JOB_COLS " ORDER BY id", &st, err, errlen) < 0) return -1;
-    store_job *rows = NULL;
-    size_t cnt = 0, cap = 0;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        store_job *nr = store_grow(rows, &cap, cnt, sizeof *rows, 16);
-        if (!nr) {
-            free(rows);
-            sqlite3_finalize(st);
-            return bf_fail(err, errlen, "store_jobs: out of memory");
-        }
-        rows = nr;
-        row_to_job(st, &rows[cnt++]);
-    }
-    if (rc != SQLITE_DONE) {
-        store_sqlfail(s, err, errlen, "sqlite3_step(SELECT jobs)");
-        free(rows);
-        sqlite3_finalize(st);
+    void *rows = NULL;
+    if (store_rows(s, st, sizeof **out, 16, read_job, NULL, NULL, &rows, n, "SELECT jobs", err,
+                   errlen) < 0)
         return -1;
-    }
-    sqlite3_finalize(st);
     *out = rows;
-    *n = cnt;
     return 0;
 }
 

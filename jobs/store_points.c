@@ -121,6 +121,16 @@ int store_metrics_insert_many(store *s, const int64_t *trial_ids, const store_me
     return insert_points(s, 0, trial_ids, pts, n, err, errlen);
 }
 
+static void read_point(sqlite3_stmt *st, void *row, void *ud) {
+    (void)ud;
+    store_point *p = row;
+    p->seq = sqlite3_column_int64(st, 0);
+    p->step = sqlite3_column_int64(st, 1);
+    store_col_text(st, 2, p->name, sizeof p->name);
+    p->value = sqlite3_column_double(st, 3);
+    p->time = sqlite3_column_double(st, 4);
+}
+
 int store_metric_history(store *s, int64_t trial_id, int64_t after_seq, int limit,
                          store_point **out, size_t *n, char *err, size_t errlen) {
     *out = NULL;
@@ -140,33 +150,11 @@ int store_metric_history(store *s, int64_t trial_id, int64_t after_seq, int limi
     sqlite3_bind_int64(st, 1, trial_id);
     sqlite3_bind_int64(st, 2, after_seq);
     sqlite3_bind_int(st, 3, limit > 0 ? limit : 1);
-    store_point *pts = NULL;
-    size_t cnt = 0, cap = 0;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        store_point *np = store_grow(pts, &cap, cnt, sizeof *pts, 64);
-        if (!np) {
-            free(pts);
-            sqlite3_finalize(st);
-            return bf_fail(err, errlen, "out of memory");
-        }
-        pts = np;
-        store_point *p = &pts[cnt++];
-        p->seq = sqlite3_column_int64(st, 0);
-        p->step = sqlite3_column_int64(st, 1);
-        store_col_text(st, 2, p->name, sizeof p->name);
-        p->value = sqlite3_column_double(st, 3);
-        p->time = sqlite3_column_double(st, 4);
-    }
-    if (rc != SQLITE_DONE) {
-        store_sqlfail(s, err, errlen, "sqlite3_step(SELECT metric history)");
-        free(pts);
-        sqlite3_finalize(st);
+    void *pts = NULL;
+    if (store_rows(s, st, sizeof **out, 64, read_point, NULL, NULL, &pts, n,
+                   "SELECT metric history", err, errlen) < 0)
         return -1;
-    }
-    sqlite3_finalize(st);
     *out = pts;
-    *n = cnt;
     return 0;
 }
 

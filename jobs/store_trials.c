@@ -323,31 +323,21 @@ static void row_to_trial(sqlite3_stmt *st, store_trial *t, int ncols) {
         t->best = sqlite3_column_double(st, 14);
 }
 
-/* Runs a prepared query with bound parameters and collects trial rows. */
+static void read_trial(sqlite3_stmt *st, void *row, void *ud) {
+    row_to_trial(st, row, *(const int *)ud);
+}
+
+static void release_trials(void *rows, size_t n) { store_trials_free(rows, n); }
+
+/* Runs a prepared query with bound parameters and collects trial rows of
+ * ncols columns (TRIAL_COLS and up to three more). */
 static int collect(store *s, sqlite3_stmt *st, int ncols, store_trial **out, size_t *n, char *err,
                    size_t errlen) {
-    store_trial *rows = NULL;
-    size_t cnt = 0, cap = 0;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        store_trial *nr = store_grow(rows, &cap, cnt, sizeof *rows, 16);
-        if (!nr) {
-            store_trials_free(rows, cnt);
-            sqlite3_finalize(st);
-            return bf_fail(err, errlen, "out of memory");
-        }
-        rows = nr;
-        row_to_trial(st, &rows[cnt++], ncols);
-    }
-    if (rc != SQLITE_DONE) {
-        store_sqlfail(s, err, errlen, "sqlite3_step(SELECT trials)");
-        store_trials_free(rows, cnt);
-        sqlite3_finalize(st);
+    void *rows = NULL;
+    if (store_rows(s, st, sizeof **out, 16, read_trial, &ncols, release_trials, &rows, n,
+                   "SELECT trials", err, errlen) < 0)
         return -1;
-    }
-    sqlite3_finalize(st);
     *out = rows;
-    *n = cnt;
     return 0;
 }
 
