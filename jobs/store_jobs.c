@@ -13,6 +13,31 @@
 
 /* ----------------------------------------------------------------- submit */
 
+#define INSERT_TRIAL                                                                               \
+    "INSERT INTO trials(job, idx, state, attempts, hash, params, config, updated, point)"          \
+    " VALUES (?1, ?2, 'PENDING', 0, ?3, ?4, ?5, ?6, ?7)"
+
+/* One PENDING trial t of job through st (prepared from INSERT_TRIAL; the
+ * caller finalizes it), with its sampler point (NULL: none) and its stage
+ * plan, in the caller's transaction; *id its row. */
+static int insert_trial(store *s, sqlite3_stmt *st, int64_t job, const sweep_trial *t,
+                        double updated, const char *point_json, int64_t *id, char *err,
+                        size_t errlen) {
+    sqlite3_reset(st);
+    if (sqlite3_bind_int64(st, 1, job) != SQLITE_OK ||
+        sqlite3_bind_int64(st, 2, t->index) != SQLITE_OK ||
+        sqlite3_bind_text(st, 3, t->hash, -1, SQLITE_TRANSIENT) != SQLITE_OK ||
+        sqlite3_bind_text(st, 4, t->params_json, -1, SQLITE_TRANSIENT) != SQLITE_OK ||
+        sqlite3_bind_text(st, 5, t->config_text, -1, SQLITE_TRANSIENT) != SQLITE_OK ||
+        sqlite3_bind_double(st, 6, updated) != SQLITE_OK ||
+        sqlite3_bind_text(st, 7, point_json, -1, SQLITE_TRANSIENT) != SQLITE_OK)
+        return store_sqlfail(s, err, errlen, "sqlite3_bind(INSERT INTO trials)");
+    if (sqlite3_step(st) != SQLITE_DONE)
+        return store_sqlfail(s, err, errlen, "sqlite3_step(INSERT INTO trials)");
+    *id = sqlite3_last_insert_rowid(s->db);
+    return store_put_plan(s, *id, t->config, err, errlen);
+}
+
 typedef struct submit_ctx {
     store *s;
     sqlite3_stmt *ins;
@@ -24,18 +49,8 @@ typedef struct submit_ctx {
 
 static int submit_trial(void *ud, const sweep_trial *t) {
     submit_ctx *c = ud;
-    sqlite3_stmt *st = c->ins;
-    sqlite3_reset(st);
-    if (sqlite3_bind_int64(st, 1, c->job) != SQLITE_OK ||
-        sqlite3_bind_int64(st, 2, t->index) != SQLITE_OK ||
-        sqlite3_bind_text(st, 3, t->hash, -1, SQLITE_TRANSIENT) != SQLITE_OK ||
-        sqlite3_bind_text(st, 4, t->params_json, -1, SQLITE_TRANSIENT) != SQLITE_OK ||
-        sqlite3_bind_text(st, 5, t->config_text, -1, SQLITE_TRANSIENT) != SQLITE_OK ||
-        sqlite3_bind_double(st, 6, c->t) != SQLITE_OK)
-        return store_sqlfail(c->s, c->err, c->errlen, "sqlite3_bind(INSERT INTO trials)");
-    if (sqlite3_step(st) != SQLITE_DONE)
-        return store_sqlfail(c->s, c->err, c->errlen, "sqlite3_step(INSERT INTO trials)");
-    return store_put_plan(c->s, sqlite3_last_insert_rowid(c->s->db), t->config, c->err, c->errlen);
+    int64_t id;
+    return insert_trial(c->s, c->ins, c->job, t, c->t, NULL, &id, c->err, c->errlen);
 }
 
 int store_submit(store *s, const sweep_spec *spec, const char *source, int64_t *job_id, char *err,
@@ -86,11 +101,7 @@ int store_submit(store *s, const sweep_spec *spec, const char *source, int64_t *
     sqlite3_finalize(st);
     st = NULL;
     c.job = sqlite3_last_insert_rowid(s->db);
-    if (store_prepare(s,
-                      "INSERT INTO trials(job, idx, state, attempts, hash, params, config, updated)"
-                      " VALUES (?1, ?2, 'PENDING', 0, ?3, ?4, ?5, ?6)",
-                      &c.ins, err, errlen) < 0)
-        goto fail;
+    if (store_prepare(s, INSERT_TRIAL, &c.ins, err, errlen) < 0) goto fail;
     /* a tpe job's trials are proposed later, one by one (store_add_trial) */
     if (!tpe && sweep_expand(spec, submit_trial, &c, err, errlen) != 0) goto fail;
     sqlite3_finalize(c.ins);
@@ -141,22 +152,10 @@ int store_add_trial(store *s, int64_t job, const sweep_trial *t, const char *poi
                 closed ? "is cancelled" : "has all its trials");
         goto fail;
     }
-    if (store_prepare(
-            s,
-            "INSERT INTO trials(job, idx, state, attempts, hash, params, config, updated, point)"
-            " VALUES (?1, ?2, 'PENDING', 0, ?3, ?4, ?5, ?6, ?7)",
-            &st, err, errlen) < 0)
-        goto fail;
-    sqlite3_bind_int64(st, 1, job);
-    sqlite3_bind_int64(st, 2, t->index);
-    sqlite3_bind_text(st, 3, t->hash, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 4, t->params_json, -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 5, t->config_text, -1, SQLITE_STATIC);
-    sqlite3_bind_double(st, 6, store_now());
-    sqlite3_bind_text(st, 7, point_json, -1, SQLITE_STATIC);
-    if (store_step_done(s, st, "sqlite3_step(INSERT INTO trials)", err, errlen) < 0) goto fail;
-    *trial_id = sqlite3_last_insert_rowid(s->db);
-    if (store_put_plan(s, *trial_id, t->config, err, errlen) < 0) goto fail;
+    if (store_prepare(s, INSERT_TRIAL, &st, err, errlen) < 0) goto fail;
+    rc = insert_trial(s, st, job, t, store_now(), point_json, trial_id, err, errlen);
+    sqlite3_finalize(st);
+    if (rc < 0) goto fail;
     char msg[256];
     snprintf(msg, sizeof msg, "proposed trial %lld of %lld", (long long)t->index + 1, want);
     if (store_event(s, job, *trial_id, "propose", msg, err, errlen) < 0 ||

@@ -269,11 +269,19 @@ int store_trial_stage_done(store *s, int64_t trial, const char *message, char *e
     return 0;
 }
 
+/* PENDING -> RUNNING (why) -> to (message): the attempt of a trial whose
+ * outcome its stages already decided, in the caller's transaction. */
+static int settle_without_run(store *s, int64_t trial, const char *why, trial_state to,
+                              const char *message, char *err, size_t errlen) {
+    if (store_transition(s, trial, TRIAL_RUNNING, why, 0, err, errlen) < 0) return -1;
+    return store_transition(s, trial, to, message, 0, err, errlen);
+}
+
 int store_trial_stage_failed(store *s, int64_t trial, const char *message, char *err,
                              size_t errlen) {
     if (store_begin(s, err, errlen) < 0) return -1;
-    if (store_transition(s, trial, TRIAL_RUNNING, "a stage it needs failed", 0, err, errlen) < 0 ||
-        store_transition(s, trial, TRIAL_FAILED, message, 0, err, errlen) < 0 ||
+    if (settle_without_run(s, trial, "a stage it needs failed", TRIAL_FAILED, message, err,
+                           errlen) < 0 ||
         store_commit(s, err, errlen) < 0) {
         store_rollback(s);
         return -1;
@@ -300,9 +308,8 @@ int store_trial_stages_reused(store *s, int64_t trial, const char *message, char
     const store_stage *ev = &plan[S2S_STAGES - 1];
     if (ev->trial != trial && store_copy_eval_points(s, ev->trial, trial, err, errlen) < 0)
         goto fail;
-    if (store_transition(s, trial, TRIAL_RUNNING, "every stage is done already", 0, err, errlen) <
-            0 ||
-        store_transition(s, trial, TRIAL_COMPLETED, message, 0, err, errlen) < 0 ||
+    if (settle_without_run(s, trial, "every stage is done already", TRIAL_COMPLETED, message, err,
+                           errlen) < 0 ||
         store_commit(s, err, errlen) < 0)
         goto fail;
     return 0;

@@ -224,39 +224,41 @@ fail:
     return -1;
 }
 
-int store_trial_preempt(store *s, int64_t trial_id, const char *message, char *err, size_t errlen) {
+/* Begins a transaction for a move that only a trial in state `want` may
+ * make ("only a WANT trial can be VERB"); *job its job. On failure no
+ * transaction is left open. */
+static int begin_in_state(store *s, int64_t trial, trial_state want, const char *verb, int64_t *job,
+                          char *err, size_t errlen) {
     trial_state from;
     int attempts, failures, retries;
-    int64_t job;
     if (store_begin(s, err, errlen) < 0) return -1;
-    if (load_state(s, trial_id, &from, &attempts, &failures, &retries, &job, err, errlen) < 0)
-        goto fail;
-    if (from != TRIAL_RUNNING) {
-        bf_fail(err, errlen, "trial %lld is %s; only a RUNNING trial can be preempted",
-                (long long)trial_id, store_state_name(from));
-        goto fail;
+    if (load_state(s, trial, &from, &attempts, &failures, &retries, job, err, errlen) < 0) {
+        store_rollback(s);
+        return -1;
     }
-    if (store_transition(s, trial_id, TRIAL_PENDING, message, 0, err, errlen) < 0 ||
-        store_commit(s, err, errlen) < 0)
-        goto fail;
+    if (from != want) {
+        bf_fail(err, errlen, "trial %lld is %s; only a %s trial can be %s", (long long)trial,
+                store_state_name(from), store_state_name(want), verb);
+        store_rollback(s);
+        return -1;
+    }
     return 0;
-fail:
-    store_rollback(s);
-    return -1;
+}
+
+int store_trial_preempt(store *s, int64_t trial_id, const char *message, char *err, size_t errlen) {
+    int64_t job;
+    if (begin_in_state(s, trial_id, TRIAL_RUNNING, "preempted", &job, err, errlen) < 0) return -1;
+    if (store_transition(s, trial_id, TRIAL_PENDING, message, 0, err, errlen) < 0 ||
+        store_commit(s, err, errlen) < 0) {
+        store_rollback(s);
+        return -1;
+    }
+    return 0;
 }
 
 int store_trial_resume(store *s, int64_t trial_id, const char *message, char *err, size_t errlen) {
-    trial_state from;
-    int attempts, failures, retries;
     int64_t job;
-    if (store_begin(s, err, errlen) < 0) return -1;
-    if (load_state(s, trial_id, &from, &attempts, &failures, &retries, &job, err, errlen) < 0)
-        goto fail;
-    if (from != TRIAL_STOPPED) {
-        bf_fail(err, errlen, "trial %lld is %s; only a STOPPED trial can be resumed",
-                (long long)trial_id, store_state_name(from));
-        goto fail;
-    }
+    if (begin_in_state(s, trial_id, TRIAL_STOPPED, "resumed", &job, err, errlen) < 0) return -1;
     sqlite3_stmt *st;
     if (store_prepare(s, "UPDATE trials SET stop_reason = NULL WHERE id = ?1", &st, err, errlen) <
         0)
