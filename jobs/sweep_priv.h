@@ -81,4 +81,11 @@ int sweep_get_name(sweep_ctx *x, yaml_node_t *n, const char *what, char *out, si
                    const char *allowed_extra);
 int sweep_get_choice(sweep_ctx *x, yaml_node_t *n, const char *what, const char *const *choices);
 
+/* --------------------------------------- sweep_expand.c: trials of a spec */
+
+/* sweep_expand, with with_text = 0 skipping each trial's config dump and
+ * hash (t->config_text is "", t->hash empty): what validation needs. */
+int sweep_expand_each(const sweep_spec *s, int with_text, sweep_trial_fn fn, void *ud, char *err,
+                      size_t errlen);
+
 #endif
