@@ -88,4 +88,11 @@ int sweep_get_choice(sweep_ctx *x, yaml_node_t *n, const char *what, const char 
 int sweep_expand_each(const sweep_spec *s, int with_text, sweep_trial_fn fn, void *ud, char *err,
                       size_t errlen);
 
+/* ------------------------------------- sweep_params.c: the search space */
+
+/* Reads the sweep: mapping v into x->spec: method, trials, seed, parallel,
+ * startup_trials and every parameter; a grid's trial count. Errors go to
+ * x->errs. */
+void sweep_parse_space(sweep_ctx *x, yaml_node_t *v);
+
 #endif
