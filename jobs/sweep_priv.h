@@ -95,4 +95,11 @@ int sweep_expand_each(const sweep_spec *s, int with_text, sweep_trial_fn fn, voi
  * x->errs. */
 void sweep_parse_space(sweep_ctx *x, yaml_node_t *v);
 
+/* ------------------------------------- sweep_check.c: per-trial checks */
+
+/* Validates every trial of x->spec (cross-key rules, metrics written, keys
+ * that change nothing) and adds one positioned message per distinct
+ * problem to x->errs. */
+void sweep_check_trials(sweep_ctx *x);
+
 #endif
