@@ -1,20 +1,19 @@
-/* sweep — parse, validate and expand sweep definitions. See sweep.h and
- * docs/sweeps.md. Config keys are checked only through cfg (one schema). */
+/* sweep.c — a sweep file read into a validated spec (sweep.h): the file
+ * (at most 1 MiB of text) and its YAML, the top level (name, base, the
+ * config keys set beside it, retries, priority) and the job's own sections
+ * (metric, resources, early_stop); the search space is sweep_params.c's and
+ * the per-trial checks sweep_check.c's. It returns every error it finds,
+ * never the first only, and expands no trial itself. Config keys are checked
+ * only through cfg (one schema). See docs/sweeps.md. */
 #include "jobs/sweep_priv.h"
 
 #include <ctype.h>
 #include <errno.h>
-#include <inttypes.h>
-#include <jansson.h>
-#include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <yaml.h>
-
-#include "kernels/bk_rng.h"
 
 #define SWEEP_FILE_MAX (1u << 20)
 
@@ -135,6 +134,13 @@ static void parse_resources(sweep_ctx *x, yaml_node_t *v) {
     }
 }
 
+/* The names of sweep_stop_method, in enum order. */
+static const char *const stop_names[] = {"none", "median", "threshold", "asha", NULL};
+
+const char *sweep_stop_name(sweep_stop_method m) {
+    return (unsigned)m <= SWEEP_STOP_ASHA ? stop_names[m] : "?";
+}
+
 static void parse_early_stop(sweep_ctx *x, yaml_node_t *v) {
     sweep_spec *s = x->spec;
     if (v->type != YAML_MAPPING_NODE) {
@@ -147,7 +153,6 @@ static void parse_early_stop(sweep_ctx *x, yaml_node_t *v) {
     sweep_check_keys(x, v);
     static const char *const valid[] = {"method",           "metric",    "min_steps",  "threshold",
                                         "reduction_factor", "max_steps", "min_trials", NULL};
-    static const char *const methods[] = {"none", "median", "threshold", "asha", NULL};
     yaml_node_t *thr = NULL, *rf = NULL, *maxs = NULL, *mint = NULL, *mins = NULL;
     int have_thr = 0;
     for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
@@ -156,7 +161,7 @@ static void parse_early_stop(sweep_ctx *x, yaml_node_t *v) {
         const char *key = sval(k);
         long long n;
         if (strcmp(key, "method") == 0) {
-            int m = sweep_get_choice(x, val, "early_stop.method", methods);
+            int m = sweep_get_choice(x, val, "early_stop.method", stop_names);
             if (m >= 0) s->early_stop.method = (sweep_stop_method)m;
         } else if (strcmp(key, "metric") == 0) {
             x->es_line = val->start_mark.line + 1, x->es_col = val->start_mark.column + 1;
@@ -212,11 +217,6 @@ static void parse_early_stop(sweep_ctx *x, yaml_node_t *v) {
             "(rungs are at R, R*eta, R*eta^2, ... steps)");
 }
 
-const char *sweep_stop_name(sweep_stop_method m) {
-    static const char *const names[] = {"none", "median", "threshold", "asha"};
-    return (unsigned)m <= SWEEP_STOP_ASHA ? names[m] : "?";
-}
-
 /* ------------------------------------------------------------------- load */
 
 void sweep_spec_destroy(sweep_spec **sp) {
@@ -261,6 +261,68 @@ static int top_dup(sweep_ctx *x, const char *key, const yaml_node_t *n) {
     return 0;
 }
 
+/* A config key at top level (pipeline, data, model, ...), or a section of
+ * them: it must not also be set in base, where it would be ambiguous. */
+static void load_top_config(sweep_ctx *x, yaml_node_t *k, yaml_node_t *v) {
+    sweep_spec *s = x->spec;
+    const char *key = sval(k);
+    const char *sub_keys[64];
+    char full[64][128];
+    int nk = 0;
+    if (cfg_key_known(key)) {
+        snprintf(full[0], sizeof full[0], "%s", key);
+        sub_keys[nk++] = full[0];
+    } else {
+        for (yaml_node_pair_t *q = v->data.mapping.pairs.start;
+             q < v->data.mapping.pairs.top && nk < 64; q++) {
+            yaml_node_t *qk = node(x, q->key);
+            if (!qk || qk->type != YAML_SCALAR_NODE) continue;
+            snprintf(full[nk], sizeof full[nk], "%s.%s", key, sval(qk));
+            sub_keys[nk] = full[nk];
+            nk++;
+        }
+    }
+    int clash = 0;
+    for (int i = 0; i < nk && !clash; i++) {
+        yaml_node_t *bk = NULL;
+        if (x->base_node && sweep_find_path(x, x->base_node, sub_keys[i], &bk)) {
+            sweep_err_at(x, k, "'%s' is set both at top level and in base (line %zu); set it once",
+                         sub_keys[i], bk->start_mark.line + 1);
+            clash = 1;
+        }
+    }
+    if (!clash) {
+        char err[SWEEP_MSG_MAX];
+        /* sections report every error through a one-key mapping load */
+        if (cfg_key_known(key)) {
+            if (!top_dup(x, key, k) &&
+                cfg_set_node(&s->base, key, x->doc, v, x->file, err, sizeof err) < 0)
+                sweep_errs_add(x->errs, err);
+        } else {
+            yaml_document_t *d = x->doc;
+            /* load the section mapping with its prefix: walk its pairs */
+            for (yaml_node_pair_t *q = v->data.mapping.pairs.start; q < v->data.mapping.pairs.top;
+                 q++) {
+                yaml_node_t *qk = node(x, q->key), *qv = node(x, q->value);
+                if (!qk || qk->type != YAML_SCALAR_NODE || sweep_key_is_dup(x, v, q)) {
+                    if (qk && qk->type == YAML_SCALAR_NODE) sweep_check_keys(x, v);
+                    continue;
+                }
+                char fk[256];
+                snprintf(fk, sizeof fk, "%s.%s", key, sval(qk));
+                if (!cfg_key_known(fk)) {
+                    /* position at the key, with the schema's suggestion */
+                    if (cfg_set_node(&s->base, fk, d, qk, x->file, err, sizeof err) < 0)
+                        sweep_errs_add(x->errs, err);
+                } else if (!top_dup(x, fk, qk) &&
+                           cfg_set_node(&s->base, fk, d, qv, x->file, err, sizeof err) < 0) {
+                    sweep_errs_add(x->errs, err);
+                }
+            }
+        }
+    }
+}
+
 static void load_doc(sweep_ctx *x) {
     sweep_spec *s = x->spec;
     yaml_node_t *root = x->root;
@@ -303,64 +365,7 @@ static void load_doc(sweep_ctx *x) {
         } else if (strcmp(key, "early_stop") == 0) {
             parse_early_stop(x, v);
         } else if (cfg_key_known(key) || (cfg_is_section(key) && v->type == YAML_MAPPING_NODE)) {
-            /* a config key at top level (pipeline, data, model, ...): it must
-             * not also be set in base, where it would be ambiguous */
-            const char *sub_keys[64];
-            char full[64][128];
-            int nk = 0;
-            if (cfg_key_known(key)) {
-                snprintf(full[0], sizeof full[0], "%s", key);
-                sub_keys[nk++] = full[0];
-            } else {
-                for (yaml_node_pair_t *q = v->data.mapping.pairs.start;
-                     q < v->data.mapping.pairs.top && nk < 64; q++) {
-                    yaml_node_t *qk = node(x, q->key);
-                    if (!qk || qk->type != YAML_SCALAR_NODE) continue;
-                    snprintf(full[nk], sizeof full[nk], "%s.%s", key, sval(qk));
-                    sub_keys[nk] = full[nk];
-                    nk++;
-                }
-            }
-            int clash = 0;
-            for (int i = 0; i < nk && !clash; i++) {
-                yaml_node_t *bk = NULL;
-                if (x->base_node && sweep_find_path(x, x->base_node, sub_keys[i], &bk)) {
-                    sweep_err_at(
-                        x, k, "'%s' is set both at top level and in base (line %zu); set it once",
-                        sub_keys[i], bk->start_mark.line + 1);
-                    clash = 1;
-                }
-            }
-            if (!clash) {
-                char err[SWEEP_MSG_MAX];
-                /* sections report every error through a one-key mapping load */
-                if (cfg_key_known(key)) {
-                    if (!top_dup(x, key, k) &&
-                        cfg_set_node(&s->base, key, x->doc, v, x->file, err, sizeof err) < 0)
-                        sweep_errs_add(x->errs, err);
-                } else {
-                    yaml_document_t *d = x->doc;
-                    /* load the section mapping with its prefix: walk its pairs */
-                    for (yaml_node_pair_t *q = v->data.mapping.pairs.start;
-                         q < v->data.mapping.pairs.top; q++) {
-                        yaml_node_t *qk = node(x, q->key), *qv = node(x, q->value);
-                        if (!qk || qk->type != YAML_SCALAR_NODE || sweep_key_is_dup(x, v, q)) {
-                            if (qk && qk->type == YAML_SCALAR_NODE) sweep_check_keys(x, v);
-                            continue;
-                        }
-                        char fk[256];
-                        snprintf(fk, sizeof fk, "%s.%s", key, sval(qk));
-                        if (!cfg_key_known(fk)) {
-                            /* position at the key, with the schema's suggestion */
-                            if (cfg_set_node(&s->base, fk, d, qk, x->file, err, sizeof err) < 0)
-                                sweep_errs_add(x->errs, err);
-                        } else if (!top_dup(x, fk, qk) && cfg_set_node(&s->base, fk, d, qv, x->file,
-                                                                       err, sizeof err) < 0) {
-                            sweep_errs_add(x->errs, err);
-                        }
-                    }
-                }
-            }
+            load_top_config(x, k, v);
         } else {
             unknown_top(x, k, key);
         }

@@ -2,8 +2,9 @@
  * order, random draws reproducible from the seed (Philox stream p, index i),
  * and trials built from explicit values (how tpe's proposals become
  * trials); each with its params text, params JSON, config dump and hash. It
- * reads no YAML and reports no position: a spec that reaches it is valid,
- * and its only error is running out of memory. */
+ * reads no YAML and reports no position: a spec reaches it parsed (for the
+ * per-trial checks) or validated, and its only error is running out of
+ * memory. */
 #include "jobs/sweep_priv.h"
 
 #include <jansson.h>

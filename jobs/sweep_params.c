@@ -13,6 +13,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The names of sweep_method and sweep_dist, in enum order: what the file
+ * may say and what messages and the store print. */
+static const char *const method_names[] = {"grid", "random", "tpe", NULL};
+static const char *const dist_names[] = {"values", "uniform", "log_uniform", "int_uniform", NULL};
+
+const char *sweep_method_name(sweep_method m) {
+    return (unsigned)m <= SWEEP_TPE ? method_names[m] : "?";
+}
+
+const char *sweep_dist_name(sweep_dist d) {
+    return (unsigned)d <= SWEEP_DIST_INT_UNIFORM ? dist_names[d] : "?";
+}
+
 /* Records one swept value (already set in `tmp`). */
 static int param_add_value(sweep_param *p, const bf_config *tmp) {
     bf_config *vc = realloc(p->value_cfg, (size_t)(p->n_values + 1) * sizeof *vc);
@@ -58,7 +71,6 @@ static void parse_param(sweep_ctx *x, yaml_node_t *k, yaml_node_t *v, sweep_para
     }
     sweep_check_keys(x, v);
     static const char *const valid[] = {"values", "min", "max", "distribution", NULL};
-    static const char *const dists[] = {"uniform", "log_uniform", "int_uniform", NULL};
     yaml_node_t *values = NULL, *vmin = NULL, *vmax = NULL, *vdist = NULL;
     for (yaml_node_pair_t *q = v->data.mapping.pairs.start; q < v->data.mapping.pairs.top; q++) {
         if (sweep_key_is_dup(x, v, q)) continue;
@@ -124,7 +136,7 @@ static void parse_param(sweep_ctx *x, yaml_node_t *k, yaml_node_t *v, sweep_para
     }
     int d = t == CFG_T_FLOAT ? SWEEP_DIST_UNIFORM : SWEEP_DIST_INT_UNIFORM;
     if (vdist) {
-        int c = sweep_get_choice(x, vdist, "distribution", dists);
+        int c = sweep_get_choice(x, vdist, "distribution", dist_names + 1);
         if (c < 0) return;
         d = c + 1;
     }
@@ -171,14 +183,13 @@ void sweep_parse_space(sweep_ctx *x, yaml_node_t *v) {
     sweep_check_keys(x, v);
     static const char *const valid[] = {"method",   "trials",         "seed", "parameters",
                                         "parallel", "startup_trials", NULL};
-    static const char *const methods[] = {"grid", "random", "tpe", NULL};
     yaml_node_t *params = NULL, *trials = NULL, *seed = NULL, *par = NULL, *startup = NULL;
     for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
         if (sweep_key_is_dup(x, v, p)) continue;
         yaml_node_t *k = node(x, p->key), *val = node(x, p->value);
         const char *key = sval(k);
         if (strcmp(key, "method") == 0) {
-            int m = sweep_get_choice(x, val, "sweep.method", methods);
+            int m = sweep_get_choice(x, val, "sweep.method", method_names);
             if (m >= 0) s->method = (sweep_method)m;
         } else if (strcmp(key, "trials") == 0) {
             trials = val;
@@ -288,22 +299,4 @@ void sweep_parse_space(sweep_ctx *x, yaml_node_t *v) {
         }
         s->n_trials = prod;
     }
-}
-
-const char *sweep_method_name(sweep_method m) {
-    return m == SWEEP_GRID ? "grid" : m == SWEEP_RANDOM ? "random" : m == SWEEP_TPE ? "tpe" : "?";
-}
-
-const char *sweep_dist_name(sweep_dist d) {
-    switch (d) {
-    case SWEEP_DIST_VALUES:
-        return "values";
-    case SWEEP_DIST_UNIFORM:
-        return "uniform";
-    case SWEEP_DIST_LOG_UNIFORM:
-        return "log_uniform";
-    case SWEEP_DIST_INT_UNIFORM:
-        return "int_uniform";
-    }
-    return "?";
 }
