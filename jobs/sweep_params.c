@@ -43,6 +43,42 @@ static int param_add_value(sweep_param *p, const bf_config *tmp) {
     return 0;
 }
 
+/* The listed values of parameter p (key), each checked through the schema
+ * against the base config; a value listed twice is an error. */
+static void param_values(sweep_ctx *x, const char *key, yaml_node_t *values, sweep_param *p) {
+    sweep_spec *s = x->spec;
+    char err[SWEEP_MSG_MAX];
+    p->dist = SWEEP_DIST_VALUES;
+    if (values->type != YAML_SEQUENCE_NODE) {
+        sweep_err_at(x, values, "%s: values: expected a list, got %s", key,
+                     sweep_kind_name(values));
+        return;
+    }
+    if (values->data.sequence.items.top == values->data.sequence.items.start) {
+        sweep_err_at(x, values, "%s: values: the list is empty; give at least one value", key);
+        return;
+    }
+    for (yaml_node_item_t *it = values->data.sequence.items.start;
+         it < values->data.sequence.items.top; it++) {
+        yaml_node_t *e = node(x, *it);
+        if (!e) continue;
+        bf_config tmp = s->base;
+        if (cfg_set_node(&tmp, key, x->doc, e, x->file, err, sizeof err) < 0) {
+            sweep_errs_add(x->errs, err);
+            continue;
+        }
+        char text[1024];
+        cfg_format_value(&tmp, key, text, sizeof text);
+        int dup = 0;
+        for (int i = 0; i < p->n_values && !dup; i++)
+            if (strcmp(p->value_text[i], text) == 0) {
+                sweep_err_at(x, e, "%s: value %s is listed twice", key, text);
+                dup = 1;
+            }
+        if (!dup && param_add_value(p, &tmp) < 0) sweep_err_at(x, e, "out of memory");
+    }
+}
+
 static void parse_param(sweep_ctx *x, yaml_node_t *k, yaml_node_t *v, sweep_param *p) {
     sweep_spec *s = x->spec;
     const char *key = sval(k);
@@ -92,35 +128,7 @@ static void parse_param(sweep_ctx *x, yaml_node_t *k, yaml_node_t *v, sweep_para
         return;
     }
     if (values) {
-        p->dist = SWEEP_DIST_VALUES;
-        if (values->type != YAML_SEQUENCE_NODE) {
-            sweep_err_at(x, values, "%s: values: expected a list, got %s", key,
-                         sweep_kind_name(values));
-            return;
-        }
-        if (values->data.sequence.items.top == values->data.sequence.items.start) {
-            sweep_err_at(x, values, "%s: values: the list is empty; give at least one value", key);
-            return;
-        }
-        for (yaml_node_item_t *it = values->data.sequence.items.start;
-             it < values->data.sequence.items.top; it++) {
-            yaml_node_t *e = node(x, *it);
-            if (!e) continue;
-            bf_config tmp = s->base;
-            if (cfg_set_node(&tmp, key, x->doc, e, x->file, err, sizeof err) < 0) {
-                sweep_errs_add(x->errs, err);
-                continue;
-            }
-            char text[1024];
-            cfg_format_value(&tmp, key, text, sizeof text);
-            int dup = 0;
-            for (int i = 0; i < p->n_values && !dup; i++)
-                if (strcmp(p->value_text[i], text) == 0) {
-                    sweep_err_at(x, e, "%s: value %s is listed twice", key, text);
-                    dup = 1;
-                }
-            if (!dup && param_add_value(p, &tmp) < 0) sweep_err_at(x, e, "out of memory");
-        }
+        param_values(x, key, values, p);
         return;
     }
     if (!vmin || !vmax) {
@@ -171,6 +179,33 @@ static void parse_param(sweep_ctx *x, yaml_node_t *k, yaml_node_t *v, sweep_para
     if (s->method == SWEEP_GRID)
         sweep_err_at(
             x, v, "%s: min/max ranges need method: random or tpe; a grid takes values: [...]", key);
+}
+
+/* A grid's trials: the product of its parameters' value counts, refused
+ * (with every factor named) above SWEEP_MAX_TRIALS. */
+static void grid_count(sweep_ctx *x, yaml_node_t *v) {
+    sweep_spec *s = x->spec;
+    long long prod = 1;
+    int over = 0;
+    for (int i = 0; i < s->n_params; i++) {
+        long long c = s->params[i].n_values;
+        if (c == 0) continue;
+        prod *= c;
+        if (prod > SWEEP_MAX_TRIALS) over = 1, prod = SWEEP_MAX_TRIALS + 1;
+    }
+    if (over) {
+        char factors[512] = "";
+        long double exact = 1;
+        for (int i = 0; i < s->n_params; i++) {
+            size_t l = strlen(factors);
+            exact *= s->params[i].n_values ? s->params[i].n_values : 1;
+            snprintf(factors + l, sizeof factors - l, "%s%d", i ? " x " : "",
+                     s->params[i].n_values);
+        }
+        sweep_err_at(x, v, "sweep: the grid has %.0Lf trials (%s); at most %d are allowed", exact,
+                     factors, SWEEP_MAX_TRIALS);
+    }
+    s->n_trials = prod;
 }
 
 void sweep_parse_space(sweep_ctx *x, yaml_node_t *v) {
@@ -276,27 +311,5 @@ void sweep_parse_space(sweep_ctx *x, yaml_node_t *v) {
         sweep_param *sp = &s->params[s->n_params++];
         parse_param(x, node(x, p->key), node(x, p->value), sp);
     }
-    if (s->method == SWEEP_GRID) {
-        long long prod = 1;
-        int over = 0;
-        for (int i = 0; i < s->n_params; i++) {
-            long long c = s->params[i].n_values;
-            if (c == 0) continue;
-            prod *= c;
-            if (prod > SWEEP_MAX_TRIALS) over = 1, prod = SWEEP_MAX_TRIALS + 1;
-        }
-        if (over) {
-            char factors[512] = "";
-            long double exact = 1;
-            for (int i = 0; i < s->n_params; i++) {
-                size_t l = strlen(factors);
-                exact *= s->params[i].n_values ? s->params[i].n_values : 1;
-                snprintf(factors + l, sizeof factors - l, "%s%d", i ? " x " : "",
-                         s->params[i].n_values);
-            }
-            sweep_err_at(x, v, "sweep: the grid has %.0Lf trials (%s); at most %d are allowed",
-                         exact, factors, SWEEP_MAX_TRIALS);
-        }
-        s->n_trials = prod;
-    }
+    if (s->method == SWEEP_GRID) grid_count(x, v);
 }
