@@ -1,4 +1,8 @@
-/* sched_stop — early-stopping verdicts. See sched_stop.h. */
+/* sched_stop.c — early-stopping verdicts (ASHA rungs, the median rule, a
+ * threshold) and the JSON a job's early_stop is kept in, as pure functions
+ * of the values the caller read (sched_stop.h). It does no I/O: it never
+ * reads the store, records a decision or stops a trial; bfd does those
+ * (daemon/adaptive.c), in that order. */
 #include "jobs/sched_stop.h"
 #include "common/errbuf.h"
 

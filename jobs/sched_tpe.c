@@ -1,4 +1,8 @@
-/* sched_tpe — TPE proposals. See sched_tpe.h. */
+/* sched_tpe.c — TPE proposals (sched_tpe.h): the next trial's point from
+ * the finished trials' points and values, deterministic in the seed, the
+ * trial index and the observations. It does no I/O and keeps no state
+ * between calls: it never reads the store or adds a trial (bfd does, with
+ * store_add_trial). */
 #include "jobs/sched_tpe.h"
 #include "common/errbuf.h"
 

@@ -1,250 +1,23 @@
-/* sweep — parse, validate and expand sweep definitions. See sweep.h and
- * docs/sweeps.md. Config keys are checked only through cfg (one schema). */
-#include "jobs/sweep.h"
+/* sweep.c — a sweep file read into a validated spec (sweep.h): the file
+ * (at most 1 MiB of text) and its YAML, the top level (name, base, the
+ * config keys set beside it, retries, priority) and the job's own sections
+ * (metric, resources, early_stop); the search space is sweep_params.c's and
+ * the per-trial checks sweep_check.c's. It returns every error it finds,
+ * never the first only, and expands no trial itself. Config keys are checked
+ * only through cfg (one schema). See docs/sweeps.md. */
+#include "jobs/sweep_priv.h"
 
 #include <ctype.h>
 #include <errno.h>
-#include <inttypes.h>
-#include <jansson.h>
-#include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <yaml.h>
 
-#include "kernels/bk_rng.h"
-
 #define SWEEP_FILE_MAX (1u << 20)
-#define MSG_MAX 1400
 
-/* ------------------------------------------------------------------ errors */
-
-void sweep_errors_free(sweep_errors *e) {
-    if (!e) return;
-    for (int i = 0; i < e->n; i++) free(e->msgs[i]);
-    free(e->msgs);
-    e->msgs = NULL;
-    e->n = e->total = 0;
-}
-
-static void errs_add(sweep_errors *e, const char *msg) {
-    e->total++;
-    if (e->n >= SWEEP_MAX_ERRORS) return;
-    char **m = realloc(e->msgs, (size_t)(e->n + 1) * sizeof *m);
-    if (!m) return;
-    e->msgs = m;
-    m[e->n] = strdup(msg);
-    if (m[e->n]) e->n++;
-}
-
-static void errs_sink(void *ud, const char *msg) { errs_add(ud, msg); }
-
-typedef struct ctx {
-    yaml_document_t *doc;
-    const char *file;
-    sweep_errors *errs;
-    sweep_spec *spec;
-    yaml_node_t *root, *base_node;
-    /* positions of metric.name and early_stop.metric (0: not given) */
-    size_t metric_line, metric_col, es_line, es_col;
-    /* config keys set at top level, for duplicates between a section and a
-     * dotted key (`model: {layers: 1}` and `model.layers: 2`) */
-    char top_key[128][128];
-    size_t top_line[128], top_col[128];
-    int n_top;
-} ctx;
-
-static void err_at(ctx *x, const yaml_node_t *n, const char *fmt, ...) {
-    char msg[MSG_MAX], line[MSG_MAX + CFG_PATH_MAX + 40];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    snprintf(line, sizeof line, "%s:%zu:%zu: %s", x->file, n ? n->start_mark.line + 1 : 1,
-             n ? n->start_mark.column + 1 : 1, msg);
-    errs_add(x->errs, line);
-}
-
-/* ----------------------------------------------------------- node helpers */
-
-static yaml_node_t *node(ctx *x, yaml_node_item_t id) { return yaml_document_get_node(x->doc, id); }
-static const char *sval(const yaml_node_t *n) { return (const char *)n->data.scalar.value; }
-static int is_plain(const yaml_node_t *n) {
-    return n->type == YAML_SCALAR_NODE && n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
-}
-
-static const char *kind_name(const yaml_node_t *n) {
-    switch (n->type) {
-    case YAML_SCALAR_NODE:
-        return n->data.scalar.length ? "a scalar" : "nothing";
-    case YAML_SEQUENCE_NODE:
-        return "a list";
-    case YAML_MAPPING_NODE:
-        return "a mapping";
-    default:
-        return "nothing";
-    }
-}
-
-/* Nearest of `names` (NULL-terminated) to key, or NULL when none is close. */
-static const char *near_name(const char *key, const char *const *names) {
-    const char *best = NULL;
-    size_t bd = 1000, len = strlen(key);
-    for (; *names; names++) {
-        size_t d = cfg_edit_distance_within(key, *names, bd - 1);
-        if (d < bd) bd = d, best = *names;
-    }
-    return (bd <= 2 || bd * 3 <= len) ? best : NULL;
-}
-
-static void unknown_in(ctx *x, const yaml_node_t *k, const char *where, const char *key,
-                       const char *const *valid) {
-    const char *near = near_name(key, valid);
-    char list[512] = "";
-    for (const char *const *v = valid; *v; v++) {
-        size_t l = strlen(list);
-        snprintf(list + l, sizeof list - l, "%s%s", v == valid ? "" : ", ", *v);
-    }
-    if (near)
-        err_at(x, k, "unknown key '%s' in %s; did you mean '%s'?", key, where, near);
-    else
-        err_at(x, k, "unknown key '%s' in %s; valid keys: %s", key, where, list);
-}
-
-/* Checks a mapping node for repeated keys (reported) and non-scalar keys.
- * Returns 0 when its keys are usable. */
-static int check_keys(ctx *x, yaml_node_t *map) {
-    int bad = 0;
-    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
-         p++) {
-        yaml_node_t *k = node(x, p->key);
-        if (!k || k->type != YAML_SCALAR_NODE || k->data.scalar.length == 0) {
-            err_at(x, k, "expected a key name, got %s", k ? kind_name(k) : "nothing");
-            bad = 1;
-            continue;
-        }
-        for (yaml_node_pair_t *q = map->data.mapping.pairs.start; q < p; q++) {
-            yaml_node_t *k2 = node(x, q->key);
-            if (k2 && k2->type == YAML_SCALAR_NODE && strcmp(sval(k2), sval(k)) == 0) {
-                err_at(x, k, "duplicate key '%s' (first at line %zu, column %zu)", sval(k),
-                       k2->start_mark.line + 1, k2->start_mark.column + 1);
-                bad = 1;
-                break;
-            }
-        }
-    }
-    return bad ? -1 : 0;
-}
-
-static int key_is_dup(ctx *x, yaml_node_t *map, yaml_node_pair_t *p) {
-    yaml_node_t *k = node(x, p->key);
-    if (!k || k->type != YAML_SCALAR_NODE || k->data.scalar.length == 0) return 1;
-    for (yaml_node_pair_t *q = map->data.mapping.pairs.start; q < p; q++) {
-        yaml_node_t *k2 = node(x, q->key);
-        if (k2 && k2->type == YAML_SCALAR_NODE && strcmp(sval(k2), sval(k)) == 0) return 1;
-    }
-    return 0;
-}
-
-/* The value node at dotted `path` in a config mapping (nested sections or
- * dotted keys), or NULL. Looks at most two levels deep (sections are flat). */
-static yaml_node_t *find_path(ctx *x, yaml_node_t *map, const char *path, yaml_node_t **key_out) {
-    if (!map || map->type != YAML_MAPPING_NODE) return NULL;
-    for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top;
-         p++) {
-        yaml_node_t *k = node(x, p->key), *v = node(x, p->value);
-        if (!k || !v || k->type != YAML_SCALAR_NODE) continue;
-        size_t kl = k->data.scalar.length;
-        if (strcmp(sval(k), path) == 0) {
-            if (key_out) *key_out = k;
-            return v;
-        }
-        if (strncmp(path, sval(k), kl) == 0 && path[kl] == '.' && v->type == YAML_MAPPING_NODE &&
-            !strchr(path + kl + 1, '.')) {
-            yaml_node_t *r = find_path(x, v, path + kl + 1, key_out);
-            if (r) return r;
-        }
-    }
-    return NULL;
-}
-
-static int get_int(ctx *x, yaml_node_t *n, const char *what, long long lo, long long hi,
-                   long long *out) {
-    char *end;
-    if (is_plain(n) && n->data.scalar.length &&
-        (isdigit((unsigned char)sval(n)[0]) || sval(n)[0] == '-')) {
-        errno = 0;
-        long long v = strtoll(sval(n), &end, 10);
-        if (!errno && *end == '\0') {
-            if (v < lo || v > hi) {
-                err_at(x, n, "%s: %lld is out of range; valid range is [%lld, %lld]", what, v, lo,
-                       hi);
-                return -1;
-            }
-            *out = v;
-            return 0;
-        }
-    }
-    err_at(x, n, "%s: expected an integer, got %s%s%.60s%s", what,
-           n->type == YAML_SCALAR_NODE && n->data.scalar.length ? "" : kind_name(n),
-           n->type == YAML_SCALAR_NODE && n->data.scalar.length ? "'" : "",
-           n->type == YAML_SCALAR_NODE ? sval(n) : "",
-           n->type == YAML_SCALAR_NODE && n->data.scalar.length ? "'" : "");
-    return -1;
-}
-
-static int get_number(ctx *x, yaml_node_t *n, const char *what, double *out) {
-    if (is_plain(n) && n->data.scalar.length) {
-        char *end;
-        const char *s = sval(n);
-        const char *p = s + (s[0] == '-' || s[0] == '+');
-        if (isdigit((unsigned char)*p) || (*p == '.' && isdigit((unsigned char)p[1]))) {
-            double v = strtod(s, &end);
-            if (*end == '\0' && isfinite(v)) {
-                *out = v;
-                return 0;
-            }
-        }
-    }
-    err_at(x, n, "%s: expected a number, got %s", what, kind_name(n));
-    return -1;
-}
-
-static int get_name(ctx *x, yaml_node_t *n, const char *what, char *out, size_t outlen,
-                    const char *allowed_extra) {
-    if (n->type != YAML_SCALAR_NODE || n->data.scalar.length == 0) {
-        err_at(x, n, "%s: expected a name, got %s", what, kind_name(n));
-        return -1;
-    }
-    if (n->data.scalar.length >= outlen) {
-        err_at(x, n, "%s: too long (at most %zu characters)", what, outlen - 1);
-        return -1;
-    }
-    for (const char *p = sval(n); *p; p++)
-        if (!isalnum((unsigned char)*p) && !strchr(allowed_extra, *p)) {
-            err_at(x, n, "%s: '%s' has the character '%c'; use letters, digits and %s", what,
-                   sval(n), *p, allowed_extra);
-            return -1;
-        }
-    snprintf(out, outlen, "%s", sval(n));
-    return 0;
-}
-
-static int get_choice(ctx *x, yaml_node_t *n, const char *what, const char *const *choices) {
-    if (n->type == YAML_SCALAR_NODE)
-        for (int i = 0; choices[i]; i++)
-            if (strcmp(sval(n), choices[i]) == 0) return i;
-    char list[256] = "";
-    for (int i = 0; choices[i]; i++) {
-        size_t l = strlen(list);
-        snprintf(list + l, sizeof list - l, "%s%s", i ? ", " : "", choices[i]);
-    }
-    err_at(x, n, "%s: '%.60s' is not valid; expected one of: %s", what,
-           n->type == YAML_SCALAR_NODE ? sval(n) : kind_name(n), list);
-    return -1;
-}
+static void errs_sink(void *ud, const char *msg) { sweep_errs_add(ud, msg); }
 
 /* "3600", "90s", "30m", "2h", "1d", "1:30:00" -> seconds. */
 static long parse_duration(const char *s) {
@@ -272,7 +45,7 @@ static const char *const top_keys[] = {"name",    "base",     "sweep",      "met
 
 /* An unknown top-level key: suggest the nearest sweep key, section or
  * config key. */
-static void unknown_top(ctx *x, yaml_node_t *k, const char *key) {
+static void unknown_top(sweep_ctx *x, yaml_node_t *k, const char *key) {
     static const char *const sections[] = {"data", "model",   "attn", "budget",
                                            "avit", "distill", "train"};
     const char *names[256];
@@ -281,830 +54,167 @@ static void unknown_top(ctx *x, yaml_node_t *k, const char *key) {
     for (size_t i = 0; i < sizeof sections / sizeof *sections; i++) names[n++] = sections[i];
     for (size_t i = 0; i < cfg_field_count() && n < 255; i++) names[n++] = cfg_field_at(i)->key;
     names[n] = NULL;
-    const char *near = near_name(key, names);
+    const char *near = sweep_near_name(key, names);
     if (near)
-        err_at(x, k, "unknown key '%s'; did you mean '%s'?", key, near);
+        sweep_err_at(x, k, "unknown key '%s'; did you mean '%s'?", key, near);
     else
-        err_at(x, k,
-               "unknown key '%s'; valid top-level keys: name, pipeline, device, data, base, "
-               "sweep, metric, resources, retries, priority, early_stop, and config keys "
-               "(see `bfctl keys`)",
-               key);
+        sweep_err_at(x, k,
+                     "unknown key '%s'; valid top-level keys: name, pipeline, device, data, base, "
+                     "sweep, metric, resources, retries, priority, early_stop, and config keys "
+                     "(see `bfctl keys`)",
+                     key);
 }
 
-static void field_copy(bf_config *dst, const bf_config *src, const cfg_field *f) {
-    if (f->type == CFG_T_LAYERS) {
-        dst->distill.replace_auto = src->distill.replace_auto;
-        dst->distill.n_replace = src->distill.n_replace;
-        memcpy(dst->distill.replace_layers, src->distill.replace_layers,
-               sizeof dst->distill.replace_layers);
-        return;
-    }
-    memcpy((char *)dst + f->offset, (const char *)src + f->offset, f->size);
-}
-
-static void parse_metric(ctx *x, yaml_node_t *v) {
+static void parse_metric(sweep_ctx *x, yaml_node_t *v) {
     sweep_spec *s = x->spec;
     if (v->type != YAML_MAPPING_NODE) {
-        err_at(x, v, "metric: expected a mapping {name: NAME, goal: min|max}, got %s",
-               kind_name(v));
+        sweep_err_at(x, v, "metric: expected a mapping {name: NAME, goal: min|max}, got %s",
+                     sweep_kind_name(v));
         return;
     }
-    check_keys(x, v);
+    sweep_check_keys(x, v);
     static const char *const valid[] = {"name", "goal", NULL};
     static const char *const goals[] = {"min", "max", NULL};
     int have_goal = 0, have_name = 0;
     for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
-        if (key_is_dup(x, v, p)) continue;
+        if (sweep_key_is_dup(x, v, p)) continue;
         yaml_node_t *k = node(x, p->key), *val = node(x, p->value);
         if (strcmp(sval(k), "name") == 0) {
             x->metric_line = val->start_mark.line + 1, x->metric_col = val->start_mark.column + 1;
-            have_name =
-                get_name(x, val, "metric.name", s->metric_name, sizeof s->metric_name, "/_.-") == 0;
+            have_name = sweep_get_name(x, val, "metric.name", s->metric_name, sizeof s->metric_name,
+                                       "/_.-") == 0;
         } else if (strcmp(sval(k), "goal") == 0) {
-            int g = get_choice(x, val, "metric.goal", goals);
+            int g = sweep_get_choice(x, val, "metric.goal", goals);
             if (g >= 0) s->metric_maximize = g, have_goal = 1;
         } else {
-            unknown_in(x, k, "metric", sval(k), valid);
+            sweep_unknown_in(x, k, "metric", sval(k), valid);
         }
     }
-    if (!have_name) err_at(x, v, "metric: 'name' is required (e.g. val/acc)");
-    if (!have_goal) err_at(x, v, "metric: 'goal' is required (min or max)");
+    if (!have_name) sweep_err_at(x, v, "metric: 'name' is required (e.g. val/acc)");
+    if (!have_goal) sweep_err_at(x, v, "metric: 'goal' is required (min or max)");
 }
 
-static void parse_resources(ctx *x, yaml_node_t *v) {
+static void parse_resources(sweep_ctx *x, yaml_node_t *v) {
     sweep_spec *s = x->spec;
     if (v->type != YAML_MAPPING_NODE) {
-        err_at(x, v, "resources: expected a mapping, got %s", kind_name(v));
+        sweep_err_at(x, v, "resources: expected a mapping, got %s", sweep_kind_name(v));
         return;
     }
-    check_keys(x, v);
+    sweep_check_keys(x, v);
     static const char *const valid[] = {"ranks", "gpus_per_rank", "cpus_per_rank", "time_limit",
                                         NULL};
     for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
-        if (key_is_dup(x, v, p)) continue;
+        if (sweep_key_is_dup(x, v, p)) continue;
         yaml_node_t *k = node(x, p->key), *val = node(x, p->value);
         long long n;
         const char *key = sval(k);
         if (strcmp(key, "ranks") == 0) {
-            if (get_int(x, val, "resources.ranks", 1, 4096, &n) == 0) s->resources.ranks = (int)n;
+            if (sweep_get_int(x, val, "resources.ranks", 1, 4096, &n) == 0)
+                s->resources.ranks = (int)n;
         } else if (strcmp(key, "gpus_per_rank") == 0) {
-            if (get_int(x, val, "resources.gpus_per_rank", 0, 16, &n) == 0)
+            if (sweep_get_int(x, val, "resources.gpus_per_rank", 0, 16, &n) == 0)
                 s->resources.gpus_per_rank = (int)n;
         } else if (strcmp(key, "cpus_per_rank") == 0) {
-            if (get_int(x, val, "resources.cpus_per_rank", 1, 1024, &n) == 0)
+            if (sweep_get_int(x, val, "resources.cpus_per_rank", 1, 1024, &n) == 0)
                 s->resources.cpus_per_rank = (int)n;
         } else if (strcmp(key, "time_limit") == 0) {
             long d = val->type == YAML_SCALAR_NODE ? parse_duration(sval(val)) : -1;
             if (d <= 0)
-                err_at(x, val,
-                       "resources.time_limit: expected a positive duration (seconds, 90s, 30m, "
-                       "2h, 1d or H:MM:SS) of at most 100 days, got %s%.40s",
-                       val->type == YAML_SCALAR_NODE ? "" : kind_name(val),
-                       val->type == YAML_SCALAR_NODE ? sval(val) : "");
+                sweep_err_at(
+                    x, val,
+                    "resources.time_limit: expected a positive duration (seconds, 90s, 30m, "
+                    "2h, 1d or H:MM:SS) of at most 100 days, got %s%.40s",
+                    val->type == YAML_SCALAR_NODE ? "" : sweep_kind_name(val),
+                    val->type == YAML_SCALAR_NODE ? sval(val) : "");
             else
                 s->resources.time_limit_s = d;
         } else {
-            unknown_in(x, k, "resources", key, valid);
+            sweep_unknown_in(x, k, "resources", key, valid);
         }
     }
 }
 
-static void parse_early_stop(ctx *x, yaml_node_t *v) {
+/* The names of sweep_stop_method, in enum order. */
+static const char *const stop_names[] = {"none", "median", "threshold", "asha", NULL};
+
+const char *sweep_stop_name(sweep_stop_method m) {
+    return (unsigned)m <= SWEEP_STOP_ASHA ? stop_names[m] : "?";
+}
+
+static void parse_early_stop(sweep_ctx *x, yaml_node_t *v) {
     sweep_spec *s = x->spec;
     if (v->type != YAML_MAPPING_NODE) {
-        err_at(x, v,
-               "early_stop: expected a mapping {method: asha|median|threshold, metric, "
-               "min_steps, ...}, got %s",
-               kind_name(v));
+        sweep_err_at(x, v,
+                     "early_stop: expected a mapping {method: asha|median|threshold, metric, "
+                     "min_steps, ...}, got %s",
+                     sweep_kind_name(v));
         return;
     }
-    check_keys(x, v);
+    sweep_check_keys(x, v);
     static const char *const valid[] = {"method",           "metric",    "min_steps",  "threshold",
                                         "reduction_factor", "max_steps", "min_trials", NULL};
-    static const char *const methods[] = {"none", "median", "threshold", "asha", NULL};
     yaml_node_t *thr = NULL, *rf = NULL, *maxs = NULL, *mint = NULL, *mins = NULL;
     int have_thr = 0;
     for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
-        if (key_is_dup(x, v, p)) continue;
+        if (sweep_key_is_dup(x, v, p)) continue;
         yaml_node_t *k = node(x, p->key), *val = node(x, p->value);
         const char *key = sval(k);
         long long n;
         if (strcmp(key, "method") == 0) {
-            int m = get_choice(x, val, "early_stop.method", methods);
+            int m = sweep_get_choice(x, val, "early_stop.method", stop_names);
             if (m >= 0) s->early_stop.method = (sweep_stop_method)m;
         } else if (strcmp(key, "metric") == 0) {
             x->es_line = val->start_mark.line + 1, x->es_col = val->start_mark.column + 1;
-            get_name(x, val, "early_stop.metric", s->early_stop.metric, sizeof s->early_stop.metric,
-                     "/_.-");
+            sweep_get_name(x, val, "early_stop.metric", s->early_stop.metric,
+                           sizeof s->early_stop.metric, "/_.-");
         } else if (strcmp(key, "min_steps") == 0) {
             mins = k;
-            if (get_int(x, val, "early_stop.min_steps", 0, 100000000, &n) == 0)
+            if (sweep_get_int(x, val, "early_stop.min_steps", 0, 100000000, &n) == 0)
                 s->early_stop.min_steps = (int)n;
         } else if (strcmp(key, "threshold") == 0) {
             thr = k;
-            have_thr = get_number(x, val, "early_stop.threshold", &s->early_stop.threshold) == 0;
+            have_thr =
+                sweep_get_number(x, val, "early_stop.threshold", &s->early_stop.threshold) == 0;
         } else if (strcmp(key, "reduction_factor") == 0) {
             rf = k;
             double f;
-            if (get_number(x, val, "early_stop.reduction_factor", &f) == 0) {
+            if (sweep_get_number(x, val, "early_stop.reduction_factor", &f) == 0) {
                 if (f < 1.5 || f > 100)
-                    err_at(x, val,
-                           "early_stop.reduction_factor: %g is out of range; valid range is "
-                           "[1.5, 100] (3 keeps the top third at each rung)",
-                           f);
+                    sweep_err_at(x, val,
+                                 "early_stop.reduction_factor: %g is out of range; valid range is "
+                                 "[1.5, 100] (3 keeps the top third at each rung)",
+                                 f);
                 else
                     s->early_stop.reduction_factor = f;
             }
         } else if (strcmp(key, "max_steps") == 0) {
             maxs = k;
-            if (get_int(x, val, "early_stop.max_steps", 1, 100000000, &n) == 0)
+            if (sweep_get_int(x, val, "early_stop.max_steps", 1, 100000000, &n) == 0)
                 s->early_stop.max_steps = n;
         } else if (strcmp(key, "min_trials") == 0) {
             mint = k;
-            if (get_int(x, val, "early_stop.min_trials", 1, 100000, &n) == 0)
+            if (sweep_get_int(x, val, "early_stop.min_trials", 1, 100000, &n) == 0)
                 s->early_stop.min_trials = (int)n;
         } else {
-            unknown_in(x, k, "early_stop", key, valid);
+            sweep_unknown_in(x, k, "early_stop", key, valid);
         }
     }
     sweep_stop_method m = s->early_stop.method;
     if (m == SWEEP_STOP_THRESHOLD && !have_thr && !thr)
-        err_at(x, v, "early_stop: method threshold needs 'threshold: NUMBER'");
+        sweep_err_at(x, v, "early_stop: method threshold needs 'threshold: NUMBER'");
     if (m != SWEEP_STOP_THRESHOLD && thr)
-        err_at(x, thr, "early_stop.threshold applies only to method: threshold");
+        sweep_err_at(x, thr, "early_stop.threshold applies only to method: threshold");
     if (m != SWEEP_STOP_ASHA && rf)
-        err_at(x, rf, "early_stop.reduction_factor applies only to method: asha");
+        sweep_err_at(x, rf, "early_stop.reduction_factor applies only to method: asha");
     if (m != SWEEP_STOP_ASHA && maxs)
-        err_at(x, maxs, "early_stop.max_steps applies only to method: asha");
+        sweep_err_at(x, maxs, "early_stop.max_steps applies only to method: asha");
     if (m != SWEEP_STOP_MEDIAN && mint)
-        err_at(x, mint, "early_stop.min_trials applies only to method: median");
+        sweep_err_at(x, mint, "early_stop.min_trials applies only to method: median");
     if (m == SWEEP_STOP_ASHA && (!mins || s->early_stop.min_steps < 1))
-        err_at(x, mins ? mins : v,
-               "early_stop: method asha needs 'min_steps: R' >= 1, the step of the first rung "
-               "(rungs are at R, R*eta, R*eta^2, ... steps)");
-}
-
-/* Records one swept value (already set in `tmp`). */
-static int param_add_value(sweep_param *p, const bf_config *tmp) {
-    bf_config *vc = realloc(p->value_cfg, (size_t)(p->n_values + 1) * sizeof *vc);
-    if (!vc) return -1;
-    p->value_cfg = vc;
-    char **vt = realloc(p->value_text, (size_t)(p->n_values + 1) * sizeof *vt);
-    if (!vt) return -1;
-    p->value_text = vt;
-    char text[1024];
-    cfg_format_value(tmp, p->key, text, sizeof text);
-    vt[p->n_values] = strdup(text);
-    if (!vt[p->n_values]) return -1;
-    vc[p->n_values] = *tmp;
-    p->n_values++;
-    return 0;
-}
-
-static void parse_param(ctx *x, yaml_node_t *k, yaml_node_t *v, sweep_param *p) {
-    sweep_spec *s = x->spec;
-    const char *key = sval(k);
-    char err[MSG_MAX];
-    snprintf(p->key, sizeof p->key, "%s", key);
-    p->line = (int)k->start_mark.line + 1;
-    p->col = (int)k->start_mark.column + 1;
-    p->field = cfg_field_find(key);
-    if (!p->field) {
-        if (cfg_is_section(key)) {
-            err_at(x, k, "'%s' is a section; sweep a key inside it (e.g. '%s.%s')", key, key,
-                   strcmp(key, "model") == 0 ? "layers" : "...");
-            return;
-        }
-        bf_config tmp = s->base;
-        if (cfg_set_node(&tmp, key, x->doc, k, x->file, err, sizeof err) < 0)
-            errs_add(x->errs, err);
-        return;
-    }
-    if (v->type != YAML_MAPPING_NODE) {
-        err_at(x, v,
-               "%s: expected {values: [...]} or {min: A, max: B, distribution: "
-               "uniform|log_uniform|int_uniform}, got %s",
-               key, kind_name(v));
-        return;
-    }
-    check_keys(x, v);
-    static const char *const valid[] = {"values", "min", "max", "distribution", NULL};
-    static const char *const dists[] = {"uniform", "log_uniform", "int_uniform", NULL};
-    yaml_node_t *values = NULL, *vmin = NULL, *vmax = NULL, *vdist = NULL;
-    for (yaml_node_pair_t *q = v->data.mapping.pairs.start; q < v->data.mapping.pairs.top; q++) {
-        if (key_is_dup(x, v, q)) continue;
-        yaml_node_t *qk = node(x, q->key), *qv = node(x, q->value);
-        const char *name = sval(qk);
-        if (strcmp(name, "values") == 0)
-            values = qv;
-        else if (strcmp(name, "min") == 0)
-            vmin = qv;
-        else if (strcmp(name, "max") == 0)
-            vmax = qv;
-        else if (strcmp(name, "distribution") == 0)
-            vdist = qv;
-        else
-            unknown_in(x, qk, "a sweep parameter", name, valid);
-    }
-    if (values && (vmin || vmax || vdist)) {
-        err_at(x, v, "%s: give either values: [...] or min/max/distribution, not both", key);
-        return;
-    }
-    if (values) {
-        p->dist = SWEEP_DIST_VALUES;
-        if (values->type != YAML_SEQUENCE_NODE) {
-            err_at(x, values, "%s: values: expected a list, got %s", key, kind_name(values));
-            return;
-        }
-        if (values->data.sequence.items.top == values->data.sequence.items.start) {
-            err_at(x, values, "%s: values: the list is empty; give at least one value", key);
-            return;
-        }
-        for (yaml_node_item_t *it = values->data.sequence.items.start;
-             it < values->data.sequence.items.top; it++) {
-            yaml_node_t *e = node(x, *it);
-            if (!e) continue;
-            bf_config tmp = s->base;
-            if (cfg_set_node(&tmp, key, x->doc, e, x->file, err, sizeof err) < 0) {
-                errs_add(x->errs, err);
-                continue;
-            }
-            char text[1024];
-            cfg_format_value(&tmp, key, text, sizeof text);
-            int dup = 0;
-            for (int i = 0; i < p->n_values && !dup; i++)
-                if (strcmp(p->value_text[i], text) == 0) {
-                    err_at(x, e, "%s: value %s is listed twice", key, text);
-                    dup = 1;
-                }
-            if (!dup && param_add_value(p, &tmp) < 0) err_at(x, e, "out of memory");
-        }
-        return;
-    }
-    if (!vmin || !vmax) {
-        err_at(x, v, "%s: a range needs both min and max (or give values: [...])", key);
-        return;
-    }
-    cfg_type t = p->field->type;
-    if (t != CFG_T_INT && t != CFG_T_U64 && t != CFG_T_FLOAT) {
-        err_at(x, v, "%s is a %s; min/max ranges apply only to numeric keys; use values: [...]",
-               key, cfg_type_name(t));
-        return;
-    }
-    int d = t == CFG_T_FLOAT ? SWEEP_DIST_UNIFORM : SWEEP_DIST_INT_UNIFORM;
-    if (vdist) {
-        int c = get_choice(x, vdist, "distribution", dists);
-        if (c < 0) return;
-        d = c + 1;
-    }
-    p->dist = (sweep_dist)d;
-    if (t != CFG_T_FLOAT && p->dist != SWEEP_DIST_INT_UNIFORM) {
-        err_at(x, vdist, "%s is an integer key; use distribution: int_uniform", key);
-        return;
-    }
-    /* each bound must itself be a valid value of the key (type and range) */
-    int bad = 0;
-    bf_config tmp = s->base;
-    if (cfg_set_node(&tmp, key, x->doc, vmin, x->file, err, sizeof err) < 0)
-        errs_add(x->errs, err), bad = 1;
-    if (cfg_set_node(&tmp, key, x->doc, vmax, x->file, err, sizeof err) < 0)
-        errs_add(x->errs, err), bad = 1;
-    if (bad) return;
-    if (get_number(x, vmin, "min", &p->min) < 0 || get_number(x, vmax, "max", &p->max) < 0) return;
-    if (!(p->min < p->max)) {
-        err_at(x, vmin, "%s: min (%g) must be below max (%g)", key, p->min, p->max);
-        return;
-    }
-    if (p->dist == SWEEP_DIST_LOG_UNIFORM && p->min <= 0) {
-        err_at(x, vmin, "%s: log_uniform needs min > 0, got %g", key, p->min);
-        return;
-    }
-    if (p->dist == SWEEP_DIST_INT_UNIFORM && (p->min != floor(p->min) || p->max != floor(p->max))) {
-        err_at(x, vmin, "%s: int_uniform needs integer min and max", key);
-        return;
-    }
-    if (s->method == SWEEP_GRID)
-        err_at(x, v, "%s: min/max ranges need method: random or tpe; a grid takes values: [...]",
-               key);
-}
-
-static void parse_sweep(ctx *x, yaml_node_t *v) {
-    sweep_spec *s = x->spec;
-    if (v->type != YAML_MAPPING_NODE) {
-        err_at(x, v, "sweep: expected a mapping {method, parameters, ...}, got %s", kind_name(v));
-        return;
-    }
-    check_keys(x, v);
-    static const char *const valid[] = {"method",   "trials",         "seed", "parameters",
-                                        "parallel", "startup_trials", NULL};
-    static const char *const methods[] = {"grid", "random", "tpe", NULL};
-    yaml_node_t *params = NULL, *trials = NULL, *seed = NULL, *par = NULL, *startup = NULL;
-    for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
-        if (key_is_dup(x, v, p)) continue;
-        yaml_node_t *k = node(x, p->key), *val = node(x, p->value);
-        const char *key = sval(k);
-        if (strcmp(key, "method") == 0) {
-            int m = get_choice(x, val, "sweep.method", methods);
-            if (m >= 0) s->method = (sweep_method)m;
-        } else if (strcmp(key, "trials") == 0) {
-            trials = val;
-        } else if (strcmp(key, "seed") == 0) {
-            seed = val;
-        } else if (strcmp(key, "parameters") == 0) {
-            params = val;
-        } else if (strcmp(key, "parallel") == 0) {
-            par = val;
-        } else if (strcmp(key, "startup_trials") == 0) {
-            startup = val;
-        } else {
-            unknown_in(x, k, "sweep", key, valid);
-        }
-    }
-    long long n;
-    const char *mname = sweep_method_name(s->method);
-    if (s->method == SWEEP_RANDOM || s->method == SWEEP_TPE) {
-        if (!trials)
-            err_at(x, v, "sweep: method %s needs 'trials: N' (1 to %d)", mname, SWEEP_MAX_TRIALS);
-        else if (get_int(x, trials, "sweep.trials", 1, SWEEP_MAX_TRIALS, &n) == 0)
-            s->n_trials = n;
-        if (seed) {
-            if (is_plain(seed) && isdigit((unsigned char)sval(seed)[0])) {
-                char *end;
-                errno = 0;
-                unsigned long long u = strtoull(sval(seed), &end, 10);
-                if (!errno && !*end)
-                    s->seed = u;
-                else
-                    err_at(x, seed, "sweep.seed: expected a non-negative integer");
-            } else {
-                err_at(x, seed, "sweep.seed: expected a non-negative integer");
-            }
-        }
-    } else {
-        if (trials) err_at(x, trials, "sweep.trials applies only to method: random or tpe");
-        if (seed) err_at(x, seed, "sweep.seed applies only to method: random or tpe");
-    }
-    s->parallel = 4;
-    s->startup_trials = 10;
-    if (s->method == SWEEP_TPE) {
-        if (par && get_int(x, par, "sweep.parallel", 1, 10000, &n) == 0) s->parallel = (int)n;
-        if (startup && get_int(x, startup, "sweep.startup_trials", 1, SWEEP_MAX_TRIALS, &n) == 0)
-            s->startup_trials = (int)n;
-    } else {
-        if (par) err_at(x, par, "sweep.parallel applies only to method: tpe");
-        if (startup) err_at(x, startup, "sweep.startup_trials applies only to method: tpe");
-    }
-    if (!params) {
-        err_at(x, v, "sweep: 'parameters' is required (a mapping of config keys to values)");
-        return;
-    }
-    s->params_line = (int)params->start_mark.line + 1;
-    s->params_col = (int)params->start_mark.column + 1;
-    if (params->type != YAML_MAPPING_NODE) {
-        err_at(x, params, "sweep.parameters: expected a mapping of config keys, got %s",
-               kind_name(params));
-        return;
-    }
-    size_t np = (size_t)(params->data.mapping.pairs.top - params->data.mapping.pairs.start);
-    if (np == 0) {
-        err_at(x, params,
-               "sweep.parameters is empty: an empty sweep has nothing to run; give at "
-               "least one parameter (or drop sweep: for a single run)");
-        return;
-    }
-    if (np > SWEEP_MAX_PARAMS) {
-        err_at(x, params, "sweep.parameters: %zu parameters; at most %d", np, SWEEP_MAX_PARAMS);
-        return;
-    }
-    check_keys(x, params);
-    s->params = calloc(np, sizeof *s->params);
-    if (!s->params) {
-        err_at(x, params, "out of memory");
-        return;
-    }
-    for (yaml_node_pair_t *p = params->data.mapping.pairs.start; p < params->data.mapping.pairs.top;
-         p++) {
-        if (key_is_dup(x, params, p)) continue;
-        sweep_param *sp = &s->params[s->n_params++];
-        parse_param(x, node(x, p->key), node(x, p->value), sp);
-    }
-    if (s->method == SWEEP_GRID) {
-        long long prod = 1;
-        int over = 0;
-        for (int i = 0; i < s->n_params; i++) {
-            long long c = s->params[i].n_values;
-            if (c == 0) continue;
-            prod *= c;
-            if (prod > SWEEP_MAX_TRIALS) over = 1, prod = SWEEP_MAX_TRIALS + 1;
-        }
-        if (over) {
-            char factors[512] = "";
-            long double exact = 1;
-            for (int i = 0; i < s->n_params; i++) {
-                size_t l = strlen(factors);
-                exact *= s->params[i].n_values ? s->params[i].n_values : 1;
-                snprintf(factors + l, sizeof factors - l, "%s%d", i ? " x " : "",
-                         s->params[i].n_values);
-            }
-            err_at(x, v, "sweep: the grid has %.0Lf trials (%s); at most %d are allowed", exact,
-                   factors, SWEEP_MAX_TRIALS);
-        }
-        s->n_trials = prod;
-    }
-}
-
-/* ------------------------------------------------------------- expansion */
-
-typedef struct trial_buf {
-    bf_config cfg;
-    char *params, *json, *dump;
-    size_t params_cap, json_cap, dump_cap;
-} trial_buf;
-
-static int buf_reserve(char **b, size_t *cap, size_t need) {
-    if (need <= *cap) return 0;
-    size_t n = need * 2;
-    char *nb = realloc(*b, n);
-    if (!nb) return -1;
-    *b = nb;
-    *cap = n;
-    return 0;
-}
-
-static int buf_append(char **b, size_t *cap, size_t *len, const char *s) {
-    size_t l = strlen(s);
-    if (buf_reserve(b, cap, *len + l + 1) < 0) return -1;
-    memcpy(*b + *len, s, l + 1);
-    *len += l;
-    return 0;
-}
-
-/* JSON text of one key's value in c (numbers as numbers, names as strings). */
-static void value_json(const bf_config *c, const cfg_field *f, char *out, size_t n) {
-    char text[1024];
-    cfg_format_value(c, f->key, text, sizeof text);
-    switch (f->type) {
-    case CFG_T_INT:
-    case CFG_T_U64:
-    case CFG_T_FLOAT:
-    case CFG_T_BOOL:
-    case CFG_T_PAIR:
-        snprintf(out, n, "%s", text);
-        return;
-    case CFG_T_LAYERS:
-        if (text[0] == '[')
-            snprintf(out, n, "%s", text);
-        else
-            snprintf(out, n, "\"%s\"", text);
-        return;
-    case CFG_T_SCHED: {
-        const cfg_schedule *s = (const cfg_schedule *)((const char *)c + f->offset);
-        char a[48], b[48];
-        /* reuse the canonical number text of start/end */
-        char k[16];
-        if (sscanf(text, "{schedule: %15[a-z], start: %47[^,], end: %47[^}]}", k, a, b) == 3)
-            snprintf(out, n, "{\"schedule\": \"%s\", \"start\": %s, \"end\": %s}", k, a, b);
-        else
-            snprintf(out, n, "{\"schedule\": \"%s\", \"start\": %g, \"end\": %g}",
-                     cfg_sched_name(s->kind), s->start, s->end);
-        return;
-    }
-    case CFG_T_ENUM:
-    case CFG_T_STR: {
-        json_t *js = json_string((const char *)c + f->offset);
-        char *d = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;
-        snprintf(out, n, "%s", d ? d : "\"\"");
-        free(d);
-        json_decref(js);
-        return;
-    }
-    }
-}
-
-static void set_drawn(bf_config *c, const cfg_field *f, double v) {
-    char *b = (char *)c + f->offset;
-    if (f->type == CFG_T_FLOAT)
-        *(float *)b = (float)v;
-    else if (f->type == CFG_T_INT)
-        *(int *)b = (int)v;
-    else if (f->type == CFG_T_U64)
-        *(uint64_t *)b = (uint64_t)v;
-}
-
-/* Builds trial i into tb (config, params text, params JSON); x, when not
- * NULL, gives every parameter's value (see sweep_trial_at). */
-static int build_trial(const sweep_spec *s, long long i, const double *x, trial_buf *tb) {
-    tb->cfg = s->base;
-    size_t pl = 0, jl = 0;
-    if (buf_reserve(&tb->params, &tb->params_cap, 1) < 0 ||
-        buf_reserve(&tb->json, &tb->json_cap, 3) < 0)
-        return -1;
-    tb->params[0] = '\0';
-    strcpy(tb->json, "{");
-    jl = 1;
-    long long rest = i;
-    /* grid: mixed-radix digits of i, first parameter most significant */
-    long long digit[SWEEP_MAX_PARAMS];
-    if (s->method == SWEEP_GRID) {
-        for (int p = s->n_params - 1; p >= 0; p--) {
-            long long c = s->params[p].n_values;
-            digit[p] = rest % c;
-            rest /= c;
-        }
-    }
-    for (int p = 0; p < s->n_params; p++) {
-        const sweep_param *sp = &s->params[p];
-        if (x && sp->dist == SWEEP_DIST_VALUES) {
-            long long k = (long long)x[p];
-            if (k < 0) k = 0;
-            if (k >= sp->n_values) k = sp->n_values - 1;
-            field_copy(&tb->cfg, &sp->value_cfg[k], sp->field);
-        } else if (x) {
-            double v = x[p];
-            if (sp->dist == SWEEP_DIST_INT_UNIFORM) v = floor(v + 0.5);
-            if (!(v >= sp->min)) v = sp->min; /* also NaN */
-            if (v > sp->max) v = sp->max;
-            set_drawn(&tb->cfg, sp->field, v);
-        } else if (s->method == SWEEP_GRID || sp->dist == SWEEP_DIST_VALUES) {
-            long long k;
-            if (s->method == SWEEP_GRID) {
-                k = digit[p];
-            } else {
-                float u = bk_rng_uniform_at(s->seed, (uint64_t)p, (uint64_t)i);
-                k = (long long)(u * (float)sp->n_values);
-                if (k >= sp->n_values) k = sp->n_values - 1;
-            }
-            field_copy(&tb->cfg, &sp->value_cfg[k], sp->field);
-        } else {
-            double u = bk_rng_uniform_at(s->seed, (uint64_t)p, (uint64_t)i), v;
-            if (sp->dist == SWEEP_DIST_LOG_UNIFORM) {
-                v = exp(log(sp->min) + u * (log(sp->max) - log(sp->min)));
-            } else if (sp->dist == SWEEP_DIST_INT_UNIFORM) {
-                v = sp->min + floor(u * (sp->max - sp->min + 1.0));
-                if (v > sp->max) v = sp->max;
-            } else {
-                v = sp->min + u * (sp->max - sp->min);
-            }
-            if (v < sp->min) v = sp->min;
-            if (v > sp->max) v = sp->max;
-            set_drawn(&tb->cfg, sp->field, v);
-        }
-        char text[1100], js[1400], line[1600];
-        cfg_format_value(&tb->cfg, sp->key, text, sizeof text);
-        snprintf(line, sizeof line, "%s: %s\n", sp->key, text);
-        if (buf_append(&tb->params, &tb->params_cap, &pl, line) < 0) return -1;
-        value_json(&tb->cfg, sp->field, js, sizeof js);
-        snprintf(line, sizeof line, "%s\"%s\": %s", p ? ", " : "", sp->key, js);
-        if (buf_append(&tb->json, &tb->json_cap, &jl, line) < 0) return -1;
-    }
-    if (buf_append(&tb->json, &tb->json_cap, &jl, "}") < 0) return -1;
-    return 0;
-}
-
-/* Calls fn with the trial in tb (built) as index i; with_text = 0 skips
- * the dump and hash (validation needs only the config). */
-static int emit_trial(trial_buf *tb, long long i, int with_text, sweep_trial_fn fn, void *ud,
-                      char *err, size_t errlen) {
-    sweep_trial t;
-    memset(&t, 0, sizeof t);
-    if (with_text) {
-        /* one dump per trial (into the buffer the last trial grew), and
-         * the hash from it: a dump is most of a trial's cost */
-        size_t need = cfg_dump(&tb->cfg, tb->dump, tb->dump ? tb->dump_cap : 0);
-        if (!tb->dump || need >= tb->dump_cap) {
-            if (buf_reserve(&tb->dump, &tb->dump_cap, need + 1) < 0) {
-                snprintf(err, errlen, "sweep_expand: out of memory");
-                return -1;
-            }
-            cfg_dump(&tb->cfg, tb->dump, need + 1);
-        }
-        cfg_hash_text(tb->dump, need, t.hash);
-    }
-    t.index = i;
-    t.config = &tb->cfg;
-    t.params = tb->params;
-    t.params_json = tb->json;
-    t.config_text = tb->dump ? tb->dump : "";
-    return fn(ud, &t);
-}
-
-static void trial_buf_free(trial_buf *tb) {
-    free(tb->params);
-    free(tb->json);
-    free(tb->dump);
-}
-
-static int expand_impl(const sweep_spec *s, int with_text, sweep_trial_fn fn, void *ud, char *err,
-                       size_t errlen) {
-    trial_buf tb;
-    memset(&tb, 0, sizeof tb);
-    int rc = 0;
-    long long n = s->is_sweep ? s->n_trials : 1;
-    for (long long i = 0; i < n && rc == 0; i++) {
-        if (build_trial(s, i, NULL, &tb) < 0) {
-            snprintf(err, errlen, "sweep_expand: out of memory");
-            rc = -1;
-            break;
-        }
-        rc = emit_trial(&tb, i, with_text, fn, ud, err, errlen);
-    }
-    trial_buf_free(&tb);
-    return rc;
-}
-
-int sweep_trial_at(const sweep_spec *s, long long index, const double *x, sweep_trial_fn fn,
-                   void *ud, char *err, size_t errlen) {
-    trial_buf tb;
-    memset(&tb, 0, sizeof tb);
-    int rc = build_trial(s, index, x, &tb);
-    if (rc < 0)
-        snprintf(err, errlen, "sweep_trial_at: out of memory");
-    else
-        rc = emit_trial(&tb, index, 1, fn, ud, err, errlen);
-    trial_buf_free(&tb);
-    return rc;
-}
-
-const char *sweep_method_name(sweep_method m) {
-    return m == SWEEP_GRID ? "grid" : m == SWEEP_RANDOM ? "random" : m == SWEEP_TPE ? "tpe" : "?";
-}
-
-const char *sweep_stop_name(sweep_stop_method m) {
-    static const char *const names[] = {"none", "median", "threshold", "asha"};
-    return (unsigned)m <= SWEEP_STOP_ASHA ? names[m] : "?";
-}
-
-int sweep_expand(const sweep_spec *s, sweep_trial_fn fn, void *ud, char *err, size_t errlen) {
-    return expand_impl(s, 1, fn, ud, err, errlen);
-}
-
-const char *sweep_dist_name(sweep_dist d) {
-    switch (d) {
-    case SWEEP_DIST_VALUES:
-        return "values";
-    case SWEEP_DIST_UNIFORM:
-        return "uniform";
-    case SWEEP_DIST_LOG_UNIFORM:
-        return "log_uniform";
-    case SWEEP_DIST_INT_UNIFORM:
-        return "int_uniform";
-    }
-    return "?";
-}
-
-/* ---------------------------------------------------- per-trial validation */
-
-#define MAX_DISTINCT 20
-typedef struct vstate {
-    ctx *x;
-    char *msg[MAX_DISTINCT];
-    long long first[MAX_DISTINCT], count[MAX_DISTINCT];
-    char *first_params[MAX_DISTINCT];
-    int n;
-    long long n_bad;
-    unsigned char *effective; /* per swept key: it changes some trial's run */
-} vstate;
-
-/* The node a validation message points at: the swept key it names, or that
- * key in base / top level, or the root. */
-static void msg_position(ctx *x, const char *msg, size_t *line, size_t *col) {
-    char key[128];
-    size_t i = 0;
-    while (msg[i] && msg[i] != ' ' && i + 1 < sizeof key) key[i] = msg[i], i++;
-    key[i] = '\0';
-    *line = x->root ? x->root->start_mark.line + 1 : 1;
-    *col = x->root ? x->root->start_mark.column + 1 : 1;
-    /* a swept key the message names is the likeliest culprit */
-    for (int p = 0; p < x->spec->n_params; p++) {
-        const char *hit = strstr(msg, x->spec->params[p].key);
-        size_t kl = strlen(x->spec->params[p].key);
-        if (hit && !(isalnum((unsigned char)hit[kl]) || hit[kl] == '_' || hit[kl] == '.')) {
-            *line = (size_t)x->spec->params[p].line;
-            *col = (size_t)x->spec->params[p].col;
-            return;
-        }
-    }
-    if (strcmp(key, "metric.name") == 0 && x->metric_line) {
-        *line = x->metric_line, *col = x->metric_col;
-        return;
-    }
-    if (strcmp(key, "early_stop.metric") == 0 && x->es_line) {
-        *line = x->es_line, *col = x->es_col;
-        return;
-    }
-    if (!cfg_key_known(key)) return;
-    for (int p = 0; p < x->spec->n_params; p++)
-        if (strcmp(x->spec->params[p].key, key) == 0) {
-            *line = (size_t)x->spec->params[p].line;
-            *col = (size_t)x->spec->params[p].col;
-            return;
-        }
-    yaml_node_t *k = NULL;
-    if (find_path(x, x->root, key, &k) || (x->base_node && find_path(x, x->base_node, key, &k))) {
-        *line = k->start_mark.line + 1;
-        *col = k->start_mark.column + 1;
-    }
-}
-
-/* 0 when the swept key changes nothing in trial config c: the head budget
- * keys outside a budgetformer run with budget.enabled. */
-static int key_has_effect(const char *key, const bf_config *c) {
-    if (strncmp(key, "budget.", 7) != 0) return 1;
-    if (strcmp(c->pipeline, "budgetformer") != 0) return 0;
-    return strcmp(key, "budget.enabled") == 0 || c->budget.enabled;
-}
-
-static int validate_trial(void *ud, const sweep_trial *t) {
-    vstate *v = ud;
-    sweep_spec *s = v->x->spec;
-    char err[4096];
-    for (int p = 0; v->effective && p < s->n_params; p++)
-        if (key_has_effect(s->params[p].key, t->config)) v->effective[p] = 1;
-    int bad = cfg_validate(t->config, err, sizeof err) != 0;
-    /* the job's metric must be one the trial writes */
-    const char *mnames[2] = {s->metric_name, s->early_stop.metric};
-    const char *mkeys[2] = {"metric.name", "early_stop.metric"};
-    for (int i = 0; i < 2; i++) {
-        char list[1024];
-        if (!mnames[i][0] || cfg_metric_produced(t->config, mnames[i], list, sizeof list)) continue;
-        if (i == 1 && strcmp(mnames[1], mnames[0]) == 0) continue; /* said once */
-        size_t l = bad ? strlen(err) : 0;
-        snprintf(err + l, sizeof err - l,
-                 "%s%s '%s' is never written by pipeline %s%s; it writes: %s", bad ? "\n" : "",
-                 mkeys[i], mnames[i], t->config->pipeline,
-                 strcmp(t->config->pipeline, "budgetformer") == 0 && !t->config->budget.enabled
-                     ? " with budget.enabled false"
-                     : "",
-                 list);
-        bad = 1;
-    }
-    if (!bad) return 0;
-    v->n_bad++;
-    /* one message per cross-key problem (one per line from cfg_validate) */
-    char *save = NULL;
-    for (char *m = strtok_r(err, "\n", &save); m; m = strtok_r(NULL, "\n", &save)) {
-        while (*m == ' ') m++;
-        int j;
-        for (j = 0; j < v->n; j++)
-            if (strcmp(v->msg[j], m) == 0) break;
-        if (j == v->n) {
-            if (v->n == MAX_DISTINCT) continue;
-            v->msg[j] = strdup(m);
-            v->first[j] = t->index;
-            v->count[j] = 0;
-            v->first_params[j] = strdup(t->params);
-            if (!v->msg[j] || !v->first_params[j]) continue;
-            v->n++;
-        }
-        v->count[j]++;
-    }
-    return 0;
-}
-
-static void validate_trials(ctx *x) {
-    sweep_spec *s = x->spec;
-    vstate v;
-    memset(&v, 0, sizeof v);
-    v.x = x;
-    char err[256];
-    long long n = s->is_sweep ? s->n_trials : 1;
-    v.effective = s->n_params ? calloc((size_t)s->n_params, 1) : NULL;
-    expand_impl(s, 0, validate_trial, &v, err, sizeof err);
-    for (int p = 0; v.effective && p < s->n_params; p++) {
-        if (v.effective[p]) continue;
-        char full[MSG_MAX + 600];
-        snprintf(full, sizeof full,
-                 "%s:%d:%d: %s is swept but changes nothing: %s; every value trains the same "
-                 "run (sweep it with pipeline budgetformer and budget.enabled: true, or drop it)",
-                 x->file, s->params[p].line, s->params[p].col, s->params[p].key,
-                 strcmp(s->base.pipeline, "budgetformer") != 0 ? "this pipeline has no head budget"
-                                                               : "budget.enabled is false");
-        errs_add(x->errs, full);
-    }
-    free(v.effective);
-    for (int j = 0; j < v.n; j++) {
-        size_t line, col;
-        msg_position(x, v.msg[j], &line, &col);
-        char full[MSG_MAX + 600];
-        if (v.count[j] == n || !s->is_sweep) {
-            snprintf(full, sizeof full, "%s:%zu:%zu: %s", x->file, line, col, v.msg[j]);
-        } else {
-            /* name the first failing trial by its swept values, one line */
-            char params[512];
-            snprintf(params, sizeof params, "%s", v.first_params[j]);
-            size_t pl = strlen(params);
-            if (pl && params[pl - 1] == '\n') params[--pl] = '\0';
-            for (char *c = params; *c; c++)
-                if (*c == '\n') *c = ',';
-            snprintf(full, sizeof full,
-                     "%s:%zu:%zu: %s (in %lld of %lld trials; first: trial %lld, %s)", x->file,
-                     line, col, v.msg[j], v.count[j], n, v.first[j], params);
-        }
-        errs_add(x->errs, full);
-        free(v.msg[j]);
-        free(v.first_params[j]);
-    }
+        sweep_err_at(
+            x, mins ? mins : v,
+            "early_stop: method asha needs 'min_steps: R' >= 1, the step of the first rung "
+            "(rungs are at R, R*eta, R*eta^2, ... steps)");
 }
 
 /* ------------------------------------------------------------------- load */
@@ -1135,11 +245,11 @@ static void default_name(sweep_spec *s, const char *file) {
 /* Records that config key `key` is set at top level at node n; reports a
  * second setting of it (a section and a dotted key naming the same key), with
  * the worker's wording. Returns 1 for a duplicate. */
-static int top_dup(ctx *x, const char *key, const yaml_node_t *n) {
+static int top_dup(sweep_ctx *x, const char *key, const yaml_node_t *n) {
     for (int i = 0; i < x->n_top; i++)
         if (strcmp(x->top_key[i], key) == 0) {
-            err_at(x, n, "duplicate key '%s' (first set at line %zu, column %zu)", key,
-                   x->top_line[i], x->top_col[i]);
+            sweep_err_at(x, n, "duplicate key '%s' (first set at line %zu, column %zu)", key,
+                         x->top_line[i], x->top_col[i]);
             return 1;
         }
     if (x->n_top < (int)(sizeof x->top_key / sizeof x->top_key[0])) {
@@ -1151,19 +261,82 @@ static int top_dup(ctx *x, const char *key, const yaml_node_t *n) {
     return 0;
 }
 
-static void load_doc(ctx *x) {
+/* A config key at top level (pipeline, data, model, ...), or a section of
+ * them: it must not also be set in base, where it would be ambiguous. */
+static void load_top_config(sweep_ctx *x, yaml_node_t *k, yaml_node_t *v) {
+    sweep_spec *s = x->spec;
+    const char *key = sval(k);
+    const char *sub_keys[64];
+    char full[64][128];
+    int nk = 0;
+    if (cfg_key_known(key)) {
+        snprintf(full[0], sizeof full[0], "%s", key);
+        sub_keys[nk++] = full[0];
+    } else {
+        for (yaml_node_pair_t *q = v->data.mapping.pairs.start;
+             q < v->data.mapping.pairs.top && nk < 64; q++) {
+            yaml_node_t *qk = node(x, q->key);
+            if (!qk || qk->type != YAML_SCALAR_NODE) continue;
+            snprintf(full[nk], sizeof full[nk], "%s.%s", key, sval(qk));
+            sub_keys[nk] = full[nk];
+            nk++;
+        }
+    }
+    int clash = 0;
+    for (int i = 0; i < nk && !clash; i++) {
+        yaml_node_t *bk = NULL;
+        if (x->base_node && sweep_find_path(x, x->base_node, sub_keys[i], &bk)) {
+            sweep_err_at(x, k, "'%s' is set both at top level and in base (line %zu); set it once",
+                         sub_keys[i], bk->start_mark.line + 1);
+            clash = 1;
+        }
+    }
+    if (!clash) {
+        char err[SWEEP_MSG_MAX];
+        /* sections report every error through a one-key mapping load */
+        if (cfg_key_known(key)) {
+            if (!top_dup(x, key, k) &&
+                cfg_set_node(&s->base, key, x->doc, v, x->file, err, sizeof err) < 0)
+                sweep_errs_add(x->errs, err);
+        } else {
+            yaml_document_t *d = x->doc;
+            /* load the section mapping with its prefix: walk its pairs */
+            for (yaml_node_pair_t *q = v->data.mapping.pairs.start; q < v->data.mapping.pairs.top;
+                 q++) {
+                yaml_node_t *qk = node(x, q->key), *qv = node(x, q->value);
+                if (!qk || qk->type != YAML_SCALAR_NODE || sweep_key_is_dup(x, v, q)) {
+                    if (qk && qk->type == YAML_SCALAR_NODE) sweep_check_keys(x, v);
+                    continue;
+                }
+                char fk[256];
+                snprintf(fk, sizeof fk, "%s.%s", key, sval(qk));
+                if (!cfg_key_known(fk)) {
+                    /* position at the key, with the schema's suggestion */
+                    if (cfg_set_node(&s->base, fk, d, qk, x->file, err, sizeof err) < 0)
+                        sweep_errs_add(x->errs, err);
+                } else if (!top_dup(x, fk, qk) &&
+                           cfg_set_node(&s->base, fk, d, qv, x->file, err, sizeof err) < 0) {
+                    sweep_errs_add(x->errs, err);
+                }
+            }
+        }
+    }
+}
+
+static void load_doc(sweep_ctx *x) {
     sweep_spec *s = x->spec;
     yaml_node_t *root = x->root;
-    check_keys(x, root);
+    sweep_check_keys(x, root);
     yaml_node_pair_t *p;
     /* pass 1: base, so top-level config keys can be checked against it */
     for (p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top; p++) {
-        if (key_is_dup(x, root, p)) continue;
+        if (sweep_key_is_dup(x, root, p)) continue;
         yaml_node_t *k = node(x, p->key), *v = node(x, p->value);
         if (strcmp(sval(k), "base") == 0) {
             x->base_node = v;
             if (v->type != YAML_MAPPING_NODE)
-                err_at(x, v, "base: expected a mapping of config keys, got %s", kind_name(v));
+                sweep_err_at(x, v, "base: expected a mapping of config keys, got %s",
+                             sweep_kind_name(v));
             else
                 cfg_load_node(&s->base, x->doc, v, x->file, errs_sink, x->errs);
         }
@@ -1171,14 +344,14 @@ static void load_doc(ctx *x) {
     /* pass 2: everything else, in file order */
     yaml_node_t *sweep = NULL, *metric = NULL;
     for (p = root->data.mapping.pairs.start; p < root->data.mapping.pairs.top; p++) {
-        if (key_is_dup(x, root, p)) continue;
+        if (sweep_key_is_dup(x, root, p)) continue;
         yaml_node_t *k = node(x, p->key), *v = node(x, p->value);
         const char *key = sval(k);
         long long n;
         if (strcmp(key, "base") == 0) {
             continue;
         } else if (strcmp(key, "name") == 0) {
-            get_name(x, v, "name", s->name, sizeof s->name, "._-");
+            sweep_get_name(x, v, "name", s->name, sizeof s->name, "._-");
         } else if (strcmp(key, "sweep") == 0) {
             sweep = v;
         } else if (strcmp(key, "metric") == 0) {
@@ -1186,70 +359,13 @@ static void load_doc(ctx *x) {
         } else if (strcmp(key, "resources") == 0) {
             parse_resources(x, v);
         } else if (strcmp(key, "retries") == 0) {
-            if (get_int(x, v, "retries", 0, 100, &n) == 0) s->retries = (int)n;
+            if (sweep_get_int(x, v, "retries", 0, 100, &n) == 0) s->retries = (int)n;
         } else if (strcmp(key, "priority") == 0) {
-            if (get_int(x, v, "priority", -1000, 1000, &n) == 0) s->priority = (int)n;
+            if (sweep_get_int(x, v, "priority", -1000, 1000, &n) == 0) s->priority = (int)n;
         } else if (strcmp(key, "early_stop") == 0) {
             parse_early_stop(x, v);
         } else if (cfg_key_known(key) || (cfg_is_section(key) && v->type == YAML_MAPPING_NODE)) {
-            /* a config key at top level (pipeline, data, model, ...): it must
-             * not also be set in base, where it would be ambiguous */
-            const char *sub_keys[64];
-            char full[64][128];
-            int nk = 0;
-            if (cfg_key_known(key)) {
-                snprintf(full[0], sizeof full[0], "%s", key);
-                sub_keys[nk++] = full[0];
-            } else {
-                for (yaml_node_pair_t *q = v->data.mapping.pairs.start;
-                     q < v->data.mapping.pairs.top && nk < 64; q++) {
-                    yaml_node_t *qk = node(x, q->key);
-                    if (!qk || qk->type != YAML_SCALAR_NODE) continue;
-                    snprintf(full[nk], sizeof full[nk], "%s.%s", key, sval(qk));
-                    sub_keys[nk] = full[nk];
-                    nk++;
-                }
-            }
-            int clash = 0;
-            for (int i = 0; i < nk && !clash; i++) {
-                yaml_node_t *bk = NULL;
-                if (x->base_node && find_path(x, x->base_node, sub_keys[i], &bk)) {
-                    err_at(x, k,
-                           "'%s' is set both at top level and in base (line %zu); set it once",
-                           sub_keys[i], bk->start_mark.line + 1);
-                    clash = 1;
-                }
-            }
-            if (!clash) {
-                char err[MSG_MAX];
-                /* sections report every error through a one-key mapping load */
-                if (cfg_key_known(key)) {
-                    if (!top_dup(x, key, k) &&
-                        cfg_set_node(&s->base, key, x->doc, v, x->file, err, sizeof err) < 0)
-                        errs_add(x->errs, err);
-                } else {
-                    yaml_document_t *d = x->doc;
-                    /* load the section mapping with its prefix: walk its pairs */
-                    for (yaml_node_pair_t *q = v->data.mapping.pairs.start;
-                         q < v->data.mapping.pairs.top; q++) {
-                        yaml_node_t *qk = node(x, q->key), *qv = node(x, q->value);
-                        if (!qk || qk->type != YAML_SCALAR_NODE || key_is_dup(x, v, q)) {
-                            if (qk && qk->type == YAML_SCALAR_NODE) check_keys(x, v);
-                            continue;
-                        }
-                        char fk[256];
-                        snprintf(fk, sizeof fk, "%s.%s", key, sval(qk));
-                        if (!cfg_key_known(fk)) {
-                            /* position at the key, with the schema's suggestion */
-                            if (cfg_set_node(&s->base, fk, d, qk, x->file, err, sizeof err) < 0)
-                                errs_add(x->errs, err);
-                        } else if (!top_dup(x, fk, qk) && cfg_set_node(&s->base, fk, d, qv, x->file,
-                                                                       err, sizeof err) < 0) {
-                            errs_add(x->errs, err);
-                        }
-                    }
-                }
-            }
+            load_top_config(x, k, v);
         } else {
             unknown_top(x, k, key);
         }
@@ -1270,16 +386,17 @@ static void load_doc(ctx *x) {
         if (s->early_stop.reduction_factor == 0) s->early_stop.reduction_factor = 3;
         if (s->early_stop.max_steps == 0) s->early_stop.max_steps = s->base.train.steps;
         if (s->early_stop.min_steps >= 1 && s->early_stop.max_steps <= s->early_stop.min_steps)
-            err_at(x, x->root,
-                   "early_stop: min_steps %d is not below max_steps %lld (default train.steps): "
-                   "there is no rung to stop at",
-                   s->early_stop.min_steps, s->early_stop.max_steps);
+            sweep_err_at(
+                x, x->root,
+                "early_stop: min_steps %d is not below max_steps %lld (default train.steps): "
+                "there is no rung to stop at",
+                s->early_stop.min_steps, s->early_stop.max_steps);
     }
     if (s->early_stop.method == SWEEP_STOP_MEDIAN && s->early_stop.min_trials == 0)
         s->early_stop.min_trials = 3;
     if (sweep) {
         s->is_sweep = 1;
-        parse_sweep(x, sweep);
+        sweep_parse_space(x, sweep);
     } else {
         s->n_trials = 1;
     }
@@ -1288,7 +405,7 @@ static void load_doc(ctx *x) {
 int sweep_load_string(const char *text, size_t len, const char *file, sweep_spec **out,
                       sweep_errors *errs) {
     *out = NULL;
-    char line[MSG_MAX + CFG_PATH_MAX];
+    char line[SWEEP_MSG_MAX + CFG_PATH_MAX];
     if (!file) file = "sweep";
     /* text holds len bytes and need not end in a NUL (fuzz_sweep found
      * strspn reading past them) */
@@ -1299,53 +416,54 @@ int sweep_load_string(const char *text, size_t len, const char *file, sweep_spec
                  "%s:1:1: empty sweep file: expected a mapping with base/sweep "
                  "keys, or a config",
                  file);
-        errs_add(errs, line);
+        sweep_errs_add(errs, line);
         return -1;
     }
     if (memchr(text, '\0', len)) {
         snprintf(line, sizeof line, "%s:1:1: not a text file (NUL byte at offset %zu)", file,
                  (size_t)((const char *)memchr(text, '\0', len) - text));
-        errs_add(errs, line);
+        sweep_errs_add(errs, line);
         return -1;
     }
     yaml_document_t doc;
     if (cfg_yaml_parse(&doc, text, len, file, 1, line, sizeof line) < 0) {
-        errs_add(errs, line);
+        sweep_errs_add(errs, line);
         return -1;
     }
     int before = errs->total;
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     sweep_spec *s = calloc(1, sizeof *s);
-    char err[MSG_MAX];
+    char err[SWEEP_MSG_MAX];
     if (!s) {
         snprintf(line, sizeof line, "%s:1:1: out of memory", file);
-        errs_add(errs, line);
+        sweep_errs_add(errs, line);
     } else if (!root || (root->type == YAML_SCALAR_NODE && root->data.scalar.length == 0)) {
         snprintf(line, sizeof line,
                  "%s:1:1: empty sweep file: expected a mapping with base/sweep "
                  "keys, or a config",
                  file);
-        errs_add(errs, line);
+        sweep_errs_add(errs, line);
     } else if (cfg_yaml_check_expansion(&doc, file, err, sizeof err) < 0) {
-        errs_add(errs, err);
+        sweep_errs_add(errs, err);
     } else if (root->type != YAML_MAPPING_NODE) {
         snprintf(line, sizeof line,
                  "%s:%zu:%zu: expected a mapping at top level (name, base, "
                  "sweep, ...), got %s",
-                 file, root->start_mark.line + 1, root->start_mark.column + 1, kind_name(root));
-        errs_add(errs, line);
+                 file, root->start_mark.line + 1, root->start_mark.column + 1,
+                 sweep_kind_name(root));
+        sweep_errs_add(errs, line);
     } else {
         snprintf(s->file, sizeof s->file, "%s", file);
         cfg_defaults(&s->base);
         default_name(s, file);
         s->resources.ranks = 1;
         s->resources.cpus_per_rank = 1;
-        ctx x;
+        sweep_ctx x;
         memset(&x, 0, sizeof x);
         x.doc = &doc, x.file = file, x.errs = errs, x.spec = s, x.root = root;
         load_doc(&x);
         /* cross-key checks per trial, only once every key parsed */
-        if (errs->total == before) validate_trials(&x);
+        if (errs->total == before) sweep_check_trials(&x);
     }
     yaml_document_delete(&doc);
     if (errs->total != before) {
@@ -1358,28 +476,28 @@ int sweep_load_string(const char *text, size_t len, const char *file, sweep_spec
 
 int sweep_load_file(const char *path, sweep_spec **out, sweep_errors *errs) {
     *out = NULL;
-    char line[MSG_MAX + CFG_PATH_MAX];
+    char line[SWEEP_MSG_MAX + CFG_PATH_MAX];
     struct stat st;
     if (stat(path, &st) != 0) {
         snprintf(line, sizeof line, "%s:1:1: cannot open: %s", path, strerror(errno));
-        errs_add(errs, line);
+        sweep_errs_add(errs, line);
         return -1;
     }
     if (!S_ISREG(st.st_mode)) {
         snprintf(line, sizeof line, "%s:1:1: not a regular file", path);
-        errs_add(errs, line);
+        sweep_errs_add(errs, line);
         return -1;
     }
     if (st.st_size > (off_t)SWEEP_FILE_MAX) {
         snprintf(line, sizeof line, "%s:1:1: file is %lld bytes; sweep files are limited to 1 MiB",
                  path, (long long)st.st_size);
-        errs_add(errs, line);
+        sweep_errs_add(errs, line);
         return -1;
     }
     FILE *fp = fopen(path, "rb");
     if (!fp) {
         snprintf(line, sizeof line, "%s:1:1: cannot open: %s", path, strerror(errno));
-        errs_add(errs, line);
+        sweep_errs_add(errs, line);
         return -1;
     }
     char *buf = malloc(SWEEP_FILE_MAX + 1);
@@ -1389,7 +507,7 @@ int sweep_load_file(const char *path, sweep_spec **out, sweep_errors *errs) {
     if (bad || n > SWEEP_FILE_MAX) {
         snprintf(line, sizeof line, "%s:1:1: %s", path,
                  bad ? "read error" : "file is over 1 MiB; sweep files are limited to 1 MiB");
-        errs_add(errs, line);
+        sweep_errs_add(errs, line);
         free(buf);
         return -1;
     }

@@ -1,0 +1,154 @@
+/* store_sql.c — the statement helpers every file of the store shares (see
+ * store_priv.h): prepare, step, run SQL text, transactions, the event log,
+ * reading columns and whole result sets into arrays. It knows no table but
+ * events and writes nothing else: what a row means belongs to the file that
+ * keeps it. */
+#include "jobs/store_priv.h"
+#include "common/errbuf.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+double store_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int store_sqlfail(store *s, char *err, size_t errlen, const char *call) {
+    return bf_fail(err, errlen, "%s: %s", call, sqlite3_errmsg(s->db));
+}
+
+int store_step_done(store *s, sqlite3_stmt *st, const char *call, char *err, size_t errlen) {
+    int rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE ? 0 : store_sqlfail(s, err, errlen, call);
+}
+
+int store_exec(store *s, const char *sql, char *err, size_t errlen) {
+    char *msg = NULL;
+    if (sqlite3_exec(s->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+        bf_fail(err, errlen, "sqlite3_exec(%.60s...): %s", sql, msg ? msg : sqlite3_errmsg(s->db));
+        sqlite3_free(msg);
+        return -1;
+    }
+    return 0;
+}
+
+int store_prepare(store *s, const char *sql, sqlite3_stmt **st, char *err, size_t errlen) {
+    if (sqlite3_prepare_v2(s->db, sql, -1, st, NULL) != SQLITE_OK)
+        return bf_fail(err, errlen, "sqlite3_prepare_v2(%.60s...): %s", sql, sqlite3_errmsg(s->db));
+    return 0;
+}
+
+int store_begin(store *s, char *err, size_t errlen) {
+    return store_exec(s, "BEGIN IMMEDIATE", err, errlen);
+}
+
+int store_commit(store *s, char *err, size_t errlen) {
+    return store_exec(s, "COMMIT", err, errlen);
+}
+
+void store_rollback(store *s) {
+    /* after a failed statement SQLite may already have rolled back; then this
+     * reports "no transaction is active", which is what we wanted anyway */
+    sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+    s->n_names = 0; /* ids inserted in the rolled-back transaction are gone */
+}
+
+int store_event(store *s, int64_t job, int64_t trial, const char *kind, const char *msg, char *err,
+                size_t errlen) {
+    sqlite3_stmt *st;
+    if (store_prepare(
+            s, "INSERT INTO events(time, job, trial, kind, message) VALUES (?1, ?2, ?3, ?4, ?5)",
+            &st, err, errlen) < 0)
+        return -1;
+    sqlite3_bind_double(st, 1, store_now());
+    if (job > 0) sqlite3_bind_int64(st, 2, job);
+    if (trial > 0) sqlite3_bind_int64(st, 3, trial);
+    sqlite3_bind_text(st, 4, kind, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 5, msg ? msg : "", -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st) == SQLITE_DONE
+                 ? 0
+                 : store_sqlfail(s, err, errlen, "sqlite3_step(INSERT INTO events)");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+char *store_col_dup(sqlite3_stmt *st, int i) {
+    const unsigned char *v = sqlite3_column_text(st, i);
+    return v ? strdup((const char *)v) : NULL;
+}
+
+void store_col_text(sqlite3_stmt *st, int i, char *buf, size_t len) {
+    const unsigned char *v = sqlite3_column_text(st, i);
+    snprintf(buf, len, "%s", v ? (const char *)v : "");
+}
+
+void *store_grow(void *p, size_t *cap, size_t used, size_t elem, size_t first) {
+    if (used < *cap) return p;
+    size_t nc = *cap ? 2 * *cap : first;
+    void *n = realloc(p, nc * elem);
+    if (n) *cap = nc;
+    return n;
+}
+
+int store_rows(store *s, sqlite3_stmt *st, size_t elem, size_t first, store_row_fn row, void *ud,
+               store_release_fn release, void **out, size_t *n, const char *what, char *err,
+               size_t errlen) {
+    char *rows = NULL;
+    size_t cnt = 0, cap = 0;
+    int rc, oom = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        char *g = store_grow(rows, &cap, cnt, elem, first);
+        if (!g) {
+            oom = 1;
+            break;
+        }
+        rows = g;
+        memset(rows + cnt * elem, 0, elem);
+        row(st, rows + cnt * elem, ud);
+        cnt++;
+    }
+    if (oom || rc != SQLITE_DONE) {
+        if (oom)
+            bf_fail(err, errlen, "%s: out of memory", what);
+        else
+            bf_fail(err, errlen, "sqlite3_step(%s): %s", what, sqlite3_errmsg(s->db));
+        if (release)
+            release(rows, cnt);
+        else
+            free(rows);
+        sqlite3_finalize(st);
+        return -1;
+    }
+    sqlite3_finalize(st);
+    *out = rows;
+    *n = cnt;
+    return 0;
+}
+
+static void read_id(sqlite3_stmt *st, void *row, void *ud) {
+    (void)ud;
+    *(int64_t *)row = sqlite3_column_int64(st, 0);
+}
+
+static void read_value(sqlite3_stmt *st, void *row, void *ud) {
+    (void)ud;
+    *(double *)row = sqlite3_column_double(st, 0);
+}
+
+int store_collect_column(store *s, sqlite3_stmt *st, int64_t **ids, double **vals, size_t *n,
+                         const char *what, char *err, size_t errlen) {
+    void *arr = NULL;
+    if (store_rows(s, st, ids ? sizeof **ids : sizeof **vals, 16, ids ? read_id : read_value, NULL,
+                   NULL, &arr, n, what, err, errlen) < 0)
+        return -1;
+    if (ids)
+        *ids = arr;
+    else
+        *vals = arr;
+    return 0;
+}
