@@ -4,7 +4,7 @@
  * libzmq consults for each new connection). Every message is validated
  * (protocol/proto.h) and answered; a bad one gets an error reply and the
  * loop goes on. */
-#include "daemon/bfd.h"
+#include "daemon/bfd_priv.h"
 #include "common/errbuf.h"
 
 #include <dirent.h>
@@ -33,80 +33,6 @@
 #include "jobs/sweep.h"
 #include "protocol/proto.h"
 
-#define MAX_CLIENT_KEYS 256
-#define ROUND_MAX_MSGS 256      /* worker messages handled per poll round */
-#define ROUND_MAX_POINTS 200000 /* points per round (one transaction) */
-#define HISTORY_MAX_ROWS 50000  /* metric rows read per `metrics` reply */
-#define LOG_CHUNK 65536
-
-typedef struct run {
-    int64_t trial, job;
-    int attempt, ranks;
-    char token[PROTO_TOKEN_LEN + 1];
-    pid_t pid; /* process group leader (setsid) */
-    int is_child;
-    int gpus[BFD_MAX_GPUS], n_gpus;
-    double started, last_seen, last_alive_check;
-    unsigned char ident[PROTO_MAX_IDENT];
-    size_t ident_len;
-    int stop_requested;
-    int stop_sent;         /* on this connection of the worker */
-    char stop_reason[320]; /* an early-stop decision (committed), "" for bfctl stop */
-    int ending;            /* outcome recorded; waiting for the process to go */
-    double kill_at;        /* when to SIGKILL the group (0: not scheduled) */
-    int done_state;        /* from `done`: -1 none, 0 completed, 1 preempted, 2 failed */
-    int64_t acked;         /* highest contiguous seq stored; -1 not loaded yet */
-    /* launcher: slurm (pid is 0: the worker runs on a compute node) */
-    char slurm_job[SLURM_JOB_ID_MAX]; /* "" for a local run */
-    int slurm_phase;                  /* last slurm_phase seen (SLURM_QUEUED at submit) */
-    double next_poll;                 /* when to ask scontrol again */
-    /* s2s: the shared stage this attempt runs (stage_key "" for a whole trial) */
-    char stage[16], stage_key[17], stage_dir[32];
-    int stage_last;     /* the trial's last stage (eval): done means the trial is */
-    char done_msg[256]; /* the worker's message in `done` (why it failed), "" none */
-} run;
-
-typedef struct batch {
-    proto_msg msg;
-    size_t run_ix;
-    proto_point *pts;
-    size_t n;
-    int64_t prev_acked; /* the run's acked before this batch */
-    int gap;
-} batch;
-
-typedef struct bfd {
-    const bfd_opts *o;
-    const bfd_config *c;
-    store *st;
-    dstate *ds;
-    void *ctx, *ctl, *wrk, *pub, *zap;
-    char ep_ctl[1200], ep_wrk[1200], ep_pub[1200];
-    char tcp_ctl[300], tcp_wrk[300], tcp_pub[300];
-    int sigpipe[2];
-    run *runs;
-    size_t n_runs, cap_runs;
-    int dirty; /* something changed that may let a trial start */
-    double started, last_sched;
-    int quit;
-    char client_keys[MAX_CLIENT_KEYS][41];
-    int n_client_keys;
-    batch batches[ROUND_MAX_MSGS];
-    size_t n_batches;
-    /* replies to clients that have gone: counted, logged as one summary line
-     * per UNSENT_LOG_EVERY seconds rather than one line each */
-    long long unsent, unsent_logged;
-    double unsent_since;
-    char unsent_err[256];
-    adaptive *ad;   /* early stops and tpe proposals (daemon/adaptive.h) */
-    exp_tb *tb;     /* TensorBoard files ($BF_HOME/tensorboard) */
-    prom *prom;     /* Prometheus /metrics (NULL: off) */
-    double prom_at; /* last snapshot */
-    submitq *sq;    /* submits parsed, expanded and stored off the loop */
-} bfd;
-
-#define UNSENT_LOG_EVERY 10.0
-
 static volatile sig_atomic_t g_sigfd = -1;
 
 static void on_signal(int sig) {
@@ -119,7 +45,7 @@ static void on_signal(int sig) {
     errno = saved;
 }
 
-static double now_s(void) {
+double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
@@ -127,7 +53,7 @@ static double now_s(void) {
 
 static const bfd_opts *g_opts;
 
-static void logf_(const char *fmt, ...) {
+void bfd_log(const char *fmt, ...) {
     if (g_opts && g_opts->quiet) return;
     char when[32];
     time_t t = time(NULL);
@@ -148,8 +74,8 @@ static void logf_(const char *fmt, ...) {
  * first is logged at once, the rest by log_unsent as a count. */
 static void note_unsent(bfd *d, const char *type, const char *err) {
     if (d->unsent++ == 0 && d->unsent_logged == 0) {
-        logf_("reply %s not sent: %s (further ones are counted and logged every %.0f s)", type, err,
-              UNSENT_LOG_EVERY);
+        bfd_log("reply %s not sent: %s (further ones are counted and logged every %.0f s)", type,
+                err, UNSENT_LOG_EVERY);
         d->unsent_logged = 1;
     }
     if (!d->unsent_since) d->unsent_since = now_s();
@@ -161,8 +87,8 @@ static void note_unsent(bfd *d, const char *type, const char *err) {
 static void log_unsent(bfd *d, int force) {
     long long n = d->unsent - d->unsent_logged;
     if (n <= 0 || (!force && now_s() - d->unsent_since < UNSENT_LOG_EVERY)) return;
-    logf_("%lld repl%s not sent in the last %.0f s (clients gone before their reply; last: %s)", n,
-          n == 1 ? "y" : "ies", now_s() - d->unsent_since, d->unsent_err);
+    bfd_log("%lld repl%s not sent in the last %.0f s (clients gone before their reply; last: %s)",
+            n, n == 1 ? "y" : "ies", now_s() - d->unsent_since, d->unsent_err);
     d->unsent_logged = d->unsent;
     d->unsent_since = 0;
 }
@@ -209,7 +135,7 @@ static const char *log_escape(const char *s, char *out, size_t outlen) {
 static void publish(bfd *d, const char *topic, const char *type, json_t *body) {
     char err[256];
     if (proto_send(d->pub, NULL, topic, type, body, ZMQ_DONTWAIT, err, sizeof err))
-        logf_("publish %s not sent: %s", topic, err);
+        bfd_log("publish %s not sent: %s", topic, err);
 }
 
 static void publish_event(bfd *d, int64_t job, int64_t trial, const char *state, int attempt,
@@ -249,9 +175,9 @@ static run *add_run(bfd *d) {
 
 static void remove_run(bfd *d, run *r) {
     char err[512];
-    if (dstate_run_del(d->ds, r->trial, err, sizeof err)) logf_("%s", err);
+    if (dstate_run_del(d->ds, r->trial, err, sizeof err)) bfd_log("%s", err);
     if (exp_tb_trial_end(d->tb, d->st, r->trial, now_s(), err, sizeof err))
-        logf_("tensorboard, trial %lld: %s", (long long)r->trial, err);
+        bfd_log("tensorboard, trial %lld: %s", (long long)r->trial, err);
     size_t i = (size_t)(r - d->runs);
     d->runs[i] = d->runs[--d->n_runs];
     d->dirty = 1;
@@ -297,12 +223,12 @@ static void kill_group(bfd *d, run *r, int sig) {
         char err[1024];
         int term = sig == SIGTERM && r->slurm_phase == SLURM_RUNNING;
         if (slurm_cancel(d->c->scancel, r->slurm_job, term, err, sizeof err))
-            logf_("trial %lld: %s", (long long)r->trial, err);
+            bfd_log("trial %lld: %s", (long long)r->trial, err);
         r->next_poll = now_s() + 0.5;
         return;
     }
     if (r->pid > 0 && kill(-r->pid, sig) != 0 && errno != ESRCH)
-        logf_("kill(-%d, %d): %s", (int)r->pid, sig, strerror(errno));
+        bfd_log("kill(-%d, %d): %s", (int)r->pid, sig, strerror(errno));
 }
 
 /* Records that the attempt failed (retry when left) and publishes it. */
@@ -316,11 +242,11 @@ static void record_failure(bfd *d, run *r, const char *why) {
         return;
     }
     if (store_trial_fail(d->st, r->trial, why, &requeued, err, sizeof err)) {
-        logf_("trial %lld: %s", (long long)r->trial, err);
+        bfd_log("trial %lld: %s", (long long)r->trial, err);
         return;
     }
-    logf_("trial %lld attempt %d failed: %s%s", (long long)r->trial, r->attempt, why,
-          requeued ? " (retrying)" : "");
+    bfd_log("trial %lld attempt %d failed: %s%s", (long long)r->trial, r->attempt, why,
+            requeued ? " (retrying)" : "");
     publish_event(d, r->job, r->trial, requeued ? "PENDING" : "FAILED", r->attempt, why);
     d->dirty = 1;
 }
@@ -328,11 +254,11 @@ static void record_failure(bfd *d, run *r, const char *why) {
 static void record_state(bfd *d, run *r, trial_state to, const char *why) {
     char err[512];
     if (store_trial_transition(d->st, r->trial, to, why, err, sizeof err)) {
-        logf_("trial %lld: %s", (long long)r->trial, err);
+        bfd_log("trial %lld: %s", (long long)r->trial, err);
         return;
     }
-    logf_("trial %lld attempt %d: %s (%s)", (long long)r->trial, r->attempt, store_state_name(to),
-          why);
+    bfd_log("trial %lld attempt %d: %s (%s)", (long long)r->trial, r->attempt, store_state_name(to),
+            why);
     publish_event(d, r->job, r->trial, store_state_name(to), r->attempt, why);
     d->dirty = 1;
 }
@@ -344,10 +270,10 @@ static void record_preempted(bfd *d, run *r) {
     char err[512];
     const char *why = "preempted (exit status 75); resumes from checkpoint";
     if (store_trial_preempt(d->st, r->trial, why, err, sizeof err)) {
-        logf_("trial %lld: %s", (long long)r->trial, err);
+        bfd_log("trial %lld: %s", (long long)r->trial, err);
         return;
     }
-    logf_("trial %lld attempt %d: %s", (long long)r->trial, r->attempt, why);
+    bfd_log("trial %lld attempt %d: %s", (long long)r->trial, r->attempt, why);
     publish_event(d, r->job, r->trial, "PENDING", r->attempt, why);
     d->dirty = 1;
 }
@@ -380,7 +306,7 @@ static void record_completed(bfd *d, run *r, const char *why) {
     char err[1024], msg[512];
     store_stage st;
     int rc = store_trial_running_stage(d->st, r->trial, &st, err, sizeof err);
-    if (rc < 0) logf_("trial %lld: %s", (long long)r->trial, err);
+    if (rc < 0) bfd_log("trial %lld: %s", (long long)r->trial, err);
     if (rc != 0) {
         record_state(d, r, TRIAL_COMPLETED, why);
         return;
@@ -397,10 +323,10 @@ static void record_completed(bfd *d, run *r, const char *why) {
     snprintf(msg, sizeof msg, "stage %s %s done (%s); next: %s", st.name, st.key, why,
              s2s_stage_name(st.idx + 1));
     if (store_trial_stage_done(d->st, r->trial, msg, err, sizeof err)) {
-        logf_("trial %lld: %s", (long long)r->trial, err);
+        bfd_log("trial %lld: %s", (long long)r->trial, err);
         return;
     }
-    logf_("trial %lld attempt %d: %s", (long long)r->trial, r->attempt, msg);
+    bfd_log("trial %lld attempt %d: %s", (long long)r->trial, r->attempt, msg);
     publish_event(d, r->job, r->trial, "PENDING", r->attempt, msg);
     d->dirty = 1;
 }
@@ -560,8 +486,8 @@ static int launch_slurm(bfd *d, run *r, const store_job *j, const char *out, con
         int64_t trial = r->trial;
         int rq;
         remove_run(d, r);
-        if (store_trial_fail(d->st, trial, why, &rq, err, sizeof err)) logf_("%s", err);
-        logf_("trial %lld: %s", (long long)trial, why);
+        if (store_trial_fail(d->st, trial, why, &rq, err, sizeof err)) bfd_log("%s", err);
+        bfd_log("trial %lld: %s", (long long)trial, why);
         return -1;
     }
     memcpy(r->slurm_job, id, sizeof id);
@@ -570,11 +496,11 @@ static int launch_slurm(bfd *d, run *r, const store_job *j, const char *out, con
     dstate_run dr = {.trial = r->trial, .attempt = r->attempt, .pid = 0, .started = r->started};
     memcpy(dr.token, r->token, sizeof dr.token);
     memcpy(dr.slurm_job, id, sizeof id);
-    if (dstate_run_put(d->ds, &dr, err, sizeof err)) logf_("%s", err);
+    if (dstate_run_put(d->ds, &dr, err, sizeof err)) bfd_log("%s", err);
     char msg[128];
     snprintf(msg, sizeof msg, "submitted to Slurm as job %s", id);
-    logf_("trial %lld attempt %d: %s, %d rank%s", (long long)r->trial, r->attempt, msg, j->ranks,
-          j->ranks == 1 ? "" : "s");
+    bfd_log("trial %lld attempt %d: %s, %d rank%s", (long long)r->trial, r->attempt, msg, j->ranks,
+            j->ranks == 1 ? "" : "s");
     publish_event(d, r->job, r->trial, "RUNNING", r->attempt, msg);
     return 0;
 }
@@ -585,7 +511,7 @@ static int launch(bfd *d, const store_trial *t, const store_job *j, const int *g
                   int stage) {
     char err[1024], token[PROTO_TOKEN_LEN + 1];
     if (proto_random_token(token, err, sizeof err)) {
-        logf_("trial %lld: %s", (long long)t->id, err);
+        bfd_log("trial %lld: %s", (long long)t->id, err);
         return -1;
     }
     char out[1200], logs[1200], logp[1300], cwd[1100];
@@ -593,11 +519,11 @@ static int launch(bfd *d, const store_trial *t, const store_job *j, const int *g
     snprintf(logs, sizeof logs, "%s/logs", d->o->home);
     snprintf(logp, sizeof logp, "%s/%lld.log", logs, (long long)t->id);
     if (make_dir(logs, 0700, err, sizeof err) || make_dir(out, 0700, err, sizeof err)) {
-        logf_("trial %lld: %s", (long long)t->id, err);
+        bfd_log("trial %lld: %s", (long long)t->id, err);
         return -1;
     }
     if (dstate_job_cwd(d->ds, t->job_id, cwd, sizeof cwd, err, sizeof err)) {
-        logf_("%s", err);
+        bfd_log("%s", err);
         return -1;
     }
     if (!cwd[0]) snprintf(cwd, sizeof cwd, "%s", d->o->home);
@@ -609,16 +535,16 @@ static int launch(bfd *d, const store_trial *t, const store_job *j, const int *g
         char why[300];
         if (store_trial_stages(d->st, t->id, plan, &n_plan, err, sizeof err) || stage >= n_plan ||
             make_dir(stage_root, 0700, err, sizeof err)) {
-            logf_("trial %lld: %s", (long long)t->id, stage >= n_plan ? "no such stage" : err);
+            bfd_log("trial %lld: %s", (long long)t->id, stage >= n_plan ? "no such stage" : err);
             return -1;
         }
         snprintf(why, sizeof why, "launched for stage %s %s", plan[stage].name, plan[stage].key);
         if (store_stage_launch(d->st, t->id, stage, why, err, sizeof err)) {
-            logf_("trial %lld: %s", (long long)t->id, err);
+            bfd_log("trial %lld: %s", (long long)t->id, err);
             return -1;
         }
     } else if (store_trial_transition(d->st, t->id, TRIAL_RUNNING, "launched", err, sizeof err)) {
-        logf_("trial %lld: %s", (long long)t->id, err);
+        bfd_log("trial %lld: %s", (long long)t->id, err);
         return -1;
     }
     run *r = add_run(d);
@@ -648,7 +574,7 @@ static int launch(bfd *d, const store_trial *t, const store_job *j, const int *g
     dstate_run dr = {.trial = t->id, .attempt = r->attempt, .pid = 0, .started = r->started};
     memcpy(dr.token, token, sizeof token);
     snprintf(dr.gpus, sizeof dr.gpus, "%s", gl);
-    if (dstate_run_put(d->ds, &dr, err, sizeof err)) logf_("%s", err);
+    if (dstate_run_put(d->ds, &dr, err, sizeof err)) bfd_log("%s", err);
     if (is_slurm(d)) return launch_slurm(d, r, j, out, logp, cwd, stage_root);
 
     char id[32], np[16], attempt[16];
@@ -691,7 +617,7 @@ static int launch(bfd *d, const store_trial *t, const store_job *j, const int *g
         char why[256];
         snprintf(why, sizeof why, "fork: %s", strerror(e));
         store_trial_fail(d->st, t->id, why, &rq, err, sizeof err);
-        logf_("trial %lld: %s", (long long)t->id, why);
+        bfd_log("trial %lld: %s", (long long)t->id, why);
         return -1;
     }
     if (pid == 0) {
@@ -730,14 +656,14 @@ static int launch(bfd *d, const store_trial *t, const store_job *j, const int *g
     r = find_run(d, t->id);
     r->pid = pid;
     dr.pid = pid;
-    if (dstate_run_put(d->ds, &dr, err, sizeof err)) logf_("%s", err);
+    if (dstate_run_put(d->ds, &dr, err, sizeof err)) bfd_log("%s", err);
     char msg[128];
     if (r->stage[0])
         snprintf(msg, sizeof msg, "started stage %s %s, pid %d", r->stage, r->stage_key, (int)pid);
     else
         snprintf(msg, sizeof msg, "started, pid %d", (int)pid);
-    logf_("trial %lld attempt %d: %s, %d rank%s, gpus [%s]", (long long)t->id, r->attempt, msg,
-          j->ranks, j->ranks == 1 ? "" : "s", gl);
+    bfd_log("trial %lld attempt %d: %s, %d rank%s, gpus [%s]", (long long)t->id, r->attempt, msg,
+            j->ranks, j->ranks == 1 ? "" : "s", gl);
     publish_event(d, r->job, r->trial, "RUNNING", r->attempt, msg);
     return 0;
 }
@@ -759,7 +685,7 @@ static int schedule_stage(bfd *d, const store_trial *t, int *stage) {
     int idx, first;
     if (store_stage_next(d->st, t->id, &next, &idx, reason, sizeof reason, &first, err,
                          sizeof err)) {
-        logf_("trial %lld: %s", (long long)t->id, err);
+        bfd_log("trial %lld: %s", (long long)t->id, err);
         return 1;
     }
     switch (next) {
@@ -767,25 +693,25 @@ static int schedule_stage(bfd *d, const store_trial *t, int *stage) {
         return 0; /* planless (submitted before stages existed): the whole pipeline */
     case STAGE_NEXT_WAIT:
         if (first) {
-            logf_("trial %lld: %s", (long long)t->id, reason);
+            bfd_log("trial %lld: %s", (long long)t->id, reason);
             publish_event(d, t->job_id, t->id, "PENDING", t->attempts, reason);
         }
         return 1;
     case STAGE_NEXT_FAILED:
         if (store_trial_stage_failed(d->st, t->id, reason, err, sizeof err)) {
-            logf_("trial %lld: %s", (long long)t->id, err);
+            bfd_log("trial %lld: %s", (long long)t->id, err);
             return 1;
         }
-        logf_("trial %lld: FAILED (%s)", (long long)t->id, reason);
+        bfd_log("trial %lld: FAILED (%s)", (long long)t->id, reason);
         publish_event(d, t->job_id, t->id, "FAILED", t->attempts + 1, reason);
         return 1;
     case STAGE_NEXT_REUSED: {
         const char *why = "every stage was done already (reused); metrics of its eval stage copied";
         if (store_trial_stages_reused(d->st, t->id, why, err, sizeof err)) {
-            logf_("trial %lld: %s", (long long)t->id, err);
+            bfd_log("trial %lld: %s", (long long)t->id, err);
             return 1;
         }
-        logf_("trial %lld: COMPLETED (%s)", (long long)t->id, why);
+        bfd_log("trial %lld: COMPLETED (%s)", (long long)t->id, why);
         publish_event(d, t->job_id, t->id, "COMPLETED", t->attempts + 1, why);
         d->dirty = 1;
         return 1;
@@ -798,7 +724,7 @@ static int schedule_stage(bfd *d, const store_trial *t, int *stage) {
     store_stage plan[S2S_STAGES];
     int n = 0;
     if (store_trial_stages(d->st, t->id, plan, &n, err, sizeof err) || idx >= n) {
-        logf_("trial %lld: %s", (long long)t->id, idx >= n ? "stage plan incomplete" : err);
+        bfd_log("trial %lld: %s", (long long)t->id, idx >= n ? "stage plan incomplete" : err);
         return 1;
     }
     if (stage_runner(d, plan[idx].key)) return 1;
@@ -812,13 +738,13 @@ static void schedule(bfd *d) {
     d->dirty = 0;
     d->last_sched = now_s();
     char err[1024];
-    if (adaptive_propose(d->ad, d->st, err, sizeof err) < 0) logf_("tpe: %s", err);
+    if (adaptive_propose(d->ad, d->st, err, sizeof err) < 0) bfd_log("tpe: %s", err);
     int free_slots = d->c->slots - slots_used(d);
     if (free_slots <= 0) return;
     store_trial *ts = NULL;
     size_t n = 0;
     if (store_next_runnable(d->st, 256, &ts, &n, err, sizeof err)) {
-        logf_("%s", err);
+        bfd_log("%s", err);
         return;
     }
     for (size_t i = 0; i < n && free_slots > 0; i++) {
@@ -877,7 +803,7 @@ static json_t *trial_stages_json(bfd *d, int64_t trial, trial_state state, char 
     int n = 0;
     if (wlen) waiting[0] = '\0';
     if (store_trial_stages(d->st, trial, plan, &n, err, sizeof err)) {
-        logf_("trial %lld: %s", (long long)trial, err);
+        bfd_log("trial %lld: %s", (long long)trial, err);
         return NULL;
     }
     if (n == 0) return NULL;
@@ -1035,12 +961,12 @@ static void finish_submits(bfd *d) {
         } else {
             char err[1024];
             if (r->cwd && dstate_job_cwd_set(d->ds, r->job, r->cwd, err, sizeof err))
-                logf_("%s", err);
+                bfd_log("%s", err);
             long long n = r->n_trials;
             json_t *b = json_pack("{s:I, s:s, s:I}", "job", (json_int_t)r->job, "name", r->name,
                                   "trials", (json_int_t)n);
-            logf_("job %lld submitted: '%s', %lld trial%s", (long long)r->job, r->name, n,
-                  n == 1 ? "" : "s");
+            bfd_log("job %lld submitted: '%s', %lld trial%s", (long long)r->job, r->name, n,
+                    n == 1 ? "" : "s");
             reply(d, s, m, "submitted", b);
             json_decref(b);
             d->dirty = 1;
@@ -1084,7 +1010,7 @@ static void ctl_job(bfd *d, void *s, proto_msg *m) {
         store_stage_counts sc;
         char err[1024];
         if (store_job_stage_counts(d->st, id, &sc, err, sizeof err)) {
-            logf_("job %lld: %s", id, err);
+            bfd_log("job %lld: %s", id, err);
         } else {
             json_t *bs = json_object();
             for (int k = 0; k < STAGE_N_STATES; k++)
@@ -1252,8 +1178,8 @@ static void ctl_cancel(bfd *d, void *s, proto_msg *m) {
         publish_event(d, tj, trial, "CANCELLED", att, "cancelled");
         n = 1;
     }
-    logf_("cancel %s %lld: %d trial%s", job ? "job" : "trial", job ? job : trial, n,
-          n == 1 ? "" : "s");
+    bfd_log("cancel %s %lld: %d trial%s", job ? "job" : "trial", job ? job : trial, n,
+            n == 1 ? "" : "s");
     json_t *b = json_pack("{s:i}", "cancelled", n);
     reply(d, s, m, "cancelled", b);
     json_decref(b);
@@ -1272,7 +1198,7 @@ static void send_stop(bfd *d, run *r, const char *reason) {
         json_decref(b);
         r->stop_sent = 1;
         if (rc == 0) return;
-        logf_("stop to trial %lld: %s; sending SIGTERM", (long long)r->trial, err);
+        bfd_log("stop to trial %lld: %s; sending SIGTERM", (long long)r->trial, err);
     }
     kill_group(d, r, SIGTERM);
 }
@@ -1283,14 +1209,14 @@ static void judge_run(bfd *d, run *r) {
     char err[1024], reason[sizeof r->stop_reason];
     if (r->ending || r->stop_requested) return;
     int rc = adaptive_judge(d->ad, d->st, r->job, r->trial, reason, sizeof reason, err, sizeof err);
-    if (rc < 0) logf_("trial %lld: early stop: %s", (long long)r->trial, err);
+    if (rc < 0) bfd_log("trial %lld: early stop: %s", (long long)r->trial, err);
     if (rc != 1) return;
     /* failpoint for tests: die between the committed decision and the stop */
     const char *fp = getenv("BF_FAILPOINT");
     if (fp && !strcmp(fp, "after_stop_decision")) _exit(99);
     snprintf(r->stop_reason, sizeof r->stop_reason, "%s", reason);
     r->stop_requested = 1;
-    logf_("trial %lld: early stop: %s", (long long)r->trial, reason);
+    bfd_log("trial %lld: early stop: %s", (long long)r->trial, reason);
     publish_event(d, r->job, r->trial, "RUNNING", r->attempt, reason);
     send_stop(d, r, reason);
 }
@@ -1337,7 +1263,7 @@ static void ctl_resume(bfd *d, void *s, proto_msg *m) {
         reply_err(d, s, m, PROTO_E_INTERNAL, "resume: %s", err);
         return;
     }
-    logf_("trial %lld: %s", id, why);
+    bfd_log("trial %lld: %s", id, why);
     publish_event(d, job, id, "PENDING", att, why);
     json_t *b = json_pack("{s:I}", "trial", (json_int_t)id);
     reply(d, s, m, "resumed", b);
@@ -1614,7 +1540,7 @@ static int recv_msg(bfd *d, void *sock, proto_msg *m) {
     int rc = proto_recv(sock, ZMQ_DONTWAIT, PROTO_RECV_ROUTED, m, &code, err, sizeof err);
     if (rc == 1) return -1;
     if (rc < 0) {
-        logf_("%s", err);
+        bfd_log("%s", err);
         return -1;
     }
     if (code != PROTO_OK) {
@@ -1656,7 +1582,7 @@ static int load_acked(bfd *d, run *r) {
     char err[512];
     int64_t a;
     if (store_max_seq(d->st, r->trial, &a, err, sizeof err)) {
-        logf_("%s", err);
+        bfd_log("%s", err);
         return -1;
     }
     r->acked = a;
@@ -1705,7 +1631,7 @@ static void flush_batches(bfd *d) {
     free(tids);
     free(sm);
     if (failed) {
-        logf_("storing metrics: %s", err);
+        bfd_log("storing metrics: %s", err);
         for (size_t b = d->n_batches; b-- > 0;) {
             batch *bt = &d->batches[b];
             if (!bt->gap) d->runs[bt->run_ix].acked = bt->prev_acked;
@@ -1724,7 +1650,7 @@ static void flush_batches(bfd *d) {
             reply(d, d->wrk, &bt->msg, "ack", a);
             json_decref(a);
             if (!bt->gap && exp_tb_trial(d->tb, d->st, r->trial, now_s(), err, sizeof err))
-                logf_("tensorboard, trial %lld: %s", (long long)r->trial, err);
+                bfd_log("tensorboard, trial %lld: %s", (long long)r->trial, err);
             if (!bt->gap) prom_trial_points(d->prom, r->trial, bt->pts, bt->n);
             json_t *arr = json_array();
             for (size_t i = 0; !bt->gap && i < bt->n; i++)
@@ -1808,8 +1734,8 @@ static void handle_worker_msg(bfd *d, proto_msg *m, size_t *round_points) {
                               (json_int_t)r->acked, "heartbeat", d->c->heartbeat_interval);
         store_trial_free(&t);
         char hb[PROTO_MAX_PATH * 4 + 8];
-        logf_("trial %lld attempt %d: worker pid %lld on %s connected", trial, r->attempt, pid,
-              log_escape(host, hb, sizeof hb));
+        bfd_log("trial %lld attempt %d: worker pid %lld on %s connected", trial, r->attempt, pid,
+                log_escape(host, hb, sizeof hb));
         reply(d, s, m, "config", b);
         json_decref(b);
         if (r->stop_requested)
@@ -1913,7 +1839,8 @@ static void handle_zap(bfd *d) {
                     status = "200";
                     text = "OK";
                 }
-            if (status[0] != '2') logf_("CURVE client key %s refused (not in curve/clients/)", z85);
+            if (status[0] != '2')
+                bfd_log("CURVE client key %s refused (not in curve/clients/)", z85);
         }
     }
     zmq_send(d->zap, "1.0", 3, ZMQ_SNDMORE);
@@ -1994,8 +1921,8 @@ static int setup_tcp(bfd *d, char *err, size_t errlen) {
                        kpath, d->o->home);
     if (load_client_keys(d, err, errlen)) return -1;
     if (d->n_client_keys == 0)
-        logf_("warning: no client keys in %s/curve/clients: every TCP client will be refused",
-              d->o->home);
+        bfd_log("warning: no client keys in %s/curve/clients: every TCP client will be refused",
+                d->o->home);
     d->zap = zmq_socket(d->ctx, ZMQ_REP);
     if (!d->zap || zmq_bind(d->zap, "inproc://zeromq.zap.01") != 0)
         return bf_fail(err, errlen, "ZAP handler: zmq_bind(inproc://zeromq.zap.01): %s",
@@ -2013,8 +1940,8 @@ static int setup_tcp(bfd *d, char *err, size_t errlen) {
                            zmq_strerror(zmq_errno()));
         if (bind_ep(socks[i], eps[i], err, errlen)) return -1;
     }
-    logf_("TCP with CURVE: control %s, workers %s, pub %s (%d client key%s)", d->tcp_ctl,
-          d->tcp_wrk, d->tcp_pub, d->n_client_keys, d->n_client_keys == 1 ? "" : "s");
+    bfd_log("TCP with CURVE: control %s, workers %s, pub %s (%d client key%s)", d->tcp_ctl,
+            d->tcp_wrk, d->tcp_pub, d->n_client_keys, d->n_client_keys == 1 ? "" : "s");
     return 0;
 }
 
@@ -2046,8 +1973,8 @@ static int reconcile(bfd *d, char *err, size_t errlen) {
             /* a controller that does not answer now is not proof the job is
              * gone: reattach, and the poll decides later */
             if (slurm_query(d->c->scontrol, row->slurm_job, &ss, err, errlen)) {
-                logf_("trial %lld: %s; reattaching to Slurm job %s anyway", (long long)ids[i], err,
-                      row->slurm_job);
+                bfd_log("trial %lld: %s; reattaching to Slurm job %s anyway", (long long)ids[i],
+                        err, row->slurm_job);
                 ss.phase = SLURM_RUNNING;
             }
             slurm_alive = ss.phase == SLURM_QUEUED || ss.phase == SLURM_RUNNING;
@@ -2077,11 +2004,11 @@ static int reconcile(bfd *d, char *err, size_t errlen) {
                 memcpy(r->slurm_job, row->slurm_job, sizeof r->slurm_job);
                 r->slurm_phase = ss.phase;
                 r->next_poll = now_s() + d->c->slurm_poll;
-                logf_("trial %lld attempt %d: Slurm job %s still %s; reattaching",
-                      (long long)r->trial, r->attempt, r->slurm_job, ss.state);
+                bfd_log("trial %lld attempt %d: Slurm job %s still %s; reattaching",
+                        (long long)r->trial, r->attempt, r->slurm_job, ss.state);
             } else {
-                logf_("trial %lld attempt %d: worker pid %d still running; reattaching",
-                      (long long)r->trial, r->attempt, (int)r->pid);
+                bfd_log("trial %lld attempt %d: worker pid %d still running; reattaching",
+                        (long long)r->trial, r->attempt, (int)r->pid);
             }
             /* a stop decided before the restart is sent again (not decided
              * again); rungs reached while bfd was down are judged now */
@@ -2140,7 +2067,7 @@ static void check_timers(bfd *d) {
             slurm_status ss;
             char err[1024];
             if (slurm_query(d->c->scontrol, r->slurm_job, &ss, err, sizeof err)) {
-                logf_("trial %lld: %s", (long long)r->trial, err);
+                bfd_log("trial %lld: %s", (long long)r->trial, err);
             } else if (ss.phase == SLURM_ENDED || ss.phase == SLURM_UNKNOWN) {
                 slurm_job_ended(d, r, &ss);
                 continue; /* r was replaced by the last run */
@@ -2148,8 +2075,8 @@ static void check_timers(bfd *d) {
                 /* a job waiting in Slurm's queue sends no heartbeats */
                 if (ss.phase == SLURM_QUEUED) r->last_seen = t;
                 if (ss.phase == SLURM_RUNNING && r->slurm_phase != SLURM_RUNNING)
-                    logf_("trial %lld attempt %d: Slurm job %s is running", (long long)r->trial,
-                          r->attempt, r->slurm_job);
+                    bfd_log("trial %lld attempt %d: Slurm job %s is running", (long long)r->trial,
+                            r->attempt, r->slurm_job);
                 r->slurm_phase = (int)ss.phase;
             }
         }
@@ -2172,7 +2099,7 @@ static void prom_update(bfd *d) {
     prom_state s = {.slots = d->c->slots, .slots_used = slots_used(d), .gpus = d->c->n_gpus};
     char err[512];
     if (store_state_counts(d->st, &s.jobs, s.trials, err, sizeof err)) {
-        logf_("prometheus: %s", err);
+        bfd_log("prometheus: %s", err);
         return;
     }
     for (int g = 0; g < d->c->n_gpus; g++) s.gpus_used += gpu_used(d, d->c->gpus[g]);
@@ -2262,15 +2189,15 @@ int bfd_run(const bfd_opts *o, const bfd_config *c, char *err, size_t errlen) {
     {
         char terr[1024];
         if (exp_tb_recover(d->tb, d->st, now_s(), terr, sizeof terr))
-            logf_("tensorboard: %s", terr);
+            bfd_log("tensorboard: %s", terr);
     }
     if (c->prometheus[0]) {
         if (prom_start(c->prometheus, d->started, &d->prom, err, errlen)) goto out;
-        logf_("prometheus: http://%s/metrics", c->prometheus);
+        bfd_log("prometheus: http://%s/metrics", c->prometheus);
     }
-    logf_("serving %s (pid %d): %d slot%s, %d GPU%s, launcher %s, heartbeat timeout %.0f s",
-          o->home, (int)getpid(), c->slots, c->slots == 1 ? "" : "s", c->n_gpus,
-          c->n_gpus == 1 ? "" : "s", c->launcher, c->heartbeat_timeout);
+    bfd_log("serving %s (pid %d): %d slot%s, %d GPU%s, launcher %s, heartbeat timeout %.0f s",
+            o->home, (int)getpid(), c->slots, c->slots == 1 ? "" : "s", c->n_gpus,
+            c->n_gpus == 1 ? "" : "s", c->launcher, c->heartbeat_timeout);
     d->dirty = 1;
     while (!d->quit) {
         zmq_pollitem_t items[5] = {
@@ -2301,7 +2228,7 @@ int bfd_run(const bfd_opts *o, const bfd_config *c, char *err, size_t errlen) {
         {
             char terr[1024];
             if (exp_tb_tick(d->tb, d->st, now_s(), terr, sizeof terr))
-                logf_("tensorboard: %s", terr);
+                bfd_log("tensorboard: %s", terr);
         }
         prom_update(d);
         if (d->dirty || now_s() - d->last_sched > 5) schedule(d);
@@ -2311,8 +2238,8 @@ int bfd_run(const bfd_opts *o, const bfd_config *c, char *err, size_t errlen) {
     submitq_stop(d->sq);
     finish_submits(d);
     log_unsent(d, 1);
-    logf_("stopping; %zu running trial%s keep running and reattach when bfd starts again",
-          d->n_runs, d->n_runs == 1 ? "" : "s");
+    bfd_log("stopping; %zu running trial%s keep running and reattach when bfd starts again",
+            d->n_runs, d->n_runs == 1 ? "" : "s");
     rc = 0;
 out:
     g_sigfd = -1;

@@ -1,0 +1,107 @@
+/* bfd_priv.h — what the files of bfd share: the daemon's state (struct bfd),
+ * the run table's entry (struct run: one live attempt), a round's metric
+ * batches, and the functions the files call across each other, grouped by
+ * the file that defines them. Nothing outside daemon/ includes it; bfctl and
+ * workers reach bfd only through protocol/. Every function runs on the event
+ * loop's one thread. */
+#ifndef BFD_PRIV_H
+#define BFD_PRIV_H
+
+#include <jansson.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "daemon/adaptive.h"
+#include "daemon/bfd.h"
+#include "daemon/dstate.h"
+#include "daemon/exp_tb.h"
+#include "daemon/prom.h"
+#include "daemon/slurm.h"
+#include "daemon/submitq.h"
+#include "jobs/store.h"
+#include "protocol/proto.h"
+
+#define MAX_CLIENT_KEYS 256
+#define ROUND_MAX_MSGS 256      /* worker messages handled per poll round */
+#define ROUND_MAX_POINTS 200000 /* points per round (one transaction) */
+#define HISTORY_MAX_ROWS 50000  /* metric rows read per `metrics` reply */
+#define LOG_CHUNK 65536
+
+typedef struct run {
+    int64_t trial, job;
+    int attempt, ranks;
+    char token[PROTO_TOKEN_LEN + 1];
+    pid_t pid; /* process group leader (setsid) */
+    int is_child;
+    int gpus[BFD_MAX_GPUS], n_gpus;
+    double started, last_seen, last_alive_check;
+    unsigned char ident[PROTO_MAX_IDENT];
+    size_t ident_len;
+    int stop_requested;
+    int stop_sent;         /* on this connection of the worker */
+    char stop_reason[320]; /* an early-stop decision (committed), "" for bfctl stop */
+    int ending;            /* outcome recorded; waiting for the process to go */
+    double kill_at;        /* when to SIGKILL the group (0: not scheduled) */
+    int done_state;        /* from `done`: -1 none, 0 completed, 1 preempted, 2 failed */
+    int64_t acked;         /* highest contiguous seq stored; -1 not loaded yet */
+    /* launcher: slurm (pid is 0: the worker runs on a compute node) */
+    char slurm_job[SLURM_JOB_ID_MAX]; /* "" for a local run */
+    int slurm_phase;                  /* last slurm_phase seen (SLURM_QUEUED at submit) */
+    double next_poll;                 /* when to ask scontrol again */
+    /* s2s: the shared stage this attempt runs (stage_key "" for a whole trial) */
+    char stage[16], stage_key[17], stage_dir[32];
+    int stage_last;     /* the trial's last stage (eval): done means the trial is */
+    char done_msg[256]; /* the worker's message in `done` (why it failed), "" none */
+} run;
+
+typedef struct batch {
+    proto_msg msg;
+    size_t run_ix;
+    proto_point *pts;
+    size_t n;
+    int64_t prev_acked; /* the run's acked before this batch */
+    int gap;
+} batch;
+
+typedef struct bfd {
+    const bfd_opts *o;
+    const bfd_config *c;
+    store *st;
+    dstate *ds;
+    void *ctx, *ctl, *wrk, *pub, *zap;
+    char ep_ctl[1200], ep_wrk[1200], ep_pub[1200];
+    char tcp_ctl[300], tcp_wrk[300], tcp_pub[300];
+    int sigpipe[2];
+    run *runs;
+    size_t n_runs, cap_runs;
+    int dirty; /* something changed that may let a trial start */
+    double started, last_sched;
+    int quit;
+    char client_keys[MAX_CLIENT_KEYS][41];
+    int n_client_keys;
+    batch batches[ROUND_MAX_MSGS];
+    size_t n_batches;
+    /* replies to clients that have gone: counted, logged as one summary line
+     * per UNSENT_LOG_EVERY seconds rather than one line each */
+    long long unsent, unsent_logged;
+    double unsent_since;
+    char unsent_err[256];
+    adaptive *ad;   /* early stops and tpe proposals (daemon/adaptive.h) */
+    exp_tb *tb;     /* TensorBoard files ($BF_HOME/tensorboard) */
+    prom *prom;     /* Prometheus /metrics (NULL: off) */
+    double prom_at; /* last snapshot */
+    submitq *sq;    /* submits parsed, expanded and stored off the loop */
+} bfd;
+
+#define UNSENT_LOG_EVERY 10.0
+
+/* ------------------------------------------------------------------ loop.c */
+
+/* Wall-clock seconds (CLOCK_REALTIME: stored and published times). */
+double now_s(void);
+/* One line on stderr, "DATE TIME bfd: ...", unless --quiet. */
+void bfd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif
