@@ -104,4 +104,25 @@ double now_s(void);
 /* One line on stderr, "DATE TIME bfd: ...", unless --quiet. */
 void bfd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* ----------------------------------------------------------------- reply.c */
+
+/* Sends the reply type with body (borrowed; NULL: none) to the client of m
+ * on sock; a reply that cannot be sent is counted, never fatal. */
+void reply(bfd *d, void *sock, proto_msg *m, const char *type, json_t *body);
+/* Sends an error reply with code and a printf-style message (cut at 2 KiB). */
+void reply_err(bfd *d, void *sock, proto_msg *m, proto_code code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* Logs how many replies went unsent since the last summary: at most one line
+ * per UNSENT_LOG_EVERY seconds, or now when force. */
+void log_unsent(bfd *d, int force);
+/* s with control characters, backslashes and non-ASCII bytes escaped (\n,
+ * \t, \\, \xNN) into out, cut with "..." to fit; returns out. For text from
+ * outside that goes into a log line. */
+const char *log_escape(const char *s, char *out, size_t outlen);
+/* Publishes body (borrowed) as type on topic; a failure is logged. */
+void publish(bfd *d, const char *topic, const char *type, json_t *body);
+/* Publishes a trial's state change on job/JOB (message NULL: ""). */
+void publish_event(bfd *d, int64_t job, int64_t trial, const char *state, int attempt,
+                   const char *message);
+
 #endif
