@@ -103,6 +103,12 @@ typedef struct bfd {
 double now_s(void);
 /* One line on stderr, "DATE TIME bfd: ...", unless --quiet. */
 void bfd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* 1 when pid lives and its command line holds token (not a reused pid, not a
+ * zombie). */
+int process_alive(pid_t pid, const char *token);
+/* Signals an attempt: its process group (local) or its Slurm job (SIGTERM:
+ * scancel --signal=TERM once it runs; else scancel). Failures are logged. */
+void kill_group(bfd *d, run *r, int sig);
 
 /* ----------------------------------------------------------------- reply.c */
 
@@ -124,5 +130,39 @@ void publish(bfd *d, const char *topic, const char *type, json_t *body);
 /* Publishes a trial's state change on job/JOB (message NULL: ""). */
 void publish_event(bfd *d, int64_t job, int64_t trial, const char *state, int attempt,
                    const char *message);
+
+/* ------------------------------------------------------------------ runs.c */
+
+/* The live attempt of trial, or NULL. */
+run *find_run(bfd *d, int64_t trial);
+/* A new zeroed entry at the end of the table (done_state and acked -1), or
+ * NULL when out of memory. Pointers into the table move when it grows. */
+run *add_run(bfd *d);
+/* Forgets r (its bfd_runs row, its TensorBoard run): the last entry takes
+ * its place, so r then points at another run (or past the end). */
+void remove_run(bfd *d, run *r);
+/* Ranks of every live attempt (the slots in use). */
+int slots_used(bfd *d);
+/* 1 when a live attempt holds CUDA device g. */
+int gpu_used(bfd *d, int g);
+/* The attempt failed with why: the store retries it when retries are left
+ * (an early-stopped one is STOPPED instead); published. Errors are logged. */
+void record_failure(bfd *d, run *r, const char *why);
+/* Moves the trial to state to with why, and publishes it. Errors are logged. */
+void record_state(bfd *d, run *r, trial_state to, const char *why);
+/* Exit 75 on a SIGTERM bfd did not send: back to PENDING, resumed from its
+ * checkpoint without using a retry; published. */
+void record_preempted(bfd *d, run *r);
+/* The attempt succeeded: the trial completes, or its s2s stage does (checked
+ * against the stage's stage.json) and the trial goes PENDING for the next. */
+void record_completed(bfd *d, run *r, const char *why);
+/* The outcome the worker of trial's attempt left in its folder: 0 completed,
+ * 1 preempted, 2 failed, -1 none (or another attempt's). */
+int read_outcome(const bfd *d, int64_t trial, int attempt);
+/* Waits for every child that exited and records how its attempt ended. */
+void reap_children(bfd *d);
+/* The runs' timers: SIGKILL after the grace, heartbeat timeouts, Slurm
+ * polls (a job that left the queue ends its run), reattached processes gone. */
+void check_timers(bfd *d);
 
 #endif
