@@ -103,12 +103,6 @@ typedef struct bfd {
 double now_s(void);
 /* One line on stderr, "DATE TIME bfd: ...", unless --quiet. */
 void bfd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* 1 when pid lives and its command line holds token (not a reused pid, not a
- * zombie). */
-int process_alive(pid_t pid, const char *token);
-/* Signals an attempt: its process group (local) or its Slurm job (SIGTERM:
- * scancel --signal=TERM once it runs; else scancel). Failures are logged. */
-void kill_group(bfd *d, run *r, int sig);
 
 /* ----------------------------------------------------------------- reply.c */
 
@@ -164,5 +158,24 @@ void reap_children(bfd *d);
 /* The runs' timers: SIGKILL after the grace, heartbeat timeouts, Slurm
  * polls (a job that left the queue ends its run), reattached processes gone. */
 void check_timers(bfd *d);
+
+/* ---------------------------------------------------------------- launch.c */
+
+/* 1 with the Slurm launcher (bfd.yaml launcher: slurm), 0 with the local one. */
+int is_slurm(const bfd *d);
+/* Starts one attempt of trial t (PENDING) of job j on gpus[0..ng) (stage >= 0:
+ * only that stage of its s2s plan) and adds it to the run table. Returns 0,
+ * or -1 after logging (the trial failed when it had been marked RUNNING). */
+int launch(bfd *d, const store_trial *t, const store_job *j, const int *gpus, int ng, int stage);
+/* 1 when pid lives and its command line holds token (not a reused pid, not a
+ * zombie). */
+int process_alive(pid_t pid, const char *token);
+/* Signals an attempt: its process group (local) or its Slurm job (SIGTERM:
+ * scancel --signal=TERM once it runs; else scancel). Failures are logged. */
+void kill_group(bfd *d, run *r, int sig);
+/* mkdir that accepts a folder already there; -1 with "mkdir PATH: why". */
+int make_dir(const char *path, mode_t mode, char *err, size_t errlen);
+/* "0,1,3" (a bfd_runs row's gpus) into g[0..*n), at most BFD_MAX_GPUS. */
+void parse_gpus(const char *s, int *g, int *n);
 
 #endif
