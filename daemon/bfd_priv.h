@@ -178,4 +178,10 @@ int make_dir(const char *path, mode_t mode, char *err, size_t errlen);
 /* "0,1,3" (a bfd_runs row's gpus) into g[0..*n), at most BFD_MAX_GPUS. */
 void parse_gpus(const char *s, int *g, int *n);
 
+/* ----------------------------------------------------------------- sched.c */
+
+/* One scheduling pass (clears d->dirty): asks tpe for proposals, then
+ * launches the PENDING trials that fit. Errors are logged. */
+void schedule(bfd *d);
+
 #endif
