@@ -97,6 +97,17 @@ typedef struct bfd {
 
 #define UNSENT_LOG_EVERY 10.0
 
+/* Reads a field of a request: on failure (call nonzero) replies
+ * PROTO_E_FIELD with the message in ferr and returns from the handler. It
+ * names d, s (the socket), m (the request) and ferr of the handler using it. */
+#define FIELD(call)                                                                                \
+    do {                                                                                           \
+        if (call) {                                                                                \
+            reply_err(d, s, m, PROTO_E_FIELD, "%s: %s", m->type, ferr);                            \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
+
 /* ------------------------------------------------------------------ loop.c */
 
 /* Wall-clock seconds (CLOCK_REALTIME: stored and published times). */
@@ -183,5 +194,22 @@ void parse_gpus(const char *s, int *g, int *n);
 /* One scheduling pass (clears d->dirty): asks tpe for proposals, then
  * launches the PENDING trials that fit. Errors are logged. */
 void schedule(bfd *d);
+
+/* --------------------------------------------------------------- workers.c */
+
+/* Handles one message from the worker socket (hello, heartbeat, metrics,
+ * done), replying itself; metrics are validated and queued into d->batches
+ * (taking over m's body) and their values counted into *round_points. */
+void handle_worker_msg(bfd *d, proto_msg *m, size_t *round_points);
+/* Stores the points of this round's batches in one transaction, then acks
+ * each, publishes its new points and judges early stopping; empties
+ * d->batches. A failed store is answered with an error to every batch. */
+void flush_batches(bfd *d);
+/* Asks r's worker to stop (checkpoint, exit 75) with reason; SIGTERM to its
+ * group when it has not connected or the message cannot be sent. */
+void send_stop(bfd *d, run *r, const char *reason);
+/* Asks the job's early stopping about r (daemon/adaptive.h); a stop it
+ * decides is committed to the store, then sent. */
+void judge_run(bfd *d, run *r);
 
 #endif
