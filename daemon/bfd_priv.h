@@ -212,4 +212,11 @@ void send_stop(bfd *d, run *r, const char *reason);
  * decides is committed to the store, then sent. */
 void judge_run(bfd *d, run *r);
 
+/* --------------------------------------------------------------- recover.c */
+
+/* After a restart: RUNNING trials whose worker still lives are reattached
+ * (they reconnect and resend); the others ended while bfd was down and are
+ * recorded so. Returns 0, or -1 with a message when the store cannot be read. */
+int reconcile(bfd *d, char *err, size_t errlen);
+
 #endif
