@@ -5,6 +5,7 @@
  * (protocol/proto.h) and answered; a bad one gets an error reply and the
  * loop goes on. */
 #include "daemon/bfd_priv.h"
+#include "daemon/ctl.h"
 #include "common/errbuf.h"
 
 #include <dirent.h>
@@ -68,8 +69,6 @@ void bfd_log(const char *fmt, ...) {
     va_end(ap);
 }
 
-/* ------------------------------------------------------------ ctl requests */
-
 static json_t *trial_summary(const store_trial *t) {
     json_error_t je;
     json_t *params = t->params_json ? json_loads(t->params_json, 0, &je) : NULL;
@@ -128,37 +127,6 @@ static json_t *trial_stages_json(bfd *d, int64_t trial, trial_state state, char 
     return arr;
 }
 
-/* Reads a job for a request; replies not_found/internal itself on failure. */
-static int get_job(bfd *d, void *s, proto_msg *m, long long id, store_job *j) {
-    char err[1024];
-    int rc = store_job_get(d->st, id, j, err, sizeof err);
-    if (rc == 1) reply_err(d, s, m, PROTO_E_NOT_FOUND, "%s: no job %lld", m->type, id);
-    if (rc < 0) reply_err(d, s, m, PROTO_E_INTERNAL, "%s: %s", m->type, err);
-    return rc;
-}
-
-/* Reads a job for a request with its summary (dstate_job_json) in *jo and its
- * trials in *ts, *n; both are the caller's to free (json_decref,
- * store_trials_free). Replies not_found/internal itself on failure and
- * returns nonzero. */
-static int get_job_with_trials(bfd *d, void *s, proto_msg *m, long long id, store_job *j,
-                               json_t **jo, store_trial **ts, size_t *n) {
-    char err[1024];
-    *jo = NULL;
-    *ts = NULL;
-    *n = 0;
-    int rc = get_job(d, s, m, id, j);
-    if (rc) return rc;
-    *jo = dstate_job_json(d->st, j, err, sizeof err);
-    if (!*jo || store_job_trials(d->st, id, ts, n, err, sizeof err)) {
-        json_decref(*jo);
-        *jo = NULL;
-        reply_err(d, s, m, PROTO_E_INTERNAL, "%s: %s", m->type, err);
-        return -1;
-    }
-    return 0;
-}
-
 /* The summaries of n trials, a new JSON array. */
 static json_t *trial_summaries(const store_trial *ts, size_t n) {
     json_t *arr = json_array();
@@ -166,20 +134,7 @@ static json_t *trial_summaries(const store_trial *ts, size_t n) {
     return arr;
 }
 
-static int get_trial(bfd *d, void *s, proto_msg *m, long long id, store_trial *t) {
-    char err[1024];
-    int64_t job;
-    int rc = store_trial_job(d->st, id, &job, err, sizeof err);
-    if (rc == 1) {
-        reply_err(d, s, m, PROTO_E_NOT_FOUND, "%s: no trial %lld", m->type, id);
-        return 1;
-    }
-    if (rc == 0 && store_get_trial(d->st, id, t, err, sizeof err)) rc = -1;
-    if (rc < 0) reply_err(d, s, m, PROTO_E_INTERNAL, "%s: %s", m->type, err);
-    return rc;
-}
-
-static void ctl_submit(bfd *d, void *s, proto_msg *m) {
+void ctl_submit(bfd *d, void *s, proto_msg *m) {
     char ferr[512];
     const char *text, *file, *cwd;
     FIELD(proto_get_str(m->body, "sweep", 1, PROTO_MAX_TEXT, &text, ferr, sizeof ferr));
@@ -218,7 +173,7 @@ static void ctl_submit(bfd *d, void *s, proto_msg *m) {
 }
 
 /* Replies to the submits the thread has finished, in the order they came. */
-static void finish_submits(bfd *d) {
+void finish_submits(bfd *d) {
     submit_req *r;
     void *s = d->ctl;
     while ((r = submitq_pop_done(d->sq))) {
@@ -260,7 +215,7 @@ static void finish_submits(bfd *d) {
     }
 }
 
-static void ctl_jobs(bfd *d, void *s, proto_msg *m) {
+void ctl_jobs(bfd *d, void *s, proto_msg *m) {
     char err[1024];
     json_t *arr = dstate_jobs_json(d->st, err, sizeof err);
     if (!arr) {
@@ -272,7 +227,7 @@ static void ctl_jobs(bfd *d, void *s, proto_msg *m) {
     json_decref(b);
 }
 
-static void ctl_job(bfd *d, void *s, proto_msg *m) {
+void ctl_job(bfd *d, void *s, proto_msg *m) {
     char ferr[512];
     long long id;
     FIELD(proto_get_int(m->body, "job", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
@@ -316,7 +271,7 @@ static void ctl_job(bfd *d, void *s, proto_msg *m) {
     json_decref(b);
 }
 
-static void ctl_trial(bfd *d, void *s, proto_msg *m) {
+void ctl_trial(bfd *d, void *s, proto_msg *m) {
     char ferr[512];
     long long id;
     FIELD(proto_get_int(m->body, "trial", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
@@ -361,7 +316,7 @@ static json_t *rows_to_points(const store_point *p, size_t n, size_t *n_points) 
     return arr;
 }
 
-static void ctl_metrics(bfd *d, void *s, proto_msg *m) {
+void ctl_metrics(bfd *d, void *s, proto_msg *m) {
     char ferr[512], err[1024];
     long long id, after, limit;
     FIELD(proto_get_int(m->body, "trial", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
@@ -422,7 +377,7 @@ static void terminate_run(bfd *d, run *r) {
     r->kill_at = now_s() + d->c->kill_grace;
 }
 
-static void ctl_cancel(bfd *d, void *s, proto_msg *m) {
+void ctl_cancel(bfd *d, void *s, proto_msg *m) {
     char ferr[512], err[1024];
     long long job = 0, trial = 0;
     FIELD(proto_get_int(m->body, "job", 0, 1, PROTO_MAX_INT, 0, &job, ferr, sizeof ferr));
@@ -471,7 +426,7 @@ static void ctl_cancel(bfd *d, void *s, proto_msg *m) {
     d->dirty = 1;
 }
 
-static void ctl_stop(bfd *d, void *s, proto_msg *m) {
+void ctl_stop(bfd *d, void *s, proto_msg *m) {
     char ferr[512];
     long long id;
     FIELD(proto_get_int(m->body, "trial", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
@@ -493,7 +448,7 @@ static void ctl_stop(bfd *d, void *s, proto_msg *m) {
 
 /* resume: a STOPPED trial goes back to PENDING and continues from its
  * checkpoint (a manual promotion past an early stop). */
-static void ctl_resume(bfd *d, void *s, proto_msg *m) {
+void ctl_resume(bfd *d, void *s, proto_msg *m) {
     char ferr[512], err[1024];
     long long id;
     FIELD(proto_get_int(m->body, "trial", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
@@ -521,7 +476,7 @@ static void ctl_resume(bfd *d, void *s, proto_msg *m) {
     d->dirty = 1;
 }
 
-static void ctl_rungs(bfd *d, void *s, proto_msg *m) {
+void ctl_rungs(bfd *d, void *s, proto_msg *m) {
     char ferr[512], err[1024];
     long long id;
     FIELD(proto_get_int(m->body, "job", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
@@ -536,7 +491,7 @@ static void ctl_rungs(bfd *d, void *s, proto_msg *m) {
     json_decref(b);
 }
 
-static void ctl_wait(bfd *d, void *s, proto_msg *m) {
+void ctl_wait(bfd *d, void *s, proto_msg *m) {
     char ferr[512], err[1024];
     long long id;
     FIELD(proto_get_int(m->body, "job", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
@@ -559,7 +514,7 @@ static void ctl_wait(bfd *d, void *s, proto_msg *m) {
     json_decref(b);
 }
 
-static void ctl_best(bfd *d, void *s, proto_msg *m) {
+void ctl_best(bfd *d, void *s, proto_msg *m) {
     char ferr[512], err[1024];
     long long id, k;
     FIELD(proto_get_int(m->body, "job", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
@@ -580,7 +535,7 @@ static void ctl_best(bfd *d, void *s, proto_msg *m) {
     json_decref(b);
 }
 
-static void ctl_export(bfd *d, void *s, proto_msg *m) {
+void ctl_export(bfd *d, void *s, proto_msg *m) {
     char ferr[512], err[1024];
     long long id;
     FIELD(proto_get_int(m->body, "job", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
@@ -657,7 +612,7 @@ static void ctl_export(bfd *d, void *s, proto_msg *m) {
     json_decref(b);
 }
 
-static void ctl_logs(bfd *d, void *s, proto_msg *m) {
+void ctl_logs(bfd *d, void *s, proto_msg *m) {
     char ferr[512], err[1024];
     long long id, off, max;
     FIELD(proto_get_int(m->body, "trial", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
@@ -714,7 +669,7 @@ static json_t *int_array(const int *v, int n) {
     return a;
 }
 
-static void ctl_status(bfd *d, void *s, proto_msg *m) {
+void ctl_status(bfd *d, void *s, proto_msg *m) {
     char err[1024];
     long long jobs = 0, pending = 0, running = 0;
     if (store_counts(d->st, &jobs, &pending, &running, err, sizeof err)) {
@@ -756,7 +711,7 @@ static void ctl_status(bfd *d, void *s, proto_msg *m) {
     json_decref(b);
 }
 
-static void ctl_sync(bfd *d, void *s, proto_msg *m) {
+void ctl_sync(bfd *d, void *s, proto_msg *m) {
     char ferr[512];
     const char *topic;
     FIELD(proto_get_str(m->body, "topic", 1, PROTO_MAX_TOPIC, &topic, ferr, sizeof ferr));
@@ -769,17 +724,6 @@ static void ctl_sync(bfd *d, void *s, proto_msg *m) {
     reply(d, s, m, "synced", b);
     json_decref(b);
 }
-
-typedef void (*handler_fn)(bfd *d, void *s, proto_msg *m);
-static const struct {
-    const char *type;
-    handler_fn fn;
-} ctl_table[] = {
-    {"submit", ctl_submit},   {"jobs", ctl_jobs},     {"job", ctl_job},     {"trial", ctl_trial},
-    {"metrics", ctl_metrics}, {"cancel", ctl_cancel}, {"stop", ctl_stop},   {"wait", ctl_wait},
-    {"best", ctl_best},       {"export", ctl_export}, {"logs", ctl_logs},   {"status", ctl_status},
-    {"sync", ctl_sync},       {"resume", ctl_resume}, {"rungs", ctl_rungs},
-};
 
 /* Receives one message from sock; answers protocol errors itself. Returns
  * 1 with a usable message, 0 after an error reply, -1 when nothing is
@@ -810,13 +754,10 @@ static void handle_ctl(bfd *d) {
             return;
         }
         if (rc == 1) {
-            size_t i;
-            for (i = 0; i < sizeof ctl_table / sizeof ctl_table[0]; i++)
-                if (strcmp(ctl_table[i].type, m.type) == 0) {
-                    ctl_table[i].fn(d, d->ctl, &m);
-                    break;
-                }
-            if (i == sizeof ctl_table / sizeof ctl_table[0])
+            ctl_handler_fn fn = ctl_handler(m.type);
+            if (fn)
+                fn(d, d->ctl, &m);
+            else
                 reply_err(d, d->ctl, &m, PROTO_E_TYPE,
                           "unknown message type '%s' on the control socket (see docs/protocol.md)",
                           m.type);
