@@ -24,8 +24,7 @@
 #include "protocol/proto.h"
 
 #define MAX_CLIENT_KEYS 256
-#define ROUND_MAX_MSGS 256 /* worker messages handled per poll round */
-#define LOG_CHUNK 65536
+#define ROUND_MAX_MSGS 256      /* worker messages handled per poll round */
 #define ROUND_MAX_POINTS 200000 /* points per round (one transaction) */
 
 typedef struct run {
