@@ -1,38 +1,28 @@
-/* bfd — the event loop. One thread, one zmq_poll over: the control ROUTER,
- * the worker ROUTER, a self-pipe written by the SIGCHLD/SIGTERM/SIGINT
- * handlers and, with --tcp, the ZAP authenticator (a REP on inproc that
- * libzmq consults for each new connection). Every message is validated
- * (protocol/proto.h) and answered; a bad one gets an error reply and the
- * loop goes on. */
+/* loop.c — bfd's event loop. One thread, one zmq_poll over: the control
+ * ROUTER, the worker ROUTER, a self-pipe written by the SIGCHLD/SIGTERM/
+ * SIGINT handlers, the submit thread's done pipe and, with --tcp, the ZAP
+ * authenticator (a REP on inproc that libzmq consults for each new
+ * connection, checking CURVE keys against curve/clients/). It opens and
+ * closes everything, sets each round's budget (messages, points), keeps the
+ * clock and the log, and calls the timers, the exporters and the scheduler.
+ * It knows no request type and no message body: a request goes to its
+ * handler through ctl.c's table, a worker message to workers.c; a bad one
+ * gets an error reply and the loop goes on. */
 #include "daemon/bfd_priv.h"
-#include "daemon/ctl.h"
 #include "common/errbuf.h"
+#include "daemon/ctl.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <sys/types.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
-
-#include "daemon/adaptive.h"
-#include "daemon/dstate.h"
-#include "daemon/exp_tb.h"
-#include "daemon/prom.h"
-#include "daemon/slurm.h"
-#include "daemon/submitq.h"
-#include "jobs/store.h"
-#include "jobs/sweep.h"
-#include "protocol/proto.h"
 
 static volatile sig_atomic_t g_sigfd = -1;
 
@@ -88,6 +78,8 @@ static int recv_msg(bfd *d, void *sock, proto_msg *m) {
     return 1;
 }
 
+/* At most 64 requests a round, each given to its handler (an unknown type
+ * gets PROTO_E_TYPE). */
 static void handle_ctl(bfd *d) {
     for (int k = 0; k < 64; k++) {
         proto_msg m;
@@ -110,6 +102,8 @@ static void handle_ctl(bfd *d) {
     }
 }
 
+/* At most ROUND_MAX_MSGS worker messages or ROUND_MAX_POINTS points a
+ * round; the round's metric points are stored together (flush_batches). */
 static void handle_workers(bfd *d) {
     size_t points = 0;
     double t0 = now_s();
@@ -130,7 +124,7 @@ static void handle_workers(bfd *d) {
     prom_ingest(d->prom, nb, (long long)np, (long long)points, now_s() - t0);
 }
 
-/* --------------------------------------------------------------------- ZAP */
+/* ------------------------------------------------------ ZAP (CURVE keys) */
 
 static void handle_zap(bfd *d) {
     zmq_msg_t f[8];
@@ -308,31 +302,27 @@ static int setup_home_dirs(const char *home, char *err, size_t errlen) {
     return 0;
 }
 
-int bfd_run(const bfd_opts *o, const bfd_config *c, char *err, size_t errlen) {
-    bfd *d = calloc(1, sizeof *d);
-    if (!d) return bf_fail(err, errlen, "out of memory");
-    g_opts = o;
-    d->o = o;
-    d->c = c;
-    d->sigpipe[0] = d->sigpipe[1] = -1;
-    d->started = now_s();
-    int rc = -1;
-    char db[1200];
+/* The home folders, the store, the early-stop state, the submit thread, the
+ * daemon's own tables and the TensorBoard exporter. */
+static int open_state(bfd *d, char *err, size_t errlen) {
+    const bfd_opts *o = d->o;
+    const bfd_config *c = d->c;
+    char db[1200], tb[1200];
     snprintf(db, sizeof db, "%s/bf.db", o->home);
-    if (setup_home_dirs(o->home, err, errlen)) goto out;
-    if (store_open(db, &d->st, err, errlen)) goto out;
-    if (adaptive_new(&d->ad, err, errlen)) goto out;
-    if (submitq_new(&d->sq, db, c->slots, c->n_gpus, is_slurm(d), o->home, err, errlen)) goto out;
-    if (dstate_open(db, &d->ds, err, errlen)) goto out;
-    {
-        char tb[1200];
-        snprintf(tb, sizeof tb, "%s/tensorboard", o->home);
-        if (exp_tb_open(tb, c->tensorboard, &d->tb, err, errlen)) goto out;
-    }
-    if (pipe(d->sigpipe) != 0) {
-        bf_fail(err, errlen, "pipe: %s", strerror(errno));
-        goto out;
-    }
+    snprintf(tb, sizeof tb, "%s/tensorboard", o->home);
+    if (setup_home_dirs(o->home, err, errlen) || store_open(db, &d->st, err, errlen) ||
+        adaptive_new(&d->ad, err, errlen) ||
+        submitq_new(&d->sq, db, c->slots, c->n_gpus, is_slurm(d), o->home, err, errlen) ||
+        dstate_open(db, &d->ds, err, errlen) ||
+        exp_tb_open(tb, c->tensorboard, &d->tb, err, errlen))
+        return -1;
+    return 0;
+}
+
+/* SIGCHLD, SIGTERM and SIGINT write to the self-pipe the loop polls;
+ * SIGPIPE is ignored. */
+static int catch_signals(bfd *d, char *err, size_t errlen) {
+    if (pipe(d->sigpipe) != 0) return bf_fail(err, errlen, "pipe: %s", strerror(errno));
     for (int i = 0; i < 2; i++) {
         fcntl(d->sigpipe[i], F_SETFL, O_NONBLOCK);
         fcntl(d->sigpipe[i], F_SETFD, FD_CLOEXEC);
@@ -346,84 +336,69 @@ int bfd_run(const bfd_opts *o, const bfd_config *c, char *err, size_t errlen) {
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+    return 0;
+}
 
+/* The control and worker ROUTERs and the PUB socket on ipc:// in the home
+ * folder, and with --tcp on TCP too (CURVE, with the ZAP handler). */
+static int open_sockets(bfd *d, char *err, size_t errlen) {
+    const bfd_opts *o = d->o;
     d->ctx = zmq_ctx_new();
-    if (!d->ctx) {
-        bf_fail(err, errlen, "zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
-        goto out;
-    }
+    if (!d->ctx) return bf_fail(err, errlen, "zmq_ctx_new: %s", zmq_strerror(zmq_errno()));
     snprintf(d->ep_ctl, sizeof d->ep_ctl, "ipc://%s/ctl.sock", o->home);
     snprintf(d->ep_wrk, sizeof d->ep_wrk, "ipc://%s/worker.sock", o->home);
     snprintf(d->ep_pub, sizeof d->ep_pub, "ipc://%s/pub.sock", o->home);
     if (!(d->ctl = new_socket(d, ZMQ_ROUTER, err, errlen)) ||
         !(d->wrk = new_socket(d, ZMQ_ROUTER, err, errlen)) ||
         !(d->pub = new_socket(d, ZMQ_PUB, err, errlen)))
-        goto out;
-    {
-        int hwm = 100000;
-        zmq_setsockopt(d->pub, ZMQ_SNDHWM, &hwm, sizeof hwm);
-    }
+        return -1;
+    int hwm = 100000;
+    zmq_setsockopt(d->pub, ZMQ_SNDHWM, &hwm, sizeof hwm);
     if (bind_ep(d->ctl, d->ep_ctl, err, errlen) || bind_ep(d->wrk, d->ep_wrk, err, errlen) ||
         bind_ep(d->pub, d->ep_pub, err, errlen))
-        goto out;
-    if (o->tcp[0] && setup_tcp(d, err, errlen)) goto out;
-    if (reconcile(d, err, errlen)) goto out;
-    {
-        char terr[1024];
-        if (exp_tb_recover(d->tb, d->st, now_s(), terr, sizeof terr))
-            bfd_log("tensorboard: %s", terr);
+        return -1;
+    if (o->tcp[0] && setup_tcp(d, err, errlen)) return -1;
+    return 0;
+}
+
+/* One round: a poll of at most 200 ms, then signals, exited children,
+ * worker messages, requests, finished submits and ZAP, then the timers,
+ * the exporters and (when something changed, or every 5 s) a scheduling
+ * pass. -1 with a message when zmq_poll fails. */
+static int run_round(bfd *d, char *err, size_t errlen) {
+    zmq_pollitem_t items[5] = {
+        {d->ctl, 0, ZMQ_POLLIN, 0},           {d->wrk, 0, ZMQ_POLLIN, 0},
+        {NULL, d->sigpipe[0], ZMQ_POLLIN, 0}, {NULL, submitq_fd(d->sq), ZMQ_POLLIN, 0},
+        {d->zap, 0, ZMQ_POLLIN, 0},
+    };
+    int n_items = d->zap ? 5 : 4;
+    int p = zmq_poll(items, n_items, 200);
+    if (p < 0 && zmq_errno() != EINTR)
+        return bf_fail(err, errlen, "zmq_poll: %s", zmq_strerror(zmq_errno()));
+    if (items[2].revents & ZMQ_POLLIN) {
+        char buf[64];
+        ssize_t k;
+        while ((k = read(d->sigpipe[0], buf, sizeof buf)) > 0)
+            for (ssize_t i = 0; i < k; i++)
+                if (buf[i] == 't') d->quit = 1;
     }
-    if (c->prometheus[0]) {
-        if (prom_start(c->prometheus, d->started, &d->prom, err, errlen)) goto out;
-        bfd_log("prometheus: http://%s/metrics", c->prometheus);
-    }
-    bfd_log("serving %s (pid %d): %d slot%s, %d GPU%s, launcher %s, heartbeat timeout %.0f s",
-            o->home, (int)getpid(), c->slots, c->slots == 1 ? "" : "s", c->n_gpus,
-            c->n_gpus == 1 ? "" : "s", c->launcher, c->heartbeat_timeout);
-    d->dirty = 1;
-    while (!d->quit) {
-        zmq_pollitem_t items[5] = {
-            {d->ctl, 0, ZMQ_POLLIN, 0},           {d->wrk, 0, ZMQ_POLLIN, 0},
-            {NULL, d->sigpipe[0], ZMQ_POLLIN, 0}, {NULL, submitq_fd(d->sq), ZMQ_POLLIN, 0},
-            {d->zap, 0, ZMQ_POLLIN, 0},
-        };
-        int n_items = d->zap ? 5 : 4;
-        int p = zmq_poll(items, n_items, 200);
-        if (p < 0 && zmq_errno() != EINTR) {
-            bf_fail(err, errlen, "zmq_poll: %s", zmq_strerror(zmq_errno()));
-            goto out;
-        }
-        if (items[2].revents & ZMQ_POLLIN) {
-            char buf[64];
-            ssize_t k;
-            while ((k = read(d->sigpipe[0], buf, sizeof buf)) > 0)
-                for (ssize_t i = 0; i < k; i++)
-                    if (buf[i] == 't') d->quit = 1;
-        }
-        reap_children(d); /* also on timeouts: a SIGCHLD may race the poll */
-        if (items[1].revents & ZMQ_POLLIN) handle_workers(d);
-        if (items[0].revents & ZMQ_POLLIN) handle_ctl(d);
-        if (items[3].revents & ZMQ_POLLIN) finish_submits(d);
-        if (d->zap && (items[4].revents & ZMQ_POLLIN)) handle_zap(d);
-        check_timers(d);
-        log_unsent(d, 0);
-        {
-            char terr[1024];
-            if (exp_tb_tick(d->tb, d->st, now_s(), terr, sizeof terr))
-                bfd_log("tensorboard: %s", terr);
-        }
-        prom_update(d);
-        if (d->dirty || now_s() - d->last_sched > 5) schedule(d);
-    }
-    /* a submit being stored is finished and acknowledged; queued ones were
-     * never stored and get no reply (the client's request times out) */
-    submitq_stop(d->sq);
-    finish_submits(d);
-    log_unsent(d, 1);
-    bfd_log("stopping; %zu running trial%s keep running and reattach when bfd starts again",
-            d->n_runs, d->n_runs == 1 ? "" : "s");
-    rc = 0;
-out:
+    reap_children(d); /* also on timeouts: a SIGCHLD may race the poll */
+    if (items[1].revents & ZMQ_POLLIN) handle_workers(d);
+    if (items[0].revents & ZMQ_POLLIN) handle_ctl(d);
+    if (items[3].revents & ZMQ_POLLIN) finish_submits(d);
+    if (d->zap && (items[4].revents & ZMQ_POLLIN)) handle_zap(d);
+    check_timers(d);
+    log_unsent(d, 0);
+    char terr[1024];
+    if (exp_tb_tick(d->tb, d->st, now_s(), terr, sizeof terr)) bfd_log("tensorboard: %s", terr);
+    prom_update(d);
+    if (d->dirty || now_s() - d->last_sched > 5) schedule(d);
+    return 0;
+}
+
+/* Frees what open_state, catch_signals and open_sockets made (any of them
+ * may have stopped half way) and d itself. Running workers are left alone. */
+static void close_daemon(bfd *d) {
     g_sigfd = -1;
     for (size_t b = 0; b < d->n_batches; b++) {
         free(d->batches[b].pts);
@@ -444,5 +419,46 @@ out:
     adaptive_destroy(&d->ad);
     free(d->runs);
     free(d);
-    return rc;
+}
+
+int bfd_run(const bfd_opts *o, const bfd_config *c, char *err, size_t errlen) {
+    bfd *d = calloc(1, sizeof *d);
+    if (!d) return bf_fail(err, errlen, "out of memory");
+    g_opts = o;
+    d->o = o;
+    d->c = c;
+    d->sigpipe[0] = d->sigpipe[1] = -1;
+    d->started = now_s();
+    if (open_state(d, err, errlen) || catch_signals(d, err, errlen) ||
+        open_sockets(d, err, errlen) || reconcile(d, err, errlen)) {
+        close_daemon(d);
+        return -1;
+    }
+    char terr[1024];
+    if (exp_tb_recover(d->tb, d->st, now_s(), terr, sizeof terr)) bfd_log("tensorboard: %s", terr);
+    if (c->prometheus[0]) {
+        if (prom_start(c->prometheus, d->started, &d->prom, err, errlen)) {
+            close_daemon(d);
+            return -1;
+        }
+        bfd_log("prometheus: http://%s/metrics", c->prometheus);
+    }
+    bfd_log("serving %s (pid %d): %d slot%s, %d GPU%s, launcher %s, heartbeat timeout %.0f s",
+            o->home, (int)getpid(), c->slots, c->slots == 1 ? "" : "s", c->n_gpus,
+            c->n_gpus == 1 ? "" : "s", c->launcher, c->heartbeat_timeout);
+    d->dirty = 1;
+    while (!d->quit)
+        if (run_round(d, err, errlen)) {
+            close_daemon(d);
+            return -1;
+        }
+    /* a submit being stored is finished and acknowledged; queued ones were
+     * never stored and get no reply (the client's request times out) */
+    submitq_stop(d->sq);
+    finish_submits(d);
+    log_unsent(d, 1);
+    bfd_log("stopping; %zu running trial%s keep running and reattach when bfd starts again",
+            d->n_runs, d->n_runs == 1 ? "" : "s");
+    close_daemon(d);
+    return 0;
 }
