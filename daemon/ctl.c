@@ -1,8 +1,11 @@
 /* ctl.c — the table of bfctl requests (type name -> handler, each in the
- * ctl_*.c file of its family) and the preambles handlers share: reading the
- * job or trial a request names, replying not_found or internal when it
- * cannot. It handles no request itself and owns no socket. */
+ * ctl_*.c file of its family) and what handlers share: reading the job or
+ * trial a request names (replying not_found or internal when it cannot)
+ * and a job's JSON summary. It handles no request itself and owns no
+ * socket. */
 #include "daemon/ctl.h"
+
+#include "common/errbuf.h"
 
 #include <string.h>
 
@@ -15,6 +18,33 @@ static const struct {
     {"best", ctl_best},       {"export", ctl_export}, {"logs", ctl_logs},   {"status", ctl_status},
     {"sync", ctl_sync},       {"resume", ctl_resume}, {"rungs", ctl_rungs},
 };
+
+json_t *job_states_json(store *st, int64_t job, char *err, size_t errlen) {
+    long long counts[TRIAL_N_STATES];
+    if (store_job_state_counts(st, job, counts, err, errlen)) return NULL;
+    json_t *o = json_object();
+    for (int i = 0; o && i < TRIAL_N_STATES; i++)
+        if (counts[i] > 0 &&
+            json_object_set_new(o, store_state_name((trial_state)i), json_integer(counts[i]))) {
+            json_decref(o);
+            o = NULL;
+        }
+    if (!o) bf_fail(err, errlen, "job_states_json: out of memory");
+    return o;
+}
+
+json_t *job_json(store *st, const store_job *j, char *err, size_t errlen) {
+    json_t *states = job_states_json(st, j->id, err, errlen);
+    if (!states) return NULL;
+    json_t *o =
+        json_pack("{s:I, s:s, s:s, s:f, s:i, s:i, s:i, s:i, s:I, s:s, s:s, s:o}", "id",
+                  (json_int_t)j->id, "name", j->name, "pipeline", j->pipeline, "submitted",
+                  j->submitted, "priority", j->priority, "retries", j->retries, "ranks", j->ranks,
+                  "gpus_per_rank", j->gpus_per_rank, "n_trials", (json_int_t)j->n_trials, "metric",
+                  j->metric, "goal", j->goal, "states", states);
+    if (!o) bf_fail(err, errlen, "json_pack(job): out of memory or invalid text");
+    return o;
+}
 
 ctl_handler_fn ctl_handler(const char *type) {
     for (size_t i = 0; i < sizeof ctl_table / sizeof ctl_table[0]; i++)
@@ -31,7 +61,7 @@ int get_job(bfd *d, void *s, proto_msg *m, long long id, store_job *j) {
     return rc;
 }
 
-/* Reads a job for a request with its summary (dstate_job_json) in *jo and its
+/* Reads a job for a request with its summary (job_json) in *jo and its
  * trials in *ts, *n; both are the caller's to free (json_decref,
  * store_trials_free). Replies not_found/internal itself on failure and
  * returns nonzero. */
@@ -43,7 +73,7 @@ int get_job_with_trials(bfd *d, void *s, proto_msg *m, long long id, store_job *
     *n = 0;
     int rc = get_job(d, s, m, id, j);
     if (rc) return rc;
-    *jo = dstate_job_json(d->st, j, err, sizeof err);
+    *jo = job_json(d->st, j, err, sizeof err);
     if (!*jo || store_job_trials(d->st, id, ts, n, err, sizeof err)) {
         json_decref(*jo);
         *jo = NULL;

@@ -25,6 +25,14 @@ int get_job_with_trials(bfd *d, void *s, proto_msg *m, long long id, store_job *
  * replying not_found (1) or internal (-1) itself. */
 int get_trial(bfd *d, void *s, proto_msg *m, long long id, store_trial *t);
 
+/* {"id", "name", "pipeline", "submitted", "priority", "retries", "ranks",
+ * "gpus_per_rank", "n_trials", "metric", "goal", "states": {...}} of job j;
+ * NULL with err on failure. */
+json_t *job_json(store *st, const store_job *j, char *err, size_t errlen);
+/* {"PENDING": n, ...} of a job's trials (states with n > 0 only); NULL with
+ * err on failure. */
+json_t *job_states_json(store *st, int64_t job, char *err, size_t errlen);
+
 /* ctl_submit.c: a sweep handed to the submit thread; finish_submits replies
  * to those it has stored (or refused), in the order they came. */
 void ctl_submit(bfd *d, void *s, proto_msg *m);

@@ -5,7 +5,10 @@
  * They only read: nothing here changes a trial or a run. */
 #include "daemon/ctl.h"
 
+#include "common/errbuf.h"
+
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -74,9 +77,27 @@ static json_t *trial_summaries(const store_trial *ts, size_t n) {
     return arr;
 }
 
+/* Array of job_json of every job in submit order. */
+static json_t *jobs_json(store *st, char *err, size_t errlen) {
+    store_job *jobs = NULL;
+    size_t n = 0;
+    if (store_jobs(st, &jobs, &n, err, errlen)) return NULL;
+    json_t *arr = json_array();
+    if (!arr) bf_fail(err, errlen, "jobs_json: out of memory");
+    for (size_t i = 0; arr && i < n; i++) {
+        json_t *o = job_json(st, &jobs[i], err, errlen);
+        if (!o || json_array_append_new(arr, o)) {
+            json_decref(arr);
+            arr = NULL;
+        }
+    }
+    free(jobs);
+    return arr;
+}
+
 void ctl_jobs(bfd *d, void *s, proto_msg *m) {
     char err[1024];
-    json_t *arr = dstate_jobs_json(d->st, err, sizeof err);
+    json_t *arr = jobs_json(d->st, err, sizeof err);
     if (!arr) {
         reply_err(d, s, m, PROTO_E_INTERNAL, "jobs: %s", err);
         return;
@@ -176,7 +197,7 @@ void ctl_wait(bfd *d, void *s, proto_msg *m) {
     FIELD(proto_get_int(m->body, "job", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
     store_job j;
     if (get_job(d, s, m, id, &j)) return;
-    json_t *states = dstate_job_states(d->st, id, err, sizeof err);
+    json_t *states = job_states_json(d->st, id, err, sizeof err);
     if (!states) {
         reply_err(d, s, m, PROTO_E_INTERNAL, "wait: %s", err);
         return;
