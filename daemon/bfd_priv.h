@@ -15,11 +15,11 @@
 
 #include "daemon/adaptive.h"
 #include "daemon/bfd.h"
-#include "daemon/dstate.h"
 #include "daemon/exp_tb.h"
 #include "daemon/prom.h"
 #include "daemon/slurm.h"
 #include "daemon/submitq.h"
+#include "jobs/dstate.h"
 #include "jobs/store.h"
 #include "protocol/proto.h"
 

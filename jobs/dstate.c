@@ -2,7 +2,7 @@
  * GPUs and Slurm job of each running attempt) and bfd_jobs (each job's
  * working directory), on a connection of its own. It must not read or write
  * the jobs tables (jobs/store.c owns them) nor know the protocol. */
-#include "daemon/dstate.h"
+#include "jobs/dstate.h"
 #include "common/errbuf.h"
 
 #include <sqlite3.h>
