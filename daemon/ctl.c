@@ -83,15 +83,31 @@ int get_job_with_trials(bfd *d, void *s, proto_msg *m, long long id, store_job *
     return 0;
 }
 
+int get_trial_job(bfd *d, void *s, proto_msg *m, long long id, int64_t *job) {
+    char err[1024];
+    int rc = store_trial_job(d->st, id, job, err, sizeof err);
+    if (rc == 1) reply_err(d, s, m, PROTO_E_NOT_FOUND, "%s: no trial %lld", m->type, id);
+    if (rc < 0) reply_err(d, s, m, PROTO_E_INTERNAL, "%s: %s", m->type, err);
+    return rc;
+}
+
 int get_trial(bfd *d, void *s, proto_msg *m, long long id, store_trial *t) {
     char err[1024];
     int64_t job;
-    int rc = store_trial_job(d->st, id, &job, err, sizeof err);
-    if (rc == 1) {
-        reply_err(d, s, m, PROTO_E_NOT_FOUND, "%s: no trial %lld", m->type, id);
-        return 1;
+    int rc = get_trial_job(d, s, m, id, &job);
+    if (rc) return rc;
+    if (store_get_trial(d->st, id, t, err, sizeof err)) {
+        reply_err(d, s, m, PROTO_E_INTERNAL, "%s: %s", m->type, err);
+        return -1;
     }
-    if (rc == 0 && store_get_trial(d->st, id, t, err, sizeof err)) rc = -1;
-    if (rc < 0) reply_err(d, s, m, PROTO_E_INTERNAL, "%s: %s", m->type, err);
-    return rc;
+    return 0;
+}
+
+int get_job_field(bfd *d, void *s, proto_msg *m, long long *id, store_job *j) {
+    char ferr[512];
+    if (proto_get_int(m->body, "job", 1, 1, PROTO_MAX_INT, 0, id, ferr, sizeof ferr)) {
+        reply_err(d, s, m, PROTO_E_FIELD, "%s: %s", m->type, ferr);
+        return -1;
+    }
+    return get_job(d, s, m, *id, j);
 }

@@ -24,6 +24,12 @@ int get_job_with_trials(bfd *d, void *s, proto_msg *m, long long id, store_job *
 /* Reads trial id into *t (free with store_trial_free): 0, or nonzero after
  * replying not_found (1) or internal (-1) itself. */
 int get_trial(bfd *d, void *s, proto_msg *m, long long id, store_trial *t);
+/* The job of trial id into *job: 0, or nonzero after replying not_found (1)
+ * or internal (-1) itself. */
+int get_trial_job(bfd *d, void *s, proto_msg *m, long long id, int64_t *job);
+/* Reads the request's "job" field and that job: 0, or nonzero after
+ * replying (a bad field, not_found or internal). */
+int get_job_field(bfd *d, void *s, proto_msg *m, long long *id, store_job *j);
 
 /* {"id", "name", "pipeline", "submitted", "priority", "retries", "ranks",
  * "gpus_per_rank", "n_trials", "metric", "goal", "states": {...}} of job j;

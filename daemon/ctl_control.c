@@ -9,6 +9,18 @@
 #include <signal.h>
 #include <stdio.h>
 
+/* The state, job and attempts of trial id: 0, or nonzero after a reply. */
+static int get_trial_state(bfd *d, void *s, proto_msg *m, long long id, trial_state *st,
+                           int64_t *job, int *attempts) {
+    store_trial t;
+    if (get_trial(d, s, m, id, &t)) return 1;
+    *st = t.state;
+    *job = t.job_id;
+    *attempts = t.attempts;
+    store_trial_free(&t);
+    return 0;
+}
+
 /* Ends a running attempt on request (cancel): SIGTERM now, SIGKILL later. */
 static void terminate_run(bfd *d, run *r) {
     r->ending = 1;
@@ -37,12 +49,10 @@ void ctl_cancel(bfd *d, void *s, proto_msg *m) {
             if (d->runs[i].job == job && !d->runs[i].ending) terminate_run(d, &d->runs[i]);
         publish_event(d, job, 0, "CANCELLED", 0, "job cancelled");
     } else {
-        store_trial t;
-        if (get_trial(d, s, m, trial, &t)) return;
-        trial_state st = t.state;
-        int64_t tj = t.job_id;
-        int att = t.attempts;
-        store_trial_free(&t);
+        trial_state st;
+        int64_t tj;
+        int att;
+        if (get_trial_state(d, s, m, trial, &st, &tj, &att)) return;
         if (st != TRIAL_PENDING && st != TRIAL_RUNNING) {
             reply_err(d, s, m, PROTO_E_STATE, "cancel: trial %lld is %s", trial,
                       store_state_name(st));
@@ -91,12 +101,10 @@ void ctl_resume(bfd *d, void *s, proto_msg *m) {
     char ferr[512], err[1024];
     long long id;
     FIELD(proto_get_int(m->body, "trial", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
-    store_trial t;
-    if (get_trial(d, s, m, id, &t)) return;
-    trial_state st = t.state;
-    int64_t job = t.job_id;
-    int att = t.attempts;
-    store_trial_free(&t);
+    trial_state st;
+    int64_t job;
+    int att;
+    if (get_trial_state(d, s, m, id, &st, &job, &att)) return;
     if (st != TRIAL_STOPPED) {
         reply_err(d, s, m, PROTO_E_STATE, "resume: trial %lld is %s; only a STOPPED trial resumes",
                   id, store_state_name(st));

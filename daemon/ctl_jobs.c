@@ -177,11 +177,10 @@ void ctl_trial(bfd *d, void *s, proto_msg *m) {
 }
 
 void ctl_rungs(bfd *d, void *s, proto_msg *m) {
-    char ferr[512], err[1024];
+    char err[1024];
     long long id;
-    FIELD(proto_get_int(m->body, "job", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
     store_job j;
-    if (get_job(d, s, m, id, &j)) return;
+    if (get_job_field(d, s, m, &id, &j)) return;
     json_t *b = adaptive_rungs_json(d->ad, d->st, id, err, sizeof err);
     if (!b) {
         reply_err(d, s, m, PROTO_E_INTERNAL, "rungs: %s", err);
@@ -192,11 +191,10 @@ void ctl_rungs(bfd *d, void *s, proto_msg *m) {
 }
 
 void ctl_wait(bfd *d, void *s, proto_msg *m) {
-    char ferr[512], err[1024];
+    char err[1024];
     long long id;
-    FIELD(proto_get_int(m->body, "job", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
     store_job j;
-    if (get_job(d, s, m, id, &j)) return;
+    if (get_job_field(d, s, m, &id, &j)) return;
     json_t *states = job_states_json(d->st, id, err, sizeof err);
     if (!states) {
         reply_err(d, s, m, PROTO_E_INTERNAL, "wait: %s", err);

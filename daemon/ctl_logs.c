@@ -12,20 +12,13 @@
 #define LOG_CHUNK 65536
 
 void ctl_logs(bfd *d, void *s, proto_msg *m) {
-    char ferr[512], err[1024];
+    char ferr[512];
     long long id, off, max;
     FIELD(proto_get_int(m->body, "trial", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
     FIELD(proto_get_int(m->body, "offset", 0, 0, PROTO_MAX_INT, 0, &off, ferr, sizeof ferr));
     FIELD(proto_get_int(m->body, "max", 0, 1, LOG_CHUNK, LOG_CHUNK, &max, ferr, sizeof ferr));
     int64_t job;
-    int rc = store_trial_job(d->st, id, &job, err, sizeof err);
-    if (rc) {
-        if (rc > 0)
-            reply_err(d, s, m, PROTO_E_NOT_FOUND, "logs: no trial %lld", id);
-        else
-            reply_err(d, s, m, PROTO_E_INTERNAL, "logs: %s", err);
-        return;
-    }
+    if (get_trial_job(d, s, m, id, &job)) return;
     char path[1300];
     snprintf(path, sizeof path, "%s/logs/%lld.log", d->o->home, id);
     static char buf[LOG_CHUNK + 1];

@@ -37,14 +37,7 @@ void ctl_metrics(bfd *d, void *s, proto_msg *m) {
     FIELD(proto_get_int(m->body, "after", 0, 0, PROTO_MAX_INT, 0, &after, ferr, sizeof ferr));
     FIELD(proto_get_int(m->body, "limit", 0, 1, 10000, 1000, &limit, ferr, sizeof ferr));
     int64_t job;
-    int rc = store_trial_job(d->st, id, &job, err, sizeof err);
-    if (rc) {
-        if (rc > 0)
-            reply_err(d, s, m, PROTO_E_NOT_FOUND, "metrics: no trial %lld", id);
-        else
-            reply_err(d, s, m, PROTO_E_INTERNAL, "metrics: %s", err);
-        return;
-    }
+    if (get_trial_job(d, s, m, id, &job)) return;
     long long rows = limit * PROTO_MAX_VALUES;
     if (rows > HISTORY_MAX_ROWS) rows = HISTORY_MAX_ROWS;
     store_point *pts = NULL;
