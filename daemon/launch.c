@@ -129,6 +129,136 @@ static int launch_slurm(bfd *d, run *r, const store_job *j, const char *out, con
     return 0;
 }
 
+/* In the forked child: a process group of its own, stdout and stderr into
+ * the trial's log, the signals and environment of one rank, then argv
+ * executed in cwd. Never returns (exit 127 when chdir or exec fails). */
+static void exec_worker(const char *const *argv, const char *logp, const char *cwd, const char *gl,
+                        int threads_per_slot, const char *id, const char *attempt, int ranks) {
+    setsid();
+    int fd = open(logp, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    int nul = open("/dev/null", O_RDONLY);
+    if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+    }
+    if (nul >= 0) dup2(nul, 0);
+    for (int k = 3; k < 1024; k++) close(k);
+    signal(SIGPIPE, SIG_DFL);
+    signal(SIGCHLD, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    char threads[16];
+    snprintf(threads, sizeof threads, "%d", threads_per_slot);
+    setenv("OMP_NUM_THREADS", threads, 1);
+    setenv("CUDA_VISIBLE_DEVICES", gl, 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
+    fprintf(stderr, "== bfd: trial %s attempt %s, %d rank%s, gpus [%s], cwd %s\n", id, attempt,
+            ranks, ranks == 1 ? "" : "s", gl, cwd);
+    if (chdir(cwd) != 0) {
+        fprintf(stderr, "bfd: chdir %s: %s\n", cwd, strerror(errno));
+        _exit(127);
+    }
+    execvp(argv[0], (char *const *)argv);
+    fprintf(stderr, "bfd: exec %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+}
+
+/* Starts the attempt r (already RUNNING in the store and recorded in
+ * bfd_runs as dr) on this machine: `bfworker run ...` (under mpirun for
+ * more than one rank) forked into a process group of its own; its pid goes
+ * into r and bfd_runs. A failed fork fails the trial and forgets r. */
+static int launch_local(bfd *d, run *r, const store_job *j, const char *out, const char *logp,
+                        const char *cwd, const char *stage_root, const char *gl, dstate_run *dr) {
+    char err[1024], id[32], np[16], attempt[16];
+    int64_t trial = r->trial;
+    snprintf(id, sizeof id, "%lld", (long long)trial);
+    snprintf(np, sizeof np, "%d", j->ranks);
+    snprintf(attempt, sizeof attempt, "%d", r->attempt);
+    /* R = 1 runs bfworker directly (no MPI runtime needed); R > 1 under mpirun */
+    const char *argv[32];
+    int a = 0;
+    if (j->ranks > 1) {
+        argv[a++] = d->c->mpirun;
+        argv[a++] = "--oversubscribe";
+        argv[a++] = "-np";
+        argv[a++] = np;
+    }
+    argv[a++] = d->c->bfworker;
+    argv[a++] = "run";
+    argv[a++] = "--trial";
+    argv[a++] = id;
+    argv[a++] = "--connect";
+    argv[a++] = d->ep_wrk;
+    argv[a++] = "--token";
+    argv[a++] = r->token;
+    argv[a++] = "--out";
+    argv[a++] = out;
+    argv[a++] = "--attempt";
+    argv[a++] = attempt;
+    if (r->stage[0]) {
+        argv[a++] = "--stage-root";
+        argv[a++] = stage_root;
+        argv[a++] = "--stage";
+        argv[a++] = r->stage;
+    }
+    argv[a] = NULL;
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        remove_run(d, find_run(d, trial));
+        int rq;
+        char why[256];
+        snprintf(why, sizeof why, "fork: %s", strerror(e));
+        store_trial_fail(d->st, trial, why, &rq, err, sizeof err);
+        bfd_log("trial %lld: %s", (long long)trial, why);
+        return -1;
+    }
+    if (pid == 0) exec_worker(argv, logp, cwd, gl, d->c->threads_per_slot, id, attempt, j->ranks);
+    r = find_run(d, trial);
+    r->pid = pid;
+    dr->pid = pid;
+    if (dstate_run_put(d->ds, dr, err, sizeof err)) bfd_log("%s", err);
+    char msg[128];
+    if (r->stage[0])
+        snprintf(msg, sizeof msg, "started stage %s %s, pid %d", r->stage, r->stage_key, (int)pid);
+    else
+        snprintf(msg, sizeof msg, "started, pid %d", (int)pid);
+    bfd_log("trial %lld attempt %d: %s, %d rank%s, gpus [%s]", (long long)trial, r->attempt, msg,
+            j->ranks, j->ranks == 1 ? "" : "s", gl);
+    publish_event(d, r->job, r->trial, "RUNNING", r->attempt, msg);
+    return 0;
+}
+
+/* Marks trial t launched in the store: RUNNING, or with stage >= 0 that
+ * stage of its plan (read into plan[]) launched, after making stage_root.
+ * -1 after logging why. */
+static int mark_launched(bfd *d, const store_trial *t, int stage, const char *stage_root,
+                         store_stage plan[S2S_STAGES]) {
+    char err[1024];
+    int n_plan = 0;
+    if (stage >= 0) {
+        char why[300];
+        if (store_trial_stages(d->st, t->id, plan, &n_plan, err, sizeof err) || stage >= n_plan ||
+            make_dir(stage_root, 0700, err, sizeof err)) {
+            bfd_log("trial %lld: %s", (long long)t->id, stage >= n_plan ? "no such stage" : err);
+            return -1;
+        }
+        snprintf(why, sizeof why, "launched for stage %s %s", plan[stage].name, plan[stage].key);
+        if (store_stage_launch(d->st, t->id, stage, why, err, sizeof err)) {
+            bfd_log("trial %lld: %s", (long long)t->id, err);
+            return -1;
+        }
+    } else if (store_trial_transition(d->st, t->id, TRIAL_RUNNING, "launched", err, sizeof err)) {
+        bfd_log("trial %lld: %s", (long long)t->id, err);
+        return -1;
+    }
+    return 0;
+}
+
 /* Starts one attempt of trial t (PENDING) on the given GPUs; stage >= 0:
  * an attempt that runs only that stage of the trial's s2s plan. */
 int launch(bfd *d, const store_trial *t, const store_job *j, const int *gpus, int ng, int stage) {
@@ -153,23 +283,7 @@ int launch(bfd *d, const store_trial *t, const store_job *j, const int *gpus, in
     char stage_root[1200];
     snprintf(stage_root, sizeof stage_root, "%s/stages", d->o->home);
     store_stage plan[S2S_STAGES];
-    int n_plan = 0;
-    if (stage >= 0) {
-        char why[300];
-        if (store_trial_stages(d->st, t->id, plan, &n_plan, err, sizeof err) || stage >= n_plan ||
-            make_dir(stage_root, 0700, err, sizeof err)) {
-            bfd_log("trial %lld: %s", (long long)t->id, stage >= n_plan ? "no such stage" : err);
-            return -1;
-        }
-        snprintf(why, sizeof why, "launched for stage %s %s", plan[stage].name, plan[stage].key);
-        if (store_stage_launch(d->st, t->id, stage, why, err, sizeof err)) {
-            bfd_log("trial %lld: %s", (long long)t->id, err);
-            return -1;
-        }
-    } else if (store_trial_transition(d->st, t->id, TRIAL_RUNNING, "launched", err, sizeof err)) {
-        bfd_log("trial %lld: %s", (long long)t->id, err);
-        return -1;
-    }
+    if (mark_launched(d, t, stage, stage_root, plan)) return -1;
     run *r = add_run(d);
     if (!r) {
         int rq;
@@ -199,94 +313,5 @@ int launch(bfd *d, const store_trial *t, const store_job *j, const int *gpus, in
     snprintf(dr.gpus, sizeof dr.gpus, "%s", gl);
     if (dstate_run_put(d->ds, &dr, err, sizeof err)) bfd_log("%s", err);
     if (is_slurm(d)) return launch_slurm(d, r, j, out, logp, cwd, stage_root);
-
-    char id[32], np[16], attempt[16];
-    snprintf(id, sizeof id, "%lld", (long long)t->id);
-    snprintf(np, sizeof np, "%d", j->ranks);
-    snprintf(attempt, sizeof attempt, "%d", r->attempt);
-    /* R = 1 runs bfworker directly (no MPI runtime needed); R > 1 under mpirun */
-    const char *argv[32];
-    int a = 0;
-    if (j->ranks > 1) {
-        argv[a++] = d->c->mpirun;
-        argv[a++] = "--oversubscribe";
-        argv[a++] = "-np";
-        argv[a++] = np;
-    }
-    argv[a++] = d->c->bfworker;
-    argv[a++] = "run";
-    argv[a++] = "--trial";
-    argv[a++] = id;
-    argv[a++] = "--connect";
-    argv[a++] = d->ep_wrk;
-    argv[a++] = "--token";
-    argv[a++] = token;
-    argv[a++] = "--out";
-    argv[a++] = out;
-    argv[a++] = "--attempt";
-    argv[a++] = attempt;
-    if (r->stage[0]) {
-        argv[a++] = "--stage-root";
-        argv[a++] = stage_root;
-        argv[a++] = "--stage";
-        argv[a++] = r->stage;
-    }
-    argv[a] = NULL;
-    pid_t pid = fork();
-    if (pid < 0) {
-        int e = errno;
-        remove_run(d, find_run(d, t->id));
-        int rq;
-        char why[256];
-        snprintf(why, sizeof why, "fork: %s", strerror(e));
-        store_trial_fail(d->st, t->id, why, &rq, err, sizeof err);
-        bfd_log("trial %lld: %s", (long long)t->id, why);
-        return -1;
-    }
-    if (pid == 0) {
-        setsid();
-        int fd = open(logp, O_WRONLY | O_CREAT | O_APPEND, 0600);
-        int nul = open("/dev/null", O_RDONLY);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        if (nul >= 0) dup2(nul, 0);
-        for (int k = 3; k < 1024; k++) close(k);
-        signal(SIGPIPE, SIG_DFL);
-        signal(SIGCHLD, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        signal(SIGINT, SIG_DFL);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        char threads[16];
-        snprintf(threads, sizeof threads, "%d", d->c->threads_per_slot);
-        setenv("OMP_NUM_THREADS", threads, 1);
-        setenv("CUDA_VISIBLE_DEVICES", gl, 1);
-        setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-        setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-        fprintf(stderr, "== bfd: trial %s attempt %s, %d rank%s, gpus [%s], cwd %s\n", id, attempt,
-                j->ranks, j->ranks == 1 ? "" : "s", gl, cwd);
-        if (chdir(cwd) != 0) {
-            fprintf(stderr, "bfd: chdir %s: %s\n", cwd, strerror(errno));
-            _exit(127);
-        }
-        execvp(argv[0], (char *const *)argv);
-        fprintf(stderr, "bfd: exec %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
-    }
-    r = find_run(d, t->id);
-    r->pid = pid;
-    dr.pid = pid;
-    if (dstate_run_put(d->ds, &dr, err, sizeof err)) bfd_log("%s", err);
-    char msg[128];
-    if (r->stage[0])
-        snprintf(msg, sizeof msg, "started stage %s %s, pid %d", r->stage, r->stage_key, (int)pid);
-    else
-        snprintf(msg, sizeof msg, "started, pid %d", (int)pid);
-    bfd_log("trial %lld attempt %d: %s, %d rank%s, gpus [%s]", (long long)t->id, r->attempt, msg,
-            j->ranks, j->ranks == 1 ? "" : "s", gl);
-    publish_event(d, r->job, r->trial, "RUNNING", r->attempt, msg);
-    return 0;
+    return launch_local(d, r, j, out, logp, cwd, stage_root, gl, &dr);
 }
