@@ -152,9 +152,86 @@ void flush_batches(bfd *d) {
     d->n_batches = 0;
 }
 
+/* hello: the attempt must be the one bfd launched; the reply carries the
+ * trial's config, the last stored seq and the heartbeat interval. */
+static void worker_hello(bfd *d, void *s, proto_msg *m, run *r, long long trial) {
+    char ferr[512], err[1024];
+    long long attempt, pid;
+    const char *host;
+    FIELD(proto_get_int(m->body, "attempt", 1, 1, PROTO_MAX_INT, 0, &attempt, ferr, sizeof ferr));
+    FIELD(proto_get_int(m->body, "pid", 1, 1, PROTO_MAX_INT, 0, &pid, ferr, sizeof ferr));
+    FIELD(proto_get_str(m->body, "host", 1, PROTO_MAX_PATH, &host, ferr, sizeof ferr));
+    if (attempt != r->attempt) {
+        reply_err(d, s, m, PROTO_E_FIELD,
+                  "hello: 'attempt' is %lld, but bfd launched attempt %d of trial %lld "
+                  "(pass the --attempt bfd gave the worker)",
+                  attempt, r->attempt, trial);
+        return;
+    }
+    store_trial t;
+    if (store_get_trial(d->st, trial, &t, err, sizeof err) || load_acked(d, r)) {
+        reply_err(d, s, m, PROTO_E_INTERNAL, "hello: %s", err);
+        return;
+    }
+    json_t *b = json_pack("{s:I, s:i, s:s, s:I, s:f}", "trial", (json_int_t)trial, "attempt",
+                          r->attempt, "config", t.config ? t.config : "", "acked",
+                          (json_int_t)r->acked, "heartbeat", d->c->heartbeat_interval);
+    store_trial_free(&t);
+    char hb[PROTO_MAX_PATH * 4 + 8];
+    bfd_log("trial %lld attempt %d: worker pid %lld on %s connected", trial, r->attempt, pid,
+            log_escape(host, hb, sizeof hb));
+    reply(d, s, m, "config", b);
+    json_decref(b);
+    if (r->stop_requested) send_stop(d, r, r->stop_reason[0] ? r->stop_reason : "stop requested");
+}
+
+/* done: how the worker says it ended (its process going is what ends the
+ * run; runs.c reads done_state then). */
+static void worker_done(bfd *d, void *s, proto_msg *m, run *r) {
+    char ferr[512];
+    const char *state, *msg;
+    long long code;
+    FIELD(proto_get_str(m->body, "state", 1, 32, &state, ferr, sizeof ferr));
+    FIELD(proto_get_int(m->body, "exit_code", 1, 0, 255, 0, &code, ferr, sizeof ferr));
+    FIELD(proto_get_str(m->body, "message", 0, PROTO_MAX_STR, &msg, ferr, sizeof ferr));
+    int st = !strcmp(state, "completed")   ? 0
+             : !strcmp(state, "preempted") ? 1
+             : !strcmp(state, "failed")    ? 2
+                                           : -1;
+    if (st < 0) {
+        reply_err(d, s, m, PROTO_E_FIELD, "done: 'state' must be completed, preempted or failed");
+        return;
+    }
+    r->done_state = st;
+    snprintf(r->done_msg, sizeof r->done_msg, "%s", msg ? msg : "");
+    if (r->slurm_job[0]) r->next_poll = now_s() + 0.3; /* the job ends right after */
+    reply(d, s, m, "ok", NULL);
+}
+
+/* metrics: validated now, stored with the round's other batches. */
+static void worker_metrics(bfd *d, void *s, proto_msg *m, run *r, size_t *round_points) {
+    char ferr[512];
+    proto_point *pts;
+    size_t n;
+    FIELD(proto_parse_points(m->body, PROTO_MAX_POINTS, &pts, &n, ferr, sizeof ferr));
+    if (load_acked(d, r)) {
+        free(pts);
+        reply_err(d, s, m, PROTO_E_INTERNAL, "metrics: cannot read the stored seq");
+        return;
+    }
+    batch *bt = &d->batches[d->n_batches++];
+    bt->msg = *m;
+    memset(m, 0, sizeof *m); /* the batch owns the body now (names point into it) */
+    bt->run_ix = (size_t)(r - d->runs);
+    bt->pts = pts;
+    bt->n = n;
+    bt->gap = 0;
+    for (size_t i = 0; i < n; i++) *round_points += (size_t)pts[i].n;
+}
+
 void handle_worker_msg(bfd *d, proto_msg *m, size_t *round_points) {
     void *s = d->wrk;
-    char ferr[512], err[1024];
+    char ferr[512];
     int is_hello = !strcmp(m->type, "hello"), is_hb = !strcmp(m->type, "heartbeat"),
         is_metrics = !strcmp(m->type, "metrics"), is_done = !strcmp(m->type, "done");
     if (!is_hello && !is_hb && !is_metrics && !is_done) {
@@ -182,74 +259,10 @@ void handle_worker_msg(bfd *d, proto_msg *m, size_t *round_points) {
     if (r->stop_requested && !r->stop_sent && !is_hello)
         send_stop(d, r, r->stop_reason[0] ? r->stop_reason : "stop requested");
     if (is_hb) return;
-    if (is_hello) {
-        long long attempt, pid;
-        const char *host;
-        FIELD(
-            proto_get_int(m->body, "attempt", 1, 1, PROTO_MAX_INT, 0, &attempt, ferr, sizeof ferr));
-        FIELD(proto_get_int(m->body, "pid", 1, 1, PROTO_MAX_INT, 0, &pid, ferr, sizeof ferr));
-        FIELD(proto_get_str(m->body, "host", 1, PROTO_MAX_PATH, &host, ferr, sizeof ferr));
-        if (attempt != r->attempt) {
-            reply_err(d, s, m, PROTO_E_FIELD,
-                      "hello: 'attempt' is %lld, but bfd launched attempt %d of trial %lld "
-                      "(pass the --attempt bfd gave the worker)",
-                      attempt, r->attempt, trial);
-            return;
-        }
-        store_trial t;
-        if (store_get_trial(d->st, trial, &t, err, sizeof err) || load_acked(d, r)) {
-            reply_err(d, s, m, PROTO_E_INTERNAL, "hello: %s", err);
-            return;
-        }
-        json_t *b = json_pack("{s:I, s:i, s:s, s:I, s:f}", "trial", (json_int_t)trial, "attempt",
-                              r->attempt, "config", t.config ? t.config : "", "acked",
-                              (json_int_t)r->acked, "heartbeat", d->c->heartbeat_interval);
-        store_trial_free(&t);
-        char hb[PROTO_MAX_PATH * 4 + 8];
-        bfd_log("trial %lld attempt %d: worker pid %lld on %s connected", trial, r->attempt, pid,
-                log_escape(host, hb, sizeof hb));
-        reply(d, s, m, "config", b);
-        json_decref(b);
-        if (r->stop_requested)
-            send_stop(d, r, r->stop_reason[0] ? r->stop_reason : "stop requested");
-        return;
-    }
-    if (is_done) {
-        const char *state, *msg;
-        long long code;
-        FIELD(proto_get_str(m->body, "state", 1, 32, &state, ferr, sizeof ferr));
-        FIELD(proto_get_int(m->body, "exit_code", 1, 0, 255, 0, &code, ferr, sizeof ferr));
-        FIELD(proto_get_str(m->body, "message", 0, PROTO_MAX_STR, &msg, ferr, sizeof ferr));
-        int st = !strcmp(state, "completed")   ? 0
-                 : !strcmp(state, "preempted") ? 1
-                 : !strcmp(state, "failed")    ? 2
-                                               : -1;
-        if (st < 0) {
-            reply_err(d, s, m, PROTO_E_FIELD,
-                      "done: 'state' must be completed, preempted or failed");
-            return;
-        }
-        r->done_state = st;
-        snprintf(r->done_msg, sizeof r->done_msg, "%s", msg ? msg : "");
-        if (r->slurm_job[0]) r->next_poll = now_s() + 0.3; /* the job ends right after */
-        reply(d, s, m, "ok", NULL);
-        return;
-    }
-    /* metrics: validated now, stored with the round's other batches */
-    proto_point *pts;
-    size_t n;
-    FIELD(proto_parse_points(m->body, PROTO_MAX_POINTS, &pts, &n, ferr, sizeof ferr));
-    if (load_acked(d, r)) {
-        free(pts);
-        reply_err(d, s, m, PROTO_E_INTERNAL, "metrics: cannot read the stored seq");
-        return;
-    }
-    batch *bt = &d->batches[d->n_batches++];
-    bt->msg = *m;
-    memset(m, 0, sizeof *m); /* the batch owns the body now (names point into it) */
-    bt->run_ix = (size_t)(r - d->runs);
-    bt->pts = pts;
-    bt->n = n;
-    bt->gap = 0;
-    for (size_t i = 0; i < n; i++) *round_points += (size_t)pts[i].n;
+    if (is_hello)
+        worker_hello(d, s, m, r, trial);
+    else if (is_done)
+        worker_done(d, s, m, r);
+    else
+        worker_metrics(d, s, m, r, round_points);
 }
