@@ -27,6 +27,8 @@
 #define ROUND_MAX_MSGS 256      /* worker messages handled per poll round */
 #define ROUND_MAX_POINTS 200000 /* points per round (one transaction) */
 
+/* One live attempt in the run table (runs.c): its process or Slurm job, its
+ * worker's connection, and how far its end has gone. */
 typedef struct run {
     int64_t trial, job;
     int attempt, ranks;
@@ -54,6 +56,8 @@ typedef struct run {
     char done_msg[256]; /* the worker's message in `done` (why it failed), "" none */
 } run;
 
+/* One worker's metrics message of this round, validated and waiting for
+ * flush_batches (workers.c); the batch owns msg's body and pts. */
 typedef struct batch {
     proto_msg msg;
     size_t run_ix;
@@ -63,6 +67,8 @@ typedef struct batch {
     int gap;
 } batch;
 
+/* The daemon: its settings, store connections, sockets, run table and
+ * exporters. One per bfd_run (loop.c opens and closes it). */
 typedef struct bfd {
     const bfd_opts *o;
     const bfd_config *c;
