@@ -1,4 +1,7 @@
-/* adaptive — early stops and tpe proposals for bfd. See adaptive.h. */
+/* adaptive.c — early stops and tpe proposals for bfd (see adaptive.h):
+ * every judgement reads only the store and every decision is committed
+ * there before bfd acts on it. It signals no process and sends no message
+ * (workers.c does, with what it decides). */
 #include "daemon/adaptive.h"
 #include "common/errbuf.h"
 

@@ -1,3 +1,7 @@
+/* bfd_config.c — $BF_HOME/bfd.yaml, the inventory and launcher settings:
+ * defaults (slots = nproc, the GPUs detected), then each key validated with
+ * PATH:LINE:COL in its message. It only reads the file into a bfd_config;
+ * it opens no socket and touches no store. */
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>

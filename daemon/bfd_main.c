@@ -1,7 +1,9 @@
-/* bfd — the coordinator daemon's command line:
+/* bfd_main.c — the coordinator daemon's command line:
  *   bfd [--home DIR] [--daemonize] [--tcp HOST:PORT] [--quiet]
  *   bfd keygen [--home DIR] [--client NAME]
- */
+ * It reads the options and bfd.yaml, takes the home lock, detaches when
+ * asked and calls bfd_run; keygen writes CURVE keys. It serves nothing
+ * itself: the loop (loop.c) does. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>

@@ -1,3 +1,7 @@
+/* exp_tb.c — the TensorBoard exporter (see exp_tb.h): a writer per
+ * running trial that appends what the store holds past its last seq, with a
+ * progress file that makes a restart neither lose nor repeat a point. It
+ * only reads the store; it never writes it and never sees a socket. */
 #include "daemon/exp_tb.h"
 #include "common/errbuf.h"
 #include "common/tfevents.h"

@@ -1,3 +1,7 @@
+/* prom.c — the Prometheus endpoint (see prom.h): renders the snapshot the
+ * loop copies in, on libmicrohttpd's thread. That thread must never touch
+ * the store, a ZeroMQ socket or the run table: only the snapshot, under its
+ * mutex. */
 #include "daemon/prom.h"
 #include "common/errbuf.h"
 

@@ -1,3 +1,7 @@
+/* slurm.c — the Slurm launcher's commands (see slurm.h): the batch script,
+ * sbatch, scontrol, scancel, each run synchronously with a hard timeout. It
+ * knows nothing of bfd's state: it takes values and returns a status, so
+ * its unit tests link it alone. */
 #include "daemon/slurm.h"
 #include "common/errbuf.h"
 

@@ -1,3 +1,8 @@
+/* submitq.c — the submit thread (see submitq.h): loads, validates,
+ * expands and stores each submitted sweep on a store connection of its own,
+ * in order, and wakes the loop through a pipe when one is done. It must not
+ * touch the loop's state, sockets or store connection: requests go in and
+ * results come out through the two locked queues only. */
 #include "daemon/submitq.h"
 
 #include <errno.h>

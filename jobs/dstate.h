@@ -1,19 +1,16 @@
 /* dstate — what bfd keeps in the store's database beyond the jobs module's
  * tables: the process of each running attempt (so a restarted bfd can find
- * and reattach to it), each job's working directory, and the JSON views of
- * jobs that bfd replies with. Its own SQLite connection to the same WAL
- * database, for its own two tables only: every read of the jobs tables goes
- * through the store_ functions (jobs/store.h owns that schema).
+ * and reattach to it) and each job's working directory. Its own SQLite
+ * connection to the same WAL database, for its own two tables only: every
+ * read of the jobs tables goes through the store_ functions (jobs/store.h
+ * owns that schema).
  * All functions return 0 or -1 with a message naming the SQLite call. */
 #ifndef DSTATE_H
 #define DSTATE_H
 
-#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
-
-#include "jobs/store.h"
 
 typedef struct dstate dstate;
 
@@ -41,14 +38,5 @@ int dstate_runs(dstate *d, dstate_run **out, size_t *n, char *err, size_t errlen
 int dstate_job_cwd_set(dstate *d, int64_t job, const char *cwd, char *err, size_t errlen);
 /* cwd of the job into buf ("" when none recorded). */
 int dstate_job_cwd(dstate *d, int64_t job, char *buf, size_t buflen, char *err, size_t errlen);
-
-/* {"id", "name", "pipeline", "submitted", "priority", "retries", "ranks",
- * "gpus_per_rank", "n_trials", "metric", "goal", "states": {...}}; the
- * state counts come from store_job_state_counts. NULL with err on failure. */
-json_t *dstate_job_json(store *st, const store_job *j, char *err, size_t errlen);
-/* {"PENDING": n, ...} of a job's trials (states with n > 0 only). */
-json_t *dstate_job_states(store *st, int64_t job, char *err, size_t errlen);
-/* Array of dstate_job_json of every job in submit order. */
-json_t *dstate_jobs_json(store *st, char *err, size_t errlen);
 
 #endif

@@ -1,4 +1,8 @@
-#include "daemon/dstate.h"
+/* dstate.c — bfd's own two tables in bf.db, bfd_runs (the process, token,
+ * GPUs and Slurm job of each running attempt) and bfd_jobs (each job's
+ * working directory), on a connection of its own. It must not read or write
+ * the jobs tables (jobs/store.c owns them) nor know the protocol. */
+#include "jobs/dstate.h"
 #include "common/errbuf.h"
 
 #include <sqlite3.h>
@@ -177,48 +181,4 @@ int dstate_job_cwd(dstate *d, int64_t job, char *buf, size_t buflen, char *err, 
     if (rc != SQLITE_ROW && rc != SQLITE_DONE)
         return bf_fail(err, errlen, "sqlite3_step(SELECT bfd_jobs): %s", sqlite3_errmsg(d->db));
     return 0;
-}
-
-json_t *dstate_job_states(store *st, int64_t job, char *err, size_t errlen) {
-    long long counts[TRIAL_N_STATES];
-    if (store_job_state_counts(st, job, counts, err, errlen)) return NULL;
-    json_t *o = json_object();
-    for (int i = 0; o && i < TRIAL_N_STATES; i++)
-        if (counts[i] > 0 &&
-            json_object_set_new(o, store_state_name((trial_state)i), json_integer(counts[i]))) {
-            json_decref(o);
-            o = NULL;
-        }
-    if (!o) bf_fail(err, errlen, "dstate_job_states: out of memory");
-    return o;
-}
-
-json_t *dstate_job_json(store *st, const store_job *j, char *err, size_t errlen) {
-    json_t *states = dstate_job_states(st, j->id, err, errlen);
-    if (!states) return NULL;
-    json_t *o =
-        json_pack("{s:I, s:s, s:s, s:f, s:i, s:i, s:i, s:i, s:I, s:s, s:s, s:o}", "id",
-                  (json_int_t)j->id, "name", j->name, "pipeline", j->pipeline, "submitted",
-                  j->submitted, "priority", j->priority, "retries", j->retries, "ranks", j->ranks,
-                  "gpus_per_rank", j->gpus_per_rank, "n_trials", (json_int_t)j->n_trials, "metric",
-                  j->metric, "goal", j->goal, "states", states);
-    if (!o) bf_fail(err, errlen, "json_pack(job): out of memory or invalid text");
-    return o;
-}
-
-json_t *dstate_jobs_json(store *st, char *err, size_t errlen) {
-    store_job *jobs = NULL;
-    size_t n = 0;
-    if (store_jobs(st, &jobs, &n, err, errlen)) return NULL;
-    json_t *arr = json_array();
-    if (!arr) bf_fail(err, errlen, "dstate_jobs_json: out of memory");
-    for (size_t i = 0; arr && i < n; i++) {
-        json_t *o = dstate_job_json(st, &jobs[i], err, errlen);
-        if (!o || json_array_append_new(arr, o)) {
-            json_decref(arr);
-            arr = NULL;
-        }
-    }
-    free(jobs);
-    return arr;
 }

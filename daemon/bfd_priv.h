@@ -1,0 +1,226 @@
+/* bfd_priv.h — what the files of bfd share: the daemon's state (struct bfd),
+ * the run table's entry (struct run: one live attempt), a round's metric
+ * batches, and the functions the files call across each other, grouped by
+ * the file that defines them. Nothing outside daemon/ includes it; bfctl and
+ * workers reach bfd only through protocol/. Every function runs on the event
+ * loop's one thread. */
+#ifndef BFD_PRIV_H
+#define BFD_PRIV_H
+
+#include <jansson.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "daemon/adaptive.h"
+#include "daemon/bfd.h"
+#include "daemon/exp_tb.h"
+#include "daemon/prom.h"
+#include "daemon/slurm.h"
+#include "daemon/submitq.h"
+#include "jobs/dstate.h"
+#include "jobs/store.h"
+#include "protocol/proto.h"
+
+#define MAX_CLIENT_KEYS 256
+#define ROUND_MAX_MSGS 256      /* worker messages handled per poll round */
+#define ROUND_MAX_POINTS 200000 /* points per round (one transaction) */
+
+/* One live attempt in the run table (runs.c): its process or Slurm job, its
+ * worker's connection, and how far its end has gone. */
+typedef struct run {
+    int64_t trial, job;
+    int attempt, ranks;
+    char token[PROTO_TOKEN_LEN + 1];
+    pid_t pid; /* process group leader (setsid) */
+    int is_child;
+    int gpus[BFD_MAX_GPUS], n_gpus;
+    double started, last_seen, last_alive_check;
+    unsigned char ident[PROTO_MAX_IDENT];
+    size_t ident_len;
+    int stop_requested;
+    int stop_sent;         /* on this connection of the worker */
+    char stop_reason[320]; /* an early-stop decision (committed), "" for bfctl stop */
+    int ending;            /* outcome recorded; waiting for the process to go */
+    double kill_at;        /* when to SIGKILL the group (0: not scheduled) */
+    int done_state;        /* from `done`: -1 none, 0 completed, 1 preempted, 2 failed */
+    int64_t acked;         /* highest contiguous seq stored; -1 not loaded yet */
+    /* launcher: slurm (pid is 0: the worker runs on a compute node) */
+    char slurm_job[SLURM_JOB_ID_MAX]; /* "" for a local run */
+    int slurm_phase;                  /* last slurm_phase seen (SLURM_QUEUED at submit) */
+    double next_poll;                 /* when to ask scontrol again */
+    /* s2s: the shared stage this attempt runs (stage_key "" for a whole trial) */
+    char stage[16], stage_key[17], stage_dir[32];
+    int stage_last;     /* the trial's last stage (eval): done means the trial is */
+    char done_msg[256]; /* the worker's message in `done` (why it failed), "" none */
+} run;
+
+/* One worker's metrics message of this round, validated and waiting for
+ * flush_batches (workers.c); the batch owns msg's body and pts. */
+typedef struct batch {
+    proto_msg msg;
+    size_t run_ix;
+    proto_point *pts;
+    size_t n;
+    int64_t prev_acked; /* the run's acked before this batch */
+    int gap;
+} batch;
+
+/* The daemon: its settings, store connections, sockets, run table and
+ * exporters. One per bfd_run (loop.c opens and closes it). */
+typedef struct bfd {
+    const bfd_opts *o;
+    const bfd_config *c;
+    store *st;
+    dstate *ds;
+    void *ctx, *ctl, *wrk, *pub, *zap;
+    char ep_ctl[1200], ep_wrk[1200], ep_pub[1200];
+    char tcp_ctl[300], tcp_wrk[300], tcp_pub[300];
+    int sigpipe[2];
+    run *runs;
+    size_t n_runs, cap_runs;
+    int dirty; /* something changed that may let a trial start */
+    double started, last_sched;
+    int quit;
+    char client_keys[MAX_CLIENT_KEYS][41];
+    int n_client_keys;
+    batch batches[ROUND_MAX_MSGS];
+    size_t n_batches;
+    /* replies to clients that have gone: counted, logged as one summary line
+     * per UNSENT_LOG_EVERY seconds rather than one line each */
+    long long unsent, unsent_logged;
+    double unsent_since;
+    char unsent_err[256];
+    adaptive *ad;   /* early stops and tpe proposals (daemon/adaptive.h) */
+    exp_tb *tb;     /* TensorBoard files ($BF_HOME/tensorboard) */
+    prom *prom;     /* Prometheus /metrics (NULL: off) */
+    double prom_at; /* last snapshot */
+    submitq *sq;    /* submits parsed, expanded and stored off the loop */
+} bfd;
+
+#define UNSENT_LOG_EVERY 10.0
+
+/* Reads a field of a request: on failure (call nonzero) replies
+ * PROTO_E_FIELD with the message in ferr and returns from the handler. It
+ * names d, s (the socket), m (the request) and ferr of the handler using it. */
+#define FIELD(call)                                                                                \
+    do {                                                                                           \
+        if (call) {                                                                                \
+            reply_err(d, s, m, PROTO_E_FIELD, "%s: %s", m->type, ferr);                            \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
+
+/* ------------------------------------------------------------------ loop.c */
+
+/* Wall-clock seconds (CLOCK_REALTIME: stored and published times). */
+double now_s(void);
+/* One line on stderr, "DATE TIME bfd: ...", unless --quiet. */
+void bfd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ----------------------------------------------------------------- reply.c */
+
+/* Sends the reply type with body (borrowed; NULL: none) to the client of m
+ * on sock; a reply that cannot be sent is counted, never fatal. */
+void reply(bfd *d, void *sock, proto_msg *m, const char *type, json_t *body);
+/* Sends an error reply with code and a printf-style message (cut at 2 KiB). */
+void reply_err(bfd *d, void *sock, proto_msg *m, proto_code code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* Logs how many replies went unsent since the last summary: at most one line
+ * per UNSENT_LOG_EVERY seconds, or now when force. */
+void log_unsent(bfd *d, int force);
+/* s with control characters, backslashes and non-ASCII bytes escaped (\n,
+ * \t, \\, \xNN) into out, cut with "..." to fit; returns out. For text from
+ * outside that goes into a log line. */
+const char *log_escape(const char *s, char *out, size_t outlen);
+/* Publishes body (borrowed) as type on topic; a failure is logged. */
+void publish(bfd *d, const char *topic, const char *type, json_t *body);
+/* Publishes a trial's state change on job/JOB (message NULL: ""). */
+void publish_event(bfd *d, int64_t job, int64_t trial, const char *state, int attempt,
+                   const char *message);
+
+/* ------------------------------------------------------------------ runs.c */
+
+/* The live attempt of trial, or NULL. */
+run *find_run(bfd *d, int64_t trial);
+/* A new zeroed entry at the end of the table (done_state and acked -1), or
+ * NULL when out of memory. Pointers into the table move when it grows. */
+run *add_run(bfd *d);
+/* Forgets r (its bfd_runs row, its TensorBoard run): the last entry takes
+ * its place, so r then points at another run (or past the end). */
+void remove_run(bfd *d, run *r);
+/* Ranks of every live attempt (the slots in use). */
+int slots_used(bfd *d);
+/* 1 when a live attempt holds CUDA device g. */
+int gpu_used(bfd *d, int g);
+/* The attempt failed with why: the store retries it when retries are left
+ * (an early-stopped one is STOPPED instead); published. Errors are logged. */
+void record_failure(bfd *d, run *r, const char *why);
+/* Moves the trial to state to with why, and publishes it. Errors are logged. */
+void record_state(bfd *d, run *r, trial_state to, const char *why);
+/* Exit 75 on a SIGTERM bfd did not send: back to PENDING, resumed from its
+ * checkpoint without using a retry; published. */
+void record_preempted(bfd *d, run *r);
+/* The attempt succeeded: the trial completes, or its s2s stage does (checked
+ * against the stage's stage.json) and the trial goes PENDING for the next. */
+void record_completed(bfd *d, run *r, const char *why);
+/* The outcome the worker of trial's attempt left in its folder: 0 completed,
+ * 1 preempted, 2 failed, -1 none (or another attempt's). */
+int read_outcome(const bfd *d, int64_t trial, int attempt);
+/* Waits for every child that exited and records how its attempt ended. */
+void reap_children(bfd *d);
+/* The runs' timers: SIGKILL after the grace, heartbeat timeouts, Slurm
+ * polls (a job that left the queue ends its run), reattached processes gone. */
+void check_timers(bfd *d);
+
+/* ---------------------------------------------------------------- launch.c */
+
+/* 1 with the Slurm launcher (bfd.yaml launcher: slurm), 0 with the local one. */
+int is_slurm(const bfd *d);
+/* Starts one attempt of trial t (PENDING) of job j on gpus[0..ng) (stage >= 0:
+ * only that stage of its s2s plan) and adds it to the run table. Returns 0,
+ * or -1 after logging (the trial failed when it had been marked RUNNING). */
+int launch(bfd *d, const store_trial *t, const store_job *j, const int *gpus, int ng, int stage);
+/* 1 when pid lives and its command line holds token (not a reused pid, not a
+ * zombie). */
+int process_alive(pid_t pid, const char *token);
+/* Signals an attempt: its process group (local) or its Slurm job (SIGTERM:
+ * scancel --signal=TERM once it runs; else scancel). Failures are logged. */
+void kill_group(bfd *d, run *r, int sig);
+/* mkdir that accepts a folder already there; -1 with "mkdir PATH: why". */
+int make_dir(const char *path, mode_t mode, char *err, size_t errlen);
+/* "0,1,3" (a bfd_runs row's gpus) into g[0..*n), at most BFD_MAX_GPUS. */
+void parse_gpus(const char *s, int *g, int *n);
+
+/* ----------------------------------------------------------------- sched.c */
+
+/* One scheduling pass (clears d->dirty): asks tpe for proposals, then
+ * launches the PENDING trials that fit. Errors are logged. */
+void schedule(bfd *d);
+
+/* --------------------------------------------------------------- workers.c */
+
+/* Handles one message from the worker socket (hello, heartbeat, metrics,
+ * done), replying itself; metrics are validated and queued into d->batches
+ * (taking over m's body) and their values counted into *round_points. */
+void handle_worker_msg(bfd *d, proto_msg *m, size_t *round_points);
+/* Stores the points of this round's batches in one transaction, then acks
+ * each, publishes its new points and judges early stopping; empties
+ * d->batches. A failed store is answered with an error to every batch. */
+void flush_batches(bfd *d);
+/* Asks r's worker to stop (checkpoint, exit 75) with reason; SIGTERM to its
+ * group when it has not connected or the message cannot be sent. */
+void send_stop(bfd *d, run *r, const char *reason);
+/* Asks the job's early stopping about r (daemon/adaptive.h); a stop it
+ * decides is committed to the store, then sent. */
+void judge_run(bfd *d, run *r);
+
+/* --------------------------------------------------------------- recover.c */
+
+/* After a restart: RUNNING trials whose worker still lives are reattached
+ * (they reconnect and resend); the others ended while bfd was down and are
+ * recorded so. Returns 0, or -1 with a message when the store cannot be read. */
+int reconcile(bfd *d, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,71 @@
+/* ctl.h — bfd's bfctl requests: the handler table the loop dispatches
+ * through (ctl.c), the handlers by family (one ctl_*.c file each) and the
+ * preambles they share. A handler validates its request's fields, replies
+ * exactly once (a reply or an error) on socket s, and never blocks the loop:
+ * what grows with the sweep (submit) goes to the submit thread. */
+#ifndef CTL_H
+#define CTL_H
+
+#include "daemon/bfd_priv.h"
+
+/* Handles request m that arrived on socket s (the control ROUTER). */
+typedef void (*ctl_handler_fn)(bfd *d, void *s, proto_msg *m);
+
+/* The handler of request type, or NULL when bfd knows no such type. */
+ctl_handler_fn ctl_handler(const char *type);
+
+/* Reads job id for request m: 0, or nonzero after replying not_found (1) or
+ * internal (-1) itself. */
+int get_job(bfd *d, void *s, proto_msg *m, long long id, store_job *j);
+/* get_job, plus the job's summary in *jo and its trials in *ts, *n (the
+ * caller's to free: json_decref, store_trials_free); nonzero after a reply. */
+int get_job_with_trials(bfd *d, void *s, proto_msg *m, long long id, store_job *j, json_t **jo,
+                        store_trial **ts, size_t *n);
+/* Reads trial id into *t (free with store_trial_free): 0, or nonzero after
+ * replying not_found (1) or internal (-1) itself. */
+int get_trial(bfd *d, void *s, proto_msg *m, long long id, store_trial *t);
+/* The job of trial id into *job: 0, or nonzero after replying not_found (1)
+ * or internal (-1) itself. */
+int get_trial_job(bfd *d, void *s, proto_msg *m, long long id, int64_t *job);
+/* Reads the request's "job" field and that job: 0, or nonzero after
+ * replying (a bad field, not_found or internal). */
+int get_job_field(bfd *d, void *s, proto_msg *m, long long *id, store_job *j);
+
+/* {"id", "name", "pipeline", "submitted", "priority", "retries", "ranks",
+ * "gpus_per_rank", "n_trials", "metric", "goal", "states": {...}} of job j;
+ * NULL with err on failure. */
+json_t *job_json(store *st, const store_job *j, char *err, size_t errlen);
+/* {"PENDING": n, ...} of a job's trials (states with n > 0 only); NULL with
+ * err on failure. */
+json_t *job_states_json(store *st, int64_t job, char *err, size_t errlen);
+
+/* ctl_submit.c: a sweep handed to the submit thread; finish_submits replies
+ * to those it has stored (or refused), in the order they came. */
+void ctl_submit(bfd *d, void *s, proto_msg *m);
+void finish_submits(bfd *d);
+
+/* ctl_jobs.c: what the store says of jobs and trials. */
+void ctl_jobs(bfd *d, void *s, proto_msg *m);
+void ctl_job(bfd *d, void *s, proto_msg *m);
+void ctl_trial(bfd *d, void *s, proto_msg *m);
+void ctl_wait(bfd *d, void *s, proto_msg *m);
+void ctl_best(bfd *d, void *s, proto_msg *m);
+void ctl_rungs(bfd *d, void *s, proto_msg *m);
+
+/* ctl_control.c: requests that change what runs. */
+void ctl_cancel(bfd *d, void *s, proto_msg *m);
+void ctl_stop(bfd *d, void *s, proto_msg *m);
+void ctl_resume(bfd *d, void *s, proto_msg *m);
+
+/* ctl_metrics.c: a trial's metric points, a job's export. */
+void ctl_metrics(bfd *d, void *s, proto_msg *m);
+void ctl_export(bfd *d, void *s, proto_msg *m);
+
+/* ctl_logs.c: a chunk of a trial's log file. */
+void ctl_logs(bfd *d, void *s, proto_msg *m);
+
+/* ctl_status.c: the daemon's state; sync, a marker through the PUB socket. */
+void ctl_status(bfd *d, void *s, proto_msg *m);
+void ctl_sync(bfd *d, void *s, proto_msg *m);
+
+#endif

@@ -1,0 +1,234 @@
+/* ctl_jobs.c — the requests that read jobs and trials: jobs (every job's
+ * summary), job (one job, its trials and, for s2s, its stages), trial (one
+ * trial, its config and stages), wait (is the job done, and well), best (the
+ * top trials by the job's metric) and rungs (the early-stopping ladder).
+ * They only read: nothing here changes a trial or a run. */
+#include "daemon/ctl.h"
+
+#include "common/errbuf.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+
+static json_t *trial_summary(const store_trial *t) {
+    json_error_t je;
+    json_t *params = t->params_json ? json_loads(t->params_json, 0, &je) : NULL;
+    json_t *latest = t->latest_json ? json_loads(t->latest_json, 0, &je) : NULL;
+    json_t *o =
+        json_pack("{s:I, s:I, s:I, s:s, s:i, s:s, s:o, s:o, s:o}", "id", (json_int_t)t->id, "job",
+                  (json_int_t)t->job_id, "index", (json_int_t)t->index, "state",
+                  store_state_name(t->state), "attempts", t->attempts, "hash", t->hash, "params",
+                  params ? params : json_object(), "latest", latest ? latest : json_object(),
+                  "best", isfinite(t->best) ? json_real(t->best) : json_null());
+    /* an early stop's reason (decided, or already acted on) */
+    if (o && t->stop_reason && (t->state == TRIAL_STOPPED || t->state == TRIAL_RUNNING))
+        json_object_set_new(o, "reason", json_string(t->stop_reason));
+    return o;
+}
+
+/* The stages of an s2s trial as a JSON array (NULL for other trials), and
+ * in waiting (when the trial is PENDING behind another trial's run of its
+ * next stage) why it waits; "" otherwise. */
+static json_t *trial_stages_json(bfd *d, int64_t trial, trial_state state, char *waiting,
+                                 size_t wlen) {
+    char err[1024];
+    store_stage plan[S2S_STAGES];
+    int n = 0;
+    if (wlen) waiting[0] = '\0';
+    if (store_trial_stages(d->st, trial, plan, &n, err, sizeof err)) {
+        bfd_log("trial %lld: %s", (long long)trial, err);
+        return NULL;
+    }
+    if (n == 0) return NULL;
+    json_t *arr = json_array();
+    int first_open = -1;
+    for (int i = 0; i < n; i++) {
+        const store_stage *st = &plan[i];
+        char folder[1300];
+        snprintf(folder, sizeof folder, "%s/stages/%s", d->o->home, st->dir);
+        json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s}", "name", st->name, "key", st->key,
+                              "parent", st->parent, "state",
+                              store_stage_state_name(st->known ? st->state : STAGE_PENDING),
+                              "folder", folder);
+        json_object_set_new(o, "trial", st->trial ? json_integer(st->trial) : json_null());
+        json_object_set_new(o, "job", st->trial ? json_integer(st->job) : json_null());
+        json_object_set_new(o, "shared", json_boolean(st->trial && st->trial != trial));
+        json_object_set_new(o, "attempts", json_integer(st->attempts));
+        json_object_set_new(o, "failures", json_integer(st->failures));
+        if (st->started > 0) json_object_set_new(o, "started", json_real(st->started));
+        if (st->ended > 0) json_object_set_new(o, "ended", json_real(st->ended));
+        if (st->message[0]) json_object_set_new(o, "message", json_string(st->message));
+        json_array_append_new(arr, o);
+        if (first_open < 0 && !(st->known && st->state == STAGE_DONE)) first_open = i;
+    }
+    if (state == TRIAL_PENDING && first_open >= 0 && plan[first_open].known &&
+        plan[first_open].state == STAGE_RUNNING && plan[first_open].trial != trial)
+        snprintf(waiting, wlen, "waiting for stage %s %.8s\xe2\x80\xa6 of t%lld",
+                 plan[first_open].name, plan[first_open].key, (long long)plan[first_open].trial);
+    return arr;
+}
+
+/* The summaries of n trials, a new JSON array. */
+static json_t *trial_summaries(const store_trial *ts, size_t n) {
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(arr, trial_summary(&ts[i]));
+    return arr;
+}
+
+/* Array of job_json of every job in submit order. */
+static json_t *jobs_json(store *st, char *err, size_t errlen) {
+    store_job *jobs = NULL;
+    size_t n = 0;
+    if (store_jobs(st, &jobs, &n, err, errlen)) return NULL;
+    json_t *arr = json_array();
+    if (!arr) bf_fail(err, errlen, "jobs_json: out of memory");
+    for (size_t i = 0; arr && i < n; i++) {
+        json_t *o = job_json(st, &jobs[i], err, errlen);
+        if (!o || json_array_append_new(arr, o)) {
+            json_decref(arr);
+            arr = NULL;
+        }
+    }
+    free(jobs);
+    return arr;
+}
+
+void ctl_jobs(bfd *d, void *s, proto_msg *m) {
+    char err[1024];
+    json_t *arr = jobs_json(d->st, err, sizeof err);
+    if (!arr) {
+        reply_err(d, s, m, PROTO_E_INTERNAL, "jobs: %s", err);
+        return;
+    }
+    json_t *b = json_pack("{s:o}", "jobs", arr);
+    reply(d, s, m, "jobs", b);
+    json_decref(b);
+}
+
+void ctl_job(bfd *d, void *s, proto_msg *m) {
+    char ferr[512];
+    long long id;
+    FIELD(proto_get_int(m->body, "job", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
+    store_job j;
+    json_t *b;
+    store_trial *ts;
+    size_t n;
+    if (get_job_with_trials(d, s, m, id, &j, &b, &ts, &n)) return;
+    json_t *arr = trial_summaries(ts, n);
+    for (size_t i = 0; !strcmp(j.pipeline, "s2s") && i < n; i++) {
+        char waiting[256];
+        if (ts[i].state != TRIAL_PENDING) continue;
+        json_decref(trial_stages_json(d, ts[i].id, ts[i].state, waiting, sizeof waiting));
+        if (waiting[0])
+            json_object_set_new(json_array_get(arr, i), "waiting", json_string(waiting));
+    }
+    json_object_set_new(b, "trials", arr);
+    store_trials_free(ts, n);
+    if (!strcmp(j.pipeline, "s2s")) {
+        store_stage_counts sc;
+        char err[1024];
+        if (store_job_stage_counts(d->st, id, &sc, err, sizeof err)) {
+            bfd_log("job %lld: %s", id, err);
+        } else {
+            json_t *bs = json_object();
+            for (int k = 0; k < STAGE_N_STATES; k++)
+                json_object_set_new(bs, store_stage_state_name((stage_state)k),
+                                    json_integer(sc.by_state[k]));
+            json_object_set_new(
+                b, "stages",
+                json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "uses", (json_int_t)sc.uses,
+                          "distinct", (json_int_t)sc.distinct, "shared", (json_int_t)sc.shared,
+                          "reused", (json_int_t)sc.reused, "from_other_jobs",
+                          (json_int_t)sc.from_other_jobs, "run", (json_int_t)sc.run, "states", bs));
+        }
+    }
+    json_object_set_new(b, "method", json_string(j.method));
+    json_object_set_new(b, "to_propose",
+                        json_integer(j.closed ? 0 : (json_int_t)(j.n_trials - j.n_proposed)));
+    reply(d, s, m, "job", b);
+    json_decref(b);
+}
+
+void ctl_trial(bfd *d, void *s, proto_msg *m) {
+    char ferr[512];
+    long long id;
+    FIELD(proto_get_int(m->body, "trial", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
+    store_trial t;
+    if (get_trial(d, s, m, id, &t)) return;
+    json_error_t je;
+    json_t *params = t.params_json ? json_loads(t.params_json, 0, &je) : NULL;
+    char logp[1300];
+    snprintf(logp, sizeof logp, "%s/logs/%lld.log", d->o->home, id);
+    json_t *b =
+        json_pack("{s:I, s:I, s:I, s:s, s:i, s:s, s:o, s:s, s:s}", "id", (json_int_t)t.id, "job",
+                  (json_int_t)t.job_id, "index", (json_int_t)t.index, "state",
+                  store_state_name(t.state), "attempts", t.attempts, "hash", t.hash, "params",
+                  params ? params : json_object(), "config", t.config ? t.config : "", "log", logp);
+    if (t.stop_reason) json_object_set_new(b, "reason", json_string(t.stop_reason));
+    char waiting[256];
+    json_t *stages = trial_stages_json(d, t.id, t.state, waiting, sizeof waiting);
+    if (stages) json_object_set_new(b, "stages", stages);
+    if (waiting[0]) json_object_set_new(b, "waiting", json_string(waiting));
+    store_trial_free(&t);
+    reply(d, s, m, "trial", b);
+    json_decref(b);
+}
+
+void ctl_rungs(bfd *d, void *s, proto_msg *m) {
+    char err[1024];
+    long long id;
+    store_job j;
+    if (get_job_field(d, s, m, &id, &j)) return;
+    json_t *b = adaptive_rungs_json(d->ad, d->st, id, err, sizeof err);
+    if (!b) {
+        reply_err(d, s, m, PROTO_E_INTERNAL, "rungs: %s", err);
+        return;
+    }
+    reply(d, s, m, "rungs", b);
+    json_decref(b);
+}
+
+void ctl_wait(bfd *d, void *s, proto_msg *m) {
+    char err[1024];
+    long long id;
+    store_job j;
+    if (get_job_field(d, s, m, &id, &j)) return;
+    json_t *states = job_states_json(d->st, id, err, sizeof err);
+    if (!states) {
+        reply_err(d, s, m, PROTO_E_INTERNAL, "wait: %s", err);
+        return;
+    }
+    json_int_t active = json_integer_value(json_object_get(states, "PENDING")) +
+                        json_integer_value(json_object_get(states, "RUNNING"));
+    json_int_t good = json_integer_value(json_object_get(states, "COMPLETED")) +
+                      json_integer_value(json_object_get(states, "STOPPED"));
+    int done = active == 0 && (j.closed || j.n_proposed >= j.n_trials); /* tpe: all proposed */
+    int ok = done && good == (json_int_t)j.n_trials;
+    json_t *b = json_pack("{s:I, s:b, s:b, s:o}", "job", (json_int_t)id, "done", done, "ok", ok,
+                          "states", states);
+    reply(d, s, m, "wait", b);
+    json_decref(b);
+}
+
+void ctl_best(bfd *d, void *s, proto_msg *m) {
+    char ferr[512], err[1024];
+    long long id, k;
+    FIELD(proto_get_int(m->body, "job", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
+    FIELD(proto_get_int(m->body, "n", 0, 1, 1000, 5, &k, ferr, sizeof ferr));
+    store_job j;
+    if (get_job(d, s, m, id, &j)) return;
+    store_trial *ts = NULL;
+    size_t n = 0;
+    if (store_best_trials(d->st, id, (int)k, &ts, &n, err, sizeof err)) {
+        reply_err(d, s, m, PROTO_E_INTERNAL, "best: %s", err);
+        return;
+    }
+    json_t *arr = trial_summaries(ts, n);
+    store_trials_free(ts, n);
+    json_t *b = json_pack("{s:I, s:s, s:s, s:o}", "job", (json_int_t)id, "metric", j.metric, "goal",
+                          j.goal, "trials", arr);
+    reply(d, s, m, "best", b);
+    json_decref(b);
+}

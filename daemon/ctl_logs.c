@@ -1,0 +1,56 @@
+/* ctl_logs.c — the logs request: a chunk (at most LOG_CHUNK bytes) of a
+ * trial's log file from an offset, made valid UTF-8 for JSON. It reads
+ * only $BF_HOME/logs/TRIAL.log of a trial the store knows, never a path
+ * from the request. */
+#include "daemon/ctl.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define LOG_CHUNK 65536
+
+void ctl_logs(bfd *d, void *s, proto_msg *m) {
+    char ferr[512];
+    long long id, off, max;
+    FIELD(proto_get_int(m->body, "trial", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
+    FIELD(proto_get_int(m->body, "offset", 0, 0, PROTO_MAX_INT, 0, &off, ferr, sizeof ferr));
+    FIELD(proto_get_int(m->body, "max", 0, 1, LOG_CHUNK, LOG_CHUNK, &max, ferr, sizeof ferr));
+    int64_t job;
+    if (get_trial_job(d, s, m, id, &job)) return;
+    char path[1300];
+    snprintf(path, sizeof path, "%s/logs/%lld.log", d->o->home, id);
+    static char buf[LOG_CHUNK + 1];
+    long long size = 0, got = 0;
+    int fd = open(path, O_RDONLY);
+    if (fd >= 0) {
+        struct stat sb;
+        if (fstat(fd, &sb) == 0) size = sb.st_size;
+        if (off < size) {
+            ssize_t r = pread(fd, buf, (size_t)max, (off_t)off);
+            if (r > 0) got = r;
+        }
+        close(fd);
+    }
+    /* keep valid UTF-8 (JSON strings must be): replace other bytes by '?' */
+    for (long long i = 0; i < got;) {
+        unsigned char c = (unsigned char)buf[i];
+        int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        int ok = len > 0 && i + len <= got;
+        for (int k = 1; ok && k < len; k++) ok = ((unsigned char)buf[i + k] >> 6) == 2;
+        if (ok && c == 0) ok = 0;
+        if (!ok) {
+            buf[i++] = '?';
+            continue;
+        }
+        i += len;
+    }
+    json_t *data = json_stringn(buf, (size_t)got);
+    if (!data) data = json_string("");
+    json_t *b = json_pack("{s:I, s:s, s:I, s:I, s:I, s:o}", "trial", (json_int_t)id, "path", path,
+                          "offset", (json_int_t)off, "next", (json_int_t)(off + got), "size",
+                          (json_int_t)size, "data", data);
+    reply(d, s, m, "logs", b);
+    json_decref(b);
+}

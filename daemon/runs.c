@@ -1,0 +1,299 @@
+/* runs.c — the run table (one entry per live attempt: find, add, remove,
+ * the slots and GPUs it holds) and how an attempt's end is recorded: the
+ * exit status, the worker's `done`, the outcome file or Slurm's job state
+ * mapped to the trial's next state in the store (completed, stage done,
+ * stopped, preempted, failed and retried), then published. Its timers end
+ * attempts too: kill deadlines, heartbeat timeouts, Slurm polls, reattached
+ * processes that went. It starts nothing (launch.c) and chooses nothing to
+ * run (sched.c); it reads no socket. */
+#include "daemon/bfd_priv.h"
+#include "common/errbuf.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+run *find_run(bfd *d, int64_t trial) {
+    for (size_t i = 0; i < d->n_runs; i++)
+        if (d->runs[i].trial == trial) return &d->runs[i];
+    return NULL;
+}
+
+run *add_run(bfd *d) {
+    if (d->n_runs == d->cap_runs) {
+        size_t cap = d->cap_runs ? 2 * d->cap_runs : 16;
+        run *nr = realloc(d->runs, cap * sizeof *nr);
+        if (!nr) return NULL;
+        d->runs = nr;
+        d->cap_runs = cap;
+    }
+    run *r = &d->runs[d->n_runs++];
+    memset(r, 0, sizeof *r);
+    r->done_state = -1;
+    r->acked = -1;
+    return r;
+}
+
+void remove_run(bfd *d, run *r) {
+    char err[512];
+    if (dstate_run_del(d->ds, r->trial, err, sizeof err)) bfd_log("%s", err);
+    if (exp_tb_trial_end(d->tb, d->st, r->trial, now_s(), err, sizeof err))
+        bfd_log("tensorboard, trial %lld: %s", (long long)r->trial, err);
+    size_t i = (size_t)(r - d->runs);
+    d->runs[i] = d->runs[--d->n_runs];
+    d->dirty = 1;
+}
+
+int slots_used(bfd *d) {
+    int n = 0;
+    for (size_t i = 0; i < d->n_runs; i++) n += d->runs[i].ranks;
+    return n;
+}
+
+int gpu_used(bfd *d, int g) {
+    for (size_t i = 0; i < d->n_runs; i++)
+        for (int k = 0; k < d->runs[i].n_gpus; k++)
+            if (d->runs[i].gpus[k] == g) return 1;
+    return 0;
+}
+
+void record_failure(bfd *d, run *r, const char *why) {
+    char err[512];
+    int requeued = 0;
+    if (r->stop_reason[0]) { /* early-stopped: whatever the exit, it is not retried */
+        record_state(d, r, TRIAL_STOPPED, r->stop_reason);
+        return;
+    }
+    if (store_trial_fail(d->st, r->trial, why, &requeued, err, sizeof err)) {
+        bfd_log("trial %lld: %s", (long long)r->trial, err);
+        return;
+    }
+    bfd_log("trial %lld attempt %d failed: %s%s", (long long)r->trial, r->attempt, why,
+            requeued ? " (retrying)" : "");
+    publish_event(d, r->job, r->trial, requeued ? "PENDING" : "FAILED", r->attempt, why);
+    d->dirty = 1;
+}
+
+void record_state(bfd *d, run *r, trial_state to, const char *why) {
+    char err[512];
+    if (store_trial_transition(d->st, r->trial, to, why, err, sizeof err)) {
+        bfd_log("trial %lld: %s", (long long)r->trial, err);
+        return;
+    }
+    bfd_log("trial %lld attempt %d: %s (%s)", (long long)r->trial, r->attempt, store_state_name(to),
+            why);
+    publish_event(d, r->job, r->trial, store_state_name(to), r->attempt, why);
+    d->dirty = 1;
+}
+
+/* The worker checkpointed on a SIGTERM bfd did not send (a node drain, a
+ * Slurm preemption or time limit) and exited 75: back to PENDING, resumed
+ * from the checkpoint, without using a retry. */
+void record_preempted(bfd *d, run *r) {
+    char err[512];
+    const char *why = "preempted (exit status 75); resumes from checkpoint";
+    if (store_trial_preempt(d->st, r->trial, why, err, sizeof err)) {
+        bfd_log("trial %lld: %s", (long long)r->trial, err);
+        return;
+    }
+    bfd_log("trial %lld attempt %d: %s", (long long)r->trial, r->attempt, why);
+    publish_event(d, r->job, r->trial, "PENDING", r->attempt, why);
+    d->dirty = 1;
+}
+
+/* Reads ROOT/DIR/stage.json, which the worker writes last (atomically) when
+ * a stage is done: 0 when it names this stage and key, else -1 with why. */
+static int stage_output_ok(bfd *d, const store_stage *st, char *why, size_t whylen) {
+    char p[1400];
+    snprintf(p, sizeof p, "%s/stages/%s/stage.json", d->o->home, st->dir);
+    json_error_t je;
+    json_t *o = json_load_file(p, JSON_REJECT_DUPLICATES, &je);
+    if (!o)
+        return bf_fail(why, whylen, "stage %s exited 0 but %s is unreadable: %s", st->name, p,
+                       je.text);
+    const char *name = json_string_value(json_object_get(o, "stage"));
+    const char *key = json_string_value(json_object_get(o, "key"));
+    int ok = name && key && !strcmp(name, st->name) && !strcmp(key, st->key);
+    if (!ok)
+        bf_fail(why, whylen, "stage %s exited 0 but %s names stage '%s' key '%s', not %s %s",
+                st->name, p, name ? name : "?", key ? key : "?", st->name, st->key);
+    json_decref(o);
+    return ok ? 0 : -1;
+}
+
+/* The attempt ended with success. A whole trial completes; an s2s attempt
+ * completes its stage (checked against the stage's stage.json), and the
+ * trial with it when that was its last stage, else goes PENDING for its next
+ * stage at once. */
+void record_completed(bfd *d, run *r, const char *why) {
+    char err[1024], msg[512];
+    store_stage st;
+    int rc = store_trial_running_stage(d->st, r->trial, &st, err, sizeof err);
+    if (rc < 0) bfd_log("trial %lld: %s", (long long)r->trial, err);
+    if (rc != 0) {
+        record_state(d, r, TRIAL_COMPLETED, why);
+        return;
+    }
+    if (stage_output_ok(d, &st, msg, sizeof msg)) {
+        record_failure(d, r, msg);
+        return;
+    }
+    if (st.idx == S2S_STAGES - 1) {
+        snprintf(msg, sizeof msg, "%s; stage %s %s done, the last", why, st.name, st.key);
+        record_state(d, r, TRIAL_COMPLETED, msg);
+        return;
+    }
+    snprintf(msg, sizeof msg, "stage %s %s done (%s); next: %s", st.name, st.key, why,
+             s2s_stage_name(st.idx + 1));
+    if (store_trial_stage_done(d->st, r->trial, msg, err, sizeof err)) {
+        bfd_log("trial %lld: %s", (long long)r->trial, err);
+        return;
+    }
+    bfd_log("trial %lld attempt %d: %s", (long long)r->trial, r->attempt, msg);
+    publish_event(d, r->job, r->trial, "PENDING", r->attempt, msg);
+    d->dirty = 1;
+}
+
+/* The attempt is over with exit status code (-1: none known): map it to the
+ * trial's state (fail_why when it failed) and forget the run. */
+static void run_ended_code(bfd *d, run *r, int code, const char *fail_why) {
+    if (!r->ending) {
+        if (code == 0)
+            record_completed(d, r, "exit status 0");
+        else if (code == 75 && (r->stop_requested || r->stop_reason[0]))
+            record_state(d, r, TRIAL_STOPPED,
+                         r->stop_reason[0] ? r->stop_reason
+                                           : "stopped on request (checkpoint written)");
+        else if (code == 75)
+            record_preempted(d, r);
+        else
+            record_failure(d, r, fail_why);
+    }
+    remove_run(d, r);
+}
+
+/* The outcome the worker of trial's attempt left in its folder
+ * (PROTO_OUTCOME_FILE): 0 completed, 1 preempted, 2 failed, -1 none (or
+ * another attempt's). */
+int read_outcome(const bfd *d, int64_t trial, int attempt) {
+    char p[1300], state[32];
+    snprintf(p, sizeof p, "%s/trials/%lld/" PROTO_OUTCOME_FILE, d->o->home, (long long)trial);
+    FILE *f = fopen(p, "r");
+    if (!f) return -1;
+    int a = 0, code = -1;
+    int n = fscanf(f, "%d %31s %d", &a, state, &code);
+    fclose(f);
+    if (n != 3 || a != attempt) return -1;
+    return !strcmp(state, "completed")   ? 0
+           : !strcmp(state, "preempted") ? 1
+           : !strcmp(state, "failed")    ? 2
+                                         : -1;
+}
+
+/* The attempt's process is gone: map how it ended to the trial's state. */
+static void run_ended(bfd *d, run *r, int have_status, int status) {
+    char why[600];
+    int code = -1;
+    if (have_status && WIFEXITED(status)) code = WEXITSTATUS(status);
+    /* not our child (reattached): `done`, or else the outcome file, says */
+    if (!have_status && r->done_state < 0) r->done_state = read_outcome(d, r->trial, r->attempt);
+    if (!have_status) code = r->done_state == 0 ? 0 : r->done_state == 1 ? 75 : -1;
+    if (have_status && WIFSIGNALED(status))
+        snprintf(why, sizeof why, "killed by signal %d", WTERMSIG(status));
+    else if (have_status)
+        snprintf(why, sizeof why, "exit status %d", code);
+    else if (r->done_state == 2)
+        snprintf(why, sizeof why, "the worker reported failure");
+    else
+        snprintf(why, sizeof why, "worker process gone without reporting done");
+    /* the worker's own reason, as it said in `done`: what a dependant of a
+     * failed shared stage is told */
+    if (r->done_state == 2 && r->done_msg[0]) {
+        size_t k = strlen(why);
+        snprintf(why + k, sizeof why - k, ": %s", r->done_msg);
+    }
+    run_ended_code(d, r, code, why);
+}
+
+/* The Slurm job of r left the queue. The worker's `done` is the primary
+ * signal; without it, Slurm's JobState and the batch script's exit status
+ * (srun's, hence the worker's: 75 = preempted) decide. */
+static void slurm_job_ended(bfd *d, run *r, const slurm_status *st) {
+    if (r->done_state >= 0) {
+        run_ended(d, r, 0, 0);
+        return;
+    }
+    char why[256];
+    int code = -1;
+    if ((!strcmp(st->state, "COMPLETED") || !strcmp(st->state, "FAILED")) && st->signal == 0)
+        code = st->exit_code;
+    if (st->phase == SLURM_UNKNOWN)
+        snprintf(why, sizeof why, "Slurm job %s is gone without the worker reporting done",
+                 r->slurm_job);
+    else
+        snprintf(why, sizeof why, "Slurm job %s ended %s (exit code %d:%d)", r->slurm_job,
+                 st->state, st->exit_code, st->signal);
+    run_ended_code(d, r, code, why);
+}
+
+void reap_children(bfd *d) {
+    for (;;) {
+        int status;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid <= 0) break;
+        for (size_t i = 0; i < d->n_runs; i++)
+            if (d->runs[i].pid == pid && d->runs[i].is_child) {
+                run_ended(d, &d->runs[i], 1, status);
+                break;
+            }
+    }
+}
+
+/* Heartbeats, kill deadlines, reattached processes. */
+void check_timers(bfd *d) {
+    double t = now_s();
+    for (size_t i = 0; i < d->n_runs;) {
+        run *r = &d->runs[i];
+        if (r->ending && r->kill_at > 0 && t >= r->kill_at) {
+            kill_group(d, r, SIGKILL);
+            r->kill_at = 0;
+        }
+        if (!r->ending && t - r->last_seen > d->c->heartbeat_timeout) {
+            char why[128];
+            snprintf(why, sizeof why, "no message from the worker for %.0f s (heartbeat timeout)",
+                     t - r->last_seen);
+            record_failure(d, r, why);
+            r->ending = 1;
+            kill_group(d, r, SIGKILL);
+        }
+        if (r->slurm_job[0] && t >= r->next_poll) {
+            r->next_poll = t + d->c->slurm_poll;
+            slurm_status ss;
+            char err[1024];
+            if (slurm_query(d->c->scontrol, r->slurm_job, &ss, err, sizeof err)) {
+                bfd_log("trial %lld: %s", (long long)r->trial, err);
+            } else if (ss.phase == SLURM_ENDED || ss.phase == SLURM_UNKNOWN) {
+                slurm_job_ended(d, r, &ss);
+                continue; /* r was replaced by the last run */
+            } else {
+                /* a job waiting in Slurm's queue sends no heartbeats */
+                if (ss.phase == SLURM_QUEUED) r->last_seen = t;
+                if (ss.phase == SLURM_RUNNING && r->slurm_phase != SLURM_RUNNING)
+                    bfd_log("trial %lld attempt %d: Slurm job %s is running", (long long)r->trial,
+                            r->attempt, r->slurm_job);
+                r->slurm_phase = (int)ss.phase;
+            }
+        }
+        if (!r->is_child && !r->slurm_job[0] && t - r->last_alive_check >= 1.0) {
+            r->last_alive_check = t;
+            if (!process_alive(r->pid, r->token)) {
+                run_ended(d, r, 0, 0);
+                continue; /* r was replaced by the last run */
+            }
+        }
+        i++;
+    }
+}

@@ -1,0 +1,117 @@
+/* sched.c — which trials start now and where: PENDING trials by priority
+ * then submit order onto free slots and free GPUs (a trial that does not fit
+ * is passed over for later ones that do; one that can never fit fails), the
+ * shared-stage step of an s2s trial (run a stage, wait for another trial's
+ * run of it, reuse it, or fail with it), and tpe's proposals before each
+ * pass. It starts nothing itself (launch.c) and reads no socket. */
+#include "daemon/bfd_priv.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* The live attempt (also one being stopped) that runs stage key, or NULL. */
+static run *stage_runner(bfd *d, const char *key) {
+    for (size_t i = 0; i < d->n_runs; i++)
+        if (d->runs[i].stage_key[0] && !strcmp(d->runs[i].stage_key, key)) return &d->runs[i];
+    return NULL;
+}
+
+/* The shared-stage step of scheduling an s2s trial t (PENDING): 0 with
+ * *stage = the stage it runs now, or 1 when it does not start now (it waits
+ * for a stage another trial runs; it failed with a stage; it completed
+ * because every stage was done already). */
+static int schedule_stage(bfd *d, const store_trial *t, int *stage) {
+    char err[1024], reason[512];
+    stage_next next;
+    int idx, first;
+    if (store_stage_next(d->st, t->id, &next, &idx, reason, sizeof reason, &first, err,
+                         sizeof err)) {
+        bfd_log("trial %lld: %s", (long long)t->id, err);
+        return 1;
+    }
+    switch (next) {
+    case STAGE_NEXT_NONE:
+        return 0; /* planless (submitted before stages existed): the whole pipeline */
+    case STAGE_NEXT_WAIT:
+        if (first) {
+            bfd_log("trial %lld: %s", (long long)t->id, reason);
+            publish_event(d, t->job_id, t->id, "PENDING", t->attempts, reason);
+        }
+        return 1;
+    case STAGE_NEXT_FAILED:
+        if (store_trial_stage_failed(d->st, t->id, reason, err, sizeof err)) {
+            bfd_log("trial %lld: %s", (long long)t->id, err);
+            return 1;
+        }
+        bfd_log("trial %lld: FAILED (%s)", (long long)t->id, reason);
+        publish_event(d, t->job_id, t->id, "FAILED", t->attempts + 1, reason);
+        return 1;
+    case STAGE_NEXT_REUSED: {
+        const char *why = "every stage was done already (reused); metrics of its eval stage copied";
+        if (store_trial_stages_reused(d->st, t->id, why, err, sizeof err)) {
+            bfd_log("trial %lld: %s", (long long)t->id, err);
+            return 1;
+        }
+        bfd_log("trial %lld: COMPLETED (%s)", (long long)t->id, why);
+        publish_event(d, t->job_id, t->id, "COMPLETED", t->attempts + 1, why);
+        d->dirty = 1;
+        return 1;
+    }
+    case STAGE_NEXT_RUN:
+        break;
+    }
+    /* a stage released by an attempt whose process has not gone yet (being
+     * stopped or cancelled) is not started a second time beside it */
+    store_stage plan[S2S_STAGES];
+    int n = 0;
+    if (store_trial_stages(d->st, t->id, plan, &n, err, sizeof err) || idx >= n) {
+        bfd_log("trial %lld: %s", (long long)t->id, idx >= n ? "stage plan incomplete" : err);
+        return 1;
+    }
+    if (stage_runner(d, plan[idx].key)) return 1;
+    *stage = idx;
+    return 0;
+}
+
+/* Places PENDING trials on free slots, by priority then submit order;
+ * a trial that does not fit is passed over for later ones that do. */
+void schedule(bfd *d) {
+    d->dirty = 0;
+    d->last_sched = now_s();
+    char err[1024];
+    if (adaptive_propose(d->ad, d->st, err, sizeof err) < 0) bfd_log("tpe: %s", err);
+    int free_slots = d->c->slots - slots_used(d);
+    if (free_slots <= 0) return;
+    store_trial *ts = NULL;
+    size_t n = 0;
+    if (store_next_runnable(d->st, 256, &ts, &n, err, sizeof err)) {
+        bfd_log("%s", err);
+        return;
+    }
+    for (size_t i = 0; i < n && free_slots > 0; i++) {
+        store_job j;
+        if (store_job_get(d->st, ts[i].job_id, &j, err, sizeof err) != 0) continue;
+        int stage = -1;
+        if (!strcmp(j.pipeline, "s2s") && schedule_stage(d, &ts[i], &stage)) continue;
+        /* with Slurm the cluster owns the GPUs: bfd only caps how many ranks it
+         * has submitted at once (slots) */
+        int need_g = is_slurm(d) ? 0 : j.ranks * j.gpus_per_rank;
+        if (j.ranks > d->c->slots || need_g > d->c->n_gpus) {
+            /* can never run here: fail it for good rather than wait forever */
+            char why[256];
+            snprintf(why, sizeof why, "needs %d slots and %d GPUs; bfd has %d slots and %d GPUs",
+                     j.ranks, need_g, d->c->slots, d->c->n_gpus);
+            if (!store_trial_transition(d->st, ts[i].id, TRIAL_RUNNING, why, err, sizeof err))
+                store_trial_transition(d->st, ts[i].id, TRIAL_FAILED, why, err, sizeof err);
+            publish_event(d, ts[i].job_id, ts[i].id, "FAILED", ts[i].attempts + 1, why);
+            continue;
+        }
+        if (j.ranks > free_slots) continue;
+        int gpus[BFD_MAX_GPUS], ng = 0;
+        for (int g = 0; g < d->c->n_gpus && ng < need_g; g++)
+            if (!gpu_used(d, d->c->gpus[g])) gpus[ng++] = d->c->gpus[g];
+        if (ng < need_g) continue;
+        if (launch(d, &ts[i], &j, gpus, ng, stage) == 0) free_slots -= j.ranks;
+    }
+    store_trials_free(ts, n);
+}
