@@ -34,7 +34,7 @@ static json_t *trial_summary(const store_trial *t) {
 static json_t *trial_stages_json(bfd *d, int64_t trial, trial_state state, char *waiting,
                                  size_t wlen) {
     char err[1024];
-    store_stage plan[S2S_STAGES];
+    store_stage plan[STAGE_MAX];
     int n = 0;
     if (wlen) waiting[0] = '\0';
     if (store_trial_stages(d->st, trial, plan, &n, err, sizeof err)) {

@@ -33,7 +33,7 @@ static int reattach(bfd *d, int64_t id, int64_t job, const dstate_run *row, cons
         snprintf(r->stage, sizeof r->stage, "%s", rs.name);
         snprintf(r->stage_key, sizeof r->stage_key, "%s", rs.key);
         snprintf(r->stage_dir, sizeof r->stage_dir, "%s", rs.dir);
-        r->stage_last = rs.idx == S2S_STAGES - 1;
+        r->stage_last = rs.next[0] == '\0';
     }
     if (row->slurm_job[0]) {
         memcpy(r->slurm_job, row->slurm_job, sizeof r->slurm_job);

@@ -141,13 +141,12 @@ void record_completed(bfd *d, run *r, const char *why) {
         record_failure(d, r, msg);
         return;
     }
-    if (st.idx == S2S_STAGES - 1) {
+    if (!st.next[0]) {
         snprintf(msg, sizeof msg, "%s; stage %s %s done, the last", why, st.name, st.key);
         record_state(d, r, TRIAL_COMPLETED, msg);
         return;
     }
-    snprintf(msg, sizeof msg, "stage %s %s done (%s); next: %s", st.name, st.key, why,
-             s2s_stage_name(st.idx + 1));
+    snprintf(msg, sizeof msg, "stage %s %s done (%s); next: %s", st.name, st.key, why, st.next);
     if (store_trial_stage_done(d->st, r->trial, msg, err, sizeof err)) {
         bfd_log("trial %lld: %s", (long long)r->trial, err);
         return;

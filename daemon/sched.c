@@ -62,7 +62,7 @@ static int schedule_stage(bfd *d, const store_trial *t, int *stage) {
     }
     /* a stage released by an attempt whose process has not gone yet (being
      * stopped or cancelled) is not started a second time beside it */
-    store_stage plan[S2S_STAGES];
+    store_stage plan[STAGE_MAX];
     int n = 0;
     if (store_trial_stages(d->st, t->id, plan, &n, err, sizeof err) || idx >= n) {
         bfd_log("trial %lld: %s", (long long)t->id, idx >= n ? "stage plan incomplete" : err);

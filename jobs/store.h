@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common/s2s_stages.h"
+#include "common/pipeline_decl.h"
 #include "jobs/sweep.h"
 
 #ifdef __cplusplus
@@ -244,7 +244,8 @@ int store_add_trial(store *s, int64_t job, const sweep_trial *t, const char *poi
 
 /* ---------------------------------------------------------- shared stages
  *
- * An s2s trial is a chain of six stages (common/s2s_stages.h). Each stage
+ * A trial of a pipeline with stages (s2s: six) is a chain of them
+ * (common/stage_graph.h, declared in common/pipeline_decl.c). Each stage
  * key is one row of the stage table, shared by every trial (of any job)
  * whose plan holds that key; the plan of each s2s trial is written at submit.
  * Stage states: pending (nobody runs it now; any trial that needs it may
@@ -268,12 +269,13 @@ const char *store_stage_state_name(stage_state s); /* "pending", ... */
 
 /* One stage of a trial's plan, with the shared row of its key. */
 typedef struct store_stage {
-    int idx;       /* 0 teacher .. 5 eval */
+    int idx;       /* 0 .. n-1 in the graph (s2s: 0 teacher .. 5 eval) */
     char name[16]; /* "teacher", ... */
-    char key[17];  /* s2s_stage_plan's key */
+    char key[17];  /* stage_graph_plan's key */
     char parent[17];
-    char dir[32]; /* folder name "NAME-KEY" under the stage root */
-    int known;    /* 0: no trial has claimed the key yet (the fields below are 0) */
+    char dir[32];  /* folder name "NAME-KEY" under the stage root */
+    char next[16]; /* the next stage's name; "" for the last stage */
+    int known;     /* 0: no trial has claimed the key yet (the fields below are 0) */
     stage_state state;
     int64_t trial;                  /* the trial that runs it, ran it, or last tried (0: none) */
     int64_t job;                    /* that trial's job */
@@ -283,9 +285,9 @@ typedef struct store_stage {
     char message[256];              /* how the last attempt ended */
 } store_stage;
 
-/* The plan of a trial with the shared row of each stage: *n = 6, or 0 for a
- * trial that is not of pipeline s2s. */
-int store_trial_stages(store *s, int64_t trial, store_stage out[S2S_STAGES], int *n, char *err,
+/* The plan of a trial with the shared row of each stage: *n = its graph's
+ * stages (s2s: 6), or 0 for a trial of a pipeline without stages. */
+int store_trial_stages(store *s, int64_t trial, store_stage out[STAGE_MAX], int *n, char *err,
                        size_t errlen);
 
 /* What a PENDING s2s trial does next (store_stage_next). */

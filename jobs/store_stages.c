@@ -13,10 +13,11 @@
 #include <string.h>
 
 int store_put_plan(store *s, int64_t trial, const bf_config *c, char *err, size_t errlen) {
-    if (!c || strcmp(c->pipeline, "s2s") != 0) return 0;
-    s2s_stage plan[S2S_STAGES];
-    s2s_stage_plan(c, plan);
-    for (int i = 0; i < S2S_STAGES; i++) {
+    const stage_graph *g = c ? pipeline_stages(c->pipeline) : NULL;
+    if (!g) return 0;
+    stage_node plan[STAGE_MAX];
+    int n = stage_graph_plan(g, c, plan);
+    for (int i = 0; i < n; i++) {
         sqlite3_stmt *st = s->ins_plan;
         sqlite3_reset(st);
         sqlite3_bind_int64(st, 1, trial);
@@ -37,7 +38,8 @@ int store_put_plan(store *s, int64_t trial, const bf_config *c, char *err, size_
     "ts.idx, ts.name, ts.key, ts.parent, ts.dir, st.state, st.trial,"                              \
     " (SELECT job FROM trials WHERE id = st.trial), st.attempts, st.failures, st.created,"         \
     " st.started, st.ended, st.message, (SELECT state FROM trials WHERE id = st.trial),"           \
-    " ts.waited"
+    " ts.waited, (SELECT name FROM trial_stages n WHERE n.trial = ts.trial AND n.idx = ts.idx + "  \
+    "1)"
 
 /* One row of STAGE_COLS into *o; *runner_state the runner's trial state
  * (TRIAL_N_STATES: none), *waited the plan row's flag. */
@@ -49,6 +51,7 @@ static void read_stage_row(sqlite3_stmt *st, store_stage *o, trial_state *runner
     store_col_text(st, 2, o->key, sizeof o->key);
     store_col_text(st, 3, o->parent, sizeof o->parent);
     store_col_text(st, 4, o->dir, sizeof o->dir);
+    store_col_text(st, 16, o->next, sizeof o->next);
     o->known = sqlite3_column_type(st, 5) != SQLITE_NULL;
     if (o->known) {
         o->state = store_stage_state_of(sqlite3_column_text(st, 5));
@@ -69,9 +72,10 @@ static void read_stage_row(sqlite3_stmt *st, store_stage *o, trial_state *runner
     if (waited) *waited = sqlite3_column_int(st, 15);
 }
 
-/* The plan of trial with its rows; *n 0 (not s2s) or 6. */
-static int load_plan(store *s, int64_t trial, store_stage out[S2S_STAGES],
-                     trial_state runner[S2S_STAGES], int waited[S2S_STAGES], int *n, char *err,
+/* The plan of trial with its rows; *n 0 (a pipeline without stages) or its
+ * graph's count, rows idx 0..n-1. */
+static int load_plan(store *s, int64_t trial, store_stage out[STAGE_MAX],
+                     trial_state runner[STAGE_MAX], int waited[STAGE_MAX], int *n, char *err,
                      size_t errlen) {
     sqlite3_stmt *st;
     *n = 0;
@@ -83,20 +87,23 @@ static int load_plan(store *s, int64_t trial, store_stage out[S2S_STAGES],
         return -1;
     sqlite3_bind_int64(st, 1, trial);
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < S2S_STAGES) {
+    int gap = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < STAGE_MAX) {
         read_stage_row(st, &out[*n], runner ? &runner[*n] : NULL, waited ? &waited[*n] : NULL);
+        gap |= out[*n].idx != *n;
         (*n)++;
     }
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE && rc != SQLITE_ROW)
         return store_sqlfail(s, err, errlen, "sqlite3_step(SELECT trial_stages)");
-    if (*n != 0 && *n != S2S_STAGES)
-        return bf_fail(err, errlen, "trial %lld has %d of its %d stages in the database",
-                       (long long)trial, *n, S2S_STAGES);
+    if (gap || rc == SQLITE_ROW)
+        return bf_fail(err, errlen,
+                       "trial %lld: its stages in the database are not 0..%d in order (at most %d)",
+                       (long long)trial, *n - 1, STAGE_MAX);
     return 0;
 }
 
-int store_trial_stages(store *s, int64_t trial, store_stage out[S2S_STAGES], int *n, char *err,
+int store_trial_stages(store *s, int64_t trial, store_stage out[STAGE_MAX], int *n, char *err,
                        size_t errlen) {
     return load_plan(s, trial, out, NULL, NULL, n, err, errlen);
 }
@@ -133,9 +140,9 @@ int store_stage_next(store *s, int64_t trial, stage_next *next, int *idx, char *
     *idx = 0;
     *first_wait = 0;
     if (reasonlen) reason[0] = '\0';
-    store_stage plan[S2S_STAGES];
-    trial_state runner[S2S_STAGES];
-    int waited[S2S_STAGES], n;
+    store_stage plan[STAGE_MAX];
+    trial_state runner[STAGE_MAX];
+    int waited[STAGE_MAX], n;
     double submitted = 0;
     if (store_begin(s, err, errlen) < 0) return -1;
     if (load_plan(s, trial, plan, runner, waited, &n, err, errlen) < 0) goto fail;
@@ -181,8 +188,8 @@ fail:
 
 int store_stage_launch(store *s, int64_t trial, int idx, const char *message, char *err,
                        size_t errlen) {
-    store_stage plan[S2S_STAGES];
-    trial_state runner[S2S_STAGES];
+    store_stage plan[STAGE_MAX];
+    trial_state runner[STAGE_MAX];
     int n;
     double submitted = 0;
     if (store_begin(s, err, errlen) < 0) return -1;
@@ -291,7 +298,7 @@ int store_trial_stage_failed(store *s, int64_t trial, const char *message, char 
 
 int store_trial_stages_reused(store *s, int64_t trial, const char *message, char *err,
                               size_t errlen) {
-    store_stage plan[S2S_STAGES];
+    store_stage plan[STAGE_MAX];
     int n;
     if (store_begin(s, err, errlen) < 0) return -1;
     if (load_plan(s, trial, plan, NULL, NULL, &n, err, errlen) < 0) goto fail;
@@ -305,7 +312,7 @@ int store_trial_stages_reused(store *s, int64_t trial, const char *message, char
         bf_fail(err, errlen, "trial %lld is not an s2s trial", (long long)trial);
         goto fail;
     }
-    const store_stage *ev = &plan[S2S_STAGES - 1];
+    const store_stage *ev = &plan[n - 1]; /* the last stage: its points are the trial's */
     if (ev->trial != trial && store_copy_eval_points(s, ev->trial, trial, err, errlen) < 0)
         goto fail;
     if (settle_without_run(s, trial, "every stage is done already", TRIAL_COMPLETED, message, err,

@@ -11,6 +11,9 @@
 #include <string.h>
 
 #include "jobs/store.h"
+
+/* pipeline s2s's stages, as declared (common/pipeline_decl.c) */
+#define S2S_STAGES (pipeline_stages("s2s")->n)
 #include "jobs/sweep.h"
 #include "tmpdir.h"
 
@@ -91,7 +94,7 @@ static stage_next next_of(store *s, int64_t trial, int *idx, char *reason, int *
 }
 
 static store_stage stage_of(store *s, int64_t trial, int idx) {
-    store_stage plan[S2S_STAGES];
+    store_stage plan[STAGE_MAX];
     int n;
     char err[512];
     cr_assert_eq(store_trial_stages(s, trial, plan, &n, err, sizeof err), 0, "%s", err);
