@@ -112,12 +112,14 @@ typedef struct bfd {
         }                                                                                          \
     } while (0)
 
-/* ------------------------------------------------------------------ loop.c */
+/* ------------------------------------------------------------- clock_log.c */
 
 /* Wall-clock seconds (CLOCK_REALTIME: stored and published times). */
 double now_s(void);
-/* One line on stderr, "DATE TIME bfd: ...", unless --quiet. */
+/* One line on stderr, "DATE TIME bfd: ...", unless bfd_log_quiet(1). */
 void bfd_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* --quiet: bfd_log prints nothing from now on (1) or again (0). */
+void bfd_log_quiet(int on);
 
 /* ----------------------------------------------------------------- reply.c */
 
@@ -182,12 +184,6 @@ int is_slurm(const bfd *d);
  * only that stage of its s2s plan) and adds it to the run table. Returns 0,
  * or -1 after logging (the trial failed when it had been marked RUNNING). */
 int launch(bfd *d, const store_trial *t, const store_job *j, const int *gpus, int ng, int stage);
-/* 1 when pid lives and its command line holds token (not a reused pid, not a
- * zombie). */
-int process_alive(pid_t pid, const char *token);
-/* Signals an attempt: its process group (local) or its Slurm job (SIGTERM:
- * scancel --signal=TERM once it runs; else scancel). Failures are logged. */
-void kill_group(bfd *d, run *r, int sig);
 /* mkdir that accepts a folder already there; -1 with "mkdir PATH: why". */
 int make_dir(const char *path, mode_t mode, char *err, size_t errlen);
 /* "0,1,3" (a bfd_runs row's gpus) into g[0..*n), at most BFD_MAX_GPUS. */
@@ -222,5 +218,14 @@ void judge_run(bfd *d, run *r);
  * (they reconnect and resend); the others ended while bfd was down and are
  * recorded so. Returns 0, or -1 with a message when the store cannot be read. */
 int reconcile(bfd *d, char *err, size_t errlen);
+
+/* ----------------------------------------------------------------- procs.c */
+
+/* 1 when pid lives and its command line holds token (not a reused pid, not a
+ * zombie). */
+int process_alive(pid_t pid, const char *token);
+/* Signals an attempt: its process group (local) or its Slurm job (SIGTERM:
+ * scancel --signal=TERM once it runs; else scancel). Failures are logged. */
+void kill_group(bfd *d, run *r, int sig);
 
 #endif

@@ -1,23 +1,12 @@
-/* ctl.c — the table of bfctl requests (type name -> handler, each in the
- * ctl_*.c file of its family) and what handlers share: reading the job or
- * trial a request names (replying not_found or internal when it cannot)
- * and a job's JSON summary. It handles no request itself and owns no
- * socket. */
+/* ctl.c — what the bfctl request handlers share: reading the job or trial a
+ * request names (replying not_found or internal when it cannot) and a job's
+ * JSON summary. The table of requests is ctl_table.c. It handles no request
+ * itself and owns no socket. */
 #include "daemon/ctl.h"
 
 #include "common/errbuf.h"
 
 #include <string.h>
-
-static const struct {
-    const char *type;
-    ctl_handler_fn fn;
-} ctl_table[] = {
-    {"submit", ctl_submit},   {"jobs", ctl_jobs},     {"job", ctl_job},     {"trial", ctl_trial},
-    {"metrics", ctl_metrics}, {"cancel", ctl_cancel}, {"stop", ctl_stop},   {"wait", ctl_wait},
-    {"best", ctl_best},       {"export", ctl_export}, {"logs", ctl_logs},   {"status", ctl_status},
-    {"sync", ctl_sync},       {"resume", ctl_resume}, {"rungs", ctl_rungs},
-};
 
 json_t *job_states_json(store *st, int64_t job, char *err, size_t errlen) {
     long long counts[TRIAL_N_STATES];
@@ -44,12 +33,6 @@ json_t *job_json(store *st, const store_job *j, char *err, size_t errlen) {
                   j->metric, "goal", j->goal, "states", states);
     if (!o) bf_fail(err, errlen, "json_pack(job): out of memory or invalid text");
     return o;
-}
-
-ctl_handler_fn ctl_handler(const char *type) {
-    for (size_t i = 0; i < sizeof ctl_table / sizeof ctl_table[0]; i++)
-        if (strcmp(ctl_table[i].type, type) == 0) return ctl_table[i].fn;
-    return NULL;
 }
 
 /* Reads a job for a request; replies not_found/internal itself on failure. */

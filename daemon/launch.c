@@ -17,40 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* 1 when pid lives and its command line holds token (not a reused pid, not a zombie). */
-int process_alive(pid_t pid, const char *token) {
-    if (pid <= 0 || kill(pid, 0) != 0) return 0;
-    char path[64], buf[8192];
-    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) return 0;
-    for (ssize_t i = 0; i < n; i++)
-        if (buf[i] == '\0') buf[i] = ' ';
-    buf[n] = '\0';
-    return strstr(buf, token) != NULL;
-}
-
 int is_slurm(const bfd *d) { return strcmp(d->c->launcher, "slurm") == 0; }
-
-/* Signals an attempt: its process group (local), or its Slurm job: SIGTERM
- * becomes `scancel --signal=TERM` (the worker checkpoints and exits 75),
- * anything else a plain `scancel`. A job Slurm has not started yet is simply
- * cancelled. */
-void kill_group(bfd *d, run *r, int sig) {
-    if (r->slurm_job[0]) {
-        char err[1024];
-        int term = sig == SIGTERM && r->slurm_phase == SLURM_RUNNING;
-        if (slurm_cancel(d->c->scancel, r->slurm_job, term, err, sizeof err))
-            bfd_log("trial %lld: %s", (long long)r->trial, err);
-        r->next_poll = now_s() + 0.5;
-        return;
-    }
-    if (r->pid > 0 && kill(-r->pid, sig) != 0 && errno != ESRCH)
-        bfd_log("kill(-%d, %d): %s", (int)r->pid, sig, strerror(errno));
-}
 
 int make_dir(const char *path, mode_t mode, char *err, size_t errlen) {
     if (mkdir(path, mode) != 0 && errno != EEXIST)
@@ -237,7 +204,7 @@ static int launch_local(bfd *d, run *r, const store_job *j, const char *out, con
  * stage of its plan (read into plan[]) launched, after making stage_root.
  * -1 after logging why. */
 static int mark_launched(bfd *d, const store_trial *t, int stage, const char *stage_root,
-                         store_stage plan[S2S_STAGES]) {
+                         store_stage plan[STAGE_MAX]) {
     char err[1024];
     int n_plan = 0;
     if (stage >= 0) {
@@ -282,7 +249,7 @@ int launch(bfd *d, const store_trial *t, const store_job *j, const int *gpus, in
     if (!cwd[0]) snprintf(cwd, sizeof cwd, "%s", d->o->home);
     char stage_root[1200];
     snprintf(stage_root, sizeof stage_root, "%s/stages", d->o->home);
-    store_stage plan[S2S_STAGES];
+    store_stage plan[STAGE_MAX];
     if (mark_launched(d, t, stage, stage_root, plan)) return -1;
     run *r = add_run(d);
     if (!r) {
@@ -303,7 +270,7 @@ int launch(bfd *d, const store_trial *t, const store_job *j, const int *gpus, in
         snprintf(r->stage, sizeof r->stage, "%s", plan[stage].name);
         snprintf(r->stage_key, sizeof r->stage_key, "%s", plan[stage].key);
         snprintf(r->stage_dir, sizeof r->stage_dir, "%s", plan[stage].dir);
-        r->stage_last = stage == S2S_STAGES - 1;
+        r->stage_last = plan[stage].next[0] == '\0';
     }
     char gl[256];
     format_gpus(gpus, ng, gl, sizeof gl);

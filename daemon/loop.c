@@ -36,29 +36,6 @@ static void on_signal(int sig) {
     errno = saved;
 }
 
-double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static const bfd_opts *g_opts;
-
-void bfd_log(const char *fmt, ...) {
-    if (g_opts && g_opts->quiet) return;
-    char when[32];
-    time_t t = time(NULL);
-    struct tm tm;
-    localtime_r(&t, &tm);
-    strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "%s bfd: ", when);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-}
-
 /* Receives one message from sock; answers protocol errors itself. Returns
  * 1 with a usable message, 0 after an error reply, -1 when nothing is
  * pending. */
@@ -424,7 +401,7 @@ static void close_daemon(bfd *d) {
 int bfd_run(const bfd_opts *o, const bfd_config *c, char *err, size_t errlen) {
     bfd *d = calloc(1, sizeof *d);
     if (!d) return bf_fail(err, errlen, "out of memory");
-    g_opts = o;
+    bfd_log_quiet(o->quiet);
     d->o = o;
     d->c = c;
     d->sigpipe[0] = d->sigpipe[1] = -1;

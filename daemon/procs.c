@@ -1,0 +1,45 @@
+/* procs — an attempt's processes once started: whether one still lives
+ * (and is ours, not a reused pid), and signalling its process group or its
+ * Slurm job. It starts nothing (launch.c) and records no outcome (runs.c). */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/bfd_priv.h"
+#include "daemon/slurm.h"
+
+/* 1 when pid lives and its command line holds token (not a reused pid, not a zombie). */
+int process_alive(pid_t pid, const char *token) {
+    if (pid <= 0 || kill(pid, 0) != 0) return 0;
+    char path[64], buf[8192];
+    snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    for (ssize_t i = 0; i < n; i++)
+        if (buf[i] == '\0') buf[i] = ' ';
+    buf[n] = '\0';
+    return strstr(buf, token) != NULL;
+}
+
+/* Signals an attempt: its process group (local), or its Slurm job: SIGTERM
+ * becomes `scancel --signal=TERM` (the worker checkpoints and exits 75),
+ * anything else a plain `scancel`. A job Slurm has not started yet is simply
+ * cancelled. */
+void kill_group(bfd *d, run *r, int sig) {
+    if (r->slurm_job[0]) {
+        char err[1024];
+        int term = sig == SIGTERM && r->slurm_phase == SLURM_RUNNING;
+        if (slurm_cancel(d->c->scancel, r->slurm_job, term, err, sizeof err))
+            bfd_log("trial %lld: %s", (long long)r->trial, err);
+        r->next_poll = now_s() + 0.5;
+        return;
+    }
+    if (r->pid > 0 && kill(-r->pid, sig) != 0 && errno != ESRCH)
+        bfd_log("kill(-%d, %d): %s", (int)r->pid, sig, strerror(errno));
+}
