@@ -49,11 +49,12 @@ void judge_run(bfd *d, run *r) {
     send_stop(d, r, reason);
 }
 
-static int load_acked(bfd *d, run *r) {
+/* r->acked from the store when not known yet; 0, or -1 with the store's
+ * message in err (also logged). */
+static int load_acked(bfd *d, run *r, char *err, size_t errlen) {
     if (r->acked >= 0) return 0;
-    char err[512];
     int64_t a;
-    if (store_max_seq(d->st, r->trial, &a, err, sizeof err)) {
+    if (store_max_seq(d->st, r->trial, &a, err, errlen)) {
         bfd_log("%s", err);
         return -1;
     }
@@ -169,7 +170,12 @@ static void worker_hello(bfd *d, void *s, proto_msg *m, run *r, long long trial)
         return;
     }
     store_trial t;
-    if (store_get_trial(d->st, trial, &t, err, sizeof err) || load_acked(d, r)) {
+    if (store_get_trial(d->st, trial, &t, err, sizeof err)) {
+        reply_err(d, s, m, PROTO_E_INTERNAL, "hello: %s", err);
+        return;
+    }
+    if (load_acked(d, r, err, sizeof err)) {
+        store_trial_free(&t);
         reply_err(d, s, m, PROTO_E_INTERNAL, "hello: %s", err);
         return;
     }
@@ -214,7 +220,8 @@ static void worker_metrics(bfd *d, void *s, proto_msg *m, run *r, size_t *round_
     proto_point *pts;
     size_t n;
     FIELD(proto_parse_points(m->body, PROTO_MAX_POINTS, &pts, &n, ferr, sizeof ferr));
-    if (load_acked(d, r)) {
+    char aerr[512];
+    if (load_acked(d, r, aerr, sizeof aerr)) {
         free(pts);
         reply_err(d, s, m, PROTO_E_INTERNAL, "metrics: cannot read the stored seq");
         return;
