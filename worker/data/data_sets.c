@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/input_path.h"
+
 /* 0 when path is a regular file; else -1 with a message naming the key it
  * came from, what it is, and what was expected (hint: how to get one). */
 static int check_input(const char *key, const char *path, const char *expected, const char *hint,
@@ -24,7 +26,8 @@ static int check_input(const char *key, const char *path, const char *expected, 
         return -1;
     }
     if (!S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "%s: %s is not a regular file; expected %s", key, path, expected);
+        snprintf(err, errlen, "%s: %s is %s; expected %s", key, path, input_path_kind(st.st_mode),
+                 expected);
         return -1;
     }
     return 0;

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/input_path.h"
 #include "worker/io/safetensors.h"
 
 /* Fuzz builds (FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION) do not enforce the
@@ -125,9 +126,10 @@ int ckpt_read(const char *path, ckpt_state *s, char *err, size_t errlen) {
         snprintf(file, sizeof file, "%s/%s", path, CKPT_NAME);
     else
         snprintf(file, sizeof file, "%s", path);
-    FILE *f = fopen(file, "rb");
+    char why[128];
+    FILE *f = input_path_open(file, why, sizeof why);
     if (!f) {
-        snprintf(err, errlen, "checkpoint %s: cannot open: %s", file, strerror(errno));
+        snprintf(err, errlen, "checkpoint %s: cannot open: %s", file, why);
         return -1;
     }
     /* Version 1 (72-byte header, no config hash) is still read: a checkpoint
@@ -503,9 +505,10 @@ static int read_state(const char *dir, set_state *s, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
     char path[4200];
     join(path, sizeof path, dir, CKPT_STATE_FILE);
-    FILE *f = fopen(path, "rb");
+    char why[128];
+    FILE *f = input_path_open(path, why, sizeof why);
     if (!f) {
-        snprintf(err, errlen, "checkpoint %s: cannot open: %s", path, strerror(errno));
+        snprintf(err, errlen, "checkpoint %s: cannot open: %s", path, why);
         return -1;
     }
     struct stat st;
@@ -1013,7 +1016,8 @@ static int load_old(const char *file, const bk_params *P, float *params, float *
     meta->cfg_text = s.cfg_text;
     s.cfg_text = NULL;
     unsigned char ver[12] = {0};
-    FILE *f = fopen(file, "rb");
+    char why[128];
+    FILE *f = input_path_open(file, why, sizeof why);
     if (f) {
         if (fread(ver, 1, sizeof ver, f) != sizeof ver) ver[8] = 0;
         fclose(f);
@@ -1126,7 +1130,8 @@ static void list_add(char *text, size_t n, size_t *w, int *first, const char *na
 
 static int is_old_file(const char *path) {
     unsigned char b[8];
-    FILE *f = fopen(path, "rb");
+    char why[128];
+    FILE *f = input_path_open(path, why, sizeof why);
     if (!f) return 0;
     int ok = fread(b, 1, 8, f) == 8 && memcmp(b, MAGIC, 8) == 0;
     fclose(f);
@@ -1171,16 +1176,19 @@ int ckpt_init_from(const char *path, const bk_params *P, float *host_params, ckp
     int bad = check_params(P, order, err, errlen);
     free(order);
     if (bad) return -1;
-    struct stat st;
-    if (stat(path, &st)) {
-        snprintf(err, errlen,
-                 "init.from %s: %s (a run folder, a .safetensors file or a "
-                 "checkpoint.bin)",
-                 path, strerror(errno));
+    int is_dir = 0;
+    char e2[1024];
+    if (input_path_check("init.from", path, INPUT_FILE | INPUT_DIR,
+                         "a run folder, a .safetensors file or a checkpoint.bin", &is_dir, e2,
+                         sizeof e2)) {
+        snprintf(err, errlen, "%s%s", e2,
+                 strstr(e2, ": not found") ? " (a run folder, a .safetensors file or a "
+                                             "checkpoint.bin)"
+                                           : "");
         return -1;
     }
     st_file f = {0};
-    if (S_ISDIR(st.st_mode)) {
+    if (is_dir) {
         char p[4200];
         ckpt_kind k = ckpt_probe(path);
         join(p, sizeof p, path, CKPT_MODEL_FILE);

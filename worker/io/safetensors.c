@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/input_path.h"
+
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c writes host floats as the file's little-endian data"
 #endif
@@ -229,15 +231,16 @@ int st_open(st_file *f, const char *path, char *err, size_t errlen) {
     snprintf(f->path, sizeof f->path, "%s", path);
     char *hdr = NULL;
     json_t *root = NULL;
-    f->f = fopen(path, "rb");
+    char why[128];
+    f->f = input_path_open(path, why, sizeof why);
     if (!f->f) {
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        snprintf(err, errlen, "%s: cannot open: %s", path, why);
         return -1;
     }
     struct stat st;
     unsigned char lb[8];
-    if (fstat(fileno(f->f), &st) || !S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "%s: not a regular file", path);
+    if (fstat(fileno(f->f), &st)) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
         goto fail;
     }
     uint64_t size = (uint64_t)st.st_size;
