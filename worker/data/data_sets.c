@@ -191,11 +191,18 @@ static int open_images(const bf_config *c, data_sets *d, int quiet, char *err, s
                  p, tr->rows, tr->cols, tri, valid);
         goto out;
     }
-    if (tr->n < 2 || tr->n_classes < 2) {
+    /* classes are counted, not read off the largest label: labels all 200
+     * are one class, not 201 */
+    int seen[256] = {0}, distinct = 0;
+    for (size_t i = 0; i < tr->n; i++)
+        if (tr->labels[i] >= 0 && tr->labels[i] < 256 && !seen[tr->labels[i]]++) distinct++;
+    if (tr->n < 2 || distinct < 2) {
+        char only[64] = "";
+        if (distinct == 1) snprintf(only, sizeof only, " (every label is %d)", tr->labels[0]);
         snprintf(err, errlen,
-                 "%s: %zu image(s) in %d class(es); training needs at least 2 images and 2 "
-                 "classes",
-                 trl, tr->n, tr->n_classes);
+                 "%s: %zu training image%s with %d distinct label%s%s; training needs at least 2 "
+                 "images and 2 distinct labels (classes)",
+                 trl, tr->n, tr->n == 1 ? "" : "s", distinct, distinct == 1 ? "" : "s", only);
         goto out;
     }
     if (te && te->n_classes > tr->n_classes) {
@@ -361,9 +368,11 @@ int data_sets_open(const bf_config *c, data_sets *d, int quiet, char *err, size_
             goto fail;
         }
         d->n_classes = (int)d->train->n_classes;
-        if (d->n_classes < 2) {
-            snprintf(err, errlen, "%s has %d class(es); classification needs at least 2", train,
-                     d->n_classes);
+        if (d->n_classes < 2) { /* labels are counted by name: distinct ones */
+            snprintf(err, errlen,
+                     "%s: all %zu training examples have the label '%.100s' (1 distinct label); "
+                     "classification needs at least 2 distinct labels (classes)",
+                     train, d->train->n_seq, d->train->n_classes ? d->train->class_names[0] : "");
             goto fail;
         }
     }

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -893,8 +894,10 @@ static void shape_str(char *out, size_t n, int ndim, const uint64_t *d64, const 
     if (w < n) snprintf(out + w, n - w, "]");
 }
 
-/* Same dtype (F32) and shape as the model's tensor t; else a message. */
-static int check_shape(const st_file *f, int i, const bk_tensor *t, char *err, size_t errlen) {
+/* Same shape as the model's tensor t and dtype F32 (convert: or one that
+ * st_read_as_f32 converts); else a message. */
+static int check_shape(const st_file *f, int i, const bk_tensor *t, int convert, char *err,
+                       size_t errlen) {
     const st_tensor *x = &f->t[i];
     int same = x->ndim == t->ndim;
     for (int d = 0; same && d < t->ndim; d++) same = x->shape[d] == (uint64_t)t->shape[d];
@@ -906,7 +909,14 @@ static int check_shape(const st_file *f, int i, const bk_tensor *t, char *err, s
                  f->path, x->name, a, b);
         return -1;
     }
-    if (strcmp(x->dtype, "F32") != 0) {
+    if (convert && !st_dtype_converts(x->dtype)) {
+        snprintf(err, errlen,
+                 "%s: tensor \"%s\" is %s; init.from loads F32, F16, BF16 and F64 tensors "
+                 "(save it as one of those)",
+                 f->path, x->name, x->dtype);
+        return -1;
+    }
+    if (!convert && strcmp(x->dtype, "F32") != 0) {
         snprintf(err, errlen,
                  "%s: tensor \"%s\" is %s; bf loads F32 tensors only (save it as "
                  "float32)",
@@ -954,7 +964,7 @@ static int read_member(const st_file *f, const bk_params *P, const char *const *
                          f->path, name, extra);
                 return -1;
             }
-            if (check_shape(f, i, &P->t[k], err, errlen)) return -1;
+            if (check_shape(f, i, &P->t[k], 0, err, errlen)) return -1;
         }
     int x = first_extra(f, P, prefix, np);
     if (x >= 0) {
@@ -1236,7 +1246,7 @@ int ckpt_init_from(const char *path, const bk_params *P, float *host_params, ckp
             r->missing++;
             continue;
         }
-        if (check_shape(&f, i, &P->t[k], err, errlen)) goto out;
+        if (check_shape(&f, i, &P->t[k], 1, err, errlen)) goto out;
         r->loaded++;
         r->floats += P->t[k].numel;
     }
@@ -1248,10 +1258,32 @@ int ckpt_init_from(const char *path, const bk_params *P, float *host_params, ckp
                  f.path, f.n, P->n, f.n ? f.t[0].name : "", P->t[0].name);
         goto out;
     }
+    char conv[128] = "";
     for (int k = 0; k < P->n; k++) {
         int i = st_find(&f, P->t[k].name);
-        if (i >= 0 && st_read_f32(&f, i, host_params + P->t[k].offset, err, errlen)) goto out;
+        if (i < 0) continue;
+        float *dst = host_params + P->t[k].offset;
+        if (st_read_as_f32(&f, i, dst, err, errlen)) goto out;
+        size_t bad = 0, first = 0;
+        for (size_t j = P->t[k].numel; j-- > 0;)
+            if (!isfinite(dst[j])) bad++, first = j;
+        if (bad) {
+            snprintf(err, errlen,
+                     "init.from %s: tensor \"%s\" holds %zu NaN/Inf value%s of %zu (the first "
+                     "at element %zu%s): the checkpoint is damaged or the run that wrote it "
+                     "diverged; give another init.from",
+                     f.path, P->t[k].name, bad, bad == 1 ? "" : "s", P->t[k].numel, first,
+                     strcmp(f.t[i].dtype, "F64") == 0 ? "; F64 values beyond F32's range too" : "");
+            goto out;
+        }
+        if (strcmp(f.t[i].dtype, "F32") != 0) {
+            r->converted++;
+            if (!strstr(conv, f.t[i].dtype) && strlen(conv) + 8 < sizeof conv)
+                snprintf(conv + strlen(conv), sizeof conv - strlen(conv), "%s%s",
+                         conv[0] ? "/" : "", f.t[i].dtype);
+        }
     }
+    if (r->converted) snprintf(r->converted_from, sizeof r->converted_from, "%s", conv);
     size_t w =
         (size_t)snprintf(text, textlen,
                          "init.from %s: %d of %d tensors loaded (%zu floats); %d missing "
