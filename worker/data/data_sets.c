@@ -360,10 +360,7 @@ int data_sets_open(const bf_config *c, data_sets *d, int quiet, char *err, size_
             goto fail;
         }
     } else {
-        if (data_open_tsv(train, d->tok, NULL, NULL, &d->train, &rebuilt, e2, sizeof e2) ||
-            data_open_tsv(val, d->tok, d->train, NULL, &d->val, &rebuilt, e2, sizeof e2) ||
-            (test[0] &&
-             data_open_tsv(test, d->tok, d->train, NULL, &d->test, &rebuilt, e2, sizeof e2))) {
+        if (data_open_tsv(train, d->tok, NULL, NULL, &d->train, &rebuilt, e2, sizeof e2)) {
             snprintf(err, errlen, "%s", e2);
             goto fail;
         }
@@ -373,6 +370,12 @@ int data_sets_open(const bf_config *c, data_sets *d, int quiet, char *err, size_
                      "%s: all %zu training examples have the label '%.100s' (1 distinct label); "
                      "classification needs at least 2 distinct labels (classes)",
                      train, d->train->n_seq, d->train->n_classes ? d->train->class_names[0] : "");
+            goto fail;
+        }
+        if (data_open_tsv(val, d->tok, d->train, NULL, &d->val, &rebuilt, e2, sizeof e2) ||
+            (test[0] &&
+             data_open_tsv(test, d->tok, d->train, NULL, &d->test, &rebuilt, e2, sizeof e2))) {
+            snprintf(err, errlen, "%s", e2);
             goto fail;
         }
     }

@@ -1188,10 +1188,10 @@ int ckpt_init_from(const char *path, const bk_params *P, float *host_params, ckp
     if (bad) return -1;
     int is_dir = 0;
     char e2[1024];
-    if (input_path_check("init.from", path, INPUT_FILE | INPUT_DIR,
+    if (input_path_check(NULL, path, INPUT_FILE | INPUT_DIR,
                          "a run folder, a .safetensors file or a checkpoint.bin", &is_dir, e2,
                          sizeof e2)) {
-        snprintf(err, errlen, "%s%s", e2,
+        snprintf(err, errlen, "init.from %s%s", e2,
                  strstr(e2, ": not found") ? " (a run folder, a .safetensors file or a "
                                              "checkpoint.bin)"
                                            : "");
@@ -1212,7 +1212,10 @@ int ckpt_init_from(const char *path, const bk_params *P, float *host_params, ckp
             free(s.cfg_owned);
             if (rc) return -1;
         } else if (exists(p)) {
-            if (st_open(&f, p, err, errlen)) return -1;
+            if (st_open(&f, p, e2, sizeof e2)) {
+                snprintf(err, errlen, "init.from %s: %s", path, e2);
+                return -1;
+            }
         } else if (k == CKPT_OLD) {
             join(p, sizeof p, path, CKPT_NAME);
             snprintf(r->source, sizeof r->source, "%.4095s", p);
