@@ -44,7 +44,8 @@ typedef struct cmd_spec {
     const char *const *flags; /* options without one */
 } cmd_spec;
 
-/* Every command, in the order of the help text; NULL name ends it. */
+/* Every command, in the order of the help text; NULL name ends it
+ * (cmd_table.c). */
 extern const cmd_spec cmd_specs[];
 
 /* The option tables of each command (cmd_NAME.c). */

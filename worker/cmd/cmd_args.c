@@ -58,17 +58,6 @@ const char *const cmd_usage =
     "Data parallel: mpirun -np R bfworker train ... (docs/distributed.md); exit status 1 =\n"
     "error (all ranks end), 69 = a peer rank died or hung.\n";
 
-const cmd_spec cmd_specs[] = {
-    {"train", cmd_train, cmd_train_vals, cmd_train_flags},
-    {"eval", cmd_eval, cmd_eval_vals, cmd_eval_flags},
-    {"profile", cmd_profile, cmd_profile_vals, cmd_profile_flags},
-    {"params", cmd_params, cmd_params_vals, cmd_params_flags},
-    {"generate", cmd_generate, cmd_generate_vals, cmd_generate_flags},
-    {"dump", cmd_dump, cmd_dump_vals, cmd_dump_flags},
-    {"run", cmd_run, cmd_run_vals, cmd_run_flags},
-    {NULL, NULL, NULL, NULL},
-};
-
 int cmd_listed(const char *const *list, const char *o) {
     for (; *list; list++)
         if (strcmp(*list, o) == 0) return 1;
