@@ -31,8 +31,38 @@ int cmd_generate(int argc, char **argv); /* generate CHECKPOINT --prompt TEXT (l
 int cmd_dump(int argc, char **argv);     /* dump CONFIG.yaml --out DIR: one step's tensors */
 int cmd_run(int argc, char **argv);      /* run --trial ID ...: one attempt for bfd */
 
-/* The text of `bfworker --help`. */
+/* The text of `bfworker --help`: a section per command, its options one a
+ * line (tests/test_it_help.c checks they are those of cmd_specs). */
 extern const char *const cmd_usage;
+
+/* A command: its name, its entry, and the options its scanner accepts (each
+ * NULL-terminated; --help and -h are every command's). */
+typedef struct cmd_spec {
+    const char *name;
+    int (*main)(int argc, char **argv);
+    const char *const *vals;  /* options that take a value */
+    const char *const *flags; /* options without one */
+} cmd_spec;
+
+/* Every command, in the order of the help text; NULL name ends it
+ * (cmd_table.c). */
+extern const cmd_spec cmd_specs[];
+
+/* The option tables of each command (cmd_NAME.c). */
+extern const char *const cmd_train_vals[], *const cmd_train_flags[];
+extern const char *const cmd_eval_vals[], *const cmd_eval_flags[];
+extern const char *const cmd_profile_vals[], *const cmd_profile_flags[];
+extern const char *const cmd_params_vals[], *const cmd_params_flags[];
+extern const char *const cmd_generate_vals[], *const cmd_generate_flags[];
+extern const char *const cmd_dump_vals[], *const cmd_dump_flags[];
+extern const char *const cmd_run_vals[], *const cmd_run_flags[];
+
+/* 1 when o is in list (NULL-terminated), else 0. */
+int cmd_listed(const char *const *list, const char *o);
+
+/* 1 when argv[2] asks for help (--help, -h): the command prints its usage
+ * to stdout and exits 0. */
+int cmd_wants_help(int argc, char **argv);
 
 /* The value of option `name` in argv[from..]; when it is given more than
  * once the last one counts, as with --set. NULL when absent. */

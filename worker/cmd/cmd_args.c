@@ -17,8 +17,9 @@ const char *const cmd_usage =
     "      --resume [DIR]    continue from DIR's checkpoint if it exists (DIR: the --out "
     "folder)\n"
     "      --force           start over in an --out folder that holds a run (its metrics and\n"
-    "                        checkpoint are removed; without --resume or --force such a\n"
-    "                        folder is refused)\n"
+    "                        checkpoint are removed once the new run has set up: a bad\n"
+    "                        input leaves them; without --resume or --force such a folder\n"
+    "                        is refused)\n"
     "      --comm-timeout S  data parallel: a collective not done in S seconds ends the rank\n"
     "                        with status 69 (a peer died; default 600, 0 = never)\n"
     "      --quiet           no progress lines\n"
@@ -32,7 +33,7 @@ const char *const cmd_usage =
     "      --samples FILE    write one line per sample: mean s, tokens, loss, correct\n"
     "      --set KEY=VALUE   e.g. --set device=cpu, --set train.batch=1\n"
     "  profile RUN         a vit run's attention sparsity per layer (normalised entropy,\n"
-    "                      top-10%% attention mass, A-ViT keep fraction) on a calibration\n"
+    "                      top-10% attention mass, A-ViT keep fraction) on a calibration\n"
     "                      batch of validation images; writes RUN/profile.json\n"
     "      --samples N       calibration images (default 64)\n"
     "      --json            print the JSON instead of the table\n"
@@ -56,6 +57,16 @@ const char *const cmd_usage =
     "SIGTERM during training writes a checkpoint and exits with status 75.\n"
     "Data parallel: mpirun -np R bfworker train ... (docs/distributed.md); exit status 1 =\n"
     "error (all ranks end), 69 = a peer rank died or hung.\n";
+
+int cmd_listed(const char *const *list, const char *o) {
+    for (; *list; list++)
+        if (strcmp(*list, o) == 0) return 1;
+    return 0;
+}
+
+int cmd_wants_help(int argc, char **argv) {
+    return argc >= 3 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0);
+}
 
 /* Loads CONFIG (or a checkpoint's config text) and applies --set options from argv. */
 int cmd_load_config(bf_config *c, const char *path, int argc, char **argv, int from, char *err,

@@ -332,6 +332,10 @@ static const char *DUMP_USAGE =
     "  the per-layer keep and psum sums).\n"
     "  --batch N   rows of the batch (default train.batch; at most 4096)\n";
 
+/* The options `bfworker dump` accepts (cmd.h: cmd_specs). */
+const char *const cmd_dump_vals[] = {"--set", "--out", "--batch", NULL};
+const char *const cmd_dump_flags[] = {"--quiet", NULL};
+
 int cmd_dump(int argc, char **argv) {
     const char *cfg_path = argc >= 3 ? argv[2] : NULL, *out = NULL;
     long batch = 0;
@@ -353,9 +357,8 @@ int cmd_dump(int argc, char **argv) {
     }
     for (int i = 3; i < argc; i++) {
         const char *o = argv[i];
-        int has_value =
-            strcmp(o, "--set") == 0 || strcmp(o, "--out") == 0 || strcmp(o, "--batch") == 0;
-        if (strcmp(o, "--quiet") == 0) {
+        int has_value = cmd_listed(cmd_dump_vals, o);
+        if (cmd_listed(cmd_dump_flags, o)) {
             quiet = 1;
             continue;
         }

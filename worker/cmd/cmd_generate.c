@@ -47,15 +47,21 @@ static int print_text(FILE *f, const tok_t *tok, const int32_t *ids, size_t n, c
     return 0;
 }
 
+/* The options `bfworker generate` accepts (cmd.h: cmd_specs). */
+const char *const cmd_generate_vals[] = {
+    "--prompt", "--tokens", "--temperature", "--top-k", "--seed", "--set", NULL};
+const char *const cmd_generate_flags[] = {NULL};
+
 int cmd_generate(int argc, char **argv) {
-    static const char *const vals[] = {"--prompt", "--tokens", "--temperature", "--top-k", "--seed",
-                                       "--set",    NULL};
-    static const char *const flags[] = {NULL};
+    if (cmd_wants_help(argc, argv)) {
+        fputs(cmd_usage, stdout);
+        return CMD_OK;
+    }
     if (argc < 3 || argv[2][0] == '-') {
         fprintf(stderr, "bfworker generate: missing CHECKPOINT\n%s", cmd_usage);
         return CMD_USAGE;
     }
-    if (cmd_check_options(argc, argv, 3, vals, flags)) return CMD_USAGE;
+    if (cmd_check_options(argc, argv, 3, cmd_generate_vals, cmd_generate_flags)) return CMD_USAGE;
     const char *prompt = cmd_opt_value(argc, argv, 3, "--prompt");
     if (!prompt) {
         fprintf(stderr, "bfworker generate: --prompt TEXT is required\n");

@@ -15,7 +15,7 @@
  * (s is freed then). */
 int cmd_open_checkpoint(int argc, char **argv, run_src *s, bf_config *c, char *err, size_t errlen) {
     if (run_src_open(s, argv[2], err, errlen)) {
-        fprintf(stderr, "bfworker: %s\n", err);
+        fprintf(stderr, "bfworker %s: %s\n", argv[1], err);
         return CMD_FAIL;
     }
     cfg_defaults(c);

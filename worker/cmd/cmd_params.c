@@ -6,14 +6,20 @@
 #include <stdio.h>
 #include <string.h>
 
+/* The options `bfworker params` accepts (cmd.h: cmd_specs). */
+const char *const cmd_params_vals[] = {"--set", NULL};
+const char *const cmd_params_flags[] = {NULL};
+
 int cmd_params(int argc, char **argv) {
-    static const char *const vals[] = {"--set", NULL};
-    static const char *const flags[] = {NULL};
+    if (cmd_wants_help(argc, argv)) {
+        fputs(cmd_usage, stdout);
+        return CMD_OK;
+    }
     if (argc < 3 || argv[2][0] == '-') {
         fprintf(stderr, "bfworker params: missing CONFIG.yaml\n%s", cmd_usage);
         return CMD_USAGE;
     }
-    if (cmd_check_options(argc, argv, 3, vals, flags)) return CMD_USAGE;
+    if (cmd_check_options(argc, argv, 3, cmd_params_vals, cmd_params_flags)) return CMD_USAGE;
     char err[2048];
     bf_config c;
     if (cmd_load_config(&c, argv[2], argc, argv, 3, err, sizeof err)) {

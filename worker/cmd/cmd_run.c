@@ -82,10 +82,24 @@ static int run_stage_keys(bf_config *c, const char *root, const char *stage, cha
     return 0;
 }
 
+/* The options `bfworker run` accepts (cmd.h: cmd_specs). */
+const char *const cmd_run_vals[] = {"--trial",   "--connect",    "--token", "--out",
+                                    "--attempt", "--stage-root", "--stage", NULL};
+const char *const cmd_run_flags[] = {"--quiet", NULL};
+
 static int run_ranks(int argc, char **argv, comm_t *comm) {
     const char *trial_s = NULL, *endpoint = NULL, *token = NULL, *out = NULL, *attempt_s = "1";
     const char *stage_root = NULL, *stage = NULL; /* s2s: one stage of a trial (bfd) */
     int quiet = 0;
+    for (int i = 2; i < argc; i++) { /* only the table's options (the chain below sets them) */
+        int val = cmd_listed(cmd_run_vals, argv[i]);
+        if (!val && !cmd_listed(cmd_run_flags, argv[i]) && strcmp(argv[i], "--help") &&
+            strcmp(argv[i], "-h")) {
+            fprintf(stderr, "bfworker run: unknown option '%s'\n%s", argv[i], RUN_USAGE_TEXT);
+            return RUN_USAGE;
+        }
+        if (val) i++;
+    }
     for (int i = 2; i < argc; i++) {
         const char **dst = !strcmp(argv[i], "--trial")        ? &trial_s
                            : !strcmp(argv[i], "--connect")    ? &endpoint

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "worker/dist/comm.h"
@@ -70,10 +71,16 @@ int cmd_train(int argc, char **argv) {
     return rc;
 }
 
+/* The options `bfworker train` accepts (cmd.h: cmd_specs). */
+const char *const cmd_train_vals[] = {"--set",   "--out",        "--comm-timeout",
+                                      "--stage", "--stage-root", NULL};
+const char *const cmd_train_flags[] = {"--resume", "--force", "--quiet", NULL};
+
 static int train_ranks(int argc, char **argv, comm_t *comm) {
-    static const char *const vals[] = {"--set",   "--out",        "--comm-timeout",
-                                       "--stage", "--stage-root", NULL};
-    static const char *const flags[] = {"--resume", "--force", "--quiet", NULL};
+    if (cmd_wants_help(argc, argv)) {
+        fputs(cmd_usage, stdout);
+        return CMD_OK;
+    }
     if (argc < 3 || argv[2][0] == '-') {
         fprintf(stderr, "bfworker train: missing CONFIG.yaml\n%s", cmd_usage);
         return CMD_USAGE;
@@ -92,7 +99,7 @@ static int train_ranks(int argc, char **argv, comm_t *comm) {
     argv = args;
     char err[2048];
     int rank = comm_rank(comm);
-    if (cmd_check_options(argc, argv, 3, vals, flags)) {
+    if (cmd_check_options(argc, argv, 3, cmd_train_vals, cmd_train_flags)) {
         free(args);
         return CMD_USAGE;
     }
@@ -153,7 +160,11 @@ static int train_ranks(int argc, char **argv, comm_t *comm) {
     snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", out);
     /* rank 0 decides (the others could see the files it is writing); a
      * refusal there ends every rank (cmd_train) */
-    int holds_run = rank == 0 && (ckpt_probe(out) != CKPT_NONE || access(mpath, F_OK) == 0);
+    struct stat mst;
+    /* an empty metrics.jsonl without a checkpoint is a run that failed before its
+     * first point (an older bf left one): no run */
+    int holds_run =
+        rank == 0 && (ckpt_probe(out) != CKPT_NONE || (stat(mpath, &mst) == 0 && mst.st_size > 0));
     if (resume && force) {
         fprintf(stderr,
                 "bfworker: --resume continues the run in %s, --force starts it over; "
@@ -170,19 +181,9 @@ static int train_ranks(int argc, char **argv, comm_t *comm) {
         free(args);
         return CMD_USAGE;
     }
-    if (holds_run && force && rank == 0) {
-        static const char *const old[] = {"metrics.jsonl", CKPT_NAME,       CKPT_MODEL_FILE,
-                                          CKPT_OPTIM_FILE, CKPT_STATE_FILE, "test_samples.tsv"};
-        for (size_t k = 0; k < sizeof old / sizeof old[0]; k++) {
-            char p[1200];
-            snprintf(p, sizeof p, "%s/%s", out, old[k]);
-            if (unlink(p) != 0 && errno != ENOENT) {
-                fprintf(stderr, "bfworker: --force: cannot remove %s: %s\n", p, strerror(errno));
-                free(args);
-                return CMD_FAIL;
-            }
-        }
-    }
+    /* --force removes the old run's files only once the new run has set up
+     * (data opened, model built, init.from loaded: run/host.c's h_begin), so
+     * a bad input leaves the old run as it was */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_term;
@@ -190,6 +191,7 @@ static int train_ranks(int argc, char **argv, comm_t *comm) {
     sigaction(SIGINT, &sa, NULL);
     train_opts o = {.out_dir = out,
                     .resume = resume,
+                    .force = holds_run && force,
                     .quiet = cmd_has_flag(argc, argv, 3, "--quiet"),
                     .stop = &stop_requested,
                     .comm = comm};

@@ -22,6 +22,8 @@
 #include "worker/data/data.h"
 #include "worker/data/data_priv.h"
 
+#include "common/input_path.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -64,19 +66,9 @@ int data_src_identify(const char *path, data_src_id *id, char *err, size_t errle
     if (!path || !id)
         return data_fail(err, errlen, DATA_EINVAL, "data_src_identify: null argument");
     memset(id, 0, sizeof *id);
-    FILE *f = fopen(path, "rb");
-    if (!f) return data_fail(err, errlen, DATA_EIO, "%s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0) {
-        fclose(f);
-        return data_fail(err, errlen, DATA_EIO, "%s: %s", path, strerror(errno));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        fclose(f);
-        return data_fail(err, errlen, DATA_EIO, "%s %s", path,
-                         S_ISDIR(st.st_mode) ? "is a folder; expected a file"
-                                             : "is not a regular file");
-    }
+    char why[128];
+    FILE *f = input_path_open(path, why, sizeof why);
+    if (!f) return data_fail(err, errlen, DATA_EIO, "%s: %s", path, why);
     uint64_t h = DATA_FNV_INIT, n = 0;
     unsigned char buf[1 << 16];
     size_t k;

@@ -8,7 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
+
+#include "common/input_path.h"
 
 static size_t idx_elem_size(uint8_t t) {
     switch (t) {
@@ -47,19 +50,41 @@ static int gz_read_all(gzFile g, void *buf, size_t n) {
     return 0;
 }
 
+/* Why a read of g failed, when zlib knows (a damaged gzip stream: its CRC,
+ * its length, its deflate data; a read error), else NULL (the file ended:
+ * the caller says what was missing). */
+static const char *gz_damage(gzFile g) {
+    int zerr = Z_OK;
+    const char *msg = gzerror(g, &zerr);
+    if (zerr == Z_ERRNO) return strerror(errno);
+    if (zerr != Z_DATA_ERROR) return NULL;
+    if (msg && strstr(msg, "incorrect data check"))
+        return "the gzip CRC-32 of the data is wrong (the file is damaged)";
+    if (msg && strstr(msg, "incorrect length check"))
+        return "the length in the gzip trailer is wrong (the file is damaged)";
+    return "corrupt compressed data (the gzip stream is damaged)";
+}
+
 int data_idx_read(const char *path, size_t max_bytes, data_idx_t **out, char *err, size_t errlen) {
     if (!path || !out) return data_fail(err, errlen, DATA_EINVAL, "data_idx_read: null argument");
     *out = NULL;
     if (!max_bytes) max_bytes = DATA_MAX_IDX_BYTES;
-    gzFile g = gzopen(path, "rb");
-    if (!g)
-        return data_fail(err, errlen, DATA_EIO, "%s: %s", path,
-                         errno ? strerror(errno) : "cannot open");
+    char why[128];
+    int fd = input_path_open_fd(path, why, sizeof why);
+    if (fd < 0) return data_fail(err, errlen, DATA_EIO, "%s: %s", path, why);
+    gzFile g = gzdopen(fd, "rb");
+    if (!g) {
+        close(fd);
+        return data_fail(err, errlen, DATA_ENOMEM, "%s: out of memory opening it", path);
+    }
     data_idx_t *x = NULL;
     int rc;
+    const char *damage;
     unsigned char m[4];
     if (gz_read_all(g, m, 4)) {
-        rc = data_fail(err, errlen, DATA_EFORMAT, "%s: shorter than an IDX header", path);
+        damage = gz_damage(g);
+        rc = data_fail(err, errlen, DATA_EFORMAT, "%s: %s", path,
+                       damage ? damage : "shorter than an IDX header");
         goto fail;
     }
     size_t es = idx_elem_size(m[2]);
@@ -80,7 +105,9 @@ int data_idx_read(const char *path, size_t max_bytes, data_idx_t **out, char *er
     for (int i = 0; i < x->ndim; i++) {
         unsigned char b[4];
         if (gz_read_all(g, b, 4)) {
-            rc = data_fail(err, errlen, DATA_EFORMAT, "%s: truncated in the dimensions", path);
+            damage = gz_damage(g);
+            rc = data_fail(err, errlen, DATA_EFORMAT, "%s: %s", path,
+                           damage ? damage : "truncated in the dimensions");
             goto fail;
         }
         x->dims[i] = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
@@ -95,22 +122,33 @@ int data_idx_read(const char *path, size_t max_bytes, data_idx_t **out, char *er
     x->data = malloc(count > 0 ? count * es : 1);
     if (!x->data) goto nomem;
     if (gz_read_all(g, x->data, count * es)) {
-        rc = data_fail(err, errlen, DATA_EFORMAT,
-                       "%s: truncated: the header promises %zu values of %zu bytes", path, count,
-                       es);
+        damage = gz_damage(g);
+        if (damage)
+            rc = data_fail(err, errlen, DATA_EFORMAT, "%s: %s", path, damage);
+        else
+            rc = data_fail(err, errlen, DATA_EFORMAT,
+                           "%s: truncated: the header promises %zu values of %zu bytes", path,
+                           count, es);
         goto fail;
     }
     unsigned char extra;
     int k = gzread(g, &extra, 1);
     if (k != 0) {
+        damage = k < 0 ? gz_damage(g) : NULL;
         rc = data_fail(err, errlen, DATA_EFORMAT, "%s: %s after the %zu values the header promises",
-                       path, k > 0 ? "trailing bytes" : "corrupt compressed data", count);
+                       path,
+                       k > 0    ? "trailing bytes"
+                       : damage ? damage
+                                : "corrupt compressed data",
+                       count);
         goto fail;
     }
     int zerr;
     gzerror(g, &zerr);
     if (zerr != Z_OK && zerr != Z_BUF_ERROR) {
-        rc = data_fail(err, errlen, DATA_EFORMAT, "%s: corrupt compressed data", path);
+        damage = gz_damage(g);
+        rc = data_fail(err, errlen, DATA_EFORMAT, "%s: %s", path,
+                       damage ? damage : "corrupt compressed data");
         goto fail;
     }
     /* Big-endian → host. */

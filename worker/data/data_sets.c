@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/input_path.h"
+
 /* 0 when path is a regular file; else -1 with a message naming the key it
  * came from, what it is, and what was expected (hint: how to get one). */
 static int check_input(const char *key, const char *path, const char *expected, const char *hint,
@@ -24,7 +26,8 @@ static int check_input(const char *key, const char *path, const char *expected, 
         return -1;
     }
     if (!S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "%s: %s is not a regular file; expected %s", key, path, expected);
+        snprintf(err, errlen, "%s: %s is %s; expected %s", key, path, input_path_kind(st.st_mode),
+                 expected);
         return -1;
     }
     return 0;
@@ -188,11 +191,18 @@ static int open_images(const bf_config *c, data_sets *d, int quiet, char *err, s
                  p, tr->rows, tr->cols, tri, valid);
         goto out;
     }
-    if (tr->n < 2 || tr->n_classes < 2) {
+    /* classes are counted, not read off the largest label: labels all 200
+     * are one class, not 201 */
+    int seen[256] = {0}, distinct = 0;
+    for (size_t i = 0; i < tr->n; i++)
+        if (tr->labels[i] >= 0 && tr->labels[i] < 256 && !seen[tr->labels[i]]++) distinct++;
+    if (tr->n < 2 || distinct < 2) {
+        char only[64] = "";
+        if (distinct == 1) snprintf(only, sizeof only, " (every label is %d)", tr->labels[0]);
         snprintf(err, errlen,
-                 "%s: %zu image(s) in %d class(es); training needs at least 2 images and 2 "
-                 "classes",
-                 trl, tr->n, tr->n_classes);
+                 "%s: %zu training image%s with %d distinct label%s%s; training needs at least 2 "
+                 "images and 2 distinct labels (classes)",
+                 trl, tr->n, tr->n == 1 ? "" : "s", distinct, distinct == 1 ? "" : "s", only);
         goto out;
     }
     if (te && te->n_classes > tr->n_classes) {
@@ -350,17 +360,22 @@ int data_sets_open(const bf_config *c, data_sets *d, int quiet, char *err, size_
             goto fail;
         }
     } else {
-        if (data_open_tsv(train, d->tok, NULL, NULL, &d->train, &rebuilt, e2, sizeof e2) ||
-            data_open_tsv(val, d->tok, d->train, NULL, &d->val, &rebuilt, e2, sizeof e2) ||
-            (test[0] &&
-             data_open_tsv(test, d->tok, d->train, NULL, &d->test, &rebuilt, e2, sizeof e2))) {
+        if (data_open_tsv(train, d->tok, NULL, NULL, &d->train, &rebuilt, e2, sizeof e2)) {
             snprintf(err, errlen, "%s", e2);
             goto fail;
         }
         d->n_classes = (int)d->train->n_classes;
-        if (d->n_classes < 2) {
-            snprintf(err, errlen, "%s has %d class(es); classification needs at least 2", train,
-                     d->n_classes);
+        if (d->n_classes < 2) { /* labels are counted by name: distinct ones */
+            snprintf(err, errlen,
+                     "%s: all %zu training examples have the label '%.100s' (1 distinct label); "
+                     "classification needs at least 2 distinct labels (classes)",
+                     train, d->train->n_seq, d->train->n_classes ? d->train->class_names[0] : "");
+            goto fail;
+        }
+        if (data_open_tsv(val, d->tok, d->train, NULL, &d->val, &rebuilt, e2, sizeof e2) ||
+            (test[0] &&
+             data_open_tsv(test, d->tok, d->train, NULL, &d->test, &rebuilt, e2, sizeof e2))) {
+            snprintf(err, errlen, "%s", e2);
             goto fail;
         }
     }

@@ -4,6 +4,8 @@
 #include "worker/data/data.h"
 #include "worker/data/data_priv.h"
 
+#include "common/input_path.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -62,15 +64,14 @@ int data_read_file(const char *path, uint64_t cap, char **buf, size_t *len, char
                    size_t errlen) {
     *buf = NULL;
     *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return data_fail(err, errlen, DATA_EIO, "%s: %s", path, strerror(errno));
+    char why[128];
+    FILE *f = input_path_open(path, why, sizeof why);
+    if (!f) return data_fail(err, errlen, DATA_EIO, "%s: %s", path, why);
     struct stat st;
     memset(&st, 0, sizeof st);
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fileno(f), &st) != 0) {
         fclose(f);
-        return data_fail(err, errlen, DATA_EIO, "%s %s", path,
-                         S_ISDIR(st.st_mode) ? "is a folder; expected a file"
-                                             : "is not a regular file");
+        return data_fail(err, errlen, DATA_EIO, "%s: %s", path, strerror(errno));
     }
     if ((uint64_t)st.st_size > cap) {
         fclose(f);

@@ -4,7 +4,9 @@
 #include <errno.h>
 #include <math.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 static int g_tensorboard = 1;
 
@@ -22,6 +24,7 @@ int metrics_open(metrics *m, const char *dir, char *err, size_t errlen) {
     if (g_tensorboard && tfevents_create(dir, now_s(), &m->tb, err, errlen)) return -1;
     char path[4096];
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    snprintf(m->path, sizeof m->path, "%s", path);
     m->f = fopen(path, "a");
     if (!m->f) {
         snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
@@ -65,6 +68,7 @@ void metrics_flush(metrics *m) {
             fprintf(m->f, ", \"%s\": null", m->name[i]);
     }
     fputs("}\n", m->f);
+    m->lines++;
     errno = 0;
     if ((fflush(m->f) != 0 || ferror(m->f)) && !m->write_errno)
         m->write_errno = errno ? errno : EIO;
@@ -83,6 +87,17 @@ void metrics_close(metrics *m) {
     m->f = NULL;
     char err[256];
     tfevents_close(&m->tb, err, sizeof err);
+}
+
+void metrics_close_failed(metrics *m) {
+    char tb[4096] = "";
+    if (m->lines == 0 && m->tb) snprintf(tb, sizeof tb, "%s", tfevents_path(m->tb));
+    metrics_close(m);
+    if (m->lines) return;
+    struct stat st;
+    if (m->path[0] && stat(m->path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0)
+        unlink(m->path);
+    if (tb[0]) unlink(tb);
 }
 
 int metrics_status(const metrics *m, char *err, size_t errlen) {

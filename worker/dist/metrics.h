@@ -22,6 +22,8 @@ typedef struct metrics {
     const char *name[METRICS_MAX_POINTS];
     double value[METRICS_MAX_POINTS];
     int write_errno; /* first failed write of metrics.jsonl (0: none) */
+    long lines;      /* lines written through this handle */
+    char path[4096]; /* DIR/metrics.jsonl ("" without a file) */
 } metrics;
 
 /* 0 while every metrics.jsonl write worked, else -1 with a message naming
@@ -40,5 +42,10 @@ void metrics_add(metrics *m, const char *name, double value);
 double metrics_get(const metrics *m, const char *name, double def);
 void metrics_flush(metrics *m);
 void metrics_close(metrics *m);
+/* Closes a run that failed: when nothing was written through m, the
+ * metrics.jsonl it left empty and the event file it created are removed, so
+ * a run that failed before its first point leaves no half-made run behind
+ * (a metrics.jsonl that held lines before is kept, as is any file with lines). */
+void metrics_close_failed(metrics *m);
 
 #endif

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/input_path.h"
 #include "worker/io/safetensors.h"
 
 /* Fuzz builds (FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION) do not enforce the
@@ -125,9 +127,10 @@ int ckpt_read(const char *path, ckpt_state *s, char *err, size_t errlen) {
         snprintf(file, sizeof file, "%s/%s", path, CKPT_NAME);
     else
         snprintf(file, sizeof file, "%s", path);
-    FILE *f = fopen(file, "rb");
+    char why[128];
+    FILE *f = input_path_open(file, why, sizeof why);
     if (!f) {
-        snprintf(err, errlen, "checkpoint %s: cannot open: %s", file, strerror(errno));
+        snprintf(err, errlen, "checkpoint %s: cannot open: %s", file, why);
         return -1;
     }
     /* Version 1 (72-byte header, no config hash) is still read: a checkpoint
@@ -503,9 +506,10 @@ static int read_state(const char *dir, set_state *s, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
     char path[4200];
     join(path, sizeof path, dir, CKPT_STATE_FILE);
-    FILE *f = fopen(path, "rb");
+    char why[128];
+    FILE *f = input_path_open(path, why, sizeof why);
     if (!f) {
-        snprintf(err, errlen, "checkpoint %s: cannot open: %s", path, strerror(errno));
+        snprintf(err, errlen, "checkpoint %s: cannot open: %s", path, why);
         return -1;
     }
     struct stat st;
@@ -890,8 +894,10 @@ static void shape_str(char *out, size_t n, int ndim, const uint64_t *d64, const 
     if (w < n) snprintf(out + w, n - w, "]");
 }
 
-/* Same dtype (F32) and shape as the model's tensor t; else a message. */
-static int check_shape(const st_file *f, int i, const bk_tensor *t, char *err, size_t errlen) {
+/* Same shape as the model's tensor t and dtype F32 (convert: or one that
+ * st_read_as_f32 converts); else a message. */
+static int check_shape(const st_file *f, int i, const bk_tensor *t, int convert, char *err,
+                       size_t errlen) {
     const st_tensor *x = &f->t[i];
     int same = x->ndim == t->ndim;
     for (int d = 0; same && d < t->ndim; d++) same = x->shape[d] == (uint64_t)t->shape[d];
@@ -903,7 +909,14 @@ static int check_shape(const st_file *f, int i, const bk_tensor *t, char *err, s
                  f->path, x->name, a, b);
         return -1;
     }
-    if (strcmp(x->dtype, "F32") != 0) {
+    if (convert && !st_dtype_converts(x->dtype)) {
+        snprintf(err, errlen,
+                 "%s: tensor \"%s\" is %s; init.from loads F32, F16, BF16 and F64 tensors "
+                 "(save it as one of those)",
+                 f->path, x->name, x->dtype);
+        return -1;
+    }
+    if (!convert && strcmp(x->dtype, "F32") != 0) {
         snprintf(err, errlen,
                  "%s: tensor \"%s\" is %s; bf loads F32 tensors only (save it as "
                  "float32)",
@@ -951,7 +964,7 @@ static int read_member(const st_file *f, const bk_params *P, const char *const *
                          f->path, name, extra);
                 return -1;
             }
-            if (check_shape(f, i, &P->t[k], err, errlen)) return -1;
+            if (check_shape(f, i, &P->t[k], 0, err, errlen)) return -1;
         }
     int x = first_extra(f, P, prefix, np);
     if (x >= 0) {
@@ -1013,7 +1026,8 @@ static int load_old(const char *file, const bk_params *P, float *params, float *
     meta->cfg_text = s.cfg_text;
     s.cfg_text = NULL;
     unsigned char ver[12] = {0};
-    FILE *f = fopen(file, "rb");
+    char why[128];
+    FILE *f = input_path_open(file, why, sizeof why);
     if (f) {
         if (fread(ver, 1, sizeof ver, f) != sizeof ver) ver[8] = 0;
         fclose(f);
@@ -1126,7 +1140,8 @@ static void list_add(char *text, size_t n, size_t *w, int *first, const char *na
 
 static int is_old_file(const char *path) {
     unsigned char b[8];
-    FILE *f = fopen(path, "rb");
+    char why[128];
+    FILE *f = input_path_open(path, why, sizeof why);
     if (!f) return 0;
     int ok = fread(b, 1, 8, f) == 8 && memcmp(b, MAGIC, 8) == 0;
     fclose(f);
@@ -1171,16 +1186,19 @@ int ckpt_init_from(const char *path, const bk_params *P, float *host_params, ckp
     int bad = check_params(P, order, err, errlen);
     free(order);
     if (bad) return -1;
-    struct stat st;
-    if (stat(path, &st)) {
-        snprintf(err, errlen,
-                 "init.from %s: %s (a run folder, a .safetensors file or a "
-                 "checkpoint.bin)",
-                 path, strerror(errno));
+    int is_dir = 0;
+    char e2[1024];
+    if (input_path_check(NULL, path, INPUT_FILE | INPUT_DIR,
+                         "a run folder, a .safetensors file or a checkpoint.bin", &is_dir, e2,
+                         sizeof e2)) {
+        snprintf(err, errlen, "init.from %s%s", e2,
+                 strstr(e2, ": not found") ? " (a run folder, a .safetensors file or a "
+                                             "checkpoint.bin)"
+                                           : "");
         return -1;
     }
     st_file f = {0};
-    if (S_ISDIR(st.st_mode)) {
+    if (is_dir) {
         char p[4200];
         ckpt_kind k = ckpt_probe(path);
         join(p, sizeof p, path, CKPT_MODEL_FILE);
@@ -1194,7 +1212,10 @@ int ckpt_init_from(const char *path, const bk_params *P, float *host_params, ckp
             free(s.cfg_owned);
             if (rc) return -1;
         } else if (exists(p)) {
-            if (st_open(&f, p, err, errlen)) return -1;
+            if (st_open(&f, p, e2, sizeof e2)) {
+                snprintf(err, errlen, "init.from %s: %s", path, e2);
+                return -1;
+            }
         } else if (k == CKPT_OLD) {
             join(p, sizeof p, path, CKPT_NAME);
             snprintf(r->source, sizeof r->source, "%.4095s", p);
@@ -1228,7 +1249,7 @@ int ckpt_init_from(const char *path, const bk_params *P, float *host_params, ckp
             r->missing++;
             continue;
         }
-        if (check_shape(&f, i, &P->t[k], err, errlen)) goto out;
+        if (check_shape(&f, i, &P->t[k], 1, err, errlen)) goto out;
         r->loaded++;
         r->floats += P->t[k].numel;
     }
@@ -1240,10 +1261,32 @@ int ckpt_init_from(const char *path, const bk_params *P, float *host_params, ckp
                  f.path, f.n, P->n, f.n ? f.t[0].name : "", P->t[0].name);
         goto out;
     }
+    char conv[128] = "";
     for (int k = 0; k < P->n; k++) {
         int i = st_find(&f, P->t[k].name);
-        if (i >= 0 && st_read_f32(&f, i, host_params + P->t[k].offset, err, errlen)) goto out;
+        if (i < 0) continue;
+        float *dst = host_params + P->t[k].offset;
+        if (st_read_as_f32(&f, i, dst, err, errlen)) goto out;
+        size_t bad = 0, first = 0;
+        for (size_t j = P->t[k].numel; j-- > 0;)
+            if (!isfinite(dst[j])) bad++, first = j;
+        if (bad) {
+            snprintf(err, errlen,
+                     "init.from %s: tensor \"%s\" holds %zu NaN/Inf value%s of %zu (the first "
+                     "at element %zu%s): the checkpoint is damaged or the run that wrote it "
+                     "diverged; give another init.from",
+                     f.path, P->t[k].name, bad, bad == 1 ? "" : "s", P->t[k].numel, first,
+                     strcmp(f.t[i].dtype, "F64") == 0 ? "; F64 values beyond F32's range too" : "");
+            goto out;
+        }
+        if (strcmp(f.t[i].dtype, "F32") != 0) {
+            r->converted++;
+            if (!strstr(conv, f.t[i].dtype) && strlen(conv) + 8 < sizeof conv)
+                snprintf(conv + strlen(conv), sizeof conv - strlen(conv), "%s%s",
+                         conv[0] ? "/" : "", f.t[i].dtype);
+        }
     }
+    if (r->converted) snprintf(r->converted_from, sizeof r->converted_from, "%s", conv);
     size_t w =
         (size_t)snprintf(text, textlen,
                          "init.from %s: %d of %d tensors loaded (%zu floats); %d missing "

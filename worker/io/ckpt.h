@@ -172,25 +172,29 @@ int ckpt_convert(const char *old_path, const bk_params *P, const char *out_dir, 
 
 /* What ckpt_init_from did. */
 typedef struct ckpt_init_report {
-    int loaded;        /* tensors of the model filled from the file */
-    int unmatched;     /* tensors in the file that the model does not have */
-    int missing;       /* tensors of the model that the file does not have (left as they were) */
-    size_t floats;     /* floats loaded */
-    int by_position;   /* 1: an old checkpoint.bin, mapped by position */
-    char source[4096]; /* the file read */
+    int loaded;      /* tensors of the model filled from the file */
+    int unmatched;   /* tensors in the file that the model does not have */
+    int missing;     /* tensors of the model that the file does not have (left as they were) */
+    size_t floats;   /* floats loaded */
+    int by_position; /* 1: an old checkpoint.bin, mapped by position */
+    int converted;   /* tensors converted to F32 (from F16, BF16 or F64) */
+    char converted_from[64]; /* their dtypes, "BF16" or "F16/F64" */
+    char source[4096];       /* the file read */
 } ckpt_init_report;
 
 /* init.from: fills host_params (P->numel floats in P's buffer layout, the
  * caller's, already initialised) from path: a run folder (its set's
  * model.safetensors, or its checkpoint.bin), a .safetensors file (any writer;
- * F32 tensors), or a checkpoint.bin file. Tensors are matched by name; the
+ * F32 tensors, or F16, BF16 and F64 ones converted: r->converted), or a
+ * checkpoint.bin file. Tensors are matched by name; the
  * others keep their values. text gets a report for the log: counts, then the
  * unmatched and missing names (lists cut at textlen). A tensor with the same
- * name and another shape, another dtype than F32, a file with no tensor in
+ * name and another shape, a dtype other than those four, a file with no tensor in
  * common with the model, a damaged file and an old checkpoint of another
  * size are errors: -1 with a message naming the file (and the tensor with
  * both shapes), and host_params untouched (all of these are found before
- * anything is read; only a failing read midway leaves it partly written).
+ * anything is read; only a failing read midway leaves it partly written), and
+ * a tensor holding NaN or Inf (named; host_params then partly written).
  * Returns 0 with r and text filled. The file is only read, never repaired. */
 int ckpt_init_from(const char *path, const bk_params *P, float *host_params, ckpt_init_report *r,
                    char *text, size_t textlen, char *err, size_t errlen);

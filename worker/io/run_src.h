@@ -1,7 +1,9 @@
 /* run_src — the weights and config of a finished (or running) run, for
  * `bfworker eval` and `generate`: a run folder holding a checkpoint set
  * (model.safetensors + state.json, docs/checkpoints.md) or an older
- * checkpoint.bin, or one of those files named directly. */
+ * checkpoint.bin, or one of those files named directly (a model.safetensors
+ * stands for its folder's set; an s2s run root is refused naming its stage
+ * folders; a FIFO or a device is refused by kind, never opened). */
 #ifndef RUN_SRC_H
 #define RUN_SRC_H
 

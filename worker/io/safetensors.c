@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/input_path.h"
+
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c writes host floats as the file's little-endian data"
 #endif
@@ -229,15 +231,16 @@ int st_open(st_file *f, const char *path, char *err, size_t errlen) {
     snprintf(f->path, sizeof f->path, "%s", path);
     char *hdr = NULL;
     json_t *root = NULL;
-    f->f = fopen(path, "rb");
+    char why[128];
+    f->f = input_path_open(path, why, sizeof why);
     if (!f->f) {
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        snprintf(err, errlen, "%s: cannot open: %s", path, why);
         return -1;
     }
     struct stat st;
     unsigned char lb[8];
-    if (fstat(fileno(f->f), &st) || !S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "%s: not a regular file", path);
+    if (fstat(fileno(f->f), &st)) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
         goto fail;
     }
     uint64_t size = (uint64_t)st.st_size;
@@ -362,6 +365,85 @@ int st_read_f32(const st_file *f, int i, float *out, char *err, size_t errlen) {
         return -1;
     }
     return read_at(f, f->data_start + t->begin, out, (size_t)(t->end - t->begin), err, errlen);
+}
+
+int st_dtype_converts(const char *dtype) {
+    return strcmp(dtype, "F32") == 0 || strcmp(dtype, "F16") == 0 || strcmp(dtype, "BF16") == 0 ||
+           strcmp(dtype, "F64") == 0;
+}
+
+/* IEEE half (binary16) bits to float, exactly (subnormals, Inf, NaN kept). */
+static float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h >> 15) << 31, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: normalise */
+            int e = -1;
+            do {
+                man <<= 1;
+                e++;
+            } while (!(man & 0x400));
+            bits = sign | (uint32_t)(127 - 15 - e) << 23 | (man & 0x3ff) << 13;
+        }
+    } else {
+        bits = sign | (exp + 127 - 15) << 23 | man << 13;
+    }
+    float v;
+    memcpy(&v, &bits, sizeof v);
+    return v;
+}
+
+int st_read_as_f32(const st_file *f, int i, float *out, char *err, size_t errlen) {
+    if (i < 0 || i >= f->n) {
+        snprintf(err, errlen, "%s: no tensor %d", f->path, i);
+        return -1;
+    }
+    const st_tensor *t = &f->t[i];
+    if (strcmp(t->dtype, "F32") == 0) return st_read_f32(f, i, out, err, errlen);
+    if (!st_dtype_converts(t->dtype)) {
+        snprintf(err, errlen,
+                 "%s: tensor \"%s\" is %s; bf reads F32, F16, BF16 and F64 tensors (save it as "
+                 "one of those)",
+                 f->path, t->name, t->dtype);
+        return -1;
+    }
+    size_t bytes = (size_t)(t->end - t->begin), n = (size_t)t->numel;
+    unsigned char *raw = malloc(bytes ? bytes : 1);
+    if (!raw) {
+        snprintf(err, errlen, "%s: out of memory for tensor \"%s\" (%zu bytes)", f->path, t->name,
+                 bytes);
+        return -1;
+    }
+    if (read_at(f, f->data_start + t->begin, raw, bytes, err, errlen)) {
+        free(raw);
+        return -1;
+    }
+    /* little-endian, as the format says */
+    if (strcmp(t->dtype, "F64") == 0) {
+        for (size_t k = 0; k < n; k++) {
+            uint64_t b = 0;
+            for (int j = 0; j < 8; j++) b |= (uint64_t)raw[8 * k + j] << (8 * j);
+            double d;
+            memcpy(&d, &b, sizeof d);
+            out[k] = (float)d;
+        }
+    } else {
+        int bf16 = strcmp(t->dtype, "BF16") == 0;
+        for (size_t k = 0; k < n; k++) {
+            uint16_t h = (uint16_t)(raw[2 * k] | raw[2 * k + 1] << 8);
+            if (bf16) {
+                uint32_t bits = (uint32_t)h << 16;
+                memcpy(&out[k], &bits, sizeof bits);
+            } else {
+                out[k] = half_to_float(h);
+            }
+        }
+    }
+    free(raw);
+    return 0;
 }
 
 int st_data_fnv(const st_file *f, uint64_t *out, char *err, size_t errlen) {

@@ -69,6 +69,15 @@ const char *st_meta(const st_file *f, const char *key);
  * message (another dtype: named, with what bf reads; a short read). */
 int st_read_f32(const st_file *f, int i, float *out, char *err, size_t errlen);
 
+/* 1 when st_read_as_f32 converts tensors of this dtype to F32 (F32 itself,
+ * F16, BF16, F64), else 0. */
+int st_dtype_converts(const char *dtype);
+
+/* Reads tensor i into out[numel] as F32, converting F16, BF16 and F64 (an
+ * F64 beyond F32's range becomes +-Inf; F16/BF16 convert exactly). Returns 0,
+ * or -1 with a message (another dtype; a short read; out of memory). */
+int st_read_as_f32(const st_file *f, int i, float *out, char *err, size_t errlen);
+
 /* FNV-1a 64 of the whole data section, read in chunks (for files whose
  * writer recorded one in the metadata). Returns 0 or -1 with a message. */
 int st_data_fnv(const st_file *f, uint64_t *out, char *err, size_t errlen);

@@ -189,6 +189,7 @@ static void mem_of(model *m, model_mem *mm) {
     mm->scratch_bytes = S.need;
     size_t BT = (size_t)m->B * m->sh.seq_len, rows = (size_t)m->arch->loss_rows(m, m->B);
     mm->host_bytes = (2 * BT + 2 * rows + rows * (size_t)m->arch->logit_width(m)) * sizeof(float);
+    mm->patch = m->sh.patch;
 }
 
 int model_plan(model *m, const model_shape *sh, int batch_capacity, model_mem *mm, char *err,
@@ -209,12 +210,15 @@ int model_mem_check(const model_mem *mm, const bk_backend *be, char *err, size_t
     snprintf(err, errlen,
              "the model does not fit: it needs %.2f GiB on %s (parameters %zu: %.2f GiB with "
              "their gradients%s%.2f GiB; activations %.2f GiB; scratch %.2f GiB%s) but %.2f GiB "
-             "is available; make model.d_model, model.layers, model.seq_len or train.batch "
-             "smaller",
+             "is available; %s",
              gib(need), be->name, mm->params, gib(mm->param_bytes),
              mm->optimizer_bytes ? "; AdamW moments " : "",
              mm->optimizer_bytes ? gib(mm->optimizer_bytes) : 0.0, gib(mm->act_bytes),
-             gib(mm->scratch_bytes), be->device == BK_CPU ? "; host copies" : "", gib(avail));
+             gib(mm->scratch_bytes), be->device == BK_CPU ? "; host copies" : "", gib(avail),
+             mm->patch > 0 /* a ViT's tokens are its patches: a larger patch, fewer tokens */
+                 ? "make model.d_model, model.layers or train.batch smaller, or model.patch "
+                   "larger (fewer tokens per image)"
+                 : "make model.d_model, model.layers, model.seq_len or train.batch smaller");
     return -1;
 }
 

@@ -169,6 +169,7 @@ typedef struct model_mem {
     size_t act_bytes;       /* the activation arena for the batch capacity */
     size_t scratch_bytes;   /* transient memory shared by the modules */
     size_t host_bytes;      /* host copies (mask, targets, logits, losses) */
+    int patch;              /* the shape's patch size (a ViT: > 0), for the advice */
 } model_mem;
 
 /* Declares m's tensors (names and shapes: model_count works) and sizes its

@@ -70,6 +70,12 @@ typedef struct pipe_host {
                   size_t errlen);
     /* starts the weights from another run's (init.from); report says what matched */
     int (*init_from)(void *ctx, const bf_config *c, model *m, char *err, size_t errlen);
+    /* the run has set up (data opened, model built, init.from loaded, a
+     * checkpoint resumed) and is about to write its first file or metric:
+     * the host makes the run folder here (--force: after removing the old
+     * run's files), so a run refused for its inputs changes nothing on disk.
+     * Called once, on every rank; nullable. */
+    int (*begin)(void *ctx, const bf_config *c, char *err, size_t errlen);
     /* a file of the run for writing (rank 0), or NULL when the run has no folder */
     FILE *(*open_file)(void *ctx, const char *name);
     int has_files; /* the run has a folder: checkpoints are written */

@@ -309,7 +309,12 @@ static int log_window(loop *L, long done, train_result *r, char *err, size_t err
             fprintf(stderr, " (task %.4f budget %.4f ent %+.4f) | s %.3f", st.loss_task,
                     st.loss_budget, st.loss_entropy, st.mean_s);
         if (sp->classify) fprintf(stderr, " | acc %.3f", st.counted > 0 ? acc : 0.0);
-        fprintf(stderr, " | heads %.3f | %.0f tok/s", st.heads_used, tps);
+        if (L->m.sh.patch > 0) { /* a ViT: images, and how many tokens A-ViT keeps */
+            if (L->m.sh.avit && !L->m.ext_used) fprintf(stderr, " | retention %.3f", st.retention);
+            fprintf(stderr, " | %.0f images/s", L->w.steps * c->train.batch / (t - L->t_log));
+        } else {
+            fprintf(stderr, " | heads %.3f | %.0f tok/s", st.heads_used, tps);
+        }
         if (L->reduce) fprintf(stderr, " | allreduce %.2f ms", 1e3 * L->t_comm / n);
         fprintf(stderr, " | ETA %s\n", eta);
     }
@@ -432,12 +437,20 @@ static int resume(loop *L, char *err, size_t errlen) {
 static void banner(const loop *L) {
     if (L->quiet) return;
     const model_shape *sh = &L->m.sh;
-    fprintf(stderr,
-            "model: %s, %d layers, d_model %d, %d heads, out_proj %s, budget %s, %zu parameters "
-            "(%zu trained), device %s\n",
-            L->sp->model_kind, sh->layers, sh->d_model, sh->heads,
-            sh->hadamard ? "hadamard" : "dense", sh->budget ? "on" : "off", L->m.np.P.numel,
-            nn_params_trainable(&L->m.np), L->be->name);
+    if (sh->patch > 0) /* a ViT has no head budget: its patch size and A-ViT instead */
+        fprintf(stderr,
+                "model: %s, %d layers, d_model %d, %d heads, patch %d, A-ViT %s, %zu parameters "
+                "(%zu trained), device %s\n",
+                L->sp->model_kind, sh->layers, sh->d_model, sh->heads, sh->patch,
+                sh->avit ? "on" : "off", L->m.np.P.numel, nn_params_trainable(&L->m.np),
+                L->be->name);
+    else
+        fprintf(stderr,
+                "model: %s, %d layers, d_model %d, %d heads, out_proj %s, budget %s, %zu "
+                "parameters (%zu trained), device %s\n",
+                L->sp->model_kind, sh->layers, sh->d_model, sh->heads,
+                sh->hadamard ? "hadamard" : "dense", sh->budget ? "on" : "off", L->m.np.P.numel,
+                nn_params_trainable(&L->m.np), L->be->name);
     if (L->h->world > 1)
         fprintf(stderr, "data parallel: %d ranks, %d rows each of a global batch of %d\n",
                 L->h->world, L->local_batch, L->c->train.batch);
@@ -510,7 +523,8 @@ int pipe_train(const pipe_spec *sp, const bf_config *c, const data_sets *d, cons
     int rc = -1;
     long step = 0;
     if (h->device(h->ctx, c->device, &L.be, err, errlen)) return -1;
-    if (loop_model(&L, err, errlen) || resume(&L, err, errlen) || loop_data(&L, err, errlen))
+    if (loop_model(&L, err, errlen) || resume(&L, err, errlen) || loop_data(&L, err, errlen) ||
+        (h->begin && h->begin(h->ctx, c, err, errlen)))
         goto out;
     banner(&L);
     if (L.start == 0 && sp->validate_ctx) { /* the held-out measures before training */

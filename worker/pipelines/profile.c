@@ -1,9 +1,12 @@
 #include "worker/pipelines/profile.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "common/input_path.h"
 
 static int desc(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
@@ -180,9 +183,11 @@ void pipe_profile_table(const pipe_profile_t *p, FILE *f) {
 
 int pipe_profile_read(const char *path, pipe_profile_t *p, char *err, size_t errlen) {
     memset(p, 0, sizeof *p);
-    FILE *f = fopen(path, "rb");
+    char why[128];
+    FILE *f = input_path_open(path, why, sizeof why);
     if (!f) {
-        snprintf(err, errlen, "%s: cannot open (run the profile stage first)", path);
+        snprintf(err, errlen, "%s: cannot open: %s%s", path, why,
+                 errno == ENOENT ? " (run the profile stage first)" : "");
         return -1;
     }
     char *buf = malloc(PROFILE_MAX_BYTES + 1);

@@ -5,7 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <limits.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "worker/io/ckpt.h"
 #include "worker/dist/metrics.h"
@@ -165,7 +168,11 @@ static int init_from(const char *path, model *m, int quiet, char *err, size_t er
     ckpt_init_report r;
     if (ckpt_init_from(path, &m->np.P, hp, &r, text, 8192, err, errlen)) goto done;
     m->be->to_device(m->np.P.data, hp, n * sizeof(float));
-    if (!quiet) fprintf(stderr, "init.from: %s\n", text);
+    if (!quiet) fprintf(stderr, "%s\n", text); /* "init.from PATH: ..." */
+    if (r.converted && !quiet)
+        fprintf(stderr,
+                "init.from: note: %d tensor%s converted from %s to F32 (bf trains in F32)\n",
+                r.converted, r.converted == 1 ? "" : "s", r.converted_from);
     rc = 0;
 done:
     free(hp);
@@ -183,6 +190,9 @@ typedef struct host_ctx {
     metrics own, *mt;   /* mt: own, or the caller's (a stage of s2s) */
     const char *prefix; /* metric names under this ("teacher/"), or NULL */
     long step_offset;   /* added to every metric step */
+    int force;          /* begin: remove out_dir's old run first (--force) */
+    const data_sets *d; /* begin: its tokenizer is saved, metrics opened (a whole run);
+                         * NULL: a stage (its caller owns the metrics) */
 } host_ctx;
 
 /* "prefix" + name, kept for the process's life (metric names must outlive
@@ -259,14 +269,6 @@ static int h_init_from(void *ctx, const bf_config *c, model *m, char *err, size_
     return init_from(c->init.from, m, ((host_ctx *)ctx)->quiet, err, errlen);
 }
 
-static FILE *h_open_file(void *ctx, const char *name) {
-    host_ctx *h = ctx;
-    if (!h->out_dir) return NULL;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", h->out_dir, name);
-    return fopen(path, "w");
-}
-
 /* Writes the resolved config beside the run's other files. */
 static int write_config(const char *dir, const bf_config *c, char *err, size_t errlen) {
     char path[4096];
@@ -287,6 +289,41 @@ static int write_config(const char *dir, const bf_config *c, char *err, size_t e
     }
     free(txt);
     return rc;
+}
+
+/* The run has set up: rank 0 makes its folder and writes its first files
+ * (after removing the old run's under --force); every rank learns whether
+ * that worked. */
+static int h_begin(void *ctx, const bf_config *c, char *err, size_t errlen) {
+    host_ctx *h = ctx;
+    int failed = 0;
+    if (h->out_dir)
+        failed = make_dirs(h->out_dir, err, errlen) ||
+                 (h->force && host_clear_run(h->out_dir, err, errlen)) ||
+                 write_config(h->out_dir, c, err, errlen) ||
+                 (h->d && (data_sets_save_tokenizer(h->d, h->out_dir, err, errlen) ||
+                           metrics_open(h->mt, h->out_dir, err, errlen)));
+    if (comm_world(h->comm) == 1) return failed ? -1 : 0;
+    char e2[256];
+    int any = 0;
+    comm_watch(h->comm, 0);
+    int rc = comm_any(h->comm, failed, &any, e2, sizeof e2);
+    comm_watch(h->comm, 1);
+    if (rc) {
+        if (!failed) snprintf(err, errlen, "%s", e2);
+        return -1;
+    }
+    if (any && !failed)
+        snprintf(err, errlen, "rank 0 could not write the run's first files (see its message)");
+    return any ? -1 : 0;
+}
+
+static FILE *h_open_file(void *ctx, const char *name) {
+    host_ctx *h = ctx;
+    if (!h->out_dir) return NULL;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", h->out_dir, name);
+    return fopen(path, "w");
 }
 
 int host_open_data(const bf_config *c, comm_t *comm, int quiet, data_sets *d, char *err,
@@ -331,6 +368,7 @@ static pipe_host make_host(host_ctx *hc, const train_opts *o, int has_files) {
                        .save = h_save,
                        .resume = o->resume ? h_resume : NULL,
                        .init_from = h_init_from,
+                       .begin = h_begin,
                        .open_file = h_open_file,
                        .has_files = has_files};
 }
@@ -346,8 +384,6 @@ int host_run_stage(const pipe_spec *sp, const bf_config *c, const train_opts *o,
                    .mt = st->mt,
                    .prefix = st->prefix,
                    .step_offset = st->step_offset};
-    if (hc.out_dir && make_dirs(hc.out_dir, err, errlen)) return TRAIN_ERROR;
-    if (hc.out_dir && write_config(hc.out_dir, c, err, errlen)) return TRAIN_ERROR;
     train_opts so = *o;
     so.resume = 1; /* a stage folder is its own: continue what a killed run left */
     pipe_host h = make_host(&hc, &so, 1);
@@ -359,6 +395,69 @@ int host_make_dirs(const char *path, char *err, size_t errlen) {
     return make_dirs(path, err, errlen);
 }
 
+int host_clear_run(const char *dir, char *err, size_t errlen) {
+    static const char *const old[] = {"metrics.jsonl",
+                                      CKPT_NAME,
+                                      CKPT_MODEL_FILE,
+                                      CKPT_OPTIM_FILE,
+                                      CKPT_STATE_FILE,
+                                      "test_samples.tsv",
+                                      "." CKPT_MODEL_FILE ".tmp",
+                                      "." CKPT_OPTIM_FILE ".tmp"};
+    char p[4400];
+    for (size_t k = 0; k < sizeof old / sizeof old[0]; k++) {
+        snprintf(p, sizeof p, "%s/%s", dir, old[k]);
+        if (unlink(p) != 0 && errno != ENOENT) goto fail;
+    }
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, "events.out.tfevents.", 20) != 0) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (unlink(p) != 0 && errno != ENOENT) {
+            closedir(d);
+            goto fail;
+        }
+    }
+    closedir(d);
+    return 0;
+fail:
+    snprintf(err, errlen, "--force: cannot remove %s: %s", p, strerror(errno));
+    return -1;
+}
+
+/* The folder path names (itself when a folder, else its parent), resolved
+ * (links, "..") into out[PATH_MAX]; 0, or -1 when it does not exist. */
+static int folder_of(const char *path, char *out) {
+    struct stat st;
+    if (stat(path, &st) != 0) return -1;
+    if (S_ISDIR(st.st_mode)) return realpath(path, out) ? 0 : -1;
+    char parent[4200];
+    snprintf(parent, sizeof parent, "%s", path);
+    char *slash = strrchr(parent, '/');
+    if (!slash)
+        snprintf(parent, sizeof parent, ".");
+    else if (slash == parent)
+        parent[1] = 0;
+    else
+        *slash = 0;
+    return realpath(parent, out) ? 0 : -1;
+}
+
+int host_check_init_from(const bf_config *c, const char *out_dir, char *err, size_t errlen) {
+    char a[PATH_MAX], b[PATH_MAX];
+    if (!c->init.from[0] || !out_dir || folder_of(c->init.from, a) || !realpath(out_dir, b))
+        return 0;
+    if (strcmp(a, b) != 0) return 0;
+    snprintf(err, errlen,
+             "init.from %s is in the --out folder %s: the new run writes its checkpoint there "
+             "(and --force removes the old one before), so it would replace the weights it "
+             "loads; copy them elsewhere first, or give another --out",
+             c->init.from, out_dir);
+    return -1;
+}
+
 int host_run(const pipe_spec *sp, const bf_config *c, const train_opts *o, train_result *r,
              char *err, size_t errlen) {
     comm_t *comm = o->comm;
@@ -367,21 +466,21 @@ int host_run(const pipe_spec *sp, const bf_config *c, const train_opts *o, train
     host_ctx hc = {.comm = comm,
                    .out_dir = rank == 0 ? o->out_dir : NULL,
                    .resume_dir = o->out_dir,
-                   .quiet = quiet};
+                   .quiet = quiet,
+                   .force = o->force};
     hc.mt = &hc.own;
-    if (hc.out_dir && make_dirs(hc.out_dir, err, errlen)) return TRAIN_ERROR;
+    metrics_open(hc.mt, NULL, err, errlen); /* no file until the run has set up (h_begin) */
+    if (host_check_init_from(c, o->out_dir, err, errlen)) return TRAIN_ERROR;
     data_sets d;
     if (host_open_data(c, comm, quiet, &d, err, errlen)) return TRAIN_ERROR;
-    int rc = TRAIN_ERROR;
-    if (hc.out_dir && (write_config(hc.out_dir, c, err, errlen) ||
-                       data_sets_save_tokenizer(&d, hc.out_dir, err, errlen)))
-        goto out;
-    if (metrics_open(hc.mt, hc.out_dir, err, errlen)) goto out;
+    hc.d = &d;
     pipe_host h = make_host(&hc, o, o->out_dir != NULL);
     int prc = pipe_train(sp, c, &d, &h, o->stop, quiet, r, err, errlen);
-    rc = prc == 2 ? TRAIN_PREEMPTED : prc == 0 ? TRAIN_OK : TRAIN_ERROR;
-out:
-    metrics_close(hc.mt);
+    int rc = prc == 2 ? TRAIN_PREEMPTED : prc == 0 ? TRAIN_OK : TRAIN_ERROR;
+    if (rc == TRAIN_ERROR)
+        metrics_close_failed(hc.mt);
+    else
+        metrics_close(hc.mt);
     data_sets_close(&d);
     return rc;
 }

@@ -16,6 +16,8 @@
 typedef struct train_opts {
     const char *out_dir;         /* metrics.jsonl, config.yaml, checkpoint; NULL = none */
     int resume;                  /* continue from out_dir's checkpoint when it exists */
+    int force;                   /* start over: out_dir's old run is removed (host_clear_run)
+                                  * once the new one has set up, before its first write */
     int quiet;                   /* no progress lines on stderr */
     volatile sig_atomic_t *stop; /* set by SIGTERM: checkpoint and return TRAIN_PREEMPTED */
     comm_t *comm;                /* ranks of a data-parallel run (borrowed); NULL = one process */
@@ -44,6 +46,17 @@ typedef struct train_stage {
 int host_run_stage(const pipe_spec *sp, const bf_config *c, const train_opts *o,
                    const train_stage *st, const data_sets *d, train_result *r, char *err,
                    size_t errlen);
+
+/* Removes the files of the run in dir (metrics.jsonl, the checkpoint set or
+ * checkpoint.bin, test_samples.tsv, TensorBoard event files) for --force;
+ * config.yaml and tokenizer.model are rewritten by the new run, stage folders
+ * are kept. 0 or -1 with a message. */
+int host_clear_run(const char *dir, char *err, size_t errlen);
+
+/* 0 unless init.from names out_dir or a file in it (a run there would write
+ * over the weights it loads, and --force remove them first): -1 then, with a
+ * message. */
+int host_check_init_from(const bf_config *c, const char *out_dir, char *err, size_t errlen);
 
 /* mkdir -p; 0 or -1 with a message. */
 int host_make_dirs(const char *path, char *err, size_t errlen);

@@ -380,12 +380,26 @@ int s2s_run(const bf_config *c, const train_opts *o, train_result *r, char *err,
         return TRAIN_ERROR;
     }
     bf_config dc = stage_config(x, ST_TEACHER);
+    if (host_check_init_from(c, o->out_dir, err, errlen)) {
+        free(x);
+        return TRAIN_ERROR;
+    }
     if ((x->rank == 0 &&
          (host_make_dirs(o->out_dir, err, errlen) || host_make_dirs(x->root, err, errlen))) ||
         host_open_data(&dc, o->comm, x->quiet, &x->d, err, errlen)) {
         free(x);
         return TRAIN_ERROR;
     }
+    /* the stages a --stage run needs are done, the data opened: only now is
+     * the old run's stream removed (--force) and a new one begun */
+    for (int i = 0; only > 0 && i < only; i++)
+        if (!is_done(x, i)) {
+            snprintf(err, errlen,
+                     "stage %s needs stage %s (%s) done first: %s/stage.json is missing",
+                     x->st[only].name, x->st[i].name, x->st[i].key, x->dir[i]);
+            goto out;
+        }
+    if (x->rank == 0 && o->force && host_clear_run(o->out_dir, err, errlen)) goto out;
     if (metrics_open(&x->mt, x->rank == 0 ? o->out_dir : NULL, err, errlen)) goto out;
     for (int i = 0; i < S2S_STAGES; i++) {
         int last = only >= 0 ? only : S2S_STAGES - 1;
@@ -421,7 +435,10 @@ int s2s_run(const bf_config *c, const train_opts *o, train_result *r, char *err,
         r->test.acc = x->acc_student;
     }
 out:
-    metrics_close(&x->mt);
+    if (rc == TRAIN_ERROR)
+        metrics_close_failed(&x->mt); /* a run that failed before its first point leaves none */
+    else
+        metrics_close(&x->mt);
     data_sets_close(&x->d);
     free(x);
     return rc;
