@@ -192,6 +192,8 @@ int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen) {
             rc = num(path, v, 1, 86400, &c->heartbeat_timeout, key, err, errlen);
         } else if (strcmp(key, "heartbeat_interval") == 0) {
             rc = num(path, v, 0.05, 3600, &c->heartbeat_interval, key, err, errlen);
+        } else if (strcmp(key, "progress_timeout") == 0) {
+            rc = num(path, v, 0, 7 * 86400, &c->progress_timeout, key, err, errlen);
         } else if (strcmp(key, "kill_grace") == 0) {
             rc = num(path, v, 0, 3600, &c->kill_grace, key, err, errlen);
         } else if (strcmp(key, "threads_per_slot") == 0) {
@@ -216,7 +218,8 @@ int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen) {
         } else {
             rc = bf_fail(err, errlen,
                          "%s:%zu:%zu: unknown setting '%s' (valid: slots, gpus, launcher, "
-                         "heartbeat_timeout, heartbeat_interval, kill_grace, threads_per_slot, "
+                         "heartbeat_timeout, heartbeat_interval, progress_timeout, kill_grace, "
+                         "threads_per_slot, "
                          "bfworker, mpirun, slurm_bin, slurm_partition, slurm_mpi, slurm_poll, "
                          "tensorboard, prometheus)",
                          path, k->start_mark.line + 1, k->start_mark.column + 1, key);

@@ -371,7 +371,7 @@ int host_run(const pipe_spec *sp, const bf_config *c, const train_opts *o, train
     hc.mt = &hc.own;
     if (hc.out_dir && make_dirs(hc.out_dir, err, errlen)) return TRAIN_ERROR;
     data_sets d;
-    if (host_open_data(c, comm, quiet, &d, err, errlen)) return TRAIN_ERROR;
+    if (host_open_data(c, comm, quiet, &d, err, errlen)) return TRAIN_INPUT;
     int rc = TRAIN_ERROR;
     if (hc.out_dir && (write_config(hc.out_dir, c, err, errlen) ||
                        data_sets_save_tokenizer(&d, hc.out_dir, err, errlen)))
