@@ -212,6 +212,27 @@ Test(bfctl_cli, bfd_help_lists_every_bfd_yaml_key) {
     }
     cr_assert(subset(helped, accepted) && subset(accepted, helped),
               "bfd --help lists [%s], bfd.yaml accepts [%s]", helped, accepted);
+    /* the rule for every key: given twice is refused naming both lines; a
+     * list or a mapping where one value is expected names what it got */
+    char w[64];
+    for (const char *p = accepted; sscanf(p, "%63s", w) == 1; p = strstr(p, w) + strlen(w)) {
+        const char *bodies[3][2] = {{"%s: 1\nslots: 1\n%s: 2\n", "given twice (first at line 1)"},
+                                    {"%s: [1, 2]\n", "got a list"},
+                                    {"%s: {a: 1}\n", "got a mapping"}};
+        for (int k = 0; k < 3; k++) {
+            if (k == 1 && !strcmp(w, "gpus")) continue; /* a list of indices */
+            char body[256], yp[300];
+            snprintf(body, sizeof body, bodies[k][0], w, w);
+            snprintf(yp, sizeof yp, "%s/h/bfd.yaml", dir);
+            FILE *f = fopen(yp, "w");
+            cr_assert(f);
+            fputs(body, f);
+            fclose(f);
+            snprintf(cmd, sizeof cmd, "'%s/bfd' --home %s/h --quiet", BF_BIN_DIR, dir);
+            cr_assert_neq(sh(cmd, out, sizeof out), 0, "bfd.yaml '%s' was accepted", body);
+            cr_assert(strstr(out, bodies[k][1]), "bfd.yaml '%s': %s", body, out);
+        }
+    }
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     cr_assert_eq(system(cmd), 0);
 }
