@@ -11,30 +11,37 @@
 #include "jobs/sweep.h"
 
 static const bfctl_cmd commands[] = {
-    {"validate", bfctl_validate, "validate SWEEP.yaml... [--json]",
-     "check sweep files (or standalone configs); exit 0 only if all are valid"},
+    {"validate", bfctl_validate, "validate SWEEP.yaml...|- [--json]",
+     "check sweep files (or standalone configs; - reads standard input); exit 0 only if all are "
+     "valid",
+     "--json"},
     {"expand", bfctl_expand, "expand SWEEP.yaml [--json] [--config]",
-     "list the trials a sweep expands into, with their config hashes"},
-    {"keys", bfctl_keys, "keys [--markdown]", "list every config key with type, default and range"},
-    {"submit", bfctl_submit, "submit SWEEP.yaml [--wait] [--follow]",
-     "submit a sweep to bfd; prints the job id"},
-    {"ls", bfctl_ls, "ls [--json]", "list jobs"},
+     "list the trials a sweep expands into, with their config hashes", "--json --config"},
+    {"keys", bfctl_keys, "keys [--markdown]", "list every config key with type, default and range",
+     "--markdown"},
+    {"submit", bfctl_submit, "submit SWEEP.yaml [--set KEY=VALUE ...] [--wait] [--follow]",
+     "submit a sweep to bfd; prints the job id", "--set= --wait --follow"},
+    {"ls", bfctl_ls, "ls [--json]", "list jobs", "--json"},
     {"show", bfctl_show, "show JOB|tTRIAL [--json] [--rungs]",
-     "a job and its trials, or one trial; --rungs: early-stopping decisions"},
-    {"tail", bfctl_tail, "tail JOB|tTRIAL [-f] [--all]", "metric points; -f follows live"},
-    {"cancel", bfctl_cancel, "cancel JOB|tTRIAL", "cancel a job or one trial"},
-    {"stop", bfctl_stop, "stop tTRIAL", "early-stop a running trial (checkpoint, STOPPED)"},
-    {"resume", bfctl_resume, "resume tTRIAL", "continue a STOPPED trial from its checkpoint"},
-    {"wait", bfctl_wait, "wait JOB", "wait for a job; exit 0 only if every trial completed"},
-    {"best", bfctl_best, "best JOB [-n N] [--json]", "the job's best trials by its metric"},
-    {"logs", bfctl_logs, "logs tTRIAL [-f]", "a trial's log; -f follows it"},
-    {"daemon", bfctl_daemon, "daemon status [--json]", "bfd's state: slots, GPUs, running trials"},
+     "a job and its trials, or one trial; --rungs: early-stopping decisions", "--json --rungs"},
+    {"tail", bfctl_tail, "tail JOB|tTRIAL [-f|--follow] [--all]", "metric points; -f follows live",
+     "-f --follow --all"},
+    {"cancel", bfctl_cancel, "cancel JOB|tTRIAL", "cancel a job or one trial", ""},
+    {"stop", bfctl_stop, "stop tTRIAL", "early-stop a running trial (checkpoint, STOPPED)", ""},
+    {"resume", bfctl_resume, "resume tTRIAL", "continue a STOPPED trial from its checkpoint", ""},
+    {"wait", bfctl_wait, "wait JOB", "wait for a job; exit 0 only if every trial completed", ""},
+    {"best", bfctl_best, "best JOB [-n N] [--json]", "the job's best trials by its metric",
+     "-n= --json"},
+    {"logs", bfctl_logs, "logs tTRIAL [-f]", "a trial's log; -f follows it", "-f"},
+    {"daemon", bfctl_daemon, "daemon status [--json]", "bfd's state: slots, GPUs, running trials",
+     "--json"},
     {"results", bfctl_results, "results JOB [--json]",
-     "accuracy and heads used per trial, best marked"},
-    {"export", bfctl_export, "export JOB --csv|--json|--tensorboard D",
-     "every stored metric of a job (CSV, JSON, or TensorBoard event files)"},
-    {"plot", bfctl_plot, "plot JOB|tTRIAL [--metric M ...] [-o F]",
-     "metric curves as PNG or SVG, one line per trial, best marked"},
+     "accuracy and heads used per trial, best marked", "--json"},
+    {"export", bfctl_export, "export JOB --csv|--json|--tensorboard DIR",
+     "every stored metric of a job (CSV, JSON, or TensorBoard event files)",
+     "--csv --json --tensorboard="},
+    {"plot", bfctl_plot, "plot JOB|tTRIAL [--metric M ...] [--x step|time] [-o F] [--size WxH]",
+     "metric curves as PNG or SVG, one line per trial, best marked", "--metric= --x= -o= --size="},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
@@ -49,6 +56,51 @@ static void usage(FILE *out) {
 static int wants_help(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return 1;
+    return 0;
+}
+
+/* Whether o (an argument) is one of c's options: 0 no, 1 a flag, 2 one that
+ * takes a value. */
+static int option_kind(const bfctl_cmd *c, const char *o) {
+    size_t n = strlen(o);
+    for (const char *p = c->opts; *p;) {
+        while (*p == ' ') p++;
+        size_t k = strcspn(p, " ");
+        if (!k) break;
+        int val = p[k - 1] == '=';
+        if (k - (size_t)val == n && !strncmp(p, o, n)) return val ? 2 : 1;
+        p += k;
+    }
+    return 0;
+}
+
+/* The one rule for every command: an argument that starts with '-' (but
+ * "-" alone, standard input) must be one of its options, and one that takes
+ * a value must have it. Returns 0, or prints why and returns -1. */
+static int check_options(const bfctl_cmd *c, int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (a[0] != '-' || !a[1]) continue;
+        int k = option_kind(c, a);
+        if (!k) {
+            fprintf(stderr, "bfctl %s: unknown option '%s' (valid:", c->name, a);
+            for (const char *p = c->opts; *p; p++) {
+                if (p == c->opts || p[-1] == ' ') fputc(' ', stderr);
+                if (*p == '=')
+                    fputs(" VALUE", stderr);
+                else if (*p != ' ')
+                    fputc(*p, stderr);
+                else
+                    fputc(',', stderr);
+            }
+            fprintf(stderr, "%s)\nusage: bfctl %s\n", *c->opts ? "" : " none", c->usage);
+            return -1;
+        }
+        if (k == 2 && ++i >= argc) {
+            fprintf(stderr, "bfctl %s: %s needs a value\nusage: bfctl %s\n", c->name, a, c->usage);
+            return -1;
+        }
+    }
     return 0;
 }
 
@@ -79,7 +131,7 @@ int bfctl_validate(int argc, char **argv) {
         cmd_help("validate");
         return 0;
     }
-    int json = 0, files = 0;
+    int json = 0, files = 0, stdin_args = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) {
             json = 1;
@@ -88,10 +140,15 @@ int bfctl_validate(int argc, char **argv) {
             return BF_EX_USAGE;
         } else {
             files++;
+            stdin_args += !strcmp(argv[i], "-");
         }
     }
+    if (stdin_args > 1) {
+        fprintf(stderr, "bfctl validate: '-' (standard input) may be given once\n");
+        return BF_EX_USAGE;
+    }
     if (!files) {
-        fprintf(stderr, "usage: bfctl validate SWEEP.yaml... [--json]\n");
+        fprintf(stderr, "usage: bfctl validate SWEEP.yaml...|- [--json]\n");
         return BF_EX_USAGE;
     }
     int bad = 0;
@@ -100,7 +157,20 @@ int bfctl_validate(int argc, char **argv) {
         if (strcmp(argv[i], "--json") == 0) continue;
         sweep_spec *s = NULL;
         sweep_errors e = {0};
-        int rc = sweep_load_file(argv[i], &s, &e);
+        int rc;
+        if (!strcmp(argv[i], "-")) {
+            char *text, terr[1024];
+            size_t n;
+            if (ctl_read_text("-", &text, &n, terr, sizeof terr)) {
+                fprintf(stderr, "bfctl validate: %s\n", terr);
+                bad = 1;
+                continue;
+            }
+            rc = sweep_load_string(text, n, "<stdin>", &s, &e);
+            free(text);
+        } else {
+            rc = sweep_load_file(argv[i], &s, &e);
+        }
         if (rc < 0) bad = 1;
         if (json) {
             json_t *o = json_pack("{s:s, s:b}", "file", argv[i], "ok", rc == 0);
@@ -323,5 +393,6 @@ int main(int argc, char **argv) {
         usage(stderr);
         return BF_EX_USAGE;
     }
+    if (!wants_help(argc - 1, argv + 1) && check_options(c, argc - 1, argv + 1)) return BF_EX_USAGE;
     return c->fn(argc - 1, argv + 1);
 }

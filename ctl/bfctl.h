@@ -12,6 +12,9 @@ typedef struct bfctl_cmd {
     bfctl_cmd_fn fn;
     const char *usage;   /* "validate SWEEP.yaml..." */
     const char *summary; /* one line for --help */
+    /* the options its parser accepts, space-separated; "NAME=" takes a value
+     * (the next argument). main() refuses any other before the command runs. */
+    const char *opts;
 } bfctl_cmd;
 
 int bfctl_validate(int argc, char **argv);
@@ -34,6 +37,18 @@ int bfctl_export(int argc, char **argv);
 /* ctl/ctl_adaptive.c: adaptive sweeps */
 int bfctl_resume(int argc, char **argv);
 int bfctl_show_rungs(long long job, int as_json); /* `show JOB --rungs` */
+/* ctl/ctl_text.c: the sweep text a command reads */
+#define CTL_TEXT_MAX (1u << 20) /* bytes of a sweep (file or standard input) */
+/* path's text ("-": standard input), NUL-terminated, into *out (the caller
+ * frees it) and *len: at most CTL_TEXT_MAX bytes, no NUL byte. Returns 0, or
+ * -1 with a message. */
+int ctl_read_text(const char *path, char **out, size_t *len, char *err, size_t errlen);
+/* text (a sweep's YAML, named file in messages) with each of sets[0..n)
+ * ("KEY=VALUE", KEY dotted, VALUE YAML) set in its top-level mapping, the
+ * sweep's base: the new text in *out (the caller frees it). Returns 0, or -1
+ * with a message. */
+int ctl_apply_sets(const char *text, size_t len, const char *file, char *const *sets, int n,
+                   char **out, char *err, size_t errlen);
 /* ctl/ctl_plot.c: metric curves as PNG or SVG */
 int bfctl_plot(int argc, char **argv);
 /* ctl/ctl_tb.c: export JOB --tensorboard DIR (exit status) */

@@ -15,8 +15,6 @@
 #include "ctl/ctl_client.h"
 #include "protocol/proto.h"
 
-#define SWEEP_FILE_MAX (1u << 20)
-
 static int has_opt(int argc, char **argv, const char *o) {
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], o) == 0) return 1;
@@ -34,7 +32,7 @@ static int help_wanted(int argc, char **argv, const char *usage, const char *sum
 /* First argument that is not an option (or NULL); options taking a value listed in with_value. */
 static const char *positional(int argc, char **argv, const char *const *with_value) {
     for (int i = 1; i < argc; i++) {
-        if (argv[i][0] == '-') {
+        if (argv[i][0] == '-' && argv[i][1]) { /* "-" alone: standard input */
             for (const char *const *w = with_value; w && *w; w++)
                 if (strcmp(argv[i], *w) == 0) i++;
             continue;
@@ -530,47 +528,53 @@ static int wait_job(ctl_conn *c, long long job, int quiet) {
 }
 
 int bfctl_submit(int argc, char **argv) {
-    static const char *u = "submit SWEEP.yaml [--wait] [--follow]";
+    static const char *u = "submit SWEEP.yaml|- [--set KEY=VALUE ...] [--wait] [--follow]";
     if (help_wanted(argc, argv, u,
-                    "submit a sweep to bfd; prints the job id (--wait: until it ends, exit 0 "
-                    "when every trial completed; --follow: tail its metrics live, then wait)"))
+                    "submit a sweep to bfd (- reads standard input); prints the job id (--set: "
+                    "a config key of the sweep's base, over the file's value, as bfworker train "
+                    "--set; --wait: until it ends, exit 0 when every trial completed; --follow: "
+                    "tail its metrics live, then wait)"))
         return 0;
-    const char *file = positional(argc, argv, NULL);
-    for (int i = 1; i < argc; i++)
-        if (argv[i][0] == '-' && strcmp(argv[i], "--wait") && strcmp(argv[i], "--follow")) {
-            fprintf(stderr, "usage: bfctl %s\n", u);
-            return BF_EX_USAGE;
-        }
-    if (!file) {
+    static const char *const with_value[] = {"--set", NULL};
+    const char *file = positional(argc, argv, with_value);
+    char **sets = calloc((size_t)argc, sizeof *sets);
+    int n_sets = 0;
+    for (int i = 1; sets && i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--set")) sets[n_sets++] = argv[++i];
+    if (!file || !sets) {
         fprintf(stderr, "usage: bfctl %s\n", u);
+        free(sets);
         return BF_EX_USAGE;
     }
-    FILE *f = fopen(file, "rb");
-    if (!f) {
-        fprintf(stderr, "bfctl: cannot open %s: %s\n", file, strerror(errno));
+    char terr[2048];
+    char *text;
+    size_t n;
+    if (ctl_read_text(file, &text, &n, terr, sizeof terr)) {
+        fprintf(stderr, "bfctl: %s\n", terr);
+        free(sets);
         return 1;
     }
-    char *text = malloc(SWEEP_FILE_MAX + 1);
-    size_t n = text ? fread(text, 1, SWEEP_FILE_MAX + 1, f) : 0;
-    fclose(f);
-    if (!text || n > SWEEP_FILE_MAX) {
-        fprintf(stderr, "bfctl: %s is over %u bytes\n", file, SWEEP_FILE_MAX);
+    if (n_sets) {
+        char *edited;
+        int src = ctl_apply_sets(text, n, file, sets, n_sets, &edited, terr, sizeof terr);
         free(text);
-        return 1;
+        if (src) {
+            fprintf(stderr, "bfctl: %s\n", terr);
+            free(sets);
+            return BF_EX_USAGE;
+        }
+        text = edited;
     }
-    text[n] = '\0';
-    if (strlen(text) != n) {
-        fprintf(stderr, "bfctl: %s holds NUL bytes\n", file);
-        free(text);
-        return 1;
-    }
+    free(sets);
     ctl_conn *c;
     if (connect_or_say(&c)) {
         free(text);
         return 1;
     }
     char cwd[1024];
-    json_t *b = json_pack("{s:s, s:s}", "sweep", text, "file", file);
+    char shown[1100]; /* the text bfd reads is the edited one: its lines are not the file's */
+    snprintf(shown, sizeof shown, "%s%s", file, n_sets ? " (with --set)" : "");
+    json_t *b = json_pack("{s:s, s:s}", "sweep", text, "file", shown);
     free(text);
     if (!b) {
         fprintf(stderr, "bfctl: %s is not valid UTF-8\n", file);
@@ -743,7 +747,7 @@ int bfctl_show(int argc, char **argv) {
 }
 
 int bfctl_tail(int argc, char **argv) {
-    if (help_wanted(argc, argv, "tail JOB|tTRIAL [-f] [--all]",
+    if (help_wanted(argc, argv, "tail JOB|tTRIAL [-f|--follow] [--all]",
                     "metric points of a trial or of every trial of a job; -f follows live "
                     "(history first, then new points, no gap and no duplicate) until it ends. "
                     "A job's tail shows one short line per point (loss, accuracy, heads used, "

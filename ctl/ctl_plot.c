@@ -417,14 +417,14 @@ int bfctl_plot(int argc, char **argv) {
         if (!strcmp(a, "--metric") && has) {
             if (p.n_metrics == PLOT_MAX_METRICS) {
                 fprintf(stderr, "bfctl plot: at most %d --metric\n", PLOT_MAX_METRICS);
-                return 2;
+                return BF_EX_USAGE;
             }
             p.metrics[p.n_metrics++] = argv[++i];
         } else if (!strcmp(a, "--x") && has) {
             const char *v = argv[++i];
             if (strcmp(v, "step") && strcmp(v, "time")) {
                 fprintf(stderr, "bfctl plot: --x must be step or time, got '%s'\n", v);
-                return 2;
+                return BF_EX_USAGE;
             }
             p.x_time = !strcmp(v, "time");
         } else if (!strcmp(a, "-o") && has) {
@@ -433,19 +433,19 @@ int bfctl_plot(int argc, char **argv) {
             if (sscanf(argv[++i], "%dx%d", &w, &h) != 2 || w < 200 || h < 150 || w > 8000 ||
                 h > 8000) {
                 fprintf(stderr, "bfctl plot: --size must be WxH within 200x150 .. 8000x8000\n");
-                return 2;
+                return BF_EX_USAGE;
             }
         } else if (a[0] != '-' && !target) {
             target = a;
         } else {
             fputs(usage_text, stderr);
-            return 2;
+            return BF_EX_USAGE;
         }
     }
     long long job = 0, trial = 0;
     if (!target || parse_target(target, &job, &trial)) {
         fputs(usage_text, stderr);
-        return 2;
+        return BF_EX_USAGE;
     }
     int svg = 0;
     if (out) {
@@ -453,7 +453,7 @@ int bfctl_plot(int argc, char **argv) {
         svg = n > 4 && !strcmp(out + n - 4, ".svg");
         if (!svg && !(n > 4 && !strcmp(out + n - 4, ".png"))) {
             fprintf(stderr, "bfctl plot: -o must name a .png or .svg file, got '%s'\n", out);
-            return 2;
+            return BF_EX_USAGE;
         }
     }
     ctl_conn *c;

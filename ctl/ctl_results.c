@@ -350,7 +350,7 @@ static int export_tb_args(int argc, char **argv) {
     long long job = job_s ? strtoll(job_s, &end, 10) : 0;
     if (!dir || !*dir || !job_s || !*job_s || *end || job < 1) {
         fputs("usage: bfctl export JOB --tensorboard DIR\n", stderr);
-        return 2;
+        return BF_EX_USAGE;
     }
     return ctl_export_tensorboard(job, dir);
 }

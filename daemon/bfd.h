@@ -17,6 +17,7 @@ typedef struct bfd_config {
     double heartbeat_timeout;  /* s without a worker message before its attempt fails (30) */
     double heartbeat_interval; /* s between worker heartbeats (1) */
     double kill_grace;         /* s between SIGTERM and SIGKILL on cancel (5) */
+    double progress_timeout;   /* s without a new metric point before an attempt fails (0: off) */
     int threads_per_slot;      /* OMP_NUM_THREADS of each rank (1) */
     char bfworker[1024];       /* the bfworker program (default: next to bfd) */
     char mpirun[256];          /* mpirun program (default "mpirun") */
@@ -32,7 +33,7 @@ typedef struct bfd_config {
 
 /* Fills defaults, then reads path when it exists (a YAML mapping: slots,
  * gpus (a list of indices or a count), launcher (local or slurm),
- * heartbeat_timeout, heartbeat_interval, kill_grace, threads_per_slot,
+ * heartbeat_timeout, heartbeat_interval, progress_timeout, kill_grace, threads_per_slot,
  * bfworker, mpirun, slurm_bin (folder of sbatch, srun, scontrol, scancel),
  * slurm_partition, slurm_mpi, slurm_poll, tensorboard (true or false),
  * prometheus (HOST:PORT, or a PORT on 127.0.0.1)).

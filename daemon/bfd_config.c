@@ -63,14 +63,23 @@ static void defaults(bfd_config *c) {
     if (w && *w) snprintf(c->bfworker, sizeof c->bfworker, "%s", w);
 }
 
+/* What a node is, for "got ..." in messages. */
+static const char *node_kind(const yaml_node_t *v) {
+    return v->type == YAML_SEQUENCE_NODE  ? "a list"
+           : v->type == YAML_MAPPING_NODE ? "a mapping"
+                                          : "a scalar";
+}
+
 static int num(const char *path, yaml_node_t *v, double lo, double hi, double *out, const char *key,
                char *err, size_t errlen) {
     char *end;
     const char *s = v->type == YAML_SCALAR_NODE ? (const char *)v->data.scalar.value : "";
     double x = strtod(s, &end);
     if (v->type != YAML_SCALAR_NODE || end == s || *end || !(x >= lo && x <= hi))
-        return bf_fail(err, errlen, "%s:%zu:%zu: %s must be a number in [%g, %g]", path,
-                       v->start_mark.line + 1, v->start_mark.column + 1, key, lo, hi);
+        return bf_fail(err, errlen, "%s:%zu:%zu: %s must be a number in [%g, %g], got %s%s%s%s",
+                       path, v->start_mark.line + 1, v->start_mark.column + 1, key, lo, hi,
+                       node_kind(v), v->type == YAML_SCALAR_NODE ? " '" : "", s,
+                       v->type == YAML_SCALAR_NODE ? "'" : "");
     *out = x;
     return 0;
 }
@@ -93,8 +102,9 @@ static int prom_address(const char *path, yaml_node_t *v, const char *sv, char *
     if (!sv || !port || !end || *end || p < 1 || p > 65535 || inet_pton(AF_INET, host, &a) != 1)
         return bf_fail(err, errlen,
                        "%s:%zu:%zu: prometheus must be PORT or ADDRESS:PORT (an IPv4 address, "
-                       "e.g. 127.0.0.1:9464), got '%s'",
-                       path, v->start_mark.line + 1, v->start_mark.column + 1, sv ? sv : "");
+                       "e.g. 127.0.0.1:9464), got %s%s%s%s",
+                       path, v->start_mark.line + 1, v->start_mark.column + 1, node_kind(v),
+                       sv ? " '" : "", sv ? sv : "", sv ? "'" : "");
     snprintf(out, cap, "%s:%ld", host, p);
     return 0;
 }
@@ -130,6 +140,22 @@ int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen) {
                      root->start_mark.line + 1, root->start_mark.column + 1);
         goto out;
     }
+    /* a key given twice is refused before any value is judged */
+    for (yaml_node_pair_t *pr = root->data.mapping.pairs.start;
+         pr < root->data.mapping.pairs.top && !rc; pr++) {
+        yaml_node_t *k = yaml_document_get_node(&doc, pr->key);
+        if (!k || k->type != YAML_SCALAR_NODE) continue;
+        const char *key = (const char *)k->data.scalar.value;
+        for (yaml_node_pair_t *q = root->data.mapping.pairs.start; q < pr && !rc; q++) {
+            yaml_node_t *qk = yaml_document_get_node(&doc, q->key);
+            if (qk && qk->type == YAML_SCALAR_NODE &&
+                !strcmp((const char *)qk->data.scalar.value, key))
+                rc = bf_fail(err, errlen,
+                             "%s:%zu:%zu: '%s' is given twice (first at line %zu); give it once",
+                             path, k->start_mark.line + 1, k->start_mark.column + 1, key,
+                             qk->start_mark.line + 1);
+        }
+    }
     for (yaml_node_pair_t *pr = root->data.mapping.pairs.start;
          pr < root->data.mapping.pairs.top && !rc; pr++) {
         yaml_node_t *k = yaml_document_get_node(&doc, pr->key);
@@ -139,6 +165,13 @@ int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen) {
             break;
         }
         const char *key = (const char *)k->data.scalar.value;
+        /* every key takes one value (gpus also a list of indices) */
+        if (v->type != YAML_SCALAR_NODE &&
+            !(v->type == YAML_SEQUENCE_NODE && !strcmp(key, "gpus"))) {
+            rc = bf_fail(err, errlen, "%s:%zu:%zu: %s takes a single value, got %s", path,
+                         v->start_mark.line + 1, v->start_mark.column + 1, key, node_kind(v));
+            break;
+        }
         const char *sv = v->type == YAML_SCALAR_NODE ? (const char *)v->data.scalar.value : NULL;
         double x = 0;
         if (strcmp(key, "slots") == 0) {
@@ -192,6 +225,8 @@ int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen) {
             rc = num(path, v, 1, 86400, &c->heartbeat_timeout, key, err, errlen);
         } else if (strcmp(key, "heartbeat_interval") == 0) {
             rc = num(path, v, 0.05, 3600, &c->heartbeat_interval, key, err, errlen);
+        } else if (strcmp(key, "progress_timeout") == 0) {
+            rc = num(path, v, 0, 7 * 86400, &c->progress_timeout, key, err, errlen);
         } else if (strcmp(key, "kill_grace") == 0) {
             rc = num(path, v, 0, 3600, &c->kill_grace, key, err, errlen);
         } else if (strcmp(key, "threads_per_slot") == 0) {
@@ -216,7 +251,8 @@ int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen) {
         } else {
             rc = bf_fail(err, errlen,
                          "%s:%zu:%zu: unknown setting '%s' (valid: slots, gpus, launcher, "
-                         "heartbeat_timeout, heartbeat_interval, kill_grace, threads_per_slot, "
+                         "heartbeat_timeout, heartbeat_interval, progress_timeout, kill_grace, "
+                         "threads_per_slot, "
                          "bfworker, mpirun, slurm_bin, slurm_partition, slurm_mpi, slurm_poll, "
                          "tensorboard, prometheus)",
                          path, k->start_mark.line + 1, k->start_mark.column + 1, key);

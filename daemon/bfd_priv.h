@@ -37,6 +37,8 @@ typedef struct run {
     int is_child;
     int gpus[BFD_MAX_GPUS], n_gpus;
     double started, last_seen, last_alive_check;
+    double last_progress; /* when its last new metric point arrived (or it started) */
+    int exit_code;        /* from `done` (-1 none): 64 = a config or data error */
     unsigned char ident[PROTO_MAX_IDENT];
     size_t ident_len;
     int stop_requested;

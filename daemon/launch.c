@@ -264,7 +264,7 @@ int launch(bfd *d, const store_trial *t, const store_job *j, const int *gpus, in
     memcpy(r->token, token, sizeof token);
     memcpy(r->gpus, gpus, (size_t)ng * sizeof *gpus);
     r->n_gpus = ng;
-    r->started = r->last_seen = now_s();
+    r->started = r->last_seen = r->last_progress = now_s();
     r->is_child = !is_slurm(d);
     if (stage >= 0) {
         snprintf(r->stage, sizeof r->stage, "%s", plan[stage].name);

@@ -26,7 +26,7 @@ static int reattach(bfd *d, int64_t id, int64_t job, const dstate_run *row, cons
     r->pid = row->pid;
     parse_gpus(row->gpus, r->gpus, &r->n_gpus);
     r->started = row->started;
-    r->last_seen = r->last_alive_check = now_s();
+    r->last_seen = r->last_alive_check = r->last_progress = now_s();
     r->is_child = 0;
     store_stage rs;
     if (store_trial_running_stage(d->st, r->trial, &rs, err, errlen) == 0) {

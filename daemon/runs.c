@@ -33,6 +33,7 @@ run *add_run(bfd *d) {
     run *r = &d->runs[d->n_runs++];
     memset(r, 0, sizeof *r);
     r->done_state = -1;
+    r->exit_code = -1;
     r->acked = -1;
     return r;
 }
@@ -75,6 +76,19 @@ void record_failure(bfd *d, run *r, const char *why) {
             requeued ? " (retrying)" : "");
     publish_event(d, r->job, r->trial, requeued ? "PENDING" : "FAILED", r->attempt, why);
     d->dirty = 1;
+}
+
+/* A config or data error (the worker's exit status 64): the next attempt
+ * would read the same config and the same files, so it fails for good
+ * whatever retries are left (an early-stopped trial is STOPPED instead). */
+static void record_input_error(bfd *d, run *r, const char *why) {
+    if (r->stop_reason[0]) {
+        record_state(d, r, TRIAL_STOPPED, r->stop_reason);
+        return;
+    }
+    char msg[700];
+    snprintf(msg, sizeof msg, "%s (a config or data error: not retried)", why);
+    record_state(d, r, TRIAL_FAILED, msg);
 }
 
 void record_state(bfd *d, run *r, trial_state to, const char *why) {
@@ -168,6 +182,8 @@ static void run_ended_code(bfd *d, run *r, int code, const char *fail_why) {
                                            : "stopped on request (checkpoint written)");
         else if (code == 75)
             record_preempted(d, r);
+        else if (code == PROTO_EXIT_INPUT)
+            record_input_error(d, r, fail_why);
         else
             record_failure(d, r, fail_why);
     }
@@ -199,7 +215,11 @@ static void run_ended(bfd *d, run *r, int have_status, int status) {
     if (have_status && WIFEXITED(status)) code = WEXITSTATUS(status);
     /* not our child (reattached): `done`, or else the outcome file, says */
     if (!have_status && r->done_state < 0) r->done_state = read_outcome(d, r->trial, r->attempt);
-    if (!have_status) code = r->done_state == 0 ? 0 : r->done_state == 1 ? 75 : -1;
+    if (!have_status)
+        code = r->done_state == 0                                       ? 0
+               : r->done_state == 1                                     ? 75
+               : r->done_state == 2 && r->exit_code == PROTO_EXIT_INPUT ? PROTO_EXIT_INPUT
+                                                                        : -1;
     if (have_status && WIFSIGNALED(status))
         snprintf(why, sizeof why, "killed by signal %d", WTERMSIG(status));
     else if (have_status)
@@ -268,6 +288,18 @@ void check_timers(bfd *d) {
             r->ending = 1;
             kill_group(d, r, SIGKILL);
         }
+        /* heartbeats prove the process lives, not that it trains: a worker
+         * stuck in open() of a FIFO, or in a loop, heartbeats forever */
+        if (!r->ending && d->c->progress_timeout > 0 &&
+            t - r->last_progress > d->c->progress_timeout) {
+            char why[160];
+            snprintf(why, sizeof why,
+                     "no new metric point from the worker for %.0f s (progress_timeout %g s)",
+                     t - r->last_progress, d->c->progress_timeout);
+            record_failure(d, r, why);
+            r->ending = 1;
+            kill_group(d, r, SIGKILL);
+        }
         if (r->slurm_job[0] && t >= r->next_poll) {
             r->next_poll = t + d->c->slurm_poll;
             slurm_status ss;
@@ -279,7 +311,7 @@ void check_timers(bfd *d) {
                 continue; /* r was replaced by the last run */
             } else {
                 /* a job waiting in Slurm's queue sends no heartbeats */
-                if (ss.phase == SLURM_QUEUED) r->last_seen = t;
+                if (ss.phase == SLURM_QUEUED) r->last_seen = r->last_progress = t;
                 if (ss.phase == SLURM_RUNNING && r->slurm_phase != SLURM_RUNNING)
                     bfd_log("trial %lld attempt %d: Slurm job %s is running", (long long)r->trial,
                             r->attempt, r->slurm_job);

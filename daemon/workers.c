@@ -98,7 +98,10 @@ void flush_batches(bfd *d) {
                 k++;
             }
         }
-        if (bt->pts[bt->n - 1].seq > r->acked) r->acked = bt->pts[bt->n - 1].seq;
+        if (bt->pts[bt->n - 1].seq > r->acked) {
+            r->acked = bt->pts[bt->n - 1].seq;
+            r->last_progress = now_s();
+        }
     }
     if (!failed && k && store_metrics_insert_many(d->st, tids, sm, k, err, sizeof err)) failed = 1;
     free(tids);
@@ -209,6 +212,7 @@ static void worker_done(bfd *d, void *s, proto_msg *m, run *r) {
         return;
     }
     r->done_state = st;
+    r->exit_code = (int)code;
     snprintf(r->done_msg, sizeof r->done_msg, "%s", msg ? msg : "");
     if (r->slurm_job[0]) r->next_poll = now_s() + 0.3; /* the job ends right after */
     reply(d, s, m, "ok", NULL);

@@ -92,6 +92,11 @@ int proto_recv(void *sock, int flags, int mode, proto_msg *m, proto_code *code, 
  * finds the worker gone after a restart takes the outcome from it. */
 #define PROTO_OUTCOME_FILE "outcome"
 
+/* The exit status (and `done` exit_code) of a worker whose config or data is
+ * wrong (EX_USAGE): another attempt would fail the same way, so bfd does not
+ * retry it. Any other failure status is a runtime failure, retried. */
+#define PROTO_EXIT_INPUT 64
+
 /* One received frame, as proto_decode reads it. */
 typedef struct proto_frame {
     const void *data;

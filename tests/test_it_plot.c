@@ -134,7 +134,7 @@ Test(plot, png_and_svg_of_a_finished_sweep) {
                          "plot", "plot x%lld"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(args, sizeof args, bad[i], job);
-        cr_assert_eq(it_bfctl(g_dir, NULL, 0, args), 2, "'%s' must be a usage error", args);
+        cr_assert_eq(it_bfctl(g_dir, NULL, 0, args), 64, "'%s' must be a usage error (64)", args);
     }
     snprintf(args, sizeof args, "plot %lld -o /nonexistent/dir/p.png", job);
     cr_assert_eq(it_bfctl(g_dir, NULL, 0, args), 1);

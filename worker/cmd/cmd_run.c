@@ -4,7 +4,8 @@
  * broadcasts it to the other ranks, trains with resume from DIR's
  * checkpoint, and streams DIR/metrics.jsonl to bfd while training runs.
  * Returns the exit status: 0 completed, 75 stopped/preempted (checkpoint
- * written), 1 failed, 64 usage. */
+ * written), 1 failed, 64 usage or a config or data error (bfd does not
+ * retry it: docs/daemon.md). */
 #include "worker/cmd/cmd.h"
 
 #include <errno.h>
@@ -179,9 +180,9 @@ static int run_ranks(int argc, char **argv, comm_t *comm) {
         cfg_validate(&c, err, sizeof err)) {
         fprintf(stderr, "bfworker run: trial config: %s\n", err);
         free(text);
-        if (link) link_finish(link, "failed", RUN_FAIL, err, 5, err, sizeof err);
+        if (link) link_finish(link, "failed", RUN_USAGE, err, 5, err, sizeof err);
         link_destroy(&link);
-        return RUN_FAIL;
+        return RUN_USAGE;
     }
     free(text);
     text = NULL;
@@ -207,14 +208,17 @@ static int run_ranks(int argc, char **argv, comm_t *comm) {
     train_result r;
     metrics_set_tensorboard(0); /* bfd writes the trial's TensorBoard files from the store */
     int rc = train_run(&c, &o, &r, err, sizeof err);
-    int code = rc == TRAIN_OK ? RUN_OK : rc == TRAIN_PREEMPTED ? RUN_PREEMPTED : RUN_FAIL;
-    if (rc == TRAIN_ERROR) fprintf(stderr, "bfworker run: rank %d: %s\n", rank, err);
+    int code = rc == TRAIN_OK          ? RUN_OK
+               : rc == TRAIN_PREEMPTED ? RUN_PREEMPTED
+               : rc == TRAIN_INPUT     ? RUN_USAGE
+                                       : RUN_FAIL;
+    if (rc < 0) fprintf(stderr, "bfworker run: rank %d: %s\n", rank, err);
     if (rank == 0) {
         const char *state = code == RUN_OK          ? "completed"
                             : code == RUN_PREEMPTED ? "preempted"
                                                     : "failed";
         char lerr[256];
-        if (link_finish(link, state, code, rc == TRAIN_ERROR ? err : "", 30, lerr, sizeof lerr)) {
+        if (link_finish(link, state, code, rc < 0 ? err : "", 30, lerr, sizeof lerr)) {
             fprintf(stderr, "bfworker run: %s\n", lerr);
         } else {
             /* every line is stored and done was sent: the outcome is also

@@ -472,7 +472,7 @@ int host_run(const pipe_spec *sp, const bf_config *c, const train_opts *o, train
     metrics_open(hc.mt, NULL, err, errlen); /* no file until the run has set up (h_begin) */
     if (host_check_init_from(c, o->out_dir, err, errlen)) return TRAIN_ERROR;
     data_sets d;
-    if (host_open_data(c, comm, quiet, &d, err, errlen)) return TRAIN_ERROR;
+    if (host_open_data(c, comm, quiet, &d, err, errlen)) return TRAIN_INPUT;
     hc.d = &d;
     pipe_host h = make_host(&hc, o, o->out_dir != NULL);
     int prc = pipe_train(sp, c, &d, &h, o->stop, quiet, r, err, errlen);

@@ -23,7 +23,9 @@ typedef struct train_opts {
     comm_t *comm;                /* ranks of a data-parallel run (borrowed); NULL = one process */
 } train_opts;
 
-enum { TRAIN_OK = 0, TRAIN_ERROR = -1, TRAIN_PREEMPTED = 2 };
+/* TRAIN_INPUT: the data (or the config) cannot be used; running again cannot
+ * help (bfd does not retry it). TRAIN_ERROR: anything else. */
+enum { TRAIN_OK = 0, TRAIN_ERROR = -1, TRAIN_INPUT = -3, TRAIN_PREEMPTED = 2 };
 
 /* Trains pipeline sp per c into o->out_dir; returns TRAIN_OK, TRAIN_PREEMPTED (stopped by *o->stop
  * after writing a checkpoint) or TRAIN_ERROR with a message. r nullable. Every rank calls this with

@@ -1,0 +1,200 @@
+/* How bfd ends attempts that will not succeed (real bfd, real bfworker
+ * processes, the real store read back):
+ *   - progress_timeout: a worker that heartbeats but stores no new metric
+ *     point (it trains without logging, or hangs in open() of a FIFO nobody
+ *     writes) is failed with that reason; without the key it runs on;
+ *   - a config or data error (the worker exits 64) is not retried: one
+ *     attempt although retries: 2, for each kind of bad input tried; a
+ *     runtime failure (a diverging run, a killed worker) still is. */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "it_bfd.h"
+
+static char g_dir[256], g_home[320];
+static pid_t g_bfd = -1;
+
+static void setup(void) {
+    it_worker_env();
+    it_bfd_home(g_dir, sizeof g_dir, g_home, sizeof g_home, "/tmp/bf-itf-XXXXXX");
+    it_copy_glosses(g_dir);
+}
+
+static void teardown(void) {
+    it_stop(&g_bfd, SIGKILL);
+    it_kill_workers(g_home);
+    if (tmpdir_remove(g_dir)) { /* nothing left to clean is fine */
+    }
+}
+
+TestSuite(bfd_failures, .init = setup, .fini = teardown, .timeout = 150);
+
+static void start_bfd(const char *extra_yaml) {
+    char y[512];
+    snprintf(y, sizeof y,
+             "slots: 2\nheartbeat_timeout: 5\nheartbeat_interval: 0.2\nkill_grace: 1\n%s",
+             extra_yaml);
+    it_write_text(tmpdir_path(g_home, "bfd.yaml"), y, 0644);
+    g_bfd = it_bfd_start(g_dir, g_home);
+}
+
+/* Writes dir/NAME.yaml: one CPU BudgetFormer trial on DATA (a flow mapping's
+ * inside, e.g. "train: X, val: Y"), TRAIN (the train mapping's inside) and
+ * `retries`; returns its path. */
+static const char *sweep(const char *name, const char *data, const char *train, int retries) {
+    static char p[512];
+    snprintf(p, sizeof p, "%s/%s.yaml", g_dir, name);
+    char text[8192];
+    snprintf(text, sizeof text,
+             "name: %s\npipeline: budgetformer\ndevice: cpu\ndata: {%s}\n"
+             "model: {layers: 1, d_model: 32, heads: 4, seq_len: 16, vocab: 256}\n"
+             "train: {batch: 8, %s}\nretries: %d\n"
+             "sweep:\n  parameters:\n    train.seed: {values: [1]}\n"
+             "metric: {name: train/loss, goal: min}\n",
+             name, data, train, retries);
+    it_write_text(p, text, 0644);
+    return p;
+}
+
+static long long trial_int(const char *col, long long trial) {
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT %s FROM trials WHERE id = ?1", col);
+    return it_db_int(g_home, sql, trial);
+}
+
+/* Waits until trial is FAILED (with no retry pending: not PENDING or
+ * RUNNING again) for at most timeout s; returns the seconds it took. */
+static double wait_failed(long long trial, double timeout) {
+    double t0 = it_now_s();
+    char st[32];
+    for (;;) {
+        it_db_text(g_home, "SELECT state FROM trials WHERE id = ?1", trial, st, sizeof st);
+        if (!strcmp(st, "FAILED")) return it_now_s() - t0;
+        cr_assert(it_now_s() - t0 < timeout, "trial %lld is %s after %.0f s (see %s/bfd.log)",
+                  trial, st, timeout, g_dir);
+        it_sleep_s(0.1);
+    }
+}
+
+/* The message of the trial's last event. */
+static void last_event(long long trial, char *buf, size_t len) {
+    it_db_text(g_home, "SELECT message FROM events WHERE trial = ?1 ORDER BY id DESC LIMIT 1",
+               trial, buf, len);
+}
+
+/* A worker that trains but logs nothing (log_every = steps) heartbeats and
+ * stores no point after its first: progress_timeout 2 fails it within a
+ * few seconds, with the reason, and the retry fails the same way. */
+Test(bfd_failures, progress_timeout_fails_a_worker_that_stores_no_point) {
+    start_bfd("progress_timeout: 2\n");
+    char data[600];
+    snprintf(data, sizeof data, "train: %s/train.tsv, val: %s/val.tsv", g_dir, g_dir);
+    it_submit(g_dir, sweep("quiet", data,
+                           "steps: 100000000, log_every: 100000000, eval_every: 0, "
+                           "checkpoint_every: 0",
+                           1));
+    double took = wait_failed(1, 40);
+    cr_assert_lt(took, 30, "two attempts of 2 s each took %.1f s", took);
+    cr_assert_eq(trial_int("attempts", 1), 2,
+                 "the timed-out attempt is a runtime failure: retried");
+    char msg[600];
+    it_db_text(g_home,
+               "SELECT COUNT(*) FROM events WHERE trial = ?1 AND message LIKE "
+               "'%progress_timeout 2 s%'",
+               1, msg, sizeof msg);
+    cr_assert_eq(atoi(msg), 2, "both attempts fail with the progress_timeout reason");
+}
+
+/* Without progress_timeout the same worker is left running. */
+Test(bfd_failures, without_progress_timeout_a_quiet_worker_runs_on) {
+    start_bfd("");
+    char data[600];
+    snprintf(data, sizeof data, "train: %s/train.tsv, val: %s/val.tsv", g_dir, g_dir);
+    it_submit(g_dir, sweep("quiet", data,
+                           "steps: 100000000, log_every: 100000000, eval_every: 0, "
+                           "checkpoint_every: 0",
+                           0));
+    it_db_wait(g_dir, g_home, "the trial's worker",
+               "SELECT COUNT(*) FROM bfd_runs WHERE trial = ?1", 1, 1, 20);
+    it_sleep_s(7); /* past heartbeat_timeout too: heartbeats keep it alive */
+    char st[32];
+    it_db_text(g_home, "SELECT state FROM trials WHERE id = ?1", 1, st, sizeof st);
+    cr_assert_str_eq(st, "RUNNING");
+}
+
+/* The training file is a FIFO that nobody writes: the worker either hangs
+ * in open() (progress_timeout ends it) or refuses it as not a regular file
+ * (a data error: one attempt). Either way the trial is FAILED, and soon. */
+Test(bfd_failures, data_on_a_fifo_nobody_writes_does_not_hold_a_slot) {
+    start_bfd("progress_timeout: 2\n");
+    char fifo[400], data[900];
+    snprintf(fifo, sizeof fifo, "%s/train.fifo", g_dir);
+    cr_assert_eq(mkfifo(fifo, 0644), 0);
+    snprintf(data, sizeof data, "train: %s, val: %s/val.tsv", fifo, g_dir);
+    it_submit(g_dir, sweep("fifo", data, "steps: 20, log_every: 5, eval_every: 0", 0));
+    double took = wait_failed(1, 40);
+    cr_assert_lt(took, 30);
+    cr_assert_eq(it_db_int(g_home, "SELECT COUNT(*) FROM bfd_runs", 0), 0, "its slot is free");
+}
+
+/* The rule: every config/data error the worker finds at the start ends the
+ * trial after one attempt whatever its retries (exit status 64, "not
+ * retried" in the reason). Each bad input here is one the sweep check
+ * cannot see (it reads no file). */
+Test(bfd_failures, config_and_data_errors_are_not_retried) {
+    start_bfd("");
+    char bad[4][900];
+    /* a training file that does not exist */
+    snprintf(bad[0], sizeof bad[0], "train: %s/nope.tsv, val: %s/val.tsv", g_dir, g_dir);
+    /* a validation file that does not exist */
+    snprintf(bad[1], sizeof bad[1], "train: %s/train.tsv, val: %s/nope.tsv", g_dir, g_dir);
+    /* a folder where a file is expected */
+    snprintf(bad[2], sizeof bad[2], "train: %s, val: %s/val.tsv", g_dir, g_dir);
+    /* a file that is not TSV (binary garbage) */
+    char junk[400];
+    snprintf(junk, sizeof junk, "%s/junk.tsv", g_dir);
+    it_write_text(junk, "\x01\x02\x03 no tab here\n\x7f\n", 0644);
+    snprintf(bad[3], sizeof bad[3], "train: %s, val: %s/val.tsv", junk, g_dir);
+    for (int i = 0; i < 4; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "bad%d", i);
+        it_submit(g_dir, sweep(name, bad[i], "steps: 20, log_every: 5, eval_every: 0", 2));
+    }
+    for (long long t = 1; t <= 4; t++) {
+        wait_failed(t, 60);
+        cr_assert_eq(trial_int("attempts", t), 1, "trial %lld (%s): one attempt, retries: 2", t,
+                     bad[t - 1]);
+        char msg[600];
+        last_event(t, msg, sizeof msg);
+        cr_assert(strstr(msg, "exit status 64") && strstr(msg, "not retried"),
+                  "trial %lld: last event '%s'", t, msg);
+    }
+}
+
+/* A failure while training (here the worker killed by a signal, each
+ * attempt) is retried until retries are spent. */
+Test(bfd_failures, a_runtime_failure_is_still_retried) {
+    start_bfd("");
+    char data[600];
+    snprintf(data, sizeof data, "train: %s/train.tsv, val: %s/val.tsv", g_dir, g_dir);
+    it_submit(g_dir, sweep("killed", data, "steps: 100000000, log_every: 5, eval_every: 0", 1));
+    for (long long a = 1; a <= 2; a++) {
+        it_db_wait(g_dir, g_home, "the attempt's worker",
+                   "SELECT COUNT(*) FROM bfd_runs WHERE trial = 1 AND attempt >= ?1", a, 1, 30);
+        it_db_wait(g_dir, g_home, "a pid", "SELECT MAX(pid) FROM bfd_runs WHERE attempt = ?1", a, 1,
+                   30);
+        long long pid = it_db_int(g_home, "SELECT pid FROM bfd_runs WHERE attempt = ?1", a);
+        cr_assert_eq(kill((pid_t)pid, SIGKILL), 0);
+    }
+    wait_failed(1, 60);
+    cr_assert_eq(trial_int("attempts", 1), 2, "retries: 1 gives two attempts");
+    char msg[600];
+    last_event(1, msg, sizeof msg);
+    cr_assert(strstr(msg, "killed by signal 9") && !strstr(msg, "not retried"), "last event '%s'",
+              msg);
+}
