@@ -29,6 +29,20 @@ extern "C" {
 #define CFG_NAME_MAX 64
 #define CFG_MIXERS_MAX 1024 /* model.mixers: 64 layers of "attention," */
 #define CFG_MAX_LAYERS 64
+#define CFG_MAX_KEYS 128 /* rows the schema may have (test_cfg checks) */
+
+/* Where a key's value came from, in the order the sources override each
+ * other: the defaults, a config file, a sweep's base (and its top-level
+ * config keys), a sweep parameter, `--set`. A source that sets any key of a
+ * key group (cfg_key_group) replaces the whole group left by earlier
+ * sources; keys of a group set on one level must agree (cfg_validate). */
+typedef enum {
+    CFG_LEVEL_DEFAULT = 0,
+    CFG_LEVEL_FILE,
+    CFG_LEVEL_BASE,
+    CFG_LEVEL_PARAM,
+    CFG_LEVEL_SET
+} cfg_level;
 
 typedef enum {
     CFG_SCHED_CONSTANT = 0,
@@ -48,6 +62,8 @@ typedef struct cfg_schedule {
  * cosine is end + (start-end)*(1+cos(pi p))/2. */
 float cfg_schedule_at(const cfg_schedule *s, float p);
 const char *cfg_sched_name(cfg_sched_kind k);
+
+struct cfg_field;
 
 typedef struct bf_config {
     char pipeline[CFG_NAME_MAX]; /* budgetformer | lm | vit | s2s */
@@ -112,10 +128,35 @@ typedef struct bf_config {
         int eval_every, checkpoint_every, log_every;
         char freeze[CFG_PATH_MAX]; /* comma-separated tensor-name prefixes trained frozen */
     } train;
+    /* bookkeeping, never dumped or hashed: the level each key was last set
+     * on (by schema row), and the level setters write now */
+    unsigned char key_level[CFG_MAX_KEYS];
+    unsigned char level;
 } bf_config;
 
-/* Fills every key with its default. */
+/* Fills every key with its default; later setters write at CFG_LEVEL_FILE. */
 void cfg_defaults(bf_config *c);
+
+/* The level (cfg_level) at which the setters below write into c from now
+ * on; cfg_set always writes at CFG_LEVEL_SET. */
+void cfg_set_level(bf_config *c, cfg_level level);
+
+/* The key group of `key`: 1 for the data-source keys (data.set, data.train,
+ * data.val, data.test, data.path, data.train_images, data.train_labels,
+ * data.test_images, data.test_labels), 0 for a key in no group. */
+int cfg_key_group(const char *key);
+
+/* Copies key f's value from src into dst as set on `level`: when f is in a
+ * group and dst holds keys of that group from an earlier level, they are
+ * reset first (the group is replaced as a whole). How sweep parameters are
+ * applied to a trial's config. */
+void cfg_copy_key(bf_config *dst, const bf_config *src, const struct cfg_field *f, cfg_level level);
+
+/* Reads the text of a plain YAML number as a finite double: 0, or -1 with
+ * why[n] saying what it is instead ("'.nan' is NaN, not a number", "'1e400'
+ * overflows a double (magnitude above 1.8e308)", "'1e-400' underflows to 0
+ * (magnitude below 2.2e-308)", or "expected a number, got 'x'"). */
+int cfg_parse_number(const char *text, double *out, char *why, size_t n);
 
 /* Reads a YAML file (a mapping of sections, or dotted keys at top level) into
  * c, on top of what c already holds. Returns 0, or -1 with every error, one per line,
@@ -146,6 +187,13 @@ int cfg_validate(const bf_config *c, char *err, size_t errlen);
  * budgetformer, "val/ppl" for lm), else 0; names[len] (may be NULL) gets the
  * comma-separated list of the names it writes. */
 int cfg_metric_produced(const bf_config *c, const char *name, char *names, size_t len);
+
+/* 1 when the trial of config c writes metric `name` before training ends
+ * (what early stopping can judge: train/... every train.log_every steps,
+ * val/... every train.eval_every steps unless that is 0 or not below
+ * train.steps; never test/... or s2s's eval/...), else 0; names[len] (may be
+ * NULL) gets those metrics, comma-separated ("" when none). */
+int cfg_metric_during_training(const bf_config *c, const char *name, char *names, size_t len);
 
 /* 1 if key is in the schema (exact dotted path), else 0. */
 int cfg_key_known(const char *key);

@@ -139,3 +139,55 @@ int cfg_choice_index(const char *choices, const char *s) {
     }
     return -1;
 }
+
+/* ------------------------------------------------------ levels and groups */
+
+static const char *const data_source_keys[] = {
+    "data.set",          "data.train",        "data.val",         "data.test",       "data.path",
+    "data.train_images", "data.train_labels", "data.test_images", "data.test_labels"};
+
+int cfg_key_group(const char *key) {
+    for (size_t i = 0; key && i < sizeof data_source_keys / sizeof *data_source_keys; i++)
+        if (strcmp(key, data_source_keys[i]) == 0) return 1;
+    return 0;
+}
+
+void cfg_set_level(bf_config *c, cfg_level level) { c->level = (unsigned char)level; }
+
+static size_t field_index(const cfg_field *f) { return (size_t)(f - cfg_field_at(0)); }
+
+void cfg_level_prepare(bf_config *c, const cfg_field *f, cfg_level level) {
+    int g = cfg_key_group(f->key);
+    if (!g) return;
+    int earlier = 0;
+    for (size_t i = 0; i < cfg_field_count() && i < CFG_MAX_KEYS; i++)
+        if (cfg_key_group(cfg_field_at(i)->key) == g && c->key_level[i] && c->key_level[i] < level)
+            earlier = 1;
+    if (!earlier) return;
+    /* every data-source key defaults to "" (test_cfg checks), so the group's
+     * defaults are its fields zeroed */
+    for (size_t i = 0; i < cfg_field_count() && i < CFG_MAX_KEYS; i++) {
+        const cfg_field *h = cfg_field_at(i);
+        if (cfg_key_group(h->key) != g) continue;
+        memset((char *)c + h->offset, 0, h->size);
+        c->key_level[i] = CFG_LEVEL_DEFAULT;
+    }
+}
+
+void cfg_level_mark(bf_config *c, const cfg_field *f, cfg_level level) {
+    size_t i = field_index(f);
+    if (i < CFG_MAX_KEYS) c->key_level[i] = (unsigned char)level;
+}
+
+void cfg_copy_key(bf_config *dst, const bf_config *src, const cfg_field *f, cfg_level level) {
+    cfg_level_prepare(dst, f, level);
+    if (f->type == CFG_T_LAYERS) {
+        dst->distill.replace_auto = src->distill.replace_auto;
+        dst->distill.n_replace = src->distill.n_replace;
+        memcpy(dst->distill.replace_layers, src->distill.replace_layers,
+               sizeof dst->distill.replace_layers);
+    } else {
+        memcpy((char *)dst + f->offset, (const char *)src + f->offset, f->size);
+    }
+    cfg_level_mark(dst, f, level);
+}

@@ -107,3 +107,27 @@ int cfg_metric_produced(const bf_config *c, const char *name, char *names, size_
     }
     return found;
 }
+
+/* 1 when metric `name` is written before training ends: train/... every
+ * train.log_every steps, val/... every train.eval_every steps (0: only at the
+ * end); test/... and s2s's eval/... only at the end. */
+static int written_during_training(const bf_config *c, const char *name) {
+    if (strncmp(name, "eval/", 5) == 0 || strncmp(name, "test/", 5) == 0 || strstr(name, "/test/"))
+        return 0;
+    if (strncmp(name, "val/", 4) == 0 || strstr(name, "/val/"))
+        return c->train.eval_every > 0 && c->train.eval_every < c->train.steps;
+    return c->train.log_every < c->train.steps;
+}
+
+int cfg_metric_during_training(const bf_config *c, const char *name, char *names, size_t len) {
+    int found = 0;
+    size_t w = 0;
+    if (names && len) names[0] = '\0';
+    for (size_t i = 0; i < sizeof metric_table / sizeof metric_table[0]; i++) {
+        const char *m = metric_table[i].name;
+        if (!metric_applies(c, metric_table[i].when) || !written_during_training(c, m)) continue;
+        if (name && strcmp(name, m) == 0) found = 1;
+        if (names && w < len) w += (size_t)snprintf(names + w, len - w, "%s%s", w ? ", " : "", m);
+    }
+    return found;
+}

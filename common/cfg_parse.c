@@ -135,15 +135,69 @@ static int parse_u64(const yaml_node_t *n, uint64_t *out) {
 
 static int parse_num(const yaml_node_t *n, double *out) {
     if (!scalar_is_plain(n) || n->data.scalar.length == 0) return -1;
-    const char *s = scalar(n);
+    return cfg_parse_number(scalar(n), out, NULL, 0);
+}
+
+int cfg_parse_number(const char *s, double *out, char *why, size_t n) {
+    char dummy[8];
+    if (!why || !n) why = dummy, n = sizeof dummy;
+    why[0] = '\0';
     const char *p = s + (s[0] == '-' || s[0] == '+');
-    if (!(isdigit((unsigned char)*p) || (*p == '.' && isdigit((unsigned char)p[1])))) return -1;
+    if (strcmp(p, ".nan") == 0 || strcmp(p, ".NaN") == 0 || strcmp(p, ".NAN") == 0 ||
+        strcmp(p, "nan") == 0 || strcmp(p, "NaN") == 0) {
+        snprintf(why, n, "'%.40s' is NaN (not a number); give a finite number", s);
+        return -1;
+    }
+    if (strcmp(p, ".inf") == 0 || strcmp(p, ".Inf") == 0 || strcmp(p, ".INF") == 0 ||
+        strcmp(p, "inf") == 0 || strcmp(p, "infinity") == 0) {
+        snprintf(why, n, "'%.40s' is infinite; give a finite number", s);
+        return -1;
+    }
+    if (!(isdigit((unsigned char)*p) || (*p == '.' && isdigit((unsigned char)p[1])))) {
+        snprintf(why, n, "expected a number, got '%.60s'", s);
+        return -1;
+    }
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (*end || !isfinite(v)) return -1;
+    if (*end) {
+        snprintf(why, n, "expected a number, got '%.60s'", s);
+        return -1;
+    }
+    if (!isfinite(v) || (errno == ERANGE && fabs(v) > 1.0)) {
+        snprintf(why, n,
+                 "'%.40s' overflows a double (magnitude above 1.8e308); give a finite "
+                 "number",
+                 s);
+        return -1;
+    }
+    if (errno == ERANGE && v == 0.0) {
+        /* strtod says 0 for a tiny nonzero: do not pass it on as 0 */
+        for (const char *q = p; *q && *q != 'e' && *q != 'E'; q++)
+            if (*q >= '1' && *q <= '9') {
+                snprintf(why, n,
+                         "'%.40s' underflows to 0 (magnitude below 2.2e-308, the smallest "
+                         "double)",
+                         s);
+                return -1;
+            }
+    }
     *out = v;
     return 0;
+}
+
+/* The reason a scalar is not a number (NaN, overflow, underflow), or a
+ * plain "expected a number, got X" for anything else, into out[n]. */
+static void number_error(const yaml_node_t *n, const char *what, char *out, size_t len) {
+    double v;
+    char why[160], got[96];
+    if (scalar_is_plain(n) && n->data.scalar.length &&
+        cfg_parse_number(scalar(n), &v, why, sizeof why) < 0 && strncmp(why, "expected", 8) != 0) {
+        snprintf(out, len, "%s", why);
+        return;
+    }
+    describe(n, got, sizeof got);
+    snprintf(out, len, "expected %s, got %s", what, got);
 }
 
 static int has_range(const cfg_field *f) { return !(f->min == 0.0 && f->max == 0.0); }
@@ -162,9 +216,10 @@ static int check_range(walk *w, const yaml_node_t *n, const cfg_field *f, double
 static int get_number(walk *w, const yaml_node_t *n, const cfg_field *f, const char *what,
                       double *v) {
     if (parse_num(n, v) < 0) {
-        char got[96];
-        describe(n, got, sizeof got);
-        walk_error(w, n, "%s: expected a number for %s, got %s", f->key, what, got);
+        char msg[256], wh[64];
+        snprintf(wh, sizeof wh, "a number for %s", what);
+        number_error(n, wh, msg, sizeof msg);
+        walk_error(w, n, "%s: %s", f->key, msg);
         return -1;
     }
     return check_range(w, n, f, *v);
@@ -211,7 +266,12 @@ static int set_u64(walk *w, const cfg_field *f, yaml_node_t *n, uint64_t *out) {
 
 static int set_float(walk *w, const cfg_field *f, yaml_node_t *n, float *out) {
     double v;
-    if (parse_num(n, &v) < 0) return type_error(w, n, f, "a number");
+    if (parse_num(n, &v) < 0) {
+        char msg[256];
+        number_error(n, "a number", msg, sizeof msg);
+        walk_error(w, n, "%s: %s", f->key, msg);
+        return -1;
+    }
     if (check_range(w, n, f, v) < 0) return -1;
     *out = (float)v;
     return 0;
@@ -440,7 +500,8 @@ static void apply_key(walk *w, bf_config *c, const char *key, yaml_node_t *k, ya
             w->set_line[idx] = k ? (int)k->start_mark.line + 1 : 0;
             w->set_col[idx] = k ? (int)k->start_mark.column + 1 : 0;
         }
-        set_field(w, c, f, v, depth);
+        cfg_level_prepare(c, f, (cfg_level)c->level);
+        if (set_field(w, c, f, v, depth) == 0) cfg_level_mark(c, f, (cfg_level)c->level);
         return;
     }
     if (v->type == YAML_MAPPING_NODE && cfg_is_section(key)) {

@@ -40,6 +40,12 @@ int cfg_choice_index(const char *choices, const char *s);
  * names (for a mapping given under an unknown key). */
 void cfg_unknown_key_msg(char *out, size_t n, const char *key, int with_sections);
 
+/* cfg_keys.c: before key f is set on `level`, resets its group when dst
+ * holds group keys from an earlier level (cfg_key_group); after, records
+ * the level that set it. */
+void cfg_level_prepare(bf_config *c, const cfg_field *f, cfg_level level);
+void cfg_level_mark(bf_config *c, const cfg_field *f, cfg_level level);
+
 /* cfg_format.c: the shortest "%.Ng" text of v that reads back as the same
  * float (0.3f prints as 0.3, not 0.300000012) into buf[n]; returns its
  * length (snprintf-like). */

@@ -64,11 +64,15 @@ int cfg_set(bf_config *c, const char *assignment, char *err, size_t errlen) {
     key[ke - ks] = '\0';
     char where[CFG_KEY_MAX + 8];
     snprintf(where, sizeof where, "--set %s", key);
-    return cfg_set_value(c, key, eq + 1, where, err, errlen);
+    unsigned char level = c->level;
+    c->level = CFG_LEVEL_SET;
+    int rc = cfg_set_value(c, key, eq + 1, where, err, errlen);
+    c->level = level;
+    return rc;
 }
 
 void cfg_defaults(bf_config *c) {
-    memset(c, 0, sizeof *c);
+    memset(c, 0, sizeof *c); /* level: CFG_LEVEL_DEFAULT */
     char err[CFG_MSG_MAX];
     for (size_t i = 0; i < cfg_field_count(); i++) {
         const cfg_field *f = cfg_field_at(i);
@@ -79,4 +83,5 @@ void cfg_defaults(bf_config *c) {
     const char *env = getenv("BF_DATA");
     if (env && *env && strlen(env) < sizeof c->data.dir)
         snprintf(c->data.dir, sizeof c->data.dir, "%s", env);
+    c->level = CFG_LEVEL_FILE;
 }

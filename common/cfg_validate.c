@@ -7,6 +7,7 @@
 #include "common/cfg_priv.h"
 #include "common/pipeline_decl.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -36,10 +37,10 @@ static int is_pipeline(const bf_config *c, const char *name) {
 
 /* pipeline and device name known ones */
 static void validate_pipeline(const bf_config *c, problems *pr) {
-    if (!is_pipeline(c, "budgetformer") && !is_pipeline(c, "lm") && !is_pipeline(c, "vit") &&
-        !is_pipeline(c, "s2s"))
-        add_err(pr, "pipeline '%s' is unknown; available pipelines: budgetformer, lm, vit, s2s",
-                c->pipeline);
+    char names[128];
+    if (!pipeline_known(c->pipeline))
+        add_err(pr, "pipeline '%s' is unknown; available pipelines: %s", c->pipeline,
+                pipeline_names(names, sizeof names));
     if (cfg_choice_index("auto|cpu|cuda", c->device) < 0)
         add_err(pr, "device '%s' is unknown; expected auto, cpu or cuda", c->device);
 }
@@ -78,17 +79,9 @@ static void validate_data_lm(const bf_config *c, problems *pr) {
                 "data.set '%s' is not a text corpus; pipeline lm takes data.set kjv or "
                 "data.path=FILE",
                 c->data.set);
-    const char *tsv = c->data.train[0]  ? "data.train"
-                      : c->data.val[0]  ? "data.val"
-                      : c->data.test[0] ? "data.test"
-                                        : NULL;
-    if (tsv)
-        add_err(pr,
-                "%s is a TSV split for pipeline budgetformer; pipeline lm reads one text file "
-                "(data.path=FILE, split by data.val_fraction) or data.set kjv",
-                tsv);
     if (c->data.path[0] && c->data.set[0])
-        add_err(pr, "data.path and data.set are both given; pipeline lm reads one of them");
+        add_err(pr, "data.path and data.set are both given; pipeline lm reads one of them (a "
+                    "later source, e.g. --set, replaces every data key of an earlier one)");
     if (!(c->data.val_fraction > 0))
         add_err(pr, "data.val_fraction is 0: pipeline lm validates on the tail of the corpus; "
                     "give a fraction in (0, 0.5]");
@@ -100,12 +93,9 @@ static void validate_data_budgetformer(const bf_config *c, problems *pr) {
                 "data.set '%s' is not a text classification set; pipeline budgetformer takes "
                 "data.set wordnet or data.train/data.val/data.test TSV files",
                 c->data.set);
-    if (c->data.path[0])
-        add_err(pr, "data.path is the lm corpus; pipeline budgetformer reads TSV splits "
-                    "(data.train, data.val, data.test) or data.set wordnet");
     if (c->data.train[0] && c->data.set[0])
         add_err(pr, "data.train and data.set are both given; pipeline budgetformer reads one of "
-                    "them");
+                    "them (a later source, e.g. --set, replaces every data key of an earlier one)");
     if ((c->data.val[0] || c->data.test[0]) && !c->data.train[0])
         add_err(pr,
                 "data.%s is given without data.train; give the three TSV splits, or "
@@ -128,9 +118,11 @@ static void validate_data_images(const bf_config *c, problems *pr) {
     if (c->data.test_images[0] && !c->data.train_images[0])
         add_err(pr, "data.test_images is given without data.train_images; give the training "
                     "pair too, or data.set fashion_mnist");
-    if (c->data.train[0] || c->data.val[0] || c->data.test[0] || c->data.path[0])
-        add_err(pr, "data.train/val/test/path are text files; pipeline vit reads IDX images "
-                    "(data.train_images, data.train_labels, data.test_images, data.test_labels)");
+    if (c->data.set[0] && (c->data.train_images[0] || c->data.test_images[0]))
+        add_err(pr,
+                "data.set and data.%s are both given; pipeline %s reads one of them (a later "
+                "source, e.g. --set, replaces every data key of an earlier one)",
+                c->data.train_images[0] ? "train_images" : "test_images", c->pipeline);
     if (!(c->data.val_fraction > 0))
         add_err(pr, "data.val_fraction is 0: pipeline vit validates on a tail of the training "
                     "images; give a fraction in (0, 0.5]");
@@ -233,6 +225,41 @@ static void validate_avit(const bf_config *c, problems *pr) {
                 (double)c->avit.retention, c->model.layers, c->model.layers, 1.0 / c->model.layers);
 }
 
+/* The defaults, made once (cfg_defaults parses every default text). */
+static bf_config defaults_cfg;
+static pthread_once_t defaults_once = PTHREAD_ONCE_INIT;
+static void defaults_init(void) { cfg_defaults(&defaults_cfg); }
+
+/* 1 when key f holds its default in c. */
+static int at_default(const bf_config *c, const cfg_field *f) {
+    pthread_once(&defaults_once, defaults_init);
+    const bf_config *d = &defaults_cfg;
+    if (f->type == CFG_T_LAYERS)
+        return c->distill.replace_auto == d->distill.replace_auto &&
+               c->distill.n_replace == d->distill.n_replace &&
+               memcmp(c->distill.replace_layers, d->distill.replace_layers,
+                      (size_t)c->distill.n_replace * sizeof(int)) == 0;
+    const char *a = (const char *)c + f->offset, *b = (const char *)d + f->offset;
+    if (f->type == CFG_T_STR || f->type == CFG_T_ENUM) return strncmp(a, b, f->size) == 0;
+    return memcmp(a, b, f->size) == 0;
+}
+
+/* Keys the pipeline never reads (pipeline_decl.c), set to anything but
+ * their default: refused, not silently ignored. A default spelt out (or a
+ * resolved config, which lists every key) stays accepted. */
+static void validate_unread(const bf_config *c, problems *pr) {
+    if (!pipeline_known(c->pipeline)) return;
+    for (size_t i = 0; i < cfg_field_count(); i++) {
+        const cfg_field *f = cfg_field_at(i);
+        if (pipeline_reads_key(c->pipeline, f->key) || at_default(c, f)) continue;
+        char reads[512];
+        pipeline_section_keys(c->pipeline, f->key, reads, sizeof reads);
+        add_err(pr, "%s is not read by pipeline %s; leave it out%s%s%s", f->key, c->pipeline,
+                reads[0] ? " (of this section it reads: " : " (it reads nothing of this section)",
+                reads, reads[0] ? ")" : "");
+    }
+}
+
 int cfg_validate(const bf_config *c, char *err, size_t errlen) {
     char dummy[8];
     if (!err || !errlen) err = dummy, errlen = sizeof dummy;
@@ -240,6 +267,7 @@ int cfg_validate(const bf_config *c, char *err, size_t errlen) {
     problems pr = {err, errlen, 0};
     validate_pipeline(c, &pr);
     validate_width(c, &pr);
+    validate_unread(c, &pr);
     validate_data(c, &pr);
     validate_budget(c, &pr);
     validate_mixers(c, &pr);

@@ -3,6 +3,7 @@
  * worker. It holds data only; the keys are computed by stage_graph.c. */
 #include "common/pipeline_decl.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* S2S (design.md, "S2S pipeline"): teacher, A-ViT, profile, distill,
@@ -46,4 +47,86 @@ const stage_graph *pipeline_stages(const char *name) {
     for (size_t i = 0; name && i < sizeof graphs / sizeof graphs[0]; i++)
         if (strcmp(graphs[i]->pipeline, name) == 0) return graphs[i];
     return NULL;
+}
+
+/* ------------------------------------------------- the keys each reads */
+
+/* A row is a key, or a prefix ending in '.' (a whole section). What a
+ * pipeline does not list, it never reads: validation refuses such a key
+ * when it is set to anything but its default, and a sweep over it. */
+#define COMMON_KEYS "pipeline", "device", "data.dir", "init.", "train."
+#define TEXT_MODEL "model.layers", "model.d_model", "model.heads", "model.seq_len", "model.vocab"
+#define IMAGE_DATA                                                                                 \
+    "data.set", "data.val_fraction", "data.train_images", "data.train_labels", "data.test_images", \
+        "data.test_labels"
+#define IMAGE_MODEL "model.layers", "model.d_model", "model.heads", "model.patch", "aug.", "attn."
+
+static const char *const budgetformer_keys[] = {COMMON_KEYS, "data.set", "data.train",   "data.val",
+                                                "data.test", TEXT_MODEL, "model.mixers", "attn.",
+                                                "budget.",   NULL};
+static const char *const lm_keys[] = {COMMON_KEYS, "data.set",     "data.path", "data.val_fraction",
+                                      TEXT_MODEL,  "model.mixers", "attn.",     NULL};
+static const char *const vit_keys[] = {
+    COMMON_KEYS,          IMAGE_DATA,          IMAGE_MODEL,       "model.mixers",
+    "avit.enabled",       "avit.retention",    "avit.gate_scale", "avit.gate_center",
+    "avit.ponder_weight", "avit.prior_weight", "avit.tolerance",  NULL};
+/* s2s: model.mixers is read only to be refused with its own message */
+static const char *const s2s_keys[] = {COMMON_KEYS, IMAGE_DATA, IMAGE_MODEL, "model.mixers",
+                                       "avit.",     "distill.", "s2s.",      NULL};
+
+static const struct pipeline_row {
+    const char *name;
+    const char *const *keys;
+    const char *metric; /* judged by when the job names none */
+    int maximize;
+} pipelines[] = {
+    {"budgetformer", budgetformer_keys, "val/acc", 1},
+    {"lm", lm_keys, "val/loss", 0},
+    {"vit", vit_keys, "val/acc", 1},
+    {"s2s", s2s_keys, "eval/student/test/acc", 1},
+};
+
+static const struct pipeline_row *find_row(const char *name) {
+    for (size_t i = 0; name && i < sizeof pipelines / sizeof pipelines[0]; i++)
+        if (strcmp(pipelines[i].name, name) == 0) return &pipelines[i];
+    return NULL;
+}
+
+static int row_matches(const char *row, const char *key) {
+    size_t n = strlen(row);
+    return row[n - 1] == '.' ? strncmp(row, key, n) == 0 : strcmp(row, key) == 0;
+}
+
+int pipeline_known(const char *name) { return find_row(name) != NULL; }
+
+const char *pipeline_names(char *buf, size_t len) {
+    size_t w = 0;
+    if (len) buf[0] = '\0';
+    for (size_t i = 0; i < sizeof pipelines / sizeof pipelines[0] && w < len; i++)
+        w += (size_t)snprintf(buf + w, len - w, "%s%s", i ? ", " : "", pipelines[i].name);
+    return buf;
+}
+
+int pipeline_reads_key(const char *name, const char *key) {
+    const struct pipeline_row *r = find_row(name);
+    for (const char *const *k = r ? r->keys : NULL; k && *k; k++)
+        if (row_matches(*k, key)) return 1;
+    return 0;
+}
+
+const char *pipeline_section_keys(const char *name, const char *key, char *buf, size_t len) {
+    const struct pipeline_row *r = find_row(name);
+    size_t sl = strcspn(key, "."), w = 0;
+    if (len) buf[0] = '\0';
+    for (const char *const *k = r ? r->keys : NULL; k && *k && w < len; k++)
+        if (strncmp(*k, key, sl) == 0 && ((*k)[sl] == '.' || (*k)[sl] == '\0'))
+            w += (size_t)snprintf(buf + w, len - w, "%s%s%s", w ? ", " : "", *k,
+                                  (*k)[strlen(*k) - 1] == '.' ? "*" : "");
+    return buf;
+}
+
+const char *pipeline_default_metric(const char *name, int *maximize) {
+    const struct pipeline_row *r = find_row(name);
+    if (r && maximize) *maximize = r->maximize;
+    return r ? r->metric : NULL;
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common/cfg.h"
+#include "common/pipeline_decl.h"
 #include "jobs/sweep.h"
 
 static const bfctl_cmd commands[] = {
@@ -323,6 +324,16 @@ int bfctl_expand(int argc, char **argv) {
 
 /* -------------------------------------------------------------------- keys */
 
+/* s with each '|' escaped for a markdown table cell, into out[n]. */
+static void md_escape(const char *s, char *out, size_t n) {
+    size_t w = 0;
+    for (; *s && w + 3 < n; s++) {
+        if (*s == '|') out[w++] = '\\';
+        out[w++] = *s;
+    }
+    out[w] = '\0';
+}
+
 int bfctl_keys(int argc, char **argv) {
     int md = 0;
     for (int i = 1; i < argc; i++) {
@@ -336,7 +347,9 @@ int bfctl_keys(int argc, char **argv) {
             return BF_EX_USAGE;
         }
     }
-    if (md) printf("| key | type | default | valid | meaning |\n|---|---|---|---|---|\n");
+    if (md)
+        printf("| key | type | default | valid | read by | meaning |\n"
+               "|---|---|---|---|---|---|\n");
     for (size_t i = 0; i < cfg_field_count(); i++) {
         const cfg_field *f = cfg_field_at(i);
         char valid[256] = "";
@@ -365,10 +378,19 @@ int bfctl_keys(int argc, char **argv) {
         }
         const char *def = f->def;
         if (strcmp(f->key, "data.dir") == 0) def = "$BF_DATA or data";
-        if (md)
-            printf("| `%s` | %s | `%s` | %s | %s |\n", f->key, cfg_type_name(f->type), def, valid,
-                   f->help);
-        else
+        char readers[128] = "";
+        static const char *const pipes[] = {"budgetformer", "lm", "vit", "s2s"};
+        for (size_t p = 0, w = 0; p < sizeof pipes / sizeof *pipes; p++)
+            if (pipeline_reads_key(pipes[p], f->key) && w < sizeof readers)
+                w += (size_t)snprintf(readers + w, sizeof readers - w, "%s%s", w ? ", " : "",
+                                      pipes[p]);
+        if (md) {
+            char ev[512], eh[1024];
+            md_escape(valid, ev, sizeof ev);
+            md_escape(f->help, eh, sizeof eh);
+            printf("| `%s` | %s | `%s` | %s | %s | %s |\n", f->key, cfg_type_name(f->type), def, ev,
+                   readers, eh);
+        } else
             printf("%-26s %-34s default %-40s %s\n", f->key, cfg_type_name(f->type), def, valid);
     }
     return 0;

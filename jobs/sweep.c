@@ -7,6 +7,8 @@
  * only through cfg (one schema). See docs/sweeps.md. */
 #include "jobs/sweep_priv.h"
 
+#include "common/pipeline_decl.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
@@ -153,7 +155,7 @@ static void parse_early_stop(sweep_ctx *x, yaml_node_t *v) {
     sweep_check_keys(x, v);
     static const char *const valid[] = {"method",           "metric",    "min_steps",  "threshold",
                                         "reduction_factor", "max_steps", "min_trials", NULL};
-    yaml_node_t *thr = NULL, *rf = NULL, *maxs = NULL, *mint = NULL, *mins = NULL;
+    yaml_node_t *thr = NULL, *rf = NULL, *maxs = NULL, *mint = NULL, *mins = NULL, *met = NULL;
     int have_thr = 0;
     for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
         if (sweep_key_is_dup(x, v, p)) continue;
@@ -164,6 +166,7 @@ static void parse_early_stop(sweep_ctx *x, yaml_node_t *v) {
             int m = sweep_get_choice(x, val, "early_stop.method", stop_names);
             if (m >= 0) s->early_stop.method = (sweep_stop_method)m;
         } else if (strcmp(key, "metric") == 0) {
+            met = k;
             x->es_line = val->start_mark.line + 1, x->es_col = val->start_mark.column + 1;
             sweep_get_name(x, val, "early_stop.metric", s->early_stop.metric,
                            sizeof s->early_stop.metric, "/_.-");
@@ -200,6 +203,19 @@ static void parse_early_stop(sweep_ctx *x, yaml_node_t *v) {
         }
     }
     sweep_stop_method m = s->early_stop.method;
+    if (m == SWEEP_STOP_NONE) {
+        /* a disabled method takes no settings: they would be silently ignored */
+        yaml_node_t *given[] = {met, mins, thr, rf, maxs, mint};
+        static const char *const names[] = {"metric",           "min_steps", "threshold",
+                                            "reduction_factor", "max_steps", "min_trials"};
+        for (int i = 0; i < 6; i++)
+            if (given[i])
+                sweep_err_at(x, given[i],
+                             "early_stop.%s is given with method none (no early stopping); "
+                             "set method: asha, median or threshold, or leave early_stop out",
+                             names[i]);
+        return;
+    }
     if (m == SWEEP_STOP_THRESHOLD && !have_thr && !thr)
         sweep_err_at(x, v, "early_stop: method threshold needs 'threshold: NUMBER'");
     if (m != SWEEP_STOP_THRESHOLD && thr)
@@ -323,6 +339,34 @@ static void load_top_config(sweep_ctx *x, yaml_node_t *k, yaml_node_t *v) {
     }
 }
 
+/* s2s.stage and s2s.root belong to bfd, which runs each stage of an s2s
+ * trial into its own stage folders: a job that sets or sweeps them is
+ * refused, not silently overridden. */
+static void refuse_stage_keys(sweep_ctx *x) {
+    sweep_spec *s = x->spec;
+    static const char *const keys[] = {"s2s.stage", "s2s.root"};
+    const char *vals[] = {s->base.s2s.stage, s->base.s2s.root};
+    for (int i = 0; i < 2; i++) {
+        yaml_node_t *k = NULL;
+        if (vals[i][0] && !sweep_find_path(x, x->root, keys[i], &k) && x->base_node)
+            sweep_find_path(x, x->base_node, keys[i], &k);
+        if (vals[i][0])
+            sweep_err_at(x, k ? k : x->root,
+                         "%s is set by bfd for each stage of a job; leave it out of a submitted "
+                         "job (it is for `bfworker train` alone)",
+                         keys[i]);
+    }
+    for (int p = 0; p < s->n_params; p++)
+        if (strncmp(s->params[p].key, "s2s.", 4) == 0) {
+            char full[SWEEP_MSG_MAX];
+            snprintf(full, sizeof full,
+                     "%s:%d:%d: %s cannot be swept: bfd sets it for each stage of a job "
+                     "(stages are shared between trials, docs/daemon.md)",
+                     x->file, s->params[p].line, s->params[p].col, s->params[p].key);
+            sweep_errs_add(x->errs, full);
+        }
+}
+
 static void load_doc(sweep_ctx *x) {
     sweep_spec *s = x->spec;
     yaml_node_t *root = x->root;
@@ -373,12 +417,9 @@ static void load_doc(sweep_ctx *x) {
     /* metric defaults depend on the pipeline */
     if (metric) {
         parse_metric(x, metric);
-    } else if (strcmp(s->base.pipeline, "lm") == 0) {
-        snprintf(s->metric_name, sizeof s->metric_name, "val/loss");
-        s->metric_maximize = 0;
     } else {
-        snprintf(s->metric_name, sizeof s->metric_name, "val/acc");
-        s->metric_maximize = 1;
+        const char *m = pipeline_default_metric(s->base.pipeline, &s->metric_maximize);
+        snprintf(s->metric_name, sizeof s->metric_name, "%s", m ? m : "val/acc");
     }
     if (s->early_stop.method != SWEEP_STOP_NONE && !s->early_stop.metric[0])
         snprintf(s->early_stop.metric, sizeof s->early_stop.metric, "%s", s->metric_name);
@@ -400,6 +441,7 @@ static void load_doc(sweep_ctx *x) {
     } else {
         s->n_trials = 1;
     }
+    refuse_stage_keys(x);
 }
 
 int sweep_load_string(const char *text, size_t len, const char *file, sweep_spec **out,
@@ -455,6 +497,7 @@ int sweep_load_string(const char *text, size_t len, const char *file, sweep_spec
     } else {
         snprintf(s->file, sizeof s->file, "%s", file);
         cfg_defaults(&s->base);
+        cfg_set_level(&s->base, CFG_LEVEL_BASE); /* base and top-level keys: one level */
         default_name(s, file);
         s->resources.ranks = 1;
         s->resources.cpus_per_rank = 1;

@@ -5,6 +5,8 @@
  * It runs only once every key has parsed, and changes nothing in the spec. */
 #include "jobs/sweep_priv.h"
 
+#include "common/pipeline_decl.h"
+
 #include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,11 +66,12 @@ static void msg_position(sweep_ctx *x, const char *msg, size_t *line, size_t *co
     }
 }
 
-/* 0 when the swept key changes nothing in trial config c: the head budget
- * keys outside a budgetformer run with budget.enabled. */
+/* 0 when the swept key changes nothing in trial config c: a key its
+ * pipeline never reads (pipeline_decl.c), or a head budget key with
+ * budget.enabled false. */
 static int key_has_effect(const char *key, const bf_config *c) {
+    if (!pipeline_reads_key(c->pipeline, key)) return 0;
     if (strncmp(key, "budget.", 7) != 0) return 1;
-    if (strcmp(c->pipeline, "budgetformer") != 0) return 0;
     return strcmp(key, "budget.enabled") == 0 || c->budget.enabled;
 }
 
@@ -94,6 +97,25 @@ static int validate_trial(void *ud, const sweep_trial *t) {
                      ? " with budget.enabled false"
                      : "",
                  list);
+        bad = 1;
+    }
+    /* early stopping judges points written while the trial trains */
+    if (s->early_stop.method != SWEEP_STOP_NONE && s->early_stop.metric[0] &&
+        cfg_metric_produced(t->config, s->early_stop.metric, NULL, 0) &&
+        !cfg_metric_during_training(t->config, s->early_stop.metric, NULL, 0)) {
+        char list[1024];
+        cfg_metric_during_training(t->config, NULL, list, sizeof list);
+        size_t l = bad ? strlen(err) : 0;
+        snprintf(err + l, sizeof err - l,
+                 "%searly_stop.metric '%s' is written only when training ends (train.eval_every "
+                 "%d, train.steps %d), so early_stop %s can never judge it; metrics written "
+                 "during training: %s",
+                 bad ? "\n" : "", s->early_stop.metric, t->config->train.eval_every,
+                 t->config->train.steps,
+                 s->early_stop.method == SWEEP_STOP_ASHA     ? "asha"
+                 : s->early_stop.method == SWEEP_STOP_MEDIAN ? "median"
+                                                             : "threshold",
+                 list[0] ? list : "none");
         bad = 1;
     }
     if (!bad) return 0;
@@ -131,12 +153,18 @@ void sweep_check_trials(sweep_ctx *x) {
     for (int p = 0; v.effective && p < s->n_params; p++) {
         if (v.effective[p]) continue;
         char full[SWEEP_MSG_MAX + 600];
-        snprintf(full, sizeof full,
-                 "%s:%d:%d: %s is swept but changes nothing: %s; every value trains the same "
-                 "run (sweep it with pipeline budgetformer and budget.enabled: true, or drop it)",
-                 x->file, s->params[p].line, s->params[p].col, s->params[p].key,
-                 strcmp(s->base.pipeline, "budgetformer") != 0 ? "this pipeline has no head budget"
-                                                               : "budget.enabled is false");
+        const char *key = s->params[p].key;
+        if (!pipeline_reads_key(s->base.pipeline, key))
+            snprintf(full, sizeof full,
+                     "%s:%d:%d: %s is swept but changes nothing: pipeline %s never reads it%s; "
+                     "every value trains the same run (drop it)",
+                     x->file, s->params[p].line, s->params[p].col, key, s->base.pipeline,
+                     strncmp(key, "budget.", 7) == 0 ? " (this pipeline has no head budget)" : "");
+        else
+            snprintf(full, sizeof full,
+                     "%s:%d:%d: %s is swept but changes nothing: budget.enabled is false; every "
+                     "value trains the same run (sweep it with budget.enabled: true, or drop it)",
+                     x->file, s->params[p].line, s->params[p].col, key);
         sweep_errs_add(x->errs, full);
     }
     free(v.effective);

@@ -15,17 +15,6 @@
 
 #include "kernels/bk_rng.h"
 
-static void field_copy(bf_config *dst, const bf_config *src, const cfg_field *f) {
-    if (f->type == CFG_T_LAYERS) {
-        dst->distill.replace_auto = src->distill.replace_auto;
-        dst->distill.n_replace = src->distill.n_replace;
-        memcpy(dst->distill.replace_layers, src->distill.replace_layers,
-               sizeof dst->distill.replace_layers);
-        return;
-    }
-    memcpy((char *)dst + f->offset, (const char *)src + f->offset, f->size);
-}
-
 typedef struct trial_buf {
     bf_config cfg;
     char *params, *json, *dump;
@@ -129,7 +118,7 @@ static int build_trial(const sweep_spec *s, long long i, const double *x, trial_
             long long k = (long long)x[p];
             if (k < 0) k = 0;
             if (k >= sp->n_values) k = sp->n_values - 1;
-            field_copy(&tb->cfg, &sp->value_cfg[k], sp->field);
+            cfg_copy_key(&tb->cfg, &sp->value_cfg[k], sp->field, CFG_LEVEL_PARAM);
         } else if (x) {
             double v = x[p];
             if (sp->dist == SWEEP_DIST_INT_UNIFORM) v = floor(v + 0.5);
@@ -145,7 +134,7 @@ static int build_trial(const sweep_spec *s, long long i, const double *x, trial_
                 k = (long long)(u * (float)sp->n_values);
                 if (k >= sp->n_values) k = sp->n_values - 1;
             }
-            field_copy(&tb->cfg, &sp->value_cfg[k], sp->field);
+            cfg_copy_key(&tb->cfg, &sp->value_cfg[k], sp->field, CFG_LEVEL_PARAM);
         } else {
             double u = bk_rng_uniform_at(s->seed, (uint64_t)p, (uint64_t)i), v;
             if (sp->dist == SWEEP_DIST_LOG_UNIFORM) {

@@ -161,19 +161,16 @@ int sweep_get_int(sweep_ctx *x, yaml_node_t *n, const char *what, long long lo, 
 }
 
 int sweep_get_number(sweep_ctx *x, yaml_node_t *n, const char *what, double *out) {
+    char why[200];
     if (is_plain(n) && n->data.scalar.length) {
-        char *end;
-        const char *s = sval(n);
-        const char *p = s + (s[0] == '-' || s[0] == '+');
-        if (isdigit((unsigned char)*p) || (*p == '.' && isdigit((unsigned char)p[1]))) {
-            double v = strtod(s, &end);
-            if (*end == '\0' && isfinite(v)) {
-                *out = v;
-                return 0;
-            }
-        }
+        if (cfg_parse_number(sval(n), out, why, sizeof why) == 0) return 0;
+        sweep_err_at(x, n, "%s: %s", what, why);
+        return -1;
     }
-    sweep_err_at(x, n, "%s: expected a number, got %s", what, sweep_kind_name(n));
+    if (n->type == YAML_SCALAR_NODE)
+        sweep_err_at(x, n, "%s: expected a number, got '%.60s'", what, sval(n));
+    else
+        sweep_err_at(x, n, "%s: expected a number, got %s", what, sweep_kind_name(n));
     return -1;
 }
 

@@ -220,7 +220,7 @@ Test(cfg, error_wrong_type) {
     ASSERT_ERR("model: {layers: four}\n", "1:17", "model.layers: expected an integer, got 'four'");
     ASSERT_ERR("model.layers: 4.5\n", "1:15", "expected an integer");
     ASSERT_ERR("train.lr: [1]\n", "1:11", "train.lr: expected a number, got a list");
-    ASSERT_ERR("train.lr: .nan\n", "1:11", "expected a number");
+    ASSERT_ERR("train.lr: .nan\n", "1:11", "train.lr: '.nan' is NaN (not a number)");
     ASSERT_ERR("budget.enabled: yes\n", "1:17", "expected true or false, got 'yes'");
     ASSERT_ERR("budget.range: 0.3\n", "1:15", "expected a pair of numbers [a, b], got '0.3'");
     ASSERT_ERR("budget.range: [0.1, x]\n", "1:21", "expected a number for the second element");
@@ -321,11 +321,11 @@ Test(cfg, validate_refuses_data_keys_the_pipeline_ignores) {
         const char *pipeline, *key, *value, *needle;
     } cases[] = {
         {"lm", "data.set", "wordnet", "data.set 'wordnet' is not a text corpus"},
-        {"lm", "data.train", "a.tsv", "data.train is a TSV split for pipeline budgetformer"},
-        {"lm", "data.test", "a.tsv", "data.test is a TSV split"},
+        {"lm", "data.train", "a.tsv", "data.train is not read by pipeline lm"},
+        {"lm", "data.test", "a.tsv", "data.test is not read by pipeline lm"},
         {"lm", "data.val_fraction", "0", "data.val_fraction is 0"},
         {"budgetformer", "data.set", "kjv", "data.set 'kjv' is not a text classification set"},
-        {"budgetformer", "data.path", "a.txt", "data.path is the lm corpus"},
+        {"budgetformer", "data.path", "a.txt", "data.path is not read by pipeline budgetformer"},
         {"budgetformer", "data.val", "v.tsv", "data.val is given without data.train"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

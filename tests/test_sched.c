@@ -192,8 +192,9 @@ Test(sched, decisions_are_durable_once_and_resume) {
     store *s = NULL;
     const char *path = tmpdir_path(tmpdir, "d.db");
     cr_assert_eq(store_open(path, &s, err, sizeof err), 0, "%s", err);
-    const char *text = "train: {steps: 300}\nsweep:\n  parameters:\n    train.seed: {values: [1, "
-                       "2]}\nearly_stop: {method: asha, min_steps: 20}\n";
+    const char *text =
+        "train: {steps: 300, eval_every: 10}\nsweep:\n  parameters:\n    train.seed: {values: [1, "
+        "2]}\nearly_stop: {method: asha, min_steps: 20}\n";
     sweep_spec *sp = NULL;
     sweep_errors e = load_errs(text, &sp);
     cr_assert_eq(e.total, 0);

@@ -31,15 +31,13 @@ static store *open_store(void) {
     return s;
 }
 
-/* Submits text as an s2s job. (The sweep is loaded as a vit config, which
- * validates today, then made s2s: what the store does with it is the same.) */
+/* Submits text as an s2s job. */
 static int64_t submit_s2s(store *s, const char *text) {
     sweep_spec *sp = NULL;
     sweep_errors e = {0};
     cr_assert_eq(sweep_load_string(text, strlen(text), "t.yaml", &sp, &e), 0, "%s",
                  e.n ? e.msgs[0] : "?");
     sweep_errors_free(&e);
-    snprintf(sp->base.pipeline, sizeof sp->base.pipeline, "s2s");
     int64_t job = 0;
     char err[512];
     cr_assert_eq(store_submit(s, sp, text, &job, err, sizeof err), 0, "%s", err);
@@ -48,12 +46,12 @@ static int64_t submit_s2s(store *s, const char *text) {
 }
 
 /* 3 retentions x 2 mixers: 1 teacher, 3 avit, 3 profile, 6 of each student stage */
-static const char *GRID = "name: g\npipeline: vit\n"
+static const char *GRID = "name: g\npipeline: s2s\n"
                           "base: {data: {set: fashion_mnist}, train: {steps: 10}}\n"
                           "sweep:\n  parameters:\n"
                           "    avit.retention: {values: [0.7, 0.5, 0.3]}\n"
                           "    distill.mixer: {values: [bimamba, bilstm]}\n"
-                          "metric: {name: val/acc, goal: max}\nretries: %d\n";
+                          "metric: {name: eval/student/test/acc, goal: max}\nretries: %d\n";
 
 static int64_t submit_grid(store *s, int retries) {
     char text[1024];
@@ -167,13 +165,13 @@ Test(store_stages, plan_at_submit_and_what_a_grid_shares) {
  * teacher, three A-ViT fine-tunes (three profiles) and 18 students. */
 Test(store_stages, the_paper_sweep_needs_one_teacher_three_avit_18_students) {
     store *s = open_store();
-    int64_t job = submit_s2s(s, "name: p\npipeline: vit\nbase: {train: {steps: 10}}\n"
+    int64_t job = submit_s2s(s, "name: p\npipeline: s2s\nbase: {train: {steps: 10}}\n"
                                 "sweep:\n  parameters:\n"
                                 "    avit.retention: {values: [0.7, 0.5, 0.3]}\n"
                                 "    distill.replace_layers: {values: [[1, 2, 3], [0, 1, 2], "
                                 "auto:3]}\n"
                                 "    distill.mixer: {values: [bimamba, bilstm]}\n"
-                                "metric: {name: val/acc, goal: max}\n");
+                                "metric: {name: eval/student/test/acc, goal: max}\n");
     store_stage_counts c;
     char err[512];
     cr_assert_eq(store_job_stage_counts(s, job, &c, err, sizeof err), 0, "%s", err);
@@ -371,8 +369,8 @@ Test(store_stages, survives_a_reopen) {
 
 Test(store_stages, a_later_job_reuses_every_stage_and_gets_the_eval_metric) {
     store *s = open_store();
-    const char *one = "name: one\npipeline: vit\nbase: {train: {steps: 10}}\n"
-                      "metric: {name: val/acc, goal: max}\n";
+    const char *one = "name: one\npipeline: s2s\nbase: {train: {steps: 10}}\n"
+                      "metric: {name: eval/student/test/acc, goal: max}\n";
     int64_t j1 = submit_s2s(s, one);
     int64_t t1 = trial_at(s, j1, 0);
     char err[512];

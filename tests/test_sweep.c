@@ -182,7 +182,7 @@ Test(sweep, grid_order_contents_and_resolved_configs) {
 }
 
 Test(sweep, random_reproducible_and_in_bounds) {
-    const char *text = "pipeline: lm\nsweep:\n  method: random\n  trials: 400\n  seed: 7\n"
+    const char *text = "pipeline: vit\nsweep:\n  method: random\n  trials: 400\n  seed: 7\n"
                        "  parameters:\n"
                        "    train.lr: {min: 1.0e-4, max: 1.0e-2, distribution: log_uniform}\n"
                        "    model.layers: {min: 2, max: 5}\n"
@@ -373,7 +373,7 @@ Test(sweep, validate_agrees_with_the_worker) {
     ASSERT_SWEEP_ERR("pipeline: lm\ndata.set: wordnet\n", "2:1",
                      "data.set 'wordnet' is not a text corpus");
     ASSERT_SWEEP_ERR("pipeline: budgetformer\ndata: {path: a.txt}\n", "2:8",
-                     "data.path is the lm corpus");
+                     "data.path is not read by pipeline budgetformer");
     ASSERT_SWEEP_ERR("model.vocab: 8\n", "1:14", "valid range is [16, 1000000]");
     ASSERT_SWEEP_ERR("pipeline: lm\nmetric: {name: val/acc, goal: max}\n", "2:16",
                      "metric.name 'val/acc' is never written by pipeline lm; it writes: ");
@@ -382,7 +382,8 @@ Test(sweep, validate_agrees_with_the_worker) {
                      "3:16", "with budget.enabled false");
     ASSERT_SWEEP_ERR("pipeline: lm\nsweep:\n  parameters:\n"
                      "    budget.range: {values: [[0.1, 0.3], [0.3, 0.6]]}\n",
-                     "4:5", "budget.range is swept but changes nothing: this pipeline has no head");
+                     "4:5",
+                     "budget.range is swept but changes nothing: pipeline lm never reads it");
     ASSERT_SWEEP_ERR("budget.enabled: false\nsweep:\n  parameters:\n"
                      "    budget.range: {values: [[0.1, 0.3], [0.3, 0.6]]}\n",
                      "4:5", "changes nothing: budget.enabled is false");
