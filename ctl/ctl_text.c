@@ -11,6 +11,8 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "common/cfg.h"
+
 int ctl_read_text(const char *path, char **out, size_t *len, char *err, size_t errlen) {
     *out = NULL;
     int is_stdin = !strcmp(path, "-");
@@ -77,11 +79,35 @@ static yaml_node_pair_t *find_pair(yaml_document_t *doc, yaml_node_t *map, const
     return NULL;
 }
 
+/* Removes from mapping map the pairs whose keys (prefix + key) are in the
+ * key group `group` (cfg_key_group), but `keep`: a --set of one data
+ * source replaces the file's whole data-source group (docs/sweeps.md). */
+static void drop_group(yaml_document_t *doc, yaml_node_t *map, const char *prefix, size_t plen,
+                       int group, const char *keep) {
+    yaml_node_pair_t *w = map->data.mapping.pairs.start;
+    for (yaml_node_pair_t *p = w; p < map->data.mapping.pairs.top; p++) {
+        yaml_node_t *k = yaml_document_get_node(doc, p->key);
+        char name[256];
+        int drop = 0;
+        if (k && k->type == YAML_SCALAR_NODE && plen + k->data.scalar.length + 1 < sizeof name) {
+            memcpy(name, prefix, plen);
+            memcpy(name + plen, k->data.scalar.value, k->data.scalar.length);
+            name[plen + k->data.scalar.length] = '\0';
+            drop = strcmp(name, keep) != 0 && cfg_key_group(name) == group;
+        }
+        if (!drop) *w++ = *p;
+    }
+    map->data.mapping.pairs.top = w;
+}
+
 /* Sets KEY=VALUE (one --set) in doc's root mapping: KEY's dotted parts are
  * nested mappings (made when missing; a part that holds a scalar or a list
  * is refused), VALUE is read as YAML (a number, a word, [a, b], {k: v}). The
- * file's own value of KEY, if any, is replaced. */
-static int set_one(yaml_document_t *doc, const char *set, char *err, size_t errlen) {
+ * file's own value of KEY, if any, is replaced; the first --set of a key
+ * group (the data sources) drops the file's other keys of that group
+ * (*dropped: the groups done). */
+static int set_one(yaml_document_t *doc, const char *set, unsigned *dropped, char *err,
+                   size_t errlen) {
     const char *eq = strchr(set, '=');
     if (!eq || eq == set)
         return bf_fail(err, errlen, "--set '%s': expected KEY=VALUE (e.g. train.lr=0.001)", set);
@@ -118,6 +144,15 @@ static int set_one(yaml_document_t *doc, const char *set, char *err, size_t errl
             break;
         }
         yaml_node_t *m = yaml_document_get_node(doc, map);
+        if (!dot) {
+            char full[256];
+            snprintf(full, sizeof full, "%.*s", (int)(eq - set), set);
+            int group = cfg_key_group(full);
+            if (group > 0 && group < 32 && !(*dropped & 1u << group)) {
+                drop_group(doc, m, set, (size_t)(part - set), group, full);
+                *dropped |= 1u << group; /* the later --sets of the group add to it */
+            }
+        }
         yaml_node_pair_t *pr = find_pair(doc, m, part, klen);
         if (!dot) {
             if (pr) {
@@ -193,8 +228,9 @@ int ctl_apply_sets(const char *text, size_t len, const char *file, char *const *
         yaml_document_delete(&doc);
         return bf_fail(err, errlen, "%s: --set needs a sweep that is a mapping", file);
     }
+    unsigned dropped = 0;
     for (int i = 0; i < n; i++)
-        if (set_one(&doc, sets[i], err, errlen)) {
+        if (set_one(&doc, sets[i], &dropped, err, errlen)) {
             yaml_document_delete(&doc);
             return -1;
         }

@@ -68,8 +68,14 @@ Test(bfctl_set, set_overrides_the_base_and_leaves_the_sweep_alone) {
              "metric: {name: train/loss, goal: min}\n",
              g_dir, g_dir);
     it_write_text(p, text, 0644);
-    snprintf(args, sizeof args, "submit %s --set train.steps=5 --set data.val=%s/train.tsv --wait",
-             p, g_dir);
+    /* data sources are one group: a --set of one replaces the file's others
+     * (data.train is gone unless given again) */
+    snprintf(args, sizeof args, "submit %s --set data.val=%s/train.tsv", p, g_dir);
+    cr_assert_neq(it_bfctl(g_dir, out, sizeof out, args), 0, "data.train dropped: %s", out);
+    snprintf(args, sizeof args,
+             "submit %s --set train.steps=5 --set data.train=%s/train.tsv "
+             "--set data.val=%s/train.tsv --wait",
+             p, g_dir, g_dir);
     cr_assert_eq(it_bfctl(g_dir, out, sizeof out, args), 0, "%s", out);
     cr_assert(config_has(3, "train.steps: 5\n"));
     char want[600];
