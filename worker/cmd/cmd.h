@@ -64,6 +64,11 @@ int cmd_listed(const char *const *list, const char *o);
  * to stdout and exits 0. */
 int cmd_wants_help(int argc, char **argv);
 
+/* What every command that takes one argument does first: --help prints the
+ * usage (CMD_OK); a missing argument (`what`: "CONFIG.yaml", ...) is said
+ * with the usage (CMD_USAGE); -1: go on. */
+int cmd_preamble(int argc, char **argv, const char *what);
+
 /* The value of option `name` in argv[from..]; when it is given more than
  * once the last one counts, as with --set. NULL when absent. */
 const char *cmd_opt_value(int argc, char **argv, int from, const char *name);

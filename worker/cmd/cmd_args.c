@@ -117,3 +117,15 @@ int cmd_check_options(int argc, char **argv, int from, const char *const *with_v
     }
     return 0;
 }
+
+int cmd_preamble(int argc, char **argv, const char *what) {
+    if (cmd_wants_help(argc, argv)) {
+        fputs(cmd_usage, stdout);
+        return CMD_OK;
+    }
+    if (argc < 3 || argv[2][0] == '-') {
+        fprintf(stderr, "bfworker %s: missing %s\n%s", argv[1], what, cmd_usage);
+        return CMD_USAGE;
+    }
+    return -1;
+}

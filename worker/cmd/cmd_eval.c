@@ -12,14 +12,8 @@ const char *const cmd_eval_vals[] = {"--set", "--split", "--samples", NULL};
 const char *const cmd_eval_flags[] = {NULL};
 
 int cmd_eval(int argc, char **argv) {
-    if (cmd_wants_help(argc, argv)) {
-        fputs(cmd_usage, stdout);
-        return CMD_OK;
-    }
-    if (argc < 3 || argv[2][0] == '-') {
-        fprintf(stderr, "bfworker eval: missing CHECKPOINT\n%s", cmd_usage);
-        return CMD_USAGE;
-    }
+    int start = cmd_preamble(argc, argv, "CHECKPOINT");
+    if (start >= 0) return start;
     if (cmd_check_options(argc, argv, 3, cmd_eval_vals, cmd_eval_flags)) return CMD_USAGE;
     const char *split = cmd_opt_value(argc, argv, 3, "--split");
     if (split && strcmp(split, "val") && strcmp(split, "test")) {

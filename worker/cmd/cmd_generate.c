@@ -53,14 +53,8 @@ const char *const cmd_generate_vals[] = {
 const char *const cmd_generate_flags[] = {NULL};
 
 int cmd_generate(int argc, char **argv) {
-    if (cmd_wants_help(argc, argv)) {
-        fputs(cmd_usage, stdout);
-        return CMD_OK;
-    }
-    if (argc < 3 || argv[2][0] == '-') {
-        fprintf(stderr, "bfworker generate: missing CHECKPOINT\n%s", cmd_usage);
-        return CMD_USAGE;
-    }
+    int start = cmd_preamble(argc, argv, "CHECKPOINT");
+    if (start >= 0) return start;
     if (cmd_check_options(argc, argv, 3, cmd_generate_vals, cmd_generate_flags)) return CMD_USAGE;
     const char *prompt = cmd_opt_value(argc, argv, 3, "--prompt");
     if (!prompt) {

@@ -11,14 +11,8 @@ const char *const cmd_params_vals[] = {"--set", NULL};
 const char *const cmd_params_flags[] = {NULL};
 
 int cmd_params(int argc, char **argv) {
-    if (cmd_wants_help(argc, argv)) {
-        fputs(cmd_usage, stdout);
-        return CMD_OK;
-    }
-    if (argc < 3 || argv[2][0] == '-') {
-        fprintf(stderr, "bfworker params: missing CONFIG.yaml\n%s", cmd_usage);
-        return CMD_USAGE;
-    }
+    int start = cmd_preamble(argc, argv, "CONFIG.yaml");
+    if (start >= 0) return start;
     if (cmd_check_options(argc, argv, 3, cmd_params_vals, cmd_params_flags)) return CMD_USAGE;
     char err[2048];
     bf_config c;

@@ -16,14 +16,8 @@ const char *const cmd_profile_flags[] = {"--json", NULL};
 /* bfworker profile RUN: the attention sparsity profile (pipelines/profile.h)
  * on a calibration batch, printed and written to RUN/profile.json. */
 int cmd_profile(int argc, char **argv) {
-    if (cmd_wants_help(argc, argv)) {
-        fputs(cmd_usage, stdout);
-        return CMD_OK;
-    }
-    if (argc < 3 || argv[2][0] == '-') {
-        fprintf(stderr, "bfworker profile: missing RUN\n%s", cmd_usage);
-        return CMD_USAGE;
-    }
+    int start = cmd_preamble(argc, argv, "RUN");
+    if (start >= 0) return start;
     if (cmd_check_options(argc, argv, 3, cmd_profile_vals, cmd_profile_flags)) return CMD_USAGE;
     const char *ns = cmd_opt_value(argc, argv, 3, "--samples");
     char *end = NULL;

@@ -77,14 +77,8 @@ const char *const cmd_train_vals[] = {"--set",   "--out",        "--comm-timeout
 const char *const cmd_train_flags[] = {"--resume", "--force", "--quiet", NULL};
 
 static int train_ranks(int argc, char **argv, comm_t *comm) {
-    if (cmd_wants_help(argc, argv)) {
-        fputs(cmd_usage, stdout);
-        return CMD_OK;
-    }
-    if (argc < 3 || argv[2][0] == '-') {
-        fprintf(stderr, "bfworker train: missing CONFIG.yaml\n%s", cmd_usage);
-        return CMD_USAGE;
-    }
+    int start = cmd_preamble(argc, argv, "CONFIG.yaml");
+    if (start >= 0) return start;
     /* --resume DIR: take DIR out of the options before checking them */
     const char *resume_dir = NULL;
     char **args = malloc((size_t)argc * sizeof *args);
