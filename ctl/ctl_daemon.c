@@ -618,14 +618,19 @@ int bfctl_ls(int argc, char **argv) {
     if (json) {
         print_json(jobs);
     } else {
-        printf("%-5s %-24s %-13s %6s  %s\n", "JOB", "NAME", "PIPELINE", "TRIALS", "STATES");
+        printf("%-5s %-24s %-13s %6s %6s  %s\n", "JOB", "NAME", "PIPELINE", "TRIALS", "FAILED",
+               "STATES");
         size_t i;
         json_t *j;
         json_array_foreach(jobs, i, j) {
             char st[256];
             states_text(json_object_get(j, "states"), st, sizeof st);
-            printf("%-5lld %-24s %-13s %6lld  %s\n", jint(j, "id"), jstr(j, "name"),
-                   jstr(j, "pipeline"), jint(j, "n_trials"), st);
+            /* FAILED: trials that failed for good ("-" when none), so a job
+             * with failures stands out; `show JOB` lists them */
+            char nf[24] = "-";
+            if (jint(j, "failed") > 0) snprintf(nf, sizeof nf, "%lld!", jint(j, "failed"));
+            printf("%-5lld %-24s %-13s %6lld %6s  %s\n", jint(j, "id"), jstr(j, "name"),
+                   jstr(j, "pipeline"), jint(j, "n_trials"), nf, st);
         }
     }
     json_decref(r);
@@ -689,12 +694,37 @@ static void print_trial_stages(json_t *r) {
     printf("(* run by another trial and shared)\n");
 }
 
+/* Why a FAILED trial failed: its last failed attempt's end and the last
+ * lines of its log (both from bfd's `trial` reply). */
+static void print_failure(json_t *r, long long trial) {
+    json_t *f = json_object_get(r, "failure");
+    if (!f) return;
+    if (jint(f, "attempt") > 0)
+        printf("failed: attempt %lld: %s\n", jint(f, "attempt"), jstr(f, "message"));
+    else
+        printf("failed: no failed attempt recorded (failed before it started)\n");
+    const char *tail = json_string_value(json_object_get(f, "log_tail"));
+    if (!tail) {
+        printf("log: none written\n");
+    } else if (*tail) {
+        printf("last lines of the log (all: bfctl logs t%lld):\n", trial);
+        for (const char *p = tail; *p;) {
+            const char *e = strchr(p, '\n');
+            int n = e ? (int)(e - p) : (int)strlen(p);
+            printf("  | %.*s\n", n, p);
+            p += n + (e ? 1 : 0);
+        }
+    }
+}
+
 int bfctl_show(int argc, char **argv) {
     if (help_wanted(argc, argv, "show JOB|tTRIAL [--json] [--rungs]",
                     "a job with its trials (state, attempts, latest and best metric, the reason "
                     "of an early stop or of a wait for a shared stage; for s2s how many stages "
                     "were shared), or one trial with its config (for s2s its stages: name, key, "
-                    "state, the trial that ran it, folder); JOB --rungs: the job's "
+                    "state, the trial that ran it, folder; of a FAILED trial why: the failed "
+                    "attempt's exit status and reason and the last lines of its log); JOB --rungs: "
+                    "the job's "
                     "early-stopping decisions (per ASHA rung: trials, values, cutoff)"))
         return 0;
     long long job, trial;
@@ -739,6 +769,7 @@ int bfctl_show(int argc, char **argv) {
                jint(r, "job"), jint(r, "index"), jstr(r, "state"), jint(r, "attempts"),
                jint(r, "attempts") == 1 ? "" : "s", jstr(r, "hash"), jstr(r, "log"));
         if (*jstr(r, "reason")) printf("early stop: %s\n", jstr(r, "reason"));
+        print_failure(r, trial);
         print_trial_stages(r);
         printf("config:\n%s", jstr(r, "config"));
     }

@@ -7,17 +7,21 @@
 #include <cairo.h>
 #include <fontconfig/fontconfig.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "ctl/bfctl.h"
 #include "ctl/ctl_client.h"
 
 #define PLOT_MAX_METRICS 8
 #define PLOT_PAGE 10000
+#define PLOT_MAX_NAMES 256      /* metric names remembered to list */
 #define PLOT_MAX_POINTS 2000000 /* per series; more is refused, not drawn */
 
 static const char usage_text[] =
@@ -40,8 +44,24 @@ typedef struct plot {
     int x_time;
     series *s[PLOT_MAX_METRICS]; /* per metric: one series per trial */
     size_t n_trials;
-    double t0; /* earliest point time (x = time - t0) */
+    double t0;                   /* earliest point time (x = time - t0) */
+    char *names[PLOT_MAX_NAMES]; /* every metric name the trials wrote (owned) */
+    int n_names;
 } plot;
+
+/* Remembers a metric name the job's trials wrote, once. */
+static void saw_name(plot *p, const char *name) {
+    for (int i = 0; i < p->n_names; i++)
+        if (!strcmp(p->names[i], name)) return;
+    if (p->n_names < PLOT_MAX_NAMES) {
+        char *d = strdup(name);
+        if (d) p->names[p->n_names++] = d;
+    }
+}
+
+static int cmp_names(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 /* A palette of well separated hues (the first ten), then evenly spaced
  * hues for more trials. */
@@ -126,6 +146,9 @@ static int load_trial(ctl_conn *c, plot *p, size_t ti, long long trial) {
         json_t *pt;
         json_array_foreach(json_object_get(m, "points"), i, pt) {
             json_t *vals = json_object_get(pt, "values");
+            const char *key;
+            json_t *kv;
+            json_object_foreach(vals, key, kv) saw_name(p, key);
             double t = json_number_value(json_object_get(pt, "time"));
             double x = p->x_time ? t : (double)json_integer_value(json_object_get(pt, "step"));
             for (int k = 0; k < p->n_metrics; k++) {
@@ -365,16 +388,22 @@ static int render(const plot *p, const char *path, int svg, int w, int h) {
     for (int k = 0; k < p->n_metrics; k++) draw_panel(cr, p, k, 0, ph * k, pw, ph, xlo, xhi);
     draw_legend(cr, p, pw + 4, 40, lw - 8);
     cairo_destroy(cr);
-    int rc = 0;
+    /* the status of the write itself (write_to_png returns it and leaves the
+     * surface's own status SUCCESS); a write error is the errno of the
+     * failed open or write, which cairo does not keep */
+    errno = 0;
+    cairo_status_t st;
     if (svg) {
         cairo_surface_finish(sf);
-    } else if (cairo_surface_write_to_png(sf, path) != CAIRO_STATUS_SUCCESS) {
-        rc = 1;
+        st = cairo_surface_status(sf);
+    } else {
+        st = cairo_surface_write_to_png(sf, path);
     }
-    if (cairo_surface_status(sf) != CAIRO_STATUS_SUCCESS) rc = 1;
+    int rc = st != CAIRO_STATUS_SUCCESS;
     if (rc)
         fprintf(stderr, "bfctl plot: writing %s failed: %s\n", path,
-                cairo_status_to_string(cairo_surface_status(sf)));
+                st == CAIRO_STATUS_WRITE_ERROR && errno ? strerror(errno)
+                                                        : cairo_status_to_string(st));
     cairo_surface_destroy(sf);
     /* cairo's font caches and fontconfig's configuration live until reset:
      * freed here, so leak checkers see only what is really lost */
@@ -403,7 +432,9 @@ int bfctl_plot(int argc, char **argv) {
                    "thicker with its best point ringed; one panel per --metric (default: the "
                    "job's metric); x is the step or the seconds since the first point; -o "
                    "names a .png or .svg (default NAME-JOB.png), --size its pixels (default "
-                   "1000x600 per panel); prints the file's path\n",
+                   "1000 wide, 600 tall for one panel and 480 more per further panel); a "
+                   "metric a finished job never wrote is an error listing those it has; "
+                   "prints the file's path\n",
                    usage_text);
             return 0;
         }
@@ -517,8 +548,45 @@ int bfctl_plot(int argc, char **argv) {
             snprintf(def, sizeof def, "%s-%lld.png", safe, job);
         out = def;
     }
+    /* a metric none of the trials wrote, on a job that writes no more: an
+     * error naming the metrics it has (not a blank plot); '' never exists */
+    json_t *states = json_object_get(jr, "states");
+    int finished = !json_object_get(states, "PENDING") && !json_object_get(states, "RUNNING") &&
+                   json_integer_value(json_object_get(jr, "to_propose")) <= 0;
+    for (int k = 0; k < p.n_metrics; k++) {
+        size_t pts = 0;
+        for (size_t j = 0; j < p.n_trials; j++) pts += p.s[k][j].n;
+        if (pts || (!finished && p.metrics[k][0])) continue;
+        qsort(p.names, (size_t)p.n_names, sizeof *p.names, cmp_names);
+        fprintf(stderr, "bfctl plot: %s %lld has no metric '%s'; ", trial ? "trial" : "job",
+                trial ? trial : job, p.metrics[k]);
+        if (p.n_names == 0) {
+            fprintf(stderr, "it has no metric points at all\n");
+        } else {
+            fprintf(stderr, "it has:");
+            for (int n = 0; n < p.n_names; n++) fprintf(stderr, " %s", p.names[n]);
+            fprintf(stderr, "\n");
+        }
+        goto out;
+    }
+    /* the file must be writable before anything is drawn: the reason is
+     * the errno of that open (a missing folder, a folder, no permission) */
+    struct stat sb;
+    int existed = stat(out, &sb) == 0;
+    int fd = open(out, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        fprintf(stderr, "bfctl plot: cannot write %s: %s\n", out, strerror(errno));
+        goto out;
+    }
+    int regular = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode);
+    close(fd);
+    if (!regular) {
+        fprintf(stderr, "bfctl plot: cannot write %s: not a regular file\n", out);
+        goto out;
+    }
     if (!w) w = 1000, h = 600 * p.n_metrics - 120 * (p.n_metrics - 1);
     rc = render(&p, out, svg, w, h);
+    if (rc && !existed) unlink(out); /* nothing half-written left behind */
     if (!rc) printf("%s\n", out);
 out:
     for (int k = 0; k < p.n_metrics; k++) {
@@ -528,6 +596,7 @@ out:
         }
         free(p.s[k]);
     }
+    for (int n = 0; n < p.n_names; n++) free(p.names[n]);
     json_decref(jr);
     json_decref(br);
     ctl_close(&c);

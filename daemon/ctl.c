@@ -31,7 +31,10 @@ json_t *job_json(store *st, const store_job *j, char *err, size_t errlen) {
                   j->submitted, "priority", j->priority, "retries", j->retries, "ranks", j->ranks,
                   "gpus_per_rank", j->gpus_per_rank, "n_trials", (json_int_t)j->n_trials, "metric",
                   j->metric, "goal", j->goal, "states", states);
-    if (!o) bf_fail(err, errlen, "json_pack(job): out of memory or invalid text");
+    if (!o) return bf_fail(err, errlen, "json_pack(job): out of memory or invalid text"), NULL;
+    /* how many of its trials failed for good (what `ls` marks) */
+    json_t *f = json_object_get(states, "FAILED");
+    json_object_set_new(o, "failed", json_integer(f ? json_integer_value(f) : 0));
     return o;
 }
 

@@ -63,6 +63,9 @@ void ctl_export(bfd *d, void *s, proto_msg *m);
 
 /* ctl_logs.c: a chunk of a trial's log file. */
 void ctl_logs(bfd *d, void *s, proto_msg *m);
+/* The last `lines` lines of the trial's log (at most its last 8 KiB), valid
+ * UTF-8, as a new JSON string; NULL when there is no log file. */
+json_t *log_tail_json(bfd *d, long long id, int lines);
 
 /* ctl_status.c: the daemon's state; sync, a marker through the PUB socket. */
 void ctl_status(bfd *d, void *s, proto_msg *m);

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#define FAIL_LOG_LINES 15 /* of a failed trial's log, in `trial` */
+
 static json_t *trial_summary(const store_trial *t) {
     json_error_t je;
     json_t *params = t->params_json ? json_loads(t->params_json, 0, &je) : NULL;
@@ -167,6 +169,20 @@ void ctl_trial(bfd *d, void *s, proto_msg *m) {
                   store_state_name(t.state), "attempts", t.attempts, "hash", t.hash, "params",
                   params ? params : json_object(), "config", t.config ? t.config : "", "log", logp);
     if (t.stop_reason) json_object_set_new(b, "reason", json_string(t.stop_reason));
+    /* why a failed trial failed: its last failed attempt's end (exit status
+     * or signal, the worker's reason) and the last lines of its log */
+    if (t.state == TRIAL_FAILED) {
+        char err[1024], msg[1024];
+        int att = 0;
+        if (store_trial_last_failure(d->st, t.id, &att, msg, sizeof msg, err, sizeof err))
+            bfd_log("trial %lld: %s", id, err);
+        json_t *f = json_object();
+        json_object_set_new(f, "attempt", json_integer(att));
+        json_object_set_new(f, "message", json_string(msg));
+        json_t *tail = log_tail_json(d, id, FAIL_LOG_LINES);
+        json_object_set_new(f, "log_tail", tail ? tail : json_null());
+        json_object_set_new(b, "failure", f);
+    }
     char waiting[256];
     json_t *stages = trial_stages_json(d, t.id, t.state, waiting, sizeof waiting);
     if (stages) json_object_set_new(b, "stages", stages);

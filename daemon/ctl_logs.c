@@ -1,7 +1,8 @@
 /* ctl_logs.c — the logs request: a chunk (at most LOG_CHUNK bytes) of a
  * trial's log file from an offset, made valid UTF-8 for JSON. It reads
  * only $BF_HOME/logs/TRIAL.log of a trial the store knows, never a path
- * from the request. */
+ * from the request. log_tail_json gives the last lines of that file (what
+ * `show tTRIAL` prints of a failed trial). */
 #include "daemon/ctl.h"
 
 #include <fcntl.h>
@@ -10,6 +11,24 @@
 #include <unistd.h>
 
 #define LOG_CHUNK 65536
+#define LOG_TAIL_MAX 8192 /* bytes read for log_tail_json */
+
+/* Keeps valid UTF-8 (JSON strings must be): replaces other bytes, and NUL,
+ * by '?'. */
+static void utf8_fix(char *buf, long long got) {
+    for (long long i = 0; i < got;) {
+        unsigned char c = (unsigned char)buf[i];
+        int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        int ok = len > 0 && i + len <= got;
+        for (int k = 1; ok && k < len; k++) ok = ((unsigned char)buf[i + k] >> 6) == 2;
+        if (ok && c == 0) ok = 0;
+        if (!ok) {
+            buf[i++] = '?';
+            continue;
+        }
+        i += len;
+    }
+}
 
 void ctl_logs(bfd *d, void *s, proto_msg *m) {
     char ferr[512];
@@ -33,19 +52,7 @@ void ctl_logs(bfd *d, void *s, proto_msg *m) {
         }
         close(fd);
     }
-    /* keep valid UTF-8 (JSON strings must be): replace other bytes by '?' */
-    for (long long i = 0; i < got;) {
-        unsigned char c = (unsigned char)buf[i];
-        int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        int ok = len > 0 && i + len <= got;
-        for (int k = 1; ok && k < len; k++) ok = ((unsigned char)buf[i + k] >> 6) == 2;
-        if (ok && c == 0) ok = 0;
-        if (!ok) {
-            buf[i++] = '?';
-            continue;
-        }
-        i += len;
-    }
+    utf8_fix(buf, got);
     json_t *data = json_stringn(buf, (size_t)got);
     if (!data) data = json_string("");
     json_t *b = json_pack("{s:I, s:s, s:I, s:I, s:I, s:o}", "trial", (json_int_t)id, "path", path,
@@ -53,4 +60,28 @@ void ctl_logs(bfd *d, void *s, proto_msg *m) {
                           (json_int_t)size, "data", data);
     reply(d, s, m, "logs", b);
     json_decref(b);
+}
+
+json_t *log_tail_json(bfd *d, long long id, int lines) {
+    char path[1300];
+    snprintf(path, sizeof path, "%s/logs/%lld.log", d->o->home, id);
+    static char buf[LOG_TAIL_MAX + 1];
+    long long got = 0;
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    if (fd < 0) return NULL;
+    struct stat sb;
+    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        off_t from = sb.st_size > LOG_TAIL_MAX ? sb.st_size - LOG_TAIL_MAX : 0;
+        ssize_t r = pread(fd, buf, LOG_TAIL_MAX, from);
+        if (r > 0) got = r;
+    }
+    close(fd);
+    while (got > 0 && buf[got - 1] == '\n') got--; /* the last line's end */
+    long long start = got;
+    for (int n = 0; start > 0; start--)
+        if (buf[start - 1] == '\n' && ++n == lines) break;
+    /* a cut UTF-8 sequence at the start becomes '?' */
+    utf8_fix(buf + start, got - start);
+    json_t *t = json_stringn(buf + start, (size_t)(got - start));
+    return t ? t : json_string("");
 }

@@ -169,6 +169,11 @@ int store_job_state_counts(store *s, int64_t job_id, long long counts[TRIAL_N_ST
                            size_t errlen);
 /* Job of a trial: 0 found, 1 no such trial, -1 error. */
 int store_trial_job(store *s, int64_t trial_id, int64_t *job_id, char *err, size_t errlen);
+/* The trial's last attempt that ended FAILED: its number in *attempt (0
+ * when none failed) and its message (the exit status or signal, and the
+ * worker's own reason when it gave one). */
+int store_trial_last_failure(store *s, int64_t trial_id, int *attempt, char *message, size_t mlen,
+                             char *err, size_t errlen);
 /* Highest stored metric seq of a trial (0 when none): where a worker's
  * resend is acknowledged from. */
 int store_max_seq(store *s, int64_t trial_id, int64_t *out, char *err, size_t errlen);

@@ -424,6 +424,28 @@ int store_trial_job(store *s, int64_t trial_id, int64_t *job_id, char *err, size
     return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? 1 : -1;
 }
 
+int store_trial_last_failure(store *s, int64_t trial_id, int *attempt, char *message, size_t mlen,
+                             char *err, size_t errlen) {
+    *attempt = 0;
+    if (mlen) message[0] = '\0';
+    sqlite3_stmt *st;
+    if (store_prepare(s,
+                      "SELECT n, message FROM attempts WHERE trial = ?1 AND outcome = 'FAILED'"
+                      " ORDER BY n DESC LIMIT 1",
+                      &st, err, errlen) < 0)
+        return -1;
+    sqlite3_bind_int64(st, 1, trial_id);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *attempt = sqlite3_column_int(st, 0);
+        store_col_text(st, 1, message, mlen);
+    }
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        store_sqlfail(s, err, errlen, "sqlite3_step(SELECT attempts FAILED)");
+    sqlite3_finalize(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
+}
+
 int store_running_trials(store *s, int64_t **out, size_t *n, char *err, size_t errlen) {
     *out = NULL;
     *n = 0;

@@ -198,3 +198,36 @@ Test(bfd_failures, a_runtime_failure_is_still_retried) {
     cr_assert(strstr(msg, "killed by signal 9") && !strstr(msg, "not retried"), "last event '%s'",
               msg);
 }
+
+/* `show tN` of a FAILED trial says why: the failed attempt's end (exit
+ * status, not retried) and the last lines of its log, which hold the
+ * worker's own error naming the missing file; `--json` carries the same
+ * fields; `ls` marks the job (FAILED column, "failed" in --json), and a job
+ * without failures is not marked. */
+Test(bfd_failures, show_says_why_a_trial_failed_and_ls_marks_the_job) {
+    start_bfd("");
+    char bad[900], good[900];
+    snprintf(bad, sizeof bad, "train: %s/nope.tsv, val: %s/val.tsv", g_dir, g_dir);
+    snprintf(good, sizeof good, "train: %s/train.tsv, val: %s/val.tsv", g_dir, g_dir);
+    it_submit(g_dir, sweep("broken", bad, "steps: 20, log_every: 5, eval_every: 0", 0));
+    it_submit(g_dir, sweep("fine", good, "steps: 10, log_every: 5, eval_every: 0", 0));
+    wait_failed(1, 60);
+    static char out[65536];
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "show t1"), 0);
+    cr_assert(strstr(out, "failed: attempt 1: exit status 64"), "show t1:\n%s", out);
+    cr_assert(strstr(out, "not retried"), "show t1:\n%s", out);
+    cr_assert(strstr(out, "last lines of the log"), "show t1:\n%s", out);
+    cr_assert(strstr(out, "  | ") && strstr(out, "nope.tsv"), "the worker's error:\n%s", out);
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "show t1 --json"), 0);
+    cr_assert(strstr(out, "\"failure\"") && strstr(out, "\"attempt\": 1") &&
+                  strstr(out, "\"log_tail\"") && strstr(out, "exit status 64"),
+              "show t1 --json:\n%s", out);
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "ls"), 0);
+    cr_assert(strstr(out, "FAILED"), "ls:\n%s", out);
+    char *l1 = strstr(out, "\n1 "), *l2 = strstr(out, "\n2 ");
+    cr_assert(l1 && l2, "ls:\n%s", out);
+    cr_assert(strstr(l1, " 1!  "), "job 1 is marked:\n%s", out);
+    cr_assert(!strstr(l2, "!"), "job 2 is not:\n%s", out);
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "ls --json"), 0);
+    cr_assert(strstr(out, "\"failed\": 1") && strstr(out, "\"failed\": 0"), "ls --json:\n%s", out);
+}

@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -111,6 +112,15 @@ Test(plot, png_and_svg_of_a_finished_sweep) {
              job);
     cr_assert_eq(it_bfctl(g_dir, out, sizeof out, args), 0, "%s", out);
     check_png(tmpdir_path(g_dir, "t.png"), 1000, 1080, 3);
+    /* the default size, as docs/daemon.md says: 1000 wide, 600 tall for one
+     * panel and 480 more for each further one */
+    snprintf(args, sizeof args, "plot %lld -o d1.png", job);
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, args), 0, "%s", out);
+    check_png(tmpdir_path(g_dir, "d1.png"), 1000, 600, 3);
+    snprintf(args, sizeof args,
+             "plot %lld --metric val/acc --metric train/loss --metric val/acc -o d3.png", job);
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, args), 0, "%s", out);
+    check_png(tmpdir_path(g_dir, "d3.png"), 1000, 1560, 3);
     /* one trial: one line */
     snprintf(args, sizeof args, "plot t2 --metric train/loss -o one.png --size 640x400");
     cr_assert_eq(it_bfctl(g_dir, out, sizeof out, args), 0, "%s", out);
@@ -136,6 +146,54 @@ Test(plot, png_and_svg_of_a_finished_sweep) {
         snprintf(args, sizeof args, bad[i], job);
         cr_assert_eq(it_bfctl(g_dir, NULL, 0, args), 64, "'%s' must be a usage error (64)", args);
     }
-    snprintf(args, sizeof args, "plot %lld -o /nonexistent/dir/p.png", job);
+    /* a file that cannot be written: exit 1 with the open's errno text
+     * (not cairo's "no error has occurred"), nothing drawn, nothing left */
+    struct {
+        const char *o, *why;
+    } unwritable[] = {{"/nonexistent/dir/p.png", "No such file or directory"},
+                      {"missing_dir/x.png", "No such file or directory"},
+                      {"adir.png", "Is a directory"}};
+    char adir[400];
+    snprintf(adir, sizeof adir, "%s/adir.png", g_dir);
+    cr_assert_eq(mkdir(adir, 0755), 0);
+    for (size_t i = 0; i < sizeof unwritable / sizeof unwritable[0]; i++) {
+        char errf[400];
+        snprintf(errf, sizeof errf, "%s/bfctl.err", g_dir);
+        cr_assert_eq(truncate(errf, 0), 0);
+        snprintf(args, sizeof args, "plot %lld -o %s", job, unwritable[i].o);
+        cr_assert_eq(it_bfctl(g_dir, NULL, 0, args), 1, "'%s'", args);
+        char e[2048] = "";
+        FILE *ef = fopen(errf, "r");
+        cr_assert(ef);
+        size_t n = fread(e, 1, sizeof e - 1, ef);
+        e[n] = '\0';
+        fclose(ef);
+        cr_assert(strstr(e, unwritable[i].why) && strstr(e, unwritable[i].o) &&
+                      !strstr(e, "no error has occurred"),
+                  "'%s' says: %s", args, e);
+    }
+
+    /* a metric the finished job never wrote ('' included): exit 1, no file,
+     * and the message lists the metrics it has */
+    const char *missing[] = {"val/nonexistent", "''"};
+    for (size_t i = 0; i < 2; i++) {
+        char errf[400];
+        snprintf(errf, sizeof errf, "%s/bfctl.err", g_dir);
+        cr_assert_eq(truncate(errf, 0), 0);
+        snprintf(args, sizeof args, "plot %lld --metric %s -o none.png", job, missing[i]);
+        cr_assert_eq(it_bfctl(g_dir, NULL, 0, args), 1, "'%s' must fail", args);
+        struct stat sb;
+        cr_assert_neq(stat(tmpdir_path(g_dir, "none.png"), &sb), 0, "'%s' wrote a file", args);
+        char e[4096] = "";
+        FILE *ef = fopen(errf, "r");
+        cr_assert(ef);
+        size_t n = fread(e, 1, sizeof e - 1, ef);
+        e[n] = '\0';
+        fclose(ef);
+        cr_assert(strstr(e, "has no metric") && strstr(e, "train/loss") && strstr(e, "val/acc"),
+                  "'%s' says: %s", args, e);
+    }
+    /* with one good metric beside a missing one it fails too */
+    snprintf(args, sizeof args, "plot %lld --metric val/acc --metric val/nope -o none.png", job);
     cr_assert_eq(it_bfctl(g_dir, NULL, 0, args), 1);
 }
