@@ -1261,7 +1261,7 @@ int ckpt_init_from(const char *path, const bk_params *P, float *host_params, ckp
                  f.path, f.n, P->n, f.n ? f.t[0].name : "", P->t[0].name);
         goto out;
     }
-    char conv[128] = "";
+    char conv[sizeof r->converted_from] = ""; /* "BF16", "F16/F64": a few names */
     for (int k = 0; k < P->n; k++) {
         int i = st_find(&f, P->t[k].name);
         if (i < 0) continue;
