@@ -146,34 +146,46 @@ static void fill_decision(store_decision *d, const job_entry *e, int64_t trial, 
     snprintf(d->reason, sizeof d->reason, "%s", v->reason);
 }
 
-/* ASHA: every rung the trial has reached and that has no decision yet,
- * lowest first; stops at the first stop. */
-static int judge_asha(job_entry *e, store *st, int64_t trial, const store_series *sr, char *reason,
-                      size_t len, char *err, size_t errlen) {
+/* ASHA under policy c (the job's, or a hyperband bracket's, whose
+ * decisions go under `method`): every rung the trial has reached and that
+ * has no decision yet, lowest first; stops at the first stop. `prefix` goes
+ * before the reason (the bracket), "" for plain ASHA. */
+static int judge_asha(job_entry *e, const sched_stop *c, const char *method, const char *prefix,
+                      store *st, int64_t trial, const store_series *sr, char *reason, size_t len,
+                      char *err, size_t errlen) {
     store_decision *ds = NULL;
     size_t nd = 0;
     if (store_decisions(st, 0, trial, &ds, &nd, err, errlen)) return -1;
-    int nr = sched_asha_n_rungs(&e->stop), out = 0;
+    int nr = sched_asha_n_rungs(c), out = 0;
     for (int k = 1; k <= nr && out == 0; k++) {
-        long long rstep = sched_asha_rung_step(&e->stop, k);
+        long long rstep = sched_asha_rung_step(c, k);
         int decided = 0;
         for (size_t i = 0; i < nd; i++)
-            if (!strcmp(ds[i].method, "asha") && ds[i].rung_step == rstep) decided = 1;
+            if (!strcmp(ds[i].method, method) && ds[i].rung_step == rstep) decided = 1;
         if (decided) continue;
         size_t at = 0;
         while (at < sr->n && sr->steps[at] < rstep) at++;
         if (at == sr->n) break; /* not there yet */
         double *others = NULL;
         size_t no = 0;
-        if (store_rung_values(st, e->job, k, &others, &no, err, errlen)) {
+        if (store_rung_values(st, e->job, method, k, &others, &no, err, errlen)) {
             out = -1;
             break;
         }
         sched_verdict v;
-        sched_asha_judge(&e->stop, k, sr->steps[at], sr->values[at], others, no, &v);
+        sched_asha_judge(c, k, sr->steps[at], sr->values[at], others, no, &v);
         free(others);
+        if (prefix[0]) {
+            char r[sizeof v.reason];
+            memcpy(r, v.reason, sizeof r);
+            size_t pl = strlen(prefix);
+            if (pl >= sizeof v.reason) pl = sizeof v.reason - 1;
+            memcpy(v.reason, prefix, pl);
+            memcpy(v.reason + pl, r, sizeof v.reason - pl - 1);
+            v.reason[sizeof v.reason - 1] = 0;
+        }
         store_decision d;
-        fill_decision(&d, e, trial, "asha", k, rstep, sr->steps[at], sr->values[at], &v);
+        fill_decision(&d, e, trial, method, k, rstep, sr->steps[at], sr->values[at], &v);
         int added;
         if (store_decision_add(st, &d, &added, err, errlen)) {
             out = -1;
@@ -258,16 +270,29 @@ int adaptive_judge(adaptive *a, store *st, int64_t job, int64_t trial, char *rea
         store_trial_free(&t);
         return running;
     }
+    long long index = t.index;
     store_trial_free(&t);
     if (!running) return 0;
     store_series *sr = NULL;
     size_t ns = 0;
     if (store_job_series(st, job, trial, e->stop.metric, &sr, &ns, err, errlen)) return -1;
     int rc = 0;
-    if (ns == 1 && sr[0].n > 0)
-        rc = e->stop.method == SWEEP_STOP_ASHA
-                 ? judge_asha(e, st, trial, &sr[0], reason, len, err, errlen)
-                 : judge_points(a, e, st, trial, &sr[0], reason, len, err, errlen);
+    if (ns == 1 && sr[0].n > 0) {
+        if (e->stop.method == SWEEP_STOP_ASHA) {
+            rc = judge_asha(e, &e->stop, "asha", "", st, trial, &sr[0], reason, len, err, errlen);
+        } else if (e->stop.method == SWEEP_STOP_HYPERBAND) {
+            sched_stop b;
+            int s = sched_hyperband_bracket_of(&e->stop, index, &b);
+            char method[16], prefix[48];
+            snprintf(method, sizeof method, "hb-s%d", s < 0 ? 0 : s);
+            snprintf(prefix, sizeof prefix, "hyperband bracket s=%d: ", s < 0 ? 0 : s);
+            rc = s < 0 ? 0
+                       : judge_asha(e, &b, method, prefix, st, trial, &sr[0], reason, len, err,
+                                    errlen);
+        } else {
+            rc = judge_points(a, e, st, trial, &sr[0], reason, len, err, errlen);
+        }
+    }
     store_series_free(sr, ns);
     return rc;
 }
@@ -417,13 +442,27 @@ json_t *adaptive_rungs_json(adaptive *a, store *st, int64_t job, char *err, size
                           sweep_stop_name(c->method), "metric", c->metric, "goal", j.goal,
                           "min_steps", (json_int_t)c->min_steps);
     json_t *rungs = json_array(), *all = json_array();
-    if (c->method == SWEEP_STOP_ASHA) {
+    if (c->method == SWEEP_STOP_ASHA || c->method == SWEEP_STOP_HYPERBAND) {
         json_object_set_new(b, "reduction_factor", json_real(c->eta));
         json_object_set_new(b, "max_steps", json_integer(c->max_steps));
     }
     if (c->method == SWEEP_STOP_MEDIAN)
         json_object_set_new(b, "min_trials", json_integer(c->min_trials));
-    int nr = sched_asha_n_rungs(c);
+    if (c->method == SWEEP_STOP_HYPERBAND) {
+        /* the bracket table; each bracket's decisions are under "hb-s<s>" */
+        sched_hb_bracket hb[SCHED_MAX_RUNGS];
+        int nb = sched_hyperband_brackets(c->max_steps, c->min_steps, c->eta, hb, SCHED_MAX_RUNGS);
+        json_t *brs = json_array();
+        for (int i = 0; i < nb; i++) {
+            json_t *rs = json_array();
+            for (int k = 0; k < hb[i].n_rungs; k++)
+                json_array_append_new(rs, json_integer(hb[i].rungs[k]));
+            json_array_append_new(brs, json_pack("{s:i, s:I, s:f, s:o}", "s", hb[i].s, "n",
+                                                 (json_int_t)hb[i].n, "r", hb[i].r, "rungs", rs));
+        }
+        json_object_set_new(b, "brackets", brs);
+    }
+    int nr = c->method == SWEEP_STOP_ASHA ? sched_asha_n_rungs(c) : 0;
     for (int k = 1; k <= nr; k++) {
         json_t *trials = json_array();
         double *vals = malloc((nd ? nd : 1) * sizeof *vals);

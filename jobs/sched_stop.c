@@ -35,9 +35,9 @@ int sched_stop_parse(const char *json, int maximize, sched_stop *out, char *err,
         return bf_fail(err, errlen, "early_stop: not a JSON object: %s", je.text);
     }
     const char *m = json_string_value(json_object_get(o, "method"));
-    static const char *const names[] = {"none", "median", "threshold", "asha"};
+    static const char *const names[] = {"none", "median", "threshold", "asha", "hyperband"};
     int found = 0;
-    for (int i = 0; i <= SWEEP_STOP_ASHA; i++)
+    for (int i = 0; i <= SWEEP_STOP_HYPERBAND; i++)
         if (m && strcmp(m, names[i]) == 0) out->method = (sweep_stop_method)i, found = 1;
     if (m && !found) {
         bf_fail(err, errlen, "early_stop: unknown method '%s'", m);
@@ -63,18 +63,63 @@ int sched_stop_parse(const char *json, int maximize, sched_stop *out, char *err,
         return bf_fail(err, errlen,
                        "early_stop: asha needs 1 <= min_steps < max_steps, got %lld, %lld",
                        out->min_steps, out->max_steps);
+    if (out->method == SWEEP_STOP_HYPERBAND &&
+        sched_hyperband_s_max(out->max_steps, out->min_steps, out->eta) < 0)
+        return bf_fail(err, errlen,
+                       "early_stop: hyperband needs 1 <= min_steps < max_steps and "
+                       "reduction_factor >= 2, got %lld, %lld, %g",
+                       out->min_steps, out->max_steps, out->eta);
     return 0;
 }
 
 long long sched_asha_rung_step(const sched_stop *c, int rung) {
-    return llround((double)c->min_steps * pow(c->eta, rung - 1));
+    double r0 = c->rung0 > 0 ? c->rung0 : (double)c->min_steps;
+    return llround(r0 * pow(c->eta, rung - 1));
 }
 
 int sched_asha_n_rungs(const sched_stop *c) {
-    if (c->method != SWEEP_STOP_ASHA || c->min_steps < 1) return 0;
+    if ((c->method != SWEEP_STOP_ASHA && c->method != SWEEP_STOP_HYPERBAND) || c->min_steps < 1)
+        return 0;
     int k = 0;
     while (k < SCHED_MAX_RUNGS && sched_asha_rung_step(c, k + 1) < c->max_steps) k++;
     return k;
+}
+
+int sched_hyperband_s_max(long long R, long long r_min, double eta) {
+    if (r_min < 1 || R <= r_min || !(eta >= 2)) return -1;
+    /* the largest s with r_min * eta^s <= R, by multiplication (a log
+     * rounds 81 / 1 at eta 3 to 3.9999...) */
+    int s = 0;
+    double b = (double)r_min;
+    while (b * eta <= (double)R * (1 + 1e-12)) b *= eta, s++;
+    return s;
+}
+
+int sched_hyperband_brackets(long long R, long long r_min, double eta, sched_hb_bracket *out,
+                             int cap) {
+    int smax = sched_hyperband_s_max(R, r_min, eta);
+    if (smax < 0 || smax + 1 > cap || smax + 1 > SCHED_MAX_RUNGS) return -1;
+    for (int s = smax; s >= 0; s--) {
+        sched_hb_bracket *b = &out[smax - s];
+        memset(b, 0, sizeof *b);
+        b->s = s;
+        double es = pow(eta, s);
+        /* ceil of a quotient that is whole up to rounding stays whole */
+        b->n = (long long)ceil((double)(smax + 1) / (s + 1) * es * (1 - 1e-12));
+        b->r = (double)R / es;
+        b->n_rungs = s + 1;
+        for (int i = 0; i <= s; i++) b->rungs[i] = llround(b->r * pow(eta, i));
+    }
+    return smax + 1;
+}
+
+int sched_hyperband_bracket_of(const sched_stop *c, long long index, sched_stop *out) {
+    *out = *c;
+    int smax = sched_hyperband_s_max(c->max_steps, c->min_steps, c->eta);
+    if (smax < 0) return -1;
+    int s = smax - (int)((index < 0 ? 0 : index) % (smax + 1));
+    out->rung0 = (double)c->max_steps / pow(c->eta, s);
+    return s;
 }
 
 int sched_better(const sched_stop *c, double a, double b) { return c->maximize ? a > b : a < b; }

@@ -9,6 +9,15 @@
  * n values (its own included) it continues only while it is among the best
  * keep = max(1, floor(n / eta)); ties continue.
  *
+ * Hyperband (Li et al. 2018, "Hyperband: A Novel Bandit-Based Approach to
+ * Hyperparameter Optimization"), as brackets of ASHA: with R = max_steps,
+ * r_min = min_steps, s_max = floor(log_eta(R / r_min)), bracket s (s_max..0)
+ * has n_s = ceil((s_max + 1) / (s + 1) * eta^s) configurations starting at
+ * r_s = R * eta^-s steps, rungs r_s * eta^i (i = 0..s; the last is R). A
+ * trial's bracket is s_max - (index mod (s_max + 1)): round-robin over the
+ * sweep's trials, most aggressive first; each bracket judges its own trials
+ * with the ASHA rule on its own rungs (those below R).
+ *
  * Median rule (Golovin et al. 2017): at a step s >= min_steps a trial whose
  * best value so far is worse than the median of the other trials' running
  * averages at s (each over its points up to s, counting only trials that
@@ -35,6 +44,7 @@ typedef struct sched_stop {
     long long min_steps, max_steps;
     double eta, threshold;
     int min_trials;
+    double rung0; /* > 0: the step of rung 1 (a hyperband bracket's r_s); else min_steps */
 } sched_stop;
 
 /* The early_stop JSON object the store keeps for a job, from a spec (into
@@ -47,9 +57,31 @@ int sched_stop_json(const sweep_spec *s, char *buf, size_t len);
 int sched_stop_parse(const char *json, int maximize, sched_stop *out, char *err, size_t errlen);
 
 /* Number of ASHA rungs (steps strictly below max_steps, at most
- * SCHED_MAX_RUNGS), and the step of rung k (1-based): round(R * eta^(k-1)). */
+ * SCHED_MAX_RUNGS), and the step of rung k (1-based): round(R * eta^(k-1)),
+ * R = rung0 when set (a hyperband bracket), else min_steps. */
 int sched_asha_n_rungs(const sched_stop *c);
 long long sched_asha_rung_step(const sched_stop *c, int rung);
+
+/* One Hyperband bracket: s, n_s configurations, first budget r_s (steps,
+ * not rounded) and its rungs r_s * eta^i, i = 0..s, rounded to steps. */
+typedef struct sched_hb_bracket {
+    int s;
+    long long n;
+    double r;
+    int n_rungs; /* s + 1 */
+    long long rungs[SCHED_MAX_RUNGS];
+} sched_hb_bracket;
+
+/* The bracket table for (R, r_min, eta), s = s_max first, into out[cap].
+ * Returns the number of brackets (s_max + 1), or -1 when R <= r_min,
+ * r_min < 1, eta < 2 or s_max + 1 > cap or SCHED_MAX_RUNGS. */
+int sched_hyperband_brackets(long long R, long long r_min, double eta, sched_hb_bracket *out,
+                             int cap);
+/* s_max for (R, r_min, eta): floor(log_eta(R / r_min)); -1 when invalid. */
+int sched_hyperband_s_max(long long R, long long r_min, double eta);
+/* The bracket of the trial with 0-based index `index` of a hyperband job,
+ * and (out) the policy that judges it: ASHA on the bracket's rungs. */
+int sched_hyperband_bracket_of(const sched_stop *c, long long index, sched_stop *out);
 
 typedef struct sched_verdict {
     int stop;      /* 1: stop the trial */

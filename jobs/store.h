@@ -197,8 +197,8 @@ int store_count_jobs(store *s, long long *count, char *err, size_t errlen);
 /* One early-stopping decision (jobs/sched_stop.h made it). */
 typedef struct store_decision {
     int64_t id, job, trial;
-    char method[16];      /* asha, median, threshold */
-    int rung;             /* asha: 1-based rung; 0 for the others */
+    char method[16];      /* asha, hb-s<s> (hyperband bracket s), median, threshold */
+    int rung;             /* asha, hb-s<s>: 1-based rung; 0 for the others */
     int64_t rung_step;    /* asha: the rung's step; the others: the step judged */
     int64_t step;         /* step of the point judged */
     double value, cutoff; /* cutoff NAN when none */
@@ -216,9 +216,10 @@ int store_decision_add(store *s, const store_decision *d, int *added, char *err,
  * they were made; *out malloc'd (free). */
 int store_decisions(store *s, int64_t job, int64_t trial, store_decision **out, size_t *n,
                     char *err, size_t errlen);
-/* Values recorded at ASHA rung `rung` of a job, in the order they came. */
-int store_rung_values(store *s, int64_t job, int rung, double **vals, size_t *n, char *err,
-                      size_t errlen);
+/* Values recorded at ASHA rung `rung` of a job by decisions of `method`
+ * ("asha", or a hyperband bracket's "hb-s<s>"), in the order they came. */
+int store_rung_values(store *s, int64_t job, const char *method, int rung, double **vals, size_t *n,
+                      char *err, size_t errlen);
 /* STOPPED -> PENDING, clearing the stop reason, with a "resume" event. */
 int store_trial_resume(store *s, int64_t trial_id, const char *message, char *err, size_t errlen);
 

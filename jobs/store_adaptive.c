@@ -101,18 +101,19 @@ int store_decisions(store *s, int64_t job, int64_t trial, store_decision **out, 
     return 0;
 }
 
-int store_rung_values(store *s, int64_t job, int rung, double **vals, size_t *n, char *err,
-                      size_t errlen) {
+int store_rung_values(store *s, int64_t job, const char *method, int rung, double **vals, size_t *n,
+                      char *err, size_t errlen) {
     *vals = NULL;
     *n = 0;
     sqlite3_stmt *st;
     if (store_prepare(s,
-                      "SELECT value FROM decisions WHERE job = ?1 AND method = 'asha' AND rung = ?2"
+                      "SELECT value FROM decisions WHERE job = ?1 AND method = ?3 AND rung = ?2"
                       " ORDER BY id",
                       &st, err, errlen) < 0)
         return -1;
     sqlite3_bind_int64(st, 1, job);
     sqlite3_bind_int(st, 2, rung);
+    sqlite3_bind_text(st, 3, method, -1, SQLITE_TRANSIENT);
     return store_collect_column(s, st, NULL, vals, n, "store_rung_values: SELECT rung values", err,
                                 errlen);
 }

@@ -137,19 +137,20 @@ static void parse_resources(sweep_ctx *x, yaml_node_t *v) {
 }
 
 /* The names of sweep_stop_method, in enum order. */
-static const char *const stop_names[] = {"none", "median", "threshold", "asha", NULL};
+static const char *const stop_names[] = {"none", "median", "threshold", "asha", "hyperband", NULL};
 
 const char *sweep_stop_name(sweep_stop_method m) {
-    return (unsigned)m <= SWEEP_STOP_ASHA ? stop_names[m] : "?";
+    return (unsigned)m <= SWEEP_STOP_HYPERBAND ? stop_names[m] : "?";
 }
 
 static void parse_early_stop(sweep_ctx *x, yaml_node_t *v) {
     sweep_spec *s = x->spec;
     if (v->type != YAML_MAPPING_NODE) {
-        sweep_err_at(x, v,
-                     "early_stop: expected a mapping {method: asha|median|threshold, metric, "
-                     "min_steps, ...}, got %s",
-                     sweep_kind_name(v));
+        sweep_err_at(
+            x, v,
+            "early_stop: expected a mapping {method: asha|hyperband|median|threshold, metric, "
+            "min_steps, ...}, got %s",
+            sweep_kind_name(v));
         return;
     }
     sweep_check_keys(x, v);
@@ -212,7 +213,8 @@ static void parse_early_stop(sweep_ctx *x, yaml_node_t *v) {
             if (given[i])
                 sweep_err_at(x, given[i],
                              "early_stop.%s is given with method none (no early stopping); "
-                             "set method: asha, median or threshold, or leave early_stop out",
+                             "set method: asha, hyperband, median or threshold, or leave "
+                             "early_stop out",
                              names[i]);
         return;
     }
@@ -220,10 +222,18 @@ static void parse_early_stop(sweep_ctx *x, yaml_node_t *v) {
         sweep_err_at(x, v, "early_stop: method threshold needs 'threshold: NUMBER'");
     if (m != SWEEP_STOP_THRESHOLD && thr)
         sweep_err_at(x, thr, "early_stop.threshold applies only to method: threshold");
-    if (m != SWEEP_STOP_ASHA && rf)
-        sweep_err_at(x, rf, "early_stop.reduction_factor applies only to method: asha");
-    if (m != SWEEP_STOP_ASHA && maxs)
-        sweep_err_at(x, maxs, "early_stop.max_steps applies only to method: asha");
+    int rungs = m == SWEEP_STOP_ASHA || m == SWEEP_STOP_HYPERBAND;
+    if (!rungs && rf)
+        sweep_err_at(x, rf,
+                     "early_stop.reduction_factor applies only to method: asha or hyperband");
+    if (!rungs && maxs)
+        sweep_err_at(x, maxs, "early_stop.max_steps applies only to method: asha or hyperband");
+    if (m == SWEEP_STOP_HYPERBAND && rf && s->early_stop.reduction_factor != 0 &&
+        s->early_stop.reduction_factor < 2)
+        sweep_err_at(x, rf,
+                     "early_stop.reduction_factor: %g is below 2; method hyperband needs eta >= 2 "
+                     "(3 keeps the top third at each rung)",
+                     s->early_stop.reduction_factor);
     if (m != SWEEP_STOP_MEDIAN && mint)
         sweep_err_at(x, mint, "early_stop.min_trials applies only to method: median");
     if (m == SWEEP_STOP_ASHA && (!mins || s->early_stop.min_steps < 1))
@@ -231,6 +241,10 @@ static void parse_early_stop(sweep_ctx *x, yaml_node_t *v) {
             x, mins ? mins : v,
             "early_stop: method asha needs 'min_steps: R' >= 1, the step of the first rung "
             "(rungs are at R, R*eta, R*eta^2, ... steps)");
+    if (m == SWEEP_STOP_HYPERBAND && (!mins || s->early_stop.min_steps < 1))
+        sweep_err_at(x, mins ? mins : v,
+                     "early_stop: method hyperband needs 'min_steps: r_min' >= 1, the smallest "
+                     "budget (brackets start at R*eta^-s steps, none below r_min)");
 }
 
 /* ------------------------------------------------------------------- load */
@@ -423,7 +437,7 @@ static void load_doc(sweep_ctx *x) {
     }
     if (s->early_stop.method != SWEEP_STOP_NONE && !s->early_stop.metric[0])
         snprintf(s->early_stop.metric, sizeof s->early_stop.metric, "%s", s->metric_name);
-    if (s->early_stop.method == SWEEP_STOP_ASHA) {
+    if (s->early_stop.method == SWEEP_STOP_ASHA || s->early_stop.method == SWEEP_STOP_HYPERBAND) {
         if (s->early_stop.reduction_factor == 0) s->early_stop.reduction_factor = 3;
         if (s->early_stop.max_steps == 0) s->early_stop.max_steps = s->base.train.steps;
         if (s->early_stop.min_steps >= 1 && s->early_stop.max_steps <= s->early_stop.min_steps)

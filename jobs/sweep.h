@@ -33,7 +33,8 @@ typedef enum {
     SWEEP_STOP_NONE = 0,
     SWEEP_STOP_MEDIAN,
     SWEEP_STOP_THRESHOLD,
-    SWEEP_STOP_ASHA
+    SWEEP_STOP_ASHA,
+    SWEEP_STOP_HYPERBAND
 } sweep_stop_method;
 
 /* Error list filled by sweep_load_*; every message is a complete line. */
@@ -81,10 +82,10 @@ typedef struct sweep_spec {
     struct {
         sweep_stop_method method;
         char metric[64];
-        int min_steps;           /* asha: the first rung R; median: grace steps */
+        int min_steps;           /* asha: the first rung R; hyperband: r_min; median: grace */
         double threshold;        /* threshold */
-        double reduction_factor; /* asha: eta (default 3) */
-        long long max_steps;     /* asha: last step (default base train.steps) */
+        double reduction_factor; /* asha, hyperband: eta (default 3) */
+        long long max_steps;     /* asha, hyperband: R (default base train.steps) */
         int min_trials;          /* median: other trials needed at a step (default 3) */
     } early_stop;
     int params_line, params_col; /* where per-trial errors point */

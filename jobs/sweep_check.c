@@ -111,10 +111,7 @@ static int validate_trial(void *ud, const sweep_trial *t) {
                  "%d, train.steps %d), so early_stop %s can never judge it; metrics written "
                  "during training: %s",
                  bad ? "\n" : "", s->early_stop.metric, t->config->train.eval_every,
-                 t->config->train.steps,
-                 s->early_stop.method == SWEEP_STOP_ASHA     ? "asha"
-                 : s->early_stop.method == SWEEP_STOP_MEDIAN ? "median"
-                                                             : "threshold",
+                 t->config->train.steps, sweep_stop_name(s->early_stop.method),
                  list[0] ? list : "none");
         bad = 1;
     }

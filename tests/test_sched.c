@@ -76,6 +76,95 @@ Test(sched, asha_cutoff_and_reason) {
     cr_assert_eq(v.stop, 0);
 }
 
+/* The paper's formulas, computed here independently (integer eta: exact). */
+static void check_brackets(long long R, long long rmin, int eta) {
+    sched_hb_bracket b[SCHED_MAX_RUNGS];
+    int nb = sched_hyperband_brackets(R, rmin, eta, b, SCHED_MAX_RUNGS);
+    long long smax = 0, p = rmin;
+    while (p * eta <= R) p *= eta, smax++; /* floor(log_eta(R / r_min)) */
+    cr_assert_eq(nb, smax + 1, "R %lld r_min %lld eta %d", R, rmin, eta);
+    for (int i = 0; i < nb; i++) {
+        int s = (int)smax - i;
+        long long es = 1;
+        for (int k = 0; k < s; k++) es *= eta;
+        long long n = ((smax + 1) * es + s) / (s + 1); /* ceil((s_max+1)/(s+1) * eta^s) */
+        cr_assert_eq(b[i].s, s);
+        cr_assert_eq(b[i].n, n, "R %lld eta %d s %d: n %lld, want %lld", R, eta, s, b[i].n, n);
+        cr_assert_float_eq(b[i].r, (double)R / (double)es, 1e-9);
+        cr_assert(b[i].r >= (double)rmin - 1e-9, "no bracket starts below r_min");
+        cr_assert_eq(b[i].n_rungs, s + 1);
+        for (int k = 0; k <= s; k++) {
+            long long ek = 1;
+            for (int j = 0; j < k; j++) ek *= eta;
+            cr_assert_eq(b[i].rungs[k], llround((double)R * (double)ek / (double)es));
+        }
+        cr_assert_eq(b[i].rungs[s], R, "every bracket ends at R");
+    }
+}
+
+Test(sched, hyperband_brackets) {
+    /* the paper's worked example (Li et al. 2018, Table 1): R 81, eta 3 */
+    sched_hb_bracket b[SCHED_MAX_RUNGS];
+    cr_assert_eq(sched_hyperband_brackets(81, 1, 3, b, SCHED_MAX_RUNGS), 5);
+    static const long long n[5] = {81, 34, 15, 8, 5}, r[5] = {1, 3, 9, 27, 81};
+    for (int i = 0; i < 5; i++) {
+        cr_assert_eq(b[i].s, 4 - i);
+        cr_assert_eq(b[i].n, n[i], "s %d: n %lld", b[i].s, b[i].n);
+        cr_assert_float_eq(b[i].r, (double)r[i], 1e-9);
+        cr_assert_eq(b[i].rungs[0], r[i]);
+    }
+    cr_assert_eq(b[0].rungs[1], 3);
+    cr_assert_eq(b[0].rungs[4], 81);
+    cr_assert_eq(b[2].rungs[1], 27);
+    check_brackets(81, 1, 3);
+    check_brackets(27, 1, 3);
+    check_brackets(8100, 100, 3);
+    check_brackets(100, 1, 3); /* not a power of eta: s_max 4, r_4 = 100/81 */
+    check_brackets(1000, 10, 2);
+    check_brackets(1000, 7, 4);
+    check_brackets(64, 1, 4);
+    check_brackets(2, 1, 2);
+    cr_assert_eq(sched_hyperband_brackets(100, 1, 3, b, SCHED_MAX_RUNGS), 5);
+    cr_assert_eq(b[0].rungs[0], 1); /* 1.23 */
+    cr_assert_eq(b[0].rungs[1], 4); /* 3.70 */
+    cr_assert_eq(b[0].rungs[2], 11);
+    cr_assert_eq(b[0].rungs[3], 33);
+    cr_assert_eq(b[4].n, 5);
+    /* refused: eta < 2, r_min >= R, r_min < 1, too small a table */
+    cr_assert_eq(sched_hyperband_brackets(81, 1, 1.5, b, SCHED_MAX_RUNGS), -1);
+    cr_assert_eq(sched_hyperband_brackets(81, 81, 3, b, SCHED_MAX_RUNGS), -1);
+    cr_assert_eq(sched_hyperband_brackets(81, 0, 3, b, SCHED_MAX_RUNGS), -1);
+    cr_assert_eq(sched_hyperband_brackets(81, 1, 3, b, 4), -1);
+    cr_assert_eq(sched_hyperband_s_max(80, 1, 3), 3);
+    cr_assert_eq(sched_hyperband_s_max(81, 1, 3), 4);
+}
+
+Test(sched, hyperband_bracket_policy) {
+    sched_stop c = asha(1, 1, 3, 81);
+    c.method = SWEEP_STOP_HYPERBAND;
+    sched_stop b;
+    /* round-robin over trial indices, most aggressive bracket first */
+    static const int want[7] = {4, 3, 2, 1, 0, 4, 3};
+    for (int i = 0; i < 7; i++) cr_assert_eq(sched_hyperband_bracket_of(&c, i, &b), want[i]);
+    /* bracket 2: ASHA on rungs 9, 27 (81 is R, where the trial ends) */
+    cr_assert_eq(sched_hyperband_bracket_of(&c, 2, &b), 2);
+    cr_assert_eq(sched_asha_n_rungs(&b), 2);
+    cr_assert_eq(sched_asha_rung_step(&b, 1), 9);
+    cr_assert_eq(sched_asha_rung_step(&b, 2), 27);
+    /* bracket 0 never stops a trial; bracket 4 judges at 1, 3, 9, 27 */
+    cr_assert_eq(sched_hyperband_bracket_of(&c, 4, &b), 0);
+    cr_assert_eq(sched_asha_n_rungs(&b), 0);
+    cr_assert_eq(sched_hyperband_bracket_of(&c, 5, &b), 4);
+    cr_assert_eq(sched_asha_n_rungs(&b), 4);
+    cr_assert_eq(sched_asha_rung_step(&b, 4), 27);
+    /* its verdicts are ASHA's */
+    double others[2] = {0.9, 0.8};
+    sched_verdict v;
+    sched_asha_judge(&b, 1, 1, 0.5, others, 2, &v);
+    cr_assert_eq(v.stop, 1);
+    cr_assert_eq(v.keep, 1);
+}
+
 Test(sched, median_rule) {
     sched_stop c;
     memset(&c, 0, sizeof c);
@@ -120,6 +209,36 @@ static int has_err(const sweep_errors *e, const char *needle) {
     return 0;
 }
 
+Test(sched, hyperband_keys) {
+    sweep_spec *sp = NULL;
+    sweep_errors e = load_errs("train: {steps: 810}\nsweep:\n  method: random\n  trials: 10\n"
+                               "  parameters:\n    train.lr: {min: 1.0e-4, max: 1.0e-2}\n"
+                               "early_stop: {method: hyperband, min_steps: 10}\n",
+                               &sp);
+    cr_assert_eq(e.total, 0, "%s", e.n ? e.msgs[0] : "");
+    cr_assert_eq(sp->early_stop.method, SWEEP_STOP_HYPERBAND);
+    cr_assert_float_eq(sp->early_stop.reduction_factor, 3.0, 0);
+    cr_assert_eq(sp->early_stop.max_steps, 810, "R defaults to train.steps");
+    char json[512], err[256];
+    cr_assert_eq(sched_stop_json(sp, json, sizeof json), 0);
+    cr_assert(strstr(json, "\"method\": \"hyperband\""), "%s", json);
+    sched_stop c;
+    cr_assert_eq(sched_stop_parse(json, 1, &c, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(c.method, SWEEP_STOP_HYPERBAND);
+    cr_assert_eq(c.min_steps, 10);
+    cr_assert_eq(c.max_steps, 810);
+    sched_stop b;
+    cr_assert_eq(sched_hyperband_bracket_of(&c, 0, &b), 4); /* 810 / 10 = 3^4 */
+    cr_assert_eq(sched_asha_rung_step(&b, 1), 10);
+    sweep_spec_destroy(&sp);
+    sweep_errors_free(&e);
+    cr_assert_eq(sched_stop_parse("{\"method\": \"hyperband\", \"min_steps\": 10, "
+                                  "\"max_steps\": 10}",
+                                  1, &c, err, sizeof err),
+                 -1);
+    cr_assert(strstr(err, "hyperband needs 1 <= min_steps < max_steps"), "%s", err);
+}
+
 Test(sched, sweep_keys) {
     sweep_spec *sp = NULL;
     sweep_errors e = load_errs("train: {steps: 900}\nsweep:\n  method: tpe\n  trials: 12\n"
@@ -161,13 +280,24 @@ Test(sched, sweep_keys) {
         {"early_stop: {method: asha, min_steps: 10, reduction_factor: 1}\n",
          "early_stop.reduction_factor: 1 is out of range; valid range is [1.5, 100]"},
         {"early_stop: {method: median, reduction_factor: 3}\n",
-         "early_stop.reduction_factor applies only to method: asha"},
+         "early_stop.reduction_factor applies only to method: asha or hyperband"},
         {"early_stop: {method: asha, min_steps: 10, min_trials: 3}\n",
          "early_stop.min_trials applies only to method: median"},
         {"train: {steps: 50}\nearly_stop: {method: asha, min_steps: 50}\n",
          "min_steps 50 is not below max_steps 50"},
-        {"early_stop: {method: hyperband}\n",
-         "'hyperband' is not valid; expected one of: none, median, threshold, asha"},
+        {"early_stop: {method: hyperbands}\n",
+         "'hyperbands' is not valid; expected one of: none, median, threshold, asha, hyperband"},
+        {"early_stop: {method: hyperband}\n", "method hyperband needs 'min_steps: r_min' >= 1"},
+        {"early_stop: {method: hyperband, min_steps: 10, reduction_factor: 1.5}\n",
+         "early_stop.reduction_factor: 1.5 is below 2; method hyperband needs eta >= 2"},
+        {"train: {steps: 50}\nearly_stop: {method: hyperband, min_steps: 50}\n",
+         "min_steps 50 is not below max_steps 50"},
+        {"early_stop: {method: hyperband, min_steps: 10, max_steps: 100, min_trials: 3}\n",
+         "early_stop.min_trials applies only to method: median"},
+        {"early_stop: {method: hyperband, min_steps: 10, threshold: 0.5}\n",
+         "early_stop.threshold applies only to method: threshold"},
+        {"early_stop: {method: median, max_steps: 300}\n",
+         "early_stop.max_steps applies only to method: asha or hyperband"},
         {"sweep:\n  method: tpe\n  parameters: {train.seed: {values: [1]}}\n",
          "method tpe needs 'trials: N'"},
         {"sweep:\n  method: random\n  trials: 3\n  parallel: 2\n  parameters: {train.seed: "
@@ -235,7 +365,7 @@ Test(sched, decisions_are_durable_once_and_resume) {
     cr_assert_eq(ds[0].stop, 1);
     free(ds);
     double *vals;
-    cr_assert_eq(store_rung_values(s, job, 1, &vals, &n, err, sizeof err), 0);
+    cr_assert_eq(store_rung_values(s, job, "asha", 1, &vals, &n, err, sizeof err), 0);
     cr_assert_eq(n, 1);
     free(vals);
     store_trial tr;
