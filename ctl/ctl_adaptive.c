@@ -88,11 +88,26 @@ int bfctl_show_rungs(long long job, int as_json) {
                (long long)json_integer_value(json_object_get(r, "min_steps")),
                json_number_value(json_object_get(r, "reduction_factor")),
                (long long)json_integer_value(json_object_get(r, "max_steps")));
+    else if (!strcmp(method, "hyperband"))
+        printf(", r_min %lld, R %lld, eta %g\n",
+               (long long)json_integer_value(json_object_get(r, "min_steps")),
+               (long long)json_integer_value(json_object_get(r, "max_steps")),
+               json_number_value(json_object_get(r, "reduction_factor")));
     else
         printf(", from step %lld\n",
                (long long)json_integer_value(json_object_get(r, "min_steps")));
     size_t i, k;
     json_t *g, *t;
+    json_array_foreach(json_object_get(r, "brackets"), i, g) {
+        printf("bracket s=%lld: n %lld from step %.4g, rungs",
+               (long long)json_integer_value(json_object_get(g, "s")),
+               (long long)json_integer_value(json_object_get(g, "n")),
+               json_number_value(json_object_get(g, "r")));
+        json_array_foreach(json_object_get(g, "rungs"), k, t) {
+            printf(" %lld", (long long)json_integer_value(t));
+        }
+        printf("\n");
+    }
     json_array_foreach(json_object_get(r, "rungs"), i, g) {
         json_t *cut = json_object_get(g, "cutoff");
         char cs[32] = "-";
