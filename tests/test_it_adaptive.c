@@ -149,6 +149,47 @@ Test(adaptive, asha_stops_bad_trials_at_first_rung_and_resume_continues) {
     free(text);
 }
 
+/* Hyperband R 360, r_min 40, eta 3: brackets s = 2 (rungs 40, 120), 1 (120)
+ * and 0 (none); trials by index round-robin 2, 1, 0, 2. Which trial stops
+ * depends on arrival order, so this checks the brackets, not the stops. */
+Test(adaptive, hyperband_judges_each_trial_in_its_bracket) {
+    g_bfd = it_bfd_start(g_dir, g_home);
+    char tail[512];
+    snprintf(tail, sizeof tail, "%searly_stop: {method: hyperband, min_steps: 40}\n", GRID);
+    long long job = it_submit(g_dir, write_sweep("hyperband", 360, tail));
+    cr_assert_eq(wait_job(job), 0, "wait: a trial neither completed nor stopped");
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM decisions WHERE job = ?1 AND method NOT LIKE "
+                        "'hb-s%'",
+                        job),
+                 0);
+    for (long long t = 1; t <= 4; t++) {
+        long long idx = db_int("SELECT idx FROM trials WHERE id = ?1", t);
+        int s = 2 - (int)(idx % 3);
+        char sql[256];
+        snprintf(sql, sizeof sql,
+                 "SELECT COUNT(*) FROM decisions WHERE trial = ?1 AND method != 'hb-s%d'", s);
+        cr_assert_eq(db_int(sql, t), 0, "t%lld (index %lld) judged outside bracket %d", t, idx, s);
+        if (s == 0) cr_assert_eq(db_int("SELECT COUNT(*) FROM decisions WHERE trial = ?1", t), 0);
+        if (!strcmp(state(t), "COMPLETED"))
+            cr_assert_eq(db_int("SELECT COUNT(*) FROM decisions WHERE trial = ?1", t), s,
+                         "t%lld passed every rung of bracket %d", t, s);
+    }
+    char out[65536];
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "show 1 --rungs --json"), 0);
+    json_error_t je;
+    json_t *r = json_loads(out, 0, &je);
+    cr_assert(r, "%s: %s", je.text, out);
+    json_t *b = json_object_get(r, "brackets");
+    cr_assert_eq(json_array_size(b), 3, "%s", out);
+    json_t *b0 = json_array_get(b, 0);
+    cr_assert_eq(json_integer_value(json_object_get(b0, "s")), 2);
+    cr_assert_eq(json_integer_value(json_object_get(b0, "n")), 9);
+    cr_assert_eq(json_integer_value(json_array_get(json_object_get(b0, "rungs"), 1)), 120);
+    json_decref(r);
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "show 1 --rungs"), 0);
+    cr_assert(strstr(out, "bracket s=2: n 9 from step 40, rungs 40 120 360"), "%s", out);
+}
+
 Test(adaptive, median_rule_stops_bad_trials) {
     g_bfd = it_bfd_start(g_dir, g_home);
     char tail[512];
