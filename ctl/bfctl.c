@@ -41,8 +41,11 @@ static const bfctl_cmd commands[] = {
     {"export", bfctl_export, "export JOB --csv|--json|--tensorboard DIR",
      "every stored metric of a job (CSV, JSON, or TensorBoard event files)",
      "--csv --json --tensorboard="},
-    {"plot", bfctl_plot, "plot JOB|tTRIAL [--metric M ...] [--x step|time] [-o F] [--size WxH]",
-     "metric curves as PNG or SVG, one line per trial, best marked", "--metric= --x= -o= --size="},
+    {"plot", bfctl_plot,
+     "plot JOB|tTRIAL [--metric M ...] [--x step|time] [-o F] [--size WxH] [--logy] [--smooth K] "
+     "[--best N]",
+     "metric curves as PNG or SVG, one line per trial, best marked",
+     "--metric= --x= -o= --size= --logy --smooth= --best="},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

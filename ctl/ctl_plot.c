@@ -3,9 +3,6 @@
  * from one palette, a legend with each trial's swept values, the best trial
  * by the job's metric drawn thicker with its best point marked, labelled
  * axes with round ticks. Data from bfd: `job`, `best`, paged `metrics`. */
-#include <cairo-svg.h>
-#include <cairo.h>
-#include <fontconfig/fontconfig.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -18,36 +15,13 @@
 
 #include "ctl/bfctl.h"
 #include "ctl/ctl_client.h"
+#include "ctl/plot_draw.h"
 
-#define PLOT_MAX_METRICS 8
 #define PLOT_PAGE 10000
-#define PLOT_MAX_NAMES 256      /* metric names remembered to list */
-#define PLOT_MAX_POINTS 2000000 /* per series; more is refused, not drawn */
 
 static const char usage_text[] =
     "usage: bfctl plot JOB|tTRIAL [--metric NAME ...] [--x step|time] [-o FILE.png|FILE.svg] "
-    "[--size WxH]\n";
-
-typedef struct series {
-    long long trial;
-    char label[400];
-    int best;
-    size_t n, cap;
-    double *x, *y;
-} series;
-
-typedef struct plot {
-    long long job;
-    char name[128], metric[64], goal[8];
-    const char *metrics[PLOT_MAX_METRICS];
-    int n_metrics;
-    int x_time;
-    series *s[PLOT_MAX_METRICS]; /* per metric: one series per trial */
-    size_t n_trials;
-    double t0;                   /* earliest point time (x = time - t0) */
-    char *names[PLOT_MAX_NAMES]; /* every metric name the trials wrote (owned) */
-    int n_names;
-} plot;
+    "[--size WxH] [--logy] [--smooth K] [--best N]\n";
 
 /* Remembers a metric name the job's trials wrote, once. */
 static void saw_name(plot *p, const char *name) {
@@ -63,33 +37,7 @@ static int cmp_names(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* A palette of well separated hues (the first ten), then evenly spaced
- * hues for more trials. */
-static void colour(size_t i, double *r, double *g, double *b) {
-    static const unsigned rgb[] = {0x1f77b4, 0xff7f0e, 0x2ca02c, 0xd62728, 0x9467bd,
-                                   0x8c564b, 0xe377c2, 0xbcbd22, 0x17becf, 0x7f7f7f};
-    if (i < 10) {
-        *r = ((rgb[i] >> 16) & 0xff) / 255.0;
-        *g = ((rgb[i] >> 8) & 0xff) / 255.0;
-        *b = (rgb[i] & 0xff) / 255.0;
-        return;
-    }
-    double h = fmod((double)(i - 10) * 0.618033988749895, 1.0) * 6, v = 0.8, s = 0.75;
-    double c = v * s, x = c * (1 - fabs(fmod(h, 2) - 1)), m = v - c;
-    double rr = 0, gg = 0, bb = 0;
-    int k = (int)h;
-    if (k == 0) rr = c, gg = x;
-    if (k == 1) rr = x, gg = c;
-    if (k == 2) gg = c, bb = x;
-    if (k == 3) gg = x, bb = c;
-    if (k == 4) rr = x, bb = c;
-    if (k >= 5) rr = c, bb = x;
-    *r = rr + m;
-    *g = gg + m;
-    *b = bb + m;
-}
-
-static int push(series *s, double x, double y) {
+static int push(plot_series *s, double x, double y) {
     if (s->n == s->cap) {
         if (s->cap >= PLOT_MAX_POINTS) return -1;
         size_t cap = s->cap ? 2 * s->cap : 256;
@@ -132,6 +80,27 @@ static void params_label(json_t *params, long long trial, char *buf, size_t len)
     }
 }
 
+/* Whether trial id is among the `best` reply's trials. */
+static int ranked(json_t *br, long long id) {
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(br, "trials"), i,
+                       t) if ((long long)json_integer_value(json_object_get(t, "id")) ==
+                              id) return 1;
+    return 0;
+}
+
+/* A trial's first swept value as "k=v" (its group past PLOT_PALETTE trials). */
+static void first_value(json_t *params, char *buf, size_t len) {
+    buf[0] = '\0';
+    void *it = json_object_iter(params);
+    if (!it) return;
+    char *vt = json_dumps(json_object_iter_value(it),
+                          JSON_ENCODE_ANY | JSON_COMPACT | JSON_REAL_PRECISION(6));
+    snprintf(buf, len, "%s=%s", json_object_iter_key(it), vt ? vt : "?");
+    free(vt);
+}
+
 /* Every point of one trial into the series of each metric. */
 static int load_trial(ctl_conn *c, plot *p, size_t ti, long long trial) {
     long long after = 0;
@@ -168,248 +137,6 @@ static int load_trial(ctl_conn *c, plot *p, size_t ti, long long trial) {
         after = last;
         if (!more) return 0;
     }
-}
-
-/* ----------------------------------------------------------------- drawing */
-
-/* Round tick spacing: 1, 2 or 5 times a power of ten, about n ticks. */
-static double tick_step(double lo, double hi, int n) {
-    double raw = (hi - lo) / n;
-    if (!(raw > 0)) return 1;
-    double p = pow(10, floor(log10(raw))), f = raw / p;
-    return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * p;
-}
-
-static void fmt_tick(char *buf, size_t len, double v, double step) {
-    if (fabs(v) < step * 1e-6) v = 0;
-    if (fabs(v) >= 1e5 || (fabs(v) < 1e-3 && v != 0))
-        snprintf(buf, len, "%.2g", v);
-    else {
-        int dec = step >= 1 ? 0 : (int)ceil(-log10(step) - 1e-9);
-        snprintf(buf, len, "%.*f", dec > 6 ? 6 : dec, v);
-    }
-}
-
-static void text_at(cairo_t *cr, double x, double y, const char *s, double ax, double ay) {
-    cairo_text_extents_t e;
-    cairo_text_extents(cr, s, &e);
-    cairo_move_to(cr, x - e.x_advance * ax, y + e.height * ay);
-    cairo_show_text(cr, s);
-}
-
-/* The x range over every panel (they share the x axis). */
-static void x_range(const plot *p, double *lo, double *hi) {
-    *lo = INFINITY, *hi = -INFINITY;
-    for (int k = 0; k < p->n_metrics; k++)
-        for (size_t t = 0; t < p->n_trials; t++)
-            for (size_t i = 0; i < p->s[k][t].n; i++) {
-                double x = p->x_time ? p->s[k][t].x[i] - p->t0 : p->s[k][t].x[i];
-                *lo = fmin(*lo, x), *hi = fmax(*hi, x);
-            }
-}
-
-/* One panel in the box (x, y, w, h), x from xlo to xhi. */
-static void draw_panel(cairo_t *cr, const plot *p, int k, double bx, double by, double bw,
-                       double bh, double xlo, double xhi) {
-    const series *ss = p->s[k];
-    double ylo = INFINITY, yhi = -INFINITY;
-    for (size_t t = 0; t < p->n_trials; t++)
-        for (size_t i = 0; i < ss[t].n; i++)
-            ylo = fmin(ylo, ss[t].y[i]), yhi = fmax(yhi, ss[t].y[i]);
-    int empty = !isfinite(ylo);
-    if (empty) ylo = 0, yhi = 1;
-    if (!isfinite(xlo)) xlo = 0, xhi = 1;
-    if (xhi - xlo <= 0) xhi = xlo + 1;
-    if (yhi - ylo <= 0) {
-        double pad = fabs(ylo) > 0 ? fabs(ylo) * 0.05 : 0.5;
-        ylo -= pad, yhi += pad;
-    }
-    double ypad = (yhi - ylo) * 0.05;
-    ylo -= ypad, yhi += ypad;
-    const double ml = 72, mr = 16, mt = 30, mb = 46;
-    double px = bx + ml, py = by + mt, pw = bw - ml - mr, ph = bh - mt - mb;
-#define SX(v) (px + ((v)-xlo) / (xhi - xlo) * pw)
-#define SY(v) (py + ph - ((v)-ylo) / (yhi - ylo) * ph)
-    /* title */
-    cairo_set_source_rgb(cr, 0.1, 0.1, 0.1);
-    cairo_set_font_size(cr, 14);
-    char title[300];
-    if (strcmp(p->metrics[k], p->metric) == 0)
-        snprintf(title, sizeof title, "%s (%s)  job %lld '%s'", p->metrics[k], p->goal, p->job,
-                 p->name);
-    else
-        snprintf(title, sizeof title, "%s  job %lld '%s'", p->metrics[k], p->job, p->name);
-    text_at(cr, px, by + 20, title, 0, 0);
-    /* grid, ticks and labels */
-    cairo_set_font_size(cr, 11);
-    cairo_set_line_width(cr, 1);
-    double xs = tick_step(xlo, xhi, 7), ys = tick_step(ylo, yhi, 6);
-    char b[64];
-    for (double v = ceil(xlo / xs) * xs; v <= xhi + xs * 1e-9; v += xs) {
-        cairo_set_source_rgb(cr, 0.9, 0.9, 0.9);
-        cairo_move_to(cr, floor(SX(v)) + 0.5, py);
-        cairo_line_to(cr, floor(SX(v)) + 0.5, py + ph);
-        cairo_stroke(cr);
-        cairo_set_source_rgb(cr, 0.25, 0.25, 0.25);
-        fmt_tick(b, sizeof b, v, xs);
-        text_at(cr, SX(v), py + ph + 6, b, 0.5, 1);
-    }
-    for (double v = ceil(ylo / ys) * ys; v <= yhi + ys * 1e-9; v += ys) {
-        cairo_set_source_rgb(cr, 0.9, 0.9, 0.9);
-        cairo_move_to(cr, px, floor(SY(v)) + 0.5);
-        cairo_line_to(cr, px + pw, floor(SY(v)) + 0.5);
-        cairo_stroke(cr);
-        cairo_set_source_rgb(cr, 0.25, 0.25, 0.25);
-        fmt_tick(b, sizeof b, v, ys);
-        text_at(cr, px - 6, SY(v), b, 1, 0.5);
-    }
-    cairo_set_source_rgb(cr, 0.3, 0.3, 0.3);
-    cairo_rectangle(cr, floor(px) + 0.5, floor(py) + 0.5, floor(pw), floor(ph));
-    cairo_stroke(cr);
-    cairo_set_font_size(cr, 12);
-    cairo_set_source_rgb(cr, 0.1, 0.1, 0.1);
-    const char *xl = p->x_time ? "seconds since the first point" : "step";
-    text_at(cr, px + pw / 2, py + ph + 24, xl, 0.5, 1);
-    cairo_save(cr);
-    cairo_translate(cr, bx + 16, py + ph / 2);
-    cairo_rotate(cr, -M_PI / 2);
-    text_at(cr, 0, 0, p->metrics[k], 0.5, 0.5);
-    cairo_restore(cr);
-    if (empty) {
-        cairo_set_font_size(cr, 13);
-        cairo_set_source_rgb(cr, 0.5, 0.5, 0.5);
-        text_at(cr, px + pw / 2, py + ph / 2, "no points of this metric yet", 0.5, 0.5);
-        return;
-    }
-    /* lines: the best trial last (on top) and thicker */
-    cairo_save(cr);
-    cairo_rectangle(cr, px, py, pw, ph);
-    cairo_clip(cr);
-    cairo_set_line_join(cr, CAIRO_LINE_JOIN_ROUND);
-    double ring_x = NAN, ring_y = NAN;
-    for (int pass = 0; pass < 2; pass++)
-        for (size_t t = 0; t < p->n_trials; t++) {
-            if (ss[t].best != pass || ss[t].n == 0) continue;
-            double r, g, bl;
-            colour(t, &r, &g, &bl);
-            cairo_set_source_rgb(cr, r, g, bl);
-            cairo_set_line_width(cr, ss[t].best ? 3.0 : 1.6);
-            for (size_t i = 0; i < ss[t].n; i++) {
-                double x = SX(p->x_time ? ss[t].x[i] - p->t0 : ss[t].x[i]), y = SY(ss[t].y[i]);
-                if (i == 0)
-                    cairo_move_to(cr, x, y);
-                else
-                    cairo_line_to(cr, x, y);
-            }
-            if (ss[t].n == 1) {
-                cairo_arc(cr, SX(p->x_time ? ss[t].x[0] - p->t0 : ss[t].x[0]), SY(ss[t].y[0]), 2.5,
-                          0, 2 * M_PI);
-                cairo_fill(cr);
-            } else {
-                cairo_stroke(cr);
-            }
-            if (ss[t].best && strcmp(p->metrics[k], p->metric) == 0) {
-                /* the best value of the job's metric: a ring */
-                size_t bi = 0;
-                int max = strcmp(p->goal, "max") == 0;
-                for (size_t i = 1; i < ss[t].n; i++)
-                    if (max ? ss[t].y[i] > ss[t].y[bi] : ss[t].y[i] < ss[t].y[bi]) bi = i;
-                ring_x = SX(p->x_time ? ss[t].x[bi] - p->t0 : ss[t].x[bi]);
-                ring_y = SY(ss[t].y[bi]);
-            }
-        }
-    cairo_restore(cr);
-    if (!isnan(ring_x)) { /* drawn unclipped: a best point on the edge shows whole */
-        cairo_new_path(cr);
-        cairo_arc(cr, ring_x, ring_y, 6, 0, 2 * M_PI);
-        cairo_set_source_rgb(cr, 1, 1, 1);
-        cairo_fill_preserve(cr);
-        cairo_set_source_rgb(cr, 0, 0, 0);
-        cairo_set_line_width(cr, 2);
-        cairo_stroke(cr);
-    }
-#undef SX
-#undef SY
-}
-
-/* The legend in the box (x, y, w): a swatch and the label of each trial. */
-static void draw_legend(cairo_t *cr, const plot *p, double x, double y, double w) {
-    cairo_set_font_size(cr, 11);
-    for (size_t t = 0; t < p->n_trials; t++) {
-        const series *s = &p->s[0][t];
-        double r, g, b, yy = y + 18.0 * (double)t;
-        colour(t, &r, &g, &b);
-        cairo_set_source_rgb(cr, r, g, b);
-        cairo_rectangle(cr, x, yy - 4, 22, s->best ? 5 : 3);
-        cairo_fill(cr);
-        cairo_set_source_rgb(cr, 0.1, 0.1, 0.1);
-        char label[460];
-        snprintf(label, sizeof label, "%s%s", s->label, s->best ? "  (best)" : "");
-        /* cut to the width, with an ellipsis */
-        cairo_text_extents_t e;
-        size_t len = strlen(label);
-        cairo_text_extents(cr, label, &e);
-        while (len > 4 && e.x_advance > w - 30) {
-            len--;
-            while (len > 0 && ((unsigned char)label[len] & 0xC0) == 0x80) len--;
-            memcpy(label + len, "...", 4);
-            cairo_text_extents(cr, label, &e);
-        }
-        text_at(cr, x + 28, yy, label, 0, 0.4);
-    }
-}
-
-/* Draws the plot into a new surface of w x h (SVG when svg_path). */
-static int render(const plot *p, const char *path, int svg, int w, int h) {
-    cairo_surface_t *sf = svg ? cairo_svg_surface_create(path, w, h)
-                              : cairo_image_surface_create(CAIRO_FORMAT_RGB24, w, h);
-    if (cairo_surface_status(sf) != CAIRO_STATUS_SUCCESS) {
-        fprintf(stderr, "bfctl plot: cannot create %s: %s\n", path,
-                cairo_status_to_string(cairo_surface_status(sf)));
-        cairo_surface_destroy(sf);
-        return 1;
-    }
-    cairo_t *cr = cairo_create(sf);
-    cairo_select_font_face(cr, "DejaVu Sans", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
-    cairo_set_source_rgb(cr, 1, 1, 1);
-    cairo_paint(cr);
-    /* the legend to the right, as wide as its longest label allows */
-    cairo_set_font_size(cr, 11);
-    double lw = 0;
-    for (size_t t = 0; t < p->n_trials; t++) {
-        cairo_text_extents_t e;
-        cairo_text_extents(cr, p->s[0][t].label, &e);
-        lw = fmax(lw, e.x_advance + 90);
-    }
-    lw = fmin(lw, w * 0.42);
-    double pw = w - lw, ph = (double)h / p->n_metrics;
-    double xlo, xhi;
-    x_range(p, &xlo, &xhi);
-    for (int k = 0; k < p->n_metrics; k++) draw_panel(cr, p, k, 0, ph * k, pw, ph, xlo, xhi);
-    draw_legend(cr, p, pw + 4, 40, lw - 8);
-    cairo_destroy(cr);
-    /* the status of the write itself (write_to_png returns it and leaves the
-     * surface's own status SUCCESS); a write error is the errno of the
-     * failed open or write, which cairo does not keep */
-    errno = 0;
-    cairo_status_t st;
-    if (svg) {
-        cairo_surface_finish(sf);
-        st = cairo_surface_status(sf);
-    } else {
-        st = cairo_surface_write_to_png(sf, path);
-    }
-    int rc = st != CAIRO_STATUS_SUCCESS;
-    if (rc)
-        fprintf(stderr, "bfctl plot: writing %s failed: %s\n", path,
-                st == CAIRO_STATUS_WRITE_ERROR && errno ? strerror(errno)
-                                                        : cairo_status_to_string(st));
-    cairo_surface_destroy(sf);
-    /* cairo's font caches and fontconfig's configuration live until reset:
-     * freed here, so leak checkers see only what is really lost */
-    cairo_debug_reset_static_data();
-    FcFini();
-    return rc;
 }
 
 /* -------------------------------------------------------------- the command */
@@ -466,6 +193,27 @@ int bfctl_plot(int argc, char **argv) {
                 fprintf(stderr, "bfctl plot: --size must be WxH within 200x150 .. 8000x8000\n");
                 return BF_EX_USAGE;
             }
+        } else if (!strcmp(a, "--logy")) {
+            p.logy = 1;
+        } else if (!strcmp(a, "--smooth") && has) {
+            char *end;
+            errno = 0;
+            p.smooth = strtod(argv[++i], &end);
+            if (!*argv[i] || *end || errno || !(p.smooth >= 0 && p.smooth < 1)) {
+                fprintf(stderr, "bfctl plot: --smooth must be a weight in [0, 1), got '%s'\n",
+                        argv[i]);
+                return BF_EX_USAGE;
+            }
+        } else if (!strcmp(a, "--best") && has) {
+            char *end;
+            errno = 0;
+            long v = strtol(argv[++i], &end, 10);
+            if (!*argv[i] || *end || errno || v < 1 || v > 1000) {
+                fprintf(stderr, "bfctl plot: --best must be a whole number in 1..1000, got '%s'\n",
+                        argv[i]);
+                return BF_EX_USAGE;
+            }
+            p.best_n = (int)v;
         } else if (a[0] != '-' && !target) {
             target = a;
         } else {
@@ -502,7 +250,9 @@ int bfctl_plot(int argc, char **argv) {
         json_decref(tr);
     }
     if (call_or_say(c, "job", json_pack("{s:I}", "job", (json_int_t)job), &jr) ||
-        call_or_say(c, "best", json_pack("{s:I, s:i}", "job", (json_int_t)job, "n", 1), &br))
+        call_or_say(c, "best",
+                    json_pack("{s:I, s:i}", "job", (json_int_t)job, "n", p.best_n ? p.best_n : 1),
+                    &br))
         goto out;
     p.job = job;
     snprintf(p.name, sizeof p.name, "%s", json_string_value(json_object_get(jr, "name")));
@@ -526,6 +276,8 @@ int bfctl_plot(int argc, char **argv) {
         for (int k = 0; k < p.n_metrics; k++) {
             p.s[k][ti].trial = id;
             p.s[k][ti].best = id == best;
+            p.s[k][ti].ranked = ranked(br, id);
+            first_value(json_object_get(t, "params"), p.s[k][ti].group, sizeof p.s[k][ti].group);
             params_label(json_object_get(t, "params"), id, p.s[k][ti].label,
                          sizeof p.s[k][ti].label);
         }
@@ -585,7 +337,11 @@ int bfctl_plot(int argc, char **argv) {
         goto out;
     }
     if (!w) w = 1000, h = 600 * p.n_metrics - 120 * (p.n_metrics - 1);
-    rc = render(&p, out, svg, w, h);
+    rc = plot_render(&p, out, svg, w, h);
+    for (int k = 0; !rc && p.logy && k < p.n_metrics; k++)
+        if (p.skipped[k])
+            fprintf(stderr, "bfctl plot: --logy left out %zu point%s <= 0 of %s\n", p.skipped[k],
+                    p.skipped[k] == 1 ? "" : "s", p.metrics[k]);
     if (rc && !existed) unlink(out); /* nothing half-written left behind */
     if (!rc) printf("%s\n", out);
 out:
