@@ -136,13 +136,6 @@ static void parse_resources(sweep_ctx *x, yaml_node_t *v) {
     }
 }
 
-/* The names of sweep_stop_method, in enum order. */
-static const char *const stop_names[] = {"none", "median", "threshold", "asha", "hyperband", NULL};
-
-const char *sweep_stop_name(sweep_stop_method m) {
-    return (unsigned)m <= SWEEP_STOP_HYPERBAND ? stop_names[m] : "?";
-}
-
 static void parse_early_stop(sweep_ctx *x, yaml_node_t *v) {
     sweep_spec *s = x->spec;
     if (v->type != YAML_MAPPING_NODE) {
@@ -164,7 +157,7 @@ static void parse_early_stop(sweep_ctx *x, yaml_node_t *v) {
         const char *key = sval(k);
         long long n;
         if (strcmp(key, "method") == 0) {
-            int m = sweep_get_choice(x, val, "early_stop.method", stop_names);
+            int m = sweep_get_choice(x, val, "early_stop.method", sweep_stop_names);
             if (m >= 0) s->early_stop.method = (sweep_stop_method)m;
         } else if (strcmp(key, "metric") == 0) {
             met = k;

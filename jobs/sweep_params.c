@@ -17,6 +17,8 @@
  * may say and what messages and the store print. */
 static const char *const method_names[] = {"grid", "random", "tpe", NULL};
 static const char *const dist_names[] = {"values", "uniform", "log_uniform", "int_uniform", NULL};
+/* The names of sweep_stop_method, in enum order (sweep_priv.h). */
+const char *const sweep_stop_names[] = {"none", "median", "threshold", "asha", "hyperband", NULL};
 
 const char *sweep_method_name(sweep_method m) {
     return (unsigned)m <= SWEEP_TPE ? method_names[m] : "?";
@@ -24,6 +26,10 @@ const char *sweep_method_name(sweep_method m) {
 
 const char *sweep_dist_name(sweep_dist d) {
     return (unsigned)d <= SWEEP_DIST_INT_UNIFORM ? dist_names[d] : "?";
+}
+
+const char *sweep_stop_name(sweep_stop_method m) {
+    return (unsigned)m <= SWEEP_STOP_HYPERBAND ? sweep_stop_names[m] : "?";
 }
 
 /* Records one swept value (already set in `tmp`). */

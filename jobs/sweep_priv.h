@@ -102,4 +102,7 @@ void sweep_parse_space(sweep_ctx *x, yaml_node_t *v);
  * problem to x->errs. */
 void sweep_check_trials(sweep_ctx *x);
 
+/* The names of sweep_stop_method in enum order, NULL-terminated (sweep_params.c). */
+extern const char *const sweep_stop_names[];
+
 #endif
