@@ -654,8 +654,12 @@ static void print_trial_row(json_t *t, const char *metric) {
     char l[32] = "-", b[32] = "-";
     if (lat) snprintf(l, sizeof l, "%.4g", json_number_value(json_object_get(lat, "value")));
     if (json_is_number(best)) snprintf(b, sizeof b, "%.4g", json_number_value(best));
-    printf("t%-6lld %5lld %-10s %4lld %10s %10s  %s\n", jint(t, "id"), jint(t, "index"),
-           jstr(t, "state"), jint(t, "attempts"), l, b, params);
+    if (json_object_get(t, "stage_runs")) /* a staged trial: its stage runs, then retries */
+        printf("t%-6lld %5lld %-10s %4lld %5lld %10s %10s  %s\n", jint(t, "id"), jint(t, "index"),
+               jstr(t, "state"), jint(t, "stage_runs"), jint(t, "retries"), l, b, params);
+    else
+        printf("t%-6lld %5lld %-10s %4lld %10s %10s  %s\n", jint(t, "id"), jint(t, "index"),
+               jstr(t, "state"), jint(t, "attempts"), l, b, params);
     if (*jstr(t, "reason")) printf("        %s\n", jstr(t, "reason"));   /* an early stop's */
     if (*jstr(t, "waiting")) printf("        %s\n", jstr(t, "waiting")); /* a shared stage */
 }
@@ -758,8 +762,12 @@ int bfctl_show(int argc, char **argv) {
             printf("%s: %lld trial%s still to be proposed\n", jstr(r, "method"),
                    jint(r, "to_propose"), jint(r, "to_propose") == 1 ? "" : "s");
         print_job_stages(json_object_get(r, "stages"));
-        printf("%-7s %5s %-10s %4s %10s %10s  %s\n", "TRIAL", "INDEX", "STATE", "ATT", "LATEST",
-               "BEST", "PARAMS");
+        if (json_object_get(r, "stages")) /* staged: stages this trial ran, and retries */
+            printf("%-7s %5s %-10s %4s %5s %10s %10s  %s\n", "TRIAL", "INDEX", "STATE", "RUNS",
+                   "RETRY", "LATEST", "BEST", "PARAMS");
+        else
+            printf("%-7s %5s %-10s %4s %10s %10s  %s\n", "TRIAL", "INDEX", "STATE", "ATT", "LATEST",
+                   "BEST", "PARAMS");
         size_t i;
         json_t *t;
         json_array_foreach(json_object_get(r, "trials"), i, t)

@@ -119,12 +119,26 @@ void ctl_job(bfd *d, void *s, proto_msg *m) {
     size_t n;
     if (get_job_with_trials(d, s, m, id, &j, &b, &ts, &n)) return;
     json_t *arr = trial_summaries(ts, n);
-    for (size_t i = 0; !strcmp(j.pipeline, "s2s") && i < n; i++) {
+    for (size_t i = 0; pipeline_stages(j.pipeline) && i < n; i++) {
+        json_t *row = json_array_get(arr, i);
+        /* a staged trial's attempts are one per stage it ran: say those and
+         * its retries apart, so six stages do not read as six retries */
+        store_stage plan[STAGE_MAX];
+        int np = 0, runs = 0, retries = 0;
+        char err[1024];
+        if (store_trial_stages(d->st, ts[i].id, plan, &np, err, sizeof err) == 0) {
+            for (int k = 0; k < np; k++)
+                if (plan[k].known && plan[k].trial == ts[i].id) {
+                    runs++;
+                    retries += plan[k].attempts > 1 ? plan[k].attempts - 1 : 0;
+                }
+            json_object_set_new(row, "stage_runs", json_integer(runs));
+            json_object_set_new(row, "retries", json_integer(retries));
+        }
         char waiting[256];
         if (ts[i].state != TRIAL_PENDING) continue;
         json_decref(trial_stages_json(d, ts[i].id, ts[i].state, waiting, sizeof waiting));
-        if (waiting[0])
-            json_object_set_new(json_array_get(arr, i), "waiting", json_string(waiting));
+        if (waiting[0]) json_object_set_new(row, "waiting", json_string(waiting));
     }
     json_object_set_new(b, "trials", arr);
     store_trials_free(ts, n);

@@ -174,7 +174,20 @@ Test(it_stages, a_sweep_runs_each_shared_stage_once) {
     cr_assert_eq(json_integer_value(json_object_get(sc, "distinct")), 9);
     cr_assert_eq(json_integer_value(json_object_get(sc, "shared")), 3);
     cr_assert_eq(json_integer_value(json_object_get(sc, "reused")), 3);
+    /* attempts per stage and retries apart: one trial ran all six stages,
+     * the other only its three own ones, and nothing was retried */
+    json_t *trs = json_object_get(r, "trials");
+    long long r0 = json_integer_value(json_object_get(json_array_get(trs, 0), "stage_runs"));
+    long long r1 = json_integer_value(json_object_get(json_array_get(trs, 1), "stage_runs"));
+    cr_assert(r0 + r1 == 9 && (r0 == 6 || r1 == 6), "stage runs %lld and %lld", r0, r1);
+    for (size_t i = 0; i < 2; i++)
+        cr_assert_eq(json_integer_value(json_object_get(json_array_get(trs, i), "retries")), 0);
     json_decref(r);
+    {
+        static char txt[1 << 16];
+        cr_assert_eq(it_bfctl(g_dir, txt, sizeof txt, "show 1"), 0, "%s", txt);
+        cr_assert(strstr(txt, "RUNS RETRY") && !strstr(txt, " ATT "), "%s", txt);
+    }
     r = show_json("t2");
     json_t *stages = json_object_get(r, "stages");
     cr_assert_eq(json_array_size(stages), 6);
