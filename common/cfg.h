@@ -118,6 +118,7 @@ typedef struct bf_config {
     } s2s;
     struct {
         char from[CFG_PATH_MAX]; /* run folder, .safetensors or checkpoint.bin; "" = none */
+        char map[CFG_PATH_MAX];  /* "": names as they are; "timm"; or a name-map file */
     } init;
     struct {
         int steps, batch;

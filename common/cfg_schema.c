@@ -114,6 +114,9 @@ static const cfg_field cfg_schema[] = {
     {"init.from", CFG_T_STR, OFF(init.from), NOLIM, "\"\"", NULL,
      "start from another run's weights by tensor name: a run folder, a .safetensors file or a "
      "checkpoint.bin (empty = fresh init)"},
+    {"init.map", CFG_T_STR, OFF(init.map), NOLIM, "\"\"", NULL,
+     "rename init.from's tensors before matching: a file of 'their_name: our_name' lines, or "
+     "timm (timm's ViT names; empty = none)"},
 
     {"train.steps", CFG_T_INT, OFF(train.steps), 1, 100000000, "3000", NULL, "optimizer steps"},
     {"train.batch", CFG_T_INT, OFF(train.batch), 1, 1048576, "64", NULL,

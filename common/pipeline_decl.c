@@ -21,6 +21,7 @@ static const stage_rule s2s_rules[] = {
     {0, "train.checkpoint_every", 1},
     {0, "train.log_every", 1},
     {0, "init.from", 0},
+    {0, "init.map", 0},
     {1, "avit.", 0},
     /* profile (2): only its parent */
     {3, "distill.mixer", 0},

@@ -1,4 +1,5 @@
 #include "worker/io/ckpt.h"
+#include "worker/io/ckpt_map.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -894,6 +895,23 @@ static void shape_str(char *out, size_t n, int ndim, const uint64_t *d64, const 
     if (w < n) snprintf(out + w, n - w, "]");
 }
 
+/* A dtype init.from converts: else a message. */
+static int check_dtype(const st_file *f, int i, char *err, size_t errlen) {
+    const st_tensor *x = &f->t[i];
+    if (st_dtype_converts(x->dtype)) return 0;
+    snprintf(err, errlen,
+             "%s: tensor \"%s\" is %s; init.from loads F32, F16, BF16 and F64 tensors "
+             "(save it as one of those)",
+             f->path, x->name, x->dtype);
+    return -1;
+}
+
+static int same_shape(const st_tensor *x, const bk_tensor *t) {
+    int same = x->ndim == t->ndim;
+    for (int d = 0; same && d < t->ndim; d++) same = x->shape[d] == (uint64_t)t->shape[d];
+    return same;
+}
+
 /* Same shape as the model's tensor t and dtype F32 (convert: or one that
  * st_read_as_f32 converts); else a message. */
 static int check_shape(const st_file *f, int i, const bk_tensor *t, int convert, char *err,
@@ -1172,6 +1190,52 @@ static int init_from_old(const char *file, const bk_params *P, float *host_param
 
 int ckpt_init_from(const char *path, const bk_params *P, float *host_params, ckpt_init_report *r,
                    char *text, size_t textlen, char *err, size_t errlen) {
+    return ckpt_init_from_map(path, NULL, P, host_params, r, text, textlen, err, errlen);
+}
+
+/* The file's tensor names after the map (file order) and, for each tensor
+ * of P, the file's tensor of that name or -1. */
+typedef struct mapped_names {
+    char (*name)[BK_NAME_MAX]; /* f->n names; "" = longer than a bf name */
+    int *renamed;              /* f->n flags */
+    int *of;                   /* P->n indices */
+} mapped_names;
+
+static void mapped_free(mapped_names *mn) { free(mn->name), free(mn->renamed), free(mn->of); }
+
+static int mapped_build(mapped_names *mn, const st_file *f, const ckpt_map *map, const bk_params *P,
+                        char *err, size_t errlen) {
+    mn->name = calloc((size_t)f->n + 1, sizeof *mn->name);
+    mn->renamed = calloc((size_t)f->n + 1, sizeof *mn->renamed);
+    mn->of = malloc(((size_t)P->n + 1) * sizeof *mn->of);
+    if (!mn->name || !mn->renamed || !mn->of) {
+        snprintf(err, errlen, "init.from: out of memory");
+        return -1;
+    }
+    for (int k = 0; k < P->n; k++) mn->of[k] = -1;
+    for (int i = 0; i < f->n; i++) {
+        int rc = ckpt_map_name(map, f->t[i].name, mn->name[i], sizeof mn->name[i]);
+        if (rc < 0) { /* too long for any of P's names: can match nothing */
+            mn->name[i][0] = '\0';
+            continue;
+        }
+        mn->renamed[i] = rc;
+        int k = bk_params_find(P, mn->name[i]);
+        if (k < 0) continue;
+        if (mn->of[k] >= 0) {
+            snprintf(err, errlen,
+                     "init.from %s: tensors \"%s\" and \"%s\" both map to \"%s\" (init.map)",
+                     f->path, f->t[mn->of[k]].name, f->t[i].name, mn->name[i]);
+            return -1;
+        }
+        mn->of[k] = i;
+    }
+    return 0;
+}
+
+int ckpt_init_from_map(const char *path, const char *map_spec, const bk_params *P,
+                       float *host_params, ckpt_init_report *r, char *text, size_t textlen,
+                       char *err, size_t errlen) {
     memset(r, 0, sizeof *r);
     if (textlen) text[0] = '\0';
     if (!path || !*path || !P || !host_params) {
@@ -1233,6 +1297,10 @@ int ckpt_init_from(const char *path, const bk_params *P, float *host_params, ckp
     }
     snprintf(r->source, sizeof r->source, "%s", f.path);
     int rc = -1;
+    ckpt_map map = {0};
+    mapped_names mn = {0};
+    if (ckpt_map_load(&map, map_spec, err, errlen) || mapped_build(&mn, &f, &map, P, err, errlen))
+        goto out;
     const char *dfnv = st_meta(&f, "data_fnv1a64");
     uint64_t want, h;
     if (dfnv && parse_hex16(dfnv, &want) == 0) {
@@ -1244,26 +1312,39 @@ int ckpt_init_from(const char *path, const bk_params *P, float *host_params, ckp
     }
     /* Validate every match before writing anything. */
     for (int k = 0; k < P->n; k++) {
-        int i = st_find(&f, P->t[k].name);
+        int i = mn.of[k];
         if (i < 0) {
             r->missing++;
             continue;
         }
-        if (check_shape(&f, i, &P->t[k], 1, err, errlen)) goto out;
+        if (mn.renamed[i] && !same_shape(&f.t[i], &P->t[k])) {
+            char why[512];
+            if (ckpt_map_reshape(&map, f.t[i].name, f.t[i].ndim, f.t[i].shape, &P->t[k], why,
+                                 sizeof why)) {
+                snprintf(err, errlen, "init.from %s: tensor \"%s\" (init.map: \"%s\") %s", f.path,
+                         f.t[i].name, P->t[k].name, why);
+                goto out;
+            }
+            if (check_dtype(&f, i, err, errlen)) goto out;
+        } else if (check_shape(&f, i, &P->t[k], 1, err, errlen)) {
+            goto out;
+        }
         r->loaded++;
         r->floats += P->t[k].numel;
     }
     r->unmatched = f.n - r->loaded;
     if (r->loaded == 0) {
-        snprintf(err, errlen,
-                 "init.from %s: none of its %d tensors has the name of one of this "
-                 "model's %d (first in the file: \"%s\"; in the model: \"%s\")",
-                 f.path, f.n, P->n, f.n ? f.t[0].name : "", P->t[0].name);
+        snprintf(
+            err, errlen,
+            "init.from %s: none of its %d tensors has the name of one of this "
+            "model's %d (first in the file: \"%s\"%s%s%s; in the model: \"%s\")",
+            f.path, f.n, P->n, f.n ? f.t[0].name : "", f.n && mn.renamed[0] ? ", mapped to \"" : "",
+            f.n && mn.renamed[0] ? mn.name[0] : "", f.n && mn.renamed[0] ? "\"" : "", P->t[0].name);
         goto out;
     }
     char conv[sizeof r->converted_from] = ""; /* "BF16", "F16/F64": a few names */
     for (int k = 0; k < P->n; k++) {
-        int i = st_find(&f, P->t[k].name);
+        int i = mn.of[k];
         if (i < 0) continue;
         float *dst = host_params + P->t[k].offset;
         if (st_read_as_f32(&f, i, dst, err, errlen)) goto out;
@@ -1295,16 +1376,26 @@ int ckpt_init_from(const char *path, const bk_params *P, float *host_params, ckp
     if (w > textlen) w = textlen;
     int first = 1;
     for (int k = 0; k < P->n; k++)
-        if (st_find(&f, P->t[k].name) < 0) list_add(text, textlen, &w, &first, P->t[k].name);
+        if (mn.of[k] < 0) list_add(text, textlen, &w, &first, P->t[k].name);
     if (w < textlen)
         w += (size_t)snprintf(text + w, textlen - w, "; %d unmatched (in the file only)%s",
                               r->unmatched, r->unmatched ? ":" : "");
     if (w > textlen) w = textlen;
     first = 1;
     for (int i = 0; i < f.n; i++)
-        if (bk_params_find(P, f.t[i].name) < 0) list_add(text, textlen, &w, &first, f.t[i].name);
+        if (!mn.name[i][0] || bk_params_find(P, mn.name[i]) < 0)
+            list_add(text, textlen, &w, &first, mn.name[i][0] ? mn.name[i] : f.t[i].name);
+    if (map.timm || map.n) {
+        int renamed = 0;
+        for (int i = 0; i < f.n; i++) renamed += mn.renamed[i];
+        if (w < textlen)
+            snprintf(text + w, textlen - w, "; init.map %s renamed %d of the file's %d", map_spec,
+                     renamed, f.n);
+    }
     rc = 0;
 out:
+    mapped_free(&mn);
+    ckpt_map_free(&map);
     st_close(&f);
     return rc;
 }

@@ -199,4 +199,15 @@ typedef struct ckpt_init_report {
 int ckpt_init_from(const char *path, const bk_params *P, float *host_params, ckpt_init_report *r,
                    char *text, size_t textlen, char *err, size_t errlen);
 
+/* ckpt_init_from with init.map: map_spec "" or NULL (none), "timm" or a
+ * file of "their_name: our_name" lines (worker/io/ckpt_map.h) renames the
+ * file's tensors before matching; the report (text) names them as renamed.
+ * A map does not apply to an older checkpoint.bin (no names). Two of the
+ * file's tensors mapped to one name, a bad map file, and a shape the map
+ * cannot convert (named, with why) are errors, found before anything is
+ * read. */
+int ckpt_init_from_map(const char *path, const char *map_spec, const bk_params *P,
+                       float *host_params, ckpt_init_report *r, char *text, size_t textlen,
+                       char *err, size_t errlen);
+
 #endif

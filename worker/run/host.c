@@ -155,7 +155,8 @@ fail:
 
 /* init.from: every rank reads the file itself (it is read-only and the same
  * for all) and fills the tensors it names; rank 0 reports what matched. */
-static int init_from(const char *path, model *m, int quiet, char *err, size_t errlen) {
+static int init_from(const char *path, const char *map, model *m, int quiet, char *err,
+                     size_t errlen) {
     size_t n = m->np.P.numel;
     float *hp = malloc(n * sizeof(float));
     char *text = malloc(8192);
@@ -166,7 +167,7 @@ static int init_from(const char *path, model *m, int quiet, char *err, size_t er
     }
     m->be->to_host(hp, m->np.P.data, n * sizeof(float));
     ckpt_init_report r;
-    if (ckpt_init_from(path, &m->np.P, hp, &r, text, 8192, err, errlen)) goto done;
+    if (ckpt_init_from_map(path, map, &m->np.P, hp, &r, text, 8192, err, errlen)) goto done;
     m->be->to_device(m->np.P.data, hp, n * sizeof(float));
     if (!quiet) fprintf(stderr, "%s\n", text); /* "init.from PATH: ..." */
     if (r.converted && !quiet)
@@ -265,8 +266,13 @@ static int h_resume(void *ctx, const bf_config *c, pipe_state *s, int *found, ch
 }
 
 static int h_init_from(void *ctx, const bf_config *c, model *m, char *err, size_t errlen) {
+    if (!c->init.from[0] && c->init.map[0]) {
+        snprintf(err, errlen, "init.map %s: set without init.from (the map renames its tensors)",
+                 c->init.map);
+        return -1;
+    }
     if (!c->init.from[0]) return 0;
-    return init_from(c->init.from, m, ((host_ctx *)ctx)->quiet, err, errlen);
+    return init_from(c->init.from, c->init.map, m, ((host_ctx *)ctx)->quiet, err, errlen);
 }
 
 /* Writes the resolved config beside the run's other files. */

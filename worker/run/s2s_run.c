@@ -88,9 +88,11 @@ static bf_config stage_config(const s2s_ctx *x, int i) {
         }
     }
     int parent = i == ST_DISTILL ? ST_AVIT : i - 1;
-    if (i != ST_TEACHER) /* s2s_run checked the folders fit */
+    if (i != ST_TEACHER) { /* s2s_run checked the folders fit */
         snprintf(s.init.from, sizeof s.init.from, "%.*s", (int)sizeof s.init.from - 1,
                  x->dir[parent]);
+        s.init.map[0] = '\0'; /* the parent's names are bf's */
+    }
     if (i == ST_AVIT) s.train.steps = x->c->avit.steps;
     if (i == ST_DISTILL) {
         s.train.steps = x->c->distill.stage1_steps > 0 ? x->c->distill.stage1_steps : 1;
