@@ -224,9 +224,14 @@ void ckpt_free(ckpt_state *s) {
 
 /* Keys whose value does not change what training computes. */
 static int key_ignored(const char *k, size_t n) {
-    static const char *keys[] = {
-        "device",    "data.dir", "train.log_every", "train.eval_every", "train.checkpoint_every",
-        "init.from", NULL};
+    static const char *keys[] = {"device",
+                                 "data.dir",
+                                 "train.log_every",
+                                 "train.eval_every",
+                                 "train.checkpoint_every",
+                                 "init.from",
+                                 "init.map",
+                                 NULL};
     for (const char **p = keys; *p; p++)
         if (strlen(*p) == n && memcmp(*p, k, n) == 0) return 1;
     return 0;
