@@ -50,20 +50,6 @@ static uint32_t get32(const unsigned char *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static int write_all(int fd, const void *p, size_t n) {
-    const char *c = p;
-    while (n) {
-        ssize_t w = write(fd, c, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        c += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 int ckpt_write(const char *dir, const ckpt_state *s, char *err, size_t errlen) {
     char tmp[4096], final[4096];
     size_t cfg_len = s->cfg_text ? strlen(s->cfg_text) : 0;
@@ -97,9 +83,9 @@ int ckpt_write(const char *dir, const ckpt_state *s, char *err, size_t errlen) {
         snprintf(err, errlen, "checkpoint: cannot create %s: %s", tmp, strerror(errno));
         return -1;
     }
-    if (write_all(fd, h, sizeof h) || write_all(fd, s->cfg_text, cfg_len) ||
-        write_all(fd, s->params, nb) || write_all(fd, s->m, nb) || write_all(fd, s->v, nb) ||
-        fsync(fd)) {
+    if (st_write_all(fd, h, sizeof h) || st_write_all(fd, s->cfg_text, cfg_len) ||
+        st_write_all(fd, s->params, nb) || st_write_all(fd, s->m, nb) ||
+        st_write_all(fd, s->v, nb) || fsync(fd)) {
         snprintf(err, errlen, "checkpoint: cannot write %s: %s", tmp, strerror(errno));
         close(fd);
         unlink(tmp);
@@ -457,7 +443,7 @@ static int write_text_atomic(const char *dir, const char *name, const char *text
         snprintf(err, errlen, "checkpoint: cannot create %s: %s", tmp, strerror(errno));
         return -1;
     }
-    if (write_all(fd, text, strlen(text)) || fsync(fd) || close(fd)) {
+    if (st_write_all(fd, text, strlen(text)) || fsync(fd) || close(fd)) {
         snprintf(err, errlen, "checkpoint: cannot write %s: %s", tmp, strerror(errno));
         close(fd);
         unlink(tmp);

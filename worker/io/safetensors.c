@@ -470,7 +470,7 @@ int st_data_fnv(const st_file *f, uint64_t *out, char *err, size_t errlen) {
 
 /* ---- writing ---- */
 
-static int write_all(int fd, const void *p, size_t n) {
+int st_write_all(int fd, const void *p, size_t n) {
     const char *c = p;
     while (n) {
         ssize_t w = write(fd, c, n);
@@ -640,10 +640,10 @@ int st_write(const char *path, const st_entry *t, int n, const char *const *meta
     }
     unsigned char lb[8];
     for (int i = 0; i < 8; i++) lb[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
-    int bad = write_all(fd, lb, 8) || write_all(fd, hdr, hlen);
+    int bad = st_write_all(fd, lb, 8) || st_write_all(fd, hdr, hlen);
     free(hdr);
     for (int i = 0; !bad && i < n; i++)
-        bad = write_all(fd, t[i].data, (size_t)entry_numel(&t[i]) * sizeof(float));
+        bad = st_write_all(fd, t[i].data, (size_t)entry_numel(&t[i]) * sizeof(float));
     if (bad || fsync(fd)) {
         snprintf(err, errlen, "%s: cannot write %s: %s", path, tmp, strerror(errno));
         close(fd);
