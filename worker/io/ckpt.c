@@ -388,6 +388,19 @@ typedef struct set_file {
     int n;
 } set_file;
 
+/* check_params over P in buffer order, for a reader that needs no order of
+ * its own; 0, or -1 with a message (`who` names the caller on out of memory). */
+static int params_ok(const bk_params *P, const char *who, char *err, size_t errlen) {
+    int *order = buffer_order(P);
+    if (!order) {
+        snprintf(err, errlen, "%s: out of memory", who);
+        return -1;
+    }
+    int bad = check_params(P, order, err, errlen);
+    free(order);
+    return bad ? -1 : 0;
+}
+
 static void set_file_free(set_file *s) {
     free(s->e);
     free(s->shape);
@@ -1055,14 +1068,7 @@ int ckpt_load(const char *dir, const bk_params *P, float *params, float *m, floa
                  "or neither");
         return -1;
     }
-    int *order = buffer_order(P);
-    if (!order) {
-        snprintf(err, errlen, "checkpoint: out of memory");
-        return -1;
-    }
-    int bad = check_params(P, order, err, errlen);
-    free(order);
-    if (bad) return -1;
+    if (params_ok(P, "checkpoint", err, errlen)) return -1;
     ckpt_kind k = ckpt_probe(dir);
     if (k == CKPT_NONE) {
         snprintf(err, errlen, "checkpoint %s: no %s or %s there", dir, CKPT_STATE_FILE, CKPT_NAME);
@@ -1233,14 +1239,7 @@ int ckpt_init_from_map(const char *path, const char *map_spec, const bk_params *
         snprintf(err, errlen, "init.from: needs a path, a parameter list and a host buffer");
         return -1;
     }
-    int *order = buffer_order(P);
-    if (!order) {
-        snprintf(err, errlen, "init.from: out of memory");
-        return -1;
-    }
-    int bad = check_params(P, order, err, errlen);
-    free(order);
-    if (bad) return -1;
+    if (params_ok(P, "init.from", err, errlen)) return -1;
     int is_dir = 0;
     char e2[1024];
     if (input_path_check(NULL, path, INPUT_FILE | INPUT_DIR,
