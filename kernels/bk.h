@@ -415,6 +415,17 @@ typedef struct bk_backend {
      * may be NULL. Counters are per backend, thread-safe, never reset by ops. */
     void (*d2h_count)(uint64_t *calls, uint64_t *bytes);
     void (*d2h_reset)(void);
+    /* Host-to-device copies since the last h2d_reset: calls and bytes of
+     * to_device, the other half of the step's traffic. A training step
+     * uploads its batch's own data (inputs, targets, a given mask) and
+     * nothing else: constants live on the device (fill32) or are uploaded
+     * once at setup. Same contract as d2h_count otherwise. */
+    void (*h2d_count)(uint64_t *calls, uint64_t *bytes);
+    void (*h2d_reset)(void);
+    /* p[i] = word for n 32-bit words (a float's or an int's bits: 1.0f is
+     * 0x3f800000, -1 is 0xffffffff): a constant made on the device, not
+     * uploaded. */
+    void (*fill32)(void *p, uint32_t word, size_t n);
     /* Gumbel(0,1) values offset+i of (seed, stream): bk_rng_gumbel_at, the
      * same bits on both backends. */
     void (*rng_gumbel)(float *out, size_t n, uint64_t seed, uint64_t stream, uint64_t offset);

@@ -67,6 +67,9 @@ static const bk_backend cpu_backend = {
     /* the step on the device */
     .d2h_count = bk_cpu_d2h_count,
     .d2h_reset = bk_cpu_d2h_reset,
+    .h2d_count = bk_cpu_h2d_count,
+    .h2d_reset = bk_cpu_h2d_reset,
+    .fill32 = bk_cpu_fill32,
     .rng_gumbel = bk_cpu_rng_gumbel,
     .grad_norm = bk_cpu_grad_norm,
     .adamw_clipped = bk_cpu_adamw_clipped,

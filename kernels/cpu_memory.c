@@ -25,6 +25,24 @@ void bk_cpu_d2h_reset(void) {
     atomic_store_explicit(&d2h_bytes, 0, memory_order_relaxed);
 }
 
+/* Host-to-device traffic (bk.h, h2d_count), counted the same way. */
+static _Atomic uint64_t h2d_calls, h2d_bytes;
+
+void bk_cpu_h2d_count(uint64_t *calls, uint64_t *bytes) {
+    if (calls) *calls = atomic_load_explicit(&h2d_calls, memory_order_relaxed);
+    if (bytes) *bytes = atomic_load_explicit(&h2d_bytes, memory_order_relaxed);
+}
+
+void bk_cpu_h2d_reset(void) {
+    atomic_store_explicit(&h2d_calls, 0, memory_order_relaxed);
+    atomic_store_explicit(&h2d_bytes, 0, memory_order_relaxed);
+}
+
+void bk_cpu_fill32(void *p, uint32_t word, size_t n) {
+    uint32_t *w = p;
+    for (size_t i = 0; i < n; i++) w[i] = word;
+}
+
 /* 64-byte aligned so vector loads never split a cache line. */
 void *bk_cpu_alloc(size_t bytes) {
     size_t rounded = (bytes + 63) & ~(size_t)63;
@@ -63,6 +81,8 @@ int bk_cpu_mem_available(size_t *bytes) {
     return 0;
 }
 void bk_cpu_to_device(void *dst, const void *src_host, size_t bytes) {
+    atomic_fetch_add_explicit(&h2d_calls, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&h2d_bytes, (uint64_t)bytes, memory_order_relaxed);
     memcpy(dst, src_host, bytes);
 }
 void bk_cpu_to_host(void *dst_host, const void *src, size_t bytes) {

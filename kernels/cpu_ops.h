@@ -90,6 +90,9 @@ void bk_cpu_lstm_backward(float *dgx, float *dwhh, float *scratch, const float *
 /* ---- the step on the device (kernels/cpu_devstep.c, counters in cpu_memory.c) ---- */
 void bk_cpu_d2h_count(uint64_t *calls, uint64_t *bytes);
 void bk_cpu_d2h_reset(void);
+void bk_cpu_h2d_count(uint64_t *calls, uint64_t *bytes);
+void bk_cpu_h2d_reset(void);
+void bk_cpu_fill32(void *p, uint32_t word, size_t n);
 void bk_cpu_rng_gumbel(float *out, size_t n, uint64_t seed, uint64_t stream, uint64_t offset);
 void bk_cpu_grad_norm(float *norm, double *stats, const float *g, size_t n);
 void bk_cpu_adamw_clipped(float *p, const float *g, float *m, float *v, size_t n, const bk_adamw *h,

@@ -27,6 +27,10 @@
 
 static const bk_backend *cpu, *gpu;
 
+/* Elements past which a 256-thread launch hits bk_blocks' cap of 2^20 blocks
+ * (kernels then loop grid-stride): parity cases past it test that loop. */
+#define BK_TEST_CAP_ELEMS ((size_t)1048576 * 256)
+
 /* Sets cpu/gpu, or skips the test when no GPU is usable. */
 #define NEED_GPU()                                                                                 \
     do {                                                                                           \
@@ -812,6 +816,58 @@ Test(cuda_parity, devstep_d2h_counter) {
     gpu->d2h_reset();
     pair_free(&a);
     pair_free(&n1);
+}
+
+/* to_device goes through a ring of pinned slots and returns before the copy
+ * is done: the caller may overwrite its buffer at once, a copy larger than
+ * the ring (4 x 8 MiB) goes through in pieces, ops after it see the data,
+ * and the counter counts calls and bytes. fill32 makes 1.0f and -1. */
+Test(cuda_parity, devstep_pinned_upload_and_fill32) {
+    NEED_GPU();
+    size_t n = ((size_t)40 << 20) / sizeof(float) + 123; /* 40 MiB: more than the ring */
+    float *h = malloc(n * sizeof(float)), *back = malloc(n * sizeof(float));
+    float *d = gpu->alloc(n * sizeof(float)), *d2 = gpu->alloc(n * sizeof(float));
+    cr_assert(h && back && d && d2);
+    for (size_t i = 0; i < n; i++) h[i] = (float)(i % 1000003);
+    uint64_t calls, bytes;
+    gpu->h2d_reset();
+    gpu->to_device(d, h, n * sizeof(float));
+    for (size_t i = 0; i < n; i++) h[i] = -1.0f; /* at once: the device keeps the first values */
+    gpu->to_device(d2, h, 3 * sizeof(float));
+    gpu->h2d_count(&calls, &bytes);
+    cr_expect(calls == 2 && bytes == (n + 3) * sizeof(float), "%llu calls %llu bytes",
+              (unsigned long long)calls, (unsigned long long)bytes);
+    gpu->scale(d, 2.0f, n);
+    gpu->to_host(back, d, n * sizeof(float));
+    for (size_t i = 0; i < n; i++)
+        if (back[i] != 2.0f * (float)(i % 1000003)) {
+            cr_expect(0, "element %zu of %zu: %g, want %g", i, n, (double)back[i],
+                      2.0 * (double)(i % 1000003));
+            break;
+        }
+    gpu->to_host(back, d2, 3 * sizeof(float));
+    cr_expect(back[0] == -1.0f && back[2] == -1.0f, "the second upload: %g %g", (double)back[0],
+              (double)back[2]);
+    /* past bk_blocks' 2^20-block cap: the grid-stride loop covers the rest */
+    size_t big = (size_t)BK_TEST_CAP_ELEMS + 77;
+    float *f = gpu->alloc(big * sizeof(float));
+    float *hf = malloc(big * sizeof(float));
+    cr_assert(f && hf);
+    gpu->fill32(f, 0x3f800000u, big - 1);
+    gpu->to_host(hf, f, big * sizeof(float));
+    size_t ones = 0;
+    for (size_t i = 0; i < big; i++) ones += hf[i] == 1.0f;
+    cr_expect(ones == big - 1 && hf[big - 1] == 0.0f, "fill32: %zu ones of %zu", ones, big - 1);
+    gpu->fill32(f, 0xffffffffu, 5);
+    int k[6];
+    gpu->to_host(k, f, sizeof k);
+    cr_expect(k[0] == -1 && k[4] == -1 && k[5] != -1, "fill32 of -1: %d %d %d", k[0], k[4], k[5]);
+    gpu->release(f);
+    gpu->release(d);
+    gpu->release(d2);
+    free(hf);
+    free(h);
+    free(back);
 }
 
 Test(cuda_parity, devstep_gumbel_bit_exact) {

@@ -1,6 +1,6 @@
 /* The ops that keep a training step on the device (kernels/cpu_devstep.c,
  * bk.h "The step on the device") on the CPU backend:
- *  - the device-to-host copy counter, and a small real step (linear layer,
+ *  - the host<->device copy counters and fill32, and a small real step (linear layer,
  *    cross-entropy, its statistics, gradient norm, clipped AdamW) that copies
  *    nothing until the logging read of the stats buffer;
  *  - grad_norm / adamw_clipped against the host-side norm and clip of the
@@ -35,6 +35,36 @@ static void expect_bits(const char *what, const float *got, const float *want, s
 }
 
 /* ---- the copy counter ---- */
+
+Test(devstep, h2d_counter_counts_to_device_only, .init = init_cpu) {
+    float dev[10] = {0}, host[10] = {0};
+    uint64_t calls = 99, bytes = 99;
+    cpu->h2d_reset();
+    cpu->h2d_count(&calls, &bytes);
+    cr_assert(calls == 0 && bytes == 0, "after reset: %llu calls", (unsigned long long)calls);
+    cpu->to_device(dev, host, sizeof dev);
+    cpu->to_device(dev, host, 0);
+    cpu->to_host(host, dev, sizeof dev);
+    cpu->copy(dev, dev + 5, 5 * sizeof(float));
+    cpu->fill32(dev, 0x3f800000u, 10);
+    cpu->h2d_count(&calls, &bytes);
+    cr_assert(calls == 2 && bytes == sizeof dev, "two to_device: %llu calls %llu bytes",
+              (unsigned long long)calls, (unsigned long long)bytes);
+    cpu->h2d_reset();
+    cpu->h2d_count(&calls, &bytes);
+    cr_assert(calls == 0 && bytes == 0, "reset");
+}
+
+Test(devstep, fill32_writes_a_float_or_an_int_word, .init = init_cpu) {
+    float f[7];
+    int k[5];
+    memset(f, 0, sizeof f);
+    cpu->fill32(f, 0x3f800000u, 6);
+    for (int i = 0; i < 6; i++) cr_expect_eq(f[i], 1.0f, "f[%d] = %g", i, (double)f[i]);
+    cr_expect_eq(f[6], 0.0f, "past n untouched");
+    cpu->fill32(k, 0xffffffffu, 5);
+    for (int i = 0; i < 5; i++) cr_expect_eq(k[i], -1, "k[%d] = %d", i, k[i]);
+}
 
 Test(devstep, d2h_counter_counts_to_host_and_old_norm_only, .init = init_cpu) {
     float dev[10] = {0}, host[10];

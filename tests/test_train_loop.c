@@ -1,6 +1,8 @@
 /* The training loop's contracts, on real runs of bfworker over tests/data:
  *   - the step stays on the device: a window of steps copies to the host
- *     only the one read of its statistics on the logging step;
+ *     only the one read of its statistics on the logging step, and every
+ *     pipeline's step (lm, vit, A-ViT, distill, finetune) uploads only its
+ *     batch;
  *   - a frozen parameter group stays bit-identical (and its AdamW moments
  *     zero) while the rest trains;
  *   - init.from starts a run from another run's weights by name, and a shape
@@ -16,6 +18,7 @@
 #include "tests/tmpdir.h"
 #include "worker/models/model.h"
 #include "worker/io/safetensors.h"
+#include "worker/pipelines/s2s.h"
 
 #define GOLDEN BF_SOURCE_DIR "/tests/data/golden"
 
@@ -38,6 +41,8 @@ static int train(const char *out, const char *extra) {
     int st = system(cmd);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
+
+static void no_metric(void *ctx, const char *name, double v) { (void)ctx, (void)name, (void)v; }
 
 static const char *log_of(const char *out) {
     static char buf[8192];
@@ -95,6 +100,7 @@ Test(loop, a_training_step_makes_no_host_copy) {
     for (int i = 0; i < 32; i++) ids[i] = (i * 7) % 32;
     bk_adamw h = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f};
     be->d2h_reset();
+    be->h2d_reset();
     for (int step = 0; step < 3; step++) {
         m.kn.step = (uint64_t)step;
         cr_assert_eq(model_forward(&m, ids, NULL, targets, 4, 1, err, sizeof err), 0, "%s", err);
@@ -106,6 +112,10 @@ Test(loop, a_training_step_makes_no_host_copy) {
     be->d2h_count(&calls, NULL);
     cr_expect_eq(calls, 0, "3 training steps made %llu device-to-host copies",
                  (unsigned long long)calls);
+    uint64_t up = 0, up_bytes = 0;
+    be->h2d_count(&up, &up_bytes);
+    cr_expect_eq(up, 6, "3 steps: ids and targets each (the all-ones mask made on the device)");
+    cr_expect_eq(up_bytes, 3 * (sizeof ids + sizeof targets));
     double raw[BK_STAT_SLOTS];
     model_stats_fetch(&m, raw);
     be->d2h_count(&calls, NULL);
@@ -117,6 +127,197 @@ Test(loop, a_training_step_makes_no_host_copy) {
     be->release(am);
     be->release(av);
     be->release(norm);
+    model_destroy(&m);
+}
+
+/* ---- every pipeline's step on the device ----
+ * A step of each pipeline at the model, as the loop runs it (its
+ * before_forward hook, forward, backward, its extra backward, gradient norm,
+ * clipped AdamW), counted by the backend's transfer counters: no download
+ * until the window's statistics are read, and no upload but the batch's own
+ * data (inputs and targets; constants are made on the device or uploaded
+ * once at model_create). */
+typedef struct traffic {
+    uint64_t up, up_bytes, down; /* over the steps */
+    uint64_t log_down;           /* the logging step's reads */
+} traffic;
+
+static traffic run_steps(model *m, const pipe_spec *sp, const int *in, const int *targets, int B,
+                         int steps) {
+    const bk_backend *be = m->be;
+    char err[256];
+    m->stats_per_forward = 0;
+    size_t n = m->np.P.numel;
+    float *am = be->alloc(n * sizeof(float)), *av = be->alloc(n * sizeof(float));
+    float *norm = be->alloc(sizeof(float));
+    cr_assert(am && av && norm);
+    bk_adamw h = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f};
+    traffic t = {0};
+    model_stats_reset(m);
+    be->d2h_reset();
+    be->h2d_reset();
+    for (int step = 0; step < steps; step++) {
+        m->kn.step = (uint64_t)step;
+        if (sp && sp->before_forward)
+            cr_assert_eq(sp->before_forward(sp->ctx, m, in, targets, B, err, sizeof err), 0, "%s",
+                         err);
+        cr_assert_eq(model_forward(m, in, NULL, targets, B, 1, err, sizeof err), 0, "%s", err);
+        model_backward(m);
+        if (sp && sp->extra_backward) sp->extra_backward(sp->ctx, m);
+        be->grad_norm(norm, m->dstats, m->np.P.grad, n);
+        be->adamw_clipped(m->np.P.data, m->np.P.grad, am, av, n, &h, step + 1, norm, 1.0f);
+    }
+    be->h2d_count(&t.up, &t.up_bytes);
+    be->d2h_count(&t.down, NULL);
+    double raw[BK_STAT_SLOTS];
+    model_stats_fetch(m, raw);
+    cr_expect_eq(raw[BK_STAT_COUNTED], (double)steps * m->arch->loss_rows(m, B),
+                 "every step's rows counted on the device");
+    cr_expect_gt(raw[BK_STAT_LOSS_SUM], 0.0);
+    if (sp && sp->log_ctx) sp->log_ctx(sp->ctx, no_metric, NULL);
+    be->d2h_count(&t.log_down, NULL);
+    t.log_down -= t.down;
+    be->release(am);
+    be->release(av);
+    be->release(norm);
+    return t;
+}
+
+#define PIX_H 8
+#define PIX_P 4 /* 2 x 2 patches + the class token: 5 tokens */
+#define VIT_B 3
+
+static model_shape vit_shape(int avit, const char *mixers) {
+    model_shape sh = {.layers = 3,
+                      .d_model = 16,
+                      .heads = 2,
+                      .seq_len = (PIX_H / PIX_P) * (PIX_H / PIX_P) + 1,
+                      .vocab = 256,
+                      .n_classes = 3,
+                      .patch = PIX_P,
+                      .image_h = PIX_H,
+                      .image_w = PIX_H,
+                      .avit = avit};
+    char err[256];
+    cr_assert_eq(model_shape_mixers(&sh, mixers, err, sizeof err), 0, "%s", err);
+    return sh;
+}
+
+static void vit_model(model *m, const model_shape *sh, uint64_t seed) {
+    char err[256];
+    cr_assert_eq(model_create(m, sh, bk_cpu(), VIT_B, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(model_init_weights(m, seed, err, sizeof err), 0, "%s", err);
+    m->aug_pad = 1; /* augmentation on the host changes the patches, not the traffic */
+    m->aug_flip = 1;
+    if (sh->avit) m->halt.cf.centre = 1.5f; /* some tokens halt inside the 3 layers */
+}
+
+static int images[VIT_B * PIX_H * PIX_H], labels[VIT_B] = {0, 2, 1};
+static void make_images(void) {
+    for (int i = 0; i < VIT_B * PIX_H * PIX_H; i++) images[i] = (i * 37 + 11) % 256;
+}
+
+/* one step's upload of a ViT batch: its patches and its targets */
+static const uint64_t VIT_PATCH_BYTES = (uint64_t)VIT_B * 4 * PIX_P * PIX_P * sizeof(float);
+static const uint64_t VIT_TARGET_BYTES = VIT_B * sizeof(int);
+
+static void expect_vit_traffic(const traffic *t, const char *what, int steps) {
+    cr_expect_eq(t->down, 0, "%s: %d steps made %llu downloads", what, steps,
+                 (unsigned long long)t->down);
+    cr_expect_eq(t->up, 2 * (uint64_t)steps, "%s: %llu uploads in %d steps (patches, targets)",
+                 what, (unsigned long long)t->up, steps);
+    cr_expect_eq(t->up_bytes, steps * (VIT_PATCH_BYTES + VIT_TARGET_BYTES),
+                 "%s: %llu bytes uploaded, the batches are %llu", what,
+                 (unsigned long long)t->up_bytes,
+                 (unsigned long long)(steps * (VIT_PATCH_BYTES + VIT_TARGET_BYTES)));
+    cr_expect_eq(t->log_down, 1, "%s: the logging step made %llu downloads", what,
+                 (unsigned long long)t->log_down);
+}
+
+Test(loop, an_lm_step_uploads_only_its_batch) {
+    model m;
+    model_shape sh = {.layers = 2, .d_model = 16, .heads = 2, .seq_len = 8, .vocab = 32};
+    char err[256];
+    cr_assert_eq(model_create(&m, &sh, bk_cpu(), 2, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(model_init_weights(&m, 3, err, sizeof err), 0, "%s", err);
+    int ids[16], targets[16];
+    for (int i = 0; i < 16; i++) ids[i] = (i * 5) % 32, targets[i] = (i * 5 + 1) % 32;
+    traffic t = run_steps(&m, NULL, ids, targets, 2, 3);
+    cr_expect_eq(t.down, 0, "%llu downloads", (unsigned long long)t.down);
+    cr_expect_eq(t.up, 6, "3 steps: ids and targets each, got %llu uploads",
+                 (unsigned long long)t.up);
+    cr_expect_eq(t.up_bytes, 3 * 2 * sizeof ids, "%llu bytes", (unsigned long long)t.up_bytes);
+    cr_expect_eq(t.log_down, 1);
+    model_destroy(&m);
+}
+
+Test(loop, a_vit_step_uploads_only_its_patches_and_targets) {
+    make_images();
+    model m;
+    model_shape sh = vit_shape(0, "");
+    vit_model(&m, &sh, 4);
+    traffic t = run_steps(&m, NULL, images, labels, VIT_B, 3);
+    expect_vit_traffic(&t, "vit", 3);
+    /* a smaller batch reuses the gather ids uploaded at model_create */
+    t = run_steps(&m, NULL, images, labels, 2, 1);
+    cr_expect_eq(t.up, 2, "a batch of 2: %llu uploads", (unsigned long long)t.up);
+    cr_expect_eq(t.up_bytes, (VIT_PATCH_BYTES + VIT_TARGET_BYTES) * 2 / 3);
+    model_destroy(&m);
+}
+
+Test(loop, an_avit_step_halts_on_the_device) {
+    make_images();
+    model m;
+    model_shape sh = vit_shape(1, "");
+    vit_model(&m, &sh, 5);
+    traffic t = run_steps(&m, NULL, images, labels, VIT_B, 3);
+    expect_vit_traffic(&t, "A-ViT", 3);
+    model_destroy(&m);
+}
+
+/* finetune (S2S stage 2): the A-ViT student with its sequential mixers,
+ * halting itself */
+Test(loop, a_finetune_step_uploads_only_its_batch) {
+    make_images();
+    model m;
+    model_shape sh = vit_shape(1, "attention,bimamba,bilstm");
+    vit_model(&m, &sh, 6);
+    traffic t = run_steps(&m, NULL, images, labels, VIT_B, 3);
+    expect_vit_traffic(&t, "finetune", 3);
+    model_destroy(&m);
+}
+
+/* distill (S2S stage 1): the teacher runs the batch up to its blocks (no
+ * head, no copy of its masks or logits), the student trains under its
+ * masks; the batch's patches go up once per model, the targets once. The
+ * logging step reads the model's statistics and distill's two sums (one
+ * copy each). */
+Test(loop, a_distill_step_keeps_the_teacher_on_the_device) {
+    make_images();
+    s2s_distill d;
+    memset(&d, 0, sizeof d);
+    model_shape tsh = vit_shape(1, "");
+    vit_model(&d.teacher, &tsh, 7);
+    d.teacher.aug_pad = 0, d.teacher.aug_flip = 0;
+    model m;
+    model_shape ssh = vit_shape(1, "attention,bimamba,bilstm");
+    vit_model(&m, &ssh, 7);
+    m.aug_pad = 0, m.aug_flip = 0; /* as s2s_run sets the stage */
+    pipe_spec sp;
+    int layers[2] = {1, 2};
+    char err[256];
+    cr_assert_eq(
+        s2s_distill_spec(&d, &sp, layers, 2, 1.0f, 0.5f, 0, MODEL_MIXER_BIMAMBA, err, sizeof err),
+        0, "%s", err);
+    traffic t = run_steps(&m, &sp, images, labels, VIT_B, 3);
+    cr_expect_eq(t.down, 0, "distill: 3 steps made %llu downloads", (unsigned long long)t.down);
+    cr_expect_eq(t.up, 3 * 3, "distill: %llu uploads in 3 steps (2 x patches, targets)",
+                 (unsigned long long)t.up);
+    cr_expect_eq(t.up_bytes, 3 * (2 * VIT_PATCH_BYTES + VIT_TARGET_BYTES), "%llu bytes",
+                 (unsigned long long)t.up_bytes);
+    cr_expect_eq(t.log_down, 2, "the logging step: %llu downloads", (unsigned long long)t.log_down);
+    cr_expect(m.ext_used, "the student trained under the teacher's masks");
+    s2s_distill_free(&d);
     model_destroy(&m);
 }
 

@@ -75,6 +75,9 @@ static void fill_table(bk_backend *t) {
     /* the step on the device */
     t->d2h_count = bk_cuda_d2h_count;
     t->d2h_reset = bk_cuda_d2h_reset;
+    t->h2d_count = bk_cuda_h2d_count;
+    t->h2d_reset = bk_cuda_h2d_reset;
+    t->fill32 = bk_cuda_fill32;
     t->rng_gumbel = bk_cuda_rng_gumbel;
     t->grad_norm = bk_cuda_grad_norm;
     t->adamw_clipped = bk_cuda_adamw_clipped;

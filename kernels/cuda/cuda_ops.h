@@ -91,6 +91,9 @@ void bk_cuda_lstm_backward(float *dgx, float *dwhh, float *scratch, const float 
 /* ---- the step on the device (kernels/cuda/cuda_devstep.cu, counters in cuda_memory.cu) ---- */
 void bk_cuda_d2h_count(uint64_t *calls, uint64_t *bytes);
 void bk_cuda_d2h_reset(void);
+void bk_cuda_h2d_count(uint64_t *calls, uint64_t *bytes);
+void bk_cuda_h2d_reset(void);
+void bk_cuda_fill32(void *p, uint32_t word, size_t n);
 void bk_cuda_rng_gumbel(float *out, size_t n, uint64_t seed, uint64_t stream, uint64_t offset);
 void bk_cuda_grad_norm(float *norm, double *stats, const float *g, size_t n);
 void bk_cuda_adamw_clipped(float *p, const float *g, float *m, float *v, size_t n,

@@ -29,6 +29,14 @@ static void decoder_backward(model *m, int B) {
                            nn_w(&m->env, m->emb.tok), rows, m->sh.d_model, m->sh.vocab);
 }
 
-const model_arch MODEL_DECODER = {
-    "causal lm",     decoder_declare,  decoder_plan, decoder_rows, decoder_width,
-    decoder_forward, decoder_backward, NULL,         NULL,         NULL};
+const model_arch MODEL_DECODER = {"causal lm",
+                                  decoder_declare,
+                                  decoder_plan,
+                                  decoder_rows,
+                                  decoder_width,
+                                  decoder_forward,
+                                  decoder_backward,
+                                  NULL,
+                                  NULL,
+                                  NULL,
+                                  NULL};

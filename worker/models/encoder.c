@@ -43,6 +43,14 @@ static void encoder_backward(model *m, int B) {
     m->be->meanpool_backward(m->dlnf, m->dpooled, m->mask, B, m->sh.seq_len, m->sh.d_model);
 }
 
-const model_arch MODEL_ENCODER = {
-    "encoder classifier", encoder_declare,  encoder_plan, encoder_rows, encoder_width,
-    encoder_forward,      encoder_backward, NULL,         NULL,         NULL};
+const model_arch MODEL_ENCODER = {"encoder classifier",
+                                  encoder_declare,
+                                  encoder_plan,
+                                  encoder_rows,
+                                  encoder_width,
+                                  encoder_forward,
+                                  encoder_backward,
+                                  NULL,
+                                  NULL,
+                                  NULL,
+                                  NULL};

@@ -266,9 +266,12 @@ int model_create(model *m, const model_shape *sh, const bk_backend *be, int batc
     m->h_mask = calloc(BT, sizeof(float));
     m->h_targets = calloc(BT, sizeof(int));
     m->h_losses = calloc(rows, sizeof(float));
-    m->h_dlosses = calloc(rows, sizeof(float));
     m->h_logits = calloc(rows * (size_t)m->arch->logit_width(m), sizeof(float));
-    if (!m->h_mask || !m->h_targets || !m->h_losses || !m->h_dlosses || !m->h_logits) goto oom;
+    if (!m->h_mask || !m->h_targets || !m->h_losses || !m->h_logits) goto oom;
+    if (m->arch->setup && m->arch->setup(m, err, errlen)) {
+        model_destroy(m);
+        return -1;
+    }
     m->dstats = be->alloc(BK_STAT_SLOTS * sizeof(double));
     if (!m->dstats) goto oom;
     be->zero(m->dstats, BK_STAT_SLOTS * sizeof(double));
@@ -306,7 +309,6 @@ void model_destroy(model *m) {
     bk_arena_free(&m->A);
     nn_scratch_free(&m->S);
     free(m->h_mask), free(m->h_targets), free(m->h_logits), free(m->h_losses);
-    free(m->h_dlosses);
     free(m->h_patches), free(m->h_gather);
     free(m->h_cmask), free(m->h_cidx);
     nn_halt_free(&m->halt);
@@ -507,9 +509,14 @@ int model_forward(model *m, const int *ids, const float *mask, const int *target
     if (training && m->stats_per_forward) model_stats_reset(m);
     for (size_t i = 0; i < BT; i++) m->h_mask[i] = mask ? mask[i] : 1.0f;
     memcpy(m->h_targets, targets, (size_t)rows * sizeof(int));
+    /* the step's uploads are its batch's own data; an all-ones mask is
+     * made on the device */
     if (!own_input) be->to_device(m->ids, ids, BT * sizeof(int));
-    be->to_device(m->mask, m->h_mask, BT * sizeof(float));
-    be->to_device(m->targets, targets, (size_t)rows * sizeof(int));
+    if (mask)
+        be->to_device(m->mask, m->h_mask, BT * sizeof(float));
+    else
+        be->fill32(m->mask, 0x3f800000u /* 1.0f */, BT);
+    if (!m->trunk_only) be->to_device(m->targets, targets, (size_t)rows * sizeof(int));
 
     if (!own_input)
         nn_embed_forward(&m->emb, &m->env, m->x[0], m->ids, B, T);
@@ -530,9 +537,14 @@ int model_forward(model *m, const int *ids, const float *mask, const int *target
             forward_dropped(m, l, B);
         else
             nn_block_forward(blk, &m->env, &m->S, &c, m->x[l + 1], m->x[l]);
-        if (halting) nn_halt_layer(&m->halt, &m->env, l, m->x[l + 1], B, m->sh.d_model, training);
+        /* its last argument asks for no host copy of the masks: a training or
+         * trunk-only forward reads them on the device only */
+        if (halting)
+            nn_halt_layer(&m->halt, &m->env, l, m->x[l + 1], B, m->sh.d_model,
+                          training || m->trunk_only);
     }
     m->ext_used = ext;
+    if (m->trunk_only) return 0;
     if (halting && training)
         nn_halt_loss(&m->halt, &m->env, m->dstats, B, MODEL_STAT_PONDER, MODEL_STAT_PRIOR,
                      MODEL_STAT_KEEP);
@@ -562,8 +574,7 @@ void model_backward(model *m) {
 
     /* d loss_task / d losses[r] = 1/counted for counted rows */
     float inv = m->st.counted > 0 ? (float)(1.0 / m->st.counted) : 0.0f;
-    for (int r = 0; r < rows; r++) m->h_dlosses[r] = m->h_targets[r] >= 0 ? inv : 0.0f;
-    be->to_device(m->dlosses, m->h_dlosses, (size_t)rows * sizeof(float));
+    be->crossentropy_dlosses(m->dlosses, m->targets, inv, rows, V);
     be->zero(m->dlogits, (size_t)rows * V * sizeof(float));
     be->crossentropy_backward(m->dlogits, m->probs, m->targets, m->dlosses, rows, V);
     if (m->label_smoothing > 0)

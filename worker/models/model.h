@@ -87,6 +87,10 @@ typedef struct model_arch {
     int (*declare_input)(model *m, char *err, size_t errlen);
     int (*embed_forward)(model *m, const int *in, int B, int training, char *err, size_t errlen);
     void (*embed_backward)(model *m, const float *dx0, int B);
+    /* Optional: run once by model_create after the arena exists: host
+     * staging and the architecture's constant device tensors (uploaded
+     * here, never per step). Returns 0 or -1 with a message. */
+    int (*setup)(model *m, char *err, size_t errlen);
 } model_arch;
 
 extern const model_arch MODEL_ENCODER, MODEL_DECODER, MODEL_VIT;
@@ -125,7 +129,6 @@ struct model {
     int *h_targets;  /* [B] or [B,T] host copy of the last targets */
     float *h_logits; /* [rows,V'] host copy of the last logits */
     float *h_losses; /* [rows] host copy of the last per-row task losses */
-    float *h_dlosses;
 
     /* A-ViT (sh.avit): the halting state; its cf is set by the pipeline.
      * drop (default 1): inference computes only the active tokens of each
@@ -138,7 +141,10 @@ struct model {
      * ext_infer inference does too (masked, not dropped; no retention). */
     float *const *ext_mask;
     int ext_infer;
-    int ext_used;                     /* the last forward ran under ext_mask */
+    int ext_used;   /* the last forward ran under ext_mask */
+    int trunk_only; /* 1: a forward stops after the blocks and halting (no final LayerNorm, head,
+                       loss, statistics nor host copy): a frozen teacher whose halting masks, h
+                       and attention outputs are read on the device (distill) */
     float label_smoothing;            /* training cross-entropy's label smoothing (0 = none) */
     float *xc, *yc, *cmask, *h_cmask; /* dropped layer: gathered rows, their mask */
     int *cidx, *h_cidx;

@@ -86,10 +86,10 @@ static uint64_t mix64(uint64_t x) {
 }
 
 /* im2col of B images with this forward's augmentation into h_patches
- * [B*N, p*p], and the gather ids of x[0] into h_gather [B*T + B]. */
+ * [B*N, p*p]. */
 static void vit_stage(model *m, const int *in, int B, int training) {
     const model_shape *sh = &m->sh;
-    int p = sh->patch, H = sh->image_h, W = sh->image_w, N = vit_patches(m), T = sh->seq_len;
+    int p = sh->patch, H = sh->image_h, W = sh->image_w, N = vit_patches(m);
     int pw = W / p, pad = training ? m->aug_pad : 0, flip = training && m->aug_flip;
     size_t pp = (size_t)p * p;
     for (int b = 0; b < B; b++) {
@@ -114,9 +114,30 @@ static void vit_stage(model *m, const int *in, int B, int training) {
                     row[i * p + j] = (float)v * (2.0f / 255.0f) - 1.0f;
                 }
         }
+    }
+}
+
+/* The gather ids of x[0] ([class token; patch rows] per sample, [B*T]) and
+ * the class-token rows ([B]) do not depend on the batch's size (a smaller
+ * batch uses their prefix) nor its images: uploaded once here, after the
+ * arena exists, so a step uploads only its patches. Host staging of the
+ * patches is allocated here too. Returns 0 or -1 with a message. */
+static int vit_setup(model *m, char *err, size_t errlen) {
+    int B = m->B, N = vit_patches(m), T = m->sh.seq_len;
+    size_t pp = (size_t)m->sh.patch * m->sh.patch;
+    m->h_patches = malloc((size_t)B * N * pp * sizeof(float));
+    m->h_gather = malloc(((size_t)B * T + B) * sizeof(int));
+    if (!m->h_patches || !m->h_gather) {
+        snprintf(err, errlen, "out of memory staging the images");
+        return -1;
+    }
+    for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) m->h_gather[(size_t)b * T + t] = t == 0 ? 0 : 1 + b * N + t - 1;
         m->h_gather[(size_t)B * T + b] = b * T;
     }
+    m->be->to_device(m->gather, m->h_gather, (size_t)B * T * sizeof(int));
+    m->be->to_device(m->cls_rows, m->h_gather + (size_t)B * T, (size_t)B * sizeof(int));
+    return 0;
 }
 
 /* x[0][b] = [cls; patch_emb(patches of b)] + pos */
@@ -131,16 +152,8 @@ static int vit_embed_forward(model *m, const int *in, int B, int training, char 
             snprintf(err, errlen, "vit: pixel %d of image %zu outside 0..255", in[i], i / px);
             return -1;
         }
-    if (!m->h_patches) m->h_patches = malloc((size_t)m->B * N * pp * sizeof(float));
-    if (!m->h_gather) m->h_gather = malloc(((size_t)m->B * T + m->B) * sizeof(int));
-    if (!m->h_patches || !m->h_gather) {
-        snprintf(err, errlen, "out of memory staging the images");
-        return -1;
-    }
     vit_stage(m, in, B, training);
     be->to_device(m->patches, m->h_patches, (size_t)B * N * pp * sizeof(float));
-    be->to_device(m->gather, m->h_gather, (size_t)B * T * sizeof(int));
-    be->to_device(m->cls_rows, m->h_gather + (size_t)B * T, (size_t)B * sizeof(int));
     be->copy(m->prow, nn_w(&m->env, m->cls_token), (size_t)C * sizeof(float));
     nn_linear_forward(&m->patch_emb, &m->env, m->prow + C, m->patches, B * N);
     be->embedding_forward(m->x[0], m->gather, m->prow, B * T, C);
@@ -179,5 +192,6 @@ const model_arch MODEL_VIT = {.name = "vit classifier",
                               .head_forward = vit_head_forward,
                               .head_backward = vit_head_backward,
                               .declare_input = vit_declare_input,
+                              .setup = vit_setup,
                               .embed_forward = vit_embed_forward,
                               .embed_backward = vit_embed_backward};

@@ -41,9 +41,10 @@ void nn_halt_free(nn_halt *h) {
 void nn_halt_begin(nn_halt *h, const nn_env *e, int B) {
     const bk_backend *be = e->be;
     size_t BT = (size_t)B * h->T;
-    be->to_device(h->mask[0], h->h_ones, BT * sizeof(float));
-    be->to_device(h->rem, h->h_ones, BT * sizeof(float));
-    be->to_device(h->at, h->h_at, BT * sizeof(int));
+    /* constants made on the device, not uploaded per step: 1.0f and -1 */
+    be->fill32(h->mask[0], 0x3f800000u, BT);
+    be->fill32(h->rem, 0x3f800000u, BT);
+    be->fill32(h->at, 0xffffffffu, BT);
     be->zero(h->cum, BT * sizeof(float));
     be->zero(h->hstats, BK_HALT_STATS(h->L) * sizeof(double));
     memcpy(h->h_mask[0], h->h_ones, BT * sizeof(float));

@@ -275,8 +275,6 @@ static int log_window(loop *L, long done, train_result *r, char *err, size_t err
                  nonfinite, done, st.loss);
         return -1;
     }
-    /* copies of the window's steps: the one read above, nothing else */
-    uint64_t copies = d2h_calls(L) - L->w.d2h_calls;
     double n = L->w.steps;
     double t = now_s(), tps = L->w.tokens / (t - L->t_log);
     double acc = st.counted > 0 ? st.correct / st.counted : NAN;
@@ -288,6 +286,9 @@ static int log_window(loop *L, long done, train_result *r, char *err, size_t err
     if (sp->log_extra) sp->log_extra(&L->m, &st, metric_cb, L);
     if (sp->window) sp->window(&L->m, c, &st);
     if (sp->log_ctx) sp->log_ctx(sp->ctx, metric_cb, L);
+    /* copies of the window's steps: the read above and a pipeline's own
+     * (counted here, in its window, not the next one's) */
+    uint64_t copies = d2h_calls(L) - L->w.d2h_calls;
     metric(L, "train/heads_used", st.heads_used);
     if (sp->classify) metric(L, "train/acc", acc);
     metric(L, "train/lr", L->hp.lr);

@@ -55,12 +55,12 @@ static void distill_backward(void *ctx, model *m) {
 static void distill_log(void *ctx, void (*metric)(void *mctx, const char *name, double value),
                         void *mctx) {
     s2s_distill *d = ctx;
-    float acc = 0;
-    d->be->to_host(&acc, d->acc, sizeof acc);
-    d->be->zero(d->acc, sizeof(float));
-    double hl = 0;
-    d->be->to_host(&hl, d->hloss, sizeof hl);
-    d->be->zero(d->hloss, sizeof(double));
+    double both[2] = {0, 0}; /* hloss, then acc's float: one copy for the window */
+    d->be->to_host(both, d->hloss, sizeof both);
+    d->be->zero(d->hloss, sizeof both);
+    double hl = both[0];
+    float acc;
+    memcpy(&acc, &both[1], sizeof acc);
     metric(mctx, "train/loss_mse", d->steps > 0 ? acc / d->steps : NAN);
     metric(mctx, "train/loss_halt", d->steps > 0 ? hl / d->steps : NAN);
     d->steps = 0;
@@ -124,18 +124,21 @@ int s2s_distill_spec(s2s_distill *d, pipe_spec *sp, const int *layers, int n, fl
                      float lambda_halt, int unfreeze, int mixer_kind, char *err, size_t errlen) {
     const bk_backend *be = d->teacher.be;
     d->be = be;
+    d->teacher.trunk_only = 1; /* its masks, h and attention outputs only: no head, no copy */
     d->n = n;
     d->lambda_mse = lambda_mse;
     memcpy(d->layers, layers, (size_t)n * sizeof(int));
     size_t NC = (size_t)d->teacher.B * d->teacher.sh.seq_len * d->teacher.sh.d_model;
     d->mse = be->alloc((size_t)n * sizeof(float));
-    d->acc = be->alloc(sizeof(float));
     d->grad = calloc((size_t)n, sizeof *d->grad);
     int L = d->teacher.sh.layers;
     d->lambda_halt = lambda_halt;
     d->hgrad = calloc((size_t)L, sizeof *d->hgrad);
-    d->hloss = be->alloc(sizeof(double));
-    int ok = d->mse && d->acc && d->grad && d->hgrad && d->hloss;
+    /* the window's two sums in one buffer, read by one copy: hloss (a double)
+     * then acc (a float in the second double's bytes) */
+    d->hloss = be->alloc(2 * sizeof(double));
+    d->acc = d->hloss ? (float *)(d->hloss + 1) : NULL;
+    int ok = d->mse && d->grad && d->hgrad && d->hloss;
     for (int i = 0; ok && i < n; i++) ok = (d->grad[i] = be->alloc(NC * sizeof(float))) != NULL;
     for (int l = 0; ok && lambda_halt > 0 && l < L - 1; l++)
         ok = (d->hgrad[l] = be->alloc(NC * sizeof(float))) != NULL;
@@ -143,8 +146,7 @@ int s2s_distill_spec(s2s_distill *d, pipe_spec *sp, const int *layers, int n, fl
         snprintf(err, errlen, "out of memory for the distillation buffers");
         return -1;
     }
-    be->zero(d->acc, sizeof(float));
-    be->zero(d->hloss, sizeof(double));
+    be->zero(d->hloss, 2 * sizeof(double));
     int k = 0;
     for (int i = 0; !unfreeze && i < n; i++) {
         char p[64];
@@ -177,7 +179,6 @@ void s2s_distill_free(s2s_distill *d) {
             if (d->hgrad[l]) d->be->release(d->hgrad[l]);
         d->be->release(d->hloss);
         d->be->release(d->mse);
-        d->be->release(d->acc);
     }
     free(d->grad);
     free(d->hgrad);

@@ -31,11 +31,11 @@ typedef struct s2s_distill {
     int layers[MODEL_MAX_LAYERS], n;
     float lambda_mse;
     float *mse;   /* device [n]: per-layer losses of the last step */
-    float *acc;   /* device [1]: their sum over the window's steps */
+    float *acc;   /* device [1]: their sum over the window's steps (in hloss's buffer) */
     float **grad; /* device [n][B*T*C]: tap gradients */
     float lambda_halt;
     float **hgrad; /* device [L-1][B*T*C]: halting-alignment gradients at block outputs */
-    double *hloss; /* device [1]: halting-alignment loss summed over the window */
+    double *hloss; /* device [2]: halting-alignment loss summed over the window; acc */
     double steps;  /* steps in the window */
     char *trainable[2 * MODEL_MAX_LAYERS + 1];
     const bk_backend *be;
