@@ -647,6 +647,15 @@ Test(cuda_parity, conv1d) {
         check_conv(2, 33, 7, 3, reverse, 0, 0);
     }
     check_conv(2, 20, 5, 1, 0, 1, 1);
+    check_conv(3, 40, 9, BK_CONV_MAX_K, 1, 1, 1); /* the widest window, through the holes */
+}
+
+/* B*T*C past the 2^28 elements one capped grid covers: the conv kernels'
+ * grid-stride loops must reach the last elements (1 GiB a tensor). */
+Test(cuda_parity, conv1d_past_the_grid_cap) {
+    NEED_GPU();
+    cr_assert_gt((size_t)2 * 2049 * 65537, BK_TEST_CAP_ELEMS);
+    check_conv(2, 2049, 65537, 4, 1, 1, 1);
 }
 
 static void check_scan(int B, int T, int D, int G, int N, int reverse, int masked, int gated) {

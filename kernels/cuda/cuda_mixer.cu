@@ -1,8 +1,10 @@
 /* CUDA: the sequence-mixer ops (depthwise conv1d, Mamba-1 selective scan,
  * LSTM recurrence), same contracts as kernels/bk.h and the same plans as the
  * CPU reference (kernels/cpu_mixer.c):
- *  - conv: one thread per (sample, channel) walking its tokens; dw/dbias
- *    through per-sample partials in scratch, added over samples in order.
+ *  - conv: one thread per (sample, token, channel) for out and dx (the
+ *    window of each token found by walking back over the mask); dw/dbias
+ *    through per-sample partials in scratch (token segments added in order
+ *    in shared memory), added over samples in order.
  *  - scan: parallel over time inside each chunk as well as over (sample,
  *    channel): a block scan of the step h = a h + u over segments of the
  *    chunk, carried chunk to chunk (see scan_forward_kernel), the forward
@@ -35,108 +37,176 @@ static __device__ __forceinline__ bool mix_masked(const float *mask, int b, int 
 }
 static inline unsigned round_warp(int n) { return (unsigned)((n + 31) / 32 * 32); }
 
-/* ---- conv1d ---- */
+/* ---- conv1d ----
+ * Not a recurrence: token t's output reads x at t and at the K-1 nearest
+ * earlier active tokens (in the direction of a.reverse), so every op is
+ * parallel over (sample, token, channel), channels fastest (coalesced).
+ * The window is found by walking back over the mask (at most K-1 active
+ * tokens, plus the masked ones between them). Taps are indexed by the
+ * unrolled m (compile-time) in registers; only global w is read at a runtime
+ * tap index, so no kernel has a stack frame. */
 
-__global__ void conv_forward_kernel(float *out, const float *x, const float *w, const float *bias,
-                                    bk_conv_args a) {
-    int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= a.B * a.C) return;
-    const int b = idx / a.C, c = idx % a.C, T = a.T, C = a.C, K = a.K;
-    float wk[MIX_KMAX], win[MIX_KMAX];
+static __device__ __forceinline__ int conv_pos(const bk_conv_args &a, int s) {
+    return a.reverse ? a.T - 1 - s : s;
+}
+
+/* win[m], wt[m] (m < K-1): x and position of the (m+1)-th earlier active
+ * token before processing step s (wt -1: none). */
+static __device__ __forceinline__ void conv_window(const bk_conv_args &a, const float *x, int b,
+                                                   int s, int c, float *win, int *wt) {
+    int j = s;
 #pragma unroll
-    for (int k = 0; k < MIX_KMAX; k++) {
-        wk[k] = k < K ? w[(size_t)c * K + k] : 0.0f;
-        win[k] = 0.0f;
-    }
-    const float b0 = bias ? bias[c] : 0.0f;
-    int np = 0; /* win[m]: the m-th most recent earlier active token's x */
-    for (int s = 0; s < T; s++) {
-        int t = a.reverse ? T - 1 - s : s;
-        size_t i = ((size_t)b * T + t) * C + c;
-        if (mix_masked(a.mask, b, T, t)) {
-            out[i] = 0.0f;
-            continue;
+    for (int m = 0; m < MIX_KMAX - 1; m++) {
+        win[m] = 0.0f;
+        wt[m] = -1;
+        if (m < a.K - 1) {
+            while (--j >= 0)
+                if (!mix_masked(a.mask, b, a.T, conv_pos(a, j))) break;
+            if (j >= 0) {
+                wt[m] = conv_pos(a, j);
+                win[m] = x[((size_t)b * a.T + wt[m]) * a.C + c];
+            }
         }
-        float xt = x[i], pre = b0 + wk[K - 1] * xt;
-#pragma unroll
-        for (int m = 0; m < MIX_KMAX - 1; m++)
-            if (m < np) pre += wk[K - 2 - m] * win[m];
-        out[i] = a.silu ? pre * mix_sigmoid(pre) : pre;
-#pragma unroll
-        for (int m = MIX_KMAX - 2; m > 0; m--) win[m] = win[m - 1];
-        win[0] = xt;
-        if (np < K - 1) np++;
     }
 }
 
-__global__ void conv_backward_kernel(float *dx, float *part, const float *dout, const float *x,
-                                     const float *w, const float *bias, bk_conv_args a) {
-    int idx = blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= a.B * a.C) return;
-    const int b = idx / a.C, c = idx % a.C, T = a.T, C = a.C, K = a.K;
-    float wk[MIX_KMAX], win[MIX_KMAX], dw[MIX_KMAX];
-    int wt[MIX_KMAX];
+/* The pre-activation at (b, position t, c), given its window; the sum in
+ * the order of the CPU's and the former kernel's: bias, tap K-1, then the
+ * earlier tokens nearest first. */
+static __device__ __forceinline__ float conv_pre_at(const bk_conv_args &a, const float *x,
+                                                    const float *w, const float *bias, int b, int t,
+                                                    int c, const float *win, const int *wt) {
+    const float *wc = w + (size_t)c * a.K;
+    float pre = (bias ? bias[c] : 0.0f) + wc[a.K - 1] * x[((size_t)b * a.T + t) * a.C + c];
 #pragma unroll
-    for (int k = 0; k < MIX_KMAX; k++) {
-        wk[k] = k < K ? w[(size_t)c * K + k] : 0.0f;
-        win[k] = dw[k] = 0.0f;
-        wt[k] = 0;
+    for (int m = 0; m < MIX_KMAX - 1; m++)
+        if (wt[m] >= 0) pre += wc[a.K - 2 - m] * win[m];
+    return pre;
+}
+
+/* d loss / d pre at processing step s (0 for a masked token). */
+static __device__ float conv_gp(const bk_conv_args &a, const float *dout, const float *x,
+                                const float *w, const float *bias, int b, int s, int c) {
+    int t = conv_pos(a, s);
+    if (mix_masked(a.mask, b, a.T, t)) return 0.0f;
+    float gp = dout[((size_t)b * a.T + t) * a.C + c];
+    if (a.silu) {
+        float win[MIX_KMAX - 1];
+        int wt[MIX_KMAX - 1];
+        conv_window(a, x, b, s, c, win, wt);
+        float pre = conv_pre_at(a, x, w, bias, b, t, c, win, wt), sg = mix_sigmoid(pre);
+        gp *= sg * (1.0f + pre * (1.0f - sg));
     }
-    const float b0 = bias ? bias[c] : 0.0f;
-    float db = 0.0f;
-    int np = 0;
-    for (int s = 0; s < T; s++) {
-        int t = a.reverse ? T - 1 - s : s;
-        size_t i = ((size_t)b * T + t) * C + c;
-        if (mix_masked(a.mask, b, T, t)) continue;
-        float xt = x[i], pre = b0 + wk[K - 1] * xt;
-#pragma unroll
-        for (int m = 0; m < MIX_KMAX - 1; m++)
-            if (m < np) pre += wk[K - 2 - m] * win[m];
-        float gp = dout[i];
-        if (a.silu) {
-            float sg = mix_sigmoid(pre);
-            gp *= sg * (1.0f + pre * (1.0f - sg));
+    return gp;
+}
+
+/* out[b,t,c], one thread per element (grid-stride: bk_blocks caps the grid) */
+__global__ void conv_forward_kernel(float *out, const float *x, const float *w, const float *bias,
+                                    bk_conv_args a) {
+    const size_t n = (size_t)a.B * a.T * a.C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const int c = (int)(i % a.C), t = (int)(i / a.C % a.T), b = (int)(i / ((size_t)a.C * a.T));
+        if (mix_masked(a.mask, b, a.T, t)) {
+            out[i] = 0.0f;
+            continue;
         }
-        db += gp;
-        dw[K - 1] += gp * xt;
-        if (dx) dx[i] += wk[K - 1] * gp;
+        const int s = a.reverse ? a.T - 1 - t : t;
+        float win[MIX_KMAX - 1];
+        int wt[MIX_KMAX - 1];
+        conv_window(a, x, b, s, c, win, wt);
+        float pre = conv_pre_at(a, x, w, bias, b, t, c, win, wt);
+        out[i] = a.silu ? pre * mix_sigmoid(pre) : pre;
+    }
+}
+
+/* dx[b,t,c] += w[K-1] gp(t) + sum_m w[K-2-m] gp(m-th later active token):
+ * a gather (each thread writes only its own element), no atomics. */
+__global__ void conv_backward_dx_kernel(float *dx, const float *dout, const float *x,
+                                        const float *w, const float *bias, bk_conv_args a) {
+    const size_t n = (size_t)a.B * a.T * a.C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const int c = (int)(i % a.C), t = (int)(i / a.C % a.T), b = (int)(i / ((size_t)a.C * a.T));
+        if (mix_masked(a.mask, b, a.T, t)) continue; /* a skipped token receives no gradient */
+        const int s = a.reverse ? a.T - 1 - t : t;
+        const float *wc = w + (size_t)c * a.K;
+        float acc = wc[a.K - 1] * conv_gp(a, dout, x, w, bias, b, s, c);
+        int j = s;
 #pragma unroll
-        for (int m = 0; m < MIX_KMAX - 1; m++)
-            if (m < np) {
-                dw[K - 2 - m] += gp * win[m];
-                if (dx) dx[((size_t)b * T + wt[m]) * C + c] += wk[K - 2 - m] * gp;
+        for (int m = 0; m < MIX_KMAX - 1; m++) {
+            if (m < a.K - 1) {
+                while (++j < a.T)
+                    if (!mix_masked(a.mask, b, a.T, conv_pos(a, j))) break;
+                if (j < a.T) acc += wc[a.K - 2 - m] * conv_gp(a, dout, x, w, bias, b, j, c);
             }
-#pragma unroll
-        for (int m = MIX_KMAX - 2; m > 0; m--) {
-            win[m] = win[m - 1];
-            wt[m] = wt[m - 1];
         }
-        win[0] = xt;
-        wt[0] = t;
-        if (np < K - 1) np++;
+        dx[i] += acc;
     }
-    if (part) {
-        float *p = part + ((size_t)b * C + c) * (K + 1);
+}
+
+/* part[b,c,k] = sum_t gp(t) x(tap k of t), part[b,c,K] = sum_t gp(t): one
+ * block per (sample, 32 channels), CONV_SEGS token segments per channel
+ * summed in registers, then the segments added in order in shared memory
+ * (reproducible). */
+#define CONV_SEGS 8
+__global__ void conv_backward_part_kernel(float *part, const float *dout, const float *x,
+                                          const float *w, const float *bias, bk_conv_args a) {
+    __shared__ float sh[CONV_SEGS][MIX_KMAX + 1][32];
+    const int lane = threadIdx.x, seg = threadIdx.y, b = blockIdx.y;
+    const int c = blockIdx.x * 32 + lane;
+    float dwm[MIX_KMAX - 1], dwl = 0.0f, db = 0.0f;
 #pragma unroll
-        for (int k = 0; k < MIX_KMAX; k++)
-            if (k < K) p[k] = dw[k];
-        p[K] = db;
+    for (int m = 0; m < MIX_KMAX - 1; m++) dwm[m] = 0.0f;
+    if (c < a.C)
+        for (int s = seg; s < a.T; s += CONV_SEGS) {
+            int t = conv_pos(a, s);
+            if (mix_masked(a.mask, b, a.T, t)) continue;
+            float win[MIX_KMAX - 1];
+            int wt[MIX_KMAX - 1];
+            conv_window(a, x, b, s, c, win, wt);
+            size_t i = ((size_t)b * a.T + t) * a.C + c;
+            float gp = dout[i];
+            if (a.silu) {
+                float pre = conv_pre_at(a, x, w, bias, b, t, c, win, wt), sg = mix_sigmoid(pre);
+                gp *= sg * (1.0f + pre * (1.0f - sg));
+            }
+            db += gp;
+            dwl += gp * x[i];
+#pragma unroll
+            for (int m = 0; m < MIX_KMAX - 1; m++)
+                if (wt[m] >= 0) dwm[m] += gp * win[m];
+        }
+        /* slot k of sh: tap k; taps K-2-m come from dwm[m], K-1 from dwl, K the bias */
+#pragma unroll
+    for (int m = 0; m < MIX_KMAX - 1; m++) sh[seg][m][lane] = dwm[m];
+    sh[seg][MIX_KMAX - 1][lane] = dwl;
+    sh[seg][MIX_KMAX][lane] = db;
+    __syncthreads();
+    if (c >= a.C) return;
+    /* the 8 + 1 slots over the segments: thread (lane, seg) sums slot seg (and seg 0 slot 8) */
+    for (int q = seg; q <= MIX_KMAX; q += CONV_SEGS) {
+        float v = 0.0f;
+        for (int g = 0; g < CONV_SEGS; g++) v += sh[g][q][lane];
+        int k = q == MIX_KMAX ? a.K : q == MIX_KMAX - 1 ? a.K - 1 : a.K - 2 - q;
+        if (q < MIX_KMAX - 1 && q >= a.K - 1) continue; /* no such tap */
+        part[((size_t)b * a.C + c) * (a.K + 1) + k] = v;
     }
 }
 
 /* dw[c,k] += sum_b part[b,c,k], dbias[c] += sum_b part[b,c,K] */
 __global__ void conv_param_reduce_kernel(float *dw, float *dbias, const float *part, int B, int C,
                                          int K) {
-    int e = blockIdx.x * blockDim.x + threadIdx.x;
-    if (e >= C * (K + 1)) return;
-    int c = e / (K + 1), k = e % (K + 1);
-    float s = 0.0f;
-    for (int b = 0; b < B; b++) s += part[((size_t)b * C + c) * (K + 1) + k];
-    if (k < K) {
-        if (dw) dw[(size_t)c * K + k] += s;
-    } else if (dbias) {
-        dbias[c] += s;
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < (size_t)C * (K + 1);
+         e += (size_t)gridDim.x * blockDim.x) {
+        int c = (int)(e / (K + 1)), k = (int)(e % (K + 1));
+        float s = 0.0f;
+        for (int b = 0; b < B; b++) s += part[((size_t)b * C + c) * (K + 1) + k];
+        if (k < K) {
+            if (dw) dw[(size_t)c * K + k] += s;
+        } else if (dbias) {
+            dbias[c] += s;
+        }
     }
 }
 
@@ -144,8 +214,8 @@ extern "C" void bk_cuda_conv1d_forward(float *out, const float *x, const float *
                                        const float *bias, const bk_conv_args *a) {
     if (a->B <= 0 || a->T <= 0 || a->C <= 0) return;
     BK_CUDA_REQUIRE(a->K >= 1 && a->K <= BK_CONV_MAX_K, "conv width K must be in [1, 8]");
-    size_t n = (size_t)a->B * a->C;
-    conv_forward_kernel<<<bk_blocks(n, 128), 128>>>(out, x, w, bias, *a);
+    size_t n = (size_t)a->B * a->T * a->C;
+    conv_forward_kernel<<<bk_blocks(n, BK_THREADS), BK_THREADS>>>(out, x, w, bias, *a);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -155,10 +225,16 @@ extern "C" void bk_cuda_conv1d_backward(float *dx, float *dw, float *dbias, floa
     if (a->B <= 0 || a->T <= 0 || a->C <= 0 || (!dx && !dw && !dbias)) return;
     BK_CUDA_REQUIRE(a->K >= 1 && a->K <= BK_CONV_MAX_K, "conv width K must be in [1, 8]");
     float *part = (dw || dbias) ? scratch : NULL;
-    size_t n = (size_t)a->B * a->C;
-    conv_backward_kernel<<<bk_blocks(n, 128), 128>>>(dx, part, dout, x, w, bias, *a);
-    CUDA_CHECK_LAUNCH();
+    if (dx) {
+        size_t n = (size_t)a->B * a->T * a->C;
+        conv_backward_dx_kernel<<<bk_blocks(n, BK_THREADS), BK_THREADS>>>(dx, dout, x, w, bias, *a);
+        CUDA_CHECK_LAUNCH();
+    }
     if (!part) return;
+    BK_CUDA_REQUIRE(a->B <= 65535, "conv backward: batch above 65535 (the grid's y)");
+    dim3 grid((unsigned)((a->C + 31) / 32), (unsigned)a->B), block(32, CONV_SEGS);
+    conv_backward_part_kernel<<<grid, block>>>(part, dout, x, w, bias, *a);
+    CUDA_CHECK_LAUNCH();
     size_t np = (size_t)a->C * (a->K + 1);
     conv_param_reduce_kernel<<<bk_blocks(np, BK_THREADS), BK_THREADS>>>(dw, dbias, part, a->B, a->C,
                                                                         a->K);
@@ -499,17 +575,18 @@ __global__ void __launch_bounds__(32 * SCAN_W)
 /* dA_log[c,n] += A_n sum_b part[b,c,n] (A = -exp(A_log)); dD, ddelta_bias likewise */
 __global__ void scan_param_reduce_kernel(bk_scan_grads gr, const float *part, const float *A_log,
                                          int B, int D, int N) {
-    int e = blockIdx.x * blockDim.x + threadIdx.x;
-    if (e >= D * (N + 2)) return;
-    int c = e / (N + 2), k = e % (N + 2);
-    float s = 0.0f;
-    for (int b = 0; b < B; b++) s += part[((size_t)b * D + c) * (2 * N + 2) + k];
-    if (k < N) {
-        if (gr.dA_log) gr.dA_log[(size_t)c * N + k] += s * -expf(A_log[(size_t)c * N + k]);
-    } else if (k == N) {
-        if (gr.dDskip) gr.dDskip[c] += s;
-    } else if (gr.ddelta_bias) {
-        gr.ddelta_bias[c] += s;
+    for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < (size_t)D * (N + 2);
+         e += (size_t)gridDim.x * blockDim.x) {
+        int c = (int)(e / (N + 2)), k = (int)(e % (N + 2));
+        float s = 0.0f;
+        for (int b = 0; b < B; b++) s += part[((size_t)b * D + c) * (2 * N + 2) + k];
+        if (k < N) {
+            if (gr.dA_log) gr.dA_log[(size_t)c * N + k] += s * -expf(A_log[(size_t)c * N + k]);
+        } else if (k == N) {
+            if (gr.dDskip) gr.dDskip[c] += s;
+        } else if (gr.ddelta_bias) {
+            gr.ddelta_bias[c] += s;
+        }
     }
 }
 
@@ -638,11 +715,12 @@ __global__ void lstm_backward_kernel(float *dgx, float *part, const float *dout,
 
 /* dwhh[e] += sum_b part[b, e] over the S*4H*H weights */
 __global__ void lstm_param_reduce_kernel(float *dwhh, const float *part, int B, size_t total) {
-    size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (e >= total) return;
-    float s = 0.0f;
-    for (int b = 0; b < B; b++) s += part[(size_t)b * total + e];
-    dwhh[e] += s;
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (size_t)gridDim.x * blockDim.x) {
+        float s = 0.0f;
+        for (int b = 0; b < B; b++) s += part[(size_t)b * total + e];
+        dwhh[e] += s;
+    }
 }
 
 extern "C" void bk_cuda_lstm_forward(float *out, float *saved, const float *gx, const float *whh,
