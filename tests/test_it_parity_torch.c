@@ -25,7 +25,10 @@
 #include "tests/tmpdir.h"
 #include "worker/io/safetensors.h"
 
-#define PYTHON "/usr/bin/python3"
+/* Debian's python3-torch; BF_PYTHON names another (the GPU machine's, for
+ * scripts/gpu_check.sh). BF_PARITY_DEVICE (e.g. cuda) makes every dump on
+ * that device: the whole-model check of a backend against PyTorch. */
+#define PYTHON (getenv("BF_PYTHON") ? getenv("BF_PYTHON") : "/usr/bin/python3")
 #define SCRIPT BF_SOURCE_DIR "/tests/test_parity_torch.py"
 
 static void setup(void) {
@@ -120,8 +123,15 @@ static void dump_case(const parity_case *c) {
         snprintf(data, sizeof data,
                  "--set data.train=%s/glosses_train.tsv --set data.val=%s/glosses_val.tsv", dir,
                  dir);
-    snprintf(cmd, sizeof cmd, "%s/bfworker dump '%s' %s %s --out '%s/%s' --quiet 2>&1", BF_BIN_DIR,
-             cfg, data, c->set ? c->set : "", dir, c->name);
+    const char *dev = getenv("BF_PARITY_DEVICE");
+    char devset[64] = "";
+    if (dev && dev[0]) {
+        cr_assert(strspn(dev, "abcdefghijklmnopqrstuvwxyz") == strlen(dev),
+                  "BF_PARITY_DEVICE '%s': a device name (cpu, cuda)", dev);
+        snprintf(devset, sizeof devset, "--set device=%s", dev);
+    }
+    snprintf(cmd, sizeof cmd, "%s/bfworker dump '%s' %s %s %s --out '%s/%s' --quiet 2>&1",
+             BF_BIN_DIR, cfg, data, c->set ? c->set : "", devset, dir, c->name);
     static char out[16384];
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s\n%s", cmd, out);
 }
