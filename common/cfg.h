@@ -100,8 +100,10 @@ typedef struct bf_config {
     struct {
         int enabled;
         float retention, gate_scale, gate_center, ponder_weight, prior_weight;
-        float tolerance; /* of the reached retention */
-        int steps;       /* s2s: the avit stage's steps */
+        float tolerance;           /* of the reached retention */
+        int steps;                 /* s2s: the avit stage's steps */
+        char prior[CFG_NAME_MAX];  /* paper | spend */
+        char output[CFG_NAME_MAX]; /* act | freeze */
     } avit;
     struct {
         char mixer[CFG_NAME_MAX]; /* bimamba | bilstm */
@@ -111,6 +113,7 @@ typedef struct bf_config {
         int stage1_steps, stage2_steps;
         float lambda_mse, lambda_halt;
         int unfreeze;
+        char halt_align[CFG_NAME_MAX]; /* keep | mean_h */
     } distill;
     struct {
         char root[CFG_PATH_MAX];  /* where stage folders NAME-KEY live ("" = OUT/stages) */

@@ -89,6 +89,12 @@ static const cfg_field cfg_schema[] = {
      "ponder loss weight alpha_p"},
     {"avit.prior_weight", CFG_T_FLOAT, OFF(avit.prior_weight), 0.0, 1e3, "0.1", NULL,
      "depth-prior KL weight alpha_d"},
+    {"avit.prior", CFG_T_ENUM, OFF(avit.prior), NOLIM, "paper", "paper|spend",
+     "depth prior's q_l: paper = batch-mean halting score per layer, normalised, clamped to "
+     "[0.01, 0.99] (A-ViT eq. 10); spend = h while running, the remainder where a token halts"},
+    {"avit.output", CFG_T_ENUM, OFF(avit.output), NOLIM, "act", "act|freeze",
+     "trunk output: act = ACT weighted sum of each token's layer outputs (design.md); freeze = "
+     "the last layer's rows (a halted row frozen where it halted)"},
 
     {"distill.mixer", CFG_T_ENUM, OFF(distill.mixer), NOLIM, "bimamba", "bimamba|bilstm",
      "sequential mixer that replaces attention layers"},
@@ -102,6 +108,9 @@ static const cfg_field cfg_schema[] = {
      "weight of the per-layer masked MSE"},
     {"distill.lambda_halt", CFG_T_FLOAT, OFF(distill.lambda_halt), 0.0, 1e6, "0.1", NULL,
      "weight of the halting-score MSE"},
+    {"distill.halt_align", CFG_T_ENUM, OFF(distill.halt_align), NOLIM, "keep", "keep|mean_h",
+     "halting alignment's second term: keep = 5 (keep_student - keep_teacher)^2 per layer "
+     "(design.md); mean_h = 5 (mean h_student - mean h_teacher)^2"},
     {"distill.unfreeze", CFG_T_BOOL, OFF(distill.unfreeze), NOLIM, "false", NULL,
      "train the non-replaced layers too in stage 1"},
 

@@ -30,6 +30,7 @@ static const stage_rule s2s_rules[] = {
     {3, "distill.lambda_mse", 0},
     {3, "distill.lambda_halt", 0},
     {3, "distill.unfreeze", 0},
+    {3, "distill.halt_align", 0},
     {4, "distill.stage2_steps", 0},
     /* eval (5): only its parent */
 };
@@ -67,10 +68,13 @@ static const char *const budgetformer_keys[] = {COMMON_KEYS, "data.set", "data.t
                                                 "budget.",   NULL};
 static const char *const lm_keys[] = {COMMON_KEYS, "data.set",     "data.path", "data.val_fraction",
                                       TEXT_MODEL,  "model.mixers", "attn.",     NULL};
-static const char *const vit_keys[] = {
-    COMMON_KEYS,          IMAGE_DATA,          IMAGE_MODEL,       "model.mixers",
-    "avit.enabled",       "avit.retention",    "avit.gate_scale", "avit.gate_center",
-    "avit.ponder_weight", "avit.prior_weight", "avit.tolerance",  NULL};
+static const char *const vit_keys[] = {COMMON_KEYS,          IMAGE_DATA,
+                                       IMAGE_MODEL,          "model.mixers",
+                                       "avit.enabled",       "avit.retention",
+                                       "avit.gate_scale",    "avit.gate_center",
+                                       "avit.ponder_weight", "avit.prior_weight",
+                                       "avit.tolerance",     "avit.prior",
+                                       "avit.output",        NULL};
 /* s2s: model.mixers is read only to be refused with its own message */
 static const char *const s2s_keys[] = {COMMON_KEYS, IMAGE_DATA, IMAGE_MODEL, "model.mixers",
                                        "avit.",     "distill.", "s2s.",      NULL};

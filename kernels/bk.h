@@ -209,12 +209,16 @@ typedef struct bk_halt_args {
     float gamma;       /* gate scale: h = sigmoid(gamma * t[.,.,0] - centre) */
     float centre;      /* gate centre g */
     float eps;         /* a token halts once its cumulative score reaches 1 - eps */
+    int spend;         /* prior form (avit.prior): 0 = paper (q_l from the scores h),
+                          1 = spend (q_l from what a token spends: h, its remainder at halting) */
+    int mean_h;        /* halt_align (distill.halt_align): 0 = keep, 1 = mean_h */
 } bk_halt_args;
 
-/* Floats of the per-layer sums halt_forward adds (hstats, doubles): psum[L]
- * (sum of p over patch tokens: h while running, the remainder where it
- * halts), keep[L] (active patch tokens), then one slot for the sum of the
- * remainders at halting. */
+/* Doubles of the per-layer sums halt_forward adds (hstats): psum[L] (the sum
+ * over the active patch tokens of p: paper, the gate's score h at every layer,
+ * the last included (NVlabs' halting_score_layer); spend, h while running and
+ * the remainder where it halts), keep[L] (active patch tokens), then one slot
+ * for the sum of the remainders at halting. */
 #define BK_HALT_STATS(L) (2 * (size_t)(L) + 1)
 
 /* What halt_loss turns hstats into. */
@@ -225,6 +229,7 @@ typedef struct bk_halt_loss_args {
     float sigma;        /* prior std (layers) */
     float ponder_weight, prior_weight;
     int slot_ponder, slot_prior, slot_keep; /* dstats slots the losses and keep fraction add to */
+    int spend; /* as bk_halt_args.spend: 0 = paper (q clamped to [0.01, 0.99]), 1 = spend */
 } bk_halt_loss_args;
 
 typedef struct bk_backend {
@@ -497,36 +502,61 @@ typedef struct bk_backend {
     /* ---- A-ViT token halting (bk_halt_args) ---- */
     /* out[n, :] = inp[n, :] * s[n] over N rows of C (in place allowed). */
     void (*rowscale)(float *out, const float *inp, const float *s, int N, int C);
-    /* One layer after its block: for each active token (mask[b,k] > 0) h =
-     * sigmoid(gamma t[b,k,0] - centre) (class token: 0; last layer: 1),
-     * cum += h, and when cum >= 1 - eps the token halts here (at = layer,
-     * p = rem, next = 0) else p = h, rem -= h, next = 1. Inactive tokens:
-     * h = 0, next = 0, state unchanged. h[B,T] keeps the sigmoid for the
-     * backward; cum, rem [B,T] (start 0 and 1), at[B,T] (start -1: not yet
-     * halted), next[B,T] (this layer's output mask; may not alias mask).
-     * hstats (BK_HALT_STATS(layers) doubles) += psum, keep, remainders. */
+    /* One layer after its block: for each active token (mask[b,k] > 0) the
+     * gate's score s = sigmoid(gamma t[b,k,0] - centre) (class token: 0),
+     * h = s (last layer: 1), cum += h, and when cum >= 1 - eps the token
+     * halts here (at = layer, next = 0) else rem -= h, next = 1. Inactive
+     * tokens: h = 0, next = 0, state unchanged. h[B,T] keeps s for the
+     * backward (at the last layer too); cum, rem [B,T] (start 0 and 1; rem
+     * ends as the remainder R), at[B,T] (start -1: not yet halted),
+     * next[B,T] (this layer's output mask; may not alias mask). hstats
+     * (BK_HALT_STATS(layers) doubles) += psum (paper: s; spend: h while
+     * running, rem where it halts), keep, remainders. */
     void (*halt_forward)(float *h, float *next, float *cum, float *rem, int *at, double *hstats,
                          const float *t, const float *mask, const bk_halt_args *a);
-    /* From hstats after the last layer: q_l = psum_l / sum psum, the prior
-     * pi_l proportional to exp(-(l - centre)^2 / 2 sigma^2), ponder =
-     * ponder_weight * (sum keep + sum remainders) / tokens, prior =
-     * prior_weight * KL(pi || q); adds both and mean keep fraction
-     * (sum keep / (tokens L)) into stats at the slots given. dldp[L]
-     * (floats, overwritten): d(ponder + prior)/d p of one token at layer l. */
+    /* From hstats after the last layer: q_l = psum_l / sum psum (paper:
+     * clamped to [0.01, 0.99], as NVlabs' code), the prior pi_l proportional
+     * to exp(-(l - centre)^2 / 2 sigma^2), ponder = ponder_weight * (sum keep
+     * + sum remainders) / tokens, prior = prior_weight * KL(pi || q); adds
+     * both and mean keep fraction (sum keep / (tokens L)) into stats at the
+     * slots given. dldp[L] (floats, overwritten): d prior / d p of one token
+     * at layer l (a clamped q_l passes no gradient). */
     void (*halt_loss)(double *stats, float *dldp, const double *hstats, const bk_halt_loss_args *a);
-    /* dt[b,k,0] += gamma h (1 - h) (dldp[layer] - dldp[at] + pgrad) for the
-     * patch tokens still running after this layer (at > layer), pgrad =
-     * -ponder_weight / tokens (the remainder's share of the ponder cost). */
+    /* dt[b,k,0] += gamma h (1 - h) g for the patch tokens of this layer: paper,
+     * g = dldp[layer] (+ pgrad while still running after it, at > layer) for
+     * every token active here (at >= layer); spend, g = dldp[layer] -
+     * dldp[at] + pgrad for at > layer. pgrad = -ponder_weight / tokens (the
+     * remainder's share of the ponder cost). */
     void (*halt_backward)(float *dt, const float *h, const int *at, const float *dldp, float pgrad,
                           const bk_halt_args *a);
+    /* The ACT output (design.md): out_k = sum_{l < N_k} h_k^l t_k^l + R_k t_k^{N_k}.
+     * One layer's share: out[b,k,:] += w x[b,k,:] with w = h (at > layer),
+     * rem (at == layer: the remainder R), 0 (halted before, or never ran);
+     * the class token (it never halts, h = 0) has w = 1 at the last layer only,
+     * so its output is its last layer's. x[B,T,C] is this layer's output t^l. */
+    void (*halt_act_forward)(float *out, const float *x, const float *h, const int *at,
+                             const float *rem, const bk_halt_args *a);
+    /* Its backward at this layer, dout = d loss / d out: dx[b,k,:] += w dout
+     * (the share above) and, for the patch tokens still running after it
+     * (at > layer), dx[b,k,0] += gamma h (1 - h) <dout, x - xlast> (h moves
+     * its own weight and, through R, the halting layer's; xlast = x[L], equal
+     * to the halting layer's output for a halted, frozen row). */
+    void (*halt_act_backward)(float *dx, const float *dout, const float *x, const float *xlast,
+                              const float *h, const int *at, const float *rem,
+                              const bk_halt_args *a);
     /* S2S halting alignment of one layer (design.md, distill): over the
-     * patch tokens active in mask[B,T] (n of them), with the student's score
-     * hs = sigmoid(gamma t[.,.,0] - centre) and the teacher's ht[B,T],
-     *   loss = weight * (sum BKL(ht || hs) / n + 5 (mean hs - mean ht)^2)
-     * (BKL the binary KL, ht clamped to [1e-6, 1 - 1e-6]); adds it into
-     * stats[slot] and its gradient into dt[b,k,0]. */
+     * patch tokens active in mask[B,T] (n of them; N = B (T - 1) patch
+     * tokens), with the student's score hs = sigmoid(gamma t[.,.,0] -
+     * centre) and the teacher's ht[B,T] (clamped to [1e-6, 1 - 1e-6] in the
+     * KL), loss = weight * (sum BKL(ht || hs) / n + 5 (keep_s - keep_t)^2),
+     * keep_x = (1/N) sum_active sigmoid(gamma (1 - eps - tcum - hx)): the
+     * fraction of patch tokens that run past this layer, in the smooth form
+     * of the halting test cum < 1 - eps, with tcum[B,T] the teacher's
+     * cumulative score before this layer (a->mean_h: the former form,
+     * 5 (mean hs - mean ht)^2 over the active tokens; tcum unused, may be
+     * NULL). Adds it into stats[slot] and its gradient into dt[b,k,0]. */
     void (*halt_align)(float *dt, double *stats, int slot, const float *t, const float *ht,
-                       const float *mask, float weight, const bk_halt_args *a);
+                       const float *tcum, const float *mask, float weight, const bk_halt_args *a);
     /* Label smoothing eps over a crossentropy_forward's losses (in place):
      * losses[n] = (1 - eps) losses[n] + eps (logsumexp(logits[n]) - mean_v
      * logits[n,v]) for counted rows (0 <= target < V); and its backward's

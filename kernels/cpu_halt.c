@@ -1,11 +1,12 @@
 /* A-ViT token halting (design.md, "A-ViT"): the gate of one layer, the
- * ponder and depth-prior losses, and their gradient to the block output's
- * channel 0. Every sum runs in one fixed order (sample, then token), so a
- * run is reproducible; the CUDA ops (cuda/cuda_halt.cu) follow the same
- * formulas. */
+ * ponder and depth-prior losses, the ACT output and the S2S alignment, and
+ * their gradients to the block outputs. The formulas are bk_halt_math.h's,
+ * which the CUDA ops (cuda/cuda_halt.cu) share. Every sum runs in one fixed
+ * order (sample, then token), so a run is reproducible. */
 #include <math.h>
 #include <string.h>
 
+#include "kernels/bk_halt_math.h"
 #include "kernels/cpu_ops.h"
 
 void bk_cpu_rowscale(float *out, const float *inp, const float *s, int N, int C) {
@@ -18,13 +19,9 @@ void bk_cpu_rowscale(float *out, const float *inp, const float *s, int N, int C)
     }
 }
 
-static float gate(float t0, const bk_halt_args *a) {
-    return 1.0f / (1.0f + expf(-(a->gamma * t0 - a->centre)));
-}
-
 void bk_cpu_halt_forward(float *h, float *next, float *cum, float *rem, int *at, double *hstats,
                          const float *t, const float *mask, const bk_halt_args *a) {
-    int L = a->layers, l = a->layer, last = l == L - 1;
+    int L = a->layers, l = a->layer;
     double psum = 0, keep = 0, rsum = 0;
     for (int b = 0; b < a->B; b++)
         for (int k = 0; k < a->T; k++) {
@@ -39,20 +36,12 @@ void bk_cpu_halt_forward(float *h, float *next, float *cum, float *rem, int *at,
                 next[i] = 1;
                 continue;
             }
-            float hv = last ? 1.0f : gate(t[i * a->C], a);
-            h[i] = hv;
+            bk_halt_step st = bk_halt_token(t[i * a->C], cum + i, rem + i, at + i, a);
+            h[i] = st.h;
+            next[i] = st.halts ? 0.0f : 1.0f;
             keep += 1;
-            cum[i] += hv;
-            if (cum[i] >= 1.0f - a->eps) {
-                at[i] = l;
-                next[i] = 0;
-                psum += rem[i];
-                rsum += rem[i];
-            } else {
-                rem[i] -= hv;
-                next[i] = 1;
-                psum += hv;
-            }
+            psum += st.p;
+            rsum += st.rem;
         }
     if (hstats) {
         hstats[l] += psum;
@@ -64,20 +53,25 @@ void bk_cpu_halt_forward(float *h, float *next, float *cum, float *rem, int *at,
 void bk_cpu_halt_loss(double *stats, float *dldp, const double *hstats,
                       const bk_halt_loss_args *a) {
     int L = a->layers;
-    double S = 0, Z = 0, keep = 0, kl = 0;
+    double S = 0, Z = 0, keep = 0, kl = 0, pfree = 0;
     for (int l = 0; l < L; l++) {
         S += hstats[l];
         keep += hstats[L + l];
-        double d = (l - a->centre_depth) / a->sigma;
-        Z += exp(-0.5 * d * d);
+        Z += bk_halt_prior(l, a);
     }
-    double n = a->tokens > 0 ? a->tokens : 1, tiny = 1e-12;
+    double n = a->tokens > 0 ? a->tokens : 1, tiny = 1e-12, Sq = S > tiny ? S : tiny;
     for (int l = 0; l < L; l++) {
-        double d = (l - a->centre_depth) / a->sigma, pi = exp(-0.5 * d * d) / Z;
-        double s = hstats[l] > tiny ? hstats[l] : tiny, Sq = S > tiny ? S : tiny;
-        kl += pi > 0 ? pi * log(pi / (s / Sq)) : 0;
-        /* d KL / d psum_l = -pi_l / psum_l + 1 / S; a token adds p to psum_l */
-        dldp[l] = (float)(a->prior_weight * (-pi / s + 1.0 / Sq));
+        int free_;
+        double pi = bk_halt_prior(l, a) / Z, q = bk_halt_q(hstats[l], S, &free_, a);
+        kl += pi > 0 ? pi * log(pi / q) : 0;
+        pfree += free_ ? pi : 0;
+    }
+    for (int l = 0; l < L; l++) {
+        /* d KL / d psum_l = -pi_l / psum_l (q_l free) + (sum of the free pi) / S */
+        int free_;
+        double pi = bk_halt_prior(l, a) / Z, s = hstats[l] > tiny ? hstats[l] : tiny;
+        bk_halt_q(hstats[l], S, &free_, a);
+        dldp[l] = (float)(a->prior_weight * ((free_ ? -pi / s : 0) + pfree / Sq));
     }
     if (stats) {
         stats[a->slot_ponder] += a->ponder_weight * (keep + hstats[2 * L]) / n;
@@ -88,42 +82,76 @@ void bk_cpu_halt_loss(double *stats, float *dldp, const double *hstats,
 
 void bk_cpu_halt_backward(float *dt, const float *h, const int *at, const float *dldp, float pgrad,
                           const bk_halt_args *a) {
-    int l = a->layer;
     for (int b = 0; b < a->B; b++)
         for (int k = 1; k < a->T; k++) {
             size_t i = (size_t)b * a->T + k;
-            if (at[i] <= l) continue;
-            float hv = h[i], g = dldp[l] - dldp[at[i]] + pgrad;
-            dt[i * a->C] += a->gamma * hv * (1.0f - hv) * g;
+            float hv = h[i], g = bk_halt_grad(at[i], dldp, pgrad, a);
+            if (g != 0.0f) dt[i * a->C] += a->gamma * hv * (1.0f - hv) * g;
         }
 }
 
+void bk_cpu_halt_act_forward(float *out, const float *x, const float *h, const int *at,
+                             const float *rem, const bk_halt_args *a) {
+    size_t n = (size_t)a->B * a->T;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float w = bk_halt_act_weight((int)(i % a->T), at[i], h[i], rem[i], a);
+        if (w == 0.0f) continue;
+        const float *xr = x + i * a->C;
+        float *o = out + i * a->C;
+        for (int c = 0; c < a->C; c++) o[c] += w * xr[c];
+    }
+}
+
+void bk_cpu_halt_act_backward(float *dx, const float *dout, const float *x, const float *xlast,
+                              const float *h, const int *at, const float *rem,
+                              const bk_halt_args *a) {
+    size_t n = (size_t)a->B * a->T;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        int k = (int)(i % a->T);
+        float w = bk_halt_act_weight(k, at[i], h[i], rem[i], a);
+        const float *g = dout + i * a->C, *xr = x + i * a->C, *xl = xlast + i * a->C;
+        float *d = dx + i * a->C;
+        double dot = 0;
+        int moves = k > 0 && at[i] > a->layer;
+        for (int c = 0; c < a->C; c++) {
+            if (moves) dot += (double)g[c] * (xr[c] - xl[c]);
+            d[c] += w * g[c];
+        }
+        if (moves) d[0] += (float)(a->gamma * h[i] * (1.0f - h[i]) * dot);
+    }
+}
+
 void bk_cpu_halt_align(float *dt, double *stats, int slot, const float *t, const float *ht,
-                       const float *mask, float weight, const bk_halt_args *a) {
-    double n = 0, ms = 0, mt = 0, kl = 0;
+                       const float *tcum, const float *mask, float weight, const bk_halt_args *a) {
+    double n = 0, ms = 0, mt = 0, kl = 0, N = (double)a->B * (a->T - 1);
     for (int b = 0; b < a->B; b++)
         for (int k = 1; k < a->T; k++) {
             size_t i = (size_t)b * a->T + k;
             if (!(mask[i] > 0)) continue;
-            double hs = gate(t[i * a->C], a), p = ht[i];
-            p = p < 1e-6 ? 1e-6 : p > 1 - 1e-6 ? 1 - 1e-6 : p;
-            double q = hs < 1e-12 ? 1e-12 : hs > 1 - 1e-12 ? 1 - 1e-12 : hs;
-            kl += p * log(p / q) + (1 - p) * log((1 - p) / (1 - q));
-            ms += hs;
-            mt += ht[i];
+            double hs = bk_halt_gate(t[i * a->C], a), p = bk_halt_clamp_t(ht[i]);
+            kl += bk_halt_bkl(p, bk_halt_clamp_s(hs));
+            ms += a->mean_h ? hs : bk_halt_soft_keep(tcum[i], hs, a);
+            mt += a->mean_h ? ht[i] : bk_halt_soft_keep(tcum[i], ht[i], a);
             n += 1;
         }
     if (n == 0) return;
-    ms /= n, mt /= n;
-    if (stats) stats[slot] += weight * (kl / n + 5 * (ms - mt) * (ms - mt));
+    double den = a->mean_h ? n : N, d = (ms - mt) / den;
+    if (stats) stats[slot] += weight * (kl / n + 5 * d * d);
     for (int b = 0; b < a->B; b++)
         for (int k = 1; k < a->T; k++) {
             size_t i = (size_t)b * a->T + k;
             if (!(mask[i] > 0)) continue;
-            double hs = gate(t[i * a->C], a), p = ht[i];
-            p = p < 1e-6 ? 1e-6 : p > 1 - 1e-6 ? 1 - 1e-6 : p;
-            /* d BKL / d t0 = gamma (hs - p); d mean hs / d t0 = gamma hs (1 - hs) / n */
-            double g = (hs - p) / n + 10 * (ms - mt) * hs * (1 - hs) / n;
+            double hs = bk_halt_gate(t[i * a->C], a), p = bk_halt_clamp_t(ht[i]);
+            /* d BKL / d t0 = gamma (hs - p); d keep_s / d hs = -gamma ks (1 - ks) / N
+             * (mean_h: d mean hs / d hs = 1 / n); d hs / d t0 = gamma hs (1 - hs) */
+            double dk = 1.0 / den;
+            if (!a->mean_h) {
+                double ks = bk_halt_soft_keep(tcum[i], hs, a);
+                dk = -a->gamma * ks * (1 - ks) / N;
+            }
+            double g = (hs - p) / n + 10 * d * dk * hs * (1 - hs);
             dt[i * a->C] += (float)(weight * a->gamma * g);
         }
 }

@@ -124,7 +124,12 @@ void bk_cpu_halt_forward(float *h, float *next, float *cum, float *rem, int *at,
 void bk_cpu_halt_loss(double *stats, float *dldp, const double *hstats, const bk_halt_loss_args *a);
 void bk_cpu_halt_backward(float *dt, const float *h, const int *at, const float *dldp, float pgrad,
                           const bk_halt_args *a);
+void bk_cpu_halt_act_forward(float *out, const float *x, const float *h, const int *at,
+                             const float *rem, const bk_halt_args *a);
+void bk_cpu_halt_act_backward(float *dx, const float *dout, const float *x, const float *xlast,
+                              const float *h, const int *at, const float *rem,
+                              const bk_halt_args *a);
 void bk_cpu_halt_align(float *dt, double *stats, int slot, const float *t, const float *ht,
-                       const float *mask, float weight, const bk_halt_args *a);
+                       const float *tcum, const float *mask, float weight, const bk_halt_args *a);
 
 #endif

@@ -12,15 +12,23 @@
 #include "kernels/bk_rng.h"
 #include "worker/models/model.h"
 
-Test(avit, the_gate_follows_act) {
-    /* one sample, class token + 3 patches, C = 2, 3 layers */
+/* One sample, class token + 3 patches, C = 2, 3 layers, with the prior's
+ * form spend (0: paper, 1: spend); the scores of every layer read the same t. */
+static void gate_follows_act(int spend) {
     const bk_backend *be = bk_cpu();
     float t[4 * 2] = {5, 0, 0.35f, 0, 0.2f, 0, -1, 0}; /* channel 0: scores of layer 0 */
     float mask[4] = {1, 1, 1, 1}, next[4], h[4], cum[4] = {0}, rem[4] = {1, 1, 1, 1};
     int at[4] = {-1, -1, -1, -1};
     double hs[BK_HALT_STATS(3)] = {0};
-    bk_halt_args a = {
-        .B = 1, .T = 4, .C = 2, .layer = 0, .layers = 3, .gamma = 10, .centre = 0, .eps = 0.01f};
+    bk_halt_args a = {.B = 1,
+                      .T = 4,
+                      .C = 2,
+                      .layer = 0,
+                      .layers = 3,
+                      .gamma = 10,
+                      .centre = 0,
+                      .eps = 0.01f,
+                      .spend = spend};
     be->halt_forward(h, next, cum, rem, at, hs, t, mask, &a);
     float h1 = 1 / (1 + expf(-3.5f)), h2 = 1 / (1 + expf(-2.0f)), h3 = 1 / (1 + expf(10.0f));
     cr_expect_float_eq(h[0], 0, 0, "the class token never scores");
@@ -39,7 +47,11 @@ Test(avit, the_gate_follows_act) {
     cr_expect_eq(at[3], -1);
     cr_expect_eq(next[1], 0);
     cr_expect_eq(next[3], 1);
-    cr_expect_float_eq(hs[1], (1 - h1) + (1 - h2) + h3, 1e-6, "layer 1 spends the remainders");
+    cr_expect_float_eq(rem[1], 1 - h1, 1e-6, "a halted token keeps its remainder");
+    if (spend)
+        cr_expect_float_eq(hs[1], (1 - h1) + (1 - h2) + h3, 1e-6, "layer 1 spends the remainders");
+    else
+        cr_expect_float_eq(hs[1], h1 + h2 + h3, 1e-6, "paper: q reads the scores");
     cr_expect_float_eq(hs[6], (1 - h1) + (1 - h2), 1e-6);
     /* layer 2 (the last): everyone still running halts */
     memcpy(mask, next, sizeof mask);
@@ -48,7 +60,11 @@ Test(avit, the_gate_follows_act) {
     cr_expect_eq(at[3], 2);
     cr_expect_eq(next[0], 1, "the class token runs to the end");
     cr_expect_float_eq(hs[5], 1, 0, "one patch token at the last layer");
-    cr_expect_float_eq(hs[2], 1 - 2 * h3, 1e-6);
+    if (spend)
+        cr_expect_float_eq(hs[2], 1 - 2 * h3, 1e-6);
+    else
+        cr_expect_float_eq(hs[2], h3, 1e-6, "paper: the last layer's gate score, as NVlabs");
+    cr_expect_float_eq(h[3], h3, 1e-6, "h keeps the gate's score at the last layer");
     /* ponder = (keep + remainders) / tokens */
     double st[BK_STAT_SLOTS] = {0};
     float dldp[3];
@@ -60,11 +76,137 @@ Test(avit, the_gate_follows_act) {
                             .prior_weight = 0,
                             .slot_ponder = 20,
                             .slot_prior = 21,
-                            .slot_keep = 22};
+                            .slot_keep = 22,
+                            .spend = spend};
     be->halt_loss(st, dldp, hs, &la);
     double rsum = (1 - h1) + (1 - h2) + (1 - 2 * h3);
     cr_expect_float_eq(st[20], (3 + 3 + 1 + rsum) / 3, 1e-5, "ponder %g", st[20]);
     cr_expect_float_eq(st[22], 7.0 / 9, 1e-9, "keep fraction");
+}
+
+Test(avit, the_gate_follows_act) { gate_follows_act(0); }
+Test(avit, the_spend_prior_follows_act) { gate_follows_act(1); }
+
+/* The prior loss against its definition (A-ViT eq. 10, NVlabs' code): q_l =
+ * psum_l / sum psum clamped to [0.01, 0.99], KL(pi || q); its gradient dldp
+ * against finite differences of psum, a clamped layer passing none. */
+Test(avit, the_paper_prior_is_the_clamped_kl_and_its_gradient) {
+    const bk_backend *be = bk_cpu();
+    enum { L = 5 };
+    double hs[BK_HALT_STATS(L)] = {4.0, 3.0, 2.0, 1.0, 0.005, 5, 5, 4, 3, 1, 0.7};
+    bk_halt_loss_args la = {.layers = L,
+                            .tokens = 5,
+                            .centre_depth = 2.5f,
+                            .sigma = 1,
+                            .ponder_weight = 0,
+                            .prior_weight = 0.3f,
+                            .slot_ponder = 20,
+                            .slot_prior = 21,
+                            .slot_keep = 22};
+    double st[BK_STAT_SLOTS] = {0}, S = 0, Z = 0, want = 0;
+    float dldp[L];
+    be->halt_loss(st, dldp, hs, &la);
+    for (int l = 0; l < L; l++) S += hs[l], Z += exp(-0.5 * (l - 2.5) * (l - 2.5));
+    for (int l = 0; l < L; l++) {
+        double pi = exp(-0.5 * (l - 2.5) * (l - 2.5)) / Z, q = fmin(fmax(hs[l] / S, 0.01), 0.99);
+        want += pi * log(pi / q);
+    }
+    want *= (double)0.3f;
+    cr_expect_float_eq(st[21], want, 1e-12, "prior %g, want %g", st[21], want);
+    for (int l = 0; l < L; l++) {
+        double h = 1e-5, x0 = hs[l], lp[BK_STAT_SLOTS] = {0}, lm[BK_STAT_SLOTS] = {0};
+        float scratch[L];
+        hs[l] = x0 + h;
+        be->halt_loss(lp, scratch, hs, &la);
+        hs[l] = x0 - h;
+        be->halt_loss(lm, scratch, hs, &la);
+        hs[l] = x0;
+        double num = (lp[21] - lm[21]) / (2 * h);
+        cr_expect_float_eq(dldp[l], num, 1e-5 + 1e-3 * fabs(num), "layer %d: %g vs %g", l,
+                           (double)dldp[l], num);
+    }
+    cr_expect_eq(fmin(fmax(hs[4] / S, 0.01), 0.99), 0.01, "layer 4 is clamped");
+}
+
+/* The ACT output and its backward against finite differences: the loss
+ * <R, out> over every row, out = sum_l w^l x[l+1] with the weights h (and
+ * through R the halting layer's) from the block outputs' channel 0. The
+ * halting decisions of the perturbed runs must not change (else skipped). */
+Test(avit, the_act_output_and_its_gradient) {
+    const bk_backend *be = bk_cpu();
+    enum { B = 2, T = 7, C = 3, L = 4 };
+    size_t BT = B * T;
+    float x[L][B * T * C], R[B * T * C];
+    for (int l = 0; l < L; l++)
+        for (size_t i = 0; i < BT * C; i++)
+            x[l][i] = 0.3f * bk_rng_normal_at(11, (uint64_t)l, (uint64_t)i);
+    for (size_t i = 0; i < BT * C; i++) R[i] = bk_rng_normal_at(12, 0, (uint64_t)i);
+    /* the loss of the halting run over outputs x (halted rows frozen as the blocks do) */
+    float h[L][B * T], rem[B * T], mask[L + 1][B * T], cum[B * T], out[B * T * C], xs[L][B * T * C];
+    int at[B * T], at0[B * T];
+    double hs[BK_HALT_STATS(L)];
+#define RUN()                                                                                      \
+    do {                                                                                           \
+        memset(cum, 0, sizeof cum);                                                                \
+        memset(out, 0, sizeof out);                                                                \
+        memset(hs, 0, sizeof hs);                                                                  \
+        for (size_t i = 0; i < BT; i++) rem[i] = 1, at[i] = -1, mask[0][i] = 1;                    \
+        for (int l = 0; l < L; l++) {                                                              \
+            for (size_t i = 0; i < BT * C; i++)                                                    \
+                xs[l][i] = mask[l][i / C] > 0 ? x[l][i] : (l ? xs[l - 1][i] : x[0][i]);            \
+            bk_halt_args a = {B, T, C, l, L, 4, 0.2f, 0.01f, 0, 0};                                \
+            be->halt_forward(h[l], mask[l + 1], cum, rem, at, hs, xs[l], mask[l], &a);             \
+        }                                                                                          \
+        for (int l = 0; l < L; l++) {                                                              \
+            bk_halt_args a = {B, T, C, l, L, 4, 0.2f, 0.01f, 0, 0};                                \
+            be->halt_act_forward(out, xs[l], h[l], at, rem, &a);                                   \
+        }                                                                                          \
+    } while (0)
+    RUN();
+    memcpy(at0, at, sizeof at);
+    int mid = 0;
+    for (size_t i = 0; i < BT; i++) mid += i % T && at[i] > 0 && at[i] < L - 1;
+    cr_assert_gt(mid, 2, "tokens halt mid-depth");
+    for (size_t i = 0; i < BT; i++)
+        if (i % T == 0)
+            cr_expect_eq(memcmp(out + i * C, xs[L - 1] + i * C, C * sizeof(float)), 0,
+                         "the class token's output is its last layer's");
+    float dx[L][B * T * C];
+    memset(dx, 0, sizeof dx);
+    for (int l = L - 1; l >= 0; l--) {
+        bk_halt_args a = {B, T, C, l, L, 4, 0.2f, 0.01f, 0, 0};
+        be->halt_act_backward(dx[l], R, xs[l], xs[L - 1], h[l], at, rem, &a);
+        /* a frozen row passes its gradient down unchanged */
+        if (l > 0)
+            for (size_t i = 0; i < BT * C; i++)
+                if (!(mask[l][i / C] > 0)) dx[l - 1][i] += dx[l][i], dx[l][i] = 0;
+    }
+    int checked = 0, skipped = 0;
+    for (int l = 0; l < L; l++)
+        for (size_t i = 0; i < BT * C; i += 2) {
+            float x0 = x[l][i], e = 1e-3f;
+            double lp = 0, lm = 0;
+            x[l][i] = x0 + e;
+            RUN();
+            int same = memcmp(at, at0, sizeof at) == 0;
+            for (size_t j = 0; j < BT * C; j++) lp += (double)R[j] * out[j];
+            x[l][i] = x0 - e;
+            RUN();
+            same = same && memcmp(at, at0, sizeof at) == 0;
+            for (size_t j = 0; j < BT * C; j++) lm += (double)R[j] * out[j];
+            x[l][i] = x0;
+            if (!same) {
+                skipped++;
+                continue;
+            }
+            double num = (lp - lm) / (2 * e);
+            cr_expect_float_eq(dx[l][i], num, 2e-3 + 1e-2 * fabs(num),
+                               "layer %d element %zu (channel %zu): %g vs %g", l, i, i % C,
+                               (double)dx[l][i], num);
+            checked++;
+        }
+#undef RUN
+    cr_assert_gt(checked, 60, "checked %d, skipped %d", checked, skipped);
 }
 
 Test(avit, the_prior_centre_gives_the_retention) {
@@ -259,30 +401,38 @@ Test(avit, inference_only_models_match_and_hold_no_maps) {
     model_destroy(&inf);
 }
 
-/* The S2S halting alignment: its gradient against finite differences of its
- * loss, over a masked layer. */
-Test(avit, halting_alignment_gradient) {
+/* The S2S halting alignment (mean_h: the former form): its gradient against
+ * finite differences of its loss, over a masked layer. */
+static void alignment_gradient(int mean_h) {
     const bk_backend *be = bk_cpu();
     enum { B = 2, T = 6, C = 3 };
-    float t[B * T * C], ht[B * T], mask[B * T], dt[B * T * C] = {0};
+    float t[B * T * C], ht[B * T], tcum[B * T], mask[B * T], dt[B * T * C] = {0};
     for (int i = 0; i < B * T * C; i++) t[i] = 0.4f * bk_rng_normal_at(3, 2, (uint64_t)i);
     for (int i = 0; i < B * T; i++) {
         ht[i] = bk_rng_uniform_at(4, 2, (uint64_t)i);
         mask[i] = i % 5 != 3;
     }
-    bk_halt_args a = {
-        .B = B, .T = T, .C = C, .layer = 0, .layers = 3, .gamma = 4, .centre = 0.5f, .eps = 0.01f};
+    for (int i = 0; i < B * T; i++) tcum[i] = 0.5f * bk_rng_uniform_at(6, 2, (uint64_t)i);
+    bk_halt_args a = {.B = B,
+                      .T = T,
+                      .C = C,
+                      .layer = 0,
+                      .layers = 3,
+                      .gamma = 4,
+                      .centre = 0.5f,
+                      .eps = 0.01f,
+                      .mean_h = mean_h};
     double st[1] = {0};
-    be->halt_align(dt, st, 0, t, ht, mask, 0.7f, &a);
+    be->halt_align(dt, st, 0, t, ht, tcum, mask, 0.7f, &a);
     cr_assert_gt(st[0], 0);
     int checked = 0;
     for (int i = 0; i < B * T; i++) {
         float x0 = t[i * C], h = 1e-3f, scratch[B * T * C];
         double lp = 0, lm = 0;
         t[i * C] = x0 + h;
-        be->halt_align(scratch, &lp, 0, t, ht, mask, 0.7f, &a);
+        be->halt_align(scratch, &lp, 0, t, ht, tcum, mask, 0.7f, &a);
         t[i * C] = x0 - h;
-        be->halt_align(scratch, &lm, 0, t, ht, mask, 0.7f, &a);
+        be->halt_align(scratch, &lm, 0, t, ht, tcum, mask, 0.7f, &a);
         t[i * C] = x0;
         double num = (lp - lm) / (2 * h);
         cr_expect_float_eq(dt[i * C], num, 1e-4 + 1e-2 * fabs(num), "token %d: %g vs %g", i,
@@ -294,6 +444,44 @@ Test(avit, halting_alignment_gradient) {
         cr_expect_eq(dt[i * C + 1], 0, "only channel 0");
     }
     cr_assert_gt(checked, 6);
+}
+
+Test(avit, halting_alignment_gradient) { alignment_gradient(0); }
+Test(avit, halting_alignment_gradient_mean_h) { alignment_gradient(1); }
+
+/* The keep alignment is design.md's: with the student's scores equal to the
+ * teacher's it is 0; otherwise the binary KL's mean plus 5 (keep_s -
+ * keep_t)^2, keep the fraction of patch tokens that pass the smooth halting
+ * test sigmoid(gamma (1 - eps - tcum - h)), written out here by hand. */
+Test(avit, the_keep_alignment_is_the_keep_difference) {
+    const bk_backend *be = bk_cpu();
+    enum { B = 2, T = 5, C = 2 };
+    float t[B * T * C] = {0}, ht[B * T], tcum[B * T], mask[B * T], dt[B * T * C] = {0};
+    bk_halt_args a = {
+        .B = B, .T = T, .C = C, .layer = 1, .layers = 3, .gamma = 10, .centre = 0, .eps = 0.01f};
+    for (int i = 0; i < B * T; i++) {
+        t[i * C] = 0.1f * (float)(i % 7) - 0.2f;
+        ht[i] = 1 / (1 + expf(-(10 * t[i * C])));
+        tcum[i] = 0.15f * (float)(i % 4);
+        mask[i] = i != 7;
+    }
+    double st = 0;
+    be->halt_align(dt, &st, 0, t, ht, tcum, mask, 1.0f, &a);
+    cr_expect_leq(fabs(st), 1e-9, "the teacher's own scores: %g", st);
+    for (int i = 0; i < B * T; i++) ht[i] = 0.5f;
+    st = 0;
+    be->halt_align(dt, &st, 0, t, ht, tcum, mask, 1.0f, &a);
+    double kl = 0, ks = 0, kt = 0, n = 0, N = B * (T - 1);
+    for (int i = 0; i < B * T; i++) {
+        if (i % T == 0 || !(mask[i] > 0)) continue;
+        double hs = 1 / (1 + exp(-(10.0 * t[i * C])));
+        kl += 0.5 * log(0.5 / hs) + 0.5 * log(0.5 / (1 - hs));
+        ks += 1 / (1 + exp(-10 * (0.99 - tcum[i] - hs)));
+        kt += 1 / (1 + exp(-10 * (0.99 - tcum[i] - 0.5)));
+        n += 1;
+    }
+    double want = kl / n + 5 * (ks / N - kt / N) * (ks / N - kt / N);
+    cr_expect_float_eq(st, want, 1e-6, "%g vs %g", st, want);
 }
 
 /* Label smoothing (S2S stage 1's cross-entropy): the loss is (1 - eps) CE +

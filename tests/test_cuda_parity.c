@@ -1030,17 +1030,14 @@ Test(cuda_parity, devstep_gate) {
     }
 }
 
-/* A-ViT: rowscale, and three layers of halting with the loss and its
- * backward; thresholds are tested away from ties by the score spread. */
-Test(cuda_parity, avit_halting) {
-    NEED_GPU();
-    int B = 3, T = 33, C = 8, L = 3;
+/* A-ViT: three layers of halting with the loss and its backward, the ACT
+ * output and its backward, and the distillation alignment (both forms);
+ * thresholds are tested away from ties by the score spread. B x T from one
+ * block's worth of tokens to many (the grid's partials). */
+static void halting_case(int B, int T, int spend, int mean_h) {
+    int C = 8, L = 3;
     size_t BT = (size_t)B * T;
-    pair x = pair_new(BT * C, -1, 1), s = pair_new(BT, 0, 1), y = pair_const(BT * C, 0);
-    cpu->rowscale(y.h, x.h, s.h, (int)BT, C);
-    gpu->rowscale(y.d, x.d, s.d, (int)BT, C);
-    expect_close("rowscale", &y, TOL_EW);
-    pair t = pair_new(BT * C, -0.6f, 0.6f), h[3], mask[4];
+    pair t[3], h[3], mask[4];
     pair cum = pair_const(BT, 0), rem = pair_const(BT, 1), dt = pair_const(BT * C, 0);
     mask[0] = pair_const(BT, 1);
     int *at = malloc(BT * sizeof(int)), *at_d;
@@ -1048,44 +1045,70 @@ Test(cuda_parity, avit_halting) {
     at_d = ints_to_gpu(at, BT);
     double hs[BK_HALT_STATS(3)] = {0}, *hs_d = doubles_to_gpu(hs, BK_HALT_STATS(3));
     for (int l = 0; l < L; l++) {
+        t[l] = pair_new(BT * C, -0.6f, 0.6f);
         h[l] = pair_const(BT, 0);
         mask[l + 1] = pair_const(BT, 0);
-        bk_halt_args a = {B, T, C, l, L, 10, 0.5f, 0.01f};
-        cpu->halt_forward(h[l].h, mask[l + 1].h, cum.h, rem.h, at, hs, t.h, mask[l].h, &a);
-        gpu->halt_forward(h[l].d, mask[l + 1].d, cum.d, rem.d, at_d, hs_d, t.d, mask[l].d, &a);
+        bk_halt_args a = {B, T, C, l, L, 10, 0.5f, 0.01f, spend, mean_h};
+        cpu->halt_forward(h[l].h, mask[l + 1].h, cum.h, rem.h, at, hs, t[l].h, mask[l].h, &a);
+        gpu->halt_forward(h[l].d, mask[l + 1].d, cum.d, rem.d, at_d, hs_d, t[l].d, mask[l].d, &a);
         expect_close("halt h", &h[l], TOL_EW);
         expect_close("halt mask", &mask[l + 1], 0, 0);
     }
     expect_ints_equal("halt at", at, at_d, BT);
+    expect_close("halt rem", &rem, TOL_EW);
     double st[BK_STAT_SLOTS] = {0}, *st_d = doubles_to_gpu(st, BK_STAT_SLOTS);
     pair dldp = pair_const((size_t)L, 0);
-    bk_halt_loss_args la = {L, (double)B * (T - 1), 1.2f, 1, 0.01f, 0.3f, 20, 21, 22};
+    bk_halt_loss_args la = {L, (double)B * (T - 1), 1.2f, 1, 0.01f, 0.3f, 20, 21, 22, spend};
     cpu->halt_loss(st, dldp.h, hs, &la);
     gpu->halt_loss(st_d, dldp.d, hs_d, &la);
     expect_stats_close("halt loss", st, st_d, 1e-9);
     expect_close("halt dldp", &dldp, TOL_EW);
+    /* the ACT output of the three layers' outputs t[l], and its backward */
+    pair out = pair_const(BT * C, 0), dout = pair_new(BT * C, -1, 1);
+    for (int l = 0; l < L; l++) {
+        bk_halt_args a = {B, T, C, l, L, 10, 0.5f, 0.01f, spend, mean_h};
+        cpu->halt_act_forward(out.h, t[l].h, h[l].h, at, rem.h, &a);
+        gpu->halt_act_forward(out.d, t[l].d, h[l].d, at_d, rem.d, &a);
+    }
+    expect_close("halt act output", &out, TOL_EW);
     for (int l = L - 1; l >= 0; l--) {
-        bk_halt_args a = {B, T, C, l, L, 10, 0.5f, 0.01f};
+        bk_halt_args a = {B, T, C, l, L, 10, 0.5f, 0.01f, spend, mean_h};
+        cpu->halt_act_backward(dt.h, dout.h, t[l].h, t[L - 1].h, h[l].h, at, rem.h, &a);
+        gpu->halt_act_backward(dt.d, dout.d, t[l].d, t[L - 1].d, h[l].d, at_d, rem.d, &a);
         cpu->halt_backward(dt.h, h[l].h, at, dldp.h, -1e-4f, &a);
         gpu->halt_backward(dt.d, h[l].d, at_d, dldp.d, -1e-4f, &a);
     }
     expect_close("halt backward", &dt, TOL_EW);
     double ha = 0, *ha_d = doubles_to_gpu(&ha, 1);
-    bk_halt_args a1 = {B, T, C, 1, L, 10, 0.5f, 0.01f};
-    cpu->halt_align(dt.h, &ha, 0, t.h, h[0].h, mask[1].h, 0.3f, &a1);
-    gpu->halt_align(dt.d, ha_d, 0, t.d, h[0].d, mask[1].d, 0.3f, &a1);
+    bk_halt_args a1 = {B, T, C, 1, L, 10, 0.5f, 0.01f, spend, mean_h};
+    cpu->halt_align(dt.h, &ha, 0, t[1].h, h[1].h, cum.h, mask[1].h, 0.3f, &a1);
+    gpu->halt_align(dt.d, ha_d, 0, t[1].d, h[1].d, cum.d, mask[1].d, 0.3f, &a1);
     expect_close("halt align", &dt, TOL_EW);
     double ha_got = 0;
     gpu->to_host(&ha_got, ha_d, sizeof ha_got);
     cr_expect(fabs(ha_got - ha) <= 1e-6 * fmax(1, fabs(ha)), "halt align loss %g vs %g", ha,
               ha_got);
     gpu->release(ha_d);
-    for (int l = 0; l < L; l++) pair_free(&h[l]);
+    for (int l = 0; l < L; l++) pair_free(&h[l]), pair_free(&t[l]);
     for (int l = 0; l <= L; l++) pair_free(&mask[l]);
-    pair_free(&x), pair_free(&s), pair_free(&y), pair_free(&t), pair_free(&cum);
-    pair_free(&rem), pair_free(&dt), pair_free(&dldp);
+    pair_free(&cum), pair_free(&rem), pair_free(&dt), pair_free(&dldp);
+    pair_free(&out), pair_free(&dout);
     gpu->release(at_d), gpu->release(hs_d), gpu->release(st_d);
     free(at);
+}
+
+Test(cuda_parity, avit_halting) {
+    NEED_GPU();
+    int B = 3, T = 33, C = 8;
+    size_t BT = (size_t)B * T;
+    pair x = pair_new(BT * C, -1, 1), s = pair_new(BT, 0, 1), y = pair_const(BT * C, 0);
+    cpu->rowscale(y.h, x.h, s.h, (int)BT, C);
+    gpu->rowscale(y.d, x.d, s.d, (int)BT, C);
+    expect_close("rowscale", &y, TOL_EW);
+    pair_free(&x), pair_free(&s), pair_free(&y);
+    halting_case(3, 33, 0, 0);   /* the defaults: paper prior, keep alignment */
+    halting_case(3, 33, 1, 1);   /* the former forms */
+    halting_case(64, 197, 0, 0); /* 12608 tokens: 50 blocks' partials */
 }
 
 /* Criterion's main, after the GPU probe: 77 (skipped) without a GPU. */

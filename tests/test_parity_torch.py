@@ -425,16 +425,22 @@ class ViT(nn.Module):
     A-ViT (design.md "A-ViT", docs/s2s.md), when avit is given: after block l,
     patch token k's score is h = sigmoid(gamma t[k, 0] - g) from channel 0 of
     the block's output (h = 1 at the last layer, so every token halts there);
-    its cumulative score halts it once it reaches 1 - eps; while running it
-    spends p = h, at the layer where it halts p = its remainder R = 1 - (the
-    sum of its earlier h). The class token never halts. Layer l runs under the
+    its cumulative score halts it once it reaches 1 - eps; its remainder is
+    R = 1 - (the sum of its h before the layer where it halts). The class
+    token never halts. The trunk's output is ACT's: out_k = sum of h_k^l t_k^l
+    over the layers it ran before halting + R_k t_k^(halting layer); the class
+    token's is its last layer's (it never halts), which the classifier reads. Layer l runs under the
     mask of the tokens still running: halted tokens are no attention keys,
     their LayerNorm outputs and both branch outputs are zero (their rows stop
     changing). Losses: ponder_weight * mean over patch tokens of rho = N + R
-    (N = layers it ran), and prior_weight * KL(prior || q), q_l = the sum of p
-    over the batch's patch tokens at layer l normalised over layers, the prior
-    a Gaussian over layers 0..L-1 (std 1 layer) centred at the prior_centre
-    bf reports (nn_halt_centre of avit.retention plus the pipeline's shift).
+    (N = layers it ran), and prior_weight * KL(prior || q) (A-ViT eq. 10 and
+    NVlabs' code): q_l = the batch's mean halting score at layer l (the gate's
+    sigmoid of the patch tokens active there, the last layer's too, before
+    ACT replaces it by 1), normalised over layers and clamped to
+    [0.01, 0.99]; the prior a Gaussian over layers 0..L-1 (std 1 layer)
+    centred where the retention asked puts it (prior_centre below, from
+    design.md, not from bf; plus the pipeline's retention-control shift, a
+    state the dump reports).
     eps = 0.01 and the prior's std are design.md's constants, not the dump's.
     The halting decisions are discrete (no gradient); every h and remainder
     carries its gradient into the losses.
@@ -489,33 +495,37 @@ class ViT(nn.Module):
             rho = torch.zeros(B, T - 1, dtype=x.dtype)
             psum, keep, margin = [], [], math.inf
             halted_at = torch.full((B, T - 1), -1, dtype=torch.long)
+            out = torch.zeros_like(x[:, 1:])
             for l, blk in enumerate(self.blocks):
                 keys = torch.ones_like(active) if mutant == "keys" else active
                 x = self.block(blk, x, active, keys)
                 run = active[:, 1:] > 0
-                if l == L - 1:
-                    h = torch.ones(B, T - 1, dtype=x.dtype)
-                else:
-                    h = torch.sigmoid(gamma * x[:, 1:, 0] - g)
+                score = torch.sigmoid(gamma * x[:, 1:, 0] - g)
                 if mutant == "halt_grad":
-                    h = h.detach()
-                h = torch.where(run, h, torch.zeros_like(h))
+                    score = score.detach()
+                score = torch.where(run, score, torch.zeros_like(score))
+                # ACT uses h = 1 at the last layer; the prior reads the gate's score there too
+                h = torch.where(run, torch.ones_like(score), score) if l == L - 1 else score
                 cum = cum + h.detach()
                 if l < L - 1 and bool(run.any()):
                     margin = min(margin, float((cum - (1 - eps))[run].abs().min()))
                 stop = run & (cum >= 1 - eps)
-                spent = h if mutant == "remainder" else rem
-                p = torch.where(stop, spent, h)
                 r_rho = rem.detach() if mutant == "ponder_grad" else rem
+                if mutant == "remainder":
+                    r_rho = h
                 rho = rho + run.to(x.dtype) + torch.where(stop, r_rho, torch.zeros_like(rem))
+                # the ACT output: h while running, the remainder R where it halts
+                w = torch.where(stop, rem, torch.where(run, h, torch.zeros_like(h)))
+                out = out + w.unsqueeze(-1) * x[:, 1:]
                 rem = torch.where(run & ~stop, rem - h, rem)
                 halted_at = torch.where(stop, torch.full_like(halted_at, l), halted_at)
-                psum.append(p.sum())
+                psum.append(h.sum() if mutant == "last_score" and l == L - 1 else score.sum())
                 keep.append(int(run.sum()))
                 active = torch.cat([one, (run & ~stop).to(x.dtype)], 1)
             psum_t = torch.stack(psum)
-            q = psum_t / psum_t.sum()
-            centre = avit["prior_centre"] + (0.5 if mutant == "prior_centre" else 0.0)
+            q = torch.clamp(psum_t / psum_t.sum(), 0.01, 0.99)
+            centre = prior_centre(avit["retention_target"], L) + avit["prior_shift"]
+            centre += 0.5 if mutant == "prior_centre" else 0.0
             depth = torch.arange(L, dtype=x.dtype)
             prior = torch.exp(-0.5 * ((depth - centre) / AVIT_SIGMA) ** 2)
             prior = prior / prior.sum()
@@ -525,6 +535,8 @@ class ViT(nn.Module):
                     "retention": sum(keep) / (B * (T - 1) * L), "keep": keep,
                     "psum": [float(v) for v in psum], "margin": margin,
                     "halted_at": torch.bincount(halted_at.view(-1), minlength=L).tolist()}
+        if avit is not None:  # the class token never halts: its output is its last layer's
+            x = torch.cat([x[:, :1], out], 1)
         logits = self.head(self.ln_f(x)[:, 0])
         task = F.cross_entropy(logits, targets.view(B), reduction="mean")
         return logits, task, info
@@ -533,7 +545,26 @@ class ViT(nn.Module):
 AVIT_EPS, AVIT_SIGMA = 0.01, 1.0  # design.md's halting threshold; the prior's std (layers)
 
 # each must make an A-ViT dump fail: the check sees every part of the halting
-AVIT_MUTANTS = ("keys", "remainder", "prior_centre", "halt_grad", "ponder_grad")
+AVIT_MUTANTS = ("keys", "remainder", "prior_centre", "halt_grad", "ponder_grad", "last_score")
+
+
+def prior_centre(r, L):
+    """design.md: the retention r is the mean fraction of tokens active per
+    layer; read the prior as the distribution of the depth at which tokens
+    halt (a token halting at layer l runs l + 1 of L layers), so the centre c
+    solves sum_l pi_l(c) (l + 1) / L = r, pi a Gaussian over layers 0..L-1 of
+    std AVIT_SIGMA. Solved here by bisection on [-2L, 3L]."""
+    def implied(c):
+        p = [math.exp(-0.5 * ((l - c) / AVIT_SIGMA) ** 2) for l in range(L)]
+        return sum(pl * (l + 1) for l, pl in enumerate(p)) / (sum(p) * L)
+    lo, hi = -2.0 * L, 3.0 * L
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if implied(mid) < r:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
 
 
 def close(name, bf, ref, rtol, floor=0.0):
@@ -621,6 +652,10 @@ def check_vit(d, meta, weights, batch, bf_logits, bf_grads):
         raise Failure("the dump's training batch was augmented (aug.crop_pad %d, aug.hflip %s): "
                       "this model sees the images as they are; dump with --set aug.crop_pad=0 "
                       "--set aug.hflip=false" % (sh["aug_pad"], bool(sh["aug_flip"])))
+    if sh["avit"] and (meta["avit"].get("prior"), meta["avit"].get("output")) != ("paper", "act"):
+        raise Failure("the dump halts with avit.prior %s and avit.output %s; this reference is "
+                      "design.md's (paper, act)" % (meta["avit"].get("prior"),
+                                                     meta["avit"].get("output")))
     if sh["avit"] and (meta["avit"]["eps"] != np.float32(AVIT_EPS) or
                        meta["avit"]["prior_sigma"] != AVIT_SIGMA):
         raise Failure("bf halts at eps %g with a prior std of %g; design.md says %g and %g" % (

@@ -68,6 +68,8 @@ static void fill_table(bk_backend *t) {
     t->halt_forward = bk_cuda_halt_forward;
     t->halt_loss = bk_cuda_halt_loss;
     t->halt_backward = bk_cuda_halt_backward;
+    t->halt_act_forward = bk_cuda_halt_act_forward;
+    t->halt_act_backward = bk_cuda_halt_act_backward;
     t->halt_align = bk_cuda_halt_align;
     t->label_smooth_forward = bk_cuda_label_smooth_forward;
     t->label_smooth_backward = bk_cuda_label_smooth_backward;

@@ -116,8 +116,13 @@ void bk_cuda_halt_loss(double *stats, float *dldp, const double *hstats,
                        const bk_halt_loss_args *a);
 void bk_cuda_halt_backward(float *dt, const float *h, const int *at, const float *dldp, float pgrad,
                            const bk_halt_args *a);
+void bk_cuda_halt_act_forward(float *out, const float *x, const float *h, const int *at,
+                              const float *rem, const bk_halt_args *a);
+void bk_cuda_halt_act_backward(float *dx, const float *dout, const float *x, const float *xlast,
+                               const float *h, const int *at, const float *rem,
+                               const bk_halt_args *a);
 void bk_cuda_halt_align(float *dt, double *stats, int slot, const float *t, const float *ht,
-                        const float *mask, float weight, const bk_halt_args *a);
+                        const float *tcum, const float *mask, float weight, const bk_halt_args *a);
 void bk_cuda_label_smooth_forward(float *losses, const float *logits, const int *targets, int N,
                                   int V, float eps);
 void bk_cuda_label_smooth_backward(float *dlogits, const int *targets, const float *dlosses, int N,

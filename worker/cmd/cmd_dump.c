@@ -157,9 +157,10 @@ static int write_logits(const model *m, int B, const char *path, char *err, size
 
 /* The A-ViT halting of the dumped forward: the gate and loss knobs, the
  * prior's centre this step used (nn_halt_centre of the retention + the
- * pipeline's shift, layers 0..L-1) and the per-layer sums of the forward
- * (active patch tokens, and the p they spent: h while running, the
- * remainder where they halt). */
+ * pipeline's shift, layers 0..L-1; the shift alone too), the prior's and
+ * the output's forms, and the per-layer sums of the forward (active patch
+ * tokens, and psum: the sum of their halting scores, or with avit.prior
+ * spend what they spent: h while running, the remainder where they halt). */
 static json_t *avit_json(const model *m) {
     const nn_halt *h = &m->halt;
     int L = m->sh.layers;
@@ -172,13 +173,15 @@ static json_t *avit_json(const model *m) {
             json_array_append_new(keep, json_real(hs[L + l]));
             json_array_append_new(psum, json_real(hs[l]));
         }
-        o = json_pack(
-            "{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:o, s:o}", "gamma", (double)h->cf.gamma,
-            "gate_center", (double)h->cf.centre, "eps", (double)h->cf.eps, "ponder_weight",
-            (double)h->cf.ponder_weight, "prior_weight", (double)h->cf.prior_weight,
-            "retention_target", (double)h->cf.retention, "prior_centre",
-            (double)(nn_halt_centre(h->cf.retention, L, h->cf.sigma) + h->cf.shift), "prior_sigma",
-            (double)h->cf.sigma, "remainders", hs[2 * L], "keep", keep, "psum", psum);
+        o = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:s, s:o, s:o}",
+                      "gamma", (double)h->cf.gamma, "gate_center", (double)h->cf.centre, "eps",
+                      (double)h->cf.eps, "ponder_weight", (double)h->cf.ponder_weight,
+                      "prior_weight", (double)h->cf.prior_weight, "retention_target",
+                      (double)h->cf.retention, "prior_centre",
+                      (double)(nn_halt_centre(h->cf.retention, L, h->cf.sigma) + h->cf.shift),
+                      "prior_sigma", (double)h->cf.sigma, "prior_shift", (double)h->cf.shift,
+                      "remainders", hs[2 * L], "prior", h->cf.spend ? "spend" : "paper", "output",
+                      h->cf.freeze ? "freeze" : "act", "keep", keep, "psum", psum);
         keep = psum = NULL; /* o owns them */
     }
     json_decref(keep);

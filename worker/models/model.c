@@ -99,7 +99,7 @@ static int plan_arena(model *m) {
     m->targets = bk_arena_ints(a, BT);
     m->mask = bk_arena_floats(a, BT);
     if (m->sh.avit) {
-        rc |= nn_halt_plan(&m->halt, a, L, B, T);
+        rc |= nn_halt_plan(&m->halt, a, L, B, T, C);
         m->xc = bk_arena_floats(a, BT * C);
         m->yc = bk_arena_floats(a, BT * C);
         m->cmask = bk_arena_floats(a, BT);
@@ -553,7 +553,10 @@ int model_forward(model *m, const int *ids, const float *mask, const int *target
     m->st.attn_flops /= (double)B;
     if (m->sh.budget) m->st.mean_s /= (double)B * L; /* inference; training: device stats */
 
-    nn_layernorm_forward(&m->lnf, &m->env, &m->af, m->x[L], (int)BT);
+    /* the trunk's output: with halting, the ACT weighted output (nn_halt.h) */
+    const float *top =
+        halting ? nn_halt_output(&m->halt, &m->env, m->x, B, m->sh.d_model) : m->x[L];
+    nn_layernorm_forward(&m->lnf, &m->env, &m->af, top, (int)BT);
     m->arch->head_forward(m, B);
     be->crossentropy_forward(m->losses, m->probs, m->logits, m->targets, rows, V);
     if (training && m->label_smoothing > 0)
@@ -582,9 +585,17 @@ void model_backward(model *m) {
     be->zero(m->dlnf, BT * C * sizeof(float));
     m->arch->head_backward(m, B);
     be->zero(m->dres, BT * C * sizeof(float));
-    nn_layernorm_backward(&m->lnf, &m->env, &m->af, m->dres, m->dlnf, m->x[L], (int)BT);
+    int act = m->sh.avit && !m->ext_used && !m->halt.cf.freeze;
+    if (act) { /* d loss / d (the ACT output), spread over the layers below */
+        be->zero(m->halt.dout, BT * C * sizeof(float));
+        nn_layernorm_backward(&m->lnf, &m->env, &m->af, m->halt.dout, m->dlnf, m->halt.out,
+                              (int)BT);
+    } else {
+        nn_layernorm_backward(&m->lnf, &m->env, &m->af, m->dres, m->dlnf, m->x[L], (int)BT);
+    }
     for (int l = L - 1; l >= 0; l--) {
         nn_call c = model_call(m, B, 1, l);
+        if (act) nn_halt_output_backward(&m->halt, &m->env, l, m->dres, m->x, B, C);
         if (m->sh.avit && !m->ext_used) nn_halt_backward(&m->halt, &m->env, l, m->dres, B, C);
         nn_block_backward(&m->blocks[l], &m->env, &m->S, &m->ws, &c, m->dres);
     }

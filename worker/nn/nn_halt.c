@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int nn_halt_plan(nn_halt *h, bk_arena *A, int L, int B, int T) {
+int nn_halt_plan(nn_halt *h, bk_arena *A, int L, int B, int T, int C) {
     size_t BT = (size_t)B * T;
     h->L = L;
     h->B = B;
@@ -14,12 +14,10 @@ int nn_halt_plan(nn_halt *h, bk_arena *A, int L, int B, int T) {
         h->h = calloc((size_t)L, sizeof *h->h);
         h->h_mask = calloc((size_t)L + 1, sizeof *h->h_mask);
         h->h_ones = malloc(BT * sizeof(float));
-        h->h_rem = malloc(BT * sizeof(float));
-        h->h_at = malloc(BT * sizeof(int));
-        if (!h->mask || !h->h || !h->h_mask || !h->h_ones || !h->h_rem || !h->h_at) return -1;
+        if (!h->mask || !h->h || !h->h_mask || !h->h_ones) return -1;
         for (int l = 0; l <= L; l++)
             if (!(h->h_mask[l] = malloc(BT * sizeof(float)))) return -1;
-        for (size_t i = 0; i < BT; i++) h->h_ones[i] = 1.0f, h->h_at[i] = -1;
+        for (size_t i = 0; i < BT; i++) h->h_ones[i] = 1.0f;
     }
     for (int l = 0; l <= L; l++) h->mask[l] = bk_arena_floats(A, BT);
     for (int l = 0; l < L; l++) h->h[l] = bk_arena_floats(A, BT);
@@ -28,14 +26,15 @@ int nn_halt_plan(nn_halt *h, bk_arena *A, int L, int B, int T) {
     h->at = bk_arena_ints(A, BT);
     h->hstats = (double *)bk_arena_floats(A, 2 * BK_HALT_STATS(L));
     h->dldp = bk_arena_floats(A, (size_t)L);
+    h->out = bk_arena_floats(A, BT * C);
+    h->dout = bk_arena_floats(A, BT * C);
     return 0;
 }
 
 void nn_halt_free(nn_halt *h) {
     for (int l = 0; h->h_mask && l <= h->L; l++) free(h->h_mask[l]);
-    free(h->mask), free(h->h), free(h->h_mask), free(h->h_ones), free(h->h_rem), free(h->h_at);
-    h->mask = NULL, h->h = NULL, h->h_mask = NULL, h->h_ones = NULL, h->h_rem = NULL;
-    h->h_at = NULL;
+    free(h->mask), free(h->h), free(h->h_mask), free(h->h_ones);
+    h->mask = NULL, h->h = NULL, h->h_mask = NULL, h->h_ones = NULL;
 }
 
 void nn_halt_begin(nn_halt *h, const nn_env *e, int B) {
@@ -58,7 +57,8 @@ static bk_halt_args halt_args(const nn_halt *h, int l, int B, int C) {
                           .layers = h->L,
                           .gamma = h->cf.gamma,
                           .centre = h->cf.centre,
-                          .eps = h->cf.eps};
+                          .eps = h->cf.eps,
+                          .spend = h->cf.spend};
 }
 
 void nn_halt_layer(nn_halt *h, const nn_env *e, int l, const float *out, int B, int C,
@@ -83,7 +83,8 @@ void nn_halt_loss(nn_halt *h, const nn_env *e, double *stats, int B, int slot_po
                            .prior_weight = h->cf.prior_weight,
                            .slot_ponder = slot_ponder,
                            .slot_prior = slot_prior,
-                           .slot_keep = slot_keep};
+                           .slot_keep = slot_keep,
+                           .spend = h->cf.spend};
     e->be->halt_loss(stats, h->dldp, h->hstats, &a);
 }
 
@@ -91,6 +92,23 @@ void nn_halt_backward(nn_halt *h, const nn_env *e, int l, float *dout, int B, in
     bk_halt_args a = halt_args(h, l, B, C);
     float pgrad = (float)(-h->cf.ponder_weight / patch_tokens(h, B));
     e->be->halt_backward(dout, h->h[l], h->at, h->dldp, pgrad, &a);
+}
+
+const float *nn_halt_output(nn_halt *h, const nn_env *e, float *const *x, int B, int C) {
+    if (h->cf.freeze) return x[h->L];
+    e->be->zero(h->out, (size_t)B * h->T * C * sizeof(float));
+    for (int l = 0; l < h->L; l++) {
+        bk_halt_args a = halt_args(h, l, B, C);
+        e->be->halt_act_forward(h->out, x[l + 1], h->h[l], h->at, h->rem, &a);
+    }
+    return h->out;
+}
+
+void nn_halt_output_backward(nn_halt *h, const nn_env *e, int l, float *dx, float *const *x, int B,
+                             int C) {
+    if (h->cf.freeze) return;
+    bk_halt_args a = halt_args(h, l, B, C);
+    e->be->halt_act_backward(dx, h->dout, x[l + 1], x[h->L], h->h[l], h->at, h->rem, &a);
 }
 
 double nn_halt_retention(const nn_halt *h, int B, int b) {

@@ -2,10 +2,12 @@
  * "A-ViT"). No parameters of its own: after block l the halting score of
  * token k is h = sigmoid(gamma * t[k, 0] - g) from channel 0 of the block's
  * output; the cumulative score decides when the token halts (at 1 - eps;
- * the last layer halts all, the class token never), the remainder and the
- * ponder cost follow ACT, and q_l (the batch mean of what each token spends
- * at layer l, normalised over layers) is pulled towards a Gaussian prior over
- * depth centred where the target retention puts it.
+ * the last layer halts all, the class token never), the remainder, the
+ * ponder cost and the weighted output follow ACT, and q_l (the batch mean of
+ * the halting score at layer l, normalised over layers and clamped to
+ * [0.01, 0.99], as A-ViT's eq. 10 and NVlabs' code; avit.prior: spend, what
+ * each token spends there) is pulled towards a Gaussian prior over depth
+ * centred where the target retention puts it.
  *
  * Layer l runs under mask[l] (mask[0]: every token; mask[l + 1]: the tokens
  * still running after layer l). The blocks take these as their own masks.
@@ -22,6 +24,8 @@ typedef struct nn_halt_cfg {
     float sigma;                       /* prior std in layers */
     float shift;                       /* layers added to the centre (the pipeline's
                                           retention control; 0 = none) */
+    int spend;                         /* avit.prior: 0 = paper (q_l from the scores), 1 = spend */
+    int freeze; /* avit.output: 0 = act (the ACT weighted output), 1 = freeze (x[L]) */
 } nn_halt_cfg;
 
 typedef struct nn_halt {
@@ -34,13 +38,13 @@ typedef struct nn_halt {
     double *hstats; /* BK_HALT_STATS(L) doubles */
     float *dldp;    /* [L] */
     float **h_mask; /* [L + 1] host [B,T]: inference copies */
-    float *h_ones, *h_rem;
-    int *h_at;
+    float *h_ones;
+    float *out, *dout; /* device [B,T,C]: the ACT output and its gradient */
 } nn_halt;
 
-/* Device arrays from the arena for L layers and (B, T); host copies malloc'd.
- * Returns 0 or -1 (host out of memory). */
-int nn_halt_plan(nn_halt *h, bk_arena *A, int L, int B, int T);
+/* Device arrays from the arena for L layers and (B, T, C); host copies
+ * malloc'd. Returns 0 or -1 (host out of memory). */
+int nn_halt_plan(nn_halt *h, bk_arena *A, int L, int B, int T, int C);
 void nn_halt_free(nn_halt *h);
 /* Starts a forward of B rows: every token active, nothing halted. */
 void nn_halt_begin(nn_halt *h, const nn_env *e, int B);
@@ -55,6 +59,17 @@ void nn_halt_loss(nn_halt *h, const nn_env *e, double *stats, int B, int slot_po
 /* Backward at layer l: adds the halting gradient to dout[B,T,C] (the
  * gradient of block l's output) before the block's own backward. */
 void nn_halt_backward(nn_halt *h, const nn_env *e, int l, float *dout, int B, int C);
+/* The ACT output (design.md): after the last layer, h->out[B,T,C] =
+ * sum_{l < N_k} h_k^l t_k^l + R_k t_k^{N_k} from the layers' outputs x[1..L]
+ * (the class token: its last layer's output). Returns h->out, or x[L] itself
+ * with cf.freeze. */
+const float *nn_halt_output(nn_halt *h, const nn_env *e, float *const *x, int B, int C);
+/* Its backward at layer l (before nn_halt_backward): dx += the share of
+ * d loss / d out (h->dout) that reaches x[l + 1], with the gradient of the
+ * weights h. Nothing with cf.freeze (then d loss / d x[L] is h->dout itself,
+ * given by the caller). */
+void nn_halt_output_backward(nn_halt *h, const nn_env *e, int l, float *dx, float *const *x, int B,
+                             int C);
 /* The prior centre (in layers 0..L-1) whose Gaussian, read as the depth at
  * which tokens halt, keeps the fraction r of tokens per layer on average:
  * sum_l pi_l(centre) (l + 1) / L = r, by bisection. */

@@ -36,6 +36,7 @@ static void distill_backward(void *ctx, model *m) {
         be->mse_backward(d->grad[i], NULL, s, t, mask, d->lambda_mse, N, C);
         nn_block_tap_grad(b, NN_TAP_MIXER_INNER, d->grad[i]);
     }
+    if (d->lambda_halt > 0) be->zero(d->tcum, (size_t)N * sizeof(float));
     for (int l = 0; d->lambda_halt > 0 && l < m->sh.layers - 1; l++) {
         bk_halt_args a = {.B = m->batch,
                           .T = m->sh.seq_len,
@@ -44,10 +45,12 @@ static void distill_backward(void *ctx, model *m) {
                           .layers = m->sh.layers,
                           .gamma = m->halt.cf.gamma,
                           .centre = m->halt.cf.centre,
-                          .eps = m->halt.cf.eps};
+                          .eps = m->halt.cf.eps,
+                          .mean_h = d->mean_h};
         be->zero(d->hgrad[l], (size_t)N * C * sizeof(float));
-        be->halt_align(d->hgrad[l], d->hloss, 0, m->x[l + 1], d->teacher.halt.h[l],
+        be->halt_align(d->hgrad[l], d->hloss, 0, m->x[l + 1], d->teacher.halt.h[l], d->tcum,
                        d->teacher.halt.mask[l], d->lambda_halt, &a);
+        be->axpy(d->tcum, d->teacher.halt.h[l], 1.0f, (size_t)N); /* h = 0 where halted */
         nn_block_tap_grad(&m->blocks[l], NN_TAP_OUT, d->hgrad[l]);
     }
 }
@@ -138,7 +141,8 @@ int s2s_distill_spec(s2s_distill *d, pipe_spec *sp, const int *layers, int n, fl
      * then acc (a float in the second double's bytes) */
     d->hloss = be->alloc(2 * sizeof(double));
     d->acc = d->hloss ? (float *)(d->hloss + 1) : NULL;
-    int ok = d->mse && d->grad && d->hgrad && d->hloss;
+    d->tcum = be->alloc((size_t)d->teacher.B * d->teacher.sh.seq_len * sizeof(float));
+    int ok = d->mse && d->grad && d->hgrad && d->hloss && d->tcum;
     for (int i = 0; ok && i < n; i++) ok = (d->grad[i] = be->alloc(NC * sizeof(float))) != NULL;
     for (int l = 0; ok && lambda_halt > 0 && l < L - 1; l++)
         ok = (d->hgrad[l] = be->alloc(NC * sizeof(float))) != NULL;
@@ -178,6 +182,7 @@ void s2s_distill_free(s2s_distill *d) {
         for (int l = 0; d->hgrad && l < d->teacher.sh.layers; l++)
             if (d->hgrad[l]) d->be->release(d->hgrad[l]);
         d->be->release(d->hloss);
+        if (d->tcum) d->be->release(d->tcum);
         d->be->release(d->mse);
     }
     free(d->grad);

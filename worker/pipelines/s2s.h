@@ -36,6 +36,8 @@ typedef struct s2s_distill {
     float lambda_halt;
     float **hgrad; /* device [L-1][B*T*C]: halting-alignment gradients at block outputs */
     double *hloss; /* device [2]: halting-alignment loss summed over the window; acc */
+    float *tcum;   /* device [B*T]: the teacher's cumulative score before a layer */
+    int mean_h;    /* distill.halt_align: 0 = keep (design.md), 1 = mean_h (the former) */
     double steps;  /* steps in the window */
     char *trainable[2 * MODEL_MAX_LAYERS + 1];
     const bk_backend *be;

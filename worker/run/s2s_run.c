@@ -201,6 +201,7 @@ static int run_distill(s2s_ctx *x, char *err, size_t errlen) {
     bf_config sc = stage_config(x, ST_DISTILL);
     s2s_distill d;
     memset(&d, 0, sizeof d);
+    d.mean_h = strcmp(sc.distill.halt_align, "mean_h") == 0;
     int batch = sc.train.batch / (x->o->comm ? comm_world(x->o->comm) : 1);
     if (load_model(x, ST_AVIT, x->dir[ST_AVIT], batch, 1, &d.teacher, err, errlen)) return -1;
     pipe_spec sp;
