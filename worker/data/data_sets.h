@@ -5,8 +5,10 @@
  * (data_cache_dir), keyed by a hash of the data's contents; a tokenizer
  * prepared beside the data (SRC.tokV.model, from bfprep tokenizer) is used
  * when one is there. Pipeline vit opens IDX images instead (data.set fashion_mnist or
- * data.train_images/...): validation is the last data.val_fraction of the
- * training images, in file order. */
+ * data.train_images/...). Validation of images, and of a TSV set without
+ * data.val, is data.val_fraction of the training file: a stratified sample
+ * from data.split_seed, or its tail (data.val_split; data_split.c); a
+ * training file that looks sorted by label is warned about (not quiet). */
 #ifndef DATA_SETS_H
 #define DATA_SETS_H
 
