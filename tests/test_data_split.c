@@ -324,7 +324,29 @@ Test(split_sets, tsv_without_val_is_split_from_train, .timeout = 120) {
     cr_assert_eq(system(cmd), 0);
 }
 
-/* bfworker says it once, on a real run of the sorted images. */
+Test(split_sets, hflip_warning_knows_digits_not_fashion) {
+    bf_config c;
+    char buf[1400];
+    cfg_defaults(&c);
+    static const char *const yes[] = {"/d/MNIST/train-images-idx3-ubyte.gz", "digits20.idx",
+                                      "emnist-letters", "my_text_lines.idx"};
+    static const char *const no[] = {"/d/fashion_mnist/train-images-idx3-ubyte.gz",
+                                     "Fashion-MNIST.idx", "cifar.idx", "/home/context/x.idx"};
+    for (size_t i = 0; i < sizeof yes / sizeof *yes; i++) {
+        snprintf(c.data.train_images, sizeof c.data.train_images, "%s", yes[i]);
+        cr_expect_not_null(data_sets_not_mirror(&c, buf, sizeof buf), "%s: no warning", yes[i]);
+    }
+    for (size_t i = 0; i < sizeof no / sizeof *no; i++) {
+        snprintf(c.data.train_images, sizeof c.data.train_images, "%s", no[i]);
+        cr_expect_null(data_sets_not_mirror(&c, buf, sizeof buf), "%s: %s", no[i], buf);
+    }
+    c.data.train_images[0] = '\0';
+    snprintf(c.data.set, sizeof c.data.set, "fashion_mnist");
+    cr_expect_null(data_sets_not_mirror(&c, buf, sizeof buf), "the built-in set: %s", buf);
+}
+
+/* bfworker says it once, on a real run of the sorted images; and warns
+ * about aug.hflip on digits. */
 Test(split_sets, bfworker_warns_once, .timeout = 120) {
     snprintf(dir, sizeof dir, "/tmp/bf-test-splitw-XXXXXX");
     cr_assert_not_null(mkdtemp(dir));
@@ -350,6 +372,21 @@ Test(split_sets, bfworker_warns_once, .timeout = 120) {
     cr_assert_eq(rc, 0, "%s", out);
     cr_expect_eq(count_of(out, "looks sorted by label"), 1, "%s", out);
     cr_expect(strstr(out, "72 train, 18 val (stratified)") != NULL, "%s", out);
+    cr_expect_null(strstr(out, "aug.hflip is on"), "%s", out);
+    /* the same images named as digits, flipped: warned about */
+    snprintf(cmd, sizeof cmd,
+             "cp %s/sorted-images %s/mnist-images && cp %s/sorted-labels %s/mnist-labels && "
+             "sed -i -e 's/sorted-/mnist-/g' -e 's/hflip: false/hflip: true/' %s/vit.yaml",
+             dir, dir, dir, dir, dir);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(cmd, sizeof cmd, "%s/bfworker train %s/vit.yaml --out %s/run2 2>&1", BF_BIN_DIR, dir,
+             dir);
+    rc = run_cmd(cmd, out, sizeof out);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect_eq(count_of(out, "aug.hflip is on but the images are not mirror-symmetric"), 1, "%s",
+                 out);
+    cr_expect(strstr(out, "'mnist' in the name of") && strstr(out, "set aug.hflip: false"), "%s",
+              out);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_assert_eq(system(cmd), 0);
 }

@@ -1,6 +1,7 @@
 #include "worker/data/data_sets.h"
 #include "worker/data/data_priv.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -472,6 +473,46 @@ int data_sets_open(const bf_config *c, data_sets *d, int quiet, char *err, size_
 fail:
     data_sets_close(d);
     return -1;
+}
+
+/* 1 when a word of s (runs of letters and digits, lower-cased) starts with
+ * key. */
+static int word_starts(const char *s, const char *key) {
+    size_t kl = strlen(key);
+    for (const char *p = s; *p;) {
+        while (*p && !isalnum((unsigned char)*p)) p++;
+        size_t i = 0;
+        while (i < kl && p[i] && tolower((unsigned char)p[i]) == key[i]) i++;
+        if (i == kl) return 1;
+        while (*p && isalnum((unsigned char)*p)) p++;
+    }
+    return 0;
+}
+
+const char *data_sets_not_mirror(const bf_config *c, char *buf, size_t len) {
+    static const char *const known[][2] = {
+        {"kmnist", "Japanese characters"},
+        {"emnist", "letters and digits"},
+        {"mnist", "digits"},
+        {"usps", "digits"},
+        {"svhn", "house-number digits"},
+        {"digit", "digits"},
+        {"letter", "letters"},
+        {"text", "text"},
+    };
+    const char *path = c->data.train_images[0] ? c->data.train_images : c->data.set;
+    /* the file's name and its folder's: data/mnist/train-images-idx3-ubyte.gz */
+    const char *base = strrchr(path, '/'), *from = path;
+    if (base)
+        for (from = base; from > path && from[-1] != '/'; from--)
+            ;
+    if (word_starts(from, "fashion")) return NULL; /* Fashion-MNIST: clothes mirror alike */
+    for (size_t k = 0; k < sizeof known / sizeof *known; k++)
+        if (word_starts(from, known[k][0])) {
+            snprintf(buf, len, "'%s' in the name of %s: %s", known[k][0], path, known[k][1]);
+            return buf;
+        }
+    return NULL;
 }
 
 void data_sets_close(data_sets *d) {

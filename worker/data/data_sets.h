@@ -30,6 +30,15 @@ typedef struct data_sets {
 int data_sets_open(const bf_config *c, data_sets *d, int quiet, char *err, size_t errlen);
 void data_sets_close(data_sets *d);
 
+/* Why c's training images are known not to be mirror-symmetric, so that a
+ * random horizontal flip (aug.hflip) turns an image into one of another
+ * class: a phrase for a warning ("'mnist' in the name of FILE: digits"),
+ * or NULL when nothing says so. Known by a word of the file's name or its
+ * folder's that starts with: mnist (not with a word fashion), kmnist,
+ * emnist, usps, svhn, digit, letter, text. Fashion-MNIST's clothes mirror
+ * alike: NULL. buf holds the phrase. */
+const char *data_sets_not_mirror(const bf_config *c, char *buf, size_t len);
+
 /* The file name a run folder keeps its tokenizer under, so that `bfworker
  * generate` needs only the run folder, not the data it was trained on. */
 #define DATA_RUN_TOKENIZER "tokenizer.model"
