@@ -71,9 +71,12 @@ typedef struct bf_config {
     struct {
         char set[CFG_NAME_MAX]; /* prepared set by name: wordnet | kjv | fashion_mnist, or "" */
         char train[CFG_PATH_MAX], val[CFG_PATH_MAX], test[CFG_PATH_MAX]; /* user TSV splits */
-        char path[CFG_PATH_MAX]; /* lm: one UTF-8 text file */
-        float val_fraction;      /* lm: tail fraction held out for validation */
-        char dir[CFG_PATH_MAX];  /* where prepared sets live (default: $BF_DATA or ./data) */
+        char path[CFG_PATH_MAX];      /* lm: one UTF-8 text file */
+        float val_fraction;           /* held out for validation: lm the corpus tail; vit, s2s and
+                                         budgetformer without data.val items of the training file */
+        char val_split[CFG_NAME_MAX]; /* stratified | tail: how those items are chosen */
+        int split_seed;               /* the stratified sample's seed (not train.seed) */
+        char dir[CFG_PATH_MAX];       /* where prepared sets live (default: $BF_DATA or ./data) */
         /* vit: own IDX image/label files (gzipped or not) */
         char train_images[CFG_PATH_MAX], train_labels[CFG_PATH_MAX];
         char test_images[CFG_PATH_MAX], test_labels[CFG_PATH_MAX];

@@ -26,7 +26,14 @@ static const cfg_field cfg_schema[] = {
     {"data.path", CFG_T_STR, OFF(data.path), NOLIM, "\"\"", NULL,
      "lm: one UTF-8 text file, split by data.val_fraction"},
     {"data.val_fraction", CFG_T_FLOAT, OFF(data.val_fraction), 0.0, 0.5, "0.05", NULL,
-     "lm: tail fraction of the corpus held out for validation; vit: of the training images"},
+     "fraction held out for validation: lm the corpus tail; vit, s2s: of the training images; "
+     "budgetformer without data.val: of data.train"},
+    {"data.val_split", CFG_T_ENUM, OFF(data.val_split), NOLIM, "stratified", "stratified|tail",
+     "how the validation items are taken from a labelled training file: a seeded sample of each "
+     "class in proportion (stratified), or the file's last items (tail)"},
+    {"data.split_seed", CFG_T_INT, OFF(data.split_seed), 0, 2147483647, "1", NULL,
+     "seed of the stratified validation sample (not train.seed: trials over train.seed share "
+     "one split)"},
     {"data.dir", CFG_T_STR, OFF(data.dir), NOLIM, "data", NULL,
      "where prepared sets live (default $BF_DATA, else ./data)"},
     {"data.train_images", CFG_T_STR, OFF(data.train_images), NOLIM, "\"\"", NULL,

@@ -101,6 +101,10 @@ static void validate_data_budgetformer(const bf_config *c, problems *pr) {
                 "data.%s is given without data.train; give the three TSV splits, or "
                 "data.set wordnet",
                 c->data.val[0] ? "val" : "test");
+    if (c->data.train[0] && !c->data.val[0] && !(c->data.val_fraction > 0))
+        add_err(pr, "data.train is given without data.val and data.val_fraction is 0: the "
+                    "validation split is data.val_fraction of data.train (data.val_split); give "
+                    "a fraction in (0, 0.5], or data.val=FILE");
 }
 
 /* pipelines vit and s2s: IDX images */
@@ -124,8 +128,10 @@ static void validate_data_images(const bf_config *c, problems *pr) {
                 "source, e.g. --set, replaces every data key of an earlier one)",
                 c->data.train_images[0] ? "train_images" : "test_images", c->pipeline);
     if (!(c->data.val_fraction > 0))
-        add_err(pr, "data.val_fraction is 0: pipeline vit validates on a tail of the training "
-                    "images; give a fraction in (0, 0.5]");
+        add_err(pr,
+                "data.val_fraction is 0: pipeline %s validates on data.val_fraction of the "
+                "training images (data.val_split); give a fraction in (0, 0.5]",
+                c->pipeline);
 }
 
 static void validate_data(const bf_config *c, problems *pr) {

@@ -59,13 +59,15 @@ const stage_graph *pipeline_stages(const char *name) {
 #define COMMON_KEYS "pipeline", "device", "data.dir", "init.", "train."
 #define TEXT_MODEL "model.layers", "model.d_model", "model.heads", "model.seq_len", "model.vocab"
 #define IMAGE_DATA                                                                                 \
-    "data.set", "data.val_fraction", "data.train_images", "data.train_labels", "data.test_images", \
-        "data.test_labels"
+    "data.set", "data.val_fraction", "data.val_split", "data.split_seed", "data.train_images",     \
+        "data.train_labels", "data.test_images", "data.test_labels"
 #define IMAGE_MODEL "model.layers", "model.d_model", "model.heads", "model.patch", "aug.", "attn."
 
-static const char *const budgetformer_keys[] = {COMMON_KEYS, "data.set", "data.train",   "data.val",
-                                                "data.test", TEXT_MODEL, "model.mixers", "attn.",
-                                                "budget.",   NULL};
+static const char *const budgetformer_keys[] = {
+    COMMON_KEYS, "data.set",          "data.train",     "data.val",
+    "data.test", "data.val_fraction", "data.val_split", "data.split_seed",
+    TEXT_MODEL,  "model.mixers",      "attn.",          "budget.",
+    NULL};
 static const char *const lm_keys[] = {COMMON_KEYS, "data.set",     "data.path", "data.val_fraction",
                                       TEXT_MODEL,  "model.mixers", "attn.",     NULL};
 static const char *const vit_keys[] = {COMMON_KEYS,          IMAGE_DATA,

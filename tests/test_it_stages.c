@@ -46,8 +46,11 @@ static void teardown(void) {
 TestSuite(it_stages, .init = setup, .fini = teardown, .timeout = 300);
 
 /* g_dir/NAME.yaml: two trials (bimamba, bilstm) of one tiny s2s config;
- * avit_steps sizes the shared avit stage. Returns the path. */
-static const char *write_sweep(const char *name, int avit_steps, const char *mixers) {
+ * avit_steps sizes the shared avit stage, tolerance its avit.tolerance
+ * (wide: a tiny model misses 0.7 by about 0.07 on the stratified
+ * validation images). Returns the path. */
+static const char *write_sweep_tol(const char *name, int avit_steps, const char *mixers,
+                                   double tolerance) {
     static char p[512];
     snprintf(p, sizeof p, "%s/%s.yaml", g_dir, name);
     FILE *f = fopen(p, "w");
@@ -58,13 +61,17 @@ static const char *write_sweep(const char *name, int avit_steps, const char *mix
             "       test_images: %s/test-images, test_labels: %s/test-labels, val_fraction: 0.1}\n"
             "model: {patch: 4, layers: 3, d_model: 16, heads: 2}\n"
             "train: {steps: 60, batch: 16, lr: 3.0e-3, warmup: 5, eval_every: 0, log_every: 10}\n"
-            "avit: {steps: %d, retention: 0.7}\n"
+            "avit: {steps: %d, retention: 0.7, tolerance: %g}\n"
             "distill: {replace_layers: 'auto:1', stage1_steps: 10, stage2_steps: 10}\n"
             "sweep:\n  parameters:\n    distill.mixer: {values: %s}\n"
             "metric: {name: eval/student/test/acc, goal: max}\n",
-            name, g_dir, g_dir, g_dir, g_dir, avit_steps, mixers);
+            name, g_dir, g_dir, g_dir, g_dir, avit_steps, tolerance, mixers);
     cr_assert_eq(fclose(f), 0);
     return p;
+}
+
+static const char *write_sweep(const char *name, int avit_steps, const char *mixers) {
+    return write_sweep_tol(name, avit_steps, mixers, 0.15);
 }
 
 static long long db_int(const char *sql, long long arg) { return it_db_int(g_home, sql, arg); }
@@ -268,7 +275,7 @@ Test(it_stages, bfd_killed_during_a_shared_stage) {
  * twice per dependant, and both trials fail with it. */
 Test(it_stages, a_failed_shared_stage_retries_once_for_all) {
     g_bfd = it_bfd_start(g_dir, g_home);
-    const char *p = write_sweep("fail", 20, "[bimamba, bilstm]");
+    const char *p = write_sweep_tol("fail", 20, "[bimamba, bilstm]", 0.05);
     FILE *f = fopen(p, "a");
     cr_assert(f != NULL);
     fprintf(f, "retries: 1\n");

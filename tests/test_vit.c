@@ -152,10 +152,13 @@ static void teardown_dir(void) {
 }
 
 /* data_sets_open on pipeline vit with train images/labels im, lb (names in dir). */
+static const char *g_val_split = "stratified"; /* data.val_split of open_set */
+
 static int open_set(const char *im, const char *lb, const char *tim, const char *tlb, int patch,
                     data_sets *d, char *err, size_t errlen) {
     bf_config c;
     cfg_defaults(&c);
+    snprintf(c.data.val_split, sizeof c.data.val_split, "%s", g_val_split);
     snprintf(c.pipeline, sizeof c.pipeline, "vit");
     snprintf(c.data.train_images, sizeof c.data.train_images, "%s/%s", dir, im);
     snprintf(c.data.train_labels, sizeof c.data.train_labels, "%s/%s", dir, lb);
@@ -182,7 +185,8 @@ static void expect_refused(const char *im, const char *lb, const char *tim, cons
     cr_expect(strstr(err, what) != NULL, "want '%s' in: %s", what, err);
 }
 
-Test(vit, opens_idx_sets_with_a_validation_tail, .init = setup_dir, .fini = teardown_dir) {
+Test(vit, opens_idx_sets_with_a_stratified_or_tail_validation_split, .init = setup_dir,
+     .fini = teardown_dir) {
     data_sets d;
     char err[512];
     cr_assert_eq(open_set("im", "lb", "im", "lb", 4, &d, err, sizeof err), 0, "%s", err);
@@ -192,7 +196,18 @@ Test(vit, opens_idx_sets_with_a_validation_tail, .init = setup_dir, .fini = tear
     cr_assert_eq(d.train->n_seq, 15);
     cr_assert_eq(d.val->n_seq, 5);
     cr_assert_eq(d.test->n_seq, 20);
-    /* the validation set is the file's last images */
+    /* stratified (the default): labels i % 3 give 7, 7 and 6 images; 5 of
+     * them validate, 2, 2 and 1 (the largest remainders of 1.75, 1.75, 1.5) */
+    int per[3] = {0};
+    for (size_t i = 0; i < d.val->n_seq; i++) per[d.val->labels[i]]++;
+    cr_expect(per[0] == 2 && per[1] == 2 && per[2] == 1, "validation classes %d, %d, %d", per[0],
+              per[1], per[2]);
+    data_sets_close(&d);
+    /* data.val_split tail: the validation set is the file's last images */
+    g_val_split = "tail";
+    cr_assert_eq(open_set("im", "lb", "im", "lb", 4, &d, err, sizeof err), 0, "%s", err);
+    g_val_split = "stratified";
+    cr_assert_eq(d.val->n_seq, 5);
     cr_assert_eq(d.val->labels[0], 15 % 3);
     cr_assert_eq(d.val->tokens[0], (15 * 64) % 256);
     data_sets_close(&d);

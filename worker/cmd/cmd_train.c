@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "worker/data/data_sets.h"
 #include "worker/dist/comm.h"
 #include "worker/io/ckpt.h"
 #include "worker/run/train.h"
@@ -191,6 +192,15 @@ static int train_ranks(int argc, char **argv, comm_t *comm) {
                     .comm = comm};
     free(args);
     if (!o.quiet && rank == 0) fprintf(stderr, "bfworker: training %s into %s\n", c.pipeline, out);
+    char why[1400];
+    if (!o.quiet && rank == 0 && c.aug.hflip &&
+        (strcmp(c.pipeline, "vit") == 0 || strcmp(c.pipeline, "s2s") == 0) &&
+        data_sets_not_mirror(&c, why, sizeof why))
+        fprintf(stderr,
+                "bfworker: warning: aug.hflip is on but the images are not mirror-symmetric (%s): "
+                "a mirrored image is no longer of its class; set aug.hflip: false "
+                "(docs/s2s.md, \"Data\")\n",
+                why);
     train_result r;
     int rc = train_run(&c, &o, &r, err, sizeof err);
     if (rc == TRAIN_PREEMPTED) return CMD_PREEMPTED;

@@ -204,6 +204,44 @@ void data_images_destroy(data_images_t **self_p);
  * values (0..255) per image, its label, classes "0".."n_classes-1". */
 int data_tok_from_images(const data_images_t *im, size_t from, size_t to, int n_classes,
                          data_tok_t **out, char *err, size_t errlen);
+/* The n images idx[0..n) of im (in that order) as a CLS set; idx NULL: the
+ * images [from, from + n). */
+int data_tok_from_images_at(const data_images_t *im, const size_t *idx, size_t from, size_t n,
+                            int n_classes, data_tok_t **out, char *err, size_t errlen);
+
+/* ---- validation splits (data_split.c) ----------------------------------- */
+
+/* How a validation split is taken from a labelled training file
+ * (data.val_split): a sample of each class in proportion to its count,
+ * drawn from data.split_seed (stratified), or the file's last items (tail,
+ * what bf did before; on a file sorted by label it is one class). */
+typedef enum { DATA_SPLIT_STRATIFIED = 0, DATA_SPLIT_TAIL = 1 } data_split_kind;
+const char *data_split_name(data_split_kind k);
+
+/* Indices into the file, each list ascending (file order). */
+typedef struct data_split {
+    size_t n_train, n_val;
+    size_t *train_idx, *val_idx;
+} data_split_t;
+
+/* Splits n items with labels[i] in 0..n_classes-1: round(val_fraction * n)
+ * items (at least 1, at most n - 1) go to validation. Stratified: class k
+ * gives its share of them (largest remainder: floor or ceil of
+ * val_fraction * count_k, the total kept), never its last item (a class of
+ * one stays in training), chosen by a partial Fisher-Yates shuffle from
+ * Philox (seed, class): a pure function of (labels, val_fraction, seed).
+ * Tail: the last items. Returns 0 with out filled (data_split_free), or an
+ * error (bad labels; no class with 2 items under stratified). */
+int data_split_make(const int32_t *labels, size_t n, size_t n_classes, double val_fraction,
+                    data_split_kind kind, uint64_t seed, data_split_t *out, char *err,
+                    size_t errlen);
+void data_split_free(data_split_t *s);
+/* Runs of equal labels in file order: the number of classes when the file
+ * is sorted (grouped) by label, about n (1 - 1/classes) when shuffled. */
+size_t data_label_runs(const int32_t *labels, size_t n);
+/* The CLS sequences idx[0..n) of src, in that order, with src's classes. */
+int data_tok_subset(const data_tok_t *src, const size_t *idx, size_t n, data_tok_t **out, char *err,
+                    size_t errlen);
 
 /* ---- the batcher (data_batch.c) ----------------------------------------- */
 

@@ -233,9 +233,21 @@ done:
 int data_tok_from_images(const data_images_t *im, size_t from, size_t to, int n_classes,
                          data_tok_t **out, char *err, size_t errlen) {
     *out = NULL;
-    if (!im || from > to || to > im->n || n_classes < 1 || n_classes > DATA_MAX_CLASSES)
+    if (!im || from > to || to > im->n)
         return data_fail(err, errlen, DATA_EINVAL, "data_tok_from_images: bad argument");
-    size_t n = to - from, px = (size_t)im->rows * im->cols;
+    return data_tok_from_images_at(im, NULL, from, to - from, n_classes, out, err, errlen);
+}
+
+int data_tok_from_images_at(const data_images_t *im, const size_t *idx, size_t from, size_t n,
+                            int n_classes, data_tok_t **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (!im || n_classes < 1 || n_classes > DATA_MAX_CLASSES || (!idx && from + n > im->n))
+        return data_fail(err, errlen, DATA_EINVAL, "data_tok_from_images: bad argument");
+    for (size_t i = 0; idx && i < n; i++)
+        if (idx[i] >= im->n)
+            return data_fail(err, errlen, DATA_EINVAL,
+                             "data_tok_from_images: image %zu of a set of %zu", idx[i], im->n);
+    size_t px = (size_t)im->rows * im->cols;
     data_tok_t *d = calloc(1, sizeof *d);
     if (!d) return data_fail(err, errlen, DATA_ENOMEM, "out of memory");
     d->kind = DATA_KIND_CLS;
@@ -254,9 +266,10 @@ int data_tok_from_images(const data_images_t *im, size_t from, size_t to, int n_
         if (!(d->class_names[k] = strdup(name))) goto nomem;
     }
     for (size_t i = 0; i < n; i++) {
+        size_t at = idx ? idx[i] : from + i;
         d->offsets[i] = i * px;
-        d->labels[i] = im->labels[from + i];
-        const uint8_t *p = im->pixels + (from + i) * px;
+        d->labels[i] = im->labels[at];
+        const uint8_t *p = im->pixels + at * px;
         for (size_t j = 0; j < px; j++) d->tokens[i * px + j] = p[j];
     }
     d->offsets[n] = n * px;

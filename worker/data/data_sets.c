@@ -1,6 +1,7 @@
 #include "worker/data/data_sets.h"
 #include "worker/data/data_priv.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -134,9 +135,62 @@ out:
     return rc;
 }
 
+static data_split_kind split_kind(const bf_config *c) {
+    return strcmp(c->data.val_split, "tail") == 0 ? DATA_SPLIT_TAIL : DATA_SPLIT_STRATIFIED;
+}
+
+/* The validation split of a labelled training file (labels[n], classes
+ * named by names, NULL: their ids) as c says, and the warning, when not
+ * quiet, that the file looks sorted by label: its labels come in no more
+ * runs than classes (then a tail holds the last class or two alone). */
+static int split_train(const bf_config *c, const char *path, const int32_t *labels, size_t n,
+                       size_t n_classes, char *const *names, int quiet, data_split_t *s, char *err,
+                       size_t errlen) {
+    data_split_kind kind = split_kind(c);
+    char e2[512];
+    if (data_split_make(labels, n, n_classes, c->data.val_fraction, kind,
+                        (uint64_t)c->data.split_seed, s, e2, sizeof e2)) {
+        snprintf(err, errlen, "%s: validation split (data.val_split %s, data.val_fraction %g): %s",
+                 path, data_split_name(kind), (double)c->data.val_fraction, e2);
+        return -1;
+    }
+    size_t runs = data_label_runs(labels, n);
+    if (quiet || n_classes < 2 || runs > n_classes) return 0;
+    if (kind == DATA_SPLIT_STRATIFIED) {
+        fprintf(stderr,
+                "data: warning: %s looks sorted by label (%zu runs of %zu classes); the "
+                "validation split is a stratified sample (data.val_split stratified, "
+                "data.split_seed %d), so every class is in it in proportion\n",
+                path, runs, n_classes, c->data.split_seed);
+        return 0;
+    }
+    /* which classes the tail holds */
+    char list[256];
+    size_t w = 0, shown = 0, k_prev = (size_t)-1;
+    list[0] = '\0';
+    for (size_t i = 0; i < s->n_val && w + 48 < sizeof list; i++) {
+        size_t k = (size_t)labels[s->val_idx[i]];
+        if (k == k_prev) continue;
+        k_prev = k;
+        if (names)
+            w += (size_t)snprintf(list + w, sizeof list - w, "%s'%.40s'", shown ? ", " : "",
+                                  names[k]);
+        else
+            w += (size_t)snprintf(list + w, sizeof list - w, "%s%zu", shown ? ", " : "", k);
+        shown++;
+    }
+    fprintf(stderr,
+            "data: warning: %s looks sorted by label (%zu runs of %zu classes) and data.val_split "
+            "is tail: the %zu validation items are of class%s %s only, so validation accuracy "
+            "means little; use data.val_split: stratified\n",
+            path, runs, n_classes, s->n_val, shown == 1 ? "" : "es", list);
+    return 0;
+}
+
 /* Pipeline vit: IDX images and labels (a prepared set or the user's own
- * files); the validation split is the last val_fraction of the training
- * images (at least one each), so it is the same for every seed. */
+ * files); the validation split is data.val_fraction of the training images
+ * (at least one each), a stratified sample from data.split_seed or the
+ * tail (data.val_split): the same for every train.seed. */
 static int open_images(const bf_config *c, data_sets *d, int quiet, char *err, size_t errlen) {
     char tri[1100], trl[1100], tei[1100], tel[1100];
     tei[0] = tel[0] = '\0';
@@ -165,6 +219,7 @@ static int open_images(const bf_config *c, data_sets *d, int quiet, char *err, s
                                err, errlen)))
         return -1;
     data_images_t *tr = NULL, *te = NULL;
+    data_split_t sp = {0};
     int rc = -1;
     if (data_images_load(tri, trl, &tr, err, errlen)) goto out;
     if (tei[0] && data_images_load(tei, tel, &te, err, errlen)) goto out;
@@ -215,26 +270,59 @@ static int open_images(const bf_config *c, data_sets *d, int quiet, char *err, s
                 goto out;
             }
     }
-    size_t nval = (size_t)(c->data.val_fraction * (double)tr->n + 0.5);
-    if (nval < 1) nval = 1;
-    if (nval >= tr->n) nval = tr->n - 1;
-    size_t ntr = tr->n - nval;
-    if (data_tok_from_images(tr, 0, ntr, tr->n_classes, &d->train, err, errlen) ||
-        data_tok_from_images(tr, ntr, tr->n, tr->n_classes, &d->val, err, errlen) ||
+    if (split_train(c, trl, tr->labels, tr->n, (size_t)tr->n_classes, NULL, quiet, &sp, err,
+                    errlen))
+        goto out;
+    size_t ntr = sp.n_train, nval = sp.n_val;
+    if (data_tok_from_images_at(tr, sp.train_idx, 0, ntr, tr->n_classes, &d->train, err, errlen) ||
+        data_tok_from_images_at(tr, sp.val_idx, 0, nval, tr->n_classes, &d->val, err, errlen) ||
         (te && data_tok_from_images(te, 0, te->n, tr->n_classes, &d->test, err, errlen)))
         goto out;
     d->n_classes = tr->n_classes;
     d->image_rows = tr->rows;
     d->image_cols = tr->cols;
     if (!quiet)
-        fprintf(stderr, "data: %s: %zu train, %zu val, %zu test images of %d x %d, %d classes\n",
-                tri, ntr, nval, te ? te->n : 0, tr->rows, tr->cols, tr->n_classes);
+        fprintf(stderr,
+                "data: %s: %zu train, %zu val (%s), %zu test images of %d x %d, %d classes\n", tri,
+                ntr, nval, data_split_name(split_kind(c)), te ? te->n : 0, tr->rows, tr->cols,
+                tr->n_classes);
     rc = 0;
 out:
+    data_split_free(&sp);
     data_images_destroy(&tr);
     data_images_destroy(&te);
     if (rc) data_sets_close(d);
     return rc;
+}
+
+/* Budgetformer with data.train and no data.val: the validation split is
+ * taken from the training set as for images; d->train becomes the rest. */
+static int split_tsv(const bf_config *c, const char *train, data_sets *d, int quiet, char *err,
+                     size_t errlen) {
+    data_split_t sp;
+    data_tok_t *all = d->train, *tr = NULL, *va = NULL;
+    if (split_train(c, train, all->labels, all->n_seq, all->n_classes, all->class_names, quiet, &sp,
+                    err, errlen))
+        return -1;
+    char e2[512];
+    int rc = data_tok_subset(all, sp.train_idx, sp.n_train, &tr, e2, sizeof e2) ||
+             data_tok_subset(all, sp.val_idx, sp.n_val, &va, e2, sizeof e2);
+    if (rc) {
+        snprintf(err, errlen, "%s: %s", train, e2);
+        data_tok_destroy(&tr);
+    } else {
+        data_tok_destroy(&d->train);
+        d->train = tr;
+        d->val = va;
+        if (!quiet)
+            fprintf(stderr,
+                    "data: %s: no data.val: %zu examples train, %zu validate (data.val_split %s, "
+                    "data.val_fraction %g)\n",
+                    train, sp.n_train, sp.n_val, data_split_name(split_kind(c)),
+                    (double)c->data.val_fraction);
+    }
+    data_split_free(&sp);
+    return rc ? -1 : 0;
 }
 
 /* Fewer training examples than this in a class earns a warning. */
@@ -309,12 +397,6 @@ int data_sets_open(const bf_config *c, data_sets *d, int quiet, char *err, size_
             snprintf(train, sizeof train, "%s", c->data.train);
             snprintf(val, sizeof val, "%s", c->data.val);
             snprintf(test, sizeof test, "%s", c->data.test);
-            if (!c->data.val[0]) {
-                snprintf(err, errlen,
-                         "data.train is set but data.val is not: give both (data.test too, for "
-                         "test metrics)");
-                return -1;
-            }
         } else if (strcmp(c->data.set, "wordnet") == 0 || !c->data.set[0]) {
             snprintf(train, sizeof train, "%s/wordnet/train.tsv", c->data.dir);
             snprintf(val, sizeof val, "%s/wordnet/val.tsv", c->data.dir);
@@ -329,7 +411,8 @@ int data_sets_open(const bf_config *c, data_sets *d, int quiet, char *err, size_
         const int own = c->data.train[0] != 0;
         const char *hint = own ? NULL : "run scripts/prepare_data.sh, or set data.train=FILE";
         if (check_input(own ? "data.train" : "data.set", train, "a TSV file", hint, err, errlen) ||
-            check_input(own ? "data.val" : "data.set", val, "a TSV file", hint, err, errlen) ||
+            (val[0] &&
+             check_input(own ? "data.val" : "data.set", val, "a TSV file", hint, err, errlen)) ||
             (test[0] &&
              check_input(own ? "data.test" : "data.set", test, "a TSV file", hint, err, errlen)))
             return -1;
@@ -372,7 +455,9 @@ int data_sets_open(const bf_config *c, data_sets *d, int quiet, char *err, size_
                      train, d->train->n_seq, d->train->n_classes ? d->train->class_names[0] : "");
             goto fail;
         }
-        if (data_open_tsv(val, d->tok, d->train, NULL, &d->val, &rebuilt, e2, sizeof e2) ||
+        if (!val[0] && split_tsv(c, train, d, quiet, err, errlen)) goto fail;
+        if ((val[0] &&
+             data_open_tsv(val, d->tok, d->train, NULL, &d->val, &rebuilt, e2, sizeof e2)) ||
             (test[0] &&
              data_open_tsv(test, d->tok, d->train, NULL, &d->test, &rebuilt, e2, sizeof e2))) {
             snprintf(err, errlen, "%s", e2);
@@ -388,6 +473,46 @@ int data_sets_open(const bf_config *c, data_sets *d, int quiet, char *err, size_
 fail:
     data_sets_close(d);
     return -1;
+}
+
+/* 1 when a word of s (runs of letters and digits, lower-cased) starts with
+ * key. */
+static int word_starts(const char *s, const char *key) {
+    size_t kl = strlen(key);
+    for (const char *p = s; *p;) {
+        while (*p && !isalnum((unsigned char)*p)) p++;
+        size_t i = 0;
+        while (i < kl && p[i] && tolower((unsigned char)p[i]) == key[i]) i++;
+        if (i == kl) return 1;
+        while (*p && isalnum((unsigned char)*p)) p++;
+    }
+    return 0;
+}
+
+const char *data_sets_not_mirror(const bf_config *c, char *buf, size_t len) {
+    static const char *const known[][2] = {
+        {"kmnist", "Japanese characters"},
+        {"emnist", "letters and digits"},
+        {"mnist", "digits"},
+        {"usps", "digits"},
+        {"svhn", "house-number digits"},
+        {"digit", "digits"},
+        {"letter", "letters"},
+        {"text", "text"},
+    };
+    const char *path = c->data.train_images[0] ? c->data.train_images : c->data.set;
+    /* the file's name and its folder's: data/mnist/train-images-idx3-ubyte.gz */
+    const char *base = strrchr(path, '/'), *from = path;
+    if (base)
+        for (from = base; from > path && from[-1] != '/'; from--)
+            ;
+    if (word_starts(from, "fashion")) return NULL; /* Fashion-MNIST: clothes mirror alike */
+    for (size_t k = 0; k < sizeof known / sizeof *known; k++)
+        if (word_starts(from, known[k][0])) {
+            snprintf(buf, len, "'%s' in the name of %s: %s", known[k][0], path, known[k][1]);
+            return buf;
+        }
+    return NULL;
 }
 
 void data_sets_close(data_sets *d) {

@@ -5,8 +5,10 @@
  * (data_cache_dir), keyed by a hash of the data's contents; a tokenizer
  * prepared beside the data (SRC.tokV.model, from bfprep tokenizer) is used
  * when one is there. Pipeline vit opens IDX images instead (data.set fashion_mnist or
- * data.train_images/...): validation is the last data.val_fraction of the
- * training images, in file order. */
+ * data.train_images/...). Validation of images, and of a TSV set without
+ * data.val, is data.val_fraction of the training file: a stratified sample
+ * from data.split_seed, or its tail (data.val_split; data_split.c); a
+ * training file that looks sorted by label is warned about (not quiet). */
 #ifndef DATA_SETS_H
 #define DATA_SETS_H
 
@@ -27,6 +29,15 @@ typedef struct data_sets {
  * or -1 with a message (nothing to close then). */
 int data_sets_open(const bf_config *c, data_sets *d, int quiet, char *err, size_t errlen);
 void data_sets_close(data_sets *d);
+
+/* Why c's training images are known not to be mirror-symmetric, so that a
+ * random horizontal flip (aug.hflip) turns an image into one of another
+ * class: a phrase for a warning ("'mnist' in the name of FILE: digits"),
+ * or NULL when nothing says so. Known by a word of the file's name or its
+ * folder's that starts with: mnist (not with a word fashion), kmnist,
+ * emnist, usps, svhn, digit, letter, text. Fashion-MNIST's clothes mirror
+ * alike: NULL. buf holds the phrase. */
+const char *data_sets_not_mirror(const bf_config *c, char *buf, size_t len);
 
 /* The file name a run folder keeps its tokenizer under, so that `bfworker
  * generate` needs only the run folder, not the data it was trained on. */

@@ -70,7 +70,7 @@
 #define CKPT_OPTIM_FILE "optimizer.safetensors"
 #define CKPT_STATE_FILE "state.json"
 #define CKPT_MAX_STATE (8u << 20) /* bytes of state.json read */
-#define CKPT_MAX_COUNTERS 32
+#define CKPT_MAX_COUNTERS 64
 #define CKPT_COUNTER_NAME 48
 
 typedef struct ckpt_state {

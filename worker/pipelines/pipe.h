@@ -34,12 +34,29 @@ typedef struct train_result {
     long steps;
 } train_result;
 
+/* A named 64-bit value of the training state besides the tensors and the
+ * step (a float or double as its bits): the host stores it in the
+ * checkpoint (ckpt_counter) and gives it back on resume. */
+#define PIPE_MAX_COUNTERS 48
+#define PIPE_COUNTER_NAME 48
+typedef struct pipe_counter {
+    char name[PIPE_COUNTER_NAME]; /* [A-Za-z0-9_.-] */
+    uint64_t value;
+} pipe_counter;
+
 /* The state a checkpoint holds: parameters and AdamW moments on the
- * device, and the steps done. */
+ * device, the steps done, and the loop's other state as counters (the
+ * A-ViT retention controller's prior shift, and the logging window in
+ * progress: its steps, tokens and device stats summed over ranks, which
+ * the controller reads when the window ends). On save the loop fills
+ * counters; on resume the host fills them from the checkpoint (none from
+ * a checkpoint older than them: the controller starts from 0 then). */
 typedef struct pipe_state {
     model *m;
     float *adam_m, *adam_v; /* device, m->np.P.numel each */
     long step;
+    pipe_counter counters[PIPE_MAX_COUNTERS];
+    int n_counters;
 } pipe_state;
 
 /* The process around the loop. Every hook is called on every rank unless

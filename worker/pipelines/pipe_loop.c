@@ -60,6 +60,11 @@ typedef struct loop {
     long val_step;        /* the step validate_ctx's metrics are logged at */
     double t_start, t_log, t_comm;
     long start;
+    /* the logging window a resumed checkpoint was in (restored after
+     * window_begin): its steps and tokens, and its device stats summed
+     * over ranks (rank 0 adds them back) */
+    int resumed_window;
+    double resumed_steps, resumed_tokens, resumed_stats[BK_STAT_SLOTS];
 } loop;
 
 static int host_sum(const loop *L, double *v, int n, char *err, size_t errlen) {
@@ -419,20 +424,123 @@ static int final_test(loop *L, long step, train_result *r, char *err, size_t err
     return 0;
 }
 
-static int save(loop *L, long step, char *err, size_t errlen) {
+/* ---- the state besides tensors and step, as counters (pipe_state) ---- */
+
+#define COUNTER_SHIFT "halt.shift"
+#define COUNTER_WSTEPS "window.steps"
+#define COUNTER_WTOKENS "window.tokens"
+#define COUNTER_WSTAT "window.stat." /* + the slot */
+
+static void put_counter(pipe_state *s, const char *name, uint64_t v) {
+    pipe_counter *c = &s->counters[s->n_counters++];
+    snprintf(c->name, sizeof c->name, "%s", name);
+    c->value = v;
+}
+
+static uint64_t f64_bits(double d) {
+    uint64_t u;
+    memcpy(&u, &d, sizeof u);
+    return u;
+}
+
+static double bits_f64(uint64_t u) {
+    double d;
+    memcpy(&d, &u, sizeof d);
+    return d;
+}
+
+/* What a resume needs to go on as if never stopped, besides the tensors:
+ * the A-ViT controller's shift, and the window in progress (open: steps
+ * were trained since the last log) with its device stats, which the
+ * controller and the window's metrics read at its end. Every rank calls
+ * this (the stats are summed over ranks). */
+static int state_counters(loop *L, int window_open, pipe_state *s, char *err, size_t errlen) {
+    s->n_counters = 0;
+    if (L->m.sh.avit) {
+        float f = L->m.halt.cf.shift;
+        uint32_t u;
+        memcpy(&u, &f, sizeof u);
+        put_counter(s, COUNTER_SHIFT, u);
+    }
+    if (!window_open || L->w.steps == 0) return 0;
+    double raw[BK_STAT_SLOTS];
+    uint64_t before = d2h_calls(L);
+    model_stats_fetch(&L->m, raw);
+    L->w.d2h_calls += d2h_calls(L) - before; /* the save's copy is not one of training's */
+    if (host_sum(L, raw, BK_STAT_SLOTS, err, errlen)) return -1;
+    put_counter(s, COUNTER_WSTEPS, f64_bits(L->w.steps));
+    put_counter(s, COUNTER_WTOKENS, f64_bits(L->w.tokens));
+    for (int i = 0; i < BK_STAT_SLOTS && s->n_counters < PIPE_MAX_COUNTERS; i++)
+        if (raw[i] != 0) {
+            char name[PIPE_COUNTER_NAME];
+            snprintf(name, sizeof name, COUNTER_WSTAT "%d", i);
+            put_counter(s, name, f64_bits(raw[i]));
+        }
+    return 0;
+}
+
+/* Takes back what state_counters saved; a counter it does not know is an
+ * error (a checkpoint of another bf: resuming would not be the same run). */
+static int restore_counters(loop *L, const pipe_state *s, char *err, size_t errlen) {
+    for (int i = 0; i < s->n_counters; i++) {
+        const pipe_counter *c = &s->counters[i];
+        const size_t nw = strlen(COUNTER_WSTAT);
+        char *end = NULL;
+        long slot = strncmp(c->name, COUNTER_WSTAT, nw) == 0 ? strtol(c->name + nw, &end, 10) : -1;
+        if (strcmp(c->name, COUNTER_SHIFT) == 0 && L->m.sh.avit) {
+            uint32_t u = (uint32_t)c->value;
+            memcpy(&L->m.halt.cf.shift, &u, sizeof u);
+        } else if (strcmp(c->name, COUNTER_WSTEPS) == 0) {
+            L->resumed_steps = bits_f64(c->value);
+            L->resumed_window = 1;
+        } else if (strcmp(c->name, COUNTER_WTOKENS) == 0) {
+            L->resumed_tokens = bits_f64(c->value);
+        } else if (slot >= 0 && slot < BK_STAT_SLOTS && end && !*end && end != c->name + nw) {
+            L->resumed_stats[slot] = bits_f64(c->value);
+        } else {
+            snprintf(err, errlen,
+                     "the checkpoint holds the state \"%s\", which this run does not have (valid: "
+                     "%s%s, " COUNTER_WSTEPS ", " COUNTER_WTOKENS ", " COUNTER_WSTAT
+                     "0.." COUNTER_WSTAT "%d): it was written by another bf or another model",
+                     c->name, L->m.sh.avit ? COUNTER_SHIFT : "", L->m.sh.avit ? "" : "(none)",
+                     BK_STAT_SLOTS - 1);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* After window_begin: the window the checkpoint was in goes on. */
+static void restore_window(loop *L) {
+    if (!L->resumed_window) return;
+    L->w.steps = L->resumed_steps;
+    L->w.tokens = L->resumed_tokens;
+    if (L->h->rank == 0)
+        L->be->to_device(L->m.dstats, L->resumed_stats, BK_STAT_SLOTS * sizeof(double));
+}
+
+/* Writes the state after `step` steps; window_open: steps were trained
+ * since the last logged window. */
+static int save(loop *L, long step, int window_open, char *err, size_t errlen) {
     if (!L->h->has_files || !L->h->save) return 0;
-    pipe_state s = {&L->m, L->adam_m, L->adam_v, step};
+    pipe_state s;
+    memset(&s, 0, sizeof s);
+    s.m = &L->m, s.adam_m = L->adam_m, s.adam_v = L->adam_v, s.step = step;
+    if (state_counters(L, window_open, &s, err, errlen)) return -1;
     return L->h->save(L->h->ctx, L->c, &s, err, errlen);
 }
 
 static int resume(loop *L, char *err, size_t errlen) {
     L->start = 0;
     if (!L->h->resume) return 0;
-    pipe_state s = {&L->m, L->adam_m, L->adam_v, 0};
+    pipe_state s;
+    memset(&s, 0, sizeof s);
+    s.m = &L->m, s.adam_m = L->adam_m, s.adam_v = L->adam_v;
     int found = 0;
     if (L->h->resume(L->h->ctx, L->c, &s, &found, err, errlen)) return -1;
-    if (found) L->start = s.step;
-    return 0;
+    if (!found) return 0;
+    L->start = s.step;
+    return restore_counters(L, &s, err, errlen);
 }
 
 static void banner(const loop *L) {
@@ -481,7 +589,7 @@ static int run_steps(loop *L, volatile sig_atomic_t *stop, train_result *r, long
         int any_stop = 0;
         if (host_any(L, stop && *stop, &any_stop, err, errlen)) return -1;
         if (any_stop) {
-            if (save(L, step, err, errlen)) return -1;
+            if (save(L, step, 1, err, errlen)) return -1;
             if (!L->quiet) fprintf(stderr, "preempted: checkpoint written at step %ld\n", step);
             return 2;
         }
@@ -496,7 +604,7 @@ static int run_steps(loop *L, volatile sig_atomic_t *stop, train_result *r, long
             if (validate(L, done, logged, r, err, errlen)) return -1;
         if (L->h->metric_flush && L->h->metric_flush(L->h->ctx, err, errlen)) return -1;
         if ((c->train.checkpoint_every > 0 && done % c->train.checkpoint_every == 0) || last)
-            if (save(L, done, err, errlen)) return -1;
+            if (save(L, done, !logged, err, errlen)) return -1;
         if (logged) window_begin(L);
     }
     *step_out = step;
@@ -536,6 +644,7 @@ int pipe_train(const pipe_spec *sp, const bf_config *c, const data_sets *d, cons
     }
     L.t_start = now_s();
     window_begin(&L);
+    restore_window(&L);
     rc = run_steps(&L, stop, r, &step, err, errlen);
     if (rc == 0 && final_test(&L, step, r, err, errlen)) rc = -1;
     /* a run resumed at its last step validated nothing in this process:

@@ -30,8 +30,10 @@ static void vit_log(const model *m, const model_stats *st,
 /* Retention control: the halting losses pull each token's ACT weights
  * towards the prior, but the depth at which tokens halt also depends on how
  * the scores are spread, so after each logging window the prior's centre
- * moves by VIT_RETENTION_GAIN * L layers per unit of retention error (a
- * resumed run starts the control again from 0). */
+ * moves by VIT_RETENTION_GAIN * L layers per unit of retention error. The
+ * shift, and the window in progress it is computed from, are in the
+ * checkpoint (pipe_state's counters): a resumed run controls as the run
+ * never stopped would. */
 #define VIT_RETENTION_GAIN 1.0f
 
 static void vit_window(model *m, const bf_config *c, const model_stats *st) {

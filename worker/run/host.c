@@ -58,7 +58,18 @@ static int save_checkpoint(comm_t *comm, const char *dir, const pipe_state *ps, 
             meta.seed = c->train.seed;
             meta.data_step = (uint64_t)step;
             meta.cfg_text = cfg_text;
-            failed = ckpt_save(dir, &m->np.P, hp, hm, hv, &meta, err, errlen) != 0;
+            if (ps->n_counters > CKPT_MAX_COUNTERS) {
+                snprintf(err, errlen, "checkpoint: %d counters of state (at most %d)",
+                         ps->n_counters, CKPT_MAX_COUNTERS);
+                failed = 1;
+            }
+            for (int i = 0; !failed && i < ps->n_counters; i++) {
+                snprintf(meta.counters[i].name, sizeof meta.counters[i].name, "%s",
+                         ps->counters[i].name);
+                meta.counters[i].value = ps->counters[i].value;
+            }
+            meta.n_counters = failed ? 0 : ps->n_counters;
+            if (!failed) failed = ckpt_save(dir, &m->np.P, hp, hm, hv, &meta, err, errlen) != 0;
         }
         free(cfg_text);
         free(hp);
@@ -117,6 +128,17 @@ static int resume_from(comm_t *comm, const char *out_dir, pipe_state *ps, const 
             }
         }
         free(cur);
+        if (!failed && meta.n_counters > PIPE_MAX_COUNTERS) {
+            snprintf(err, errlen, "checkpoint in %s: %d counters of state (this bf keeps %d)",
+                     out_dir, meta.n_counters, PIPE_MAX_COUNTERS);
+            failed = 1;
+        }
+        for (int i = 0; !failed && i < meta.n_counters; i++) {
+            snprintf(ps->counters[i].name, sizeof ps->counters[i].name, "%s",
+                     meta.counters[i].name);
+            ps->counters[i].value = meta.counters[i].value;
+        }
+        ps->n_counters = failed ? 0 : meta.n_counters;
         hdr[0] = !failed;
         hdr[1] = meta.step;
     }
@@ -137,7 +159,9 @@ static int resume_from(comm_t *comm, const char *out_dir, pipe_state *ps, const 
     if (hdr[0]) {
         rc = comm_bcast(comm, hp, n * sizeof(float), 0, err, errlen) ||
              comm_bcast(comm, hm, n * sizeof(float), 0, err, errlen) ||
-             comm_bcast(comm, hv, n * sizeof(float), 0, err, errlen);
+             comm_bcast(comm, hv, n * sizeof(float), 0, err, errlen) ||
+             comm_bcast(comm, &ps->n_counters, sizeof ps->n_counters, 0, err, errlen) ||
+             comm_bcast(comm, ps->counters, sizeof ps->counters, 0, err, errlen);
         if (rc) goto fail;
         be->to_device(m->np.P.data, hp, n * sizeof(float));
         be->to_device(ps->adam_m, hm, n * sizeof(float));
