@@ -108,6 +108,44 @@ Test(ops, add_axpy_scale_by_hand, .init = init_cpu) {
     expect_near("scale", y, (double[]){-3.5, -5}, 2, 0);
 }
 
+static double gelu_grad_ref(double x) {
+    double s = sqrt(2.0 / M_PI), u = s * (x + 0.044715 * x * x * x), th = tanh(u);
+    return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * s * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+/* GELU forward and backward on both CPU paths (16-lane AVX-512 where built,
+ * and the portable one): every element of [-12, 12] (both saturations, the
+ * odd tail) near the double formula, the backward accumulating into dx. */
+Test(ops, gelu_both_paths_match_formula, .init = init_cpu) {
+    size_t n = (1 << 16) + 13;
+    float *x = fbuf(n), *y = fbuf(n), *dy = fbuf(n), *d = fbuf(n);
+    for (size_t i = 0; i < n; i++) {
+        x[i] = -12.0f + 24.0f * (float)i / (float)(n - 1);
+        dy[i] = i % 2 ? 1.0f : -2.0f;
+    }
+    for (int portable = 0; portable < 2; portable++) {
+        for (size_t i = 0; i < n; i++) d[i] = 0.25f;
+        bk_cpu_set_portable(portable);
+        cpu->gelu_forward(y, x, n);
+        cpu->gelu_backward(d, x, dy, n);
+        bk_cpu_set_portable(0);
+        double wf = 0, wb = 0;
+        for (size_t i = 0; i < n; i++) {
+            double want = gelu_ref(x[i]), g = gelu_grad_ref(x[i]);
+            double got = ((double)d[i] - 0.25) / dy[i];
+            wf = fmax(wf, fabs(y[i] - want));
+            wb = fmax(wb, fabs(got - g));
+            cr_assert(fabs(y[i] - want) <= 1e-6 * (1 + fabs(want)),
+                      "portable %d: gelu(%.9g) = %.9g, want %.9g", portable, (double)x[i],
+                      (double)y[i], want);
+            cr_assert(fabs(got - g) <= 3e-6, "portable %d: gelu'(%.9g) = %.9g, want %.9g", portable,
+                      (double)x[i], got, g);
+        }
+        cr_log_info("gelu, portable %d: worst error forward %.3g, gradient %.3g\n", portable, wf,
+                    wb);
+    }
+}
+
 Test(ops, elementwise_large_matches_scalar, .init = init_cpu) {
     size_t n = (1 << 17) + 3; /* past every threading threshold, odd tail */
     float *a = frand(n, -4, 4, 1), *b = frand(n, -4, 4, 2), *o = fbuf(n);
