@@ -3,9 +3,14 @@
  * B=64, T=64, d=128, H=8, L=4, vocab 8192, 26 classes, with the head budget
  * off and on; and, in the same run, PyTorch eager on the same shapes and
  * threads (../shared/peers/torch_ref.py) when /usr/bin/python3 has torch.
+ * --vit: the blocks of DeiT-Tiny instead (B=32, T=197, d=192, H=3, L=12, 10
+ * classes; the token embedding stands in for the patch embedding).
+ * --rounds R: R interleaved rounds of all four runs (the machine is shared:
+ * load moves both sides of a round alike); the ratios are reported per
+ * round, with their best and median.
  *
  *   bench_train [--device auto|cpu|cuda] [--steps N] [--B n --T n --d n --H n --L n --V n]
- *               [--peer PATH|none] [--json]
+ *               [--vit] [--rounds R] [--peer PATH|none] [--json]
  */
 #include <omp.h>
 #include <stdio.h>
@@ -19,7 +24,7 @@
 #include "worker/models/model.h"
 
 typedef struct {
-    int B, T, d, H, L, V, C, steps;
+    int B, T, d, H, L, V, C, steps, rounds;
     const char *device, *peer;
     int json;
 } opts;
@@ -120,9 +125,13 @@ static double run_peer(const opts *o, int threads, const char *policy, char *ver
 static void usage(FILE *f) {
     fputs(
         "usage: bench_train [--device auto|cpu|cuda] [--steps N] [--B n] [--T n] [--d n] [--H n]\n"
-        "                   [--L n] [--V n] [--C n] [--peer PATH|none] [--json]\n"
+        "                   [--L n] [--V n] [--C n] [--vit] [--rounds R] [--peer PATH|none]\n"
+        "                   [--json]\n"
         "Training tokens/s of the encoder classifier, budget off and on, and the PyTorch\n"
-        "eager peer on the same shapes and OpenMP thread count (OMP_NUM_THREADS).\n",
+        "eager peer on the same shapes and OpenMP thread count (OMP_NUM_THREADS).\n"
+        "--vit: DeiT-Tiny's blocks (B 32, T 197, d 192, H 3, L 12, 10 classes; later\n"
+        "options override). --rounds R: R interleaved rounds, ratios per round, best\n"
+        "and median.\n",
         f);
 }
 
@@ -136,20 +145,22 @@ int main(int argc, char **argv) {
               .V = 8192,
               .C = 26,
               .steps = 20,
+              .rounds = 1,
               .device = "auto",
               .peer = BF_SOURCE_DIR "/../shared/peers/torch_ref.py"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int *ip = !strcmp(a, "--B")       ? &o.B
-                  : !strcmp(a, "--T")     ? &o.T
-                  : !strcmp(a, "--d")     ? &o.d
-                  : !strcmp(a, "--H")     ? &o.H
-                  : !strcmp(a, "--L")     ? &o.L
-                  : !strcmp(a, "--V")     ? &o.V
-                  : !strcmp(a, "--C")     ? &o.C
-                  : !strcmp(a, "--steps") ? &o.steps
-                                          : NULL;
+        int *ip = !strcmp(a, "--B")        ? &o.B
+                  : !strcmp(a, "--T")      ? &o.T
+                  : !strcmp(a, "--d")      ? &o.d
+                  : !strcmp(a, "--H")      ? &o.H
+                  : !strcmp(a, "--L")      ? &o.L
+                  : !strcmp(a, "--V")      ? &o.V
+                  : !strcmp(a, "--C")      ? &o.C
+                  : !strcmp(a, "--steps")  ? &o.steps
+                  : !strcmp(a, "--rounds") ? &o.rounds
+                                           : NULL;
         if (ip && v) {
             *ip = atoi(v);
             i++;
@@ -163,6 +174,8 @@ int main(int argc, char **argv) {
             o.peer = v, i++;
         } else if (!strcmp(a, "--json")) {
             o.json = 1;
+        } else if (!strcmp(a, "--vit")) {
+            o.B = 32, o.T = 197, o.d = 192, o.H = 3, o.L = 12, o.C = 10;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
@@ -181,25 +194,44 @@ int main(int argc, char **argv) {
     int threads = omp_get_max_threads();
     char cpu[256], version[64] = "";
     bench_cpu_model(cpu, sizeof cpu);
+    if (o.rounds > 50) {
+        fprintf(stderr, "bench_train: --rounds must be at most 50\n");
+        return 64;
+    }
     size_t params_off = 0, params_on = 0;
-    double off = time_steps(&o, be, 0, &params_off);
-    double on = time_steps(&o, be, 1, &params_on);
-    /* the peer twice: with its own defaults (how a user runs it), and with the
-     * passive OpenMP policy bf runs with, so neither side gets a head start */
-    double peer = be->device == BK_CPU ? run_peer(&o, threads, NULL, version, sizeof version) : 0;
-    double peer_p =
-        be->device == BK_CPU ? run_peer(&o, threads, "passive", version, sizeof version) : 0;
+    double off_r[50], on_r[50], peer_r[50], peerp_r[50], ratio_r[50], ratio_on_r[50];
     double tok = (double)o.B * o.T;
     FILE *t = o.json ? stderr : stdout;
+    for (int r = 0; r < o.rounds; r++) {
+        off_r[r] = time_steps(&o, be, 0, &params_off);
+        on_r[r] = time_steps(&o, be, 1, &params_on);
+        /* the peer twice: with its own defaults (how a user runs it), and with the
+         * passive OpenMP policy bf runs with, so neither side gets a head start */
+        peer_r[r] = be->device == BK_CPU ? run_peer(&o, threads, NULL, version, sizeof version) : 0;
+        peerp_r[r] =
+            be->device == BK_CPU ? run_peer(&o, threads, "passive", version, sizeof version) : 0;
+        ratio_r[r] = peerp_r[r] / off_r[r];
+        ratio_on_r[r] = peerp_r[r] / on_r[r];
+        if (o.rounds > 1)
+            fprintf(t,
+                    "round %d: bf %.2f / %.2f ms (budget off / on), pytorch %.2f ms (defaults), "
+                    "%.2f ms (passive): bf/pytorch passive %.2fx / %.2fx\n",
+                    r + 1, off_r[r] * 1e3, on_r[r] * 1e3, peer_r[r] * 1e3, peerp_r[r] * 1e3,
+                    ratio_r[r], ratio_on_r[r]);
+    }
+    /* the table: each run's median over rounds */
+    double off = bench_median(off_r, o.rounds), on = bench_median(on_r, o.rounds);
+    double peer = bench_median(peer_r, o.rounds), peer_p = bench_median(peerp_r, o.rounds);
     const char *policy = getenv("OMP_WAIT_POLICY");
     fprintf(t,
             "bench_train: backend %s | cpu %s | nproc %ld | threads %d | OMP_WAIT_POLICY %s | B=%d "
-            "T=%d d=%d H=%d L=%d V=%d classes=%d | %d steps (median)\n",
+            "T=%d d=%d H=%d L=%d V=%d classes=%d | %d steps (median) x %d rounds\n",
             be->name, cpu, sysconf(_SC_NPROCESSORS_ONLN), threads, policy ? policy : "default", o.B,
-            o.T, o.d, o.H, o.L, o.V, o.C, o.steps);
+            o.T, o.d, o.H, o.L, o.V, o.C, o.steps, o.rounds);
     fprintf(t, "%-38s %10s %10s %10s\n", "run", "params", "step ms", "tokens/s");
     fprintf(t, "%-38s %10zu %10.2f %10.0f\n", "bf, budget off", params_off, off * 1e3, tok / off);
     fprintf(t, "%-38s %10zu %10.2f %10.0f\n", "bf, budget on", params_on, on * 1e3, tok / on);
+    double ratio_best = 0, ratio_med = 0;
     if (peer > 0 && peer_p > 0) {
         fprintf(t, "%-38s %10s %10.2f %10.0f\n", "pytorch eager, its defaults", version, peer * 1e3,
                 tok / peer);
@@ -209,6 +241,13 @@ int main(int argc, char **argv) {
                 "ratio bf/pytorch tokens/s: vs its defaults %.2fx (budget off) %.2fx (on); "
                 "vs passive %.2fx / %.2fx\n",
                 peer / off, peer / on, peer_p / off, peer_p / on);
+        ratio_med = bench_median(ratio_r, o.rounds);
+        ratio_best = ratio_r[o.rounds - 1];
+        if (o.rounds > 1)
+            fprintf(t,
+                    "per-round ratio bf (budget off) / pytorch passive: best %.2fx, median %.2fx, "
+                    "worst %.2fx\n",
+                    ratio_best, ratio_med, ratio_r[0]);
     } else {
         fprintf(t, "pytorch peer not run (needs /usr/bin/python3 with torch and %s)\n", o.peer);
     }
@@ -219,11 +258,13 @@ int main(int argc, char **argv) {
             ", \"threads\": %d, \"B\": %d, \"T\": %d, \"d\": %d, \"H\": %d, \"L\": %d, \"V\": %d, "
             "\"steps\": %d, \"budget_off_tokens_per_s\": %.1f, \"budget_on_tokens_per_s\": %.1f, "
             "\"pytorch_tokens_per_s\": %.1f, \"pytorch_passive_tokens_per_s\": %.1f, "
-            "\"ratio_off\": %.3f, \"ratio_on\": %.3f, \"ratio_off_vs_passive\": %.3f}\n",
+            "\"ratio_off\": %.3f, \"ratio_on\": %.3f, \"ratio_off_vs_passive\": %.3f, "
+            "\"rounds\": %d, \"ratio_off_vs_passive_best\": %.3f, "
+            "\"ratio_off_vs_passive_median\": %.3f}\n",
             threads, o.B, o.T, o.d, o.H, o.L, o.V, o.steps, tok / off, tok / on,
             peer > 0 ? tok / peer : 0.0, peer_p > 0 ? tok / peer_p : 0.0,
             peer > 0 ? peer / off : 0.0, peer > 0 ? peer / on : 0.0,
-            peer_p > 0 ? peer_p / off : 0.0);
+            peer_p > 0 ? peer_p / off : 0.0, o.rounds, ratio_best, ratio_med);
     }
     return 0;
 }
