@@ -3,14 +3,28 @@
  * B=64, T=64, d=128, H=8, L=4, vocab 8192, 26 classes, with the head budget
  * off and on; and, in the same run, PyTorch eager on the same shapes and
  * threads (../shared/peers/torch_ref.py) when /usr/bin/python3 has torch.
+ * --vit: the blocks of DeiT-Tiny instead (B=32, T=197, d=192, H=3, L=12, 10
+ * classes; the token embedding stands in for the patch embedding).
+ * --rounds R: R interleaved rounds of all four runs (the machine is shared:
+ * load moves both sides of a round alike); the ratios are reported per
+ * round, with their best and median.
  *
  *   bench_train [--device auto|cpu|cuda] [--steps N] [--B n --T n --d n --H n --L n --V n]
- *               [--peer PATH|none] [--json]
+ *               [--vit] [--rounds R] [--clock wall|cpu] [--peer PATH|none] [--json]
+ *
+ * --clock cpu: CPU seconds (all threads) per step instead of wall seconds,
+ * bf's from its process clock, the peer's from two runs of different length
+ * (getrusage of the children). On a machine whose cores other work shares,
+ * wall time mostly measures that work; CPU time is what each side spends.
+ * Only fair with the passive wait policy (spinning threads burn CPU time):
+ * the ratios below are against the passive peer.
  */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kernels/bk.h"
@@ -19,10 +33,28 @@
 #include "worker/models/model.h"
 
 typedef struct {
-    int B, T, d, H, L, V, C, steps;
+    int B, T, d, H, L, V, C, steps, rounds;
     const char *device, *peer;
     int json;
+    int cpu_clock; /* --clock cpu: CPU seconds of all threads per step, both sides */
 } opts;
+
+/* Seconds on the clock the options chose: the wall clock, or this process's
+ * CPU time (all its threads). */
+static double clock_now(const opts *o) {
+    if (!o->cpu_clock) return bench_now();
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* CPU seconds used by waited-for children so far. */
+static double children_cpu(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_CHILDREN, &ru);
+    return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + ru.ru_stime.tv_sec +
+           ru.ru_stime.tv_usec * 1e-6;
+}
 
 /* Median seconds per training step of a model with the given budget flag. */
 static double time_steps(const opts *o, const bk_backend *be, int budget, size_t *params) {
@@ -59,7 +91,7 @@ static double time_steps(const opts *o, const bk_backend *be, int budget, size_t
     bk_adamw h = {.lr = 3e-4f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.01f};
     double *t = malloc((size_t)o->steps * sizeof(double));
     for (int s = -3; s < o->steps; s++) { /* 3 warm-up steps, as the peer does */
-        double t0 = bench_now();
+        double t0 = clock_now(o);
         m.kn.step = (uint64_t)(s + 3);
         if (model_forward(&m, ids, NULL, labels, o->B, 1, err, sizeof err)) {
             fprintf(stderr, "bench_train: %s\n", err);
@@ -69,7 +101,7 @@ static double time_steps(const opts *o, const bk_backend *be, int budget, size_t
         be->grad_norm(norm, m.dstats, m.np.P.grad, m.np.P.numel);
         be->adamw_clipped(m.np.P.data, m.np.P.grad, mom, var, m.np.P.numel, &h, s + 4, norm, 1.0f);
         be->sync();
-        if (s >= 0) t[s] = bench_now() - t0;
+        if (s >= 0) t[s] = clock_now(o) - t0;
     }
     double med = bench_median(t, o->steps);
     free(t);
@@ -86,7 +118,8 @@ static double time_steps(const opts *o, const bk_backend *be, int budget, size_t
  * time in seconds, or 0 when it cannot run (no python3/torch). policy NULL:
  * the peer's own default OpenMP wait policy (as a user would run it; the
  * passive policy bf set for itself is taken away), else that policy. */
-static double run_peer(const opts *o, int threads, const char *policy, char *version, size_t vlen) {
+static double run_peer_steps(const opts *o, int steps, int threads, const char *policy,
+                             char *version, size_t vlen) {
     if (!o->peer || strcmp(o->peer, "none") == 0 || access(o->peer, R_OK) != 0) return 0;
     if (access("/usr/bin/python3", X_OK) != 0) return 0;
     char cmd[1024], env[64] = "";
@@ -98,7 +131,7 @@ static double run_peer(const opts *o, int threads, const char *policy, char *ver
         cmd, sizeof cmd,
         "%s/usr/bin/python3 %s encoder --steps %d --threads %d --B %d --T %d --d %d --H %d --L %d "
         "--V %d --C %d 2>/dev/null",
-        env, o->peer, o->steps, threads, o->B, o->T, o->d, o->H, o->L, o->V, o->C);
+        env, o->peer, steps, threads, o->B, o->T, o->d, o->H, o->L, o->V, o->C);
     FILE *p = popen(cmd, "r");
     if (!p) return 0;
     char line[2048] = {0};
@@ -117,12 +150,30 @@ static double run_peer(const opts *o, int threads, const char *policy, char *ver
     return step_ms / 1e3;
 }
 
+/* The peer's step time: its own wall-clock figure, or with --clock cpu its
+ * CPU seconds per step, from two runs that differ only in their step count
+ * (so interpreter start, imports and warm-up cancel out). */
+static double run_peer(const opts *o, int threads, const char *policy, char *version, size_t vlen) {
+    if (!o->cpu_clock) return run_peer_steps(o, o->steps, threads, policy, version, vlen);
+    double c0 = children_cpu();
+    if (run_peer_steps(o, 1, threads, policy, version, vlen) <= 0) return 0;
+    double c1 = children_cpu();
+    if (run_peer_steps(o, 1 + o->steps, threads, policy, version, vlen) <= 0) return 0;
+    double c2 = children_cpu();
+    double per = ((c2 - c1) - (c1 - c0)) / o->steps;
+    return per > 0 ? per : 0;
+}
+
 static void usage(FILE *f) {
     fputs(
         "usage: bench_train [--device auto|cpu|cuda] [--steps N] [--B n] [--T n] [--d n] [--H n]\n"
-        "                   [--L n] [--V n] [--C n] [--peer PATH|none] [--json]\n"
+        "                   [--L n] [--V n] [--C n] [--vit] [--rounds R] [--peer PATH|none]\n"
+        "                   [--json]\n"
         "Training tokens/s of the encoder classifier, budget off and on, and the PyTorch\n"
-        "eager peer on the same shapes and OpenMP thread count (OMP_NUM_THREADS).\n",
+        "eager peer on the same shapes and OpenMP thread count (OMP_NUM_THREADS).\n"
+        "--vit: DeiT-Tiny's blocks (B 32, T 197, d 192, H 3, L 12, 10 classes; later\n"
+        "options override). --rounds R: R interleaved rounds, ratios per round, best\n"
+        "and median. --clock cpu: CPU seconds per step (all threads), both sides.\n",
         f);
 }
 
@@ -136,20 +187,22 @@ int main(int argc, char **argv) {
               .V = 8192,
               .C = 26,
               .steps = 20,
+              .rounds = 1,
               .device = "auto",
               .peer = BF_SOURCE_DIR "/../shared/peers/torch_ref.py"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int *ip = !strcmp(a, "--B")       ? &o.B
-                  : !strcmp(a, "--T")     ? &o.T
-                  : !strcmp(a, "--d")     ? &o.d
-                  : !strcmp(a, "--H")     ? &o.H
-                  : !strcmp(a, "--L")     ? &o.L
-                  : !strcmp(a, "--V")     ? &o.V
-                  : !strcmp(a, "--C")     ? &o.C
-                  : !strcmp(a, "--steps") ? &o.steps
-                                          : NULL;
+        int *ip = !strcmp(a, "--B")        ? &o.B
+                  : !strcmp(a, "--T")      ? &o.T
+                  : !strcmp(a, "--d")      ? &o.d
+                  : !strcmp(a, "--H")      ? &o.H
+                  : !strcmp(a, "--L")      ? &o.L
+                  : !strcmp(a, "--V")      ? &o.V
+                  : !strcmp(a, "--C")      ? &o.C
+                  : !strcmp(a, "--steps")  ? &o.steps
+                  : !strcmp(a, "--rounds") ? &o.rounds
+                                           : NULL;
         if (ip && v) {
             *ip = atoi(v);
             i++;
@@ -163,6 +216,14 @@ int main(int argc, char **argv) {
             o.peer = v, i++;
         } else if (!strcmp(a, "--json")) {
             o.json = 1;
+        } else if (!strcmp(a, "--clock") && v) {
+            if (strcmp(v, "wall") && strcmp(v, "cpu")) {
+                fprintf(stderr, "bench_train: --clock must be wall or cpu, got '%s'\n", v);
+                return 64;
+            }
+            o.cpu_clock = !strcmp(v, "cpu"), i++;
+        } else if (!strcmp(a, "--vit")) {
+            o.B = 32, o.T = 197, o.d = 192, o.H = 3, o.L = 12, o.C = 10;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
@@ -181,25 +242,45 @@ int main(int argc, char **argv) {
     int threads = omp_get_max_threads();
     char cpu[256], version[64] = "";
     bench_cpu_model(cpu, sizeof cpu);
+    if (o.rounds > 50) {
+        fprintf(stderr, "bench_train: --rounds must be at most 50\n");
+        return 64;
+    }
     size_t params_off = 0, params_on = 0;
-    double off = time_steps(&o, be, 0, &params_off);
-    double on = time_steps(&o, be, 1, &params_on);
-    /* the peer twice: with its own defaults (how a user runs it), and with the
-     * passive OpenMP policy bf runs with, so neither side gets a head start */
-    double peer = be->device == BK_CPU ? run_peer(&o, threads, NULL, version, sizeof version) : 0;
-    double peer_p =
-        be->device == BK_CPU ? run_peer(&o, threads, "passive", version, sizeof version) : 0;
+    double off_r[50], on_r[50], peer_r[50], peerp_r[50], ratio_r[50], ratio_on_r[50];
     double tok = (double)o.B * o.T;
     FILE *t = o.json ? stderr : stdout;
+    for (int r = 0; r < o.rounds; r++) {
+        off_r[r] = time_steps(&o, be, 0, &params_off);
+        on_r[r] = time_steps(&o, be, 1, &params_on);
+        /* the peer twice: with its own defaults (how a user runs it), and with the
+         * passive OpenMP policy bf runs with, so neither side gets a head start */
+        peer_r[r] = be->device == BK_CPU ? run_peer(&o, threads, NULL, version, sizeof version) : 0;
+        peerp_r[r] =
+            be->device == BK_CPU ? run_peer(&o, threads, "passive", version, sizeof version) : 0;
+        ratio_r[r] = peerp_r[r] / off_r[r];
+        ratio_on_r[r] = peerp_r[r] / on_r[r];
+        if (o.rounds > 1)
+            fprintf(t,
+                    "round %d: bf %.2f / %.2f ms (budget off / on), pytorch %.2f ms (defaults), "
+                    "%.2f ms (passive): bf/pytorch passive %.2fx / %.2fx\n",
+                    r + 1, off_r[r] * 1e3, on_r[r] * 1e3, peer_r[r] * 1e3, peerp_r[r] * 1e3,
+                    ratio_r[r], ratio_on_r[r]);
+    }
+    /* the table: each run's median over rounds */
+    double off = bench_median(off_r, o.rounds), on = bench_median(on_r, o.rounds);
+    double peer = bench_median(peer_r, o.rounds), peer_p = bench_median(peerp_r, o.rounds);
     const char *policy = getenv("OMP_WAIT_POLICY");
     fprintf(t,
             "bench_train: backend %s | cpu %s | nproc %ld | threads %d | OMP_WAIT_POLICY %s | B=%d "
-            "T=%d d=%d H=%d L=%d V=%d classes=%d | %d steps (median)\n",
+            "T=%d d=%d H=%d L=%d V=%d classes=%d | %d steps (median) x %d rounds | clock %s\n",
             be->name, cpu, sysconf(_SC_NPROCESSORS_ONLN), threads, policy ? policy : "default", o.B,
-            o.T, o.d, o.H, o.L, o.V, o.C, o.steps);
-    fprintf(t, "%-38s %10s %10s %10s\n", "run", "params", "step ms", "tokens/s");
+            o.T, o.d, o.H, o.L, o.V, o.C, o.steps, o.rounds, o.cpu_clock ? "cpu" : "wall");
+    fprintf(t, "%-38s %10s %10s %10s\n", "run", "params", o.cpu_clock ? "cpu ms" : "step ms",
+            o.cpu_clock ? "tok/cpu-s" : "tokens/s");
     fprintf(t, "%-38s %10zu %10.2f %10.0f\n", "bf, budget off", params_off, off * 1e3, tok / off);
     fprintf(t, "%-38s %10zu %10.2f %10.0f\n", "bf, budget on", params_on, on * 1e3, tok / on);
+    double ratio_best = 0, ratio_med = 0;
     if (peer > 0 && peer_p > 0) {
         fprintf(t, "%-38s %10s %10.2f %10.0f\n", "pytorch eager, its defaults", version, peer * 1e3,
                 tok / peer);
@@ -209,6 +290,13 @@ int main(int argc, char **argv) {
                 "ratio bf/pytorch tokens/s: vs its defaults %.2fx (budget off) %.2fx (on); "
                 "vs passive %.2fx / %.2fx\n",
                 peer / off, peer / on, peer_p / off, peer_p / on);
+        ratio_med = bench_median(ratio_r, o.rounds);
+        ratio_best = ratio_r[o.rounds - 1];
+        if (o.rounds > 1)
+            fprintf(t,
+                    "per-round ratio bf (budget off) / pytorch passive: best %.2fx, median %.2fx, "
+                    "worst %.2fx\n",
+                    ratio_best, ratio_med, ratio_r[0]);
     } else {
         fprintf(t, "pytorch peer not run (needs /usr/bin/python3 with torch and %s)\n", o.peer);
     }
@@ -219,11 +307,14 @@ int main(int argc, char **argv) {
             ", \"threads\": %d, \"B\": %d, \"T\": %d, \"d\": %d, \"H\": %d, \"L\": %d, \"V\": %d, "
             "\"steps\": %d, \"budget_off_tokens_per_s\": %.1f, \"budget_on_tokens_per_s\": %.1f, "
             "\"pytorch_tokens_per_s\": %.1f, \"pytorch_passive_tokens_per_s\": %.1f, "
-            "\"ratio_off\": %.3f, \"ratio_on\": %.3f, \"ratio_off_vs_passive\": %.3f}\n",
+            "\"ratio_off\": %.3f, \"ratio_on\": %.3f, \"ratio_off_vs_passive\": %.3f, "
+            "\"rounds\": %d, \"clock\": \"%s\", \"ratio_off_vs_passive_best\": %.3f, "
+            "\"ratio_off_vs_passive_median\": %.3f}\n",
             threads, o.B, o.T, o.d, o.H, o.L, o.V, o.steps, tok / off, tok / on,
             peer > 0 ? tok / peer : 0.0, peer_p > 0 ? tok / peer_p : 0.0,
             peer > 0 ? peer / off : 0.0, peer > 0 ? peer / on : 0.0,
-            peer_p > 0 ? peer_p / off : 0.0);
+            peer_p > 0 ? peer_p / off : 0.0, o.rounds, o.cpu_clock ? "cpu" : "wall", ratio_best,
+            ratio_med);
     }
     return 0;
 }

@@ -570,6 +570,11 @@ typedef struct bk_backend {
 
 /* The CPU reference backend; always available. */
 const bk_backend *bk_cpu(void);
+/* on != 0: the CPU backend skips its AVX-512 kernels where they are built
+ * (matrix products, GELU) and runs the portable code a CPU without AVX-512
+ * runs, so tests check both paths on one machine; 0 (the default) restores
+ * them. (The scan's vector width is fixed when it is compiled.) */
+void bk_cpu_set_portable(int on);
 
 /* The CUDA backend, or NULL when bf was built without CUDA or no GPU is
  * usable; *why (nullable) then points to a static reason. */

@@ -5,6 +5,9 @@
  * 12x12 Paley matrix mixes the blocks. Rows are independent: OpenMP over rows. */
 #include <math.h>
 #include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include "kernels/bk_hadamard.h"
 #include "kernels/cpu_ops.h"
@@ -12,11 +15,37 @@
 /* Columns mixed per step of the 12x12 stage; 12 * 64 floats stay on the stack. */
 #define FWHT_MIX_CHUNK 64
 
+#if defined(__AVX512F__)
+/* Stage h (< 16) inside each 16-float vector: lane l pairs with l ^ h; the
+ * lower lane of a pair gets a + b, the upper a - b, i.e. y = p + s x with p
+ * the partner's value and s = -1 in upper lanes. */
+static inline __m512 fwht16_stage(__m512 x, int h) {
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    __m512i partner = _mm512_xor_si512(lane, _mm512_set1_epi32(h));
+    __m512 p = _mm512_permutexvar_ps(partner, x);
+    __mmask16 upper = _mm512_test_epi32_mask(lane, _mm512_set1_epi32(h));
+    return _mm512_mask_sub_ps(_mm512_add_ps(x, p), upper, p, x);
+}
+#endif
+
 /* In-place unnormalised Sylvester transform of x[m], m a power of two. */
 static void fwht_pow2(float *x, int m) {
     int h = 1;
+#if defined(__AVX512F__)
+    if (m >= 16 && !bk_cpu_portable()) { /* the first four stages in registers */
+        for (int i = 0; i < m; i += 16) {
+            __m512 v = _mm512_loadu_ps(x + i);
+            v = fwht16_stage(v, 1);
+            v = fwht16_stage(v, 2);
+            v = fwht16_stage(v, 4);
+            v = fwht16_stage(v, 8);
+            _mm512_storeu_ps(x + i, v);
+        }
+        h = 16;
+    }
+#endif
     /* First two stages fused: radix-4 butterflies touch 4 neighbours. */
-    if (m >= 4) {
+    if (h == 1 && m >= 4) {
         for (int i = 0; i < m; i += 4) {
             float a = x[i], b = x[i + 1], c = x[i + 2], d = x[i + 3];
             float s0 = a + b, d0 = a - b, s1 = c + d, d1 = c - d;
@@ -92,54 +121,84 @@ void bk_cpu_fwht_forward(float *out, const float *inp, const float *alpha, const
     }
 }
 
-/* Column sums acc[i] += sum_n a[n,i] * (b ? b[n,i] : 1), parallel over column
- * chunks so the result does not depend on the thread count. */
-static void column_dot_accumulate(float *acc, const float *a, const float *b, int N, int d) {
-    enum { CHUNK = 256 };
-    int nchunks = (d + CHUNK - 1) / CHUNK;
-#pragma omp parallel for schedule(static)
-    for (int c = 0; c < nchunks; c++) {
-        int i0 = c * CHUNK, i1 = i0 + CHUNK < d ? i0 + CHUNK : d;
-        float s[CHUNK];
-        for (int i = i0; i < i1; i++) s[i - i0] = 0.0f;
-        for (int n = 0; n < N; n++) {
-            const float *ar = a + (size_t)n * d;
-            if (b) {
-                const float *br = b + (size_t)n * d;
-#pragma omp simd
-                for (int i = i0; i < i1; i++) s[i - i0] += ar[i] * br[i];
-            } else {
-#pragma omp simd
-                for (int i = i0; i < i1; i++) s[i - i0] += ar[i];
-            }
-        }
-        for (int i = i0; i < i1; i++) acc[i] += s[i - i0];
-    }
-}
+/* Rows per block of the backward: each block's column sums go to a partial
+ * of its own, added in block order afterwards, so dalpha and dbeta do not
+ * depend on the thread count. */
+#define FWHT_BWD_ROWS 32
 
+/* One pass over the rows: for each, dbeta's and dalpha's terms (H x/sqrt(d)
+ * transformed in a block's own row of the workspace, which stays in cache)
+ * and dx += H^T(alpha dy)/sqrt(d); the forward reads x and writes y, this
+ * reads dy, x and dx and writes dx. The workspace holds the partials and the
+ * rows; scratch (N*d floats) only serves a row when it cannot be had. */
 void bk_cpu_fwht_backward(float *dinp, float *dalpha, float *dbeta, float *scratch,
                           const float *dout, const float *inp, const float *alpha, int N, int d) {
+    if (N <= 0 || (!dinp && !dalpha && !dbeta)) return;
     const float norm = 1.0f / sqrtf((float)d);
-    if (dbeta) column_dot_accumulate(dbeta, dout, NULL, N, d);
-    if (dalpha) {
-        /* scratch = H inp / sqrt(d), the forward's pre-affine output */
-        bk_cpu_fwht_forward(scratch, inp, NULL, NULL, N, d);
-        column_dot_accumulate(dalpha, dout, scratch, N, d);
-    }
-    if (!dinp) return;
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        float *g = scratch + (size_t)n * d;
-        const float *dy = dout + (size_t)n * d;
-        if (alpha) {
-#pragma omp simd
-            for (int i = 0; i < d; i++) g[i] = alpha[i] * dy[i];
-        } else {
-            memcpy(g, dy, (size_t)d * sizeof(float));
+    const int nb = (N + FWHT_BWD_ROWS - 1) / FWHT_BWD_ROWS;
+    const int npart = (dalpha != NULL) + (dbeta != NULL);
+    /* per block: [npart][d] partials, then one row */
+    const size_t per = (size_t)(npart + 1) * d;
+    float *ws = bk_cpu_workspace_take((size_t)nb * per * sizeof(float));
+    if (!ws) { /* out of memory: the same sums in one thread */
+        float *row = scratch;
+        for (int n = 0; n < N; n++) {
+            const float *dy = dout + (size_t)n * d;
+            if (dbeta)
+                for (int i = 0; i < d; i++) dbeta[i] += dy[i];
+            if (dalpha) {
+                memcpy(row, inp + (size_t)n * d, (size_t)d * sizeof(float));
+                fwht_row(row, d, 0);
+                for (int i = 0; i < d; i++) dalpha[i] += dy[i] * (row[i] * norm);
+            }
+            if (dinp) {
+                for (int i = 0; i < d; i++) row[i] = alpha ? alpha[i] * dy[i] : dy[i];
+                fwht_row(row, d, 1);
+                for (int i = 0; i < d; i++) dinp[(size_t)n * d + i] += row[i] * norm;
+            }
         }
-        fwht_row(g, d, 1);
-        float *dx = dinp + (size_t)n * d;
-#pragma omp simd
-        for (int i = 0; i < d; i++) dx[i] += g[i] * norm;
+        return;
     }
+#pragma omp parallel for schedule(static) if ((size_t)N * d >= 16384)
+    for (int blk = 0; blk < nb; blk++) {
+        float *pa = ws + (size_t)blk * per, *pb = pa + (dalpha ? d : 0);
+        float *row = ws + (size_t)blk * per + (size_t)npart * d;
+        if (npart) memset(pa, 0, (size_t)npart * d * sizeof(float));
+        const int n1 = (blk + 1) * FWHT_BWD_ROWS < N ? (blk + 1) * FWHT_BWD_ROWS : N;
+        for (int n = blk * FWHT_BWD_ROWS; n < n1; n++) {
+            const float *dy = dout + (size_t)n * d;
+            if (dbeta) {
+#pragma omp simd
+                for (int i = 0; i < d; i++) pb[i] += dy[i];
+            }
+            if (dalpha) { /* H x / sqrt(d), the forward's pre-affine output */
+                memcpy(row, inp + (size_t)n * d, (size_t)d * sizeof(float));
+                fwht_row(row, d, 0);
+#pragma omp simd
+                for (int i = 0; i < d; i++) pa[i] += dy[i] * (row[i] * norm);
+            }
+            if (!dinp) continue;
+            if (alpha) {
+#pragma omp simd
+                for (int i = 0; i < d; i++) row[i] = alpha[i] * dy[i];
+            } else {
+                memcpy(row, dy, (size_t)d * sizeof(float));
+            }
+            fwht_row(row, d, 1);
+            float *dx = dinp + (size_t)n * d;
+#pragma omp simd
+            for (int i = 0; i < d; i++) dx[i] += row[i] * norm;
+        }
+    }
+    /* the partials in block order, columns split among threads */
+    for (int p = 0; p < npart; p++) {
+        float *acc = p == 0 && dalpha ? dalpha : dbeta;
+#pragma omp parallel for schedule(static) if ((size_t)nb * d >= 65536)
+        for (int i = 0; i < d; i++) {
+            float s = 0.0f;
+            for (int blk = 0; blk < nb; blk++) s += ws[(size_t)blk * per + (size_t)p * d + i];
+            acc[i] += s;
+        }
+    }
+    bk_cpu_workspace_give(ws);
 }

@@ -2,6 +2,7 @@
  * Contracts in kernels/bk.h. OpenBLAS threads each call itself, so these
  * functions call it from the serial region only. */
 #include <cblas.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -90,7 +91,7 @@ static int skinny_gemm(int M, int N, int K, float alpha, const float *A, int lda
                        int ldc, long long sC, int batch) {
     const int NB = (N + SKINNY_BLOCK - 1) / SKINNY_BLOCK, R = N > 48 ? 6 : 8;
     const size_t per_block = (size_t)K * SKINNY_BLOCK;
-    float *bp = aligned_alloc(64, (size_t)batch * NB * per_block * sizeof(float));
+    float *bp = bk_cpu_workspace_take((size_t)batch * NB * per_block * sizeof(float));
     if (!bp) return -1;
     for (int i = 0; i < batch; i++)
         for (int cb = 0; cb < NB; cb++)
@@ -119,7 +120,7 @@ static int skinny_gemm(int M, int N, int K, float alpha, const float *A, int lda
             REGISTER_BLOCKS(SKINNY_CASE)
         }
     }
-    free(bp);
+    bk_cpu_workspace_give(bp);
     return 0;
 }
 
@@ -182,7 +183,7 @@ static int tn_gemm(int M, int N, int K, float alpha, const float *A, int lda, lo
                    long long sC, int batch) {
     const int nch = (K + TN_CHUNK - 1) / TN_CHUNK, R = N > 48 ? 6 : 8;
     const size_t MN = (size_t)M * N;
-    float *part = malloc((size_t)batch * nch * MN * sizeof(float));
+    float *part = bk_cpu_workspace_take((size_t)batch * nch * MN * sizeof(float));
     if (!part) return -1;
     const __mmask16 tail = N % 16 ? (__mmask16)((1u << (N % 16)) - 1) : (__mmask16)0xFFFF;
     const long long tasks = (long long)batch * nch;
@@ -213,10 +214,70 @@ static int tn_gemm(int M, int N, int K, float alpha, const float *A, int lda, lo
             o[n] = alpha * acc + (beta != 0.0f ? beta * o[n] : 0.0f);
         }
     }
-    free(part);
+    bk_cpu_workspace_give(part);
     return 0;
 }
 #endif
+
+/* Whether the AVX-512 kernels above are used (where compiled): off forces
+ * every product through the portable code, as on a CPU without AVX-512, so
+ * both paths are tested on one machine (bk_cpu_set_portable in bk.h). */
+static _Atomic int use_portable;
+
+void bk_cpu_set_portable(int on) { use_portable = on != 0; }
+int bk_cpu_portable(void) { return use_portable; }
+
+/* The tall reductions of tn_gemm without AVX-512: the same fixed split of K
+ * into TN_PCHUNK-row chunks, each chunk's A^T B into its own partial [M,N]
+ * (k in order), the partials added in chunk order. sgemm splits K by its
+ * thread count, so without this one thread and two gave other bits. */
+#define TN_PCHUNK 256
+#define TN_PMAX 128
+
+static int tn_portable_fits(int transa, int transb, int M, int N, int K) {
+    return transa && !transb && M <= TN_PMAX && N <= TN_PMAX && K >= 2 * TN_PCHUNK;
+}
+
+/* Returns 0, or -1 (out of memory: the caller falls back to sgemm). */
+static int tn_gemm_portable(int M, int N, int K, float alpha, const float *A, int lda, long long sA,
+                            const float *Bm, int ldb, long long sB, float beta, float *C, int ldc,
+                            long long sC, int batch) {
+    const int nch = (K + TN_PCHUNK - 1) / TN_PCHUNK;
+    const size_t MN = (size_t)M * N;
+    float *part = bk_cpu_workspace_take((size_t)batch * nch * MN * sizeof(float));
+    if (!part) return -1;
+    const long long tasks = (long long)batch * nch;
+#pragma omp parallel for schedule(static) if (tasks > 1)
+    for (long long t = 0; t < tasks; t++) {
+        const int i = (int)(t / nch), c = (int)(t % nch);
+        const int k0 = c * TN_PCHUNK, k1 = k0 + TN_PCHUNK < K ? k0 + TN_PCHUNK : K;
+        const float *a = A + (long long)i * sA, *b = Bm + (long long)i * sB;
+        float *P = part + (size_t)t * MN;
+        memset(P, 0, MN * sizeof(float));
+        for (int k = k0; k < k1; k++) {
+            const float *ak = a + (size_t)k * lda, *bk = b + (size_t)k * ldb;
+            for (int m = 0; m < M; m++) {
+                const float am = ak[m];
+                float *pm = P + (size_t)m * N;
+#pragma omp simd
+                for (int n = 0; n < N; n++) pm[n] += am * bk[n];
+            }
+        }
+    }
+#pragma omp parallel for schedule(static) if ((long long)batch * M * N * nch >= (1 << 16))
+    for (long long t = 0; t < (long long)batch * M; t++) {
+        const int i = (int)(t / M), r = (int)(t % M);
+        const float *p = part + (size_t)i * nch * MN + (size_t)r * N;
+        float *o = C + (long long)i * sC + (long long)r * ldc;
+        for (int n = 0; n < N; n++) {
+            float acc = p[n];
+            for (int c = 1; c < nch; c++) acc += p[(size_t)c * MN + n];
+            o[n] = alpha * acc + (beta != 0.0f ? beta * o[n] : 0.0f);
+        }
+    }
+    bk_cpu_workspace_give(part);
+    return 0;
+}
 
 /* out[N,OC] = inp[N,IC] @ w[OC,IC]^T + bias[OC] (bias nullable). The bias is
  * written first and the product added to it (beta = 1), saving a pass. */
@@ -231,8 +292,9 @@ void bk_cpu_linear_forward(float *out, const float *inp, const float *w, const f
     }
     if (IC <= 0) return;
 #if defined(__AVX512F__)
-    if (skinny_fits(0, N, OC, IC) && skinny_gemm(N, OC, IC, 1.0f, inp, IC, 0, 1, w, IC, 0,
-                                                 bias ? 1.0f : 0.0f, out, OC, 0, 1) == 0)
+    if (!use_portable && skinny_fits(0, N, OC, IC) &&
+        skinny_gemm(N, OC, IC, 1.0f, inp, IC, 0, 1, w, IC, 0, bias ? 1.0f : 0.0f, out, OC, 0, 1) ==
+            0)
         return;
 #endif
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, w, IC,
@@ -278,14 +340,19 @@ void bk_cpu_gemm(int transa, int transb, int M, int N, int K, float alpha, const
                  float *Cm, int ldc, long long strideC, int batch) {
     if (M <= 0 || N <= 0 || batch <= 0) return;
 #if defined(__AVX512F__)
-    if (skinny_fits(transa, M, N, K) &&
+    if (!use_portable && skinny_fits(transa, M, N, K) &&
         skinny_gemm(M, N, K, alpha, A, lda, strideA, transb, Bm, ldb, strideB, beta, Cm, ldc,
                     strideC, batch) == 0)
         return;
-    if (tn_fits(transa, transb, M, N, K) && tn_gemm(M, N, K, alpha, A, lda, strideA, Bm, ldb,
-                                                    strideB, beta, Cm, ldc, strideC, batch) == 0)
+    if (!use_portable && tn_fits(transa, transb, M, N, K) &&
+        tn_gemm(M, N, K, alpha, A, lda, strideA, Bm, ldb, strideB, beta, Cm, ldc, strideC, batch) ==
+            0)
         return;
 #endif
+    if (tn_portable_fits(transa, transb, M, N, K) &&
+        tn_gemm_portable(M, N, K, alpha, A, lda, strideA, Bm, ldb, strideB, beta, Cm, ldc, strideC,
+                         batch) == 0)
+        return;
     enum CBLAS_TRANSPOSE ta = transa ? CblasTrans : CblasNoTrans;
     enum CBLAS_TRANSPOSE tb = transb ? CblasTrans : CblasNoTrans;
     for (int i = 0; i < batch; i++)

@@ -1,3 +1,4 @@
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +53,39 @@ void *bk_cpu_alloc(size_t bytes) {
 }
 
 void bk_cpu_release(void *p) { free(p); }
+
+/* The kernels' reusable workspace: one 64-byte aligned buffer kept across
+ * calls, so a kernel that needs partials or packed operands on every call
+ * (tn_gemm, skinny_gemm, the FWHT and LayerNorm backward's column partials)
+ * neither mallocs nor faults fresh pages each time. A second taker while it is
+ * in use (another thread; kernels never nest) gets a buffer of its own. */
+static pthread_mutex_t ws_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *ws_buf;
+static size_t ws_cap;
+
+void *bk_cpu_workspace_take(size_t bytes) {
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    if (!rounded) rounded = 64;
+    if (pthread_mutex_trylock(&ws_lock) != 0) return aligned_alloc(64, rounded);
+    if (ws_cap < rounded) {
+        free(ws_buf);
+        ws_buf = aligned_alloc(64, rounded);
+        ws_cap = ws_buf ? rounded : 0;
+    }
+    if (!ws_buf) {
+        pthread_mutex_unlock(&ws_lock);
+        return NULL;
+    }
+    return ws_buf;
+}
+
+void bk_cpu_workspace_give(void *p) {
+    if (!p) return;
+    if (p == ws_buf)
+        pthread_mutex_unlock(&ws_lock);
+    else
+        free(p);
+}
 
 /* A number from the first line of path (cgroup files: "max" is no limit). */
 static int read_u64_file(const char *path, unsigned long long *v) {

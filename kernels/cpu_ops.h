@@ -10,6 +10,13 @@
 void *bk_cpu_alloc(size_t bytes);
 int bk_cpu_mem_available(size_t *bytes);
 void bk_cpu_release(void *p);
+/* A workspace of at least bytes (64-byte aligned, contents undefined) for one
+ * kernel call, or NULL when out of memory; hand it back with
+ * bk_cpu_workspace_give. Reused across calls (no malloc, no page faults). */
+void *bk_cpu_workspace_take(size_t bytes);
+void bk_cpu_workspace_give(void *p);
+/* Whether bk_cpu_set_portable turned the AVX-512 kernels off. */
+int bk_cpu_portable(void);
 void bk_cpu_to_device(void *dst, const void *src_host, size_t bytes);
 void bk_cpu_to_host(void *dst_host, const void *src, size_t bytes);
 void bk_cpu_copy(void *dst, const void *src, size_t bytes);

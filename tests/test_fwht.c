@@ -4,6 +4,7 @@
  * gradients match finite differences. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -214,4 +215,65 @@ Test(fwht, gradients_match_finite_differences) {
         free(dbeta);
         free(num);
     }
+}
+
+/* The backward over many rows (blocks of rows, threads) on both CPU paths
+ * (AVX-512 butterflies where built, and the portable ones): dx, dalpha and
+ * dbeta match sums in double, and are the same bits with one thread as with
+ * two (the blocks' partials are added in block order). */
+Test(fwht, backward_many_rows_matches_double_and_threads) {
+    const int ds[] = {128, 768};
+    const int N = 301; /* a last block cut short */
+    for (int portable = 0; portable < 2; portable++)
+        for (size_t k = 0; k < sizeof ds / sizeof *ds; k++) {
+            int d = ds[k];
+            size_t n = (size_t)N * d;
+            float *x = malloc(sizeof(float) * n), *dy = malloc(sizeof(float) * n);
+            float *scratch = malloc(sizeof(float) * n), *dx = calloc(n, sizeof(float));
+            float *dx1 = calloc(n, sizeof(float)), *alpha = malloc(sizeof(float) * d);
+            float *da = calloc((size_t)d, sizeof(float)), *db = calloc((size_t)d, sizeof(float));
+            float *da1 = calloc((size_t)d, sizeof(float)), *db1 = calloc((size_t)d, sizeof(float));
+            gc_fill(x, n, -1, 1, 80 + k);
+            gc_fill(dy, n, -1, 1, 90 + k);
+            gc_fill(alpha, d, 0.5f, 1.5f, 100 + k);
+            bk_cpu_set_portable(portable);
+            be->fwht_backward(dx, da, db, scratch, dy, x, alpha, N, d);
+            int threads = omp_get_max_threads();
+            cr_assert(threads >= 2, "needs 2 threads (OMP_NUM_THREADS), has %d", threads);
+            omp_set_num_threads(1);
+            be->fwht_backward(dx1, da1, db1, scratch, dy, x, alpha, N, d);
+            omp_set_num_threads(threads);
+            bk_cpu_set_portable(0);
+            cr_assert(memcmp(dx, dx1, n * sizeof(float)) == 0 &&
+                          memcmp(da, da1, (size_t)d * sizeof(float)) == 0 &&
+                          memcmp(db, db1, (size_t)d * sizeof(float)) == 0,
+                      "portable %d d=%d: one thread gives other bits", portable, d);
+            double s = 1.0 / sqrt((double)d);
+            for (int i = 0; i < d; i++) {
+                double wa = 0, wb = 0;
+                for (int r = 0; r < N; r++) {
+                    double hx = 0;
+                    for (int j = 0; j < d; j++)
+                        hx += bk_hadamard_entry(d, i, j) * (double)x[(size_t)r * d + j];
+                    wa += dy[(size_t)r * d + i] * hx * s;
+                    wb += dy[(size_t)r * d + i];
+                }
+                cr_assert(fabs(da[i] - wa) <= 1e-3 * (1 + fabs(wa)) &&
+                              fabs(db[i] - wb) <= 1e-4 * (1 + fabs(wb)),
+                          "portable %d d=%d channel %d: dalpha %g (want %g), dbeta %g (want %g)",
+                          portable, d, i, (double)da[i], wa, (double)db[i], wb);
+            }
+            for (int r = 0; r < N; r += 37)
+                for (int j = 0; j < d; j++) {
+                    double w = 0;
+                    for (int i = 0; i < d; i++)
+                        w += bk_hadamard_entry(d, i, j) * (double)alpha[i] * dy[(size_t)r * d + i];
+                    w *= s;
+                    cr_assert(fabs(dx[(size_t)r * d + j] - w) <= 1e-4 * (1 + fabs(w)),
+                              "portable %d d=%d dx[%d,%d] %g, want %g", portable, d, r, j,
+                              (double)dx[(size_t)r * d + j], w);
+                }
+            free(x), free(dy), free(scratch), free(dx), free(dx1), free(alpha);
+            free(da), free(db), free(da1), free(db1);
+        }
 }

@@ -108,6 +108,44 @@ Test(ops, add_axpy_scale_by_hand, .init = init_cpu) {
     expect_near("scale", y, (double[]){-3.5, -5}, 2, 0);
 }
 
+static double gelu_grad_ref(double x) {
+    double s = sqrt(2.0 / M_PI), u = s * (x + 0.044715 * x * x * x), th = tanh(u);
+    return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * s * (1.0 + 3.0 * 0.044715 * x * x);
+}
+
+/* GELU forward and backward on both CPU paths (16-lane AVX-512 where built,
+ * and the portable one): every element of [-12, 12] (both saturations, the
+ * odd tail) near the double formula, the backward accumulating into dx. */
+Test(ops, gelu_both_paths_match_formula, .init = init_cpu) {
+    size_t n = (1 << 16) + 13;
+    float *x = fbuf(n), *y = fbuf(n), *dy = fbuf(n), *d = fbuf(n);
+    for (size_t i = 0; i < n; i++) {
+        x[i] = -12.0f + 24.0f * (float)i / (float)(n - 1);
+        dy[i] = i % 2 ? 1.0f : -2.0f;
+    }
+    for (int portable = 0; portable < 2; portable++) {
+        for (size_t i = 0; i < n; i++) d[i] = 0.25f;
+        bk_cpu_set_portable(portable);
+        cpu->gelu_forward(y, x, n);
+        cpu->gelu_backward(d, x, dy, n);
+        bk_cpu_set_portable(0);
+        double wf = 0, wb = 0;
+        for (size_t i = 0; i < n; i++) {
+            double want = gelu_ref(x[i]), g = gelu_grad_ref(x[i]);
+            double got = ((double)d[i] - 0.25) / dy[i];
+            wf = fmax(wf, fabs(y[i] - want));
+            wb = fmax(wb, fabs(got - g));
+            cr_assert(fabs(y[i] - want) <= 1e-6 * (1 + fabs(want)),
+                      "portable %d: gelu(%.9g) = %.9g, want %.9g", portable, (double)x[i],
+                      (double)y[i], want);
+            cr_assert(fabs(got - g) <= 3e-6, "portable %d: gelu'(%.9g) = %.9g, want %.9g", portable,
+                      (double)x[i], got, g);
+        }
+        cr_log_info("gelu, portable %d: worst error forward %.3g, gradient %.3g\n", portable, wf,
+                    wb);
+    }
+}
+
 Test(ops, elementwise_large_matches_scalar, .init = init_cpu) {
     size_t n = (1 << 17) + 3; /* past every threading threshold, odd tail */
     float *a = frand(n, -4, 4, 1), *b = frand(n, -4, 4, 2), *o = fbuf(n);
@@ -443,52 +481,58 @@ Test(ops, gemm_strided_batched_matches_naive, .init = init_cpu) {
 }
 
 /* Reductions A^T B over many rows with a small output (M, N <= 128, K >=
- * 512: weight gradients) take the CPU's own chunked kernel on AVX-512
- * machines and sgemm elsewhere: either way they match the naive product,
- * with strides, alpha, beta, a last chunk cut short and NaN in C under beta
- * 0; and with the CPU's own kernel the result is the same bits with one
- * thread as with two. */
+ * 512: weight gradients) take the CPU's own chunked kernel: the AVX-512 one
+ * where it is built, the portable one on other CPUs (and under
+ * bk_cpu_set_portable, so both are run here). Either way they match the
+ * naive product, with strides, alpha, beta, a last chunk cut short and NaN
+ * in C under beta 0; and the result is the same bits with one thread as with
+ * two (the split of K is fixed, never the thread count's). */
 Test(ops, gemm_tall_reductions_match_naive, .init = init_cpu) {
     static const int Ms[] = {1, 36, 128}, Ns[] = {4, 17, 64, 128};
-    for (size_t mi = 0; mi < sizeof Ms / sizeof *Ms; mi++)
-        for (size_t ni = 0; ni < sizeof Ns / sizeof *Ns; ni++)
-            for (int zero_beta = 0; zero_beta < 2; zero_beta++) {
-                int M = Ms[mi], N = Ns[ni], K = 700, batch = 2;
-                int lda = M + 3, ldb = N + 1, ldc = N + 2;
-                long long sA = (long long)K * lda + 7, sB = (long long)K * ldb + 2,
-                          sC = (long long)M * ldc + 5;
-                float *A = frand((size_t)(sA * batch), -1, 1, 31),
-                      *Bm = frand((size_t)(sB * batch), -1, 1, 32);
-                float *C = frand((size_t)(sC * batch), -1, 1, 33);
-                for (long long i = 0; zero_beta && i < sC * batch; i++) C[i] = NAN;
-                float *C0 = fcopy(C, (size_t)(sC * batch)), *C1 = fcopy(C, (size_t)(sC * batch));
-                float beta = zero_beta ? 0.0f : 0.5f;
-                cpu->gemm(1, 0, M, N, K, -1.5f, A, lda, sA, Bm, ldb, sB, beta, C, ldc, sC, batch);
-                for (int i = 0; i < batch; i++)
-                    for (int r = 0; r < M; r++)
-                        for (int c = 0; c < N; c++) {
-                            size_t ci = (size_t)(i * sC + r * ldc + c);
-                            double acc = 0;
-                            for (int k = 0; k < K; k++)
-                                acc += (double)A[i * sA + k * lda + r] * Bm[i * sB + k * ldb + c];
-                            double want = -1.5 * acc + (zero_beta ? 0.0 : 0.5 * C0[ci]);
-                            cr_assert(fabs(C[ci] - want) <= 1e-4 * (1 + fabs(want)),
-                                      "M %d N %d beta %g item %d (%d,%d): %g vs %g", M, N,
-                                      (double)beta, i, r, c, (double)C[ci], want);
-                        }
-#if defined(__AVX512F__)
-                /* the CPU's own kernel (sgemm's split of K follows its threads) */
-                int threads = omp_get_max_threads();
-                omp_set_num_threads(1);
-                cpu->gemm(1, 0, M, N, K, -1.5f, A, lda, sA, Bm, ldb, sB, beta, C1, ldc, sC, batch);
-                omp_set_num_threads(threads);
-                cr_assert(memcmp(C1, C, (size_t)(sC * batch) * sizeof(float)) == 0,
-                          "M %d N %d: one thread gives other bits", M, N);
-#else
-                (void)C1;
-#endif
-                release_all();
-            }
+    for (int portable = 0; portable < 2; portable++)
+        for (size_t mi = 0; mi < sizeof Ms / sizeof *Ms; mi++)
+            for (size_t ni = 0; ni < sizeof Ns / sizeof *Ns; ni++)
+                for (int zero_beta = 0; zero_beta < 2; zero_beta++) {
+                    int M = Ms[mi], N = Ns[ni], K = 700, batch = 2;
+                    int lda = M + 3, ldb = N + 1, ldc = N + 2;
+                    long long sA = (long long)K * lda + 7, sB = (long long)K * ldb + 2,
+                              sC = (long long)M * ldc + 5;
+                    float *A = frand((size_t)(sA * batch), -1, 1, 31),
+                          *Bm = frand((size_t)(sB * batch), -1, 1, 32);
+                    float *C = frand((size_t)(sC * batch), -1, 1, 33);
+                    for (long long i = 0; zero_beta && i < sC * batch; i++) C[i] = NAN;
+                    float *C0 = fcopy(C, (size_t)(sC * batch)),
+                          *C1 = fcopy(C, (size_t)(sC * batch));
+                    float beta = zero_beta ? 0.0f : 0.5f;
+                    bk_cpu_set_portable(portable);
+                    cpu->gemm(1, 0, M, N, K, -1.5f, A, lda, sA, Bm, ldb, sB, beta, C, ldc, sC,
+                              batch);
+                    for (int i = 0; i < batch; i++)
+                        for (int r = 0; r < M; r++)
+                            for (int c = 0; c < N; c++) {
+                                size_t ci = (size_t)(i * sC + r * ldc + c);
+                                double acc = 0;
+                                for (int k = 0; k < K; k++)
+                                    acc +=
+                                        (double)A[i * sA + k * lda + r] * Bm[i * sB + k * ldb + c];
+                                double want = -1.5 * acc + (zero_beta ? 0.0 : 0.5 * C0[ci]);
+                                cr_assert(fabs(C[ci] - want) <= 1e-4 * (1 + fabs(want)),
+                                          "portable %d M %d N %d beta %g item %d (%d,%d): %g vs %g",
+                                          portable, M, N, (double)beta, i, r, c, (double)C[ci],
+                                          want);
+                            }
+                    int threads = omp_get_max_threads();
+                    cr_assert(threads >= 2, "this check needs 2 threads (OMP_NUM_THREADS), has %d",
+                              threads);
+                    omp_set_num_threads(1);
+                    cpu->gemm(1, 0, M, N, K, -1.5f, A, lda, sA, Bm, ldb, sB, beta, C1, ldc, sC,
+                              batch);
+                    omp_set_num_threads(threads);
+                    bk_cpu_set_portable(0);
+                    cr_assert(memcmp(C1, C, (size_t)(sC * batch) * sizeof(float)) == 0,
+                              "portable %d M %d N %d: one thread gives other bits", portable, M, N);
+                    release_all();
+                }
 }
 
 /* Skinny products A B^T and A B (N <= 128, K <= 1024, M >= 32) take the

@@ -210,12 +210,13 @@ void nn_bimamba_backward(nn_bimamba *m, const nn_env *e, nn_scratch *s, const nn
     if (dinner) be->add(din, din, dinner, (size_t)BT * C);
     /* inner = W_out ysum / 2, ysum = y_fwd + y_bwd */
     const float *wout = nn_w(e, m->w_out);
-    bgemm(be, 0, 0, BT, Dg, dh, din, C, dh, wout, Dg, (long long)dh * Dg, 0.0f, dys, D, Dg, G);
+    /* dys = W_out^T din / 2: the half in the product's alpha (exact, a power
+     * of two), not in a pass of its own over B x T x D */
+    bgemm_half(be, 0, 0, BT, Dg, dh, din, C, dh, wout, Dg, (long long)dh * Dg, 0.0f, dys, D, Dg, G);
     float *gout = nn_g(e, m->w_out);
     if (gout)
         bgemm_half(be, 1, 0, dh, Dg, BT, din, C, dh, m->ysum, D, Dg, 1.0f, gout, Dg,
                    (long long)dh * Dg, G);
-    be->scale(dys, 0.5f, nD);
     be->zero(dx, nD * sizeof(float));
     be->zero(dz, nD * sizeof(float));
     for (int r = 0; r < 2; r++) {
