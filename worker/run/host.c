@@ -154,9 +154,11 @@ fail:
 }
 
 /* init.from: every rank reads the file itself (it is read-only and the same
- * for all) and fills the tensors it names; rank 0 reports what matched. */
-static int init_from(const char *path, const char *map, model *m, int quiet, char *err,
-                     size_t errlen) {
+ * for all) and fills the tensors it names; rank 0 reports what matched.
+ * *bad_input = 1 when the file (or the map) cannot be used: missing, not a
+ * checkpoint, tensors that do not fit; another attempt would read the same. */
+static int init_from(const char *path, const char *map, model *m, int quiet, int *bad_input,
+                     char *err, size_t errlen) {
     size_t n = m->np.P.numel;
     float *hp = malloc(n * sizeof(float));
     char *text = malloc(8192);
@@ -167,7 +169,10 @@ static int init_from(const char *path, const char *map, model *m, int quiet, cha
     }
     m->be->to_host(hp, m->np.P.data, n * sizeof(float));
     ckpt_init_report r;
-    if (ckpt_init_from_map(path, map, &m->np.P, hp, &r, text, 8192, err, errlen)) goto done;
+    if (ckpt_init_from_map(path, map, &m->np.P, hp, &r, text, 8192, err, errlen)) {
+        *bad_input = 1;
+        goto done;
+    }
     m->be->to_device(m->np.P.data, hp, n * sizeof(float));
     if (!quiet) fprintf(stderr, "%s\n", text); /* "init.from PATH: ..." */
     if (r.converted && !quiet)
@@ -194,6 +199,7 @@ typedef struct host_ctx {
     int force;          /* begin: remove out_dir's old run first (--force) */
     const data_sets *d; /* begin: its tokenizer is saved, metrics opened (a whole run);
                          * NULL: a stage (its caller owns the metrics) */
+    int bad_input;      /* set when init.from (or init.map) could not be used */
 } host_ctx;
 
 /* "prefix" + name, kept for the process's life (metric names must outlive
@@ -266,13 +272,15 @@ static int h_resume(void *ctx, const bf_config *c, pipe_state *s, int *found, ch
 }
 
 static int h_init_from(void *ctx, const bf_config *c, model *m, char *err, size_t errlen) {
+    host_ctx *h = ctx;
     if (!c->init.from[0] && c->init.map[0]) {
+        h->bad_input = 1;
         snprintf(err, errlen, "init.map %s: set without init.from (the map renames its tensors)",
                  c->init.map);
         return -1;
     }
     if (!c->init.from[0]) return 0;
-    return init_from(c->init.from, c->init.map, m, ((host_ctx *)ctx)->quiet, err, errlen);
+    return init_from(c->init.from, c->init.map, m, h->quiet, &h->bad_input, err, errlen);
 }
 
 /* Writes the resolved config beside the run's other files. */
@@ -394,7 +402,10 @@ int host_run_stage(const pipe_spec *sp, const bf_config *c, const train_opts *o,
     so.resume = 1; /* a stage folder is its own: continue what a killed run left */
     pipe_host h = make_host(&hc, &so, 1);
     int prc = pipe_train(sp, c, d, &h, o->stop, hc.quiet, r, err, errlen);
-    return prc == 2 ? TRAIN_PREEMPTED : prc == 0 ? TRAIN_OK : TRAIN_ERROR;
+    return prc == 2       ? TRAIN_PREEMPTED
+           : prc == 0     ? TRAIN_OK
+           : hc.bad_input ? TRAIN_INPUT
+                          : TRAIN_ERROR;
 }
 
 int host_make_dirs(const char *path, char *err, size_t errlen) {
@@ -476,14 +487,17 @@ int host_run(const pipe_spec *sp, const bf_config *c, const train_opts *o, train
                    .force = o->force};
     hc.mt = &hc.own;
     metrics_open(hc.mt, NULL, err, errlen); /* no file until the run has set up (h_begin) */
-    if (host_check_init_from(c, o->out_dir, err, errlen)) return TRAIN_ERROR;
+    if (host_check_init_from(c, o->out_dir, err, errlen)) return TRAIN_INPUT;
     data_sets d;
     if (host_open_data(c, comm, quiet, &d, err, errlen)) return TRAIN_INPUT;
     hc.d = &d;
     pipe_host h = make_host(&hc, o, o->out_dir != NULL);
     int prc = pipe_train(sp, c, &d, &h, o->stop, quiet, r, err, errlen);
-    int rc = prc == 2 ? TRAIN_PREEMPTED : prc == 0 ? TRAIN_OK : TRAIN_ERROR;
-    if (rc == TRAIN_ERROR)
+    int rc = prc == 2       ? TRAIN_PREEMPTED
+             : prc == 0     ? TRAIN_OK
+             : hc.bad_input ? TRAIN_INPUT
+                            : TRAIN_ERROR;
+    if (rc == TRAIN_ERROR || rc == TRAIN_INPUT)
         metrics_close_failed(hc.mt);
     else
         metrics_close(hc.mt);

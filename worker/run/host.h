@@ -23,8 +23,9 @@ typedef struct train_opts {
     comm_t *comm;                /* ranks of a data-parallel run (borrowed); NULL = one process */
 } train_opts;
 
-/* TRAIN_INPUT: the data (or the config) cannot be used; running again cannot
- * help (bfd does not retry it). TRAIN_ERROR: anything else. */
+/* TRAIN_INPUT: the data, init.from / init.map (missing, not a checkpoint,
+ * tensors that do not fit, inside --out) or the config cannot be used;
+ * running again cannot help (bfd does not retry it). TRAIN_ERROR: anything else. */
 enum { TRAIN_OK = 0, TRAIN_ERROR = -1, TRAIN_INPUT = -3, TRAIN_PREEMPTED = 2 };
 
 /* Trains pipeline sp per c into o->out_dir; returns TRAIN_OK, TRAIN_PREEMPTED (stopped by *o->stop
