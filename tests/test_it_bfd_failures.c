@@ -270,6 +270,19 @@ Test(bfd_failures, show_says_why_a_trial_failed_and_ls_marks_the_job) {
     cr_assert(strstr(out, "\"failure\"") && strstr(out, "\"attempt\": 1") &&
                   strstr(out, "\"log_tail\"") && strstr(out, "exit status 64"),
               "show t1 --json:\n%s", out);
+    /* show JOB: each FAILED trial's row is followed by why; a fine job has no such line */
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "show 1"), 0);
+    char *row = strstr(out, "\nt1 ");
+    cr_assert(row && strstr(row, "FAILED"), "show 1:\n%s", out);
+    cr_assert(strstr(row, "\n        failed: attempt 1: exit status 64") &&
+                  strstr(row, "not retried"),
+              "show 1 does not say why t1 failed:\n%s", out);
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "show 1 --json"), 0);
+    cr_assert(strstr(out, "\"failure\"") && strstr(out, "exit status 64"), "show 1 --json:\n%s",
+              out);
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "wait 2"), 0, "%s", out);
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "show 2"), 0);
+    cr_assert(!strstr(out, "failed:"), "show 2 of a job without failures:\n%s", out);
     cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "ls"), 0);
     cr_assert(strstr(out, "FAILED"), "ls:\n%s", out);
     char *l1 = strstr(out, "\n1 "), *l2 = strstr(out, "\n2 ");
