@@ -139,6 +139,10 @@ typedef struct bf_config {
      * on (by schema row), and the level setters write now */
     unsigned char key_level[CFG_MAX_KEYS];
     unsigned char level;
+    /* a data-source group that a later level replaced while it held two
+     * sources of its own (data.set with data.train, ...): that level and the
+     * two keys (schema rows), for cfg_validate; level 0 = none */
+    unsigned char replaced_conflict_level, replaced_conflict_key[2];
 } bf_config;
 
 /* Fills every key with its default; later setters write at CFG_LEVEL_FILE. */

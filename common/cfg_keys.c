@@ -156,6 +156,35 @@ void cfg_set_level(bf_config *c, cfg_level level) { c->level = (unsigned char)le
 
 static size_t field_index(const cfg_field *f) { return (size_t)(f - cfg_field_at(0)); }
 
+/* Which data source a group key names: data.set, the TSV splits, data.path
+ * or the IDX files (the index ranges of data_source_keys). */
+static int source_kind(const char *key) {
+    for (int i = 0; i < (int)(sizeof data_source_keys / sizeof *data_source_keys); i++)
+        if (strcmp(key, data_source_keys[i]) == 0) return i == 0 ? 0 : i <= 3 ? 1 : i == 4 ? 2 : 3;
+    return -1;
+}
+
+/* Before the earlier level's group is dropped: when it named two sources
+ * (its own conflict, which the later level hides but does not mend), the
+ * first such pair is kept for cfg_validate. */
+static void note_replaced_conflict(bf_config *c, int g) {
+    int first = -1;
+    for (size_t i = 0; i < cfg_field_count() && i < CFG_MAX_KEYS; i++) {
+        const cfg_field *h = cfg_field_at(i);
+        if (cfg_key_group(h->key) != g || !((const char *)c + h->offset)[0]) continue;
+        if (first < 0) {
+            first = (int)i;
+        } else if (source_kind(h->key) != source_kind(cfg_field_at((size_t)first)->key)) {
+            if (!c->replaced_conflict_level) {
+                c->replaced_conflict_level = c->key_level[first];
+                c->replaced_conflict_key[0] = (unsigned char)first;
+                c->replaced_conflict_key[1] = (unsigned char)i;
+            }
+            return;
+        }
+    }
+}
+
 void cfg_level_prepare(bf_config *c, const cfg_field *f, cfg_level level) {
     int g = cfg_key_group(f->key);
     if (!g) return;
@@ -164,6 +193,7 @@ void cfg_level_prepare(bf_config *c, const cfg_field *f, cfg_level level) {
         if (cfg_key_group(cfg_field_at(i)->key) == g && c->key_level[i] && c->key_level[i] < level)
             earlier = 1;
     if (!earlier) return;
+    note_replaced_conflict(c, g);
     /* every data-source key defaults to "" (test_cfg checks), so the group's
      * defaults are its fields zeroed */
     for (size_t i = 0; i < cfg_field_count() && i < CFG_MAX_KEYS; i++) {

@@ -37,6 +37,17 @@ typedef struct walk {
     unsigned char set_seen[128];
 } walk;
 
+/* msg without its leading "KEY: " when where ("--set KEY") already ends in
+ * that key, so the message names it once ("--set train.lr: expected ..."). */
+static const char *unnamed(const char *where, const char *msg) {
+    if (!where) return msg;
+    const char *sp = strrchr(where, ' ');
+    const char *key = sp ? sp + 1 : where;
+    size_t n = strlen(key);
+    if (n && strncmp(msg, key, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ') return msg + n + 2;
+    return msg;
+}
+
 static void walk_error(walk *w, const yaml_node_t *node, const char *fmt, ...) {
     char msg[CFG_MSG_MAX], line[CFG_MSG_MAX + CFG_PATH_MAX + 64];
     va_list ap;
@@ -47,7 +58,8 @@ static void walk_error(walk *w, const yaml_node_t *node, const char *fmt, ...) {
         snprintf(line, sizeof line, "%s:%zu:%zu: %s", w->file, node->start_mark.line + 1,
                  node->start_mark.column + 1, msg);
     else
-        snprintf(line, sizeof line, "%s: %s", w->where ? w->where : "config", msg);
+        snprintf(line, sizeof line, "%s: %s", w->where ? w->where : "config",
+                 unnamed(w->where, msg));
     w->nerr++;
     if (w->fn) w->fn(w->ud, line);
 }

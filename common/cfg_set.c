@@ -48,6 +48,18 @@ int cfg_set(bf_config *c, const char *assignment, char *err, size_t errlen) {
     char dummy[8];
     if (!err || !errlen) err = dummy, errlen = sizeof dummy;
     const char *eq = assignment ? strchr(assignment, '=') : NULL;
+    const char *colon = assignment ? strchr(assignment, ':') : NULL;
+    /* `--set KEY: VALUE` (YAML's form) or `KEY:=VALUE`: no key has a ':' in it,
+     * so say which form was meant rather than name a key 'KEY:' */
+    if (colon && (!eq || colon < eq)) {
+        const char *v = colon + 1;
+        if (eq == v) v++;
+        while (*v == ' ' || *v == '\t') v++;
+        snprintf(err, errlen,
+                 "--set '%s': a key has no ':' in it; write KEY=VALUE, as in --set %.*s=%s",
+                 assignment, (int)(colon - assignment), assignment, v);
+        return -1;
+    }
     if (!eq) {
         snprintf(err, errlen, "--set %s: expected KEY=VALUE", assignment ? assignment : "");
         return -1;

@@ -134,7 +134,25 @@ static void validate_data_images(const bf_config *c, problems *pr) {
                 c->pipeline);
 }
 
+/* A level whose data-source group named two sources is refused even when
+ * a later level replaced that group (docs/sweeps.md): the file (or base,
+ * or parameter) says two things, and fixing it there is the fix. */
+static void validate_replaced_conflict(const bf_config *c, problems *pr) {
+    static const char *const level_names[] = {"the defaults", "the config file", "the sweep's base",
+                                              "a sweep parameter", "--set"};
+    unsigned lv = c->replaced_conflict_level;
+    if (!lv || lv >= sizeof level_names / sizeof *level_names) return;
+    const cfg_field *a = cfg_field_at(c->replaced_conflict_key[0]),
+                    *b = cfg_field_at(c->replaced_conflict_key[1]);
+    if (!a || !b) return;
+    add_err(pr,
+            "%s and %s are both given in %s (two data sources on one level); a later source "
+            "replaces the whole group, but %s still names two: keep one there",
+            b->key, a->key, level_names[lv], level_names[lv]);
+}
+
 static void validate_data(const bf_config *c, problems *pr) {
+    validate_replaced_conflict(c, pr);
     if (is_pipeline(c, "lm"))
         validate_data_lm(c, pr);
     else if (is_pipeline(c, "budgetformer"))

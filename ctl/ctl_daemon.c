@@ -660,7 +660,12 @@ static void print_trial_row(json_t *t, const char *metric) {
     else
         printf("t%-6lld %5lld %-10s %4lld %10s %10s  %s\n", jint(t, "id"), jint(t, "index"),
                jstr(t, "state"), jint(t, "attempts"), l, b, params);
-    if (*jstr(t, "reason")) printf("        %s\n", jstr(t, "reason"));   /* an early stop's */
+    if (*jstr(t, "reason")) printf("        %s\n", jstr(t, "reason")); /* an early stop's */
+    json_t *f = json_object_get(t, "failure");                         /* a FAILED trial's */
+    if (f && jint(f, "attempt") > 0)
+        printf("        failed: attempt %lld: %s\n", jint(f, "attempt"), jstr(f, "message"));
+    else if (f)
+        printf("        failed before its first attempt started\n");
     if (*jstr(t, "waiting")) printf("        %s\n", jstr(t, "waiting")); /* a shared stage */
 }
 
@@ -724,7 +729,8 @@ static void print_failure(json_t *r, long long trial) {
 int bfctl_show(int argc, char **argv) {
     if (help_wanted(argc, argv, "show JOB|tTRIAL [--json] [--rungs]",
                     "a job with its trials (state, attempts, latest and best metric, the reason "
-                    "of an early stop or of a wait for a shared stage; for s2s how many stages "
+                    "of an early stop, of a failure or of a wait for a shared stage; for s2s how "
+                    "many stages "
                     "were shared), or one trial with its config (for s2s its stages: name, key, "
                     "state, the trial that ran it, folder; of a FAILED trial why: the failed "
                     "attempt's exit status and reason and the last lines of its log); JOB --rungs: "

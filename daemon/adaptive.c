@@ -282,10 +282,18 @@ int adaptive_judge(adaptive *a, store *st, int64_t job, int64_t trial, char *rea
             rc = judge_asha(e, &e->stop, "asha", "", st, trial, &sr[0], reason, len, err, errlen);
         } else if (e->stop.method == SWEEP_STOP_HYPERBAND) {
             sched_stop b;
-            int s = sched_hyperband_bracket_of(&e->stop, index, &b);
-            char method[16], prefix[48];
-            snprintf(method, sizeof method, "hb-s%d", s < 0 ? 0 : s);
-            snprintf(prefix, sizeof prefix, "hyperband bracket s=%d: ", s < 0 ? 0 : s);
+            long long round = 0;
+            int s = sched_hyperband_bracket_of(&e->stop, index, &round, &b);
+            char method[40], prefix[80];
+            /* round 0's bracket is hb-s<s>; a later round's is judged apart, hb-s<s>r<round> */
+            if (round == 0) {
+                snprintf(method, sizeof method, "hb-s%d", s < 0 ? 0 : s);
+                snprintf(prefix, sizeof prefix, "hyperband bracket s=%d: ", s < 0 ? 0 : s);
+            } else {
+                snprintf(method, sizeof method, "hb-s%dr%lld", s < 0 ? 0 : s, round % 100000);
+                snprintf(prefix, sizeof prefix, "hyperband round %lld bracket s=%d: ", round,
+                         s < 0 ? 0 : s);
+            }
             rc = s < 0 ? 0
                        : judge_asha(e, &b, method, prefix, st, trial, &sr[0], reason, len, err,
                                     errlen);

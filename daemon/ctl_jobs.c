@@ -119,6 +119,16 @@ void ctl_job(bfd *d, void *s, proto_msg *m) {
     size_t n;
     if (get_job_with_trials(d, s, m, id, &j, &b, &ts, &n)) return;
     json_t *arr = trial_summaries(ts, n);
+    for (size_t i = 0; i < n; i++) { /* why a FAILED trial failed, in one line */
+        char msg[1024], err[1024];
+        int att = 0;
+        if (ts[i].state != TRIAL_FAILED) continue;
+        if (store_trial_last_failure(d->st, ts[i].id, &att, msg, sizeof msg, err, sizeof err))
+            bfd_log("trial %lld: %s", (long long)ts[i].id, err);
+        else
+            json_object_set_new(json_array_get(arr, i), "failure",
+                                json_pack("{s:i, s:s}", "attempt", att, "message", msg));
+    }
     for (size_t i = 0; pipeline_stages(j.pipeline) && i < n; i++) {
         json_t *row = json_array_get(arr, i);
         /* a staged trial's attempts are one per stage it ran: say those and

@@ -7,6 +7,7 @@
 #include "common/errbuf.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,11 +114,39 @@ int sched_hyperband_brackets(long long R, long long r_min, double eta, sched_hb_
     return smax + 1;
 }
 
-int sched_hyperband_bracket_of(const sched_stop *c, long long index, sched_stop *out) {
+/* Trials placed in the first k passes of the round-robin: each bracket takes
+ * one per pass until it holds its n_s, so min(n_s, k) each. */
+static long long placed_in(const sched_hb_bracket *b, int nb, long long k) {
+    long long t = 0;
+    for (int i = 0; i < nb; i++) t += b[i].n < k ? b[i].n : k;
+    return t;
+}
+
+int sched_hyperband_bracket_of(const sched_stop *c, long long index, long long *round,
+                               sched_stop *out) {
     *out = *c;
-    int smax = sched_hyperband_s_max(c->max_steps, c->min_steps, c->eta);
-    if (smax < 0) return -1;
-    int s = smax - (int)((index < 0 ? 0 : index) % (smax + 1));
+    if (round) *round = 0;
+    sched_hb_bracket b[SCHED_MAX_RUNGS];
+    int nb = sched_hyperband_brackets(c->max_steps, c->min_steps, c->eta, b, SCHED_MAX_RUNGS);
+    if (nb < 0) return -1;
+    long long total = placed_in(b, nb, LLONG_MAX), p = index < 0 ? 0 : index;
+    if (round) *round = p / total;
+    p %= total;
+    /* the pass k that holds position p: the largest k with placed_in(k) <= p
+     * (bisection: n_s reaches 2^19 and more) */
+    long long lo = 0, hi = b[0].n; /* b[0], s = s_max, has the largest n_s */
+    while (lo < hi) {
+        long long mid = lo + (hi - lo + 1) / 2;
+        if (placed_in(b, nb, mid) <= p)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    long long q = p - placed_in(b, nb, lo); /* among the brackets not yet full in pass lo */
+    int s = -1;
+    for (int i = 0; i < nb && s < 0; i++)
+        if (b[i].n > lo && q-- == 0) s = b[i].s;
+    if (s < 0) return -1; /* not reached: p < total */
     out->rung0 = (double)c->max_steps / pow(c->eta, s);
     return s;
 }

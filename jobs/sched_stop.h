@@ -79,9 +79,14 @@ int sched_hyperband_brackets(long long R, long long r_min, double eta, sched_hb_
                              int cap);
 /* s_max for (R, r_min, eta): floor(log_eta(R / r_min)); -1 when invalid. */
 int sched_hyperband_s_max(long long R, long long r_min, double eta);
-/* The bracket of the trial with 0-based index `index` of a hyperband job,
- * and (out) the policy that judges it: ASHA on the bracket's rungs. */
-int sched_hyperband_bracket_of(const sched_stop *c, long long index, sched_stop *out);
+/* The bracket s of the trial with 0-based index `index` of a hyperband job,
+ * its round (nullable) and (out) the policy that judges it: ASHA on the
+ * bracket's rungs. Trials go to brackets round-robin, s_max first, a bracket
+ * skipped once it holds its n_s trials of the round; a round holds sum n_s
+ * trials, and the trials past it start the next round (the next Hyperband
+ * iteration: its brackets are judged apart). -1 when the policy is invalid. */
+int sched_hyperband_bracket_of(const sched_stop *c, long long index, long long *round,
+                               sched_stop *out);
 
 typedef struct sched_verdict {
     int stop;      /* 1: stop the trial */

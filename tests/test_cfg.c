@@ -186,13 +186,45 @@ Test(cfg, set_overrides) {
     cr_assert_str_eq(err,
                      "--set model.layer: unknown key 'model.layer'; did you mean 'model.layers'?");
     cr_assert_eq(cfg_set(&c, "model.layers=0", err, sizeof err), -1);
-    cr_assert_str_eq(err,
-                     "--set model.layers: model.layers: 0 is out of range; valid range is [1, 64]");
+    cr_assert_str_eq(err, "--set model.layers: 0 is out of range; valid range is [1, 64]");
     cr_assert_eq(cfg_set(&c, "model.layers", err, sizeof err), -1);
     cr_assert(strstr(err, "expected KEY=VALUE"), "%s", err);
     cr_assert_eq(cfg_set(&c, "model.layers=[1,", err, sizeof err), -1);
     cr_assert(strstr(err, "--set model.layers: YAML syntax error"), "%s", err);
     cr_assert_eq(c.model.layers, 6, "failed --set leaves the value");
+}
+
+/* A --set message names its key once, whatever went wrong with the value,
+ * and YAML's `KEY: VALUE` (or `KEY:=VALUE`) is told to be KEY=VALUE, never
+ * read as a key 'KEY:'. */
+Test(cfg, set_names_key_once) {
+    bf_config c;
+    cfg_defaults(&c);
+    char err[512];
+    static const char *const bad[][2] = {
+        {"train.lr=abc", "--set train.lr: expected a number, got 'abc'"},
+        {"train.lr=[1]", "--set train.lr: expected a number, got a list"},
+        {"train.lr=3: 4", "--set train.lr: expected a number, got a mapping"},
+        {"data.set=[a]", "--set data.set: expected a string, got a list"},
+        {"train.lr: 3", "--set 'train.lr: 3': a key has no ':' in it; write KEY=VALUE, as in "
+                        "--set train.lr=3"},
+        {"train.lr:=3", "--set 'train.lr:=3': a key has no ':' in it; write KEY=VALUE, as in "
+                        "--set train.lr=3"},
+        {"model.layers:4", "--set 'model.layers:4': a key has no ':' in it; write KEY=VALUE, "
+                           "as in --set model.layers=4"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(cfg_set(&c, bad[i][0], err, sizeof err), -1, "%s", bad[i][0]);
+        cr_assert_str_eq(err, bad[i][1], "--set %s", bad[i][0]);
+        if (strcspn(bad[i][0], ":") < strcspn(bad[i][0], "=")) continue; /* the ':' forms */
+        char key[64];
+        snprintf(key, sizeof key, "%.*s", (int)strcspn(bad[i][0], "="), bad[i][0]);
+        const char *first = strstr(err, key);
+        cr_assert(first && !strstr(first + strlen(key), key), "key named twice: %s", err);
+    }
+    /* a ':' in the value is the value's */
+    cr_assert_eq(cfg_set(&c, "distill.replace_layers=auto:3", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(c.distill.replace_auto, 3);
 }
 
 Test(cfg, set_value_where_prefix) {

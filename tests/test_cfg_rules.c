@@ -131,6 +131,59 @@ Test(cfg_rules, two_sources_on_one_level_are_refused_naming_both) {
         }
 }
 
+/* A level that names two sources is refused even when a later level
+ * replaces its group: the conflict is that level's (the file's), and a
+ * --set hides it without mending it. Every pair of levels lo < hi, every
+ * pair of distinct sources on lo, every source on hi; and lo with one
+ * source (any of its keys) is no such error. */
+Test(cfg_rules, two_sources_on_a_replaced_level_are_still_refused) {
+    static const char *const level_names[] = {"the config file", "the sweep's base",
+                                              "a sweep parameter"};
+    const cfg_level levels[] = {CFG_LEVEL_FILE, CFG_LEVEL_BASE, CFG_LEVEL_PARAM, CFG_LEVEL_SET};
+    int refused = 0, accepted = 0;
+    for (int lo = 0; lo < 3; lo++)
+        for (int hi = lo + 1; hi < 4; hi++)
+            for (int a1 = 0; a1 < N_SOURCES; a1++)
+                for (int a2 = a1; a2 < N_SOURCES; a2++)
+                    for (int b = 0; b < N_SOURCES; b++) {
+                        bf_config c;
+                        char err[4096];
+                        cfg_defaults(&c);
+                        set_at(&c, levels[lo], sources[a1].keys[0], sources[a1].vals[0]);
+                        /* a2 == a1: another key of the same source, where it has one */
+                        int k2 = a2 == a1 ? 1 : 0;
+                        if (sources[a2].keys[k2])
+                            set_at(&c, levels[lo], sources[a2].keys[k2], sources[a2].vals[k2]);
+                        set_at(&c, levels[hi], sources[b].keys[0], sources[b].vals[0]);
+                        int rc = cfg_validate(&c, err, sizeof err);
+                        const char *hit = strstr(err, "(two data sources on one level)");
+                        if (a1 == a2) {
+                            cr_assert(!hit, "one source on level %d refused: %s", lo, err);
+                            accepted++;
+                            continue;
+                        }
+                        char want[256];
+                        snprintf(want, sizeof want, "%s and %s are both given in %s",
+                                 sources[a2].keys[0], sources[a1].keys[0], level_names[lo]);
+                        cr_assert(rc == -1 && hit && strstr(err, want),
+                                  "levels %d < %d, %s + %s then %s: want '%s' in: %s", lo, hi,
+                                  sources[a1].name, sources[a2].name, sources[b].name, want, err);
+                        refused++;
+                    }
+    cr_assert_eq(refused, 6 * 6 * N_SOURCES);
+    cr_assert_eq(accepted, 6 * N_SOURCES * N_SOURCES);
+    /* the README's case, with the file itself in conflict */
+    bf_config c;
+    char err[4096];
+    cfg_defaults(&c);
+    const char *two = "pipeline: budgetformer\ndata: {set: wordnet, train: x.tsv}\n";
+    cr_assert_eq(cfg_load_text(&c, two, strlen(two), "f.yaml", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(cfg_set(&c, "data.train=a.tsv", err, sizeof err), 0);
+    cr_assert_eq(cfg_set(&c, "data.val=b.tsv", err, sizeof err), 0);
+    cr_assert_eq(cfg_validate(&c, err, sizeof err), -1);
+    cr_assert(strstr(err, "data.train and data.set are both given in the config file"), "%s", err);
+}
+
 /* The README's commands: a file's data.set replaced by --set. */
 Test(cfg_rules, the_examples_take_own_data_from_the_command_line) {
     char err[4096];

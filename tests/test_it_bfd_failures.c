@@ -46,7 +46,15 @@ static void start_bfd(const char *extra_yaml) {
 /* Writes dir/NAME.yaml: one CPU BudgetFormer trial on DATA (a flow mapping's
  * inside, e.g. "train: X, val: Y"), TRAIN (the train mapping's inside) and
  * `retries`; returns its path. */
+static const char *sweep_with(const char *name, const char *data, const char *train, int retries,
+                              const char *extra);
 static const char *sweep(const char *name, const char *data, const char *train, int retries) {
+    return sweep_with(name, data, train, retries, "");
+}
+
+/* sweep() with EXTRA (whole lines of top-level keys) added to the file. */
+static const char *sweep_with(const char *name, const char *data, const char *train, int retries,
+                              const char *extra) {
     static char p[512];
     snprintf(p, sizeof p, "%s/%s.yaml", g_dir, name);
     char text[8192];
@@ -55,8 +63,8 @@ static const char *sweep(const char *name, const char *data, const char *train, 
              "model: {layers: 1, d_model: 32, heads: 4, seq_len: 16, vocab: 256}\n"
              "train: {batch: 8, %s}\nretries: %d\n"
              "sweep:\n  parameters:\n    train.seed: {values: [1]}\n"
-             "metric: {name: train/loss, goal: min}\n",
-             name, data, train, retries);
+             "metric: {name: train/loss, goal: min}\n%s",
+             name, data, train, retries, extra);
     it_write_text(p, text, 0644);
     return p;
 }
@@ -165,10 +173,50 @@ Test(bfd_failures, config_and_data_errors_are_not_retried) {
         snprintf(name, sizeof name, "bad%d", i);
         it_submit(g_dir, sweep(name, bad[i], "steps: 20, log_every: 5, eval_every: 0", 2));
     }
-    for (long long t = 1; t <= 4; t++) {
+    /* good data, a bad init.from: a file that is not there, one that is not
+     * a checkpoint, one whose tensor does not fit the model (head.bias of 1
+     * class), an init.map without init.from */
+    char good[900], from[4][900];
+    snprintf(good, sizeof good, "train: %s/train.tsv, val: %s/val.tsv", g_dir, g_dir);
+    char junk_st[400], small[400];
+    snprintf(junk_st, sizeof junk_st, "%s/junk.safetensors", g_dir);
+    it_write_text(junk_st, "not a safetensors file, not even close to one", 0644);
+    snprintf(small, sizeof small, "%s/small.safetensors", g_dir);
+    {
+        static const char hdr[] =
+            "{\"head.bias\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}";
+        FILE *f = fopen(small, "wb");
+        cr_assert_not_null(f);
+        unsigned char len[8] = {(unsigned char)(sizeof hdr - 1)};
+        float one = 1.0f;
+        fwrite(len, 1, 8, f);
+        fwrite(hdr, 1, sizeof hdr - 1, f);
+        fwrite(&one, sizeof one, 1, f);
+        fclose(f);
+    }
+    snprintf(from[0], sizeof from[0], "init: {from: %s/nowhere}\n", g_dir);
+    snprintf(from[1], sizeof from[1], "init: {from: %s}\n", junk_st);
+    snprintf(from[2], sizeof from[2], "init: {from: %s}\n", small);
+    snprintf(from[3], sizeof from[3], "init: {map: timm}\n");
+    static const char *const from_says[] = {"nowhere", "junk.safetensors", "head.bias", "init.map"};
+    for (int i = 0; i < 4; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "from%d", i);
+        it_submit(g_dir,
+                  sweep_with(name, good, "steps: 20, log_every: 5, eval_every: 0", 2, from[i]));
+    }
+    for (long long t = 1; t <= 8; t++) {
         wait_failed(t, 60);
         cr_assert_eq(trial_int("attempts", t), 1, "trial %lld (%s): one attempt, retries: 2", t,
-                     bad[t - 1]);
+                     t <= 4 ? bad[t - 1] : from[t - 5]);
+        if (t > 4) {
+            static char out[65536];
+            char args[32];
+            snprintf(args, sizeof args, "show t%lld", t);
+            cr_assert_eq(it_bfctl(g_dir, out, sizeof out, args), 0);
+            cr_assert(strstr(out, from_says[t - 5]), "show t%lld does not name '%s':\n%s", t,
+                      from_says[t - 5], out);
+        }
         char msg[600];
         last_event(t, msg, sizeof msg);
         cr_assert(strstr(msg, "exit status 64") && strstr(msg, "not retried"),
@@ -222,6 +270,19 @@ Test(bfd_failures, show_says_why_a_trial_failed_and_ls_marks_the_job) {
     cr_assert(strstr(out, "\"failure\"") && strstr(out, "\"attempt\": 1") &&
                   strstr(out, "\"log_tail\"") && strstr(out, "exit status 64"),
               "show t1 --json:\n%s", out);
+    /* show JOB: each FAILED trial's row is followed by why; a fine job has no such line */
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "show 1"), 0);
+    char *row = strstr(out, "\nt1 ");
+    cr_assert(row && strstr(row, "FAILED"), "show 1:\n%s", out);
+    cr_assert(strstr(row, "\n        failed: attempt 1: exit status 64") &&
+                  strstr(row, "not retried"),
+              "show 1 does not say why t1 failed:\n%s", out);
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "show 1 --json"), 0);
+    cr_assert(strstr(out, "\"failure\"") && strstr(out, "exit status 64"), "show 1 --json:\n%s",
+              out);
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "wait 2"), 0, "%s", out);
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "show 2"), 0);
+    cr_assert(!strstr(out, "failed:"), "show 2 of a job without failures:\n%s", out);
     cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "ls"), 0);
     cr_assert(strstr(out, "FAILED"), "ls:\n%s", out);
     char *l1 = strstr(out, "\n1 "), *l2 = strstr(out, "\n2 ");

@@ -93,6 +93,7 @@ static void snap(const char *sub, snapshot *s) {
     struct dirent *e;
     while ((e = readdir(d))) {
         if (e->d_name[0] == '.' && (!e->d_name[1] || e->d_name[1] == '.')) continue;
+        if (!strcmp(e->d_name, ".force-new")) continue; /* --force's new run, checked apart */
         cr_assert_lt(s->n, 32);
         char fp[768];
         snprintf(fp, sizeof fp, "%s/%s", p, e->d_name);
@@ -164,6 +165,8 @@ Test(inputs, force_keeps_the_old_run_until_the_new_one_has_set_up) {
         cr_expect(rc == 1 || rc == 64, "%s: status %d\n%s", bad[k].args, rc, out);
         cr_expect(strstr(out, bad[k].says), "%s: want '%s' in:\n%s", bad[k].args, bad[k].says, out);
         expect_same(&old, "run", bad[k].args);
+        cr_expect_neq(run("test -e run/.force-new"), 0, "%s: the new run's folder is left",
+                      bad[k].args);
     }
     /* good inputs: the old run is replaced by the new one (3 steps, not 4) */
     cr_assert_eq(run(TRAIN "--force --out run --set train.steps=3 --set init.from=run2"), 0, "%s",
@@ -173,6 +176,69 @@ Test(inputs, force_keeps_the_old_run_until_the_new_one_has_set_up) {
     cr_expect_eq(run("grep -q '\"step\": 3,' run/state.json"), 0, "state.json not of step 3");
     cr_expect_eq(run("ls run | grep -c events.out.tfevents"), 0);
     cr_expect_eq(atoi(out), 1, "%s event files: the old one is kept", out);
+    snap_free(&old);
+}
+
+/* --force writes the new run beside the old one (run/.force-new) and swaps it
+ * in when its first checkpoint is written: a run killed before then leaves
+ * the old run byte for byte; the next --force clears what the killed one
+ * left, and once it writes its checkpoint the old run is replaced whole. */
+Test(inputs, force_swaps_the_new_run_in_at_its_first_checkpoint) {
+    cr_assert_eq(run(TRAIN "--out run"), 0, "%s", out);
+    snapshot old;
+    snap("run", &old);
+    char cfg[512], tr[512], va[512], outd[512], log[512], staged[600];
+    snprintf(cfg, sizeof cfg, "%s/budget_off.yaml", GOLDEN);
+    snprintf(tr, sizeof tr, "data.train=%s/glosses_train.tsv", dir);
+    snprintf(va, sizeof va, "data.val=%s/glosses_val.tsv", dir);
+    snprintf(outd, sizeof outd, "%s/run", dir);
+    snprintf(log, sizeof log, "%s/force.log", dir);
+    snprintf(staged, sizeof staged, "%s/run/.force-new/metrics.jsonl", dir);
+    char *argv[] = {BF_BIN_DIR "/bfworker",
+                    "train",
+                    cfg,
+                    "--set",
+                    tr,
+                    "--set",
+                    va,
+                    "--set",
+                    "train.steps=100000000",
+                    "--set",
+                    "train.log_every=1",
+                    "--set",
+                    "train.eval_every=0",
+                    "--set",
+                    "train.checkpoint_every=0",
+                    "--quiet",
+                    "--force",
+                    "--out",
+                    outd,
+                    NULL};
+    pid_t pid = it_spawn(log, argv, 0);
+    /* training, and writing its metrics beside the old run */
+    double t0 = it_now_s();
+    struct stat st;
+    while (!(stat(staged, &st) == 0 && st.st_size > 0)) {
+        int status;
+        cr_assert_eq(it_wait_pid(pid, 0, &status), 1, "the --force run ended: see %s", log);
+        cr_assert_lt(it_now_s() - t0, 60, "no metrics in %s after 60 s", staged);
+        it_sleep_s(0.05);
+    }
+    it_stop(&pid, SIGKILL);
+    expect_same(&old, "run", "a --force run killed before its first checkpoint");
+    cr_expect_eq(run("test -d run/.force-new"), 0, "the killed run wrote elsewhere");
+    /* the next --force: the leftover goes, the new run replaces the old */
+    cr_assert_eq(run(TRAIN "--force --out run --set train.steps=3"), 0, "%s", out);
+    cr_expect_neq(run("test -e run/.force-new"), 0, "the new run's folder is left");
+    cr_assert_eq(run("grep -c '\"step\": ' run/metrics.jsonl"), 0);
+    cr_expect_eq(atoi(out), 3, "metrics.jsonl has %s lines: the old run's are kept", out);
+    cr_expect_eq(run("grep -q '\"step\": 3,' run/state.json"), 0, "state.json not of step 3");
+    cr_expect_eq(run("grep -qx 'train.steps: 3' run/config.yaml"), 0,
+                 "config.yaml is the old run's");
+    cr_expect_eq(run("ls run | grep -c events.out.tfevents"), 0);
+    cr_expect_eq(atoi(out), 1, "%s event files", out);
+    /* the new run is a run: --resume continues it (nothing left to do) */
+    cr_expect_eq(run(TRAIN "--resume run --set train.steps=3"), 0, "%s", out);
     snap_free(&old);
 }
 

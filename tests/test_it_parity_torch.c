@@ -30,6 +30,7 @@
  * that device: the whole-model check of a backend against PyTorch. */
 #define PYTHON (getenv("BF_PYTHON") ? getenv("BF_PYTHON") : "/usr/bin/python3")
 #define SCRIPT BF_SOURCE_DIR "/tests/test_parity_torch.py"
+#define TIMM_SCRIPT BF_SOURCE_DIR "/tests/test_timm_torch.py"
 
 static void setup(void) {
     tmpdir_make(dir, sizeof dir, "/tmp/bf-parity-XXXXXX");
@@ -136,9 +137,8 @@ static void dump_case(const parity_case *c) {
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s\n%s", cmd, out);
 }
 
-/* Runs the PyTorch check over the dump folders in args; its exit status,
- * output in dir/py.log. */
-static int python(const char *args) {
+/* Runs the PyTorch script with args; its exit status, output in dir/py.log. */
+static int python_script(const char *script, const char *args) {
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "%s -c 'import torch' 2>&1", PYTHON);
     cr_assert_eq(system(cmd), 0,
@@ -149,10 +149,13 @@ static int python(const char *args) {
      * appends BF_PYDEPS to sys.path, so torch keeps the numpy it was built for */
     snprintf(cmd, sizeof cmd,
              "BF_PYDEPS='%s/pydeps' OMP_NUM_THREADS=1 %s '%s' %s >'%s/py.log' 2>&1", BF_BIN_DIR,
-             PYTHON, SCRIPT, args, dir);
+             PYTHON, script, args, dir);
     int st = system(cmd);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
+
+/* The PyTorch check over the dump folders in args. */
+static int python(const char *args) { return python_script(SCRIPT, args); }
 
 /* Rewrites dir/NAME/grads.safetensors with tensor `tensor`'s largest element
  * scaled by factor (the "wrong gradient" the check must catch). */
@@ -234,6 +237,36 @@ Test(parity, bf_matches_pytorch) {
     cr_expect_eq(python(args), 1, "%s", log_text(tmpdir_path(dir, "py.log")));
     out = log_text(tmpdir_path(dir, "py.log"));
     cr_expect(strstr(out, "FAIL") && strstr(out, "gradient of cls_token"), "%s", out);
+}
+
+/* init.from + init.map timm: a ViT written the way timm writes one (its
+ * names, a conv patch embedding, [1, 1, D] and [1, N+1, D] tokens), by
+ * PyTorch in BF16 (tests/test_timm_torch.py, which imports neither timm nor
+ * bf), loads into bf's ViT and bf's logits are PyTorch's from that
+ * state_dict: within 1e-4 of the largest, where one BF16 rounding of the
+ * weights moves them by more than ten times that (the script checks). The
+ * dump of bf's own initial weights is the control: the same check fails. */
+Test(parity, timm_vit_in_bf16_gives_pytorchs_logits) {
+    const parity_case control = {"vit_timm_control", "", NULL};
+    dump_case(&control); /* its dump.json gives the shape the file is written for */
+    char args[2048];
+    snprintf(args, sizeof args, "write '%s/vit_timm_control' '%s/timm.safetensors'", dir, dir);
+    cr_assert_eq(python_script(TIMM_SCRIPT, args), 0, "%s", log_text(tmpdir_path(dir, "py.log")));
+    char set[1024];
+    snprintf(set, sizeof set, "--set init.from='%s/timm.safetensors' --set init.map=timm", dir);
+    const parity_case timm = {"vit_timm", "", set};
+    dump_case(&timm);
+    snprintf(args, sizeof args, "check '%s/vit_timm' '%s/timm.safetensors'", dir, dir);
+    int rc = python_script(TIMM_SCRIPT, args);
+    const char *out = log_text(tmpdir_path(dir, "py.log"));
+    cr_log_info("%s", out);
+    cr_assert_eq(rc, 0, "bf's logits are not PyTorch's:\n%s", out);
+    cr_expect(strstr(out, "ok timm vit"), "%s", out);
+    snprintf(args, sizeof args, "check '%s/vit_timm_control' '%s/timm.safetensors'", dir, dir);
+    rc = python_script(TIMM_SCRIPT, args);
+    out = log_text(tmpdir_path(dir, "py.log"));
+    cr_expect_eq(rc, 1, "the check passes bf's own initial weights:\n%s", out);
+    cr_expect(strstr(out, "FAIL logits["), "%s", out);
 }
 
 Test(parity, dump_refuses_bad_input) {

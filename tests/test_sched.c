@@ -139,22 +139,88 @@ Test(sched, hyperband_brackets) {
     cr_assert_eq(sched_hyperband_s_max(81, 1, 3), 4);
 }
 
+/* The rule: trials go round-robin over the brackets (s_max first), a bracket
+ * skipped once it holds n_s trials of the round; a round holds sum n_s and
+ * the next trial starts round 1. Checked against the counts, for several
+ * (R, r_min, eta), over more than two rounds. */
+static void check_placement(long long R, long long rmin, double eta) {
+    sched_stop c = asha(1, rmin, eta, R);
+    c.method = SWEEP_STOP_HYPERBAND;
+    sched_hb_bracket b[SCHED_MAX_RUNGS];
+    int nb = sched_hyperband_brackets(R, rmin, eta, b, SCHED_MAX_RUNGS);
+    cr_assert_gt(nb, 0);
+    long long total = 0;
+    for (int i = 0; i < nb; i++) total += b[i].n;
+    long long count[8][SCHED_MAX_RUNGS] = {{0}}; /* rounds 0..6 (total >= 2) */
+    int last = -1; /* the bracket of the previous trial, as an index into b */
+    for (long long idx = 0; idx < 2 * total + 7; idx++) {
+        long long round = -1;
+        sched_stop p;
+        int s = sched_hyperband_bracket_of(&c, idx, &round, &p);
+        cr_assert(s >= 0 && s < nb, "R %lld: index %lld in bracket %d", R, idx, s);
+        cr_assert_eq(round, idx / total, "R %lld: index %lld in round %lld", R, idx, round);
+        int i = nb - 1 - s;
+        count[round][i]++;
+        cr_assert_leq(count[round][i], b[i].n, "R %lld eta %g: bracket %d holds more than n_s %lld",
+                      R, eta, s, b[i].n);
+        cr_assert_float_eq(p.rung0, (double)R / pow(eta, s), 1e-9);
+        /* round-robin: the next bracket (in s_max..0 order, wrapping) that is not full */
+        if (idx % total != 0) {
+            int want = last;
+            do want = (want + 1) % nb;
+            while (count[round][want] - (want == i) >= b[want].n);
+            cr_assert_eq(i, want, "R %lld: index %lld in bracket %d, want %d", R, idx, s,
+                         b[want].s);
+        } else {
+            cr_assert_eq(s, nb - 1, "a round starts at bracket s_max");
+        }
+        last = i;
+    }
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < nb; i++)
+            cr_assert_eq(count[r][i], b[i].n, "round %d: bracket %d holds %lld, n_s %lld", r,
+                         b[i].s, count[r][i], b[i].n);
+}
+
+Test(sched, hyperband_brackets_hold_n_s_trials) {
+    check_placement(81, 1, 3);
+    check_placement(100, 1, 3);
+    check_placement(360, 40, 3);
+    check_placement(1000, 10, 2);
+    check_placement(64, 1, 4);
+    check_placement(2, 1, 2);
+    /* R 81, eta 3 (n = 81, 34, 15, 8, 5): five at once, then bracket 0
+     * (5 trials) is full after 25, bracket 1 (8) after 38 */
+    sched_stop c = asha(1, 1, 3, 81);
+    c.method = SWEEP_STOP_HYPERBAND;
+    sched_stop b;
+    cr_assert_eq(sched_hyperband_bracket_of(&c, 24, NULL, &b), 0);
+    cr_assert_eq(sched_hyperband_bracket_of(&c, 25, NULL, &b), 4);
+    cr_assert_eq(sched_hyperband_bracket_of(&c, 28, NULL, &b), 1);
+    cr_assert_eq(sched_hyperband_bracket_of(&c, 29, NULL, &b), 4, "bracket 0 is full");
+    long long round = -1;
+    cr_assert_eq(sched_hyperband_bracket_of(&c, 142, &round, &b), 4, "the last of round 0");
+    cr_assert_eq(round, 0);
+    cr_assert_eq(sched_hyperband_bracket_of(&c, 143, &round, &b), 4);
+    cr_assert_eq(round, 1, "143 = 81 + 34 + 15 + 8 + 5 trials fill round 0");
+}
+
 Test(sched, hyperband_bracket_policy) {
     sched_stop c = asha(1, 1, 3, 81);
     c.method = SWEEP_STOP_HYPERBAND;
     sched_stop b;
     /* round-robin over trial indices, most aggressive bracket first */
     static const int want[7] = {4, 3, 2, 1, 0, 4, 3};
-    for (int i = 0; i < 7; i++) cr_assert_eq(sched_hyperband_bracket_of(&c, i, &b), want[i]);
+    for (int i = 0; i < 7; i++) cr_assert_eq(sched_hyperband_bracket_of(&c, i, NULL, &b), want[i]);
     /* bracket 2: ASHA on rungs 9, 27 (81 is R, where the trial ends) */
-    cr_assert_eq(sched_hyperband_bracket_of(&c, 2, &b), 2);
+    cr_assert_eq(sched_hyperband_bracket_of(&c, 2, NULL, &b), 2);
     cr_assert_eq(sched_asha_n_rungs(&b), 2);
     cr_assert_eq(sched_asha_rung_step(&b, 1), 9);
     cr_assert_eq(sched_asha_rung_step(&b, 2), 27);
     /* bracket 0 never stops a trial; bracket 4 judges at 1, 3, 9, 27 */
-    cr_assert_eq(sched_hyperband_bracket_of(&c, 4, &b), 0);
+    cr_assert_eq(sched_hyperband_bracket_of(&c, 4, NULL, &b), 0);
     cr_assert_eq(sched_asha_n_rungs(&b), 0);
-    cr_assert_eq(sched_hyperband_bracket_of(&c, 5, &b), 4);
+    cr_assert_eq(sched_hyperband_bracket_of(&c, 5, NULL, &b), 4);
     cr_assert_eq(sched_asha_n_rungs(&b), 4);
     cr_assert_eq(sched_asha_rung_step(&b, 4), 27);
     /* its verdicts are ASHA's */
@@ -228,7 +294,7 @@ Test(sched, hyperband_keys) {
     cr_assert_eq(c.min_steps, 10);
     cr_assert_eq(c.max_steps, 810);
     sched_stop b;
-    cr_assert_eq(sched_hyperband_bracket_of(&c, 0, &b), 4); /* 810 / 10 = 3^4 */
+    cr_assert_eq(sched_hyperband_bracket_of(&c, 0, NULL, &b), 4); /* 810 / 10 = 3^4 */
     cr_assert_eq(sched_asha_rung_step(&b, 1), 10);
     sweep_spec_destroy(&sp);
     sweep_errors_free(&e);

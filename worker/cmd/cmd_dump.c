@@ -1,10 +1,11 @@
 /* cmd_dump — `bfworker dump`: one training step of a config, written out for an outside
  * implementation to check against (tests/test_parity_torch.py):
  *   bfworker dump CONFIG.yaml [--set KEY=VALUE ...] --out DIR [--batch N]
- * opens the data as training does, builds the model from the config's seed,
- * sets the knobs of step 0 as the pipeline would, takes the first training
+ * opens the data as training does, builds the model from the config's seed
+ * (then loads init.from, renamed by init.map, as training does), sets the
+ * knobs of step 0 as the pipeline would, takes the first training
  * batch, runs one training-mode forward and backward and writes into DIR:
- *   model.safetensors    the initial weights, by name (F32)
+ *   model.safetensors    the initial weights (after init.from), by name (F32)
  *   batch.safetensors    "ids", "mask" [B,T] and "targets" ([B] encoder,
  *                        [B,T] lm; -1 = ignored) as F32, and with the budget
  *                        "noise.L" [B,H] per layer: the scaled Gumbel noise
@@ -31,6 +32,7 @@ int dump_write(const bf_config *c, const char *out_dir, int batch, int quiet, ch
 #include "kernels/bk.h"
 #include "kernels/bk_rng.h"
 #include "worker/pipelines/pipe.h"
+#include "worker/io/ckpt.h"
 #include "worker/io/safetensors.h"
 
 /* mkdir -p of path (an existing folder is fine). */
@@ -234,6 +236,36 @@ static int write_json(const model *m, const bf_config *c, int B, const char *pat
     return rc ? -1 : 0;
 }
 
+/* init.from (renamed by init.map) into m's weights, as the training loop's
+ * host does (run/host.c); the report to stderr unless quiet. 0 or -1. */
+static int load_init_from(model *m, const bf_config *c, int quiet, char *err, size_t errlen) {
+    if (!c->init.from[0] && c->init.map[0]) {
+        snprintf(err, errlen, "init.map %s: set without init.from (the map renames its tensors)",
+                 c->init.map);
+        return -1;
+    }
+    if (!c->init.from[0]) return 0;
+    size_t n = m->np.P.numel;
+    float *hp = malloc(n * sizeof(float));
+    char *text = malloc(8192);
+    int rc = -1;
+    if (!hp || !text) {
+        snprintf(err, errlen, "out of memory reading init.from");
+    } else {
+        m->be->to_host(hp, m->np.P.data, n * sizeof(float));
+        ckpt_init_report r;
+        if (ckpt_init_from_map(c->init.from, c->init.map, &m->np.P, hp, &r, text, 8192, err,
+                               errlen) == 0) {
+            m->be->to_device(m->np.P.data, hp, n * sizeof(float));
+            if (!quiet) fprintf(stderr, "%s\n", text);
+            rc = 0;
+        }
+    }
+    free(hp);
+    free(text);
+    return rc;
+}
+
 /* Runs the step of c over `batch` rows (0 = c->train.batch) and writes the
  * files into out_dir (created when missing; files there of the same names
  * are replaced). Progress goes to stderr unless quiet. Returns 0, or -1 with
@@ -271,7 +303,9 @@ int dump_write(const bf_config *conf, const char *out_dir, int batch, int quiet,
     /* the model as the training loop builds it (pipe_loop.c, loop_model) */
     if (model_create(&m, &sh, be, B, err, errlen)) goto out;
     pipe_model_config(&m, &c); /* augmentation, budget range, halting knobs */
-    if (model_init_weights(&m, c.train.seed, err, errlen)) goto out;
+    if (model_init_weights(&m, c.train.seed, err, errlen) ||
+        load_init_from(&m, &c, quiet, err, errlen))
+        goto out;
     /* and its first batch (loop_data, train_step) on one rank */
     data_batcher_opts bo = {.global_batch = B,
                             .seq_len = T,
@@ -326,9 +360,10 @@ out:
 
 static const char *DUMP_USAGE =
     "usage: bfworker dump CONFIG.yaml [--set KEY=VALUE ...] --out DIR [--batch N] [--quiet]\n"
-    "  One training-mode forward and backward of step 0 (the config's seed, the first\n"
-    "  training batch, the knobs of step 0), written for an outside implementation to\n"
-    "  check: DIR/model.safetensors (weights), batch.safetensors (ids, mask, targets,\n"
+    "  One training-mode forward and backward of step 0 (the config's seed and its\n"
+    "  init.from / init.map, the first training batch, the knobs of step 0), written\n"
+    "  for an outside implementation to check:\n"
+    "  DIR/model.safetensors (weights), batch.safetensors (ids, mask, targets,\n"
     "  budget noise.L; vit: ids are the pixels), outputs.safetensors (logits),\n"
     "  grads.safetensors (every parameter's gradient by name), dump.json (losses,\n"
     "  knobs, shape; with avit.enabled the halting knobs, the prior centre used and\n"

@@ -176,9 +176,10 @@ static int train_ranks(int argc, char **argv, comm_t *comm) {
         free(args);
         return CMD_USAGE;
     }
-    /* --force removes the old run's files only once the new run has set up
-     * (data opened, model built, init.from loaded: run/host.c's h_begin), so
-     * a bad input leaves the old run as it was */
+    /* --force writes the new run beside the old one (OUT/.force-new) and
+     * swaps it in when its first checkpoint is written (run/host.c's
+     * swap_in), so a bad input or a run that fails before then leaves the
+     * old run as it was */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_term;

@@ -30,11 +30,13 @@ fail:
     return -1;
 }
 
-/* Rank 0 writes the checkpoint of `step` steps done into dir; then every rank
- * learns whether that worked (an untimed agreement: the others wait while
- * rank 0 writes). Returns 0 or -1 with a message on every rank. */
+/* Rank 0 writes the checkpoint of `step` steps done into dir, then (when
+ * given) calls then(ctx) (--force's swap); then every rank learns whether
+ * that worked (an untimed agreement: the others wait while rank 0 writes).
+ * Returns 0 or -1 with a message on every rank. */
 static int save_checkpoint(comm_t *comm, const char *dir, const pipe_state *ps, const bf_config *c,
-                           char *err, size_t errlen) {
+                           int (*then)(void *ctx, char *err, size_t errlen), void *ctx, char *err,
+                           size_t errlen) {
     int failed = 0;
     const model *m = ps->m;
     const float *dm = ps->adam_m, *dv = ps->adam_v;
@@ -70,6 +72,7 @@ static int save_checkpoint(comm_t *comm, const char *dir, const pipe_state *ps, 
             }
             meta.n_counters = failed ? 0 : ps->n_counters;
             if (!failed) failed = ckpt_save(dir, &m->np.P, hp, hm, hv, &meta, err, errlen) != 0;
+            if (!failed && then) failed = then(ctx, err, errlen) != 0;
         }
         free(cfg_text);
         free(hp);
@@ -178,9 +181,11 @@ fail:
 }
 
 /* init.from: every rank reads the file itself (it is read-only and the same
- * for all) and fills the tensors it names; rank 0 reports what matched. */
-static int init_from(const char *path, const char *map, model *m, int quiet, char *err,
-                     size_t errlen) {
+ * for all) and fills the tensors it names; rank 0 reports what matched.
+ * *bad_input = 1 when the file (or the map) cannot be used: missing, not a
+ * checkpoint, tensors that do not fit; another attempt would read the same. */
+static int init_from(const char *path, const char *map, model *m, int quiet, int *bad_input,
+                     char *err, size_t errlen) {
     size_t n = m->np.P.numel;
     float *hp = malloc(n * sizeof(float));
     char *text = malloc(8192);
@@ -191,7 +196,10 @@ static int init_from(const char *path, const char *map, model *m, int quiet, cha
     }
     m->be->to_host(hp, m->np.P.data, n * sizeof(float));
     ckpt_init_report r;
-    if (ckpt_init_from_map(path, map, &m->np.P, hp, &r, text, 8192, err, errlen)) goto done;
+    if (ckpt_init_from_map(path, map, &m->np.P, hp, &r, text, 8192, err, errlen)) {
+        *bad_input = 1;
+        goto done;
+    }
     m->be->to_device(m->np.P.data, hp, n * sizeof(float));
     if (!quiet) fprintf(stderr, "%s\n", text); /* "init.from PATH: ..." */
     if (r.converted && !quiet)
@@ -215,9 +223,14 @@ typedef struct host_ctx {
     metrics own, *mt;   /* mt: own, or the caller's (a stage of s2s) */
     const char *prefix; /* metric names under this ("teacher/"), or NULL */
     long step_offset;   /* added to every metric step */
-    int force;          /* begin: remove out_dir's old run first (--force) */
+    /* --force: the new run writes into staging (out_dir/.force-new) and
+     * replaces the old run with it once its first checkpoint is written
+     * (swap_in); until then the old run is untouched */
+    const char *final_dir; /* rank 0: where the run belongs; NULL: no swap pending */
+    char staging[4200];
     const data_sets *d; /* begin: its tokenizer is saved, metrics opened (a whole run);
                          * NULL: a stage (its caller owns the metrics) */
+    int bad_input;      /* set when init.from (or init.map) could not be used */
 } host_ctx;
 
 /* "prefix" + name, kept for the process's life (metric names must outlive
@@ -276,9 +289,76 @@ static int h_metric_flush(void *ctx, char *err, size_t errlen) {
     return metrics_status(h->mt, err, errlen);
 }
 
+/* Removes folder dir and the files in it (the staging folder is flat);
+ * missing is fine. 0 or -1 with a message. */
+static int remove_flat_dir(const char *dir, char *err, size_t errlen) {
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT) return 0;
+        snprintf(err, errlen, "--force: cannot open %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    struct dirent *e;
+    char p[4400];
+    int rc = 0;
+    while ((e = readdir(d)) && rc == 0) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        if (unlink(p) != 0 && errno != ENOENT) {
+            snprintf(err, errlen, "--force: cannot remove %s: %s", p, strerror(errno));
+            rc = -1;
+        }
+    }
+    closedir(d);
+    if (rc == 0 && rmdir(dir) != 0 && errno != ENOENT) {
+        snprintf(err, errlen, "--force: cannot remove %s: %s", dir, strerror(errno));
+        rc = -1;
+    }
+    return rc;
+}
+
+/* --force, after the new run's first checkpoint is in staging: the old run's
+ * files go (host_clear_run), the new run's move in beside whatever else the
+ * folder holds (stage folders), and the run goes on in final_dir. The open
+ * metrics.jsonl and event file move with their names. Rank 0 only. */
+static int swap_in(void *ctx, char *err, size_t errlen) {
+    host_ctx *h = ctx;
+    if (!h->final_dir) return 0;
+    if (host_clear_run(h->final_dir, err, errlen)) return -1;
+    DIR *d = opendir(h->staging);
+    if (!d) {
+        snprintf(err, errlen, "--force: cannot open %s: %s", h->staging, strerror(errno));
+        return -1;
+    }
+    struct dirent *e;
+    char from[4600], to[4600];
+    int rc = 0;
+    while ((e = readdir(d)) && rc == 0) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(from, sizeof from, "%s/%s", h->staging, e->d_name);
+        snprintf(to, sizeof to, "%s/%s", h->final_dir, e->d_name);
+        if (rename(from, to) != 0) {
+            snprintf(err, errlen, "--force: cannot move %s to %s: %s", from, to, strerror(errno));
+            rc = -1;
+        }
+    }
+    closedir(d);
+    if (rc) return -1;
+    if (rmdir(h->staging) != 0) {
+        snprintf(err, errlen, "--force: cannot remove %s: %s", h->staging, strerror(errno));
+        return -1;
+    }
+    if (h->mt->path[0]) snprintf(h->mt->path, sizeof h->mt->path, "%s/metrics.jsonl", h->final_dir);
+    h->out_dir = h->resume_dir = h->final_dir;
+    h->final_dir = NULL;
+    return 0;
+}
+
 static int h_save(void *ctx, const bf_config *c, const pipe_state *s, char *err, size_t errlen) {
     host_ctx *h = ctx;
-    return save_checkpoint(h->comm, h->resume_dir, s, c, err, errlen);
+    /* only rank 0 writes, and swaps (the others' folder names go unused) */
+    return save_checkpoint(h->comm, h->resume_dir, s, c, h->final_dir ? swap_in : NULL, h, err,
+                           errlen);
 }
 
 static int h_resume(void *ctx, const bf_config *c, pipe_state *s, int *found, char *err,
@@ -290,13 +370,15 @@ static int h_resume(void *ctx, const bf_config *c, pipe_state *s, int *found, ch
 }
 
 static int h_init_from(void *ctx, const bf_config *c, model *m, char *err, size_t errlen) {
+    host_ctx *h = ctx;
     if (!c->init.from[0] && c->init.map[0]) {
+        h->bad_input = 1;
         snprintf(err, errlen, "init.map %s: set without init.from (the map renames its tensors)",
                  c->init.map);
         return -1;
     }
     if (!c->init.from[0]) return 0;
-    return init_from(c->init.from, c->init.map, m, ((host_ctx *)ctx)->quiet, err, errlen);
+    return init_from(c->init.from, c->init.map, m, h->quiet, &h->bad_input, err, errlen);
 }
 
 /* Writes the resolved config beside the run's other files. */
@@ -322,15 +404,13 @@ static int write_config(const char *dir, const bf_config *c, char *err, size_t e
 }
 
 /* The run has set up: rank 0 makes its folder and writes its first files
- * (after removing the old run's under --force); every rank learns whether
- * that worked. */
+ * (under --force into the staging folder, beside the old run); every rank
+ * learns whether that worked. */
 static int h_begin(void *ctx, const bf_config *c, char *err, size_t errlen) {
     host_ctx *h = ctx;
     int failed = 0;
     if (h->out_dir)
-        failed = make_dirs(h->out_dir, err, errlen) ||
-                 (h->force && host_clear_run(h->out_dir, err, errlen)) ||
-                 write_config(h->out_dir, c, err, errlen) ||
+        failed = make_dirs(h->out_dir, err, errlen) || write_config(h->out_dir, c, err, errlen) ||
                  (h->d && (data_sets_save_tokenizer(h->d, h->out_dir, err, errlen) ||
                            metrics_open(h->mt, h->out_dir, err, errlen)));
     if (comm_world(h->comm) == 1) return failed ? -1 : 0;
@@ -418,7 +498,10 @@ int host_run_stage(const pipe_spec *sp, const bf_config *c, const train_opts *o,
     so.resume = 1; /* a stage folder is its own: continue what a killed run left */
     pipe_host h = make_host(&hc, &so, 1);
     int prc = pipe_train(sp, c, d, &h, o->stop, hc.quiet, r, err, errlen);
-    return prc == 2 ? TRAIN_PREEMPTED : prc == 0 ? TRAIN_OK : TRAIN_ERROR;
+    return prc == 2       ? TRAIN_PREEMPTED
+           : prc == 0     ? TRAIN_OK
+           : hc.bad_input ? TRAIN_INPUT
+                          : TRAIN_ERROR;
 }
 
 int host_make_dirs(const char *path, char *err, size_t errlen) {
@@ -496,21 +579,38 @@ int host_run(const pipe_spec *sp, const bf_config *c, const train_opts *o, train
     host_ctx hc = {.comm = comm,
                    .out_dir = rank == 0 ? o->out_dir : NULL,
                    .resume_dir = o->out_dir,
-                   .quiet = quiet,
-                   .force = o->force};
+                   .quiet = quiet};
     hc.mt = &hc.own;
     metrics_open(hc.mt, NULL, err, errlen); /* no file until the run has set up (h_begin) */
-    if (host_check_init_from(c, o->out_dir, err, errlen)) return TRAIN_ERROR;
+    if (host_check_init_from(c, o->out_dir, err, errlen)) return TRAIN_INPUT;
+    if (o->force && o->out_dir) {
+        snprintf(hc.staging, sizeof hc.staging, "%s/" HOST_FORCE_STAGING, o->out_dir);
+        hc.resume_dir = hc.staging;
+        if (rank == 0) {
+            hc.out_dir = hc.staging;
+            hc.final_dir = o->out_dir;
+            /* what an earlier --force killed before its swap left */
+            if (remove_flat_dir(hc.staging, err, errlen)) return TRAIN_ERROR;
+        }
+    }
     data_sets d;
     if (host_open_data(c, comm, quiet, &d, err, errlen)) return TRAIN_INPUT;
     hc.d = &d;
     pipe_host h = make_host(&hc, o, o->out_dir != NULL);
     int prc = pipe_train(sp, c, &d, &h, o->stop, quiet, r, err, errlen);
-    int rc = prc == 2 ? TRAIN_PREEMPTED : prc == 0 ? TRAIN_OK : TRAIN_ERROR;
-    if (rc == TRAIN_ERROR)
+    int rc = prc == 2       ? TRAIN_PREEMPTED
+             : prc == 0     ? TRAIN_OK
+             : hc.bad_input ? TRAIN_INPUT
+                            : TRAIN_ERROR;
+    if (rc == TRAIN_ERROR || rc == TRAIN_INPUT)
         metrics_close_failed(hc.mt);
     else
         metrics_close(hc.mt);
     data_sets_close(&d);
+    /* --force that failed before its first checkpoint: the old run stays as
+     * it was, and the new one's files go */
+    char e2[512];
+    if (hc.final_dir && remove_flat_dir(hc.staging, e2, sizeof e2) && !quiet)
+        fprintf(stderr, "bfworker: %s\n", e2);
     return rc;
 }

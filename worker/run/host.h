@@ -16,15 +16,22 @@
 typedef struct train_opts {
     const char *out_dir;         /* metrics.jsonl, config.yaml, checkpoint; NULL = none */
     int resume;                  /* continue from out_dir's checkpoint when it exists */
-    int force;                   /* start over: out_dir's old run is removed (host_clear_run)
-                                  * once the new one has set up, before its first write */
+    int force;                   /* start over: the new run writes into out_dir/.force-new
+                                  * (HOST_FORCE_STAGING) and replaces the old run with it
+                                  * when its first checkpoint is written; a run that fails
+                                  * before leaves the old one as it was (s2s: the old run's
+                                  * stream is removed once its inputs are checked) */
     int quiet;                   /* no progress lines on stderr */
     volatile sig_atomic_t *stop; /* set by SIGTERM: checkpoint and return TRAIN_PREEMPTED */
     comm_t *comm;                /* ranks of a data-parallel run (borrowed); NULL = one process */
 } train_opts;
 
-/* TRAIN_INPUT: the data (or the config) cannot be used; running again cannot
- * help (bfd does not retry it). TRAIN_ERROR: anything else. */
+/* --force's staging folder inside --out (docs/checkpoints.md) */
+#define HOST_FORCE_STAGING ".force-new"
+
+/* TRAIN_INPUT: the data, init.from / init.map (missing, not a checkpoint,
+ * tensors that do not fit, inside --out) or the config cannot be used;
+ * running again cannot help (bfd does not retry it). TRAIN_ERROR: anything else. */
 enum { TRAIN_OK = 0, TRAIN_ERROR = -1, TRAIN_INPUT = -3, TRAIN_PREEMPTED = 2 };
 
 /* Trains pipeline sp per c into o->out_dir; returns TRAIN_OK, TRAIN_PREEMPTED (stopped by *o->stop

@@ -110,7 +110,7 @@ static int run_train_stage(s2s_ctx *x, int i, const pipe_spec *sp, const bf_conf
     train_stage ts = {x->dir[i], x->prefix[i], x->offset, &x->mt};
     train_result r;
     int rc = host_run_stage(sp, sc, x->o, &ts, &x->d, &r, err, errlen);
-    if (rc == TRAIN_ERROR) {
+    if (rc == TRAIN_ERROR || rc == TRAIN_INPUT) {
         char e2[1024];
         snprintf(e2, sizeof e2, "%s", err);
         snprintf(err, errlen, "stage %s: %s", x->st[i].name, e2);
@@ -385,13 +385,16 @@ int s2s_run(const bf_config *c, const train_opts *o, train_result *r, char *err,
     bf_config dc = stage_config(x, ST_TEACHER);
     if (host_check_init_from(c, o->out_dir, err, errlen)) {
         free(x);
-        return TRAIN_ERROR;
+        return TRAIN_INPUT;
     }
-    if ((x->rank == 0 &&
-         (host_make_dirs(o->out_dir, err, errlen) || host_make_dirs(x->root, err, errlen))) ||
-        host_open_data(&dc, o->comm, x->quiet, &x->d, err, errlen)) {
+    if (x->rank == 0 &&
+        (host_make_dirs(o->out_dir, err, errlen) || host_make_dirs(x->root, err, errlen))) {
         free(x);
         return TRAIN_ERROR;
+    }
+    if (host_open_data(&dc, o->comm, x->quiet, &x->d, err, errlen)) {
+        free(x);
+        return TRAIN_INPUT; /* as host_run's: the data cannot be used */
     }
     /* the stages a --stage run needs are done, the data opened: only now is
      * the old run's stream removed (--force) and a new one begun */
@@ -425,7 +428,7 @@ int s2s_run(const bf_config *c, const train_opts *o, train_result *r, char *err,
                     x->dir[i]);
         int src = run_one(x, i, err, errlen);
         if (src != TRAIN_OK) {
-            rc = src == TRAIN_PREEMPTED ? TRAIN_PREEMPTED : TRAIN_ERROR;
+            rc = src == TRAIN_PREEMPTED || src == TRAIN_INPUT ? src : TRAIN_ERROR;
             goto out;
         }
         if (mark_done(x, i, err, errlen)) goto out;
@@ -438,7 +441,7 @@ int s2s_run(const bf_config *c, const train_opts *o, train_result *r, char *err,
         r->test.acc = x->acc_student;
     }
 out:
-    if (rc == TRAIN_ERROR)
+    if (rc == TRAIN_ERROR || rc == TRAIN_INPUT)
         metrics_close_failed(&x->mt); /* a run that failed before its first point leaves none */
     else
         metrics_close(&x->mt);
