@@ -215,8 +215,9 @@ typedef struct bk_halt_args {
 } bk_halt_args;
 
 /* Doubles of the per-layer sums halt_forward adds (hstats): psum[L] (the sum
- * over the active patch tokens of p: paper, the gate's score h at every layer,
- * the last included (NVlabs' halting_score_layer); spend, h while running and
+ * over the patch tokens of p: paper, the gate's score h of every patch token,
+ * halted or not, at every layer, the last included (NVlabs'
+ * halting_score_layer); over the active ones, spend, h while running and
  * the remainder where it halts), keep[L] (active patch tokens), then one slot
  * for the sum of the remainders at halting. */
 #define BK_HALT_STATS(L) (2 * (size_t)(L) + 1)
@@ -506,7 +507,9 @@ typedef struct bk_backend {
      * gate's score s = sigmoid(gamma t[b,k,0] - centre) (class token: 0),
      * h = s (last layer: 1), cum += h, and when cum >= 1 - eps the token
      * halts here (at = layer, next = 0) else rem -= h, next = 1. Inactive
-     * tokens: h = 0, next = 0, state unchanged. h[B,T] keeps s for the
+     * tokens: next = 0, state unchanged, h = 0 (spend) or, paper, their
+     * score s on their row as it stands, added to psum (NVlabs' q is the
+     * mean over every token, halted or not). h[B,T] keeps s for the
      * backward (at the last layer too); cum, rem [B,T] (start 0 and 1; rem
      * ends as the remainder R), at[B,T] (start -1: not yet halted),
      * next[B,T] (this layer's output mask; may not alias mask). hstats
@@ -524,7 +527,7 @@ typedef struct bk_backend {
     void (*halt_loss)(double *stats, float *dldp, const double *hstats, const bk_halt_loss_args *a);
     /* dt[b,k,0] += gamma h (1 - h) g for the patch tokens of this layer: paper,
      * g = dldp[layer] (+ pgrad while still running after it, at > layer) for
-     * every token active here (at >= layer); spend, g = dldp[layer] -
+     * every patch token (halted ones too: their score is in q); spend, g = dldp[layer] -
      * dldp[at] + pgrad for at > layer. pgrad = -ponder_weight / tokens (the
      * remainder's share of the ponder cost). */
     void (*halt_backward)(float *dt, const float *h, const int *at, const float *dldp, float pgrad,

@@ -56,8 +56,17 @@ static inline BK_HD float bk_halt_grad(int at, const float *dldp, float pgrad,
                                        const bk_halt_args *a) {
     int l = a->layer;
     if (a->spend) return at > l ? dldp[l] - dldp[at] + pgrad : 0.0f;
-    if (at < l) return 0.0f;
+    /* paper: every patch token's score is in q_l, halted ones too (their
+     * rows stay as they were when they halted) */
     return dldp[l] + (at > l ? pgrad : 0.0f);
+}
+
+/* The paper prior's share of a patch token that halted before this layer
+ * (or is masked): its gate's score on its row as it stands (NVlabs' code
+ * averages h over every token, halted or not, so q keeps a gradient when a
+ * layer has no active token); the spend prior reads nothing of it. */
+static inline BK_HD float bk_halt_inactive_score(float t0, const bk_halt_args *a) {
+    return a->spend ? 0.0f : bk_halt_gate(t0, a);
 }
 
 /* The ACT output weight of a token at this layer (halt_act_forward). */

@@ -27,7 +27,8 @@ void bk_cpu_halt_forward(float *h, float *next, float *cum, float *rem, int *at,
         for (int k = 0; k < a->T; k++) {
             size_t i = (size_t)b * a->T + k;
             if (!(mask[i] > 0)) {
-                h[i] = 0;
+                h[i] = k > 0 ? bk_halt_inactive_score(t[i * a->C], a) : 0.0f;
+                psum += h[i];
                 next[i] = 0;
                 continue;
             }

@@ -63,7 +63,10 @@ static void gate_follows_act(int spend) {
     if (spend)
         cr_expect_float_eq(hs[2], 1 - 2 * h3, 1e-6);
     else
-        cr_expect_float_eq(hs[2], h3, 1e-6, "paper: the last layer's gate score, as NVlabs");
+        cr_expect_float_eq(hs[2], h1 + h2 + h3, 1e-6,
+                           "paper: the last layer's gate score of every patch token, the "
+                           "halted ones' too, as NVlabs");
+    cr_expect_float_eq(h[1], spend ? 0 : h1, 1e-6, "a halted token's score: paper only");
     cr_expect_float_eq(h[3], h3, 1e-6, "h keeps the gate's score at the last layer");
     /* ponder = (keep + remainders) / tokens */
     double st[BK_STAT_SLOTS] = {0};

@@ -435,8 +435,9 @@ class ViT(nn.Module):
     changing). Losses: ponder_weight * mean over patch tokens of rho = N + R
     (N = layers it ran), and prior_weight * KL(prior || q) (A-ViT eq. 10 and
     NVlabs' code): q_l = the batch's mean halting score at layer l (the gate's
-    sigmoid of the patch tokens active there, the last layer's too, before
-    ACT replaces it by 1), normalised over layers and clamped to
+    sigmoid of every patch token, halted ones too as NVlabs' code averages
+    over all tokens, the last layer's too, before ACT replaces it by 1),
+    normalised over layers and clamped to
     [0.01, 0.99]; the prior a Gaussian over layers 0..L-1 (std 1 layer)
     centred where the retention asked puts it (prior_centre below, from
     design.md, not from bf; plus the pipeline's retention-control shift, a
@@ -500,10 +501,10 @@ class ViT(nn.Module):
                 keys = torch.ones_like(active) if mutant == "keys" else active
                 x = self.block(blk, x, active, keys)
                 run = active[:, 1:] > 0
-                score = torch.sigmoid(gamma * x[:, 1:, 0] - g)
+                every = torch.sigmoid(gamma * x[:, 1:, 0] - g)
                 if mutant == "halt_grad":
-                    score = score.detach()
-                score = torch.where(run, score, torch.zeros_like(score))
+                    every = every.detach()
+                score = torch.where(run, every, torch.zeros_like(every))
                 # ACT uses h = 1 at the last layer; the prior reads the gate's score there too
                 h = torch.where(run, torch.ones_like(score), score) if l == L - 1 else score
                 cum = cum + h.detach()
@@ -519,7 +520,8 @@ class ViT(nn.Module):
                 out = out + w.unsqueeze(-1) * x[:, 1:]
                 rem = torch.where(run & ~stop, rem - h, rem)
                 halted_at = torch.where(stop, torch.full_like(halted_at, l), halted_at)
-                psum.append(h.sum() if mutant == "last_score" and l == L - 1 else score.sum())
+                # NVlabs' q: the mean score over every patch token, halted ones too
+                psum.append(h.sum() if mutant == "last_score" and l == L - 1 else every.sum())
                 keep.append(int(run.sum()))
                 active = torch.cat([one, (run & ~stop).to(x.dtype)], 1)
             psum_t = torch.stack(psum)

@@ -62,7 +62,8 @@ __global__ void halt_forward_kernel(float *h, float *next, float *cum, float *re
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         if (!(mask[i] > 0)) {
-            h[i] = 0;
+            h[i] = i % a.T ? bk_halt_inactive_score(t[i * a.C], &a) : 0.0f;
+            v[0] += h[i];
             next[i] = 0;
             continue;
         }
