@@ -48,7 +48,9 @@ TestSuite(it_stages, .init = setup, .fini = teardown, .timeout = 300);
 /* g_dir/NAME.yaml: two trials (bimamba, bilstm) of one tiny s2s config;
  * avit_steps sizes the shared avit stage, tolerance its avit.tolerance
  * (wide: a tiny model misses 0.7 by about 0.07 on the stratified
- * validation images). Returns the path. */
+ * validation images) with the spend prior, which settles in a run this
+ * short (design.md's, the default, swings between layers there; see
+ * test_it_vit). Returns the path. */
 static const char *write_sweep_tol(const char *name, int avit_steps, const char *mixers,
                                    double tolerance) {
     static char p[512];
@@ -61,7 +63,7 @@ static const char *write_sweep_tol(const char *name, int avit_steps, const char 
             "       test_images: %s/test-images, test_labels: %s/test-labels, val_fraction: 0.1}\n"
             "model: {patch: 4, layers: 3, d_model: 16, heads: 2}\n"
             "train: {steps: 60, batch: 16, lr: 3.0e-3, warmup: 5, eval_every: 0, log_every: 10}\n"
-            "avit: {steps: %d, retention: 0.7, tolerance: %g}\n"
+            "avit: {steps: %d, retention: 0.7, tolerance: %g, prior: spend}\n"
             "distill: {replace_layers: 'auto:1', stage1_steps: 10, stage2_steps: 10}\n"
             "sweep:\n  parameters:\n    distill.mixer: {values: %s}\n"
             "metric: {name: eval/student/test/acc, goal: max}\n",
