@@ -18,6 +18,8 @@
 #                                      random; 0 removes the rule)
 #   cluster_local.sh down DIR          ends every process of every node,
 #                                      removes the namespaces and links
+#   cluster_local.sh probe             exit 0 where a box can be made here,
+#                                      77 (with the reason) where not
 #
 # Node K is PREFIXK (PREFIX from BF_CLUSTER_PREFIX, default bfnode) at
 # 198.18.0.K/24 with no route out of the subnet; the bridge lives in the
@@ -185,6 +187,20 @@ table netdev bfbox_loss {
     chain out { type filter hook egress device "eth0" priority 0; numgen random mod 100 < $pct drop; }
 }
 EOF
+    exit 0
+    ;;
+probe)
+    [ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces)"
+    for p in ip unshare nsenter nft munged slurmctld slurmd sinfo sbatch srun scontrol scancel; do
+        command -v "$p" >/dev/null 2>&1 ||
+            skip "$p not found (apt-get install iproute2 util-linux nftables slurm-wlm munge)"
+    done
+    probe=bfprobe$$
+    err=$(ip netns add "$probe" 2>&1) || skip "ip netns add refused: $err"
+    ok=1
+    err=$(nsenter --net="/run/netns/$probe" unshare --uts --mount hostname "$probe" 2>&1) || ok=0
+    ip netns del "$probe" 2>/dev/null || true
+    [ $ok -eq 1 ] || skip "UTS/mount namespaces refused: $err"
     exit 0
     ;;
 up) ;;

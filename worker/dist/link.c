@@ -23,6 +23,7 @@
 
 struct link_t {
     void *ctx, *sock;
+    void *mon; /* PAIR of the socket monitor while saying hello over tcp:// (else NULL) */
     int64_t trial;
     char token[PROTO_TOKEN_LEN + 1];
     int attempt;
@@ -65,7 +66,38 @@ static int send_msg(link_t *l, const char *type, json_t *body) {
     return proto_send(l->sock, NULL, NULL, type, body, ZMQ_DONTWAIT, err, sizeof err);
 }
 
+/* Reads one event off the monitor: its value (the ZAP status, e.g. 400)
+ * when it is a failed authentication, else 0. */
+static int monitor_auth_failed(void *mon) {
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    int status = 0;
+    if (zmq_msg_recv(&m, mon, ZMQ_DONTWAIT) == 6) {
+        uint16_t ev;
+        uint32_t val;
+        memcpy(&ev, zmq_msg_data(&m), 2);
+        memcpy(&val, (char *)zmq_msg_data(&m) + 2, 4);
+        if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) status = val ? (int)val : 1;
+    }
+    /* the event's second frame: the endpoint */
+    while (zmq_msg_more(&m)) {
+        zmq_msg_close(&m);
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, mon, ZMQ_DONTWAIT) < 0) break;
+    }
+    zmq_msg_close(&m);
+    return status;
+}
+
+static void stop_monitor(link_t *l) {
+    if (!l->mon) return;
+    zmq_socket_monitor(l->sock, NULL, 0);
+    zmq_close(l->mon);
+    l->mon = NULL;
+}
+
 int link_open(link_t **out, const link_opts *o, char *err, size_t errlen) {
+    int rc_refused = -1;
     *out = NULL;
     if (strlen(o->token) != PROTO_TOKEN_LEN)
         return bf_fail(err, errlen, "--token must be %d hex digits", PROTO_TOKEN_LEN);
@@ -97,8 +129,18 @@ int link_open(link_t **out, const link_opts *o, char *err, size_t errlen) {
         bf_fail(err, errlen, "zmq_setsockopt: %s", zmq_strerror(zmq_errno()));
         goto bad;
     }
-    if (strncmp(o->endpoint, "tcp://", 6) == 0 && proto_curve_client(l->sock, err, errlen))
-        goto bad;
+    if (strncmp(o->endpoint, "tcp://", 6) == 0) {
+        if (proto_curve_client(l->sock, err, errlen)) goto bad;
+        /* a CURVE key bfd's ZAP handler refuses shows only as a handshake
+         * event: watch for it, so the worker says so rather than time out */
+        char mep[64];
+        snprintf(mep, sizeof mep, "inproc://bf-link-monitor-%p", (void *)l);
+        if (zmq_socket_monitor(l->sock, mep, ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0 ||
+            !(l->mon = zmq_socket(l->ctx, ZMQ_PAIR)) || zmq_connect(l->mon, mep) != 0) {
+            bf_fail(err, errlen, "zmq_socket_monitor: %s", zmq_strerror(zmq_errno()));
+            goto bad;
+        }
+    }
     if (zmq_connect(l->sock, o->endpoint) != 0) {
         bf_fail(err, errlen, "zmq_connect(%s): %s", o->endpoint, zmq_strerror(zmq_errno()));
         goto bad;
@@ -119,12 +161,23 @@ int link_open(link_t **out, const link_opts *o, char *err, size_t errlen) {
             if (send_msg(l, "hello", b) == 0) last_send = t;
             json_decref(b);
         }
-        zmq_pollitem_t it = {l->sock, 0, ZMQ_POLLIN, 0};
-        if (zmq_poll(&it, 1, 100) < 0 && zmq_errno() != EINTR) {
+        zmq_pollitem_t it[2] = {{l->sock, 0, ZMQ_POLLIN, 0}, {l->mon, 0, ZMQ_POLLIN, 0}};
+        if (zmq_poll(it, l->mon ? 2 : 1, 100) < 0 && zmq_errno() != EINTR) {
             bf_fail(err, errlen, "zmq_poll: %s", zmq_strerror(zmq_errno()));
             goto bad;
         }
-        if (!(it.revents & ZMQ_POLLIN)) continue;
+        int status = l->mon && (it[1].revents & ZMQ_POLLIN) ? monitor_auth_failed(l->mon) : 0;
+        if (status) {
+            const char *kp = getenv("BF_CURVE_KEY");
+            bf_fail(err, errlen,
+                    "bfd at %s refused this worker's CURVE key (BF_CURVE_KEY=%s, ZAP status "
+                    "%d): its public key is not in bfd's curve/clients/ (bfd keygen --client "
+                    "NAME there, or copy NAME.pub into it)",
+                    o->endpoint, kp ? kp : "", status);
+            rc_refused = -2;
+            goto bad;
+        }
+        if (!(it[0].revents & ZMQ_POLLIN)) continue;
         proto_msg m;
         memset(&m, 0, sizeof m);
         proto_code code;
@@ -169,11 +222,12 @@ int link_open(link_t **out, const link_opts *o, char *err, size_t errlen) {
         }
         break;
     }
+    stop_monitor(l);
     *out = l;
     return 0;
 bad:
     link_destroy(&l);
-    return -1;
+    return rc_refused;
 }
 
 const char *link_config(const link_t *l) { return l->config; }
@@ -372,6 +426,7 @@ void link_destroy(link_t **lp) {
         char err[64];
         link_finish(l, "failed", 1, "worker ended", 0, err, sizeof err);
     }
+    if (l->sock) stop_monitor(l);
     if (l->sock) zmq_close(l->sock);
     if (l->ctx) zmq_ctx_term(l->ctx);
     if (l->fd >= 0) close(l->fd);

@@ -28,7 +28,9 @@ typedef struct link_opts {
 } link_opts;
 
 /* Connects and fetches the config. *out owns a copy of the config text
- * (link_config). Returns 0, or -1 with a message (bad token, timeout). */
+ * (link_config). Returns 0, or -1 with a message (bad token, timeout), or
+ * -2 when bfd refused this worker's CURVE key (its ZAP handler: the key is
+ * not in curve/clients/), which another attempt would meet too. */
 int link_open(link_t **out, const link_opts *o, char *err, size_t errlen);
 
 /* The resolved config text from bfd's `config` reply. */
