@@ -258,9 +258,13 @@ for k in $(seq 1 "$n"); do
     # the holder keeps the node's hostname and its /etc/hosts; 'exec' joins it
     # (nsenter, not 'ip netns exec': that remounts /sys without the cgroup
     # filesystem slurmd needs)
-    setsid nsenter --net="/run/netns/$node" unshare --uts --mount --propagation unchanged \
-        sh -c 'hostname "$1" && mount --bind "$2" /etc/hosts && exec sleep 2147483647' \
-        sh "$node" "$dir/hosts" </dev/null >"$dir/holder-$node.log" 2>&1 &
+    # DIR/tmp is each node's own local disk (Slurm's TmpFS: PMIx keeps its
+    # per-step folders there, which must not be shared between nodes)
+    mkdir -p "$dir/local/$node" "$dir/tmp"
+    setsid nsenter --net="/run/netns/$node" unshare --uts --mount --propagation slave \
+        sh -c 'hostname "$1" && mount --bind "$2" /etc/hosts &&
+            mount --bind "$3" "$4" && exec sleep 2147483647' \
+        sh "$node" "$dir/hosts" "$dir/local/$node" "$dir/tmp" </dev/null >"$dir/holder-$node.log" 2>&1 &
     echo "$! $dir" >"$rundir/$node"
 done
 # every holder has its hostname
@@ -326,6 +330,7 @@ JobCompType=jobcomp/none
 MinJobAge=600
 KillWait=5
 InactiveLimit=0
+TmpFS=$dir/tmp
 MaxArraySize=${BF_CLUSTER_MAX_ARRAY:-1001}
 EOF
     for k in $(seq 2 "$n"); do

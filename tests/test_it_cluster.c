@@ -17,6 +17,7 @@
  * box cannot be made: network namespaces refused, not root, or Slurm, munge
  * or nftables not installed. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -233,8 +234,8 @@ Test(cluster, sweep_placed_on_two_nodes_over_tcp_and_curve) {
         on3 += !strcmp(h, n3);
     }
     cr_assert_eq(on2 + on3, 4, "every trial runs on a compute node (%s, %s)", n2, n3);
-    cr_assert(on2 > 0 && on3 > 0, "Slurm placed all 4 trials on one node (%d on %s, %d on %s)",
-              on2, n2, on3, n3);
+    cr_assert(on2 > 0 && on3 > 0, "Slurm placed all 4 trials on one node (%d on %s, %d on %s)", on2,
+              n2, on3, n3);
     fprintf(stderr, "cluster sweep: 4 trials x 30 steps on %s (%d) and %s (%d) in %.1f s\n", n2,
             on2, n3, on3, took);
 }
@@ -266,6 +267,108 @@ Test(cluster, worker_with_an_unknown_curve_key_is_refused) {
     cr_assert(strstr(out, "not retried"), "show t1: a key error is not retried: %s", out);
     fprintf(stderr, "unknown CURVE key: trial FAILED %.1f s after submit: %s\n", took,
             strstr(out, "failed:") ? strstr(out, "failed:") : out);
+}
+
+/* The values of name in trial's stored points, by step (steps[i], vals[i]). */
+static int points_of(long long trial, const char *name, long long *steps, double *vals, int cap) {
+    sqlite3 *db = it_db_open(g_home);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(db,
+                                    "SELECT m.step, m.value FROM metrics m JOIN metric_names n"
+                                    " ON n.id = m.name WHERE m.trial = ?1 AND n.name = ?2"
+                                    " ORDER BY m.step",
+                                    -1, &st, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(db));
+    sqlite3_bind_int64(st, 1, trial);
+    sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+    int n = 0;
+    while (sqlite3_step(st) == SQLITE_ROW && n < cap) {
+        steps[n] = sqlite3_column_int64(st, 0);
+        vals[n++] = sqlite3_column_double(st, 1);
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return n;
+}
+
+/* Slurm's NodeList of trial's attempt-1 job, asked on node 1. */
+static void slurm_nodelist(long long trial, char *out, size_t len) {
+    char id[32] = "", cmd[1200], n1[40], p[512], ln[1024], want[96];
+    snprintf(p, sizeof p, "%s/bfd.log", g_dir);
+    snprintf(want, sizeof want, "trial %lld attempt 1: submitted to Slurm as job ", trial);
+    FILE *f = fopen(p, "r");
+    cr_assert(f);
+    while (fgets(ln, sizeof ln, f)) {
+        char *s = strstr(ln, want);
+        if (s)
+            snprintf(id, sizeof id, "%.*s", (int)strspn(s + strlen(want), "0123456789"),
+                     s + strlen(want));
+    }
+    fclose(f);
+    cr_assert(id[0], "no Slurm job of trial %lld", trial);
+    node(n1, sizeof n1, 1);
+    snprintf(cmd, sizeof cmd,
+             "sh " CLUSTER " exec %s scontrol show job -o %s | grep -o ' NodeList=[^ ]*'", n1, id);
+    FILE *pp = popen(cmd, "r");
+    cr_assert(pp);
+    char line[256] = "";
+    if (!fgets(line, sizeof line, pp)) line[0] = '\0';
+    pclose(pp);
+    line[strcspn(line, "\n")] = '\0';
+    cr_assert(!strncmp(line, " NodeList=", 10), "scontrol: no NodeList for job %s", id);
+    snprintf(out, len, "%s", line + 10);
+}
+
+Test(cluster, two_rank_trial_across_two_nodes_equals_one_node) {
+    box_up();
+    keygen(NULL);
+    keygen("worker");
+    it_write_text(tmpdir_path(g_home, "bfd.yaml"),
+                  "launcher: slurm\nslots: 4\nslurm_poll: 0.5\nslurm_mpi: pmix\n"
+                  "heartbeat_timeout: 30\nheartbeat_interval: 0.2\nkill_grace: 3\n",
+                  0644);
+    start_bfd("worker");
+    const char *two = it_write_sweep(g_dir, "two-nodes", 1, 40,
+                                     "resources: {ranks: 2, nodes: 2, time_limit: 10m}\n");
+    cr_assert_eq(it_submit(g_dir, two), 1);
+    const char *one = it_write_sweep(g_dir, "one-node", 1, 40,
+                                     "resources: {ranks: 2, nodes: 1, time_limit: 10m}\n");
+    cr_assert_eq(it_submit(g_dir, one), 2);
+    double t0 = it_now_s();
+    cr_assert_eq(ctl(NULL, 0, "wait 1"), 0, "the 2-node trial failed (see %s/logs/1.log)", g_home);
+    cr_assert_eq(ctl(NULL, 0, "wait 2"), 0, "the 1-node trial failed (see %s/logs/2.log)", g_home);
+    double took = it_now_s() - t0;
+    char nl1[256], nl2[256], n2[40], n3[40], both[128];
+    slurm_nodelist(1, nl1, sizeof nl1);
+    slurm_nodelist(2, nl2, sizeof nl2);
+    node(n2, sizeof n2, 2);
+    node(n3, sizeof n3, 3);
+    snprintf(both, sizeof both, "%s[2-3]", g_prefix);
+    cr_assert_str_eq(nl1, both, "the nodes: 2 trial ran on %s", nl1);
+    cr_assert(!strcmp(nl2, n2) || !strcmp(nl2, n3), "the nodes: 1 trial ran on %s", nl2);
+    /* the batch script chose MPI's network from bfd's address */
+    char *script = it_slurp(tmpdir_path(g_home, "trials/1/slurm.sh"), NULL);
+    cr_assert(script && strstr(script, "#SBATCH --nodes=2"), "%s", script ? script : "");
+    cr_assert(strstr(script, "OMPI_MCA_btl_tcp_if_include:=198.18.0.0/24"), "%s", script);
+    free(script);
+    long long s1[64], s2[64];
+    double v1[64], v2[64];
+    int k1 = points_of(1, "train/loss", s1, v1, 64), k2 = points_of(2, "train/loss", s2, v2, 64);
+    cr_assert_eq(k1, 40 / 5);
+    cr_assert_eq(k2, k1);
+    double worst = 0;
+    for (int i = 0; i < k1; i++) {
+        cr_assert_eq(s1[i], s2[i]);
+        double rel = fabs(v1[i] - v2[i]) / fmax(fabs(v2[i]), 1e-30);
+        if (rel > worst) worst = rel;
+        cr_assert(rel <= 1e-6, "step %lld: loss %.9g on 2 nodes, %.9g on 1 node (rel %.2g)", s1[i],
+                  v1[i], v2[i], rel);
+    }
+    check_exactly_once(1, 40 / 5);
+    fprintf(stderr,
+            "2 ranks on 2 nodes (%s) vs 1 node (%s): %d train/loss points, worst relative "
+            "difference %.3g; both trials %.1f s\n",
+            nl1, nl2, k1, worst, took);
 }
 
 /* Criterion's main, after the probe: 77 (skipped) where no box can be made. */
