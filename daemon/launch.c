@@ -262,6 +262,21 @@ static int mark_launched(bfd *d, const store_trial *t, int stage, const char *st
     return 0;
 }
 
+/* Writes out/PROTO_ATTEMPT_FILE = attempt (through a temporary and a
+ * rename): an older attempt's worker still running somewhere (a node bfd
+ * can no longer reach) sees it and ends itself. */
+static int write_fence(const char *out, int attempt, char *err, size_t errlen) {
+    char p[1300], tmp[1310];
+    snprintf(p, sizeof p, "%s/" PROTO_ATTEMPT_FILE, out);
+    snprintf(tmp, sizeof tmp, "%s.tmp", p);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return bf_fail(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+    int bad = fprintf(f, "%d\n", attempt) < 0;
+    if (fclose(f) != 0 || bad || rename(tmp, p) != 0)
+        return bf_fail(err, errlen, "cannot write %s: %s", p, strerror(errno));
+    return 0;
+}
+
 /* Starts one attempt of trial t (PENDING) on the given GPUs; stage >= 0:
  * an attempt that runs only that stage of the trial's s2s plan. */
 int launch(bfd *d, const store_trial *t, const store_job *j, const int *gpus, int ng, int stage) {
@@ -275,6 +290,10 @@ int launch(bfd *d, const store_trial *t, const store_job *j, const int *gpus, in
     snprintf(logs, sizeof logs, "%s/logs", d->o->home);
     snprintf(logp, sizeof logp, "%s/%lld.log", logs, (long long)t->id);
     if (make_dir(logs, 0700, err, sizeof err) || make_dir(out, 0700, err, sizeof err)) {
+        bfd_log("trial %lld: %s", (long long)t->id, err);
+        return -1;
+    }
+    if (write_fence(out, t->attempts + 1, err, sizeof err)) {
         bfd_log("trial %lld: %s", (long long)t->id, err);
         return -1;
     }

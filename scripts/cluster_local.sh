@@ -16,6 +16,9 @@
 #   cluster_local.sh loss NODE PERCENT  drop PERCENT % of NODE's packets in
 #                                      each direction (nftables numgen
 #                                      random; 0 removes the rule)
+#   cluster_local.sh kill NODE         the node dies: kill -9 of every process
+#                                      on it (slurmd, its jobs) but the
+#                                      namespace holder
 #   cluster_local.sh down DIR          ends every process of every node,
 #                                      removes the namespaces and links
 #   cluster_local.sh probe             exit 0 where a box can be made here,
@@ -165,6 +168,14 @@ EOF
     off) ip netns exec "$prefix-br" nft delete table bridge "$t" 2>/dev/null || true ;;
     *) usage ;;
     esac
+    exit 0
+    ;;
+kill)
+    [ $# -eq 1 ] || usage
+    hpid=$(holder "$1")
+    pids=$(ip netns pids "$1" | grep -vx "$hpid" || true)
+    # shellcheck disable=SC2086
+    [ -z "$pids" ] || kill -9 $pids 2>/dev/null || true
     exit 0
     ;;
 loss)

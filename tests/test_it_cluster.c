@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "it_bfd.h"
+#include "protocol/proto.h"
 
 #define CLUSTER BF_SOURCE_DIR "/scripts/cluster_local.sh"
 #define BFD_ADDR "198.18.0.1"
@@ -50,7 +51,7 @@ static void start_watchdog(void) {
         snprintf(cmd, sizeof cmd, "BF_CLUSTER_PREFIX=%s sh " CLUSTER " down %s >/dev/null 2>&1",
                  g_prefix, g_box);
         if (system(cmd) != 0) _exit(1);
-        tmpdir_remove(g_dir);
+        if (!getenv("BF_IT_KEEP")) tmpdir_remove(g_dir);
         _exit(0);
     }
 }
@@ -77,7 +78,11 @@ static void teardown(void) {
         if (system(cmd) != 0) fprintf(stderr, "cluster_local.sh down failed\n");
         g_up = 0;
     }
-    if (tmpdir_remove(g_dir) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+    /* BF_IT_KEEP=1 keeps the folder (logs, store) for a look after a failure */
+    if (getenv("BF_IT_KEEP"))
+        fprintf(stderr, "kept %s\n", g_dir);
+    else if (tmpdir_remove(g_dir) != 0)
+        fprintf(stderr, "could not remove %s\n", g_dir);
     if (g_watchdog > 0) {
         kill(g_watchdog, SIGKILL);
         waitpid(g_watchdog, NULL, 0);
@@ -369,6 +374,293 @@ Test(cluster, two_rank_trial_across_two_nodes_equals_one_node) {
             "2 ranks on 2 nodes (%s) vs 1 node (%s): %d train/loss points, worst relative "
             "difference %.3g; both trials %.1f s\n",
             nl1, nl2, k1, worst, took);
+}
+
+/* ------------------------------------------------------------------ faults */
+
+/* `cluster_local.sh ARGS` must succeed. */
+static void box(const char *args) {
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "sh " CLUSTER " %s >> %s/cluster.out 2>&1", args, g_dir);
+    cr_assert_eq(system(cmd), 0, "cluster_local.sh %s failed (see %s/cluster.out)", args, g_dir);
+}
+
+/* Every line of trial's metrics.jsonl (seq = line number) is stored with
+ * exactly its values, and nothing else is stored for it. cut_ok: a line a
+ * killed worker cut short counts as a line with no values. */
+static void check_store_equals_file(long long trial, int cut_ok) {
+    char p[512], line[8192];
+    snprintf(p, sizeof p, "%s/trials/%lld/metrics.jsonl", g_home, trial);
+    FILE *f = fopen(p, "r");
+    cr_assert(f, "no %s", p);
+    sqlite3 *db = it_db_open(g_home);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(db,
+                                    "SELECT m.value FROM metrics m JOIN metric_names n"
+                                    " ON n.id = m.name WHERE m.trial = ?1 AND m.seq = ?2"
+                                    " AND n.name = ?3",
+                                    -1, &st, NULL),
+                 SQLITE_OK);
+    long long seq = 0, values = 0;
+    while (fgets(line, sizeof line, f)) {
+        seq++;
+        json_error_t je;
+        json_t *o = json_loads(line, 0, &je);
+        if (!o && cut_ok) continue;
+        cr_assert(o, "%s:%lld: %s", p, seq, je.text);
+        const char *k;
+        json_t *v;
+        json_object_foreach(o, k, v) {
+            if (!strcmp(k, "step") || !strcmp(k, "time") || !json_is_number(v)) continue;
+            values++;
+            sqlite3_reset(st);
+            sqlite3_bind_int64(st, 1, trial);
+            sqlite3_bind_int64(st, 2, seq);
+            sqlite3_bind_text(st, 3, k, -1, SQLITE_TRANSIENT);
+            cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "trial %lld seq %lld %s: not stored", trial,
+                         seq, k);
+            cr_assert_eq(sqlite3_column_double(st, 0), json_number_value(v),
+                         "trial %lld seq %lld %s: stored %.17g, the file says %.17g", trial, seq, k,
+                         sqlite3_column_double(st, 0), json_number_value(v));
+        }
+        json_decref(o);
+    }
+    fclose(f);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM metrics WHERE trial = ?1", trial), values,
+                 "trial %lld: more points stored than its file holds", trial);
+    cr_assert_eq(db_int("SELECT COALESCE(MAX(seq), 0) FROM metrics WHERE trial = ?1", trial) <= seq,
+                 1);
+}
+
+/* The node the worker of trial's attempt named in its hello ("" if none yet). */
+static void attempt_host(long long trial, int attempt, char *host, size_t len) {
+    char p[512], line[1024], want[96];
+    snprintf(p, sizeof p, "%s/bfd.log", g_dir);
+    snprintf(want, sizeof want, "trial %lld attempt %d: worker pid ", trial, attempt);
+    FILE *f = fopen(p, "r");
+    host[0] = '\0';
+    if (!f) return;
+    while (fgets(line, sizeof line, f)) {
+        char *s = strstr(line, want), *on = s ? strstr(s, " on ") : NULL;
+        if (on && strstr(on, " connected"))
+            snprintf(host, len, "%.*s", (int)(strstr(on, " connected") - on - 4), on + 4);
+    }
+    fclose(f);
+}
+
+static void wait_host(long long trial, int attempt, char *host, size_t len, double timeout) {
+    double t0 = it_now_s();
+    for (;;) {
+        attempt_host(trial, attempt, host, len);
+        if (host[0]) return;
+        cr_assert(it_now_s() - t0 < timeout, "no worker of trial %lld attempt %d connected", trial,
+                  attempt);
+        it_sleep_s(0.2);
+    }
+}
+
+/* Long enough that a fault lands mid-training (about 20 s on 2 cores). */
+#define LONG_STEPS 6000
+
+/* The step the log's last "resume: continuing from step N" names (-1: none). */
+static long resumed_from(const char *logp) {
+    FILE *f = fopen(logp, "r");
+    long from = -1;
+    char line[1024];
+    while (f && fgets(line, sizeof line, f)) {
+        char *s = strstr(line, "resume: continuing from step ");
+        if (s) from = atol(s + strlen("resume: continuing from step "));
+    }
+    if (f) fclose(f);
+    return from;
+}
+
+static void write_yaml(const char *extra) {
+    char y[1024];
+    snprintf(y, sizeof y,
+             "launcher: slurm\nslots: 4\nslurm_poll: 0.5\nheartbeat_interval: 0.2\n"
+             "kill_grace: 3\n%s",
+             extra);
+    it_write_text(tmpdir_path(g_home, "bfd.yaml"), y, 0644);
+}
+
+static void start_box_and_bfd(const char *yaml_extra) {
+    box_up();
+    keygen(NULL);
+    keygen("worker");
+    write_yaml(yaml_extra);
+    start_bfd("worker");
+}
+
+Test(cluster, packet_loss_10_percent_on_a_worker_node) {
+    start_box_and_bfd("heartbeat_timeout: 30\n");
+    char n2[40], args[128];
+    node(n2, sizeof n2, 2);
+    snprintf(args, sizeof args, "loss %s 10", n2);
+    box(args);
+    const char *sweep =
+        it_write_sweep(g_dir, "lossy", 4, 200, "resources: {ranks: 1, time_limit: 10m}\n");
+    double t0 = it_now_s();
+    long long job = it_submit(g_dir, sweep);
+    cr_assert_eq(ctl(NULL, 0, "wait 1"), 0, "wait: a trial did not complete (see %s/bfd.log)",
+                 g_dir);
+    double took = it_now_s() - t0;
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM trials WHERE job = ?1 AND state = 'COMPLETED'", job),
+                 4);
+    int lossy = 0;
+    for (long long t = 1; t <= 4; t++) {
+        check_exactly_once(t, 200 / 5);
+        check_store_equals_file(t, 0);
+        char h[128];
+        attempt_host(t, 1, h, sizeof h);
+        lossy += !strcmp(h, n2);
+    }
+    cr_assert(lossy > 0, "no trial ran on the lossy node %s", n2);
+    char out[8192];
+    cr_assert_eq(ctl(out, sizeof out, "daemon status"), 0, "bfd stopped answering");
+    fprintf(stderr, "10%% loss on %s: 4 trials (%d on it) x 200 steps, all stored once, %.1f s\n",
+            n2, lossy, took);
+}
+
+Test(cluster, bfd_killed_while_trials_run_on_two_nodes_reattaches_over_tcp) {
+    start_box_and_bfd("heartbeat_timeout: 30\n");
+    /* two CPUs a rank: one trial fills a node, so the two run on two nodes */
+    const char *sweep = it_write_sweep(
+        g_dir, "restart", 2, 1500, "resources: {ranks: 1, cpus_per_rank: 2, time_limit: 10m}\n");
+    long long job = it_submit(g_dir, sweep);
+    char h1[128], h2[128];
+    wait_host(1, 1, h1, sizeof h1, 60);
+    wait_host(2, 1, h2, sizeof h2, 60);
+    cr_assert_str_neq(h1, h2, "both trials on %s", h1);
+    it_db_wait(g_dir, g_home, "step 100 of trial 1",
+               "SELECT COALESCE(MAX(step), 0) FROM metrics WHERE trial = ?1", 1, 100, 60);
+    it_db_wait(g_dir, g_home, "step 100 of trial 2",
+               "SELECT COALESCE(MAX(step), 0) FROM metrics WHERE trial = ?1", 2, 100, 60);
+    it_stop(&g_bfd, SIGKILL);
+    it_sleep_s(2.0); /* the workers train on and keep their points */
+    start_bfd("worker");
+    cr_assert_eq(ctl(NULL, 0, "wait 1"), 0, "the sweep must finish after the restart");
+    for (long long t = 1; t <= 2; t++) {
+        cr_assert_eq(db_int("SELECT attempts FROM trials WHERE id = ?1", t), 1);
+        check_exactly_once(t, 1500 / 5);
+        check_store_equals_file(t, 0);
+    }
+    int reattached = it_count_lines_with(tmpdir_path(g_dir, "bfd.log"), "reattaching");
+    cr_assert_eq(reattached, 2, "both running workers should be reattached");
+    char out[4096];
+    cr_assert_eq(ctl(out, sizeof out, "daemon status"), 0, "bfd stopped answering");
+    fprintf(stderr,
+            "bfd kill -9 with trials on %s and %s: both reattached over TCP, 1 attempt each, "
+            "every point stored once\n",
+            h1, h2);
+    (void)job;
+}
+
+/* The other compute node of the box than h. */
+static void other_node(const char *h, char *buf, size_t len) {
+    char n2[40];
+    node(n2, sizeof n2, 2);
+    if (!strcmp(h, n2))
+        node(buf, len, 3);
+    else
+        snprintf(buf, len, "%s", n2);
+}
+
+Test(cluster, node_death_mid_trial_retries_on_another_node_from_the_checkpoint) {
+    start_box_and_bfd("heartbeat_timeout: 4\n");
+    const char *sweep =
+        it_write_sweep(g_dir, "dies", 1, LONG_STEPS,
+                       "resources: {ranks: 1, cpus_per_rank: 2, time_limit: 10m}\nretries: 3\n");
+    long long job = it_submit(g_dir, sweep);
+    char h[128], other[128], args[160];
+    wait_host(1, 1, h, sizeof h, 60);
+    other_node(h, other, sizeof other);
+    it_db_wait(g_dir, g_home, "step 200",
+               "SELECT COALESCE(MAX(step), 0) FROM metrics WHERE trial = ?1", 1, 200, 60);
+    long long before = db_int("SELECT MAX(step) FROM metrics WHERE trial = ?1", 1);
+    double t_kill = it_now_s();
+    snprintf(args, sizeof args, "kill %s", h);
+    box(args);
+    cr_assert_eq(ctl(NULL, 0, "wait 1"), 0, "the trial must complete on %s (see %s/bfd.log)", other,
+                 g_dir);
+    double took = it_now_s() - t_kill;
+    long long att = db_int("SELECT attempts FROM trials WHERE id = ?1", 1);
+    cr_assert_geq(att, 2);
+    char last[128];
+    attempt_host(1, (int)att, last, sizeof last);
+    cr_assert_str_eq(last, other, "the last attempt ran on %s, not on the survivor %s", last,
+                     other);
+    const char *logp = tmpdir_path(g_home, "logs/1.log");
+    cr_assert(it_count_lines_with(logp, "resume: continuing from step") > 0,
+              "the retry did not resume from the checkpoint (see %s)", logp);
+    check_store_equals_file(1, 1);
+    cr_assert_eq(db_int("SELECT MAX(step) FROM metrics WHERE trial = ?1", 1), LONG_STEPS);
+    long from = resumed_from(logp);
+    cr_assert(from >= 200 - 50 && from <= before, "resumed from step %ld; killed at step %lld",
+              from, before);
+    /* Slurm saw the node die */
+    char cmd[600], n1[40], state[128] = "";
+    node(n1, sizeof n1, 1);
+    double t0 = it_now_s();
+    for (;;) {
+        snprintf(cmd, sizeof cmd, "sh " CLUSTER " exec %s sinfo -h -N -n %s -o %%T", n1, h);
+        FILE *pp = popen(cmd, "r");
+        cr_assert(pp);
+        if (!fgets(state, sizeof state, pp)) state[0] = '\0';
+        pclose(pp);
+        if (strstr(state, "down")) break;
+        cr_assert(it_now_s() - t0 < 30, "Slurm still says %s is '%s'", h, state);
+        it_sleep_s(0.5);
+    }
+    state[strcspn(state, "\n")] = '\0';
+    fprintf(stderr,
+            "node %s killed at step %lld: trial resumed from step %ld on %s, completed after "
+            "%lld attempts, %.1f s after the kill; Slurm: %s\n",
+            h, before, from, other, att, took, state);
+    (void)job;
+}
+
+Test(cluster, partitioned_node_is_failed_over_and_its_stale_attempt_refused) {
+    start_box_and_bfd("heartbeat_timeout: 4\n");
+    const char *sweep =
+        it_write_sweep(g_dir, "cut", 1, LONG_STEPS,
+                       "resources: {ranks: 1, cpus_per_rank: 2, time_limit: 10m}\nretries: 3\n");
+    it_submit(g_dir, sweep);
+    char h[128], other[128], args[160], h2[128];
+    wait_host(1, 1, h, sizeof h, 60);
+    other_node(h, other, sizeof other);
+    it_db_wait(g_dir, g_home, "step 200",
+               "SELECT COALESCE(MAX(step), 0) FROM metrics WHERE trial = ?1", 1, 200, 60);
+    snprintf(args, sizeof args, "partition %s on", h);
+    box(args);
+    double t_cut = it_now_s();
+    /* bfd fails the attempt over: attempt 2 on the other node */
+    wait_host(1, 2, h2, sizeof h2, 60);
+    cr_assert_str_eq(h2, other);
+    while (it_now_s() - t_cut < 3 * 4) it_sleep_s(0.2);
+    snprintf(args, sizeof args, "partition %s off", h);
+    box(args);
+    cr_assert_eq(ctl(NULL, 0, "wait 1"), 0, "the trial must complete (see %s/bfd.log)", g_dir);
+    /* bfd forgot the silent attempt; the stale worker saw attempt 2 in the
+     * trial's fence file and ended itself, writing nothing more */
+    cr_assert(it_count_lines_with(tmpdir_path(g_dir, "bfd.log"),
+                                  "attempt 1: Slurm job 1 cancelled and forgotten") == 1);
+    const char *logp = tmpdir_path(g_home, "logs/1.log");
+    cr_assert(it_count_lines_with(logp, "trial 1 attempt 1 is stale: bfd started attempt 2") == 1,
+              "the stale worker did not end itself (see %s)", logp);
+    long from = resumed_from(logp);
+    cr_assert(from > 0 && from < LONG_STEPS, "attempt 2 resumed from step %ld", from);
+    check_store_equals_file(1, 1);
+    cr_assert_eq(db_int("SELECT MAX(step) FROM metrics WHERE trial = ?1", 1), LONG_STEPS);
+    cr_assert_eq(db_int("SELECT attempts FROM trials WHERE id = ?1", 1), 2);
+    char out[4096];
+    cr_assert_eq(ctl(out, sizeof out, "daemon status"), 0, "bfd stopped answering");
+    fprintf(stderr,
+            "partition of %s for 12 s (3 x heartbeat timeout 4 s): attempt 2 on %s resumed "
+            "from step %ld; the stale attempt ended itself (exit %d)\n",
+            h, other, from, PROTO_EXIT_STALE);
 }
 
 /* Criterion's main, after the probe: 77 (skipped) where no box can be made. */

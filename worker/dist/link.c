@@ -51,6 +51,8 @@ struct link_t {
     int inflight;
     double inflight_deadline;
     double last_hb;
+    double last_fence; /* when trials/ID/attempt was last read */
+    char fence[4200];  /* its path */
 };
 
 static double now_s(void) {
@@ -337,6 +339,27 @@ static void handle_incoming(link_t *l) {
     }
 }
 
+/* The fence (PROTO_ATTEMPT_FILE beside metrics.jsonl, written by bfd when
+ * it starts an attempt): when it names a newer attempt than this one, bfd
+ * has failed this one over (it could not hear it: a partition, a node it
+ * took for dead) and another worker owns the trial's folder now. This
+ * process ends at once, writing nothing more: no metrics line, no
+ * checkpoint over the newer attempt's. */
+static void check_fence(link_t *l) {
+    FILE *f = fopen(l->fence, "r");
+    if (!f) return;
+    int a = 0;
+    int n = fscanf(f, "%d", &a);
+    fclose(f);
+    if (n == 1 && a > l->attempt) {
+        fprintf(stderr,
+                "bfworker run: trial %lld attempt %d is stale: bfd started attempt %d (%s); "
+                "exiting without writing\n",
+                (long long)l->trial, l->attempt, a, l->fence);
+        _exit(PROTO_EXIT_STALE);
+    }
+}
+
 static void *link_thread(void *arg) {
     link_t *l = arg;
     int finishing = 0, done_sent = 0;
@@ -347,6 +370,10 @@ static void *link_thread(void *arg) {
         double fin_deadline = l->finish_deadline;
         pthread_mutex_unlock(&l->mu);
         double t = now_s();
+        if (t - l->last_fence >= 0.25) {
+            l->last_fence = t;
+            check_fence(l);
+        }
         scan_file(l);
         if (fin && !finishing) finishing = 1;
         if (l->inflight && t > l->inflight_deadline) l->inflight = 0; /* resend from acked+1 */
@@ -395,6 +422,11 @@ static void *link_thread(void *arg) {
 int link_start(link_t *l, const char *metrics_path, volatile sig_atomic_t *stop, char *err,
                size_t errlen) {
     snprintf(l->path, sizeof l->path, "%s", metrics_path);
+    const char *slash = strrchr(metrics_path, '/');
+    int dlen = slash ? (int)(slash - metrics_path) : 1;
+    snprintf(l->fence, sizeof l->fence, "%.*s/" PROTO_ATTEMPT_FILE, dlen,
+             slash ? metrics_path : ".");
+    l->last_fence = -1e9;
     l->stop = stop;
     l->last_hb = -1e9;
     if (pthread_create(&l->thread, NULL, link_thread, l) != 0)
