@@ -663,6 +663,66 @@ Test(cluster, partitioned_node_is_failed_over_and_its_stale_attempt_refused) {
             h, other, from, PROTO_EXIT_STALE);
 }
 
+/* kill -9 of the bfworker processes in node's namespace; how many. */
+static int kill_workers_on(const char *nodename) {
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "ip netns pids %s", nodename);
+    FILE *pp = popen(cmd, "r");
+    cr_assert(pp);
+    int n = 0;
+    long pid;
+    while (fscanf(pp, "%ld", &pid) == 1) {
+        char p[64], comm[64] = "";
+        snprintf(p, sizeof p, "/proc/%ld/comm", pid);
+        FILE *f = fopen(p, "r");
+        if (!f) continue;
+        if (!fgets(comm, sizeof comm, f)) comm[0] = '\0';
+        fclose(f);
+        if (!strcmp(comm, "bfworker\n") && kill((pid_t)pid, SIGKILL) == 0) n++;
+    }
+    pclose(pp);
+    return n;
+}
+
+/* Whether bfd.log has a line holding needle. */
+static int log_has(const char *needle) {
+    return it_count_lines_with(tmpdir_path(g_dir, "bfd.log"), needle) > 0;
+}
+
+Test(cluster, rank_death_on_one_node_ends_the_other_rank_and_retries) {
+    start_box_and_bfd("heartbeat_timeout: 30\nslurm_mpi: pmix\n");
+    const char *sweep =
+        it_write_sweep(g_dir, "rank", 1, LONG_STEPS,
+                       "resources: {ranks: 2, nodes: 2, time_limit: 10m}\nretries: 2\n");
+    it_submit(g_dir, sweep);
+    it_db_wait(g_dir, g_home, "step 200",
+               "SELECT COALESCE(MAX(step), 0) FROM metrics WHERE trial = ?1", 1, 200, 60);
+    char n3[40], failed[64];
+    node(n3, sizeof n3, 3);
+    long long att = db_int("SELECT attempts FROM trials WHERE id = ?1", 1);
+    snprintf(failed, sizeof failed, "trial 1 attempt %lld failed", att);
+    double t_kill = it_now_s();
+    cr_assert_eq(kill_workers_on(n3), 1, "no single bfworker rank on %s", n3);
+    /* the surviving rank on node 2 must not hang in its all-reduce: srun
+     * --kill-on-bad-exit ends the step, Slurm reports the job failed, bfd
+     * retries; bounded at 60 s here (it takes a few seconds) */
+    double t_fail = -1;
+    while (t_fail < 0) {
+        if (log_has(failed)) t_fail = it_now_s();
+        cr_assert(it_now_s() - t_kill < 60,
+                  "attempt %lld not failed 60 s after a rank died (see %s)", att, g_dir);
+        it_sleep_s(0.1);
+    }
+    cr_assert_eq(ctl(NULL, 0, "wait 1"), 0, "the retry must complete (see %s/bfd.log)", g_dir);
+    cr_assert_eq(db_int("SELECT attempts FROM trials WHERE id = ?1", 1), att + 1);
+    check_store_equals_file(1, 1);
+    cr_assert_eq(db_int("SELECT MAX(step) FROM metrics WHERE trial = ?1", 1), LONG_STEPS);
+    fprintf(stderr,
+            "rank 1 of a 2-node trial killed on %s: attempt %lld failed %.1f s later (the other "
+            "rank ended by srun), attempt %lld completed\n",
+            n3, att, t_fail - t_kill, att + 1);
+}
+
 /* Criterion's main, after the probe: 77 (skipped) where no box can be made. */
 int main(int argc, char *argv[]) {
     int st = system("sh " CLUSTER " probe");
