@@ -242,6 +242,22 @@ Test(cluster, sweep_placed_on_two_nodes_over_tcp_and_curve) {
     cr_assert_eq(on2 + on3, 4, "every trial runs on a compute node (%s, %s)", n2, n3);
     cr_assert(on2 > 0 && on3 > 0, "Slurm placed all 4 trials on one node (%d on %s, %d on %s)", on2,
               n2, on3, n3);
+    /* a second box of the same names is refused, naming the namespace; bad
+     * arguments are refused with what would be valid */
+    char cmd[1200], out[2048];
+    snprintf(cmd, sizeof cmd, "sh " CLUSTER " up 3 %s/box2 2>&1", g_dir);
+    FILE *pp = popen(cmd, "r");
+    cr_assert(pp);
+    size_t n = fread(out, 1, sizeof out - 1, pp);
+    out[n] = '\0';
+    cr_assert_neq(pclose(pp), 0, "a second up of the same names must fail");
+    cr_assert(strstr(out, "exists (another box is up"), "%s", out);
+    snprintf(cmd, sizeof cmd, "sh " CLUSTER " loss %s lots 2>&1", n2);
+    pp = popen(cmd, "r");
+    n = fread(out, 1, sizeof out - 1, pp);
+    out[n] = '\0';
+    cr_assert_neq(pclose(pp), 0);
+    cr_assert(strstr(out, "PERCENT must be a whole number 0..100, got 'lots'"), "%s", out);
     fprintf(stderr, "cluster sweep: 4 trials x 30 steps on %s (%d) and %s (%d) in %.1f s\n", n2,
             on2, n3, on3, took);
 }
