@@ -56,7 +56,7 @@ skip() {
 # The holder of NODE: a process that keeps its UTS and mount namespaces.
 holder() {
     [ -f "$rundir/$1" ] || die "no node $1 (no $rundir/$1; is the box up?)"
-    read -r hpid hdir <"$rundir/$1"
+    read -r hpid _ <"$rundir/$1"
     kill -0 "$hpid" 2>/dev/null || die "node $1's namespace holder (pid $hpid) is gone"
     echo "$hpid"
 }
@@ -126,10 +126,6 @@ down() {
     ip netns del "$p-br" 2>/dev/null || true
     rmdir "$rundir" 2>/dev/null || true
     rm -f "$dir/cluster.env"
-}
-
-fault_table() { # NODE TABLE: the nft table of a fault on NODE (or of its bridge port)
-    echo "bfbox_$2"
 }
 
 [ $# -ge 1 ] || usage
@@ -224,7 +220,7 @@ n=$1
 case $n in
 '' | *[!0-9]*) die "N must be a number >= 3, got '$n'" ;;
 esac
-[ "$n" -ge 3 ] && [ "$n" -le 250 ] || die "N must be 3..250, got $n"
+if [ "$n" -lt 3 ] || [ "$n" -gt 250 ]; then die "N must be 3..250, got $n"; fi
 [ "$(id -u)" -eq 0 ] || skip "needs root (network namespaces)"
 for p in ip unshare nsenter munged slurmctld slurmd sinfo sbatch srun scontrol; do
     command -v "$p" >/dev/null 2>&1 || skip "$p not found (apt-get install iproute2 util-linux slurm-wlm munge)"
@@ -247,6 +243,7 @@ BF_CLUSTER_N=$n
 BF_CLUSTER_PREFIX=$prefix
 EOF
 mkdir -p "$rundir"
+# shellcheck disable=SC2154 # rc is set inside the trap
 trap 'rc=$?; if [ $rc -ne 0 ]; then echo "cluster_local: up failed; tearing down" >&2; down "$dir"; fi' EXIT
 
 # hosts file: every node by name (bind-mounted over /etc/hosts on each node)
@@ -272,6 +269,7 @@ for k in $(seq 1 "$n"); do
     # DIR/tmp is each node's own local disk (Slurm's TmpFS: PMIx keeps its
     # per-step folders there, which must not be shared between nodes)
     mkdir -p "$dir/local/$node" "$dir/tmp"
+    # shellcheck disable=SC2016 # the inner sh expands its own arguments
     setsid nsenter --net="/run/netns/$node" unshare --uts --mount --propagation slave \
         sh -c 'hostname "$1" && mount --bind "$2" /etc/hosts &&
             mount --bind "$3" "$4" && exec sleep 2147483647' \
@@ -347,7 +345,7 @@ EOF
     for k in $(seq 2 "$n"); do
         echo "NodeName=$prefix$k NodeAddr=$subnet.$k CPUs=$cpus RealMemory=512 State=UNKNOWN"
     done
-    echo "PartitionName=box Nodes=$prefix[2-$n] Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO"
+    echo "PartitionName=box Nodes=${prefix}[2-$n] Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO"
 } >"$conf"
 SLURM_CONF=$conf
 export SLURM_CONF
