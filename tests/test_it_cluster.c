@@ -789,7 +789,10 @@ Test(cluster, two_node_trial_stopped_and_resumed_equals_an_uninterrupted_one) {
     cr_assert_eq(ctl(NULL, 0, "wait 2"), 0, "the resumed trial failed (see %s)", logp);
     long from = resumed_from(logp);
     cr_assert(from >= 100 && from < 1000, "t2 resumed from step %ld (see %s)", from, logp);
-    /* every point of t2, before and after the stop, is t1's at that step */
+    /* every point of t2, before and after the stop, is t1's at that step;
+     * but the first after the resume when the stop fell inside a logging
+     * window (train/loss is the window's mean: the resumed run's window is
+     * only its steps after the checkpoint) */
     long long sa[256], sb[512];
     double va[256], vb[512];
     int ka = points_of(1, "train/loss", sa, va, 256), kb = points_of(2, "train/loss", sb, vb, 512);
@@ -797,7 +800,12 @@ Test(cluster, two_node_trial_stopped_and_resumed_equals_an_uninterrupted_one) {
     cr_assert_geq(kb, ka);
     double worst = 0;
     int j = 0;
+    int skipped = 0;
     for (int i = 0; i < kb; i++) {
+        if (sb[i] > from && sb[i] - 10 < from) {
+            skipped++;
+            continue;
+        }
         while (j < ka && sa[j] < sb[i]) j++;
         cr_assert(j < ka && sa[j] == sb[i], "t2 has step %lld, t1 not", sb[i]);
         double rel = fabs(vb[i] - va[j]) / fmax(fabs(va[j]), 1e-30);
@@ -807,8 +815,9 @@ Test(cluster, two_node_trial_stopped_and_resumed_equals_an_uninterrupted_one) {
     check_store_equals_file(2, 1);
     fprintf(stderr,
             "2-node trial stopped at step %ld and resumed across hosts: its %d train/loss points "
-            "vs an uninterrupted run's, worst relative difference %.3g\n",
-            from, kb, worst);
+            "(%d of a cut window left out) vs an uninterrupted run's, worst relative difference "
+            "%.3g\n",
+            from, kb - skipped, skipped, worst);
 }
 
 /* Criterion's main, after the probe: 77 (skipped) where no box can be made. */
