@@ -8,8 +8,11 @@
 #include "daemon/bfd_priv.h"
 #include "common/errbuf.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +46,36 @@ void parse_gpus(const char *s, int *g, int *n) {
     }
 }
 
+/* The subnet (CIDR, e.g. 198.18.0.0/24) of the interface that holds the
+ * address of bfd's TCP endpoint tcp://HOST:PORT, into buf; "" when HOST is
+ * a wildcard, a name or on no interface of this host. The ranks of a trial
+ * on several hosts use it for MPI's TCP: the network bfd is reached on is
+ * the one the nodes share, whatever its interfaces are named there. */
+static void endpoint_cidr(const char *ep, char *buf, size_t len) {
+    buf[0] = '\0';
+    char host[128];
+    if (strncmp(ep, "tcp://", 6) != 0) return;
+    const char *h = ep + 6, *colon = strrchr(h, ':');
+    if (!colon || (size_t)(colon - h) >= sizeof host) return;
+    snprintf(host, sizeof host, "%.*s", (int)(colon - h), h);
+    struct in_addr a;
+    if (inet_pton(AF_INET, host, &a) != 1 || a.s_addr == htonl(INADDR_ANY)) return;
+    struct ifaddrs *ifs;
+    if (getifaddrs(&ifs) != 0) return;
+    for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+        if (!i->ifa_addr || !i->ifa_netmask || i->ifa_addr->sa_family != AF_INET) continue;
+        struct in_addr ia = ((struct sockaddr_in *)i->ifa_addr)->sin_addr;
+        struct in_addr m = ((struct sockaddr_in *)i->ifa_netmask)->sin_addr;
+        if (ia.s_addr != a.s_addr) continue;
+        struct in_addr net = {.s_addr = ia.s_addr & m.s_addr};
+        int bits = __builtin_popcount(ntohl(m.s_addr));
+        char ns[INET_ADDRSTRLEN];
+        if (inet_ntop(AF_INET, &net, ns, sizeof ns)) snprintf(buf, len, "%s/%d", ns, bits);
+        break;
+    }
+    freeifaddrs(ifs);
+}
+
 /* Submits the attempt r (already RUNNING in the store and recorded in
  * bfd_runs) as a Slurm batch job: $BF_HOME/trials/ID/slurm.sh runs
  * `srun bfworker run ...`; Slurm picks the node, the CPUs and the GPUs.
@@ -50,11 +83,13 @@ void parse_gpus(const char *s, int *g, int *n) {
  * compute node is this machine; other hosts need bfd --tcp, with CURVE). */
 static int launch_slurm(bfd *d, run *r, const store_job *j, const char *out, const char *logp,
                         const char *cwd, const char *stage_root) {
-    char err[1024], why[1300], script[1300];
+    char err[1024], why[1300], script[1300], cidr[64];
     snprintf(script, sizeof script, "%s/slurm.sh", out);
+    endpoint_cidr(d->tcp_wrk, cidr, sizeof cidr);
     slurm_batch b = {.trial = r->trial,
                      .attempt = r->attempt,
                      .ranks = j->ranks,
+                     .nodes = j->nodes,
                      .cpus_per_rank = j->cpus_per_rank > 0 ? j->cpus_per_rank : 1,
                      .gpus_per_rank = j->gpus_per_rank,
                      .time_limit_s = j->time_limit_s,
@@ -62,6 +97,7 @@ static int launch_slurm(bfd *d, run *r, const store_job *j, const char *out, con
                      .partition = d->c->slurm_partition,
                      .srun = d->c->srun,
                      .mpi = d->c->slurm_mpi,
+                     .mpi_cidr = cidr,
                      .bfworker = d->c->bfworker,
                      .endpoint = d->tcp_wrk[0] ? d->tcp_wrk : d->ep_wrk,
                      .token = r->token,
@@ -226,6 +262,21 @@ static int mark_launched(bfd *d, const store_trial *t, int stage, const char *st
     return 0;
 }
 
+/* Writes out/PROTO_ATTEMPT_FILE = attempt (through a temporary and a
+ * rename): an older attempt's worker still running somewhere (a node bfd
+ * can no longer reach) sees it and ends itself. */
+static int write_fence(const char *out, int attempt, char *err, size_t errlen) {
+    char p[1300], tmp[1310];
+    snprintf(p, sizeof p, "%s/" PROTO_ATTEMPT_FILE, out);
+    snprintf(tmp, sizeof tmp, "%s.tmp", p);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return bf_fail(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+    int bad = fprintf(f, "%d\n", attempt) < 0;
+    if (fclose(f) != 0 || bad || rename(tmp, p) != 0)
+        return bf_fail(err, errlen, "cannot write %s: %s", p, strerror(errno));
+    return 0;
+}
+
 /* Starts one attempt of trial t (PENDING) on the given GPUs; stage >= 0:
  * an attempt that runs only that stage of the trial's s2s plan. */
 int launch(bfd *d, const store_trial *t, const store_job *j, const int *gpus, int ng, int stage) {
@@ -239,6 +290,10 @@ int launch(bfd *d, const store_trial *t, const store_job *j, const int *gpus, in
     snprintf(logs, sizeof logs, "%s/logs", d->o->home);
     snprintf(logp, sizeof logp, "%s/%lld.log", logs, (long long)t->id);
     if (make_dir(logs, 0700, err, sizeof err) || make_dir(out, 0700, err, sizeof err)) {
+        bfd_log("trial %lld: %s", (long long)t->id, err);
+        return -1;
+    }
+    if (write_fence(out, t->attempts + 1, err, sizeof err)) {
         bfd_log("trial %lld: %s", (long long)t->id, err);
         return -1;
     }

@@ -271,6 +271,22 @@ void reap_children(bfd *d) {
     }
 }
 
+/* A Slurm attempt failed for its silence (heartbeat or progress timeout)
+ * has been scancelled; its node may be cut off or dead, and Slurm may take
+ * its SlurmdTimeout (minutes) to say the job ended. bfd forgets the run now,
+ * so the retry starts at once elsewhere: the old attempt's late messages
+ * and reconnects name a token no run holds and are refused, and its worker
+ * ends itself when it sees the newer attempt in trials/ID/attempt (link.c).
+ * Returns 1 when r was removed. */
+static int forget_silent_slurm_job(bfd *d, run *r) {
+    if (!r->slurm_job[0]) return 0;
+    bfd_log("trial %lld attempt %d: Slurm job %s cancelled and forgotten (its late messages "
+            "are refused)",
+            (long long)r->trial, r->attempt, r->slurm_job);
+    remove_run(d, r);
+    return 1;
+}
+
 /* Heartbeats, kill deadlines, reattached processes. */
 void check_timers(bfd *d) {
     double t = now_s();
@@ -287,6 +303,7 @@ void check_timers(bfd *d) {
             record_failure(d, r, why);
             r->ending = 1;
             kill_group(d, r, SIGKILL);
+            if (forget_silent_slurm_job(d, r)) continue; /* r was replaced by the last run */
         }
         /* heartbeats prove the process lives, not that it trains: a worker
          * stuck in open() of a FIFO, or in a loop, heartbeats forever */
@@ -299,6 +316,7 @@ void check_timers(bfd *d) {
             record_failure(d, r, why);
             r->ending = 1;
             kill_group(d, r, SIGKILL);
+            if (forget_silent_slurm_job(d, r)) continue;
         }
         if (r->slurm_job[0] && t >= r->next_poll) {
             r->next_poll = t + d->c->slurm_poll;

@@ -96,11 +96,19 @@ void schedule(bfd *d) {
         /* with Slurm the cluster owns the GPUs: bfd only caps how many ranks it
          * has submitted at once (slots) */
         int need_g = is_slurm(d) ? 0 : j.ranks * j.gpus_per_rank;
-        if (j.ranks > d->c->slots || need_g > d->c->n_gpus) {
+        int multi_host = !is_slurm(d) && j.nodes > 1;
+        if (j.ranks > d->c->slots || need_g > d->c->n_gpus || multi_host) {
             /* can never run here: fail it for good rather than wait forever */
             char why[256];
-            snprintf(why, sizeof why, "needs %d slots and %d GPUs; bfd has %d slots and %d GPUs",
-                     j.ranks, need_g, d->c->slots, d->c->n_gpus);
+            if (multi_host)
+                snprintf(why, sizeof why,
+                         "resources.nodes is %d, but launcher local runs every rank on this one "
+                         "host (use launcher: slurm, or nodes: 1)",
+                         j.nodes);
+            else
+                snprintf(why, sizeof why,
+                         "needs %d slots and %d GPUs; bfd has %d slots and %d GPUs", j.ranks,
+                         need_g, d->c->slots, d->c->n_gpus);
             if (!store_trial_transition(d->st, ts[i].id, TRIAL_RUNNING, why, err, sizeof err))
                 store_trial_transition(d->st, ts[i].id, TRIAL_FAILED, why, err, sizeof err);
             publish_event(d, ts[i].job_id, ts[i].id, "FAILED", ts[i].attempts + 1, why);

@@ -121,13 +121,18 @@ static int sbatch_safe(const char *what, const char *v, char *err, size_t errlen
 }
 
 int slurm_write_script(const char *path, const slurm_batch *b, char *err, size_t errlen) {
-    if (b->ranks < 1 || b->cpus_per_rank < 0 || b->gpus_per_rank < 0 || b->time_limit_s < 0)
-        return bf_fail(err, errlen, "slurm: trial %lld: ranks %d, cpus %d, gpus %d: out of range",
-                       b->trial, b->ranks, b->cpus_per_rank, b->gpus_per_rank);
+    if (b->ranks < 1 || b->nodes < 0 || b->nodes > b->ranks || b->cpus_per_rank < 0 ||
+        b->gpus_per_rank < 0 || b->time_limit_s < 0)
+        return bf_fail(err, errlen,
+                       "slurm: trial %lld: ranks %d, nodes %d, cpus %d, gpus %d: out of range",
+                       b->trial, b->ranks, b->nodes, b->cpus_per_rank, b->gpus_per_rank);
     if (sbatch_safe("log path", b->log_path, err, errlen) ||
         sbatch_safe("working directory", b->cwd, err, errlen) ||
         (b->partition && sbatch_safe("partition", b->partition, err, errlen)))
         return -1;
+    if (b->mpi_cidr && strspn(b->mpi_cidr, "0123456789abcdefABCDEF.:/") != strlen(b->mpi_cidr))
+        return bf_fail(err, errlen, "slurm: the MPI subnet '%s' is not a CIDR (e.g. 10.1.0.0/16)",
+                       b->mpi_cidr);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     if (fd < 0) return bf_fail(err, errlen, "slurm: open %s: %s", path, strerror(errno));
     FILE *f = fdopen(fd, "w");
@@ -140,6 +145,7 @@ int slurm_write_script(const char *path, const slurm_batch *b, char *err, size_t
             b->attempt);
     fprintf(f, "#SBATCH --job-name=bf-%lld\n", b->trial);
     fprintf(f, "#SBATCH --ntasks=%d\n", b->ranks);
+    if (b->nodes > 0) fprintf(f, "#SBATCH --nodes=%d\n", b->nodes);
     if (b->cpus_per_rank > 0) fprintf(f, "#SBATCH --cpus-per-task=%d\n", b->cpus_per_rank);
     if (b->gpus_per_rank > 0) fprintf(f, "#SBATCH --gpus-per-task=%d\n", b->gpus_per_rank);
     if (b->time_limit_s > 0) {
@@ -153,6 +159,15 @@ int slurm_write_script(const char *path, const slurm_batch *b, char *err, size_t
     fprintf(f, "#SBATCH --chdir=%s\n", b->cwd);
     fprintf(f, "#SBATCH --no-requeue\n");
     fprintf(f, "OMP_NUM_THREADS=%d\nexport OMP_NUM_THREADS\n", b->threads > 0 ? b->threads : 1);
+    /* ranks on several hosts talk over the network bfd is reached on, not
+     * over whichever interface Open MPI finds first (the user's own setting wins) */
+    if (b->ranks > 1 && b->mpi_cidr && *b->mpi_cidr) {
+        /* (a CIDR: digits, dots, colons and a slash, safe unquoted) */
+        fprintf(f,
+                ": \"${OMPI_MCA_btl_tcp_if_include:=%s}\" \"${OMPI_MCA_oob_tcp_if_include:=%s}\"\n"
+                "export OMPI_MCA_btl_tcp_if_include OMPI_MCA_oob_tcp_if_include\n",
+                b->mpi_cidr, b->mpi_cidr);
+    }
     fprintf(f,
             "echo \"== bfd: trial %lld attempt %d, %d rank%s, Slurm job $SLURM_JOB_ID on "
             "$(hostname)\"\n",

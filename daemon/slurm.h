@@ -16,6 +16,7 @@ typedef struct slurm_batch {
     long long trial;
     int attempt;
     int ranks;              /* --ntasks */
+    int nodes;              /* --nodes (omitted when 0) */
     int cpus_per_rank;      /* --cpus-per-task */
     int gpus_per_rank;      /* --gpus-per-task (omitted when 0) */
     long long time_limit_s; /* --time (omitted when 0) */
@@ -23,6 +24,8 @@ typedef struct slurm_batch {
     const char *partition;  /* --partition ("" or NULL: the cluster's default) */
     const char *srun;       /* srun program */
     const char *mpi;        /* srun --mpi=... ("" or NULL: not passed) */
+    const char *mpi_cidr;   /* ranks > 1: the subnet MPI's TCP uses (OMPI_MCA_btl_tcp_if_include
+                               and oob_tcp_if_include unless set; "" or NULL: not set) */
     const char *bfworker;   /* the bfworker program, as the compute node sees it */
     const char *endpoint;   /* the worker endpoint bfd binds (ipc:// on one host) */
     const char *token;

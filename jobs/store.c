@@ -182,6 +182,8 @@ static const char *const migrations[STORE_SCHEMA_VERSION] = {
     " waited INTEGER NOT NULL DEFAULT 0,"
     " PRIMARY KEY (trial, idx)) WITHOUT ROWID;"
     "CREATE INDEX trial_stages_key ON trial_stages(key, trial);",
+    /* 5 -> 6: resources.nodes, the hosts a trial's ranks span (0: not given) */
+    "ALTER TABLE jobs ADD COLUMN nodes INTEGER NOT NULL DEFAULT 0;",
 };
 
 static int user_version(store *s, int *v, char *err, size_t errlen) {

@@ -26,7 +26,7 @@
 extern "C" {
 #endif
 
-#define STORE_SCHEMA_VERSION 5
+#define STORE_SCHEMA_VERSION 6
 
 typedef enum {
     TRIAL_PENDING = 0,
@@ -151,6 +151,7 @@ typedef struct store_job {
     char name[128], pipeline[64], metric[64], goal[8]; /* goal: "min" or "max" */
     double submitted;                                  /* unix seconds */
     int priority, retries, ranks, gpus_per_rank, cpus_per_rank;
+    int nodes;              /* hosts the ranks span (Slurm --nodes), 0 = not given */
     long long time_limit_s; /* per attempt, 0 = none */
     long long n_trials;     /* in all; a tpe job proposes them one by one */
     long long n_proposed;   /* trials in the store so far */

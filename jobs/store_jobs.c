@@ -69,8 +69,8 @@ int store_submit(store *s, const sweep_spec *spec, const char *source, int64_t *
             s,
             "INSERT INTO jobs(name, pipeline, file, source, metric_name, metric_goal, priority,"
             " retries, ranks, gpus_per_rank, cpus_per_rank, time_limit_s, early_stop, n_trials,"
-            " submitted, method, parallel) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11,"
-            " ?12, ?13, ?14, ?15, ?16, ?17)",
+            " submitted, method, parallel, nodes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10,"
+            " ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
             &st, err, errlen) < 0)
         goto fail;
     sqlite3_bind_text(st, 1, spec->name, -1, SQLITE_STATIC);
@@ -90,6 +90,7 @@ int store_submit(store *s, const sweep_spec *spec, const char *source, int64_t *
     sqlite3_bind_text(st, 16, spec->is_sweep ? sweep_method_name(spec->method) : "grid", -1,
                       SQLITE_STATIC);
     sqlite3_bind_int(st, 17, tpe ? spec->parallel : 0);
+    sqlite3_bind_int(st, 18, spec->resources.nodes);
     if (sqlite3_bind_double(st, 15, c.t) != SQLITE_OK) {
         store_sqlfail(s, err, errlen, "sqlite3_bind(INSERT INTO jobs)");
         goto fail;
@@ -221,7 +222,7 @@ int store_job_cancel(store *s, int64_t job_id, int *n_cancelled, char *err, size
 #define JOB_COLS                                                                                   \
     "SELECT id, name, pipeline, submitted, priority, retries, ranks, gpus_per_rank,"               \
     " cpus_per_rank, time_limit_s, metric_name, metric_goal, n_trials, method, parallel, closed,"  \
-    " early_stop, (SELECT COUNT(*) FROM trials WHERE job = jobs.id) FROM jobs"
+    " early_stop, (SELECT COUNT(*) FROM trials WHERE job = jobs.id), nodes FROM jobs"
 
 static void row_to_job(sqlite3_stmt *st, store_job *j) {
     memset(j, 0, sizeof *j);
@@ -243,6 +244,7 @@ static void row_to_job(sqlite3_stmt *st, store_job *j) {
     j->closed = sqlite3_column_int(st, 15);
     store_col_text(st, 16, j->early_stop, sizeof j->early_stop);
     j->n_proposed = sqlite3_column_int64(st, 17);
+    j->nodes = sqlite3_column_int(st, 18);
 }
 
 int store_job_get(store *s, int64_t job_id, store_job *out, char *err, size_t errlen) {

@@ -103,8 +103,9 @@ static void parse_resources(sweep_ctx *x, yaml_node_t *v) {
         return;
     }
     sweep_check_keys(x, v);
-    static const char *const valid[] = {"ranks", "gpus_per_rank", "cpus_per_rank", "time_limit",
-                                        NULL};
+    static const char *const valid[] = {"ranks",         "nodes",      "gpus_per_rank",
+                                        "cpus_per_rank", "time_limit", NULL};
+    yaml_node_t *nodes_at = NULL;
     for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
         if (sweep_key_is_dup(x, v, p)) continue;
         yaml_node_t *k = node(x, p->key), *val = node(x, p->value);
@@ -113,6 +114,11 @@ static void parse_resources(sweep_ctx *x, yaml_node_t *v) {
         if (strcmp(key, "ranks") == 0) {
             if (sweep_get_int(x, val, "resources.ranks", 1, 4096, &n) == 0)
                 s->resources.ranks = (int)n;
+        } else if (strcmp(key, "nodes") == 0) {
+            if (sweep_get_int(x, val, "resources.nodes", 1, 4096, &n) == 0) {
+                s->resources.nodes = (int)n;
+                nodes_at = val;
+            }
         } else if (strcmp(key, "gpus_per_rank") == 0) {
             if (sweep_get_int(x, val, "resources.gpus_per_rank", 0, 16, &n) == 0)
                 s->resources.gpus_per_rank = (int)n;
@@ -134,6 +140,11 @@ static void parse_resources(sweep_ctx *x, yaml_node_t *v) {
             sweep_unknown_in(x, k, "resources", key, valid);
         }
     }
+    if (nodes_at && s->resources.nodes > s->resources.ranks)
+        sweep_err_at(x, nodes_at,
+                     "resources.nodes: %d nodes for %d rank%s: each node runs at least one rank "
+                     "(nodes must be 1..ranks)",
+                     s->resources.nodes, s->resources.ranks, s->resources.ranks == 1 ? "" : "s");
 }
 
 static void parse_early_stop(sweep_ctx *x, yaml_node_t *v) {

@@ -75,6 +75,7 @@ typedef struct sweep_spec {
     int metric_maximize; /* goal: max */
     struct {
         int ranks, gpus_per_rank, cpus_per_rank;
+        int nodes;         /* hosts the ranks span (Slurm --nodes); 0 = not given */
         long time_limit_s; /* 0 = none */
     } resources;
     int retries;

@@ -92,6 +92,15 @@ int proto_recv(void *sock, int flags, int mode, proto_msg *m, proto_code *code, 
  * finds the worker gone after a restart takes the outcome from it. */
 #define PROTO_OUTCOME_FILE "outcome"
 
+/* The fence bfd writes into the trial's folder (shared by every node)
+ * before it starts an attempt: "ATTEMPT\n", written atomically. A worker
+ * that reads a higher attempt there than its own is stale (bfd failed it
+ * over, e.g. its node was cut off) and exits at once with PROTO_EXIT_STALE,
+ * writing nothing more: no metrics line, no checkpoint over the newer
+ * attempt's. */
+#define PROTO_ATTEMPT_FILE "attempt"
+#define PROTO_EXIT_STALE 76
+
 /* The exit status (and `done` exit_code) of a worker whose config or data is
  * wrong (EX_USAGE): another attempt would fail the same way, so bfd does not
  * retry it. Any other failure status is a runtime failure, retried. */

@@ -44,6 +44,7 @@ Test(slurm_unit, batch_script) {
     slurm_batch b = {.trial = 17,
                      .attempt = 2,
                      .ranks = 4,
+                     .nodes = 2,
                      .cpus_per_rank = 2,
                      .gpus_per_rank = 1,
                      .time_limit_s = 3601,
@@ -51,6 +52,7 @@ Test(slurm_unit, batch_script) {
                      .partition = "gpu",
                      .srun = "srun",
                      .mpi = "pmix",
+                     .mpi_cidr = "198.18.0.0/24",
                      .bfworker = "/opt/bf it's/bfworker",
                      .endpoint = "ipc:///h/worker.sock",
                      .token = "0123456789abcdef0123456789abcdef",
@@ -63,7 +65,11 @@ Test(slurm_unit, batch_script) {
     cr_assert_eq(sb.st_mode & 0777, 0600);
     const char *s = slurp(path);
     const char *want[] = {
-        "#!/bin/sh\n", "#SBATCH --job-name=bf-17\n", "#SBATCH --ntasks=4\n",
+        "#!/bin/sh\n", "#SBATCH --job-name=bf-17\n", "#SBATCH --ntasks=4\n", "#SBATCH --nodes=2\n",
+        /* MPI's TCP on bfd's subnet, unless the user set it */
+        ": \"${OMPI_MCA_btl_tcp_if_include:=198.18.0.0/24}\" "
+        "\"${OMPI_MCA_oob_tcp_if_include:=198.18.0.0/24}\"\n"
+        "export OMPI_MCA_btl_tcp_if_include OMPI_MCA_oob_tcp_if_include\n",
         "#SBATCH --cpus-per-task=2\n", "#SBATCH --gpus-per-task=1\n",
         /* 3601 s rounds up to 61 minutes */
         "#SBATCH --time=1:01:00\n", "#SBATCH --partition=gpu\n",
@@ -81,8 +87,12 @@ Test(slurm_unit, batch_script) {
     b.gpus_per_rank = 0;
     b.time_limit_s = 0;
     b.partition = NULL;
+    b.nodes = 0;
+    b.mpi_cidr = "";
     cr_assert_eq(slurm_write_script(path, &b, err, sizeof err), 0, "%s", err);
     s = slurp(path);
+    cr_assert_null(strstr(s, "--nodes"), "nodes not given: no --nodes");
+    cr_assert_null(strstr(s, "OMPI_MCA"), "no subnet: Open MPI chooses");
     cr_assert_null(strstr(s, "--gpus-per-task"), "no GPUs: no --gpus-per-task");
     cr_assert_null(strstr(s, "--time"), "no limit: no --time");
     cr_assert_null(strstr(s, "--partition"));
@@ -110,6 +120,15 @@ Test(slurm_unit, batch_script) {
     cr_assert_str_eq(out, "[/opt/bf it's/bfworker][run][--trial][17][--connect]"
                           "[ipc:///h/worker.sock][--token][0123456789abcdef0123456789abcdef]"
                           "[--out][/h/trials/17][--attempt][2]");
+    /* more nodes than ranks, and a subnet that is not a CIDR, are refused */
+    b.nodes = 5;
+    cr_assert_eq(slurm_write_script(path, &b, err, sizeof err), -1);
+    cr_assert(strstr(err, "nodes 5"), "%s", err);
+    b.nodes = 2;
+    b.mpi_cidr = "eth0; rm -rf /";
+    cr_assert_eq(slurm_write_script(path, &b, err, sizeof err), -1);
+    cr_assert(strstr(err, "not a CIDR"), "%s", err);
+    b.mpi_cidr = NULL;
     /* values #SBATCH lines cannot carry are refused, naming the field */
     b.cwd = "/my work";
     cr_assert_eq(slurm_write_script(path, &b, err, sizeof err), -1);

@@ -130,7 +130,7 @@ Test(sweep, grid_order_contents_and_resolved_configs) {
                 "    budget.temperature: {values: [{schedule: exp, start: 1.0, end: 0.1},"
                 " {schedule: linear, start: 2.0, end: 0.2}]}\n"
                 "metric: {name: val/acc, goal: max}\nretries: 2\npriority: 5\n"
-                "resources: {ranks: 2, gpus_per_rank: 1, time_limit: \"1:30:00\"}\n");
+                "resources: {ranks: 2, nodes: 2, gpus_per_rank: 1, time_limit: \"1:30:00\"}\n");
     cr_assert_str_eq(s->name, "t1");
     cr_assert_eq(s->method, SWEEP_GRID);
     cr_assert_eq(s->n_trials, 6);
@@ -138,6 +138,7 @@ Test(sweep, grid_order_contents_and_resolved_configs) {
     cr_assert_eq(s->priority, 5);
     cr_assert_eq(s->resources.ranks, 2);
     cr_assert_eq(s->resources.gpus_per_rank, 1);
+    cr_assert_eq(s->resources.nodes, 2);
     cr_assert_eq(s->resources.time_limit_s, 5400);
     cr_assert_str_eq(s->metric_name, "val/acc");
     cr_assert(s->metric_maximize);
@@ -455,6 +456,9 @@ Test(sweep, error_wrong_types_and_ranges) {
     ASSERT_SWEEP_ERR("metric: {name: val/acc, goal: up}\n", "1:31",
                      "metric.goal: 'up' is not valid; expected one of: min, max");
     ASSERT_SWEEP_ERR("metric: {name: val/acc}\n", "1:9", "metric: 'goal' is required");
+    ASSERT_SWEEP_ERR("resources: {ranks: 2, nodes: 3}\n", "1:30",
+                     "resources.nodes: 3 nodes for 2 ranks: each node runs at least one rank");
+    ASSERT_SWEEP_ERR("resources: {nodes: 0}\n", "1:20", "resources.nodes: 0 is out of range");
     ASSERT_SWEEP_ERR("resources: {time_limit: soon}\n", "1:25",
                      "resources.time_limit: expected a positive duration");
     ASSERT_SWEEP_ERR("early_stop: {method: threshold}\n", "1:13",

@@ -148,9 +148,11 @@ static int run_ranks(int argc, char **argv, comm_t *comm) {
                         .token = token,
                         .attempt = (int)attempt,
                         .hello_timeout = 60};
-        if (!failed && link_open(&link, &lo, err, sizeof err)) {
+        int lrc = failed ? 0 : link_open(&link, &lo, err, sizeof err);
+        if (lrc) {
             fprintf(stderr, "bfworker run: %s\n", err);
-            failed = 1;
+            /* a refused key is a setup error: exit 64, not retried */
+            failed = lrc == -2 ? 2 : 1;
         }
         if (!failed) {
             text = strdup(link_config(link));
@@ -162,7 +164,7 @@ static int run_ranks(int argc, char **argv, comm_t *comm) {
     if (comm_any(comm, failed, &any, err, sizeof err) || any) {
         link_destroy(&link);
         free(text);
-        return RUN_FAIL;
+        return failed == 2 ? RUN_USAGE : RUN_FAIL;
     }
     if (comm_world(comm) > 1) {
         if (comm_bcast(comm, &len, sizeof len, 0, err, sizeof err)) goto comm_fail;

@@ -23,6 +23,7 @@
 
 struct link_t {
     void *ctx, *sock;
+    void *mon; /* PAIR of the socket monitor while saying hello over tcp:// (else NULL) */
     int64_t trial;
     char token[PROTO_TOKEN_LEN + 1];
     int attempt;
@@ -50,6 +51,8 @@ struct link_t {
     int inflight;
     double inflight_deadline;
     double last_hb;
+    double last_fence; /* when trials/ID/attempt was last read */
+    char fence[4200];  /* its path */
 };
 
 static double now_s(void) {
@@ -65,7 +68,38 @@ static int send_msg(link_t *l, const char *type, json_t *body) {
     return proto_send(l->sock, NULL, NULL, type, body, ZMQ_DONTWAIT, err, sizeof err);
 }
 
+/* Reads one event off the monitor: its value (the ZAP status, e.g. 400)
+ * when it is a failed authentication, else 0. */
+static int monitor_auth_failed(void *mon) {
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    int status = 0;
+    if (zmq_msg_recv(&m, mon, ZMQ_DONTWAIT) == 6) {
+        uint16_t ev;
+        uint32_t val;
+        memcpy(&ev, zmq_msg_data(&m), 2);
+        memcpy(&val, (char *)zmq_msg_data(&m) + 2, 4);
+        if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) status = val ? (int)val : 1;
+    }
+    /* the event's second frame: the endpoint */
+    while (zmq_msg_more(&m)) {
+        zmq_msg_close(&m);
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, mon, ZMQ_DONTWAIT) < 0) break;
+    }
+    zmq_msg_close(&m);
+    return status;
+}
+
+static void stop_monitor(link_t *l) {
+    if (!l->mon) return;
+    zmq_socket_monitor(l->sock, NULL, 0);
+    zmq_close(l->mon);
+    l->mon = NULL;
+}
+
 int link_open(link_t **out, const link_opts *o, char *err, size_t errlen) {
+    int rc_refused = -1;
     *out = NULL;
     if (strlen(o->token) != PROTO_TOKEN_LEN)
         return bf_fail(err, errlen, "--token must be %d hex digits", PROTO_TOKEN_LEN);
@@ -97,8 +131,18 @@ int link_open(link_t **out, const link_opts *o, char *err, size_t errlen) {
         bf_fail(err, errlen, "zmq_setsockopt: %s", zmq_strerror(zmq_errno()));
         goto bad;
     }
-    if (strncmp(o->endpoint, "tcp://", 6) == 0 && proto_curve_client(l->sock, err, errlen))
-        goto bad;
+    if (strncmp(o->endpoint, "tcp://", 6) == 0) {
+        if (proto_curve_client(l->sock, err, errlen)) goto bad;
+        /* a CURVE key bfd's ZAP handler refuses shows only as a handshake
+         * event: watch for it, so the worker says so rather than time out */
+        char mep[64];
+        snprintf(mep, sizeof mep, "inproc://bf-link-monitor-%p", (void *)l);
+        if (zmq_socket_monitor(l->sock, mep, ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0 ||
+            !(l->mon = zmq_socket(l->ctx, ZMQ_PAIR)) || zmq_connect(l->mon, mep) != 0) {
+            bf_fail(err, errlen, "zmq_socket_monitor: %s", zmq_strerror(zmq_errno()));
+            goto bad;
+        }
+    }
     if (zmq_connect(l->sock, o->endpoint) != 0) {
         bf_fail(err, errlen, "zmq_connect(%s): %s", o->endpoint, zmq_strerror(zmq_errno()));
         goto bad;
@@ -119,12 +163,23 @@ int link_open(link_t **out, const link_opts *o, char *err, size_t errlen) {
             if (send_msg(l, "hello", b) == 0) last_send = t;
             json_decref(b);
         }
-        zmq_pollitem_t it = {l->sock, 0, ZMQ_POLLIN, 0};
-        if (zmq_poll(&it, 1, 100) < 0 && zmq_errno() != EINTR) {
+        zmq_pollitem_t it[2] = {{l->sock, 0, ZMQ_POLLIN, 0}, {l->mon, 0, ZMQ_POLLIN, 0}};
+        if (zmq_poll(it, l->mon ? 2 : 1, 100) < 0 && zmq_errno() != EINTR) {
             bf_fail(err, errlen, "zmq_poll: %s", zmq_strerror(zmq_errno()));
             goto bad;
         }
-        if (!(it.revents & ZMQ_POLLIN)) continue;
+        int status = l->mon && (it[1].revents & ZMQ_POLLIN) ? monitor_auth_failed(l->mon) : 0;
+        if (status) {
+            const char *kp = getenv("BF_CURVE_KEY");
+            bf_fail(err, errlen,
+                    "bfd at %s refused this worker's CURVE key (BF_CURVE_KEY=%s, ZAP status "
+                    "%d): its public key is not in bfd's curve/clients/ (bfd keygen --client "
+                    "NAME there, or copy NAME.pub into it)",
+                    o->endpoint, kp ? kp : "", status);
+            rc_refused = -2;
+            goto bad;
+        }
+        if (!(it[0].revents & ZMQ_POLLIN)) continue;
         proto_msg m;
         memset(&m, 0, sizeof m);
         proto_code code;
@@ -169,11 +224,12 @@ int link_open(link_t **out, const link_opts *o, char *err, size_t errlen) {
         }
         break;
     }
+    stop_monitor(l);
     *out = l;
     return 0;
 bad:
     link_destroy(&l);
-    return -1;
+    return rc_refused;
 }
 
 const char *link_config(const link_t *l) { return l->config; }
@@ -283,6 +339,27 @@ static void handle_incoming(link_t *l) {
     }
 }
 
+/* The fence (PROTO_ATTEMPT_FILE beside metrics.jsonl, written by bfd when
+ * it starts an attempt): when it names a newer attempt than this one, bfd
+ * has failed this one over (it could not hear it: a partition, a node it
+ * took for dead) and another worker owns the trial's folder now. This
+ * process ends at once, writing nothing more: no metrics line, no
+ * checkpoint over the newer attempt's. */
+static void check_fence(link_t *l) {
+    FILE *f = fopen(l->fence, "r");
+    if (!f) return;
+    int a = 0;
+    int n = fscanf(f, "%d", &a);
+    fclose(f);
+    if (n == 1 && a > l->attempt) {
+        fprintf(stderr,
+                "bfworker run: trial %lld attempt %d is stale: bfd started attempt %d (%s); "
+                "exiting without writing\n",
+                (long long)l->trial, l->attempt, a, l->fence);
+        _exit(PROTO_EXIT_STALE);
+    }
+}
+
 static void *link_thread(void *arg) {
     link_t *l = arg;
     int finishing = 0, done_sent = 0;
@@ -293,6 +370,10 @@ static void *link_thread(void *arg) {
         double fin_deadline = l->finish_deadline;
         pthread_mutex_unlock(&l->mu);
         double t = now_s();
+        if (t - l->last_fence >= 0.25) {
+            l->last_fence = t;
+            check_fence(l);
+        }
         scan_file(l);
         if (fin && !finishing) finishing = 1;
         if (l->inflight && t > l->inflight_deadline) l->inflight = 0; /* resend from acked+1 */
@@ -341,6 +422,11 @@ static void *link_thread(void *arg) {
 int link_start(link_t *l, const char *metrics_path, volatile sig_atomic_t *stop, char *err,
                size_t errlen) {
     snprintf(l->path, sizeof l->path, "%s", metrics_path);
+    const char *slash = strrchr(metrics_path, '/');
+    int dlen = slash ? (int)(slash - metrics_path) : 1;
+    snprintf(l->fence, sizeof l->fence, "%.*s/" PROTO_ATTEMPT_FILE, dlen,
+             slash ? metrics_path : ".");
+    l->last_fence = -1e9;
     l->stop = stop;
     l->last_hb = -1e9;
     if (pthread_create(&l->thread, NULL, link_thread, l) != 0)
@@ -372,6 +458,7 @@ void link_destroy(link_t **lp) {
         char err[64];
         link_finish(l, "failed", 1, "worker ended", 0, err, sizeof err);
     }
+    if (l->sock) stop_monitor(l);
     if (l->sock) zmq_close(l->sock);
     if (l->ctx) zmq_ctx_term(l->ctx);
     if (l->fd >= 0) close(l->fd);

@@ -8,7 +8,10 @@
  * sets *stop when bfd says `stop` (or refuses the token). link_finish sends
  * what is left, waits for its ack (bounded), sends `done` and joins.
  *
- * Functions return 0 or -1 with a message; nothing here exits or prints. */
+ * Functions return 0 or -1 with a message; nothing here prints, and one
+ * thing exits: the thread ends the process (PROTO_EXIT_STALE, one line on
+ * stderr) when the trial folder's PROTO_ATTEMPT_FILE names a newer attempt
+ * than this one, so a worker bfd has failed over writes nothing more. */
 #ifndef LINK_H
 #define LINK_H
 
@@ -28,7 +31,9 @@ typedef struct link_opts {
 } link_opts;
 
 /* Connects and fetches the config. *out owns a copy of the config text
- * (link_config). Returns 0, or -1 with a message (bad token, timeout). */
+ * (link_config). Returns 0, or -1 with a message (bad token, timeout), or
+ * -2 when bfd refused this worker's CURVE key (its ZAP handler: the key is
+ * not in curve/clients/), which another attempt would meet too. */
 int link_open(link_t **out, const link_opts *o, char *err, size_t errlen);
 
 /* The resolved config text from bfd's `config` reply. */
