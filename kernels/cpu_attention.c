@@ -337,17 +337,17 @@ static void tile_probs(float *s, int nq, int nk, int t0, int u0, int causal, con
 
 /* The ungated, unnormalised outputs o[nq, HS] (stride HS) of queries
  * t0..t0+nq with their row max m and sum l: o_t / l_t = (P v)_t. */
-static void tile_query_rows(float *o, float *m, float *l, float *s, const float *q,
-                            const float *k, const float *v, size_t ld, int T, int HS, int t0,
-                            int nq, int causal, const float *mask) {
+static void tile_query_rows(float *o, float *m, float *l, float *s, const float *q, const float *k,
+                            const float *v, size_t ld, int T, int HS, int t0, int nq, int causal,
+                            const float *mask) {
     const float scale = 1.0f / sqrtf((float)HS);
     memset(o, 0, (size_t)nq * HS * sizeof(float));
     for (int i = 0; i < nq; i++) m[i] = -INFINITY, l[i] = 0.0f;
     int kend = causal ? t0 + nq : T;
     for (int u0 = 0; u0 < kend; u0 += TILE_K) {
         int nk = kend - u0 < TILE_K ? kend - u0 : TILE_K;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HS, scale,
-                    q + (size_t)t0 * ld, (int)ld, k + (size_t)u0 * ld, (int)ld, 0.0f, s, TILE_K);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HS, scale, q + (size_t)t0 * ld,
+                    (int)ld, k + (size_t)u0 * ld, (int)ld, 0.0f, s, TILE_K);
         tile_probs(s, nq, nk, t0, u0, causal, mask, NULL, m, l, o, HS);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HS, nk, 1.0f, s, TILE_K,
                     v + (size_t)u0 * ld, (int)ld, 1.0f, o, HS);
@@ -412,8 +412,9 @@ static float head_backward_tiled(float *dq, float *dk, float *dv, const float *d
         int nq = T - t0 < TILE_Q ? T - t0 : TILE_Q;
         tile_query_rows(o, m, l, s, q, k, v, ld, T, HS, t0, nq, causal, mask);
         for (int i = 0; i < nq; i++) {
-            float d = l[i] > 0.0f ? dot(dout + (size_t)(t0 + i) * ldo, o + (size_t)i * HS, HS) / l[i]
-                                  : 0.0f;
+            float d = l[i] > 0.0f
+                          ? dot(dout + (size_t)(t0 + i) * ldo, o + (size_t)i * HS, HS) / l[i]
+                          : 0.0f;
             pd[t0 + i] = d;
             dgate += d;
         }
@@ -447,8 +448,8 @@ static float head_backward_tiled(float *dq, float *dk, float *dv, const float *d
     return dgate;
 }
 
-void bk_cpu_attention_backward_tiled(float *dqkv, float *dgate, const float *dout,
-                                     const float *qkv, const float *lse, const bk_attn_args *a) {
+void bk_cpu_attention_backward_tiled(float *dqkv, float *dgate, const float *dout, const float *qkv,
+                                     const float *lse, const bk_attn_args *a) {
     const int B = a->B, T = a->T, C = a->C, NH = a->NH, HS = C / NH;
     const size_t ld = 3 * (size_t)C, per = tile_work_floats(T, HS);
     float *ws = bk_cpu_workspace_take((size_t)omp_get_max_threads() * per * sizeof(float));
