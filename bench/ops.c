@@ -1,6 +1,6 @@
 /* bench_ops: throughput of the compute core's heavy ops on one backend.
  *
- *   bench_ops [--device auto|cpu|cuda] [--json] [--reps N]
+ *   bench_ops [--device auto|cpu|cuda] [--json] [--reps N] [--attention-tiled]
  *
  * Measures GEMM GFLOP/s, attention forward+backward GFLOP/s, the Walsh–Hadamard
  * transform's GB/s against the dense d x d projection it replaces, and the
@@ -170,6 +170,83 @@ static void bench_attention(const bench *b) {
 
 /* ---- Walsh–Hadamard vs the dense projection ---- */
 
+/* One call of fn, seconds. */
+static double time_once(const bench *b, void (*fn)(void *), void *ctx) {
+    double t0 = bench_now();
+    fn(ctx);
+    b->be->sync();
+    return bench_now() - t0;
+}
+
+static double median_of(double *x, int n) {
+    qsort(x, (size_t)n, sizeof(double), bench_cmp_double);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+/* The tiled attention (att NULL: no [T, T] map) against the maps, at ViT
+ * lengths with DeiT-Tiny's heads (d 192, 3 heads of 64) and a halting-style
+ * key mask: b->reps rounds, each timing maps then tiled, forward and
+ * backward; medians of the times and of the per-round ratios (maps / tiled,
+ * > 1: tiled faster). */
+static void bench_attention_tiled(const bench *b) {
+    if (b->be->device != BK_CPU) { /* only the CPU backend has the tiled kernels */
+        fprintf(b->table, "\nTiled attention: backend %s has none\n", b->be->name);
+        return;
+    }
+    const int cfg[][2] = {{8, 197}, {4, 384}, {4, 577}, {2, 1025}, {1, 2049}};
+    const int C = 192, NH = 3;
+    fprintf(b->table,
+            "\nAttention, maps vs tiled (C %d, NH %d, masked keys; medians of %d rounds; "
+            "the backend tiles from T %d, 0 = never)\n%4s %5s %10s %10s %7s %10s %10s %7s\n",
+            C, NH, b->reps, b->be->attention_tiled_min_t, "B", "T", "fwd maps", "fwd tiled",
+            "ratio", "bwd maps", "bwd tiled", "ratio");
+    for (size_t i = 0; i < sizeof cfg / sizeof *cfg; i++) {
+        const int B = cfg[i][0], T = cfg[i][1];
+        size_t ntt = (size_t)B * NH * T * T;
+        float *hmask = malloc((size_t)B * T * sizeof(float));
+        if (!hmask) {
+            fprintf(stderr, "bench_ops: out of memory\n");
+            exit(1);
+        }
+        for (int t = 0; t < B * T; t++) hmask[t] = t % 7 != 3; /* a seventh of the keys halted */
+        float *mask = dev_zero(b->be, (size_t)B * T * sizeof(float));
+        b->be->to_device(mask, hmask, (size_t)B * T * sizeof(float));
+        free(hmask);
+        attn_case m = {.be = b->be, .a = {.B = B, .T = T, .C = C, .NH = NH, .mask = mask}};
+        m.qkv = dev_random(b->be, (size_t)B * T * 3 * C, 3);
+        m.dout = dev_random(b->be, (size_t)B * T * C, 4);
+        m.out = dev_zero(b->be, (size_t)B * T * C * sizeof(float));
+        m.dqkv = dev_zero(b->be, (size_t)B * T * 3 * C * sizeof(float));
+        m.att = dev_zero(b->be, ntt * sizeof(float));
+        m.scratch = dev_zero(b->be, ntt * sizeof(float));
+        attn_case t = m;
+        t.att = t.scratch = NULL;
+        t.a.lse = dev_zero(b->be, (size_t)B * NH * T * sizeof(float));
+        double fm[REPS_MAX], ft[REPS_MAX], bm[REPS_MAX], bt[REPS_MAX], rf[REPS_MAX], rb[REPS_MAX];
+        run_attn_fwd(&m), run_attn_bwd(&m), run_attn_fwd(&t), run_attn_bwd(&t); /* warm */
+        for (int r = 0; r < b->reps; r++) {
+            fm[r] = time_once(b, run_attn_fwd, &m);
+            bm[r] = time_once(b, run_attn_bwd, &m);
+            ft[r] = time_once(b, run_attn_fwd, &t);
+            bt[r] = time_once(b, run_attn_bwd, &t);
+            rf[r] = fm[r] / ft[r], rb[r] = bm[r] / bt[r];
+        }
+        double mf = median_of(fm, b->reps), tf = median_of(ft, b->reps);
+        double mb = median_of(bm, b->reps), tb = median_of(bt, b->reps);
+        double xf = median_of(rf, b->reps), xb = median_of(rb, b->reps);
+        fprintf(b->table, "%4d %5d %10.3f %10.3f %7.2f %10.3f %10.3f %7.2f\n", B, T, mf * 1e3,
+                tf * 1e3, xf, mb * 1e3, tb * 1e3, xb);
+        if (b->json)
+            printf("{\"op\": \"attention_tiled\", \"B\": %d, \"T\": %d, \"C\": %d, \"NH\": %d, "
+                   "\"fwd_maps_ms\": %.4f, \"fwd_tiled_ms\": %.4f, \"fwd_ratio\": %.3f, "
+                   "\"bwd_maps_ms\": %.4f, \"bwd_tiled_ms\": %.4f, \"bwd_ratio\": %.3f}\n",
+                   B, T, C, NH, mf * 1e3, tf * 1e3, xf, mb * 1e3, tb * 1e3, xb);
+        b->be->release(m.qkv), b->be->release(m.dout), b->be->release(m.out);
+        b->be->release(m.dqkv), b->be->release(m.att), b->be->release(m.scratch);
+        b->be->release(t.a.lse), b->be->release(mask);
+    }
+}
+
 typedef struct {
     const bk_backend *be;
     int N, d;
@@ -311,7 +388,9 @@ static void bench_selected(const bench *b) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: bench_ops [--device auto|cpu|cuda] [--json] [--reps N]  (N in 1..%d)\n",
+    fprintf(f,
+            "usage: bench_ops [--device auto|cpu|cuda] [--json] [--reps N] [--attention-tiled]  "
+            "(N in 1..%d; --attention-tiled: only the maps vs tiled attention table)\n",
             REPS_MAX);
 }
 
@@ -319,11 +398,14 @@ int main(int argc, char **argv) {
     bk_openmp_passive(argv);
     const char *device = "auto";
     bench b = {.reps = 10, .table = stdout};
+    int only_tiled = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
             device = argv[++i];
         } else if (strcmp(argv[i], "--json") == 0) {
             b.json = 1;
+        } else if (strcmp(argv[i], "--attention-tiled") == 0) {
+            only_tiled = 1;
         } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
             char *end;
             long r = strtol(argv[++i], &end, 10);
@@ -362,8 +444,14 @@ int main(int argc, char **argv) {
         bench_json_string(stdout, model);
         printf(", \"omp_threads\": %d, \"reps\": %d}\n", threads, b.reps);
     }
+    if (only_tiled) {
+        bench_attention_tiled(&b);
+        fflush(stdout);
+        return 0;
+    }
     bench_gemm(&b);
     bench_attention(&b);
+    bench_attention_tiled(&b);
     bench_fwht(&b);
     bench_selected(&b);
     fflush(stdout);

@@ -38,6 +38,8 @@ typedef struct bk_attn_args {
                           NULL = all active. A query row with no visible key outputs 0. */
     const float *gate; /* [B, NH] per-head weight w multiplying each head's output;
                           NULL = all 1 */
+    float *lse;        /* [B, NH, T], the tiled path (att NULL, attention_tiled_min_t):
+                          the forward writes each row's log-sum-exp, the backward reads it */
 } bk_attn_args;
 
 /* AdamW hyper-parameters (decoupled weight decay, bias correction). */
@@ -236,6 +238,9 @@ typedef struct bk_halt_loss_args {
 typedef struct bk_backend {
     const char *name;
     bk_device device;
+    /* Sequence length from which attention runs tiled (att NULL, a->lse), the
+     * length where it is faster than the [T, T] maps; 0 = no tiled path. */
+    int attention_tiled_min_t;
 
     /* ---- memory ---- */
     /* Returns zeroed memory of `bytes` on the device, or NULL. */
@@ -312,7 +317,10 @@ typedef struct bk_backend {
     /* ---- attention ---- */
     /* out[B,T,C] = concat_h gate[b,h] * softmax(q_h k_h^T / sqrt(HS) + masks) v_h
      * att[B,NH,T,T] receives the probabilities (saved for the backward);
-     * masked or causal-hidden entries are exactly 0. */
+     * masked or causal-hidden entries are exactly 0. On a backend with
+     * attention_tiled_min_t > 0, att may be NULL: no [T, T] map is made and
+     * a->lse is written instead (the backward then takes att NULL too and
+     * needs no scratch). */
     void (*attention_forward)(float *out, float *att, const float *qkv, const bk_attn_args *a);
     /* dqkv[B,T,3C] +=; dgate[B,NH] += (nullable; only read when a->gate).
      * scratch: B*NH*T*T floats. */

@@ -189,6 +189,10 @@ static void head_forward(float *out, size_t ldo, float *att, const float *q, con
 }
 
 void bk_cpu_attention_forward(float *out, float *att, const float *qkv, const bk_attn_args *a) {
+    if (!att) {
+        bk_cpu_attention_forward_tiled(out, a->lse, qkv, a);
+        return;
+    }
     const int B = a->B, T = a->T, C = a->C, NH = a->NH, HS = C / NH;
     const size_t ld = 3 * (size_t)C;
 #pragma omp parallel for schedule(static)
@@ -239,6 +243,10 @@ static float head_backward(float *dq, float *dk, float *dv, const float *dout, s
 
 void bk_cpu_attention_backward(float *dqkv, float *dgate, float *scratch, const float *dout,
                                const float *qkv, const float *att, const bk_attn_args *a) {
+    if (!att) {
+        bk_cpu_attention_backward_tiled(dqkv, dgate, dout, qkv, a->lse, a);
+        return;
+    }
     const int B = a->B, T = a->T, C = a->C, NH = a->NH, HS = C / NH;
     const size_t ld = 3 * (size_t)C;
 #pragma omp parallel for schedule(static)
@@ -253,6 +261,212 @@ void bk_cpu_attention_backward(float *dqkv, float *dgate, float *scratch, const 
                                  HS, a->causal, g, scratch + (size_t)bh * T * T);
         if (a->gate && dgate) dgate[bh] += dg;
     }
+}
+
+/* ---- tiled attention (no T x T map) ----
+ * For long sequences the [T, T] map of a head no longer fits in cache, and
+ * writing it, reading it back for the softmax and again for P V costs more
+ * than the products. The tiled path keeps one BQ x BK tile of scores at a
+ * time: the forward an online softmax (running max m and sum l per row,
+ * FlashAttention's recurrence), saving only lse = m + ln l per row; the
+ * backward recomputes each tile's P = exp(S - lse). One (batch, head) pair is
+ * still one task that owns the head's columns, and a task's sums run in a
+ * fixed order, so the bits do not depend on the number of threads. */
+#define TILE_Q 64
+#define TILE_K 128
+
+/* Floats of one task's work area: scores, R, O tiles, m, l, and pd[T]. */
+static size_t tile_work_floats(int T, int HS) {
+    return 2 * (size_t)TILE_Q * TILE_K + (size_t)TILE_Q * HS + 2 * TILE_Q + (size_t)T + 16;
+}
+
+/* Probabilities of one tile in place: s[nq, nk] (row stride TILE_K) holds
+ * scale * q k^T for queries t0.. and keys u0..; keys hidden by the mask or by
+ * causality become exactly 0. With lse (the backward), p = exp(s - lse_t);
+ * without (the forward), the online softmax: m, l and the rows of o (stride
+ * HS) are rescaled to the new row max and p = exp(s - m). */
+static void tile_probs(float *s, int nq, int nk, int t0, int u0, int causal, const float *mask,
+                       const float *lse, float *m, float *l, float *o, int HS) {
+    for (int i = 0; i < nq; i++) {
+        float *row = s + (size_t)i * TILE_K;
+        int nv = causal ? t0 + i + 1 - u0 : nk; /* keys this row may see in the tile */
+        if (nv > nk) nv = nk;
+        if (nv < 0) nv = 0;
+        if (mask)
+            for (int u = 0; u < nv; u++)
+                if (mask[u0 + u] == 0.0f) row[u] = -INFINITY;
+        float mx;
+        if (lse) {
+            mx = lse[i];
+        } else {
+            float rm = -INFINITY;
+#pragma omp simd reduction(max : rm)
+            for (int u = 0; u < nv; u++) rm = fmax_fast(rm, row[u]);
+            mx = fmax_fast(m[i], rm);
+        }
+        if (mx == -INFINITY) { /* no key seen yet (or at all): p = 0 */
+            memset(row, 0, (size_t)nk * sizeof(float));
+            continue;
+        }
+        vfloat vs = {0};
+        int u = 0;
+        for (; u + VLEN <= nv; u += VLEN) {
+            vfloat e = softmax_vexp(vload(row + u) - mx);
+            vstore(row + u, e);
+            vs += e;
+        }
+        float sum = vsum(vs);
+        for (; u < nv; u++) {
+            float e = softmax_exp(row[u] - mx);
+            row[u] = e;
+            sum += e;
+        }
+        if (nv < nk) memset(row + nv, 0, (size_t)(nk - nv) * sizeof(float));
+        if (lse) continue;
+        if (mx != m[i]) {
+            float corr = softmax_exp(m[i] - mx); /* 0 when m was -inf */
+            l[i] *= corr;
+            float *oi = o + (size_t)i * HS;
+#pragma omp simd
+            for (int j = 0; j < HS; j++) oi[j] *= corr;
+            m[i] = mx;
+        }
+        l[i] += sum;
+    }
+}
+
+/* The ungated, unnormalised outputs o[nq, HS] (stride HS) of queries
+ * t0..t0+nq with their row max m and sum l: o_t / l_t = (P v)_t. */
+static void tile_query_rows(float *o, float *m, float *l, float *s, const float *q, const float *k,
+                            const float *v, size_t ld, int T, int HS, int t0, int nq, int causal,
+                            const float *mask) {
+    const float scale = 1.0f / sqrtf((float)HS);
+    memset(o, 0, (size_t)nq * HS * sizeof(float));
+    for (int i = 0; i < nq; i++) m[i] = -INFINITY, l[i] = 0.0f;
+    int kend = causal ? t0 + nq : T;
+    for (int u0 = 0; u0 < kend; u0 += TILE_K) {
+        int nk = kend - u0 < TILE_K ? kend - u0 : TILE_K;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HS, scale, q + (size_t)t0 * ld,
+                    (int)ld, k + (size_t)u0 * ld, (int)ld, 0.0f, s, TILE_K);
+        tile_probs(s, nq, nk, t0, u0, causal, mask, NULL, m, l, o, HS);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HS, nk, 1.0f, s, TILE_K,
+                    v + (size_t)u0 * ld, (int)ld, 1.0f, o, HS);
+    }
+}
+
+/* One head, tiled forward: out = g P v (row stride ldo), lse[T] = the rows'
+ * log-sum-exp of the scaled scores (-inf for a row that sees no key, whose
+ * output is 0). */
+static void head_forward_tiled(float *out, size_t ldo, float *lse, const float *q, const float *k,
+                               const float *v, size_t ld, int T, int HS, int causal,
+                               const float *mask, float g, float *work) {
+    float *s = work, *o = s + 2 * (size_t)TILE_Q * TILE_K, *m = o + (size_t)TILE_Q * HS;
+    float *l = m + TILE_Q;
+    for (int t0 = 0; t0 < T; t0 += TILE_Q) {
+        int nq = T - t0 < TILE_Q ? T - t0 : TILE_Q;
+        tile_query_rows(o, m, l, s, q, k, v, ld, T, HS, t0, nq, causal, mask);
+        for (int i = 0; i < nq; i++) {
+            float *oi = out + (size_t)(t0 + i) * ldo;
+            float f = l[i] > 0.0f ? g / l[i] : 0.0f;
+#pragma omp simd
+            for (int j = 0; j < HS; j++) oi[j] = f * o[(size_t)i * HS + j];
+            lse[t0 + i] = l[i] > 0.0f ? m[i] + logf(l[i]) : -INFINITY;
+        }
+    }
+}
+
+void bk_cpu_attention_forward_tiled(float *out, float *lse, const float *qkv,
+                                    const bk_attn_args *a) {
+    const int B = a->B, T = a->T, C = a->C, NH = a->NH, HS = C / NH;
+    const size_t ld = 3 * (size_t)C, per = tile_work_floats(T, HS);
+    float *ws = bk_cpu_workspace_take((size_t)omp_get_max_threads() * per * sizeof(float));
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        const float *q = qkv + (size_t)b * T * ld + (size_t)h * HS;
+        float g = a->gate ? a->gate[bh] : 1.0f;
+        head_forward_tiled(out + (size_t)b * T * C + (size_t)h * HS, (size_t)C,
+                           lse + (size_t)bh * T, q, q + C, q + 2 * C, ld, T, HS, a->causal,
+                           a->mask ? a->mask + (size_t)b * T : NULL, g,
+                           ws + (size_t)omp_get_thread_num() * per);
+    }
+    bk_cpu_workspace_give(ws);
+}
+
+/* One head, tiled backward (the same equations as head_backward). pd_t =
+ * sum_u P_tu R_tu = <dy_t, (P v)_t> comes first, one forward pass over the
+ * query tiles; then for each key tile (outer, so dk and dv rows stay in
+ * cache) and query tile, P from the saved lse, and
+ *   dv_u += g P^T dy,  R = dy v^T,  dS = P (g R - g pd) / sqrt(HS),
+ *   dq_t += dS k,  dk_u += dS^T q.
+ * Returns this head's dgate contribution, sum_t pd_t. */
+static float head_backward_tiled(float *dq, float *dk, float *dv, const float *dout, size_t ldo,
+                                 const float *lse, const float *q, const float *k, const float *v,
+                                 size_t ld, int T, int HS, int causal, const float *mask, float g,
+                                 float *work) {
+    const float scale = 1.0f / sqrtf((float)HS);
+    float *s = work, *r = s + (size_t)TILE_Q * TILE_K, *o = r + (size_t)TILE_Q * TILE_K;
+    float *m = o + (size_t)TILE_Q * HS, *l = m + TILE_Q, *pd = l + TILE_Q;
+    float dgate = 0.0f;
+    for (int t0 = 0; t0 < T; t0 += TILE_Q) {
+        int nq = T - t0 < TILE_Q ? T - t0 : TILE_Q;
+        tile_query_rows(o, m, l, s, q, k, v, ld, T, HS, t0, nq, causal, mask);
+        for (int i = 0; i < nq; i++) {
+            float d = l[i] > 0.0f
+                          ? dot(dout + (size_t)(t0 + i) * ldo, o + (size_t)i * HS, HS) / l[i]
+                          : 0.0f;
+            pd[t0 + i] = d;
+            dgate += d;
+        }
+    }
+    if (g == 0.0f) return dgate; /* dq, dk, dv get g times something: nothing */
+    for (int u0 = 0; u0 < T; u0 += TILE_K) {
+        int nk = T - u0 < TILE_K ? T - u0 : TILE_K;
+        for (int t0 = causal ? (u0 / TILE_Q) * TILE_Q : 0; t0 < T; t0 += TILE_Q) {
+            int nq = T - t0 < TILE_Q ? T - t0 : TILE_Q;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HS, scale,
+                        q + (size_t)t0 * ld, (int)ld, k + (size_t)u0 * ld, (int)ld, 0.0f, s,
+                        TILE_K);
+            tile_probs(s, nq, nk, t0, u0, causal, mask, lse + t0, NULL, NULL, NULL, HS);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HS, nq, g, s, TILE_K,
+                        dout + (size_t)t0 * ldo, (int)ldo, 1.0f, dv + (size_t)u0 * ld, (int)ld);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HS, 1.0f,
+                        dout + (size_t)t0 * ldo, (int)ldo, v + (size_t)u0 * ld, (int)ld, 0.0f, r,
+                        TILE_K);
+            for (int i = 0; i < nq; i++) {
+                const float *p = s + (size_t)i * TILE_K;
+                float *ri = r + (size_t)i * TILE_K, c = g * pd[t0 + i];
+#pragma omp simd
+                for (int u = 0; u < nk; u++) ri[u] = p[u] * (g * ri[u] - c) * scale;
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HS, nk, 1.0f, r, TILE_K,
+                        k + (size_t)u0 * ld, (int)ld, 1.0f, dq + (size_t)t0 * ld, (int)ld);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HS, nq, 1.0f, r, TILE_K,
+                        q + (size_t)t0 * ld, (int)ld, 1.0f, dk + (size_t)u0 * ld, (int)ld);
+        }
+    }
+    return dgate;
+}
+
+void bk_cpu_attention_backward_tiled(float *dqkv, float *dgate, const float *dout, const float *qkv,
+                                     const float *lse, const bk_attn_args *a) {
+    const int B = a->B, T = a->T, C = a->C, NH = a->NH, HS = C / NH;
+    const size_t ld = 3 * (size_t)C, per = tile_work_floats(T, HS);
+    float *ws = bk_cpu_workspace_take((size_t)omp_get_max_threads() * per * sizeof(float));
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        size_t off = (size_t)b * T * ld + (size_t)h * HS;
+        const float *q = qkv + off;
+        float *dq = dqkv + off;
+        float g = a->gate ? a->gate[bh] : 1.0f;
+        float dg = head_backward_tiled(
+            dq, dq + C, dq + 2 * C, dout + (size_t)b * T * C + (size_t)h * HS, (size_t)C,
+            lse + (size_t)bh * T, q, q + C, q + 2 * C, ld, T, HS, a->causal,
+            a->mask ? a->mask + (size_t)b * T : NULL, g, ws + (size_t)omp_get_thread_num() * per);
+        if (a->gate && dgate) dgate[bh] += dg;
+    }
+    bk_cpu_workspace_give(ws);
 }
 
 /* ---- selected heads (BudgetFormer inference) ----

@@ -3,6 +3,7 @@
 static const bk_backend cpu_backend = {
     .name = "cpu",
     .device = BK_CPU,
+    .attention_tiled_min_t = BK_CPU_ATTENTION_TILED_MIN_T,
     .alloc = bk_cpu_alloc,
     .release = bk_cpu_release,
     .mem_available = bk_cpu_mem_available,

@@ -52,6 +52,16 @@ void bk_cpu_layernorm_backward(float *dinp, float *dw, float *db, const float *d
 void bk_cpu_softmax_forward(float *out, const float *inp, int N, int C);
 void bk_cpu_softmax_backward(float *dinp, const float *out, const float *dout, int N, int C);
 void bk_cpu_attention_forward(float *out, float *att, const float *qkv, const bk_attn_args *a);
+/* bench_ops --attention-tiled: the tiled forward wins from ~1025 tokens (1.13x,
+ * 1.17x at 2049) but its backward (two more tile products: pd, and P again)
+ * loses at every length measured (0.58-0.66x), so training would be slower:
+ * off (0) until the backward wins; the kernels are tested and callable. */
+#define BK_CPU_ATTENTION_TILED_MIN_T 0
+/* The tiled path (att == NULL above): no [T, T] map, lse[B, NH, T] saved. */
+void bk_cpu_attention_forward_tiled(float *out, float *lse, const float *qkv,
+                                    const bk_attn_args *a);
+void bk_cpu_attention_backward_tiled(float *dqkv, float *dgate, const float *dout, const float *qkv,
+                                     const float *lse, const bk_attn_args *a);
 void bk_cpu_attention_backward(float *dqkv, float *dgate, float *scratch, const float *dout,
                                const float *qkv, const float *att, const bk_attn_args *a);
 void bk_cpu_attention_selected_forward(float *out, float *scratch, const float *x,

@@ -4,6 +4,8 @@
  * path against the gated full computation. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <omp.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -416,4 +418,116 @@ Test(attention, linear_selected_equals_full_linear_on_zeroed_columns) {
     check_linear_selected(3, 5, 24, 4, 32, 2, heads2, 80); /* HS = 6 */
     const int one[] = {4};
     check_linear_selected(1, 6, 64, 8, 64, 1, one, 90);
+}
+
+/* ---- the tiled path (no [T, T] map) against the maps ---- */
+
+/* Largest |x - y| over n, relative to the largest |y| (at least 1e-30). */
+static double rel_err(const float *x, const float *y, size_t n) {
+    double e = 0, m = 1e-30;
+    for (size_t i = 0; i < n; i++) {
+        e = fmax(e, fabs((double)x[i] - y[i]));
+        m = fmax(m, fabs((double)y[i]));
+    }
+    return e / m;
+}
+
+/* Key masks of long sequences: 0 none, 1 padded (sample b's last 100 + 37 b
+ * keys removed), 2 halted (about a third of the keys removed at random, key
+ * 0 kept), 3 as halted with the last sample's keys all removed. */
+static void fill_long_mask(float *mask, int B, int T, int kind) {
+    uint64_t x = 88172645463325252ull;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            float m = 1.0f;
+            if (kind == 1) m = t < T - 100 - 37 * b;
+            if (kind >= 2) m = t == 0 || x % 3 != 0;
+            if (kind == 3 && b == B - 1) m = 0.0f;
+            mask[(size_t)b * T + t] = m;
+        }
+}
+
+/* Forward and backward, tiled (att NULL) and with maps, on the same input:
+ * out, dqkv and dgate agree within float rounding of sums over T keys. */
+static void check_tiled(int B, int T, int C, int NH, int causal, int mask_kind, int use_gate) {
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+    float *qkv = fvec(nqkv), *dout = fvec(nout), *mask = fvec((size_t)B * T);
+    float *gate = fvec((size_t)B * NH), *att = fvec(natt), *scratch = fvec(natt);
+    float *out_m = fvec(nout), *out_t = fvec(nout), *lse = fvec((size_t)B * NH * T);
+    float *dq_m = fvec(nqkv), *dq_t = fvec(nqkv), *dg_m = fvec((size_t)B * NH);
+    float *dg_t = fvec((size_t)B * NH);
+    gc_fill(qkv, nqkv, -2, 2, 11);
+    gc_fill(dout, nout, -1, 1, 12);
+    gc_fill(gate, (size_t)B * NH, 0.2f, 1.5f, 13);
+    gate[1] = 0.0f; /* a closed head still has a gate gradient */
+    fill_long_mask(mask, B, T, mask_kind);
+    bk_attn_args a = {.B = B,
+                      .T = T,
+                      .C = C,
+                      .NH = NH,
+                      .causal = causal,
+                      .mask = mask_kind ? mask : NULL,
+                      .gate = use_gate ? gate : NULL};
+    be->attention_forward(out_m, att, qkv, &a);
+    be->attention_backward(dq_m, dg_m, scratch, dout, qkv, att, &a);
+    a.lse = lse;
+    for (size_t i = 0; i < nout; i++) out_t[i] = NAN;
+    be->attention_forward(out_t, NULL, qkv, &a);
+    be->attention_backward(dq_t, dg_t, NULL, dout, qkv, NULL, &a);
+#define TILED_WHAT "B%d T%d C%d NH%d causal %d mask %d gate %d: %s error %g"
+    double e = rel_err(out_t, out_m, nout);
+    cr_expect_lt(e, 2e-6, TILED_WHAT, B, T, C, NH, causal, mask_kind, use_gate, "out", e);
+    e = rel_err(dq_t, dq_m, nqkv);
+    cr_expect_lt(e, 1e-5, TILED_WHAT, B, T, C, NH, causal, mask_kind, use_gate, "dqkv", e);
+    e = rel_err(dg_t, dg_m, (size_t)B * NH);
+    cr_expect_lt(e, 1e-5, TILED_WHAT, B, T, C, NH, causal, mask_kind, use_gate, "dgate", e);
+    if (!use_gate)
+        for (int i = 0; i < B * NH; i++) cr_expect(dg_t[i] == 0.0f, "dgate written without gate");
+    if (mask_kind == 3) /* a sample that sees no key: output and gradients exactly 0 */
+        for (size_t i = (size_t)(B - 1) * T * C; i < nout; i++)
+            cr_expect(out_t[i] == 0.0f, "empty sample: out[%zu] = %g", i, out_t[i]);
+    free(qkv), free(dout), free(mask), free(gate), free(att), free(scratch);
+    free(out_m), free(out_t), free(lse), free(dq_m), free(dq_t), free(dg_m), free(dg_t);
+}
+
+Test(attention, tiled_matches_maps_at_577_tokens_with_masks_causal_gates) {
+    for (int mk = 0; mk < 4; mk++)
+        for (int causal = 0; causal < 2; causal++) check_tiled(2, 577, 128, 2, causal, mk, 1);
+    check_tiled(2, 577, 192, 3, 0, 2, 0);
+}
+
+Test(attention, tiled_matches_maps_at_tile_edges) {
+    const int Ts[] = {1, 63, 64, 65, 127, 128, 129, 200};
+    for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++)
+        for (int causal = 0; causal < 2; causal++) {
+            check_tiled(3, Ts[i], 24, 3, causal, Ts[i] > 140 ? 1 : 3, 1);
+            check_tiled(2, Ts[i], 40, 2, causal, 0, 0); /* HS 20: no whole vectors */
+        }
+}
+
+/* The tiled path's bits do not depend on the number of threads. */
+Test(attention, tiled_one_thread_gives_the_same_bits_as_two) {
+    const int B = 2, T = 300, C = 64, NH = 2;
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+    float *qkv = fvec(nqkv), *dout = fvec(nout), *mask = fvec((size_t)B * T), *gate = fvec(B * NH);
+    float *out[2], *dq[2], *dg[2], *lse = fvec((size_t)B * NH * T);
+    gc_fill(qkv, nqkv, -2, 2, 21);
+    gc_fill(dout, nout, -1, 1, 22);
+    gc_fill(gate, (size_t)B * NH, 0.2f, 1.5f, 23);
+    fill_long_mask(mask, B, T, 2);
+    int threads = omp_get_max_threads();
+    for (int r = 0; r < 2; r++) {
+        out[r] = fvec(nout), dq[r] = fvec(nqkv), dg[r] = fvec(B * NH);
+        omp_set_num_threads(r == 0 ? 1 : 2);
+        bk_attn_args a = {B, T, C, NH, 0, mask, gate, lse};
+        be->attention_forward(out[r], NULL, qkv, &a);
+        be->attention_backward(dq[r], dg[r], NULL, dout, qkv, NULL, &a);
+    }
+    omp_set_num_threads(threads);
+    cr_expect(memcmp(out[0], out[1], nout * sizeof(float)) == 0, "out differs");
+    cr_expect(memcmp(dq[0], dq[1], nqkv * sizeof(float)) == 0, "dqkv differs");
+    cr_expect(memcmp(dg[0], dg[1], (size_t)B * NH * sizeof(float)) == 0, "dgate differs");
+    for (int r = 0; r < 2; r++) free(out[r]), free(dq[r]), free(dg[r]);
+    free(qkv), free(dout), free(mask), free(gate), free(lse);
 }

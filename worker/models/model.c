@@ -5,17 +5,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-static nn_attn_cfg attn_cfg(const model_shape *sh) {
+/* be: the backend the model runs on (its tiled attention), NULL = none. */
+static nn_attn_cfg attn_cfg(const model_shape *sh, const bk_backend *be) {
     return (nn_attn_cfg){.C = sh->d_model,
                          .NH = sh->heads,
                          .causal = sh->n_classes == 0 && sh->patch == 0,
                          .hadamard = sh->hadamard,
                          .budget = sh->budget,
-                         .scratch_maps = sh->infer_only};
+                         .scratch_maps = sh->infer_only,
+                         .tiled_min_t = be ? be->attention_tiled_min_t : 0};
 }
 
 double model_attn_flops(const model_shape *sh, int k, int n) {
-    nn_attn_cfg cf = attn_cfg(sh);
+    nn_attn_cfg cf = attn_cfg(sh, NULL);
     return nn_attn_flops(&cf, k, n);
 }
 
@@ -149,7 +151,7 @@ static int declare_model(model *m, const model_shape *sh, const bk_backend *be, 
     nn_block_cfg bc = {.C = C,
                        .hidden = 4 * C,
                        .mixer = "attention",
-                       .attn = attn_cfg(sh),
+                       .attn = attn_cfg(sh, be),
                        .std = std,
                        .resid_std = resid_std};
     for (int l = 0; l < L; l++) {
@@ -192,11 +194,17 @@ static void mem_of(model *m, model_mem *mm) {
     mm->patch = m->sh.patch;
 }
 
-int model_plan(model *m, const model_shape *sh, int batch_capacity, model_mem *mm, char *err,
-               size_t errlen) {
-    if (declare_model(m, sh, bk_cpu(), batch_capacity, err, errlen)) return -1;
+/* model_plan for the backend be (whose attention may keep no maps). */
+static int plan_on(model *m, const model_shape *sh, const bk_backend *be, int batch_capacity,
+                   model_mem *mm, char *err, size_t errlen) {
+    if (declare_model(m, sh, be, batch_capacity, err, errlen)) return -1;
     mem_of(m, mm);
     return 0;
+}
+
+int model_plan(model *m, const model_shape *sh, int batch_capacity, model_mem *mm, char *err,
+               size_t errlen) {
+    return plan_on(m, sh, bk_cpu(), batch_capacity, mm, err, errlen);
 }
 
 static double gib(size_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
@@ -226,7 +234,7 @@ int model_fits(const model_shape *sh, const bk_backend *be, int batch_capacity, 
                char *err, size_t errlen) {
     model m;
     model_mem mm;
-    if (model_plan(&m, sh, batch_capacity, &mm, err, errlen)) return -1;
+    if (plan_on(&m, sh, be, batch_capacity, &mm, err, errlen)) return -1;
     model_destroy(&m);
     if (training) {
         mm.optimizer_bytes = 2 * mm.params * sizeof(float);

@@ -66,7 +66,9 @@ int nn_attn_plan(nn_attn *a, bk_arena *A, int B, int T) {
     a->B = B;
     a->T = T;
     a->qkv_act = bk_arena_floats(A, BT * 3 * C);
-    a->att = a->cf.scratch_maps ? NULL : bk_arena_floats(A, (size_t)B * NH * T * T);
+    int tiled = a->cf.tiled_min_t > 0 && T >= a->cf.tiled_min_t;
+    a->lse = tiled ? bk_arena_floats(A, (size_t)B * NH * T) : NULL;
+    a->att = a->cf.scratch_maps || tiled ? NULL : bk_arena_floats(A, (size_t)B * NH * T * T);
     a->atty = bk_arena_floats(A, BT * C);
     if (!a->cf.budget) return 0;
     a->xbar = bk_arena_floats(A, (size_t)B * C);
@@ -89,9 +91,11 @@ int nn_attn_plan(nn_attn *a, bk_arena *A, int B, int T) {
 void nn_attn_scratch(const nn_attn *a, nn_scratch *s) {
     int C = a->cf.C, NH = a->cf.NH, HS = C / NH, B = a->B, T = a->T;
     size_t BT = (size_t)B * T;
-    /* backward: dqkv, datty, datt, fwht scratch, and the budget's small ones */
-    size_t bwd = BT * 3 * C + BT * C + (size_t)B * NH * T * T + BT * C;
-    nn_scratch_need(s, (size_t)B * NH * T * T); /* scratch_maps: the forward's maps */
+    /* backward: dqkv, datty, datt (none when tiled), fwht scratch, and the
+     * budget's small ones */
+    size_t maps = a->lse ? 0 : (size_t)B * NH * T * T;
+    size_t bwd = BT * 3 * C + BT * C + maps + BT * C;
+    nn_scratch_need(s, maps); /* scratch_maps: the forward's maps */
     if (a->cf.budget) bwd += 3 * (size_t)B * NH + (size_t)B * C + 2 * (size_t)B * (C / 4) + B;
     nn_scratch_need(s, bwd);
     if (a->cf.budget) /* inference with selected heads */
@@ -205,6 +209,7 @@ static void attn_args(const nn_attn *a, const nn_call *c, bk_attn_args *g, int B
     g->causal = a->cf.causal;
     g->mask = c->mask;
     g->gate = gate;
+    g->lse = NULL;
 }
 
 static void out_proj_forward(const nn_attn *a, const nn_env *e, float *y, const float *x, int N) {
@@ -288,7 +293,8 @@ void nn_attn_forward(nn_attn *a, const nn_env *e, nn_scratch *s, const nn_call *
         bk_attn_args g;
         attn_args(a, c, &g, B, gate);
         float *att = a->att;
-        if (!att) { /* scratch_maps (inference only) */
+        g.lse = a->lse;
+        if (!att && !a->lse) { /* scratch_maps (inference only) */
             nn_scratch_begin(s);
             att = nn_scratch_floats(s, (size_t)B * NH * c->T * c->T);
         }
@@ -312,7 +318,7 @@ void nn_attn_backward(nn_attn *a, const nn_env *e, nn_scratch *s, const nn_call 
     size_t BT = (size_t)B * T;
     nn_scratch_begin(s);
     float *datty = nn_scratch_floats(s, BT * C), *dqkv = nn_scratch_floats(s, BT * 3 * C);
-    float *datt = nn_scratch_floats(s, (size_t)B * NH * T * T);
+    float *datt = a->lse ? NULL : nn_scratch_floats(s, (size_t)B * NH * T * T);
     float *fwht_scratch = nn_scratch_floats(s, BT * C);
     be->zero(datty, BT * C * sizeof(float));
     if (a->cf.hadamard)
@@ -324,6 +330,7 @@ void nn_attn_backward(nn_attn *a, const nn_env *e, nn_scratch *s, const nn_call 
     be->zero(dqkv, BT * 3 * C * sizeof(float));
     bk_attn_args g;
     attn_args(a, c, &g, B, a->cf.budget ? a->gate : NULL);
+    g.lse = a->lse;
     float *dgate = NULL;
     if (a->cf.budget) {
         dgate = nn_scratch_floats(s, (size_t)B * NH);

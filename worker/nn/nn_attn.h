@@ -27,6 +27,9 @@ typedef struct nn_attn_cfg {
      * each forward (a->att is NULL) rather than kept per layer for a
      * backward or a reader after the forward */
     int scratch_maps;
+    /* the backend's attention_tiled_min_t: from this T on, attention keeps
+     * no maps (a->att NULL) but a->lse [B,NH,T]; 0 = never */
+    int tiled_min_t;
 } nn_attn_cfg;
 
 typedef struct nn_attn {
@@ -38,6 +41,7 @@ typedef struct nn_attn {
     /* activations [B,T,3C], [B,NH,T,T], [B,T,C] gated head outputs (before
      * the output projection: the "inner" tap) */
     float *qkv_act, *att, *atty;
+    float *lse;                            /* [B,NH,T] instead of att when T >= cf.tiled_min_t */
     float *xbar, *bh, *bg, *bf, *z, *gate; /* budget: [B,C], [B,C/4] x2, [B], [B,H] x2 */
     float *gsave;                          /* training gate's save (BK_GATE_SAVE_FLOATS) */
     /* inference: the last forward's s, f [B], scores z [B,H], k [B] and the

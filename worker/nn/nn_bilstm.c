@@ -62,7 +62,8 @@ void nn_bilstm_forward(nn_bilstm *l, const nn_env *e, nn_scratch *s, const nn_ca
     int BT = c->B * c->T;
     nn_linear_forward(&l->ih, e, l->gx, u, BT);
     bk_lstm_args la = lstm_args(l, c);
-    e->be->lstm_forward(l->inner, l->saved, l->gx, nn_w(e, l->w_hh), &la);
+    /* the saved gates and states are only read by a backward */
+    e->be->lstm_forward(l->inner, c->training ? l->saved : NULL, l->gx, nn_w(e, l->w_hh), &la);
     nn_outproj_forward(&l->out, e, y, l->inner, BT);
     if (c->training || !c->st) return;
     for (int b = 0; b < c->B; b++) c->st->attn_flops += nn_bilstm_flops(l, nn_active_tokens(c, b));

@@ -115,10 +115,16 @@ int pipe_profile(model *m, const bf_config *c, const data_sets *d, int samples, 
         p->attention = a != NULL;
         p->entropy = p->top_mass = p->density = NAN;
         if (!a) continue;
-        if (!a->att) { /* model_shape.infer_only: the maps were not kept */
-            snprintf(err, errlen,
-                     "profile: the model keeps no attention maps (built for "
-                     "inference only); build it with infer_only 0");
+        if (!a->att) { /* infer_only, or tiled attention: the maps were not kept */
+            if (a->lse)
+                snprintf(err, errlen,
+                         "profile: attention at %d tokens runs tiled on %s and keeps no maps; "
+                         "profile at fewer than %d tokens",
+                         T, m->be->name, a->cf.tiled_min_t);
+            else
+                snprintf(err, errlen,
+                         "profile: the model keeps no attention maps (built for "
+                         "inference only); build it with infer_only 0");
             rc = -1;
             break;
         }
