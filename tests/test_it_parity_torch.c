@@ -9,11 +9,19 @@
  * bilstm and bimamba mixers in an encoder layer, the causal LM (dense and
  * Hadamard), and over a tiny IDX image set (tests/it_idx.h) the ViT and the
  * ViT with A-ViT halting (its ponder and prior losses, retention and
- * per-layer halting sums too). A missing torch fails the test (CI installs
- * it). A gradient file with one element moved by 0.5% must then fail the
- * check, and the reference's five deliberate departures from the halting
- * equations must each fail against the A-ViT dump: the comparison is shown
- * to be able to fail. */
+ * per-layer halting sums too, and the inference forward with halted tokens
+ * dropped). What S2S runs beyond these: BiMamba and BiLSTM at d_h 20 (BiMamba:
+ * delta rank 2, a group of 40 channels = two 16-lane tiles and a partial
+ * one) under masks with holes and an empty sample (dump --mask holes), and
+ * in A-ViT ViTs under the halting masks, BiMamba over 145 tokens (more than
+ * two scan chunks). A missing torch fails the test (CI installs it). A
+ * gradient file with one element moved by 0.5% must then fail the check, as
+ * must an inference logit moved so; the reference's six deliberate
+ * departures from the halting equations must each fail against the A-ViT
+ * dump, and its departures in the mixers (masked tokens run, the state's
+ * gradient cut at chunk boundaries, delta rank 1, the partial tile's state
+ * dropped) each against the mixer dumps where they can show: the comparison
+ * is shown to be able to fail. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -65,6 +73,12 @@ static const char *const VIT_COMMON =
     "aug: {crop_pad: 0, hflip: false}\n"
     "train: {steps: 20, batch: 6, lr: 3.0e-3, seed: 11, eval_every: 0, checkpoint_every: 0}\n";
 
+/* A-ViT for the mixer cases: tokens halt mid-depth, so the mixers of the
+ * deeper layers run under masks with holes. */
+#define VIT_AVIT_MIXERS                                                                            \
+    "avit: {enabled: true, gate_center: 0.5, retention: 0.6, ponder_weight: 0.01,\n"               \
+    "       prior_weight: 0.1}\n"
+
 typedef struct parity_case {
     const char *name, *yaml;
     const char *set; /* extra --set options (nullable) */
@@ -93,11 +107,30 @@ static const parity_case CASES[] = {
     {"vit", "", NULL},
     {"vit_avit", "avit: {enabled: true, gate_center: -0.5, retention: 0.6, ponder_weight: 0.01,\n"
                  "       prior_weight: 0.1}\n"},
+    /* what S2S runs beyond the cases above: d_h 20 (a group of 2 d_h = 40
+     * channels is two 16-lane tiles and a partial one; delta rank
+     * ceil(20/16) = 2), masks with holes and an empty sample (dump --mask
+     * holes), and in a ViT of 1-pixel patches (145 tokens, more than two
+     * scan chunks of 64) mixers under A-ViT's halting masks */
+    {"encoder_bimamba_holes",
+     "pipeline: budgetformer\nattn: {out_proj: dense}\nbudget: {enabled: false}\n",
+     "--set model.mixers=bimamba,attention --set model.d_model=40 --set model.heads=2 "
+     "--mask holes"},
+    {"encoder_bilstm_holes",
+     "pipeline: budgetformer\nattn: {out_proj: dense}\nbudget: {enabled: false}\n",
+     "--set model.mixers=attention,bilstm --set model.d_model=40 --set model.heads=2 "
+     "--mask holes"},
+    {"vit_avit_bimamba", VIT_AVIT_MIXERS,
+     "--set model.patch=1 --set model.d_model=40 --set model.heads=2 "
+     "--set model.mixers=bimamba,attention,bimamba,attention"},
+    {"vit_avit_bilstm", VIT_AVIT_MIXERS,
+     "--set model.patch=2 --set model.d_model=40 --set model.heads=2 "
+     "--set model.mixers=attention,bilstm,bilstm,attention"},
 };
 #define N_CASES (sizeof CASES / sizeof CASES[0])
 
 static const char *log_text(const char *path) {
-    static char buf[16384];
+    static char buf[32768];
     FILE *f = fopen(path, "r");
     size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
     buf[n] = '\0';
@@ -157,11 +190,11 @@ static int python_script(const char *script, const char *args) {
 /* The PyTorch check over the dump folders in args. */
 static int python(const char *args) { return python_script(SCRIPT, args); }
 
-/* Rewrites dir/NAME/grads.safetensors with tensor `tensor`'s largest element
- * scaled by factor (the "wrong gradient" the check must catch). */
-static void perturb_gradient(const char *name, const char *tensor, float factor) {
+/* Rewrites dir/NAME/FILE with tensor `tensor`'s largest element scaled by
+ * factor (the "wrong value" the check must catch). */
+static void perturb_tensor(const char *name, const char *file, const char *tensor, float factor) {
     char path[512], err[1024];
-    snprintf(path, sizeof path, "%s/%s/grads.safetensors", dir, name);
+    snprintf(path, sizeof path, "%s/%s/%s", dir, name, file);
     st_file f;
     cr_assert_eq(st_open(&f, path, err, sizeof err), 0, "%s", err);
     st_entry *e = calloc((size_t)f.n, sizeof *e);
@@ -189,6 +222,24 @@ static void perturb_gradient(const char *name, const char *tensor, float factor)
     st_close(&f);
 }
 
+/* ... of a gradient */
+static void perturb_gradient(const char *name, const char *tensor, float factor) {
+    perturb_tensor(name, "grads.safetensors", tensor, factor);
+}
+
+/* The script's line for case NAME ("ok NAME: ..."), "" when it has none. */
+static const char *case_line(const char *out, const char *name) {
+    static char line[4096];
+    char key[160];
+    snprintf(key, sizeof key, "ok %s: ", name);
+    const char *p = strstr(out, key);
+    size_t n = p ? strcspn(p, "\n") : 0;
+    if (n >= sizeof line) n = sizeof line - 1;
+    memcpy(line, p ? p : "", n);
+    line[n] = '\0';
+    return line;
+}
+
 Test(parity, bf_matches_pytorch) {
     char args[2048] = "";
     size_t n = 0;
@@ -200,7 +251,7 @@ Test(parity, bf_matches_pytorch) {
     const char *out = log_text(tmpdir_path(dir, "py.log"));
     cr_log_info("%s", out);
     cr_assert_eq(rc, 0, "PyTorch parity failed:\n%s", out);
-    cr_expect(strstr(out, "9 of 9 dumps match bf"), "%s", out);
+    cr_expect(strstr(out, "13 of 13 dumps match bf"), "%s", out);
     cr_expect(strstr(out, "ok vit: vit, 56 tensors"), "%s", out);
     /* the halting exercised (the reference refuses a dump where no token
      * halts mid-depth) and every deliberate departure of the reference from
@@ -209,6 +260,33 @@ Test(parity, bf_matches_pytorch) {
                   strstr(out, "halting depths [0, ") && strstr(out, "mutants caught 6 of 6"),
               "%s", out);
     cr_expect(strstr(out, "ok encoder_bilstm: encoder dense bilstm"), "%s", out);
+    /* bf's inference path, halted tokens dropped, gives the reference's logits */
+    cr_expect(strstr(case_line(out, "vit_avit"), "inference with dropping: logits within"), "%s",
+              out);
+    /* the masks no data file gives (an empty sample, holes), and each of the
+     * mixer reference's deliberate departures that can show on a dump caught:
+     * skipping masked tokens, the delta rank 2 and the partial tile (d_h 20) */
+    const char *l = case_line(out, "encoder_bimamba_holes");
+    cr_expect(strstr(l, "mask: 1 samples empty, 5 with holes") &&
+                  strstr(l, "mixer mutants caught 3 of 3: mask_carry") && strstr(l, "delta_rank") &&
+                  strstr(l, "partial_tile"),
+              "%s", out);
+    l = case_line(out, "encoder_bilstm_holes");
+    cr_expect(strstr(l, "mask: 1 samples empty, 5 with holes") &&
+                  strstr(l, "mixer mutants caught 1 of 1: mask_carry"),
+              "%s", out);
+    /* under A-ViT's halting masks, with 145-token scans (three chunks: the
+     * backward restarts from saved chunk states) and tokens halting mid-depth */
+    l = case_line(out, "vit_avit_bimamba");
+    cr_expect(strstr(l, "vit avit bimamba") && strstr(l, "halting depths [0, ") &&
+                  strstr(l, "mixer mutants caught 4 of 4: mask_carry") && strstr(l, "chunk_grad") &&
+                  strstr(l, "longest scan 145 tokens") && strstr(l, "inference with dropping"),
+              "%s", out);
+    l = case_line(out, "vit_avit_bilstm");
+    cr_expect(strstr(l, "vit avit bilstm") && strstr(l, "halting depths [0, ") &&
+                  strstr(l, "mixer mutants caught 1 of 1: mask_carry") &&
+                  strstr(l, "inference with dropping"),
+              "%s", out);
     cr_expect(strstr(out, "ok encoder_bimamba: encoder dense bimamba"), "%s", out);
     /* the hinge exercised on both sides (every sample, both layers) */
     cr_expect(strstr(out, "s outside the range 12+0 of 12") &&
@@ -237,6 +315,14 @@ Test(parity, bf_matches_pytorch) {
     cr_expect_eq(python(args), 1, "%s", log_text(tmpdir_path(dir, "py.log")));
     out = log_text(tmpdir_path(dir, "py.log"));
     cr_expect(strstr(out, "FAIL") && strstr(out, "gradient of cls_token"), "%s", out);
+    /* and the inference path's largest logit (halted tokens dropped), 0.5% off
+     * (the training step's files untouched) */
+    perturb_tensor("vit_avit_bilstm", "infer.safetensors", "logits", 1.005f);
+    snprintf(args, sizeof args, "'%s/vit_avit_bilstm'", dir);
+    cr_expect_eq(python(args), 1, "%s", log_text(tmpdir_path(dir, "py.log")));
+    out = log_text(tmpdir_path(dir, "py.log"));
+    cr_expect(strstr(out, "FAIL") && strstr(out, "inference logits (halted tokens dropped)"), "%s",
+              out);
 }
 
 /* init.from + init.map timm: a ViT written the way timm writes one (its
@@ -283,6 +369,12 @@ Test(parity, dump_refuses_bad_input) {
     cr_expect(
         strstr(log_text(tmpdir_path(dir, "e.log")), "--batch must be a whole number in 1..4096"),
         "%s", log_text(tmpdir_path(dir, "e.log")));
+    snprintf(cmd, sizeof cmd, "%s/bfworker dump '%s' --mask stripes --out '%s/x' 2>'%s/e.log'",
+             BF_BIN_DIR, cfg, dir, dir);
+    st = system(cmd);
+    cr_expect_eq(WEXITSTATUS(st), 64);
+    cr_expect(strstr(log_text(tmpdir_path(dir, "e.log")), "--mask 'stripes': valid: holes"), "%s",
+              log_text(tmpdir_path(dir, "e.log")));
     snprintf(cmd, sizeof cmd, "%s/bfworker dump '%s' 2>'%s/e.log'", BF_BIN_DIR, cfg, dir);
     st = system(cmd);
     cr_expect_eq(WEXITSTATUS(st), 64);

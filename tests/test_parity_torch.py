@@ -48,7 +48,8 @@ The model:
   index; no gradient); m_i = 1 at rank 1, else sigmoid((s H - r_i)/tau_r);
   w = m * (1 + p - stopgrad(p)).
   Heads: encoder = masked mean of LN_f(x) then head; decoder = LN_f(x) tok_emb^T.
-  BiLSTM layers (model.mixers): torch.nn.LSTM per head, see BiLSTMMixer.
+  BiLSTM layers (model.mixers): torch.nn.LSTM per head over each sample's
+  active tokens (any mask), see BiLSTMMixer.
   BiMamba layers (model.mixers): a plain sequential selective scan written
   from design.md ("Mamba selective scan, and the multi-head bidirectional
   mixer"), one sample and one step at a time over its active tokens, see
@@ -66,7 +67,17 @@ be well-posed (no cumulative score within 1e-4 of 1 - eps, where float32
 could decide the other way) and meaningful (retention strictly between 1/L
 and 1, some token halting mid-depth). Then each of AVIT_MUTANTS, a
 deliberate departure of the reference from the halting equations, must fail
-against the same dump, or the check reports that it cannot see that part.
+against the same dump (attention-only dumps), or the check reports that it
+cannot see that part. An A-ViT dump also holds bf's inference forward of the
+batch, halted tokens physically dropped (infer.safetensors, infer.json): its
+logits, retention and correct count must be the reference's (the masked
+forward computes the same function).
+
+The ViT's blocks may hold mixers (shape "mixers", as S2S's student does):
+they run under the halting masks. Every dump with mixers runs each of
+MIXER_MUTANTS that can show on it (masked tokens run, the scan state's
+gradient cut at chunk boundaries, delta rank 1, the partial tile's state
+dropped; mixer_mutants) and each must fail.
 """
 import json
 import math
@@ -224,8 +235,15 @@ class BiLSTMMixer(nn.Module):
     """Per head a torch.nn.LSTM(d, d_h/2, bidirectional) over u, its weights
     the slices of bf's lstm.ih / lstm.hh (streams 2h forward, 2h+1 backward;
     b_ih = lstm.ih.bias, b_hh = 0); outputs per head concatenated, then W_O.
-    The mask must be a prefix per sample (padding at the end): the masked run
-    is then torch's packed sequence."""
+    Any mask (design.md: a mixer skips masked tokens, its state carries over
+    them unchanged, its output there is 0): each sample's active tokens run
+    alone, in order, through the module, their outputs scattered back into
+    zeros; a sample with no active token outputs zeros.
+
+    mutant "mask_carry": masked tokens run too, with input 0 (the state
+    moves over them), their outputs still zeroed."""
+
+    mutant = None
 
     def __init__(self, d, heads):
         super().__init__()
@@ -238,11 +256,8 @@ class BiLSTMMixer(nn.Module):
 
     def forward(self, u, mask):
         B, T, _ = u.shape
-        lengths = mask.sum(1).long()
-        pos = torch.arange(T).unsqueeze(0)
-        if not bool(((pos < lengths.unsqueeze(1)).double() == mask).all()):
-            raise Failure("bilstm parity needs each sample's mask to be a prefix")
         G, outs = 4 * self.hsz, []
+        self.holes = getattr(self, "holes", False) or not bool((mask == 1).all())
         for h in range(self.heads):
             f, b = slice(2 * h * G, (2 * h + 1) * G), slice((2 * h + 1) * G, (2 * h + 2) * G)
             w = {"weight_ih_l0": self.ih.weight[f], "weight_hh_l0": self.hh.weight[f],
@@ -251,15 +266,23 @@ class BiLSTMMixer(nn.Module):
                  "weight_hh_l0_reverse": self.hh.weight[b],
                  "bias_ih_l0_reverse": self.ih.bias[b],
                  "bias_hh_l0_reverse": torch.zeros_like(self.ih.bias[b])}
-            packed = nn.utils.rnn.pack_padded_sequence(u, lengths.clamp(min=1), batch_first=True,
-                                                       enforce_sorted=False)
             # the module's own forward over bf's tensors (what it would run
             # after load_state_dict of these slices, with their gradients)
             object.__setattr__(self.ref, "_flat_weights",
                                [w[n] for n in self.ref._flat_weights_names])
-            y, _ = self.ref(packed)
-            y, _ = nn.utils.rnn.pad_packed_sequence(y, batch_first=True, total_length=T)
-            outs.append(y * mask.unsqueeze(-1))
+            rows = []
+            for s in range(B):
+                row = torch.zeros(T, 2 * self.hsz, dtype=u.dtype)
+                if self.mutant == "mask_carry":
+                    y, _ = self.ref((u[s] * mask[s].unsqueeze(-1)).unsqueeze(0))
+                    row = y[0] * mask[s].unsqueeze(-1)
+                else:
+                    idx = torch.nonzero(mask[s] > 0).view(-1)
+                    if idx.numel():
+                        y, _ = self.ref(u[s, idx].unsqueeze(0))
+                        row = row.index_put((idx,), y[0])
+                rows.append(row)
+            outs.append(torch.stack(rows))
         return torch.cat(outs, -1)
 
 
@@ -290,9 +313,20 @@ class BiMambaMixer(nn.Module):
       conv, W_x, W_Delta, b_Delta, A_log, D); inner = W_out (y_fwd + reverse(y_bwd))/2.
     A mask leaves the state unchanged over masked tokens and outputs 0 there:
     each sample runs on its active tokens alone (any mask, not only a
-    prefix), its outputs scattered back into zeros."""
+    prefix), its outputs scattered back into zeros.
+
+    mutant (the self-check, MIXER_MUTANTS): "mask_carry" runs masked tokens
+    too with input 0 (the state decays and the conv window moves over them);
+    "chunk_grad" stops the state's gradient every BK_SCAN_CHUNK = 64 steps (a
+    backward that does not carry the state's gradient into the chunk before,
+    where bf restarts from the saved chunk state); "delta_rank" keeps only
+    the first of the R delta components; "partial_tile" drops the state's
+    part of y (y = D x) in the channels of each group past its last whole
+    16-channel tile (bf's AVX-512 scan runs those lanes in a partial tile)."""
 
     N, K = 16, 4
+    CHUNK, TILE = 64, 16
+    mutant = None
 
     def __init__(self, d, heads):
         super().__init__()
@@ -317,6 +351,8 @@ class BiMambaMixer(nn.Module):
         P = R + 2 * N
         dbc = self.blockdiag(xc, p.x_proj.weight, P, Dg).view(L, G, P)
         delta, Bm, Cm = dbc[..., :R], dbc[..., R:R + N], dbc[..., R + N:]
+        if self.mutant == "delta_rank":
+            delta = torch.cat([delta[..., :1], torch.zeros_like(delta[..., 1:])], -1)
         dt = F.softplus(self.blockdiag(delta.reshape(L, G * R), p.dt_proj.weight, Dg, R) +
                         p.dt_proj.bias)
         # channel c of group g sees its group's B and C
@@ -325,25 +361,39 @@ class BiMambaMixer(nn.Module):
         A = -torch.exp(p.A_log)
         h = torch.zeros(D, N, dtype=x.dtype)
         ys = []
+        # the channels past each group's last whole tile (the mutant drops their state part)
+        keep = ((torch.arange(D) % Dg) < Dg // self.TILE * self.TILE).to(x.dtype)
         for t in range(L):
+            if self.mutant == "chunk_grad" and t and t % self.CHUNK == 0:
+                h = h.detach()
             h = torch.exp(dt[t].unsqueeze(-1) * A) * h + (dt[t] * xc[t]).unsqueeze(-1) * Bc[t]
-            ys.append((h * Cc[t]).sum(-1) + p.D * xc[t])
+            yt = (h * Cc[t]).sum(-1)
+            if self.mutant == "partial_tile":
+                yt = yt * keep
+            ys.append(yt + p.D * xc[t])
         y = torch.stack(ys) if ys else torch.zeros(0, D, dtype=x.dtype)
         return y * F.silu(z)
 
     def forward(self, u, mask):
         B, T, C = u.shape
         w_in = getattr(self, "in").weight
+        self.holes = getattr(self, "holes", False) or not bool((mask == 1).all())
+        self.gaps = getattr(self, "gaps", False) or bool((mask[:, 1:] > mask[:, :-1]).any())
+        self.longest = max(getattr(self, "longest", 0), int(mask.sum(1).max()))
         out = torch.zeros(B, T, C, dtype=u.dtype)
         rows = []
         for b in range(B):
             idx = torch.nonzero(mask[b] > 0).view(-1)
             ub = u[b, idx]
+            if self.mutant == "mask_carry":
+                idx, ub = torch.arange(T), u[b] * mask[b].unsqueeze(-1)
             x = self.blockdiag(ub, w_in[:self.D], self.Dg, self.dh)
             z = self.blockdiag(ub, w_in[self.D:], self.Dg, self.dh)
             yf = self.direction(self.fwd, x, z)
             yb = self.direction(self.bwd, x.flip(0), z.flip(0)).flip(0)
             inner = self.blockdiag((yf + yb) / 2, self.out.weight, self.dh, self.Dg)
+            if self.mutant == "mask_carry":
+                inner = inner * mask[b].unsqueeze(-1)
             rows.append(out[b].index_put((idx,), inner))
         return torch.stack(rows)
 
@@ -456,8 +506,9 @@ class ViT(nn.Module):
         self.patch_emb = nn.Linear(p * p, d)
         self.cls_token = nn.Parameter(torch.zeros(1, d))
         self.pos_emb = Params(weight=(T, d))
-        self.blocks = nn.ModuleList(Block(d, sh["heads"], False, False, False)
-                                    for _ in range(sh["layers"]))
+        mixers = sh.get("mixers") or ["attention"] * sh["layers"]
+        self.blocks = nn.ModuleList(Block(d, sh["heads"], False, False, False, mixers[l])
+                                    for l in range(sh["layers"]))
         self.ln_f = nn.LayerNorm(d, eps=1e-5)
         self.head = nn.Linear(d, sh["n_classes"])
 
@@ -474,7 +525,11 @@ class ViT(nn.Module):
         """One pre-LN block under the token mask active [B,T] (keys: the
         attention's key mask); masked rows come out unchanged."""
         m = active.unsqueeze(-1)
-        a, _, _ = blk.attn(blk.ln1(x) * m, keys, None, None)
+        if blk.mixer == "attention":
+            a, _, _ = blk.attn(blk.ln1(x) * m, keys, None, None)
+        else:  # a mixer sees the tokens the attention would see as keys
+            mix = blk.lstm if blk.mixer == "bilstm" else blk.mamba
+            a = blk.attn.out(mix(blk.ln1(x) * m, keys))
         x = x + a * m
         return x + blk.mlp(blk.ln2(x) * m) * m
 
@@ -569,6 +624,63 @@ def prior_centre(r, L):
     return 0.5 * (lo + hi)
 
 
+# each that applies to a dump with mixers must make it fail (BiMambaMixer,
+# BiLSTMMixer): the check sees the masks, the chunked scan, the delta rank and
+# the partial tile
+MIXER_MUTANTS = ("mask_carry", "chunk_grad", "delta_rank", "partial_tile")
+
+
+def set_mixer_mutant(model, mutant):
+    for mod in model.modules():
+        if isinstance(mod, (BiMambaMixer, BiLSTMMixer)):
+            mod.mutant = mutant
+
+
+def mixer_mutants(model):
+    """The MIXER_MUTANTS that can show on this dump, from what the reference's
+    mixers saw: a mask that is not all ones, a sample longer than a scan chunk,
+    R > 1, a group width that leaves a partial tile."""
+    mus = set()
+    for mod in model.modules():
+        if isinstance(mod, BiLSTMMixer) and mod.holes:
+            mus.add("mask_carry")
+        if isinstance(mod, BiMambaMixer):
+            # only a hole (a masked token before an active one): over a
+            # padding tail the carried state never reaches an output, and
+            # ahead of the backward direction's first token it stays 0 while
+            # the conv bias is (at init) 0
+            if mod.gaps:
+                mus.add("mask_carry")
+            if mod.longest > mod.CHUNK:
+                mus.add("chunk_grad")
+            if mod.R > 1:
+                mus.add("delta_rank")
+            if mod.Dg % mod.TILE:
+                mus.add("partial_tile")
+    return [m for m in MIXER_MUTANTS if m in mus]
+
+
+def mixer_note(model, run_mutant):
+    """Runs every applicable mixer mutant through run_mutant (which raises
+    Failure when the mutant is caught); a note for the summary line."""
+    mus, caught = mixer_mutants(model), []
+    for mu in mus:
+        try:
+            run_mutant(mu)
+        except Failure as e:
+            caught.append("%s (%s)" % (mu, str(e).split(":")[0]))
+            continue
+        raise Failure("the mixer mutant '%s' of the reference matches bf too: the check cannot "
+                      "see that part of the mixer" % mu)
+    if not mus:
+        return ""
+    longest = max([getattr(m, "longest", 0) for m in model.modules()
+                   if isinstance(m, BiMambaMixer)] or [0])
+    return "; mixer mutants caught %d of %d: %s%s" % (
+        len(caught), len(mus), ", ".join(caught),
+        " (longest scan %d tokens)" % longest if longest else "")
+
+
 def close(name, bf, ref, rtol, floor=0.0):
     """Elementwise |bf - ref| <= rtol |ref| + floor; returns the worst ratio."""
     bf, ref = bf.to(torch.float64), ref.to(torch.float64)
@@ -609,13 +721,15 @@ def check_loss(meta, name, v):
         raise Failure("%s: bf %.9g, torch %.9g" % (name, meta["loss"][name], v))
 
 
-def vit_reference(meta, weights, batch, mutant=None):
+def vit_reference(meta, weights, batch, mutant=None, mixer_mutant=None):
     """The torch ViT over the dump's batch, its loss backwarded; (model, logits,
-    losses, halting info)."""
+    losses, halting info). mutant: one of AVIT_MUTANTS, mixer_mutant: one of
+    MIXER_MUTANTS."""
     sh = meta["shape"]
     model = ViT(sh)
     model.load_state_dict(weights, strict=True)
     model = model.double()
+    set_mixer_mutant(model, mixer_mutant)
     if not bool((batch["mask"] == 1).all()):
         raise Failure("a vit batch's mask is not all ones")
     logits, task, info = model(batch["ids"].long(), batch["targets"].long(),
@@ -680,8 +794,12 @@ def check_vit(d, meta, weights, batch, bf_logits, bf_grads):
     worst_logit, worst_grad, worst_name = compare_vit(meta, model, logits, losses, info,
                                                       bf_logits, bf_grads)
     if sh["avit"]:
+        infer_note = check_infer(d, logits, info, batch)
         caught = []
-        for mu in AVIT_MUTANTS:
+        # the halting's mutants on attention-only dumps: a mixer dump's
+        # sequential scans make each rerun slow, and its own mutants follow
+        mixer_dump = bool(set(sh.get("mixers", [])) - {"attention"})
+        for mu in () if mixer_dump else AVIT_MUTANTS:
             mm, ml, mls, mi = vit_reference(meta, weights, batch, mu)
             try:
                 compare_vit(meta, mm, ml, mls, mi, bf_logits, bf_grads)
@@ -690,16 +808,77 @@ def check_vit(d, meta, weights, batch, bf_logits, bf_grads):
                 continue
             raise Failure("the mutant '%s' of the reference matches bf too: the check cannot "
                           "see that part of the halting" % mu)
-        note = (" ponder %.6g prior %.6g, retention %.4f (prior centre %.4g, halting depths %s, "
-                "margin to 1-eps %.2g); mutants caught %d of %d: %s" % (
+        note += (" ponder %.6g prior %.6g, retention %.4f (prior centre %.4g, halting depths %s, "
+                "margin to 1-eps %.2g)" % (
                     float(losses["loss_ponder"]), float(losses["loss_prior"]), info["retention"],
-                    meta["avit"]["prior_centre"], info["halted_at"], info["margin"],
-                    len(caught), len(AVIT_MUTANTS), ", ".join(caught)))
-    return ("%s: vit%s, %d tensors: logits within %.2g of the bound, loss %.6f (task %.6f%s), "
+                    meta["avit"]["prior_centre"], info["halted_at"], info["margin"]))
+        if caught:
+            note += "; mutants caught %d of %d: %s" % (len(caught), len(AVIT_MUTANTS),
+                                                       ", ".join(caught))
+        note += infer_note
+    note += mixer_note(model, lambda mu: compare_vit(
+        meta, *vit_reference(meta, weights, batch, mixer_mutant=mu), bf_logits, bf_grads))
+    mixers = "".join(" " + k for k in sorted(set(sh.get("mixers", [])) - {"attention"}))
+    return ("%s: vit%s%s, %d tensors: logits within %.2g of the bound, loss %.6f (task %.6f%s), "
             "worst gradient %s at %.2g of the bound" % (
-                os.path.basename(os.path.normpath(d)), " avit" if sh["avit"] else "",
+                os.path.basename(os.path.normpath(d)), " avit" if sh["avit"] else "", mixers,
                 len(list(model.parameters())), worst_logit, float(losses["loss"]),
                 float(losses["loss_task"]), note, worst_name, worst_grad))
+
+
+def encoder_reference(meta, weights, batch, mixer_mutant=None):
+    """The torch encoder or decoder over the dump's batch, its loss backwarded;
+    (model, logits, losses)."""
+    sh, kn = meta["shape"], meta["knobs"]
+    model = Transformer(sh)
+    # strict: every bf tensor has a place in the torch model and none is left over
+    model.load_state_dict(weights, strict=True)
+    model = model.double()
+    set_mixer_mutant(model, mixer_mutant)
+    ids = batch["ids"].long()
+    mask = batch["mask"].double()
+    targets = batch["targets"].long()
+    noise = None
+    if sh["budget"]:
+        noise = [batch["noise.%d" % l].double() for l in range(sh["layers"])]
+    logits, task, budget, entropy = model(ids, mask, targets, noise, kn)
+    loss = task + budget + entropy
+    loss.backward()
+    return model, logits.detach(), {"loss": loss, "loss_task": task, "loss_budget": budget,
+                                    "loss_entropy": entropy}
+
+
+def compare_encoder(meta, model, logits, losses, bf_logits, bf_grads):
+    """Raises Failure on the first difference; returns (worst logit ratio,
+    worst gradient ratio, its tensor)."""
+    worst_logit = close("logits", bf_logits, logits, 0, RTOL_LOGITS * float(logits.abs().max()))
+    for k, v in losses.items():
+        check_loss(meta, k, v)
+    worst_grad, worst_name = compare_grads(dict(model.named_parameters()), bf_grads)
+    return worst_logit, worst_grad, worst_name
+
+
+def check_infer(d, logits, info, batch):
+    """bf's inference forward of the same batch (halted tokens physically
+    dropped: infer.safetensors, infer.json) against the reference's masked
+    forward: the logits (the same bound as training's), the retention and
+    the correct count; a note for the summary line."""
+    path = os.path.join(d, "infer.safetensors")
+    if not os.path.exists(path):
+        raise Failure("an A-ViT dump without infer.safetensors: bf's inference path is not "
+                      "dumped (a bfworker older than this check?)")
+    bf = load_file(path)["logits"]
+    meta = json.load(open(os.path.join(d, "infer.json")))
+    worst = close("inference logits (halted tokens dropped)", bf, logits, 0,
+                  RTOL_LOGITS * float(logits.abs().max()))
+    if not abs(meta["retention"] - info["retention"]) <= 1e-9:
+        raise Failure("inference retention: bf %.9g, torch %.9g" % (meta["retention"],
+                                                                    info["retention"]))
+    correct = int((logits.argmax(-1) == batch["targets"].long().view(-1)).sum())
+    if int(meta["correct"]) != correct:
+        raise Failure("inference correct: bf %d, torch %d" % (int(meta["correct"]), correct))
+    return ", inference with dropping: logits within %.2g of the bound, %d correct" % (
+        worst, correct)
 
 
 def check_dump(d):
@@ -711,20 +890,10 @@ def check_dump(d):
     bf_grads = load_file(os.path.join(d, "grads.safetensors"))
     if sh["model"] == "vit":
         return check_vit(d, meta, weights, batch, bf_logits, bf_grads)
-
-    model = Transformer(sh)
-    # strict: every bf tensor has a place in the torch model and none is left over
-    model.load_state_dict(weights, strict=True)
-    model = model.double()
-    ids = batch["ids"].long()
-    mask = batch["mask"].double()
-    targets = batch["targets"].long()
-    noise = None
-    if sh["budget"]:
-        noise = [batch["noise.%d" % l].double() for l in range(sh["layers"])]
-    logits, task, budget, entropy = model(ids, mask, targets, noise, kn)
-    loss = task + budget + entropy
-    loss.backward()
+    model, logits, losses = encoder_reference(meta, weights, batch)
+    ids = batch["ids"]
+    task, budget, entropy, loss = (losses[k] for k in ("loss_task", "loss_budget",
+                                                       "loss_entropy", "loss"))
 
     # is the case well-posed? (before any comparison, so that a failure says why)
     if sh["budget"]:
@@ -758,15 +927,15 @@ def check_dump(d):
                           "another seed" % gap)
     else:
         extra = ""
-    worst_logit = close("logits", bf_logits, logits.detach(), 0, RTOL_LOGITS *
-                        float(logits.detach().abs().max()))
-    losses = {"loss": loss, "loss_task": task, "loss_budget": budget, "loss_entropy": entropy}
-    for k, v in losses.items():
-        v = float(v)
-        if not abs(meta["loss"][k] - v) <= RTOL_LOSS * abs(v) + 1e-9:
-            raise Failure("%s: bf %.9g, torch %.9g" % (k, meta["loss"][k], v))
+    worst_logit, worst_grad, worst_name = compare_encoder(meta, model, logits, losses, bf_logits,
+                                                          bf_grads)
     params = dict(model.named_parameters())
-    worst_grad, worst_name = compare_grads(params, bf_grads)
+    empty = int((batch["mask"].sum(1) == 0).sum())
+    holes = int(sum(bool(((r[1:] > r[:-1]).any())) for r in batch["mask"]))
+    if empty or holes:
+        extra += ", mask: %d samples empty, %d with holes" % (empty, holes)
+    extra += mixer_note(model, lambda mu: compare_encoder(
+        meta, *encoder_reference(meta, weights, batch, mu), bf_logits, bf_grads))
     mixers = "".join(" " + k for k in sorted(set(sh.get("mixers", [])) - {"attention"}))
     return ("%s: %s%s%s%s, %d tensors: logits within %.2g of the bound, loss %.6f (task %.6f "
             "budget %.3g entropy %+.3g%s), worst gradient %s at %.2g of the bound" % (

@@ -1,6 +1,6 @@
 /* cmd_dump — `bfworker dump`: one training step of a config, written out for an outside
  * implementation to check against (tests/test_parity_torch.py):
- *   bfworker dump CONFIG.yaml [--set KEY=VALUE ...] --out DIR [--batch N]
+ *   bfworker dump CONFIG.yaml [--set KEY=VALUE ...] --out DIR [--batch N] [--mask holes]
  * opens the data as training does, builds the model from the config's seed
  * (then loads init.from, renamed by init.map, as training does), sets the
  * knobs of step 0 as the pipeline would, takes the first training
@@ -13,12 +13,19 @@
  *   outputs.safetensors  "logits" ([B,n_classes] encoder, [B*T,V] lm)
  *   grads.safetensors    d(total loss)/d(tensor) for every parameter, by its name
  *   dump.json            the losses, the knobs and the shape
+ * and with A-ViT halting, from an inference forward of the same batch after
+ * the step's (the weights unchanged; halted tokens physically dropped):
+ *   infer.safetensors    "logits" [B,n_classes]
+ *   infer.json           its retention, task loss and correct count
+ * --mask holes (pipeline budgetformer) replaces the batch's padding masks by
+ * masks no data file gives: the first sample empty, holes in the others
+ * (mask_punch_holes), so that a mixer's skipping of masked tokens is checked.
  * Nothing is trained and no checkpoint is written. */
 #include "worker/cmd/cmd.h"
 
 #define DUMP_MAX_BATCH 4096
 
-int dump_write(const bf_config *c, const char *out_dir, int batch, int quiet, char *err,
+int dump_write(const bf_config *c, const char *out_dir, int batch, int holes, int quiet, char *err,
                size_t errlen);
 
 #include <errno.h>
@@ -236,6 +243,17 @@ static int write_json(const model *m, const bf_config *c, int B, const char *pat
     return rc ? -1 : 0;
 }
 
+/* infer.json of an inference forward: its retention (mean fraction of patch
+ * tokens active per layer), task loss and correct count. */
+static int write_infer_json(const model *m, const char *path, char *err, size_t errlen) {
+    json_t *root = json_pack("{s:f, s:f, s:f}", "retention", m->st.retention, "loss_task",
+                             m->st.loss_task, "correct", m->st.correct);
+    int rc = root ? json_dump_file(root, path, JSON_INDENT(2) | JSON_REAL_PRECISION(17)) : -1;
+    json_decref(root);
+    if (rc) snprintf(err, errlen, "cannot write %s", path);
+    return rc ? -1 : 0;
+}
+
 /* init.from (renamed by init.map) into m's weights, as the training loop's
  * host does (run/host.c); the report to stderr unless quiet. 0 or -1. */
 static int load_init_from(model *m, const bf_config *c, int quiet, char *err, size_t errlen) {
@@ -266,16 +284,34 @@ static int load_init_from(model *m, const bf_config *c, int quiet, char *err, si
     return rc;
 }
 
+/* The masks of --mask holes, within the batch's own (a padding token stays
+ * masked): row 0 empty; in row r >= 1, token t masked when (t + 2r) % 5 == 0
+ * and a run of three from T/3 (a hole longer than the conv window of 4). */
+static void mask_punch_holes(data_batch_t *b) {
+    int T = b->seq_len;
+    for (int r = 0; r < b->rows; r++)
+        for (int t = 0; t < T; t++)
+            if (r == 0 || (t + 2 * r) % 5 == 0 || (t >= T / 3 && t < T / 3 + 3))
+                b->mask[(size_t)r * T + t] = 0.0f;
+}
+
 /* Runs the step of c over `batch` rows (0 = c->train.batch) and writes the
  * files into out_dir (created when missing; files there of the same names
- * are replaced). Progress goes to stderr unless quiet. Returns 0, or -1 with
- * a message. (External linkage only so that its messages are checked
- * against any caller's buffer, not main's.) */
-int dump_write(const bf_config *conf, const char *out_dir, int batch, int quiet, char *err,
-               size_t errlen) {
+ * are replaced); holes: the batch's masks as mask_punch_holes makes them.
+ * Progress goes to stderr unless quiet. Returns 0, or -1 with a message.
+ * (External linkage only so that its messages are checked against any
+ * caller's buffer, not main's.) */
+int dump_write(const bf_config *conf, const char *out_dir, int batch, int holes, int quiet,
+               char *err, size_t errlen) {
     bf_config c = *conf;
     if (batch < 0 || batch > DUMP_MAX_BATCH) {
         snprintf(err, errlen, "--batch %d outside 1..%d", batch, DUMP_MAX_BATCH);
+        return -1;
+    }
+    if (holes && strcmp(c.pipeline, PIPE_BUDGETFORMER.name) != 0) {
+        snprintf(err, errlen,
+                 "--mask holes: pipeline '%s' has no token mask to punch (valid: pipeline %s)",
+                 c.pipeline, PIPE_BUDGETFORMER.name);
         return -1;
     }
     if (batch > 0) c.train.batch = batch;
@@ -321,6 +357,7 @@ int dump_write(const bf_config *conf, const char *out_dir, int batch, int quiet,
         goto out;
     }
     if (data_batch_at(bt, 0, &b, err, errlen)) goto out;
+    if (holes) mask_punch_holes(&b);
     sp->knobs(&m, &c, 0);
     m.kn.row_offset = 0;
     const int *targets = sp->classify ? b.labels : b.targets;
@@ -349,6 +386,14 @@ int dump_write(const bf_config *conf, const char *out_dir, int batch, int quiet,
                 "dump: %s, %d rows, loss %.6f (task %.6f budget %.6f entropy %+.6f) -> %s\n",
                 c.pipeline, b.rows, m.st.loss, m.st.loss_task, m.st.loss_budget, m.st.loss_entropy,
                 out_dir);
+    /* the inference path (with A-ViT, halted tokens dropped), after every
+     * training-step file is written: it replaces m's logits and statistics */
+    if (sh.avit &&
+        (model_forward(&m, b.ids, b.mask, targets, b.rows, 0, err, errlen) ||
+         write_logits(&m, b.rows, join(path, sizeof path, out_dir, "infer.safetensors"), err,
+                      errlen) ||
+         write_infer_json(&m, join(path, sizeof path, out_dir, "infer.json"), err, errlen)))
+        goto out;
     rc = 0;
 out:
     data_batch_free(&b);
@@ -359,7 +404,8 @@ out:
 }
 
 static const char *DUMP_USAGE =
-    "usage: bfworker dump CONFIG.yaml [--set KEY=VALUE ...] --out DIR [--batch N] [--quiet]\n"
+    "usage: bfworker dump CONFIG.yaml [--set KEY=VALUE ...] --out DIR [--batch N]\n"
+    "                     [--mask holes] [--quiet]\n"
     "  One training-mode forward and backward of step 0 (the config's seed and its\n"
     "  init.from / init.map, the first training batch, the knobs of step 0), written\n"
     "  for an outside implementation to check:\n"
@@ -367,17 +413,21 @@ static const char *DUMP_USAGE =
     "  budget noise.L; vit: ids are the pixels), outputs.safetensors (logits),\n"
     "  grads.safetensors (every parameter's gradient by name), dump.json (losses,\n"
     "  knobs, shape; with avit.enabled the halting knobs, the prior centre used and\n"
-    "  the per-layer keep and psum sums).\n"
-    "  --batch N   rows of the batch (default train.batch; at most 4096)\n";
+    "  the per-layer keep and psum sums); with avit.enabled also the inference\n"
+    "  forward of the batch, halted tokens dropped: DIR/infer.safetensors\n"
+    "  (logits), infer.json (retention, task loss, correct).\n"
+    "  --batch N   rows of the batch (default train.batch; at most 4096)\n"
+    "  --mask holes  (pipeline budgetformer) the first sample fully masked, holes\n"
+    "              in the others: masks no data file gives, for the mixers\n";
 
 /* The options `bfworker dump` accepts (cmd.h: cmd_specs). */
-const char *const cmd_dump_vals[] = {"--set", "--out", "--batch", NULL};
+const char *const cmd_dump_vals[] = {"--set", "--out", "--batch", "--mask", NULL};
 const char *const cmd_dump_flags[] = {"--quiet", NULL};
 
 int cmd_dump(int argc, char **argv) {
     const char *cfg_path = argc >= 3 ? argv[2] : NULL, *out = NULL;
     long batch = 0;
-    int quiet = 0;
+    int quiet = 0, holes = 0;
     if (argc >= 3 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
         fputs(DUMP_USAGE, stdout);
         return 0;
@@ -414,6 +464,13 @@ int cmd_dump(int argc, char **argv) {
             return BF_EX_USAGE;
         }
         if (strcmp(o, "--out") == 0) out = v;
+        if (strcmp(o, "--mask") == 0) {
+            if (strcmp(v, "holes") != 0) {
+                fprintf(stderr, "bfworker dump: --mask '%s': valid: holes\n", v);
+                return BF_EX_USAGE;
+            }
+            holes = 1;
+        }
         if (strcmp(o, "--batch") == 0) {
             char *end = NULL;
             batch = strtol(v, &end, 10);
@@ -433,7 +490,7 @@ int cmd_dump(int argc, char **argv) {
         fprintf(stderr, "bfworker: %s\n", err);
         return BF_EX_USAGE;
     }
-    if (dump_write(&c, out, (int)batch, quiet, err, sizeof err)) {
+    if (dump_write(&c, out, (int)batch, holes, quiet, err, sizeof err)) {
         fprintf(stderr, "bfworker dump: %s\n", err);
         return 1;
     }
