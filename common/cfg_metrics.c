@@ -71,6 +71,9 @@ static const struct {
     {"eval/student/images_per_s", MET_S2S},
     {"eval/student/speedup_vs_teacher@577", MET_S2S},
     {"eval/mixer/speedup@577", MET_S2S},
+    {"eval/trained/teacher/images_per_s", MET_S2S},
+    {"eval/trained/student/images_per_s", MET_S2S},
+    {"eval/trained/student/speedup_vs_teacher", MET_S2S},
 };
 
 static int metric_applies(const bf_config *c, int when) {

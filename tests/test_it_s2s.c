@@ -3,12 +3,15 @@
  * stage reach metrics.jsonl under the stage's name; stage 1 lowers the
  * replaced layer's MSE on held data (distill/val/loss_mse before and after)
  * and leaves every tensor but the mixer's bit for bit as the A-ViT teacher
- * had it; a second run reuses
+ * had it; the eval stage times the trained checkpoints on the test
+ * images (their retention while timed is their test retention) beside the
+ * fresh-weights figures; a second run reuses
  * every stage; a config that differs only in distill.mixer, sharing the
  * stage root, reuses teacher, avit and profile and runs the rest; a stage
  * alone (--stage) refuses to run before its parents; bad s2s values are
  * config errors naming the valid ones. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,6 +107,55 @@ static void expect_frozen_through_stage1(void) {
     st_close(&s);
 }
 
+/* The one value of metric name in metrics.jsonl at path. */
+static double one_value(const char *path, const char *name) {
+    double v[4];
+    int n = metric_values(path, name, v, 4);
+    cr_assert_eq(n, 1, "%s logged %d times in %s", name, n, path);
+    return v[0];
+}
+
+/* The eval stage timed the trained models (the checkpoints, their own
+ * halting) on the test images: positive images/s, the ratio of those, and
+ * the retention each reached while timed is the one its own stage measured
+ * on the test split (avit/test/retention, finetune/test/retention) and the
+ * eval's pipe_evaluate too. Fresh weights with a bisected gate centre
+ * would land near it, not on it. */
+static void expect_trained_speeds(const char *metrics) {
+    static const char *const who[] = {"dense", "teacher", "student"};
+    static const char *const stage_ret[] = {NULL, "avit/test/retention", "finetune/test/retention"};
+    double ips[3];
+    for (int k = 0; k < 3; k++) {
+        char name[96];
+        snprintf(name, sizeof name, "eval/trained/%s/images_per_s", who[k]);
+        ips[k] = one_value(metrics, name);
+        cr_expect(ips[k] > 0 && ips[k] < 1e9, "%s = %g", name, ips[k]);
+        snprintf(name, sizeof name, "eval/trained/%s/retention", who[k]);
+        double r = one_value(metrics, name);
+        snprintf(name, sizeof name, "eval/%s/test/retention", who[k]);
+        double e = one_value(metrics, name);
+        cr_expect(fabs(r - e) < 1e-6, "%s timed at retention %.9g, its test retention %.9g", who[k],
+                  r, e);
+        if (k == 0) {
+            cr_expect_eq(r, 1.0, "the dense model halts (retention %g)", r);
+            continue;
+        }
+        double s = one_value(metrics, stage_ret[k]);
+        cr_expect(fabs(r - s) < 1e-6, "%s timed at retention %.9g, %s %.9g", who[k], r,
+                  stage_ret[k], s);
+        cr_expect(r > 0.2 && r < 0.99, "%s: retention %g while timed (no halting?)", who[k], r);
+    }
+    cr_expect_eq(one_value(metrics, "eval/trained/images"), 60, "timed on the 60 test images");
+    double x = one_value(metrics, "eval/trained/student/speedup_vs_teacher");
+    cr_expect(fabs(x - ips[2] / ips[1]) < 1e-6 * x, "speedup %g, images/s %g / %g", x, ips[2],
+              ips[1]);
+    x = one_value(metrics, "eval/trained/teacher/speedup_vs_dense");
+    cr_expect(fabs(x - ips[1] / ips[0]) < 1e-6 * x, "speedup %g, images/s %g / %g", x, ips[1],
+              ips[0]);
+    /* the fresh-weights figures stay beside them */
+    cr_expect_gt(one_value(metrics, "eval/student/speedup_vs_teacher@577"), 0);
+}
+
 Test(it_s2s, runs_every_stage_and_shares_them, .timeout = 600) {
     snprintf(dir, sizeof dir, "/tmp/bf-test-its2s-XXXXXX");
     cr_assert(mkdtemp(dir) != NULL);
@@ -146,6 +198,7 @@ Test(it_s2s, runs_every_stage_and_shares_them, .timeout = 600) {
     cr_expect(mse[1] < 0.8 * mse[0], "held-out layer MSE %g before stage 1, %g after", mse[0],
               mse[1]);
     expect_frozen_through_stage1();
+    expect_trained_speeds(cmd);
     /* again: every stage is reused */
     snprintf(cmd, sizeof cmd, "%s/bfworker train %s/s2s.yaml --out %s/run --resume 2>&1",
              BF_BIN_DIR, dir, dir);

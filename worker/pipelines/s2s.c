@@ -311,6 +311,120 @@ int s2s_speeds(const model_shape *shapes, const double *retention, int n, const 
     return rc;
 }
 
+/* The images a timing reads, copied out of the batcher so that no data
+ * work falls inside a timed forward. */
+typedef struct split_batches {
+    int n, rows, T;
+    int32_t *ids, *labels;
+    float *mask;
+    int *valid;
+} split_batches;
+
+static void split_batches_free(split_batches *s) {
+    free(s->ids), free(s->labels), free(s->mask), free(s->valid);
+    memset(s, 0, sizeof *s);
+}
+
+static int split_batches_read(split_batches *s, const model *m, const bf_config *c,
+                              const data_sets *d, int split, int max_images, char *err,
+                              size_t errlen) {
+    memset(s, 0, sizeof *s);
+    const data_tok_t *set = split ? d->test : d->val;
+    if (!set) {
+        snprintf(err, errlen, "no %s split to time the trained models on",
+                 split ? "test" : "validation");
+        return -1;
+    }
+    data_batcher_t *bt;
+    data_batch_t b;
+    if (pipe_eval_batcher(m, c, d, set, NULL, &bt, &b, err, errlen)) return -1;
+    s->rows = b.rows, s->T = b.seq_len;
+    size_t RT = (size_t)s->rows * s->T;
+    int cap = (max_images + s->rows - 1) / s->rows, images = 0, rc = 0;
+    if (cap < 1) cap = 1;
+    s->ids = malloc((size_t)cap * RT * sizeof *s->ids);
+    s->mask = malloc((size_t)cap * RT * sizeof *s->mask);
+    s->labels = malloc((size_t)cap * s->rows * sizeof *s->labels);
+    s->valid = malloc((size_t)cap * sizeof *s->valid);
+    if (!s->ids || !s->mask || !s->labels || !s->valid) {
+        snprintf(err, errlen, "out of memory for %d batches of test images", cap);
+        rc = -1;
+    }
+    while (!rc && s->n < cap && images < max_images) {
+        int r = data_batch_next(bt, &b, err, errlen);
+        if (r == DATA_END) break;
+        if (r) {
+            rc = -1;
+            break;
+        }
+        if (b.valid_rows == 0) continue;
+        memcpy(s->ids + s->n * RT, b.ids, RT * sizeof *s->ids);
+        memcpy(s->mask + s->n * RT, b.mask, RT * sizeof *s->mask);
+        memcpy(s->labels + (size_t)s->n * s->rows, b.labels, (size_t)s->rows * sizeof *s->labels);
+        s->valid[s->n++] = b.valid_rows;
+        images += b.valid_rows;
+    }
+    data_batch_free(&b);
+    data_batcher_destroy(&bt);
+    if (!rc && s->n == 0) {
+        snprintf(err, errlen, "the %s split has no images to time", split ? "test" : "validation");
+        rc = -1;
+    }
+    if (rc) split_batches_free(s);
+    return rc;
+}
+
+int s2s_split_speeds(model *const *m, int n, const bf_config *c, const data_sets *d, int split,
+                     int max_images, int reps, double *ips, double *ret, double *images, char *err,
+                     size_t errlen) {
+    if (n < 1 || n > S2S_SPEED_MAX || reps < 1) {
+        snprintf(err, errlen, "%d models to time (1..%d), %d rounds (>= 1)", n, S2S_SPEED_MAX,
+                 reps);
+        return -1;
+    }
+    for (int k = 1; k < n; k++)
+        if (m[k]->B != m[0]->B) {
+            snprintf(err, errlen, "models of batch %d and %d: the timed batches need one", m[0]->B,
+                     m[k]->B);
+            return -1;
+        }
+    split_batches s;
+    if (split_batches_read(&s, m[0], c, d, split, max_images, err, errlen)) return -1;
+    double *best = malloc((size_t)s.n * n * sizeof *best), keep[S2S_SPEED_MAX] = {0}, seen = 0;
+    if (!best) {
+        split_batches_free(&s);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (int i = 0; i < s.n * n; i++) best[i] = INFINITY;
+    size_t RT = (size_t)s.rows * s.T;
+    int rc = 0;
+    for (int r = 0; !rc && r <= reps; r++) /* r = 0 warms up and reads the retention */
+        for (int j = 0; !rc && j < s.n; j++)
+            for (int k = 0; !rc && k < n; k++) {
+                const bk_backend *be = m[k]->be;
+                be->sync();
+                double t0 = now_s();
+                rc = model_forward(m[k], s.ids + j * RT, s.mask + j * RT,
+                                   s.labels + (size_t)j * s.rows, s.valid[j], 0, err, errlen);
+                be->sync();
+                double t = now_s() - t0;
+                if (r > 0 && t < best[j * n + k]) best[j * n + k] = t;
+                if (r == 0) keep[k] += (m[k]->sh.avit ? m[k]->st.retention : 1) * s.valid[j];
+                if (r == 0 && k == 0) seen += s.valid[j];
+            }
+    for (int k = 0; !rc && k < n; k++) {
+        double t = 0;
+        for (int j = 0; j < s.n; j++) t += best[j * n + k];
+        ips[k] = seen / t;
+        ret[k] = keep[k] / seen;
+    }
+    if (!rc) *images = seen;
+    free(best);
+    split_batches_free(&s);
+    return rc;
+}
+
 int s2s_mixer_ms(const model_shape *shape, const bk_backend *be, int mixer, int T, int B, int reps,
                  double *attention_ms, double *mixer_ms, char *err, size_t errlen) {
     speed_probe p[2];

@@ -18,9 +18,10 @@
  * validation.
  *
  * eval: accuracy, retention and images/s of a trained model on the test
- * split, and the speed of the model's shape at other token counts
- * (fresh weights, halting tuned to a given retention) and of its mixer
- * sublayer alone. */
+ * split, the trained models timed on those images in turns
+ * (s2s_split_speeds), and the speed of the model's shape at other token
+ * counts (fresh weights, halting tuned to a given retention) and of its
+ * mixer sublayer alone. */
 #ifndef PIPE_S2S_H
 #define PIPE_S2S_H
 
@@ -61,6 +62,20 @@ void s2s_distill_free(s2s_distill *ctx);
 #define S2S_SPEED_MAX 4
 int s2s_speeds(const model_shape *shapes, const double *retention, int n, const bk_backend *be,
                int T, int B, int reps, double *ips, double *ret, char *err, size_t errlen);
+
+/* Speed of n trained models (their weights and halting, inference with
+ * halted tokens dropped) on the images of d's test split (split 1; 0 =
+ * validation), in the batches pipe_evaluate reads (the models' B, which must
+ * be the same), the first batches holding at least max_images (all of a
+ * smaller split): a warm-up round, then reps rounds of one forward of each
+ * model on each batch in turns; ips[k] = images over the sum of each batch's
+ * fastest forward; ret[k] = model k's retention over those images (1
+ * without halting; on the whole split, pipe_evaluate's test/retention);
+ * *images = how many were timed. n <= S2S_SPEED_MAX, reps >= 1. Returns 0
+ * or -1 with a message. */
+int s2s_split_speeds(model *const *m, int n, const bf_config *c, const data_sets *d, int split,
+                     int max_images, int reps, double *ips, double *ret, double *images, char *err,
+                     size_t errlen);
 
 /* ms of one mixer sublayer (LN1 + mixer + output projection: nn_block's
  * mixer half) at (B, T) and the shape's width and heads, inference: the

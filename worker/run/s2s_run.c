@@ -215,10 +215,15 @@ static int run_distill(s2s_ctx *x, char *err, size_t errlen) {
 
 /* ---- eval ---- */
 
-/* The speed measurements: batch 4, the fastest of 9 forwards per model;
- * teacher and student, and the mixer pair, timed in turns (s2s_speeds). */
+/* The speed measurements at other lengths: batch 4, the fastest of 9
+ * forwards per model; teacher and student, and the mixer pair, timed in
+ * turns (s2s_speeds). The trained models on the test images: the first
+ * EVAL_TRAINED_IMAGES of them at the training batch, the fastest of
+ * EVAL_TRAINED_REPS per batch (s2s_split_speeds). */
 #define EVAL_BATCH 4
 #define EVAL_REPS 9
+#define EVAL_TRAINED_IMAGES 1024
+#define EVAL_TRAINED_REPS 5
 
 static const char *name_of(const char *a, const char *b, const char *c2, int T) {
     static char *names[256];
@@ -240,16 +245,21 @@ static int run_eval(s2s_ctx *x, char *err, size_t errlen) {
     static const int lengths[] = {197, 577, 1025};
     model_shape shape[3];
     double ret[3];
+    model m[3];
+    int open = 0, rc = 0, split = x->d.test ? 1 : 0;
     metrics_begin(&x->mt, x->offset);
-    for (int k = 0; k < 3; k++) {
-        model m;
+    for (int k = 0; k < 3 && !rc; k++) {
         eval_result e;
-        if (load_model(x, stage[k], x->dir[stage[k]], x->c->train.batch, 1, &m, err, errlen))
-            return -1;
-        shape[k] = m.sh;
-        int rc = pipe_evaluate(&m, x->c, &x->d, x->d.test ? 1 : 0, NULL, &e, NULL, err, errlen);
-        model_destroy(&m);
-        if (rc) return -1;
+        if (load_model(x, stage[k], x->dir[stage[k]], x->c->train.batch, 1, &m[k], err, errlen)) {
+            rc = -1;
+            break;
+        }
+        open = k + 1;
+        shape[k] = m[k].sh;
+        if (pipe_evaluate(&m[k], x->c, &x->d, split, NULL, &e, NULL, err, errlen)) {
+            rc = -1;
+            break;
+        }
         ret[k] = shape[k].avit ? e.retention : 1.0;
         if (k == 2) x->acc_student = e.acc;
         metrics_add(&x->mt, name_of("eval/", who[k], "/test/acc", 0), e.acc);
@@ -260,6 +270,27 @@ static int run_eval(s2s_ctx *x, char *err, size_t errlen) {
             fprintf(stderr, "eval  %-7s | test/acc %.4f | retention %.3f | %.0f images/s\n", who[k],
                     e.acc, ret[k], e.seconds > 0 ? e.samples / e.seconds : 0);
     }
+    /* the trained models on the test images, their own halting, in turns */
+    double tips[3], tret[3], images = 0;
+    model *const mp[3] = {&m[0], &m[1], &m[2]};
+    if (!rc)
+        rc = s2s_split_speeds(mp, 3, x->c, &x->d, split, EVAL_TRAINED_IMAGES, EVAL_TRAINED_REPS,
+                              tips, tret, &images, err, errlen);
+    for (int k = 0; k < open; k++) model_destroy(&m[k]);
+    if (rc) return -1;
+    for (int k = 0; k < 3; k++) {
+        metrics_add(&x->mt, name_of("eval/trained/", who[k], "/images_per_s", 0), tips[k]);
+        metrics_add(&x->mt, name_of("eval/trained/", who[k], "/retention", 0), tret[k]);
+    }
+    metrics_add(&x->mt, "eval/trained/images", images);
+    metrics_add(&x->mt, "eval/trained/teacher/speedup_vs_dense", tips[1] / tips[0]);
+    metrics_add(&x->mt, "eval/trained/student/speedup_vs_teacher", tips[2] / tips[1]);
+    if (!x->quiet)
+        fprintf(stderr,
+                "eval  trained, %.0f %s images at %d tokens | images/s dense %.1f teacher %.1f "
+                "(retention %.3f) student %.1f (retention %.3f; %.2fx the teacher)\n",
+                images, split ? "test" : "validation", shape[0].seq_len, tips[0], tips[1], tret[1],
+                tips[2], tret[2], tips[2] / tips[1]);
 
     const bk_backend *be;
     if (bk_select(x->c->device, &be, err, errlen)) return -1;
