@@ -15,6 +15,7 @@
 #include "worker/data/data_sets.h"
 #include "worker/dist/comm.h"
 #include "worker/io/ckpt.h"
+#include "worker/run/force.h"
 #include "worker/run/train.h"
 
 static volatile sig_atomic_t stop_requested = 0;
@@ -156,6 +157,13 @@ static int train_ranks(int argc, char **argv, comm_t *comm) {
     /* rank 0 decides (the others could see the files it is writing); a
      * refusal there ends every rank (cmd_train) */
     struct stat mst;
+    /* what a process killed during a --force run left (run/force.h) is
+     * resolved first, so the folder is seen as the run it holds */
+    if (rank == 0 && force_recover(out, cmd_has_flag(argc, argv, 3, "--quiet"), err, sizeof err)) {
+        fprintf(stderr, "bfworker: %s\n", err);
+        free(args);
+        return CMD_FAIL;
+    }
     /* an empty metrics.jsonl without a checkpoint is a run that failed before its
      * first point (an older bf left one): no run */
     int holds_run =
@@ -177,9 +185,9 @@ static int train_ranks(int argc, char **argv, comm_t *comm) {
         return CMD_USAGE;
     }
     /* --force writes the new run beside the old one (OUT/.force-new) and
-     * swaps it in when its first checkpoint is written (run/host.c's
-     * swap_in), so a bad input or a run that fails before then leaves the
-     * old run as it was */
+     * swaps it in when its first checkpoint is written (run/force.h, by
+     * renames a crash cannot leave half done), so a bad input or a run that
+     * fails before then leaves the old run as it was */
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_term;

@@ -89,9 +89,21 @@ void metrics_close(metrics *m) {
     tfevents_close(&m->tb, err, sizeof err);
 }
 
+void metrics_moved(metrics *m, const char *dir) {
+    if (m->path[0]) snprintf(m->path, sizeof m->path, "%s/metrics.jsonl", dir);
+}
+
 void metrics_close_failed(metrics *m) {
-    char tb[4096] = "";
-    if (m->lines == 0 && m->tb) snprintf(tb, sizeof tb, "%s", tfevents_path(m->tb));
+    char tb[8200] = "";
+    /* the event file is beside metrics.jsonl, wherever that was moved */
+    if (m->lines == 0 && m->tb) {
+        const char *p = tfevents_path(m->tb), *base = strrchr(p, '/');
+        const char *slash = strrchr(m->path, '/');
+        if (base && slash)
+            snprintf(tb, sizeof tb, "%.*s%s", (int)(slash - m->path), m->path, base);
+        else
+            snprintf(tb, sizeof tb, "%s", p);
+    }
     metrics_close(m);
     if (m->lines) return;
     struct stat st;

@@ -42,6 +42,9 @@ void metrics_add(metrics *m, const char *name, double value);
 double metrics_get(const metrics *m, const char *name, double def);
 void metrics_flush(metrics *m);
 void metrics_close(metrics *m);
+/* The open metrics.jsonl and event file were renamed into dir (--force's
+ * swap, names kept): m->path follows, for metrics_close_failed. */
+void metrics_moved(metrics *m, const char *dir);
 /* Closes a run that failed: when nothing was written through m, the
  * metrics.jsonl it left empty and the event file it created are removed, so
  * a run that failed before its first point leaves no half-made run behind

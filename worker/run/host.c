@@ -5,13 +5,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
 #include <limits.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "worker/io/ckpt.h"
 #include "worker/dist/metrics.h"
+#include "worker/run/force.h"
 
 /* mkdir -p */
 static int make_dirs(const char *path, char *err, size_t errlen) {
@@ -228,6 +228,10 @@ typedef struct host_ctx {
      * (swap_in); until then the old run is untouched */
     const char *final_dir; /* rank 0: where the run belongs; NULL: no swap pending */
     char staging[4200];
+    int swap_begun; /* force_swap started: staging is no longer discarded */
+    /* a stage: called on rank 0 after each checkpoint (train_stage's saved) */
+    int (*saved)(void *ctx, char *err, size_t errlen);
+    void *saved_ctx;
     const data_sets *d; /* begin: its tokenizer is saved, metrics opened (a whole run);
                          * NULL: a stage (its caller owns the metrics) */
     int bad_input;      /* set when init.from (or init.map) could not be used */
@@ -289,66 +293,16 @@ static int h_metric_flush(void *ctx, char *err, size_t errlen) {
     return metrics_status(h->mt, err, errlen);
 }
 
-/* Removes folder dir and the files in it (the staging folder is flat);
- * missing is fine. 0 or -1 with a message. */
-static int remove_flat_dir(const char *dir, char *err, size_t errlen) {
-    DIR *d = opendir(dir);
-    if (!d) {
-        if (errno == ENOENT) return 0;
-        snprintf(err, errlen, "--force: cannot open %s: %s", dir, strerror(errno));
-        return -1;
-    }
-    struct dirent *e;
-    char p[4400];
-    int rc = 0;
-    while ((e = readdir(d)) && rc == 0) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        if (unlink(p) != 0 && errno != ENOENT) {
-            snprintf(err, errlen, "--force: cannot remove %s: %s", p, strerror(errno));
-            rc = -1;
-        }
-    }
-    closedir(d);
-    if (rc == 0 && rmdir(dir) != 0 && errno != ENOENT) {
-        snprintf(err, errlen, "--force: cannot remove %s: %s", dir, strerror(errno));
-        rc = -1;
-    }
-    return rc;
-}
-
-/* --force, after the new run's first checkpoint is in staging: the old run's
- * files go (host_clear_run), the new run's move in beside whatever else the
- * folder holds (stage folders), and the run goes on in final_dir. The open
- * metrics.jsonl and event file move with their names. Rank 0 only. */
+/* --force, after the new run's first checkpoint is in staging: the new run
+ * is swapped in for the old one (run/force.h: crash-safe, by renames) beside
+ * whatever else the folder holds (stage folders), and the run goes on in
+ * final_dir. The open metrics.jsonl and event file move with their names.
+ * Rank 0 only. */
 static int swap_in(void *ctx, char *err, size_t errlen) {
     host_ctx *h = ctx;
     if (!h->final_dir) return 0;
-    if (host_clear_run(h->final_dir, err, errlen)) return -1;
-    DIR *d = opendir(h->staging);
-    if (!d) {
-        snprintf(err, errlen, "--force: cannot open %s: %s", h->staging, strerror(errno));
-        return -1;
-    }
-    struct dirent *e;
-    char from[4600], to[4600];
-    int rc = 0;
-    while ((e = readdir(d)) && rc == 0) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(from, sizeof from, "%s/%s", h->staging, e->d_name);
-        snprintf(to, sizeof to, "%s/%s", h->final_dir, e->d_name);
-        if (rename(from, to) != 0) {
-            snprintf(err, errlen, "--force: cannot move %s to %s: %s", from, to, strerror(errno));
-            rc = -1;
-        }
-    }
-    closedir(d);
-    if (rc) return -1;
-    if (rmdir(h->staging) != 0) {
-        snprintf(err, errlen, "--force: cannot remove %s: %s", h->staging, strerror(errno));
-        return -1;
-    }
-    if (h->mt->path[0]) snprintf(h->mt->path, sizeof h->mt->path, "%s/metrics.jsonl", h->final_dir);
+    if (force_swap(h->final_dir, &h->swap_begun, err, errlen)) return -1;
+    metrics_moved(h->mt, h->final_dir);
     h->out_dir = h->resume_dir = h->final_dir;
     h->final_dir = NULL;
     return 0;
@@ -357,8 +311,8 @@ static int swap_in(void *ctx, char *err, size_t errlen) {
 static int h_save(void *ctx, const bf_config *c, const pipe_state *s, char *err, size_t errlen) {
     host_ctx *h = ctx;
     /* only rank 0 writes, and swaps (the others' folder names go unused) */
-    return save_checkpoint(h->comm, h->resume_dir, s, c, h->final_dir ? swap_in : NULL, h, err,
-                           errlen);
+    if (h->final_dir) return save_checkpoint(h->comm, h->resume_dir, s, c, swap_in, h, err, errlen);
+    return save_checkpoint(h->comm, h->resume_dir, s, c, h->saved, h->saved_ctx, err, errlen);
 }
 
 static int h_resume(void *ctx, const bf_config *c, pipe_state *s, int *found, char *err,
@@ -493,7 +447,9 @@ int host_run_stage(const pipe_spec *sp, const bf_config *c, const train_opts *o,
                    .quiet = o->quiet || rank != 0,
                    .mt = st->mt,
                    .prefix = st->prefix,
-                   .step_offset = st->step_offset};
+                   .step_offset = st->step_offset,
+                   .saved = st->saved,
+                   .saved_ctx = st->saved_ctx};
     train_opts so = *o;
     so.resume = 1; /* a stage folder is its own: continue what a killed run left */
     pipe_host h = make_host(&hc, &so, 1);
@@ -506,38 +462,6 @@ int host_run_stage(const pipe_spec *sp, const bf_config *c, const train_opts *o,
 
 int host_make_dirs(const char *path, char *err, size_t errlen) {
     return make_dirs(path, err, errlen);
-}
-
-int host_clear_run(const char *dir, char *err, size_t errlen) {
-    static const char *const old[] = {"metrics.jsonl",
-                                      CKPT_NAME,
-                                      CKPT_MODEL_FILE,
-                                      CKPT_OPTIM_FILE,
-                                      CKPT_STATE_FILE,
-                                      "test_samples.tsv",
-                                      "." CKPT_MODEL_FILE ".tmp",
-                                      "." CKPT_OPTIM_FILE ".tmp"};
-    char p[4400];
-    for (size_t k = 0; k < sizeof old / sizeof old[0]; k++) {
-        snprintf(p, sizeof p, "%s/%s", dir, old[k]);
-        if (unlink(p) != 0 && errno != ENOENT) goto fail;
-    }
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (strncmp(e->d_name, "events.out.tfevents.", 20) != 0) continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        if (unlink(p) != 0 && errno != ENOENT) {
-            closedir(d);
-            goto fail;
-        }
-    }
-    closedir(d);
-    return 0;
-fail:
-    snprintf(err, errlen, "--force: cannot remove %s: %s", p, strerror(errno));
-    return -1;
 }
 
 /* The folder path names (itself when a folder, else its parent), resolved
@@ -584,13 +508,14 @@ int host_run(const pipe_spec *sp, const bf_config *c, const train_opts *o, train
     metrics_open(hc.mt, NULL, err, errlen); /* no file until the run has set up (h_begin) */
     if (host_check_init_from(c, o->out_dir, err, errlen)) return TRAIN_INPUT;
     if (o->force && o->out_dir) {
-        snprintf(hc.staging, sizeof hc.staging, "%s/" HOST_FORCE_STAGING, o->out_dir);
+        snprintf(hc.staging, sizeof hc.staging, "%s/" FORCE_NEW, o->out_dir);
         hc.resume_dir = hc.staging;
         if (rank == 0) {
             hc.out_dir = hc.staging;
             hc.final_dir = o->out_dir;
-            /* what an earlier --force killed before its swap left */
-            if (remove_flat_dir(hc.staging, err, errlen)) return TRAIN_ERROR;
+            /* what an earlier --force killed before its swap left (bfworker
+             * train resolved it already: force_recover) */
+            if (force_discard(o->out_dir, err, errlen)) return TRAIN_ERROR;
         }
     }
     data_sets d;
@@ -608,9 +533,10 @@ int host_run(const pipe_spec *sp, const bf_config *c, const train_opts *o, train
         metrics_close(hc.mt);
     data_sets_close(&d);
     /* --force that failed before its first checkpoint: the old run stays as
-     * it was, and the new one's files go */
+     * it was, and the new one's files go (a swap begun and failed is left for
+     * force_recover to finish) */
     char e2[512];
-    if (hc.final_dir && remove_flat_dir(hc.staging, e2, sizeof e2) && !quiet)
+    if (hc.final_dir && !hc.swap_begun && force_discard(hc.final_dir, e2, sizeof e2) && !quiet)
         fprintf(stderr, "bfworker: %s\n", e2);
     return rc;
 }

@@ -17,17 +17,14 @@ typedef struct train_opts {
     const char *out_dir;         /* metrics.jsonl, config.yaml, checkpoint; NULL = none */
     int resume;                  /* continue from out_dir's checkpoint when it exists */
     int force;                   /* start over: the new run writes into out_dir/.force-new
-                                  * (HOST_FORCE_STAGING) and replaces the old run with it
-                                  * when its first checkpoint is written; a run that fails
-                                  * before leaves the old one as it was (s2s: the old run's
-                                  * stream is removed once its inputs are checked) */
+                                  * and is swapped in for the old run when its first
+                                  * checkpoint is written (run/force.h); a run that fails
+                                  * before leaves the old one as it was (s2s: its stream,
+                                  * swapped at the first stage checkpoint or stage done) */
     int quiet;                   /* no progress lines on stderr */
     volatile sig_atomic_t *stop; /* set by SIGTERM: checkpoint and return TRAIN_PREEMPTED */
     comm_t *comm;                /* ranks of a data-parallel run (borrowed); NULL = one process */
 } train_opts;
-
-/* --force's staging folder inside --out (docs/checkpoints.md) */
-#define HOST_FORCE_STAGING ".force-new"
 
 /* TRAIN_INPUT: the data, init.from / init.map (missing, not a checkpoint,
  * tensors that do not fit, inside --out) or the config cannot be used;
@@ -51,16 +48,14 @@ typedef struct train_stage {
     const char *prefix;
     long step_offset;
     struct metrics *mt;
+    /* nullable: called on rank 0 after each checkpoint the stage writes
+     * (s2s's --force swaps its stream in at the first); non-zero fails the run */
+    int (*saved)(void *ctx, char *err, size_t errlen);
+    void *saved_ctx;
 } train_stage;
 int host_run_stage(const pipe_spec *sp, const bf_config *c, const train_opts *o,
                    const train_stage *st, const data_sets *d, train_result *r, char *err,
                    size_t errlen);
-
-/* Removes the files of the run in dir (metrics.jsonl, the checkpoint set or
- * checkpoint.bin, test_samples.tsv, TensorBoard event files) for --force;
- * config.yaml and tokenizer.model are rewritten by the new run, stage folders
- * are kept. 0 or -1 with a message. */
-int host_clear_run(const char *dir, char *err, size_t errlen);
 
 /* 0 unless init.from names out_dir or a file in it (a run there would write
  * over the weights it loads, and --force remove them first): -1 then, with a

@@ -15,6 +15,7 @@
 #include "worker/dist/metrics.h"
 #include "worker/pipelines/profile.h"
 #include "worker/pipelines/s2s.h"
+#include "worker/run/force.h"
 
 /* What the stages share. */
 typedef struct s2s_ctx {
@@ -31,7 +32,21 @@ typedef struct s2s_ctx {
     int layers[MODEL_MAX_LAYERS], n_layers; /* the replaced layers (after profile) */
     double acc_student;                     /* eval: the student's test accuracy */
     int layers_told;                        /* auto:K's choice printed */
+    /* --force: the new stream (metrics.jsonl, event file) is written into
+     * OUT/.force-new and swapped in for the old run (run/force.h) at the
+     * first stage checkpoint or stage done, or when the run ends well */
+    int swap_pending, swap_begun;
 } s2s_ctx;
+
+/* --force's swap of the stream, once (rank 0; a no-op elsewhere or after). */
+static int stream_swap(void *ctx, char *err, size_t errlen) {
+    s2s_ctx *x = ctx;
+    if (!x->swap_pending) return 0;
+    if (force_swap(x->o->out_dir, &x->swap_begun, err, errlen)) return -1;
+    metrics_moved(&x->mt, x->o->out_dir);
+    x->swap_pending = 0;
+    return 0;
+}
 
 /* The stages this driver runs, in the declaration's order (checked by
  * s2s_run against pipeline_stages("s2s")). */
@@ -107,7 +122,7 @@ static bf_config stage_config(const s2s_ctx *x, int i) {
 
 static int run_train_stage(s2s_ctx *x, int i, const pipe_spec *sp, const bf_config *sc, char *err,
                            size_t errlen) {
-    train_stage ts = {x->dir[i], x->prefix[i], x->offset, &x->mt};
+    train_stage ts = {x->dir[i], x->prefix[i], x->offset, &x->mt, stream_swap, x};
     train_result r;
     int rc = host_run_stage(sp, sc, x->o, &ts, &x->d, &r, err, errlen);
     if (rc == TRAIN_ERROR || rc == TRAIN_INPUT) {
@@ -428,7 +443,7 @@ int s2s_run(const bf_config *c, const train_opts *o, train_result *r, char *err,
         return TRAIN_INPUT; /* as host_run's: the data cannot be used */
     }
     /* the stages a --stage run needs are done, the data opened: only now is
-     * the old run's stream removed (--force) and a new one begun */
+     * a new stream begun (--force: beside the old run's, swapped in later) */
     for (int i = 0; only > 0 && i < only; i++)
         if (!is_done(x, i)) {
             snprintf(err, errlen,
@@ -436,8 +451,14 @@ int s2s_run(const bf_config *c, const train_opts *o, train_result *r, char *err,
                      x->st[only].name, x->st[i].name, x->st[i].key, x->dir[i]);
             goto out;
         }
-    if (x->rank == 0 && o->force && host_clear_run(o->out_dir, err, errlen)) goto out;
-    if (metrics_open(&x->mt, x->rank == 0 ? o->out_dir : NULL, err, errlen)) goto out;
+    char staging[3100];
+    snprintf(staging, sizeof staging, "%s/" FORCE_NEW, o->out_dir);
+    const char *stream = x->rank != 0 ? NULL : o->force ? staging : o->out_dir;
+    if (x->rank == 0 && o->force &&
+        (force_discard(o->out_dir, err, errlen) || host_make_dirs(staging, err, errlen)))
+        goto out;
+    x->swap_pending = x->rank == 0 && o->force;
+    if (metrics_open(&x->mt, stream, err, errlen)) goto out;
     for (int i = 0; i < S2S_STAGES; i++) {
         int last = only >= 0 ? only : S2S_STAGES - 1;
         if (i > last) break;
@@ -462,9 +483,10 @@ int s2s_run(const bf_config *c, const train_opts *o, train_result *r, char *err,
             rc = src == TRAIN_PREEMPTED || src == TRAIN_INPUT ? src : TRAIN_ERROR;
             goto out;
         }
-        if (mark_done(x, i, err, errlen)) goto out;
+        if (mark_done(x, i, err, errlen) || (x->rank == 0 && stream_swap(x, err, errlen))) goto out;
         x->offset += stage_steps(c, i);
     }
+    if (x->rank == 0 && stream_swap(x, err, errlen)) goto out; /* every stage was reused */
     rc = TRAIN_OK;
     if (r) {
         memset(r, 0, sizeof *r);
@@ -476,6 +498,11 @@ out:
         metrics_close_failed(&x->mt); /* a run that failed before its first point leaves none */
     else
         metrics_close(&x->mt);
+    /* --force that ended before its swap: the old run stays as it was, the
+     * new stream goes (a swap begun and failed is left for force_recover) */
+    char e2[512];
+    if (x->swap_pending && !x->swap_begun && force_discard(o->out_dir, e2, sizeof e2) && !x->quiet)
+        fprintf(stderr, "bfworker: %s\n", e2);
     data_sets_close(&x->d);
     free(x);
     return rc;
