@@ -20,43 +20,30 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "tests/it_glosses.h"
 #include "tests/it_idx.h"
 #include "tests/it_proc.h"
 #include "worker/io/safetensors.h"
 
 #define GOLDEN BF_SOURCE_DIR "/tests/data/golden"
-/* every command runs under this: a regression that blocks fails, not hangs */
-#define LIMIT "timeout -s KILL 120 "
+/* every command runs under a limit: a regression that blocks fails, not hangs */
+#define LIMIT_S 120
 
-static void setup(void) {
-    snprintf(dir, sizeof dir, "/tmp/bf-force-XXXXXX");
-    cr_assert(mkdtemp(dir) != NULL);
-    char cmd[512];
-    snprintf(cmd, sizeof cmd,
-             "cp %s/tests/data/glosses_train.tsv %s/tests/data/glosses_val.tsv %s/", BF_SOURCE_DIR,
-             BF_SOURCE_DIR, dir);
-    cr_assert_eq(system(cmd), 0);
-}
-static void teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_expect_eq(system(cmd), 0);
-}
+static void setup(void) { it_glosses_setup("bf-force"); }
+static void teardown(void) { it_glosses_teardown(); }
 TestSuite(force, .init = setup, .fini = teardown, .timeout = 600);
 
 static char out[1 << 17];
 
-/* Runs cmd in dir (stdout + stderr into out) under LIMIT; its exit status
+/* Runs cmd in dir (stdout + stderr into out) under LIMIT_S seconds; its exit status
  * (137: killed by SIGKILL, as timeout(1) reports it). */
 static int run(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int run(const char *fmt, ...) {
-    char body[4096], full[4400];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(body, sizeof body, fmt, ap);
+    int rc = it_glosses_vrun(LIMIT_S, out, sizeof out, fmt, ap);
     va_end(ap);
-    snprintf(full, sizeof full, "cd %s && " LIMIT "%s 2>&1", dir, body);
-    return run_cmd(full, out, sizeof out);
+    return rc;
 }
 
 /* bfworker train on the glosses (budgetformer baseline) with extra args */
