@@ -52,6 +52,8 @@ typedef struct run {
     char slurm_job[SLURM_JOB_ID_MAX]; /* "" for a local run */
     int slurm_phase;                  /* last slurm_phase seen (SLURM_QUEUED at submit) */
     double next_poll;                 /* when to ask scontrol again */
+    int slurm_wait;   /* launched, waiting to go out in its job array (slurm_flush) */
+    int array_cancel; /* its whole job was cancelled: scancel its array, once */
     /* s2s: the shared stage this attempt runs (stage_key "" for a whole trial) */
     char stage[16], stage_key[17], stage_dir[32];
     int stage_last;     /* the trial's last stage (eval): done means the trial is */
@@ -68,6 +70,14 @@ typedef struct batch {
     int64_t prev_acked; /* the run's acked before this batch */
     int gap;
 } batch;
+
+/* scontrol's answer for one Slurm job array, shared by all its tasks' runs
+ * in one check_timers pass. */
+typedef struct array_poll {
+    char id[SLURM_JOB_ID_MAX];
+    int n;
+    slurm_status *st;
+} array_poll;
 
 /* The daemon: its settings, store connections, sockets, run table and
  * exporters. One per bfd_run (loop.c opens and closes it). */
@@ -99,6 +109,18 @@ typedef struct bfd {
     prom *prom;     /* Prometheus /metrics (NULL: off) */
     double prom_at; /* last snapshot */
     submitq *sq;    /* submits parsed, expanded and stored off the loop */
+    /* launcher: slurm: attempts launched, waiting to go out as one job array
+     * of job arr_job (launch.c, slurm_flush) */
+    int64_t *arr_trials;
+    size_t n_arr, cap_arr;
+    store_job arr_job;
+    int max_array;      /* tasks per array: MaxArraySize, else 1001 */
+    long long n_sbatch; /* sbatch calls so far */
+    array_poll *polls;  /* this check_timers' scontrol answers, one per array */
+    size_t n_polls, cap_polls;
+    char cancel_memo[SLURM_JOB_ID_MAX]; /* last array scancelled whole, with how, when */
+    int cancel_memo_sig;
+    double cancel_memo_at;
 } bfd;
 
 #define UNSENT_LOG_EVERY 10.0
@@ -186,6 +208,10 @@ int is_slurm(const bfd *d);
  * only that stage of its s2s plan) and adds it to the run table. Returns 0,
  * or -1 after logging (the trial failed when it had been marked RUNNING). */
 int launch(bfd *d, const store_trial *t, const store_job *j, const int *gpus, int ng, int stage);
+/* launcher: slurm: submits the attempts launch() queued as Slurm job arrays
+ * of at most d->max_array tasks, one sbatch each; each run's slurm_job
+ * becomes ARRAY_TASK. A failed sbatch fails its trials. No-op when none wait. */
+void slurm_flush(bfd *d);
 /* mkdir that accepts a folder already there; -1 with "mkdir PATH: why". */
 int make_dir(const char *path, mode_t mode, char *err, size_t errlen);
 /* "0,1,3" (a bfd_runs row's gpus) into g[0..*n), at most BFD_MAX_GPUS. */

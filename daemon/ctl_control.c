@@ -46,7 +46,10 @@ void ctl_cancel(bfd *d, void *s, proto_msg *m) {
             return;
         }
         for (size_t i = 0; i < d->n_runs; i++)
-            if (d->runs[i].job == job && !d->runs[i].ending) terminate_run(d, &d->runs[i]);
+            if (d->runs[i].job == job && !d->runs[i].ending) {
+                d->runs[i].array_cancel = 1; /* its Slurm arrays go with one scancel each */
+                terminate_run(d, &d->runs[i]);
+            }
         publish_event(d, job, 0, "CANCELLED", 0, "job cancelled");
     } else {
         trial_state st;

@@ -76,18 +76,83 @@ static void endpoint_cidr(const char *ep, char *buf, size_t len) {
     freeifaddrs(ifs);
 }
 
-/* Submits the attempt r (already RUNNING in the store and recorded in
- * bfd_runs) as a Slurm batch job: $BF_HOME/trials/ID/slurm.sh runs
- * `srun bfworker run ...`; Slurm picks the node, the CPUs and the GPUs.
- * The worker connects back to the worker endpoint (ipc:// works when the
- * compute node is this machine; other hosts need bfd --tcp, with CURVE). */
-static int launch_slurm(bfd *d, run *r, const store_job *j, const char *out, const char *logp,
-                        const char *cwd, const char *stage_root) {
-    char err[1024], why[1300], script[1300], cidr[64];
-    snprintf(script, sizeof script, "%s/slurm.sh", out);
+/* Queues the attempt r (already RUNNING in the store and recorded in
+ * bfd_runs) for its job's next Slurm job array: sent when the array is
+ * full, when a trial of another job is launched, or at the end of the
+ * scheduling pass (slurm_flush). */
+static int queue_slurm(bfd *d, run *r, const store_job *j) {
+    if (d->n_arr && d->arr_job.id != j->id) slurm_flush(d);
+    if (d->n_arr == d->cap_arr) {
+        size_t cap = d->cap_arr ? 2 * d->cap_arr : 64;
+        int64_t *na = realloc(d->arr_trials, cap * sizeof *na);
+        if (!na) {
+            char err[512];
+            int64_t trial = r->trial;
+            int rq;
+            remove_run(d, r);
+            if (store_trial_fail(d->st, trial, "bfd out of memory", &rq, err, sizeof err))
+                bfd_log("%s", err);
+            return -1;
+        }
+        d->arr_trials = na;
+        d->cap_arr = cap;
+    }
+    d->arr_trials[d->n_arr++] = r->trial;
+    d->arr_job = *j;
+    r->slurm_wait = 1;
+    if ((int)d->n_arr >= d->max_array) slurm_flush(d);
+    return 0;
+}
+
+/* Fails the trial of r (forgotten) for why. */
+static void fail_unsubmitted(bfd *d, run *r, const char *why) {
+    char err[1024];
+    int64_t trial = r->trial;
+    int rq;
+    remove_run(d, r);
+    if (store_trial_fail(d->st, trial, why, &rq, err, sizeof err)) bfd_log("%s", err);
+    bfd_log("trial %lld: %s", (long long)trial, why);
+}
+
+/* One sbatch --array for the runs of trials ids[0..n-1] (all of job j, all
+ * waiting): the manifest and script under $BF_HOME/slurm, named after the
+ * first task's trial and attempt (unique, so a restarted bfd never rewrites
+ * the manifest of an array still queued). */
+static void submit_array(bfd *d, const store_job *j, const int64_t *ids, int n) {
+    char err[1024], why[1300], cwd[1100], dir[1200], script[1300], manifest[1300], cidr[64];
+    slurm_array_task *tasks = calloc((size_t)n, sizeof *tasks);
+    dstate_run *rows = calloc((size_t)n, sizeof *rows);
+    int m = 0;
+    if (!tasks || !rows) {
+        for (int i = 0; i < n; i++) {
+            run *r = find_run(d, ids[i]);
+            if (r) fail_unsubmitted(d, r, "not submitted to Slurm: bfd out of memory");
+        }
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        run *r = find_run(d, ids[i]);
+        if (!r || !r->slurm_wait) continue;
+        if (r->ending) { /* cancelled before it went out: its outcome is recorded */
+            remove_run(d, r);
+            continue;
+        }
+        tasks[m].trial = r->trial;
+        tasks[m].attempt = r->attempt;
+        tasks[m].token = r->token;
+        tasks[m].stage = r->stage;
+        m++;
+    }
+    if (m == 0) goto done;
+    snprintf(dir, sizeof dir, "%s/slurm", d->o->home);
+    snprintf(script, sizeof script, "%s/j%lld-t%lld-a%d.sh", dir, (long long)j->id, tasks[0].trial,
+             tasks[0].attempt);
+    snprintf(manifest, sizeof manifest, "%s/j%lld-t%lld-a%d.tasks", dir, (long long)j->id,
+             tasks[0].trial, tasks[0].attempt);
+    if (dstate_job_cwd(d->ds, j->id, cwd, sizeof cwd, err, sizeof err)) bfd_log("%s", err);
+    if (!cwd[0]) snprintf(cwd, sizeof cwd, "%s", d->o->home);
     endpoint_cidr(d->tcp_wrk, cidr, sizeof cidr);
-    slurm_batch b = {.trial = r->trial,
-                     .attempt = r->attempt,
+    slurm_array a = {.job = j->id,
                      .ranks = j->ranks,
                      .nodes = j->nodes,
                      .cpus_per_rank = j->cpus_per_rank > 0 ? j->cpus_per_rank : 1,
@@ -100,36 +165,63 @@ static int launch_slurm(bfd *d, run *r, const store_job *j, const char *out, con
                      .mpi_cidr = cidr,
                      .bfworker = d->c->bfworker,
                      .endpoint = d->tcp_wrk[0] ? d->tcp_wrk : d->ep_wrk,
-                     .token = r->token,
-                     .out_dir = out,
-                     .log_path = logp,
-                     .cwd = cwd,
-                     .stage_root = r->stage[0] ? stage_root : NULL,
-                     .stage = r->stage[0] ? r->stage : NULL};
+                     .home = d->o->home,
+                     .cwd = cwd};
     char id[SLURM_JOB_ID_MAX];
-    if (slurm_write_script(script, &b, err, sizeof err) ||
-        slurm_submit(d->c->sbatch, script, id, err, sizeof err)) {
-        snprintf(why, sizeof why, "not submitted to Slurm: %s", err);
-        int64_t trial = r->trial;
-        int rq;
-        remove_run(d, r);
-        if (store_trial_fail(d->st, trial, why, &rq, err, sizeof err)) bfd_log("%s", err);
-        bfd_log("trial %lld: %s", (long long)trial, why);
-        return -1;
+    double t0 = now_s();
+    int bad = make_dir(dir, 0700, err, sizeof err) ||
+              slurm_write_array(script, manifest, &a, tasks, m, err, sizeof err);
+    if (!bad) {
+        d->n_sbatch++;
+        bad = slurm_submit(d->c->sbatch, script, id, err, sizeof err);
     }
-    memcpy(r->slurm_job, id, sizeof id);
-    r->slurm_phase = SLURM_QUEUED;
-    r->next_poll = now_s() + 0.5;
-    dstate_run dr = {.trial = r->trial, .attempt = r->attempt, .pid = 0, .started = r->started};
-    memcpy(dr.token, r->token, sizeof dr.token);
-    memcpy(dr.slurm_job, id, sizeof id);
-    if (dstate_run_put(d->ds, &dr, err, sizeof err)) bfd_log("%s", err);
-    char msg[128];
-    snprintf(msg, sizeof msg, "submitted to Slurm as job %s", id);
-    bfd_log("trial %lld attempt %d: %s, %d rank%s", (long long)r->trial, r->attempt, msg, j->ranks,
-            j->ranks == 1 ? "" : "s");
-    publish_event(d, r->job, r->trial, "RUNNING", r->attempt, msg);
-    return 0;
+    if (bad) {
+        snprintf(why, sizeof why, "not submitted to Slurm: %s", err);
+        for (int i = 0; i < m; i++) {
+            run *r = find_run(d, tasks[i].trial);
+            if (r) fail_unsubmitted(d, r, why);
+        }
+        goto done;
+    }
+    bfd_log("job %lld: %d trial%s submitted as Slurm job array %s (sbatch call %lld, %.0f ms)",
+            (long long)j->id, m, m == 1 ? "" : "s", id, d->n_sbatch, (now_s() - t0) * 1e3);
+    double t = now_s();
+    for (int i = 0; i < m; i++) {
+        run *r = find_run(d, tasks[i].trial);
+        char task[64];
+        snprintf(task, sizeof task, "%s_%d", id, i); /* ids are < 32 digits: it fits */
+        snprintf(r->slurm_job, sizeof r->slurm_job, "%.*s", (int)sizeof r->slurm_job - 1, task);
+        r->slurm_wait = 0;
+        r->slurm_phase = SLURM_QUEUED;
+        r->next_poll = t + 0.5;
+        r->last_seen = r->last_progress = t;
+        rows[i] = (dstate_run){.trial = r->trial, .attempt = r->attempt, .started = r->started};
+        memcpy(rows[i].token, r->token, sizeof rows[i].token);
+        memcpy(rows[i].slurm_job, r->slurm_job, sizeof rows[i].slurm_job);
+        char msg[128];
+        snprintf(msg, sizeof msg, "submitted to Slurm as job %s", r->slurm_job);
+        bfd_log("trial %lld attempt %d: %s, %d rank%s", (long long)r->trial, r->attempt, msg,
+                j->ranks, j->ranks == 1 ? "" : "s");
+        publish_event(d, r->job, r->trial, "RUNNING", r->attempt, msg);
+    }
+    if (dstate_runs_put(d->ds, rows, (size_t)m, err, sizeof err)) bfd_log("%s", err);
+done:
+    free(tasks);
+    free(rows);
+}
+
+void slurm_flush(bfd *d) {
+    if (!d->n_arr) return;
+    /* taken first: a failure below may remove runs and schedule again */
+    int64_t *ids = d->arr_trials;
+    size_t n = d->n_arr;
+    d->arr_trials = NULL;
+    d->n_arr = d->cap_arr = 0;
+    store_job j = d->arr_job;
+    int chunk = d->max_array > 0 ? d->max_array : 1001;
+    for (size_t k = 0; k < n; k += (size_t)chunk)
+        submit_array(d, &j, ids + k, (int)(n - k < (size_t)chunk ? n - k : (size_t)chunk));
+    free(ids);
 }
 
 /* In the forked child: a process group of its own, stdout and stderr into
@@ -334,6 +426,6 @@ int launch(bfd *d, const store_trial *t, const store_job *j, const int *gpus, in
     memcpy(dr.token, token, sizeof token);
     snprintf(dr.gpus, sizeof dr.gpus, "%s", gl);
     if (dstate_run_put(d->ds, &dr, err, sizeof err)) bfd_log("%s", err);
-    if (is_slurm(d)) return launch_slurm(d, r, j, out, logp, cwd, stage_root);
+    if (is_slurm(d)) return queue_slurm(d, r, j);
     return launch_local(d, r, j, out, logp, cwd, stage_root, gl, &dr);
 }

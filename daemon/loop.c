@@ -293,6 +293,13 @@ static int open_state(bfd *d, char *err, size_t errlen) {
         dstate_open(db, &d->ds, err, errlen) ||
         exp_tb_open(tb, c->tensorboard, &d->tb, err, errlen))
         return -1;
+    if (is_slurm(d)) {
+        /* trials ready at once go out as job arrays of at most this many */
+        char serr[1024];
+        d->max_array = 1001; /* Slurm's default MaxArraySize */
+        if (slurm_max_array_size(c->scontrol, &d->max_array, serr, sizeof serr))
+            bfd_log("%s; job arrays of at most %d tasks", serr, d->max_array);
+    }
     return 0;
 }
 
@@ -349,7 +356,8 @@ static int run_round(bfd *d, char *err, size_t errlen) {
         {d->zap, 0, ZMQ_POLLIN, 0},
     };
     int n_items = d->zap ? 5 : 4;
-    int p = zmq_poll(items, n_items, 200);
+    /* dirty: a scheduling pass stopped with more to start: no wait */
+    int p = zmq_poll(items, n_items, d->dirty ? 0 : 200);
     if (p < 0 && zmq_errno() != EINTR)
         return bf_fail(err, errlen, "zmq_poll: %s", zmq_strerror(zmq_errno()));
     if (items[2].revents & ZMQ_POLLIN) {
@@ -395,6 +403,9 @@ static void close_daemon(bfd *d) {
     store_close(&d->st);
     adaptive_destroy(&d->ad);
     free(d->runs);
+    free(d->arr_trials);
+    for (size_t i = 0; i < d->n_polls; i++) free(d->polls[i].st);
+    free(d->polls);
     free(d);
 }
 

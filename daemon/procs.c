@@ -32,6 +32,24 @@ int process_alive(pid_t pid, const char *token) {
  * anything else a plain `scancel`. A job Slurm has not started yet is simply
  * cancelled. */
 void kill_group(bfd *d, run *r, int sig) {
+    if (r->slurm_wait) return; /* not submitted yet: slurm_flush drops it */
+    char array[SLURM_JOB_ID_MAX];
+    int task;
+    if (r->array_cancel && slurm_array_task_of(r->slurm_job, array, &task) == 0) {
+        /* the whole job is cancelled: one scancel for its array, not one per task */
+        double t = now_s();
+        r->next_poll = t + 0.5;
+        if (!strcmp(d->cancel_memo, array) && d->cancel_memo_sig == sig &&
+            t - d->cancel_memo_at < 1.0)
+            return;
+        char err[1024];
+        if (slurm_cancel_array(d->c->scancel, array, sig == SIGTERM, err, sizeof err))
+            bfd_log("job %lld: %s", (long long)r->job, err);
+        snprintf(d->cancel_memo, sizeof d->cancel_memo, "%s", array);
+        d->cancel_memo_sig = sig;
+        d->cancel_memo_at = t;
+        return;
+    }
     if (r->slurm_job[0]) {
         char err[1024];
         int term = sig == SIGTERM && r->slurm_phase == SLURM_RUNNING;

@@ -287,9 +287,54 @@ static int forget_silent_slurm_job(bfd *d, run *r) {
     return 1;
 }
 
+/* How the Slurm job of r stands. An array task's answer comes from one
+ * `scontrol show job ARRAY` per array and check_timers pass, shared by all
+ * its tasks (a 1,000-task array is one command, not 1,000). */
+static int run_slurm_status(bfd *d, const run *r, slurm_status *ss, char *err, size_t errlen) {
+    char array[SLURM_JOB_ID_MAX];
+    int task;
+    if (slurm_array_task_of(r->slurm_job, array, &task) != 0)
+        return slurm_query(d->c->scontrol, r->slurm_job, ss, err, errlen);
+    for (size_t i = 0; i < d->n_polls; i++)
+        if (!strcmp(d->polls[i].id, array) && task < d->polls[i].n) {
+            *ss = d->polls[i].st[task];
+            return 0;
+        }
+    /* the tasks of this array bfd holds: the highest index bounds the answer */
+    int n = task + 1;
+    for (size_t i = 0; i < d->n_runs; i++) {
+        char a2[SLURM_JOB_ID_MAX];
+        int t2;
+        if (slurm_array_task_of(d->runs[i].slurm_job, a2, &t2) == 0 && !strcmp(a2, array) &&
+            t2 + 1 > n)
+            n = t2 + 1;
+    }
+    if (d->n_polls == d->cap_polls) {
+        size_t cap = d->cap_polls ? 2 * d->cap_polls : 8;
+        array_poll *np = realloc(d->polls, cap * sizeof *np);
+        if (!np) return bf_fail(err, errlen, "bfd: out of memory");
+        d->polls = np;
+        d->cap_polls = cap;
+    }
+    array_poll *p = &d->polls[d->n_polls];
+    p->st = malloc((size_t)n * sizeof *p->st);
+    if (!p->st) return bf_fail(err, errlen, "bfd: out of memory");
+    if (slurm_query_array(d->c->scontrol, array, p->st, n, err, errlen)) {
+        free(p->st);
+        return -1;
+    }
+    snprintf(p->id, sizeof p->id, "%s", array);
+    p->n = n;
+    d->n_polls++;
+    *ss = p->st[task];
+    return 0;
+}
+
 /* Heartbeats, kill deadlines, reattached processes. */
 void check_timers(bfd *d) {
     double t = now_s();
+    for (size_t i = 0; i < d->n_polls; i++) free(d->polls[i].st);
+    d->n_polls = 0;
     for (size_t i = 0; i < d->n_runs;) {
         run *r = &d->runs[i];
         if (r->ending && r->kill_at > 0 && t >= r->kill_at) {
@@ -322,7 +367,7 @@ void check_timers(bfd *d) {
             r->next_poll = t + d->c->slurm_poll;
             slurm_status ss;
             char err[1024];
-            if (slurm_query(d->c->scontrol, r->slurm_job, &ss, err, sizeof err)) {
+            if (run_slurm_status(d, r, &ss, err, sizeof err)) {
                 bfd_log("trial %lld: %s", (long long)r->trial, err);
             } else if (ss.phase == SLURM_ENDED || ss.phase == SLURM_UNKNOWN) {
                 slurm_job_ended(d, r, &ss);
@@ -336,7 +381,7 @@ void check_timers(bfd *d) {
                 r->slurm_phase = (int)ss.phase;
             }
         }
-        if (!r->is_child && !r->slurm_job[0] && t - r->last_alive_check >= 1.0) {
+        if (!r->is_child && !r->slurm_job[0] && !r->slurm_wait && t - r->last_alive_check >= 1.0) {
             r->last_alive_check = t;
             if (!process_alive(r->pid, r->token)) {
                 run_ended(d, r, 0, 0);

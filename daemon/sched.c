@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#define SCHED_PASS_S 0.015 /* launching stops after this share of a pass: the loop answers */
+
 /* The live attempt (also one being stopped) that runs stage key, or NULL. */
 static run *stage_runner(bfd *d, const char *key) {
     for (size_t i = 0; i < d->n_runs; i++)
@@ -73,22 +75,27 @@ static int schedule_stage(bfd *d, const store_trial *t, int *stage) {
     return 0;
 }
 
-/* Places PENDING trials on free slots, by priority then submit order;
- * a trial that does not fit is passed over for later ones that do. */
-void schedule(bfd *d) {
-    d->dirty = 0;
-    d->last_sched = now_s();
+/* One pass of schedule; 1 when it stopped with trials left that may start
+ * now (its time share spent, or a full page of them launched). */
+static int schedule_pass(bfd *d) {
     char err[1024];
-    if (adaptive_propose(d->ad, d->st, err, sizeof err) < 0) bfd_log("tpe: %s", err);
     int free_slots = d->c->slots - slots_used(d);
-    if (free_slots <= 0) return;
+    if (free_slots <= 0) return 0;
     store_trial *ts = NULL;
     size_t n = 0;
     if (store_next_runnable(d->st, 256, &ts, &n, err, sizeof err)) {
         bfd_log("%s", err);
-        return;
+        return 0;
     }
+    double t0 = now_s();
+    int launched = 0, more = 0;
     for (size_t i = 0; i < n && free_slots > 0; i++) {
+        /* each launch is a few SQLite commits: a long sweep is started over
+         * several passes, the loop serving requests between them */
+        if (launched && now_s() - t0 > SCHED_PASS_S) {
+            more = 1;
+            break;
+        }
         store_job j;
         if (store_job_get(d->st, ts[i].job_id, &j, err, sizeof err) != 0) continue;
         int stage = -1;
@@ -119,7 +126,27 @@ void schedule(bfd *d) {
         for (int g = 0; g < d->c->n_gpus && ng < need_g; g++)
             if (!gpu_used(d, d->c->gpus[g])) gpus[ng++] = d->c->gpus[g];
         if (ng < need_g) continue;
-        if (launch(d, &ts[i], &j, gpus, ng, stage) == 0) free_slots -= j.ranks;
+        if (launch(d, &ts[i], &j, gpus, ng, stage) == 0) {
+            free_slots -= j.ranks;
+            launched++;
+        }
     }
+    if (launched && n == 256 && free_slots > 0) more = 1;
     store_trials_free(ts, n);
+    return more;
+}
+
+/* Places PENDING trials on free slots, by priority then submit order;
+ * a trial that does not fit is passed over for later ones that do. With
+ * Slurm, the attempts started go out as job arrays once the trials ready
+ * now are all launched (or an array is full). */
+void schedule(bfd *d) {
+    d->dirty = 0;
+    d->last_sched = now_s();
+    char err[1024];
+    if (adaptive_propose(d->ad, d->st, err, sizeof err) < 0) bfd_log("tpe: %s", err);
+    if (schedule_pass(d))
+        d->dirty = 1; /* the next round passes again at once (loop.c polls without waiting) */
+    else
+        slurm_flush(d);
 }

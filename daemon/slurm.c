@@ -266,6 +266,17 @@ int slurm_parse_job_line(const char *line, slurm_status *out, char *err, size_t 
 }
 
 int slurm_query(const char *scontrol, const char *id, slurm_status *out, char *err, size_t errlen) {
+    char array[SLURM_JOB_ID_MAX];
+    int task;
+    if (slurm_array_task_of(id, array, &task) == 0) {
+        /* a pending task is listed inside its array's record (ArrayTaskId=4-39) */
+        slurm_status *st = malloc((size_t)(task + 1) * sizeof *st);
+        if (!st) return bf_fail(err, errlen, "slurm: out of memory");
+        int rc = slurm_query_array(scontrol, array, st, task + 1, err, errlen);
+        if (rc == 0) *out = st[task];
+        free(st);
+        return rc;
+    }
     char buf[16384];
     const char *argv[] = {scontrol, "show", "job", "-o", id, NULL};
     int rc = slurm_run(argv, SLURM_TIMEOUT_S, buf, sizeof buf, err, errlen);
@@ -301,4 +312,238 @@ int slurm_cancel(const char *scancel, const char *id, int term, char *err, size_
         return bf_fail(err, errlen, "%s%s %s: exit status %d: %.300s", scancel,
                        term ? " --signal=TERM" : "", id, rc, out);
     return 0;
+}
+
+/* A manifest field: a non-empty word of letters, digits, '_', '-' and '.'
+ * (the script splits the line at spaces). */
+static int manifest_word(const char *what, const char *v, char *err, size_t errlen) {
+    if (!*v ||
+        strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") != strlen(v))
+        return bf_fail(err, errlen, "slurm: the %s '%s' is not a word of letters and digits", what,
+                       v);
+    return 0;
+}
+
+static int write_manifest(const char *path, const slurm_array_task *t, int n, char *err,
+                          size_t errlen) {
+    for (int i = 0; i < n; i++)
+        if (manifest_word("token", t[i].token, err, errlen) ||
+            (t[i].stage && *t[i].stage && manifest_word("stage", t[i].stage, err, errlen)))
+            return -1;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) return bf_fail(err, errlen, "slurm: open %s: %s", path, strerror(errno));
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        close(fd);
+        return bf_fail(err, errlen, "slurm: fdopen %s: %s", path, strerror(errno));
+    }
+    for (int i = 0; i < n; i++)
+        fprintf(f, "%lld %d %s %s\n", t[i].trial, t[i].attempt, t[i].token,
+                t[i].stage && *t[i].stage ? t[i].stage : "-");
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad)
+        return bf_fail(err, errlen, "slurm: writing %s: %s", path, strerror(errno));
+    return 0;
+}
+
+int slurm_write_array(const char *script, const char *manifest, const slurm_array *a,
+                      const slurm_array_task *tasks, int n, char *err, size_t errlen) {
+    if (n < 1 || a->ranks < 1 || a->nodes < 0 || a->nodes > a->ranks || a->cpus_per_rank < 0 ||
+        a->gpus_per_rank < 0 || a->time_limit_s < 0)
+        return bf_fail(err, errlen,
+                       "slurm: job %lld: %d tasks, ranks %d, nodes %d, cpus %d, gpus %d: out of "
+                       "range",
+                       a->job, n, a->ranks, a->nodes, a->cpus_per_rank, a->gpus_per_rank);
+    if (sbatch_safe("working directory", a->cwd, err, errlen) ||
+        (a->partition && sbatch_safe("partition", a->partition, err, errlen)))
+        return -1;
+    if (a->mpi_cidr && strspn(a->mpi_cidr, "0123456789abcdefABCDEF.:/") != strlen(a->mpi_cidr))
+        return bf_fail(err, errlen, "slurm: the MPI subnet '%s' is not a CIDR (e.g. 10.1.0.0/16)",
+                       a->mpi_cidr);
+    if (write_manifest(manifest, tasks, n, err, errlen)) return -1;
+    int fd = open(script, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) return bf_fail(err, errlen, "slurm: open %s: %s", script, strerror(errno));
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        close(fd);
+        return bf_fail(err, errlen, "slurm: fdopen %s: %s", script, strerror(errno));
+    }
+    fprintf(f, "#!/bin/sh\n");
+    fprintf(f,
+            "# bfd: job %lld, %d trial%s as one Slurm job array; task K runs line K+1 of the "
+            "manifest (written by bfd)\n",
+            a->job, n, n == 1 ? "" : "s");
+    fprintf(f, "#SBATCH --job-name=bf-j%lld\n", a->job);
+    fprintf(f, "#SBATCH --array=0-%d\n", n - 1);
+    fprintf(f, "#SBATCH --ntasks=%d\n", a->ranks);
+    if (a->nodes > 0) fprintf(f, "#SBATCH --nodes=%d\n", a->nodes);
+    if (a->cpus_per_rank > 0) fprintf(f, "#SBATCH --cpus-per-task=%d\n", a->cpus_per_rank);
+    if (a->gpus_per_rank > 0) fprintf(f, "#SBATCH --gpus-per-task=%d\n", a->gpus_per_rank);
+    if (a->time_limit_s > 0) {
+        long long m = (a->time_limit_s + 59) / 60;
+        fprintf(f, "#SBATCH --time=%lld:%02lld:00\n", m / 60, m % 60);
+    }
+    if (a->partition && *a->partition) fprintf(f, "#SBATCH --partition=%s\n", a->partition);
+    /* each task appends to its own trial's log (below): Slurm's file is none */
+    fprintf(f, "#SBATCH --output=/dev/null\n");
+    fprintf(f, "#SBATCH --chdir=%s\n", a->cwd);
+    fprintf(f, "#SBATCH --no-requeue\n");
+    fprintf(f, "manifest=");
+    put_quoted(f, manifest);
+    fprintf(f, "\nhome=");
+    put_quoted(f, a->home);
+    fprintf(f, "\nset -- $(sed -n \"$((SLURM_ARRAY_TASK_ID + 1))p\" \"$manifest\")\n"
+               "if [ $# -ne 4 ]; then\n"
+               "    echo \"bfd: no task $SLURM_ARRAY_TASK_ID in $manifest\" >&2\n"
+               "    exit 64\n"
+               "fi\n"
+               "trial=$1 attempt=$2 token=$3 stage=$4\n"
+               "exec >>\"$home/logs/$trial.log\" 2>&1\n");
+    fprintf(f, "OMP_NUM_THREADS=%d\nexport OMP_NUM_THREADS\n", a->threads > 0 ? a->threads : 1);
+    if (a->ranks > 1 && a->mpi_cidr && *a->mpi_cidr)
+        fprintf(f,
+                ": \"${OMPI_MCA_btl_tcp_if_include:=%s}\" \"${OMPI_MCA_oob_tcp_if_include:=%s}\"\n"
+                "export OMPI_MCA_btl_tcp_if_include OMPI_MCA_oob_tcp_if_include\n",
+                a->mpi_cidr, a->mpi_cidr);
+    fprintf(f,
+            "echo \"== bfd: trial $trial attempt $attempt, %d rank%s, Slurm job "
+            "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID} on $(hostname)\"\n",
+            a->ranks, a->ranks == 1 ? "" : "s");
+    fprintf(f, "set -- ");
+    put_quoted(f, a->srun);
+    fprintf(f, " --kill-on-bad-exit=1");
+    if (a->mpi && *a->mpi) {
+        char mpi[300];
+        snprintf(mpi, sizeof mpi, "--mpi=%s", a->mpi);
+        fputc(' ', f);
+        put_quoted(f, mpi);
+    }
+    fputc(' ', f);
+    put_quoted(f, a->bfworker);
+    fprintf(f, " run --trial \"$trial\" --connect ");
+    put_quoted(f, a->endpoint);
+    fprintf(f, " --token \"$token\" --out \"$home/trials/$trial\" --attempt \"$attempt\"\n"
+               "if [ \"$stage\" != - ]; then\n"
+               "    set -- \"$@\" --stage-root \"$home/stages\" --stage \"$stage\"\n"
+               "fi\n"
+               "exec \"$@\"\n");
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad)
+        return bf_fail(err, errlen, "slurm: writing %s: %s", script, strerror(errno));
+    return 0;
+}
+
+int slurm_max_array_size(const char *scontrol, int *out, char *err, size_t errlen) {
+    char buf[65536];
+    const char *argv[] = {scontrol, "show", "config", NULL};
+    int rc = slurm_run(argv, SLURM_TIMEOUT_S, buf, sizeof buf, err, errlen);
+    if (rc < 0) return -1;
+    if (rc != 0)
+        return bf_fail(err, errlen, "%s show config: exit status %d: %.300s", scontrol, rc, buf);
+    /* "MaxArraySize            = 1001" */
+    for (char *p = buf; (p = strstr(p, "MaxArraySize")); p++) {
+        if (p != buf && p[-1] != '\n') continue;
+        char *q = p + strlen("MaxArraySize");
+        q += strspn(q, " \t");
+        if (*q != '=') continue;
+        long v = strtol(q + 1, NULL, 10);
+        if (v < 1 || v > 4000001)
+            return bf_fail(err, errlen, "%s show config: MaxArraySize %ld out of range", scontrol,
+                           v);
+        *out = (int)v;
+        return 0;
+    }
+    return bf_fail(err, errlen, "%s show config: no MaxArraySize line", scontrol);
+}
+
+int slurm_array_task_of(const char *id, char array[SLURM_JOB_ID_MAX], int *task) {
+    size_t n = strspn(id, "0123456789");
+    if (n == 0 || n >= SLURM_JOB_ID_MAX || id[n] != '_') return -1;
+    const char *t = id + n + 1;
+    size_t m = strspn(t, "0123456789");
+    if (m == 0 || m > 9 || t[m]) return -1;
+    memcpy(array, id, n);
+    array[n] = '\0';
+    *task = atoi(t);
+    return 0;
+}
+
+/* Applies s to the tasks of spec ("3", "4-39", "1,3,5-9", "0-99%4") below n. */
+static void apply_task_spec(const char *spec, const slurm_status *s, slurm_status *st, int n) {
+    const char *p = spec;
+    while (*p && *p != '%') {
+        char *end;
+        long a = strtol(p, &end, 10), b = a;
+        if (end == p) return;
+        if (*end == '-') {
+            const char *q = end + 1;
+            b = strtol(q, &end, 10);
+            if (end == q) return;
+        }
+        for (long k = a < 0 ? 0 : a; k <= b && k < n; k++) st[k] = *s;
+        p = *end == ',' ? end + 1 : end;
+        if (p == end && *p != '%' && *p) return;
+    }
+}
+
+int slurm_parse_array_lines(const char *text, slurm_status *st, int n, char *err, size_t errlen) {
+    for (int k = 0; k < n; k++) {
+        memset(&st[k], 0, sizeof st[k]);
+        st[k].phase = SLURM_UNKNOWN;
+        st[k].exit_code = -1;
+        snprintf(st[k].state, sizeof st[k].state, "UNKNOWN");
+    }
+    const char *line = text;
+    while (*line) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        char buf[8192];
+        if (len >= sizeof buf) len = sizeof buf - 1;
+        memcpy(buf, line, len);
+        buf[len] = '\0';
+        char spec[4096];
+        if (field(buf, "ArrayTaskId", spec, sizeof spec) == 0) {
+            slurm_status s;
+            if (slurm_parse_job_line(buf, &s, err, errlen)) return -1;
+            apply_task_spec(spec, &s, st, n);
+        }
+        line = nl ? nl + 1 : line + len;
+    }
+    return 0;
+}
+
+int slurm_query_array(const char *scontrol, const char *array_id, slurm_status *st, int n,
+                      char *err, size_t errlen) {
+    /* a line per started task plus one per run of pending ones: 2 KiB a line */
+    size_t cap = 65536 + (size_t)n * 2048;
+    char *buf = malloc(cap);
+    if (!buf) return bf_fail(err, errlen, "slurm: out of memory for %d tasks", n);
+    const char *argv[] = {scontrol, "show", "job", "-o", array_id, NULL};
+    int rc = slurm_run(argv, SLURM_TIMEOUT_S, buf, cap, err, errlen);
+    if (rc < 0) {
+        free(buf);
+        return -1;
+    }
+    int ret;
+    if (rc != 0 && strstr(buf, "Invalid job id"))
+        ret = slurm_parse_array_lines("", st, n, err, errlen);
+    else if (rc != 0)
+        ret = bf_fail(err, errlen, "%s show job %s: exit status %d: %.300s", scontrol, array_id, rc,
+                      buf);
+    else
+        ret = slurm_parse_array_lines(buf, st, n, err, errlen);
+    free(buf);
+    return ret;
+}
+
+int slurm_cancel_array(const char *scancel, const char *array_id, int term, char *err,
+                       size_t errlen) {
+    char out[4096];
+    const char *argv_pend[] = {scancel, "--state=PENDING", array_id, NULL};
+    int rc = slurm_run(argv_pend, SLURM_TIMEOUT_S, out, sizeof out, err, errlen);
+    if (rc < 0) return -1;
+    if (rc != 0)
+        return bf_fail(err, errlen, "%s --state=PENDING %s: exit status %d: %.300s", scancel,
+                       array_id, rc, out);
+    return slurm_cancel(scancel, array_id, term, err, errlen);
 }

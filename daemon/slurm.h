@@ -46,6 +46,39 @@ int slurm_write_script(const char *path, const slurm_batch *b, char *err, size_t
 int slurm_submit(const char *sbatch, const char *script, char id[SLURM_JOB_ID_MAX], char *err,
                  size_t errlen);
 
+/* One job array (slurm_write_array): trials of one bf job, ready at once,
+ * as `sbatch --array=0-(n-1)`. The batch script reads line
+ * SLURM_ARRAY_TASK_ID + 1 of the manifest beside it ("TRIAL ATTEMPT TOKEN
+ * STAGE", STAGE "-" for a whole trial) and runs that attempt as
+ * slurm_write_script's script would, its output appended to
+ * home/logs/TRIAL.log, its folder home/trials/TRIAL. */
+typedef struct slurm_array {
+    long long job; /* the bf job: Slurm job name bf-jJOB */
+    int ranks, nodes, cpus_per_rank, gpus_per_rank;
+    long long time_limit_s;
+    int threads;
+    const char *partition, *srun, *mpi, *mpi_cidr, *bfworker, *endpoint;
+    const char *home; /* $BF_HOME (trials/, logs/, stages/ under it) */
+    const char *cwd;  /* the job's working directory */
+} slurm_array;
+
+typedef struct slurm_array_task {
+    long long trial;
+    int attempt;
+    const char *token;
+    const char *stage; /* NULL or "": the whole trial */
+} slurm_array_task;
+
+/* Writes the manifest (one line per task, mode 0600: it holds the tokens)
+ * and then the batch script (mode 0600) for tasks[0..n-1]. */
+int slurm_write_array(const char *script, const char *manifest, const slurm_array *a,
+                      const slurm_array_task *tasks, int n, char *err, size_t errlen);
+
+/* The cluster's MaxArraySize from `scontrol show config` into *out (an array
+ * holds at most that many tasks, indices 0..MaxArraySize-1). -1 with a
+ * message when scontrol fails or prints none (the caller falls back). */
+int slurm_max_array_size(const char *scontrol, int *out, char *err, size_t errlen);
+
 typedef enum {
     SLURM_QUEUED,  /* PENDING, CONFIGURING, REQUEUED, SUSPENDED ... : not running yet */
     SLURM_RUNNING, /* RUNNING, COMPLETING */
@@ -66,6 +99,29 @@ int slurm_query(const char *scontrol, const char *id, slurm_status *out, char *e
 
 /* Parses one line of `scontrol show job -o` output (exposed for tests). */
 int slurm_parse_job_line(const char *line, slurm_status *out, char *err, size_t errlen);
+
+/* `scontrol show job -o ARRAY` for an array of n tasks: how each stands,
+ * into st[0..n-1] (a task the controller no longer lists is SLURM_UNKNOWN;
+ * an array purged altogether makes every task so). One command for the
+ * whole array, however many tasks it has. */
+int slurm_query_array(const char *scontrol, const char *array_id, slurm_status *st, int n,
+                      char *err, size_t errlen);
+
+/* Parses `scontrol show job -o` output of one array into st[0..n-1]: each
+ * line's ArrayTaskId (N, or a list of N and N-M, with an optional %LIMIT)
+ * gets its JobState and ExitCode; unlisted tasks are SLURM_UNKNOWN.
+ * Exposed for tests. */
+int slurm_parse_array_lines(const char *text, slurm_status *st, int n, char *err, size_t errlen);
+
+/* Splits a job id "ARRAY_TASK" into the array's id and the task index; 0
+ * when id is an array task, -1 when it is a plain job id. */
+int slurm_array_task_of(const char *id, char array[SLURM_JOB_ID_MAX], int *task);
+
+/* Cancels every task of an array: `scancel --state=PENDING ARRAY` (tasks
+ * not started), then `scancel --signal=TERM ARRAY` when term (running
+ * tasks checkpoint and exit 75) or `scancel ARRAY`. */
+int slurm_cancel_array(const char *scancel, const char *array_id, int term, char *err,
+                       size_t errlen);
 
 /* `scancel --signal=TERM ID` when term (the worker checkpoints and exits 75),
  * else `scancel ID`. */

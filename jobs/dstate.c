@@ -111,6 +111,27 @@ int dstate_run_put(dstate *d, const dstate_run *r, char *err, size_t errlen) {
     return step_done(d, st, "INSERT bfd_runs", err, errlen);
 }
 
+int dstate_runs_put(dstate *d, const dstate_run *r, size_t n, char *err, size_t errlen) {
+    char *msg = NULL;
+    if (sqlite3_exec(d->db, "BEGIN IMMEDIATE", NULL, NULL, &msg) != SQLITE_OK) {
+        bf_fail(err, errlen, "BEGIN (bfd_runs): %s", msg ? msg : sqlite3_errmsg(d->db));
+        sqlite3_free(msg);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (dstate_run_put(d, &r[i], err, errlen)) {
+            sqlite3_exec(d->db, "ROLLBACK", NULL, NULL, NULL);
+            return -1;
+        }
+    if (sqlite3_exec(d->db, "COMMIT", NULL, NULL, &msg) != SQLITE_OK) {
+        bf_fail(err, errlen, "COMMIT (bfd_runs): %s", msg ? msg : sqlite3_errmsg(d->db));
+        sqlite3_free(msg);
+        sqlite3_exec(d->db, "ROLLBACK", NULL, NULL, NULL);
+        return -1;
+    }
+    return 0;
+}
+
 int dstate_run_del(dstate *d, int64_t trial, char *err, size_t errlen) {
     sqlite3_stmt *st;
     if (prep(d, "DELETE FROM bfd_runs WHERE trial = ?1", &st, err, errlen)) return -1;

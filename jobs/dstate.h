@@ -31,6 +31,8 @@ typedef struct dstate_run {
 } dstate_run;
 
 int dstate_run_put(dstate *d, const dstate_run *r, char *err, size_t errlen);
+/* dstate_run_put of r[0..n-1] in one transaction (one sync for a job array). */
+int dstate_runs_put(dstate *d, const dstate_run *r, size_t n, char *err, size_t errlen);
 int dstate_run_del(dstate *d, int64_t trial, char *err, size_t errlen);
 /* Every recorded run; *out malloc'd (free). */
 int dstate_runs(dstate *d, dstate_run **out, size_t *n, char *err, size_t errlen);

@@ -10,7 +10,8 @@
 #
 # Needs slurm-wlm (slurmctld, slurmd, 22.05) and munge; run as root (SlurmUser
 # is the invoking user). Ports: SLURM_LOCAL_PORT (default 6917) for slurmctld
-# and the next one for slurmd. Exit status 0 when the node is idle, 2 when a
+# and the next one for slurmd; SLURM_LOCAL_MAX_ARRAY (default 1001) its
+# MaxArraySize. Exit status 0 when the node is idle, 2 when a
 # program is missing, 1 on any other failure (the logs under DIR say why).
 set -eu
 
@@ -111,6 +112,8 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 MinJobAge=600
+MaxArraySize=${SLURM_LOCAL_MAX_ARRAY:-1001}
+MaxJobCount=${SLURM_LOCAL_MAX_JOBS:-10000}
 KillWait=5
 InactiveLimit=0
 NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=256 State=UNKNOWN

@@ -190,7 +190,7 @@ static void slurm_host(long long trial, char *host, size_t len) {
     while (fgets(ln, sizeof ln, f)) {
         char *s = strstr(ln, want);
         if (s)
-            snprintf(id, sizeof id, "%.*s", (int)strspn(s + strlen(want), "0123456789"),
+            snprintf(id, sizeof id, "%.*s", (int)strspn(s + strlen(want), "0123456789_"),
                      s + strlen(want));
     }
     fclose(f);
@@ -323,7 +323,7 @@ static void slurm_nodelist(long long trial, char *out, size_t len) {
     while (fgets(ln, sizeof ln, f)) {
         char *s = strstr(ln, want);
         if (s)
-            snprintf(id, sizeof id, "%.*s", (int)strspn(s + strlen(want), "0123456789"),
+            snprintf(id, sizeof id, "%.*s", (int)strspn(s + strlen(want), "0123456789_"),
                      s + strlen(want));
     }
     fclose(f);
@@ -369,8 +369,8 @@ Test(cluster, two_rank_trial_across_two_nodes_equals_one_node) {
     snprintf(both, sizeof both, "%s[2-3]", g_prefix);
     cr_assert_str_eq(nl1, both, "the nodes: 2 trial ran on %s", nl1);
     cr_assert(!strcmp(nl2, n2) || !strcmp(nl2, n3), "the nodes: 1 trial ran on %s", nl2);
-    /* the batch script chose MPI's network from bfd's address */
-    char *script = it_slurp(tmpdir_path(g_home, "trials/1/slurm.sh"), NULL);
+    /* the batch script (of job 1's array) chose MPI's network from bfd's address */
+    char *script = it_slurp(tmpdir_path(g_home, "slurm/j1-t1-a1.sh"), NULL);
     cr_assert(script && strstr(script, "#SBATCH --nodes=2"), "%s", script ? script : "");
     cr_assert(strstr(script, "OMPI_MCA_btl_tcp_if_include:=198.18.0.0/24"), "%s", script);
     free(script);

@@ -124,7 +124,7 @@ static void slurm_job_of(long long trial, char *id, size_t len) {
     while (fgets(line, sizeof line, f)) {
         char *s = strstr(line, want);
         if (s)
-            snprintf(id, len, "%.*s", (int)strspn(s + strlen(want), "0123456789"),
+            snprintf(id, len, "%.*s", (int)strspn(s + strlen(want), "0123456789_"),
                      s + strlen(want));
     }
     fclose(f);
@@ -166,13 +166,13 @@ Test(slurm, sweep_completes_through_sbatch_and_srun) {
         if (!fgets(name, sizeof name, pp)) name[0] = '\0';
         pclose(pp);
         char want_name[64];
-        snprintf(want_name, sizeof want_name, "JobName=bf-%lld\n", t);
+        snprintf(want_name, sizeof want_name, "JobName=bf-j%lld\n", job);
         cr_assert_str_eq(name, want_name, "Slurm job %s", id);
         /* the batch script bfd wrote, and the log Slurm appended to */
-        snprintf(script, sizeof script, "%s/trials/%lld/slurm.sh", g_home, t);
+        snprintf(script, sizeof script, "%s/slurm/j%lld-t1-a1.tasks", g_home, job);
         struct stat sb;
         cr_assert_eq(stat(script, &sb), 0, "no %s", script);
-        cr_assert_eq(sb.st_mode & 0777, 0600, "the script holds the token: mode 0600");
+        cr_assert_eq(sb.st_mode & 0777, 0600, "the manifest holds the tokens: mode 0600");
         snprintf(logp, sizeof logp, "%s/logs/%lld.log", g_home, t);
         char want[64];
         snprintf(want, sizeof want, "Slurm job %s on ", id);
@@ -222,4 +222,128 @@ Test(slurm, cancel_of_a_running_slurm_trial) {
     int checkpointed = it_count_lines_with(logp, "preempted: checkpoint written at step") > 0;
     cr_assert(checkpointed, "scancel --signal=TERM did not reach the worker (see %s)", logp);
     (void)job;
+}
+
+/* bfd.yaml with slots n (the Slurm launcher caps submitted ranks by it). */
+static void set_slots(int n) {
+    char y[256];
+    snprintf(y, sizeof y,
+             "launcher: slurm\nslots: %d\nslurm_poll: 0.5\nheartbeat_timeout: 60\n"
+             "heartbeat_interval: 0.2\nkill_grace: 3\n",
+             n);
+    it_write_text(tmpdir_path(g_home, "bfd.yaml"), y, 0644);
+}
+
+/* The number of sbatch calls bfd made for job arrays, from its log. */
+static int array_submits(void) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/bfd.log", g_dir);
+    return it_count_lines_with(p, "submitted as Slurm job array");
+}
+
+/* Slurm jobs (array tasks expanded) not ended: squeue -r. */
+static long long slurm_live_tasks(void) {
+    FILE *pp = popen("squeue -h -r -o %i 2>/dev/null | wc -l", "r");
+    cr_assert(pp);
+    long long n = -1;
+    if (fscanf(pp, "%lld", &n) != 1) n = -1;
+    pclose(pp);
+    return n;
+}
+
+Test(slurm, sweep_goes_out_as_job_arrays_chunked_to_max_array_size) {
+    setenv("SLURM_LOCAL_MAX_ARRAY", "16", 1);
+    slurm_up();
+    unsetenv("SLURM_LOCAL_MAX_ARRAY");
+    set_slots(40);
+    start_bfd();
+    long long job = submit(write_sweep("forty", 40, 10));
+    cr_assert_eq(ctl(NULL, 0, "wait 1"), 0, "wait: a trial did not complete (see %s/bfd.log)",
+                 g_dir);
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM trials WHERE job = ?1 AND state = 'COMPLETED'"
+                        " AND attempts = 1",
+                        job),
+                 40);
+    /* 40 trials ready at once, MaxArraySize 16: arrays of 16, 16 and 8 */
+    cr_assert_eq(array_submits(), 3, "sbatch calls for 40 trials, MaxArraySize 16 (see %s/bfd.log)",
+                 g_dir);
+    for (long long t = 1; t <= 40; t++) check_exactly_once(t, 10 / 5);
+    char id[32];
+    slurm_job_of(40, id, sizeof id);
+    cr_assert(strchr(id, '_'), "trial 40 ran as %s, not as an array task", id);
+    slurm_status st;
+    slurm_state(id, &st);
+    cr_assert_str_eq(st.state, "COMPLETED", "Slurm job %s of trial 40", id);
+}
+
+Test(slurm, cancel_of_a_job_cancels_its_arrays) {
+    setenv("SLURM_LOCAL_MAX_ARRAY", "4", 1);
+    slurm_up();
+    unsetenv("SLURM_LOCAL_MAX_ARRAY");
+    set_slots(8);
+    start_bfd();
+    submit(write_sweep("longs", 8, 1000000));
+    wait_for("points of the running trial", "SELECT COUNT(*) FROM metrics WHERE trial = ?1", 1, 3,
+             60);
+    cr_assert_eq(array_submits(), 2);
+    cr_assert_eq(slurm_live_tasks(), 8, "8 array tasks queued or running");
+    cr_assert_eq(ctl(NULL, 0, "cancel 1"), 0);
+    double t0 = it_now_s();
+    while (slurm_live_tasks() != 0) {
+        cr_assert(it_now_s() - t0 < 30, "%lld array tasks still live after cancel",
+                  slurm_live_tasks());
+        it_sleep_s(0.2);
+    }
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM trials WHERE job = ?1 AND state = 'CANCELLED'", 1),
+                 8);
+    t0 = it_now_s();
+    while (db_int("SELECT COUNT(*) FROM bfd_runs WHERE trial > ?1", 0) != 0) {
+        cr_assert(it_now_s() - t0 < 20, "bfd still holds runs of the cancelled job");
+        it_sleep_s(0.2);
+    }
+    char out[8192];
+    cr_assert_eq(ctl(out, sizeof out, "daemon status"), 0, "bfd stopped serving");
+    cr_assert(strstr(out, "slots 8 free of 8"), "%s", out);
+    const char *logp = tmpdir_path(g_home, "logs/1.log");
+    int checkpointed = it_count_lines_with(logp, "preempted: checkpoint written at step") > 0;
+    cr_assert(checkpointed, "scancel --signal=TERM of the array did not reach trial 1 (%s)", logp);
+}
+
+/* A 2,000-trial sweep: the time from `bfctl submit` to every task queued in
+ * Slurm, and how long `bfctl daemon status` takes meanwhile (printed, not
+ * asserted: timing is for benchmarks; bfctl's own start is in it). */
+Test(slurm, two_thousand_trials_queue_as_two_arrays, .timeout = 400) {
+    slurm_up();
+    set_slots(2000);
+    start_bfd();
+    const char *sweep = write_sweep("big", 2000, 1000000);
+    double t0 = it_now_s();
+    submit(sweep);
+    double submitted = it_now_s() - t0, worst = 0, sum = 0;
+    int n_status = 0;
+    while (db_int("SELECT COUNT(*) FROM bfd_runs WHERE slurm_job != '' AND trial > ?1", 0) < 2000) {
+        cr_assert(it_now_s() - t0 < 240, "not all 2000 trials queued after 240 s (see %s/bfd.log)",
+                  g_dir);
+        double s0 = it_now_s();
+        cr_assert_eq(ctl(NULL, 0, "daemon status --json"), 0);
+        double ds = it_now_s() - s0;
+        sum += ds;
+        n_status++;
+        if (ds > worst) worst = ds;
+    }
+    double queued = it_now_s() - t0;
+    long long live = slurm_live_tasks();
+    cr_assert_eq(live, 2000, "Slurm holds %lld tasks", live);
+    cr_assert_eq(array_submits(), 2, "2000 trials, MaxArraySize 1001: two sbatch calls");
+    fprintf(stderr,
+            "slurm arrays: 2000 trials: submit acknowledged %.2f s, all queued %.2f s after "
+            "bfctl submit, 2 sbatch calls; bfctl daemon status while submitting: %d calls, "
+            "mean %.1f ms, max %.1f ms\n",
+            submitted, queued, n_status, n_status ? sum / n_status * 1e3 : 0, worst * 1e3);
+    cr_assert_eq(ctl(NULL, 0, "cancel 1"), 0);
+    double c0 = it_now_s();
+    while (slurm_live_tasks() != 0) {
+        cr_assert(it_now_s() - c0 < 60, "array tasks still live after cancel");
+        it_sleep_s(0.5);
+    }
 }
