@@ -697,7 +697,7 @@ Test(cluster, partitioned_node_is_failed_over_and_its_stale_attempt_refused) {
     /* bfd forgot the silent attempt; the stale worker saw attempt 2 in the
      * trial's fence file and ended itself, writing nothing more */
     cr_assert(it_count_lines_with(tmpdir_path(g_dir, "bfd.log"),
-                                  "attempt 1: Slurm job 1 cancelled and forgotten") == 1);
+                                  "attempt 1: Slurm job 1_0 cancelled and forgotten") == 1);
     const char *logp = tmpdir_path(g_home, "logs/1.log");
     cr_assert(it_count_lines_with(logp, "trial 1 attempt 1 is stale: bfd started attempt 2") == 1,
               "the stale worker did not end itself (see %s)", logp);
