@@ -298,7 +298,17 @@ int main(int argc, char **argv) {
                     "worst %.2fx\n",
                     ratio_best, ratio_med, ratio_r[0]);
     } else {
-        fprintf(t, "pytorch peer not run (needs /usr/bin/python3 with torch and %s)\n", o.peer);
+        int ran = o.peer && strcmp(o.peer, "none") != 0 && access(o.peer, R_OK) == 0 &&
+                  access("/usr/bin/python3", X_OK) == 0 && version[0];
+        if (!ran)
+            fprintf(t, "pytorch peer not run (needs /usr/bin/python3 with torch and %s)\n", o.peer);
+        else if (o.cpu_clock)
+            fprintf(t,
+                    "pytorch peer %s ran but gave no CPU figure: its run of 1 + %d steps took no "
+                    "more CPU than its run of 1 (noise larger than %d steps: raise --steps)\n",
+                    version, o.steps, o.steps);
+        else
+            fprintf(t, "pytorch peer %s ran but reported no step time\n", version);
     }
     if (o.json) {
         printf("{\"bench\": \"train\", \"backend\": \"%s\", \"cpu\": ", be->name);
