@@ -138,7 +138,10 @@ Test(crashpoints, bfd_killed_at_random_moments_loses_nothing) {
     long long killed_trial = 0;
     int worker_killed = 0, kills = 0;
     double t0 = it_now_s();
-    while (kills < KILLS) {
+    /* KILLS kills, and more (at most 4 x KILLS) until one found a worker to
+     * kill too: under load the workers may all be starting, or done, at the
+     * first KILLS moments */
+    while (kills < KILLS || (!worker_killed && kills < 4 * KILLS)) {
         it_sleep_s(uniform(0.05, 0.9));
         it_stop(&g_bfd, SIGKILL);
         kills++;
