@@ -120,6 +120,68 @@ static int sbatch_safe(const char *what, const char *v, char *err, size_t errlen
     return 0;
 }
 
+/* A subnet for MPI's TCP: digits, hex, dots, colons and a slash only (so it
+ * is safe unquoted in a script); NULL or "" passes (not set). */
+static int cidr_ok(const char *cidr, char *err, size_t errlen) {
+    if (!cidr || strspn(cidr, "0123456789abcdefABCDEF.:/") == strlen(cidr)) return 0;
+    return bf_fail(err, errlen, "slurm: the MPI subnet '%s' is not a CIDR (e.g. 198.18.0.0/24)",
+                   cidr);
+}
+
+/* path opened for writing, mode 0600 (a script or manifest holds tokens). */
+static FILE *open_private(const char *path, char *err, size_t errlen) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) {
+        bf_fail(err, errlen, "slurm: open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        close(fd);
+        bf_fail(err, errlen, "slurm: fdopen %s: %s", path, strerror(errno));
+    }
+    return f;
+}
+
+/* The #SBATCH lines of an attempt's resources (0 / NULL / "": not passed). */
+static void put_resources(FILE *f, int ranks, int nodes, int cpus, int gpus, long long time_s,
+                          const char *partition) {
+    fprintf(f, "#SBATCH --ntasks=%d\n", ranks);
+    if (nodes > 0) fprintf(f, "#SBATCH --nodes=%d\n", nodes);
+    if (cpus > 0) fprintf(f, "#SBATCH --cpus-per-task=%d\n", cpus);
+    if (gpus > 0) fprintf(f, "#SBATCH --gpus-per-task=%d\n", gpus);
+    if (time_s > 0) {
+        /* --time takes whole minutes at least; round up so a limit is never cut */
+        long long m = (time_s + 59) / 60;
+        fprintf(f, "#SBATCH --time=%lld:%02lld:00\n", m / 60, m % 60);
+    }
+    if (partition && *partition) fprintf(f, "#SBATCH --partition=%s\n", partition);
+}
+
+/* Each task's threads, and with ranks > 1 on a subnet: ranks on several
+ * hosts talk over the network bfd is reached on, not over whichever
+ * interface Open MPI finds first (the user's own setting wins). */
+static void put_task_env(FILE *f, int threads, int ranks, const char *cidr) {
+    fprintf(f, "OMP_NUM_THREADS=%d\nexport OMP_NUM_THREADS\n", threads > 0 ? threads : 1);
+    if (ranks > 1 && cidr && *cidr)
+        fprintf(f,
+                ": \"${OMPI_MCA_btl_tcp_if_include:=%s}\" \"${OMPI_MCA_oob_tcp_if_include:=%s}\"\n"
+                "export OMPI_MCA_btl_tcp_if_include OMPI_MCA_oob_tcp_if_include\n",
+                cidr, cidr);
+}
+
+/* srun, quoted, with its own options: --kill-on-bad-exit and --mpi. */
+static void put_srun(FILE *f, const char *srun, const char *mpi) {
+    put_quoted(f, srun);
+    fprintf(f, " --kill-on-bad-exit=1");
+    if (mpi && *mpi) {
+        char opt[300];
+        snprintf(opt, sizeof opt, "--mpi=%s", mpi);
+        fputc(' ', f);
+        put_quoted(f, opt);
+    }
+}
+
 int slurm_write_script(const char *path, const slurm_batch *b, char *err, size_t errlen) {
     if (b->ranks < 1 || b->nodes < 0 || b->nodes > b->ranks || b->cpus_per_rank < 0 ||
         b->gpus_per_rank < 0 || b->time_limit_s < 0)
@@ -130,58 +192,27 @@ int slurm_write_script(const char *path, const slurm_batch *b, char *err, size_t
         sbatch_safe("working directory", b->cwd, err, errlen) ||
         (b->partition && sbatch_safe("partition", b->partition, err, errlen)))
         return -1;
-    if (b->mpi_cidr && strspn(b->mpi_cidr, "0123456789abcdefABCDEF.:/") != strlen(b->mpi_cidr))
-        return bf_fail(err, errlen, "slurm: the MPI subnet '%s' is not a CIDR (e.g. 10.1.0.0/16)",
-                       b->mpi_cidr);
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (fd < 0) return bf_fail(err, errlen, "slurm: open %s: %s", path, strerror(errno));
-    FILE *f = fdopen(fd, "w");
-    if (!f) {
-        close(fd);
-        return bf_fail(err, errlen, "slurm: fdopen %s: %s", path, strerror(errno));
-    }
+    if (cidr_ok(b->mpi_cidr, err, errlen)) return -1;
+    FILE *f = open_private(path, err, errlen);
+    if (!f) return -1;
     fprintf(f, "#!/bin/sh\n");
     fprintf(f, "# bfd: trial %lld attempt %d (written by bfd; the token is secret)\n", b->trial,
             b->attempt);
     fprintf(f, "#SBATCH --job-name=bf-%lld\n", b->trial);
-    fprintf(f, "#SBATCH --ntasks=%d\n", b->ranks);
-    if (b->nodes > 0) fprintf(f, "#SBATCH --nodes=%d\n", b->nodes);
-    if (b->cpus_per_rank > 0) fprintf(f, "#SBATCH --cpus-per-task=%d\n", b->cpus_per_rank);
-    if (b->gpus_per_rank > 0) fprintf(f, "#SBATCH --gpus-per-task=%d\n", b->gpus_per_rank);
-    if (b->time_limit_s > 0) {
-        /* --time takes whole minutes at least; round up so a limit is never cut */
-        long long m = (b->time_limit_s + 59) / 60;
-        fprintf(f, "#SBATCH --time=%lld:%02lld:00\n", m / 60, m % 60);
-    }
-    if (b->partition && *b->partition) fprintf(f, "#SBATCH --partition=%s\n", b->partition);
+    put_resources(f, b->ranks, b->nodes, b->cpus_per_rank, b->gpus_per_rank, b->time_limit_s,
+                  b->partition);
     fprintf(f, "#SBATCH --output=%s\n", b->log_path);
     fprintf(f, "#SBATCH --open-mode=append\n");
     fprintf(f, "#SBATCH --chdir=%s\n", b->cwd);
     fprintf(f, "#SBATCH --no-requeue\n");
-    fprintf(f, "OMP_NUM_THREADS=%d\nexport OMP_NUM_THREADS\n", b->threads > 0 ? b->threads : 1);
-    /* ranks on several hosts talk over the network bfd is reached on, not
-     * over whichever interface Open MPI finds first (the user's own setting wins) */
-    if (b->ranks > 1 && b->mpi_cidr && *b->mpi_cidr) {
-        /* (a CIDR: digits, dots, colons and a slash, safe unquoted) */
-        fprintf(f,
-                ": \"${OMPI_MCA_btl_tcp_if_include:=%s}\" \"${OMPI_MCA_oob_tcp_if_include:=%s}\"\n"
-                "export OMPI_MCA_btl_tcp_if_include OMPI_MCA_oob_tcp_if_include\n",
-                b->mpi_cidr, b->mpi_cidr);
-    }
+    put_task_env(f, b->threads, b->ranks, b->mpi_cidr);
     fprintf(f,
             "echo \"== bfd: trial %lld attempt %d, %d rank%s, Slurm job $SLURM_JOB_ID on "
             "$(hostname)\"\n",
             b->trial, b->attempt, b->ranks, b->ranks == 1 ? "" : "s");
     /* exec: the script's exit status is srun's, which is the worker's (75 = preempted) */
     fprintf(f, "exec ");
-    put_quoted(f, b->srun);
-    fprintf(f, " --kill-on-bad-exit=1");
-    if (b->mpi && *b->mpi) {
-        fprintf(f, " ");
-        char mpi[300];
-        snprintf(mpi, sizeof mpi, "--mpi=%s", b->mpi);
-        put_quoted(f, mpi);
-    }
+    put_srun(f, b->srun, b->mpi);
     const char *args[] = {b->bfworker, "run",    "--trial", NULL,       "--connect", b->endpoint,
                           "--token",   b->token, "--out",   b->out_dir, "--attempt", NULL};
     char trial[32], attempt[32];
@@ -330,13 +361,8 @@ static int write_manifest(const char *path, const slurm_array_task *t, int n, ch
         if (manifest_word("token", t[i].token, err, errlen) ||
             (t[i].stage && *t[i].stage && manifest_word("stage", t[i].stage, err, errlen)))
             return -1;
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (fd < 0) return bf_fail(err, errlen, "slurm: open %s: %s", path, strerror(errno));
-    FILE *f = fdopen(fd, "w");
-    if (!f) {
-        close(fd);
-        return bf_fail(err, errlen, "slurm: fdopen %s: %s", path, strerror(errno));
-    }
+    FILE *f = open_private(path, err, errlen);
+    if (!f) return -1;
     for (int i = 0; i < n; i++)
         fprintf(f, "%lld %d %s %s\n", t[i].trial, t[i].attempt, t[i].token,
                 t[i].stage && *t[i].stage ? t[i].stage : "-");
@@ -357,17 +383,10 @@ int slurm_write_array(const char *script, const char *manifest, const slurm_arra
     if (sbatch_safe("working directory", a->cwd, err, errlen) ||
         (a->partition && sbatch_safe("partition", a->partition, err, errlen)))
         return -1;
-    if (a->mpi_cidr && strspn(a->mpi_cidr, "0123456789abcdefABCDEF.:/") != strlen(a->mpi_cidr))
-        return bf_fail(err, errlen, "slurm: the MPI subnet '%s' is not a CIDR (e.g. 10.1.0.0/16)",
-                       a->mpi_cidr);
+    if (cidr_ok(a->mpi_cidr, err, errlen)) return -1;
     if (write_manifest(manifest, tasks, n, err, errlen)) return -1;
-    int fd = open(script, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    if (fd < 0) return bf_fail(err, errlen, "slurm: open %s: %s", script, strerror(errno));
-    FILE *f = fdopen(fd, "w");
-    if (!f) {
-        close(fd);
-        return bf_fail(err, errlen, "slurm: fdopen %s: %s", script, strerror(errno));
-    }
+    FILE *f = open_private(script, err, errlen);
+    if (!f) return -1;
     fprintf(f, "#!/bin/sh\n");
     fprintf(f,
             "# bfd: job %lld, %d trial%s as one Slurm job array; task K runs line K+1 of the "
@@ -375,15 +394,8 @@ int slurm_write_array(const char *script, const char *manifest, const slurm_arra
             a->job, n, n == 1 ? "" : "s");
     fprintf(f, "#SBATCH --job-name=bf-j%lld\n", a->job);
     fprintf(f, "#SBATCH --array=0-%d\n", n - 1);
-    fprintf(f, "#SBATCH --ntasks=%d\n", a->ranks);
-    if (a->nodes > 0) fprintf(f, "#SBATCH --nodes=%d\n", a->nodes);
-    if (a->cpus_per_rank > 0) fprintf(f, "#SBATCH --cpus-per-task=%d\n", a->cpus_per_rank);
-    if (a->gpus_per_rank > 0) fprintf(f, "#SBATCH --gpus-per-task=%d\n", a->gpus_per_rank);
-    if (a->time_limit_s > 0) {
-        long long m = (a->time_limit_s + 59) / 60;
-        fprintf(f, "#SBATCH --time=%lld:%02lld:00\n", m / 60, m % 60);
-    }
-    if (a->partition && *a->partition) fprintf(f, "#SBATCH --partition=%s\n", a->partition);
+    put_resources(f, a->ranks, a->nodes, a->cpus_per_rank, a->gpus_per_rank, a->time_limit_s,
+                  a->partition);
     /* each task appends to its own trial's log (below): Slurm's file is none */
     fprintf(f, "#SBATCH --output=/dev/null\n");
     fprintf(f, "#SBATCH --chdir=%s\n", a->cwd);
@@ -399,25 +411,13 @@ int slurm_write_array(const char *script, const char *manifest, const slurm_arra
                "fi\n"
                "trial=$1 attempt=$2 token=$3 stage=$4\n"
                "exec >>\"$home/logs/$trial.log\" 2>&1\n");
-    fprintf(f, "OMP_NUM_THREADS=%d\nexport OMP_NUM_THREADS\n", a->threads > 0 ? a->threads : 1);
-    if (a->ranks > 1 && a->mpi_cidr && *a->mpi_cidr)
-        fprintf(f,
-                ": \"${OMPI_MCA_btl_tcp_if_include:=%s}\" \"${OMPI_MCA_oob_tcp_if_include:=%s}\"\n"
-                "export OMPI_MCA_btl_tcp_if_include OMPI_MCA_oob_tcp_if_include\n",
-                a->mpi_cidr, a->mpi_cidr);
+    put_task_env(f, a->threads, a->ranks, a->mpi_cidr);
     fprintf(f,
             "echo \"== bfd: trial $trial attempt $attempt, %d rank%s, Slurm job "
             "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID} on $(hostname)\"\n",
             a->ranks, a->ranks == 1 ? "" : "s");
     fprintf(f, "set -- ");
-    put_quoted(f, a->srun);
-    fprintf(f, " --kill-on-bad-exit=1");
-    if (a->mpi && *a->mpi) {
-        char mpi[300];
-        snprintf(mpi, sizeof mpi, "--mpi=%s", a->mpi);
-        fputc(' ', f);
-        put_quoted(f, mpi);
-    }
+    put_srun(f, a->srun, a->mpi);
     fputc(' ', f);
     put_quoted(f, a->bfworker);
     fprintf(f, " run --trial \"$trial\" --connect ");
