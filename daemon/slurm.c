@@ -182,62 +182,6 @@ static void put_srun(FILE *f, const char *srun, const char *mpi) {
     }
 }
 
-int slurm_write_script(const char *path, const slurm_batch *b, char *err, size_t errlen) {
-    if (b->ranks < 1 || b->nodes < 0 || b->nodes > b->ranks || b->cpus_per_rank < 0 ||
-        b->gpus_per_rank < 0 || b->time_limit_s < 0)
-        return bf_fail(err, errlen,
-                       "slurm: trial %lld: ranks %d, nodes %d, cpus %d, gpus %d: out of range",
-                       b->trial, b->ranks, b->nodes, b->cpus_per_rank, b->gpus_per_rank);
-    if (sbatch_safe("log path", b->log_path, err, errlen) ||
-        sbatch_safe("working directory", b->cwd, err, errlen) ||
-        (b->partition && sbatch_safe("partition", b->partition, err, errlen)))
-        return -1;
-    if (cidr_ok(b->mpi_cidr, err, errlen)) return -1;
-    FILE *f = open_private(path, err, errlen);
-    if (!f) return -1;
-    fprintf(f, "#!/bin/sh\n");
-    fprintf(f, "# bfd: trial %lld attempt %d (written by bfd; the token is secret)\n", b->trial,
-            b->attempt);
-    fprintf(f, "#SBATCH --job-name=bf-%lld\n", b->trial);
-    put_resources(f, b->ranks, b->nodes, b->cpus_per_rank, b->gpus_per_rank, b->time_limit_s,
-                  b->partition);
-    fprintf(f, "#SBATCH --output=%s\n", b->log_path);
-    fprintf(f, "#SBATCH --open-mode=append\n");
-    fprintf(f, "#SBATCH --chdir=%s\n", b->cwd);
-    fprintf(f, "#SBATCH --no-requeue\n");
-    put_task_env(f, b->threads, b->ranks, b->mpi_cidr);
-    fprintf(f,
-            "echo \"== bfd: trial %lld attempt %d, %d rank%s, Slurm job $SLURM_JOB_ID on "
-            "$(hostname)\"\n",
-            b->trial, b->attempt, b->ranks, b->ranks == 1 ? "" : "s");
-    /* exec: the script's exit status is srun's, which is the worker's (75 = preempted) */
-    fprintf(f, "exec ");
-    put_srun(f, b->srun, b->mpi);
-    const char *args[] = {b->bfworker, "run",    "--trial", NULL,       "--connect", b->endpoint,
-                          "--token",   b->token, "--out",   b->out_dir, "--attempt", NULL};
-    char trial[32], attempt[32];
-    snprintf(trial, sizeof trial, "%lld", b->trial);
-    snprintf(attempt, sizeof attempt, "%d", b->attempt);
-    args[3] = trial;
-    args[11] = attempt;
-    for (size_t i = 0; i < sizeof args / sizeof args[0]; i++) {
-        fputc(' ', f);
-        put_quoted(f, args[i]);
-    }
-    if (b->stage && b->stage_root) {
-        const char *st[] = {"--stage-root", b->stage_root, "--stage", b->stage};
-        for (size_t i = 0; i < sizeof st / sizeof st[0]; i++) {
-            fputc(' ', f);
-            put_quoted(f, st[i]);
-        }
-    }
-    fputc('\n', f);
-    int bad = ferror(f);
-    if (fclose(f) != 0 || bad)
-        return bf_fail(err, errlen, "slurm: writing %s: %s", path, strerror(errno));
-    return 0;
-}
-
 int slurm_submit(const char *sbatch, const char *script, char id[SLURM_JOB_ID_MAX], char *err,
                  size_t errlen) {
     char out[4096];

@@ -1,4 +1,4 @@
-/* slurm — bfd's Slurm launcher: writes a trial's batch script, submits it
+/* slurm — bfd's Slurm launcher: writes a job array's batch script, submits it
  * with sbatch, asks scontrol how the Slurm job stands and cancels it with
  * scancel. Each call runs one short Slurm command synchronously (fork, exec,
  * read its output through a pipe, waitpid) with a hard timeout, so bfd's
@@ -12,36 +12,6 @@
 
 #define SLURM_JOB_ID_MAX 32
 
-typedef struct slurm_batch {
-    long long trial;
-    int attempt;
-    int ranks;              /* --ntasks */
-    int nodes;              /* --nodes (omitted when 0) */
-    int cpus_per_rank;      /* --cpus-per-task */
-    int gpus_per_rank;      /* --gpus-per-task (omitted when 0) */
-    long long time_limit_s; /* --time (omitted when 0) */
-    int threads;            /* OMP_NUM_THREADS of each task */
-    const char *partition;  /* --partition ("" or NULL: the cluster's default) */
-    const char *srun;       /* srun program */
-    const char *mpi;        /* srun --mpi=... ("" or NULL: not passed) */
-    const char *mpi_cidr;   /* ranks > 1: the subnet MPI's TCP uses (OMPI_MCA_btl_tcp_if_include
-                               and oob_tcp_if_include unless set; "" or NULL: not set) */
-    const char *bfworker;   /* the bfworker program, as the compute node sees it */
-    const char *endpoint;   /* the worker endpoint bfd binds (ipc:// on one host) */
-    const char *token;
-    const char *out_dir;  /* $BF_HOME/trials/ID */
-    const char *log_path; /* $BF_HOME/logs/ID.log */
-    const char *cwd;      /* the job's working directory */
-    /* s2s: the one stage this attempt runs (both NULL: a whole trial) */
-    const char *stage_root; /* --stage-root: $BF_HOME/stages */
-    const char *stage;      /* --stage: teacher, avit, ... */
-} slurm_batch;
-
-/* Writes the batch script for b to path (mode 0600): #SBATCH lines for the
- * name bf-ID, tasks, CPUs, GPUs, time limit, output (appended) and working
- * directory, then `exec srun bfworker run ...`. Every value is shell-quoted. */
-int slurm_write_script(const char *path, const slurm_batch *b, char *err, size_t errlen);
-
 /* Runs `sbatch --parsable script` and puts the Slurm job id in id. */
 int slurm_submit(const char *sbatch, const char *script, char id[SLURM_JOB_ID_MAX], char *err,
                  size_t errlen);
@@ -49,17 +19,27 @@ int slurm_submit(const char *sbatch, const char *script, char id[SLURM_JOB_ID_MA
 /* One job array (slurm_write_array): trials of one bf job, ready at once,
  * as `sbatch --array=0-(n-1)`. The batch script reads line
  * SLURM_ARRAY_TASK_ID + 1 of the manifest beside it ("TRIAL ATTEMPT TOKEN
- * STAGE", STAGE "-" for a whole trial) and runs that attempt as
- * slurm_write_script's script would, its output appended to
- * home/logs/TRIAL.log, its folder home/trials/TRIAL. */
+ * STAGE", STAGE "-" for a whole trial) and runs that attempt as `srun
+ * bfworker run --trial ... --attempt ...` (with --stage-root/--stage for a
+ * stage), its output appended to home/logs/TRIAL.log, its folder
+ * home/trials/TRIAL. Every value is shell-quoted. */
 typedef struct slurm_array {
-    long long job; /* the bf job: Slurm job name bf-jJOB */
-    int ranks, nodes, cpus_per_rank, gpus_per_rank;
-    long long time_limit_s;
-    int threads;
-    const char *partition, *srun, *mpi, *mpi_cidr, *bfworker, *endpoint;
-    const char *home; /* $BF_HOME (trials/, logs/, stages/ under it) */
-    const char *cwd;  /* the job's working directory */
+    long long job;          /* the bf job: Slurm job name bf-jJOB */
+    int ranks;              /* --ntasks */
+    int nodes;              /* --nodes (omitted when 0; at most ranks) */
+    int cpus_per_rank;      /* --cpus-per-task (omitted when 0) */
+    int gpus_per_rank;      /* --gpus-per-task (omitted when 0) */
+    long long time_limit_s; /* --time, rounded up to minutes (omitted when 0) */
+    int threads;            /* OMP_NUM_THREADS of each task */
+    const char *partition;  /* --partition ("" or NULL: the cluster's default) */
+    const char *srun;       /* srun program */
+    const char *mpi;        /* srun --mpi=... ("" or NULL: not passed) */
+    const char *mpi_cidr;   /* ranks > 1: the subnet MPI's TCP uses (OMPI_MCA_btl_tcp_if_include
+                               and oob_tcp_if_include unless set; "" or NULL: not set) */
+    const char *bfworker;   /* the bfworker program, as the compute node sees it */
+    const char *endpoint;   /* the worker endpoint bfd binds */
+    const char *home;       /* $BF_HOME (trials/, logs/, stages/ under it) */
+    const char *cwd;        /* the job's working directory */
 } slurm_array;
 
 typedef struct slurm_array_task {

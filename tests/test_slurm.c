@@ -1,13 +1,15 @@
-/* test_slurm — the Slurm launcher's pieces that need no cluster: the batch
- * script bfd writes (every #SBATCH line, quoting, mode 0600, and that sh
- * parses it into the exact argv), the parsing of `scontrol show job -o`
- * lines into phases and exit codes, slurm_run's exit status, output cap and
- * timeout, and sbatch output parsing through a stand-in sbatch. */
+/* test_slurm — the Slurm launcher's pieces that need no cluster: the
+ * job-array script and manifest bfd writes (every #SBATCH line, quoting,
+ * mode 0600, and that sh runs task K as the exact argv of manifest line
+ * K+1), the parsing of `scontrol show job -o` lines into phases and exit
+ * codes, slurm_run's exit status, output cap and timeout, and sbatch output
+ * parsing through a stand-in sbatch. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -38,11 +40,37 @@ static char *slurp(const char *path) {
     return buf;
 }
 
-Test(slurm_unit, batch_script) {
-    char path[512], err[512];
-    snprintf(path, sizeof path, "%s/slurm.sh", dir);
-    slurm_batch b = {.trial = 17,
-                     .attempt = 2,
+static void fake(const char *name, const char *body) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "w");
+    cr_assert(f);
+    fprintf(f, "#!/bin/sh\n%s\n", body);
+    fclose(f);
+    cr_assert_eq(chmod(p, 0700), 0);
+}
+
+/* Runs the array script as Slurm would run its task K (srun and the
+ * bfworker stand-in print their argv one word per []), and returns the
+ * trial's log, where the task's output goes. */
+static const char *run_task(const char *script, int k, long long trial) {
+    char cmd[1200], log[512];
+    snprintf(log, sizeof log, "%s/logs/%lld.log", dir, trial);
+    unlink(log);
+    snprintf(cmd, sizeof cmd, "cd '%s' && SLURM_ARRAY_TASK_ID=%d SLURM_ARRAY_JOB_ID=900 sh '%s'",
+             dir, k, script);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    return slurp(log);
+}
+
+Test(slurm_unit, array_script) {
+    char script[512], manifest[512], err[512], logs[512], home[512];
+    snprintf(script, sizeof script, "%s/array.sh", dir);
+    snprintf(manifest, sizeof manifest, "%s/array.tasks", dir);
+    snprintf(logs, sizeof logs, "%s/logs", dir);
+    snprintf(home, sizeof home, "%s", dir);
+    cr_assert_eq(mkdir(logs, 0700), 0);
+    slurm_array a = {.job = 5,
                      .ranks = 4,
                      .nodes = 2,
                      .cpus_per_rank = 2,
@@ -55,84 +83,97 @@ Test(slurm_unit, batch_script) {
                      .mpi_cidr = "198.18.0.0/24",
                      .bfworker = "/opt/bf it's/bfworker",
                      .endpoint = "ipc:///h/worker.sock",
-                     .token = "0123456789abcdef0123456789abcdef",
-                     .out_dir = "/h/trials/17",
-                     .log_path = "/h/logs/17.log",
+                     .home = home,
                      .cwd = "/work"};
-    cr_assert_eq(slurm_write_script(path, &b, err, sizeof err), 0, "%s", err);
+    slurm_array_task t[2] = {{17, 2, "0123456789abcdef0123456789abcdef", NULL},
+                             {18, 1, "fedcba9876543210fedcba9876543210", "avit"}};
+    cr_assert_eq(slurm_write_array(script, manifest, &a, t, 2, err, sizeof err), 0, "%s", err);
     struct stat sb;
-    cr_assert_eq(stat(path, &sb), 0);
+    cr_assert_eq(stat(script, &sb), 0);
     cr_assert_eq(sb.st_mode & 0777, 0600);
-    const char *s = slurp(path);
-    const char *want[] = {
-        "#!/bin/sh\n", "#SBATCH --job-name=bf-17\n", "#SBATCH --ntasks=4\n", "#SBATCH --nodes=2\n",
-        /* MPI's TCP on bfd's subnet, unless the user set it */
-        ": \"${OMPI_MCA_btl_tcp_if_include:=198.18.0.0/24}\" "
-        "\"${OMPI_MCA_oob_tcp_if_include:=198.18.0.0/24}\"\n"
-        "export OMPI_MCA_btl_tcp_if_include OMPI_MCA_oob_tcp_if_include\n",
-        "#SBATCH --cpus-per-task=2\n", "#SBATCH --gpus-per-task=1\n",
-        /* 3601 s rounds up to 61 minutes */
-        "#SBATCH --time=1:01:00\n", "#SBATCH --partition=gpu\n",
-        "#SBATCH --output=/h/logs/17.log\n", "#SBATCH --open-mode=append\n",
-        "#SBATCH --chdir=/work\n", "OMP_NUM_THREADS=3\n",
-        "exec 'srun' --kill-on-bad-exit=1 '--mpi=pmix' '/opt/bf it'\\''s/bfworker'"
-        " 'run' '--trial' '17' '--connect' 'ipc:///h/worker.sock' '--token'"
-        " '0123456789abcdef0123456789abcdef' '--out' '/h/trials/17'"
-        " '--attempt' '2'\n"};
+    cr_assert_eq(stat(manifest, &sb), 0);
+    cr_assert_eq(sb.st_mode & 0777, 0600, "the manifest holds the tokens");
+    cr_assert_str_eq(slurp(manifest), "17 2 0123456789abcdef0123456789abcdef -\n"
+                                      "18 1 fedcba9876543210fedcba9876543210 avit\n");
+    const char *s = slurp(script);
+    const char *want[] = {"#!/bin/sh\n", "#SBATCH --job-name=bf-j5\n", "#SBATCH --array=0-1\n",
+                          "#SBATCH --ntasks=4\n", "#SBATCH --nodes=2\n",
+                          /* MPI's TCP on bfd's subnet, unless the user set it */
+                          ": \"${OMPI_MCA_btl_tcp_if_include:=198.18.0.0/24}\" "
+                          "\"${OMPI_MCA_oob_tcp_if_include:=198.18.0.0/24}\"\n"
+                          "export OMPI_MCA_btl_tcp_if_include OMPI_MCA_oob_tcp_if_include\n",
+                          "#SBATCH --cpus-per-task=2\n", "#SBATCH --gpus-per-task=1\n",
+                          /* 3601 s rounds up to 61 minutes */
+                          "#SBATCH --time=1:01:00\n", "#SBATCH --partition=gpu\n",
+                          "#SBATCH --chdir=/work\n", "#SBATCH --no-requeue\n",
+                          "OMP_NUM_THREADS=3\n", "'srun' --kill-on-bad-exit=1 '--mpi=pmix'"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         cr_assert(strstr(s, want[i]), "missing %s in:\n%s", want[i], s);
-    /* sh reads the quoted words back exactly: run it with srun = printf */
-    b.srun = "printf";
-    b.mpi = "";
-    b.gpus_per_rank = 0;
-    b.time_limit_s = 0;
-    b.partition = NULL;
-    b.nodes = 0;
-    b.mpi_cidr = "";
-    cr_assert_eq(slurm_write_script(path, &b, err, sizeof err), 0, "%s", err);
-    s = slurp(path);
+
+    /* sh reads the quoted words back exactly: srun is a stand-in printing its argv */
+    char srun[512];
+    snprintf(srun, sizeof srun, "%s/srun it's", dir);
+    FILE *f = fopen(srun, "w");
+    cr_assert(f);
+    fprintf(f, "#!/bin/sh\nfor a; do printf '[%%s]' \"$a\"; done\necho\n");
+    fclose(f);
+    cr_assert_eq(chmod(srun, 0700), 0);
+    a.srun = srun;
+    a.mpi = "";
+    a.gpus_per_rank = 0;
+    a.time_limit_s = 0;
+    a.partition = NULL;
+    a.nodes = 0;
+    a.mpi_cidr = "";
+    a.cwd = dir;
+    cr_assert_eq(slurm_write_array(script, manifest, &a, t, 2, err, sizeof err), 0, "%s", err);
+    s = slurp(script);
     cr_assert_null(strstr(s, "--nodes"), "nodes not given: no --nodes");
     cr_assert_null(strstr(s, "OMPI_MCA"), "no subnet: Open MPI chooses");
     cr_assert_null(strstr(s, "--gpus-per-task"), "no GPUs: no --gpus-per-task");
     cr_assert_null(strstr(s, "--time"), "no limit: no --time");
     cr_assert_null(strstr(s, "--partition"));
     cr_assert_null(strstr(s, "--mpi"));
-    char out[2048];
-    const char *argv[] = {"sh", NULL, NULL};
-    /* the quoted words after srun's own options, read back by sh one per [] */
-    FILE *f = fopen(path, "r");
-    cr_assert(f);
-    char body[4096];
-    size_t n = fread(body, 1, sizeof body - 1, f);
-    body[n] = '\0';
-    fclose(f);
-    char *ex = strstr(body, "exec 'printf' --kill-on-bad-exit=1 ");
-    cr_assert(ex, "%s", body);
-    char script2[512];
-    snprintf(script2, sizeof script2, "%s/echo.sh", dir);
-    f = fopen(script2, "w");
-    cr_assert(f);
-    fprintf(f, "set -- %s\nfor a; do printf '[%%s]' \"$a\"; done\n",
-            ex + strlen("exec 'printf' --kill-on-bad-exit=1 "));
-    fclose(f);
-    argv[1] = script2;
-    cr_assert_eq(slurm_run(argv, 10, out, sizeof out, err, sizeof err), 0, "%s", err);
-    cr_assert_str_eq(out, "[/opt/bf it's/bfworker][run][--trial][17][--connect]"
-                          "[ipc:///h/worker.sock][--token][0123456789abcdef0123456789abcdef]"
-                          "[--out][/h/trials/17][--attempt][2]");
+    char want0[2048], want1[2048];
+    snprintf(want0, sizeof want0,
+             "[--kill-on-bad-exit=1][/opt/bf it's/bfworker][run][--trial][17][--connect]"
+             "[ipc:///h/worker.sock][--token][0123456789abcdef0123456789abcdef]"
+             "[--out][%s/trials/17][--attempt][2]\n",
+             dir);
+    snprintf(want1, sizeof want1,
+             "[--kill-on-bad-exit=1][/opt/bf it's/bfworker][run][--trial][18][--connect]"
+             "[ipc:///h/worker.sock][--token][fedcba9876543210fedcba9876543210]"
+             "[--out][%s/trials/18][--attempt][1][--stage-root][%s/stages][--stage][avit]\n",
+             dir, dir);
+    const char *log = run_task(script, 0, 17);
+    cr_assert(strstr(log, "== bfd: trial 17 attempt 2, 4 ranks, Slurm job 900_0 on "), "%s", log);
+    cr_assert(strstr(log, want0), "task 0 ran\n%s\nnot\n%s", log, want0);
+    log = run_task(script, 1, 18);
+    cr_assert(strstr(log, want1), "task 1 ran\n%s\nnot\n%s", log, want1);
+    /* a task past the manifest says so and exits 64 (not a silent no-op) */
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "SLURM_ARRAY_TASK_ID=2 sh '%s' 2>/dev/null", script);
+    int st = system(cmd);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 64, "status %d", st);
+
     /* more nodes than ranks, and a subnet that is not a CIDR, are refused */
-    b.nodes = 5;
-    cr_assert_eq(slurm_write_script(path, &b, err, sizeof err), -1);
+    a.nodes = 5;
+    cr_assert_eq(slurm_write_array(script, manifest, &a, t, 2, err, sizeof err), -1);
     cr_assert(strstr(err, "nodes 5"), "%s", err);
-    b.nodes = 2;
-    b.mpi_cidr = "eth0; rm -rf /";
-    cr_assert_eq(slurm_write_script(path, &b, err, sizeof err), -1);
+    a.nodes = 2;
+    a.mpi_cidr = "eth0; rm -rf /";
+    cr_assert_eq(slurm_write_array(script, manifest, &a, t, 2, err, sizeof err), -1);
     cr_assert(strstr(err, "not a CIDR"), "%s", err);
-    b.mpi_cidr = NULL;
+    a.mpi_cidr = NULL;
     /* values #SBATCH lines cannot carry are refused, naming the field */
-    b.cwd = "/my work";
-    cr_assert_eq(slurm_write_script(path, &b, err, sizeof err), -1);
+    a.cwd = "/my work";
+    cr_assert_eq(slurm_write_array(script, manifest, &a, t, 2, err, sizeof err), -1);
     cr_assert(strstr(err, "working directory '/my work' holds a space"), "%s", err);
+    a.cwd = dir;
+    /* a token or stage the manifest line cannot carry as one word */
+    t[1].stage = "a vit";
+    cr_assert_eq(slurm_write_array(script, manifest, &a, t, 2, err, sizeof err), -1);
+    cr_assert(strstr(err, "stage 'a vit'"), "%s", err);
 }
 
 Test(slurm_unit, scontrol_lines) {
@@ -168,16 +209,6 @@ Test(slurm_unit, scontrol_lines) {
 }
 
 /* A stand-in sbatch: prints what a real one prints, or fails like one. */
-static void fake(const char *name, const char *body) {
-    char p[512];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    FILE *f = fopen(p, "w");
-    cr_assert(f);
-    fprintf(f, "#!/bin/sh\n%s\n", body);
-    fclose(f);
-    cr_assert_eq(chmod(p, 0700), 0);
-}
-
 Test(slurm_unit, submit_query_cancel_through_stand_ins) {
     char p[512], id[SLURM_JOB_ID_MAX], err[1024];
     snprintf(p, sizeof p, "%s/sbatch", dir);
