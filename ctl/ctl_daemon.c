@@ -940,18 +940,20 @@ int bfctl_logs(int argc, char **argv) {
 }
 
 int bfctl_daemon(int argc, char **argv) {
-    if (help_wanted(argc, argv, "daemon status [--json]",
-                    "whether bfd runs, its slots, GPUs, endpoints and running trials"))
+    if (help_wanted(argc, argv, "daemon status [--json] [--all]",
+                    "whether bfd runs, its slots, GPUs, endpoints and running trials (the first "
+                    "100 live attempts; --all: every one)"))
         return 0;
     const char *sub = positional(argc, argv, NULL);
     if (!sub || strcmp(sub, "status") != 0) {
-        fprintf(stderr, "usage: bfctl daemon status [--json]\n");
+        fprintf(stderr, "usage: bfctl daemon status [--json] [--all]\n");
         return BF_EX_USAGE;
     }
     ctl_conn *c;
     if (connect_or_say(&c)) return 1;
     json_t *r;
-    int rc = call(c, "status", NULL, &r);
+    json_t *req = has_opt(argc, argv, "--all") ? NULL : json_pack("{s:i}", "running_max", 100);
+    int rc = call(c, "status", req, &r); /* takes req */
     ctl_close(&c);
     if (rc) return 1;
     if (has_opt(argc, argv, "--json")) {
@@ -972,6 +974,10 @@ int bfctl_daemon(int argc, char **argv) {
                    jint(t, "job"), jint(t, "attempt"), jint(t, "pid"), jint(t, "slots"),
                    jint(t, "slots") == 1 ? "" : "s",
                    json_is_true(json_object_get(t, "reattached")) ? ", reattached" : "");
+        long long more = jint(r, "running_total") - (long long)i;
+        if (more > 0)
+            printf("  ... and %lld more live attempt%s (bfctl daemon status --all)\n", more,
+                   more == 1 ? "" : "s");
     }
     json_decref(r);
     return 0;

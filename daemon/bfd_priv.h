@@ -18,6 +18,7 @@
 #include "daemon/exp_tb.h"
 #include "daemon/prom.h"
 #include "daemon/slurm.h"
+#include "daemon/slurmq.h"
 #include "daemon/submitq.h"
 #include "jobs/dstate.h"
 #include "jobs/store.h"
@@ -71,14 +72,6 @@ typedef struct batch {
     int gap;
 } batch;
 
-/* scontrol's answer for one Slurm job array, shared by all its tasks' runs
- * in one check_timers pass. */
-typedef struct array_poll {
-    char id[SLURM_JOB_ID_MAX];
-    int n;
-    slurm_status *st;
-} array_poll;
-
 /* The daemon: its settings, store connections, sockets, run table and
  * exporters. One per bfd_run (loop.c opens and closes it). */
 typedef struct bfd {
@@ -114,9 +107,11 @@ typedef struct bfd {
     int64_t *arr_trials;
     size_t n_arr, cap_arr;
     store_job arr_job;
-    int max_array;      /* tasks per array: MaxArraySize, else 1001 */
-    long long n_sbatch; /* sbatch calls so far */
-    array_poll *polls;  /* this check_timers' scontrol answers, one per array */
+    int max_array;                   /* tasks per array: MaxArraySize, else 1001 */
+    long long n_sbatch;              /* sbatch calls so far */
+    slurmq *slq;                     /* launcher: slurm: sbatch, scontrol, scancel off the loop */
+    slurmq_req *backlog;             /* an scontrol answer applied in part (finish_slurm goes on) */
+    char (*polls)[SLURM_JOB_ID_MAX]; /* arrays (or plain jobs) whose scontrol query is in flight */
     size_t n_polls, cap_polls;
     char cancel_memo[SLURM_JOB_ID_MAX]; /* last array scancelled whole, with how, when */
     int cancel_memo_sig;
@@ -212,6 +207,13 @@ int launch(bfd *d, const store_trial *t, const store_job *j, const int *gpus, in
  * of at most d->max_array tasks, one sbatch each; each run's slurm_job
  * becomes ARRAY_TASK. A failed sbatch fails its trials. No-op when none wait. */
 void slurm_flush(bfd *d);
+/* The Slurm thread's answers: submitted arrays recorded, job states applied
+ * to their runs, failed cancels logged (launch.c). */
+void finish_slurm(bfd *d);
+/* An scontrol answer applied to the runs of its array or job (runs.c); 1
+ * when budget_s ran out with ended runs left (call again with the same q:
+ * the runs applied already are removed or take the same state again). */
+int slurm_answered(bfd *d, const slurmq_req *q, double budget_s);
 /* mkdir that accepts a folder already there; -1 with "mkdir PATH: why". */
 int make_dir(const char *path, mode_t mode, char *err, size_t errlen);
 /* "0,1,3" (a bfd_runs row's gpus) into g[0..*n), at most BFD_MAX_GPUS. */
@@ -255,5 +257,8 @@ int process_alive(pid_t pid, const char *token);
 /* Signals an attempt: its process group (local) or its Slurm job (SIGTERM:
  * scancel --signal=TERM once it runs; else scancel). Failures are logged. */
 void kill_group(bfd *d, run *r, int sig);
+/* scancel of a job, task or (array 1) whole array through the Slurm thread
+ * (here and now when there is none, or its queue is full or stopped). */
+void slurm_cancel_async(bfd *d, const char *id, int array, int term, long long trial);
 
 #endif

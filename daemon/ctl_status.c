@@ -14,14 +14,18 @@ static json_t *int_array(const int *v, int n) {
 }
 
 void ctl_status(bfd *d, void *s, proto_msg *m) {
-    char err[1024];
-    long long jobs = 0, pending = 0, running = 0;
+    char err[1024], ferr[512];
+    long long jobs = 0, pending = 0, running = 0, max_runs;
+    /* under Slurm bfd may hold thousands of attempts: the client says how
+     * many it lists (the reply's size, and its time, grow with it) */
+    FIELD(proto_get_int(m->body, "running_max", 0, 0, PROTO_MAX_INT, PROTO_MAX_INT, &max_runs, ferr,
+                        sizeof ferr));
     if (store_counts(d->st, &jobs, &pending, &running, err, sizeof err)) {
         reply_err(d, s, m, PROTO_E_INTERNAL, "status: %s", err);
         return;
     }
     json_t *runs = json_array();
-    for (size_t i = 0; i < d->n_runs; i++) {
+    for (size_t i = 0; i < d->n_runs && (long long)i < max_runs; i++) {
         run *r = &d->runs[i];
         json_array_append_new(
             runs, json_pack("{s:I, s:I, s:i, s:i, s:i, s:o, s:f, s:b, s:b}", "trial",
@@ -43,14 +47,15 @@ void ctl_status(bfd *d, void *s, proto_msg *m) {
         json_object_set_new(eps, "worker_tcp", json_string(d->tcp_wrk));
         json_object_set_new(eps, "pub_tcp", json_string(d->tcp_pub));
     }
-    json_t *b =
-        json_pack("{s:i, s:i, s:s, s:f, s:s, s:i, s:i, s:o, s:o, s:f, s:o, s:o, s:{s:I, s:I, s:I}}",
-                  "version", PROTO_VERSION, "pid", (int)getpid(), "home", d->o->home, "started",
-                  d->started, "launcher", d->c->launcher, "slots", d->c->slots, "slots_free",
-                  d->c->slots - slots_used(d), "gpus", int_array(d->c->gpus, d->c->n_gpus),
-                  "gpus_free", int_array(free_g, nf), "heartbeat_timeout", d->c->heartbeat_timeout,
-                  "endpoints", eps, "running", runs, "counts", "jobs", (json_int_t)jobs,
-                  "trials_pending", (json_int_t)pending, "trials_running", (json_int_t)running);
+    json_t *b = json_pack(
+        "{s:i, s:i, s:s, s:f, s:s, s:i, s:i, s:o, s:o, s:f, s:o, s:o, s:I, "
+        "s:{s:I, s:I, s:I}}",
+        "version", PROTO_VERSION, "pid", (int)getpid(), "home", d->o->home, "started", d->started,
+        "launcher", d->c->launcher, "slots", d->c->slots, "slots_free", d->c->slots - slots_used(d),
+        "gpus", int_array(d->c->gpus, d->c->n_gpus), "gpus_free", int_array(free_g, nf),
+        "heartbeat_timeout", d->c->heartbeat_timeout, "endpoints", eps, "running", runs,
+        "running_total", (json_int_t)d->n_runs, "counts", "jobs", (json_int_t)jobs,
+        "trials_pending", (json_int_t)pending, "trials_running", (json_int_t)running);
     reply(d, s, m, "status", b);
     json_decref(b);
 }

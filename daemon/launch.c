@@ -114,6 +114,17 @@ static void fail_unsubmitted(bfd *d, run *r, const char *why) {
     bfd_log("trial %lld: %s", (long long)trial, why);
 }
 
+/* An array on its way through sbatch: the tasks' trials and attempts, in
+ * task order (the payload of its slurmq request). */
+typedef struct submission {
+    int64_t job;
+    int ranks, n;
+    struct {
+        int64_t trial;
+        int attempt;
+    } t[];
+} submission;
+
 /* One sbatch --array for the runs of trials ids[0..n-1] (all of job j, all
  * waiting): the manifest and script under $BF_HOME/slurm, named after the
  * first task's trial and attempt (unique, so a restarted bfd never rewrites
@@ -121,9 +132,9 @@ static void fail_unsubmitted(bfd *d, run *r, const char *why) {
 static void submit_array(bfd *d, const store_job *j, const int64_t *ids, int n) {
     char err[1024], why[1300], cwd[1100], dir[1200], script[1300], manifest[1300], cidr[64];
     slurm_array_task *tasks = calloc((size_t)n, sizeof *tasks);
-    dstate_run *rows = calloc((size_t)n, sizeof *rows);
+    submission *sub = NULL;
     int m = 0;
-    if (!tasks || !rows) {
+    if (!tasks) {
         for (int i = 0; i < n; i++) {
             run *r = find_run(d, ids[i]);
             if (r) fail_unsubmitted(d, r, "not submitted to Slurm: bfd out of memory");
@@ -167,47 +178,120 @@ static void submit_array(bfd *d, const store_job *j, const int64_t *ids, int n) 
                      .endpoint = d->tcp_wrk[0] ? d->tcp_wrk : d->ep_wrk,
                      .home = d->o->home,
                      .cwd = cwd};
-    char id[SLURM_JOB_ID_MAX];
-    double t0 = now_s();
     int bad = make_dir(dir, 0700, err, sizeof err) ||
               slurm_write_array(script, manifest, &a, tasks, m, err, sizeof err);
-    if (!bad) {
-        d->n_sbatch++;
-        bad = slurm_submit(d->c->sbatch, script, id, err, sizeof err);
+    /* sbatch runs on the Slurm thread; the runs wait (slurm_wait) for its answer */
+    sub = bad ? NULL : malloc(sizeof *sub + (size_t)m * sizeof sub->t[0]);
+    slurmq_req *q = sub ? slurmq_req_new(SLURMQ_SUBMIT, script) : NULL;
+    if (!bad && !q) snprintf(err, sizeof err, "bfd out of memory");
+    if (q) {
+        sub->job = j->id;
+        sub->ranks = j->ranks;
+        sub->n = m;
+        for (int i = 0; i < m; i++) {
+            sub->t[i].trial = tasks[i].trial;
+            sub->t[i].attempt = tasks[i].attempt;
+        }
+        q->data = sub;
+        sub = NULL;
+        if (slurmq_push(d->slq, q)) {
+            snprintf(err, sizeof err, "the Slurm command queue is full (%d waiting)",
+                     SLURMQ_MAX_QUEUED);
+            slurmq_req_free(&q); /* frees its data */
+        } else {
+            d->n_sbatch++;
+        }
     }
-    if (bad) {
+    if (bad || !q) {
         snprintf(why, sizeof why, "not submitted to Slurm: %s", err);
         for (int i = 0; i < m; i++) {
             run *r = find_run(d, tasks[i].trial);
             if (r) fail_unsubmitted(d, r, why);
         }
-        goto done;
     }
-    bfd_log("job %lld: %d trial%s submitted as Slurm job array %s (sbatch call %lld, %.0f ms)",
-            (long long)j->id, m, m == 1 ? "" : "s", id, d->n_sbatch, (now_s() - t0) * 1e3);
+done:
+    free(sub);
+    free(tasks);
+}
+
+/* sbatch answered the array of q (its data a submission): each task's run
+ * takes its Slurm id ARRAY_K, or, when sbatch failed, fails. A run
+ * cancelled while sbatch ran (ending, or gone) has its task cancelled. */
+static void array_submitted(bfd *d, slurmq_req *q) {
+    const submission *sub = q->data;
+    char why[1300], err[1024];
+    if (q->rc) {
+        snprintf(why, sizeof why, "not submitted to Slurm: %s", q->err);
+        for (int i = 0; i < sub->n; i++) {
+            run *r = find_run(d, sub->t[i].trial);
+            if (r && r->slurm_wait && r->attempt == sub->t[i].attempt) fail_unsubmitted(d, r, why);
+        }
+        return;
+    }
+    bfd_log("job %lld: %d trial%s submitted as Slurm job array %s (%.0f ms)", (long long)sub->job,
+            sub->n, sub->n == 1 ? "" : "s", q->id, q->ms);
+    dstate_run *rows = calloc((size_t)sub->n, sizeof *rows);
+    size_t n_rows = 0;
     double t = now_s();
-    for (int i = 0; i < m; i++) {
-        run *r = find_run(d, tasks[i].trial);
+    for (int i = 0; i < sub->n; i++) {
+        run *r = find_run(d, sub->t[i].trial);
         char task[64];
-        snprintf(task, sizeof task, "%s_%d", id, i); /* ids are < 32 digits: it fits */
+        snprintf(task, sizeof task, "%s_%d", q->id, i); /* ids are < 32 digits: it fits */
+        if (!r || !r->slurm_wait || r->attempt != sub->t[i].attempt || r->ending) {
+            /* cancelled while sbatch ran: its outcome is recorded; the task goes */
+            slurm_cancel_async(d, task, 0, 0, sub->t[i].trial);
+            if (r && r->slurm_wait && r->attempt == sub->t[i].attempt) remove_run(d, r);
+            continue;
+        }
         snprintf(r->slurm_job, sizeof r->slurm_job, "%.*s", (int)sizeof r->slurm_job - 1, task);
         r->slurm_wait = 0;
         r->slurm_phase = SLURM_QUEUED;
         r->next_poll = t + 0.5;
         r->last_seen = r->last_progress = t;
-        rows[i] = (dstate_run){.trial = r->trial, .attempt = r->attempt, .started = r->started};
-        memcpy(rows[i].token, r->token, sizeof rows[i].token);
-        memcpy(rows[i].slurm_job, r->slurm_job, sizeof rows[i].slurm_job);
+        if (rows) {
+            rows[n_rows] =
+                (dstate_run){.trial = r->trial, .attempt = r->attempt, .started = r->started};
+            memcpy(rows[n_rows].token, r->token, sizeof rows[n_rows].token);
+            memcpy(rows[n_rows].slurm_job, r->slurm_job, sizeof rows[n_rows].slurm_job);
+            n_rows++;
+        }
         char msg[128];
         snprintf(msg, sizeof msg, "submitted to Slurm as job %s", r->slurm_job);
         bfd_log("trial %lld attempt %d: %s, %d rank%s", (long long)r->trial, r->attempt, msg,
-                j->ranks, j->ranks == 1 ? "" : "s");
+                sub->ranks, sub->ranks == 1 ? "" : "s");
         publish_event(d, r->job, r->trial, "RUNNING", r->attempt, msg);
     }
-    if (dstate_runs_put(d->ds, rows, (size_t)m, err, sizeof err)) bfd_log("%s", err);
-done:
-    free(tasks);
+    if (!rows) bfd_log("job %lld: bfd out of memory: Slurm ids not stored", (long long)sub->job);
+    if (n_rows && dstate_runs_put(d->ds, rows, n_rows, err, sizeof err)) bfd_log("%s", err);
     free(rows);
+}
+
+#define SLURM_APPLY_S 0.015 /* ended runs recorded per round, at most this long */
+
+void finish_slurm(bfd *d) {
+    if (!d->slq) return;
+    if (d->backlog) {
+        if (slurm_answered(d, d->backlog, SLURM_APPLY_S)) return;
+        slurmq_req_free(&d->backlog);
+    }
+    slurmq_req *q;
+    while ((q = slurmq_pop_done(d->slq))) {
+        switch (q->kind) {
+        case SLURMQ_SUBMIT:
+            array_submitted(d, q);
+            break;
+        case SLURMQ_QUERY:
+            if (slurm_answered(d, q, SLURM_APPLY_S)) {
+                d->backlog = q; /* the loop polls without waiting until it is done */
+                return;
+            }
+            break;
+        case SLURMQ_CANCEL:
+            if (q->rc) bfd_log("trial %lld: %s", (long long)q->tag, q->err);
+            break;
+        }
+        slurmq_req_free(&q);
+    }
 }
 
 void slurm_flush(bfd *d) {

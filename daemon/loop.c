@@ -299,6 +299,7 @@ static int open_state(bfd *d, char *err, size_t errlen) {
         d->max_array = 1001; /* Slurm's default MaxArraySize */
         if (slurm_max_array_size(c->scontrol, &d->max_array, serr, sizeof serr))
             bfd_log("%s; job arrays of at most %d tasks", serr, d->max_array);
+        if (slurmq_new(&d->slq, c->sbatch, c->scontrol, c->scancel, err, errlen)) return -1;
     }
     return 0;
 }
@@ -350,14 +351,17 @@ static int open_sockets(bfd *d, char *err, size_t errlen) {
  * the exporters and (when something changed, or every 5 s) a scheduling
  * pass. -1 with a message when zmq_poll fails. */
 static int run_round(bfd *d, char *err, size_t errlen) {
-    zmq_pollitem_t items[5] = {
-        {d->ctl, 0, ZMQ_POLLIN, 0},           {d->wrk, 0, ZMQ_POLLIN, 0},
-        {NULL, d->sigpipe[0], ZMQ_POLLIN, 0}, {NULL, submitq_fd(d->sq), ZMQ_POLLIN, 0},
+    zmq_pollitem_t items[6] = {
+        {d->ctl, 0, ZMQ_POLLIN, 0},
+        {d->wrk, 0, ZMQ_POLLIN, 0},
+        {NULL, d->sigpipe[0], ZMQ_POLLIN, 0},
+        {NULL, submitq_fd(d->sq), ZMQ_POLLIN, 0},
+        {NULL, d->slq ? slurmq_fd(d->slq) : -1, ZMQ_POLLIN, 0},
         {d->zap, 0, ZMQ_POLLIN, 0},
     };
-    int n_items = d->zap ? 5 : 4;
+    int n_items = d->zap ? 6 : 5;
     /* dirty: a scheduling pass stopped with more to start: no wait */
-    int p = zmq_poll(items, n_items, d->dirty ? 0 : 200);
+    int p = zmq_poll(items, n_items, d->dirty || d->backlog ? 0 : 200);
     if (p < 0 && zmq_errno() != EINTR)
         return bf_fail(err, errlen, "zmq_poll: %s", zmq_strerror(zmq_errno()));
     if (items[2].revents & ZMQ_POLLIN) {
@@ -371,13 +375,15 @@ static int run_round(bfd *d, char *err, size_t errlen) {
     if (items[1].revents & ZMQ_POLLIN) handle_workers(d);
     if (items[0].revents & ZMQ_POLLIN) handle_ctl(d);
     if (items[3].revents & ZMQ_POLLIN) finish_submits(d);
-    if (d->zap && (items[4].revents & ZMQ_POLLIN)) handle_zap(d);
+    if ((items[4].revents & ZMQ_POLLIN) || d->backlog) finish_slurm(d);
+    if (d->zap && (items[5].revents & ZMQ_POLLIN)) handle_zap(d);
     check_timers(d);
     log_unsent(d, 0);
     char terr[1024];
     if (exp_tb_tick(d->tb, d->st, now_s(), terr, sizeof terr)) bfd_log("tensorboard: %s", terr);
     prom_update(d);
     if (d->dirty || now_s() - d->last_sched > 5) schedule(d);
+
     return 0;
 }
 
@@ -390,6 +396,8 @@ static void close_daemon(bfd *d) {
         proto_msg_clear(&d->batches[b].msg);
     }
     submitq_destroy(&d->sq);
+    slurmq_req_free(&d->backlog);
+    slurmq_destroy(&d->slq);
     if (d->ctl) zmq_close(d->ctl);
     if (d->wrk) zmq_close(d->wrk);
     if (d->pub) zmq_close(d->pub);
@@ -404,7 +412,6 @@ static void close_daemon(bfd *d) {
     adaptive_destroy(&d->ad);
     free(d->runs);
     free(d->arr_trials);
-    for (size_t i = 0; i < d->n_polls; i++) free(d->polls[i].st);
     free(d->polls);
     free(d);
 }
@@ -444,6 +451,10 @@ int bfd_run(const bfd_opts *o, const bfd_config *c, char *err, size_t errlen) {
      * never stored and get no reply (the client's request times out) */
     submitq_stop(d->sq);
     finish_submits(d);
+    /* the Slurm command running is waited for and its answer recorded (an
+     * array sbatch accepted gets its ids stored); queued ones are dropped */
+    slurmq_stop(d->slq);
+    finish_slurm(d);
     log_unsent(d, 1);
     bfd_log("stopping; %zu running trial%s keep running and reattach when bfd starts again",
             d->n_runs, d->n_runs == 1 ? "" : "s");

@@ -27,10 +27,27 @@ int process_alive(pid_t pid, const char *token) {
     return strstr(buf, token) != NULL;
 }
 
+void slurm_cancel_async(bfd *d, const char *id, int array, int term, long long trial) {
+    slurmq_req *q = d->slq ? slurmq_req_new(SLURMQ_CANCEL, id) : NULL;
+    if (q) {
+        q->n = array;
+        q->term = term;
+        q->tag = trial;
+    }
+    if (q && slurmq_push(d->slq, q) == 0) return;
+    slurmq_req_free(&q);
+    /* no Slurm thread, or its queue is full or stopped (bfd is stopping):
+     * cancel here and now */
+    char err[1024];
+    int rc = array ? slurm_cancel_array(d->c->scancel, id, term, err, sizeof err)
+                   : slurm_cancel(d->c->scancel, id, term, err, sizeof err);
+    if (rc) bfd_log("trial %lld: %s", trial, err);
+}
+
 /* Signals an attempt: its process group (local), or its Slurm job: SIGTERM
  * becomes `scancel --signal=TERM` (the worker checkpoints and exits 75),
- * anything else a plain `scancel`. A job Slurm has not started yet is simply
- * cancelled. */
+ * anything else a plain `scancel` (on the Slurm thread). A job Slurm has
+ * not started yet is simply cancelled. */
 void kill_group(bfd *d, run *r, int sig) {
     if (r->slurm_wait) return; /* not submitted yet: slurm_flush drops it */
     char array[SLURM_JOB_ID_MAX];
@@ -42,19 +59,15 @@ void kill_group(bfd *d, run *r, int sig) {
         if (!strcmp(d->cancel_memo, array) && d->cancel_memo_sig == sig &&
             t - d->cancel_memo_at < 1.0)
             return;
-        char err[1024];
-        if (slurm_cancel_array(d->c->scancel, array, sig == SIGTERM, err, sizeof err))
-            bfd_log("job %lld: %s", (long long)r->job, err);
+        slurm_cancel_async(d, array, 1, sig == SIGTERM, r->trial);
         snprintf(d->cancel_memo, sizeof d->cancel_memo, "%s", array);
         d->cancel_memo_sig = sig;
         d->cancel_memo_at = t;
         return;
     }
     if (r->slurm_job[0]) {
-        char err[1024];
         int term = sig == SIGTERM && r->slurm_phase == SLURM_RUNNING;
-        if (slurm_cancel(d->c->scancel, r->slurm_job, term, err, sizeof err))
-            bfd_log("trial %lld: %s", (long long)r->trial, err);
+        slurm_cancel_async(d, r->slurm_job, 0, term, r->trial);
         r->next_poll = now_s() + 0.5;
         return;
     }

@@ -259,6 +259,20 @@ static void slurm_job_ended(bfd *d, run *r, const slurm_status *st) {
 }
 
 void reap_children(bfd *d) {
+    if (d->slq) {
+        /* the Slurm thread's commands are children too, each waited for by
+         * its own pid: only the runs' own children are reaped here */
+        for (size_t i = 0; i < d->n_runs;) {
+            run *r = &d->runs[i];
+            int status;
+            if (r->is_child && r->pid > 0 && waitpid(r->pid, &status, WNOHANG) == r->pid) {
+                run_ended(d, r, 1, status);
+                continue; /* r was replaced by the last run */
+            }
+            i++;
+        }
+        return;
+    }
     for (;;) {
         int status;
         pid_t pid = waitpid(-1, &status, WNOHANG);
@@ -287,54 +301,114 @@ static int forget_silent_slurm_job(bfd *d, run *r) {
     return 1;
 }
 
-/* How the Slurm job of r stands. An array task's answer comes from one
- * `scontrol show job ARRAY` per array and check_timers pass, shared by all
- * its tasks (a 1,000-task array is one command, not 1,000). */
-static int run_slurm_status(bfd *d, const run *r, slurm_status *ss, char *err, size_t errlen) {
-    char array[SLURM_JOB_ID_MAX];
-    int task;
-    if (slurm_array_task_of(r->slurm_job, array, &task) != 0)
-        return slurm_query(d->c->scontrol, r->slurm_job, ss, err, errlen);
+/* Whether an scontrol query of id (an array or a plain job) is in flight. */
+static int poll_inflight(const bfd *d, const char *id) {
     for (size_t i = 0; i < d->n_polls; i++)
-        if (!strcmp(d->polls[i].id, array) && task < d->polls[i].n) {
-            *ss = d->polls[i].st[task];
-            return 0;
+        if (!strcmp(d->polls[i], id)) return 1;
+    return 0;
+}
+
+static void poll_done(bfd *d, const char *id) {
+    for (size_t i = 0; i < d->n_polls; i++)
+        if (!strcmp(d->polls[i], id)) {
+            memcpy(d->polls[i], d->polls[--d->n_polls], sizeof d->polls[i]);
+            return;
         }
-    /* the tasks of this array bfd holds: the highest index bounds the answer */
-    int n = task + 1;
-    for (size_t i = 0; i < d->n_runs; i++) {
-        char a2[SLURM_JOB_ID_MAX];
-        int t2;
-        if (slurm_array_task_of(d->runs[i].slurm_job, a2, &t2) == 0 && !strcmp(a2, array) &&
-            t2 + 1 > n)
-            n = t2 + 1;
+}
+
+/* Asks the Slurm thread how the job of r stands. An array's answer is one
+ * `scontrol show job ARRAY` shared by all its tasks (a 1,000-task array is
+ * one command, not 1,000), and one query per array is in flight at most. */
+static void ask_slurm(bfd *d, const run *r) {
+    char array[SLURM_JOB_ID_MAX];
+    int task, n = 0;
+    const char *id = r->slurm_job;
+    if (!d->slq) return; /* a Slurm run recovered under launcher local: recover.c decides */
+    int is_array = slurm_array_task_of(r->slurm_job, array, &task) == 0;
+    if (is_array) id = array;
+    if (poll_inflight(d, id)) return;
+    if (is_array) {
+        /* the tasks of this array bfd holds: the highest index bounds the answer */
+        for (size_t i = 0; i < d->n_runs; i++) {
+            char a2[SLURM_JOB_ID_MAX];
+            int t2;
+            if (slurm_array_task_of(d->runs[i].slurm_job, a2, &t2) == 0 && !strcmp(a2, array) &&
+                t2 + 1 > n)
+                n = t2 + 1;
+        }
     }
     if (d->n_polls == d->cap_polls) {
         size_t cap = d->cap_polls ? 2 * d->cap_polls : 8;
-        array_poll *np = realloc(d->polls, cap * sizeof *np);
-        if (!np) return bf_fail(err, errlen, "bfd: out of memory");
+        char(*np)[SLURM_JOB_ID_MAX] = realloc(d->polls, cap * sizeof *np);
+        if (!np) {
+            bfd_log("trial %lld: bfd out of memory", (long long)r->trial);
+            return;
+        }
         d->polls = np;
         d->cap_polls = cap;
     }
-    array_poll *p = &d->polls[d->n_polls];
-    p->st = malloc((size_t)n * sizeof *p->st);
-    if (!p->st) return bf_fail(err, errlen, "bfd: out of memory");
-    if (slurm_query_array(d->c->scontrol, array, p->st, n, err, errlen)) {
-        free(p->st);
-        return -1;
+    slurmq_req *q = slurmq_req_new(SLURMQ_QUERY, id);
+    if (q) q->n = n;
+    if (!q || slurmq_push(d->slq, q)) {
+        bfd_log("trial %lld: Slurm command queue full: job %s not polled now", (long long)r->trial,
+                id);
+        slurmq_req_free(&q);
+        return;
     }
-    snprintf(p->id, sizeof p->id, "%s", array);
-    p->n = n;
-    d->n_polls++;
-    *ss = p->st[task];
+    snprintf(d->polls[d->n_polls++], SLURM_JOB_ID_MAX, "%s", id);
+}
+
+/* The job of r stands as ss: 1 when r was removed (its job ended). */
+static int apply_slurm_status(bfd *d, run *r, const slurm_status *ss) {
+    if (ss->phase == SLURM_ENDED || ss->phase == SLURM_UNKNOWN) {
+        slurm_job_ended(d, r, ss);
+        return 1;
+    }
+    /* a job waiting in Slurm's queue sends no heartbeats */
+    if (ss->phase == SLURM_QUEUED) r->last_seen = r->last_progress = now_s();
+    if (ss->phase == SLURM_RUNNING && r->slurm_phase != SLURM_RUNNING)
+        bfd_log("trial %lld attempt %d: Slurm job %s is running", (long long)r->trial, r->attempt,
+                r->slurm_job);
+    r->slurm_phase = (int)ss->phase;
+    return 0;
+}
+
+int slurm_answered(bfd *d, const slurmq_req *q, double budget_s) {
+    if (q->rc) {
+        poll_done(d, q->arg);
+        bfd_log("slurm: %s", q->err);
+        return 0;
+    }
+    double t0 = now_s();
+    for (size_t i = 0; i < d->n_runs;) {
+        run *r = &d->runs[i];
+        const slurm_status *ss = NULL;
+        char array[SLURM_JOB_ID_MAX];
+        int task;
+        if (q->n == 0) {
+            if (r->slurm_job[0] && !strcmp(r->slurm_job, q->arg)) ss = &q->one;
+        } else if (slurm_array_task_of(r->slurm_job, array, &task) == 0 && !strcmp(array, q->arg) &&
+                   task < q->n) {
+            ss = &q->st[task];
+        }
+        if (ss) {
+            /* an ended job's outcome is a few commits: a cancelled 1,000-task
+             * array is recorded over several rounds, the loop serving between */
+            if ((ss->phase == SLURM_ENDED || ss->phase == SLURM_UNKNOWN) && now_s() - t0 > budget_s)
+                return 1;
+            /* every task of the array is answered: none asks again before its time */
+            r->next_poll = now_s() + d->c->slurm_poll;
+            if (apply_slurm_status(d, r, ss)) continue; /* r was replaced by the last run */
+        }
+        i++;
+    }
+    poll_done(d, q->arg);
     return 0;
 }
 
 /* Heartbeats, kill deadlines, reattached processes. */
 void check_timers(bfd *d) {
     double t = now_s();
-    for (size_t i = 0; i < d->n_polls; i++) free(d->polls[i].st);
-    d->n_polls = 0;
     for (size_t i = 0; i < d->n_runs;) {
         run *r = &d->runs[i];
         if (r->ending && r->kill_at > 0 && t >= r->kill_at) {
@@ -365,21 +439,7 @@ void check_timers(bfd *d) {
         }
         if (r->slurm_job[0] && t >= r->next_poll) {
             r->next_poll = t + d->c->slurm_poll;
-            slurm_status ss;
-            char err[1024];
-            if (run_slurm_status(d, r, &ss, err, sizeof err)) {
-                bfd_log("trial %lld: %s", (long long)r->trial, err);
-            } else if (ss.phase == SLURM_ENDED || ss.phase == SLURM_UNKNOWN) {
-                slurm_job_ended(d, r, &ss);
-                continue; /* r was replaced by the last run */
-            } else {
-                /* a job waiting in Slurm's queue sends no heartbeats */
-                if (ss.phase == SLURM_QUEUED) r->last_seen = r->last_progress = t;
-                if (ss.phase == SLURM_RUNNING && r->slurm_phase != SLURM_RUNNING)
-                    bfd_log("trial %lld attempt %d: Slurm job %s is running", (long long)r->trial,
-                            r->attempt, r->slurm_job);
-                r->slurm_phase = (int)ss.phase;
-            }
+            ask_slurm(d, r); /* answered in slurm_answered */
         }
         if (!r->is_child && !r->slurm_job[0] && !r->slurm_wait && t - r->last_alive_check >= 1.0) {
             r->last_alive_check = t;

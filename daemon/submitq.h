@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "daemon/workq.h"
 #include "jobs/sweep.h"
 #include "protocol/proto.h"
 
@@ -29,6 +30,7 @@ typedef enum {
 } submit_status;
 
 typedef struct submit_req {
+    workq_item item;         /* first: the queue's link */
     proto_msg msg;           /* the client's routing (ident, req); body NULL */
     char *text, *file, *cwd; /* owned; cwd may be NULL */
     /* the result, set by the thread */
@@ -38,7 +40,6 @@ typedef struct submit_req {
     char name[256];
     sweep_errors errs;
     char err[2048];
-    struct submit_req *next;
 } submit_req;
 
 typedef struct submitq submitq;

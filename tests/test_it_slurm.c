@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include "daemon/slurm.h"
 #include "it_bfd.h"
@@ -309,37 +310,100 @@ Test(slurm, cancel_of_a_job_cancels_its_arrays) {
     cr_assert(checkpointed, "scancel --signal=TERM of the array did not reach trial 1 (%s)", logp);
 }
 
+/* One `status` request over a DEALER on bfd's control socket, as a client
+ * library would send it: the round trip in seconds (bfd's part alone, no
+ * bfctl process start). */
+static double status_rtt(void *s) {
+    const char *f[] = {"bf", "1", "status", "{\"running_max\": 100}"};
+    double t0 = it_now_s();
+    for (int i = 0; i < 4; i++)
+        cr_assert_geq(zmq_send(s, f[i], strlen(f[i]), i < 3 ? ZMQ_SNDMORE : 0), 0);
+    char type[64] = "";
+    int more = 1;
+    for (int k = 0; more; k++) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        cr_assert_geq(zmq_msg_recv(&m, s, 0), 0, "no status reply within 10 s");
+        if (k == 2)
+            snprintf(type, sizeof type, "%.*s", (int)zmq_msg_size(&m), (char *)zmq_msg_data(&m));
+        more = zmq_msg_more(&m);
+        zmq_msg_close(&m);
+    }
+    cr_assert_str_eq(type, "status");
+    return it_now_s() - t0;
+}
+
+typedef struct lat {
+    int n;
+    double sum, worst;
+} lat;
+
+static void lat_add(lat *l, double s) {
+    l->n++;
+    l->sum += s;
+    if (s > l->worst) l->worst = s;
+}
+
 /* A 2,000-trial sweep: the time from `bfctl submit` to every task queued in
- * Slurm, and how long `bfctl daemon status` takes meanwhile (printed, not
- * asserted: timing is for benchmarks; bfctl's own start is in it). */
+ * Slurm, and how long a status request takes meanwhile, on the socket and
+ * as a whole `bfctl daemon status` (printed against the idle daemon's, not
+ * asserted: timing is for benchmarks). */
 Test(slurm, two_thousand_trials_queue_as_two_arrays, .timeout = 400) {
     slurm_up();
     set_slots(2000);
     start_bfd();
+    void *zctx = zmq_ctx_new();
+    void *s = zmq_socket(zctx, ZMQ_DEALER);
+    int to = 10000, zero = 0;
+    zmq_setsockopt(s, ZMQ_RCVTIMEO, &to, sizeof to);
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    char ep[1200];
+    snprintf(ep, sizeof ep, "ipc://%s/ctl.sock", g_home);
+    cr_assert_eq(zmq_connect(s, ep), 0);
+    lat idle = {0}, idle_ctl = {0}, busy = {0}, busy_ctl = {0};
+    for (int i = 0; i < 40; i++) lat_add(&idle, status_rtt(s));
+    for (int i = 0; i < 10; i++) {
+        double s0 = it_now_s();
+        cr_assert_eq(ctl(NULL, 0, "daemon status --json"), 0);
+        lat_add(&idle_ctl, it_now_s() - s0);
+    }
     const char *sweep = write_sweep("big", 2000, 1000000);
     double t0 = it_now_s();
     submit(sweep);
-    double submitted = it_now_s() - t0, worst = 0, sum = 0;
-    int n_status = 0;
+    double submitted = it_now_s() - t0;
+    int k = 0;
     while (db_int("SELECT COUNT(*) FROM bfd_runs WHERE slurm_job != '' AND trial > ?1", 0) < 2000) {
         cr_assert(it_now_s() - t0 < 240, "not all 2000 trials queued after 240 s (see %s/bfd.log)",
                   g_dir);
-        double s0 = it_now_s();
-        cr_assert_eq(ctl(NULL, 0, "daemon status --json"), 0);
-        double ds = it_now_s() - s0;
-        sum += ds;
-        n_status++;
-        if (ds > worst) worst = ds;
+        lat_add(&busy, status_rtt(s));
+        if (k++ % 4 == 0) {
+            double s0 = it_now_s();
+            cr_assert_eq(ctl(NULL, 0, "daemon status --json"), 0);
+            lat_add(&busy_ctl, it_now_s() - s0);
+        }
     }
     double queued = it_now_s() - t0;
+    /* and while 2,000 queued attempts are polled */
+    for (int i = 0; i < 40; i++) {
+        lat_add(&busy, status_rtt(s));
+        it_sleep_s(0.05);
+    }
+    zmq_close(s);
+    zmq_ctx_term(zctx);
     long long live = slurm_live_tasks();
     cr_assert_eq(live, 2000, "Slurm holds %lld tasks", live);
     cr_assert_eq(array_submits(), 2, "2000 trials, MaxArraySize 1001: two sbatch calls");
     fprintf(stderr,
             "slurm arrays: 2000 trials: submit acknowledged %.2f s, all queued %.2f s after "
-            "bfctl submit, 2 sbatch calls; bfctl daemon status while submitting: %d calls, "
-            "mean %.1f ms, max %.1f ms\n",
-            submitted, queued, n_status, n_status ? sum / n_status * 1e3 : 0, worst * 1e3);
+            "bfctl submit, 2 sbatch calls\n"
+            "status on the socket: idle %d calls mean %.1f ms max %.1f ms; while submitting and "
+            "polling %d calls mean %.1f ms max %.1f ms\n"
+            "bfctl daemon status (whole process): idle %d calls mean %.1f ms max %.1f ms; while "
+            "submitting %d calls mean %.1f ms max %.1f ms\n",
+            submitted, queued, idle.n, idle.sum / idle.n * 1e3, idle.worst * 1e3, busy.n,
+            busy.sum / busy.n * 1e3, busy.worst * 1e3, idle_ctl.n, idle_ctl.sum / idle_ctl.n * 1e3,
+            idle_ctl.worst * 1e3, busy_ctl.n, busy_ctl.n ? busy_ctl.sum / busy_ctl.n * 1e3 : 0,
+            busy_ctl.worst * 1e3);
     cr_assert_eq(ctl(NULL, 0, "cancel 1"), 0);
     double c0 = it_now_s();
     while (slurm_live_tasks() != 0) {
