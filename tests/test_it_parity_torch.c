@@ -21,7 +21,8 @@
  * dump, and its departures in the mixers (masked tokens run, the state's
  * gradient cut at chunk boundaries, delta rank 1, the partial tile's state
  * dropped) each against the mixer dumps where they can show: the comparison
- * is shown to be able to fail. */
+ * is shown to be able to fail. S2S's distill and finetune steps (`dump
+ * --stage`): parity::s2s_distill_and_finetune_match_pytorch. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -323,6 +324,121 @@ Test(parity, bf_matches_pytorch) {
     out = log_text(tmpdir_path(dir, "py.log"));
     cr_expect(strstr(out, "FAIL") && strstr(out, "inference logits (halted tokens dropped)"), "%s",
               out);
+}
+
+/* S2S's two training stages against PyTorch (tests/test_parity_torch.py,
+ * distill_reference and finetune_note): an A-ViT teacher trained by bf (60
+ * steps of VIT_COMMON with halting, one thread: the same weights on every
+ * machine) is the init.from of students with BiMamba or BiLSTM in two
+ * layers; `bfworker dump --stage distill` takes stage 1's step (the teacher's
+ * masks, tap MSE per replaced layer, the halting alignment per layer in its
+ * keep and its mean_h form, the CE smoothed by 0.1, their total, every
+ * student gradient) and `--stage finetune` stage 2's (the student halting
+ * on its own: CE + ponder + prior). The reference recomputes each term from
+ * design.md's formulas; its deliberate departures (the other alignment
+ * form, no smoothing, an unmasked MSE; a smoothed CE in stage 2) must each
+ * fail, and so must a student gradient moved by 0.5%. The gate centre -0.5
+ * makes the teacher halt tokens at layers 1 and 2 (its scores at least 2e-3
+ * from 1 - eps), -0.7 the finetuned students (at least 1e-3). */
+#define S2S_TEACHER_AVIT                                                                           \
+    "avit: {enabled: true, gate_center: -0.5, retention: 0.6, ponder_weight: 0.01,\n"              \
+    "       prior_weight: 0.1, tolerance: 1.0}\n"
+
+Test(parity, s2s_distill_and_finetune_match_pytorch) {
+    static const char *const students[][3] = {
+        /* name, --stage and model.mixers, extra --set */
+        {"vit_distill_bimamba_keep",
+         "distill --set model.mixers=bimamba,attention,bimamba,attention", ""},
+        {"vit_distill_bimamba_mean_h",
+         "distill --set model.mixers=bimamba,attention,bimamba,attention",
+         "--set distill.halt_align=mean_h"},
+        {"vit_distill_bilstm_keep", "distill --set model.mixers=attention,bilstm,bilstm,attention",
+         "--set distill.lambda_halt=0.5"},
+        {"vit_distill_bilstm_mean_h",
+         "distill --set model.mixers=attention,bilstm,bilstm,attention",
+         "--set distill.halt_align=mean_h --set distill.lambda_mse=2"},
+        {"vit_finetune_bimamba", "finetune --set model.mixers=bimamba,attention,bimamba,attention",
+         "--set avit.gate_center=-0.7"},
+        {"vit_finetune_bilstm", "finetune --set model.mixers=attention,bilstm,bilstm,attention",
+         "--set avit.gate_center=-0.7"},
+    };
+    size_t n_students = sizeof students / sizeof students[0];
+    /* the teacher: bf's A-ViT training, the checkpoint a run folder */
+    char yaml[2048], cmd[4096], teacher[256];
+    static char out[16384];
+    snprintf(yaml, sizeof yaml, "%s%s", VIT_COMMON, S2S_TEACHER_AVIT);
+    const char *cfg = tmpdir_write_file(dir, "teacher.yaml", yaml, strlen(yaml));
+    snprintf(teacher, sizeof teacher, "%s/teacher", dir);
+    snprintf(cmd, sizeof cmd,
+             "OMP_NUM_THREADS=1 %s/bfworker train '%s' --set data.train_images=%s/train-images "
+             "--set data.train_labels=%s/train-labels --set data.test_images=%s/test-images "
+             "--set data.test_labels=%s/test-labels --set train.steps=60 --out '%s' --quiet 2>&1",
+             BF_BIN_DIR, cfg, dir, dir, dir, dir, teacher);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s\n%s", cmd, out);
+    char args[2048] = "", set[1024];
+    size_t n = 0;
+    for (size_t i = 0; i < n_students; i++) {
+        snprintf(set, sizeof set, "--stage %s --set init.from='%s' %s", students[i][1], teacher,
+                 students[i][2]);
+        const parity_case c = {students[i][0], S2S_TEACHER_AVIT, set};
+        dump_case(&c);
+        n += (size_t)snprintf(args + n, sizeof args - n, "'%s/%s' ", dir, students[i][0]);
+    }
+    int rc = python(args);
+    const char *log = log_text(tmpdir_path(dir, "py.log"));
+    cr_log_info("%s", log);
+    cr_assert_eq(rc, 0, "PyTorch parity of the S2S stages failed:\n%s", log);
+    cr_expect(strstr(log, "6 of 6 dumps match bf"), "%s", log);
+    static const char *const want[] = {
+        "s2s distill bimamba, replaced layers [0, 2], halt_align keep",
+        "s2s distill bimamba, replaced layers [0, 2], halt_align mean_h",
+        "s2s distill bilstm, replaced layers [1, 2], halt_align keep",
+        "s2s distill bilstm, replaced layers [1, 2], halt_align mean_h"};
+    for (size_t i = 0; i < 4; i++) {
+        const char *l = case_line(log, students[i][0]);
+        cr_expect(strstr(l, want[i]) && strstr(l, "distill mutants caught 3 of 3: align_form") &&
+                      strstr(l, "smoothing") && strstr(l, "mse_unmasked"),
+                  "%s: %s", students[i][0], log);
+    }
+    for (size_t i = 4; i < 6; i++) {
+        const char *l = case_line(log, students[i][0]);
+        cr_expect(strstr(l, "halting depths [") &&
+                      strstr(l, "finetune: the CE unsmoothed, control (smoothing 0.1) caught") &&
+                      strstr(l, "inference with dropping"),
+                  "%s: %s", students[i][0], log);
+    }
+    /* the check can fail: a mixer's gradient in stage 1, 0.5% off */
+    perturb_gradient("vit_distill_bimamba_keep", "blocks.2.mamba.out.weight", 1.005f);
+    snprintf(args, sizeof args, "'%s/vit_distill_bimamba_keep'", dir);
+    cr_expect_eq(python(args), 1, "%s", log_text(tmpdir_path(dir, "py.log")));
+    log = log_text(tmpdir_path(dir, "py.log"));
+    cr_expect(strstr(log, "FAIL") && strstr(log, "gradient of blocks.2.mamba.out.weight"), "%s",
+              log);
+
+    /* refusals: a teacher file that is not whole (a student's: no qkv in the
+     * replaced layers), no init.from, a student without a mixer, a stage
+     * that is not one */
+    static const char *const bad[][3] = {
+        {"--stage distill --set model.mixers=bimamba,attention,bimamba,attention --set "
+         "init.from=%s/vit_distill_bimamba_keep/model.safetensors",
+         "1", "holds 52 of the teacher's 56 tensors"},
+        {"--stage distill --set model.mixers=bimamba,attention,bimamba,attention%s", "1",
+         "init.from is not set"},
+        {"--stage finetune%s", "1", "model.mixers replaces no layer"},
+        {"--stage distil%s", "64", "--stage 'distil': valid: train, distill, finetune"},
+    };
+    snprintf(yaml, sizeof yaml, "%s%s", VIT_COMMON, S2S_TEACHER_AVIT);
+    cfg = tmpdir_write_file(dir, "bad.yaml", yaml, strlen(yaml));
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char opt[1024];
+        snprintf(opt, sizeof opt, bad[i][0], i == 0 ? dir : "");
+        snprintf(cmd, sizeof cmd,
+                 "%s/bfworker dump '%s' --set data.train_images=%s/train-images "
+                 "--set data.train_labels=%s/train-labels %s --out '%s/bad' --quiet 2>&1",
+                 BF_BIN_DIR, cfg, dir, dir, opt, dir);
+        cr_expect_eq(run_cmd(cmd, out, sizeof out), atoi(bad[i][1]), "%s\n%s", cmd, out);
+        cr_expect(strstr(out, bad[i][2]), "%s\n%s", cmd, out);
+    }
 }
 
 /* init.from + init.map timm: a ViT written the way timm writes one (its

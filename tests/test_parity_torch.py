@@ -73,6 +73,14 @@ batch, halted tokens physically dropped (infer.safetensors, infer.json): its
 logits, retention and correct count must be the reference's (the masked
 forward computes the same function).
 
+A dump of S2S stage 1 (`bfworker dump --stage distill`, dump.json "stage":
+"distill") is checked by check_distill: the teacher from its own file
+(dump.json's distill.teacher), the student under its masks, each loss term
+from design.md's formulas (distill_reference's docstring) within RTOL_TERM,
+every student gradient as above, and each of DISTILL_MUTANTS must fail. A
+stage 2 dump (--stage finetune) is an A-ViT ViT with mixers, checked as one,
+and its reference with stage 1's label smoothing must fail (finetune_note).
+
 The ViT's blocks may hold mixers (shape "mixers", as S2S's student does):
 they run under the halting masks. Every dump with mixers runs each of
 MIXER_MUTANTS that can show on it (masked tokens run, the scan state's
@@ -103,6 +111,12 @@ from safetensors.torch import load_file  # noqa: E402
 RTOL_LOGITS = 1e-4
 RTOL_LOSS = 1e-4
 RTOL_GRAD = 1e-3
+# stage 1's terms (tap MSE, halting alignment, smoothed CE, total): bf sums
+# them in double from float32 tensors, so a term keeps the float32 rounding
+# of its inputs (~1e-7 relative), amplified where it is a difference of
+# near-equal scores (the alignment: measured below 1e-5 relative)
+RTOL_TERM = 1e-5
+FLOOR_TERM = 1e-10
 FLOOR_GRAD = 1e-5  # times the tensor's largest reference gradient
 
 
@@ -213,6 +227,7 @@ class Attention(nn.Module):
         if w is not None:
             y = y * w.view(B, H, 1, 1)
         c = y.transpose(1, 2).reshape(B, T, C)
+        self.last_c = c  # the output before W_O (S2S's distillation target)
         return self.out(c), hinge, ent
 
 
@@ -523,22 +538,38 @@ class ViT(nn.Module):
     @staticmethod
     def block(blk, x, active, keys):
         """One pre-LN block under the token mask active [B,T] (keys: the
-        attention's key mask); masked rows come out unchanged."""
+        attention's key mask); masked rows come out unchanged. blk.inner: the
+        mixing's output before W_O (the attention's head outputs, or the
+        mixer's), S2S's tap."""
         m = active.unsqueeze(-1)
         if blk.mixer == "attention":
             a, _, _ = blk.attn(blk.ln1(x) * m, keys, None, None)
+            blk.inner = blk.attn.last_c
         else:  # a mixer sees the tokens the attention would see as keys
             mix = blk.lstm if blk.mixer == "bilstm" else blk.mamba
-            a = blk.attn.out(mix(blk.ln1(x) * m, keys))
+            blk.inner = mix(blk.ln1(x) * m, keys)
+            a = blk.attn.out(blk.inner)
         x = x + a * m
         return x + blk.mlp(blk.ln2(x) * m) * m
 
-    def forward(self, ids, targets, avit=None, mutant=None):
+    def forward(self, ids, targets, avit=None, mutant=None, ext=None, ce_eps=0.0):
+        """(logits, task loss, info). ext: per-layer token masks [B,T] the
+        blocks run under instead of halting on their own (S2S stage 1's
+        student under its teacher's masks); info["outs"] then holds every
+        block's output. ce_eps: label smoothing of the task CE (smoothed_ce).
+        With halting, info also holds per layer the mask the block ran under
+        ("active"), the patch tokens' cumulative score before it ("cum") and
+        their gate scores after it ("scores")."""
         x = self.embed(ids)
         B, T, _ = x.shape
         L = len(self.blocks)
         info = {}
-        if avit is None:
+        if ext is not None:
+            info["outs"] = []
+            for l, blk in enumerate(self.blocks):
+                x = self.block(blk, x, ext[l], ext[l])
+                info["outs"].append(x)
+        elif avit is None:
             ones = torch.ones(B, T, dtype=x.dtype)
             for blk in self.blocks:
                 x = self.block(blk, x, ones, ones)
@@ -552,11 +583,15 @@ class ViT(nn.Module):
             psum, keep, margin = [], [], math.inf
             halted_at = torch.full((B, T - 1), -1, dtype=torch.long)
             out = torch.zeros_like(x[:, 1:])
+            info.update(active=[], cum=[], scores=[])
             for l, blk in enumerate(self.blocks):
                 keys = torch.ones_like(active) if mutant == "keys" else active
+                info["active"].append(active)
+                info["cum"].append(cum)
                 x = self.block(blk, x, active, keys)
                 run = active[:, 1:] > 0
                 every = torch.sigmoid(gamma * x[:, 1:, 0] - g)
+                info["scores"].append(every)
                 if mutant == "halt_grad":
                     every = every.detach()
                 score = torch.where(run, every, torch.zeros_like(every))
@@ -587,16 +622,25 @@ class ViT(nn.Module):
             prior = torch.exp(-0.5 * ((depth - centre) / AVIT_SIGMA) ** 2)
             prior = prior / prior.sum()
             kl = (prior * (torch.log(prior) - torch.log(q))).sum()
-            info = {"ponder": avit["ponder_weight"] * rho.mean(),
-                    "prior": avit["prior_weight"] * kl,
-                    "retention": sum(keep) / (B * (T - 1) * L), "keep": keep,
-                    "psum": [float(v) for v in psum], "margin": margin,
-                    "halted_at": torch.bincount(halted_at.view(-1), minlength=L).tolist()}
-        if avit is not None:  # the class token never halts: its output is its last layer's
+            info.update({"ponder": avit["ponder_weight"] * rho.mean(),
+                         "prior": avit["prior_weight"] * kl,
+                         "retention": sum(keep) / (B * (T - 1) * L), "keep": keep,
+                         "psum": [float(v) for v in psum], "margin": margin,
+                         "halted_at": torch.bincount(halted_at.view(-1), minlength=L).tolist()})
+        if avit is not None and ext is None:  # the class token never halts: its last layer's
             x = torch.cat([x[:, :1], out], 1)
         logits = self.head(self.ln_f(x)[:, 0])
-        task = F.cross_entropy(logits, targets.view(B), reduction="mean")
+        task = smoothed_ce(logits, targets.view(B), ce_eps)
         return logits, task, info
+
+
+def smoothed_ce(logits, targets, eps):
+    """Mean over rows of the cross-entropy against the smoothed target
+    q = (1 - eps) onehot(target) + eps / V: -sum_v q_v log softmax(logits)_v
+    (eps 0: the plain CE)."""
+    V = logits.shape[-1]
+    q = (1 - eps) * F.one_hot(targets, V).to(logits.dtype) + eps / V
+    return -(q * torch.log_softmax(logits, -1)).sum(-1).mean()
 
 
 AVIT_EPS, AVIT_SIGMA = 0.01, 1.0  # design.md's halting threshold; the prior's std (layers)
@@ -721,10 +765,10 @@ def check_loss(meta, name, v):
         raise Failure("%s: bf %.9g, torch %.9g" % (name, meta["loss"][name], v))
 
 
-def vit_reference(meta, weights, batch, mutant=None, mixer_mutant=None):
+def vit_reference(meta, weights, batch, mutant=None, mixer_mutant=None, ce_eps=0.0):
     """The torch ViT over the dump's batch, its loss backwarded; (model, logits,
     losses, halting info). mutant: one of AVIT_MUTANTS, mixer_mutant: one of
-    MIXER_MUTANTS."""
+    MIXER_MUTANTS; ce_eps: label smoothing of the CE (the finetune control)."""
     sh = meta["shape"]
     model = ViT(sh)
     model.load_state_dict(weights, strict=True)
@@ -733,7 +777,7 @@ def vit_reference(meta, weights, batch, mutant=None, mixer_mutant=None):
     if not bool((batch["mask"] == 1).all()):
         raise Failure("a vit batch's mask is not all ones")
     logits, task, info = model(batch["ids"].long(), batch["targets"].long(),
-                               meta.get("avit") if sh["avit"] else None, mutant)
+                               meta.get("avit") if sh["avit"] else None, mutant, ce_eps=ce_eps)
     losses = {"loss_task": task}
     if sh["avit"]:
         losses.update(loss_ponder=info["ponder"], loss_prior=info["prior"])
@@ -816,6 +860,8 @@ def check_vit(d, meta, weights, batch, bf_logits, bf_grads):
             note += "; mutants caught %d of %d: %s" % (len(caught), len(AVIT_MUTANTS),
                                                        ", ".join(caught))
         note += infer_note
+    if meta.get("stage") == "finetune":
+        note += finetune_note(meta, weights, batch, bf_logits, bf_grads)
     note += mixer_note(model, lambda mu: compare_vit(
         meta, *vit_reference(meta, weights, batch, mixer_mutant=mu), bf_logits, bf_grads))
     mixers = "".join(" " + k for k in sorted(set(sh.get("mixers", [])) - {"attention"}))
@@ -824,6 +870,198 @@ def check_vit(d, meta, weights, batch, bf_logits, bf_grads):
                 os.path.basename(os.path.normpath(d)), " avit" if sh["avit"] else "", mixers,
                 len(list(model.parameters())), worst_logit, float(losses["loss"]),
                 float(losses["loss_task"]), note, worst_name, worst_grad))
+
+
+def finetune_note(meta, weights, batch, bf_logits, bf_grads):
+    """S2S stage 2 (bfworker dump --stage finetune): the student, mixers in
+    some layers, halting on its own, whose loss is the plain CE + ponder +
+    prior (design.md "S2S pipeline" 5.). The control: the same reference with
+    stage 1's label smoothing in the CE must fail against the dump."""
+    sh = meta["shape"]
+    if not (sh["avit"] and set(sh.get("mixers", [])) - {"attention"}):
+        raise Failure("a finetune dump without halting or without a mixer: stage 2's student "
+                      "has both")
+    try:
+        compare_vit(meta, *vit_reference(meta, weights, batch, ce_eps=LABEL_SMOOTHING),
+                    bf_logits, bf_grads)
+    except Failure as e:
+        return "; finetune: the CE unsmoothed, control (smoothing %g) caught (%s)" % (
+            LABEL_SMOOTHING, str(e).split(":")[0])
+    raise Failure("the finetune reference with label smoothing %g matches bf too: the check "
+                  "cannot tell stage 2's CE from stage 1's" % LABEL_SMOOTHING)
+
+
+# S2S stage 1 (design.md "S2S pipeline" 4., docs/s2s.md "Distill loss")
+LABEL_SMOOTHING = 0.1  # design.md: stage 1's CE has label smoothing 0.1
+ALIGN_KEEP_WEIGHT = 5.0  # design.md: 5 (keep_student - keep_teacher)^2
+# each must make a distill dump fail: the check sees the form of the alignment,
+# the smoothing and (where a replaced layer has halted tokens) the MSE's mask
+DISTILL_MUTANTS = ("align_form", "smoothing", "mse_unmasked")
+
+
+def distill_reference(meta, weights, batch, teacher_w, mutant=None):
+    """Stage 1 written from design.md and docs/s2s.md: the teacher (an A-ViT
+    ViT with attention in every layer, teacher_w) halts on its own over the
+    batch, without gradient; the student (weights) runs under the teacher's
+    per-layer masks (no halting of its own; its classifier reads LN_f of the
+    class token's last row). For replaced layer l (a mixer in the student),
+    with m the teacher's mask of layer l (class token included):
+      mse_l = sum_tokens m |s - t|^2 / (C sum m), s the student mixer's output
+      before W_O, t the teacher attention's output before W_O;
+    for every layer l but the last, over the patch tokens the teacher runs
+    at l (n of them; N = B (T - 1) patch tokens in all), with the student's
+    score hs = sigmoid(gamma y_l[., 0] - g) from its block output y_l and the
+    teacher's ht (its own gate's):
+      halt_l = lambda_h [ (1/n) sum BKL(clamp(ht, 1e-6) || clamp(hs, 1e-12))
+                          + 5 (keep_s - keep_t)^2 ]
+      keep_x = (1/N) sum_active sigmoid(gamma (1 - eps - C - hx)), C the
+      teacher's cumulative score before layer l (the smooth halting test:
+      the fraction of patch tokens that run past layer l)
+      (halt_align mean_h: 5 (mean hs - mean ht)^2 over the n tokens instead);
+    CE with label smoothing 0.1 (smoothed_ce); total = CE + lambda_mse sum
+    mse_l + sum halt_l, backwarded to every student tensor.
+    mutant (DISTILL_MUTANTS): "align_form" takes the other alignment form,
+    "smoothing" the plain CE, "mse_unmasked" every token in the MSE.
+    Returns (student, logits, terms, teacher info)."""
+    sh, dm = meta["shape"], meta["distill"]
+    L = sh["layers"]
+    ids, targets = batch["ids"].long(), batch["targets"].long().view(-1)
+    tsh = dict(sh, mixers=["attention"] * L)
+    teacher = ViT(tsh)
+    teacher.load_state_dict(teacher_w, strict=True)
+    teacher = teacher.double()
+    avit = {"gamma": dm["gamma"], "gate_center": dm["gate_center"], "retention_target": 0.5,
+            "prior_shift": 0.0, "ponder_weight": 0.0, "prior_weight": 0.0}
+    with torch.no_grad():
+        _, _, tinfo = teacher(ids, targets, avit)
+    student = ViT(sh)
+    student.load_state_dict(weights, strict=True)
+    student = student.double()
+    logits, _, sinfo = student(ids, targets, ext=tinfo["active"])
+    eps_ls = 0.0 if mutant == "smoothing" else LABEL_SMOOTHING
+    terms = {"loss_ce": smoothed_ce(logits, targets, eps_ls)}
+    mse = []
+    for l in dm["replaced"]:
+        s, t = student.blocks[l].inner, teacher.blocks[l].inner.detach()
+        m = tinfo["active"][l]
+        if mutant == "mse_unmasked":
+            m = torch.ones_like(m)
+        C = s.shape[-1]
+        mse.append((m * ((s - t) ** 2).sum(-1)).sum() / max(1.0, C * float(m.sum())))
+    terms["loss_mse"] = mse
+    form = dm["halt_align"]
+    if mutant == "align_form":
+        form = "mean_h" if form == "keep" else "keep"
+    gamma, g, eps = dm["gamma"], dm["gate_center"], AVIT_EPS
+    halt, B, T = [], ids.shape[0], sh["seq_len"]
+    N = B * (T - 1)
+    for l in range(L - 1):
+        run = tinfo["active"][l][:, 1:] > 0
+        n = int(run.sum())
+        if n == 0 or dm["lambda_halt"] == 0:
+            halt.append(torch.zeros((), dtype=torch.float64))
+            continue
+        hs = torch.sigmoid(gamma * sinfo["outs"][l][:, 1:, 0] - g)[run]
+        ht = tinfo["scores"][l][run]
+        p, q = ht.clamp(1e-6, 1 - 1e-6), hs.clamp(1e-12, 1 - 1e-12)
+        bkl = (p * torch.log(p / q) + (1 - p) * torch.log((1 - p) / (1 - q))).sum() / n
+        if form == "keep":
+            c = tinfo["cum"][l][run]
+            d = (torch.sigmoid(gamma * (1 - eps - c - hs)).sum() -
+                 torch.sigmoid(gamma * (1 - eps - c - ht)).sum()) / N
+        else:
+            d = hs.mean() - ht.mean()
+        halt.append(dm["lambda_halt"] * (bkl + ALIGN_KEEP_WEIGHT * d * d))
+    terms["loss_halt"] = halt
+    terms["loss"] = terms["loss_ce"] + dm["lambda_mse"] * sum(mse) + sum(halt)
+    terms["loss"].backward()
+    return student, logits.detach(), terms, tinfo
+
+
+def compare_distill(meta, student, logits, terms, bf_logits, bf_grads):
+    """Raises Failure on the first difference; returns (worst logit ratio,
+    worst term ratio, worst gradient ratio, its tensor)."""
+    dm = meta["distill"]
+    worst_logit = close("logits", bf_logits, logits, 0, RTOL_LOGITS * float(logits.abs().max()))
+    worst_term = 0.0
+    for name in ("loss_ce", "loss_mse", "loss_halt", "loss"):
+        ref = terms[name]
+        ref = torch.stack(ref) if isinstance(ref, list) else ref
+        bf = torch.tensor(dm[name], dtype=torch.float64)
+        worst_term = max(worst_term, close("distill term " + name, bf, ref.detach(), RTOL_TERM,
+                                           FLOOR_TERM))
+    worst_grad, worst_name = compare_grads(dict(student.named_parameters()), bf_grads)
+    return worst_logit, worst_term, worst_grad, worst_name
+
+
+def check_distill(d, meta, weights, batch, bf_logits, bf_grads):
+    """A `bfworker dump --stage distill` dump against distill_reference."""
+    sh, dm = meta["shape"], meta["distill"]
+    if abs(dm["label_smoothing"] - LABEL_SMOOTHING) > 1e-7 or dm["eps"] != np.float32(AVIT_EPS):
+        raise Failure("bf's stage 1 smooths labels by %g and halts at eps %g; design.md says %g "
+                      "and %g" % (dm["label_smoothing"], dm["eps"], LABEL_SMOOTHING, AVIT_EPS))
+    mixers = sh.get("mixers") or []
+    replaced = [l for l, k in enumerate(mixers) if k != "attention"]
+    if dm["replaced"] != replaced:
+        raise Failure("replaced layers: bf %s, the student's mixers %s" % (dm["replaced"],
+                                                                            mixers))
+    # the teacher's own file (a run folder's model.safetensors), not bf's copy of it
+    path = dm["teacher"]
+    teacher_w = load_file(os.path.join(path, "model.safetensors") if os.path.isdir(path)
+                          else path)
+    # the student is the teacher with mixers in the replaced layers: every
+    # tensor of the teacher the student has, bf loaded from it
+    for name, w in weights.items():
+        if name in teacher_w and not torch.equal(w, teacher_w[name]):
+            raise Failure("student tensor %s is not the teacher's (init.from by name)" % name)
+    shared = sum(1 for n in weights if n in teacher_w)
+    student, logits, terms, tinfo = distill_reference(meta, weights, batch, teacher_w)
+    keep = [int((a[:, 1:] > 0).sum()) for a in tinfo["active"]]
+    if keep != [int(k) for k in dm["teacher_keep"]]:
+        raise Failure("the teacher's active patch tokens per layer: bf %s, torch %s" % (
+            dm["teacher_keep"], keep))
+    # well-posed: bf's teacher decides in float32
+    if tinfo["margin"] < 1e-4:
+        raise Failure("a teacher token's cumulative score is %.3g from 1 - eps: its halting is "
+                      "ambiguous in float32; move avit.gate_center" % tinfo["margin"])
+    # meaningful: the alignment has active tokens and a replaced layer runs
+    # under a mask with halted tokens (else the MSE's mask is not exercised)
+    L = sh["layers"]
+    if not any(0 < keep[l] < keep[0] for l in range(1, L - 1)):
+        raise Failure("the teacher keeps patch tokens %s per layer: no layer past the first "
+                      "aligns a partly halted batch; move avit.gate_center" % keep)
+    worst_logit, worst_term, worst_grad, worst_name = compare_distill(
+        meta, student, logits, terms, bf_logits, bf_grads)
+    partial = any(bool((tinfo["active"][l] == 0).any()) for l in replaced)
+    caught = []
+    mutants = [mu for mu in DISTILL_MUTANTS if mu != "mse_unmasked" or partial]
+    for mu in mutants:
+        try:
+            compare_distill(meta, *distill_reference(meta, weights, batch, teacher_w, mu)[:3],
+                            bf_logits, bf_grads)
+        except Failure as e:
+            caught.append("%s (%s)" % (mu, str(e).split(":")[0]))
+            continue
+        raise Failure("the distill mutant '%s' of the reference matches bf too: the check cannot "
+                      "see that part of stage 1" % mu)
+    def term(name):
+        """torch's value per entry, with |bf - torch| and its ratio to |torch|"""
+        ref = terms[name]
+        ref = torch.stack(ref).detach() if isinstance(ref, list) else ref.detach().view(1)
+        bf = torch.tensor(dm[name], dtype=torch.float64).view(-1)
+        return ", ".join("%.6g (abs %.1g rel %.1g)" % (
+            float(r), float((b - r).abs()), float((b - r).abs() / r.abs()) if r != 0 else 0.0)
+            for b, r in zip(bf, ref))
+    mix = "".join(" " + k for k in sorted(set(mixers) - {"attention"}))
+    return ("%s: s2s distill%s, replaced layers %s, halt_align %s, %d tensors (%d from the "
+            "teacher): logits within %.2g of the bound; terms within %.2g of the bound: total "
+            "%s, smoothed CE %s, loss_mse [%s], loss_halt [%s]; worst gradient %s at %.2g of "
+            "the bound; teacher keeps %s (margin to 1-eps %.2g); distill mutants caught %d of "
+            "%d: %s" % (
+                os.path.basename(os.path.normpath(d)), mix, replaced, dm["halt_align"],
+                len(list(student.parameters())), shared, worst_logit, worst_term, term("loss"),
+                term("loss_ce"), term("loss_mse"), term("loss_halt"), worst_name, worst_grad,
+                keep, tinfo["margin"], len(caught), len(mutants), ", ".join(caught)))
 
 
 def encoder_reference(meta, weights, batch, mixer_mutant=None):
@@ -888,6 +1126,8 @@ def check_dump(d):
     batch = load_file(os.path.join(d, "batch.safetensors"))
     bf_logits = load_file(os.path.join(d, "outputs.safetensors"))["logits"]
     bf_grads = load_file(os.path.join(d, "grads.safetensors"))
+    if meta.get("stage") == "distill":
+        return check_distill(d, meta, weights, batch, bf_logits, bf_grads)
     if sh["model"] == "vit":
         return check_vit(d, meta, weights, batch, bf_logits, bf_grads)
     model, logits, losses = encoder_reference(meta, weights, batch)

@@ -49,7 +49,7 @@ const char *const cmd_usage =
     "      --top-k K         sample among the K most likely tokens (default 40; 0 = all)\n"
     "      --seed S          sampling seed (default 1)\n"
     "      --set KEY=VALUE   e.g. --set device=cpu\n"
-    "  dump CONFIG.yaml --out DIR [--set KEY=VALUE ...] [--batch N]\n"
+    "  dump CONFIG.yaml --out DIR [--set KEY=VALUE ...] [--batch N] [--stage S]\n"
     "                      one training step's weights, batch, logits, gradients and losses\n"
     "                      as safetensors + JSON, for an outside check (bfworker dump --help)\n"
     "  run --trial ID --connect ENDPOINT --token TOKEN --out DIR\n"

@@ -20,13 +20,34 @@
  * --mask holes (pipeline budgetformer) replaces the batch's padding masks by
  * masks no data file gives: the first sample empty, holes in the others
  * (mask_punch_holes), so that a mixer's skipping of masked tokens is checked.
+ * --stage names the S2S step the dump takes (pipeline vit with avit.enabled
+ * and mixers in model.mixers, as S2S's stage_config makes the student):
+ *   distill   stage 1 (worker/pipelines/s2s.c): the A-ViT teacher (the
+ *             config's shape with attention in every layer, every tensor
+ *             from init.from) runs the batch first; the student (the config's
+ *             model: seed, then init.from by name, so the mixers keep their
+ *             seed's values) trains under the teacher's masks; its loss is the
+ *             CE with label smoothing + lambda_mse * the replaced layers' tap
+ *             MSE + the halting alignment of every layer but the last.
+ *             grads.safetensors is d(that total)/d(tensor) for every student
+ *             tensor (the optimiser then moves only the mixers unless
+ *             distill.unfreeze); dump.json's "distill" holds each term
+ *             (loss_mse per replaced layer, loss_halt per layer, loss_ce,
+ *             loss), the weights, the halting knobs and the teacher's active
+ *             patch tokens per layer; no inference forward.
+ *   finetune  stage 2: the student halting on its own, the vit pipeline's
+ *             step (CE + ponder + prior), dump.json's "stage" says so.
  * Nothing is trained and no checkpoint is written. */
 #include "worker/cmd/cmd.h"
 
 #define DUMP_MAX_BATCH 4096
 
-int dump_write(const bf_config *c, const char *out_dir, int batch, int holes, int quiet, char *err,
-               size_t errlen);
+/* The step a dump takes (--stage). */
+enum { DUMP_TRAIN = 0, DUMP_DISTILL, DUMP_FINETUNE };
+static const char *const DUMP_STAGES[] = {"train", "distill", "finetune", NULL};
+
+int dump_write(const bf_config *c, const char *out_dir, int batch, int holes, int stage, int quiet,
+               char *err, size_t errlen);
 
 #include <errno.h>
 #include <jansson.h>
@@ -39,6 +60,7 @@ int dump_write(const bf_config *c, const char *out_dir, int batch, int holes, in
 #include "kernels/bk.h"
 #include "kernels/bk_rng.h"
 #include "worker/pipelines/pipe.h"
+#include "worker/pipelines/s2s.h"
 #include "worker/io/ckpt.h"
 #include "worker/io/safetensors.h"
 
@@ -203,8 +225,11 @@ static const char *arch_name(const model *m) {
     return m->arch == &MODEL_ENCODER ? "encoder" : m->arch == &MODEL_VIT ? "vit" : "decoder";
 }
 
-static int write_json(const model *m, const bf_config *c, int B, const char *path, char *err,
-                      size_t errlen) {
+/* dump.json; stage: DUMP_STAGES' name; distill (nullable, taken): the
+ * distill step's object, in place of the halting's (the student does not
+ * halt in that step). */
+static int write_json(const model *m, const bf_config *c, int B, const char *stage, json_t *distill,
+                      const char *path, char *err, size_t errlen) {
     const model_stats *st = &m->st;
     const model_knobs *kn = &m->kn;
     const model_shape *sh = &m->sh;
@@ -230,9 +255,12 @@ static int write_json(const model *m, const bf_config *c, int B, const char *pat
     json_t *mixers = json_array();
     for (int l = 0; root && mixers && l < sh->layers; l++)
         json_array_append_new(mixers, json_string(model_mixer_name(sh->mixer[l])));
-    json_t *avit = sh->avit ? avit_json(m) : NULL;
+    int halts = sh->avit && !distill;
+    json_t *avit = halts ? avit_json(m) : NULL;
     if (!root || !mixers || json_object_set_new(json_object_get(root, "shape"), "mixers", mixers) ||
-        (sh->avit && (!avit || json_object_set_new(root, "avit", avit)))) {
+        json_object_set_new(root, "stage", json_string(stage)) ||
+        (halts && (!avit || json_object_set_new(root, "avit", avit))) ||
+        (distill && json_object_set_new(root, "distill", distill))) {
         json_decref(root);
         snprintf(err, errlen, "out of memory building %s", path);
         return -1;
@@ -295,14 +323,166 @@ static void mask_punch_holes(data_batch_t *b) {
                 b->mask[(size_t)r * T + t] = 0.0f;
 }
 
+/* The S2S stage checks of --stage (the student's shape sh of c): pipeline
+ * vit, avit.enabled, mixers of one kind in some layers (their kind in
+ * *kind); distill also needs init.from (the teacher). 0 or -1 with a
+ * message. */
+static int stage_check(const bf_config *c, const model_shape *sh, int stage, int *kind, char *err,
+                       size_t errlen) {
+    const char *name = DUMP_STAGES[stage];
+    if (strcmp(c->pipeline, PIPE_VIT.name) != 0 || !sh->avit) {
+        snprintf(err, errlen,
+                 "--stage %s: pipeline '%s'%s; an S2S stage's step is a vit student's "
+                 "(valid: pipeline vit, avit.enabled: true, mixers in model.mixers)",
+                 name, c->pipeline, sh->avit ? "" : " without avit.enabled");
+        return -1;
+    }
+    *kind = 0;
+    for (int l = 0; l < sh->layers; l++) {
+        if (!sh->mixer[l]) continue;
+        if (*kind && sh->mixer[l] != *kind) {
+            snprintf(err, errlen,
+                     "--stage %s: model.mixers holds %s and %s; S2S's student has one "
+                     "distill.mixer (valid: one of bimamba, bilstm beside attention)",
+                     name, model_mixer_name(*kind), model_mixer_name(sh->mixer[l]));
+            return -1;
+        }
+        *kind = sh->mixer[l];
+    }
+    if (!*kind) {
+        snprintf(err, errlen,
+                 "--stage %s: model.mixers replaces no layer; the student has a mixer in the "
+                 "replaced layers (e.g. model.mixers: bimamba,attention,...)",
+                 name);
+        return -1;
+    }
+    if (stage == DUMP_DISTILL && !c->init.from[0]) {
+        snprintf(err, errlen,
+                 "--stage distill: init.from is not set; it names the A-ViT teacher (a run "
+                 "folder or a .safetensors file with attention in every layer)");
+        return -1;
+    }
+    return 0;
+}
+
+/* The distill step's teacher t: the student's shape with attention in every
+ * layer, every tensor from init.from (as s2s_run.c loads the avit stage's
+ * checkpoint; a tensor left out is an error, a teacher is whole). 0 or -1. */
+static int open_teacher(model *t, const model_shape *student, const bf_config *c,
+                        const bk_backend *be, int B, char *err, size_t errlen) {
+    model_shape sh = *student;
+    memset(sh.mixer, 0, sizeof sh.mixer);
+    sh.infer_only = 1;
+    if (model_create(t, &sh, be, B, err, errlen)) return -1;
+    pipe_model_config(t, c);
+    if (model_init_weights(t, c->train.seed, err, errlen)) return -1;
+    size_t n = t->np.P.numel;
+    float *hp = malloc(n * sizeof(float));
+    char text[1024];
+    ckpt_init_report rep;
+    int rc = -1;
+    if (!hp) {
+        snprintf(err, errlen, "out of memory for the teacher");
+    } else {
+        t->be->to_host(hp, t->np.P.data, n * sizeof(float));
+        if (ckpt_init_from(c->init.from, &t->np.P, hp, &rep, text, sizeof text, err, errlen)) {
+            /* err says why */
+        } else if (rep.missing > 0) {
+            snprintf(err, errlen,
+                     "--stage distill: init.from %s holds %d of the teacher's %d tensors; the "
+                     "teacher is an A-ViT ViT of this shape with attention in every layer",
+                     c->init.from, rep.loaded, t->np.P.n);
+        } else {
+            t->be->to_device(t->np.P.data, hp, n * sizeof(float));
+            rc = 0;
+        }
+    }
+    free(hp);
+    return rc;
+}
+
+/* The distill spec over d's teacher for student m (replaced layers: those
+ * with a mixer of `kind`), its per-layer alignment losses kept apart
+ * (d->hlayer). 0 or -1. */
+static int open_distill(s2s_distill *d, pipe_spec *sp, const model *m, const bf_config *c, int kind,
+                        char *err, size_t errlen) {
+    int layers[MODEL_MAX_LAYERS], n = 0, L = m->sh.layers;
+    for (int l = 0; l < L; l++)
+        if (m->sh.mixer[l]) layers[n++] = l;
+    d->mean_h = strcmp(c->distill.halt_align, "mean_h") == 0;
+    if (s2s_distill_spec(d, sp, layers, n, c->distill.lambda_mse, c->distill.lambda_halt,
+                         c->distill.unfreeze, kind, err, errlen))
+        return -1;
+    if (!(d->hlayer = d->be->alloc((size_t)L * sizeof(double)))) {
+        snprintf(err, errlen, "out of memory for the distillation losses");
+        return -1;
+    }
+    d->be->zero(d->hlayer, (size_t)L * sizeof(double));
+    return 0;
+}
+
+/* dump.json's "distill" of the step just taken: the weights and knobs,
+ * loss_mse per replaced layer (the plain masked MSE, before lambda_mse),
+ * loss_halt per layer but the last (lambda_halt included), loss_ce (the
+ * smoothed CE), loss (their total: ce + lambda_mse sum mse + sum halt), and
+ * the teacher's active patch tokens per layer. NULL when out of memory. */
+static json_t *distill_json(const s2s_distill *d, const model *m, const bf_config *c) {
+    const bk_backend *be = d->be;
+    int L = m->sh.layers, B = m->batch, T = m->sh.seq_len;
+    float mse[MODEL_MAX_LAYERS];
+    double hl[MODEL_MAX_LAYERS];
+    float *mask = malloc((size_t)B * T * sizeof(float));
+    json_t *o =
+        json_pack("{s:s, s:s, s:f, s:f, s:s, s:f, s:f, s:f, s:f, s:b}", "teacher", c->init.from,
+                  "mixer", model_mixer_name(m->sh.mixer[d->layers[0]]), "lambda_mse",
+                  (double)d->lambda_mse, "lambda_halt", (double)d->lambda_halt, "halt_align",
+                  d->mean_h ? "mean_h" : "keep", "label_smoothing", (double)m->label_smoothing,
+                  "gamma", (double)m->halt.cf.gamma, "gate_center", (double)m->halt.cf.centre,
+                  "eps", (double)m->halt.cf.eps, "unfreeze", c->distill.unfreeze);
+    json_t *rep = json_array(), *jm = json_array(), *jh = json_array(), *tk = json_array();
+    if (!mask || !o || !rep || !jm || !jh || !tk) goto oom;
+    be->to_host(mse, d->mse, (size_t)d->n * sizeof(float));
+    be->to_host(hl, d->hlayer, (size_t)L * sizeof(double));
+    double total = m->st.loss;
+    for (int i = 0; i < d->n; i++) {
+        json_array_append_new(rep, json_integer(d->layers[i]));
+        json_array_append_new(jm, json_real(mse[i]));
+        total += (double)d->lambda_mse * mse[i];
+    }
+    for (int l = 0; l < L - 1; l++) {
+        json_array_append_new(jh, json_real(hl[l]));
+        total += hl[l];
+    }
+    for (int l = 0; l < L; l++) {
+        be->to_host(mask, d->teacher.halt.mask[l], (size_t)B * T * sizeof(float));
+        int k = 0;
+        for (int b = 0; b < B; b++)
+            for (int t = 1; t < T; t++) k += mask[(size_t)b * T + t] > 0;
+        json_array_append_new(tk, json_integer(k));
+    }
+    free(mask);
+    json_object_set_new(o, "replaced", rep);
+    json_object_set_new(o, "loss_mse", jm);
+    json_object_set_new(o, "loss_halt", jh);
+    json_object_set_new(o, "teacher_keep", tk);
+    json_object_set_new(o, "loss_ce", json_real(m->st.loss));
+    json_object_set_new(o, "loss", json_real(total));
+    return o;
+oom:
+    free(mask);
+    json_decref(o), json_decref(rep), json_decref(jm), json_decref(jh), json_decref(tk);
+    return NULL;
+}
+
 /* Runs the step of c over `batch` rows (0 = c->train.batch) and writes the
  * files into out_dir (created when missing; files there of the same names
- * are replaced); holes: the batch's masks as mask_punch_holes makes them.
+ * are replaced); holes: the batch's masks as mask_punch_holes makes them;
+ * stage: DUMP_TRAIN, or the S2S step DUMP_DISTILL / DUMP_FINETUNE.
  * Progress goes to stderr unless quiet. Returns 0, or -1 with a message.
  * (External linkage only so that its messages are checked against any
  * caller's buffer, not main's.) */
-int dump_write(const bf_config *conf, const char *out_dir, int batch, int holes, int quiet,
-               char *err, size_t errlen) {
+int dump_write(const bf_config *conf, const char *out_dir, int batch, int holes, int stage,
+               int quiet, char *err, size_t errlen) {
     bf_config c = *conf;
     if (batch < 0 || batch > DUMP_MAX_BATCH) {
         snprintf(err, errlen, "--batch %d outside 1..%d", batch, DUMP_MAX_BATCH);
@@ -322,6 +502,10 @@ int dump_write(const bf_config *conf, const char *out_dir, int batch, int holes,
                  PIPE_BUDGETFORMER.name, PIPE_LM.name, PIPE_VIT.name);
         return -1;
     }
+    if (stage < DUMP_TRAIN || stage > DUMP_FINETUNE) {
+        snprintf(err, errlen, "--stage %d: valid: train, distill, finetune", stage);
+        return -1;
+    }
     if (make_dirs(out_dir, err, errlen)) return -1;
     const bk_backend *be;
     if (bk_select(c.device, &be, err, errlen)) return -1;
@@ -329,6 +513,10 @@ int dump_write(const bf_config *conf, const char *out_dir, int batch, int holes,
     if (data_sets_open(&c, &d, quiet, err, errlen)) return -1;
     model m;
     memset(&m, 0, sizeof m);
+    s2s_distill dd; /* stage 1's teacher and losses (--stage distill) */
+    memset(&dd, 0, sizeof dd);
+    pipe_spec dsp;
+    json_t *djson = NULL;
     data_batcher_t *bt = NULL;
     data_batch_t b;
     memset(&b, 0, sizeof b);
@@ -336,6 +524,8 @@ int dump_write(const bf_config *conf, const char *out_dir, int batch, int holes,
     /* values per item: tokens, or an image's pixels (vit) */
     int B = c.train.batch, T = pipe_input_len(&c, &d);
     model_shape sh = pipe_model_shape(&c, &d);
+    int kind = 0;
+    if (stage != DUMP_TRAIN && stage_check(&c, &sh, stage, &kind, err, errlen)) goto out;
     /* the model as the training loop builds it (pipe_loop.c, loop_model) */
     if (model_create(&m, &sh, be, B, err, errlen)) goto out;
     pipe_model_config(&m, &c); /* augmentation, budget range, halting knobs */
@@ -366,16 +556,37 @@ int dump_write(const bf_config *conf, const char *out_dir, int batch, int holes,
     /* the weights before the step changes them (the forward reads them only) */
     if (write_params(&m, join(path, sizeof path, out_dir, "model.safetensors"), 0, err, errlen))
         goto out;
+    /* stage 1 as the loop runs it (pipe_loop.c, train_step): the teacher's
+     * forward before the student's, the tap and alignment gradients
+     * registered before the backward */
+    if (stage == DUMP_DISTILL &&
+        (open_teacher(&dd.teacher, &sh, &c, be, B, err, errlen) ||
+         open_distill(&dd, &dsp, &m, &c, kind, err, errlen) ||
+         dsp.before_forward(dsp.ctx, &m, b.ids, targets, b.rows, err, errlen)))
+        goto out;
     if (model_forward(&m, b.ids, b.mask, targets, b.rows, 1, err, errlen)) goto out;
+    if (stage == DUMP_DISTILL) dsp.extra_backward(dsp.ctx, &m);
     model_backward(&m);
+    if (stage == DUMP_DISTILL && !(djson = distill_json(&dd, &m, &c))) {
+        snprintf(err, errlen, "out of memory building dump.json");
+        goto out;
+    }
     if (write_batch(&m, &b, targets, n_targets,
                     join(path, sizeof path, out_dir, "batch.safetensors"), err, errlen) ||
         write_logits(&m, b.rows, join(path, sizeof path, out_dir, "outputs.safetensors"), err,
                      errlen) ||
-        write_params(&m, join(path, sizeof path, out_dir, "grads.safetensors"), 1, err, errlen) ||
-        write_json(&m, &c, b.rows, join(path, sizeof path, out_dir, "dump.json"), err, errlen))
+        write_params(&m, join(path, sizeof path, out_dir, "grads.safetensors"), 1, err, errlen))
         goto out;
-    if (!quiet && sh.avit)
+    double dtotal = djson ? json_real_value(json_object_get(djson, "loss")) : 0;
+    json_t *dj = djson;
+    djson = NULL; /* write_json takes it */
+    if (write_json(&m, &c, b.rows, DUMP_STAGES[stage], dj,
+                   join(path, sizeof path, out_dir, "dump.json"), err, errlen))
+        goto out;
+    if (!quiet && stage == DUMP_DISTILL)
+        fprintf(stderr, "dump: s2s distill, %d rows, loss %.6f (smoothed CE %.6f) -> %s\n", b.rows,
+                dtotal, m.st.loss, out_dir);
+    else if (!quiet && sh.avit)
         fprintf(stderr,
                 "dump: %s, %d rows, loss %.6f (task %.6f ponder %.6f prior %.6f), retention "
                 "%.4f -> %s\n",
@@ -388,7 +599,7 @@ int dump_write(const bf_config *conf, const char *out_dir, int batch, int holes,
                 out_dir);
     /* the inference path (with A-ViT, halted tokens dropped), after every
      * training-step file is written: it replaces m's logits and statistics */
-    if (sh.avit &&
+    if (sh.avit && stage != DUMP_DISTILL &&
         (model_forward(&m, b.ids, b.mask, targets, b.rows, 0, err, errlen) ||
          write_logits(&m, b.rows, join(path, sizeof path, out_dir, "infer.safetensors"), err,
                       errlen) ||
@@ -396,6 +607,8 @@ int dump_write(const bf_config *conf, const char *out_dir, int batch, int holes,
         goto out;
     rc = 0;
 out:
+    json_decref(djson);
+    s2s_distill_free(&dd);
     data_batch_free(&b);
     data_batcher_destroy(&bt);
     model_destroy(&m);
@@ -405,7 +618,7 @@ out:
 
 static const char *DUMP_USAGE =
     "usage: bfworker dump CONFIG.yaml [--set KEY=VALUE ...] --out DIR [--batch N]\n"
-    "                     [--mask holes] [--quiet]\n"
+    "                     [--mask holes] [--stage train|distill|finetune] [--quiet]\n"
     "  One training-mode forward and backward of step 0 (the config's seed and its\n"
     "  init.from / init.map, the first training batch, the knobs of step 0), written\n"
     "  for an outside implementation to check:\n"
@@ -418,16 +631,25 @@ static const char *DUMP_USAGE =
     "  (logits), infer.json (retention, task loss, correct).\n"
     "  --batch N   rows of the batch (default train.batch; at most 4096)\n"
     "  --mask holes  (pipeline budgetformer) the first sample fully masked, holes\n"
-    "              in the others: masks no data file gives, for the mixers\n";
+    "              in the others: masks no data file gives, for the mixers\n"
+    "  --stage S   the step of an S2S stage (pipeline vit, avit.enabled, the\n"
+    "              student's mixers in model.mixers): train (default: the\n"
+    "              pipeline's own step), distill (stage 1: the teacher, every\n"
+    "              tensor from init.from with attention in every layer, runs\n"
+    "              first; the student, init.from by name, trains under its masks;\n"
+    "              dump.json's \"distill\" holds each loss term: tap MSE per\n"
+    "              replaced layer, halting alignment per layer, smoothed CE,\n"
+    "              total; no inference files), finetune (stage 2: the student\n"
+    "              halting on its own, CE + ponder + prior)\n";
 
 /* The options `bfworker dump` accepts (cmd.h: cmd_specs). */
-const char *const cmd_dump_vals[] = {"--set", "--out", "--batch", "--mask", NULL};
+const char *const cmd_dump_vals[] = {"--set", "--out", "--batch", "--mask", "--stage", NULL};
 const char *const cmd_dump_flags[] = {"--quiet", NULL};
 
 int cmd_dump(int argc, char **argv) {
     const char *cfg_path = argc >= 3 ? argv[2] : NULL, *out = NULL;
     long batch = 0;
-    int quiet = 0, holes = 0;
+    int quiet = 0, holes = 0, stage = DUMP_TRAIN;
     if (argc >= 3 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
         fputs(DUMP_USAGE, stdout);
         return 0;
@@ -471,6 +693,16 @@ int cmd_dump(int argc, char **argv) {
             }
             holes = 1;
         }
+        if (strcmp(o, "--stage") == 0) {
+            int k = 0;
+            while (DUMP_STAGES[k] && strcmp(DUMP_STAGES[k], v) != 0) k++;
+            if (!DUMP_STAGES[k]) {
+                fprintf(stderr, "bfworker dump: --stage '%s': valid: train, distill, finetune\n",
+                        v);
+                return BF_EX_USAGE;
+            }
+            stage = k;
+        }
         if (strcmp(o, "--batch") == 0) {
             char *end = NULL;
             batch = strtol(v, &end, 10);
@@ -486,11 +718,22 @@ int cmd_dump(int argc, char **argv) {
         fprintf(stderr, "bfworker dump: --out DIR is required\n%s", DUMP_USAGE);
         return BF_EX_USAGE;
     }
-    if (cfg_validate(&c, err, sizeof err)) {
+    /* --stage distill reads the keys of the distill section that stage 1's
+     * loss reads, which pipeline vit does not: the rest is checked as vit's */
+    bf_config v = c;
+    if (stage == DUMP_DISTILL) {
+        bf_config def;
+        cfg_defaults(&def);
+        v.distill.lambda_mse = def.distill.lambda_mse;
+        v.distill.lambda_halt = def.distill.lambda_halt;
+        v.distill.unfreeze = def.distill.unfreeze;
+        memcpy(v.distill.halt_align, def.distill.halt_align, sizeof v.distill.halt_align);
+    }
+    if (cfg_validate(&v, err, sizeof err)) {
         fprintf(stderr, "bfworker: %s\n", err);
         return BF_EX_USAGE;
     }
-    if (dump_write(&c, out, (int)batch, holes, quiet, err, sizeof err)) {
+    if (dump_write(&c, out, (int)batch, holes, stage, quiet, err, sizeof err)) {
         fprintf(stderr, "bfworker dump: %s\n", err);
         return 1;
     }

@@ -48,8 +48,9 @@ static void distill_backward(void *ctx, model *m) {
                           .eps = m->halt.cf.eps,
                           .mean_h = d->mean_h};
         be->zero(d->hgrad[l], (size_t)N * C * sizeof(float));
-        be->halt_align(d->hgrad[l], d->hloss, 0, m->x[l + 1], d->teacher.halt.h[l], d->tcum,
-                       d->teacher.halt.mask[l], d->lambda_halt, &a);
+        be->halt_align(d->hgrad[l], d->hlayer ? d->hlayer : d->hloss, d->hlayer ? l : 0,
+                       m->x[l + 1], d->teacher.halt.h[l], d->tcum, d->teacher.halt.mask[l],
+                       d->lambda_halt, &a);
         be->axpy(d->tcum, d->teacher.halt.h[l], 1.0f, (size_t)N); /* h = 0 where halted */
         nn_block_tap_grad(&m->blocks[l], NN_TAP_OUT, d->hgrad[l]);
     }
@@ -182,6 +183,7 @@ void s2s_distill_free(s2s_distill *d) {
         for (int l = 0; d->hgrad && l < d->teacher.sh.layers; l++)
             if (d->hgrad[l]) d->be->release(d->hgrad[l]);
         d->be->release(d->hloss);
+        if (d->hlayer) d->be->release(d->hlayer);
         if (d->tcum) d->be->release(d->tcum);
         d->be->release(d->mse);
     }

@@ -11,7 +11,8 @@
  * unfreeze. lambda_halt weighs the halting alignment of every layer but the
  * last (kernels' halt_align: binary KL of the teacher's halting scores
  * against the student's over the active patch tokens, plus 5 (difference of
- * their means)^2), and the task cross-entropy with label smoothing 0.1.
+ * their smooth keep fractions)^2, or with distill.halt_align mean_h of their
+ * mean scores), and the task cross-entropy with label smoothing 0.1.
  * Metrics: train/loss_mse (the sum over replaced layers) and
  * train/loss_halt, means over the window's steps; val/loss_mse, the same
  * MSE on the validation split, before the first step and at every
@@ -42,6 +43,9 @@ typedef struct s2s_distill {
     double steps;  /* steps in the window */
     char *trainable[2 * MODEL_MAX_LAYERS + 1];
     const bk_backend *be;
+    /* device [L], nullable (bfworker dump sets it; freed with ctx): each
+     * layer's alignment loss of the last step, in place of hloss's sum */
+    double *hlayer;
 } s2s_distill;
 
 /* The distill spec over a loaded teacher (its shape: sh, weights from the
