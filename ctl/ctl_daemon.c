@@ -969,11 +969,21 @@ int bfctl_daemon(int argc, char **argv) {
                jint(counts, "trials_pending"), jint(counts, "trials_running"));
         size_t i;
         json_t *t;
-        json_array_foreach(json_object_get(r, "running"), i, t)
-            printf("  t%lld (job %lld) attempt %lld pid %lld, %lld slot%s%s\n", jint(t, "trial"),
-                   jint(t, "job"), jint(t, "attempt"), jint(t, "pid"), jint(t, "slots"),
+        json_array_foreach(json_object_get(r, "agents"), i, t)
+            printf("agent %s (pid %lld): %lld of %lld slots used, last heard %.1f s ago\n",
+                   jstr(t, "name"), jint(t, "pid"), jint(t, "used"), jint(t, "slots"),
+                   json_number_value(json_object_get(t, "last_seen_s")));
+        json_array_foreach(json_object_get(r, "running"), i, t) {
+            char where[120];
+            if (json_is_string(json_object_get(t, "agent")))
+                snprintf(where, sizeof where, "on agent %s", jstr(t, "agent"));
+            else
+                snprintf(where, sizeof where, "pid %lld", jint(t, "pid"));
+            printf("  t%lld (job %lld) attempt %lld %s, %lld slot%s%s\n", jint(t, "trial"),
+                   jint(t, "job"), jint(t, "attempt"), where, jint(t, "slots"),
                    jint(t, "slots") == 1 ? "" : "s",
                    json_is_true(json_object_get(t, "reattached")) ? ", reattached" : "");
+        }
         long long more = jint(r, "running_total") - (long long)i;
         if (more > 0)
             printf("  ... and %lld more live attempt%s (bfctl daemon status --all)\n", more,

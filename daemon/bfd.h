@@ -10,10 +10,10 @@
 
 /* Inventory and launcher settings ($BF_HOME/bfd.yaml, every key optional). */
 typedef struct bfd_config {
-    int slots;                 /* cpu slots: ranks that may run at once (default nproc) */
-    int n_gpus;                /* GPUs to hand out (default: detected) */
-    int gpus[BFD_MAX_GPUS];    /* their CUDA indices */
-    char launcher[16];         /* "local" (fork/mpirun) or "slurm" (sbatch + srun) */
+    int slots;              /* cpu slots: ranks that may run at once (default nproc) */
+    int n_gpus;             /* GPUs to hand out (default: detected) */
+    int gpus[BFD_MAX_GPUS]; /* their CUDA indices */
+    char launcher[16]; /* "local" (fork/mpirun), "slurm" (sbatch + srun) or "remote" (agents) */
     double heartbeat_timeout;  /* s without a worker message before its attempt fails (30) */
     double heartbeat_interval; /* s between worker heartbeats (1) */
     double kill_grace;         /* s between SIGTERM and SIGKILL on cancel (5) */
@@ -32,7 +32,7 @@ typedef struct bfd_config {
 } bfd_config;
 
 /* Fills defaults, then reads path when it exists (a YAML mapping: slots,
- * gpus (a list of indices or a count), launcher (local or slurm),
+ * gpus (a list of indices or a count), launcher (local, slurm or remote),
  * heartbeat_timeout, heartbeat_interval, progress_timeout, kill_grace, threads_per_slot,
  * bfworker, mpirun, slurm_bin (folder of sbatch, srun, scontrol, scancel),
  * slurm_partition, slurm_mpi, slurm_poll, tensorboard (true or false),

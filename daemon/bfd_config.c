@@ -194,9 +194,10 @@ int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen) {
                 for (int i = 0; i < c->n_gpus; i++) c->gpus[i] = i;
             }
         } else if (strcmp(key, "launcher") == 0) {
-            if (!sv || (strcmp(sv, "local") != 0 && strcmp(sv, "slurm") != 0))
-                rc = bf_fail(err, errlen, "%s:%zu:%zu: launcher must be local or slurm", path,
-                             v->start_mark.line + 1, v->start_mark.column + 1);
+            if (!sv ||
+                (strcmp(sv, "local") != 0 && strcmp(sv, "slurm") != 0 && strcmp(sv, "remote") != 0))
+                rc = bf_fail(err, errlen, "%s:%zu:%zu: launcher must be local, slurm or remote",
+                             path, v->start_mark.line + 1, v->start_mark.column + 1);
             else
                 snprintf(c->launcher, sizeof c->launcher, "%s", sv);
         } else if (strcmp(key, "slurm_poll") == 0) {

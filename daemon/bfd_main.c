@@ -35,11 +35,13 @@ static const char *USAGE =
     "DIR/curve/NAME.{key,pub} and allows NAME.pub (copied to DIR/curve/clients/).\n"
     "\n"
     "bfd.yaml (every key optional): slots: N (default: cores), gpus: [0, 1] or N\n"
-    "(default: detected), launcher: local|slurm, heartbeat_timeout: 30, heartbeat_interval: 1,\n"
+    "(default: detected), launcher: local|slurm|remote, heartbeat_timeout: 30, heartbeat_interval: "
+    "1,\n"
     "progress_timeout: 0 (off), kill_grace: 5, threads_per_slot: 1, bfworker: PATH,\n"
     "mpirun: PATH, tensorboard: true|false, prometheus: [ADDRESS:]PORT (default off);\n"
     "for launcher: slurm also slurm_bin: DIR, slurm_partition: NAME, slurm_mpi: TYPE,\n"
-    "slurm_poll: 2.\n"
+    "slurm_poll: 2. launcher: remote starts trials on `bfworker serve` agents that\n"
+    "connect to the worker endpoint (docs/cluster.md); slots are the agents'.\n"
     "Stop with SIGTERM or Ctrl-C: running trials keep running and reattach when bfd\n"
     "starts again. The protocol is in docs/protocol.md.\n";
 

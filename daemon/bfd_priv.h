@@ -59,7 +59,23 @@ typedef struct run {
     char stage[16], stage_key[17], stage_dir[32];
     int stage_last;     /* the trial's last stage (eval): done means the trial is */
     char done_msg[256]; /* the worker's message in `done` (why it failed), "" none */
+    /* launcher: remote: the agent (`bfworker serve`) that started it, by
+     * name; agent_id 0 while none has claimed it (after a bfd restart) */
+    int remote;
+    int agent_id;
+    char agent[PROTO_MAX_NAME + 1];
 } run;
+
+/* One `bfworker serve` agent connected to the worker socket (agents.c). */
+typedef struct agent {
+    int id; /* bfd's number for it, from 1; never reused while bfd runs */
+    char name[PROTO_MAX_NAME + 1];
+    long long pid;
+    int slots;
+    unsigned char ident[PROTO_MAX_IDENT];
+    size_t ident_len;
+    double since, last_seen;
+} agent;
 
 /* One worker's metrics message of this round, validated and waiting for
  * flush_batches (workers.c); the batch owns msg's body and pts. */
@@ -116,6 +132,10 @@ typedef struct bfd {
     char cancel_memo[SLURM_JOB_ID_MAX]; /* last array scancelled whole, with how, when */
     int cancel_memo_sig;
     double cancel_memo_at;
+    /* launcher: remote: the agents that have said hello (agents.c) */
+    agent *agents;
+    size_t n_agents, cap_agents;
+    int next_agent_id;
 } bfd;
 
 #define UNSENT_LOG_EVERY 10.0
@@ -186,6 +206,9 @@ void record_preempted(bfd *d, run *r);
 /* The attempt succeeded: the trial completes, or its s2s stage does (checked
  * against the stage's stage.json) and the trial goes PENDING for the next. */
 void record_completed(bfd *d, run *r, const char *why);
+/* launcher: remote: the agent says r's process ended with exit status code
+ * (-1 none) or by signal sig (0 none): recorded as a child's end, r forgotten. */
+void run_exited(bfd *d, run *r, int code, int sig);
 /* The outcome the worker of trial's attempt left in its folder: 0 completed,
  * 1 preempted, 2 failed, -1 none (or another attempt's). */
 int read_outcome(const bfd *d, int64_t trial, int attempt);
@@ -241,6 +264,27 @@ void send_stop(bfd *d, run *r, const char *reason);
 /* Asks the job's early stopping about r (daemon/adaptive.h); a stop it
  * decides is committed to the store, then sent. */
 void judge_run(bfd *d, run *r);
+
+/* ---------------------------------------------------------------- agents.c */
+
+/* 1 with launcher: remote. */
+int is_remote(const bfd *d);
+/* Handles agent_hello, agent_heartbeat and agent_exit from the worker socket. */
+void handle_agent_msg(bfd *d, proto_msg *m);
+/* The agent with the most free slots that has at least ranks free, or NULL. */
+agent *agent_pick(bfd *d, int ranks);
+/* Free slots over every agent (the remote launcher's capacity now). */
+int agents_free_slots(bfd *d);
+/* Sends agent a the launch of r (its folders, token and stage); -1 with why
+ * in err when the message cannot go. */
+int agent_launch(bfd *d, agent *a, const run *r, const char *out, const char *logp, const char *cwd,
+                 const char *stage_root, char *err, size_t errlen);
+/* Asks r's agent to signal r's process group (nothing when none holds it). */
+void agent_kill(bfd *d, const run *r, int sig);
+/* Agents silent for heartbeat_timeout are dropped; their attempts fail. */
+void agents_check(bfd *d);
+/* agents as a JSON array for status (new reference). */
+json_t *agents_json(bfd *d);
 
 /* --------------------------------------------------------------- recover.c */
 

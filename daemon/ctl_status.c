@@ -1,5 +1,6 @@
 /* ctl_status.c — the requests about the daemon itself: status (version,
- * endpoints, slots and GPUs free, the live attempts, the store's counts)
+ * endpoints, slots and GPUs free, the live attempts, the remote agents,
+ * the store's counts)
  * and sync (a marker published on the PUB socket, so a subscriber knows it
  * has seen everything published before it). Nothing here changes state. */
 #include "daemon/ctl.h"
@@ -32,10 +33,10 @@ void ctl_status(bfd *d, void *s, proto_msg *m) {
                             (json_int_t)r->trial, "job", (json_int_t)r->job, "attempt", r->attempt,
                             "pid", (int)r->pid, "slots", r->ranks, "gpus",
                             int_array(r->gpus, r->n_gpus), "since", r->started, "reattached",
-                            !r->is_child && !r->slurm_job[0], "ending", r->ending));
-        if (r->slurm_job[0])
-            json_object_set_new(json_array_get(runs, json_array_size(runs) - 1), "slurm_job",
-                                json_string(r->slurm_job));
+                            !r->is_child && !r->slurm_job[0] && !r->remote, "ending", r->ending));
+        json_t *last = json_array_get(runs, json_array_size(runs) - 1);
+        if (r->slurm_job[0]) json_object_set_new(last, "slurm_job", json_string(r->slurm_job));
+        if (r->remote) json_object_set_new(last, "agent", json_string(r->agent));
     }
     int free_g[BFD_MAX_GPUS], nf = 0;
     for (int g = 0; g < d->c->n_gpus; g++)
@@ -56,6 +57,14 @@ void ctl_status(bfd *d, void *s, proto_msg *m) {
         "heartbeat_timeout", d->c->heartbeat_timeout, "endpoints", eps, "running", runs,
         "running_total", (json_int_t)d->n_runs, "counts", "jobs", (json_int_t)jobs,
         "trials_pending", (json_int_t)pending, "trials_running", (json_int_t)running);
+    if (is_remote(d)) {
+        /* the agents' slots are the capacity: slots and slots_free say them */
+        int total = 0;
+        for (size_t i = 0; i < d->n_agents; i++) total += d->agents[i].slots;
+        json_object_set_new(b, "slots", json_integer(total));
+        json_object_set_new(b, "slots_free", json_integer(agents_free_slots(d)));
+        json_object_set_new(b, "agents", agents_json(d));
+    }
     reply(d, s, m, "status", b);
     json_decref(b);
 }

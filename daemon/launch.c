@@ -2,11 +2,13 @@
  * store's RUNNING (or stage launched) mark, its bfd_runs row (written before
  * the fork, so a bfd killed in between still knows the token), then either a
  * fork/exec of `bfworker run` (under mpirun for more than one rank) in a
- * process group of its own, or a Slurm batch job (daemon/slurm.h). It also
+ * process group of its own, a Slurm batch job (daemon/slurm.h), or a
+ * `launch` to a remote agent (agents.c). It also
  * signals a group or a Slurm job, and tells a live worker from a reused pid.
  * It chooses no trial and no GPU (sched.c) and records no outcome (runs.c). */
 #include "daemon/bfd_priv.h"
 #include "common/errbuf.h"
+#include "common/spawn.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -308,42 +310,15 @@ void slurm_flush(bfd *d) {
     free(ids);
 }
 
-/* In the forked child: a process group of its own, stdout and stderr into
- * the trial's log, the signals and environment of one rank, then argv
- * executed in cwd. Never returns (exit 127 when chdir or exec fails). */
+/* In the forked child: the GPUs of the attempt, then the session, log,
+ * signals and environment of a worker (common/spawn.h) and argv. */
 static void exec_worker(const char *const *argv, const char *logp, const char *cwd, const char *gl,
                         int threads_per_slot, const char *id, const char *attempt, int ranks) {
-    setsid();
-    int fd = open(logp, O_WRONLY | O_CREAT | O_APPEND, 0600);
-    int nul = open("/dev/null", O_RDONLY);
-    if (fd >= 0) {
-        dup2(fd, 1);
-        dup2(fd, 2);
-    }
-    if (nul >= 0) dup2(nul, 0);
-    for (int k = 3; k < 1024; k++) close(k);
-    signal(SIGPIPE, SIG_DFL);
-    signal(SIGCHLD, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    signal(SIGINT, SIG_DFL);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
-    char threads[16];
-    snprintf(threads, sizeof threads, "%d", threads_per_slot);
-    setenv("OMP_NUM_THREADS", threads, 1);
+    char banner[1400];
     setenv("CUDA_VISIBLE_DEVICES", gl, 1);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-    fprintf(stderr, "== bfd: trial %s attempt %s, %d rank%s, gpus [%s], cwd %s\n", id, attempt,
-            ranks, ranks == 1 ? "" : "s", gl, cwd);
-    if (chdir(cwd) != 0) {
-        fprintf(stderr, "bfd: chdir %s: %s\n", cwd, strerror(errno));
-        _exit(127);
-    }
-    execvp(argv[0], (char *const *)argv);
-    fprintf(stderr, "bfd: exec %s: %s\n", argv[0], strerror(errno));
-    _exit(127);
+    snprintf(banner, sizeof banner, "== bfd: trial %s attempt %s, %d rank%s, gpus [%s], cwd %s", id,
+             attempt, ranks, ranks == 1 ? "" : "s", gl, cwd);
+    bf_exec_logged(argv, logp, cwd, threads_per_slot, banner);
 }
 
 /* Starts the attempt r (already RUNNING in the store and recorded in
@@ -408,6 +383,38 @@ static int launch_local(bfd *d, run *r, const store_job *j, const char *out, con
         snprintf(msg, sizeof msg, "started, pid %d", (int)pid);
     bfd_log("trial %lld attempt %d: %s, %d rank%s, gpus [%s]", (long long)trial, r->attempt, msg,
             j->ranks, j->ranks == 1 ? "" : "s", gl);
+    publish_event(d, r->job, r->trial, "RUNNING", r->attempt, msg);
+    return 0;
+}
+
+/* launcher: remote: the attempt r (RUNNING, recorded as dr) goes to the
+ * agent with the most free slots; sched.c checked that one has room. A
+ * launch that cannot be sent fails the trial (retried) and forgets r. */
+static int launch_remote(bfd *d, run *r, const char *out, const char *logp, const char *cwd,
+                         const char *stage_root, dstate_run *dr) {
+    char err[512], why[700];
+    agent *a = agent_pick(d, r->ranks);
+    if (!a)
+        snprintf(err, sizeof err, "no agent has %d free slot%s", r->ranks,
+                 r->ranks == 1 ? "" : "s");
+    if (!a || agent_launch(d, a, r, out, logp, cwd, stage_root, err, sizeof err)) {
+        snprintf(why, sizeof why, "not launched on an agent: %s", err);
+        fail_unsubmitted(d, r, why);
+        return -1;
+    }
+    r->remote = 1;
+    r->agent_id = a->id;
+    snprintf(r->agent, sizeof r->agent, "%s", a->name);
+    snprintf(dr->agent, sizeof dr->agent, "%s", a->name);
+    if (dstate_run_put(d->ds, dr, err, sizeof err)) bfd_log("%s", err);
+    char msg[200];
+    if (r->stage[0])
+        snprintf(msg, sizeof msg, "started stage %s %s on agent %s", r->stage, r->stage_key,
+                 a->name);
+    else
+        snprintf(msg, sizeof msg, "started on agent %s", a->name);
+    bfd_log("trial %lld attempt %d: %s, %d rank%s", (long long)r->trial, r->attempt, msg, r->ranks,
+            r->ranks == 1 ? "" : "s");
     publish_event(d, r->job, r->trial, "RUNNING", r->attempt, msg);
     return 0;
 }
@@ -496,7 +503,7 @@ int launch(bfd *d, const store_trial *t, const store_job *j, const int *gpus, in
     memcpy(r->gpus, gpus, (size_t)ng * sizeof *gpus);
     r->n_gpus = ng;
     r->started = r->last_seen = r->last_progress = now_s();
-    r->is_child = !is_slurm(d);
+    r->is_child = !is_slurm(d) && !is_remote(d);
     if (stage >= 0) {
         snprintf(r->stage, sizeof r->stage, "%s", plan[stage].name);
         snprintf(r->stage_key, sizeof r->stage_key, "%s", plan[stage].key);
@@ -511,5 +518,6 @@ int launch(bfd *d, const store_trial *t, const store_job *j, const int *gpus, in
     snprintf(dr.gpus, sizeof dr.gpus, "%s", gl);
     if (dstate_run_put(d->ds, &dr, err, sizeof err)) bfd_log("%s", err);
     if (is_slurm(d)) return queue_slurm(d, r, j);
+    if (is_remote(d)) return launch_remote(d, r, out, logp, cwd, stage_root, &dr);
     return launch_local(d, r, j, out, logp, cwd, stage_root, gl, &dr);
 }

@@ -70,6 +70,12 @@ static void handle_ctl(bfd *d) {
             ctl_handler_fn fn = ctl_handler(m.type);
             if (fn)
                 fn(d, d->ctl, &m);
+            else if (!strncmp(m.type, "agent_", 6))
+                /* an agent given the control endpoint (the --tcp port) */
+                reply_err(d, d->ctl, &m, PROTO_E_TYPE,
+                          "%s on bfd's control endpoint: agents connect to its worker endpoint, "
+                          "%s",
+                          m.type, d->tcp_wrk[0] ? d->tcp_wrk : d->ep_wrk);
             else
                 reply_err(d, d->ctl, &m, PROTO_E_TYPE,
                           "unknown message type '%s' on the control socket (see docs/protocol.md)",
@@ -289,7 +295,8 @@ static int open_state(bfd *d, char *err, size_t errlen) {
     snprintf(tb, sizeof tb, "%s/tensorboard", o->home);
     if (setup_home_dirs(o->home, err, errlen) || store_open(db, &d->st, err, errlen) ||
         adaptive_new(&d->ad, err, errlen) ||
-        submitq_new(&d->sq, db, c->slots, c->n_gpus, is_slurm(d), o->home, err, errlen) ||
+        submitq_new(&d->sq, db, is_remote(d) ? 1 << 20 : c->slots, c->n_gpus,
+                    is_slurm(d) || is_remote(d), o->home, err, errlen) ||
         dstate_open(db, &d->ds, err, errlen) ||
         exp_tb_open(tb, c->tensorboard, &d->tb, err, errlen))
         return -1;
@@ -378,6 +385,7 @@ static int run_round(bfd *d, char *err, size_t errlen) {
     if ((items[4].revents & ZMQ_POLLIN) || d->backlog) finish_slurm(d);
     if (d->zap && (items[5].revents & ZMQ_POLLIN)) handle_zap(d);
     check_timers(d);
+    agents_check(d);
     log_unsent(d, 0);
     char terr[1024];
     if (exp_tb_tick(d->tb, d->st, now_s(), terr, sizeof terr)) bfd_log("tensorboard: %s", terr);
@@ -413,6 +421,7 @@ static void close_daemon(bfd *d) {
     free(d->runs);
     free(d->arr_trials);
     free(d->polls);
+    free(d->agents);
     free(d);
 }
 

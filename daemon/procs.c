@@ -44,11 +44,16 @@ void slurm_cancel_async(bfd *d, const char *id, int array, int term, long long t
     if (rc) bfd_log("trial %lld: %s", trial, err);
 }
 
-/* Signals an attempt: its process group (local), or its Slurm job: SIGTERM
+/* Signals an attempt: its process group (local, or through its agent with
+ * launcher: remote), or its Slurm job: SIGTERM
  * becomes `scancel --signal=TERM` (the worker checkpoints and exits 75),
  * anything else a plain `scancel` (on the Slurm thread). A job Slurm has
  * not started yet is simply cancelled. */
 void kill_group(bfd *d, run *r, int sig) {
+    if (r->remote) {
+        agent_kill(d, r, sig); /* its agent signals the group on its host */
+        return;
+    }
     if (r->slurm_wait) return; /* not submitted yet: slurm_flush drops it */
     char array[SLURM_JOB_ID_MAX];
     int task;

@@ -35,7 +35,13 @@ static int reattach(bfd *d, int64_t id, int64_t job, const dstate_run *row, cons
         snprintf(r->stage_dir, sizeof r->stage_dir, "%s", rs.dir);
         r->stage_last = rs.next[0] == '\0';
     }
-    if (row->slurm_job[0]) {
+    if (row->agent[0]) {
+        /* its agent claims it with its next heartbeat (agents.c) */
+        r->remote = 1;
+        snprintf(r->agent, sizeof r->agent, "%s", row->agent);
+        bfd_log("trial %lld attempt %d: on agent %s; reattaching", (long long)r->trial, r->attempt,
+                r->agent);
+    } else if (row->slurm_job[0]) {
         memcpy(r->slurm_job, row->slurm_job, sizeof r->slurm_job);
         r->slurm_phase = ss->phase;
         r->next_poll = now_s() + d->c->slurm_poll;
@@ -112,7 +118,11 @@ int reconcile(bfd *d, char *err, size_t errlen) {
             }
             slurm_alive = ss.phase == SLURM_QUEUED || ss.phase == SLURM_RUNNING;
         }
-        if (row && (slurm_alive || (!row->slurm_job[0] && process_alive(row->pid, row->token)))) {
+        /* a remote attempt cannot be seen from here: reattached, it is
+         * claimed by its agent or ends at the heartbeat timeout */
+        int remote = row && row->agent[0];
+        if (row && (slurm_alive || remote ||
+                    (!row->slurm_job[0] && process_alive(row->pid, row->token)))) {
             if (reattach(d, ids[i], job, row, &ss, err, errlen)) break;
         } else {
             record_gone(d, ids[i], job, row, &ss, err, errlen);

@@ -208,11 +208,12 @@ int read_outcome(const bfd *d, int64_t trial, int attempt) {
                                          : -1;
 }
 
-/* The attempt's process is gone: map how it ended to the trial's state. */
-static void run_ended(bfd *d, run *r, int have_status, int status) {
+/* The attempt's process is gone: map how it ended to the trial's state.
+ * have_status: it exited with status code (-1 none) or was killed by signal
+ * sig (nonzero), as waitpid or the remote agent says; without it, `done` or
+ * the outcome file tells. on: where it ran, for the message ("" here). */
+static void run_ended(bfd *d, run *r, int have_status, int code, int sig, const char *on) {
     char why[600];
-    int code = -1;
-    if (have_status && WIFEXITED(status)) code = WEXITSTATUS(status);
     /* not our child (reattached): `done`, or else the outcome file, says */
     if (!have_status && r->done_state < 0) r->done_state = read_outcome(d, r->trial, r->attempt);
     if (!have_status)
@@ -220,10 +221,10 @@ static void run_ended(bfd *d, run *r, int have_status, int status) {
                : r->done_state == 1                                     ? 75
                : r->done_state == 2 && r->exit_code == PROTO_EXIT_INPUT ? PROTO_EXIT_INPUT
                                                                         : -1;
-    if (have_status && WIFSIGNALED(status))
-        snprintf(why, sizeof why, "killed by signal %d", WTERMSIG(status));
+    if (have_status && sig)
+        snprintf(why, sizeof why, "killed by signal %d%s", sig, on);
     else if (have_status)
-        snprintf(why, sizeof why, "exit status %d", code);
+        snprintf(why, sizeof why, "exit status %d%s", code, on);
     else if (r->done_state == 2)
         snprintf(why, sizeof why, "the worker reported failure");
     else
@@ -237,12 +238,24 @@ static void run_ended(bfd *d, run *r, int have_status, int status) {
     run_ended_code(d, r, code, why);
 }
 
+/* A child's end as waitpid reported it. */
+static void child_ended(bfd *d, run *r, int status) {
+    int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    run_ended(d, r, 1, WIFEXITED(status) ? WEXITSTATUS(status) : -1, sig, "");
+}
+
+void run_exited(bfd *d, run *r, int code, int sig) {
+    char on[PROTO_MAX_NAME + 16];
+    snprintf(on, sizeof on, " on agent %s", r->agent);
+    run_ended(d, r, 1, code, sig, on);
+}
+
 /* The Slurm job of r left the queue. The worker's `done` is the primary
  * signal; without it, Slurm's JobState and the batch script's exit status
  * (srun's, hence the worker's: 75 = preempted) decide. */
 static void slurm_job_ended(bfd *d, run *r, const slurm_status *st) {
     if (r->done_state >= 0) {
-        run_ended(d, r, 0, 0);
+        run_ended(d, r, 0, -1, 0, "");
         return;
     }
     char why[256];
@@ -266,7 +279,7 @@ void reap_children(bfd *d) {
             run *r = &d->runs[i];
             int status;
             if (r->is_child && r->pid > 0 && waitpid(r->pid, &status, WNOHANG) == r->pid) {
-                run_ended(d, r, 1, status);
+                child_ended(d, r, status);
                 continue; /* r was replaced by the last run */
             }
             i++;
@@ -279,7 +292,7 @@ void reap_children(bfd *d) {
         if (pid <= 0) break;
         for (size_t i = 0; i < d->n_runs; i++)
             if (d->runs[i].pid == pid && d->runs[i].is_child) {
-                run_ended(d, &d->runs[i], 1, status);
+                child_ended(d, &d->runs[i], status);
                 break;
             }
     }
@@ -297,6 +310,17 @@ static int forget_silent_slurm_job(bfd *d, run *r) {
     bfd_log("trial %lld attempt %d: Slurm job %s cancelled and forgotten (its late messages "
             "are refused)",
             (long long)r->trial, r->attempt, r->slurm_job);
+    remove_run(d, r);
+    return 1;
+}
+
+/* The same for a remote attempt: its agent was asked to kill it (it may be
+ * cut off too), and the retry starts now on another agent. */
+static int forget_silent_remote(bfd *d, run *r) {
+    if (!r->remote) return 0;
+    bfd_log("trial %lld attempt %d: forgotten (agent %s asked to kill it; its late messages are "
+            "refused)",
+            (long long)r->trial, r->attempt, r->agent[0] ? r->agent : "none");
     remove_run(d, r);
     return 1;
 }
@@ -422,7 +446,8 @@ void check_timers(bfd *d) {
             record_failure(d, r, why);
             r->ending = 1;
             kill_group(d, r, SIGKILL);
-            if (forget_silent_slurm_job(d, r)) continue; /* r was replaced by the last run */
+            if (forget_silent_slurm_job(d, r) || forget_silent_remote(d, r))
+                continue; /* r was replaced by the last run */
         }
         /* heartbeats prove the process lives, not that it trains: a worker
          * stuck in open() of a FIFO, or in a loop, heartbeats forever */
@@ -435,16 +460,17 @@ void check_timers(bfd *d) {
             record_failure(d, r, why);
             r->ending = 1;
             kill_group(d, r, SIGKILL);
-            if (forget_silent_slurm_job(d, r)) continue;
+            if (forget_silent_slurm_job(d, r) || forget_silent_remote(d, r)) continue;
         }
         if (r->slurm_job[0] && t >= r->next_poll) {
             r->next_poll = t + d->c->slurm_poll;
             ask_slurm(d, r); /* answered in slurm_answered */
         }
-        if (!r->is_child && !r->slurm_job[0] && !r->slurm_wait && t - r->last_alive_check >= 1.0) {
+        if (!r->is_child && !r->remote && !r->slurm_job[0] && !r->slurm_wait &&
+            t - r->last_alive_check >= 1.0) {
             r->last_alive_check = t;
             if (!process_alive(r->pid, r->token)) {
-                run_ended(d, r, 0, 0);
+                run_ended(d, r, 0, -1, 0, "");
                 continue; /* r was replaced by the last run */
             }
         }

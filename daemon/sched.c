@@ -79,7 +79,7 @@ static int schedule_stage(bfd *d, const store_trial *t, int *stage) {
  * now (its time share spent, or a full page of them launched). */
 static int schedule_pass(bfd *d) {
     char err[1024];
-    int free_slots = d->c->slots - slots_used(d);
+    int free_slots = is_remote(d) ? agents_free_slots(d) : d->c->slots - slots_used(d);
     if (free_slots <= 0) return 0;
     store_trial *ts = NULL;
     size_t n = 0;
@@ -101,17 +101,18 @@ static int schedule_pass(bfd *d) {
         int stage = -1;
         if (!strcmp(j.pipeline, "s2s") && schedule_stage(d, &ts[i], &stage)) continue;
         /* with Slurm the cluster owns the GPUs: bfd only caps how many ranks it
-         * has submitted at once (slots) */
-        int need_g = is_slurm(d) ? 0 : j.ranks * j.gpus_per_rank;
+         * has submitted at once (slots); remote agents own theirs and their slots */
+        int remote = is_remote(d);
+        int need_g = is_slurm(d) || remote ? 0 : j.ranks * j.gpus_per_rank;
         int multi_host = !is_slurm(d) && j.nodes > 1;
-        if (j.ranks > d->c->slots || need_g > d->c->n_gpus || multi_host) {
+        if ((!remote && j.ranks > d->c->slots) || need_g > d->c->n_gpus || multi_host) {
             /* can never run here: fail it for good rather than wait forever */
             char why[256];
             if (multi_host)
                 snprintf(why, sizeof why,
-                         "resources.nodes is %d, but launcher local runs every rank on this one "
-                         "host (use launcher: slurm, or nodes: 1)",
-                         j.nodes);
+                         "resources.nodes is %d, but launcher %s runs every rank on one host "
+                         "(use launcher: slurm, or nodes: 1)",
+                         j.nodes, d->c->launcher);
             else
                 snprintf(why, sizeof why,
                          "needs %d slots and %d GPUs; bfd has %d slots and %d GPUs", j.ranks,
@@ -121,7 +122,7 @@ static int schedule_pass(bfd *d) {
             publish_event(d, ts[i].job_id, ts[i].id, "FAILED", ts[i].attempts + 1, why);
             continue;
         }
-        if (j.ranks > free_slots) continue;
+        if (j.ranks > free_slots || (remote && !agent_pick(d, j.ranks))) continue;
         int gpus[BFD_MAX_GPUS], ng = 0;
         for (int g = 0; g < d->c->n_gpus && ng < need_g; g++)
             if (!gpu_used(d, d->c->gpus[g])) gpus[ng++] = d->c->gpus[g];

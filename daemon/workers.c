@@ -2,7 +2,8 @@
  * the last stored seq), heartbeat, metrics (validated at once, stored with
  * the round's other batches in one transaction by flush_batches, then acked,
  * published, exported and judged for early stopping) and done (how the
- * worker says it ended); and what bfd sends a worker: stop. Every message
+ * worker says it ended); and what bfd sends a worker: stop. The agents'
+ * messages (agent_*) go to agents.c. Every message
  * must carry the token of its trial's live attempt. It receives nothing
  * itself (the loop hands it each message and sets the round's budget) and
  * records no outcome (runs.c). */
@@ -245,6 +246,10 @@ void handle_worker_msg(bfd *d, proto_msg *m, size_t *round_points) {
     char ferr[512];
     int is_hello = !strcmp(m->type, "hello"), is_hb = !strcmp(m->type, "heartbeat"),
         is_metrics = !strcmp(m->type, "metrics"), is_done = !strcmp(m->type, "done");
+    if (!strncmp(m->type, "agent_", 6)) { /* launcher: remote (agents.c) */
+        handle_agent_msg(d, m);
+        return;
+    }
     if (!is_hello && !is_hb && !is_metrics && !is_done) {
         reply_err(d, s, m, PROTO_E_TYPE,
                   "unknown message type '%s' on the worker socket (see docs/protocol.md)", m->type);

@@ -1,5 +1,5 @@
 /* dstate.c — bfd's own two tables in bf.db, bfd_runs (the process, token,
- * GPUs and Slurm job of each running attempt) and bfd_jobs (each job's
+ * GPUs and Slurm job or remote agent of each running attempt) and bfd_jobs (each job's
  * working directory), on a connection of its own. It must not read or write
  * the jobs tables (jobs/store.c owns them) nor know the protocol. */
 #include "jobs/dstate.h"
@@ -21,21 +21,23 @@ static int prep(dstate *d, const char *sql, sqlite3_stmt **st, char *err, size_t
     return 0;
 }
 
-/* A bfd_runs table from before the Slurm launcher lacks slurm_job. */
-static int add_slurm_column(dstate *d, char *err, size_t errlen) {
+/* A bfd_runs table from before the Slurm launcher lacks slurm_job, one from
+ * before the remote launcher lacks agent: column name (decl) is added. */
+static int add_column(dstate *d, const char *name, const char *decl, char *err, size_t errlen) {
     sqlite3_stmt *st;
-    if (prep(d, "SELECT COUNT(*) FROM pragma_table_info('bfd_runs') WHERE name = 'slurm_job'", &st,
-             err, errlen))
+    if (prep(d, "SELECT COUNT(*) FROM pragma_table_info('bfd_runs') WHERE name = ?1", &st, err,
+             errlen))
         return -1;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     int rc = sqlite3_step(st);
     int have = rc == SQLITE_ROW ? sqlite3_column_int(st, 0) : 0;
     sqlite3_finalize(st);
     if (rc != SQLITE_ROW)
         return bf_fail(err, errlen, "sqlite3_step(pragma_table_info): %s", sqlite3_errmsg(d->db));
     if (have) return 0;
-    char *msg = NULL;
-    if (sqlite3_exec(d->db, "ALTER TABLE bfd_runs ADD COLUMN slurm_job TEXT NOT NULL DEFAULT ''",
-                     NULL, NULL, &msg) != SQLITE_OK) {
+    char sql[256], *msg = NULL;
+    snprintf(sql, sizeof sql, "ALTER TABLE bfd_runs ADD COLUMN %s %s", name, decl);
+    if (sqlite3_exec(d->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
         bf_fail(err, errlen, "sqlite3_exec(ALTER TABLE bfd_runs): %s",
                 msg ? msg : sqlite3_errmsg(d->db));
         sqlite3_free(msg);
@@ -62,7 +64,7 @@ int dstate_open(const char *path, dstate **out, char *err, size_t errlen) {
             "CREATE TABLE IF NOT EXISTS bfd_runs(trial INTEGER PRIMARY KEY,"
             " attempt INTEGER NOT NULL, token TEXT NOT NULL, pid INTEGER NOT NULL,"
             " gpus TEXT NOT NULL, started REAL NOT NULL,"
-            " slurm_job TEXT NOT NULL DEFAULT '');"
+            " slurm_job TEXT NOT NULL DEFAULT '', agent TEXT NOT NULL DEFAULT '');"
             "CREATE TABLE IF NOT EXISTS bfd_jobs(job INTEGER PRIMARY KEY, cwd TEXT NOT NULL);",
             NULL, NULL, &msg) != SQLITE_OK) {
         bf_fail(err, errlen, "sqlite3_exec(CREATE TABLE bfd_runs): %s",
@@ -71,7 +73,8 @@ int dstate_open(const char *path, dstate **out, char *err, size_t errlen) {
         dstate_close(&d);
         return -1;
     }
-    if (add_slurm_column(d, err, errlen)) {
+    if (add_column(d, "slurm_job", "TEXT NOT NULL DEFAULT ''", err, errlen) ||
+        add_column(d, "agent", "TEXT NOT NULL DEFAULT ''", err, errlen)) {
         dstate_close(&d);
         return -1;
     }
@@ -98,7 +101,7 @@ int dstate_run_put(dstate *d, const dstate_run *r, char *err, size_t errlen) {
     sqlite3_stmt *st;
     if (prep(d,
              "INSERT OR REPLACE INTO bfd_runs(trial, attempt, token, pid, gpus, started,"
-             " slurm_job) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+             " slurm_job, agent) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
              &st, err, errlen))
         return -1;
     sqlite3_bind_int64(st, 1, r->trial);
@@ -108,6 +111,7 @@ int dstate_run_put(dstate *d, const dstate_run *r, char *err, size_t errlen) {
     sqlite3_bind_text(st, 5, r->gpus, -1, SQLITE_STATIC);
     sqlite3_bind_double(st, 6, r->started);
     sqlite3_bind_text(st, 7, r->slurm_job, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 8, r->agent, -1, SQLITE_STATIC);
     return step_done(d, st, "INSERT bfd_runs", err, errlen);
 }
 
@@ -144,7 +148,7 @@ int dstate_runs(dstate *d, dstate_run **out, size_t *n, char *err, size_t errlen
     *n = 0;
     sqlite3_stmt *st;
     if (prep(d,
-             "SELECT trial, attempt, token, pid, gpus, started, slurm_job FROM bfd_runs"
+             "SELECT trial, attempt, token, pid, gpus, started, slurm_job, agent FROM bfd_runs"
              " ORDER BY trial",
              &st, err, errlen))
         return -1;
@@ -172,6 +176,8 @@ int dstate_runs(dstate *d, dstate_run **out, size_t *n, char *err, size_t errlen
         r->started = sqlite3_column_double(st, 5);
         const unsigned char *sj = sqlite3_column_text(st, 6);
         snprintf(r->slurm_job, sizeof r->slurm_job, "%s", sj ? (const char *)sj : "");
+        const unsigned char *ag = sqlite3_column_text(st, 7);
+        snprintf(r->agent, sizeof r->agent, "%s", ag ? (const char *)ag : "");
     }
     sqlite3_finalize(st);
     if (rc != SQLITE_DONE) {

@@ -28,6 +28,7 @@ typedef struct dstate_run {
     char gpus[256]; /* "0,1" or "" */
     double started;
     char slurm_job[32]; /* Slurm job id of the attempt ("" with the local launcher) */
+    char agent[64];     /* launcher: remote: the agent that runs it ("" otherwise) */
 } dstate_run;
 
 int dstate_run_put(dstate *d, const dstate_run *r, char *err, size_t errlen);

@@ -108,5 +108,5 @@ Test(help, each_command_lists_the_options_it_accepts) {
         snprintf(cmd, sizeof cmd, BF_BIN_DIR "/bfworker %s x.yaml --no-such-option 2>&1", c->name);
         cr_expect_eq(run(cmd, h, sizeof h), 64, "%s: %s", cmd, h);
     }
-    cr_expect_eq(commands, 7, "%d commands", commands);
+    cr_expect_eq(commands, 8, "%d commands", commands);
 }

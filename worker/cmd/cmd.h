@@ -30,6 +30,7 @@ int cmd_params(int argc, char **argv);   /* params CONFIG.yaml: parameters and m
 int cmd_generate(int argc, char **argv); /* generate CHECKPOINT --prompt TEXT (lm) */
 int cmd_dump(int argc, char **argv);     /* dump CONFIG.yaml --out DIR: one step's tensors */
 int cmd_run(int argc, char **argv);      /* run --trial ID ...: one attempt for bfd */
+int cmd_serve(int argc, char **argv);    /* serve --connect EP: bfd's remote launcher agent */
 
 /* The text of `bfworker --help`: a section per command, its options one a
  * line (tests/test_it_help.c checks they are those of cmd_specs). */
@@ -56,6 +57,7 @@ extern const char *const cmd_params_vals[], *const cmd_params_flags[];
 extern const char *const cmd_generate_vals[], *const cmd_generate_flags[];
 extern const char *const cmd_dump_vals[], *const cmd_dump_flags[];
 extern const char *const cmd_run_vals[], *const cmd_run_flags[];
+extern const char *const cmd_serve_vals[], *const cmd_serve_flags[];
 
 /* 1 when o is in list (NULL-terminated), else 0. */
 int cmd_listed(const char *const *list, const char *o);

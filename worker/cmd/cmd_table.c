@@ -14,5 +14,6 @@ const cmd_spec cmd_specs[] = {
     {"generate", cmd_generate, cmd_generate_vals, cmd_generate_flags},
     {"dump", cmd_dump, cmd_dump_vals, cmd_dump_flags},
     {"run", cmd_run, cmd_run_vals, cmd_run_flags},
+    {"serve", cmd_serve, cmd_serve_vals, cmd_serve_flags},
     {NULL, NULL, NULL, NULL},
 };
