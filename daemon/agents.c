@@ -12,6 +12,7 @@
  * through runs.c. */
 #include "daemon/bfd_priv.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,12 +23,6 @@
 #define AGENTS_MAX 1024
 
 int is_remote(const bfd *d) { return strcmp(d->c->launcher, "remote") == 0; }
-
-static agent *agent_by_id(bfd *d, int id) {
-    for (size_t i = 0; i < d->n_agents; i++)
-        if (d->agents[i].id == id) return &d->agents[i];
-    return NULL;
-}
 
 /* Slots of agent a that its runs hold. */
 static int agent_used(const bfd *d, const agent *a) {
@@ -69,8 +64,8 @@ static int agent_send(bfd *d, const agent *a, const char *type, json_t *body, ch
     return proto_send(d->wrk, &route, NULL, type, body, ZMQ_DONTWAIT, err, errlen);
 }
 
-int agent_launch(bfd *d, agent *a, const run *r, const char *out, const char *logp,
-                 const char *cwd, const char *stage_root, char *err, size_t errlen) {
+int agent_launch(bfd *d, agent *a, const run *r, const char *out, const char *logp, const char *cwd,
+                 const char *stage_root, char *err, size_t errlen) {
     json_t *b = json_pack("{s:I, s:i, s:s, s:s, s:s, s:s, s:i, s:i}", "trial", (json_int_t)r->trial,
                           "attempt", r->attempt, "token", r->token, "out", out, "log", logp, "cwd",
                           cwd, "ranks", r->ranks, "threads", d->c->threads_per_slot);
@@ -85,17 +80,6 @@ int agent_launch(bfd *d, agent *a, const run *r, const char *out, const char *lo
     int rc = agent_send(d, a, "launch", b, err, errlen);
     json_decref(b);
     return rc;
-}
-
-void agent_kill(bfd *d, const run *r, int sig) {
-    agent *a = r->agent_id ? agent_by_id(d, r->agent_id) : NULL;
-    if (!a) return; /* none holds it now: the heartbeat timeout and the fence end it */
-    char err[256];
-    json_t *b = json_pack("{s:I, s:i, s:i}", "trial", (json_int_t)r->trial, "attempt", r->attempt,
-                          "signal", sig);
-    if (b && agent_send(d, a, "kill", b, err, sizeof err))
-        bfd_log("trial %lld: kill to agent %s: %s", (long long)r->trial, a->name, err);
-    json_decref(b);
 }
 
 /* The agent of this connection, registered or refreshed from hello or a
@@ -115,14 +99,14 @@ static agent *agent_upsert(bfd *d, proto_msg *m) {
     }
     if (!proto_name_ok(name)) {
         reply_err(d, s, m, PROTO_E_FIELD,
-                  "%s: 'name' must be 1-%d printable ASCII characters without space, '\"' or '\\'", m->type,
-                  PROTO_MAX_NAME);
+                  "%s: 'name' must be 1-%d printable ASCII characters without space, '\"' or '\\'",
+                  m->type, PROTO_MAX_NAME);
         return NULL;
     }
     if (!is_remote(d)) {
         reply_err(d, s, m, PROTO_E_FIELD,
-                  "%s: this bfd has launcher %s; agents serve launcher: remote (bfd.yaml)",
-                  m->type, d->c->launcher);
+                  "%s: this bfd has launcher %s; agents serve launcher: remote (bfd.yaml)", m->type,
+                  d->c->launcher);
         return NULL;
     }
     agent *a = NULL;
@@ -194,13 +178,9 @@ static void agent_running(bfd *d, agent *a, proto_msg *m) {
             /* also one being stopped: its grace before SIGKILL is bfd's to end */
             if (r->agent_id == a->id) continue;
         }
-        char err[256];
-        json_t *b = json_pack("{s:I, s:i, s:i}", "trial", (json_int_t)trial, "attempt", attempt,
-                              "signal", 9);
-        if (b && agent_send(d, a, "kill", b, err, sizeof err) == 0)
+        if (agent_signal(d, a, trial, attempt, SIGKILL) == 0)
             bfd_log("trial %lld attempt %d on agent %s: not a live attempt of bfd; killed",
                     (long long)trial, attempt, a->name);
-        json_decref(b);
     }
 }
 

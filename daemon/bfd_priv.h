@@ -279,8 +279,6 @@ int agents_free_slots(bfd *d);
  * in err when the message cannot go. */
 int agent_launch(bfd *d, agent *a, const run *r, const char *out, const char *logp, const char *cwd,
                  const char *stage_root, char *err, size_t errlen);
-/* Asks r's agent to signal r's process group (nothing when none holds it). */
-void agent_kill(bfd *d, const run *r, int sig);
 /* Agents silent for heartbeat_timeout are dropped; their attempts fail. */
 void agents_check(bfd *d);
 /* agents as a JSON array for status (new reference). */
@@ -298,9 +296,13 @@ int reconcile(bfd *d, char *err, size_t errlen);
 /* 1 when pid lives and its command line holds token (not a reused pid, not a
  * zombie). */
 int process_alive(pid_t pid, const char *token);
-/* Signals an attempt: its process group (local) or its Slurm job (SIGTERM:
- * scancel --signal=TERM once it runs; else scancel). Failures are logged. */
+/* Signals an attempt: its process group (local), its Slurm job (SIGTERM:
+ * scancel --signal=TERM once it runs; else scancel), or through its remote
+ * agent. Failures are logged. */
 void kill_group(bfd *d, run *r, int sig);
+/* Asks agent a to signal the process group of trial's attempt (`kill`); -1
+ * after logging when the message cannot go. */
+int agent_signal(bfd *d, const agent *a, int64_t trial, int attempt, int sig);
 /* scancel of a job, task or (array 1) whole array through the Slurm thread
  * (here and now when there is none, or its queue is full or stopped). */
 void slurm_cancel_async(bfd *d, const char *id, int array, int term, long long trial);

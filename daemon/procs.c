@@ -1,12 +1,14 @@
 /* procs — an attempt's processes once started: whether one still lives
- * (and is ours, not a reused pid), and signalling its process group or its
- * Slurm job. It starts nothing (launch.c) and records no outcome (runs.c). */
+ * (and is ours, not a reused pid), and signalling its process group, its
+ * Slurm job, or its remote agent to signal it. It starts nothing (launch.c)
+ * and records no outcome (runs.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include "daemon/bfd_priv.h"
 #include "daemon/slurm.h"
@@ -44,6 +46,22 @@ void slurm_cancel_async(bfd *d, const char *id, int array, int term, long long t
     if (rc) bfd_log("trial %lld: %s", trial, err);
 }
 
+int agent_signal(bfd *d, const agent *a, int64_t trial, int attempt, int sig) {
+    char err[256];
+    proto_msg route;
+    memset(&route, 0, sizeof route);
+    memcpy(route.ident, a->ident, a->ident_len);
+    route.ident_len = a->ident_len;
+    json_t *b =
+        json_pack("{s:I, s:i, s:i}", "trial", (json_int_t)trial, "attempt", attempt, "signal", sig);
+    int rc = b ? proto_send(d->wrk, &route, NULL, "kill", b, ZMQ_DONTWAIT, err, sizeof err) : -1;
+    if (rc)
+        bfd_log("trial %lld: kill to agent %s: %s", (long long)trial, a->name,
+                b ? err : "out of memory");
+    json_decref(b);
+    return rc;
+}
+
 /* Signals an attempt: its process group (local, or through its agent with
  * launcher: remote), or its Slurm job: SIGTERM
  * becomes `scancel --signal=TERM` (the worker checkpoints and exits 75),
@@ -51,7 +69,12 @@ void slurm_cancel_async(bfd *d, const char *id, int array, int term, long long t
  * not started yet is simply cancelled. */
 void kill_group(bfd *d, run *r, int sig) {
     if (r->remote) {
-        agent_kill(d, r, sig); /* its agent signals the group on its host */
+        /* its agent signals the group on its host; none holds it (bfd
+         * restarted, the agent lost): the heartbeat timeout and the attempt
+         * fence end it */
+        for (size_t i = 0; i < d->n_agents; i++)
+            if (r->agent_id && d->agents[i].id == r->agent_id)
+                agent_signal(d, &d->agents[i], r->trial, r->attempt, sig);
         return;
     }
     if (r->slurm_wait) return; /* not submitted yet: slurm_flush drops it */

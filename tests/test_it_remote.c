@@ -90,8 +90,8 @@ static pid_t start_agent(int i, const char *name, const char *key) {
     snprintf(k, sizeof k, "%s/curve/%s.key", g_home, key);
     setenv("BF_CURVE_SERVER", srv, 1);
     setenv("BF_CURVE_KEY", k, 1);
-    char *argv[] = {IT_BFWORKER, "serve", "--connect", g_ep, "--slots", "1", "--name",
-                    (char *)name, "--grace", "5", NULL};
+    char *argv[] = {IT_BFWORKER, "serve",      "--connect", g_ep, "--slots", "1",
+                    "--name",    (char *)name, "--grace",   "5",  NULL};
     pid_t pid = it_spawn(logp, argv, 1);
     if (i >= 0) g_agent[i] = pid;
     return pid;
@@ -133,13 +133,12 @@ static void attempt_agent(long long trial, int attempt, char *out, size_t len) {
 static void check_exactly_once(long long trial, int cut_ok) {
     long long lines, values;
     it_metrics_file(g_home, trial, cut_ok, &lines, &values);
-    long long stored =
-        it_db_int(g_home, "SELECT COUNT(*) FROM metrics WHERE trial = ?1", trial);
+    long long stored = it_db_int(g_home, "SELECT COUNT(*) FROM metrics WHERE trial = ?1", trial);
     cr_assert_eq(stored, values, "trial %lld: %lld values stored, its file holds %lld", trial,
                  stored, values);
-    cr_assert_eq(it_db_int(g_home, "SELECT COUNT(DISTINCT seq) FROM metrics WHERE trial = ?1",
-                           trial),
-                 lines, "trial %lld: the stored seqs are not its %lld lines", trial, lines);
+    cr_assert_eq(
+        it_db_int(g_home, "SELECT COUNT(DISTINCT seq) FROM metrics WHERE trial = ?1", trial), lines,
+        "trial %lld: the stored seqs are not its %lld lines", trial, lines);
 }
 
 /* dir/NAME.yaml: n_seeds trials of a model wide enough (about 5 ms a step
@@ -274,8 +273,9 @@ Test(remote, bfd_killed_and_restarted_reattaches_through_the_agents) {
     for (long long t = 1; t <= 2; t++) {
         cr_assert_eq(it_db_int(g_home, "SELECT attempts FROM trials WHERE id = ?1", t), 1,
                      "trial %lld was retried, not reattached", t);
-        cr_assert_eq(it_db_int(g_home, "SELECT COUNT(*) FROM trials WHERE id = ?1 AND state = "
-                                       "'COMPLETED'",
+        cr_assert_eq(it_db_int(g_home,
+                               "SELECT COUNT(*) FROM trials WHERE id = ?1 AND state = "
+                               "'COMPLETED'",
                                t),
                      1);
         check_exactly_once(t, 0);

@@ -33,13 +33,14 @@
 #include "common/spawn.h"
 #include "protocol/proto.h"
 
-#define SERVE_MAX 256          /* attempts one agent runs at once */
-#define EXIT_RESEND_S 2.0      /* an unacknowledged agent_exit is said again */
-#define HELLO_RESEND_S 2.0     /* hello until bfd answers */
-#define SILENT_WARN_S 10.0     /* no answer to hello: say what may be wrong */
+#define SERVE_MAX 256      /* attempts one agent runs at once */
+#define EXIT_RESEND_S 2.0  /* an unacknowledged agent_exit is said again */
+#define HELLO_RESEND_S 2.0 /* hello until bfd answers */
+#define SILENT_WARN_S 10.0 /* no answer to hello: say what may be wrong */
 #define DEFAULT_GRACE_S 30.0
 
-const char *const cmd_serve_vals[] = {"--connect", "--slots", "--name", "--mpirun", "--grace", NULL};
+const char *const cmd_serve_vals[] = {"--connect", "--slots", "--name",
+                                      "--mpirun",  "--grace", NULL};
 const char *const cmd_serve_flags[] = {"--quiet", NULL};
 
 static const char *SERVE_USAGE =
@@ -118,9 +119,9 @@ static void send_heartbeat(agent_state *a, const char *type) {
     json_t *list = json_array();
     for (int i = 0; i < a->n_kids; i++)
         if (a->kids[i].pid > 0)
-            json_array_append_new(list, json_pack("{s:I, s:i}", "trial",
-                                                  (json_int_t)a->kids[i].trial, "attempt",
-                                                  a->kids[i].attempt));
+            json_array_append_new(list,
+                                  json_pack("{s:I, s:i}", "trial", (json_int_t)a->kids[i].trial,
+                                            "attempt", a->kids[i].attempt));
     send_agent(a, type, json_pack("{s:o}", "running", list));
 }
 
@@ -192,8 +193,8 @@ static void do_launch(agent_state *a, json_t *b) {
         argv[n++] = "-np";
         argv[n++] = np;
     }
-    const char *tail[] = {a->self, "run",       "--trial", id,    "--connect", a->endpoint,
-                          "--token", token,     "--out",   out,   "--attempt", att};
+    const char *tail[] = {a->self,   "run", "--trial", id,  "--connect", a->endpoint,
+                          "--token", token, "--out",   out, "--attempt", att};
     for (size_t i = 0; i < sizeof tail / sizeof tail[0]; i++) argv[n++] = tail[i];
     if (stage) {
         argv[n++] = "--stage-root";
@@ -254,8 +255,8 @@ static void handle(agent_state *a, proto_msg *m) {
         if (json_is_number(hb) && json_number_value(hb) >= 0.05)
             a->heartbeat = json_number_value(hb);
         if (!a->welcomed)
-            say(a, "connected to bfd at %s: %d slot%s, heartbeat every %g s", a->endpoint,
-                a->slots, a->slots == 1 ? "" : "s", a->heartbeat);
+            say(a, "connected to bfd at %s: %d slot%s, heartbeat every %g s", a->endpoint, a->slots,
+                a->slots == 1 ? "" : "s", a->heartbeat);
         a->welcomed = 1;
         a->last_error[0] = '\0';
     } else if (!strcmp(m->type, "launch")) {
