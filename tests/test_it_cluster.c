@@ -9,7 +9,11 @@
  *     Slurm ran its job on, and both compute nodes ran trials;
  *   - a worker whose CURVE key is not in curve/clients/ is refused: it says
  *     so and exits 64, the trial FAILED at once (not retried, long before
- *     the worker's 60 s hello timeout) with that reason in `bfctl show`.
+ *     the worker's 60 s hello timeout) with that reason in `bfctl show`;
+ *   - launcher: remote, no Slurm: a `bfworker serve` agent on nodes 2 and 3;
+ *     a node killed mid-trial (its agent and worker) is found lost and the
+ *     trial resumes on the other node; an agent cut off is failed over and
+ *     its stale attempt ends.
  * The box's names carry this run's pid (BF_CLUSTER_PREFIX), so two runs on
  * one machine do not meet; a watchdog process tears the box down when the
  * test process ends by any means (a failed assertion, Criterion's timeout).
@@ -71,7 +75,10 @@ static void setup(void) {
                   0644);
 }
 
+static void stop_agents(void);
+
 static void teardown(void) {
+    stop_agents();
     it_stop(&g_bfd, SIGKILL);
     if (g_up) {
         char cmd[1200];
@@ -712,6 +719,123 @@ Test(cluster, partitioned_node_is_failed_over_and_its_stale_attempt_refused) {
             "partition of %s for 12 s (3 x heartbeat timeout 4 s): attempt 2 on %s resumed "
             "from step %ld; the stale attempt ended itself (exit %d)\n",
             h, other, from, PROTO_EXIT_STALE);
+}
+
+/* ------------------------------------------------- launcher: remote agents */
+
+static pid_t g_agents[2] = {-1, -1};
+
+/* bfd on node 1 with launcher: remote, and a `bfworker serve` agent (one
+ * slot, named by its host) on nodes 2 and 3 that reaches bfd's worker
+ * endpoint over the box's network with the client key "worker". */
+static void start_box_bfd_and_agents(void) {
+    box_up();
+    keygen(NULL);
+    keygen("worker");
+    it_write_text(tmpdir_path(g_home, "bfd.yaml"),
+                  "launcher: remote\nheartbeat_timeout: 4\nheartbeat_interval: 0.2\n"
+                  "kill_grace: 3\n",
+                  0644);
+    start_bfd("worker");
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://" BFD_ADDR ":%d", BFD_PORT + 1);
+    for (int k = 0; k < 2; k++) {
+        char n[40], logp[512], want[80];
+        node(n, sizeof n, k + 2);
+        snprintf(logp, sizeof logp, "%s/agent-%s.log", g_dir, n);
+        char *argv[] = {"sh", CLUSTER, "exec", n, BF_BIN_DIR "/bfworker", "serve", "--connect", ep,
+                        "--slots", "1", NULL};
+        g_agents[k] = it_spawn(logp, argv, 1);
+        snprintf(want, sizeof want, "agent %s (pid ", n);
+        double t0 = it_now_s();
+        while (it_count_lines_with(tmpdir_path(g_dir, "bfd.log"), want) == 0) {
+            cr_assert(it_now_s() - t0 < 30, "the agent on %s did not connect (see %s)", n, logp);
+            it_sleep_s(0.2);
+        }
+    }
+}
+
+static void stop_agents(void) {
+    for (int k = 0; k < 2; k++)
+        if (g_agents[k] > 0) {
+            kill(-g_agents[k], SIGKILL);
+            waitpid(g_agents[k], NULL, 0);
+            g_agents[k] = -1;
+        }
+}
+
+Test(cluster, remote_agents_on_two_nodes_and_a_node_that_dies) {
+    start_box_bfd_and_agents();
+    const char *sweep = write_sweep_steps("agents", 2, 3000, "retries: 3\n");
+    long long job = it_submit(g_dir, sweep);
+    char h[128], h2[128], other[128], args[160];
+    wait_host(1, 1, h, sizeof h, 60);
+    wait_host(2, 1, h2, sizeof h2, 60);
+    cr_assert_str_neq(h, h2, "both trials on %s (one slot an agent)", h);
+    other_node(h, other, sizeof other);
+    it_db_wait(g_dir, g_home, "step 200",
+               "SELECT COALESCE(MAX(step), 0) FROM metrics WHERE trial = ?1", 1, 200, 60);
+    double t_kill = it_now_s();
+    snprintf(args, sizeof args, "kill %s", h); /* the agent and its worker, kill -9 */
+    box(args);
+    cr_assert_eq(ctl(NULL, 0, "wait 1"), 0, "the sweep must complete on %s (see %s/bfd.log)",
+                 other, g_dir);
+    double took = it_now_s() - t_kill;
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM trials WHERE job = ?1 AND state = 'COMPLETED'", job),
+                 2);
+    long long att = db_int("SELECT attempts FROM trials WHERE id = ?1", 1);
+    cr_assert_geq(att, 2);
+    char last[128], want[160];
+    attempt_host(1, (int)att, last, sizeof last);
+    cr_assert_str_eq(last, other, "the retry ran on %s, not on the survivor %s", last, other);
+    snprintf(want, sizeof want, "bfd: agent %s lost", h);
+    cr_assert_eq(it_count_lines_with(tmpdir_path(g_dir, "bfd.log"), want), 1, "bfd did not say %s",
+                 want);
+    const char *logp = tmpdir_path(g_home, "logs/1.log");
+    long from = resumed_from(logp);
+    cr_assert(from >= 100 && from < 3000, "the retry resumed from step %ld (see %s)", from, logp);
+    check_store_equals_file(1, 1);
+    check_store_equals_file(2, 0);
+    cr_assert_eq(db_int("SELECT MAX(step) FROM metrics WHERE trial = ?1", 1), 3000);
+    stop_agents();
+    fprintf(stderr,
+            "remote agents on %s and %s: %s killed mid-trial, trial 1 resumed from step %ld on "
+            "%s (%lld attempts), sweep done %.1f s after the kill\n",
+            h, h2, h, from, other, att, took);
+}
+
+Test(cluster, remote_agent_cut_off_is_failed_over_and_its_stale_attempt_ends) {
+    start_box_bfd_and_agents();
+    const char *sweep = write_sweep_steps("agentcut", 1, LONG_STEPS, "retries: 3\n");
+    it_submit(g_dir, sweep);
+    char h[128], h2[128], other[128], args[160];
+    wait_host(1, 1, h, sizeof h, 60);
+    other_node(h, other, sizeof other);
+    it_db_wait(g_dir, g_home, "step 200",
+               "SELECT COALESCE(MAX(step), 0) FROM metrics WHERE trial = ?1", 1, 200, 60);
+    snprintf(args, sizeof args, "partition %s on", h);
+    box(args);
+    double t_cut = it_now_s();
+    wait_host(1, 2, h2, sizeof h2, 60);
+    cr_assert_str_eq(h2, other, "attempt 2 on %s, not on %s", h2, other);
+    while (it_now_s() - t_cut < 3 * 4) it_sleep_s(0.2);
+    snprintf(args, sizeof args, "partition %s off", h);
+    box(args);
+    cr_assert_eq(ctl(NULL, 0, "wait 1"), 0, "the trial must complete (see %s/bfd.log)", g_dir);
+    const char *logp = tmpdir_path(g_home, "logs/1.log");
+    /* the stale attempt ended itself at the fence, or bfd had its agent kill
+     * it when the agent came back listing it; either way nothing of it was
+     * stored after attempt 2 began */
+    int ended = it_count_lines_with(logp, "trial 1 attempt 1 is stale: bfd started attempt 2") +
+                it_count_lines_with(tmpdir_path(g_dir, "bfd.log"),
+                                    "attempt 1 on agent") /* "...: not a live attempt" */;
+    cr_assert(ended >= 1, "the stale attempt did not end (see %s and bfd.log)", logp);
+    check_store_equals_file(1, 1);
+    cr_assert_eq(db_int("SELECT MAX(step) FROM metrics WHERE trial = ?1", 1), LONG_STEPS);
+    cr_assert_eq(db_int("SELECT attempts FROM trials WHERE id = ?1", 1), 2);
+    stop_agents();
+    fprintf(stderr, "remote agent on %s cut off 12 s: attempt 2 on %s; the stale one ended\n", h,
+            other);
 }
 
 /* kill -9 of the bfworker processes in node's namespace; how many. */
