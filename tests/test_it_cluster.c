@@ -743,8 +743,8 @@ static void start_box_bfd_and_agents(void) {
         char n[40], logp[512], want[80];
         node(n, sizeof n, k + 2);
         snprintf(logp, sizeof logp, "%s/agent-%s.log", g_dir, n);
-        char *argv[] = {"sh", CLUSTER, "exec", n, BF_BIN_DIR "/bfworker", "serve", "--connect", ep,
-                        "--slots", "1", NULL};
+        char *argv[] = {"sh", CLUSTER,   "exec", n,   BF_BIN_DIR "/bfworker", "serve", "--connect",
+                        ep,   "--slots", "1",    NULL};
         g_agents[k] = it_spawn(logp, argv, 1);
         snprintf(want, sizeof want, "agent %s (pid ", n);
         double t0 = it_now_s();
@@ -778,8 +778,8 @@ Test(cluster, remote_agents_on_two_nodes_and_a_node_that_dies) {
     double t_kill = it_now_s();
     snprintf(args, sizeof args, "kill %s", h); /* the agent and its worker, kill -9 */
     box(args);
-    cr_assert_eq(ctl(NULL, 0, "wait 1"), 0, "the sweep must complete on %s (see %s/bfd.log)",
-                 other, g_dir);
+    cr_assert_eq(ctl(NULL, 0, "wait 1"), 0, "the sweep must complete on %s (see %s/bfd.log)", other,
+                 g_dir);
     double took = it_now_s() - t_kill;
     cr_assert_eq(db_int("SELECT COUNT(*) FROM trials WHERE job = ?1 AND state = 'COMPLETED'", job),
                  2);
