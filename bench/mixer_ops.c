@@ -166,15 +166,21 @@ static void bench_shape(const bench *b, int T, int d, int heads) {
                           .Cm = xdbl + R + N,
                           .Dskip = Dp,
                           .z = z};
-    c.sg = (bk_scan_grads){gbuf,    gbuf + nx,   gpar + (size_t)D * N,     gpar,
-                           gbc + R, gbc + R + N, gpar + (size_t)D * N + D, gbuf + 2 * nx};
+    c.sg = (bk_scan_grads){.dx = gbuf,
+                           .ddelta = gbuf + nx,
+                           .ddelta_bias = gpar + (size_t)D * N,
+                           .dA_log = gpar,
+                           .dBm = gbc + R,
+                           .dCm = gbc + R + N,
+                           .dDskip = gpar + (size_t)D * N + D,
+                           .dz = gbuf + 2 * nx};
     double tsf = time_best(b, run_scan_fwd, &c), tsb = time_best(b, run_scan_bwd, &c);
     double st = (double)B * D * nch * N;
     double bf = 4.0 * (4.0 * nx + 2.0 * B * T * G * N + st);
     double bb = 4.0 * (10.0 * nx + 6.0 * B * T * G * N + st);
 
     /* conv on the same channels */
-    c.ca = (bk_conv_args){B, T, D, CONV_K, 0, 1, NULL};
+    c.ca = (bk_conv_args){.B = B, .T = T, .C = D, .K = CONV_K, .silu = 1};
     c.cx = x;
     c.cw = dev_fill(be, (size_t)D * CONV_K, -0.5f, 0.5f, 15);
     c.cb = dev_fill(be, (size_t)D, -0.1f, 0.1f, 16);

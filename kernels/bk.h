@@ -82,6 +82,7 @@ typedef struct bk_conv_args {
     int reverse;       /* 0: left to right, 1: right to left */
     int silu;          /* 1: act = SiLU (fused), 0: identity */
     const float *mask; /* [B,T] nullable */
+    int dx_overwrite;  /* backward only: 1 = dx is written, not added to (see conv1d_backward) */
 } bk_conv_args;
 
 /* Mamba-1 selective scan, per channel c of D = G groups of D/G channels,
@@ -129,9 +130,15 @@ typedef struct bk_scan_args {
 } bk_scan_args;
 
 /* Gradients of the scan; each nullable, each accumulated (+=). dBm, dCm use
- * bc_stride like Bm, Cm. ddelta is with respect to delta before softplus. */
+ * bc_stride like Bm, Cm. ddelta is with respect to delta before softplus.
+ * overwrite = 1: the per-token gradients dx, ddelta, dBm and dCm are
+ * written instead, 0 at masked tokens, with the bits an add onto a zeroed
+ * buffer gives, so their first writer needs no zeroing pass of its own;
+ * dz_overwrite the same for dz (only written with z). BiMamba's directions
+ * share dz but not the others. Parameter gradients always accumulate. */
 typedef struct bk_scan_grads {
     float *dx, *ddelta, *ddelta_bias, *dA_log, *dBm, *dCm, *dDskip, *dz;
+    int overwrite, dz_overwrite;
 } bk_scan_grads;
 
 /* LSTM recurrence over S independent streams, hidden size H each (a
@@ -396,6 +403,8 @@ typedef struct bk_backend {
                            const bk_conv_args *a);
     /* dx[B,T,C] +=, dw[C,K] +=, dbias[C] += (each nullable). Reads the
      * forward's inputs (the pre-activation is recomputed for SiLU).
+     * a->dx_overwrite: dx = instead (0 at masked tokens, the bits of an add
+     * onto zeros), so a first writer needs no zeroing pass.
      * scratch: B*C*(K+1) floats. */
     void (*conv1d_backward)(float *dx, float *dw, float *dbias, float *scratch, const float *dout,
                             const float *x, const float *w, const float *bias,
@@ -404,8 +413,9 @@ typedef struct bk_backend {
      * states[B,D,ceil(T/BK_SCAN_CHUNK),N] receives the chunk-end states for
      * the backward (nullable at inference). */
     void (*scan_forward)(float *out, float *states, const bk_scan_args *a);
-    /* Accumulates into every non-NULL gradient in g. states from
-     * scan_forward with the same a. scratch: B*D*(2N+2) floats. */
+    /* Accumulates into (or with g->overwrite writes) every non-NULL
+     * gradient in g. states from scan_forward with the same a.
+     * scratch: B*D*(2N+2) floats. */
     void (*scan_backward)(const bk_scan_grads *g, float *scratch, const float *dout,
                           const float *states, const bk_scan_args *a);
     /* out[B,T,S,H] = h_t of each stream (masked tokens 0); saved[B,T,S,6H]

@@ -189,6 +189,15 @@ static inline void lanes_store(float *p, mvec v, int nl) {
 static inline void lanes_add(float *p, mvec v, int nl) {
     lanes_store(p, lanes_load(p, nl) + v, nl);
 }
+/* p += v, or (overwrite) p = v + 0: the bits of an add onto a zeroed
+ * buffer (a -0 comes out +0), so dropping the zeroing pass changes none. */
+static inline void lanes_put(float *p, mvec v, int nl, int overwrite) {
+    if (overwrite)
+        lanes_store(p, v + 0.0f, nl);
+    else
+        lanes_add(p, v, nl);
+}
+static inline void put1(float *p, float v, int overwrite) { *p = overwrite ? v + 0.0f : *p + v; }
 
 /* sum of the lanes, as a tree */
 static inline float msum(mvec v) {
@@ -305,12 +314,14 @@ void bk_cpu_conv1d_forward(float *out, const float *x, const float *w, const flo
 
 /* One pass in the forward's order: at each active token the pre-activation
  * is recomputed, gpre = dout * act'(pre), and gpre is spread back onto the
- * window: dx[tap token] += w[tap] gpre, dw[tap] += gpre x[tap token]. */
+ * window: dx[tap token] += w[tap] gpre, dw[tap] += gpre x[tap token]. A
+ * token's own tap is the first write to its dx (the later tokens' taps
+ * follow), which is where dx_overwrite assigns. */
 void bk_cpu_conv1d_backward(float *dx, float *dw, float *dbias, float *scratch, const float *dout,
                             const float *x, const float *w, const float *bias,
                             const bk_conv_args *a) {
     (void)scratch; /* the CPU needs none: a task owns its channels over all samples */
-    const int B = a->B, T = a->T, C = a->C, K = a->K;
+    const int B = a->B, T = a->T, C = a->C, K = a->K, ow = a->dx_overwrite;
     if (B <= 0 || T <= 0 || C <= 0 || (!dx && !dw && !dbias)) return;
     const int nb = (C + MLEN - 1) / MLEN;
 #pragma omp parallel for schedule(static) if ((long long)B * T * C >= MIX_PAR_MIN)
@@ -325,8 +336,11 @@ void bk_cpu_conv1d_backward(float *dx, float *dw, float *dbias, float *scratch, 
             int prev[BK_CONV_MAX_K], np = 0;
             for (int s = 0; s < T; s++) {
                 int t = a->reverse ? T - 1 - s : s;
-                if (is_masked(a->mask, b, T, t)) continue;
                 size_t row = ((size_t)b * T + t) * C + c0;
+                if (is_masked(a->mask, b, T, t)) {
+                    if (dx && ow) lanes_store(dx + row, msplat(0.0f), nl);
+                    continue;
+                }
                 mvec pre = conv_pre(xb, wt, b0, c0, nl, C, K, t, prev, np);
                 mvec gp = lanes_load(dout + row, nl);
                 if (a->silu) {
@@ -335,7 +349,7 @@ void bk_cpu_conv1d_backward(float *dx, float *dw, float *dbias, float *scratch, 
                 }
                 dbl += gp;
                 dwl[K - 1] += gp * lanes_load(x + row, nl);
-                if (dx) lanes_add(dx + row, wt[K - 1] * gp, nl);
+                if (dx) lanes_put(dx + row, wt[K - 1] * gp, nl, ow);
                 for (int m = 0; m < np; m++) {
                     size_t pr = ((size_t)b * T + prev[m]) * C + c0;
                     dwl[K - 2 - m] += gp * lanes_load(x + pr, nl);
@@ -608,10 +622,19 @@ scan_tile_backward_chunk(const scan_tile *st, const bk_scan_grads *gr, const flo
         dD[l] = part[(size_t)l * P + N];
         dbias[l] = part[(size_t)l * P + N + 1];
     }
+    const int ow = gr->overwrite, ozw = gr->dz_overwrite;
     for (int s = s1 - 1; s >= s0; s--) {
         int t = a->reverse ? T - 1 - s : s, i = s - s0;
-        if (is_masked(a->mask, b, T, t)) continue;
         size_t row = ((size_t)b * T + t) * D + st->c0;
+        if (is_masked(a->mask, b, T, t)) {
+            /* no gradient reaches a skipped token: 0 when writing */
+            if (ozw && a->z && gr->dz) lanes_store(gr->dz + row, msplat(0.0f), nl);
+            if (ow) {
+                if (gr->dx) lanes_store(gr->dx + row, msplat(0.0f), nl);
+                if (gr->ddelta) lanes_store(gr->ddelta + row, msplat(0.0f), nl);
+            }
+            continue;
+        }
         size_t bc = (((size_t)b * T + t) * G + st->g) * st->bcs;
         const float *Bp = a->Bm + bc, *Cp = a->Cm + bc;
         const mvec *hp = i > 0 ? cb->h[i - 1] : h0, *ht = cb->h[i], *et = cb->e[i];
@@ -623,7 +646,7 @@ scan_tile_backward_chunk(const scan_tile *st, const bk_scan_grads *gr, const flo
             for (int n = 0; n < N; n++) ys += ht[n] * Cp[n];
             mvec zv = lanes_load(a->z + row, nl), sz = msigmoid(zv);
             dys = gv * zv * sz;
-            if (gr->dz) lanes_add(gr->dz + row, gv * ys * sz * (1.0f + zv * (1.0f - sz)), nl);
+            if (gr->dz) lanes_put(gr->dz + row, gv * ys * sz * (1.0f + zv * (1.0f - sz)), nl, ozw);
         }
         dD += dys * xv;
         /* ddt and dxv summed in two interleaved halves (shorter FMA chains) */
@@ -648,8 +671,8 @@ scan_tile_backward_chunk(const scan_tile *st, const bk_scan_grads *gr, const flo
         mvec ddt = dta + dtb, dxv = dxa + dxb;
         mvec du = ddt * msigmoid(u);
         dbias += du;
-        if (gr->dx) lanes_add(gr->dx + row, dxv, nl);
-        if (gr->ddelta) lanes_add(gr->ddelta + row, du, nl);
+        if (gr->dx) lanes_put(gr->dx + row, dxv, nl, ow);
+        if (gr->ddelta) lanes_put(gr->ddelta + row, du, nl, ow);
     }
     for (int l = 0; l < nl; l++) {
         for (int n = 0; n < N; n++) {
@@ -682,13 +705,20 @@ static void scan_group_backward(const bk_scan_args *a, const bk_scan_grads *gr, 
                 scan_tile_backward_chunk(&st, gr, dout, states, tp, cb, k, N);
         }
         const int s0 = k * SCAN_L, s1 = s0 + SCAN_L < T ? s0 + SCAN_L : T;
+        /* each (b, t, g) row of dBm/dCm is written here once, by this task */
         for (int s = s0; s < s1; s++) {
             int t = a->reverse ? T - 1 - s : s;
-            if (is_masked(a->mask, b, T, t)) continue;
             size_t bc = (((size_t)b * T + t) * G + g) * bcs;
+            if (is_masked(a->mask, b, T, t)) {
+                for (int n = 0; gr->overwrite && n < N; n++) {
+                    if (gr->dBm) gr->dBm[bc + n] = 0.0f;
+                    if (gr->dCm) gr->dCm[bc + n] = 0.0f;
+                }
+                continue;
+            }
             for (int n = 0; n < N; n++) {
-                if (gr->dBm) gr->dBm[bc + n] += msum(cb->dB[s - s0][n]);
-                if (gr->dCm) gr->dCm[bc + n] += msum(cb->dC[s - s0][n]);
+                if (gr->dBm) put1(gr->dBm + bc + n, msum(cb->dB[s - s0][n]), gr->overwrite);
+                if (gr->dCm) put1(gr->dCm + bc + n, msum(cb->dC[s - s0][n]), gr->overwrite);
             }
         }
     }

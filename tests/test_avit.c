@@ -358,6 +358,34 @@ static void dropping_equals_masking(int mixers) {
     model_destroy(&m);
 }
 
+#define CENTRE_LATE 30.0f
+/* nn_halt's ones: mask[0] is all ones by construction; at inference each
+ * later mask's flag says what its host copy holds; in training (no host
+ * copy) only mask[0] is known. */
+Test(avit, the_all_ones_flags_follow_the_masks) {
+    model m;
+    make(&m, 0.5f);
+    int targets[3] = {0, 2, 1}, some = 0, none = 0;
+    char err[256];
+    m.drop = 0;
+    for (int k = 0; k < 2; k++) {
+        m.halt.cf.centre = k ? 0.5f : CENTRE_LATE; /* all running / halting from layer 1 */
+        cr_assert_eq(model_forward(&m, pixels, NULL, targets, 3, 0, err, sizeof err), 0, "%s", err);
+        cr_expect_eq(m.halt.ones[0], 1);
+        for (int l = 1; l <= 4; l++) {
+            int ones = 1;
+            for (int r = 0; r < 51; r++) ones = ones && m.halt.h_mask[l][r] == 1.0f;
+            cr_expect_eq(m.halt.ones[l], ones, "centre %g, layer %d", m.halt.cf.centre, l);
+            some += ones, none += !ones;
+        }
+    }
+    cr_expect(some > 0 && none > 0, "want both kinds of layer (%d all ones, %d not)", some, none);
+    loss_at(&m, targets);
+    cr_expect_eq(m.halt.ones[0], 1);
+    for (int l = 1; l <= 4; l++) cr_expect_eq(m.halt.ones[l], 0, "training, layer %d", l);
+    model_destroy(&m);
+}
+
 Test(avit, dropping_halted_tokens_equals_masking_them) { dropping_equals_masking(0); }
 
 /* The same with bimamba and bilstm in the deep layers (the S2S student): the

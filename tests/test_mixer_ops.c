@@ -78,6 +78,21 @@ static void expect_close_f(const char *what, const float *got, const float *want
     expect_near(what, got, w, n, tol);
 }
 
+/* A buffer of NaNs: what an overwriting op must not read. */
+static float *fnan(size_t n) {
+    float *x = fbuf(n);
+    for (size_t i = 0; i < n; i++) x[i] = NAN;
+    return x;
+}
+
+/* The same bits (an overwriting op against adding onto zeros: -0 vs +0 or
+ * a NaN left behind would both show here). */
+static void expect_same_bits(const char *what, const float *got, const float *want, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        cr_assert(!memcmp(got + i, want + i, sizeof(float)), "%s[%zu]: got %a, want %a", what, i,
+                  (double)got[i], (double)want[i]);
+}
+
 /* L = <R, out> as a closure for gc_numeric */
 typedef struct {
     void (*eval)(void *ctx);
@@ -226,6 +241,13 @@ static void conv_check_ref(int B, int T, int C, int K, int reverse, int silu, in
     cpu->conv1d_backward(NULL, dw2, NULL, NULL, dout, c.x, c.w, c.bias, &c.a);
     expect_close_f("conv dx alone", dx2, dx, n, 0);
     expect_close_f("conv dw alone", dw2, dw, (size_t)C * K, 0);
+    /* dx_overwrite: the bits of adding onto zeros, whatever dx held */
+    float *dx0 = fbuf(n), *dxw = fnan(n);
+    cpu->conv1d_backward(dx0, NULL, NULL, NULL, dout, c.x, c.w, c.bias, &c.a);
+    bk_conv_args ow = c.a;
+    ow.dx_overwrite = 1;
+    cpu->conv1d_backward(dxw, NULL, NULL, NULL, dout, c.x, c.w, c.bias, &ow);
+    expect_same_bits("conv dx overwritten", dxw, dx0, n);
 }
 
 Test(mixer, conv_matches_reference, .init = init_cpu) {
@@ -502,6 +524,33 @@ static void scan_check_ref(int B, int T, int D, int G, int N, int reverse, int m
     cpu->scan_backward(&g0, scratch, dout, c.states, &c.a);
     expect_close_f("scan dx alone", dx2, g.dx, c.nx, 0);
     expect_close_f("scan dA_log alone", dA2, g.dA_log, (size_t)D * N, 0);
+    /* overwrite, dz_overwrite: the bits of adding onto zeros, whatever the
+     * buffers held; the delta-rank columns of xdbl stay as they were */
+    const size_t S = SCAN_R + 2 * N;
+    float *bc0 = fcopy(pbc, c.nbc), *bcw = fcopy(pbc, c.nbc);
+    for (size_t row = 0; row < c.nbc / S; row++)
+        for (size_t n = SCAN_R; n < S; n++) {
+            bc0[row * S + n] = 0.0f;
+            bcw[row * S + n] = NAN;
+        }
+    bk_scan_grads z0 = {.dx = fbuf(c.nx),
+                        .ddelta = fbuf(c.nx),
+                        .dBm = bc0 + SCAN_R,
+                        .dCm = bc0 + SCAN_R + N,
+                        .dz = gated ? fbuf(c.nx) : NULL};
+    bk_scan_grads zw = {.dx = fnan(c.nx),
+                        .ddelta = fnan(c.nx),
+                        .dBm = bcw + SCAN_R,
+                        .dCm = bcw + SCAN_R + N,
+                        .dz = gated ? fnan(c.nx) : NULL,
+                        .overwrite = 1,
+                        .dz_overwrite = 1};
+    cpu->scan_backward(&z0, scratch, dout, c.states, &c.a);
+    cpu->scan_backward(&zw, scratch, dout, c.states, &c.a);
+    expect_same_bits("scan dx overwritten", zw.dx, z0.dx, c.nx);
+    expect_same_bits("scan ddelta overwritten", zw.ddelta, z0.ddelta, c.nx);
+    expect_same_bits("scan dB, dC overwritten", bcw, bc0, c.nbc);
+    if (gated) expect_same_bits("scan dz overwritten", zw.dz, z0.dz, c.nx);
 }
 
 Test(mixer, scan_matches_reference, .init = init_cpu) {

@@ -342,3 +342,27 @@ Test(model, a_block_uses_its_own_mask) {
     cr_expect_eq(d1, 0.0, "other samples changed");
     model_destroy(&m);
 }
+
+/* A block's own mask known to be all ones (mask_ones): the row-freezing
+ * passes are skipped, and a training step gives the same bits as with them
+ * (a rowscale by ones is the identity). */
+Test(model, a_known_all_ones_mask_changes_no_bits) {
+    model m;
+    make(&m, 0, 0, 3);
+    int targets[3] = {0, 2, 1};
+    char err[256];
+    float logits[2][9], *grad[2];
+    for (int known = 0; known < 2; known++) {
+        m.blocks[1].mask = m.mask; /* all ones: the forward is given no mask */
+        m.blocks[1].mask_ones = known;
+        cr_assert_eq(model_forward(&m, ids, NULL, targets, 3, 1, err, sizeof err), 0, "%s", err);
+        model_backward(&m);
+        memcpy(logits[known], m.logits, sizeof logits[known]);
+        grad[known] = malloc(m.np.P.numel * sizeof(float));
+        memcpy(grad[known], m.np.P.grad, m.np.P.numel * sizeof(float));
+    }
+    cr_expect(memcmp(logits[0], logits[1], sizeof logits[0]) == 0, "logits changed");
+    cr_expect(memcmp(grad[0], grad[1], m.np.P.numel * sizeof(float)) == 0, "gradients changed");
+    free(grad[0]), free(grad[1]);
+    model_destroy(&m);
+}

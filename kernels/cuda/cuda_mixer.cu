@@ -121,14 +121,18 @@ __global__ void conv_forward_kernel(float *out, const float *x, const float *w, 
 }
 
 /* dx[b,t,c] += w[K-1] gp(t) + sum_m w[K-2-m] gp(m-th later active token):
- * a gather (each thread writes only its own element), no atomics. */
+ * a gather (each thread writes only its own element), no atomics. With
+ * a.dx_overwrite, dx = (that sum) + 0 and 0 at masked tokens. */
 __global__ void conv_backward_dx_kernel(float *dx, const float *dout, const float *x,
                                         const float *w, const float *bias, bk_conv_args a) {
     const size_t n = (size_t)a.B * a.T * a.C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         const int c = (int)(i % a.C), t = (int)(i / a.C % a.T), b = (int)(i / ((size_t)a.C * a.T));
-        if (mix_masked(a.mask, b, a.T, t)) continue; /* a skipped token receives no gradient */
+        if (mix_masked(a.mask, b, a.T, t)) { /* a skipped token receives no gradient */
+            if (a.dx_overwrite) dx[i] = 0.0f;
+            continue;
+        }
         const int s = a.reverse ? a.T - 1 - t : t;
         const float *wc = w + (size_t)c * a.K;
         float acc = wc[a.K - 1] * conv_gp(a, dout, x, w, bias, b, s, c);
@@ -141,7 +145,7 @@ __global__ void conv_backward_dx_kernel(float *dx, const float *dout, const floa
                 if (j < a.T) acc += wc[a.K - 2 - m] * conv_gp(a, dout, x, w, bias, b, j, c);
             }
         }
-        dx[i] += acc;
+        dx[i] = a.dx_overwrite ? acc + 0.0f : dx[i] + acc;
     }
 }
 
@@ -524,7 +528,11 @@ __global__ void __launch_bounds__(32 * SCAN_W)
                     const int t = a.reverse ? T - 1 - s : s;
                     const unsigned r = (unsigned)((t * G + g) * p.bcs);
                     float vb = bk_warp_sum(cB), vc = bk_warp_sum(cC);
-                    if (lane == 0 && !mix_masked(a.mask, b, T, t)) {
+                    const bool skip = mix_masked(a.mask, b, T, t);
+                    if (lane == 0 && gr.overwrite && tile == 0) { /* the row's first writer */
+                        if (dBm) dBm[r + n] = skip ? 0.0f : vb + 0.0f;
+                        if (dCm) dCm[r + n] = skip ? 0.0f : vc + 0.0f;
+                    } else if (lane == 0 && !skip) {
                         if (dBm) dBm[r + n] += vb;
                         if (dCm) dCm[r + n] += vc;
                     }
@@ -532,17 +540,25 @@ __global__ void __launch_bounds__(32 * SCAN_W)
             }
 #pragma unroll
             for (int i = 0; i < SCAN_I; i++) {
-                if (!on[i]) continue;
                 const int s = s0 + w * SCAN_I + i, t = a.reverse ? T - 1 - s : s;
+                if (!valid || s >= T) continue;
                 const size_t row = ((size_t)b * T + t) * D + c;
+                if (!on[i]) { /* masked: no gradient; written 0 when overwriting */
+                    if (gr.dz_overwrite && a.z && gr.dz) gr.dz[row] = 0.0f;
+                    if (gr.overwrite && gr.dx) gr.dx[row] = 0.0f;
+                    if (gr.overwrite && gr.ddelta) gr.ddelta[row] = 0.0f;
+                    continue;
+                }
+                /* overwrite: v + 0, the bits of an add onto a zeroed buffer */
                 if (a.z && gr.dz) {
                     float z = a.z[row], sz = mix_sigmoid(z);
-                    gr.dz[row] += dout[row] * ys[i] * sz * (1.0f + z * (1.0f - sz));
+                    float v = dout[row] * ys[i] * sz * (1.0f + z * (1.0f - sz));
+                    gr.dz[row] = gr.dz_overwrite ? v + 0.0f : gr.dz[row] + v;
                 }
                 float du = ddt[i] * mix_sigmoid(a.delta[row] + bias);
                 dbias += du;
-                if (gr.dx) gr.dx[row] += dxv[i];
-                if (gr.ddelta) gr.ddelta[row] += du;
+                if (gr.dx) gr.dx[row] = gr.overwrite ? dxv[i] + 0.0f : gr.dx[row] + dxv[i];
+                if (gr.ddelta) gr.ddelta[row] = gr.overwrite ? du + 0.0f : gr.ddelta[row] + du;
             }
         }
         /* the tile's per-channel sums: each warp has its segments' share;

@@ -454,6 +454,7 @@ static void forward_dropped(model *m, int l, int B) {
         nn_block_forward(blk, &m->env, &m->S, &c, m->x[l + 1], m->x[l]);
         return;
     }
+    int padded = 0;
     for (int b = 0; b < B; b++) {
         int j = 0;
         for (int t = 0; t < T; t++)
@@ -461,7 +462,7 @@ static void forward_dropped(model *m, int l, int B) {
                 m->h_cidx[(size_t)b * Tc + j] = b * T + t;
                 m->h_cmask[(size_t)b * Tc + j++] = 1;
             }
-        for (; j < Tc; j++) {
+        for (; j < Tc; j++, padded = 1) {
             m->h_cidx[(size_t)b * Tc + j] = b * T;
             m->h_cmask[(size_t)b * Tc + j] = 0;
         }
@@ -472,6 +473,7 @@ static void forward_dropped(model *m, int l, int B) {
     be->embedding_forward(m->xc, m->cidx, m->x[l], (int)rows, C);
     blk->mask = m->cmask;
     blk->h_mask = m->h_cmask;
+    blk->mask_ones = !padded;
     nn_call c = model_call(m, B, 0, l);
     c.T = Tc;
     nn_block_forward(blk, &m->env, &m->S, &c, m->yc, m->xc);
@@ -480,6 +482,7 @@ static void forward_dropped(model *m, int l, int B) {
     be->embedding_backward(m->x[l + 1], m->yc, m->cidx, (int)rows, C);
     blk->mask = m->halt.mask[l];
     blk->h_mask = m->halt.h_mask[l];
+    blk->mask_ones = m->halt.ones[l];
 }
 
 int model_forward(model *m, const int *ids, const float *mask, const int *targets, int batch,
@@ -539,6 +542,7 @@ int model_forward(model *m, const int *ids, const float *mask, const int *target
         nn_block *blk = &m->blocks[l];
         if (m->sh.avit) {
             blk->mask = ext ? m->ext_mask[l] : m->halt.mask[l];
+            blk->mask_ones = ext ? m->ext_ones && m->ext_ones[l] : m->halt.ones[l];
             blk->h_mask = training || ext ? NULL : m->halt.h_mask[l];
         }
         if (m->sh.avit && !training && !ext && m->drop && l > 0)

@@ -140,6 +140,7 @@ struct model {
      * a teacher's) instead of the model's own halting; NULL = own. With
      * ext_infer inference does too (masked, not dropped; no retention). */
     float *const *ext_mask;
+    const int *ext_ones; /* [layers] nullable: ext_mask[l] known all ones (nn_halt's ones) */
     int ext_infer;
     int ext_used;   /* the last forward ran under ext_mask */
     int trunk_only; /* 1: a forward stops after the blocks and halting (no final LayerNorm, head,

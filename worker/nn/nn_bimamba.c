@@ -217,13 +217,13 @@ void nn_bimamba_backward(nn_bimamba *m, const nn_env *e, nn_scratch *s, const nn
     if (gout)
         bgemm_half(be, 1, 0, dh, Dg, BT, din, C, dh, m->ysum, D, Dg, 1.0f, gout, Dg,
                    (long long)dh * Dg, G);
-    be->zero(dx, nD * sizeof(float));
-    be->zero(dz, nD * sizeof(float));
+    /* No zeroing passes over the [B,T,D] buffers: the first writer of each
+     * assigns. dz and dx: the forward direction's scan and conv write them,
+     * the backward direction's add on; dxc, ddpre and dBm/dCm of dxdbl:
+     * each direction's scan writes them anew; dxdbl's delta columns: the
+     * W_delta product with beta 0. */
     for (int r = 0; r < 2; r++) {
         nn_mamba_dir *d = &m->dir[r];
-        be->zero(dxc, nD * sizeof(float));
-        be->zero(ddpre, nD * sizeof(float));
-        be->zero(dxdbl, nP * sizeof(float));
         bk_scan_args sa = scan_args(m, e, c, r);
         bk_scan_grads sg = {.dx = dxc,
                             .ddelta = ddpre,
@@ -232,10 +232,12 @@ void nn_bimamba_backward(nn_bimamba *m, const nn_env *e, nn_scratch *s, const nn
                             .dBm = dxdbl + R,
                             .dCm = dxdbl + R + m->N,
                             .dDskip = nn_g(e, d->Dskip),
-                            .dz = dz};
+                            .dz = dz,
+                            .overwrite = 1,
+                            .dz_overwrite = r == 0};
         be->scan_backward(&sg, sscr, dys, d->states, &sa);
         /* dpre = W_Δ δ */
-        bgemm(be, 0, 0, BT, R, Dg, ddpre, D, Dg, nn_w(e, d->dt_w), R, (long long)Dg * R, 1.0f,
+        bgemm(be, 0, 0, BT, R, Dg, ddpre, D, Dg, nn_w(e, d->dt_w), R, (long long)Dg * R, 0.0f,
               dxdbl, G * P, P, G);
         float *gdt = nn_g(e, d->dt_w);
         if (gdt)
@@ -249,6 +251,7 @@ void nn_bimamba_backward(nn_bimamba *m, const nn_env *e, nn_scratch *s, const nn
             bgemm(be, 1, 0, P, Dg, BT, dxdbl, G * P, P, d->xc, D, Dg, 1.0f, gx, Dg,
                   (long long)P * Dg, G);
         bk_conv_args ca = conv_args(m, c, r);
+        ca.dx_overwrite = r == 0;
         be->conv1d_backward(dx, nn_g(e, d->conv_w), nn_g(e, d->conv_b), cscr, dxc, m->x,
                             nn_w(e, d->conv_w), nn_w(e, d->conv_b), &ca);
     }

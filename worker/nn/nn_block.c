@@ -182,10 +182,14 @@ static nn_call block_call(const nn_block *b, const nn_call *c) {
     return bc;
 }
 
+/* Whether the block's own mask may freeze rows: not when it is known to be
+ * all ones (then every rowscale by it is the identity). */
+static int freezes(const nn_block *b) { return b->mask && !b->mask_ones; }
+
 /* Under the block's own mask (A-ViT halting) a masked row is frozen: its
  * LayerNorm outputs and both branch outputs are zeroed, so out = x there. */
 static void freeze_rows(const nn_block *b, const nn_env *e, float *v, int N) {
-    if (b->mask) e->be->rowscale(v, v, b->mask, N, b->C);
+    if (freezes(b)) e->be->rowscale(v, v, b->mask, N, b->C);
 }
 
 void nn_block_forward(nn_block *b, const nn_env *e, nn_scratch *s, const nn_call *c, float *out,
@@ -228,7 +232,7 @@ void nn_block_backward(nn_block *b, const nn_env *e, nn_scratch *s, const nn_blo
     if (b->tap_grad[NN_TAP_OUT]) be->add(dx, dx, b->tap_grad[NN_TAP_OUT], NC);
     /* MLP branch: out = mid + MLP(LN2(mid)) */
     const float *dy = dx;
-    if (b->mask) {
+    if (freezes(b)) {
         be->rowscale(w->dmix, dx, b->mask, N, b->C);
         dy = w->dmix;
     }
@@ -242,7 +246,7 @@ void nn_block_backward(nn_block *b, const nn_env *e, nn_scratch *s, const nn_blo
         be->add(w->dmix, dx, b->tap_grad[NN_TAP_MIXER], NC);
         dy = w->dmix;
     }
-    if (b->mask) {
+    if (freezes(b)) {
         be->rowscale(w->dmix, dy, b->mask, N, b->C);
         dy = w->dmix;
     }

@@ -70,8 +70,12 @@ typedef struct nn_block {
     nn_ln_acts a1, a2;
     float *mid, *mix_out;
     const float *x_in, *x_out; /* the last forward's input and output (owned by the model) */
-    /* own mask (device [B,T] and host copy); NULL = the call's */
+    /* own mask (device [B,T] and host copy); NULL = the call's. mask_ones:
+     * the mask is known to be all ones (every row running; set by whoever
+     * sets mask, from how it was made, never by reading the device), so
+     * the row-freezing passes are skipped; 0 = not known. */
     const float *mask, *h_mask;
+    int mask_ones;
     const float *tap_grad[NN_TAP_COUNT];
 } nn_block;
 

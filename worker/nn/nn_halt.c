@@ -14,7 +14,8 @@ int nn_halt_plan(nn_halt *h, bk_arena *A, int L, int B, int T, int C) {
         h->h = calloc((size_t)L, sizeof *h->h);
         h->h_mask = calloc((size_t)L + 1, sizeof *h->h_mask);
         h->h_ones = malloc(BT * sizeof(float));
-        if (!h->mask || !h->h || !h->h_mask || !h->h_ones) return -1;
+        h->ones = calloc((size_t)L + 1, sizeof *h->ones);
+        if (!h->mask || !h->h || !h->h_mask || !h->h_ones || !h->ones) return -1;
         for (int l = 0; l <= L; l++)
             if (!(h->h_mask[l] = malloc(BT * sizeof(float)))) return -1;
         for (size_t i = 0; i < BT; i++) h->h_ones[i] = 1.0f;
@@ -33,8 +34,8 @@ int nn_halt_plan(nn_halt *h, bk_arena *A, int L, int B, int T, int C) {
 
 void nn_halt_free(nn_halt *h) {
     for (int l = 0; h->h_mask && l <= h->L; l++) free(h->h_mask[l]);
-    free(h->mask), free(h->h), free(h->h_mask), free(h->h_ones);
-    h->mask = NULL, h->h = NULL, h->h_mask = NULL, h->h_ones = NULL;
+    free(h->mask), free(h->h), free(h->h_mask), free(h->h_ones), free(h->ones);
+    h->mask = NULL, h->h = NULL, h->h_mask = NULL, h->h_ones = NULL, h->ones = NULL;
 }
 
 void nn_halt_begin(nn_halt *h, const nn_env *e, int B) {
@@ -47,6 +48,8 @@ void nn_halt_begin(nn_halt *h, const nn_env *e, int B) {
     be->zero(h->cum, BT * sizeof(float));
     be->zero(h->hstats, BK_HALT_STATS(h->L) * sizeof(double));
     memcpy(h->h_mask[0], h->h_ones, BT * sizeof(float));
+    h->ones[0] = 1;
+    for (int l = 1; l <= h->L; l++) h->ones[l] = 0;
 }
 
 static bk_halt_args halt_args(const nn_halt *h, int l, int B, int C) {
@@ -66,8 +69,14 @@ void nn_halt_layer(nn_halt *h, const nn_env *e, int l, const float *out, int B, 
     bk_halt_args a = halt_args(h, l, B, C);
     e->be->halt_forward(h->h[l], h->mask[l + 1], h->cum, h->rem, h->at, h->hstats, out, h->mask[l],
                         &a);
-    if (!training)
-        e->be->to_host(h->h_mask[l + 1], h->mask[l + 1], (size_t)B * h->T * sizeof(float));
+    h->ones[l + 1] = 0;
+    if (training) return;
+    size_t n = (size_t)B * h->T;
+    e->be->to_host(h->h_mask[l + 1], h->mask[l + 1], n * sizeof(float));
+    /* the host copy is here anyway: whether the next layer freezes nothing */
+    size_t i = 0;
+    while (i < n && h->h_mask[l + 1][i] == 1.0f) i++;
+    h->ones[l + 1] = i == n;
 }
 
 static double patch_tokens(const nn_halt *h, int B) { return (double)B * (h->T - 1); }

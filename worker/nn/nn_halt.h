@@ -38,6 +38,8 @@ typedef struct nn_halt {
     double *hstats; /* BK_HALT_STATS(L) doubles */
     float *dldp;    /* [L] */
     float **h_mask; /* [L + 1] host [B,T]: inference copies */
+    int *ones;      /* [L + 1] mask[l] known all ones (mask[0]; at inference from
+                       h_mask), 0 = not known: lets a block skip its freezing */
     float *h_ones;
     float *out, *dout; /* device [B,T,C]: the ACT output and its gradient */
 } nn_halt;

@@ -14,6 +14,7 @@ static int distill_before(void *ctx, model *m, const int *in, const int *targets
     d->teacher.drop = 0; /* masked: the full layout the student's rows line up with */
     if (model_forward(&d->teacher, in, NULL, targets, rows, 0, err, errlen)) return -1;
     m->ext_mask = d->teacher.halt.mask;
+    m->ext_ones = d->teacher.halt.ones;
     m->label_smoothing = 0.1f; /* the design's stage-1 cross-entropy */
     d->steps += 1;
     return 0;
@@ -88,6 +89,7 @@ static int distill_validate(void *ctx, model *m, const bf_config *c, const data_
     if (pipe_eval_batcher(m, c, ds, ds->val, h, &bt, &b, err, errlen)) return -1;
     int drop = m->drop, tdrop = d->teacher.drop, rc = 0;
     float *const *ext = m->ext_mask;
+    const int *ext_ones = m->ext_ones;
     m->drop = d->teacher.drop = 0;
     m->ext_infer = 1;
     double sum[2] = {0, 0}; /* sum over samples of the layers' MSE, samples */
@@ -101,6 +103,7 @@ static int distill_validate(void *ctx, model *m, const bf_config *c, const data_
         }
         if (b.valid_rows == 0) continue;
         m->ext_mask = d->teacher.halt.mask;
+        m->ext_ones = d->teacher.halt.ones;
         if (model_forward(m, b.ids, b.mask, b.labels, b.valid_rows, 0, err, errlen)) {
             rc = -1;
             break;
@@ -116,6 +119,7 @@ static int distill_validate(void *ctx, model *m, const bf_config *c, const data_
         sum[1] += b.valid_rows;
     }
     m->drop = drop, d->teacher.drop = tdrop, m->ext_infer = 0, m->ext_mask = ext;
+    m->ext_ones = ext_ones;
     data_batch_free(&b);
     data_batcher_destroy(&bt);
     if (rc) return rc;
