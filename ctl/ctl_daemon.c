@@ -970,9 +970,12 @@ int bfctl_daemon(int argc, char **argv) {
         size_t i;
         json_t *t;
         json_array_foreach(json_object_get(r, "agents"), i, t)
-            printf("agent %s (pid %lld): %lld of %lld slots used, last heard %.1f s ago\n",
+            printf("agent %s (pid %lld): %lld of %lld slots used, last heard %.1f s ago%s\n",
                    jstr(t, "name"), jint(t, "pid"), jint(t, "used"), jint(t, "slots"),
-                   json_number_value(json_object_get(t, "last_seen_s")));
+                   json_number_value(json_object_get(t, "last_seen_s")),
+                   json_is_false(json_object_get(t, "reachable"))
+                       ? " (unreachable: no launch goes to it until it is heard from)"
+                       : "");
         json_array_foreach(json_object_get(r, "running"), i, t) {
             char where[120];
             if (json_is_string(json_object_get(t, "agent")))

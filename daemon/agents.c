@@ -36,6 +36,7 @@ agent *agent_pick(bfd *d, int ranks) {
     agent *best = NULL;
     int best_free = 0;
     for (size_t i = 0; i < d->n_agents; i++) {
+        if (d->agents[i].unreachable) continue;
         int f = d->agents[i].slots - agent_used(d, &d->agents[i]);
         if (f >= ranks && f > best_free) {
             best = &d->agents[i];
@@ -48,6 +49,7 @@ agent *agent_pick(bfd *d, int ranks) {
 int agents_free_slots(bfd *d) {
     int n = 0;
     for (size_t i = 0; i < d->n_agents; i++) {
+        if (d->agents[i].unreachable) continue;
         int f = d->agents[i].slots - agent_used(d, &d->agents[i]);
         if (f > 0) n += f;
     }
@@ -79,7 +81,18 @@ int agent_launch(bfd *d, agent *a, const run *r, const char *out, const char *lo
     }
     int rc = agent_send(d, a, "launch", b, err, errlen);
     json_decref(b);
+    if (rc) agent_unreachable(d, a, err);
     return rc;
+}
+
+void agent_unreachable(bfd *d, agent *a, const char *why) {
+    if (a->unreachable) return;
+    a->unreachable = 1;
+    snprintf(a->unreachable_why, sizeof a->unreachable_why, "%s", why);
+    bfd_log("agent %s unreachable (%s): no launch goes to it until it is heard from again or "
+            "lost after heartbeat_timeout %g s",
+            a->name, why, d->c->heartbeat_timeout);
+    d->dirty = 1;
 }
 
 /* The agent of this connection, registered or refreshed from hello or a
@@ -148,6 +161,12 @@ static agent *agent_upsert(bfd *d, proto_msg *m) {
     }
     if (a->slots != (int)slots) d->dirty = 1;
     a->slots = (int)slots;
+    if (a->unreachable) { /* it spoke: its route is back */
+        bfd_log("agent %s reachable again", a->name);
+        a->unreachable = 0;
+        a->unreachable_why[0] = '\0';
+        d->dirty = 1;
+    }
     memcpy(a->ident, m->ident, m->ident_len);
     a->ident_len = m->ident_len;
     a->last_seen = now_s();
@@ -259,10 +278,10 @@ json_t *agents_json(bfd *d) {
     double t = now_s();
     for (size_t i = 0; arr && i < d->n_agents; i++) {
         const agent *a = &d->agents[i];
-        json_array_append_new(arr, json_pack("{s:s, s:I, s:i, s:i, s:f, s:f}", "name", a->name,
+        json_array_append_new(arr, json_pack("{s:s, s:I, s:i, s:i, s:f, s:f, s:b}", "name", a->name,
                                              "pid", (json_int_t)a->pid, "slots", a->slots, "used",
                                              agent_used(d, a), "since", a->since, "last_seen_s",
-                                             t - a->last_seen));
+                                             t - a->last_seen, "reachable", !a->unreachable));
     }
     return arr;
 }

@@ -75,6 +75,10 @@ typedef struct agent {
     unsigned char ident[PROTO_MAX_IDENT];
     size_t ident_len;
     double since, last_seen;
+    /* a message to it could not be sent (its connection is gone): no launch
+     * goes to it until it is heard from again, or found lost */
+    int unreachable;
+    char unreachable_why[160];
 } agent;
 
 /* One worker's metrics message of this round, validated and waiting for
@@ -271,14 +275,18 @@ void judge_run(bfd *d, run *r);
 int is_remote(const bfd *d);
 /* Handles agent_hello, agent_heartbeat and agent_exit from the worker socket. */
 void handle_agent_msg(bfd *d, proto_msg *m);
-/* The agent with the most free slots that has at least ranks free, or NULL. */
+/* The reachable agent with the most free slots that has at least ranks free,
+ * or NULL. */
 agent *agent_pick(bfd *d, int ranks);
 /* Free slots over every agent (the remote launcher's capacity now). */
 int agents_free_slots(bfd *d);
 /* Sends agent a the launch of r (its folders, token and stage); -1 with why
- * in err when the message cannot go. */
+ * in err when the message cannot go, and a is then unreachable. */
 int agent_launch(bfd *d, agent *a, const run *r, const char *out, const char *logp, const char *cwd,
                  const char *stage_root, char *err, size_t errlen);
+/* Marks a unreachable (a send to it failed: why): agent_pick passes it over
+ * until a message from it arrives. */
+void agent_unreachable(bfd *d, agent *a, const char *why);
 /* Agents silent for heartbeat_timeout are dropped; their attempts fail. */
 void agents_check(bfd *d);
 /* agents as a JSON array for status (new reference). */

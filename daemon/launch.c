@@ -389,17 +389,32 @@ static int launch_local(bfd *d, run *r, const store_job *j, const char *out, con
 
 /* launcher: remote: the attempt r (RUNNING, recorded as dr) goes to the
  * agent with the most free slots; sched.c checked that one has room. A
- * launch that cannot be sent fails the trial (retried) and forgets r. */
+ * launch that cannot be sent (the agent's connection is gone: killed, cut
+ * off, not yet found lost) never started: the trial goes back to PENDING
+ * without counting a failure, and the agent takes no launch until it is
+ * heard from again, so a dead agent cannot burn a sweep's retries. */
 static int launch_remote(bfd *d, run *r, const char *out, const char *logp, const char *cwd,
                          const char *stage_root, dstate_run *dr) {
     char err[512], why[700];
     agent *a = agent_pick(d, r->ranks);
-    if (!a)
-        snprintf(err, sizeof err, "no agent has %d free slot%s", r->ranks,
+    if (!a) {
+        snprintf(why, sizeof why, "not launched: no agent has %d free slot%s", r->ranks,
                  r->ranks == 1 ? "" : "s");
-    if (!a || agent_launch(d, a, r, out, logp, cwd, stage_root, err, sizeof err)) {
-        snprintf(why, sizeof why, "not launched on an agent: %s", err);
         fail_unsubmitted(d, r, why);
+        return -1;
+    }
+    if (agent_launch(d, a, r, out, logp, cwd, stage_root, err, sizeof err)) {
+        int64_t trial = r->trial, job = r->job;
+        int attempt = r->attempt;
+        snprintf(why, sizeof why,
+                 "not launched: agent %s unreachable (%s); pending again, not counted as a "
+                 "failure",
+                 a->name, err);
+        remove_run(d, r);
+        char e2[1024];
+        if (store_trial_preempt(d->st, trial, why, e2, sizeof e2)) bfd_log("%s", e2);
+        bfd_log("trial %lld attempt %d: %s", (long long)trial, attempt, why);
+        publish_event(d, job, trial, "PENDING", attempt, why);
         return -1;
     }
     r->remote = 1;

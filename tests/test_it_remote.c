@@ -9,6 +9,9 @@
  *   - bfd killed (SIGKILL) while both agents run trials and started again:
  *     the agents' heartbeats reattach the attempts, which finish at their
  *     first attempt with every point stored once;
+ *   - an agent killed while idle, not yet found lost: the launch that cannot
+ *     reach it puts the trial back to pending without counting a failure,
+ *     the agent takes no more launches, and the next agent runs the trial;
  *   - what is refused, and said: a second agent with a name in use, an agent
  *     of a bfd whose launcher is not remote, bad command lines (exit 64).
  * The multi-host form of the same (agents in network namespaces of their own)
@@ -106,6 +109,24 @@ static void wait_log(const char *path, const char *needle, double timeout) {
         cr_assert(it_now_s() - t0 < timeout, "no '%s' in %s after %.0f s", needle, path, timeout);
         it_sleep_s(0.1);
     }
+}
+
+/* `bfctl wait JOB`, which must exit 0; else bfd's log, bfctl's errors and the
+ * agents' logs are shown before the failure. */
+static void wait_job_ok(long long job, const char *what) {
+    char args[64];
+    snprintf(args, sizeof args, "wait %lld", job);
+    int rc = it_bfctl(g_dir, NULL, 0, args);
+    if (rc != 0) {
+        it_show_tail(bfd_log(), 6000);
+        it_show_tail(tmpdir_path(g_dir, "bfctl.err"), 2000);
+        for (int i = 0; i < AGENTS; i++) {
+            char p[512];
+            snprintf(p, sizeof p, "%s/agent-%s.log", g_dir, g_names[i]);
+            it_show_tail(p, 2000);
+        }
+    }
+    cr_assert_eq(rc, 0, "%s: bfctl wait %lld exited %d", what, job, rc);
 }
 
 static void wait_agents(void) {
@@ -212,8 +233,7 @@ Test(remote, killed_agent_s_trial_is_retried_on_the_other_agent) {
     snprintf(want, sizeof want, "agent %s lost", victim);
     wait_log(bfd_log(), want, 30);
     double lost_after = it_now_s() - t_kill;
-    cr_assert_eq(it_bfctl(g_dir, NULL, 0, "wait 1"), 0, "the sweep must finish (see %s)",
-                 bfd_log());
+    wait_job_ok(job, "the sweep must finish");
     double took = it_now_s() - t0;
     cr_assert_eq(it_db_int(g_home,
                            "SELECT COUNT(*) FROM trials WHERE job = ?1 AND state = 'COMPLETED'",
@@ -269,7 +289,7 @@ Test(remote, bfd_killed_and_restarted_reattaches_through_the_agents) {
     it_stop(&g_bfd, SIGKILL);
     it_sleep_s(1.0); /* the workers train on; the agents heartbeat into the void */
     start_bfd(yaml_remote(20));
-    cr_assert_eq(it_bfctl(g_dir, NULL, 0, "wait 1"), 0, "the sweep must finish after the restart");
+    wait_job_ok(1, "the sweep must finish after the restart");
     for (long long t = 1; t <= 2; t++) {
         cr_assert_eq(it_db_int(g_home, "SELECT attempts FROM trials WHERE id = ?1", t), 1,
                      "trial %lld was retried, not reattached", t);
@@ -283,6 +303,57 @@ Test(remote, bfd_killed_and_restarted_reattaches_through_the_agents) {
     cr_assert_eq(it_count_lines_with(bfd_log(), "; reattaching"), 2);
     cr_assert_eq(it_count_lines_with(bfd_log(), "runs it; reattached"), 2,
                  "each agent claims its attempt after the restart");
+}
+
+/* An agent killed while idle stays registered until its heartbeat timeout;
+ * a launch sent to it in that window cannot go (its connection is gone). The
+ * trial never started: it waits, pending, without counting a failure (with
+ * retries 0 it would otherwise fail for good at once, and a sweep's pending
+ * trials would burn every retry in a loop), and runs on the next agent. */
+Test(remote, a_dead_agent_not_yet_lost_takes_no_launch_and_burns_no_retry) {
+    keygen(NULL);
+    keygen("agent");
+    start_bfd(yaml_remote(60));
+    start_agent(0, "node-a", "agent");
+    wait_log(bfd_log(), "agent node-a (pid ", 20);
+    it_stop(&g_agent[0], SIGKILL);
+    it_sleep_s(0.5); /* loopback: bfd's socket sees the connection close */
+    const char *sweep = write_sweep("one", 1, 300, "retries: 0\n");
+    long long job = it_submit(g_dir, sweep);
+    wait_log(bfd_log(), "agent node-a unreachable", 20);
+    it_sleep_s(1.0); /* time for a tight relaunch loop, were there one */
+    cr_assert_eq(
+        it_db_int(g_home, "SELECT COUNT(*) FROM trials WHERE id = ?1 AND state = 'PENDING'", 1), 1,
+        "the trial is not pending (see %s)", bfd_log());
+    cr_assert_eq(it_db_int(g_home,
+                           "SELECT attempts - preemptions - stage_runs FROM trials WHERE id = ?1",
+                           1),
+                 0);
+    cr_assert_eq(it_count_lines_with(bfd_log(), "not launched: agent node-a unreachable"), 1,
+                 "launches kept going to the dead agent (see %s)", bfd_log());
+    char out[8192];
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "daemon status --json"), 0);
+    json_error_t je;
+    json_t *st = json_loads(out, 0, &je);
+    cr_assert(st, "status --json: %s", je.text);
+    cr_assert_eq(json_integer_value(json_object_get(st, "slots_free")), 0, "%s", out);
+    json_t *a = json_array_get(json_object_get(st, "agents"), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(a, "name")), "node-a");
+    cr_assert(json_is_false(json_object_get(a, "reachable")), "%s", out);
+    json_decref(st);
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "daemon status"), 0);
+    cr_assert(strstr(out, "unreachable"), "daemon status does not say so:\n%s", out);
+    /* the next agent runs it, first time */
+    start_agent(1, "node-b", "agent");
+    wait_job_ok(job, "the trial must complete on node-b");
+    char where[64];
+    attempt_agent(1, (int)it_db_int(g_home, "SELECT attempts FROM trials WHERE id = ?1", 1), where,
+                  sizeof where);
+    cr_assert_str_eq(where, "node-b");
+    /* two starts: the one that never went out (a preemption), the run */
+    cr_assert_eq(it_db_int(g_home, "SELECT attempts FROM trials WHERE id = ?1", 1), 2);
+    cr_assert_eq(it_db_int(g_home, "SELECT preemptions FROM trials WHERE id = ?1", 1), 1);
+    check_exactly_once(1, 0);
 }
 
 /* The agent log at path, once it says needle (timeout s). */
