@@ -305,17 +305,23 @@ Test(remote, bfd_killed_and_restarted_reattaches_through_the_agents) {
                  "each agent claims its attempt after the restart");
 }
 
+/* Keys, bfd with launcher remote (heartbeat timeout hb s), agent node-a
+ * connected. */
+static void bfd_and_agent_a(double hb) {
+    keygen(NULL);
+    keygen("agent");
+    start_bfd(yaml_remote(hb));
+    start_agent(0, "node-a", "agent");
+    wait_log(bfd_log(), "agent node-a (pid ", 20);
+}
+
 /* An agent killed while idle stays registered until its heartbeat timeout;
  * a launch sent to it in that window cannot go (its connection is gone). The
  * trial never started: it waits, pending, without counting a failure (with
  * retries 0 it would otherwise fail for good at once, and a sweep's pending
  * trials would burn every retry in a loop), and runs on the next agent. */
 Test(remote, a_dead_agent_not_yet_lost_takes_no_launch_and_burns_no_retry) {
-    keygen(NULL);
-    keygen("agent");
-    start_bfd(yaml_remote(60));
-    start_agent(0, "node-a", "agent");
-    wait_log(bfd_log(), "agent node-a (pid ", 20);
+    bfd_and_agent_a(60);
     it_stop(&g_agent[0], SIGKILL);
     it_sleep_s(0.5); /* loopback: bfd's socket sees the connection close */
     const char *sweep = write_sweep("one", 1, 300, "retries: 0\n");
@@ -364,11 +370,7 @@ static void agent_says(const char *name, const char *needle, double timeout) {
 }
 
 Test(remote, refusals_are_said) {
-    keygen(NULL);
-    keygen("agent");
-    start_bfd(yaml_remote(5));
-    start_agent(0, "node-a", "agent");
-    wait_log(bfd_log(), "agent node-a (pid ", 20);
+    bfd_and_agent_a(5);
     /* a second agent of the same name: refused while the first is there */
     g_agent[1] = start_agent(-1, "node-a", "agent");
     char p[512];
