@@ -173,6 +173,11 @@ static agent *agent_upsert(bfd *d, proto_msg *m) {
     return a;
 }
 
+void agent_suspect_of(bfd *d, const run *r, const char *why) {
+    for (size_t i = 0; r->remote && r->agent_id && i < d->n_agents; i++)
+        if (d->agents[i].id == r->agent_id) agent_unreachable(d, &d->agents[i], why);
+}
+
 /* The attempts the agent says it runs: a run no agent holds yet (bfd
  * restarted) is claimed by it; one bfd no longer runs (failed over,
  * cancelled while the agent was cut off) is killed there. */

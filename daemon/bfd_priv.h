@@ -287,6 +287,10 @@ int agent_launch(bfd *d, agent *a, const run *r, const char *out, const char *lo
 /* Marks a unreachable (a send to it failed: why): agent_pick passes it over
  * until a message from it arrives. */
 void agent_unreachable(bfd *d, agent *a, const char *why);
+/* The worker of remote run r went silent: its agent, silent too if its host
+ * died or was cut off, takes no launch (the retry's) until it is heard from
+ * again (a live agent heartbeats within heartbeat_interval). */
+void agent_suspect_of(bfd *d, const run *r, const char *why);
 /* Agents silent for heartbeat_timeout are dropped; their attempts fail. */
 void agents_check(bfd *d);
 /* agents as a JSON array for status (new reference). */

@@ -443,6 +443,12 @@ void check_timers(bfd *d) {
             char why[128];
             snprintf(why, sizeof why, "no message from the worker for %.0f s (heartbeat timeout)",
                      t - r->last_seen);
+            if (r->remote) {
+                char w2[200];
+                snprintf(w2, sizeof w2, "the worker of trial %lld attempt %d went silent",
+                         (long long)r->trial, r->attempt);
+                agent_suspect_of(d, r, w2);
+            }
             record_failure(d, r, why);
             r->ending = 1;
             kill_group(d, r, SIGKILL);

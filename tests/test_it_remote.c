@@ -12,6 +12,8 @@
  *   - an agent killed while idle, not yet found lost: the launch that cannot
  *     reach it puts the trial back to pending without counting a failure,
  *     the agent takes no more launches, and the next agent runs the trial;
+ *   - a host that hangs (worker, then agent SIGSTOPped): the retry goes to
+ *     the other agent, not to the silent agent's freed slot;
  *   - what is refused, and said: a second agent with a name in use, an agent
  *     of a bfd whose launcher is not remote, bad command lines (exit 64).
  * The multi-host form of the same (agents in network namespaces of their own)
@@ -360,6 +362,58 @@ Test(remote, a_dead_agent_not_yet_lost_takes_no_launch_and_burns_no_retry) {
     cr_assert_eq(it_db_int(g_home, "SELECT attempts FROM trials WHERE id = ?1", 1), 2);
     cr_assert_eq(it_db_int(g_home, "SELECT preemptions FROM trials WHERE id = ?1", 1), 1);
     check_exactly_once(1, 0);
+}
+
+/* The pid of trial's attempt 1 worker, from agent name's log. */
+static long worker_pid(const char *name, long long trial) {
+    char alog[512], line[1024], want[96];
+    snprintf(alog, sizeof alog, "%s/agent-%s.log", g_dir, name);
+    snprintf(want, sizeof want, "trial %lld attempt 1: started, pid ", trial);
+    long pid = 0;
+    FILE *f = fopen(alog, "r");
+    while (f && fgets(line, sizeof line, f)) {
+        char *s = strstr(line, want);
+        if (s) pid = atol(s + strlen(want));
+    }
+    if (f) fclose(f);
+    cr_assert(pid > 0, "the agent's log has no pid for trial %lld (see %s)", trial, alog);
+    return pid;
+}
+
+/* A host that hangs or is cut off: its worker falls silent first, its agent
+ * a second later (both SIGSTOPped: their connections stay open, so a launch
+ * to the agent would be sent into the void). The worker's heartbeat timeout
+ * fails the attempt while the agent still counts as alive; the retry must
+ * not go to that agent's freed slot but to the other agent. */
+Test(remote, a_silent_worker_s_agent_gets_no_retry_until_heard_from) {
+    bfd_and_agent_a(3);
+    start_agent(1, "node-b", "agent");
+    wait_log(bfd_log(), "agent node-b (pid ", 20);
+    const char *sweep = write_sweep("hang", 1, 2000, "retries: 3\n");
+    long long job = it_submit(g_dir, sweep);
+    it_db_wait(g_dir, g_home, "step 200",
+               "SELECT COALESCE(MAX(step), 0) FROM metrics WHERE trial = ?1", 1, 200, 60);
+    char first[64];
+    attempt_agent(1, 1, first, sizeof first);
+    cr_assert_str_eq(first, "node-a", "a tie goes to the first agent");
+    pid_t w = (pid_t)worker_pid("node-a", 1);
+    kill(w, SIGSTOP);
+    it_sleep_s(1.0);
+    kill(g_agent[0], SIGSTOP);
+    wait_log(bfd_log(), "trial 1 attempt 2: started on agent", 20);
+    char second[64];
+    attempt_agent(1, 2, second, sizeof second);
+    cr_assert_str_eq(second, "node-b", "the retry went to the silent host's agent (see %s)",
+                     bfd_log());
+    cr_assert(it_count_lines_with(bfd_log(), "agent node-a unreachable (the worker of trial 1") ==
+                  1,
+              "see %s", bfd_log());
+    /* the host comes back: its agent kills the stale attempt */
+    kill(g_agent[0], SIGCONT);
+    kill(w, SIGCONT);
+    wait_job_ok(job, "the trial must complete on node-b");
+    cr_assert_eq(it_db_int(g_home, "SELECT attempts FROM trials WHERE id = ?1", 1), 2);
+    check_exactly_once(1, 1);
 }
 
 /* The agent log at path, once it says needle (timeout s). */
