@@ -85,16 +85,6 @@ int agent_launch(bfd *d, agent *a, const run *r, const char *out, const char *lo
     return rc;
 }
 
-void agent_unreachable(bfd *d, agent *a, const char *why) {
-    if (a->unreachable) return;
-    a->unreachable = 1;
-    snprintf(a->unreachable_why, sizeof a->unreachable_why, "%s", why);
-    bfd_log("agent %s unreachable (%s): no launch goes to it until it is heard from again or "
-            "lost after heartbeat_timeout %g s",
-            a->name, why, d->c->heartbeat_timeout);
-    d->dirty = 1;
-}
-
 /* The agent of this connection, registered or refreshed from hello or a
  * heartbeat (a restarted bfd learns its agents from their heartbeats; a
  * reconnected agent gets the same entry by name and pid). NULL after
@@ -171,11 +161,6 @@ static agent *agent_upsert(bfd *d, proto_msg *m) {
     a->ident_len = m->ident_len;
     a->last_seen = now_s();
     return a;
-}
-
-void agent_suspect_of(bfd *d, const run *r, const char *why) {
-    for (size_t i = 0; r->remote && r->agent_id && i < d->n_agents; i++)
-        if (d->agents[i].id == r->agent_id) agent_unreachable(d, &d->agents[i], why);
 }
 
 /* The attempts the agent says it runs: a run no agent holds yet (bfd

@@ -61,6 +61,23 @@ int gpu_used(bfd *d, int g) {
     return 0;
 }
 
+/* Here, not in agents.c, which calls this file: a run going silent marks
+ * its agent. */
+void agent_unreachable(bfd *d, agent *a, const char *why) {
+    if (a->unreachable) return;
+    a->unreachable = 1;
+    snprintf(a->unreachable_why, sizeof a->unreachable_why, "%.150s", why);
+    bfd_log("agent %s unreachable (%s): no launch goes to it until it is heard from again or "
+            "lost after heartbeat_timeout %g s",
+            a->name, why, d->c->heartbeat_timeout);
+    d->dirty = 1;
+}
+
+void agent_suspect_of(bfd *d, const run *r, const char *why) {
+    for (size_t i = 0; r->remote && r->agent_id && i < d->n_agents; i++)
+        if (d->agents[i].id == r->agent_id) agent_unreachable(d, &d->agents[i], why);
+}
+
 void record_failure(bfd *d, run *r, const char *why) {
     char err[512];
     int requeued = 0;
