@@ -154,7 +154,6 @@ static agent *agent_upsert(bfd *d, proto_msg *m) {
     if (a->unreachable) { /* it spoke: its route is back */
         bfd_log("agent %s reachable again", a->name);
         a->unreachable = 0;
-        a->unreachable_why[0] = '\0';
         d->dirty = 1;
     }
     memcpy(a->ident, m->ident, m->ident_len);

@@ -75,10 +75,9 @@ typedef struct agent {
     unsigned char ident[PROTO_MAX_IDENT];
     size_t ident_len;
     double since, last_seen;
-    /* a message to it could not be sent (its connection is gone): no launch
-     * goes to it until it is heard from again, or found lost */
+    /* a launch to it could not be sent, or its attempt's worker went silent:
+     * no launch goes to it until it is heard from again, or found lost */
     int unreachable;
-    char unreachable_why[160];
 } agent;
 
 /* One worker's metrics message of this round, validated and waiting for
@@ -284,7 +283,7 @@ int agents_free_slots(bfd *d);
  * in err when the message cannot go, and a is then unreachable. */
 int agent_launch(bfd *d, agent *a, const run *r, const char *out, const char *logp, const char *cwd,
                  const char *stage_root, char *err, size_t errlen);
-/* Marks a unreachable (a send to it failed: why): agent_pick passes it over
+/* Marks a unreachable (why: a send failed, its worker went silent): agent_pick passes it over
  * until a message from it arrives. */
 void agent_unreachable(bfd *d, agent *a, const char *why);
 /* The worker of remote run r went silent: its agent, silent too if its host

@@ -66,7 +66,6 @@ int gpu_used(bfd *d, int g) {
 void agent_unreachable(bfd *d, agent *a, const char *why) {
     if (a->unreachable) return;
     a->unreachable = 1;
-    snprintf(a->unreachable_why, sizeof a->unreachable_why, "%.150s", why);
     bfd_log("agent %s unreachable (%s): no launch goes to it until it is heard from again or "
             "lost after heartbeat_timeout %g s",
             a->name, why, d->c->heartbeat_timeout);
