@@ -105,7 +105,7 @@ typedef struct bf_config {
         float retention, gate_scale, gate_center, ponder_weight, prior_weight;
         float tolerance;           /* of the reached retention */
         int steps;                 /* s2s: the avit stage's steps */
-        char prior[CFG_NAME_MAX];  /* paper | spend */
+        char prior[CFG_NAME_MAX];  /* paper | nvlabs | spend */
         char output[CFG_NAME_MAX]; /* act | freeze */
     } avit;
     struct {

@@ -96,9 +96,11 @@ static const cfg_field cfg_schema[] = {
      "ponder loss weight alpha_p"},
     {"avit.prior_weight", CFG_T_FLOAT, OFF(avit.prior_weight), 0.0, 1e3, "0.1", NULL,
      "depth-prior KL weight alpha_d"},
-    {"avit.prior", CFG_T_ENUM, OFF(avit.prior), NOLIM, "paper", "paper|spend",
+    {"avit.prior", CFG_T_ENUM, OFF(avit.prior), NOLIM, "paper", "paper|nvlabs|spend",
      "depth prior's q_l: paper = batch-mean halting score per layer, normalised, clamped to "
-     "[0.01, 0.99] (A-ViT eq. 10); spend = h while running, the remainder where a token halts"},
+     "[0.01, 0.99] (A-ViT eq. 10), a halted token's score read on its frozen row; nvlabs = "
+     "the same with a halted token scoring sigmoid(-gate_center), as NVlabs' zeroed rows; "
+     "spend = h while running, the remainder where a token halts"},
     {"avit.output", CFG_T_ENUM, OFF(avit.output), NOLIM, "act", "act|freeze",
      "trunk output: act = ACT weighted sum of each token's layer outputs (design.md); freeze = "
      "the last layer's rows (a halted row frozen where it halted)"},

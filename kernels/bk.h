@@ -209,6 +209,15 @@ typedef struct bk_gate_args {
 
 /* The backend interface. bk_cpu() and bk_cuda() return tables with the same
  * signatures; models call ops only through a table, so one binary runs on both. */
+/* The forms of A-ViT's depth prior (avit.prior), what q_l is made of:
+ * PAPER, every patch token's gate score at layer l, a halted token's read on
+ * its row as it stands (frozen where it halted: it keeps the score it halted
+ * with, and a gradient); NVLABS, NVlabs' code exactly: a halted token's row
+ * is zeroed, so its score is the constant sigmoid(-g), with no gradient;
+ * SPEND, what each active token spends there (h while running, its
+ * remainder where it halts), unclamped. */
+enum { BK_PRIOR_PAPER = 0, BK_PRIOR_SPEND = 1, BK_PRIOR_NVLABS = 2 };
+
 /* A-ViT halting of one layer (design.md, "A-ViT"), for halt_forward and
  * halt_backward. Token 0 of each sample is the class token: it never halts
  * and is left out of every sum. */
@@ -218,14 +227,13 @@ typedef struct bk_halt_args {
     float gamma;       /* gate scale: h = sigmoid(gamma * t[.,.,0] - centre) */
     float centre;      /* gate centre g */
     float eps;         /* a token halts once its cumulative score reaches 1 - eps */
-    int spend;         /* prior form (avit.prior): 0 = paper (q_l from the scores h),
-                          1 = spend (q_l from what a token spends: h, its remainder at halting) */
+    int prior;         /* prior form (avit.prior), a BK_PRIOR_ value */
     int mean_h;        /* halt_align (distill.halt_align): 0 = keep, 1 = mean_h */
 } bk_halt_args;
 
 /* Doubles of the per-layer sums halt_forward adds (hstats): psum[L] (the sum
- * over the patch tokens of p: paper, the gate's score h of every patch token,
- * halted or not, at every layer, the last included (NVlabs'
+ * over the patch tokens of p: paper and nvlabs, the gate's score h of every
+ * patch token, halted or not, at every layer, the last included (NVlabs'
  * halting_score_layer); over the active ones, spend, h while running and
  * the remainder where it halts), keep[L] (active patch tokens), then one slot
  * for the sum of the remainders at halting. */
@@ -239,7 +247,7 @@ typedef struct bk_halt_loss_args {
     float sigma;        /* prior std (layers) */
     float ponder_weight, prior_weight;
     int slot_ponder, slot_prior, slot_keep; /* dstats slots the losses and keep fraction add to */
-    int spend; /* as bk_halt_args.spend: 0 = paper (q clamped to [0.01, 0.99]), 1 = spend */
+    int prior; /* as bk_halt_args.prior (paper, nvlabs: q clamped to [0.01, 0.99]) */
 } bk_halt_loss_args;
 
 typedef struct bk_backend {
@@ -526,8 +534,9 @@ typedef struct bk_backend {
      * h = s (last layer: 1), cum += h, and when cum >= 1 - eps the token
      * halts here (at = layer, next = 0) else rem -= h, next = 1. Inactive
      * tokens: next = 0, state unchanged, h = 0 (spend) or, paper, their
-     * score s on their row as it stands, added to psum (NVlabs' q is the
-     * mean over every token, halted or not). h[B,T] keeps s for the
+     * score s on their row as it stands, or, nvlabs, sigmoid(-centre) (the
+     * score of a zeroed row), added to psum (NVlabs' q is the mean over
+     * every token, halted or not). h[B,T] keeps s for the
      * backward (at the last layer too); cum, rem [B,T] (start 0 and 1; rem
      * ends as the remainder R), at[B,T] (start -1: not yet halted),
      * next[B,T] (this layer's output mask; may not alias mask). hstats
@@ -545,7 +554,8 @@ typedef struct bk_backend {
     void (*halt_loss)(double *stats, float *dldp, const double *hstats, const bk_halt_loss_args *a);
     /* dt[b,k,0] += gamma h (1 - h) g for the patch tokens of this layer: paper,
      * g = dldp[layer] (+ pgrad while still running after it, at > layer) for
-     * every patch token (halted ones too: their score is in q); spend, g = dldp[layer] -
+     * every patch token (halted ones too: their score is in q); nvlabs, the
+     * same but 0 for a token halted before this layer; spend, g = dldp[layer] -
      * dldp[at] + pgrad for at > layer. pgrad = -ponder_weight / tokens (the
      * remainder's share of the ponder cost). */
     void (*halt_backward)(float *dt, const float *h, const int *at, const float *dldp, float pgrad,

@@ -41,11 +41,11 @@ static inline BK_HD bk_halt_step bk_halt_token(float t0, float *cum, float *rem,
     if (s.halts) {
         *at = a->layer;
         s.rem = *rem;
-        s.p = a->spend ? *rem : g;
+        s.p = a->prior == BK_PRIOR_SPEND ? *rem : g;
     } else {
         *rem -= hv;
         s.rem = 0;
-        s.p = a->spend ? hv : g;
+        s.p = a->prior == BK_PRIOR_SPEND ? hv : g;
     }
     return s;
 }
@@ -55,18 +55,24 @@ static inline BK_HD bk_halt_step bk_halt_token(float t0, float *cum, float *rem,
 static inline BK_HD float bk_halt_grad(int at, const float *dldp, float pgrad,
                                        const bk_halt_args *a) {
     int l = a->layer;
-    if (a->spend) return at > l ? dldp[l] - dldp[at] + pgrad : 0.0f;
+    if (a->prior == BK_PRIOR_SPEND) return at > l ? dldp[l] - dldp[at] + pgrad : 0.0f;
+    /* nvlabs: a token halted before this layer scores a constant (its row
+     * was zeroed) */
+    if (a->prior == BK_PRIOR_NVLABS && at < l) return 0.0f;
     /* paper: every patch token's score is in q_l, halted ones too (their
      * rows stay as they were when they halted) */
     return dldp[l] + (at > l ? pgrad : 0.0f);
 }
 
-/* The paper prior's share of a patch token that halted before this layer
- * (or is masked): its gate's score on its row as it stands (NVlabs' code
- * averages h over every token, halted or not, so q keeps a gradient when a
- * layer has no active token); the spend prior reads nothing of it. */
+/* The prior's share of a patch token that halted before this layer (or is
+ * masked). NVlabs' code averages h over every token, halted or not, but
+ * zeroes a halted token's row, so nvlabs counts the gate of a zero row,
+ * sigmoid(-centre), a constant; paper reads the gate's score on the row as
+ * it stands (frozen where the token halted), so q keeps a gradient when a
+ * layer has no active token; the spend prior reads nothing of it. */
 static inline BK_HD float bk_halt_inactive_score(float t0, const bk_halt_args *a) {
-    return a->spend ? 0.0f : bk_halt_gate(t0, a);
+    if (a->prior == BK_PRIOR_SPEND) return 0.0f;
+    return bk_halt_gate(a->prior == BK_PRIOR_NVLABS ? 0.0f : t0, a);
 }
 
 /* The ACT output weight of a token at this layer (halt_act_forward). */
@@ -104,8 +110,8 @@ static inline BK_HD double bk_halt_prior(int l, const bk_halt_loss_args *a) {
 static inline BK_HD double bk_halt_q(double s, double S, int *free_, const bk_halt_loss_args *a) {
     double tiny = 1e-12, Sq = S > tiny ? S : tiny, sl = s > tiny ? s : tiny, q = sl / Sq;
     *free_ = 1;
-    if (!a->spend && q < 0.01) q = 0.01, *free_ = 0;
-    if (!a->spend && q > 0.99) q = 0.99, *free_ = 0;
+    if (a->prior != BK_PRIOR_SPEND && q < 0.01) q = 0.01, *free_ = 0;
+    if (a->prior != BK_PRIOR_SPEND && q > 0.99) q = 0.99, *free_ = 0;
     return q;
 }
 #endif

@@ -13,8 +13,10 @@
 #include "worker/models/model.h"
 
 /* One sample, class token + 3 patches, C = 2, 3 layers, with the prior's
- * form spend (0: paper, 1: spend); the scores of every layer read the same t. */
-static void gate_follows_act(int spend) {
+ * form prior (BK_PRIOR_); the scores of every layer read the same t. With
+ * the gate centre 0 a zeroed row (nvlabs) scores sigmoid(0) = 1/2. */
+static void gate_follows_act(int prior) {
+    int spend = prior == BK_PRIOR_SPEND, nvlabs = prior == BK_PRIOR_NVLABS;
     const bk_backend *be = bk_cpu();
     float t[4 * 2] = {5, 0, 0.35f, 0, 0.2f, 0, -1, 0}; /* channel 0: scores of layer 0 */
     float mask[4] = {1, 1, 1, 1}, next[4], h[4], cum[4] = {0}, rem[4] = {1, 1, 1, 1};
@@ -28,7 +30,7 @@ static void gate_follows_act(int spend) {
                       .gamma = 10,
                       .centre = 0,
                       .eps = 0.01f,
-                      .spend = spend};
+                      .prior = prior};
     be->halt_forward(h, next, cum, rem, at, hs, t, mask, &a);
     float h1 = 1 / (1 + expf(-3.5f)), h2 = 1 / (1 + expf(-2.0f)), h3 = 1 / (1 + expf(10.0f));
     cr_expect_float_eq(h[0], 0, 0, "the class token never scores");
@@ -62,11 +64,19 @@ static void gate_follows_act(int spend) {
     cr_expect_float_eq(hs[5], 1, 0, "one patch token at the last layer");
     if (spend)
         cr_expect_float_eq(hs[2], 1 - 2 * h3, 1e-6);
+    else if (nvlabs)
+        cr_expect_float_eq(hs[2], 0.5 + 0.5 + h3, 1e-6,
+                           "nvlabs: the halted tokens' rows are zeroed, each scores sigmoid(-g)");
     else
         cr_expect_float_eq(hs[2], h1 + h2 + h3, 1e-6,
                            "paper: the last layer's gate score of every patch token, the "
                            "halted ones' too, as NVlabs");
-    cr_expect_float_eq(h[1], spend ? 0 : h1, 1e-6, "a halted token's score: paper only");
+    cr_expect_float_eq(h[1],
+                       spend    ? 0
+                       : nvlabs ? 0.5f
+                                : h1,
+                       1e-6,
+                       "a halted token's score: its frozen row's (paper), a zero row's (nvlabs)");
     cr_expect_float_eq(h[3], h3, 1e-6, "h keeps the gate's score at the last layer");
     /* ponder = (keep + remainders) / tokens */
     double st[BK_STAT_SLOTS] = {0};
@@ -80,15 +90,47 @@ static void gate_follows_act(int spend) {
                             .slot_ponder = 20,
                             .slot_prior = 21,
                             .slot_keep = 22,
-                            .spend = spend};
+                            .prior = prior};
     be->halt_loss(st, dldp, hs, &la);
     double rsum = (1 - h1) + (1 - h2) + (1 - 2 * h3);
     cr_expect_float_eq(st[20], (3 + 3 + 1 + rsum) / 3, 1e-5, "ponder %g", st[20]);
     cr_expect_float_eq(st[22], 7.0 / 9, 1e-9, "keep fraction");
 }
 
-Test(avit, the_gate_follows_act) { gate_follows_act(0); }
-Test(avit, the_spend_prior_follows_act) { gate_follows_act(1); }
+Test(avit, the_gate_follows_act) { gate_follows_act(BK_PRIOR_PAPER); }
+Test(avit, the_spend_prior_follows_act) { gate_follows_act(BK_PRIOR_SPEND); }
+Test(avit, the_nvlabs_prior_follows_act) { gate_follows_act(BK_PRIOR_NVLABS); }
+
+/* The prior's gradient at a layer a token has already left: paper sends it
+ * to the frozen row's channel 0 (the score it halted with is in q_l);
+ * nvlabs sends none (a zeroed row's score is a constant); a token halting
+ * at this layer or running on takes it in both. */
+Test(avit, a_halted_token_s_prior_gradient_by_form) {
+    const bk_backend *be = bk_cpu();
+    enum { T = 4, C = 2, L = 3 };
+    float h[T] = {0, 0.7f, 0.6f, 0.2f}, dldp[L] = {0.25f, -0.5f, 0.125f};
+    int at[T] = {-1, 0, 1, 2}; /* token 1 halted at layer 0, token 2 halts here, 3 runs on */
+    for (int prior = 0; prior < 3; prior++) {
+        float dt[T * C] = {0};
+        bk_halt_args a = {.B = 1,
+                          .T = T,
+                          .C = C,
+                          .layer = 1,
+                          .layers = L,
+                          .gamma = 10,
+                          .eps = 0.01f,
+                          .prior = prior};
+        be->halt_backward(dt, h, at, dldp, 0, &a);
+        float want1 = prior == BK_PRIOR_PAPER ? 10 * 0.7f * 0.3f * dldp[1] : 0.0f;
+        cr_expect_float_eq(dt[1 * C], want1, 1e-6, "prior %d: halted token 1 takes %g, want %g",
+                           prior, (double)dt[1 * C], (double)want1);
+        if (prior != BK_PRIOR_SPEND) {
+            cr_expect_float_eq(dt[2 * C], 10 * 0.6f * 0.4f * dldp[1], 1e-6, "prior %d", prior);
+            cr_expect_float_eq(dt[3 * C], 10 * 0.2f * 0.8f * dldp[1], 1e-6, "prior %d", prior);
+        }
+        cr_expect_float_eq(dt[0], 0, 0, "the class token takes nothing");
+    }
+}
 
 /* The prior loss against its definition (A-ViT eq. 10, NVlabs' code): q_l =
  * psum_l / sum psum clamped to [0.01, 0.99], KL(pi || q); its gradient dldp

@@ -1034,7 +1034,7 @@ Test(cuda_parity, devstep_gate) {
  * output and its backward, and the distillation alignment (both forms);
  * thresholds are tested away from ties by the score spread. B x T from one
  * block's worth of tokens to many (the grid's partials). */
-static void halting_case(int B, int T, int spend, int mean_h) {
+static void halting_case(int B, int T, int prior, int mean_h) {
     int C = 8, L = 3;
     size_t BT = (size_t)B * T;
     pair t[3], h[3], mask[4];
@@ -1048,7 +1048,7 @@ static void halting_case(int B, int T, int spend, int mean_h) {
         t[l] = pair_new(BT * C, -0.6f, 0.6f);
         h[l] = pair_const(BT, 0);
         mask[l + 1] = pair_const(BT, 0);
-        bk_halt_args a = {B, T, C, l, L, 10, 0.5f, 0.01f, spend, mean_h};
+        bk_halt_args a = {B, T, C, l, L, 10, 0.5f, 0.01f, prior, mean_h};
         cpu->halt_forward(h[l].h, mask[l + 1].h, cum.h, rem.h, at, hs, t[l].h, mask[l].h, &a);
         gpu->halt_forward(h[l].d, mask[l + 1].d, cum.d, rem.d, at_d, hs_d, t[l].d, mask[l].d, &a);
         expect_close("halt h", &h[l], TOL_EW);
@@ -1058,7 +1058,7 @@ static void halting_case(int B, int T, int spend, int mean_h) {
     expect_close("halt rem", &rem, TOL_EW);
     double st[BK_STAT_SLOTS] = {0}, *st_d = doubles_to_gpu(st, BK_STAT_SLOTS);
     pair dldp = pair_const((size_t)L, 0);
-    bk_halt_loss_args la = {L, (double)B * (T - 1), 1.2f, 1, 0.01f, 0.3f, 20, 21, 22, spend};
+    bk_halt_loss_args la = {L, (double)B * (T - 1), 1.2f, 1, 0.01f, 0.3f, 20, 21, 22, prior};
     cpu->halt_loss(st, dldp.h, hs, &la);
     gpu->halt_loss(st_d, dldp.d, hs_d, &la);
     expect_stats_close("halt loss", st, st_d, 1e-9);
@@ -1066,13 +1066,13 @@ static void halting_case(int B, int T, int spend, int mean_h) {
     /* the ACT output of the three layers' outputs t[l], and its backward */
     pair out = pair_const(BT * C, 0), dout = pair_new(BT * C, -1, 1);
     for (int l = 0; l < L; l++) {
-        bk_halt_args a = {B, T, C, l, L, 10, 0.5f, 0.01f, spend, mean_h};
+        bk_halt_args a = {B, T, C, l, L, 10, 0.5f, 0.01f, prior, mean_h};
         cpu->halt_act_forward(out.h, t[l].h, h[l].h, at, rem.h, &a);
         gpu->halt_act_forward(out.d, t[l].d, h[l].d, at_d, rem.d, &a);
     }
     expect_close("halt act output", &out, TOL_EW);
     for (int l = L - 1; l >= 0; l--) {
-        bk_halt_args a = {B, T, C, l, L, 10, 0.5f, 0.01f, spend, mean_h};
+        bk_halt_args a = {B, T, C, l, L, 10, 0.5f, 0.01f, prior, mean_h};
         cpu->halt_act_backward(dt.h, dout.h, t[l].h, t[L - 1].h, h[l].h, at, rem.h, &a);
         gpu->halt_act_backward(dt.d, dout.d, t[l].d, t[L - 1].d, h[l].d, at_d, rem.d, &a);
         cpu->halt_backward(dt.h, h[l].h, at, dldp.h, -1e-4f, &a);
@@ -1080,7 +1080,7 @@ static void halting_case(int B, int T, int spend, int mean_h) {
     }
     expect_close("halt backward", &dt, TOL_EW);
     double ha = 0, *ha_d = doubles_to_gpu(&ha, 1);
-    bk_halt_args a1 = {B, T, C, 1, L, 10, 0.5f, 0.01f, spend, mean_h};
+    bk_halt_args a1 = {B, T, C, 1, L, 10, 0.5f, 0.01f, prior, mean_h};
     cpu->halt_align(dt.h, &ha, 0, t[1].h, h[1].h, cum.h, mask[1].h, 0.3f, &a1);
     gpu->halt_align(dt.d, ha_d, 0, t[1].d, h[1].d, cum.d, mask[1].d, 0.3f, &a1);
     expect_close("halt align", &dt, TOL_EW);
@@ -1106,9 +1106,10 @@ Test(cuda_parity, avit_halting) {
     gpu->rowscale(y.d, x.d, s.d, (int)BT, C);
     expect_close("rowscale", &y, TOL_EW);
     pair_free(&x), pair_free(&s), pair_free(&y);
-    halting_case(3, 33, 0, 0);   /* the defaults: paper prior, keep alignment */
-    halting_case(3, 33, 1, 1);   /* the former forms */
-    halting_case(64, 197, 0, 0); /* 12608 tokens: 50 blocks' partials */
+    halting_case(3, 33, BK_PRIOR_PAPER, 0);   /* the defaults: paper prior, keep alignment */
+    halting_case(3, 33, BK_PRIOR_SPEND, 1);   /* the former forms */
+    halting_case(3, 33, BK_PRIOR_NVLABS, 0);  /* halted tokens scoring a zeroed row */
+    halting_case(64, 197, BK_PRIOR_PAPER, 0); /* 12608 tokens: 50 blocks' partials */
 }
 
 /* Criterion's main, after the GPU probe: 77 (skipped) without a GPU. */

@@ -108,6 +108,10 @@ static const parity_case CASES[] = {
     {"vit", "", NULL},
     {"vit_avit", "avit: {enabled: true, gate_center: -0.5, retention: 0.6, ponder_weight: 0.01,\n"
                  "       prior_weight: 0.1}\n"},
+    /* NVlabs' form of q: a halted token scores the gate of a zeroed row */
+    {"vit_avit_nvlabs",
+     "avit: {enabled: true, gate_center: -0.5, retention: 0.6, ponder_weight: 0.01,\n"
+     "       prior_weight: 0.1, prior: nvlabs}\n"},
     /* what S2S runs beyond the cases above: d_h 20 (a group of 2 d_h = 40
      * channels is two 16-lane tiles and a partial one; delta rank
      * ceil(20/16) = 2), masks with holes and an empty sample (dump --mask
@@ -252,7 +256,7 @@ Test(parity, bf_matches_pytorch) {
     const char *out = log_text(tmpdir_path(dir, "py.log"));
     cr_log_info("%s", out);
     cr_assert_eq(rc, 0, "PyTorch parity failed:\n%s", out);
-    cr_expect(strstr(out, "13 of 13 dumps match bf"), "%s", out);
+    cr_expect(strstr(out, "14 of 14 dumps match bf"), "%s", out);
     cr_expect(strstr(out, "ok vit: vit, 56 tensors"), "%s", out);
     /* the halting exercised (the reference refuses a dump where no token
      * halts mid-depth) and every deliberate departure of the reference from
@@ -260,6 +264,7 @@ Test(parity, bf_matches_pytorch) {
     cr_expect(strstr(out, "ok vit_avit: vit avit, 56 tensors") &&
                   strstr(out, "halting depths [0, ") && strstr(out, "mutants caught 6 of 6"),
               "%s", out);
+    cr_expect(strstr(case_line(out, "vit_avit_nvlabs"), "halting depths [0, "), "%s", out);
     cr_expect(strstr(out, "ok encoder_bilstm: encoder dense bilstm"), "%s", out);
     /* bf's inference path, halted tokens dropped, gives the reference's logits */
     cr_expect(strstr(case_line(out, "vit_avit"), "inference with dropping: logits within"), "%s",

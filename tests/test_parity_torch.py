@@ -610,7 +610,13 @@ class ViT(nn.Module):
                 out = out + w.unsqueeze(-1) * x[:, 1:]
                 rem = torch.where(run & ~stop, rem - h, rem)
                 halted_at = torch.where(stop, torch.full_like(halted_at, l), halted_at)
-                # NVlabs' q: the mean score over every patch token, halted ones too
+                # NVlabs' q: the mean score over every patch token, halted ones too;
+                # avit.prior nvlabs as NVlabs' code runs it: a halted token's row is
+                # zeroed before each later block (out.data *= mask_token), so its
+                # score there is the gate of a zero row
+                if avit.get("prior") == "nvlabs":
+                    zero_row = torch.sigmoid(gamma * torch.zeros_like(every) - g)
+                    every = torch.where(run, every, zero_row)
                 psum.append(h.sum() if mutant == "last_score" and l == L - 1 else every.sum())
                 keep.append(int(run.sum()))
                 active = torch.cat([one, (run & ~stop).to(x.dtype)], 1)
@@ -812,10 +818,11 @@ def check_vit(d, meta, weights, batch, bf_logits, bf_grads):
         raise Failure("the dump's training batch was augmented (aug.crop_pad %d, aug.hflip %s): "
                       "this model sees the images as they are; dump with --set aug.crop_pad=0 "
                       "--set aug.hflip=false" % (sh["aug_pad"], bool(sh["aug_flip"])))
-    if sh["avit"] and (meta["avit"].get("prior"), meta["avit"].get("output")) != ("paper", "act"):
+    if sh["avit"] and (meta["avit"].get("prior") not in ("paper", "nvlabs") or
+                       meta["avit"].get("output") != "act"):
         raise Failure("the dump halts with avit.prior %s and avit.output %s; this reference is "
-                      "design.md's (paper, act)" % (meta["avit"].get("prior"),
-                                                     meta["avit"].get("output")))
+                      "design.md's (paper or nvlabs, act)" % (meta["avit"].get("prior"),
+                                                               meta["avit"].get("output")))
     if sh["avit"] and (meta["avit"]["eps"] != np.float32(AVIT_EPS) or
                        meta["avit"]["prior_sigma"] != AVIT_SIGMA):
         raise Failure("bf halts at eps %g with a prior std of %g; design.md says %g and %g" % (

@@ -211,7 +211,7 @@ static json_t *avit_json(const model *m) {
                       (double)h->cf.retention, "prior_centre",
                       (double)(nn_halt_centre(h->cf.retention, L, h->cf.sigma) + h->cf.shift),
                       "prior_sigma", (double)h->cf.sigma, "prior_shift", (double)h->cf.shift,
-                      "remainders", hs[2 * L], "prior", h->cf.spend ? "spend" : "paper", "output",
+                      "remainders", hs[2 * L], "prior", nn_halt_prior_name(h->cf.prior), "output",
                       h->cf.freeze ? "freeze" : "act", "keep", keep, "psum", psum);
         keep = psum = NULL; /* o owns them */
     }

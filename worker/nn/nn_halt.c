@@ -61,7 +61,7 @@ static bk_halt_args halt_args(const nn_halt *h, int l, int B, int C) {
                           .gamma = h->cf.gamma,
                           .centre = h->cf.centre,
                           .eps = h->cf.eps,
-                          .spend = h->cf.spend};
+                          .prior = h->cf.prior};
 }
 
 void nn_halt_layer(nn_halt *h, const nn_env *e, int l, const float *out, int B, int C,
@@ -93,7 +93,7 @@ void nn_halt_loss(nn_halt *h, const nn_env *e, double *stats, int B, int slot_po
                            .slot_ponder = slot_ponder,
                            .slot_prior = slot_prior,
                            .slot_keep = slot_keep,
-                           .spend = h->cf.spend};
+                           .prior = h->cf.prior};
     e->be->halt_loss(stats, h->dldp, h->hstats, &a);
 }
 
@@ -149,4 +149,14 @@ float nn_halt_centre(float r, int L, float sigma) {
             hi = mid;
     }
     return (float)(0.5 * (lo + hi));
+}
+
+int nn_halt_prior_of(const char *name) {
+    if (strcmp(name, "spend") == 0) return BK_PRIOR_SPEND;
+    if (strcmp(name, "nvlabs") == 0) return BK_PRIOR_NVLABS;
+    return BK_PRIOR_PAPER;
+}
+
+const char *nn_halt_prior_name(int prior) {
+    return prior == BK_PRIOR_SPEND ? "spend" : prior == BK_PRIOR_NVLABS ? "nvlabs" : "paper";
 }

@@ -5,7 +5,8 @@
  * the last layer halts all, the class token never), the remainder, the
  * ponder cost and the weighted output follow ACT, and q_l (the batch mean of
  * the halting score at layer l, normalised over layers and clamped to
- * [0.01, 0.99], as A-ViT's eq. 10 and NVlabs' code; avit.prior: spend, what
+ * [0.01, 0.99], as A-ViT's eq. 10 and NVlabs' code; avit.prior: nvlabs
+ * counts a halted token's score as NVlabs' zeroed row gives it, spend what
  * each token spends there) is pulled towards a Gaussian prior over depth
  * centred where the target retention puts it.
  *
@@ -24,7 +25,7 @@ typedef struct nn_halt_cfg {
     float sigma;                       /* prior std in layers */
     float shift;                       /* layers added to the centre (the pipeline's
                                           retention control; 0 = none) */
-    int spend;                         /* avit.prior: 0 = paper (q_l from the scores), 1 = spend */
+    int prior;                         /* avit.prior: a BK_PRIOR_ value (kernels/bk.h) */
     int freeze; /* avit.output: 0 = act (the ACT weighted output), 1 = freeze (x[L]) */
 } nn_halt_cfg;
 
@@ -76,6 +77,10 @@ void nn_halt_output_backward(nn_halt *h, const nn_env *e, int l, float *dx, floa
  * which tokens halt, keeps the fraction r of tokens per layer on average:
  * sum_l pi_l(centre) (l + 1) / L = r, by bisection. */
 float nn_halt_centre(float r, int L, float sigma);
+/* avit.prior's names (paper, nvlabs, spend) and the BK_PRIOR_ values; an
+ * unknown name is paper (the config's enum has refused it before). */
+int nn_halt_prior_of(const char *name);
+const char *nn_halt_prior_name(int prior);
 /* Mean fraction of patch tokens active per layer in the last inference
  * forward, from the host masks, for sample b (b < 0: over the batch). */
 double nn_halt_retention(const nn_halt *h, int B, int b);

@@ -49,7 +49,7 @@ void pipe_model_config(model *m, const bf_config *c) {
         m->halt.cf.ponder_weight = c->avit.ponder_weight;
         m->halt.cf.prior_weight = c->avit.prior_weight;
         m->halt.cf.retention = c->avit.retention;
-        m->halt.cf.spend = strcmp(c->avit.prior, "spend") == 0;
+        m->halt.cf.prior = nn_halt_prior_of(c->avit.prior);
         m->halt.cf.freeze = strcmp(c->avit.output, "freeze") == 0;
     }
 }
