@@ -49,12 +49,7 @@ typedef struct {
     FILE *table;
 } bench;
 
-static double clock_now(const bench *b) {
-    if (!b->cpu_clock) return bench_now();
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+static double clock_now(const bench *b) { return b->cpu_clock ? bench_cpu_now() : bench_now(); }
 
 /* Fastest of b->reps runs after one warm-up, in seconds. */
 static double time_best(const bench *b, void (*fn)(void *), void *ctx) {

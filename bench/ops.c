@@ -25,7 +25,8 @@ typedef struct {
     const bk_backend *be;
     int reps;
     int json;
-    FILE *table; /* where the human-readable table goes */
+    int cpu_clock; /* --clock cpu: CPU seconds of all threads (CPU backend) */
+    FILE *table;   /* where the human-readable table goes */
 } bench;
 
 /* Fastest of b->reps timed runs, in seconds: on a shared machine the minimum
@@ -35,10 +36,10 @@ static double time_median(const bench *b, void (*fn)(void *), void *ctx) {
     fn(ctx);
     b->be->sync();
     for (int r = 0; r < b->reps; r++) {
-        double t0 = bench_now();
+        double t0 = b->cpu_clock ? bench_cpu_now() : bench_now();
         fn(ctx);
         b->be->sync();
-        t[r] = bench_now() - t0;
+        t[r] = (b->cpu_clock ? bench_cpu_now() : bench_now()) - t0;
     }
     qsort(t, (size_t)b->reps, sizeof(double), bench_cmp_double);
     return t[0];
@@ -273,8 +274,8 @@ static void bench_fwht(const bench *b) {
     const int N = 4096;
     fprintf(b->table,
             "\nWalsh-Hadamard, rows=%d (GB/s: fwd reads+writes N*d floats, bwd reads dout, inp, "
-            "dinp and writes dinp)\n%6s %9s %9s %9s %9s %11s %11s %9s\n",
-            N, "d", "fwd ms", "fwd GB/s", "bwd ms", "bwd GB/s", "dense ms", "dense GF/s",
+            "dinp and writes dinp)\n%6s %9s %9s %9s %9s %8s %11s %11s %9s\n",
+            N, "d", "fwd ms", "fwd GB/s", "bwd ms", "bwd GB/s", "bwd/fwd", "dense ms", "dense GF/s",
             "dense/fwht");
     for (size_t i = 0; i < sizeof ds / sizeof *ds; i++) {
         fwht_case c = {.be = b->be, .N = N, .d = ds[i]};
@@ -296,14 +297,13 @@ static void bench_fwht(const bench *b) {
         double bytes = (double)n * sizeof(float);
         double gbf = 2 * bytes / tf * 1e-9, gbb = 4 * bytes / tb * 1e-9;
         double gfd = 2.0 * N * (double)d * d / tg * 1e-9, ratio = tg / tf;
-        fprintf(b->table, "%6d %9.3f %9.1f %9.3f %9.1f %11.3f %11.1f %9.1f\n", d, tf * 1e3, gbf,
-                tb * 1e3, gbb, tg * 1e3, gfd, ratio);
+        fprintf(b->table, "%6d %9.3f %9.1f %9.3f %9.1f %8.2f %11.3f %11.1f %9.1f\n", d, tf * 1e3,
+                gbf, tb * 1e3, gbb, tb / tf, tg * 1e3, gfd, ratio);
         if (b->json)
-            printf(
-                "{\"op\": \"fwht\", \"d\": %d, \"rows\": %d, \"fwd_ms\": %.4f, \"gbps\": %.2f, "
-                "\"bwd_ms\": %.4f, \"bwd_gbps\": %.2f, \"gemm_ms\": %.4f, \"gemm_gflops\": %.2f, "
-                "\"fwht_vs_gemm_ratio\": %.2f}\n",
-                d, N, tf * 1e3, gbf, tb * 1e3, gbb, tg * 1e3, gfd, ratio);
+            printf("{\"op\": \"fwht\", \"d\": %d, \"rows\": %d, \"fwd_ms\": %.4f, \"gbps\": %.2f, "
+                   "\"bwd_ms\": %.4f, \"bwd_gbps\": %.2f, \"bwd_vs_fwd\": %.3f, \"gemm_ms\": %.4f, "
+                   "\"gemm_gflops\": %.2f, \"fwht_vs_gemm_ratio\": %.2f}\n",
+                   d, N, tf * 1e3, gbf, tb * 1e3, gbb, tb / tf, tg * 1e3, gfd, ratio);
         float *bufs[] = {c.x, c.dy, c.alpha, c.beta, c.w, c.y, c.dx, c.scratch, c.dalpha, c.dbeta};
         for (size_t k = 0; k < sizeof bufs / sizeof *bufs; k++) b->be->release(bufs[k]);
     }
@@ -389,8 +389,10 @@ static void bench_selected(const bench *b) {
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: bench_ops [--device auto|cpu|cuda] [--json] [--reps N] [--attention-tiled]  "
-            "(N in 1..%d; --attention-tiled: only the maps vs tiled attention table)\n",
+            "usage: bench_ops [--device auto|cpu|cuda] [--json] [--reps N] [--attention-tiled] "
+            "[--fwht] [--clock wall|cpu]  (N in 1..%d; --attention-tiled: only the maps vs tiled "
+            "attention table; --fwht: only the Walsh-Hadamard table; --clock cpu: CPU seconds of "
+            "all threads instead of wall seconds, CPU backend only)\n",
             REPS_MAX);
 }
 
@@ -398,7 +400,7 @@ int main(int argc, char **argv) {
     bk_openmp_passive(argv);
     const char *device = "auto";
     bench b = {.reps = 10, .table = stdout};
-    int only_tiled = 0;
+    int only_tiled = 0, only_fwht = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
             device = argv[++i];
@@ -406,6 +408,11 @@ int main(int argc, char **argv) {
             b.json = 1;
         } else if (strcmp(argv[i], "--attention-tiled") == 0) {
             only_tiled = 1;
+        } else if (strcmp(argv[i], "--clock") == 0 && i + 1 < argc &&
+                   (strcmp(argv[i + 1], "wall") == 0 || strcmp(argv[i + 1], "cpu") == 0)) {
+            b.cpu_clock = strcmp(argv[++i], "cpu") == 0;
+        } else if (strcmp(argv[i], "--fwht") == 0) {
+            only_fwht = 1;
         } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
             char *end;
             long r = strtol(argv[++i], &end, 10);
@@ -429,14 +436,20 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_ops: %s\n", err);
         return 2;
     }
+    if (b.cpu_clock && strcmp(b.be->name, "cpu") != 0) {
+        fprintf(stderr, "bench_ops: --clock cpu needs the CPU backend (got %s; --device cpu)\n",
+                b.be->name);
+        return 2;
+    }
     if (b.json) b.table = stderr;
     char model[256];
     bench_cpu_model(model, sizeof model);
     long nproc = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = omp_get_max_threads();
     fprintf(b.table,
-            "bench_ops: backend %s | nproc %ld | cpu %s | omp threads %d | reps %d (best of)\n",
-            b.be->name, nproc, model, threads, b.reps);
+            "bench_ops: backend %s | nproc %ld | cpu %s | omp threads %d | reps %d (best of) | "
+            "clock %s\n",
+            b.be->name, nproc, model, threads, b.reps, b.cpu_clock ? "cpu" : "wall");
     if (b.json) {
         printf("{\"op\": \"machine\", \"backend\": ");
         bench_json_string(stdout, b.be->name);
@@ -444,8 +457,9 @@ int main(int argc, char **argv) {
         bench_json_string(stdout, model);
         printf(", \"omp_threads\": %d, \"reps\": %d}\n", threads, b.reps);
     }
-    if (only_tiled) {
-        bench_attention_tiled(&b);
+    if (only_tiled || only_fwht) {
+        if (only_tiled) bench_attention_tiled(&b);
+        if (only_fwht) bench_fwht(&b);
         fflush(stdout);
         return 0;
     }

@@ -41,12 +41,7 @@ typedef struct {
 
 /* Seconds on the clock the options chose: the wall clock, or this process's
  * CPU time (all its threads). */
-static double clock_now(const opts *o) {
-    if (!o->cpu_clock) return bench_now();
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+static double clock_now(const opts *o) { return o->cpu_clock ? bench_cpu_now() : bench_now(); }
 
 /* CPU seconds used by waited-for children so far. */
 static double children_cpu(void) {

@@ -28,18 +28,39 @@ static inline __m512 fwht16_stage(__m512 x, int h) {
 }
 #endif
 
-/* In-place unnormalised Sylvester transform of x[m], m a power of two. */
-static void fwht_pow2(float *x, int m) {
+/* Stages h and 2h of the Sylvester transform in one pass over x[m] (a
+ * radix-4 butterfly: stage h pairs p0 with p1 and p2 with p3, stage 2h then
+ * p0 with p2 and p1 with p3), so a row is read and written half as often. */
+static void fwht_radix4(float *x, int m, int h) {
+    for (int i = 0; i < m; i += 4 * h) {
+        float *p0 = x + i, *p1 = p0 + h, *p2 = p1 + h, *p3 = p2 + h;
+#pragma omp simd
+        for (int j = 0; j < h; j++) {
+            float a = p0[j], b = p1[j], c = p2[j], d = p3[j];
+            float s0 = a + b, d0 = a - b, s1 = c + d, d1 = c - d;
+            p0[j] = s0 + s1;
+            p1[j] = d0 + d1;
+            p2[j] = s0 - s1;
+            p3[j] = d0 - d1;
+        }
+    }
+}
+
+/* Unnormalised Sylvester transform of src[m] (times scale[m] first, when
+ * given) into dst[m], m a power of two; dst may be src. The first pass
+ * reads src, so no copy is made. */
+static void fwht_pow2(float *dst, const float *src, const float *scale, int m) {
     int h = 1;
 #if defined(__AVX512F__)
     if (m >= 16 && !bk_cpu_portable()) { /* the first four stages in registers */
         for (int i = 0; i < m; i += 16) {
-            __m512 v = _mm512_loadu_ps(x + i);
+            __m512 v = _mm512_loadu_ps(src + i);
+            if (scale) v = _mm512_mul_ps(v, _mm512_loadu_ps(scale + i));
             v = fwht16_stage(v, 1);
             v = fwht16_stage(v, 2);
             v = fwht16_stage(v, 4);
             v = fwht16_stage(v, 8);
-            _mm512_storeu_ps(x + i, v);
+            _mm512_storeu_ps(dst + i, v);
         }
         h = 16;
     }
@@ -47,49 +68,55 @@ static void fwht_pow2(float *x, int m) {
     /* First two stages fused: radix-4 butterflies touch 4 neighbours. */
     if (h == 1 && m >= 4) {
         for (int i = 0; i < m; i += 4) {
-            float a = x[i], b = x[i + 1], c = x[i + 2], d = x[i + 3];
+            float a = src[i], b = src[i + 1], c = src[i + 2], d = src[i + 3];
+            if (scale) a *= scale[i], b *= scale[i + 1], c *= scale[i + 2], d *= scale[i + 3];
             float s0 = a + b, d0 = a - b, s1 = c + d, d1 = c - d;
-            x[i] = s0 + s1;
-            x[i + 1] = d0 + d1;
-            x[i + 2] = s0 - s1;
-            x[i + 3] = d0 - d1;
+            dst[i] = s0 + s1;
+            dst[i + 1] = d0 + d1;
+            dst[i + 2] = s0 - s1;
+            dst[i + 3] = d0 - d1;
         }
         h = 4;
+    } else if (h == 1) { /* m 1 or 2 */
+        for (int i = 0; i < m; i++) dst[i] = scale ? src[i] * scale[i] : src[i];
     }
-    for (; h < m; h *= 2) {
-        for (int i = 0; i < m; i += 2 * h) {
-            float *lo = x + i, *hi = x + i + h;
+    for (; 4 * h <= m; h *= 4) fwht_radix4(dst, m, h);
+    if (h < m) { /* one stage left */
+        float *lo = dst, *hi = dst + h;
 #pragma omp simd
-            for (int j = 0; j < h; j++) {
-                float a = lo[j], b = hi[j];
-                lo[j] = a + b;
-                hi[j] = a - b;
-            }
+        for (int j = 0; j < h; j++) {
+            float a = lo[j], b = hi[j];
+            lo[j] = a + b;
+            hi[j] = a - b;
         }
     }
 }
 
-/* In-place unnormalised H_d x (transpose = 0) or H_d^T x (transpose = 1). */
-static void fwht_row(float *x, int d, int transpose) {
+/* Unnormalised H_d (src ⊙ scale) (transpose = 0) or H_d^T (src ⊙ scale)
+ * (transpose = 1) into dst (may be src); scale may be NULL. */
+static void fwht_row(float *dst, const float *src, const float *scale, int d, int transpose) {
     if ((d & (d - 1)) == 0) {
-        fwht_pow2(x, d);
+        fwht_pow2(dst, src, scale, d);
         return;
     }
     int m = d / 12;
-    for (int a = 0; a < 12; a++) fwht_pow2(x + (size_t)a * m, m);
+    for (int a = 0; a < 12; a++)
+        fwht_pow2(dst + (size_t)a * m, src + (size_t)a * m, scale ? scale + (size_t)a * m : NULL,
+                  m);
     float tmp[12][FWHT_MIX_CHUNK];
+    float *x = dst;
     for (int b0 = 0; b0 < m; b0 += FWHT_MIX_CHUNK) {
         int nb = m - b0 < FWHT_MIX_CHUNK ? m - b0 : FWHT_MIX_CHUNK;
         for (int a = 0; a < 12; a++)
             memcpy(tmp[a], x + (size_t)a * m + b0, (size_t)nb * sizeof(float));
         for (int a = 0; a < 12; a++) {
-            float *dst = x + (size_t)a * m + b0;
-            for (int j = 0; j < nb; j++) dst[j] = 0.0f;
+            float *out = x + (size_t)a * m + b0;
+            for (int j = 0; j < nb; j++) out[j] = 0.0f;
             for (int s = 0; s < 12; s++) {
                 float sign = transpose ? bk_h12[s][a] : bk_h12[a][s];
-                const float *src = tmp[s];
+                const float *in = tmp[s];
 #pragma omp simd
-                for (int j = 0; j < nb; j++) dst[j] += sign * src[j];
+                for (int j = 0; j < nb; j++) out[j] += sign * in[j];
             }
         }
     }
@@ -103,8 +130,7 @@ void bk_cpu_fwht_forward(float *out, const float *inp, const float *alpha, const
     for (int n = 0; n < N; n++) {
         float *y = out + (size_t)n * d;
         const float *x = inp + (size_t)n * d;
-        if (y != x) memcpy(y, x, (size_t)d * sizeof(float));
-        fwht_row(y, d, 0);
+        fwht_row(y, x, NULL, d, 0);
         if (alpha && beta) {
 #pragma omp simd
             for (int i = 0; i < d; i++) y[i] = alpha[i] * (y[i] * norm) + beta[i];
@@ -147,13 +173,11 @@ void bk_cpu_fwht_backward(float *dinp, float *dalpha, float *dbeta, float *scrat
             if (dbeta)
                 for (int i = 0; i < d; i++) dbeta[i] += dy[i];
             if (dalpha) {
-                memcpy(row, inp + (size_t)n * d, (size_t)d * sizeof(float));
-                fwht_row(row, d, 0);
+                fwht_row(row, inp + (size_t)n * d, NULL, d, 0);
                 for (int i = 0; i < d; i++) dalpha[i] += dy[i] * (row[i] * norm);
             }
             if (dinp) {
-                for (int i = 0; i < d; i++) row[i] = alpha ? alpha[i] * dy[i] : dy[i];
-                fwht_row(row, d, 1);
+                fwht_row(row, dy, alpha, d, 1);
                 for (int i = 0; i < d; i++) dinp[(size_t)n * d + i] += row[i] * norm;
             }
         }
@@ -167,24 +191,24 @@ void bk_cpu_fwht_backward(float *dinp, float *dalpha, float *dbeta, float *scrat
         const int n1 = (blk + 1) * FWHT_BWD_ROWS < N ? (blk + 1) * FWHT_BWD_ROWS : N;
         for (int n = blk * FWHT_BWD_ROWS; n < n1; n++) {
             const float *dy = dout + (size_t)n * d;
-            if (dbeta) {
+            if (dalpha) { /* H x / sqrt(d), the forward's pre-affine output */
+                fwht_row(row, inp + (size_t)n * d, NULL, d, 0);
+                if (dbeta) {
+#pragma omp simd
+                    for (int i = 0; i < d; i++) {
+                        pa[i] += dy[i] * (row[i] * norm);
+                        pb[i] += dy[i];
+                    }
+                } else {
+#pragma omp simd
+                    for (int i = 0; i < d; i++) pa[i] += dy[i] * (row[i] * norm);
+                }
+            } else if (dbeta) {
 #pragma omp simd
                 for (int i = 0; i < d; i++) pb[i] += dy[i];
             }
-            if (dalpha) { /* H x / sqrt(d), the forward's pre-affine output */
-                memcpy(row, inp + (size_t)n * d, (size_t)d * sizeof(float));
-                fwht_row(row, d, 0);
-#pragma omp simd
-                for (int i = 0; i < d; i++) pa[i] += dy[i] * (row[i] * norm);
-            }
             if (!dinp) continue;
-            if (alpha) {
-#pragma omp simd
-                for (int i = 0; i < d; i++) row[i] = alpha[i] * dy[i];
-            } else {
-                memcpy(row, dy, (size_t)d * sizeof(float));
-            }
-            fwht_row(row, d, 1);
+            fwht_row(row, dy, alpha, d, 1); /* H^T (alpha dy), alpha read on the first pass */
             float *dx = dinp + (size_t)n * d;
 #pragma omp simd
             for (int i = 0; i < d; i++) dx[i] += row[i] * norm;
