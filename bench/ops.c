@@ -270,7 +270,7 @@ static void run_dense(void *ctx) {
 }
 
 static void bench_fwht(const bench *b) {
-    const int ds[] = {256, 512, 768, 1024, 2048};
+    const int ds[] = {192, 256, 512, 768, 1024, 2048};
     const int N = 4096;
     fprintf(b->table,
             "\nWalsh-Hadamard, rows=%d (GB/s: fwd reads+writes N*d floats, bwd reads dout, inp, "
