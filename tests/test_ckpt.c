@@ -562,3 +562,22 @@ Test(ckset, config_check_ignores_init_from) {
         0, "an old checkpoint without the key: %s", err);
     cr_expect_eq(ckpt_config_check("model.layers: 2\n", "model.layers: 3\n", err, sizeof err), -1);
 }
+
+/* Only the keys the filter counts are compared (a shared stage's own keys). */
+static int model_keys_only(void *ctx, const char *key, size_t n) {
+    (void)ctx;
+    return n > 6 && memcmp(key, "model.", 6) == 0;
+}
+
+Test(ckset, config_check_over_the_keys_that_count) {
+    char err[512];
+    const char *a = "model.layers: 2\ndistill.mixer: bimamba\n",
+               *b = "model.layers: 2\ndistill.mixer: bilstm\n",
+               *c = "model.layers: 3\ndistill.mixer: bimamba\n";
+    cr_expect_eq(ckpt_config_check(a, b, err, sizeof err), -1, "every key: the mixer differs");
+    cr_expect(strstr(err, "distill.mixer is bimamba in the checkpoint but bilstm now"), "%s", err);
+    cr_expect_eq(ckpt_config_check_keys(a, b, model_keys_only, NULL, err, sizeof err), 0, "%s",
+                 err);
+    cr_expect_eq(ckpt_config_check_keys(a, c, model_keys_only, NULL, err, sizeof err), -1);
+    cr_expect(strstr(err, "model.layers is 2 in the checkpoint but 3 now"), "%s", err);
+}

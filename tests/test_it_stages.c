@@ -272,6 +272,42 @@ Test(it_stages, bfd_killed_during_a_shared_stage) {
     check_shared_once(job);
 }
 
+/* A trial stopped (bfctl stop) while it runs a shared stage leaves the
+ * stage's checkpoint; the other trial, whose config differs only in a key
+ * the stage does not read (distill.mixer), takes the stage over and
+ * continues it from that checkpoint instead of refusing it as another
+ * run's; resumed, the stopped trial completes on the stages done. */
+Test(it_stages, a_stopped_trial_s_shared_stage_is_continued_by_the_other) {
+    g_bfd = it_bfd_start(g_dir, g_home);
+    long long job = it_submit(g_dir, write_sweep("stop", 1500, "[bimamba, bilstm]"));
+    it_db_wait(g_dir, g_home, "the shared avit stage running",
+               "SELECT COUNT(*) FROM stages WHERE name = 'avit' AND state = 'running' AND ?1 > 0",
+               1, 1, 120);
+    it_sleep_s(1.0);
+    long long runner = db_int("SELECT trial FROM stages WHERE name = 'avit' AND ?1 > 0", 1);
+    long long other = db_int("SELECT id FROM trials WHERE id != ?1 ORDER BY id LIMIT 1", runner);
+    char args[64], out[1 << 16];
+    snprintf(args, sizeof args, "stop t%lld", runner);
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, args), 0, "%s", out);
+    it_db_wait(g_dir, g_home, "the other trial ended",
+               "SELECT COUNT(*) FROM trials WHERE id = ?1 AND state IN ('COMPLETED', 'FAILED')",
+               other, 1, 200);
+    cr_assert_eq(db_int("SELECT state = 'COMPLETED' FROM trials WHERE id = ?1", other), 1,
+                 "the other trial did not complete (see %s/bfd.log)", g_dir);
+    cr_assert_eq(db_int("SELECT state = 'STOPPED' FROM trials WHERE id = ?1", runner), 1);
+    cr_assert_eq(db_int("SELECT failures FROM stages WHERE name = 'avit' AND ?1 > 0", 1), 0);
+    cr_assert_eq(db_int("SELECT attempts FROM stages WHERE name = 'avit' AND ?1 > 0", 1), 2);
+    snprintf(args, sizeof args, "logs t%lld", other);
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, args), 0, "%s", out);
+    cr_assert(strstr(out, "resume: continuing from step"),
+              "the other trial did not continue the stopped stage:\n%s", out);
+    snprintf(args, sizeof args, "resume t%lld", runner);
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, args), 0, "%s", out);
+    cr_assert_eq(wait_job(job), 0, "a trial did not complete (see %s/bfd.log)", g_dir);
+    cr_assert_eq(db_int("SELECT attempts FROM stages WHERE name = 'teacher' AND ?1 > 0", 1), 1);
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM stages WHERE state = 'done' AND ?1 > 0", 1), 9);
+}
+
 /* 20 A-ViT steps cannot reach retention 0.7 (the worker fails the stage,
  * as it must): with retries 1 the shared avit stage runs twice in all, not
  * twice per dependant, and both trials fail with it. */

@@ -239,13 +239,15 @@ static const char *find_key(const char *text, const char *key, size_t klen, size
     return NULL;
 }
 
-/* Checks every key of a against b; which names a's role in the message. */
-static int cfg_lines_match(const char *a, const char *b, int a_is_ckpt, char *err, size_t errlen) {
+/* Checks every key of a (that counts) against b; which names a's role in the message. */
+static int cfg_lines_match(const char *a, const char *b, int a_is_ckpt, ckpt_key_filter counts,
+                           void *ctx, char *err, size_t errlen) {
     for (const char *l = a; l && *l;) {
         const char *e = strchr(l, '\n');
         size_t n = e ? (size_t)(e - l) : strlen(l);
         const char *colon = memchr(l, ':', n);
-        if (colon && !key_ignored(l, (size_t)(colon - l))) {
+        if (colon && !key_ignored(l, (size_t)(colon - l)) &&
+            (!counts || counts(ctx, l, (size_t)(colon - l)))) {
             size_t klen = (size_t)(colon - l), alen, blen = 0;
             const char *av = colon + 1;
             while (av < l + n && *av == ' ') av++;
@@ -268,9 +270,14 @@ static int cfg_lines_match(const char *a, const char *b, int a_is_ckpt, char *er
     return 0;
 }
 
+int ckpt_config_check_keys(const char *ckpt_cfg, const char *cur_cfg, ckpt_key_filter counts,
+                           void *ctx, char *err, size_t errlen) {
+    if (cfg_lines_match(ckpt_cfg, cur_cfg, 1, counts, ctx, err, errlen)) return -1;
+    return cfg_lines_match(cur_cfg, ckpt_cfg, 0, counts, ctx, err, errlen);
+}
+
 int ckpt_config_check(const char *ckpt_cfg, const char *cur_cfg, char *err, size_t errlen) {
-    if (cfg_lines_match(ckpt_cfg, cur_cfg, 1, err, errlen)) return -1;
-    return cfg_lines_match(cur_cfg, ckpt_cfg, 0, err, errlen);
+    return ckpt_config_check_keys(ckpt_cfg, cur_cfg, NULL, NULL, err, errlen);
 }
 
 /* ================================================= the checkpoint set (v3) */

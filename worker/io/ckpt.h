@@ -104,6 +104,14 @@ void ckpt_free(ckpt_state *s);
  * differs and both values. */
 int ckpt_config_check(const char *ckpt_cfg, const char *cur_cfg, char *err, size_t errlen);
 
+/* The same, over only the keys for which counts(ctx, key, length of key)
+ * is non-zero (NULL: every key): a stage of a shared chain is the same run
+ * for every trial whose config agrees on the keys the stage depends on,
+ * whatever the rest of the trial's config says. */
+typedef int (*ckpt_key_filter)(void *ctx, const char *key, size_t n);
+int ckpt_config_check_keys(const char *ckpt_cfg, const char *cur_cfg, ckpt_key_filter counts,
+                           void *ctx, char *err, size_t errlen);
+
 /* ---- the checkpoint set (format 3) ---- */
 
 /* A named 64-bit counter carried across a resume (an RNG stream position, a

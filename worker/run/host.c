@@ -101,7 +101,8 @@ static int save_checkpoint(comm_t *comm, const char *dir, const pipe_state *ps, 
  * buffers. ps->step = steps already done and *found = 1 (0 without a
  * checkpoint). Returns 0 or -1 with a message on every rank. */
 static int resume_from(comm_t *comm, const char *out_dir, pipe_state *ps, const bf_config *c,
-                       int *found, int quiet, char *err, size_t errlen) {
+                       ckpt_key_filter counts, void *counts_ctx, int *found, int quiet, char *err,
+                       size_t errlen) {
     model *m = ps->m;
     const bk_backend *be = m->be;
     size_t n = m->np.P.numel;
@@ -125,7 +126,8 @@ static int resume_from(comm_t *comm, const char *out_dir, pipe_state *ps, const 
         } else {
             cfg_dump(c, cur, CKPT_MAX_CFG);
             char e2[1536];
-            if (meta.cfg_text && ckpt_config_check(meta.cfg_text, cur, e2, sizeof e2)) {
+            if (meta.cfg_text &&
+                ckpt_config_check_keys(meta.cfg_text, cur, counts, counts_ctx, e2, sizeof e2)) {
                 snprintf(err, errlen, "checkpoint in %s: %s", out_dir, e2);
                 failed = 1;
             }
@@ -232,6 +234,8 @@ typedef struct host_ctx {
     /* a stage: called on rank 0 after each checkpoint (train_stage's saved) */
     int (*saved)(void *ctx, char *err, size_t errlen);
     void *saved_ctx;
+    ckpt_key_filter counts; /* a stage: the keys its resume compares (NULL: all) */
+    void *counts_ctx;
     const data_sets *d; /* begin: its tokenizer is saved, metrics opened (a whole run);
                          * NULL: a stage (its caller owns the metrics) */
     int bad_input;      /* set when init.from (or init.map) could not be used */
@@ -320,7 +324,8 @@ static int h_resume(void *ctx, const bf_config *c, pipe_state *s, int *found, ch
     host_ctx *h = ctx;
     *found = 0;
     if (!h->resume_dir) return 0;
-    return resume_from(h->comm, h->resume_dir, s, c, found, h->quiet, err, errlen);
+    return resume_from(h->comm, h->resume_dir, s, c, h->counts, h->counts_ctx, found, h->quiet, err,
+                       errlen);
 }
 
 static int h_init_from(void *ctx, const bf_config *c, model *m, char *err, size_t errlen) {
@@ -449,7 +454,9 @@ int host_run_stage(const pipe_spec *sp, const bf_config *c, const train_opts *o,
                    .prefix = st->prefix,
                    .step_offset = st->step_offset,
                    .saved = st->saved,
-                   .saved_ctx = st->saved_ctx};
+                   .saved_ctx = st->saved_ctx,
+                   .counts = st->counts,
+                   .counts_ctx = st->counts_ctx};
     train_opts so = *o;
     so.resume = 1; /* a stage folder is its own: continue what a killed run left */
     pipe_host h = make_host(&hc, &so, 1);

@@ -11,6 +11,7 @@
 
 #include "common/cfg.h"
 #include "worker/dist/comm.h"
+#include "worker/io/ckpt.h"
 #include "worker/pipelines/pipe.h"
 
 typedef struct train_opts {
@@ -52,6 +53,10 @@ typedef struct train_stage {
      * (s2s's --force swaps its stream in at the first); non-zero fails the run */
     int (*saved)(void *ctx, char *err, size_t errlen);
     void *saved_ctx;
+    /* nullable: the config keys a resume of the stage's checkpoint compares
+     * (ckpt_config_check_keys); NULL compares every key */
+    ckpt_key_filter counts;
+    void *counts_ctx;
 } train_stage;
 int host_run_stage(const pipe_spec *sp, const bf_config *c, const train_opts *o,
                    const train_stage *st, const data_sets *d, train_result *r, char *err,

@@ -20,6 +20,7 @@
 /* What the stages share. */
 typedef struct s2s_ctx {
     const bf_config *c;
+    const stage_graph *g; /* the declared stages (common/pipeline_decl.c) */
     const train_opts *o;
     stage_node st[STAGE_MAX];
     char prefix[STAGE_MAX][40]; /* metric names of stage i: "NAME/" */
@@ -120,9 +121,31 @@ static bf_config stage_config(const s2s_ctx *x, int i) {
     return s;
 }
 
+/* Which keys a resume of stage i's checkpoint compares: those stages 0..i
+ * depend on, the ones its folder's key is made of. The other trials that
+ * share the stage differ in the rest (a later stage's knobs), and a trial
+ * that takes over a stopped or killed trial's stage continues it. */
+typedef struct stage_keys {
+    const stage_graph *g;
+    int stage;
+} stage_keys;
+
+static int stage_key_counts(void *ctx, const char *key, size_t n) {
+    const stage_keys *k = ctx;
+    char name[128];
+    if (n >= sizeof name) return 1; /* no such key in the schema: compared */
+    memcpy(name, key, n);
+    name[n] = '\0';
+    for (int j = 0; j <= k->stage; j++)
+        if (stage_graph_depends(k->g, j, name)) return 1;
+    return 0;
+}
+
 static int run_train_stage(s2s_ctx *x, int i, const pipe_spec *sp, const bf_config *sc, char *err,
                            size_t errlen) {
-    train_stage ts = {x->dir[i], x->prefix[i], x->offset, &x->mt, stream_swap, x};
+    stage_keys keys = {x->g, i};
+    train_stage ts = {x->dir[i], x->prefix[i],     x->offset, &x->mt, stream_swap,
+                      x,         stage_key_counts, &keys};
     train_result r;
     int rc = host_run_stage(sp, sc, x->o, &ts, &x->d, &r, err, errlen);
     if (rc == TRAIN_ERROR || rc == TRAIN_INPUT) {
@@ -397,6 +420,7 @@ int s2s_run(const bf_config *c, const train_opts *o, train_result *r, char *err,
     else
         snprintf(x->root, sizeof x->root, "%s/stages", o->out_dir);
     const stage_graph *g = pipeline_stages("s2s");
+    x->g = g;
     int same = g && g->n == S2S_STAGES;
     for (int i = 0; same && i < S2S_STAGES; i++) same = strcmp(g->names[i], STAGE_NAMES[i]) == 0;
     if (!same) {
