@@ -126,10 +126,10 @@ typedef struct bfd {
     int64_t *arr_trials;
     size_t n_arr, cap_arr;
     store_job arr_job;
-    int max_array;                   /* tasks per array: MaxArraySize, else 1001 */
-    long long n_sbatch;              /* sbatch calls so far */
-    slurmq *slq;                     /* launcher: slurm: sbatch, scontrol, scancel off the loop */
-    slurmq_req *backlog;             /* an scontrol answer applied in part (finish_slurm goes on) */
+    int max_array;       /* tasks per array: MaxArraySize, else 1001 */
+    long long n_sbatch;  /* sbatch calls so far */
+    slurmq *slq;         /* launcher: slurm: sbatch, scontrol, scancel off the loop */
+    slurmq_req *backlog; /* an sbatch or scontrol answer applied in part (finish_slurm goes on) */
     char (*polls)[SLURM_JOB_ID_MAX]; /* arrays (or plain jobs) whose scontrol query is in flight */
     size_t n_polls, cap_polls;
     char cancel_memo[SLURM_JOB_ID_MAX]; /* last array scancelled whole, with how, when */
@@ -236,6 +236,9 @@ void slurm_flush(bfd *d);
 /* The Slurm thread's answers: submitted arrays recorded, job states applied
  * to their runs, failed cancels logged (launch.c). */
 void finish_slurm(bfd *d);
+/* An sbatch answer applied in part (the backlog) applied to the end: bfd
+ * stopping stores every task's Slurm id it has. */
+void slurm_backlog_finish(bfd *d);
 /* An scontrol answer applied to the runs of its array or job (runs.c); 1
  * when budget_s ran out with ended runs left (call again with the same q:
  * the runs applied already are removed or take the same state again). */

@@ -121,6 +121,7 @@ static void fail_unsubmitted(bfd *d, run *r, const char *why) {
 typedef struct submission {
     int64_t job;
     int ranks, n;
+    int done; /* tasks applied so far (array_submitted works through them in slices) */
     struct {
         int64_t trial;
         int attempt;
@@ -190,6 +191,7 @@ static void submit_array(bfd *d, const store_job *j, const int64_t *ids, int n) 
         sub->job = j->id;
         sub->ranks = j->ranks;
         sub->n = m;
+        sub->done = 0;
         for (int i = 0; i < m; i++) {
             sub->t[i].trial = tasks[i].trial;
             sub->t[i].attempt = tasks[i].attempt;
@@ -218,9 +220,13 @@ done:
 
 /* sbatch answered the array of q (its data a submission): each task's run
  * takes its Slurm id ARRAY_K, or, when sbatch failed, fails. A run
- * cancelled while sbatch ran (ending, or gone) has its task cancelled. */
-static void array_submitted(bfd *d, slurmq_req *q) {
-    const submission *sub = q->data;
+ * cancelled while sbatch ran (ending, or gone) has its task cancelled.
+ * A thousand tasks (their logs, events and one store write) take tens of
+ * ms, so they are applied for at most budget_s per call, in slices of 64:
+ * returns 1 while tasks remain (the loop calls again without waiting; the
+ * runs not yet applied keep waiting for their id, slurm_wait), else 0. */
+static int array_submitted(bfd *d, slurmq_req *q, double budget_s) {
+    submission *sub = q->data;
     char why[1300], err[1024];
     if (q->rc) {
         snprintf(why, sizeof why, "not submitted to Slurm: %s", q->err);
@@ -228,14 +234,17 @@ static void array_submitted(bfd *d, slurmq_req *q) {
             run *r = find_run(d, sub->t[i].trial);
             if (r && r->slurm_wait && r->attempt == sub->t[i].attempt) fail_unsubmitted(d, r, why);
         }
-        return;
+        return 0;
     }
-    bfd_log("job %lld: %d trial%s submitted as Slurm job array %s (%.0f ms)", (long long)sub->job,
-            sub->n, sub->n == 1 ? "" : "s", q->id, q->ms);
-    dstate_run *rows = calloc((size_t)sub->n, sizeof *rows);
+    if (sub->done == 0)
+        bfd_log("job %lld: %d trial%s submitted as Slurm job array %s (%.0f ms)",
+                (long long)sub->job, sub->n, sub->n == 1 ? "" : "s", q->id, q->ms);
+    dstate_run *rows = calloc((size_t)(sub->n - sub->done), sizeof *rows);
     size_t n_rows = 0;
     double t = now_s();
-    for (int i = 0; i < sub->n; i++) {
+    int i = sub->done;
+    for (; i < sub->n; i++) {
+        if (i > sub->done && (i - sub->done) % 64 == 0 && now_s() - t > budget_s) break;
         run *r = find_run(d, sub->t[i].trial);
         char task[64];
         snprintf(task, sizeof task, "%s_%d", q->id, i); /* ids are < 32 digits: it fits */
@@ -266,6 +275,8 @@ static void array_submitted(bfd *d, slurmq_req *q) {
     if (!rows) bfd_log("job %lld: bfd out of memory: Slurm ids not stored", (long long)sub->job);
     if (n_rows && dstate_runs_put(d->ds, rows, n_rows, err, sizeof err)) bfd_log("%s", err);
     free(rows);
+    sub->done = i;
+    return i < sub->n;
 }
 
 #define SLURM_APPLY_S 0.015 /* ended runs recorded per round, at most this long */
@@ -273,14 +284,19 @@ static void array_submitted(bfd *d, slurmq_req *q) {
 void finish_slurm(bfd *d) {
     if (!d->slq) return;
     if (d->backlog) {
-        if (slurm_answered(d, d->backlog, SLURM_APPLY_S)) return;
+        int more = d->backlog->kind == SLURMQ_SUBMIT ? array_submitted(d, d->backlog, SLURM_APPLY_S)
+                                                     : slurm_answered(d, d->backlog, SLURM_APPLY_S);
+        if (more) return;
         slurmq_req_free(&d->backlog);
     }
     slurmq_req *q;
     while ((q = slurmq_pop_done(d->slq))) {
         switch (q->kind) {
         case SLURMQ_SUBMIT:
-            array_submitted(d, q);
+            if (array_submitted(d, q, SLURM_APPLY_S)) {
+                d->backlog = q;
+                return;
+            }
             break;
         case SLURMQ_QUERY:
             if (slurm_answered(d, q, SLURM_APPLY_S)) {
@@ -294,6 +310,10 @@ void finish_slurm(bfd *d) {
         }
         slurmq_req_free(&q);
     }
+}
+
+void slurm_backlog_finish(bfd *d) {
+    if (d->backlog && d->backlog->kind == SLURMQ_SUBMIT) array_submitted(d, d->backlog, 1e9);
 }
 
 void slurm_flush(bfd *d) {

@@ -404,6 +404,7 @@ static void close_daemon(bfd *d) {
         proto_msg_clear(&d->batches[b].msg);
     }
     submitq_destroy(&d->sq);
+    slurm_backlog_finish(d);
     slurmq_req_free(&d->backlog);
     slurmq_destroy(&d->slq);
     if (d->ctl) zmq_close(d->ctl);
