@@ -258,13 +258,21 @@ Test(it_stages, a_sweep_runs_each_shared_stage_once) {
     json_decref(r);
 }
 
-Test(it_stages, bfd_killed_during_a_shared_stage) {
+/* bfd started, the 2-trial sweep NAME (a 1500-step shared avit stage)
+ * submitted, and `after` seconds past the moment that stage runs; returns
+ * the job. */
+static long long sweep_into_the_shared_avit(const char *name, double after) {
     g_bfd = it_bfd_start(g_dir, g_home);
-    long long job = it_submit(g_dir, write_sweep("kill", 1500, "[bimamba, bilstm]"));
+    long long job = it_submit(g_dir, write_sweep(name, 1500, "[bimamba, bilstm]"));
     it_db_wait(g_dir, g_home, "the shared avit stage running",
                "SELECT COUNT(*) FROM stages WHERE name = 'avit' AND state = 'running' AND ?1 > 0",
                1, 1, 120);
-    it_sleep_s(0.5);
+    it_sleep_s(after);
+    return job;
+}
+
+Test(it_stages, bfd_killed_during_a_shared_stage) {
+    long long job = sweep_into_the_shared_avit("kill", 0.5);
     it_stop(&g_bfd, SIGKILL);
     it_sleep_s(1.0);
     g_bfd = it_bfd_start(g_dir, g_home);
@@ -278,12 +286,7 @@ Test(it_stages, bfd_killed_during_a_shared_stage) {
  * continues it from that checkpoint instead of refusing it as another
  * run's; resumed, the stopped trial completes on the stages done. */
 Test(it_stages, a_stopped_trial_s_shared_stage_is_continued_by_the_other) {
-    g_bfd = it_bfd_start(g_dir, g_home);
-    long long job = it_submit(g_dir, write_sweep("stop", 1500, "[bimamba, bilstm]"));
-    it_db_wait(g_dir, g_home, "the shared avit stage running",
-               "SELECT COUNT(*) FROM stages WHERE name = 'avit' AND state = 'running' AND ?1 > 0",
-               1, 1, 120);
-    it_sleep_s(1.0);
+    long long job = sweep_into_the_shared_avit("stop", 1.0);
     long long runner = db_int("SELECT trial FROM stages WHERE name = 'avit' AND ?1 > 0", 1);
     long long other = db_int("SELECT id FROM trials WHERE id != ?1 ORDER BY id LIMIT 1", runner);
     char args[64], out[1 << 16];
