@@ -252,16 +252,18 @@ typedef struct {
     const bk_backend *be;
     int N, d;
     float *x, *y, *alpha, *beta, *dy, *dx, *dalpha, *dbeta, *scratch, *w;
+    float *pre; /* the training forward's kept H x / sqrt(d); NULL: inference, recompute */
 } fwht_case;
 
 static void run_fwht_fwd(void *ctx) {
     fwht_case *c = ctx;
-    c->be->fwht_forward(c->y, c->x, c->alpha, c->beta, c->N, c->d);
+    c->be->fwht_forward(c->y, c->pre, c->x, c->alpha, c->beta, c->N, c->d);
 }
 
 static void run_fwht_bwd(void *ctx) {
     fwht_case *c = ctx;
-    c->be->fwht_backward(c->dx, c->dalpha, c->dbeta, c->scratch, c->dy, c->x, c->alpha, c->N, c->d);
+    c->be->fwht_backward(c->dx, c->dalpha, c->dbeta, c->scratch, c->dy, c->x, c->pre, c->alpha,
+                         c->N, c->d);
 }
 
 static void run_dense(void *ctx) {
@@ -273,10 +275,12 @@ static void bench_fwht(const bench *b) {
     const int ds[] = {192, 256, 512, 768, 1024, 2048};
     const int N = 4096;
     fprintf(b->table,
-            "\nWalsh-Hadamard, rows=%d (GB/s: fwd reads+writes N*d floats, bwd reads dout, inp, "
-            "dinp and writes dinp)\n%6s %9s %9s %9s %9s %8s %11s %11s %9s\n",
-            N, "d", "fwd ms", "fwd GB/s", "bwd ms", "bwd GB/s", "bwd/fwd", "dense ms", "dense GF/s",
-            "dense/fwht");
+            "\nWalsh-Hadamard, rows=%d. fwd: inference (reads x, writes y); train fwd: also keeps "
+            "pre = Hx/sqrt(d)\nfor the backward, which then reads dy, pre and dx and writes dx; "
+            "bwd no pre: transforms x again.\nstep: train fwd + bwd against fwd + bwd no pre (the "
+            "training step before pre was kept).\n%6s %8s %9s %8s %8s %8s %8s %8s %9s %11s %9s\n",
+            N, "d", "fwd ms", "train fwd", "bwd ms", "bwd/fwd", "no-pre", "/fwd", "step x",
+            "dense ms", "dense GF/s", "dense/fwd");
     for (size_t i = 0; i < sizeof ds / sizeof *ds; i++) {
         fwht_case c = {.be = b->be, .N = N, .d = ds[i]};
         const int d = c.d;
@@ -291,20 +295,27 @@ static void bench_fwht(const bench *b) {
         c.scratch = dev_zero(b->be, n * sizeof(float));
         c.dalpha = dev_zero(b->be, (size_t)d * sizeof(float));
         c.dbeta = dev_zero(b->be, (size_t)d * sizeof(float));
-        double tf = time_median(b, run_fwht_fwd, &c);
-        double tb = time_median(b, run_fwht_bwd, &c);
+        float *pre = dev_zero(b->be, n * sizeof(float));
+        double tf = time_median(b, run_fwht_fwd, &c); /* inference: pre NULL */
+        double tb0 = time_median(b, run_fwht_bwd, &c);
+        c.pre = pre;
+        double tft = time_median(b, run_fwht_fwd, &c), tb = time_median(b, run_fwht_bwd, &c);
+        c.pre = NULL;
         double tg = time_median(b, run_dense, &c);
-        double bytes = (double)n * sizeof(float);
-        double gbf = 2 * bytes / tf * 1e-9, gbb = 4 * bytes / tb * 1e-9;
         double gfd = 2.0 * N * (double)d * d / tg * 1e-9, ratio = tg / tf;
-        fprintf(b->table, "%6d %9.3f %9.1f %9.3f %9.1f %8.2f %11.3f %11.1f %9.1f\n", d, tf * 1e3,
-                gbf, tb * 1e3, gbb, tb / tf, tg * 1e3, gfd, ratio);
+        double step = (tf + tb0) / (tft + tb);
+        fprintf(b->table, "%6d %8.3f %9.3f %8.3f %8.2f %8.3f %8.2f %8.2f %9.3f %11.1f %9.1f\n", d,
+                tf * 1e3, tft * 1e3, tb * 1e3, tb / tft, tb0 * 1e3, tb0 / tf, step, tg * 1e3, gfd,
+                ratio);
         if (b->json)
-            printf("{\"op\": \"fwht\", \"d\": %d, \"rows\": %d, \"fwd_ms\": %.4f, \"gbps\": %.2f, "
-                   "\"bwd_ms\": %.4f, \"bwd_gbps\": %.2f, \"bwd_vs_fwd\": %.3f, \"gemm_ms\": %.4f, "
-                   "\"gemm_gflops\": %.2f, \"fwht_vs_gemm_ratio\": %.2f}\n",
-                   d, N, tf * 1e3, gbf, tb * 1e3, gbb, tb / tf, tg * 1e3, gfd, ratio);
-        float *bufs[] = {c.x, c.dy, c.alpha, c.beta, c.w, c.y, c.dx, c.scratch, c.dalpha, c.dbeta};
+            printf("{\"op\": \"fwht\", \"d\": %d, \"rows\": %d, \"fwd_ms\": %.4f, "
+                   "\"train_fwd_ms\": %.4f, \"bwd_ms\": %.4f, \"bwd_vs_train_fwd\": %.3f, "
+                   "\"bwd_no_pre_ms\": %.4f, \"bwd_no_pre_vs_fwd\": %.3f, \"step_speedup\": %.3f, "
+                   "\"gemm_ms\": %.4f, \"gemm_gflops\": %.2f, \"fwht_vs_gemm_ratio\": %.2f}\n",
+                   d, N, tf * 1e3, tft * 1e3, tb * 1e3, tb / tft, tb0 * 1e3, tb0 / tf, step,
+                   tg * 1e3, gfd, ratio);
+        float *bufs[] = {c.x,  c.dy,      c.alpha,  c.beta,  c.w, c.y,
+                         c.dx, c.scratch, c.dalpha, c.dbeta, pre};
         for (size_t k = 0; k < sizeof bufs / sizeof *bufs; k++) b->be->release(bufs[k]);
     }
 }

@@ -109,6 +109,68 @@ static double time_steps(const opts *o, const bk_backend *be, int budget, size_t
     return med;
 }
 
+/* Seconds per step of the step's matrix products alone, through the same
+ * backend calls the step makes (linear_forward / linear_backward without the
+ * bias, gemm for attention's four products per head), with nothing between
+ * them: per layer the QKV, output, MLP-in and MLP-out linears forward (one
+ * product each) and backward (two), attention's scores and weighted values
+ * forward and its four backward products. No implementation that multiplies
+ * with this GEMM can train a step in less, so PyTorch's step time over it is
+ * the largest ratio any such implementation could reach against PyTorch.
+ * *gflop: the products' GFLOP per step. */
+static double time_products(const opts *o, const bk_backend *be, double *gflop) {
+    int B = o->B, T = o->T, d = o->d, H = o->H, L = o->L, N = B * T, dh = d / H;
+    const int lin[4][2] = {{d, 3 * d}, {d, d}, {d, 4 * d}, {4 * d, d}}; /* in, out */
+    size_t act = (size_t)N * 4 * d, tt = (size_t)B * H * T * T;
+    float *x = be->alloc(act * sizeof(float)), *y = be->alloc(act * sizeof(float));
+    float *dx = be->alloc(act * sizeof(float)), *w = be->alloc((size_t)4 * d * d * sizeof(float));
+    float *dw = be->alloc((size_t)4 * d * d * sizeof(float));
+    float *att = be->alloc(tt * sizeof(float)), *datt = be->alloc(tt * sizeof(float));
+    if (!x || !y || !dx || !w || !dw || !att || !datt) {
+        fprintf(stderr, "bench_train: out of memory for the products' buffers\n");
+        exit(1);
+    }
+    double f = 0;
+    for (int k = 0; k < 4; k++) f += 3 * 2.0 * N * lin[k][0] * lin[k][1];
+    f += 6 * 2.0 * B * H * (double)T * T * dh;
+    *gflop = f * L / 1e9;
+    int ld = 3 * d; /* q, k, v of a token side by side in one row, as the QKV linear writes */
+    long long sq = dh, stt = (long long)T * T;
+    double *t = malloc((size_t)o->steps * sizeof(double));
+    for (int s = -1; s < o->steps; s++) {
+        double t0 = clock_now(o);
+        for (int l = 0; l < L; l++) {
+            for (int k = 0; k < 4; k++) be->linear_forward(y, x, w, NULL, N, lin[k][0], lin[k][1]);
+            for (int b = 0; b < B; b++) {
+                const float *q = x + (size_t)b * T * ld, *kk = q + d, *v = q + 2 * d;
+                float *a = att + (size_t)b * H * T * T, *out = y + (size_t)b * T * d;
+                be->gemm(0, 1, T, T, dh, 0.125f, q, ld, sq, kk, ld, sq, 0, a, T, stt, H);
+                be->gemm(0, 0, T, dh, T, 1, a, T, stt, v, ld, sq, 0, out, d, sq, H);
+            }
+        }
+        for (int l = 0; l < L; l++) {
+            for (int k = 0; k < 4; k++)
+                be->linear_backward(dx, dw, NULL, y, x, w, N, lin[k][0], lin[k][1]);
+            for (int b = 0; b < B; b++) {
+                const float *q = x + (size_t)b * T * ld, *kk = q + d, *v = q + 2 * d;
+                const float *dout = y + (size_t)b * T * d, *a = att + (size_t)b * H * T * T;
+                float *da = datt + (size_t)b * H * T * T, *dq = dx + (size_t)b * T * ld;
+                be->gemm(0, 1, T, T, dh, 1, dout, d, sq, v, ld, sq, 0, da, T, stt, H);
+                be->gemm(0, 0, T, dh, T, 1, da, T, stt, kk, ld, sq, 1, dq, ld, sq, H);
+                be->gemm(1, 0, T, dh, T, 1, da, T, stt, q, ld, sq, 1, dq + d, ld, sq, H);
+                be->gemm(1, 0, T, dh, T, 1, a, T, stt, dout, d, sq, 1, dq + 2 * d, ld, sq, H);
+            }
+        }
+        be->sync();
+        if (s >= 0) t[s] = clock_now(o) - t0;
+    }
+    double med = bench_median(t, o->steps);
+    free(t);
+    float *bufs[] = {x, y, dx, w, dw, att, datt};
+    for (int i = 0; i < 7; i++) be->release(bufs[i]);
+    return med;
+}
+
 /* Runs the PyTorch peer with the same shapes and threads; returns its step
  * time in seconds, or 0 when it cannot run (no python3/torch). policy NULL:
  * the peer's own default OpenMP wait policy (as a user would run it; the
@@ -242,12 +304,14 @@ int main(int argc, char **argv) {
         return 64;
     }
     size_t params_off = 0, params_on = 0;
-    double off_r[50], on_r[50], peer_r[50], peerp_r[50], ratio_r[50], ratio_on_r[50];
+    double off_r[50], on_r[50], peer_r[50], peerp_r[50], ratio_r[50], ratio_on_r[50], prod_r[50];
+    double gflop = 0;
     double tok = (double)o.B * o.T;
     FILE *t = o.json ? stderr : stdout;
     for (int r = 0; r < o.rounds; r++) {
         off_r[r] = time_steps(&o, be, 0, &params_off);
         on_r[r] = time_steps(&o, be, 1, &params_on);
+        prod_r[r] = time_products(&o, be, &gflop);
         /* the peer twice: with its own defaults (how a user runs it), and with the
          * passive OpenMP policy bf runs with, so neither side gets a head start */
         peer_r[r] = be->device == BK_CPU ? run_peer(&o, threads, NULL, version, sizeof version) : 0;
@@ -265,6 +329,7 @@ int main(int argc, char **argv) {
     /* the table: each run's median over rounds */
     double off = bench_median(off_r, o.rounds), on = bench_median(on_r, o.rounds);
     double peer = bench_median(peer_r, o.rounds), peer_p = bench_median(peerp_r, o.rounds);
+    double prod = bench_median(prod_r, o.rounds);
     const char *policy = getenv("OMP_WAIT_POLICY");
     fprintf(t,
             "bench_train: backend %s | cpu %s | nproc %ld | threads %d | OMP_WAIT_POLICY %s | B=%d "
@@ -275,6 +340,12 @@ int main(int argc, char **argv) {
             o.cpu_clock ? "tok/cpu-s" : "tokens/s");
     fprintf(t, "%-38s %10zu %10.2f %10.0f\n", "bf, budget off", params_off, off * 1e3, tok / off);
     fprintf(t, "%-38s %10zu %10.2f %10.0f\n", "bf, budget on", params_on, on * 1e3, tok / on);
+    fprintf(t, "%-38s %10s %10.2f %10.0f\n", "the step's matrix products alone", "", prod * 1e3,
+            tok / prod);
+    fprintf(t,
+            "products: %.1f GFLOP per step at %.1f GFLOP/%s; bf's step spends %.0f%% of its time "
+            "outside them (budget off)\n",
+            gflop, gflop / prod, o.cpu_clock ? "cpu-s" : "s", 100 * (1 - prod / off));
     double ratio_best = 0, ratio_med = 0;
     if (peer > 0 && peer_p > 0) {
         fprintf(t, "%-38s %10s %10.2f %10.0f\n", "pytorch eager, its defaults", version, peer * 1e3,
@@ -285,6 +356,11 @@ int main(int argc, char **argv) {
                 "ratio bf/pytorch tokens/s: vs its defaults %.2fx (budget off) %.2fx (on); "
                 "vs passive %.2fx / %.2fx\n",
                 peer / off, peer / on, peer_p / off, peer_p / on);
+        fprintf(
+            t,
+            "ceiling: a step of the products alone would be %.2fx pytorch (passive), %.2fx (its "
+            "defaults); %.2fx needs bf's step at %.2f ms\n",
+            peer_p / prod, peer / prod, 2.0, peer_p / 2 * 1e3);
         ratio_med = bench_median(ratio_r, o.rounds);
         ratio_best = ratio_r[o.rounds - 1];
         if (o.rounds > 1)
@@ -314,12 +390,13 @@ int main(int argc, char **argv) {
             "\"pytorch_tokens_per_s\": %.1f, \"pytorch_passive_tokens_per_s\": %.1f, "
             "\"ratio_off\": %.3f, \"ratio_on\": %.3f, \"ratio_off_vs_passive\": %.3f, "
             "\"rounds\": %d, \"clock\": \"%s\", \"ratio_off_vs_passive_best\": %.3f, "
-            "\"ratio_off_vs_passive_median\": %.3f}\n",
+            "\"ratio_off_vs_passive_median\": %.3f, \"products_ms\": %.3f, \"products_gflop\": "
+            "%.3f, \"ceiling_vs_passive\": %.3f}\n",
             threads, o.B, o.T, o.d, o.H, o.L, o.V, o.steps, tok / off, tok / on,
             peer > 0 ? tok / peer : 0.0, peer_p > 0 ? tok / peer_p : 0.0,
             peer > 0 ? peer / off : 0.0, peer > 0 ? peer / on : 0.0,
             peer_p > 0 ? peer_p / off : 0.0, o.rounds, o.cpu_clock ? "cpu" : "wall", ratio_best,
-            ratio_med);
+            ratio_med, prod * 1e3, gflop, peer_p > 0 ? peer_p / prod : 0.0);
     }
     return 0;
 }

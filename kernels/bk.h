@@ -357,16 +357,20 @@ typedef struct bk_backend {
                                     const int *heads, int K, int B, int T, int C, int NH, int OC);
 
     /* ---- Walsh–Hadamard ---- */
-    /* out[N,d] = alpha ⊙ (H_d inp)/sqrt(d) + beta, per row. d must satisfy
-     * bk_fwht_valid. alpha and beta nullable (then the plain normalised
-     * transform). out may alias inp. */
-    void (*fwht_forward)(float *out, const float *inp, const float *alpha, const float *beta, int N,
-                         int d);
-    /* dinp += H_d^T (alpha ⊙ dout)/sqrt(d); dalpha += sum_n dout ⊙ (H_d inp)/sqrt(d);
-     * dbeta += sum_n dout. dinp, dalpha, dbeta nullable; alpha nullable (= 1).
-     * scratch: N*d floats. */
+    /* out[N,d] = alpha ⊙ (H_d inp)/sqrt(d) + beta, per row; pre[N,d] =
+     * (H_d inp)/sqrt(d), the transform before the affine, for the backward
+     * (nullable: not kept). d must satisfy bk_fwht_valid. alpha and beta
+     * nullable (then the plain normalised transform). out may alias inp. */
+    void (*fwht_forward)(float *out, float *pre, const float *inp, const float *alpha,
+                         const float *beta, int N, int d);
+    /* dinp += H_d^T (alpha ⊙ dout)/sqrt(d); dalpha += sum_n dout ⊙ pre with
+     * pre the forward's (H_d inp)/sqrt(d): given, or (NULL) transformed again
+     * from inp (then one more transform per row). dbeta += sum_n dout.
+     * dinp, dalpha, dbeta nullable; alpha nullable (= 1); inp read only when
+     * dalpha is wanted and pre is NULL. scratch: N*d floats. */
     void (*fwht_backward)(float *dinp, float *dalpha, float *dbeta, float *scratch,
-                          const float *dout, const float *inp, const float *alpha, int N, int d);
+                          const float *dout, const float *inp, const float *pre, const float *alpha,
+                          int N, int d);
 
     /* ---- pooling and losses ---- */
     /* out[B,C] = masked mean over t of inp[B,T,C] (mask[B,T] nullable; a row

@@ -4,6 +4,7 @@
  * each of the 12 contiguous blocks of 2^n gets the fast transform, then the
  * 12x12 Paley matrix mixes the blocks. Rows are independent: OpenMP over rows. */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -142,28 +143,57 @@ static void fwht_row(float *dst, const float *src, const float *scale, int d, in
     }
 }
 
-void bk_cpu_fwht_forward(float *out, const float *inp, const float *alpha, const float *beta, int N,
-                         int d) {
+void bk_cpu_fwht_forward(float *out, float *pre, const float *inp, const float *alpha,
+                         const float *beta, int N, int d) {
     const float norm = 1.0f / sqrtf((float)d);
     /* a few rows (one decode step) are cheaper than waking the thread team */
-#pragma omp parallel for schedule(static) if ((size_t)N * d >= 16384)
-    for (int n = 0; n < N; n++) {
-        float *y = out + (size_t)n * d;
-        const float *x = inp + (size_t)n * d;
-        fwht_row(y, x, NULL, d, 0);
-        if (alpha && beta) {
+#pragma omp parallel if ((size_t)N * d >= 16384)
+    {
+#pragma omp for schedule(static)
+        for (int n = 0; n < N; n++) {
+            float *y = out + (size_t)n * d;
+            const float *x = inp + (size_t)n * d;
+            fwht_row(y, x, NULL, d, 0);
+            if (pre) { /* kept for the backward: the same products, so the same bits */
+                float *p = pre + (size_t)n * d;
+                const float *a = alpha, *b = beta;
+                int i0 = 0;
+#if defined(__AVX512F__)
+                /* pre is read back only by the backward, long after: streaming
+                 * stores skip reading its lines into the cache first */
+                if (!bk_cpu_portable() && ((uintptr_t)p & 63) == 0) {
+                    const __m512 vn = _mm512_set1_ps(norm);
+                    for (; i0 + 16 <= d; i0 += 16) {
+                        __m512 v = _mm512_mul_ps(_mm512_loadu_ps(y + i0), vn);
+                        _mm512_stream_ps(p + i0, v);
+                        __m512 o = a ? _mm512_mul_ps(_mm512_loadu_ps(a + i0), v) : v;
+                        o = _mm512_add_ps(o, b ? _mm512_loadu_ps(b + i0) : _mm512_setzero_ps());
+                        _mm512_storeu_ps(y + i0, o);
+                    }
+                }
+#endif
+                for (int i = i0; i < d; i++) {
+                    float v = y[i] * norm;
+                    p[i] = v;
+                    y[i] = (a ? a[i] * v : v) + (b ? b[i] : 0.0f);
+                }
+            } else if (alpha && beta) {
 #pragma omp simd
-            for (int i = 0; i < d; i++) y[i] = alpha[i] * (y[i] * norm) + beta[i];
-        } else if (alpha) {
+                for (int i = 0; i < d; i++) y[i] = alpha[i] * (y[i] * norm) + beta[i];
+            } else if (alpha) {
 #pragma omp simd
-            for (int i = 0; i < d; i++) y[i] = alpha[i] * (y[i] * norm);
-        } else if (beta) {
+                for (int i = 0; i < d; i++) y[i] = alpha[i] * (y[i] * norm);
+            } else if (beta) {
 #pragma omp simd
-            for (int i = 0; i < d; i++) y[i] = y[i] * norm + beta[i];
-        } else {
+                for (int i = 0; i < d; i++) y[i] = y[i] * norm + beta[i];
+            } else {
 #pragma omp simd
-            for (int i = 0; i < d; i++) y[i] *= norm;
+                for (int i = 0; i < d; i++) y[i] *= norm;
+            }
         }
+#if defined(__AVX512F__)
+        if (pre) _mm_sfence(); /* this thread's streamed rows visible before the region ends */
+#endif
     }
 }
 
@@ -172,13 +202,16 @@ void bk_cpu_fwht_forward(float *out, const float *inp, const float *alpha, const
  * depend on the thread count. */
 #define FWHT_BWD_ROWS 32
 
-/* One pass over the rows: for each, dbeta's and dalpha's terms (H x/sqrt(d)
- * transformed in a block's own row of the workspace, which stays in cache)
- * and dx += H^T(alpha dy)/sqrt(d); the forward reads x and writes y, this
- * reads dy, x and dx and writes dx. The workspace holds the partials and the
- * rows; scratch (N*d floats) only serves a row when it cannot be had. */
+/* One pass over the rows: for each, dbeta's and dalpha's terms (H x/sqrt(d):
+ * the forward's kept pre, or transformed again in a block's own row of the
+ * workspace, which stays in cache) and dx += H^T(alpha dy)/sqrt(d); with pre
+ * kept, one transform per row as in the forward, which reads x and writes y
+ * and pre, where this reads dy, pre and dx and writes dx. The workspace holds
+ * the partials and the rows; scratch (N*d floats) only serves a row when it
+ * cannot be had. */
 void bk_cpu_fwht_backward(float *dinp, float *dalpha, float *dbeta, float *scratch,
-                          const float *dout, const float *inp, const float *alpha, int N, int d) {
+                          const float *dout, const float *inp, const float *pre, const float *alpha,
+                          int N, int d) {
     if (N <= 0 || (!dinp && !dalpha && !dbeta)) return;
     const float norm = 1.0f / sqrtf((float)d);
     const int nb = (N + FWHT_BWD_ROWS - 1) / FWHT_BWD_ROWS;
@@ -192,7 +225,9 @@ void bk_cpu_fwht_backward(float *dinp, float *dalpha, float *dbeta, float *scrat
             const float *dy = dout + (size_t)n * d;
             if (dbeta)
                 for (int i = 0; i < d; i++) dbeta[i] += dy[i];
-            if (dalpha) {
+            if (dalpha && pre) {
+                for (int i = 0; i < d; i++) dalpha[i] += dy[i] * pre[(size_t)n * d + i];
+            } else if (dalpha) {
                 fwht_row(row, inp + (size_t)n * d, NULL, d, 0);
                 for (int i = 0; i < d; i++) dalpha[i] += dy[i] * (row[i] * norm);
             }
@@ -211,7 +246,19 @@ void bk_cpu_fwht_backward(float *dinp, float *dalpha, float *dbeta, float *scrat
         const int n1 = (blk + 1) * FWHT_BWD_ROWS < N ? (blk + 1) * FWHT_BWD_ROWS : N;
         for (int n = blk * FWHT_BWD_ROWS; n < n1; n++) {
             const float *dy = dout + (size_t)n * d;
-            if (dalpha) { /* H x / sqrt(d), the forward's pre-affine output */
+            if (dalpha && pre) { /* the forward's kept H x / sqrt(d) */
+                const float *pr = pre + (size_t)n * d;
+                if (dbeta) {
+#pragma omp simd
+                    for (int i = 0; i < d; i++) {
+                        pa[i] += dy[i] * pr[i];
+                        pb[i] += dy[i];
+                    }
+                } else {
+#pragma omp simd
+                    for (int i = 0; i < d; i++) pa[i] += dy[i] * pr[i];
+                }
+            } else if (dalpha) { /* H x / sqrt(d), the forward's pre-affine output */
                 fwht_row(row, inp + (size_t)n * d, NULL, d, 0);
                 if (dbeta) {
 #pragma omp simd

@@ -69,10 +69,11 @@ void bk_cpu_attention_selected_forward(float *out, float *scratch, const float *
                                        int K, const bk_attn_args *a);
 void bk_cpu_linear_selected_forward(float *y, const float *c, const float *wo, const float *bo,
                                     const int *heads, int K, int B, int T, int C, int NH, int OC);
-void bk_cpu_fwht_forward(float *out, const float *inp, const float *alpha, const float *beta, int N,
-                         int d);
+void bk_cpu_fwht_forward(float *out, float *pre, const float *inp, const float *alpha,
+                         const float *beta, int N, int d);
 void bk_cpu_fwht_backward(float *dinp, float *dalpha, float *dbeta, float *scratch,
-                          const float *dout, const float *inp, const float *alpha, int N, int d);
+                          const float *dout, const float *inp, const float *pre, const float *alpha,
+                          int N, int d);
 void bk_cpu_meanpool_forward(float *out, const float *inp, const float *mask, int B, int T, int C);
 void bk_cpu_meanpool_backward(float *dinp, const float *dout, const float *mask, int B, int T,
                               int C);

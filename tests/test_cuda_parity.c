@@ -415,12 +415,12 @@ static void check_fwht(int N, int d) {
     pair inp = pair_new(n, -1, 1), alpha = pair_new((size_t)d, 0.5f, 1.5f),
          beta = pair_new((size_t)d, -1, 1);
     pair out = pair_new(n, 0, 1);
-    cpu->fwht_forward(out.h, inp.h, alpha.h, beta.h, N, d);
-    gpu->fwht_forward(out.d, inp.d, alpha.d, beta.d, N, d);
+    cpu->fwht_forward(out.h, NULL, inp.h, alpha.h, beta.h, N, d);
+    gpu->fwht_forward(out.d, NULL, inp.d, alpha.d, beta.d, N, d);
     snprintf(what, sizeof what, "fwht forward d=%d affine", d);
     expect_close(what, &out, TOL_MM);
-    cpu->fwht_forward(out.h, inp.h, NULL, NULL, N, d);
-    gpu->fwht_forward(out.d, inp.d, NULL, NULL, N, d);
+    cpu->fwht_forward(out.h, NULL, inp.h, NULL, NULL, N, d);
+    gpu->fwht_forward(out.d, NULL, inp.d, NULL, NULL, N, d);
     snprintf(what, sizeof what, "fwht forward d=%d plain", d);
     expect_close(what, &out, TOL_MM);
 
@@ -443,26 +443,42 @@ static void check_fwht(int N, int d) {
     pair inplace = pair_new(n, 0, 1);
     memcpy(inplace.h, inp.h, n * sizeof(float));
     pair_upload(&inplace);
-    cpu->fwht_forward(inplace.h, inplace.h, alpha.h, beta.h, N, d);
-    gpu->fwht_forward(inplace.d, inplace.d, alpha.d, beta.d, N, d);
+    cpu->fwht_forward(inplace.h, NULL, inplace.h, alpha.h, beta.h, N, d);
+    gpu->fwht_forward(inplace.d, NULL, inplace.d, alpha.d, beta.d, N, d);
     snprintf(what, sizeof what, "fwht forward d=%d in place", d);
     expect_close(what, &inplace, TOL_MM);
 
     pair dout = pair_new(n, -1, 1), dinp = pair_new(n, -1, 1), dalpha = pair_new((size_t)d, -1, 1);
     pair dbeta = pair_new((size_t)d, -1, 1), scratch = pair_new(n, 0, 1);
-    cpu->fwht_backward(dinp.h, dalpha.h, dbeta.h, scratch.h, dout.h, inp.h, alpha.h, N, d);
-    gpu->fwht_backward(dinp.d, dalpha.d, dbeta.d, scratch.d, dout.d, inp.d, alpha.d, N, d);
+    cpu->fwht_backward(dinp.h, dalpha.h, dbeta.h, scratch.h, dout.h, inp.h, NULL, alpha.h, N, d);
+    gpu->fwht_backward(dinp.d, dalpha.d, dbeta.d, scratch.d, dout.d, inp.d, NULL, alpha.d, N, d);
     snprintf(what, sizeof what, "fwht backward d=%d dinp", d);
     expect_close(what, &dinp, TOL_MM);
     snprintf(what, sizeof what, "fwht backward d=%d dalpha", d);
     expect_close(what, &dalpha, TOL_MM);
     snprintf(what, sizeof what, "fwht backward d=%d dbeta", d);
     expect_close(what, &dbeta, TOL_MM);
-    cpu->fwht_backward(dinp.h, NULL, NULL, scratch.h, dout.h, inp.h, NULL, N, d);
-    gpu->fwht_backward(dinp.d, NULL, NULL, scratch.d, dout.d, inp.d, NULL, N, d);
+    cpu->fwht_backward(dinp.h, NULL, NULL, scratch.h, dout.h, inp.h, NULL, NULL, N, d);
+    gpu->fwht_backward(dinp.d, NULL, NULL, scratch.d, dout.d, inp.d, NULL, NULL, N, d);
     snprintf(what, sizeof what, "fwht backward d=%d dinp, no alpha", d);
     expect_close(what, &dinp, TOL_MM);
-    pair *all[] = {&inp, &alpha, &beta, &out, &inplace, &dout, &dinp, &dalpha, &dbeta, &scratch};
+
+    /* the training path: the forward keeps pre = H inp / sqrt(d), the backward reads it */
+    pair pre = pair_new(n, 0, 1);
+    cpu->fwht_forward(out.h, pre.h, inp.h, alpha.h, beta.h, N, d);
+    gpu->fwht_forward(out.d, pre.d, inp.d, alpha.d, beta.d, N, d);
+    snprintf(what, sizeof what, "fwht forward d=%d kept pre", d);
+    expect_close(what, &pre, TOL_MM);
+    snprintf(what, sizeof what, "fwht forward d=%d output with pre", d);
+    expect_close(what, &out, TOL_MM);
+    cpu->fwht_backward(dinp.h, dalpha.h, dbeta.h, scratch.h, dout.h, NULL, pre.h, alpha.h, N, d);
+    gpu->fwht_backward(dinp.d, dalpha.d, dbeta.d, scratch.d, dout.d, NULL, pre.d, alpha.d, N, d);
+    snprintf(what, sizeof what, "fwht backward d=%d dalpha from pre", d);
+    expect_close(what, &dalpha, TOL_MM);
+    snprintf(what, sizeof what, "fwht backward d=%d dinp from pre", d);
+    expect_close(what, &dinp, TOL_MM);
+    pair *all[] = {&inp,  &alpha,  &beta,  &out,     &inplace, &dout,
+                   &dinp, &dalpha, &dbeta, &scratch, &pre};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
 }
 

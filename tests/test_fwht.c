@@ -74,7 +74,7 @@ Test(fwht, forward_matches_explicit_product) {
         gc_fill(beta, d, -0.5f, 0.5f, 31 + k);
         signed char *h = dense_h(d);
         for (int affine = 0; affine < 2; affine++) {
-            be->fwht_forward(y, x, affine ? alpha : NULL, affine ? beta : NULL, N, d);
+            be->fwht_forward(y, NULL, x, affine ? alpha : NULL, affine ? beta : NULL, N, d);
             double worst = 0;
             for (int n = 0; n < N; n++)
                 for (int i = 0; i < d; i++) {
@@ -89,8 +89,8 @@ Test(fwht, forward_matches_explicit_product) {
         /* In place (out aliases inp) gives the same result. */
         float *z = malloc(sizeof(float) * N * d);
         memcpy(z, x, sizeof(float) * N * d);
-        be->fwht_forward(z, z, alpha, beta, N, d);
-        be->fwht_forward(y, x, alpha, beta, N, d);
+        be->fwht_forward(z, NULL, z, alpha, beta, N, d);
+        be->fwht_forward(y, NULL, x, alpha, beta, N, d);
         cr_expect_eq(memcmp(z, y, sizeof(float) * N * d), 0, "d=%d: in-place differs", d);
         free(z);
         free(h);
@@ -116,12 +116,12 @@ Test(fwht, normalised_transform_is_orthogonal) {
         float *x = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n);
         float *z = calloc(n, sizeof(float)), *scratch = malloc(sizeof(float) * n);
         gc_fill(x, n, -1, 1, 40 + k);
-        be->fwht_forward(y, x, NULL, NULL, N, d);
+        be->fwht_forward(y, NULL, x, NULL, NULL, N, d);
         /* H^T H / d = I for every width: the backward with alpha = 1 applies H^T/sqrt(d). */
-        be->fwht_backward(z, NULL, NULL, scratch, y, x, NULL, N, d);
+        be->fwht_backward(z, NULL, NULL, scratch, y, x, NULL, NULL, N, d);
         cr_expect_lt(max_abs_diff(z, x, n), 1e-5, "d=%d: H^T H x != d x", d);
         /* Applying H twice is the identity only when H is symmetric (2^n). */
-        be->fwht_forward(z, y, NULL, NULL, N, d);
+        be->fwht_forward(z, NULL, y, NULL, NULL, N, d);
         double err = max_abs_diff(z, x, n);
         if ((d & (d - 1)) == 0)
             cr_expect_lt(err, 1e-5, "d=%d: H H x != d x", d);
@@ -147,9 +147,9 @@ Test(fwht, backward_is_transpose) {
         gc_fill(y, n, -1, 1, 60 + k);
         gc_fill(alpha, d, 0.5f, 1.5f, 70 + k);
         /* <alpha ⊙ Hx/sqrt(d), y> = <x, H^T(alpha ⊙ y)/sqrt(d)>; dx starts at 1 to check += */
-        be->fwht_forward(hx, x, alpha, NULL, N, d);
+        be->fwht_forward(hx, NULL, x, alpha, NULL, N, d);
         for (size_t i = 0; i < n; i++) dx[i] = 1.0f;
-        be->fwht_backward(dx, NULL, NULL, scratch, y, x, alpha, N, d);
+        be->fwht_backward(dx, NULL, NULL, scratch, y, x, NULL, alpha, N, d);
         double lhs = gc_dot(hx, y, n), rhs = 0;
         for (size_t i = 0; i < n; i++) rhs += (double)x[i] * (dx[i] - 1.0);
         cr_expect_lt(fabs(lhs - rhs), 1e-3 * (1 + fabs(lhs)), "d=%d: <Hx,y>=%g, <x,H^T y>=%g", d,
@@ -171,7 +171,7 @@ typedef struct {
 
 static void fwht_eval(void *ctx) {
     fwht_case *c = ctx;
-    bk_cpu()->fwht_forward(c->out, c->inp, c->alpha, c->beta, c->N, c->d);
+    bk_cpu()->fwht_forward(c->out, NULL, c->inp, c->alpha, c->beta, c->N, c->d);
 }
 
 Test(fwht, gradients_match_finite_differences) {
@@ -194,7 +194,7 @@ Test(fwht, gradients_match_finite_differences) {
         gc_fill(c.alpha, d, 0.5f, 1.5f, 90 + k);
         gc_fill(c.beta, d, -0.5f, 0.5f, 100 + k);
         gc_fill(R, n, -1, 1, 110 + k);
-        be->fwht_backward(dinp, dalpha, dbeta, scratch, R, c.inp, c.alpha, N, d);
+        be->fwht_backward(dinp, dalpha, dbeta, scratch, R, c.inp, NULL, c.alpha, N, d);
         gc_numeric(c.inp, n, R, c.out, n, fwht_eval, &c, num);
         cr_expect_leq(gc_compare("fwht dinp", dinp, num, n), 1.0, "d=%d dinp", d);
         gc_numeric(c.alpha, d, R, c.out, n, fwht_eval, &c, num);
@@ -237,11 +237,11 @@ Test(fwht, backward_many_rows_matches_double_and_threads) {
             gc_fill(dy, n, -1, 1, 90 + k);
             gc_fill(alpha, d, 0.5f, 1.5f, 100 + k);
             bk_cpu_set_portable(portable);
-            be->fwht_backward(dx, da, db, scratch, dy, x, alpha, N, d);
+            be->fwht_backward(dx, da, db, scratch, dy, x, NULL, alpha, N, d);
             int threads = omp_get_max_threads();
             cr_assert(threads >= 2, "needs 2 threads (OMP_NUM_THREADS), has %d", threads);
             omp_set_num_threads(1);
-            be->fwht_backward(dx1, da1, db1, scratch, dy, x, alpha, N, d);
+            be->fwht_backward(dx1, da1, db1, scratch, dy, x, NULL, alpha, N, d);
             omp_set_num_threads(threads);
             bk_cpu_set_portable(0);
             cr_assert(memcmp(dx, dx1, n * sizeof(float)) == 0 &&
@@ -275,5 +275,49 @@ Test(fwht, backward_many_rows_matches_double_and_threads) {
                 }
             free(x), free(dy), free(scratch), free(dx), free(dx1), free(alpha);
             free(da), free(db), free(da1), free(db1);
+        }
+}
+
+/* The forward's kept pre (H x / sqrt(d), what the training forward stores for
+ * its backward) is the plain normalised transform, the output is the same
+ * bits with or without it (also written over x itself), and the backward
+ * reading pre gives the same bits as the backward transforming x again. Both
+ * CPU paths, widths 2^n and 12 * 2^n, a last block of rows cut short. */
+Test(fwht, kept_pre_gives_the_same_bits) {
+    const int ds[] = {64, 192, 256, 768};
+    const int N = 67;
+    for (int portable = 0; portable < 2; portable++)
+        for (size_t k = 0; k < sizeof ds / sizeof *ds; k++) {
+            int d = ds[k];
+            size_t n = (size_t)N * d, bytes = n * sizeof(float), db_ = (size_t)d * sizeof(float);
+            float *x = malloc(bytes), *dy = malloc(bytes), *y = malloc(bytes), *y1 = malloc(bytes);
+            float *pre = malloc(bytes), *plain = malloc(bytes), *xin = malloc(bytes);
+            float *scratch = malloc(bytes), *dx = calloc(n, sizeof(float));
+            float *dx1 = calloc(n, sizeof(float)), *alpha = malloc(db_), *beta = malloc(db_);
+            float *da = calloc((size_t)d, sizeof(float)), *dbt = calloc((size_t)d, sizeof(float));
+            float *da1 = calloc((size_t)d, sizeof(float)), *db1 = calloc((size_t)d, sizeof(float));
+            gc_fill(x, n, -1, 1, 110 + k);
+            gc_fill(dy, n, -1, 1, 120 + k);
+            gc_fill(alpha, d, 0.5f, 1.5f, 130 + k);
+            gc_fill(beta, d, -0.5f, 0.5f, 140 + k);
+            bk_cpu_set_portable(portable);
+            be->fwht_forward(y, NULL, x, alpha, beta, N, d);
+            be->fwht_forward(y1, pre, x, alpha, beta, N, d);
+            be->fwht_forward(plain, NULL, x, NULL, NULL, N, d);
+            memcpy(xin, x, bytes);
+            be->fwht_forward(y1, xin, xin, alpha, beta, N, d); /* pre over its own input */
+            be->fwht_backward(dx, da, dbt, scratch, dy, x, NULL, alpha, N, d);
+            be->fwht_backward(dx1, da1, db1, scratch, dy, NULL, pre, alpha, N, d);
+            bk_cpu_set_portable(0);
+            cr_assert(memcmp(y, y1, bytes) == 0, "portable %d d=%d: output differs with pre",
+                      portable, d);
+            cr_assert(memcmp(pre, plain, bytes) == 0 && memcmp(xin, plain, bytes) == 0,
+                      "portable %d d=%d: pre is not the normalised transform", portable, d);
+            cr_assert(memcmp(dx, dx1, bytes) == 0 && memcmp(da, da1, db_) == 0 &&
+                          memcmp(dbt, db1, db_) == 0,
+                      "portable %d d=%d: the backward from pre gives other bits", portable, d);
+            float *bufs[] = {x,  dy,  y,     y1,   pre, plain, xin, scratch,
+                             dx, dx1, alpha, beta, da,  dbt,   da1, db1};
+            for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) free(bufs[i]);
         }
 }

@@ -201,7 +201,7 @@ static void had_forward(void *ctx) {
     be->linear_forward(k->qkv, k->ln, k->w, k->b, N, k->C, 3 * k->C);
     bk_attn_args a = {.B = k->B, .T = k->Tn, .C = k->C, .NH = k->NH, .causal = 1};
     be->attention_forward(k->c, k->att, k->qkv, &a);
-    be->fwht_forward(k->y, k->c, k->alpha, k->beta, N, k->C);
+    be->fwht_forward(k->y, NULL, k->c, k->alpha, k->beta, N, k->C);
     be->add(k->y, k->y, k->x, (size_t)N * k->C);
 }
 
@@ -242,7 +242,7 @@ Test(lm, hadamard_block_gradients_match_finite_differences) {
               *dln = calloc(NC, 4);
         float *dalpha = calloc(C, 4), *dbeta = calloc(C, 4), *scratch = malloc(NC * 4);
         float *datt = malloc((size_t)B * NH * Tn * Tn * 4);
-        be->fwht_backward(dc, dalpha, dbeta, scratch, R, k.c, k.alpha, N, C);
+        be->fwht_backward(dc, dalpha, dbeta, scratch, R, k.c, NULL, k.alpha, N, C);
         bk_attn_args a = {.B = B, .T = Tn, .C = C, .NH = NH, .causal = 1};
         be->attention_backward(dqkv, NULL, datt, dc, k.qkv, k.att, &a);
         be->linear_backward(dln, NULL, NULL, dqkv, k.ln, k.w, N, C, 3 * C);

@@ -65,9 +65,10 @@ __device__ void fwht_block(float *buf, int P, int m, const h12_matrix &H) {
     }
 }
 
-/* out = alpha ⊙ H(in)/sqrt(d) + beta for row blockIdx.x. `in` may alias out.
- * work: NULL = shared memory, else a global row buffer of N*d floats. */
-__global__ void fwht_forward_kernel(float *out, const float *in, const float *alpha,
+/* out = alpha ⊙ H(in)/sqrt(d) + beta for row blockIdx.x, and pre = H(in)/sqrt(d)
+ * when pre is given. `in` may alias out. work: NULL = shared memory, else a
+ * global row buffer of N*d floats. */
+__global__ void fwht_forward_kernel(float *out, float *pre, const float *in, const float *alpha,
                                     const float *beta, float *work, int d, int P, int m, float norm,
                                     h12_matrix H) {
     extern __shared__ float smem[];
@@ -78,6 +79,7 @@ __global__ void fwht_forward_kernel(float *out, const float *in, const float *al
     fwht_block(buf, P, m, H);
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
         float y = buf[i] * norm;
+        if (pre) pre[row + i] = y;
         if (alpha) y *= alpha[i];
         if (beta) y += beta[i];
         out[row + i] = y;
@@ -97,30 +99,32 @@ __global__ void fwht_backward_kernel(float *dinp, const float *dout, const float
     for (int i = threadIdx.x; i < d; i += blockDim.x) dinp[row + i] += buf[i] * norm;
 }
 
-static void fwht_apply(float *out, const float *inp, const float *alpha, const float *beta,
-                       float *global_work, int N, int d, int P, int m, int transpose) {
+static void fwht_apply(float *out, float *pre, const float *inp, const float *alpha,
+                       const float *beta, float *global_work, int N, int d, int P, int m,
+                       int transpose) {
     float norm = 1.0f / sqrtf((float)d);
     int smem = d <= FWHT_SMEM_MAX;
     float *work = smem ? NULL : global_work;
     size_t shared = smem ? (size_t)d * sizeof(float) : 0;
-    fwht_forward_kernel<<<(unsigned)N, FWHT_THREADS, shared>>>(out, inp, alpha, beta, work, d, P, m,
-                                                               norm, h12_host(transpose));
+    fwht_forward_kernel<<<(unsigned)N, FWHT_THREADS, shared>>>(out, pre, inp, alpha, beta, work, d,
+                                                               P, m, norm, h12_host(transpose));
     CUDA_CHECK_LAUNCH();
 }
 
-void bk_cuda_fwht_forward(float *out, const float *inp, const float *alpha, const float *beta,
-                          int N, int d) {
+void bk_cuda_fwht_forward(float *out, float *pre, const float *inp, const float *alpha,
+                          const float *beta, int N, int d) {
     int P = 0, m = fwht_split(d, &P);
     BK_CUDA_REQUIRE(m, "d must be 2^n or 12*2^n");
     if (N <= 0) return;
     /* wide rows: the output row itself is the work buffer (loaded from inp
      * first; each element is read and written by the same thread, so an
      * aliased inp is fine) */
-    fwht_apply(out, inp, alpha, beta, out, N, d, P, m, 0);
+    fwht_apply(out, pre, inp, alpha, beta, out, N, d, P, m, 0);
 }
 
 void bk_cuda_fwht_backward(float *dinp, float *dalpha, float *dbeta, float *scratch,
-                           const float *dout, const float *inp, const float *alpha, int N, int d) {
+                           const float *dout, const float *inp, const float *pre,
+                           const float *alpha, int N, int d) {
     int P = 0, m = fwht_split(d, &P);
     BK_CUDA_REQUIRE(m, "d must be 2^n or 12*2^n");
     if (N <= 0) return;
@@ -133,9 +137,10 @@ void bk_cuda_fwht_backward(float *dinp, float *dalpha, float *dbeta, float *scra
         CUDA_CHECK_LAUNCH();
     }
     if (dalpha) {
-        /* scratch = H(inp)/sqrt(d), then dalpha += sum_n dout ⊙ scratch */
-        fwht_apply(scratch, inp, NULL, NULL, scratch, N, d, P, m, 0);
-        bk_col_product f = {dout, scratch, d};
+        /* dalpha += sum_n dout ⊙ pre, pre the forward's H(inp)/sqrt(d) or
+         * transformed again into scratch */
+        if (!pre) fwht_apply(scratch, NULL, inp, NULL, NULL, scratch, N, d, P, m, 0);
+        bk_col_product f = {dout, pre ? pre : scratch, d};
         bk_colsum_accumulate(dalpha, f, N, d);
     }
     if (dbeta) {

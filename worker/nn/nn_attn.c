@@ -70,6 +70,7 @@ int nn_attn_plan(nn_attn *a, bk_arena *A, int B, int T) {
     a->lse = tiled ? bk_arena_floats(A, (size_t)B * NH * T) : NULL;
     a->att = a->cf.scratch_maps || tiled ? NULL : bk_arena_floats(A, (size_t)B * NH * T * T);
     a->atty = bk_arena_floats(A, BT * C);
+    a->pre = a->cf.hadamard ? bk_arena_floats(A, BT * C) : NULL;
     if (!a->cf.budget) return 0;
     a->xbar = bk_arena_floats(A, (size_t)B * C);
     a->bh = bk_arena_floats(A, (size_t)B * (C / 4));
@@ -212,9 +213,11 @@ static void attn_args(const nn_attn *a, const nn_call *c, bk_attn_args *g, int B
     g->lse = NULL;
 }
 
-static void out_proj_forward(const nn_attn *a, const nn_env *e, float *y, const float *x, int N) {
+static void out_proj_forward(const nn_attn *a, const nn_env *e, float *y, const float *x, int N,
+                             int training) {
     if (a->cf.hadamard)
-        e->be->fwht_forward(y, x, nn_w(e, a->alpha), nn_w(e, a->beta), N, a->cf.C);
+        e->be->fwht_forward(y, training ? a->pre : NULL, x, nn_w(e, a->alpha), nn_w(e, a->beta), N,
+                            a->cf.C);
     else
         nn_linear_forward(&a->out, e, y, x, N);
 }
@@ -259,7 +262,8 @@ static void attention_selected(nn_attn *a, const nn_env *e, nn_scratch *s, const
         be->attention_selected_forward(sel_out, sel_scratch, whole ? u : sel_x, nn_w(e, a->qkv.w),
                                        nn_w(e, a->qkv.b), sel_heads, k, &g);
         if (a->cf.hadamard)
-            be->fwht_forward(out_proj, sel_out, nn_w(e, a->alpha), nn_w(e, a->beta), nb * T, C);
+            be->fwht_forward(out_proj, NULL, sel_out, nn_w(e, a->alpha), nn_w(e, a->beta), nb * T,
+                             C);
         else
             be->linear_selected_forward(out_proj, sel_out, nn_w(e, a->out.w), nn_w(e, a->out.b),
                                         sel_heads, k, nb, T, C, NH, C);
@@ -299,7 +303,7 @@ void nn_attn_forward(nn_attn *a, const nn_env *e, nn_scratch *s, const nn_call *
             att = nn_scratch_floats(s, (size_t)B * NH * c->T * c->T);
         }
         be->attention_forward(a->atty, att, a->qkv_act, &g);
-        out_proj_forward(a, e, y, a->atty, (int)BT);
+        out_proj_forward(a, e, y, a->atty, (int)BT, c->training);
     }
     /* heads used and attention FLOPs by the inference rule (with the budget
      * in training, the gate op adds them into the device stats) */
@@ -323,7 +327,7 @@ void nn_attn_backward(nn_attn *a, const nn_env *e, nn_scratch *s, const nn_call 
     be->zero(datty, BT * C * sizeof(float));
     if (a->cf.hadamard)
         be->fwht_backward(datty, nn_g(e, a->alpha), nn_g(e, a->beta), fwht_scratch, dy, a->atty,
-                          nn_w(e, a->alpha), (int)BT, C);
+                          a->pre, nn_w(e, a->alpha), (int)BT, C);
     else
         nn_linear_backward(&a->out, e, datty, dy, a->atty, (int)BT);
     if (dinner) be->add(datty, datty, dinner, BT * C);
@@ -380,5 +384,5 @@ void nn_attn_decode(const nn_attn *a, const nn_env *e, float *y_out, const float
         be->gemm(0, 0, 1, HS, nk, 1.0f, scores, nk, nk, vc, batch * C, HS, 0.0f, y + i * pos_stride,
                  HS, HS, batch * NH);
     }
-    out_proj_forward(a, e, y_out, y, rows);
+    out_proj_forward(a, e, y_out, y, rows, 0);
 }

@@ -41,7 +41,8 @@ typedef struct nn_attn {
     /* activations [B,T,3C], [B,NH,T,T], [B,T,C] gated head outputs (before
      * the output projection: the "inner" tap) */
     float *qkv_act, *att, *atty;
-    float *lse;                            /* [B,NH,T] instead of att when T >= cf.tiled_min_t */
+    float *pre; /* hadamard: [B,T,C] H atty / sqrt(C), for the backward */
+    float *lse; /* [B,NH,T] instead of att when T >= cf.tiled_min_t */
     float *xbar, *bh, *bg, *bf, *z, *gate; /* budget: [B,C], [B,C/4] x2, [B], [B,H] x2 */
     float *gsave;                          /* training gate's save (BK_GATE_SAVE_FLOATS) */
     /* inference: the last forward's s, f [B], scores z [B,H], k [B] and the

@@ -38,6 +38,7 @@ int nn_bilstm_plan(nn_bilstm *l, bk_arena *A, int B, int T) {
     l->gx = bk_arena_floats(A, BT * l->S * 4 * l->Hh);
     l->saved = bk_arena_floats(A, BT * l->S * 6 * l->Hh);
     l->inner = bk_arena_floats(A, BT * l->C);
+    nn_outproj_plan(&l->out, A, BT);
     return 0;
 }
 
@@ -64,7 +65,7 @@ void nn_bilstm_forward(nn_bilstm *l, const nn_env *e, nn_scratch *s, const nn_ca
     bk_lstm_args la = lstm_args(l, c);
     /* the saved gates and states are only read by a backward */
     e->be->lstm_forward(l->inner, c->training ? l->saved : NULL, l->gx, nn_w(e, l->w_hh), &la);
-    nn_outproj_forward(&l->out, e, y, l->inner, BT);
+    nn_outproj_forward(&l->out, e, y, l->inner, BT, c->training);
     if (c->training || !c->st) return;
     for (int b = 0; b < c->B; b++) c->st->attn_flops += nn_bilstm_flops(l, nn_active_tokens(c, b));
 }

@@ -90,6 +90,7 @@ int nn_bimamba_plan(nn_bimamba *m, bk_arena *A, int B, int T) {
     }
     m->ysum = bk_arena_floats(A, BT * m->D);
     m->inner = bk_arena_floats(A, BT * m->C);
+    nn_outproj_plan(&m->out, A, BT);
     return 0;
 }
 
@@ -186,7 +187,7 @@ void nn_bimamba_forward(nn_bimamba *m, const nn_env *e, nn_scratch *s, const nn_
     }
     bgemm_half(be, 0, 1, BT, dh, Dg, m->ysum, D, Dg, nn_w(e, m->w_out), Dg, (long long)dh * Dg,
                0.0f, m->inner, C, dh, G);
-    nn_outproj_forward(&m->out, e, y, m->inner, BT);
+    nn_outproj_forward(&m->out, e, y, m->inner, BT, c->training);
     stage_done(m, be, NN_MAMBA_OUT, &t0);
     if (c->training || !c->st) return;
     for (int b = 0; b < c->B; b++) c->st->attn_flops += nn_bimamba_flops(m, nn_active_tokens(c, b));

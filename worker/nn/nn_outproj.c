@@ -27,9 +27,15 @@ int nn_outproj_declare(nn_outproj *o, nn_params *np, const char *prefix, int C, 
     return rc ? -1 : 0;
 }
 
-void nn_outproj_forward(const nn_outproj *o, const nn_env *e, float *y, const float *x, int N) {
+void nn_outproj_plan(nn_outproj *o, bk_arena *A, size_t N) {
+    o->pre = o->hadamard ? bk_arena_floats(A, N * o->C) : NULL;
+}
+
+void nn_outproj_forward(const nn_outproj *o, const nn_env *e, float *y, const float *x, int N,
+                        int training) {
     if (o->hadamard)
-        e->be->fwht_forward(y, x, nn_w(e, o->alpha), nn_w(e, o->beta), N, o->C);
+        e->be->fwht_forward(y, training ? o->pre : NULL, x, nn_w(e, o->alpha), nn_w(e, o->beta), N,
+                            o->C);
     else
         nn_linear_forward(&o->lin, e, y, x, N);
 }
@@ -37,7 +43,7 @@ void nn_outproj_forward(const nn_outproj *o, const nn_env *e, float *y, const fl
 void nn_outproj_backward(const nn_outproj *o, const nn_env *e, float *dx, float *scratch,
                          const float *dy, const float *x, int N) {
     if (o->hadamard)
-        e->be->fwht_backward(dx, nn_g(e, o->alpha), nn_g(e, o->beta), scratch, dy, x,
+        e->be->fwht_backward(dx, nn_g(e, o->alpha), nn_g(e, o->beta), scratch, dy, x, o->pre,
                              nn_w(e, o->alpha), N, o->C);
     else
         nn_linear_backward(&o->lin, e, dx, dy, x, N);

@@ -12,13 +12,17 @@ typedef struct nn_outproj {
     int C, hadamard;
     nn_linear lin;   /* dense */
     int alpha, beta; /* hadamard (-1 when dense) */
+    float *pre;      /* hadamard: [N,C] H x / sqrt(C) of the training forward, for its backward */
 } nn_outproj;
 
 /* Returns 0 or -1 with a message (Hadamard width, out of memory). */
 int nn_outproj_declare(nn_outproj *o, nn_params *np, const char *prefix, int C, int hadamard,
                        float std, char *err, size_t errlen);
-/* y[N,C] = OutProj(x[N,C]) */
-void nn_outproj_forward(const nn_outproj *o, const nn_env *e, float *y, const float *x, int N);
+/* The activation the Hadamard form keeps for its backward (N rows), in A. */
+void nn_outproj_plan(nn_outproj *o, bk_arena *A, size_t N);
+/* y[N,C] = OutProj(x[N,C]); training: keep what the backward reads. */
+void nn_outproj_forward(const nn_outproj *o, const nn_env *e, float *y, const float *x, int N,
+                        int training);
 /* dx[N,C] += ; parameter gradients += (skipped when frozen). scratch: N*C floats. */
 void nn_outproj_backward(const nn_outproj *o, const nn_env *e, float *dx, float *scratch,
                          const float *dy, const float *x, int N);
