@@ -172,6 +172,7 @@ void bk_cpu_fwht_forward(float *out, float *pre, const float *inp, const float *
                     }
                 }
 #endif
+#pragma omp simd
                 for (int i = i0; i < d; i++) {
                     float v = y[i] * norm;
                     p[i] = v;
