@@ -276,7 +276,7 @@ static void bench_fwht(const bench *b) {
     const int N = 4096;
     fprintf(b->table,
             "\nWalsh-Hadamard, rows=%d. fwd: inference (reads x, writes y); train fwd: also keeps "
-            "pre = Hx/sqrt(d)\nfor the backward, which then reads dy, pre and dx and writes dx; "
+            "pre = Hx/sqrt(d)\nfor the backward, which then reads dy and pre and writes dx; "
             "bwd no pre: transforms x again.\nstep: train fwd + bwd against fwd + bwd no pre (the "
             "training step before pre was kept).\n%6s %8s %9s %8s %8s %8s %8s %8s %9s %11s %9s\n",
             N, "d", "fwd ms", "train fwd", "bwd ms", "bwd/fwd", "no-pre", "/fwd", "step x",

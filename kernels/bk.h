@@ -363,7 +363,9 @@ typedef struct bk_backend {
      * nullable (then the plain normalised transform). out may alias inp. */
     void (*fwht_forward)(float *out, float *pre, const float *inp, const float *alpha,
                          const float *beta, int N, int d);
-    /* dinp += H_d^T (alpha ⊙ dout)/sqrt(d); dalpha += sum_n dout ⊙ pre with
+    /* dinp = H_d^T (alpha ⊙ dout)/sqrt(d), overwritten (not added to: its
+     * callers' buffers are fresh, and so no zeroing pass and no read of dinp
+     * is needed); dalpha += sum_n dout ⊙ pre with
      * pre the forward's (H_d inp)/sqrt(d): given, or (NULL) transformed again
      * from inp (then one more transform per row). dbeta += sum_n dout.
      * dinp, dalpha, dbeta nullable; alpha nullable (= 1); inp read only when

@@ -474,6 +474,63 @@ Test(avit, inference_only_models_match_and_hold_no_maps) {
     model_destroy(&inf);
 }
 
+/* A Hadamard output projection keeps pre = H x / sqrt(d) for its backward in
+ * every layer, attention's and the sequential mixers' alike; an inference-
+ * only model keeps none (4 layers x 3 x 17 x 16 floats fewer, besides the
+ * maps), and computes the same bits. */
+Test(avit, inference_only_hadamard_models_keep_no_pre) {
+    model_mem a, b;
+    model pa, pb;
+    char err[256];
+    model_shape sh = {.layers = 4,
+                      .d_model = 16,
+                      .heads = 2,
+                      .seq_len = 17,
+                      .vocab = 256,
+                      .n_classes = 3,
+                      .patch = 2,
+                      .image_h = 8,
+                      .image_w = 8,
+                      .avit = 1,
+                      .hadamard = 1};
+    sh.mixer[2] = MODEL_MIXER_BIMAMBA;
+    sh.mixer[3] = MODEL_MIXER_BILSTM;
+    cr_assert_eq(model_plan(&pa, &sh, 3, &a, err, sizeof err), 0, "%s", err);
+    model_shape dense = sh;
+    dense.hadamard = 0;
+    model_mem c;
+    model pc;
+    cr_assert_eq(model_plan(&pc, &dense, 3, &c, err, sizeof err), 0, "%s", err);
+    size_t pre = 4 * (size_t)3 * 17 * 16 * sizeof(float);
+    cr_expect_geq(a.act_bytes, c.act_bytes + pre, "hadamard %zu vs dense %zu activations",
+                  a.act_bytes, c.act_bytes);
+    sh.infer_only = 1;
+    cr_assert_eq(model_plan(&pb, &sh, 3, &b, err, sizeof err), 0, "%s", err);
+    size_t maps = 2 * (size_t)3 * 2 * 17 * 17 * sizeof(float);
+    cr_expect_leq(b.act_bytes + maps + pre, a.act_bytes, "activations %zu vs %zu (maps %zu)",
+                  b.act_bytes, a.act_bytes, maps);
+    model_destroy(&pa);
+    model_destroy(&pb);
+    model_destroy(&pc);
+    /* the same outputs with and without the kept pre */
+    model full, inf;
+    model_shape fs = sh;
+    fs.infer_only = 0;
+    cr_assert_eq(model_create(&full, &fs, bk_cpu(), 3, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(model_create(&inf, &sh, bk_cpu(), 3, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(model_init_weights(&full, 3, err, sizeof err), 0, "%s", err);
+    for (size_t i = 0; i < full.np.P.numel; i++)
+        full.np.P.data[i] += 0.3f * bk_rng_normal_at(9, 1, i);
+    memcpy(inf.np.P.data, full.np.P.data, full.np.P.numel * sizeof(float));
+    for (int i = 0; i < 3 * 64; i++) pixels[i] = (i * 37 + 11) % 256;
+    int targets[3] = {0, 2, 1};
+    cr_assert_eq(model_forward(&full, pixels, NULL, targets, 3, 0, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(model_forward(&inf, pixels, NULL, targets, 3, 0, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(memcmp(full.h_logits, inf.h_logits, 9 * sizeof(float)), 0, "logits differ");
+    model_destroy(&full);
+    model_destroy(&inf);
+}
+
 /* The S2S halting alignment (mean_h: the former form): its gradient against
  * finite differences of its loss, over a masked layer. */
 static void alignment_gradient(int mean_h) {

@@ -135,23 +135,25 @@ Test(fwht, normalised_transform_is_orthogonal) {
 }
 
 Test(fwht, backward_is_transpose) {
-    const int ds[] = {12, 24, 64, 768, 1024};
+    /* 2048: the backward streams wide rows out (a 64-byte aligned dx) */
+    const int ds[] = {12, 24, 64, 768, 1024, 2048};
     const int N = 3;
     for (size_t k = 0; k < sizeof ds / sizeof *ds; k++) {
         int d = ds[k];
         size_t n = (size_t)N * d;
         float *x = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n);
         float *hx = malloc(sizeof(float) * n), *scratch = malloc(sizeof(float) * n);
-        float *dx = malloc(sizeof(float) * n), *alpha = malloc(sizeof(float) * d);
+        float *dx = aligned_alloc(64, sizeof(float) * n), *alpha = malloc(sizeof(float) * d);
         gc_fill(x, n, -1, 1, 50 + k);
         gc_fill(y, n, -1, 1, 60 + k);
         gc_fill(alpha, d, 0.5f, 1.5f, 70 + k);
-        /* <alpha ⊙ Hx/sqrt(d), y> = <x, H^T(alpha ⊙ y)/sqrt(d)>; dx starts at 1 to check += */
+        /* <alpha ⊙ Hx/sqrt(d), y> = <x, H^T(alpha ⊙ y)/sqrt(d)>; dx starts at
+         * 1e6 to check it is overwritten, not added to */
         be->fwht_forward(hx, NULL, x, alpha, NULL, N, d);
-        for (size_t i = 0; i < n; i++) dx[i] = 1.0f;
+        for (size_t i = 0; i < n; i++) dx[i] = 1e6f;
         be->fwht_backward(dx, NULL, NULL, scratch, y, x, NULL, alpha, N, d);
         double lhs = gc_dot(hx, y, n), rhs = 0;
-        for (size_t i = 0; i < n; i++) rhs += (double)x[i] * (dx[i] - 1.0);
+        for (size_t i = 0; i < n; i++) rhs += (double)x[i] * dx[i];
         cr_expect_lt(fabs(lhs - rhs), 1e-3 * (1 + fabs(lhs)), "d=%d: <Hx,y>=%g, <x,H^T y>=%g", d,
                      lhs, rhs);
         free(x);

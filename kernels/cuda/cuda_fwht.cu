@@ -86,7 +86,7 @@ __global__ void fwht_forward_kernel(float *out, float *pre, const float *in, con
     }
 }
 
-/* dinp += H^T(alpha ⊙ dout)/sqrt(d) (H passed here is already H^T). */
+/* dinp = H^T(alpha ⊙ dout)/sqrt(d) (H passed here is already H^T). */
 __global__ void fwht_backward_kernel(float *dinp, const float *dout, const float *alpha,
                                      float *work, int d, int P, int m, float norm, h12_matrix Ht) {
     extern __shared__ float smem[];
@@ -96,7 +96,7 @@ __global__ void fwht_backward_kernel(float *dinp, const float *dout, const float
         buf[i] = alpha ? alpha[i] * dout[row + i] : dout[row + i];
     __syncthreads();
     fwht_block(buf, P, m, Ht);
-    for (int i = threadIdx.x; i < d; i += blockDim.x) dinp[row + i] += buf[i] * norm;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) dinp[row + i] = buf[i] * norm;
 }
 
 static void fwht_apply(float *out, float *pre, const float *inp, const float *alpha,

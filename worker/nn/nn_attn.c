@@ -9,33 +9,21 @@ int nn_attn_declare(nn_attn *a, nn_params *np, const char *prefix, const nn_attn
                     float out_std, char *err, size_t errlen) {
     memset(a, 0, sizeof *a);
     a->cf = *cf;
-    a->alpha = a->beta = -1;
-    a->out.w = a->out.b = -1;
     a->bfc.w = a->bfc.b = a->bout.w = a->bout.b = a->scorer.w = a->scorer.b = -1;
     if (cf->NH < 1 || cf->C % cf->NH) {
         snprintf(err, errlen, "attention: d_model %d is not divisible by %d heads", cf->C, cf->NH);
         return -1;
     }
-    if (cf->hadamard && !bk_fwht_valid(cf->C)) {
-        snprintf(err, errlen,
-                 "attn.out_proj: hadamard needs d_model = 2^n or 12*2^n (e.g. 64, 128, 256, 384, "
-                 "512, 768, 1024), got %d",
-                 cf->C);
-        return -1;
-    }
     char p[BK_NAME_MAX];
     snprintf(p, sizeof p, "%s.qkv", prefix);
-    int rc = nn_linear_declare(&a->qkv, np, p, cf->C, 3 * cf->C, 1, std);
-    snprintf(p, sizeof p, "%s.out", prefix);
-    if (cf->hadamard) {
-        a->alpha = nn_param(np, p, "alpha", cf->C, 0, 0, nn_ones());
-        a->beta = nn_param(np, p, "beta", cf->C, 0, 0, nn_zeros());
-        rc = rc || a->alpha < 0 || a->beta < 0;
-    } else {
-        rc = rc || nn_linear_declare(&a->out, np, p, cf->C, cf->C, 1, out_std);
+    if (nn_linear_declare(&a->qkv, np, p, cf->C, 3 * cf->C, 1, std)) {
+        snprintf(err, errlen, "out of memory declaring %s", prefix);
+        return -1;
     }
-    if (rc) snprintf(err, errlen, "out of memory declaring %s", prefix);
-    return rc ? -1 : 0;
+    snprintf(p, sizeof p, "%s.out", prefix);
+    if (nn_outproj_declare(&a->out, np, p, cf->C, cf->hadamard, out_std, err, errlen)) return -1;
+    a->out.infer_only = cf->scratch_maps; /* an inference-only model keeps nothing for a backward */
+    return 0;
 }
 
 void nn_attn_budget_init(nn_attn *a, nn_params *np, float s_min, float s_max) {
@@ -70,7 +58,7 @@ int nn_attn_plan(nn_attn *a, bk_arena *A, int B, int T) {
     a->lse = tiled ? bk_arena_floats(A, (size_t)B * NH * T) : NULL;
     a->att = a->cf.scratch_maps || tiled ? NULL : bk_arena_floats(A, (size_t)B * NH * T * T);
     a->atty = bk_arena_floats(A, BT * C);
-    a->pre = a->cf.hadamard ? bk_arena_floats(A, BT * C) : NULL;
+    nn_outproj_plan(&a->out, A, BT);
     if (!a->cf.budget) return 0;
     a->xbar = bk_arena_floats(A, (size_t)B * C);
     a->bh = bk_arena_floats(A, (size_t)B * (C / 4));
@@ -213,15 +201,6 @@ static void attn_args(const nn_attn *a, const nn_call *c, bk_attn_args *g, int B
     g->lse = NULL;
 }
 
-static void out_proj_forward(const nn_attn *a, const nn_env *e, float *y, const float *x, int N,
-                             int training) {
-    if (a->cf.hadamard)
-        e->be->fwht_forward(y, training ? a->pre : NULL, x, nn_w(e, a->alpha), nn_w(e, a->beta), N,
-                            a->cf.C);
-    else
-        nn_linear_forward(&a->out, e, y, x, N);
-}
-
 /* Inference with only the selected heads: samples grouped by k so that each
  * group is one op call. Writes the output projection into y. */
 static void attention_selected(nn_attn *a, const nn_env *e, nn_scratch *s, const nn_call *c,
@@ -261,12 +240,11 @@ static void attention_selected(nn_attn *a, const nn_env *e, nn_scratch *s, const
         float *out_proj = whole ? y : sel_proj;
         be->attention_selected_forward(sel_out, sel_scratch, whole ? u : sel_x, nn_w(e, a->qkv.w),
                                        nn_w(e, a->qkv.b), sel_heads, k, &g);
-        if (a->cf.hadamard)
-            be->fwht_forward(out_proj, NULL, sel_out, nn_w(e, a->alpha), nn_w(e, a->beta), nb * T,
-                             C);
+        if (a->out.hadamard) /* parameter-free mixing: no head's columns to skip */
+            nn_outproj_forward(&a->out, e, out_proj, sel_out, nb * T, 0);
         else
-            be->linear_selected_forward(out_proj, sel_out, nn_w(e, a->out.w), nn_w(e, a->out.b),
-                                        sel_heads, k, nb, T, C, NH, C);
+            be->linear_selected_forward(out_proj, sel_out, nn_w(e, a->out.lin.w),
+                                        nn_w(e, a->out.lin.b), sel_heads, k, nb, T, C, NH, C);
         if (whole) continue;
         nb = 0;
         for (int b = 0; b < B; b++) {
@@ -303,7 +281,7 @@ void nn_attn_forward(nn_attn *a, const nn_env *e, nn_scratch *s, const nn_call *
             att = nn_scratch_floats(s, (size_t)B * NH * c->T * c->T);
         }
         be->attention_forward(a->atty, att, a->qkv_act, &g);
-        out_proj_forward(a, e, y, a->atty, (int)BT, c->training);
+        nn_outproj_forward(&a->out, e, y, a->atty, (int)BT, c->training);
     }
     /* heads used and attention FLOPs by the inference rule (with the budget
      * in training, the gate op adds them into the device stats) */
@@ -323,13 +301,8 @@ void nn_attn_backward(nn_attn *a, const nn_env *e, nn_scratch *s, const nn_call 
     nn_scratch_begin(s);
     float *datty = nn_scratch_floats(s, BT * C), *dqkv = nn_scratch_floats(s, BT * 3 * C);
     float *datt = a->lse ? NULL : nn_scratch_floats(s, (size_t)B * NH * T * T);
-    float *fwht_scratch = nn_scratch_floats(s, BT * C);
-    be->zero(datty, BT * C * sizeof(float));
-    if (a->cf.hadamard)
-        be->fwht_backward(datty, nn_g(e, a->alpha), nn_g(e, a->beta), fwht_scratch, dy, a->atty,
-                          a->pre, nn_w(e, a->alpha), (int)BT, C);
-    else
-        nn_linear_backward(&a->out, e, datty, dy, a->atty, (int)BT);
+    float *out_scratch = nn_scratch_floats(s, BT * C);
+    nn_outproj_backward(&a->out, e, datty, out_scratch, dy, a->atty, (int)BT);
     if (dinner) be->add(datty, datty, dinner, BT * C);
     be->zero(dqkv, BT * 3 * C * sizeof(float));
     bk_attn_args g;
@@ -384,5 +357,5 @@ void nn_attn_decode(const nn_attn *a, const nn_env *e, float *y_out, const float
         be->gemm(0, 0, 1, HS, nk, 1.0f, scores, nk, nk, vc, batch * C, HS, 0.0f, y + i * pos_stride,
                  HS, HS, batch * NH);
     }
-    out_proj_forward(a, e, y_out, y, rows, 0);
+    nn_outproj_forward(&a->out, e, y_out, y, rows, 0);
 }

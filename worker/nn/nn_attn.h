@@ -16,7 +16,7 @@
 #ifndef NN_ATTN_H
 #define NN_ATTN_H
 
-#include "worker/nn/nn_linear.h"
+#include "worker/nn/nn_outproj.h"
 
 typedef struct nn_attn_cfg {
     int C, NH;
@@ -34,15 +34,14 @@ typedef struct nn_attn_cfg {
 
 typedef struct nn_attn {
     nn_attn_cfg cf;
-    nn_linear qkv, out; /* out unused with hadamard */
-    int alpha, beta;    /* hadamard parameters (-1 when dense) */
+    nn_linear qkv;
+    nn_outproj out; /* W_O, dense or Hadamard, as the mixers that replace attention have it */
     nn_linear bfc, bout, scorer;
     int B, T; /* planned capacity */
     /* activations [B,T,3C], [B,NH,T,T], [B,T,C] gated head outputs (before
      * the output projection: the "inner" tap) */
     float *qkv_act, *att, *atty;
-    float *pre; /* hadamard: [B,T,C] H atty / sqrt(C), for the backward */
-    float *lse; /* [B,NH,T] instead of att when T >= cf.tiled_min_t */
+    float *lse;                            /* [B,NH,T] instead of att when T >= cf.tiled_min_t */
     float *xbar, *bh, *bg, *bf, *z, *gate; /* budget: [B,C], [B,C/4] x2, [B], [B,H] x2 */
     float *gsave;                          /* training gate's save (BK_GATE_SAVE_FLOATS) */
     /* inference: the last forward's s, f [B], scores z [B,H], k [B] and the

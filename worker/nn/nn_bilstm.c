@@ -79,7 +79,6 @@ void nn_bilstm_backward(nn_bilstm *l, const nn_env *e, nn_scratch *s, const nn_c
     float *din = nn_scratch_floats(s, nC), *oscr = nn_scratch_floats(s, nC);
     float *dgx = nn_scratch_floats(s, (size_t)BT * G4);
     float *lscr = nn_scratch_floats(s, (size_t)c->B * G4 * l->Hh);
-    be->zero(din, nC * sizeof(float));
     nn_outproj_backward(&l->out, e, din, oscr, dy, l->inner, BT);
     if (dinner) be->add(din, din, dinner, nC);
     be->zero(dgx, (size_t)BT * G4 * sizeof(float));

@@ -206,7 +206,6 @@ void nn_bimamba_backward(nn_bimamba *m, const nn_env *e, nn_scratch *s, const nn
     float *ddpre = nn_scratch_floats(s, nD), *dxdbl = nn_scratch_floats(s, nP);
     float *sscr = nn_scratch_floats(s, (size_t)B * D * (2 * m->N + 2));
     float *cscr = nn_scratch_floats(s, (size_t)B * D * (m->K + 1));
-    be->zero(din, (size_t)BT * C * sizeof(float));
     nn_outproj_backward(&m->out, e, din, oscr, dy, m->inner, BT);
     if (dinner) be->add(din, din, dinner, (size_t)BT * C);
     /* inner = W_out ysum / 2, ysum = y_fwd + y_bwd */

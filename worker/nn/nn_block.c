@@ -82,15 +82,23 @@ static int declare_sequential(nn_block *b, nn_params *np, const char *prefix,
         if (!m) goto oom;
         b->mix = (nn_mixer){&BIMAMBA_OPS, m};
         snprintf(p, sizeof p, "%s.mamba", prefix);
-        return nn_bimamba_declare(m, np, p, o, cf->C, cf->attn.NH, cf->attn.hadamard, cf->std,
-                                  cf->resid_std, err, errlen);
+        if (nn_bimamba_declare(m, np, p, o, cf->C, cf->attn.NH, cf->attn.hadamard, cf->std,
+                               cf->resid_std, err, errlen))
+            return -1;
+        /* an inference-only model (attention's scratch_maps) keeps nothing
+         * for a backward */
+        m->out.infer_only = cf->attn.scratch_maps;
+        return 0;
     }
     nn_bilstm *l = calloc(1, sizeof *l);
     if (!l) goto oom;
     b->mix = (nn_mixer){&BILSTM_OPS, l};
     snprintf(p, sizeof p, "%s.lstm", prefix);
-    return nn_bilstm_declare(l, np, p, o, cf->C, cf->attn.NH, cf->attn.hadamard, cf->resid_std, err,
-                             errlen);
+    if (nn_bilstm_declare(l, np, p, o, cf->C, cf->attn.NH, cf->attn.hadamard, cf->resid_std, err,
+                          errlen))
+        return -1;
+    l->out.infer_only = cf->attn.scratch_maps;
+    return 0;
 oom:
     snprintf(err, errlen, "out of memory declaring %s", prefix);
     return -1;

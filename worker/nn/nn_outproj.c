@@ -28,7 +28,7 @@ int nn_outproj_declare(nn_outproj *o, nn_params *np, const char *prefix, int C, 
 }
 
 void nn_outproj_plan(nn_outproj *o, bk_arena *A, size_t N) {
-    o->pre = o->hadamard ? bk_arena_floats(A, N * o->C) : NULL;
+    o->pre = o->hadamard && !o->infer_only ? bk_arena_floats(A, N * o->C) : NULL;
 }
 
 void nn_outproj_forward(const nn_outproj *o, const nn_env *e, float *y, const float *x, int N,
@@ -45,6 +45,8 @@ void nn_outproj_backward(const nn_outproj *o, const nn_env *e, float *dx, float 
     if (o->hadamard)
         e->be->fwht_backward(dx, nn_g(e, o->alpha), nn_g(e, o->beta), scratch, dy, x, o->pre,
                              nn_w(e, o->alpha), N, o->C);
-    else
+    else {
+        e->be->zero(dx, (size_t)N * o->C * sizeof(float));
         nn_linear_backward(&o->lin, e, dx, dy, x, N);
+    }
 }
