@@ -274,7 +274,7 @@ Test(avit, the_prior_centre_gives_the_retention) {
  * perturbed so that tokens halt at different depths. */
 static int pixels[3 * 64];
 
-static void make_opts(model *m, float centre, int mixers, int infer_only) {
+static model_shape small_shape(int mixers, int infer_only) {
     model_shape sh = {.layers = 4,
                       .d_model = 16,
                       .heads = 2,
@@ -290,6 +290,11 @@ static void make_opts(model *m, float centre, int mixers, int infer_only) {
         sh.mixer[2] = MODEL_MIXER_BIMAMBA;
         sh.mixer[3] = MODEL_MIXER_BILSTM;
     }
+    return sh;
+}
+
+static void make_opts(model *m, float centre, int mixers, int infer_only) {
+    model_shape sh = small_shape(mixers, infer_only);
     char err[256];
     cr_assert_eq(model_create(m, &sh, bk_cpu(), 3, err, sizeof err), 0, "%s", err);
     cr_assert_eq(model_init_weights(m, 3, err, sizeof err), 0, "%s", err);
@@ -482,19 +487,8 @@ Test(avit, inference_only_hadamard_models_keep_no_pre) {
     model_mem a, b;
     model pa, pb;
     char err[256];
-    model_shape sh = {.layers = 4,
-                      .d_model = 16,
-                      .heads = 2,
-                      .seq_len = 17,
-                      .vocab = 256,
-                      .n_classes = 3,
-                      .patch = 2,
-                      .image_h = 8,
-                      .image_w = 8,
-                      .avit = 1,
-                      .hadamard = 1};
-    sh.mixer[2] = MODEL_MIXER_BIMAMBA;
-    sh.mixer[3] = MODEL_MIXER_BILSTM;
+    model_shape sh = small_shape(1, 0);
+    sh.hadamard = 1;
     cr_assert_eq(model_plan(&pa, &sh, 3, &a, err, sizeof err), 0, "%s", err);
     model_shape dense = sh;
     dense.hadamard = 0;

@@ -4,7 +4,7 @@
  *
  * One block per row. Rows of d <= FWHT_SMEM_MAX floats (48 KiB) are
  * transformed in shared memory; wider rows in place in a global-memory row
- * (the output row in the forward, the scratch row in the backward) with the
+ * (the output row: out in the forward, dinp in the backward) with the
  * same block-synchronised stages, which is slower but has no size limit. */
 #include <math.h>
 
@@ -129,11 +129,11 @@ void bk_cuda_fwht_backward(float *dinp, float *dalpha, float *dbeta, float *scra
     BK_CUDA_REQUIRE(m, "d must be 2^n or 12*2^n");
     if (N <= 0) return;
     float norm = 1.0f / sqrtf((float)d);
-    if (dinp) {
+    if (dinp) { /* overwritten: wide rows are transformed in place in dinp's own row */
         int smem = d <= FWHT_SMEM_MAX;
         size_t shared = smem ? (size_t)d * sizeof(float) : 0;
         fwht_backward_kernel<<<(unsigned)N, FWHT_THREADS, shared>>>(
-            dinp, dout, alpha, smem ? NULL : scratch, d, P, m, norm, h12_host(1));
+            dinp, dout, alpha, smem ? NULL : dinp, d, P, m, norm, h12_host(1));
         CUDA_CHECK_LAUNCH();
     }
     if (dalpha) {
