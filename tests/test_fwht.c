@@ -143,7 +143,9 @@ Test(fwht, backward_is_transpose) {
         size_t n = (size_t)N * d;
         float *x = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n);
         float *hx = malloc(sizeof(float) * n), *scratch = malloc(sizeof(float) * n);
-        float *dx = aligned_alloc(64, sizeof(float) * n), *alpha = malloc(sizeof(float) * d);
+        /* aligned_alloc's size: a multiple of the alignment (C11) */
+        float *dx = aligned_alloc(64, (sizeof(float) * n + 63) / 64 * 64);
+        float *alpha = malloc(sizeof(float) * d);
         gc_fill(x, n, -1, 1, 50 + k);
         gc_fill(y, n, -1, 1, 60 + k);
         gc_fill(alpha, d, 0.5f, 1.5f, 70 + k);
