@@ -258,21 +258,33 @@ Test(it_stages, a_sweep_runs_each_shared_stage_once) {
     json_decref(r);
 }
 
-/* bfd started, the 2-trial sweep NAME (a 1500-step shared avit stage)
- * submitted, and `after` seconds past the moment that stage runs; returns
- * the job. */
+/* bfd started, the 2-trial sweep NAME (a 20,000-step shared avit stage)
+ * submitted, and `after` seconds past the stage's first stored point;
+ * returns the job. The stage must still be running then on any machine: at
+ * this tiny shape a quiet 2-core VM trains ~2,800 steps/s (1,500 steps, as
+ * this once had, were over in half a second, before a stop could land), so
+ * the stage is long and the moment is taken from its progress, not from a
+ * fixed sleep after it started. */
 static long long sweep_into_the_shared_avit(const char *name, double after) {
     g_bfd = it_bfd_start(g_dir, g_home);
-    long long job = it_submit(g_dir, write_sweep(name, 1500, "[bimamba, bilstm]"));
+    long long job = it_submit(g_dir, write_sweep(name, 20000, "[bimamba, bilstm]"));
     it_db_wait(g_dir, g_home, "the shared avit stage running",
                "SELECT COUNT(*) FROM stages WHERE name = 'avit' AND state = 'running' AND ?1 > 0",
                1, 1, 120);
+    it_db_wait(g_dir, g_home, "the shared avit stage's first point",
+               "SELECT COUNT(*) FROM metrics m JOIN metric_names n ON n.id = m.name"
+               " WHERE n.name = 'avit/train/loss' AND ?1 > 0",
+               1, 1, 120);
     it_sleep_s(after);
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM stages WHERE name = 'avit' AND state = 'running'"
+                        " AND ?1 > 0",
+                        1),
+                 1, "the avit stage ended before the test could act on it (see %s/bfd.log)", g_dir);
     return job;
 }
 
 Test(it_stages, bfd_killed_during_a_shared_stage) {
-    long long job = sweep_into_the_shared_avit("kill", 0.5);
+    long long job = sweep_into_the_shared_avit("kill", 0.2);
     it_stop(&g_bfd, SIGKILL);
     it_sleep_s(1.0);
     g_bfd = it_bfd_start(g_dir, g_home);
@@ -286,10 +298,12 @@ Test(it_stages, bfd_killed_during_a_shared_stage) {
  * continues it from that checkpoint instead of refusing it as another
  * run's; resumed, the stopped trial completes on the stages done. */
 Test(it_stages, a_stopped_trial_s_shared_stage_is_continued_by_the_other) {
-    long long job = sweep_into_the_shared_avit("stop", 1.0);
+    long long job = sweep_into_the_shared_avit("stop", 0.2);
     long long runner = db_int("SELECT trial FROM stages WHERE name = 'avit' AND ?1 > 0", 1);
     long long other = db_int("SELECT id FROM trials WHERE id != ?1 ORDER BY id LIMIT 1", runner);
-    char args[64], out[1 << 16];
+    /* the other trial's log holds the 20,000-step stage's progress lines */
+    static char out[1 << 21];
+    char args[64];
     snprintf(args, sizeof args, "stop t%lld", runner);
     cr_assert_eq(it_bfctl(g_dir, out, sizeof out, args), 0, "%s", out);
     it_db_wait(g_dir, g_home, "the other trial ended",
