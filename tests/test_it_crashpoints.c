@@ -127,6 +127,40 @@ static row *db_rows(long long trial, size_t *n) {
     return r;
 }
 
+/* Lines in home/trials/TRIAL/metrics.jsonl (0 when there is none yet). */
+static long long file_lines(long long trial) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/trials/%lld/metrics.jsonl", g_home, trial);
+    FILE *f = fopen(p, "r");
+    if (!f) return 0;
+    long long n = 0;
+    for (int c; (c = getc(f)) != EOF;) n += c == '\n';
+    fclose(f);
+    return n;
+}
+
+/* Kills (SIGKILL) the first worker bfd recorded that is still alive and has
+ * written less than half its steps (its own metrics.jsonl: the store lags
+ * while bfd is down, and on a fast machine a trial is over in about two
+ * seconds); returns its trial, or 0 when there is none now. */
+static long long young_worker(void) {
+    sqlite3 *db = it_db_open(g_home);
+    int rc;
+    sqlite3_stmt *st = it_db_query(
+        db, "SELECT trial, pid FROM bfd_runs WHERE pid > 0 AND ?1 > 0 ORDER BY trial", 1, &rc);
+    long long found = 0;
+    for (; rc == SQLITE_ROW && !found; rc = sqlite3_step(st)) {
+        long long trial = sqlite3_column_int64(st, 0), pid = sqlite3_column_int64(st, 1);
+        /* log_every 5 (it_write_sweep): a line per 5 steps */
+        if (file_lines(trial) * 5 < STEPS / 2 && kill((pid_t)pid, 0) == 0 &&
+            kill((pid_t)pid, SIGKILL) == 0)
+            found = trial;
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return found;
+}
+
 Test(crashpoints, bfd_killed_at_random_moments_loses_nothing) {
     const char *env = getenv("BF_CRASH_SEED");
     uint64_t seed = env && *env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
@@ -145,21 +179,9 @@ Test(crashpoints, bfd_killed_at_random_moments_loses_nothing) {
         it_sleep_s(uniform(0.05, 0.9));
         it_stop(&g_bfd, SIGKILL);
         kills++;
-        /* once, from the third kill on: a worker too, while bfd is down; one
-         * far from its last step, so it has not finished (and left its
-         * outcome) already */
-        if (!worker_killed && kills >= 3) {
-            killed_trial = it_db_int(g_home,
-                                     "SELECT MIN(r.trial) FROM bfd_runs r WHERE r.pid > 0 AND "
-                                     "(SELECT COALESCE(MAX(step), 0) FROM metrics m WHERE "
-                                     "m.trial = r.trial) < ?1",
-                                     STEPS / 2);
-            long long pid =
-                killed_trial > 0
-                    ? it_db_int(g_home, "SELECT pid FROM bfd_runs WHERE trial = ?1", killed_trial)
-                    : -1;
-            if (pid > 0 && kill((pid_t)pid, SIGKILL) == 0) worker_killed = 1;
-        }
+        /* once: a worker too, while bfd is down; a live one far from its
+         * last step, so it has not finished (and left its outcome) already */
+        if (!worker_killed && (killed_trial = young_worker()) > 0) worker_killed = 1;
         it_sleep_s(uniform(0.0, 0.4)); /* workers go on alone for a moment */
         g_bfd = it_bfd_start(g_dir, g_home);
     }
