@@ -77,6 +77,7 @@ static int declare_sequential(nn_block *b, nn_params *np, const char *prefix,
                  prefix, cf->mixer);
         return -1;
     }
+    nn_outproj *out; /* the mixer's output projection */
     if (strcmp(cf->mixer, "bimamba") == 0) {
         nn_bimamba *m = calloc(1, sizeof *m);
         if (!m) goto oom;
@@ -85,19 +86,20 @@ static int declare_sequential(nn_block *b, nn_params *np, const char *prefix,
         if (nn_bimamba_declare(m, np, p, o, cf->C, cf->attn.NH, cf->attn.hadamard, cf->std,
                                cf->resid_std, err, errlen))
             return -1;
-        /* an inference-only model (attention's scratch_maps) keeps nothing
-         * for a backward */
-        m->out.infer_only = cf->attn.scratch_maps;
-        return 0;
+        out = &m->out;
+    } else {
+        nn_bilstm *l = calloc(1, sizeof *l);
+        if (!l) goto oom;
+        b->mix = (nn_mixer){&BILSTM_OPS, l};
+        snprintf(p, sizeof p, "%s.lstm", prefix);
+        if (nn_bilstm_declare(l, np, p, o, cf->C, cf->attn.NH, cf->attn.hadamard, cf->resid_std,
+                              err, errlen))
+            return -1;
+        out = &l->out;
     }
-    nn_bilstm *l = calloc(1, sizeof *l);
-    if (!l) goto oom;
-    b->mix = (nn_mixer){&BILSTM_OPS, l};
-    snprintf(p, sizeof p, "%s.lstm", prefix);
-    if (nn_bilstm_declare(l, np, p, o, cf->C, cf->attn.NH, cf->attn.hadamard, cf->resid_std, err,
-                          errlen))
-        return -1;
-    l->out.infer_only = cf->attn.scratch_maps;
+    /* an inference-only model (attention's scratch_maps) keeps nothing for a
+     * backward, as attention itself (nn_attn_declare) */
+    out->infer_only = cf->attn.scratch_maps;
     return 0;
 oom:
     snprintf(err, errlen, "out of memory declaring %s", prefix);
