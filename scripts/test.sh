@@ -34,6 +34,14 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 echo "== release build ==" >&2
 ctest --test-dir build --output-on-failure
 
+# the unit tests again at each x86-64 level (x86-64-v2, -v3, -v4, native,
+# each with OpenBLAS kernels of that level): no test may hold a number only
+# one CPU computes. About 6 minutes on 2 cores; BF_ARCHES=0 skips it.
+if [ "${BF_ARCHES:-1}" != 0 ]; then
+    echo "== unit tests at each x86-64 level ==" >&2
+    sh scripts/test_arches.sh
+fi
+
 # every decoder under libFuzzer for a short while (clang build in
 # ./build-fuzz; scripts/fuzz.sh TARGET SECONDS runs one longer)
 if command -v clang >/dev/null 2>&1; then
