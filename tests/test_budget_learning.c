@@ -16,9 +16,15 @@
 #include <math.h>
 #include <string.h>
 
+#include "tests/learning.h"
 #include "worker/models/model.h"
 
 enum { L = 1, C = 8, H = 4, T = 6, V = 8, B = 16 };
+
+/* measured over the builds of scripts/test_arches.sh and BF_TEST_SEED 0-2
+ * (scripts/learning_margins.sh): see the table in docs/results.md */
+#define BUDGET_PICK_RISE 0.3
+#define BUDGET_LOSS_FALL 0.3
 
 static float *param(model *m, const char *name) {
     int i = bk_params_find(&m->np.P, name);
@@ -110,7 +116,7 @@ Test(budget_learning, scorer_learns_to_pick_the_heads_that_carry_signal) {
                              .lambda_budget = 0,
                              .lambda_entropy = 0,
                              .progress = step / 150.0f,
-                             .seed = 11,
+                             .seed = 11 + learning_seed_shift(),
                              .step = (uint64_t)step};
         batch(step, ids, labels);
         cr_assert_eq(model_forward(&m, ids, NULL, labels, B, 1, err, sizeof err), 0, "%s", err);
@@ -122,8 +128,11 @@ Test(budget_learning, scorer_learns_to_pick_the_heads_that_carry_signal) {
     }
     m.kn.force_k = 0;
     double after = picks_signal_heads(&m, &loss1);
-    cr_expect_eq(after, 1.0, "after training %.0f%% of inputs pick head 0 or 1", after * 100);
-    cr_expect_lt(loss1, 0.5 * loss0, "task loss should fall: %.4f -> %.4f", loss0, loss1);
+    /* the controls are the untrained scorer's: no input picks a signal head,
+     * and its loss (near ln 2); the effects required are a third of the
+     * smallest measured over builds and seeds (tests/learning.h) */
+    learning_expect("budget_learning/inputs_on_signal_heads", before, after, BUDGET_PICK_RISE, 0);
+    learning_expect("budget_learning/task_loss_fraction", 1.0, loss1 / loss0, BUDGET_LOSS_FALL, 1);
     free(mom);
     free(var);
     model_destroy(&m);

@@ -19,7 +19,12 @@
 #include <unistd.h>
 
 #include "tests/it_idx.h"
+#include "tests/learning.h"
 #include "worker/io/safetensors.h"
+
+/* the fall of the held-out MSE required of stage 1, as a fraction of the
+ * MSE before it: a third of the smallest measured (scripts/learning_margins.sh) */
+#define S2S_MSE_FALL 0.25
 
 static void write_cfg(void) {
     char p[160];
@@ -31,13 +36,18 @@ static void write_cfg(void) {
             "data: {train_images: %s/train-images, train_labels: %s/train-labels,\n"
             "       test_images: %s/test-images, test_labels: %s/test-labels, val_fraction: 0.1}\n"
             "model: {patch: 4, layers: 3, d_model: 16, heads: 2}\n"
-            "train: {steps: 60, batch: 16, lr: 3.0e-3, warmup: 5, eval_every: 0, log_every: 10}\n"
+            "train: {steps: 60, batch: 16, lr: 3.0e-3, warmup: 5, eval_every: 0, log_every: 10, "
+            "seed: %u}\n"
             /* the spend prior settles in 200 steps of a model this small;
              * design.md's (the default) swings between layers there */
             "avit: {retention: 0.7, steps: 200, tolerance: 0.15, prior: spend}\n"
-            "distill: {mixer: bimamba, replace_layers: 'auto:1', stage1_steps: 80, "
-            "stage2_steps: 10}\n",
-            dir, dir, dir, dir);
+            /* stage 1 long enough, and its MSE term weighted enough against
+             * the task's CE, that the held-out MSE falls on every build and
+             * seed (with lambda_mse 1 and 80 steps a weak teacher's student
+             * spends the stage on CE: measured falls 4% .. 30%) */
+            "distill: {mixer: bimamba, replace_layers: 'auto:1', stage1_steps: 200, "
+            "stage2_steps: 10, lambda_mse: 10}\n",
+            dir, dir, dir, dir, 1 + learning_seed_shift());
     fclose(f);
 }
 
@@ -195,8 +205,11 @@ Test(it_s2s, runs_every_stage_and_shares_them, .timeout = 600) {
     snprintf(cmd, sizeof cmd, "%s/run/metrics.jsonl", dir);
     int nm = metric_values(cmd, "distill/val/loss_mse", mse, 8);
     cr_assert_eq(nm, 2, "distill/val/loss_mse logged %d times", nm);
-    cr_expect(mse[1] < 0.8 * mse[0], "held-out layer MSE %g before stage 1, %g after", mse[0],
-              mse[1]);
+    /* the control is the MSE before stage 1 (the fresh mixer); the fall
+     * required is a third of the smallest measured over builds and seeds
+     * (tests/learning.h, docs/results.md) */
+    cr_assert_gt(mse[0], 0, "held-out layer MSE %g before stage 1", mse[0]);
+    learning_expect("it_s2s/stage1_heldout_mse_fraction", 1.0, mse[1] / mse[0], S2S_MSE_FALL, 1);
     expect_frozen_through_stage1();
     expect_trained_speeds(cmd);
     /* again: every stage is reused */

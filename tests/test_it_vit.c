@@ -11,6 +11,13 @@
 #include <unistd.h>
 
 #include "tests/it_idx.h"
+#include "tests/learning.h"
+
+/* the effects required of training, a third of the smallest measured over
+ * the builds of scripts/test_arches.sh and BF_TEST_SEED 0-2
+ * (scripts/learning_margins.sh; the table is in docs/results.md) */
+#define VIT_ACC_RISE 0.2         /* test/acc over chance (1/3: balanced classes) */
+#define AVIT_RETENTION_FALL 0.08 /* val/retention below the dense model's 1.0 */
 
 static void write_cfg(const char *train_im) {
     char p[160];
@@ -37,15 +44,16 @@ Test(it_vit, learns_a_tiny_idx_set, .timeout = 300) {
     write_cfg("train-images.gz");
     char cmd[1024];
     static char out[1 << 16];
-    snprintf(cmd, sizeof cmd, "%s/bfworker train %s/vit.yaml --quiet --out %s/run 2>&1", BF_BIN_DIR,
-             dir, dir);
+    char seed[64]; /* train.seed: 1 (the default) + BF_TEST_SEED */
+    snprintf(seed, sizeof seed, "--set train.seed=%u", 1 + learning_seed_shift());
+    snprintf(cmd, sizeof cmd, "%s/bfworker train %s/vit.yaml --quiet --out %s/run %s 2>&1",
+             BF_BIN_DIR, dir, dir, seed);
     int rc = run_cmd(cmd, out, sizeof out);
     cr_assert_eq(rc, 0, "train failed (%d):\n%s", rc, out);
     snprintf(cmd, sizeof cmd, "grep -o '\"test/acc\": [0-9.e-]*' %s/run/metrics.jsonl", dir);
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "no test/acc in metrics.jsonl");
     double acc = atof(strchr(out, ':') + 1);
-    cr_assert_gt(acc, 0.8, "test/acc %g (chance 0.33)", acc);
-    cr_log_info("test/acc %g", acc);
+    learning_expect("it_vit/test_acc", 1.0 / 3, acc, VIT_ACC_RISE, 0);
     snprintf(cmd, sizeof cmd, "grep -c '\"val/acc\"' %s/run/metrics.jsonl", dir);
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "no val/acc in metrics.jsonl");
 
@@ -79,19 +87,21 @@ Test(it_vit, learns_a_tiny_idx_set, .timeout = 300) {
     snprintf(cmd, sizeof cmd,
              "%s/bfworker train %s/vit.yaml --quiet --out %s/avit --set avit.enabled=true "
              "--set avit.prior=spend --set avit.retention=0.6 --set model.layers=3 --set "
-             "train.log_every=10 --set train.steps=400 --set data.val_fraction=0.3 2>&1",
-             BF_BIN_DIR, dir, dir);
+             "train.log_every=10 --set train.steps=400 --set data.val_fraction=0.3 %s 2>&1",
+             BF_BIN_DIR, dir, dir, seed);
     rc = run_cmd(cmd, out, sizeof out);
     snprintf(cmd, sizeof cmd,
              "grep -o '\"val/retention\": [0-9.e-]*' %s/avit/metrics.jsonl | tail -1", dir);
     static char got[256];
     cr_assert_eq(run_cmd(cmd, got, sizeof got), 0, "no val/retention in metrics.jsonl:\n%s", out);
     double ret = atof(strchr(got, ':') + 1);
-    /* a model this small moves its halting from 1.0 to about the target
+    /* a model this small moves its halting from 1.0 towards the target
      * (measured 0.49-0.76 over train.seed 1-5 on the stratified 90
      * validation images); the run passes when within 0.05, else it fails
-     * saying so */
-    cr_assert(ret > 0.45 && ret < 0.8, "val/retention %g, asked 0.6:\n%s", ret, out);
+     * saying so. Below 1/3 no 3-layer model halts (the first layer runs on
+     * every token). */
+    cr_assert(ret >= 1.0 / 3 - 1e-9 && ret <= 1, "val/retention %g out of [1/3, 1]:\n%s", ret, out);
+    learning_expect("it_vit/spend_retention", 1.0, ret, AVIT_RETENTION_FALL, 1);
     if (fabs(ret - 0.6) <= 0.05)
         cr_assert_eq(rc, 0, "retention %g within 0.05 but the run failed:\n%s", ret, out);
     else

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kernels/bk_rng.h"
+#include "tests/learning.h"
 #include "tests/tmpdir.h"
 #include "worker/models/model.h"
 #include "worker/io/safetensors.h"
@@ -331,6 +332,13 @@ Test(mixer_modules, bad_configs_are_errors) {
 
 /* ---- a model with one layer replaced learns ---- */
 
+/* measured over the builds of scripts/test_arches.sh and BF_TEST_SEED 0-2
+ * (scripts/learning_margins.sh): see the table in docs/results.md */
+#define MIXER_LOSS_FALL 0.25
+/* long enough to fit on every build and seed: with 40 steps (and 100) some
+ * seeds had not yet left a spike of lr 1e-2 (falls of -8% .. 5% measured) */
+#define MIXER_STEPS 200
+
 static void learns(int kind) {
     model_shape sh = {
         .layers = 2, .d_model = 16, .heads = 2, .seq_len = 8, .vocab = 8, .n_classes = 2};
@@ -339,7 +347,8 @@ static void learns(int kind) {
     char err[256];
     enum { B = 8 };
     cr_assert_eq(model_create(&m, &sh, bk_cpu(), B, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(model_init_weights(&m, 1, err, sizeof err), 0, "%s", err);
+    unsigned sh_seed = learning_seed_shift();
+    cr_assert_eq(model_init_weights(&m, 1 + sh_seed, err, sizeof err), 0, "%s", err);
     size_t n = m.np.P.numel;
     float *mom = calloc(n, sizeof(float)), *var = calloc(n, sizeof(float));
     bk_adamw h = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.99f, .eps = 1e-8f, .weight_decay = 0};
@@ -347,12 +356,12 @@ static void learns(int kind) {
      * (order matters, so the mixers must carry it) */
     int ids[B * 8], y[B];
     double first = 0, last = 0;
-    for (int step = 0; step < 40; step++) {
+    for (int step = 0; step < MIXER_STEPS; step++) {
         for (int b = 0; b < B; b++) {
             for (int t = 0; t < 8; t++)
-                ids[b * 8 + t] = (int)(bk_rng_uniform_at(7, 0, b * 8 + t) * 3);
-            int p = (int)(bk_rng_uniform_at(8, 0, b) * 8),
-                q = (int)(bk_rng_uniform_at(9, 0, b) * 8);
+                ids[b * 8 + t] = (int)(bk_rng_uniform_at(7 + 3 * sh_seed, 0, b * 8 + t) * 3);
+            int p = (int)(bk_rng_uniform_at(8 + 3 * sh_seed, 0, b) * 8),
+                q = (int)(bk_rng_uniform_at(9 + 3 * sh_seed, 0, b) * 8);
             if (p == q) q = (q + 1) % 8;
             ids[b * 8 + p] = 3;
             ids[b * 8 + q] = 5;
@@ -360,14 +369,15 @@ static void learns(int kind) {
         }
         cr_assert_eq(model_forward(&m, ids, NULL, y, B, 1, err, sizeof err), 0, "%s", err);
         if (step < 10) first += m.st.loss_task / 10;
-        if (step >= 30) last += m.st.loss_task / 10;
+        if (step >= MIXER_STEPS - 10) last += m.st.loss_task / 10;
         model_backward(&m);
         bk_cpu()->adamw_update(m.np.P.data, m.np.P.grad, mom, var, n, &h, step + 1, 1.0f);
     }
-    cr_log_info("%s: loss %g over the first 10 steps, %g over the last 10", model_mixer_name(kind),
-                first, last);
-    cr_expect_lt(last, first * 0.9, "%s: loss %g over the first 10 steps, %g over the last",
-                 model_mixer_name(kind), first, last);
+    /* the control is the loss of the first 10 steps; the fall required is a
+     * third of the smallest measured over builds and seeds (tests/learning.h) */
+    char name[64];
+    snprintf(name, sizeof name, "mixer_modules/%s_loss_fraction", model_mixer_name(kind));
+    learning_expect(name, 1.0, last / first, MIXER_LOSS_FALL, 1);
     free(mom);
     free(var);
     model_destroy(&m);
