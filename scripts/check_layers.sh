@@ -26,8 +26,8 @@ worker/models: common kernels worker/data worker/nn
 worker/pipelines: common kernels worker/data worker/nn worker/models
 worker/io: common kernels worker/data worker/nn worker/models
 worker/dist: common kernels protocol
-worker/run: common kernels protocol worker/data worker/nn worker/models worker/pipelines worker/io worker/dist
-worker/cmd: common kernels protocol worker/data worker/nn worker/models worker/pipelines worker/io worker/dist worker/run
+worker/host: common kernels protocol worker/data worker/nn worker/models worker/pipelines worker/io worker/dist
+worker/cmd: common kernels protocol worker/data worker/nn worker/models worker/pipelines worker/io worker/dist worker/host
 worker/bfprep: common kernels worker/data
 worker/top: common kernels worker/cmd
 '

@@ -1,5 +1,5 @@
 /* test_it_force — bfworker train --force swaps the new run in for the old one
- * without a state that loses both (issue 23; worker/run/force.h), with real
+ * without a state that loses both (issue 23; worker/host/force.h), with real
  * bfworker runs and real kills:
  *   - a process SIGKILLed at each step of the swap (BF_TEST_CRASH_AT, which
  *     makes bfworker raise SIGKILL there) leaves a folder the next start

@@ -302,7 +302,7 @@ Test(loop, a_distill_step_keeps_the_teacher_on_the_device) {
     model m;
     model_shape ssh = vit_shape(1, "attention,bimamba,bilstm");
     vit_model(&m, &ssh, 7);
-    m.aug_pad = 0, m.aug_flip = 0; /* as s2s_run sets the stage */
+    m.aug_pad = 0, m.aug_flip = 0; /* as s2s_chain_train sets the stage */
     pipe_spec sp;
     int layers[2] = {1, 2};
     char err[256];

@@ -283,7 +283,7 @@ static int write_infer_json(const model *m, const char *path, char *err, size_t 
 }
 
 /* init.from (renamed by init.map) into m's weights, as the training loop's
- * host does (run/host.c); the report to stderr unless quiet. 0 or -1. */
+ * host does (host/host.c); the report to stderr unless quiet. 0 or -1. */
 static int load_init_from(model *m, const bf_config *c, int quiet, char *err, size_t errlen) {
     if (!c->init.from[0] && c->init.map[0]) {
         snprintf(err, errlen, "init.map %s: set without init.from (the map renames its tensors)",
@@ -366,7 +366,7 @@ static int stage_check(const bf_config *c, const model_shape *sh, int stage, int
 }
 
 /* The distill step's teacher t: the student's shape with attention in every
- * layer, every tensor from init.from (as s2s_run.c loads the avit stage's
+ * layer, every tensor from init.from (as s2s_chain.c loads the avit stage's
  * checkpoint; a tensor left out is an error, a teacher is whole). 0 or -1. */
 static int open_teacher(model *t, const model_shape *student, const bf_config *c,
                         const bk_backend *be, int B, char *err, size_t errlen) {

@@ -22,7 +22,7 @@
 #include "worker/dist/link.h"
 #include "worker/dist/metrics.h"
 #include "protocol/proto.h"
-#include "worker/run/train.h"
+#include "worker/host/train.h"
 
 enum { RUN_OK = 0, RUN_FAIL = 1, RUN_USAGE = 64, RUN_PREEMPTED = 75 };
 
@@ -209,7 +209,7 @@ static int run_ranks(int argc, char **argv, comm_t *comm) {
     train_opts o = {.out_dir = out, .resume = 1, .quiet = quiet, .stop = &run_stop, .comm = comm};
     train_result r;
     metrics_set_tensorboard(0); /* bfd writes the trial's TensorBoard files from the store */
-    int rc = train_run(&c, &o, &r, err, sizeof err);
+    int rc = train_config(&c, &o, &r, err, sizeof err);
     int code = rc == TRAIN_OK          ? RUN_OK
                : rc == TRAIN_PREEMPTED ? RUN_PREEMPTED
                : rc == TRAIN_INPUT     ? RUN_USAGE

@@ -1,6 +1,6 @@
 /* cmd_train — `bfworker train CONFIG.yaml`: one training run, standalone or
  * as one rank of mpirun/srun. It checks the options and the --out folder
- * (--resume, --force) and hands the run to run/train.c; it never touches the
+ * (--resume, --force) and hands the run to host/train.c; it never touches the
  * model or the data itself. */
 #include "worker/cmd/cmd.h"
 
@@ -15,8 +15,8 @@
 #include "worker/data/data_sets.h"
 #include "worker/dist/comm.h"
 #include "worker/io/ckpt.h"
-#include "worker/run/force.h"
-#include "worker/run/train.h"
+#include "worker/host/force.h"
+#include "worker/host/train.h"
 
 static volatile sig_atomic_t stop_requested = 0;
 static void on_term(int sig) {
@@ -211,7 +211,7 @@ static int train_ranks(int argc, char **argv, comm_t *comm) {
                 "(docs/s2s.md, \"Data\")\n",
                 why);
     train_result r;
-    int rc = train_run(&c, &o, &r, err, sizeof err);
+    int rc = train_config(&c, &o, &r, err, sizeof err);
     if (rc == TRAIN_PREEMPTED) return CMD_PREEMPTED;
     if (rc != TRAIN_OK) {
         if (comm_world(comm) > 1)

@@ -7,7 +7,7 @@
  * parameter groups (frozen prefixes), and how its evaluation is named. The
  * loop (pipe_loop.c) knows nothing of a particular pipeline, and nothing of
  * MPI, files or the daemon: those reach it through pipe_host, which the
- * worker's top layer (worker/train.c) fills with the collectives, the
+ * worker's top layer (worker/host/train.c) fills with the collectives, the
  * checkpoint files and metrics.jsonl. */
 #ifndef PIPE_H
 #define PIPE_H

@@ -1,6 +1,6 @@
 /* pipe_registry — the pipelines that train through the generic loop, by
  * name (pipe_find). Adding one: its pipe_spec in its own file, its name
- * here. s2s is not listed: its stages are driven by worker/run/s2s_run.c. */
+ * here. s2s is not listed: its stages are driven by worker/host/s2s_chain.c. */
 #include <string.h>
 
 #include "worker/pipelines/pipe.h"

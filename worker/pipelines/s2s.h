@@ -1,5 +1,5 @@
 /* s2s — the model side of the S2S stages (design.md, "S2S pipeline"); the
- * stages themselves (folders, order, reuse) are worker/s2s_run.c.
+ * stages themselves (folders, order, reuse) are worker/host/s2s_chain.c.
  *
  * distill (stage 1): the student is the A-ViT teacher with sequential
  * mixers in the replaced layers. Before each training step the teacher

@@ -1,5 +1,5 @@
-/* host.c — see host.h. It never picks a pipeline: run/train.c does. */
-#include "worker/run/host.h"
+/* host.c — see host.h. It never picks a pipeline: host/train.c does. */
+#include "worker/host/host.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -11,7 +11,7 @@
 
 #include "worker/io/ckpt.h"
 #include "worker/dist/metrics.h"
-#include "worker/run/force.h"
+#include "worker/host/force.h"
 
 /* mkdir -p */
 static int make_dirs(const char *path, char *err, size_t errlen) {
@@ -442,9 +442,8 @@ static pipe_host make_host(host_ctx *hc, const train_opts *o, int has_files) {
                        .has_files = has_files};
 }
 
-int host_run_stage(const pipe_spec *sp, const bf_config *c, const train_opts *o,
-                   const train_stage *st, const data_sets *d, train_result *r, char *err,
-                   size_t errlen) {
+int host_stage(const pipe_spec *sp, const bf_config *c, const train_opts *o, const train_stage *st,
+               const data_sets *d, train_result *r, char *err, size_t errlen) {
     const int rank = comm_rank(o->comm);
     host_ctx hc = {.comm = o->comm,
                    .out_dir = rank == 0 ? st->dir : NULL,
@@ -502,8 +501,8 @@ int host_check_init_from(const bf_config *c, const char *out_dir, char *err, siz
     return -1;
 }
 
-int host_run(const pipe_spec *sp, const bf_config *c, const train_opts *o, train_result *r,
-             char *err, size_t errlen) {
+int host_pipeline(const pipe_spec *sp, const bf_config *c, const train_opts *o, train_result *r,
+                  char *err, size_t errlen) {
     comm_t *comm = o->comm;
     const int rank = comm_rank(comm);
     const int quiet = o->quiet || rank != 0;

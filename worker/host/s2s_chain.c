@@ -1,7 +1,7 @@
-/* s2s_run.c — see s2s_run.h: S2S's stages in order, each into its folder,
+/* s2s_chain.c — see s2s_chain.h: S2S's stages in order, each into its folder,
  * reused when done. The stages' names and keys are the declaration's
  * (common/pipeline_decl.c); the math of each stage is worker/pipelines/. */
-#include "worker/run/s2s_run.h"
+#include "worker/host/s2s_chain.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -15,7 +15,7 @@
 #include "worker/dist/metrics.h"
 #include "worker/pipelines/profile.h"
 #include "worker/pipelines/s2s.h"
-#include "worker/run/force.h"
+#include "worker/host/force.h"
 
 /* What the stages share. */
 typedef struct s2s_ctx {
@@ -50,7 +50,7 @@ static int stream_swap(void *ctx, char *err, size_t errlen) {
 }
 
 /* The stages this driver runs, in the declaration's order (checked by
- * s2s_run against pipeline_stages("s2s")). */
+ * s2s_chain_train against pipeline_stages("s2s")). */
 enum { ST_TEACHER, ST_AVIT, ST_PROFILE, ST_DISTILL, ST_FINETUNE, ST_EVAL, S2S_STAGES };
 static const char *const STAGE_NAMES[S2S_STAGES] = {"teacher", "avit",     "profile",
                                                     "distill", "finetune", "eval"};
@@ -104,7 +104,7 @@ static bf_config stage_config(const s2s_ctx *x, int i) {
         }
     }
     int parent = i == ST_DISTILL ? ST_AVIT : i - 1;
-    if (i != ST_TEACHER) { /* s2s_run checked the folders fit */
+    if (i != ST_TEACHER) { /* s2s_chain_train checked the folders fit */
         snprintf(s.init.from, sizeof s.init.from, "%.*s", (int)sizeof s.init.from - 1,
                  x->dir[parent]);
         s.init.map[0] = '\0'; /* the parent's names are bf's */
@@ -147,7 +147,7 @@ static int run_train_stage(s2s_ctx *x, int i, const pipe_spec *sp, const bf_conf
     train_stage ts = {x->dir[i], x->prefix[i],     x->offset, &x->mt, stream_swap,
                       x,         stage_key_counts, &keys};
     train_result r;
-    int rc = host_run_stage(sp, sc, x->o, &ts, &x->d, &r, err, errlen);
+    int rc = host_stage(sp, sc, x->o, &ts, &x->d, &r, err, errlen);
     if (rc == TRAIN_ERROR || rc == TRAIN_INPUT) {
         char e2[1024];
         snprintf(e2, sizeof e2, "%s", err);
@@ -401,7 +401,8 @@ static long stage_steps(const bf_config *c, int i) {
     }
 }
 
-int s2s_run(const bf_config *c, const train_opts *o, train_result *r, char *err, size_t errlen) {
+int s2s_chain_train(const bf_config *c, const train_opts *o, train_result *r, char *err,
+                    size_t errlen) {
     if (!o->out_dir) {
         snprintf(err, errlen, "pipeline s2s writes its stages into folders: give --out DIR");
         return TRAIN_ERROR;
@@ -464,7 +465,7 @@ int s2s_run(const bf_config *c, const train_opts *o, train_result *r, char *err,
     }
     if (host_open_data(&dc, o->comm, x->quiet, &x->d, err, errlen)) {
         free(x);
-        return TRAIN_INPUT; /* as host_run's: the data cannot be used */
+        return TRAIN_INPUT; /* as host_pipeline's: the data cannot be used */
     }
     /* the stages a --stage run needs are done, the data opened: only now is
      * a new stream begun (--force: beside the old run's, swapped in later) */

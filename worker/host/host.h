@@ -1,9 +1,9 @@
 /* host — the generic loop's host in a process (pipelines/pipe.h's
  * pipe_host): wires a pipeline to this process's ranks (comm), its run
  * folder (checkpoints, metrics.jsonl, config.yaml) and the data. One
- * pipeline per call: a whole run (host_run) or one stage of a larger one
- * (host_run_stage). It knows no pipeline by name and never picks one; that
- * is run/train.c. */
+ * pipeline per call: a whole run (host_pipeline) or one stage of a larger one
+ * (host_stage). It knows no pipeline by name and never picks one; that
+ * is host/train.c. */
 #ifndef HOST_H
 #define HOST_H
 
@@ -36,8 +36,8 @@ enum { TRAIN_OK = 0, TRAIN_ERROR = -1, TRAIN_INPUT = -3, TRAIN_PREEMPTED = 2 };
  * after writing a checkpoint) or TRAIN_ERROR with a message. r nullable. Every rank calls this with
  * the same config; only rank 0 writes files and prints progress. A TRAIN_ERROR on one rank may
  * leave the others waiting in a collective: the caller must then end the job (comm_abort). */
-int host_run(const pipe_spec *sp, const bf_config *c, const train_opts *o, train_result *r,
-             char *err, size_t errlen);
+int host_pipeline(const pipe_spec *sp, const bf_config *c, const train_opts *o, train_result *r,
+                  char *err, size_t errlen);
 
 /* One pipeline run inside a larger one (a stage of s2s): its checkpoint,
  * config.yaml and files in dir (always resumed when a checkpoint is there),
@@ -58,9 +58,8 @@ typedef struct train_stage {
     ckpt_key_filter counts;
     void *counts_ctx;
 } train_stage;
-int host_run_stage(const pipe_spec *sp, const bf_config *c, const train_opts *o,
-                   const train_stage *st, const data_sets *d, train_result *r, char *err,
-                   size_t errlen);
+int host_stage(const pipe_spec *sp, const bf_config *c, const train_opts *o, const train_stage *st,
+               const data_sets *d, train_result *r, char *err, size_t errlen);
 
 /* 0 unless init.from names out_dir or a file in it (a run there would write
  * over the weights it loads, and --force remove them first): -1 then, with a

@@ -1,10 +1,10 @@
 /* train — one training run of a process, for `bfworker train` and for a
  * trial bfd runs: picks the driver of c's pipeline (s2s: its stages,
- * run/s2s_run.c; any other: one pipeline through run/host.c). */
+ * host/s2s_chain.c; any other: one pipeline through host/host.c). */
 #ifndef TRAIN_H
 #define TRAIN_H
 
-#include "worker/run/host.h"
+#include "worker/host/host.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -15,7 +15,8 @@ extern "C" {
  * rank calls this with the same config; only rank 0 writes files and prints
  * progress. A TRAIN_ERROR on one rank may leave the others waiting in a
  * collective: the caller must then end the job (comm_abort). */
-int train_run(const bf_config *c, const train_opts *o, train_result *r, char *err, size_t errlen);
+int train_config(const bf_config *c, const train_opts *o, train_result *r, char *err,
+                 size_t errlen);
 
 #ifdef __cplusplus
 }

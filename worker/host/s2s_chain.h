@@ -1,4 +1,4 @@
-/* s2s_run — pipeline s2s as six stages (design.md, "S2S pipeline";
+/* s2s_chain_train — pipeline s2s as six stages (design.md, "S2S pipeline";
  * common/pipeline_decl.c): teacher -> avit -> profile -> distill -> finetune
  * -> eval. Each stage writes into ROOT/NAME-KEY/ (ROOT = s2s.root, or
  * OUT/stages) and, last, ROOT/NAME-KEY/stage.json (atomically): a folder with
@@ -8,11 +8,12 @@
  * go to OUT/metrics.jsonl under the stage's name ("teacher/val/acc",
  * "distill/train/loss_mse", "eval/student/test/acc"; docs/s2s.md lists
  * them), steps counted across the training stages. */
-#ifndef S2S_RUN_H
-#define S2S_RUN_H
+#ifndef S2S_CHAIN_H
+#define S2S_CHAIN_H
 
-#include "worker/run/host.h"
+#include "worker/host/host.h"
 
-int s2s_run(const bf_config *c, const train_opts *o, train_result *r, char *err, size_t errlen);
+int s2s_chain_train(const bf_config *c, const train_opts *o, train_result *r, char *err,
+                    size_t errlen);
 
 #endif

@@ -1,5 +1,5 @@
 /* force.c — see force.h. */
-#include "worker/run/force.h"
+#include "worker/host/force.h"
 
 #include <dirent.h>
 #include <errno.h>
