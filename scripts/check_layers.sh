@@ -25,9 +25,9 @@ worker/nn: common kernels worker/data
 worker/models: common kernels worker/data worker/nn
 worker/pipelines: common kernels worker/data worker/nn worker/models
 worker/io: common kernels worker/data worker/nn worker/models
-worker/dist: common kernels protocol
-worker/host: common kernels protocol worker/data worker/nn worker/models worker/pipelines worker/io worker/dist
-worker/cmd: common kernels protocol worker/data worker/nn worker/models worker/pipelines worker/io worker/dist worker/host
+worker/link: common kernels protocol
+worker/host: common kernels protocol worker/data worker/nn worker/models worker/pipelines worker/io worker/link
+worker/cmd: common kernels protocol worker/data worker/nn worker/models worker/pipelines worker/io worker/link worker/host
 worker/bfprep: common kernels worker/data
 worker/top: common kernels worker/cmd
 '

@@ -18,9 +18,9 @@
 #include <unistd.h>
 
 #include "common/cfg.h"
-#include "worker/dist/comm.h"
-#include "worker/dist/link.h"
-#include "worker/dist/metrics.h"
+#include "worker/link/comm.h"
+#include "worker/link/link.h"
+#include "worker/link/metrics.h"
 #include "protocol/proto.h"
 #include "worker/host/train.h"
 

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "worker/data/data_sets.h"
-#include "worker/dist/comm.h"
+#include "worker/link/comm.h"
 #include "worker/io/ckpt.h"
 #include "worker/host/force.h"
 #include "worker/host/train.h"

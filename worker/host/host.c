@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "worker/io/ckpt.h"
-#include "worker/dist/metrics.h"
+#include "worker/link/metrics.h"
 #include "worker/host/force.h"
 
 /* mkdir -p */

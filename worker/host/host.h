@@ -10,7 +10,7 @@
 #include <signal.h>
 
 #include "common/cfg.h"
-#include "worker/dist/comm.h"
+#include "worker/link/comm.h"
 #include "worker/io/ckpt.h"
 #include "worker/pipelines/pipe.h"
 

@@ -12,7 +12,7 @@
 
 #include "common/pipeline_decl.h"
 #include "worker/io/ckpt.h"
-#include "worker/dist/metrics.h"
+#include "worker/link/metrics.h"
 #include "worker/pipelines/profile.h"
 #include "worker/pipelines/s2s.h"
 #include "worker/host/force.h"

@@ -1,4 +1,4 @@
-#include "worker/dist/metrics.h"
+#include "worker/link/metrics.h"
 #include "common/tfevents.h"
 
 #include <errno.h>

@@ -1,4 +1,4 @@
-#include "worker/dist/link.h"
+#include "worker/link/link.h"
 #include "common/errbuf.h"
 
 #include <errno.h>

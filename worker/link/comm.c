@@ -1,4 +1,4 @@
-#include "worker/dist/comm.h"
+#include "worker/link/comm.h"
 
 #include <mpi.h>
 #include <pthread.h>
