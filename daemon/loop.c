@@ -6,11 +6,11 @@
  * closes everything, sets each round's budget (messages, points), keeps the
  * clock and the log, and calls the timers, the exporters and the scheduler.
  * It knows no request type and no message body: a request goes to its
- * handler through ctl.c's table, a worker message to workers.c; a bad one
+ * handler through req.c's table, a worker message to workers.c; a bad one
  * gets an error reply and the loop goes on. */
 #include "daemon/bfd_priv.h"
 #include "common/errbuf.h"
-#include "daemon/ctl.h"
+#include "daemon/req.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -67,7 +67,7 @@ static void handle_ctl(bfd *d) {
             return;
         }
         if (rc == 1) {
-            ctl_handler_fn fn = ctl_handler(m.type);
+            req_handler_fn fn = req_handler(m.type);
             if (fn)
                 fn(d, d->ctl, &m);
             else if (!strncmp(m.type, "agent_", 6))

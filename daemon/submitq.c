@@ -44,7 +44,7 @@ void submit_req_free(submit_req **self_p) {
     *self_p = NULL;
 }
 
-/* What the loop did in ctl_submit before, now here: load (every trial's
+/* What the loop did in req_submit before, now here: load (every trial's
  * config checked), the resource check, the store's one transaction. */
 static void process(void *ctx, workq_item *it) {
     submitq *q = ctx;

@@ -1,9 +1,9 @@
-/* ctl_submit.c — the submit request: its fields and its cwd checked at
+/* req_submit.c — the submit request: its fields and its cwd checked at
  * once, then the sweep handed to the submit thread (daemon/submitq.h), which
  * loads, validates, expands and stores it off the loop; finish_submits
  * replies when the job is stored (or says why it is not). It parses no
  * YAML and writes no trial itself. */
-#include "daemon/ctl.h"
+#include "daemon/req.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-void ctl_submit(bfd *d, void *s, proto_msg *m) {
+void req_submit(bfd *d, void *s, proto_msg *m) {
     char ferr[512];
     const char *text, *file, *cwd;
     FIELD(proto_get_str(m->body, "sweep", 1, PROTO_MAX_TEXT, &text, ferr, sizeof ferr));

@@ -1,8 +1,8 @@
-/* ctl.c — what the bfctl request handlers share: reading the job or trial a
+/* req.c — what the bfctl request handlers share: reading the job or trial a
  * request names (replying not_found or internal when it cannot) and a job's
- * JSON summary. The table of requests is ctl_table.c. It handles no request
+ * JSON summary. The table of requests is req_table.c. It handles no request
  * itself and owns no socket. */
-#include "daemon/ctl.h"
+#include "daemon/req.h"
 
 #include "common/errbuf.h"
 

@@ -1,9 +1,9 @@
-/* ctl_status.c — the requests about the daemon itself: status (version,
+/* req_status.c — the requests about the daemon itself: status (version,
  * endpoints, slots and GPUs free, the live attempts, the remote agents,
  * the store's counts)
  * and sync (a marker published on the PUB socket, so a subscriber knows it
  * has seen everything published before it). Nothing here changes state. */
-#include "daemon/ctl.h"
+#include "daemon/req.h"
 
 #include <string.h>
 #include <unistd.h>
@@ -14,7 +14,7 @@ static json_t *int_array(const int *v, int n) {
     return a;
 }
 
-void ctl_status(bfd *d, void *s, proto_msg *m) {
+void req_status(bfd *d, void *s, proto_msg *m) {
     char err[1024], ferr[512];
     long long jobs = 0, pending = 0, running = 0, max_runs;
     /* under Slurm bfd may hold thousands of attempts: the client says how
@@ -69,7 +69,7 @@ void ctl_status(bfd *d, void *s, proto_msg *m) {
     json_decref(b);
 }
 
-void ctl_sync(bfd *d, void *s, proto_msg *m) {
+void req_sync(bfd *d, void *s, proto_msg *m) {
     char ferr[512];
     const char *topic;
     FIELD(proto_get_str(m->body, "topic", 1, PROTO_MAX_TOPIC, &topic, ferr, sizeof ferr));

@@ -1,9 +1,9 @@
-/* ctl_logs.c — the logs request: a chunk (at most LOG_CHUNK bytes) of a
+/* req_logs.c — the logs request: a chunk (at most LOG_CHUNK bytes) of a
  * trial's log file from an offset, made valid UTF-8 for JSON. It reads
  * only $BF_HOME/logs/TRIAL.log of a trial the store knows, never a path
  * from the request. log_tail_json gives the last lines of that file (what
  * `show tTRIAL` prints of a failed trial). */
-#include "daemon/ctl.h"
+#include "daemon/req.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -30,7 +30,7 @@ static void utf8_fix(char *buf, long long got) {
     }
 }
 
-void ctl_logs(bfd *d, void *s, proto_msg *m) {
+void req_logs(bfd *d, void *s, proto_msg *m) {
     char ferr[512];
     long long id, off, max;
     FIELD(proto_get_int(m->body, "trial", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));

@@ -1,10 +1,10 @@
-/* ctl_control.c — the requests that change what runs: cancel (a job's
+/* req_control.c — the requests that change what runs: cancel (a job's
  * trials or one trial: CANCELLED in the store, then SIGTERM to the live
  * attempts and SIGKILL after the grace), stop (a running trial checkpoints
  * and exits; it can be resumed) and resume (a STOPPED trial goes PENDING
  * and continues from its checkpoint). The state changes go through the
  * store first; the run table's processes are signalled after. */
-#include "daemon/ctl.h"
+#include "daemon/req.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -28,7 +28,7 @@ static void terminate_run(bfd *d, run *r) {
     r->kill_at = now_s() + d->c->kill_grace;
 }
 
-void ctl_cancel(bfd *d, void *s, proto_msg *m) {
+void req_cancel(bfd *d, void *s, proto_msg *m) {
     char ferr[512], err[1024];
     long long job = 0, trial = 0;
     FIELD(proto_get_int(m->body, "job", 0, 1, PROTO_MAX_INT, 0, &job, ferr, sizeof ferr));
@@ -78,7 +78,7 @@ void ctl_cancel(bfd *d, void *s, proto_msg *m) {
     d->dirty = 1;
 }
 
-void ctl_stop(bfd *d, void *s, proto_msg *m) {
+void req_stop(bfd *d, void *s, proto_msg *m) {
     char ferr[512];
     long long id;
     FIELD(proto_get_int(m->body, "trial", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
@@ -100,7 +100,7 @@ void ctl_stop(bfd *d, void *s, proto_msg *m) {
 
 /* resume: a STOPPED trial goes back to PENDING and continues from its
  * checkpoint (a manual promotion past an early stop). */
-void ctl_resume(bfd *d, void *s, proto_msg *m) {
+void req_resume(bfd *d, void *s, proto_msg *m) {
     char ferr[512], err[1024];
     long long id;
     FIELD(proto_get_int(m->body, "trial", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));

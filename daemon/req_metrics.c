@@ -1,9 +1,9 @@
-/* ctl_metrics.c — the requests that read metric points: metrics (one
+/* req_metrics.c — the requests that read metric points: metrics (one
  * trial's points after a seq, a page at a time, never cutting a point) and
  * export (a job with every trial's params, config and points, as one reply
  * when it fits in a message). The points come from the store, never from
  * the round's batches still being stored. */
-#include "daemon/ctl.h"
+#include "daemon/req.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +30,7 @@ static json_t *rows_to_points(const store_point *p, size_t n, size_t *n_points) 
     return arr;
 }
 
-void ctl_metrics(bfd *d, void *s, proto_msg *m) {
+void req_metrics(bfd *d, void *s, proto_msg *m) {
     char ferr[512], err[1024];
     long long id, after, limit;
     FIELD(proto_get_int(m->body, "trial", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
@@ -77,7 +77,7 @@ void ctl_metrics(bfd *d, void *s, proto_msg *m) {
     json_decref(b);
 }
 
-void ctl_export(bfd *d, void *s, proto_msg *m) {
+void req_export(bfd *d, void *s, proto_msg *m) {
     char ferr[512], err[1024];
     long long id;
     FIELD(proto_get_int(m->body, "job", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));

@@ -1,9 +1,9 @@
-/* ctl_jobs.c — the requests that read jobs and trials: jobs (every job's
+/* req_jobs.c — the requests that read jobs and trials: jobs (every job's
  * summary), job (one job, its trials and, for s2s, its stages), trial (one
  * trial, its config and stages), wait (is the job done, and well), best (the
  * top trials by the job's metric) and rungs (the early-stopping ladder).
  * They only read: nothing here changes a trial or a run. */
-#include "daemon/ctl.h"
+#include "daemon/req.h"
 
 #include "common/errbuf.h"
 
@@ -97,7 +97,7 @@ static json_t *jobs_json(store *st, char *err, size_t errlen) {
     return arr;
 }
 
-void ctl_jobs(bfd *d, void *s, proto_msg *m) {
+void req_jobs(bfd *d, void *s, proto_msg *m) {
     char err[1024];
     json_t *arr = jobs_json(d->st, err, sizeof err);
     if (!arr) {
@@ -109,7 +109,7 @@ void ctl_jobs(bfd *d, void *s, proto_msg *m) {
     json_decref(b);
 }
 
-void ctl_job(bfd *d, void *s, proto_msg *m) {
+void req_job(bfd *d, void *s, proto_msg *m) {
     char ferr[512];
     long long id;
     FIELD(proto_get_int(m->body, "job", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
@@ -177,7 +177,7 @@ void ctl_job(bfd *d, void *s, proto_msg *m) {
     json_decref(b);
 }
 
-void ctl_trial(bfd *d, void *s, proto_msg *m) {
+void req_trial(bfd *d, void *s, proto_msg *m) {
     char ferr[512];
     long long id;
     FIELD(proto_get_int(m->body, "trial", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
@@ -216,7 +216,7 @@ void ctl_trial(bfd *d, void *s, proto_msg *m) {
     json_decref(b);
 }
 
-void ctl_rungs(bfd *d, void *s, proto_msg *m) {
+void req_rungs(bfd *d, void *s, proto_msg *m) {
     char err[1024];
     long long id;
     store_job j;
@@ -230,7 +230,7 @@ void ctl_rungs(bfd *d, void *s, proto_msg *m) {
     json_decref(b);
 }
 
-void ctl_wait(bfd *d, void *s, proto_msg *m) {
+void req_wait(bfd *d, void *s, proto_msg *m) {
     char err[1024];
     long long id;
     store_job j;
@@ -252,7 +252,7 @@ void ctl_wait(bfd *d, void *s, proto_msg *m) {
     json_decref(b);
 }
 
-void ctl_best(bfd *d, void *s, proto_msg *m) {
+void req_best(bfd *d, void *s, proto_msg *m) {
     char ferr[512], err[1024];
     long long id, k;
     FIELD(proto_get_int(m->body, "job", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));

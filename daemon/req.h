@@ -1,18 +1,18 @@
-/* ctl.h — bfd's bfctl requests: the handler table the loop dispatches
- * through (ctl.c), the handlers by family (one ctl_*.c file each) and the
+/* req.h — bfd's bfctl requests: the handler table the loop dispatches
+ * through (req.c), the handlers by family (one req_*.c file each) and the
  * preambles they share. A handler validates its request's fields, replies
  * exactly once (a reply or an error) on socket s, and never blocks the loop:
  * what grows with the sweep (submit) goes to the submit thread. */
-#ifndef CTL_H
-#define CTL_H
+#ifndef REQ_H
+#define REQ_H
 
 #include "daemon/bfd_priv.h"
 
 /* Handles request m that arrived on socket s (the control ROUTER). */
-typedef void (*ctl_handler_fn)(bfd *d, void *s, proto_msg *m);
+typedef void (*req_handler_fn)(bfd *d, void *s, proto_msg *m);
 
 /* The handler of request type, or NULL when bfd knows no such type. */
-ctl_handler_fn ctl_handler(const char *type);
+req_handler_fn req_handler(const char *type);
 
 /* Reads job id for request m: 0, or nonzero after replying not_found (1) or
  * internal (-1) itself. */
@@ -39,36 +39,36 @@ json_t *job_json(store *st, const store_job *j, char *err, size_t errlen);
  * err on failure. */
 json_t *job_states_json(store *st, int64_t job, char *err, size_t errlen);
 
-/* ctl_submit.c: a sweep handed to the submit thread; finish_submits replies
+/* req_submit.c: a sweep handed to the submit thread; finish_submits replies
  * to those it has stored (or refused), in the order they came. */
-void ctl_submit(bfd *d, void *s, proto_msg *m);
+void req_submit(bfd *d, void *s, proto_msg *m);
 void finish_submits(bfd *d);
 
-/* ctl_jobs.c: what the store says of jobs and trials. */
-void ctl_jobs(bfd *d, void *s, proto_msg *m);
-void ctl_job(bfd *d, void *s, proto_msg *m);
-void ctl_trial(bfd *d, void *s, proto_msg *m);
-void ctl_wait(bfd *d, void *s, proto_msg *m);
-void ctl_best(bfd *d, void *s, proto_msg *m);
-void ctl_rungs(bfd *d, void *s, proto_msg *m);
+/* req_jobs.c: what the store says of jobs and trials. */
+void req_jobs(bfd *d, void *s, proto_msg *m);
+void req_job(bfd *d, void *s, proto_msg *m);
+void req_trial(bfd *d, void *s, proto_msg *m);
+void req_wait(bfd *d, void *s, proto_msg *m);
+void req_best(bfd *d, void *s, proto_msg *m);
+void req_rungs(bfd *d, void *s, proto_msg *m);
 
-/* ctl_control.c: requests that change what runs. */
-void ctl_cancel(bfd *d, void *s, proto_msg *m);
-void ctl_stop(bfd *d, void *s, proto_msg *m);
-void ctl_resume(bfd *d, void *s, proto_msg *m);
+/* req_control.c: requests that change what runs. */
+void req_cancel(bfd *d, void *s, proto_msg *m);
+void req_stop(bfd *d, void *s, proto_msg *m);
+void req_resume(bfd *d, void *s, proto_msg *m);
 
-/* ctl_metrics.c: a trial's metric points, a job's export. */
-void ctl_metrics(bfd *d, void *s, proto_msg *m);
-void ctl_export(bfd *d, void *s, proto_msg *m);
+/* req_metrics.c: a trial's metric points, a job's export. */
+void req_metrics(bfd *d, void *s, proto_msg *m);
+void req_export(bfd *d, void *s, proto_msg *m);
 
-/* ctl_logs.c: a chunk of a trial's log file. */
-void ctl_logs(bfd *d, void *s, proto_msg *m);
+/* req_logs.c: a chunk of a trial's log file. */
+void req_logs(bfd *d, void *s, proto_msg *m);
 /* The last `lines` lines of the trial's log (at most its last 8 KiB), valid
  * UTF-8, as a new JSON string; NULL when there is no log file. */
 json_t *log_tail_json(bfd *d, long long id, int lines);
 
-/* ctl_status.c: the daemon's state; sync, a marker through the PUB socket. */
-void ctl_status(bfd *d, void *s, proto_msg *m);
-void ctl_sync(bfd *d, void *s, proto_msg *m);
+/* req_status.c: the daemon's state; sync, a marker through the PUB socket. */
+void req_status(bfd *d, void *s, proto_msg *m);
+void req_sync(bfd *d, void *s, proto_msg *m);
 
 #endif
