@@ -102,7 +102,8 @@ static const cfg_field cfg_schema[] = {
      "the same with a halted token scoring sigmoid(-gate_center), as NVlabs' zeroed rows; "
      "spend = h while running, the remainder where a token halts"},
     {"avit.output", CFG_T_ENUM, OFF(avit.output), NOLIM, "act", "act|freeze",
-     "trunk output: act = ACT weighted sum of each token's layer outputs (design.md); freeze = "
+     "trunk output: act = ACT weighted sum of each token's layer outputs "
+     "(docs/design.md#a-vit-halting); freeze = "
      "the last layer's rows (a halted row frozen where it halted)"},
 
     {"distill.mixer", CFG_T_ENUM, OFF(distill.mixer), NOLIM, "bimamba", "bimamba|bilstm",
@@ -119,7 +120,7 @@ static const cfg_field cfg_schema[] = {
      "weight of the halting-score MSE"},
     {"distill.halt_align", CFG_T_ENUM, OFF(distill.halt_align), NOLIM, "keep", "keep|mean_h",
      "halting alignment's second term: keep = 5 (keep_student - keep_teacher)^2 per layer "
-     "(design.md); mean_h = 5 (mean h_student - mean h_teacher)^2"},
+     "(docs/design.md#distillation-loss); mean_h = 5 (mean h_student - mean h_teacher)^2"},
     {"distill.unfreeze", CFG_T_BOOL, OFF(distill.unfreeze), NOLIM, "false", NULL,
      "train the non-replaced layers too in stage 1"},
 

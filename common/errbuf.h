@@ -1,4 +1,4 @@
-/* The error-buffer convention of library code (style.md): a failing call
+/* The error-buffer convention of library code (docs/style.md#errors): a failing call
  * writes one line into the caller's buffer and returns -1. */
 #ifndef BF_ERRBUF_H
 #define BF_ERRBUF_H

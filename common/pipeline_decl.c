@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-/* S2S (design.md, "S2S pipeline"): teacher, A-ViT, profile, distill,
+/* S2S (docs/design.md#s2s-pipeline): teacher, A-ViT, profile, distill,
  * finetune, eval. Keys no stage depends on (device, train.eval_every,
  * train.checkpoint_every, train.log_every, model.mixers, budget.*) never
  * change a key. */

@@ -218,7 +218,7 @@ typedef struct bk_gate_args {
  * remainder where it halts), unclamped. */
 enum { BK_PRIOR_PAPER = 0, BK_PRIOR_SPEND = 1, BK_PRIOR_NVLABS = 2 };
 
-/* A-ViT halting of one layer (design.md, "A-ViT"), for halt_forward and
+/* A-ViT halting of one layer (docs/design.md#a-vit-halting), for halt_forward and
  * halt_backward. Token 0 of each sample is the class token: it never halts
  * and is left out of every sum. */
 typedef struct bk_halt_args {
@@ -497,7 +497,7 @@ typedef struct bk_backend {
      * counted rows, known on the host from the targets it uploaded) without
      * an upload per step. */
     void (*crossentropy_dlosses)(float *dlosses, const int *targets, float value, int N, int V);
-    /* BudgetFormer head gate, training (design.md, "BudgetFormer"), for one
+    /* BudgetFormer head gate, training (docs/design.md#budgetformer), for one
      * layer; every sample is independent. From f[B] (pre-sigmoid budget
      * logit) and z[B,H] (head scores):
      *   s = sigmoid(f); zn_i = z_i + sigma * gumbel(seed, (step << 8) | layer,
@@ -566,11 +566,11 @@ typedef struct bk_backend {
      * remainder's share of the ponder cost). */
     void (*halt_backward)(float *dt, const float *h, const int *at, const float *dldp, float pgrad,
                           const bk_halt_args *a);
-    /* The ACT output (design.md): out_k = sum_{l < N_k} h_k^l t_k^l + R_k t_k^{N_k}.
-     * One layer's share: out[b,k,:] += w x[b,k,:] with w = h (at > layer),
-     * rem (at == layer: the remainder R), 0 (halted before, or never ran);
-     * the class token (it never halts, h = 0) has w = 1 at the last layer only,
-     * so its output is its last layer's. x[B,T,C] is this layer's output t^l. */
+    /* The ACT output (docs/design.md#a-vit-halting): out_k = sum_{l < N_k} h_k^l t_k^l + R_k
+     * t_k^{N_k}. One layer's share: out[b,k,:] += w x[b,k,:] with w = h (at > layer), rem (at ==
+     * layer: the remainder R), 0 (halted before, or never ran); the class token (it never halts, h
+     * = 0) has w = 1 at the last layer only, so its output is its last layer's. x[B,T,C] is this
+     * layer's output t^l. */
     void (*halt_act_forward)(float *out, const float *x, const float *h, const int *at,
                              const float *rem, const bk_halt_args *a);
     /* Its backward at this layer, dout = d loss / d out: dx[b,k,:] += w dout
@@ -581,7 +581,7 @@ typedef struct bk_backend {
     void (*halt_act_backward)(float *dx, const float *dout, const float *x, const float *xlast,
                               const float *h, const int *at, const float *rem,
                               const bk_halt_args *a);
-    /* S2S halting alignment of one layer (design.md, distill): over the
+    /* S2S halting alignment of one layer (docs/design.md#distillation-loss, distill): over the
      * patch tokens active in mask[B,T] (n of them; N = B (T - 1) patch
      * tokens), with the student's score hs = sigmoid(gamma t[.,.,0] -
      * centre) and the teacher's ht[B,T] (clamped to [1e-6, 1 - 1e-6] in the

@@ -1,4 +1,4 @@
-/* A-ViT token halting (design.md, "A-ViT"): the gate of one layer, the
+/* A-ViT token halting (docs/design.md#a-vit-halting): the gate of one layer, the
  * ponder and depth-prior losses, the ACT output and the S2S alignment, and
  * their gradients to the block outputs. The formulas are bk_halt_math.h's,
  * which the CUDA ops (cuda/cuda_halt.cu) share. Every sum runs in one fixed

@@ -1,5 +1,4 @@
-/* Learning checks that hold on any CPU bf builds for (docs/style.md,
- * "Tests").
+/* Learning checks that hold on any CPU bf builds for (docs/style.md#tests).
  *
  * A test that asserts "training improves X" compares X after training with
  * a control (X before training, or the same run that cannot learn: learning

@@ -573,7 +573,7 @@ static void alignment_gradient(int mean_h) {
 Test(avit, halting_alignment_gradient) { alignment_gradient(0); }
 Test(avit, halting_alignment_gradient_mean_h) { alignment_gradient(1); }
 
-/* The keep alignment is design.md's: with the student's scores equal to the
+/* The keep alignment is docs/design.md#distillation-loss's: with the student's scores equal to the
  * teacher's it is 0; otherwise the binary KL's mean plus 5 (keep_s -
  * keep_t)^2, keep the fraction of patch tokens that pass the smooth halting
  * test sigmoid(gamma (1 - eps - tcum - h)), written out here by hand. */

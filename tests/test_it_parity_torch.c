@@ -1,7 +1,7 @@
 /* test_it_parity_torch — bf against an outside implementation: `bfworker
  * dump` writes one training step (weights, batch, budget noise, logits,
  * gradients, losses) of tiny configs over a copy of tests/data, and
- * tests/test_parity_torch.py, a PyTorch model written from design.md's
+ * tests/test_parity_torch.py, a PyTorch model written from docs/design.md#algorithms's
  * equations (Debian's python3-torch, safetensors from build/pydeps), loads
  * the weights by name and must reproduce the logits (1e-4), the losses and
  * every tensor's gradient (1e-3). Cases: the encoder baseline, the budget
@@ -340,7 +340,7 @@ Test(parity, bf_matches_pytorch) {
  * keep and its mean_h form, the CE smoothed by 0.1, their total, every
  * student gradient) and `--stage finetune` stage 2's (the student halting
  * on its own: CE + ponder + prior). The reference recomputes each term from
- * design.md's formulas; its deliberate departures (the other alignment
+ * docs/design.md#distillation-loss's formulas; its deliberate departures (the other alignment
  * form, no smoothing, an unmasked MSE; a smoothed CE in stage 2) must each
  * fail, and so must a student gradient moved by 0.5%. The gate centre -0.5
  * makes the teacher halt tokens at layers 1 and 2 (its scores at least 2e-3

@@ -39,7 +39,7 @@ static void write_cfg(void) {
             "train: {steps: 60, batch: 16, lr: 3.0e-3, warmup: 5, eval_every: 0, log_every: 10, "
             "seed: %u}\n"
             /* the spend prior settles in 200 steps of a model this small;
-             * design.md's (the default) swings between layers there */
+             * docs/design.md#a-vit-halting's (the default) swings between layers there */
             "avit: {retention: 0.7, steps: 200, tolerance: 0.15, prior: spend}\n"
             /* stage 1 long enough, and its MSE term weighted enough against
              * the task's CE, that the held-out MSE falls on every build and

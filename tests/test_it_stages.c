@@ -49,7 +49,7 @@ TestSuite(it_stages, .init = setup, .fini = teardown, .timeout = 300);
  * avit_steps sizes the shared avit stage, tolerance its avit.tolerance
  * (wide: a tiny model misses 0.7 by about 0.07 on the stratified
  * validation images) with the spend prior, which settles in a run this
- * short (design.md's, the default, swings between layers there; see
+ * short (docs/design.md#a-vit-halting's, the default, swings between layers there; see
  * test_it_vit). Returns the path. */
 static const char *write_sweep_tol(const char *name, int avit_steps, const char *mixers,
                                    double tolerance) {

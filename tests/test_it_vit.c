@@ -57,7 +57,7 @@ Test(it_vit, learns_a_tiny_idx_set, .timeout = 300) {
     snprintf(cmd, sizeof cmd, "grep -c '\"val/acc\"' %s/run/metrics.jsonl", dir);
     cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "no val/acc in metrics.jsonl");
 
-    /* A-ViT (3 layers), design.md's prior (the default): it trains and
+    /* A-ViT (3 layers), docs/design.md#a-vit-halting's prior (the default): it trains and
      * reports its retention; in 400 steps of a model this small the halting
      * of the paper prior swings between layers (measured 0.67-0.94 at 0.6
      * over seeds), so the run passes within the tolerance and otherwise

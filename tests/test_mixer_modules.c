@@ -130,7 +130,7 @@ Test(mixer_modules, names_keep_the_output_projection) {
     model_destroy(&m);
 }
 
-/* ---- the Mamba init (design.md) ---- */
+/* ---- the Mamba init (docs/design.md#mamba-selective-scan-and-the-bidirectional-mixer) ---- */
 
 Test(mixer_modules, bimamba_init) {
     model_shape sh = {

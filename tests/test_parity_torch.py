@@ -1,5 +1,5 @@
 """The outside party for test_it_parity_torch: an independent PyTorch model of
-each bf architecture, written from the equations of design.md ("Algorithms")
+each bf architecture, written from the equations of docs/design.md#algorithms
 and the tensor names of docs/checkpoints.md, not from bf's C code.
 
   test_parity_torch.py DUMP_DIR [DUMP_DIR ...]
@@ -51,7 +51,7 @@ The model:
   BiLSTM layers (model.mixers): torch.nn.LSTM per head over each sample's
   active tokens (any mask), see BiLSTMMixer.
   BiMamba layers (model.mixers): a plain sequential selective scan written
-  from design.md ("Mamba selective scan, and the multi-head bidirectional
+  from docs/design.md#mamba-selective-scan-and-the-bidirectional-mixer ("Mamba selective scan, and the multi-head bidirectional
   mixer"), one sample and one step at a time over its active tokens, see
   BiMambaMixer.
   Loss: CE (mean over targets >= 0)
@@ -76,7 +76,7 @@ forward computes the same function).
 A dump of S2S stage 1 (`bfworker dump --stage distill`, dump.json "stage":
 "distill") is checked by check_distill: the teacher from its own file
 (dump.json's distill.teacher), the student under its masks, each loss term
-from design.md's formulas (distill_reference's docstring) within RTOL_TERM,
+from docs/design.md#distillation-loss's formulas (distill_reference's docstring) within RTOL_TERM,
 every student gradient as above, and each of DISTILL_MUTANTS must fail. A
 stage 2 dump (--stage finetune) is an A-ViT ViT with mixers, checked as one,
 and its reference with stage 1's label smoothing must fail (finetune_note).
@@ -250,7 +250,7 @@ class BiLSTMMixer(nn.Module):
     """Per head a torch.nn.LSTM(d, d_h/2, bidirectional) over u, its weights
     the slices of bf's lstm.ih / lstm.hh (streams 2h forward, 2h+1 backward;
     b_ih = lstm.ih.bias, b_hh = 0); outputs per head concatenated, then W_O.
-    Any mask (design.md: a mixer skips masked tokens, its state carries over
+    Any mask (docs/design.md#bilstm-mixer: a mixer skips masked tokens, its state carries over
     them unchanged, its output there is 0): each sample's active tokens run
     alone, in order, through the module, their outputs scattered back into
     zeros; a sample with no active token outputs zeros.
@@ -315,7 +315,7 @@ class MambaDirection(nn.Module):
 
 
 class BiMambaMixer(nn.Module):
-    """design.md's BiMamba, per head group g of d_h channels (G = heads groups,
+    """docs/design.md#mamba-selective-scan-and-the-bidirectional-mixer's BiMamba, per head group g of d_h channels (G = heads groups,
     every projection block-diagonal: group g owns rows g*Dg.. of each [D, .]
     tensor, rows g*(R+2N).. of x_proj, rows g*d_h.. of out), E = 2 (D = 2d,
     Dg = 2 d_h), N = 16, R = ceil(d_h/16), K = 4:
@@ -480,14 +480,14 @@ class Transformer(nn.Module):
 
 
 class ViT(nn.Module):
-    """design.md's DeiT-style ViT: the image (the dump's ids are its pixels
+    """docs/design.md#vit's DeiT-style ViT: the image (the dump's ids are its pixels
     0..255, row-major [H, W]) cut into p x p patches (row-major patch order,
     row-major pixels within a patch), each scaled to [-1, 1] (v * 2/255 - 1)
     and embedded by patch_emb; the class token leads, positions are added; the
     pre-LN blocks see every token both ways; the classifier reads LN_f of the
     class token.
 
-    A-ViT (design.md "A-ViT", docs/s2s.md), when avit is given: after block l,
+    A-ViT (docs/design.md#a-vit-halting, docs/s2s.md), when avit is given: after block l,
     patch token k's score is h = sigmoid(gamma t[k, 0] - g) from channel 0 of
     the block's output (h = 1 at the last layer, so every token halts there);
     its cumulative score halts it once it reaches 1 - eps; its remainder is
@@ -505,9 +505,9 @@ class ViT(nn.Module):
     normalised over layers and clamped to
     [0.01, 0.99]; the prior a Gaussian over layers 0..L-1 (std 1 layer)
     centred where the retention asked puts it (prior_centre below, from
-    design.md, not from bf; plus the pipeline's retention-control shift, a
+    docs/design.md#a-vit-halting, not from bf; plus the pipeline's retention-control shift, a
     state the dump reports).
-    eps = 0.01 and the prior's std are design.md's constants, not the dump's.
+    eps = 0.01 and the prior's std are docs/design.md#a-vit-halting's constants, not the dump's.
     The halting decisions are discrete (no gradient); every h and remainder
     carries its gradient into the losses.
 
@@ -649,14 +649,14 @@ def smoothed_ce(logits, targets, eps):
     return -(q * torch.log_softmax(logits, -1)).sum(-1).mean()
 
 
-AVIT_EPS, AVIT_SIGMA = 0.01, 1.0  # design.md's halting threshold; the prior's std (layers)
+AVIT_EPS, AVIT_SIGMA = 0.01, 1.0  # docs/design.md#a-vit-halting's halting threshold; the prior's std (layers)
 
 # each must make an A-ViT dump fail: the check sees every part of the halting
 AVIT_MUTANTS = ("keys", "remainder", "prior_centre", "halt_grad", "ponder_grad", "last_score")
 
 
 def prior_centre(r, L):
-    """design.md: the retention r is the mean fraction of tokens active per
+    """docs/design.md#a-vit-halting: the retention r is the mean fraction of tokens active per
     layer; read the prior as the distribution of the depth at which tokens
     halt (a token halting at layer l runs l + 1 of L layers), so the centre c
     solves sum_l pi_l(c) (l + 1) / L = r, pi a Gaussian over layers 0..L-1 of
@@ -821,11 +821,11 @@ def check_vit(d, meta, weights, batch, bf_logits, bf_grads):
     if sh["avit"] and (meta["avit"].get("prior") not in ("paper", "nvlabs") or
                        meta["avit"].get("output") != "act"):
         raise Failure("the dump halts with avit.prior %s and avit.output %s; this reference is "
-                      "design.md's (paper or nvlabs, act)" % (meta["avit"].get("prior"),
+                      "docs/design.md#a-vit-halting's (paper or nvlabs, act)" % (meta["avit"].get("prior"),
                                                                meta["avit"].get("output")))
     if sh["avit"] and (meta["avit"]["eps"] != np.float32(AVIT_EPS) or
                        meta["avit"]["prior_sigma"] != AVIT_SIGMA):
-        raise Failure("bf halts at eps %g with a prior std of %g; design.md says %g and %g" % (
+        raise Failure("bf halts at eps %g with a prior std of %g; docs/design.md#a-vit-halting says %g and %g" % (
             meta["avit"]["eps"], meta["avit"]["prior_sigma"], AVIT_EPS, AVIT_SIGMA))
     model, logits, losses, info = vit_reference(meta, weights, batch)
     L = sh["layers"]
@@ -882,7 +882,7 @@ def check_vit(d, meta, weights, batch, bf_logits, bf_grads):
 def finetune_note(meta, weights, batch, bf_logits, bf_grads):
     """S2S stage 2 (bfworker dump --stage finetune): the student, mixers in
     some layers, halting on its own, whose loss is the plain CE + ponder +
-    prior (design.md "S2S pipeline" 5.). The control: the same reference with
+    prior (docs/design.md#s2s-pipeline 5.). The control: the same reference with
     stage 1's label smoothing in the CE must fail against the dump."""
     sh = meta["shape"]
     if not (sh["avit"] and set(sh.get("mixers", [])) - {"attention"}):
@@ -898,16 +898,16 @@ def finetune_note(meta, weights, batch, bf_logits, bf_grads):
                   "cannot tell stage 2's CE from stage 1's" % LABEL_SMOOTHING)
 
 
-# S2S stage 1 (design.md "S2S pipeline" 4., docs/s2s.md "Distill loss")
-LABEL_SMOOTHING = 0.1  # design.md: stage 1's CE has label smoothing 0.1
-ALIGN_KEEP_WEIGHT = 5.0  # design.md: 5 (keep_student - keep_teacher)^2
+# S2S stage 1 (docs/design.md#distillation-loss 4., docs/s2s.md "Distill loss")
+LABEL_SMOOTHING = 0.1  # docs/design.md#distillation-loss: stage 1's CE has label smoothing 0.1
+ALIGN_KEEP_WEIGHT = 5.0  # docs/design.md#distillation-loss: 5 (keep_student - keep_teacher)^2
 # each must make a distill dump fail: the check sees the form of the alignment,
 # the smoothing and (where a replaced layer has halted tokens) the MSE's mask
 DISTILL_MUTANTS = ("align_form", "smoothing", "mse_unmasked")
 
 
 def distill_reference(meta, weights, batch, teacher_w, mutant=None):
-    """Stage 1 written from design.md and docs/s2s.md: the teacher (an A-ViT
+    """Stage 1 written from docs/design.md#distillation-loss and docs/s2s.md: the teacher (an A-ViT
     ViT with attention in every layer, teacher_w) halts on its own over the
     batch, without gradient; the student (weights) runs under the teacher's
     per-layer masks (no halting of its own; its classifier reads LN_f of the
@@ -1005,7 +1005,7 @@ def check_distill(d, meta, weights, batch, bf_logits, bf_grads):
     """A `bfworker dump --stage distill` dump against distill_reference."""
     sh, dm = meta["shape"], meta["distill"]
     if abs(dm["label_smoothing"] - LABEL_SMOOTHING) > 1e-7 or dm["eps"] != np.float32(AVIT_EPS):
-        raise Failure("bf's stage 1 smooths labels by %g and halts at eps %g; design.md says %g "
+        raise Failure("bf's stage 1 smooths labels by %g and halts at eps %g; docs/design.md#distillation-loss says %g "
                       "and %g" % (dm["label_smoothing"], dm["eps"], LABEL_SMOOTHING, AVIT_EPS))
     mixers = sh.get("mixers") or []
     replaced = [l for l, k in enumerate(mixers) if k != "attention"]

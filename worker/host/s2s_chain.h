@@ -1,4 +1,4 @@
-/* s2s_chain_train — pipeline s2s as six stages (design.md, "S2S pipeline";
+/* s2s_chain_train — pipeline s2s as six stages (docs/design.md#s2s-pipeline;
  * common/pipeline_decl.c): teacher -> avit -> profile -> distill -> finetune
  * -> eval. Each stage writes into ROOT/NAME-KEY/ (ROOT = s2s.root, or
  * OUT/stages) and, last, ROOT/NAME-KEY/stage.json (atomically): a folder with

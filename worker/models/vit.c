@@ -1,4 +1,4 @@
-/* vit — a DeiT-style vision transformer classifier (design.md, "ViT"): the
+/* vit — a DeiT-style vision transformer classifier (docs/design.md#vit): the
  * image (its pixels 0..255 are the model's input ids, row-major [H, W]) is
  * cut into p x p patches, each normalised to [-1, 1] and embedded by a
  * linear map ("patch_emb.weight" [C, p*p], "patch_emb.bias": im2col on the

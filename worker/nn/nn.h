@@ -28,10 +28,10 @@
 
 /* How a tensor starts. NORMAL: N(0, value^2) from the Philox stream
  * (seed, tensor index, element), so a tensor's values depend only on the
- * seed and its place in the declaration order. The Mamba rules (design.md):
- * LOG_ARANGE: element j of a [rows, n] tensor is log(1 + j mod n) (A_log);
- * DT_BIAS: softplus^-1(dt), dt log-uniform in [value, value2] from the same
- * Philox stream (b_delta). */
+ * seed and its place in the declaration order. The Mamba rules
+ * (docs/design.md#mamba-selective-scan-and-the-bidirectional-mixer): LOG_ARANGE: element j of a
+ * [rows, n] tensor is log(1 + j mod n) (A_log); DT_BIAS: softplus^-1(dt), dt log-uniform in [value,
+ * value2] from the same Philox stream (b_delta). */
 typedef enum {
     NN_INIT_ZEROS,
     NN_INIT_ONES,

@@ -112,7 +112,7 @@ double nn_attn_flops(const nn_attn_cfg *cf, int k, int n) {
     return proj + scores + out;
 }
 
-/* ---- the host-side head gate (design.md, "BudgetFormer") ---- */
+/* ---- the host-side head gate (docs/design.md#budgetformer) ---- */
 
 static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 

@@ -2,7 +2,7 @@
  *   qkv = u Wqkv^T + bqkv; per head softmax(q k^T / sqrt(d_h) + key mask
  *   [+ causal]) v; output projection dense (W_O, "P.out.weight/bias") or
  *   Hadamard (alpha ⊙ H c / sqrt(d) + beta, "P.out.alpha/beta").
- * With the BudgetFormer budget (design.md, "BudgetFormer"): a budget MLP
+ * With the BudgetFormer budget (docs/design.md#budgetformer): a budget MLP
  * ("P.budget.fc", "P.budget.out": d -> d/4 -> 1) and a head scorer
  * ("P.scorer": d -> H) over the masked mean of u; in training every head's
  * output is weighted by the soft gate w; at inference only the k best heads

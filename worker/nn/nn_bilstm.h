@@ -1,4 +1,4 @@
-/* nn_bilstm — the multi-head bidirectional LSTM mixer (design.md): per head
+/* nn_bilstm — the multi-head bidirectional LSTM mixer (docs/design.md#bilstm-mixer): per head
  * a forward and a backward LSTM of hidden d_h/2 over the head's input, the
  * full u (each head its own weights, as each attention head has its own
  * Q/K/V rows). Streams 2h (left to right) and 2h+1 (right to left):

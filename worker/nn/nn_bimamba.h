@@ -1,5 +1,5 @@
 /* nn_bimamba — the multi-head bidirectional Mamba mixer (Vim v2 style,
- * design.md "Mamba selective scan, and the multi-head bidirectional mixer").
+ * docs/design.md#mamba-selective-scan-and-the-bidirectional-mixer).
  * Channels in G = heads groups of d_h; inner width D = 2C (expansion 2), so
  * a group has Dg = 2 d_h inner channels; state N = 16, delta rank
  * R = ceil(d_h / 16), conv width 4. Every projection is block-diagonal over

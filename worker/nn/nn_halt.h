@@ -1,4 +1,4 @@
-/* nn_halt — A-ViT adaptive token halting over a model's blocks (design.md,
+/* nn_halt — A-ViT adaptive token halting over a model's blocks (docs/design.md#a-vit-halting,
  * "A-ViT"). No parameters of its own: after block l the halting score of
  * token k is h = sigmoid(gamma * t[k, 0] - g) from channel 0 of the block's
  * output; the cumulative score decides when the token halts (at 1 - eps;
@@ -62,7 +62,7 @@ void nn_halt_loss(nn_halt *h, const nn_env *e, double *stats, int B, int slot_po
 /* Backward at layer l: adds the halting gradient to dout[B,T,C] (the
  * gradient of block l's output) before the block's own backward. */
 void nn_halt_backward(nn_halt *h, const nn_env *e, int l, float *dout, int B, int C);
-/* The ACT output (design.md): after the last layer, h->out[B,T,C] =
+/* The ACT output (docs/design.md#a-vit-halting): after the last layer, h->out[B,T,C] =
  * sum_{l < N_k} h_k^l t_k^l + R_k t_k^{N_k} from the layers' outputs x[1..L]
  * (the class token: its last layer's output). Returns h->out, or x[L] itself
  * with cf.freeze. */

@@ -1,4 +1,4 @@
-/* budgetformer — the BudgetFormer pipeline (design.md, "BudgetFormer"): the
+/* budgetformer — the BudgetFormer pipeline (docs/design.md#budgetformer): the
  * encoder classifier with the head budget, or the multi-head baseline
  * (budget.enabled: false) through the same code. Its schedules are the
  * score-softmax temperature tau_t, the Gumbel noise sigma_t and the rank-gate

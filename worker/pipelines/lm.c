@@ -1,5 +1,5 @@
-/* lm — the causal decoder language model pipeline (design.md, "Hadamard
- * output projection": attn.out_proj dense or hadamard). The task loss is
+/* lm — the causal decoder language model pipeline (docs/design.md#hadamard-output-projection:
+ * attn.out_proj dense or hadamard). The task loss is
  * next-token cross-entropy over every target token; evaluation reports
  * val/loss and val/ppl on the corpus's validation tail. */
 #include "worker/pipelines/pipe.h"

@@ -1,4 +1,4 @@
-/* profile — the attention sparsity profile of a trained ViT (design.md, S2S
+/* profile — the attention sparsity profile of a trained ViT (docs/design.md#sparsity-profile, S2S
  * stage "profile"): on a calibration batch (the first rows of the
  * validation split, no augmentation), per layer,
  *   entropy   the attention entropy of each active query row over the active

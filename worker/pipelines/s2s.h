@@ -1,4 +1,4 @@
-/* s2s — the model side of the S2S stages (design.md, "S2S pipeline"); the
+/* s2s — the model side of the S2S stages (docs/design.md#s2s-pipeline); the
  * stages themselves (folders, order, reuse) are worker/host/s2s_chain.c.
  *
  * distill (stage 1): the student is the A-ViT teacher with sequential
@@ -39,8 +39,9 @@ typedef struct s2s_distill {
     float **hgrad; /* device [L-1][B*T*C]: halting-alignment gradients at block outputs */
     double *hloss; /* device [2]: halting-alignment loss summed over the window; acc */
     float *tcum;   /* device [B*T]: the teacher's cumulative score before a layer */
-    int mean_h;    /* distill.halt_align: 0 = keep (design.md), 1 = mean_h (the former) */
-    double steps;  /* steps in the window */
+    int mean_h; /* distill.halt_align: 0 = keep (docs/design.md#distillation-loss), 1 = mean_h (the
+                   former) */
+    double steps; /* steps in the window */
     char *trainable[2 * MODEL_MAX_LAYERS + 1];
     const bk_backend *be;
     /* device [L], nullable (bfworker dump sets it; freed with ctx): each

@@ -1,7 +1,7 @@
-/* vit — the ViT image classifier pipeline (design.md, "ViT"; models/vit.c):
+/* vit — the ViT image classifier pipeline (docs/design.md#vit; models/vit.c):
  * Fashion-MNIST or any IDX image set, cross-entropy on the class token, the
  * augmentation keys aug.crop_pad and aug.hflip (set on the model by the
- * loop). With avit.enabled the model halts tokens (design.md, "A-ViT";
+ * loop). With avit.enabled the model halts tokens (docs/design.md#a-vit-halting;
  * nn/nn_halt.h): the loss adds the ponder cost and the depth-prior KL whose
  * centre follows avit.retention, and the run fails at the end (after its
  * checkpoint is written) when the validation retention misses the target
