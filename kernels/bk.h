@@ -1,4 +1,6 @@
-/* bk — the compute core: one op set, two backends (CPU reference, CUDA).
+/* bk — the compute core: one op set, two backends (the optimised CPU backend,
+ * CUDA). The plain double-precision references both are tested against are
+ * in tests/ref/.
  *
  * Conventions, for every op below:
  *  - fp32, row-major, contiguous unless a leading dimension is given.
@@ -263,7 +265,8 @@ typedef struct bk_backend {
 #undef BK_OP
 } bk_backend;
 
-/* The CPU reference backend; always available. */
+/* The optimised CPU backend; always available. (Its plain references are in
+ * tests/ref/.) */
 const bk_backend *bk_cpu(void);
 /* on != 0: the CPU backend skips its AVX-512 kernels where they are built
  * (matrix products, GELU) and runs the portable code a CPU without AVX-512

@@ -1,5 +1,5 @@
-/* CPU reference of the ops that keep a training step on the device: Gumbel
- * stream, gradient norm into a device float, AdamW clipped from it,
+/* Optimised CPU backend, the ops that keep a training step on the device:
+ * Gumbel stream, gradient norm into a device float, AdamW clipped from it,
  * cross-entropy statistics, and the BudgetFormer head gate. Contracts in
  * kernels/bk.h ("The step on the device").
  *

@@ -1,7 +1,8 @@
-/* CPU reference: elementwise ops, activations, embeddings and positional add.
- * Contracts in kernels/bk.h. All are memory bound: one pass, OpenMP over
- * elements once there is enough work to pay for waking the threads. Backward
- * functions accumulate (+=). */
+/* Optimised CPU backend: elementwise ops, activations, embeddings and
+ * positional add. Contracts in kernels/bk.h; plain references of the
+ * activations in tests/ref/ref_ops.h. All are memory bound: one pass, OpenMP
+ * over elements once there is enough work to pay for waking the threads.
+ * Backward functions accumulate (+=). */
 #include <math.h>
 #include <string.h>
 #if defined(__AVX512F__)

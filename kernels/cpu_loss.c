@@ -1,4 +1,5 @@
-/* CPU reference: cross-entropy and masked MSE. Contracts in kernels/bk.h. */
+/* Optimised CPU backend: cross-entropy and masked MSE. Contracts in
+ * kernels/bk.h. */
 #include <math.h>
 
 #include "kernels/cpu_ops.h"

@@ -1,6 +1,6 @@
-/* CPU reference: matrix products through OpenBLAS (cblas_sgemm, row-major).
- * Contracts in kernels/bk.h. OpenBLAS threads each call itself, so these
- * functions call it from the serial region only. */
+/* Optimised CPU backend: matrix products through OpenBLAS (cblas_sgemm,
+ * row-major). Contracts in kernels/bk.h. OpenBLAS threads each call itself,
+ * so these functions call it from the serial region only. */
 #include <cblas.h>
 #include <stdatomic.h>
 #include <stdlib.h>

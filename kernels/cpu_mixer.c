@@ -1,6 +1,7 @@
-/* CPU reference: the sequence-mixer ops of BiMamba and BiLSTM — depthwise
- * causal conv1d, the Mamba-1 selective scan, and the LSTM recurrence.
- * Contracts in kernels/bk.h.
+/* Optimised CPU backend: the sequence-mixer ops of BiMamba and BiLSTM —
+ * depthwise causal conv1d, the Mamba-1 selective scan, and the LSTM
+ * recurrence. Contracts in kernels/bk.h; the plain sequential references in
+ * double are in tests/ref/ref_mixers.h.
  *
  * Work split (results never depend on the thread count):
  *  - conv: lanes are channels, MLEN of them per vector. Forward: one task

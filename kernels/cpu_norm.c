@@ -1,7 +1,7 @@
-/* CPU reference: LayerNorm, row softmax and masked mean pooling. Contracts in
- * kernels/bk.h. Rows are independent, so OpenMP splits rows; sums over rows
- * (parameter gradients) split the channels instead and add rows in order, so
- * results never depend on the thread count. */
+/* Optimised CPU backend: LayerNorm, row softmax and masked mean pooling.
+ * Contracts in kernels/bk.h. Rows are independent, so OpenMP splits rows; sums
+ * over rows (parameter gradients) split the channels instead and add rows in
+ * order, so results never depend on the thread count. */
 #include <math.h>
 
 #include "kernels/cpu_ops.h"

@@ -1,4 +1,5 @@
-/* The CPU reference backend's ops: one function per bk_backend member, same
+/* The optimised CPU backend's ops (the plain references they are tested
+ * against are in tests/ref/): one function per bk_backend member, same
  * signature and contract as documented in kernels/bk.h. Split by file:
  * cpu_memory.c, cpu_ops.c (elementwise, embeddings, matmul, norms, losses,
  * optimiser, rng), cpu_attention.c, cpu_fwht.c. */

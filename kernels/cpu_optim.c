@@ -1,6 +1,6 @@
-/* CPU reference: global gradient norm and the AdamW step. Contracts in
- * kernels/bk.h. Both stream over every parameter once per step, so they are
- * memory bound and threaded over fixed blocks. */
+/* Optimised CPU backend: global gradient norm and the AdamW step. Contracts
+ * in kernels/bk.h. Both stream over every parameter once per step, so they
+ * are memory bound and threaded over fixed blocks. */
 #include <math.h>
 
 #include "kernels/cpu_ops.h"

@@ -1,4 +1,4 @@
-/* CPU reference: Philox random numbers. Element i of a call is value number
+/* CPU backend: Philox random numbers. Element i of a call is value number
  * offset + i of (seed, stream), computed with the inline functions of
  * kernels/bk_rng.h that the CUDA backend uses too, so both give the same
  * numbers. One Philox block yields 4 uniforms or 2 normals; the loops run

@@ -1,7 +1,8 @@
 /* Attention ops (kernels/cpu_attention.c): hand-computed values, masks and
- * causality, a double-precision reference, finite-difference gradients for
- * q, k, v and the head gates, and the BudgetFormer selected-heads inference
- * path against the gated full computation. */
+ * causality, the double-precision reference (tests/ref/ref_attention.h),
+ * finite-difference gradients for q, k, v and the head gates, and the
+ * BudgetFormer selected-heads inference path against the gated full
+ * computation. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <omp.h>
@@ -10,7 +11,8 @@
 #include <string.h>
 
 #include "kernels/bk.h"
-#include "tests/gradcheck.h"
+#include "tests/ref/gradcheck.h"
+#include "tests/ref/ref_attention.h"
 
 static const bk_backend *be;
 static void setup(void) { be = bk_cpu(); }
@@ -69,45 +71,6 @@ Test(attention, hand_computed_values) {
     cr_expect(att[1] == 0.0f && att[3] == 0.0f && att[0] == 1.0f && att[2] == 1.0f);
     for (int i = 0; i < 8; i++)
         cr_expect_float_eq(out[i], want_masked[i], 1e-5, "masked out[%d]", i);
-}
-
-/* ---- double-precision reference ---- */
-
-static void ref_attention(double *out, double *att, const float *qkv, const bk_attn_args *a) {
-    int B = a->B, T = a->T, C = a->C, NH = a->NH, HS = C / NH;
-    double scale = 1.0 / sqrt((double)HS);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
-            for (int t = 0; t < T; t++) {
-                double *p = att + (((size_t)b * NH + h) * T + t) * T;
-                const float *q = qkv + ((size_t)b * T + t) * 3 * C + h * HS;
-                double mx = -INFINITY;
-                for (int u = 0; u < T; u++) {
-                    int vis = (!a->causal || u <= t) && (!a->mask || a->mask[b * T + u] != 0);
-                    double s = -INFINITY;
-                    if (vis) {
-                        const float *k = qkv + ((size_t)b * T + u) * 3 * C + C + h * HS;
-                        s = 0;
-                        for (int j = 0; j < HS; j++) s += (double)q[j] * k[j];
-                        s *= scale;
-                    }
-                    p[u] = s;
-                    mx = fmax(mx, s);
-                }
-                double sum = 0;
-                for (int u = 0; u < T; u++) {
-                    p[u] = mx == -INFINITY || p[u] == -INFINITY ? 0 : exp(p[u] - mx);
-                    sum += p[u];
-                }
-                double g = a->gate ? a->gate[b * NH + h] : 1.0;
-                for (int j = 0; j < HS; j++) out[((size_t)b * T + t) * C + h * HS + j] = 0;
-                for (int u = 0; u < T; u++) {
-                    if (sum > 0) p[u] /= sum;
-                    const float *v = qkv + ((size_t)b * T + u) * 3 * C + 2 * C + h * HS;
-                    for (int j = 0; j < HS; j++)
-                        out[((size_t)b * T + t) * C + h * HS + j] += g * p[u] * v[j];
-                }
-            }
 }
 
 /* Sample 0: keys 1 and 3 removed; sample 1: only key 0 kept (so causal rows
@@ -284,16 +247,6 @@ Test(attention, gradients_gates) { check_gradients(0, 0, 1, 400); }
 Test(attention, gradients_all_combined) { check_gradients(1, 1, 1, 500); }
 
 /* ---- selected heads (BudgetFormer inference) ---- */
-
-/* qkv[B*T, 3C] = x[B*T, C] @ wqkv^T + bqkv, plain loops. */
-static void ref_qkv(float *qkv, const float *x, const float *w, const float *bias, int BT, int C) {
-    for (int n = 0; n < BT; n++)
-        for (int o = 0; o < 3 * C; o++) {
-            double s = bias ? bias[o] : 0;
-            for (int i = 0; i < C; i++) s += (double)x[(size_t)n * C + i] * w[(size_t)o * C + i];
-            qkv[(size_t)n * 3 * C + o] = (float)s;
-        }
-}
 
 static void check_selected(int B, int T, int C, int NH, int K, const int *heads, int causal,
                            int use_mask, int use_bias, uint64_t seed) {

@@ -22,7 +22,7 @@
 
 #include "kernels/bk.h"
 #include "kernels/bk_rng.h"
-#include "tests/gradcheck.h"
+#include "tests/ref/gradcheck.h"
 
 static const bk_backend *cpu;
 static void init_cpu(void) { cpu = bk_cpu(); }

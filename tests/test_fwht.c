@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "kernels/bk.h"
-#include "tests/gradcheck.h"
+#include "tests/ref/gradcheck.h"
 
 static const bk_backend *be;
 static void setup(void) { be = bk_cpu(); }

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "kernels/bk_rng.h"
-#include "tests/gradcheck.h"
+#include "tests/ref/gradcheck.h"
 #include "worker/pipelines/generate.h"
 #include "worker/models/model.h"
 

@@ -1,11 +1,12 @@
 /* The sequence-mixer ops of the CPU backend (kernels/cpu_mixer.c): depthwise
  * conv1d, the Mamba-1 selective scan and the LSTM recurrence. Each op:
  *  - against values worked out by hand;
- *  - forward and backward against a naive sequential reference in double
- *    written here from the equations in kernels/bk.h, at sizes that cross
- *    chunk boundaries, partial channel tiles and the OpenMP thresholds;
- *  - finite-difference gradient checks (tests/gradcheck.h) of every gradient,
- *    with a token mask, in both directions;
+ *  - forward and backward against the naive sequential references in double
+ *    of tests/ref/ref_mixers.h (written from the equations in kernels/bk.h),
+ *    at sizes that cross chunk boundaries, partial channel tiles and the
+ *    OpenMP thresholds;
+ *  - finite-difference gradient checks (tests/ref/gradcheck.h) of every
+ *    gradient, with a token mask, in both directions;
  *  - the mask contract: a masked run equals running each sample on its
  *    compacted active tokens (outputs and input gradients at the active
  *    places, zeros elsewhere, parameter gradients summed over the samples);
@@ -16,7 +17,8 @@
 #include <string.h>
 
 #include "kernels/bk.h"
-#include "tests/gradcheck.h"
+#include "tests/ref/gradcheck.h"
+#include "tests/ref/ref_mixers.h"
 
 /* ---- helpers (buffers freed by the suite's fini) ---- */
 
@@ -126,29 +128,7 @@ static float *make_mask(int B, int T) {
     return m;
 }
 
-static int active(const float *mask, int b, int T, int t) {
-    return !mask || mask[(size_t)b * T + t] != 0.0f;
-}
-
-/* Positions of the active tokens of sample b in scan order; returns the count. */
-static int scan_order(const float *mask, int b, int T, int reverse, int *pos) {
-    int n = 0;
-    for (int s = 0; s < T; s++) {
-        int t = reverse ? T - 1 - s : s;
-        if (active(mask, b, T, t)) pos[n++] = t;
-    }
-    return n;
-}
-
-static double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
-static double softplus_d(double x) { return x > 30 ? x : log1p(exp(x)); }
-
 /* ======================= conv1d ======================= */
-
-typedef struct {
-    bk_conv_args a;
-    float *x, *w, *bias, *out;
-} conv_case;
 
 static conv_case conv_make(int B, int T, int C, int K, int reverse, int silu, int masked,
                            uint64_t seed) {
@@ -158,42 +138,6 @@ static conv_case conv_make(int B, int T, int C, int K, int reverse, int silu, in
     c.bias = frand((size_t)C, -0.5f, 0.5f, seed + 2);
     c.out = fbuf((size_t)B * T * C);
     return c;
-}
-
-/* Reference forward and backward in double, from the definition over the
- * list of active positions. gx, gw, gb nullable (then no backward). */
-static void conv_ref(const conv_case *c, const float *dout, double *out, double *gx, double *gw,
-                     double *gb) {
-    const int B = c->a.B, T = c->a.T, C = c->a.C, K = c->a.K;
-    int *pos = take((size_t)T * sizeof(int));
-    for (int b = 0; b < B; b++) {
-        int n = scan_order(c->a.mask, b, T, c->a.reverse, pos);
-        for (int t = 0; t < T; t++)
-            if (!active(c->a.mask, b, T, t))
-                for (int ch = 0; ch < C; ch++) out[((size_t)b * T + t) * C + ch] = 0;
-        for (int ch = 0; ch < C; ch++)
-            for (int j = 0; j < n; j++) {
-                double pre = c->bias ? c->bias[ch] : 0;
-                for (int k = 0; k < K; k++) {
-                    int i = j - (K - 1) + k;
-                    if (i >= 0)
-                        pre += (double)c->w[ch * K + k] * c->x[((size_t)b * T + pos[i]) * C + ch];
-                }
-                size_t o = ((size_t)b * T + pos[j]) * C + ch;
-                out[o] = c->a.silu ? pre * sigm(pre) : pre;
-                if (!gx) continue;
-                double s = sigm(pre);
-                double gp = dout[o] * (c->a.silu ? s * (1 + pre * (1 - s)) : 1.0);
-                gb[ch] += gp;
-                for (int k = 0; k < K; k++) {
-                    int i = j - (K - 1) + k;
-                    if (i < 0) continue;
-                    size_t xi = ((size_t)b * T + pos[i]) * C + ch;
-                    gw[ch * K + k] += gp * c->x[xi];
-                    gx[xi] += gp * c->w[ch * K + k];
-                }
-            }
-    }
 }
 
 Test(mixer, conv_by_hand, .init = init_cpu) {
@@ -225,7 +169,7 @@ static void conv_check_ref(int B, int T, int C, int K, int reverse, int silu, in
     size_t n = (size_t)B * T * C;
     double *ro = dbuf(n), *gx = dbuf(n), *gw = dbuf((size_t)C * K), *gb = dbuf((size_t)C);
     float *dout = frand(n, -1, 1, 5);
-    conv_ref(&c, dout, ro, gx, gw, gb);
+    ref_conv1d(&c, dout, ro, gx, gw, gb);
     cpu->conv1d_forward(c.out, c.x, c.w, c.bias, &c.a);
     expect_near("conv forward vs reference", c.out, ro, n, 1e-5);
     float *px = frand(n, -1, 1, 6), *pw = frand((size_t)C * K, -1, 1, 7),
@@ -290,7 +234,7 @@ Test(mixer, conv_gradcheck, .init = init_cpu) {
         }
 }
 
-/* Sample b's active tokens gathered into [1, n, C] (pos from scan_order in
+/* Sample b's active tokens gathered into [1, n, C] (pos from ref_scan_order in
  * forward order). */
 static float *gather_rows(const float *src, int b, int T, int W, const int *pos, int n) {
     float *d = fbuf((size_t)(n ? n : 1) * W);
@@ -311,7 +255,7 @@ static void expect_scattered(const char *what, const float *full, int b, int T, 
             expect_close_f(what, row, comp + (size_t)j * W, (size_t)W, tol);
             j++;
         } else {
-            cr_assert(!active(mask, b, T, t), "%s: active token %d not in the list", what, t);
+            cr_assert(!ref_active(mask, b, T, t), "%s: active token %d not in the list", what, t);
             for (int i = 0; i < W; i++)
                 cr_assert(row[i] == 0.0f, "%s: masked token %d of sample %d has %g at %d", what, t,
                           b, (double)row[i], i);
@@ -331,7 +275,7 @@ Test(mixer, conv_masked_equals_compacted, .init = init_cpu) {
         float *sw = fbuf((size_t)C * K), *sb = fbuf((size_t)C);
         int pos[40];
         for (int b = 0; b < B; b++) {
-            int na = scan_order(c.a.mask, b, T, 0, pos);
+            int na = ref_scan_order(c.a.mask, b, T, 0, pos);
             float *cx = gather_rows(c.x, b, T, C, pos, na),
                   *cg = gather_rows(dout, b, T, C, pos, na);
             float *co = fbuf((size_t)na * C), *cdx = fbuf((size_t)na * C);
@@ -348,16 +292,7 @@ Test(mixer, conv_masked_equals_compacted, .init = init_cpu) {
 
 /* ======================= selective scan ======================= */
 
-#define SCAN_R 2 /* delta-rank columns in front of B and C in the xdbl rows */
-
-typedef struct {
-    bk_scan_args a;
-    float *x, *delta, *bias, *Alog, *xdbl, *Dp, *z, *out, *states;
-    size_t nx, nbc;
-} scan_case;
-
-/* Bm and Cm are views into xdbl[B,T,G,R+2N] as a block-diagonal W_x would
- * produce them (delta-rank columns first), so bc_stride is exercised. */
+/* The inputs of a scan_case (tests/ref/ref_mixers.h), seeded. */
 static scan_case scan_make(int B, int T, int D, int G, int N, int reverse, int masked, int gated,
                            uint64_t seed) {
     scan_case c = {.a = {.B = B, .T = T, .D = D, .G = G, .N = N, .reverse = reverse}};
@@ -387,78 +322,6 @@ static scan_case scan_make(int B, int T, int D, int G, int N, int reverse, int m
     c.a.z = c.z;
     c.a.mask = masked ? make_mask(B, T) : NULL;
     return c;
-}
-
-typedef struct {
-    double *out, *dx, *ddelta, *dbias, *dAlog, *dxdbl, *dD, *dz;
-} scan_ref_out;
-
-static scan_ref_out scan_ref_alloc(const scan_case *c) {
-    const int D = c->a.D, N = c->a.N;
-    scan_ref_out r = {dbuf(c->nx),         dbuf(c->nx),  dbuf(c->nx),     dbuf((size_t)D),
-                      dbuf((size_t)D * N), dbuf(c->nbc), dbuf((size_t)D), dbuf(c->nx)};
-    return r;
-}
-
-/* The scan and its gradients in double, one channel at a time, keeping
- * every state (the plain way the op avoids). */
-static void scan_ref(const scan_case *c, const float *dout, scan_ref_out *r) {
-    const bk_scan_args *a = &c->a;
-    const int B = a->B, T = a->T, D = a->D, G = a->G, N = a->N, Dg = D / G, S = a->bc_stride;
-    int *pos = take((size_t)T * sizeof(int));
-    double *hs = dbuf((size_t)(T + 1) * N), *dh = dbuf((size_t)N);
-    for (int b = 0; b < B; b++) {
-        int na = scan_order(a->mask, b, T, a->reverse, pos);
-        for (int d = 0; d < D; d++) {
-            int g = d / Dg;
-            double A[BK_SCAN_MAX_N];
-            for (int n = 0; n < N; n++) A[n] = -exp((double)a->A_log[d * N + n]);
-            for (int n = 0; n < N; n++) hs[n] = 0;
-            for (int t = 0; t < T; t++) r->out[((size_t)b * T + t) * D + d] = 0;
-            for (int j = 0; j < na; j++) {
-                size_t i = ((size_t)b * T + pos[j]) * D + d;
-                const float *Bp = a->Bm + (((size_t)b * T + pos[j]) * G + g) * S;
-                const float *Cp = a->Cm + (((size_t)b * T + pos[j]) * G + g) * S;
-                double dt = softplus_d((double)a->delta[i] + a->delta_bias[d]),
-                       y = a->Dskip[d] * (double)a->x[i];
-                for (int n = 0; n < N; n++) {
-                    hs[(j + 1) * N + n] = exp(dt * A[n]) * hs[j * N + n] + dt * Bp[n] * a->x[i];
-                    y += Cp[n] * hs[(j + 1) * N + n];
-                }
-                r->out[i] = a->z ? y * a->z[i] * sigm(a->z[i]) : y;
-            }
-            if (!dout) continue;
-            for (int n = 0; n < N; n++) dh[n] = 0;
-            for (int j = na - 1; j >= 0; j--) {
-                size_t i = ((size_t)b * T + pos[j]) * D + d;
-                size_t bc = (((size_t)b * T + pos[j]) * G + g) * S;
-                const float *Bp = a->Bm + bc, *Cp = a->Cm + bc;
-                double u = (double)a->delta[i] + a->delta_bias[d], dt = softplus_d(u);
-                double x = a->x[i], gy = dout[i], dys = gy;
-                if (a->z) {
-                    double ys = a->Dskip[d] * x, z = a->z[i], s = sigm(z);
-                    for (int n = 0; n < N; n++) ys += Cp[n] * hs[(j + 1) * N + n];
-                    dys = gy * z * s;
-                    r->dz[i] += gy * ys * s * (1 + z * (1 - s));
-                }
-                r->dD[d] += dys * x;
-                r->dx[i] += dys * a->Dskip[d];
-                double ddt = 0;
-                for (int n = 0; n < N; n++) {
-                    double e = exp(dt * A[n]), dhn = dh[n] + dys * Cp[n];
-                    r->dxdbl[bc + SCAN_R + N + n] += dys * hs[(j + 1) * N + n];
-                    r->dxdbl[bc + SCAN_R + n] += dhn * dt * x;
-                    double q = dhn * hs[j * N + n] * e;
-                    ddt += q * A[n] + dhn * Bp[n] * x;
-                    r->dAlog[d * N + n] += q * dt * A[n];
-                    r->dx[i] += dhn * dt * Bp[n];
-                    dh[n] = dhn * e;
-                }
-                r->ddelta[i] += ddt * sigm(u);
-                r->dbias[d] += ddt * sigm(u);
-            }
-        }
-    }
 }
 
 Test(mixer, scan_by_hand, .init = init_cpu) {
@@ -496,8 +359,8 @@ static void scan_check_ref(int B, int T, int D, int G, int N, int reverse, int m
                            uint64_t seed) {
     scan_case c = scan_make(B, T, D, G, N, reverse, masked, gated, seed);
     float *dout = frand(c.nx, -1, 1, seed + 50);
-    scan_ref_out r = scan_ref_alloc(&c);
-    scan_ref(&c, dout, &r);
+    ref_scan_out r = ref_scan_alloc(&c);
+    ref_scan(&c, dout, &r);
     cpu->scan_forward(c.out, c.states, &c.a);
     expect_near("scan forward vs reference", c.out, r.out, c.nx, 1e-4);
     float *px = frand(c.nx, -1, 1, 1), *pd = frand(c.nx, -1, 1, 2), *pz = frand(c.nx, -1, 1, 3);
@@ -551,6 +414,7 @@ static void scan_check_ref(int B, int T, int D, int G, int N, int reverse, int m
     expect_same_bits("scan ddelta overwritten", zw.ddelta, z0.ddelta, c.nx);
     expect_same_bits("scan dB, dC overwritten", bcw, bc0, c.nbc);
     if (gated) expect_same_bits("scan dz overwritten", zw.dz, z0.dz, c.nx);
+    ref_scan_free(&r);
 }
 
 Test(mixer, scan_matches_reference, .init = init_cpu) {
@@ -600,14 +464,14 @@ static void scan_check_fused(int B, int T, int D, int G, int N, int reverse, uin
             for (int d = 0; d < D; d++) {
                 size_t i = ((size_t)b * T + t) * D + d;
                 double zi = c.z[i], y = (double)base[i] + ungated[i];
-                want[i] = active(c.a.mask, b, T, t) ? y * zi * sigm(zi) : base[i];
+                want[i] = ref_active(c.a.mask, b, T, t) ? y * zi * ref_sigmoid(zi) : base[i];
             }
     f.z = c.z;
     f.accumulate = 1;
     cpu->scan_forward(acc, NULL, &f);
     expect_near("scan accumulate before the gate", acc, want, c.nx, 1e-5);
     for (size_t i = 0; i < c.nx; i++)
-        if (!active(c.a.mask, (int)(i / D / T), T, (int)(i / D % T)))
+        if (!ref_active(c.a.mask, (int)(i / D / T), T, (int)(i / D % T)))
             cr_assert_eq(acc[i], base[i], "scan accumulate: masked [%zu] changed", i);
 }
 
@@ -671,7 +535,7 @@ Test(mixer, scan_masked_equals_compacted, .init = init_cpu) {
         float *sb = fbuf(D), *sA = fbuf((size_t)D * N), *sD = fbuf(D);
         int pos[150];
         for (int b = 0; b < B; b++) {
-            int na = scan_order(c.a.mask, b, T, 0, pos);
+            int na = ref_scan_order(c.a.mask, b, T, 0, pos);
             bk_scan_args a1 = c.a;
             a1.B = 1;
             a1.T = na;
@@ -739,12 +603,6 @@ Test(mixer, scan_reverse_is_flipped_forward, .init = init_cpu) {
 
 /* ======================= LSTM ======================= */
 
-typedef struct {
-    bk_lstm_args a;
-    float *gx, *whh, *out, *saved;
-    size_t ng, no, nw;
-} lstm_case;
-
 static lstm_case lstm_make(int B, int T, int S, int H, int bidir, int masked, uint64_t seed) {
     lstm_case c = {.a = {B, T, S, H, bidir, masked ? make_mask(B, T) : NULL}};
     c.ng = (size_t)B * T * S * 4 * H;
@@ -755,62 +613,6 @@ static lstm_case lstm_make(int B, int T, int S, int H, int bidir, int masked, ui
     c.out = fbuf(c.no);
     c.saved = fbuf(c.no * 6);
     return c;
-}
-
-/* torch.nn.LSTM's equations in double, with every state kept; backward by
- * plain BPTT. gx_g, gw nullable (no backward). */
-static void lstm_ref(const lstm_case *c, const float *dout, double *out, double *ggx, double *gw) {
-    const int B = c->a.B, T = c->a.T, S = c->a.S, H = c->a.H;
-    int *pos = take((size_t)T * sizeof(int));
-    double *hs = dbuf((size_t)(T + 1) * H), *cs = dbuf((size_t)(T + 1) * H);
-    double *gt = dbuf((size_t)T * 4 * H), *dh = dbuf(H), *dc = dbuf(H), *dp = dbuf(4 * H);
-    for (int b = 0; b < B; b++)
-        for (int s = 0; s < S; s++) {
-            int rev = c->a.bidir && (s & 1);
-            int na = scan_order(c->a.mask, b, T, rev, pos);
-            const float *W = c->whh + (size_t)s * 4 * H * H;
-            for (int t = 0; t < T; t++)
-                for (int j = 0; j < H; j++) out[(((size_t)b * T + t) * S + s) * H + j] = 0;
-            for (int j = 0; j < H; j++) hs[j] = cs[j] = 0;
-            for (int k = 0; k < na; k++) {
-                size_t r = ((size_t)b * T + pos[k]) * S + s;
-                double *g = gt + (size_t)k * 4 * H;
-                for (int q = 0; q < 4 * H; q++) {
-                    double v = c->gx[r * 4 * H + q];
-                    for (int j = 0; j < H; j++) v += W[q * H + j] * hs[k * H + j];
-                    g[q] = q >= 2 * H && q < 3 * H ? tanh(v) : sigm(v);
-                }
-                for (int j = 0; j < H; j++) {
-                    cs[(k + 1) * H + j] = g[H + j] * cs[k * H + j] + g[j] * g[2 * H + j];
-                    hs[(k + 1) * H + j] = g[3 * H + j] * tanh(cs[(k + 1) * H + j]);
-                    out[r * H + j] = hs[(k + 1) * H + j];
-                }
-            }
-            if (!dout) continue;
-            for (int j = 0; j < H; j++) dh[j] = dc[j] = 0;
-            for (int k = na - 1; k >= 0; k--) {
-                size_t r = ((size_t)b * T + pos[k]) * S + s;
-                const double *g = gt + (size_t)k * 4 * H;
-                for (int j = 0; j < H; j++) {
-                    double tc = tanh(cs[(k + 1) * H + j]), dhj = dh[j] + dout[r * H + j];
-                    double dcj = dc[j] + dhj * g[3 * H + j] * (1 - tc * tc);
-                    dp[j] = dcj * g[2 * H + j] * g[j] * (1 - g[j]);
-                    dp[H + j] = dcj * cs[k * H + j] * g[H + j] * (1 - g[H + j]);
-                    dp[2 * H + j] = dcj * g[j] * (1 - g[2 * H + j] * g[2 * H + j]);
-                    dp[3 * H + j] = dhj * tc * g[3 * H + j] * (1 - g[3 * H + j]);
-                    dc[j] = dcj * g[H + j];
-                }
-                for (int q = 0; q < 4 * H; q++) {
-                    ggx[r * 4 * H + q] += dp[q];
-                    for (int j = 0; j < H; j++)
-                        gw[(size_t)s * 4 * H * H + q * H + j] += dp[q] * hs[k * H + j];
-                }
-                for (int j = 0; j < H; j++) {
-                    dh[j] = 0;
-                    for (int q = 0; q < 4 * H; q++) dh[j] += W[q * H + j] * dp[q];
-                }
-            }
-        }
 }
 
 Test(mixer, lstm_by_hand, .init = init_cpu) {
@@ -832,7 +634,7 @@ static void lstm_check_ref(int B, int T, int S, int H, int bidir, int masked, ui
     lstm_case c = lstm_make(B, T, S, H, bidir, masked, seed);
     float *dout = frand(c.no, -1, 1, seed + 9);
     double *ro = dbuf(c.no), *rg = dbuf(c.ng), *rw = dbuf(c.nw);
-    lstm_ref(&c, dout, ro, rg, rw);
+    ref_lstm(&c, dout, ro, rg, rw);
     cpu->lstm_forward(c.out, c.saved, c.gx, c.whh, &c.a);
     expect_near("lstm forward vs reference", c.out, ro, c.no, 1e-5);
     float *pg = frand(c.ng, -1, 1, 1), *pw = frand(c.nw, -1, 1, 2);
@@ -886,7 +688,7 @@ Test(mixer, lstm_masked_equals_compacted, .init = init_cpu) {
     cpu->lstm_backward(dgx, dw, scratch, dout, c.saved, c.whh, &c.a);
     int pos[30];
     for (int b = 0; b < B; b++) {
-        int na = scan_order(c.a.mask, b, T, 0, pos);
+        int na = ref_scan_order(c.a.mask, b, T, 0, pos);
         float *cg = gather_rows(c.gx, b, T, 4 * W, pos, na),
               *cd = gather_rows(dout, b, T, W, pos, na);
         float *co = fbuf((size_t)na * W), *cs = fbuf((size_t)na * W * 6),

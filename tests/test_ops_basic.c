@@ -1,8 +1,9 @@
 /* The basic ops of the CPU backend (kernels/cpu_*.c), called through the
  * bk_cpu() table: each against values computed by hand or in closed form,
- * each backward against finite differences (tests/gradcheck.h), backward
+ * each backward against finite differences (tests/ref/gradcheck.h), backward
  * accumulation (+=) and NULL gradients, and sizes large enough to take the
- * OpenMP paths against plain double-precision loops written here. */
+ * OpenMP paths against the scalar references of tests/ref/ref_ops.h and plain
+ * double-precision loops written here. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <omp.h>
@@ -10,7 +11,8 @@
 #include <string.h>
 
 #include "kernels/bk.h"
-#include "tests/gradcheck.h"
+#include "tests/ref/gradcheck.h"
+#include "tests/ref/ref_ops.h"
 
 /* ---- helpers ---- */
 
@@ -88,11 +90,6 @@ static void check_grad(const char *what, const gc_op *op, float *x, size_t n, co
     cr_assert(worst <= 1.0, "%s: gradient check failed (worst ratio %.3g > 1)", what, worst);
 }
 
-static double sigm(double x) { return 1.0 / (1.0 + exp(-x)); }
-static double gelu_ref(double x) {
-    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
-}
-
 /* ---- elementwise ---- */
 
 Test(ops, add_axpy_scale_by_hand, .init = init_cpu) {
@@ -106,11 +103,6 @@ Test(ops, add_axpy_scale_by_hand, .init = init_cpu) {
     expect_near("axpy", y, (double[]){7, 10}, 2, 0);
     cpu->scale(y, -0.5f, 2);
     expect_near("scale", y, (double[]){-3.5, -5}, 2, 0);
-}
-
-static double gelu_grad_ref(double x) {
-    double s = sqrt(2.0 / M_PI), u = s * (x + 0.044715 * x * x * x), th = tanh(u);
-    return 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * s * (1.0 + 3.0 * 0.044715 * x * x);
 }
 
 /* GELU forward and backward on both CPU paths (16-lane AVX-512 where built,
@@ -131,7 +123,7 @@ Test(ops, gelu_both_paths_match_formula, .init = init_cpu) {
         bk_cpu_set_portable(0);
         double wf = 0, wb = 0;
         for (size_t i = 0; i < n; i++) {
-            double want = gelu_ref(x[i]), g = gelu_grad_ref(x[i]);
+            double want = ref_gelu(x[i]), g = ref_gelu_grad(x[i]);
             double got = ((double)d[i] - 0.25) / dy[i];
             wf = fmax(wf, fabs(y[i] - want));
             wb = fmax(wb, fabs(got - g));
@@ -157,13 +149,13 @@ Test(ops, elementwise_large_matches_scalar, .init = init_cpu) {
     cpu->scale(y, 3.0f, n);
     cpu->gelu_forward(o, a, n);
     for (size_t i = 0; i < n; i += 101)
-        cr_assert(fabs(o[i] - gelu_ref(a[i])) <= 1e-5, "gelu at %zu", i);
+        cr_assert(fabs(o[i] - ref_gelu(a[i])) <= 1e-5, "gelu at %zu", i);
     cpu->silu_forward(o, a, n);
     for (size_t i = 0; i < n; i += 101)
-        cr_assert(fabs(o[i] - a[i] * sigm(a[i])) <= 1e-5, "silu at %zu", i);
+        cr_assert(fabs(o[i] - a[i] * ref_sigmoid(a[i])) <= 1e-5, "silu at %zu", i);
     cpu->softplus_forward(o, a, n);
     for (size_t i = 0; i < n; i += 101)
-        cr_assert(fabs(o[i] - log1p(exp(a[i]))) <= 1e-5, "softplus at %zu", i);
+        cr_assert(fabs(o[i] - ref_softplus(a[i])) <= 1e-5, "softplus at %zu", i);
 }
 
 Test(ops, gelu_by_hand, .init = init_cpu) {

@@ -25,7 +25,7 @@ int bk_cuda_blas_init(char *reason, size_t reason_len) {
                  cublasGetStatusName(s));
         return -1;
     }
-    /* Exact fp32 by default so results match the CPU reference;
+    /* Exact fp32 by default so results match the CPU backend;
      * BF_CUDA_TF32=1 opts in to TF32 tensor cores for GEMMs. */
     const char *tf32 = getenv("BF_CUDA_TF32");
     cublasMath_t mode =

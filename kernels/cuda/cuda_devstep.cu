@@ -1,10 +1,11 @@
 /* CUDA ops that keep a training step on the device: Gumbel stream,
  * gradient norm into a device float, AdamW clipped from it, cross-entropy
  * statistics, the BudgetFormer head gate. Contracts in kernels/bk.h ("The
- * step on the device"); the CPU reference is kernels/cpu_devstep.c.
+ * step on the device"); the reference it matches is the CPU backend's
+ * kernels/cpu_devstep.c.
  *
  * This file is compiled with --fmad=false (kernels/CMakeLists.txt): every
- * a*b+c is rounded twice, as the CPU reference does (C in ISO mode does not
+ * a*b+c is rounded twice, as the CPU backend does (C in ISO mode does not
  * contract), so the float math matches the reference operation for
  * operation. What may still differ by an ulp is CUDA's expf/log against
  * libm's (s, p, the rank gate, the entropy); the Gumbel noise uses
@@ -73,7 +74,7 @@ void bk_cuda_grad_norm(float *norm, double *stats, const float *g, size_t n) {
     CUDA_CHECK_LAUNCH();
 }
 
-/* The CPU reference's update (bias corrections as multiplied inverses
+/* The CPU backend's update (bias corrections as multiplied inverses
  * computed in double on the host), with the clip scale from norm[0]. */
 __global__ void adamw_clipped_kernel(float *p, const float *g, float *m, float *v, size_t n,
                                      float lr, float b1, float b2, float eps, float wd,

@@ -1,5 +1,5 @@
 /* Elementwise ops, embeddings, positional add and masked mean pooling.
- * Formulas follow the CPU reference (kernels/cpu_*.c) term by term; only
+ * Formulas follow the CPU backend (kernels/cpu_*.c) term by term; only
  * libm-vs-CUDA rounding of expf/tanhf/log1pf differs (a few ulp). */
 #include <math.h>
 

@@ -1,6 +1,6 @@
 /* CUDA: the sequence-mixer ops (depthwise conv1d, Mamba-1 selective scan,
  * LSTM recurrence), same contracts as kernels/bk.h and the same plans as the
- * CPU reference (kernels/cpu_mixer.c):
+ * CPU backend (kernels/cpu_mixer.c):
  *  - conv: one thread per (sample, token, channel) for out and dx (the
  *    window of each token found by walking back over the mask); dw/dbias
  *    through per-sample partials in scratch (token segments added in order

@@ -1,5 +1,5 @@
 /* LayerNorm and row softmax: one warp per row (rows are at most a few
- * thousand wide here), two-pass mean/variance like the CPU reference. */
+ * thousand wide here), two-pass mean/variance like the CPU backend. */
 #include <math.h>
 
 #include "kernels/cuda/cuda_check.h"

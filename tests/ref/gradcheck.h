@@ -1,4 +1,6 @@
-/* Finite-difference gradient checking shared by the op tests.
+/* Plain double-precision references the optimised backends are tested
+ * against; slow, obvious, no SIMD, no BLAS. This file: finite-difference
+ * gradient checking, shared by the op tests.
  *
  * Each check builds the scalar L = sum_i out[i] * R[i] for a fixed random R,
  * so dL/dout = R is what the backward receives. The numerical gradient of L
