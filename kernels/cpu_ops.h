@@ -1,8 +1,9 @@
 /* The optimised CPU backend's ops (the plain references they are tested
  * against are in tests/ref/): one function per bk_backend member, same
- * signature and contract as documented in kernels/bk.h. Split by file:
- * cpu_memory.c, cpu_ops.c (elementwise, embeddings, matmul, norms, losses,
- * optimiser, rng), cpu_attention.c, cpu_fwht.c. */
+ * signature and contract as listed in kernels/bk_ops.def. Split by family:
+ * cpu_memory.c, cpu_elementwise.c, cpu_matmul.c, cpu_norm.c, cpu_loss.c,
+ * cpu_optim.c, cpu_rng.c, cpu_attention.c, cpu_fwht.c, cpu_halt.c,
+ * cpu_mixer.c, cpu_devstep.c; the table is cpu_backend.c. */
 #ifndef BK_CPU_OPS_H
 #define BK_CPU_OPS_H
 
