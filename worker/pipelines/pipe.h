@@ -147,7 +147,7 @@ typedef struct pipe_spec {
                         char *err, size_t errlen);
 } pipe_spec;
 
-extern const pipe_spec PIPE_BUDGETFORMER, PIPE_LM, PIPE_VIT;
+extern const pipe_spec pipe_budgetformer, pipe_lm, pipe_vit;
 
 /* The spec of a pipeline by name, or NULL. */
 const pipe_spec *pipe_find(const char *pipeline);

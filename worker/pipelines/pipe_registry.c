@@ -6,7 +6,7 @@
 #include "worker/pipelines/pipe.h"
 
 const pipe_spec *pipe_find(const char *pipeline) {
-    static const pipe_spec *const all[] = {&PIPE_BUDGETFORMER, &PIPE_LM, &PIPE_VIT};
+    static const pipe_spec *const all[] = {&pipe_budgetformer, &pipe_lm, &pipe_vit};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         if (strcmp(all[i]->name, pipeline) == 0) return all[i];
     return NULL;
