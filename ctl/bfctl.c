@@ -441,11 +441,10 @@ int bfctl_keys(int argc, char **argv) {
         const char *def = f->def;
         if (strcmp(f->key, "data.dir") == 0) def = "$BF_DATA or data";
         char readers[128] = "";
-        static const char *const pipes[] = {"budgetformer", "lm", "vit", "s2s"};
-        for (size_t p = 0, w = 0; p < sizeof pipes / sizeof *pipes; p++)
-            if (pipeline_reads_key(pipes[p], f->key) && w < sizeof readers)
-                w += (size_t)snprintf(readers + w, sizeof readers - w, "%s%s", w ? ", " : "",
-                                      pipes[p]);
+        const char *pipe;
+        for (size_t p = 0, w = 0; (pipe = pipeline_name_at(p)); p++)
+            if (pipeline_reads_key(pipe, f->key) && w < sizeof readers)
+                w += (size_t)snprintf(readers + w, sizeof readers - w, "%s%s", w ? ", " : "", pipe);
         if (md) {
             char ev[512], eh[1024];
             md_escape(valid, ev, sizeof ev);

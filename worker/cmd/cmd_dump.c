@@ -497,9 +497,9 @@ int dump_write(const bf_config *conf, const char *out_dir, int batch, int holes,
     if (batch > 0) c.train.batch = batch;
     const pipe_spec *sp = pipe_find(c.pipeline);
     if (!sp) {
-        snprintf(err, errlen,
-                 "dump: pipeline '%s' has no training step to dump (valid: %s, %s, %s)", c.pipeline,
-                 pipe_budgetformer.name, pipe_lm.name, pipe_vit.name);
+        char names[128];
+        snprintf(err, errlen, "dump: pipeline '%s' has no training step to dump (valid: %s)",
+                 c.pipeline, pipe_names(names, sizeof names));
         return -1;
     }
     if (stage < DUMP_TRAIN || stage > DUMP_FINETUNE) {
