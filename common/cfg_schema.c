@@ -5,6 +5,7 @@
  * (`bfctl keys --markdown`). A new key is one row here. It holds data only:
  * lookups by name live in cfg_keys.c, and it never parses or formats. */
 #include "common/cfg.h"
+#include "common/pipeline_decl.h" /* PIPELINE_CHOICES */
 
 #include <stddef.h>
 
@@ -12,7 +13,7 @@
 #define NOLIM 0.0, 0.0
 
 static const cfg_field cfg_schema[] = {
-    {"pipeline", CFG_T_ENUM, OFF(pipeline), NOLIM, "budgetformer", "budgetformer|lm|vit|s2s",
+    {"pipeline", CFG_T_ENUM, OFF(pipeline), NOLIM, "budgetformer", PIPELINE_CHOICES,
      "what a run trains: BudgetFormer classifier, decoder LM, ViT image classifier, or the S2S "
      "distillation"},
     {"device", CFG_T_ENUM, OFF(device), NOLIM, "auto", "auto|cpu|cuda",

@@ -87,10 +87,9 @@ static const struct pipeline_row {
     const char *metric; /* judged by when the job names none */
     int maximize;
 } pipelines[] = {
-    {"budgetformer", budgetformer_keys, "val/acc", 1},
-    {"lm", lm_keys, "val/loss", 0},
-    {"vit", vit_keys, "val/acc", 1},
-    {"s2s", s2s_keys, "eval/student/test/acc", 1},
+#define PIPELINE_ROW(name, driver, metric, maximize) {#name, name##_keys, metric, maximize},
+    BF_PIPELINES(PIPELINE_ROW)
+#undef PIPELINE_ROW
 };
 
 static const struct pipeline_row *find_row(const char *name) {
@@ -112,6 +111,10 @@ const char *pipeline_names(char *buf, size_t len) {
     for (size_t i = 0; i < sizeof pipelines / sizeof pipelines[0] && w < len; i++)
         w += (size_t)snprintf(buf + w, len - w, "%s%s", i ? ", " : "", pipelines[i].name);
     return buf;
+}
+
+const char *pipeline_name_at(size_t i) {
+    return i < sizeof pipelines / sizeof pipelines[0] ? pipelines[i].name : NULL;
 }
 
 int pipeline_reads_key(const char *name, const char *key) {

@@ -2,6 +2,7 @@
  * subcommands; those here work without a daemon (validate, expand, keys). */
 #include "ctl/bfctl.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,6 +105,64 @@ static int check_options(const bfctl_cmd *c, int argc, char **argv) {
             fprintf(stderr, "bfctl %s: %s needs a value\nusage: bfctl %s\n", c->name, a, c->usage);
             return -1;
         }
+    }
+    return 0;
+}
+
+/* ------------------------------------------- arguments the commands share */
+
+int ctl_has_opt(int argc, char **argv, const char *o) {
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], o) == 0) return 1;
+    return 0;
+}
+
+int ctl_help_wanted(int argc, char **argv, const char *usage, const char *summary) {
+    if (ctl_has_opt(argc, argv, "--help") || ctl_has_opt(argc, argv, "-h")) {
+        printf("usage: bfctl %s\n  %s\n", usage, summary);
+        return 1;
+    }
+    return 0;
+}
+
+/* First argument that is not an option (or NULL); options taking a value listed in with_value. */
+const char *ctl_positional(int argc, char **argv, const char *const *with_value) {
+    for (int i = 1; i < argc; i++) {
+        if (argv[i][0] == '-' && argv[i][1]) { /* "-" alone: standard input */
+            for (const char *const *w = with_value; w && *w; w++)
+                if (strcmp(argv[i], *w) == 0) i++;
+            continue;
+        }
+        return argv[i];
+    }
+    return NULL;
+}
+
+/* "3" -> job 3; "t17" -> trial 17. Returns 0 or -1. */
+static int parse_target(const char *s, long long *job, long long *trial) {
+    *job = *trial = 0;
+    if (!s) return -1;
+    int is_trial = s[0] == 't';
+    const char *p = is_trial ? s + 1 : s;
+    char *end;
+    errno = 0;
+    long long v = strtoll(p, &end, 10);
+    if (!*p || *end || errno || v < 1) return -1;
+    if (is_trial)
+        *trial = v;
+    else
+        *job = v;
+    return 0;
+}
+
+/* The JOB|tTRIAL argument of a command: want 'j' (a job), 't' (a trial) or
+ * 0 (either). Returns 0, or prints the usage line and returns 1. */
+int ctl_target_arg(int argc, char **argv, const char *const *with_value, const char *usage,
+                   int want, long long *job, long long *trial) {
+    if (parse_target(ctl_positional(argc, argv, with_value), job, trial) ||
+        (want == 't' && !*trial) || (want == 'j' && !*job)) {
+        fprintf(stderr, "usage: bfctl %s\n", usage);
+        return 1;
     }
     return 0;
 }
@@ -382,11 +441,10 @@ int bfctl_keys(int argc, char **argv) {
         const char *def = f->def;
         if (strcmp(f->key, "data.dir") == 0) def = "$BF_DATA or data";
         char readers[128] = "";
-        static const char *const pipes[] = {"budgetformer", "lm", "vit", "s2s"};
-        for (size_t p = 0, w = 0; p < sizeof pipes / sizeof *pipes; p++)
-            if (pipeline_reads_key(pipes[p], f->key) && w < sizeof readers)
-                w += (size_t)snprintf(readers + w, sizeof readers - w, "%s%s", w ? ", " : "",
-                                      pipes[p]);
+        const char *pipe;
+        for (size_t p = 0, w = 0; (pipe = pipeline_name_at(p)); p++)
+            if (pipeline_reads_key(pipe, f->key) && w < sizeof readers)
+                w += (size_t)snprintf(readers + w, sizeof readers - w, "%s%s", w ? ", " : "", pipe);
         if (md) {
             char ev[512], eh[1024];
             md_escape(valid, ev, sizeof ev);

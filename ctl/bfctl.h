@@ -17,19 +17,44 @@ typedef struct bfctl_cmd {
     const char *opts;
 } bfctl_cmd;
 
+/* ctl/bfctl.c: the table, and the commands that need no daemon */
 int bfctl_validate(int argc, char **argv);
 int bfctl_expand(int argc, char **argv);
 int bfctl_keys(int argc, char **argv);
-/* ctl/ctl_daemon.c: commands that talk to bfd */
+/* ctl/bfctl.c: the arguments the commands share. Whether o is among argv[1..argc). */
+int ctl_has_opt(int argc, char **argv, const char *o);
+/* With --help or -h: prints "usage: bfctl USAGE" and the summary, returns 1. */
+int ctl_help_wanted(int argc, char **argv, const char *usage, const char *summary);
+/* First argument that is not an option (or NULL); options taking a value listed in with_value. */
+const char *ctl_positional(int argc, char **argv, const char *const *with_value);
+/* The JOB|tTRIAL argument of a command ("3" -> job 3; "t17" -> trial 17,
+ * the other 0): want 'j' (a job), 't' (a trial) or 0 (either). Returns 0, or
+ * prints the usage line and returns 1. */
+int ctl_target_arg(int argc, char **argv, const char *const *with_value, const char *usage,
+                   int want, long long *job, long long *trial);
+typedef struct ctl_conn ctl_conn; /* ctl/ctl_client.h */
+/* ctl/ctl_submit.c */
 int bfctl_submit(int argc, char **argv);
+/* ctl/ctl_jobs.c: jobs and trials */
 int bfctl_ls(int argc, char **argv);
 int bfctl_show(int argc, char **argv);
+int bfctl_best(int argc, char **argv);
+int bfctl_wait(int argc, char **argv);
+/* Polls until the job ends and says how ("job 3 done: ..." unless quiet);
+ * 0 when every trial completed, else 1. */
+int ctl_wait_job(ctl_conn *c, long long job, int quiet);
+/* ctl/ctl_tail.c: metric points */
 int bfctl_tail(int argc, char **argv);
+/* A job's (trial 0) or a trial's points, history first, then (follow) live
+ * points without gap or duplicate until it ends; compact: one short line per
+ * point (a live table on a terminal when following a job). Returns 0 or 1. */
+int ctl_tail(ctl_conn *c, long long job, long long trial, int follow, int compact);
+/* ctl/ctl_control.c */
 int bfctl_cancel(int argc, char **argv);
 int bfctl_stop(int argc, char **argv);
-int bfctl_wait(int argc, char **argv);
-int bfctl_best(int argc, char **argv);
+/* ctl/ctl_logs.c */
 int bfctl_logs(int argc, char **argv);
+/* ctl/ctl_status.c: `daemon status` */
 int bfctl_daemon(int argc, char **argv);
 /* ctl/ctl_results.c: a job's results */
 int bfctl_results(int argc, char **argv);

@@ -1,3 +1,6 @@
+/* ctl_client — bfctl's side of the control protocol (see ctl_client.h): the
+ * connection, request/reply, the PUB subscription; then the helpers every
+ * command shares to make a request and read its reply. */
 #include "ctl/ctl_client.h"
 #include "common/errbuf.h"
 
@@ -286,4 +289,63 @@ int ctl_next_pub(ctl_conn *c, int timeout_ms, char *topic, char *type, json_t **
     m.body = NULL;
     proto_msg_clear(&m);
     return 0;
+}
+
+/* ------------------------------------------- what the commands share */
+
+int ctl_connect_or_say(ctl_conn **c) {
+    char err[2048];
+    if (ctl_connect(c, err, sizeof err)) {
+        fprintf(stderr, "bfctl: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* One request; prints bfd's error itself. Returns 0 with *reply, else 1. */
+int ctl_request(ctl_conn *c, const char *type, json_t *body, json_t **reply) {
+    char err[4096];
+    int rc = ctl_call(c, type, body, reply, NULL, err, sizeof err);
+    json_decref(body);
+    if (rc == 0) return 0;
+    fprintf(stderr, "bfctl: %s\n", err);
+    if (rc == 1) {
+        json_t *errs = json_object_get(*reply, "errors");
+        size_t i;
+        json_t *e;
+        json_array_foreach(errs, i, e) if (json_is_string(e))
+            fprintf(stderr, "%s\n", json_string_value(e));
+    }
+    json_decref(*reply);
+    *reply = NULL;
+    return 1;
+}
+
+void ctl_print_json(json_t *j) {
+    char *t = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (t) printf("%s\n", t);
+    free(t);
+}
+
+long long ctl_jint(json_t *o, const char *k) {
+    return (long long)json_integer_value(json_object_get(o, k));
+}
+const char *ctl_jstr(json_t *o, const char *k) {
+    const char *s = json_string_value(json_object_get(o, k));
+    return s ? s : "";
+}
+
+int ctl_terminal_state(const char *state) {
+    return !strcmp(state, "COMPLETED") || !strcmp(state, "FAILED") || !strcmp(state, "CANCELLED") ||
+           !strcmp(state, "STOPPED");
+}
+
+/* wait status of a job: 0 not done, 1 done ok, 2 done with failures, -1 error */
+int ctl_job_done(ctl_conn *c, long long job) {
+    json_t *r;
+    if (ctl_request(c, "wait", json_pack("{s:I}", "job", (json_int_t)job), &r)) return -1;
+    int done = json_is_true(json_object_get(r, "done"));
+    int ok = json_is_true(json_object_get(r, "ok"));
+    json_decref(r);
+    return done ? (ok ? 1 : 2) : 0;
 }

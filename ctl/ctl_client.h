@@ -34,4 +34,20 @@ int ctl_subscribe(ctl_conn *c, const char *const *topics, int n, char *err, size
 int ctl_next_pub(ctl_conn *c, int timeout_ms, char *topic, char *type, json_t **body, char *err,
                  size_t errlen);
 
+/* What the commands share (ctl_client.c); each says its own error as
+ * "bfctl: ...". ctl_connect, or says why: 0 or -1. */
+int ctl_connect_or_say(ctl_conn **c);
+/* One request (body taken, NULL = {}); prints bfd's error and its `errors`
+ * itself. Returns 0 with *reply, else 1. */
+int ctl_request(ctl_conn *c, const char *type, json_t *body, json_t **reply);
+/* j indented, keys in order, on standard output. */
+void ctl_print_json(json_t *j);
+/* o's member k as an integer (0 when absent) or a string ("" when absent). */
+long long ctl_jint(json_t *o, const char *k);
+const char *ctl_jstr(json_t *o, const char *k);
+/* Whether a trial in state will change no more (COMPLETED, FAILED, CANCELLED, STOPPED). */
+int ctl_terminal_state(const char *state);
+/* wait status of a job: 0 not done, 1 done ok, 2 done with failures, -1 error */
+int ctl_job_done(ctl_conn *c, long long job);
+
 #endif

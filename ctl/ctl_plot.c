@@ -151,7 +151,16 @@ static int parse_target(const char *s, long long *job, long long *trial) {
     return 0;
 }
 
-int bfctl_plot(int argc, char **argv) {
+/* What the command line asks for besides p's own settings. */
+typedef struct plot_args {
+    long long job, trial; /* JOB, or tTRIAL (then job 0 until bfd says) */
+    const char *out;      /* -o, or NULL: NAME-JOB.png */
+    int svg;              /* out names a .svg */
+    int w, h;             /* --size, or 0: the default for the panels */
+} plot_args;
+
+/* argv into p's settings and a: 0, 1 after printing --help, or BF_EX_USAGE with a message. */
+static int parse_options(int argc, char **argv, plot *p, plot_args *a) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("%s  metric curves of a job's trials (or one trial): one line per trial, the "
@@ -163,48 +172,45 @@ int bfctl_plot(int argc, char **argv) {
                    "metric a finished job never wrote is an error listing those it has; "
                    "prints the file's path\n",
                    usage_text);
-            return 0;
+            return 1;
         }
-    plot p;
-    memset(&p, 0, sizeof p);
-    const char *out = NULL, *target = NULL;
-    int w = 0, h = 0;
+    const char *target = NULL;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        const char *o = argv[i];
         int has = i + 1 < argc;
-        if (!strcmp(a, "--metric") && has) {
-            if (p.n_metrics == PLOT_MAX_METRICS) {
+        if (!strcmp(o, "--metric") && has) {
+            if (p->n_metrics == PLOT_MAX_METRICS) {
                 fprintf(stderr, "bfctl plot: at most %d --metric\n", PLOT_MAX_METRICS);
                 return BF_EX_USAGE;
             }
-            p.metrics[p.n_metrics++] = argv[++i];
-        } else if (!strcmp(a, "--x") && has) {
+            p->metrics[p->n_metrics++] = argv[++i];
+        } else if (!strcmp(o, "--x") && has) {
             const char *v = argv[++i];
             if (strcmp(v, "step") && strcmp(v, "time")) {
                 fprintf(stderr, "bfctl plot: --x must be step or time, got '%s'\n", v);
                 return BF_EX_USAGE;
             }
-            p.x_time = !strcmp(v, "time");
-        } else if (!strcmp(a, "-o") && has) {
-            out = argv[++i];
-        } else if (!strcmp(a, "--size") && has) {
-            if (sscanf(argv[++i], "%dx%d", &w, &h) != 2 || w < 200 || h < 150 || w > 8000 ||
-                h > 8000) {
+            p->x_time = !strcmp(v, "time");
+        } else if (!strcmp(o, "-o") && has) {
+            a->out = argv[++i];
+        } else if (!strcmp(o, "--size") && has) {
+            if (sscanf(argv[++i], "%dx%d", &a->w, &a->h) != 2 || a->w < 200 || a->h < 150 ||
+                a->w > 8000 || a->h > 8000) {
                 fprintf(stderr, "bfctl plot: --size must be WxH within 200x150 .. 8000x8000\n");
                 return BF_EX_USAGE;
             }
-        } else if (!strcmp(a, "--logy")) {
-            p.logy = 1;
-        } else if (!strcmp(a, "--smooth") && has) {
+        } else if (!strcmp(o, "--logy")) {
+            p->logy = 1;
+        } else if (!strcmp(o, "--smooth") && has) {
             char *end;
             errno = 0;
-            p.smooth = strtod(argv[++i], &end);
-            if (!*argv[i] || *end || errno || !(p.smooth >= 0 && p.smooth < 1)) {
+            p->smooth = strtod(argv[++i], &end);
+            if (!*argv[i] || *end || errno || !(p->smooth >= 0 && p->smooth < 1)) {
                 fprintf(stderr, "bfctl plot: --smooth must be a weight in [0, 1), got '%s'\n",
                         argv[i]);
                 return BF_EX_USAGE;
             }
-        } else if (!strcmp(a, "--best") && has) {
+        } else if (!strcmp(o, "--best") && has) {
             char *end;
             errno = 0;
             long v = strtol(argv[++i], &end, 10);
@@ -213,148 +219,191 @@ int bfctl_plot(int argc, char **argv) {
                         argv[i]);
                 return BF_EX_USAGE;
             }
-            p.best_n = (int)v;
-        } else if (a[0] != '-' && !target) {
-            target = a;
+            p->best_n = (int)v;
+        } else if (o[0] != '-' && !target) {
+            target = o;
         } else {
             fputs(usage_text, stderr);
             return BF_EX_USAGE;
         }
     }
-    long long job = 0, trial = 0;
-    if (!target || parse_target(target, &job, &trial)) {
+    if (!target || parse_target(target, &a->job, &a->trial)) {
         fputs(usage_text, stderr);
         return BF_EX_USAGE;
     }
-    int svg = 0;
-    if (out) {
-        size_t n = strlen(out);
-        svg = n > 4 && !strcmp(out + n - 4, ".svg");
-        if (!svg && !(n > 4 && !strcmp(out + n - 4, ".png"))) {
-            fprintf(stderr, "bfctl plot: -o must name a .png or .svg file, got '%s'\n", out);
+    if (a->out) {
+        size_t n = strlen(a->out);
+        a->svg = n > 4 && !strcmp(a->out + n - 4, ".svg");
+        if (!a->svg && !(n > 4 && !strcmp(a->out + n - 4, ".png"))) {
+            fprintf(stderr, "bfctl plot: -o must name a .png or .svg file, got '%s'\n", a->out);
             return BF_EX_USAGE;
         }
     }
-    ctl_conn *c;
-    char err[2048];
-    if (ctl_connect(&c, err, sizeof err)) {
-        fprintf(stderr, "bfctl: %s\n", err);
-        return 1;
-    }
-    int rc = 1;
-    json_t *jr = NULL, *br = NULL;
-    if (trial) {
+    return 0;
+}
+
+/* The job (*jr), its best and its trials' points from bfd into p: 0, or -1 with a message. */
+static int request_metrics(ctl_conn *c, plot *p, plot_args *a, json_t **jr) {
+    json_t *br = NULL;
+    int rc = -1;
+    if (a->trial) {
         json_t *tr;
-        if (call_or_say(c, "trial", json_pack("{s:I}", "trial", (json_int_t)trial), &tr)) goto out;
-        job = (long long)json_integer_value(json_object_get(tr, "job"));
+        if (call_or_say(c, "trial", json_pack("{s:I}", "trial", (json_int_t)a->trial), &tr))
+            return -1;
+        a->job = (long long)json_integer_value(json_object_get(tr, "job"));
         json_decref(tr);
     }
-    if (call_or_say(c, "job", json_pack("{s:I}", "job", (json_int_t)job), &jr) ||
-        call_or_say(c, "best",
-                    json_pack("{s:I, s:i}", "job", (json_int_t)job, "n", p.best_n ? p.best_n : 1),
-                    &br))
+    if (call_or_say(c, "job", json_pack("{s:I}", "job", (json_int_t)a->job), jr) ||
+        call_or_say(
+            c, "best",
+            json_pack("{s:I, s:i}", "job", (json_int_t)a->job, "n", p->best_n ? p->best_n : 1),
+            &br))
         goto out;
-    p.job = job;
-    snprintf(p.name, sizeof p.name, "%s", json_string_value(json_object_get(jr, "name")));
-    snprintf(p.metric, sizeof p.metric, "%s", json_string_value(json_object_get(jr, "metric")));
-    snprintf(p.goal, sizeof p.goal, "%s", json_string_value(json_object_get(jr, "goal")));
-    if (p.n_metrics == 0) p.metrics[p.n_metrics++] = p.metric;
+    p->job = a->job;
+    snprintf(p->name, sizeof p->name, "%s", json_string_value(json_object_get(*jr, "name")));
+    snprintf(p->metric, sizeof p->metric, "%s", json_string_value(json_object_get(*jr, "metric")));
+    snprintf(p->goal, sizeof p->goal, "%s", json_string_value(json_object_get(*jr, "goal")));
+    if (p->n_metrics == 0) p->metrics[p->n_metrics++] = p->metric;
     json_t *top = json_array_get(json_object_get(br, "trials"), 0);
     long long best = top ? (long long)json_integer_value(json_object_get(top, "id")) : 0;
-    json_t *trials = json_object_get(jr, "trials");
+    json_t *trials = json_object_get(*jr, "trials");
     size_t nt = json_array_size(trials);
-    for (int k = 0; k < p.n_metrics; k++) {
-        p.s[k] = calloc(nt ? nt : 1, sizeof *p.s[k]);
-        if (!p.s[k]) goto out;
+    for (int k = 0; k < p->n_metrics; k++) {
+        p->s[k] = calloc(nt ? nt : 1, sizeof *p->s[k]);
+        if (!p->s[k]) goto out;
     }
     size_t i;
     json_t *t;
     json_array_foreach(trials, i, t) {
         long long id = (long long)json_integer_value(json_object_get(t, "id"));
-        if (trial && id != trial) continue;
-        size_t ti = p.n_trials++;
-        for (int k = 0; k < p.n_metrics; k++) {
-            p.s[k][ti].trial = id;
-            p.s[k][ti].best = id == best;
-            p.s[k][ti].ranked = ranked(br, id);
-            first_value(json_object_get(t, "params"), p.s[k][ti].group, sizeof p.s[k][ti].group);
-            params_label(json_object_get(t, "params"), id, p.s[k][ti].label,
-                         sizeof p.s[k][ti].label);
+        if (a->trial && id != a->trial) continue;
+        size_t ti = p->n_trials++;
+        for (int k = 0; k < p->n_metrics; k++) {
+            plot_series *s = &p->s[k][ti];
+            s->trial = id;
+            s->best = id == best;
+            s->ranked = ranked(br, id);
+            first_value(json_object_get(t, "params"), s->group, sizeof s->group);
+            params_label(json_object_get(t, "params"), id, s->label, sizeof s->label);
         }
-        if (load_trial(c, &p, ti, id)) goto out;
+        if (load_trial(c, p, ti, id)) goto out;
     }
-    if (p.n_trials == 0) {
-        fprintf(stderr, "bfctl plot: job %lld has no trials\n", job);
-        goto out;
-    }
-    char def[300];
-    if (!out) {
-        char safe[128];
-        size_t k = 0;
-        for (const char *q = p.name; *q && k + 1 < sizeof safe; q++)
-            safe[k++] = (*q == '/' || *q == ' ') ? '_' : *q;
-        safe[k] = '\0';
-        if (trial)
-            snprintf(def, sizeof def, "%s-%lld-t%lld.png", safe, job, trial);
-        else
-            snprintf(def, sizeof def, "%s-%lld.png", safe, job);
-        out = def;
+    rc = 0;
+out:
+    json_decref(br);
+    return rc;
+}
+
+/* Whether p has trials and points for each metric a finished job wrote: 0, or -1 with a message. */
+static int validate(plot *p, const plot_args *a, json_t *jr) {
+    if (p->n_trials == 0) {
+        fprintf(stderr, "bfctl plot: job %lld has no trials\n", a->job);
+        return -1;
     }
     /* a metric none of the trials wrote, on a job that writes no more: an
      * error naming the metrics it has (not a blank plot); '' never exists */
     json_t *states = json_object_get(jr, "states");
     int finished = !json_object_get(states, "PENDING") && !json_object_get(states, "RUNNING") &&
                    json_integer_value(json_object_get(jr, "to_propose")) <= 0;
-    for (int k = 0; k < p.n_metrics; k++) {
+    for (int k = 0; k < p->n_metrics; k++) {
         size_t pts = 0;
-        for (size_t j = 0; j < p.n_trials; j++) pts += p.s[k][j].n;
-        if (pts || (!finished && p.metrics[k][0])) continue;
-        qsort(p.names, (size_t)p.n_names, sizeof *p.names, cmp_names);
-        fprintf(stderr, "bfctl plot: %s %lld has no metric '%s'; ", trial ? "trial" : "job",
-                trial ? trial : job, p.metrics[k]);
-        if (p.n_names == 0) {
+        for (size_t j = 0; j < p->n_trials; j++) pts += p->s[k][j].n;
+        if (pts || (!finished && p->metrics[k][0])) continue;
+        qsort(p->names, (size_t)p->n_names, sizeof *p->names, cmp_names);
+        fprintf(stderr, "bfctl plot: %s %lld has no metric '%s'; ", a->trial ? "trial" : "job",
+                a->trial ? a->trial : a->job, p->metrics[k]);
+        if (p->n_names == 0) {
             fprintf(stderr, "it has no metric points at all\n");
         } else {
             fprintf(stderr, "it has:");
-            for (int n = 0; n < p.n_names; n++) fprintf(stderr, " %s", p.names[n]);
+            for (int n = 0; n < p->n_names; n++) fprintf(stderr, " %s", p->names[n]);
             fprintf(stderr, "\n");
         }
-        goto out;
+        return -1;
     }
-    /* the file must be writable before anything is drawn: the reason is
-     * the errno of that open (a missing folder, a folder, no permission) */
+    return 0;
+}
+
+/* -o, else NAME-JOB[-tTRIAL].png written into def[n] ('/' and ' ' of NAME as '_'). */
+static const char *output_path(const plot *p, const plot_args *a, char *def, size_t n) {
+    if (a->out) return a->out;
+    char safe[128];
+    size_t k = 0;
+    for (const char *q = p->name; *q && k + 1 < sizeof safe; q++)
+        safe[k++] = (*q == '/' || *q == ' ') ? '_' : *q;
+    safe[k] = '\0';
+    if (a->trial)
+        snprintf(def, n, "%s-%lld-t%lld.png", safe, a->job, a->trial);
+    else
+        snprintf(def, n, "%s-%lld.png", safe, a->job);
+    return def;
+}
+
+/* Whether out opens for writing as a regular file (*existed: before): 0, or -1 with the reason. */
+static int probe_output(const char *out, int *existed) {
     struct stat sb;
-    int existed = stat(out, &sb) == 0;
+    *existed = stat(out, &sb) == 0;
     int fd = open(out, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0666);
     if (fd < 0) {
         fprintf(stderr, "bfctl plot: cannot write %s: %s\n", out, strerror(errno));
-        goto out;
+        return -1;
     }
     int regular = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode);
     close(fd);
     if (!regular) {
         fprintf(stderr, "bfctl plot: cannot write %s: not a regular file\n", out);
-        goto out;
+        return -1;
     }
-    if (!w) w = 1000, h = 600 * p.n_metrics - 120 * (p.n_metrics - 1);
-    rc = plot_render(&p, out, svg, w, h);
-    for (int k = 0; !rc && p.logy && k < p.n_metrics; k++)
-        if (p.skipped[k])
-            fprintf(stderr, "bfctl plot: --logy left out %zu point%s <= 0 of %s\n", p.skipped[k],
-                    p.skipped[k] == 1 ? "" : "s", p.metrics[k]);
+    return 0;
+}
+
+/* Draws p into out and prints its path; on failure removes out unless it existed. 0 or not. */
+static int render(plot *p, const plot_args *a, const char *out, int existed) {
+    int w = a->w, h = a->h;
+    if (!w) w = 1000, h = 600 * p->n_metrics - 120 * (p->n_metrics - 1);
+    int rc = plot_render(p, out, a->svg, w, h);
+    for (int k = 0; !rc && p->logy && k < p->n_metrics; k++)
+        if (p->skipped[k])
+            fprintf(stderr, "bfctl plot: --logy left out %zu point%s <= 0 of %s\n", p->skipped[k],
+                    p->skipped[k] == 1 ? "" : "s", p->metrics[k]);
     if (rc && !existed) unlink(out); /* nothing half-written left behind */
     if (!rc) printf("%s\n", out);
-out:
-    for (int k = 0; k < p.n_metrics; k++) {
-        for (size_t j = 0; p.s[k] && j < p.n_trials; j++) {
-            free(p.s[k][j].x);
-            free(p.s[k][j].y);
+    return rc;
+}
+
+/* Frees what p owns: its series and the metric names it saw. */
+static void plot_free(plot *p) {
+    for (int k = 0; k < p->n_metrics; k++) {
+        for (size_t j = 0; p->s[k] && j < p->n_trials; j++) {
+            free(p->s[k][j].x);
+            free(p->s[k][j].y);
         }
-        free(p.s[k]);
+        free(p->s[k]);
     }
-    for (int n = 0; n < p.n_names; n++) free(p.names[n]);
+    for (int n = 0; n < p->n_names; n++) free(p->names[n]);
+}
+
+int bfctl_plot(int argc, char **argv) {
+    plot p;
+    memset(&p, 0, sizeof p);
+    plot_args a = {0};
+    int prc = parse_options(argc, argv, &p, &a);
+    if (prc) return prc == 1 ? 0 : prc;
+    ctl_conn *c;
+    char err[2048];
+    if (ctl_connect(&c, err, sizeof err)) {
+        fprintf(stderr, "bfctl: %s\n", err);
+        return 1;
+    }
+    int rc = 1, existed;
+    json_t *jr = NULL;
+    char def[300];
+    if (request_metrics(c, &p, &a, &jr) == 0 && validate(&p, &a, jr) == 0) {
+        const char *out = output_path(&p, &a, def, sizeof def);
+        if (probe_output(out, &existed) == 0) rc = render(&p, &a, out, existed);
+    }
+    plot_free(&p);
     json_decref(jr);
-    json_decref(br);
     ctl_close(&c);
     return rc;
 }

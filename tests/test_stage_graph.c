@@ -200,3 +200,15 @@ Test(stage_graph, any_declared_graph) {
     cr_assert_null(pipeline_stages("budgetformer"));
     cr_assert_null(pipeline_stages(NULL));
 }
+
+/* The driver column of the pipelines' table and the stage graphs agree:
+ * a pipeline has a graph exactly when it runs in stages. */
+Test(stage_graph, staged_pipelines_are_those_with_a_graph) {
+#define CHECK_DRIVER(name, driver, metric, maximize)                                               \
+    cr_assert_eq(pipeline_stages(#name) != NULL, strcmp(#driver, "stages") == 0, "%s", #name);
+    BF_PIPELINES(CHECK_DRIVER)
+#undef CHECK_DRIVER
+    size_t n = 0;
+    while (pipeline_name_at(n)) cr_assert(pipeline_known(pipeline_name_at(n++)));
+    cr_assert_eq(n, 4);
+}

@@ -330,7 +330,7 @@ static void mask_punch_holes(data_batch_t *b) {
 static int stage_check(const bf_config *c, const model_shape *sh, int stage, int *kind, char *err,
                        size_t errlen) {
     const char *name = DUMP_STAGES[stage];
-    if (strcmp(c->pipeline, PIPE_VIT.name) != 0 || !sh->avit) {
+    if (strcmp(c->pipeline, pipe_vit.name) != 0 || !sh->avit) {
         snprintf(err, errlen,
                  "--stage %s: pipeline '%s'%s; an S2S stage's step is a vit student's "
                  "(valid: pipeline vit, avit.enabled: true, mixers in model.mixers)",
@@ -488,18 +488,18 @@ int dump_write(const bf_config *conf, const char *out_dir, int batch, int holes,
         snprintf(err, errlen, "--batch %d outside 1..%d", batch, DUMP_MAX_BATCH);
         return -1;
     }
-    if (holes && strcmp(c.pipeline, PIPE_BUDGETFORMER.name) != 0) {
+    if (holes && strcmp(c.pipeline, pipe_budgetformer.name) != 0) {
         snprintf(err, errlen,
                  "--mask holes: pipeline '%s' has no token mask to punch (valid: pipeline %s)",
-                 c.pipeline, PIPE_BUDGETFORMER.name);
+                 c.pipeline, pipe_budgetformer.name);
         return -1;
     }
     if (batch > 0) c.train.batch = batch;
     const pipe_spec *sp = pipe_find(c.pipeline);
     if (!sp) {
-        snprintf(err, errlen,
-                 "dump: pipeline '%s' has no training step to dump (valid: %s, %s, %s)", c.pipeline,
-                 PIPE_BUDGETFORMER.name, PIPE_LM.name, PIPE_VIT.name);
+        char names[128];
+        snprintf(err, errlen, "dump: pipeline '%s' has no training step to dump (valid: %s)",
+                 c.pipeline, pipe_names(names, sizeof names));
         return -1;
     }
     if (stage < DUMP_TRAIN || stage > DUMP_FINETUNE) {

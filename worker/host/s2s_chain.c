@@ -367,7 +367,7 @@ static int run_eval(s2s_ctx *x, char *err, size_t errlen) {
 static int vit_retention_warn(const model *m, const bf_config *c, const eval_result *val, char *err,
                               size_t errlen) {
     char msg[1024];
-    if (PIPE_VIT.check && PIPE_VIT.check(m, c, val, msg, sizeof msg))
+    if (pipe_vit.check && pipe_vit.check(m, c, val, msg, sizeof msg))
         fprintf(stderr, "stage finetune: warning: %s\n", msg);
     (void)err, (void)errlen;
     return 0;
@@ -380,7 +380,7 @@ static int run_one(s2s_ctx *x, int i, char *err, size_t errlen) {
     if (i == ST_DISTILL) return run_distill(x, err, errlen);
     if (i == ST_EVAL) return run_eval(x, err, errlen);
     bf_config sc = stage_config(x, i);
-    pipe_spec sp = PIPE_VIT;
+    pipe_spec sp = pipe_vit;
     if (i == ST_FINETUNE) /* the student's retention is reported (eval), not a target */
         sp.check = vit_retention_warn;
     return run_train_stage(x, i, &sp, &sc, err, errlen);

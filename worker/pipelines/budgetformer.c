@@ -36,7 +36,7 @@ static void budget_log(const model *m, const model_stats *st,
     metric(ctx, "train/budget_s", st->mean_s);
 }
 
-const pipe_spec PIPE_BUDGETFORMER = {.name = "budgetformer",
+const pipe_spec pipe_budgetformer = {.name = "budgetformer",
                                      .model_kind = "encoder classifier",
                                      .terms = BUDGET_TERMS,
                                      .n_terms = 3,

@@ -9,7 +9,7 @@ static void lm_knobs(model *m, const bf_config *c, long step) { pipe_step_knobs(
 
 static const pipe_term LM_TERMS[] = {{"train/loss_task", pipe_term_task, 0}};
 
-const pipe_spec PIPE_LM = {.name = "lm",
+const pipe_spec pipe_lm = {.name = "lm",
                            .model_kind = "causal lm",
                            .terms = LM_TERMS,
                            .n_terms = 1,

@@ -16,6 +16,7 @@
 #include <stdio.h>
 
 #include "common/cfg.h"
+#include "common/pipeline_decl.h" /* BF_PIPELINES */
 #include "worker/data/data_sets.h"
 #include "worker/models/model.h"
 
@@ -147,10 +148,18 @@ typedef struct pipe_spec {
                         char *err, size_t errlen);
 } pipe_spec;
 
-extern const pipe_spec PIPE_BUDGETFORMER, PIPE_LM, PIPE_VIT;
+/* pipe_<name> for each pipeline of the table (common/pipeline_decl.h) that
+ * trains through the loop: pipe_budgetformer, pipe_lm, pipe_vit. */
+#define PIPE_DECLARE_loop(name) extern const pipe_spec pipe_##name;
+#define PIPE_DECLARE_stages(name)
+#define PIPE_DECLARE(name, driver, metric, maximize) PIPE_DECLARE_##driver(name)
+BF_PIPELINES(PIPE_DECLARE)
 
-/* The spec of a pipeline by name, or NULL. */
+/* The spec of a pipeline by name, or NULL (s2s: no spec, it runs in stages). */
 const pipe_spec *pipe_find(const char *pipeline);
+/* The names of the pipelines pipe_find knows, comma-separated, into buf[len]
+ * ("budgetformer, lm, vit"): for the messages that list them. */
+const char *pipe_names(char *buf, size_t len);
 
 /* Sets the knobs every pipeline shares for step of c->train.steps (progress
  * t/T in [0,1], seed, step) and returns the progress. */

@@ -167,7 +167,7 @@ int s2s_distill_spec(s2s_distill *d, pipe_spec *sp, const int *layers, int n, fl
         }
     }
     d->trainable[k] = NULL;
-    *sp = PIPE_VIT;
+    *sp = pipe_vit;
     sp->name = "s2s distill";
     sp->model_kind = "vit student (stage 1: layer distillation)";
     sp->check = NULL; /* the student halts as the teacher says: no retention target here */

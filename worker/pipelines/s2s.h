@@ -50,7 +50,7 @@ typedef struct s2s_distill {
 } s2s_distill;
 
 /* The distill spec over a loaded teacher (its shape: sh, weights from the
- * caller): fills sp (PIPE_VIT's loss and logging plus the hooks) and ctx
+ * caller): fills sp (pipe_vit's loss and logging plus the hooks) and ctx
  * (owns its buffers; s2s_distill_free). layers: the replaced ones. Returns
  * 0 or -1 with a message. */
 int s2s_distill_spec(s2s_distill *ctx, pipe_spec *sp, const int *layers, int n, float lambda_mse,

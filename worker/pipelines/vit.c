@@ -58,7 +58,7 @@ static int vit_check(const model *m, const bf_config *c, const eval_result *val,
     return -1;
 }
 
-const pipe_spec PIPE_VIT = {.name = "vit",
+const pipe_spec pipe_vit = {.name = "vit",
                             .model_kind = "vit classifier",
                             .terms = VIT_TERMS,
                             .n_terms = 1,

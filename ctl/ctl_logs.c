@@ -1,0 +1,51 @@
+/* bfctl logs tTRIAL [-f]: a trial's log (its workers' stdout and stderr),
+ * paged from bfd's `logs` request; -f polls until the trial ends. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ctl/bfctl.h"
+#include "ctl/ctl_client.h"
+
+int bfctl_logs(int argc, char **argv) {
+    if (ctl_help_wanted(argc, argv, "logs tTRIAL [-f]",
+                        "a trial's log (its workers' stdout and stderr); -f follows it"))
+        return 0;
+    long long job, trial;
+    if (ctl_target_arg(argc, argv, NULL, "logs tTRIAL [-f]", 't', &job, &trial)) return BF_EX_USAGE;
+    int follow = ctl_has_opt(argc, argv, "-f");
+    ctl_conn *c;
+    if (ctl_connect_or_say(&c)) return 1;
+    long long off = 0;
+    int rc = 0;
+    for (;;) {
+        json_t *r;
+        if (ctl_request(
+                c, "logs",
+                json_pack("{s:I, s:I}", "trial", (json_int_t)trial, "offset", (json_int_t)off),
+                &r)) {
+            rc = 1;
+            break;
+        }
+        const char *data = ctl_jstr(r, "data");
+        fwrite(data, 1, strlen(data), stdout);
+        fflush(stdout);
+        long long next = ctl_jint(r, "next"), size = ctl_jint(r, "size");
+        json_decref(r);
+        int got = next > off;
+        off = next;
+        if (got && off < size) continue;
+        if (!follow) break;
+        json_t *t;
+        if (ctl_request(c, "trial", json_pack("{s:I}", "trial", (json_int_t)trial), &t)) {
+            rc = 1;
+            break;
+        }
+        int fin = ctl_terminal_state(ctl_jstr(t, "state"));
+        json_decref(t);
+        if (fin && !got) break;
+        usleep(300000);
+    }
+    ctl_close(&c);
+    return rc;
+}

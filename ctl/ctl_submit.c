@@ -1,0 +1,88 @@
+/* bfctl submit SWEEP.yaml|- [--set KEY=VALUE ...] [--wait] [--follow]: sends
+ * a sweep's text (with --set applied to its base, ctl_text.c) to bfd, prints
+ * the job id, then optionally follows (ctl_tail.c) or waits (ctl_jobs.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ctl/bfctl.h"
+#include "ctl/ctl_client.h"
+
+int bfctl_submit(int argc, char **argv) {
+    static const char *u = "submit SWEEP.yaml|- [--set KEY=VALUE ...] [--wait] [--follow]";
+    if (ctl_help_wanted(
+            argc, argv, u,
+            "submit a sweep to bfd (- reads standard input); prints the job id (--set: "
+            "a config key of the sweep's base, over the file's value, as bfworker train "
+            "--set; --wait: until it ends, exit 0 when every trial completed; --follow: "
+            "tail its metrics live, then wait)"))
+        return 0;
+    static const char *const with_value[] = {"--set", NULL};
+    const char *file = ctl_positional(argc, argv, with_value);
+    char **sets = calloc((size_t)argc, sizeof *sets);
+    int n_sets = 0;
+    for (int i = 1; sets && i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--set")) sets[n_sets++] = argv[++i];
+    if (!file || !sets) {
+        fprintf(stderr, "usage: bfctl %s\n", u);
+        free(sets);
+        return BF_EX_USAGE;
+    }
+    char terr[2048];
+    char *text;
+    size_t n;
+    if (ctl_read_text(file, &text, &n, terr, sizeof terr)) {
+        fprintf(stderr, "bfctl: %s\n", terr);
+        free(sets);
+        return 1;
+    }
+    if (n_sets) {
+        char *edited;
+        int src = ctl_apply_sets(text, n, file, sets, n_sets, &edited, terr, sizeof terr);
+        free(text);
+        if (src) {
+            fprintf(stderr, "bfctl: %s\n", terr);
+            free(sets);
+            return BF_EX_USAGE;
+        }
+        text = edited;
+    }
+    free(sets);
+    ctl_conn *c;
+    if (ctl_connect_or_say(&c)) {
+        free(text);
+        return 1;
+    }
+    char cwd[1024];
+    char shown[1100]; /* the text bfd reads is the edited one: its lines are not the file's */
+    snprintf(shown, sizeof shown, "%s%s", file, n_sets ? " (with --set)" : "");
+    json_t *b = json_pack("{s:s, s:s}", "sweep", text, "file", shown);
+    free(text);
+    if (!b) {
+        fprintf(stderr, "bfctl: %s is not valid UTF-8\n", file);
+        ctl_close(&c);
+        return 1;
+    }
+    if (getcwd(cwd, sizeof cwd)) json_object_set_new(b, "cwd", json_string(cwd));
+    json_t *r;
+    if (ctl_request(c, "submit", b, &r)) {
+        ctl_close(&c);
+        return 1;
+    }
+    long long job = ctl_jint(r, "job");
+    printf("%lld\n", job);
+    fflush(stdout);
+    fprintf(stderr, "job %lld submitted: '%s', %lld trial%s\n", job, ctl_jstr(r, "name"),
+            ctl_jint(r, "trials"), ctl_jint(r, "trials") == 1 ? "" : "s");
+    json_decref(r);
+    int rc = 0;
+    if (ctl_has_opt(argc, argv, "--follow")) {
+        rc = ctl_tail(c, job, 0, 1, 1);
+        if (rc == 0) rc = ctl_wait_job(c, job, 0);
+    } else if (ctl_has_opt(argc, argv, "--wait")) {
+        rc = ctl_wait_job(c, job, 0);
+    }
+    ctl_close(&c);
+    return rc;
+}
