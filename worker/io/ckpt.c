@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/hash.h"
 #include "common/input_path.h"
 #include "worker/io/safetensors.h"
 
@@ -26,16 +27,6 @@
 
 static const char MAGIC[8] = {'B', 'F', 'C', 'K', 'P', 'T', 0, 0};
 #define HEADER_BYTES 80
-#define FNV_INIT 1469598103934665603ull
-
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-    const unsigned char *c = p;
-    for (size_t i = 0; i < n; i++) {
-        h ^= c[i];
-        h *= 1099511628211ull;
-    }
-    return h;
-}
 
 static void put64(unsigned char *p, uint64_t v) {
     for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
@@ -61,11 +52,11 @@ int ckpt_write(const char *dir, const ckpt_state *s, char *err, size_t errlen) {
     snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%ld", dir, CKPT_NAME, (long)getpid());
     snprintf(final, sizeof final, "%s/%s", dir, CKPT_NAME);
     size_t nb = s->n_params * sizeof(float);
-    uint64_t pf = FNV_INIT;
-    pf = fnv(pf, s->cfg_text, cfg_len);
-    pf = fnv(pf, s->params, nb);
-    pf = fnv(pf, s->m, nb);
-    pf = fnv(pf, s->v, nb);
+    uint64_t pf = FNV1A64_SEED;
+    pf = fnv1a64(pf, s->cfg_text, cfg_len);
+    pf = fnv1a64(pf, s->params, nb);
+    pf = fnv1a64(pf, s->m, nb);
+    pf = fnv1a64(pf, s->v, nb);
     unsigned char h[HEADER_BYTES];
     memset(h, 0, sizeof h);
     memcpy(h, MAGIC, 8);
@@ -76,8 +67,8 @@ int ckpt_write(const char *dir, const ckpt_state *s, char *err, size_t errlen) {
     put64(h + 40, s->data_step);
     put64(h + 48, cfg_len);
     put64(h + 56, pf);
-    put64(h + 64, fnv(FNV_INIT, s->cfg_text, cfg_len));
-    put64(h + 72, fnv(FNV_INIT, h, 72));
+    put64(h + 64, fnv1a64(FNV1A64_SEED, s->cfg_text, cfg_len));
+    put64(h + 72, fnv1a64(FNV1A64_SEED, h, 72));
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) {
         snprintf(err, errlen, "checkpoint: cannot create %s: %s", tmp, strerror(errno));
@@ -144,7 +135,7 @@ int ckpt_read(const char *path, ckpt_state *s, char *err, size_t errlen) {
         snprintf(err, errlen, "checkpoint %s: truncated header", file);
         goto fail;
     }
-    if (!BF_FUZZING && get64(h + hbytes - 8) != fnv(FNV_INIT, h, hbytes - 8)) {
+    if (!BF_FUZZING && get64(h + hbytes - 8) != fnv1a64(FNV1A64_SEED, h, hbytes - 8)) {
         snprintf(err, errlen, "checkpoint %s: header checksum mismatch (damaged file)", file);
         goto fail;
     }
@@ -178,17 +169,17 @@ int ckpt_read(const char *path, ckpt_state *s, char *err, size_t errlen) {
         snprintf(err, errlen, "checkpoint %s: short read", file);
         goto fail;
     }
-    uint64_t pf = FNV_INIT;
-    pf = fnv(pf, s->cfg_text, cfg_len);
-    pf = fnv(pf, s->params, nb);
-    pf = fnv(pf, s->m, nb);
-    pf = fnv(pf, s->v, nb);
+    uint64_t pf = FNV1A64_SEED;
+    pf = fnv1a64(pf, s->cfg_text, cfg_len);
+    pf = fnv1a64(pf, s->params, nb);
+    pf = fnv1a64(pf, s->m, nb);
+    pf = fnv1a64(pf, s->v, nb);
     if (!BF_FUZZING && pf != get64(h + 56)) {
         snprintf(err, errlen, "checkpoint %s: payload checksum mismatch (damaged file)", file);
         goto fail;
     }
-    s->cfg_hash = version == 1 ? fnv(FNV_INIT, s->cfg_text, cfg_len) : get64(h + 64);
-    if (s->cfg_hash != fnv(FNV_INIT, s->cfg_text, cfg_len)) {
+    s->cfg_hash = version == 1 ? fnv1a64(FNV1A64_SEED, s->cfg_text, cfg_len) : get64(h + 64);
+    if (s->cfg_hash != fnv1a64(FNV1A64_SEED, s->cfg_text, cfg_len)) {
         snprintf(err, errlen, "checkpoint %s: config hash does not match its config text", file);
         goto fail;
     }
@@ -589,7 +580,7 @@ static int read_state(const char *dir, set_state *s, char *err, size_t errlen) {
                  CKPT_MAX_CFG);
         goto out;
     }
-    if (fnv(FNV_INIT, cfg, strlen(cfg)) != s->cfg_hash) {
+    if (fnv1a64(FNV1A64_SEED, cfg, strlen(cfg)) != s->cfg_hash) {
         snprintf(err, errlen, "checkpoint %s: config_hash does not match its config text", path);
         goto out;
     }
@@ -765,7 +756,7 @@ static void new_set_id(const ckpt_meta *m, char out[17]) {
     uint64_t x[6] = {
         (uint64_t)a.tv_sec, (uint64_t)a.tv_nsec, (uint64_t)b.tv_nsec, (uint64_t)getpid(), m->step,
         (uint64_t)++calls};
-    hex16(fnv(FNV_INIT, x, sizeof x), out);
+    hex16(fnv1a64(FNV1A64_SEED, x, sizeof x), out);
 }
 
 ckpt_kind ckpt_probe(const char *dir) {
@@ -825,13 +816,13 @@ int ckpt_save(const char *dir, const bk_params *P, const float *params, const fl
     s.data_step = meta->data_step;
     s.seed = meta->seed;
     s.cfg_text = cfg;
-    s.cfg_hash = fnv(FNV_INIT, cfg, cfg_len);
+    s.cfg_hash = fnv1a64(FNV1A64_SEED, cfg, cfg_len);
     s.n_floats = P->numel;
     s.n_counters = meta->n_counters;
     memcpy(s.counters, meta->counters, sizeof s.counters);
     size_t nb = P->numel * sizeof(float);
-    s.fnv[0] = fnv(FNV_INIT, params, nb);
-    s.fnv[1] = fnv(fnv(FNV_INIT, m, nb), v, nb);
+    s.fnv[0] = fnv1a64(FNV1A64_SEED, params, nb);
+    s.fnv[1] = fnv1a64(fnv1a64(FNV1A64_SEED, m, nb), v, nb);
     const char *pre_model[1] = {""}, *pre_opt[2] = {"m.", "v."};
     const float *buf_model[1] = {params}, *buf_opt[2] = {m, v};
     if (set_file_build(&mf, P, order, pre_model, buf_model, 1) ||
@@ -1003,7 +994,7 @@ static int read_member(const st_file *f, const bk_params *P, const char *const *
                  f->path, f->t[x].name);
         return -1;
     }
-    uint64_t h = FNV_INIT;
+    uint64_t h = FNV1A64_SEED;
     for (int i = 0; i < f->n; i++) { /* every tensor maps to one (p, k): checked above */
         for (int p = 0; p < np; p++) {
             size_t pl = strlen(prefix[p]);
@@ -1012,7 +1003,7 @@ static int read_member(const st_file *f, const bk_params *P, const char *const *
             if (k < 0) continue;
             float *dst = out[p] + P->t[k].offset;
             if (st_read_f32(f, i, dst, err, errlen)) return -1;
-            h = fnv(h, dst, P->t[k].numel * sizeof(float));
+            h = fnv1a64(h, dst, P->t[k].numel * sizeof(float));
             break;
         }
     }
