@@ -287,3 +287,18 @@ int ctl_next_pub(ctl_conn *c, int timeout_ms, char *topic, char *type, json_t **
     proto_msg_clear(&m);
     return 0;
 }
+
+int ctl_call_or_say(ctl_conn *c, const char *type, json_t *body, json_t **reply) {
+    char err[4096];
+    if (!body) {
+        fprintf(stderr, "bfctl: out of memory\n");
+        return -1;
+    }
+    int rc = ctl_call(c, type, body, reply, NULL, err, sizeof err);
+    json_decref(body);
+    if (rc == 0) return 0;
+    if (rc == 1) json_decref(*reply);
+    *reply = NULL;
+    fprintf(stderr, "bfctl: %s\n", err);
+    return -1;
+}
