@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/cfg.h"
 #include "common/hash.h"
 #include "common/input_path.h"
 #include "worker/io/safetensors.h"
@@ -199,19 +200,10 @@ void ckpt_free(ckpt_state *s) {
     memset(s, 0, sizeof *s);
 }
 
-/* Keys whose value does not change what training computes. */
+/* Keys the schema marks as free to differ on resume (CFG_F_RESUME_FREE). */
 static int key_ignored(const char *k, size_t n) {
-    static const char *keys[] = {"device",
-                                 "data.dir",
-                                 "train.log_every",
-                                 "train.eval_every",
-                                 "train.checkpoint_every",
-                                 "init.from",
-                                 "init.map",
-                                 NULL};
-    for (const char **p = keys; *p; p++)
-        if (strlen(*p) == n && memcmp(*p, k, n) == 0) return 1;
-    return 0;
+    const cfg_field *f = cfg_field_findn(k, n);
+    return f && (f->flags & CFG_F_RESUME_FREE);
 }
 
 /* Finds "key: value" for key in text; returns the value's start and length, or NULL. */

@@ -97,11 +97,11 @@ int ckpt_read(const char *path, ckpt_state *s, char *err, size_t errlen);
 void ckpt_free(ckpt_state *s);
 
 /* Compares a checkpoint's config text with the current one, line by line
- * ("key: value"), ignoring keys that do not change the trajectory (device,
- * data.dir, train.log_every, train.eval_every, train.checkpoint_every, and
- * init.from: a resume takes its weights from the checkpoint, whatever it says).
- * Returns 0 when they agree, or -1 with a message naming the first key that
- * differs and both values. */
+ * ("key: value"), ignoring the keys the schema marks CFG_F_RESUME_FREE
+ * (common/cfg_schema.c): those that do not change the trajectory, such as
+ * device, train.log_every or init.from (a resume takes its weights from the
+ * checkpoint, whatever it says). Returns 0 when they agree, or -1 with a
+ * message naming the first key that differs and both values. */
 int ckpt_config_check(const char *ckpt_cfg, const char *cur_cfg, char *err, size_t errlen);
 
 /* The same, over only the keys for which counts(ctx, key, length of key)
