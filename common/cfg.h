@@ -246,7 +246,7 @@ typedef struct cfg_field {
 /* The key may differ between a checkpoint's config and the config that
  * resumes it: its value does not change what training computes (where data
  * lives, how often to log or save, where the first weights came from). The
- * resume check (ckpt_config_check, worker/io/ckpt.c) skips these keys. */
+ * resume check (ckpt_config_check, worker/io/ckpt_diff.c) skips these keys. */
 #define CFG_F_RESUME_FREE 1u
 
 size_t cfg_field_count(void);

@@ -3,6 +3,10 @@
  * seed, data position and RNG counters), and starting a run from another
  * run's weights (init.from).
  *
+ * Code: ckpt.c the set, ckpt_bin.c the older checkpoint.bin, ckpt_diff.c
+ * the config check of a resume, ckpt_init.c init.from (ckpt_map.c its
+ * init.map); ckpt_priv.h is what those files share with each other only.
+ *
  * ---- The checkpoint set (format 3, written by ckpt_save) ----
  * Three files in the run folder DIR (docs/checkpoints.md):
  *   model.safetensors      the parameters by name (bk_params names), F32,
