@@ -45,8 +45,9 @@
  * One file, little-endian:
  *   header, 80 bytes: magic "BFCKPT\0\0" | u32 version | u32 reserved |
  *     u64 n_params | u64 step | u64 seed | u64 data_step | u64 cfg_len |
- *     u64 payload_fnv | u64 cfg_hash (FNV-1a of the cfg text, = cfg_hash()
- *     of the config) | u64 header_fnv (FNV-1a of the 72 bytes before it)
+ *     u64 payload_fnv | u64 cfg_hash (FNV-1a of the cfg text from
+ *     FNV1A64_SEED: not cfg_hash(), which starts from the published basis) |
+ *     u64 header_fnv (FNV-1a of the 72 bytes before it)
  *   payload: cfg text (cfg_len bytes) | params | m | v (n_params floats each)
  * (version 1: a 72-byte header without cfg_hash). Its params, m and v are
  * flat, in bk_params buffer order (decayed tensors first, each group in
@@ -132,7 +133,7 @@ typedef struct ckpt_meta {
     uint64_t data_step; /* next global batch the data batcher produces */
     char *cfg_text;     /* resolved config (cfg_dump), NUL-terminated, at most CKPT_MAX_CFG:
                            the caller's on save; allocated by ckpt_load (ckpt_meta_free) */
-    uint64_t cfg_hash;  /* load: FNV-1a 64 of cfg_text (= cfg_hash()); save: computed */
+    uint64_t cfg_hash;  /* load: FNV-1a 64 of cfg_text (not cfg_hash()); save: computed */
     ckpt_counter counters[CKPT_MAX_COUNTERS];
     int n_counters;
     int format_version; /* load: 3 for a set, 1 or 2 for a checkpoint.bin */
