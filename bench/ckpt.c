@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "bench/bench_util.h"
+#include "common/hash.h"
 #include "kernels/bk.h"
 #include "worker/io/ckpt.h"
 #include "worker/io/safetensors.h"
@@ -168,7 +169,7 @@ int main(int argc, char **argv) {
         t[OLD_LOAD * reps + r] = bench_now() - t0;
         ckpt_free(&s2);
         t0 = bench_now();
-        volatile uint64_t h = st_fnv(st_fnv(st_fnv(ST_FNV_INIT, p, nb), m, nb), v, nb);
+        volatile uint64_t h = fnv1a64(fnv1a64(fnv1a64(FNV1A64_SEED, p, nb), m, nb), v, nb);
         (void)h;
         t[HASH * reps + r] = bench_now() - t0;
     }

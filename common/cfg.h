@@ -240,12 +240,20 @@ typedef struct cfg_field {
     const char *def;
     const char *choices;
     const char *help;
+    unsigned flags; /* CFG_F_* */
 } cfg_field;
 
+/* The key may differ between a checkpoint's config and the config that
+ * resumes it: its value does not change what training computes (where data
+ * lives, how often to log or save, where the first weights came from). The
+ * resume check (ckpt_config_check, worker/io/ckpt_diff.c) skips these keys. */
+#define CFG_F_RESUME_FREE 1u
+
 size_t cfg_field_count(void);
-const cfg_field *cfg_field_at(size_t i);          /* NULL past the end */
-const cfg_field *cfg_field_find(const char *key); /* NULL if unknown */
-const char *cfg_type_name(cfg_type t);            /* "integer", "number", ... */
+const cfg_field *cfg_field_at(size_t i);                     /* NULL past the end */
+const cfg_field *cfg_field_find(const char *key);            /* NULL if unknown */
+const cfg_field *cfg_field_findn(const char *key, size_t n); /* key[0..n) */
+const char *cfg_type_name(cfg_type t);                       /* "integer", "number", ... */
 /* 1 if prefix is a section ("model", "budget", ...), else 0. */
 int cfg_is_section(const char *prefix);
 

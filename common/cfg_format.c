@@ -5,6 +5,7 @@
  * never validates; it only reads the schema table and the bf_config. */
 #include "common/cfg.h"
 #include "common/cfg_priv.h"
+#include "common/hash.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -144,11 +145,7 @@ size_t cfg_dump(const bf_config *c, char *buf, size_t buflen) {
 }
 
 void cfg_hash_text(const char *dump, size_t n, char out[17]) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)dump[i];
-        h *= 0x100000001b3ull;
-    }
+    uint64_t h = fnv1a64(FNV1A64_BASIS, dump, n);
     snprintf(out, 17, "%016" PRIx64, h);
 }
 

@@ -16,6 +16,15 @@ const cfg_field *cfg_field_find(const char *key) {
     return NULL;
 }
 
+const cfg_field *cfg_field_findn(const char *key, size_t n) {
+    if (!key) return NULL;
+    for (size_t i = 0; i < cfg_field_count(); i++) {
+        const char *k = cfg_field_at(i)->key;
+        if (strncmp(k, key, n) == 0 && k[n] == '\0') return cfg_field_at(i);
+    }
+    return NULL;
+}
+
 int cfg_key_known(const char *key) { return cfg_field_find(key) != NULL; }
 
 int cfg_is_section(const char *prefix) {

@@ -3,6 +3,8 @@
  * reads the config only through the key table and cfg_format_value. */
 #include "common/stage_graph.h"
 
+#include "common/hash.h"
+
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -50,17 +52,12 @@ typedef struct fnv {
     uint64_t h;
 } fnv;
 
-static void fnv_add(fnv *f, const char *s) {
-    for (; *s; s++) {
-        f->h ^= (unsigned char)*s;
-        f->h *= 0x100000001b3ull;
-    }
-}
+static void fnv_add(fnv *f, const char *s) { f->h = fnv1a64(f->h, s, strlen(s)); }
 
 int stage_graph_plan(const stage_graph *g, const bf_config *c, stage_node out[STAGE_MAX]) {
     const char *parent = "";
     for (int i = 0; i < g->n; i++) {
-        fnv f = {0xcbf29ce484222325ull};
+        fnv f = {FNV1A64_BASIS};
         fnv_add(&f, "stage=");
         fnv_add(&f, g->names[i]);
         fnv_add(&f, "\n");

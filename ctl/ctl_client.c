@@ -349,3 +349,21 @@ int ctl_job_done(ctl_conn *c, long long job) {
     json_decref(r);
     return done ? (ok ? 1 : 2) : 0;
 }
+
+/* One request, bfd's error printed as "bfctl: ..." (no per-field list, as
+ * ctl_request gives); a NULL body is an allocation failure. Returns 0 with
+ * *reply, else -1 with *reply NULL. */
+int ctl_call_or_say(ctl_conn *c, const char *type, json_t *body, json_t **reply) {
+    char err[4096];
+    if (!body) {
+        fprintf(stderr, "bfctl: out of memory\n");
+        return -1;
+    }
+    int rc = ctl_call(c, type, body, reply, NULL, err, sizeof err);
+    json_decref(body);
+    if (rc == 0) return 0;
+    if (rc == 1) json_decref(*reply);
+    *reply = NULL;
+    fprintf(stderr, "bfctl: %s\n", err);
+    return -1;
+}

@@ -25,6 +25,11 @@ void ctl_close(ctl_conn **c);
  * answer (err says why). rtype (nullable, 33 bytes) gets the reply type. */
 int ctl_call(ctl_conn *c, const char *type, json_t *body, json_t **reply, char *rtype, char *err,
              size_t errlen);
+/* ctl_call for a command that gives up on any failure. Takes body (NULL
+ * means building it failed: "out of memory"). Returns 0 with *reply (owned
+ * by the caller), or -1 with *reply NULL after printing "bfctl: <why>" to
+ * stderr (bfd's error, or why there was no answer). */
+int ctl_call_or_say(ctl_conn *c, const char *type, json_t *body, json_t **reply);
 
 /* Opens the SUB, subscribes to each topic and completes the sync
  * handshake. Returns 0 or -1 with a message. */

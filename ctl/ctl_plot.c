@@ -54,21 +54,6 @@ static int push(plot_series *s, double x, double y) {
     return 0;
 }
 
-static int call_or_say(ctl_conn *c, const char *type, json_t *body, json_t **reply) {
-    char err[4096];
-    if (!body) {
-        fprintf(stderr, "bfctl plot: out of memory\n");
-        return -1;
-    }
-    int rc = ctl_call(c, type, body, reply, NULL, err, sizeof err);
-    json_decref(body);
-    if (rc == 0) return 0;
-    if (rc == 1) json_decref(*reply);
-    *reply = NULL;
-    fprintf(stderr, "bfctl: %s\n", err);
-    return -1;
-}
-
 static void params_label(json_t *params, long long trial, char *buf, size_t len) {
     size_t w = (size_t)snprintf(buf, len, "t%lld", trial);
     const char *k;
@@ -106,10 +91,10 @@ static int load_trial(ctl_conn *c, plot *p, size_t ti, long long trial) {
     long long after = 0;
     for (;;) {
         json_t *m;
-        if (call_or_say(c, "metrics",
-                        json_pack("{s:I, s:I, s:i}", "trial", (json_int_t)trial, "after",
-                                  (json_int_t)after, "limit", PLOT_PAGE),
-                        &m))
+        if (ctl_call_or_say(c, "metrics",
+                            json_pack("{s:I, s:I, s:i}", "trial", (json_int_t)trial, "after",
+                                      (json_int_t)after, "limit", PLOT_PAGE),
+                            &m))
             return -1;
         size_t i;
         json_t *pt;
@@ -248,13 +233,13 @@ static int request_metrics(ctl_conn *c, plot *p, plot_args *a, json_t **jr) {
     int rc = -1;
     if (a->trial) {
         json_t *tr;
-        if (call_or_say(c, "trial", json_pack("{s:I}", "trial", (json_int_t)a->trial), &tr))
+        if (ctl_call_or_say(c, "trial", json_pack("{s:I}", "trial", (json_int_t)a->trial), &tr))
             return -1;
         a->job = (long long)json_integer_value(json_object_get(tr, "job"));
         json_decref(tr);
     }
-    if (call_or_say(c, "job", json_pack("{s:I}", "job", (json_int_t)a->job), jr) ||
-        call_or_say(
+    if (ctl_call_or_say(c, "job", json_pack("{s:I}", "job", (json_int_t)a->job), jr) ||
+        ctl_call_or_say(
             c, "best",
             json_pack("{s:I, s:i}", "job", (json_int_t)a->job, "n", p->best_n ? p->best_n : 1),
             &br))

@@ -50,21 +50,6 @@ static int write_points(tfevents *w, json_t *points, double *first, double *last
     return 0;
 }
 
-static int call_or_say(ctl_conn *c, const char *type, json_t *body, json_t **reply) {
-    char err[4096];
-    if (!body) {
-        fprintf(stderr, "bfctl: out of memory\n");
-        return -1;
-    }
-    int rc = ctl_call(c, type, body, reply, NULL, err, sizeof err);
-    json_decref(body);
-    if (rc == 0) return 0;
-    if (rc == 1) json_decref(*reply);
-    *reply = NULL;
-    fprintf(stderr, "bfctl: %s\n", err);
-    return -1;
-}
-
 /* One trial's run folder. */
 static int export_trial(ctl_conn *c, const char *jobdir, json_t *t, double job_time) {
     char err[1024], dir[4200];
@@ -83,10 +68,10 @@ static int export_trial(ctl_conn *c, const char *jobdir, json_t *t, double job_t
     int rc = 0;
     for (;;) {
         json_t *m;
-        if (call_or_say(c, "metrics",
-                        json_pack("{s:I, s:I, s:i}", "trial", (json_int_t)id, "after",
-                                  (json_int_t)after, "limit", TB_PAGE),
-                        &m)) {
+        if (ctl_call_or_say(c, "metrics",
+                            json_pack("{s:I, s:I, s:i}", "trial", (json_int_t)id, "after",
+                                      (json_int_t)after, "limit", TB_PAGE),
+                            &m)) {
             rc = 1;
             break;
         }
@@ -126,7 +111,7 @@ int ctl_export_tensorboard(long long job, const char *dir) {
         return 1;
     }
     json_t *jr;
-    if (call_or_say(c, "job", json_pack("{s:I}", "job", (json_int_t)job), &jr)) {
+    if (ctl_call_or_say(c, "job", json_pack("{s:I}", "job", (json_int_t)job), &jr)) {
         ctl_close(&c);
         return 1;
     }

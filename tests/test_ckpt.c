@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/cfg.h"
 #include "kernels/bk.h"
 #include "tests/tmpdir.h"
 #include "worker/io/ckpt.h"
@@ -561,6 +562,24 @@ Test(ckset, config_check_ignores_init_from) {
         ckpt_config_check("model.layers: 2\n", "model.layers: 2\ninit.from: x\n", err, sizeof err),
         0, "an old checkpoint without the key: %s", err);
     cr_expect_eq(ckpt_config_check("model.layers: 2\n", "model.layers: 3\n", err, sizeof err), -1);
+}
+
+/* The keys the schema marks CFG_F_RESUME_FREE, and only those, may differ. */
+Test(ckset, config_check_ignores_the_resume_free_keys) {
+    static const char *const free_keys[] = {
+        "device",    "data.dir", "train.log_every", "train.eval_every", "train.checkpoint_every",
+        "init.from", "init.map"};
+    char a[256], b[256], err[512];
+    size_t n_free = 0;
+    for (size_t i = 0; i < cfg_field_count(); i++)
+        n_free += (cfg_field_at(i)->flags & CFG_F_RESUME_FREE) != 0;
+    cr_expect_eq(n_free, sizeof free_keys / sizeof free_keys[0]);
+    for (size_t i = 0; i < sizeof free_keys / sizeof free_keys[0]; i++) {
+        snprintf(a, sizeof a, "model.layers: 2\n%s: one\n", free_keys[i]);
+        snprintf(b, sizeof b, "model.layers: 2\n%s: two\n", free_keys[i]);
+        cr_expect_eq(ckpt_config_check(a, b, err, sizeof err), 0, "%s: %s", free_keys[i], err);
+    }
+    cr_expect_eq(ckpt_config_check("train.steps: 1\n", "train.steps: 2\n", err, sizeof err), -1);
 }
 
 /* Only the keys the filter counts are compared (a shared stage's own keys). */

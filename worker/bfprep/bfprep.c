@@ -2,6 +2,7 @@
  * tokenizers. Progress goes to stderr; results are written atomically
  * (FILE.tmp, then rename), so an interrupted run leaves no half file. */
 #include "common/errbuf.h"
+#include "common/hash.h"
 #include "worker/data/data.h"
 #include "worker/data/tok.h"
 
@@ -286,7 +287,7 @@ static int cmd_wordnet(int argc, char **argv) {
          * the file's other contents or order. */
         char key[32];
         int kl = snprintf(key, sizeof key, "%08lu", e[i].offset);
-        uint64_t h = data_fnv1a(DATA_FNV_INIT, key, (size_t)kl);
+        uint64_t h = fnv1a64(FNV1A64_SEED, key, (size_t)kl);
         h ^= h >> 29;
         unsigned b = (unsigned)(h % 10);
         int s = b < 8 ? 0 : b == 8 ? 1 : 2;

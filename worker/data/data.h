@@ -39,10 +39,6 @@ enum {
 #define DATA_MAX_IDX_BYTES (1ull << 31)  /* decompressed IDX payload cap */
 #define DATA_MAX_CLASSES 65536
 
-/* 64-bit FNV-1a, the hash used for source files and caches. */
-uint64_t data_fnv1a(uint64_t h, const void *p, size_t n);
-#define DATA_FNV_INIT 1469598103934665603ull
-
 /* Returns 1 when s[0..n) is valid UTF-8 (no overlongs, no surrogates, <= U+10FFFF). */
 int data_utf8_valid(const char *s, size_t n);
 

@@ -22,6 +22,7 @@
 #include "worker/data/data.h"
 #include "worker/data/data_priv.h"
 
+#include "common/hash.h"
 #include "common/input_path.h"
 
 #include <errno.h>
@@ -69,11 +70,11 @@ int data_src_identify(const char *path, data_src_id *id, char *err, size_t errle
     char why[128];
     FILE *f = input_path_open(path, why, sizeof why);
     if (!f) return data_fail(err, errlen, DATA_EIO, "%s: %s", path, why);
-    uint64_t h = DATA_FNV_INIT, n = 0;
+    uint64_t h = FNV1A64_SEED, n = 0;
     unsigned char buf[1 << 16];
     size_t k;
     while ((k = fread(buf, 1, sizeof buf, f)) > 0) {
-        h = data_fnv1a(h, buf, k);
+        h = fnv1a64(h, buf, k);
         n += k;
     }
     int bad = ferror(f);
@@ -129,7 +130,7 @@ int data_cache_dir(char *buf, size_t buflen, char *err, size_t errlen) {
 
 uint64_t data_cache_key(const data_src_id *src, uint64_t tok_hash, uint64_t extra, int kind) {
     uint64_t v[5] = {src->size, src->fnv, tok_hash, extra, (uint64_t)kind};
-    return data_fnv1a(DATA_FNV_INIT, v, sizeof v);
+    return fnv1a64(FNV1A64_SEED, v, sizeof v);
 }
 
 int data_cache_path(char *buf, size_t buflen, const char *dir, uint64_t key) {
@@ -178,16 +179,16 @@ int data_cache_write(const char *path, const data_tok_t *d, const data_src_id *s
     h.src_fnv = src->fnv;
     h.tok_hash = tok_hash;
     h.extra = extra;
-    uint64_t p = DATA_FNV_INIT;
-    p = data_fnv1a(p, d->offsets, (d->n_seq + 1) * sizeof(uint64_t));
-    p = data_fnv1a(p, d->tokens, h.n_tokens * sizeof(int32_t));
+    uint64_t p = FNV1A64_SEED;
+    p = fnv1a64(p, d->offsets, (d->n_seq + 1) * sizeof(uint64_t));
+    p = fnv1a64(p, d->tokens, h.n_tokens * sizeof(int32_t));
     if (d->kind == DATA_KIND_CLS) {
-        p = data_fnv1a(p, d->labels, d->n_seq * sizeof(int32_t));
+        p = fnv1a64(p, d->labels, d->n_seq * sizeof(int32_t));
         for (size_t i = 0; i < d->n_classes; i++)
-            p = data_fnv1a(p, d->class_names[i], strlen(d->class_names[i]) + 1);
+            p = fnv1a64(p, d->class_names[i], strlen(d->class_names[i]) + 1);
     }
     h.payload_fnv = p;
-    h.header_fnv = data_fnv1a(DATA_FNV_INIT, &h, offsetof(cache_hdr, header_fnv));
+    h.header_fnv = fnv1a64(FNV1A64_SEED, &h, offsetof(cache_hdr, header_fnv));
 
     char tmp[4200];
     if (data_tmp_name(tmp, sizeof tmp, path))
@@ -239,8 +240,7 @@ int data_cache_read(const char *path, const data_src_id *src, uint64_t tok_hash,
         rc = data_fail(err, errlen, DATA_ECORRUPT, "%s: not a bf token cache (bad magic)", path);
         goto fail;
     }
-    if (!BF_FUZZING &&
-        h.header_fnv != data_fnv1a(DATA_FNV_INIT, &h, offsetof(cache_hdr, header_fnv))) {
+    if (!BF_FUZZING && h.header_fnv != fnv1a64(FNV1A64_SEED, &h, offsetof(cache_hdr, header_fnv))) {
         rc = data_fail(err, errlen, DATA_ECORRUPT, "%s: header checksum mismatch", path);
         goto fail;
     }
@@ -307,12 +307,12 @@ int data_cache_read(const char *path, const data_src_id *src, uint64_t tok_hash,
                        path);
         goto fail;
     }
-    uint64_t p = DATA_FNV_INIT;
-    p = data_fnv1a(p, d->offsets, (h.n_seq + 1) * 8);
-    p = data_fnv1a(p, d->tokens, h.n_tokens * 4);
+    uint64_t p = FNV1A64_SEED;
+    p = fnv1a64(p, d->offsets, (h.n_seq + 1) * 8);
+    p = fnv1a64(p, d->tokens, h.n_tokens * 4);
     if (cls) {
-        p = data_fnv1a(p, d->labels, h.n_seq * 4);
-        p = data_fnv1a(p, names, h.names_bytes);
+        p = fnv1a64(p, d->labels, h.n_seq * 4);
+        p = fnv1a64(p, names, h.names_bytes);
     }
     if (!BF_FUZZING && p != h.payload_fnv) {
         free(names);
@@ -364,16 +364,16 @@ fail:
  * mapped against. */
 static uint64_t labels_key(const data_tok_t *labels_from) {
     if (!labels_from) return 0;
-    uint64_t h = DATA_FNV_INIT;
+    uint64_t h = FNV1A64_SEED;
     for (size_t i = 0; i < labels_from->n_classes; i++)
-        h = data_fnv1a(h, labels_from->class_names[i], strlen(labels_from->class_names[i]) + 1);
+        h = fnv1a64(h, labels_from->class_names[i], strlen(labels_from->class_names[i]) + 1);
     return h;
 }
 
 static uint64_t fraction_key(double f) {
     uint64_t u;
     memcpy(&u, &f, sizeof u);
-    return data_fnv1a(DATA_FNV_INIT, &u, sizeof u);
+    return fnv1a64(FNV1A64_SEED, &u, sizeof u);
 }
 
 /* Shared tail of data_open_*: try the cache, else build and rewrite it. */

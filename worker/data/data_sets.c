@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/hash.h"
 #include "common/input_path.h"
 
 /* 0 when path is a regular file; else -1 with a message naming the key it
@@ -98,7 +99,7 @@ static int find_tok(const char *src, int text, double val_fraction, int vocab, i
     uint64_t key[6] = {id.size, id.fnv, (uint64_t)vocab, (uint64_t)text, 0, TOK_TRAIN_VERSION};
     if (text) memcpy(&key[4], &val_fraction, sizeof val_fraction);
     snprintf(prefix, sizeof prefix, "%s/tok-%016llx", dir,
-             (unsigned long long)data_fnv1a(DATA_FNV_INIT, key, sizeof key));
+             (unsigned long long)fnv1a64(FNV1A64_SEED, key, sizeof key));
     snprintf(model_path, mlen, "%s.model", prefix);
     struct stat st;
     if (stat(model_path, &st) == 0 && S_ISREG(st.st_mode)) return 0;

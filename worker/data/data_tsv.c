@@ -23,12 +23,6 @@ int data_fail(char *err, size_t errlen, int code, const char *fmt, ...) {
     return code;
 }
 
-uint64_t data_fnv1a(uint64_t h, const void *p, size_t n) {
-    const unsigned char *c = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 1099511628211ull;
-    return h;
-}
-
 int data_utf8_valid(const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
     size_t i = 0;

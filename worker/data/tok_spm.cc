@@ -2,6 +2,8 @@
 // a util::Status or a C++ exception becomes a TOK_E* code and a message.
 #include "worker/data/tok.h"
 
+#include "common/hash.h"
+
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
@@ -151,11 +153,10 @@ extern "C" int tok_train_sentences(const char *const *sents, size_t n, const tok
 }
 
 static uint64_t fnv1a_file(FILE *f, int *ok) {
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = FNV1A64_SEED;
     unsigned char buf[65536];
     size_t k;
-    while ((k = std::fread(buf, 1, sizeof buf, f)) > 0)
-        for (size_t i = 0; i < k; i++) h = (h ^ buf[i]) * 1099511628211ull;
+    while ((k = std::fread(buf, 1, sizeof buf, f)) > 0) h = fnv1a64(h, buf, k);
     *ok = !std::ferror(f);
     return h;
 }

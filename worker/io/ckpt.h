@@ -3,6 +3,10 @@
  * seed, data position and RNG counters), and starting a run from another
  * run's weights (init.from).
  *
+ * Code: ckpt.c the set, ckpt_bin.c the older checkpoint.bin, ckpt_diff.c
+ * the config check of a resume, ckpt_init.c init.from (ckpt_map.c its
+ * init.map); ckpt_priv.h is what those files share with each other only.
+ *
  * ---- The checkpoint set (format 3, written by ckpt_save) ----
  * Three files in the run folder DIR (docs/checkpoints.md):
  *   model.safetensors      the parameters by name (bk_params names), F32,
@@ -41,8 +45,9 @@
  * One file, little-endian:
  *   header, 80 bytes: magic "BFCKPT\0\0" | u32 version | u32 reserved |
  *     u64 n_params | u64 step | u64 seed | u64 data_step | u64 cfg_len |
- *     u64 payload_fnv | u64 cfg_hash (FNV-1a of the cfg text, = cfg_hash()
- *     of the config) | u64 header_fnv (FNV-1a of the 72 bytes before it)
+ *     u64 payload_fnv | u64 cfg_hash (FNV-1a of the cfg text from
+ *     FNV1A64_SEED: not cfg_hash(), which starts from the published basis) |
+ *     u64 header_fnv (FNV-1a of the 72 bytes before it)
  *   payload: cfg text (cfg_len bytes) | params | m | v (n_params floats each)
  * (version 1: a 72-byte header without cfg_hash). Its params, m and v are
  * flat, in bk_params buffer order (decayed tensors first, each group in
@@ -97,11 +102,11 @@ int ckpt_read(const char *path, ckpt_state *s, char *err, size_t errlen);
 void ckpt_free(ckpt_state *s);
 
 /* Compares a checkpoint's config text with the current one, line by line
- * ("key: value"), ignoring keys that do not change the trajectory (device,
- * data.dir, train.log_every, train.eval_every, train.checkpoint_every, and
- * init.from: a resume takes its weights from the checkpoint, whatever it says).
- * Returns 0 when they agree, or -1 with a message naming the first key that
- * differs and both values. */
+ * ("key: value"), ignoring the keys the schema marks CFG_F_RESUME_FREE
+ * (common/cfg_schema.c): those that do not change the trajectory, such as
+ * device, train.log_every or init.from (a resume takes its weights from the
+ * checkpoint, whatever it says). Returns 0 when they agree, or -1 with a
+ * message naming the first key that differs and both values. */
 int ckpt_config_check(const char *ckpt_cfg, const char *cur_cfg, char *err, size_t errlen);
 
 /* The same, over only the keys for which counts(ctx, key, length of key)
@@ -128,7 +133,7 @@ typedef struct ckpt_meta {
     uint64_t data_step; /* next global batch the data batcher produces */
     char *cfg_text;     /* resolved config (cfg_dump), NUL-terminated, at most CKPT_MAX_CFG:
                            the caller's on save; allocated by ckpt_load (ckpt_meta_free) */
-    uint64_t cfg_hash;  /* load: FNV-1a 64 of cfg_text (= cfg_hash()); save: computed */
+    uint64_t cfg_hash;  /* load: FNV-1a 64 of cfg_text (not cfg_hash()); save: computed */
     ckpt_counter counters[CKPT_MAX_COUNTERS];
     int n_counters;
     int format_version; /* load: 3 for a set, 1 or 2 for a checkpoint.bin */

@@ -9,20 +9,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/hash.h"
 #include "common/input_path.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c writes host floats as the file's little-endian data"
 #endif
-
-uint64_t st_fnv(uint64_t h, const void *p, size_t n) {
-    const unsigned char *c = p;
-    for (size_t i = 0; i < n; i++) {
-        h ^= c[i];
-        h *= 1099511628211ull;
-    }
-    return h;
-}
 
 /* Every dtype of the format, with its width in bits (the reference's list). */
 static const struct {
@@ -453,14 +445,14 @@ int st_data_fnv(const st_file *f, uint64_t *out, char *err, size_t errlen) {
         snprintf(err, errlen, "%s: out of memory", f->path);
         return -1;
     }
-    uint64_t h = ST_FNV_INIT;
+    uint64_t h = FNV1A64_SEED;
     for (uint64_t at = 0; at < f->data_len;) {
         size_t n = f->data_len - at < CHUNK ? (size_t)(f->data_len - at) : CHUNK;
         if (read_at(f, f->data_start + at, buf, n, err, errlen)) {
             free(buf);
             return -1;
         }
-        h = st_fnv(h, buf, n);
+        h = fnv1a64(h, buf, n);
         at += n;
     }
     free(buf);

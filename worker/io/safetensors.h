@@ -100,10 +100,6 @@ typedef struct st_entry {
 int st_write(const char *path, const st_entry *t, int n, const char *const *meta, int n_meta,
              char *err, size_t errlen);
 
-/* FNV-1a 64 helpers shared with the checkpoint code. */
-#define ST_FNV_INIT 1469598103934665603ull
-uint64_t st_fnv(uint64_t h, const void *p, size_t n);
-
 /* Writes all n bytes of p to fd, retrying short writes and EINTR; 0, or -1
  * with errno set. */
 int st_write_all(int fd, const void *p, size_t n);
