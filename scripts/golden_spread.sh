@@ -22,17 +22,16 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
+. scripts/arch_levels.sh
 out=$(mktemp -d /tmp/bf-golden-spread-XXXXXX)
 trap 'rm -rf "$out"' EXIT
 n=0
 for b in build-arch/*/; do
     lv=$(basename "$b")
     [ -x "$b/test_golden" ] || continue
-    case "$lv" in
-    x86-64-v2) ct=Nehalem ;; x86-64-v3) ct=Haswell ;; x86-64-v4) ct=SkylakeX ;; *) ct="" ;;
-    esac
-    if [ "$lv" = x86-64-v4 ] && ! grep -qw avx512f /proc/cpuinfo; then
-        echo "golden_spread: $lv skipped (this CPU lacks AVX-512)" >&2
+    ct=$(arch_coretype "$lv")
+    if ! arch_can_run "$lv"; then
+        echo "golden_spread: $lv skipped (this CPU lacks its instructions)" >&2
         continue
     fi
     for s in $seeds; do

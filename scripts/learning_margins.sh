@@ -27,6 +27,7 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
+. scripts/arch_levels.sh
 log=$(mktemp /tmp/bf-learning-XXXXXX)
 trap 'rm -f "$log"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=2
@@ -34,11 +35,9 @@ n=0
 for b in build-arch/*/; do
     b=${b%/}
     lv=$(basename "$b")
-    case "$lv" in
-    x86-64-v2) ct=Nehalem ;; x86-64-v3) ct=Haswell ;; x86-64-v4) ct=SkylakeX ;; *) ct="" ;;
-    esac
-    if [ "$lv" = x86-64-v4 ] && ! grep -qw avx512f /proc/cpuinfo; then
-        echo "learning_margins: $lv skipped (this CPU lacks AVX-512)" >&2
+    ct=$(arch_coretype "$lv")
+    if ! arch_can_run "$lv"; then
+        echo "learning_margins: $lv skipped (this CPU lacks its instructions)" >&2
         continue
     fi
     for t in $tests; do

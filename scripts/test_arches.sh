@@ -45,27 +45,7 @@ done
 jobs=$(nproc 2>/dev/null || echo 2)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-# can this CPU run code built for LEVEL? (gcc's own reading of cpuid)
-can_run() {
-    case "$1" in
-    x86-64-v2) flags="sse4_2 popcnt" ;;
-    x86-64-v3) flags="avx2 fma bmi2 movbe" ;;
-    x86-64-v4) flags="avx512f avx512bw avx512vl avx512dq avx512cd" ;;
-    *) return 0 ;;
-    esac
-    for f in $flags; do
-        grep -qw "$f" /proc/cpuinfo || return 1
-    done
-}
-
-coretype() {
-    case "$1" in
-    x86-64-v2) echo Nehalem ;;
-    x86-64-v3) echo Haswell ;;
-    x86-64-v4) echo SkylakeX ;;
-    *) echo "" ;;
-    esac
-}
+. scripts/arch_levels.sh
 
 failed=""
 ran=""
@@ -88,13 +68,13 @@ for lv in $levels; do
     # the Python clients the integration tests play outside parties with
     [ -d build/pydeps ] && [ ! -e "$b/pydeps" ] && ln -s "$(pwd)/build/pydeps" "$b/pydeps"
     t1=$(date +%s)
-    if ! can_run "$lv"; then
+    if ! arch_can_run "$lv"; then
         # built (so it compiles there), but this CPU cannot run it
         echo "== $lv: built in $((t1 - t0)) s; tests skipped, this CPU lacks its instructions ==" >&2
         skipped="$skipped $lv"
         continue
     fi
-    ct=$(coretype "$lv")
+    ct=$(arch_coretype "$lv")
     echo "== $lv: tests (OPENBLAS_CORETYPE=${ct:-auto}; built in $((t1 - t0)) s) ==" >&2
     # shellcheck disable=SC2086
     if env ${ct:+OPENBLAS_CORETYPE=$ct} ctest --test-dir "$b" --output-on-failure $label \
