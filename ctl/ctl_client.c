@@ -1,3 +1,6 @@
+/* ctl_client.c — bfctl's connection to bfd (ctl_client.h): the DEALER for
+ * request/reply with ids and timeouts, and the SUB with its sync handshake. */
+
 #include "ctl/ctl_client.h"
 #include "common/errbuf.h"
 

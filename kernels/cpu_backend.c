@@ -1,3 +1,6 @@
+/* cpu_backend.c — the CPU backend's bk_backend table: each member pointed
+ * at its bk_cpu_* op (cpu_ops.h); bk_cpu() returns it. */
+
 #include "kernels/cpu_ops.h"
 
 static const bk_backend cpu_backend = {

@@ -1,3 +1,7 @@
+/* proto.c — the bf wire format (proto.h, docs/protocol.md): message frames
+ * sent and received over ZeroMQ, error codes, typed JSON field readers,
+ * metric points, tokens and CURVE keys. */
+
 #include "protocol/proto.h"
 #include "common/errbuf.h"
 

@@ -4,7 +4,9 @@
 # 1. every #include "..." of a tracked source outside tests/ and bench/ names
 #    a folder its own folder may include (the table below, which is the one
 #    in docs/architecture.md);
-# 2. with BUILD_DIR: no circle of library object files that call each other
+# 2. every tracked source (tests/ and bench/ too) opens with a comment that
+#    says what it is for: its first non-blank line starts with /* or //;
+# 3. with BUILD_DIR: no circle of library object files that call each other
 #    (read from the symbols each object defines and uses, `nm`).
 # Prints each violation and exits 1 when there is one; 0 and a count else.
 set -eu
@@ -64,6 +66,18 @@ for f in $files; do
             bad=1
         fi
     done
+done
+
+# Purpose comments: the first non-blank line of every source is a comment.
+for f in $(git ls-files '*.c' '*.h' '*.cc' '*.cu' | grep -v '/corpus/'); do
+    first=$(grep -m1 -v '^[[:space:]]*$' "$f" || true)
+    case "$first" in
+    '/*'* | '//'*) ;;
+    *)
+        echo "check_layers: $f: does not open with a comment saying what it is for"
+        bad=1
+        ;;
+    esac
 done
 
 circles=0

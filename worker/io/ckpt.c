@@ -1,3 +1,7 @@
+/* ckpt.c — checkpoints (ckpt.h): the older checkpoint.bin, the config check
+ * between a checkpoint and the current run, the v3 checkpoint set
+ * (model.safetensors + state.json) saved and loaded, and init.from. */
+
 #include "worker/io/ckpt.h"
 #include "worker/io/ckpt_map.h"
 

@@ -1,3 +1,7 @@
+/* comm.c — data-parallel collectives (comm.h): MPI ranks from a launcher,
+ * GPU selection, NCCL between GPUs when built with it, all-reduce and
+ * broadcast, and the watchdog that aborts a stuck collective. */
+
 #include "worker/link/comm.h"
 
 #include <mpi.h>

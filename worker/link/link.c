@@ -1,3 +1,7 @@
+/* link.c — a worker's connection to bfd (link.h): the DEALER hello that
+ * brings the trial's config, the thread that streams metrics.jsonl lines and
+ * heartbeats, the attempt fence and the final state. */
+
 #include "worker/link/link.h"
 #include "common/errbuf.h"
 

@@ -1,3 +1,6 @@
+/* metrics.c — writes DIR/metrics.jsonl (metrics.h): the points of one step
+ * collected, flushed as one JSON line, mirrored to TensorBoard when on. */
+
 #include "worker/link/metrics.h"
 #include "common/tfevents.h"
 

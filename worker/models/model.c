@@ -1,3 +1,7 @@
+/* model.c — the transformer of model.h built from nn/ modules: shapes and
+ * mixers, memory planning and fit checks, create/destroy, weight init,
+ * forward/backward for training and inference, A-ViT layers. */
+
 #include "worker/models/model.h"
 
 #include <math.h>

@@ -1,3 +1,6 @@
+/* nn_linear.c — the linear module: y = x W^T + b over bk's matmul ops;
+ * declare, forward, backward, FLOPs (nn_linear.h). */
+
 #include "worker/nn/nn_linear.h"
 
 int nn_linear_declare(nn_linear *l, nn_params *np, const char *prefix, int in, int out, int bias,

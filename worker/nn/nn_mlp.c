@@ -1,3 +1,6 @@
+/* nn_mlp.c — the block's MLP, y = W2 GELU(W1 u + b1) + b2 (nn_mlp.h): two
+ * nn_linear around a GELU; declare, plan, forward, backward, FLOPs. */
+
 #include "worker/nn/nn_mlp.h"
 
 #include <stdio.h>
