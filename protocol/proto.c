@@ -22,12 +22,6 @@ const char *proto_code_name(proto_code c) {
     return (unsigned)c < PROTO_N_CODES ? code_names[c] : "";
 }
 
-proto_code proto_code_parse(const char *name) {
-    for (int i = 0; i < PROTO_N_CODES; i++)
-        if (strcmp(code_names[i], name) == 0) return (proto_code)i;
-    return PROTO_N_CODES;
-}
-
 void proto_msg_clear(proto_msg *m) {
     if (m->body) json_decref(m->body);
     memset(m, 0, sizeof *m);

@@ -7,7 +7,14 @@
 # 2. every tracked source (tests/ and bench/ too) opens with a comment that
 #    says what it is for: its first non-blank line starts with /* or //;
 # 3. with BUILD_DIR: no circle of library object files that call each other
-#    (read from the symbols each object defines and uses, `nm`).
+#    (read from the symbols each object defines and uses, `nm`);
+# 4. with BUILD_DIR: no dead code: a public function a library of the build
+#    defines must be used by some object of the build (library, executable,
+#    test, bench). One no object uses passes only when a source calls it
+#    from code this build did not compile (#if'd out for another CPU, CUDA,
+#    NCCL, fuzzing) or from its own file: an indented, non-comment line of a
+#    tracked source that names it. C++ symbols (_Z..., nvcc's kernel stubs)
+#    are not checked.
 # Prints each violation and exits 1 when there is one; 0 and a count else.
 set -eu
 cd "$(dirname "$0")/.."
@@ -129,8 +136,32 @@ if [ $# -ge 1 ]; then
     fi
 fi
 
-if [ "$bad" != 0 ] || [ "$circles" != 0 ]; then
+dead=0
+if [ $# -ge 1 ]; then
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    find "$build" -path '*CMakeFiles*' -name '*.o' -exec nm -u {} + 2>/dev/null |
+        awk '$1 == "U" { print $2 }' | sort -u >"$tmp/used"
+    find "$build" -name '*.a' -exec nm -A --defined-only {} + 2>/dev/null |
+        awk 'NF == 3 && $2 == "T" && $3 != "main" && $3 !~ /^_Z/ { sub(/:[^:]*$/, "", $1); print $3, $1 }' |
+        sort -k1,1 -u >"$tmp/defs"
+    cut -d' ' -f1 "$tmp/defs" | comm -23 - "$tmp/used" >"$tmp/unused"
+    srcs=$(git ls-files '*.c' '*.h' '*.cc' '*.cu' | grep -v '/corpus/')
+    for s in $(cat "$tmp/unused"); do
+        # a use the build did not compile, or one inside the defining file
+        # (nm shows no undefined reference for a call within one object)
+        if grep -hw -- "$s" $srcs | grep -v '^[^[:space:]]' |
+            grep -qv '^[[:space:]]*\(\*\|/\*\|//\)'; then
+            continue
+        fi
+        where=$(sed -n "s#^$s ##p" "$tmp/defs" | sed "s#^$build/##")
+        echo "check_layers: dead code: $s ($where) is called by no object of the build and no source"
+        dead=1
+    done
+fi
+
+if [ "$bad" != 0 ] || [ "$circles" != 0 ] || [ "$dead" != 0 ]; then
     echo "check_layers: the layers of docs/architecture.md are broken (above)"
     exit 1
 fi
-echo "check_layers: $checked includes in $(echo "$files" | wc -l) files keep the layers${1:+; no circle of files in $1}"
+echo "check_layers: $checked includes in $(echo "$files" | wc -l) files keep the layers${1:+; no circle of files and no dead code in $1}"

@@ -237,7 +237,6 @@ bad:
 }
 
 const char *link_config(const link_t *l) { return l->config; }
-int64_t link_acked(const link_t *l) { return l->acked; }
 
 /* Records the complete lines appended to the file since the last call. */
 static void scan_file(link_t *l) {

@@ -54,12 +54,6 @@ void metrics_add(metrics *m, const char *name, double value) {
     m->value[m->n++] = value;
 }
 
-double metrics_get(const metrics *m, const char *name, double def) {
-    for (int i = 0; i < m->n; i++)
-        if (strcmp(m->name[i], name) == 0) return m->value[i];
-    return def;
-}
-
 void metrics_flush(metrics *m) {
     if (!m->f || m->n == 0) return;
     double t = now_s();

@@ -20,11 +20,6 @@ static nn_attn_cfg attn_cfg(const model_shape *sh, const bk_backend *be) {
                          .tiled_min_t = be ? be->attention_tiled_min_t : 0};
 }
 
-double model_attn_flops(const model_shape *sh, int k, int n) {
-    nn_attn_cfg cf = attn_cfg(sh, NULL);
-    return nn_attn_flops(&cf, k, n);
-}
-
 const char *model_mixer_name(int kind) {
     static const char *names[] = {"attention", "bimamba", "bilstm"};
     return kind >= 0 && kind <= MODEL_MIXER_BILSTM ? names[kind] : "?";
