@@ -126,7 +126,6 @@ int sweep_expand(const sweep_spec *s, sweep_trial_fn fn, void *ud, char *err, si
 int sweep_trial_at(const sweep_spec *s, long long index, const double *x, sweep_trial_fn fn,
                    void *ud, char *err, size_t errlen);
 
-const char *sweep_dist_name(sweep_dist d);
 const char *sweep_method_name(sweep_method m);
 const char *sweep_stop_name(sweep_stop_method m);
 

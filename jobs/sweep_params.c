@@ -24,10 +24,6 @@ const char *sweep_method_name(sweep_method m) {
     return (unsigned)m <= SWEEP_TPE ? method_names[m] : "?";
 }
 
-const char *sweep_dist_name(sweep_dist d) {
-    return (unsigned)d <= SWEEP_DIST_INT_UNIFORM ? dist_names[d] : "?";
-}
-
 const char *sweep_stop_name(sweep_stop_method m) {
     return (unsigned)m <= SWEEP_STOP_HYPERBAND ? sweep_stop_names[m] : "?";
 }

@@ -1,3 +1,7 @@
+/* bk_select.c — picks the backend a run computes on ("auto", "cpu",
+ * "cuda"), the stand-in bk_cuda of a build without CUDA, and re-executing
+ * with OpenMP's passive wait policy (bk_openmp_passive). */
+
 #include "kernels/bk.h"
 
 #include <cblas.h>

@@ -1,3 +1,7 @@
+/* bk_tensor.c — the parameter layout (every tensor in one buffer, gradients
+ * in another of the same layout) and the activation arena: plan, reserve,
+ * take, reset (bk_tensor.h). */
+
 #include "kernels/bk_tensor.h"
 
 #include <stdio.h>

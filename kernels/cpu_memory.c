@@ -1,3 +1,7 @@
+/* cpu_memory.c — the CPU backend's memory ops: alloc/release, the shared
+ * workspace, host<->"device" copies and fills, and the d2h/h2d counters the
+ * no-copy tests read. */
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>

@@ -1,3 +1,7 @@
+/* proto.c — the bf wire format (proto.h, docs/protocol.md): message frames
+ * sent and received over ZeroMQ, error codes, typed JSON field readers,
+ * metric points, tokens and CURVE keys. */
+
 #include "protocol/proto.h"
 #include "common/errbuf.h"
 
@@ -16,12 +20,6 @@ static const char *const code_names[PROTO_N_CODES] = {
 
 const char *proto_code_name(proto_code c) {
     return (unsigned)c < PROTO_N_CODES ? code_names[c] : "";
-}
-
-proto_code proto_code_parse(const char *name) {
-    for (int i = 0; i < PROTO_N_CODES; i++)
-        if (strcmp(code_names[i], name) == 0) return (proto_code)i;
-    return PROTO_N_CODES;
 }
 
 void proto_msg_clear(proto_msg *m) {

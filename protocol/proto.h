@@ -53,8 +53,6 @@ typedef enum {
 
 /* "bad_frames", "bad_version", ... as on the wire; "" past the end. */
 const char *proto_code_name(proto_code c);
-/* Parses a wire code name; returns PROTO_N_CODES when unknown. */
-proto_code proto_code_parse(const char *name);
 
 /* One received message. `body` is owned (json_decref via proto_msg_clear). */
 typedef struct proto_msg {

@@ -265,8 +265,7 @@ typedef struct data_batcher data_batcher_t;
 int data_batcher_new(const data_tok_t *d, const data_batcher_opts *o, data_batcher_t **out,
                      char *err, size_t errlen);
 void data_batcher_destroy(data_batcher_t **self_p);
-/* Items per epoch and batches per epoch (rounded up). */
-size_t data_batcher_items(const data_batcher_t *b);
+/* Batches per epoch (rounded up). */
 size_t data_batcher_steps_per_epoch(const data_batcher_t *b);
 
 /* This rank's rows of a batch. Buffers are owned by the batch; allocate with

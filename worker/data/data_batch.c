@@ -99,8 +99,6 @@ int data_batcher_new(const data_tok_t *d, const data_batcher_opts *o, data_batch
     return DATA_OK;
 }
 
-size_t data_batcher_items(const data_batcher_t *b) { return b ? b->n_items : 0; }
-
 size_t data_batcher_steps_per_epoch(const data_batcher_t *b) {
     if (!b) return 0;
     size_t B = (size_t)b->o.global_batch;

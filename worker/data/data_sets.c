@@ -1,3 +1,7 @@
+/* data_sets.c — opens the data of one run from its config (data_sets.h):
+ * prepared sets or the user's files, the tokenizer trained or reused from
+ * the cache, validation splits, and warnings about suspicious data. */
+
 #include "worker/data/data_sets.h"
 #include "worker/data/data_priv.h"
 

@@ -1,3 +1,7 @@
+/* ckpt_map.c — init.map (ckpt_map.h): loads a rename map from a file or the
+ * built-in "timm" map, renames a checkpoint's tensors and reshapes those
+ * whose layout differs. */
+
 #include "worker/io/ckpt_map.h"
 
 #include <ctype.h>

@@ -1,3 +1,7 @@
+/* run_src.c — opens a finished run's weights and config for eval and
+ * generate (run_src.h): a run folder, a checkpoint set or checkpoint.bin,
+ * and loads them into a model with its tokenizer. */
+
 #include "worker/io/run_src.h"
 
 #include <dirent.h>

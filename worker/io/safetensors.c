@@ -1,3 +1,7 @@
+/* safetensors.c — reads and writes the safetensors format with no outside
+ * code (safetensors.h): header JSON, tensor lookup, dtype conversion to f32,
+ * data hashes and atomic writes. */
+
 #include "worker/io/safetensors.h"
 
 #include <errno.h>

@@ -1,3 +1,7 @@
+/* comm.c — data-parallel collectives (comm.h): MPI ranks from a launcher,
+ * GPU selection, NCCL between GPUs when built with it, all-reduce and
+ * broadcast, and the watchdog that aborts a stuck collective. */
+
 #include "worker/link/comm.h"
 
 #include <mpi.h>
@@ -166,12 +170,6 @@ void comm_abort(comm_t *c, int code) {
 
 int comm_rank(const comm_t *c) { return c ? c->rank : 0; }
 int comm_world(const comm_t *c) { return c ? c->world : 1; }
-int comm_local_rank(const comm_t *c) { return c ? c->local_rank : 0; }
-int comm_has_nccl(const comm_t *c) { return c ? c->has_nccl : 0; }
-const char *comm_kind(const comm_t *c) {
-    if (!c || !c->mpi) return c && c->has_nccl ? "nccl" : "none";
-    return c->has_nccl ? "nccl+mpi" : "mpi";
-}
 
 void comm_set_timeout(comm_t *c, double seconds, int exit_code) {
     if (!c) return;

@@ -40,11 +40,6 @@ void comm_abort(comm_t *c, int code);
  * rank 0 of 1. */
 int comm_rank(const comm_t *c);
 int comm_world(const comm_t *c);
-int comm_local_rank(const comm_t *c);
-/* 1 when gradient all-reduces on CUDA buffers go through NCCL. */
-int comm_has_nccl(const comm_t *c);
-/* "mpi", "nccl+mpi" or "none" (single process without MPI). */
-const char *comm_kind(const comm_t *c);
 
 /* Collectives that have not finished after `seconds` (0 = never) end the
  * process with exit status exit_code and a message on stderr naming the

@@ -1,3 +1,7 @@
+/* link.c — a worker's connection to bfd (link.h): the DEALER hello that
+ * brings the trial's config, the thread that streams metrics.jsonl lines and
+ * heartbeats, the attempt fence and the final state. */
+
 #include "worker/link/link.h"
 #include "common/errbuf.h"
 
@@ -233,7 +237,6 @@ bad:
 }
 
 const char *link_config(const link_t *l) { return l->config; }
-int64_t link_acked(const link_t *l) { return l->acked; }
 
 /* Records the complete lines appended to the file since the last call. */
 static void scan_file(link_t *l) {

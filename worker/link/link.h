@@ -38,8 +38,6 @@ int link_open(link_t **out, const link_opts *o, char *err, size_t errlen);
 
 /* The resolved config text from bfd's `config` reply. */
 const char *link_config(const link_t *l);
-/* The acked seq the daemon reported in `config`. */
-int64_t link_acked(const link_t *l);
 
 /* Starts the thread that streams metrics_path and listens for `stop`
  * (which sets *stop = 1). Returns 0 or -1 with a message. */

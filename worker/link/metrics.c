@@ -1,3 +1,6 @@
+/* metrics.c — writes DIR/metrics.jsonl (metrics.h): the points of one step
+ * collected, flushed as one JSON line, mirrored to TensorBoard when on. */
+
 #include "worker/link/metrics.h"
 #include "common/tfevents.h"
 
@@ -49,12 +52,6 @@ void metrics_add(metrics *m, const char *name, double value) {
     if (m->n == METRICS_MAX_POINTS) return;
     m->name[m->n] = name;
     m->value[m->n++] = value;
-}
-
-double metrics_get(const metrics *m, const char *name, double def) {
-    for (int i = 0; i < m->n; i++)
-        if (strcmp(m->name[i], name) == 0) return m->value[i];
-    return def;
 }
 
 void metrics_flush(metrics *m) {

@@ -38,8 +38,6 @@ int metrics_open(metrics *m, const char *dir, char *err, size_t errlen);
 void metrics_begin(metrics *m, long step);
 /* name must outlive the flush (string literals). Extra points past the cap are dropped. */
 void metrics_add(metrics *m, const char *name, double value);
-/* Value of a point added since metrics_begin, or def. */
-double metrics_get(const metrics *m, const char *name, double def);
 void metrics_flush(metrics *m);
 void metrics_close(metrics *m);
 /* The open metrics.jsonl and event file were renamed into dir (--force's

@@ -1,3 +1,7 @@
+/* model.c — the transformer of model.h built from nn/ modules: shapes and
+ * mixers, memory planning and fit checks, create/destroy, weight init,
+ * forward/backward for training and inference, A-ViT layers. */
+
 #include "worker/models/model.h"
 
 #include <math.h>
@@ -14,11 +18,6 @@ static nn_attn_cfg attn_cfg(const model_shape *sh, const bk_backend *be) {
                          .budget = sh->budget,
                          .scratch_maps = sh->infer_only,
                          .tiled_min_t = be ? be->attention_tiled_min_t : 0};
-}
-
-double model_attn_flops(const model_shape *sh, int k, int n) {
-    nn_attn_cfg cf = attn_cfg(sh, NULL);
-    return nn_attn_flops(&cf, k, n);
 }
 
 const char *model_mixer_name(int kind) {

@@ -246,7 +246,4 @@ double model_row_loss(const model *m, int r);
 /* Parameter count of the tensors whose names start with prefix. */
 size_t model_count(const model *m, const char *prefix);
 
-/* Attention FLOPs of one sample at one layer with k of H heads over n tokens. */
-double model_attn_flops(const model_shape *sh, int k, int n);
-
 #endif

@@ -1,3 +1,6 @@
+/* nn.c — what every nn/ module shares (nn.h): the named parameter list with
+ * its init rules and frozen flags, and the transient scratch arena. */
+
 #include "worker/nn/nn.h"
 
 #include <math.h>

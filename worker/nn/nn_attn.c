@@ -1,3 +1,7 @@
+/* nn_attn.c — multi-head self-attention (nn_attn.h) over bk's attention ops:
+ * declare, plan, forward, backward, the head budget, and decode with a KV
+ * cache. */
+
 #include "worker/nn/nn_attn.h"
 
 #include <math.h>

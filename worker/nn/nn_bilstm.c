@@ -1,3 +1,6 @@
+/* nn_bilstm.c — the multi-head bidirectional LSTM mixer (nn_bilstm.h) over
+ * bk's LSTM ops: declare, plan, forward, backward, FLOPs. */
+
 #include "worker/nn/nn_bilstm.h"
 
 #include <math.h>

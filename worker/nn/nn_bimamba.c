@@ -1,3 +1,6 @@
+/* nn_bimamba.c — the multi-head bidirectional Mamba mixer (nn_bimamba.h)
+ * over bk's selective-scan ops: declare, plan, forward, backward, FLOPs. */
+
 #include "worker/nn/nn_bimamba.h"
 
 #include <math.h>

@@ -1,3 +1,7 @@
+/* nn_block.c — one pre-LN transformer block with a mixer slot (nn_block.h):
+ * declare, plan, forward, backward, decode, and the taps distillation reads
+ * and writes gradients at. */
+
 #include "worker/nn/nn_block.h"
 
 #include "worker/nn/nn_bilstm.h"

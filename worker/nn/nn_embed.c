@@ -1,3 +1,7 @@
+/* nn_embed.c — token embedding plus learned positions (nn_embed.h):
+ * declare, forward, backward (scatter-add into E and P), and rows at given
+ * positions for decoding. */
+
 #include "worker/nn/nn_embed.h"
 
 int nn_embed_declare(nn_embed *m, nn_params *np, int V, int T, int C, float std) {

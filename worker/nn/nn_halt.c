@@ -1,3 +1,7 @@
+/* nn_halt.c — A-ViT adaptive token halting (nn_halt.h): halting scores per
+ * layer, the ponder and distribution losses with their backward, the halted
+ * output, retention and the prior's schedule. */
+
 #include "worker/nn/nn_halt.h"
 
 #include <math.h>

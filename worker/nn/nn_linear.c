@@ -1,3 +1,6 @@
+/* nn_linear.c — the linear module: y = x W^T + b over bk's matmul ops;
+ * declare, forward, backward (nn_linear.h). */
+
 #include "worker/nn/nn_linear.h"
 
 int nn_linear_declare(nn_linear *l, nn_params *np, const char *prefix, int in, int out, int bias,
@@ -18,5 +21,3 @@ void nn_linear_backward(const nn_linear *l, const nn_env *e, float *dx, const fl
     e->be->linear_backward(dx, nn_g(e, l->w), nn_g(e, l->b), dy, x, nn_w(e, l->w), N, l->in,
                            l->out);
 }
-
-double nn_linear_flops(const nn_linear *l, int N) { return 2.0 * N * l->in * l->out; }

@@ -20,6 +20,5 @@ void nn_linear_forward(const nn_linear *l, const nn_env *e, float *y, const floa
 /* dx[N,in] += dy W (dx nullable); dW += dy^T x, db += sum dy (skipped when frozen) */
 void nn_linear_backward(const nn_linear *l, const nn_env *e, float *dx, const float *dy,
                         const float *x, int N);
-double nn_linear_flops(const nn_linear *l, int N);
 
 #endif

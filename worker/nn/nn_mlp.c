@@ -1,3 +1,6 @@
+/* nn_mlp.c — the block's MLP, y = W2 GELU(W1 u + b1) + b2 (nn_mlp.h): two
+ * nn_linear around a GELU; declare, plan, forward, backward. */
+
 #include "worker/nn/nn_mlp.h"
 
 #include <stdio.h>
@@ -40,8 +43,4 @@ void nn_mlp_backward(nn_mlp *m, const nn_env *e, nn_scratch *s, float *du, const
     be->zero(dfch, n * sizeof(float));
     be->gelu_backward(dfch, m->fch, dfchg, n);
     nn_linear_backward(&m->fc, e, du, dfch, u, N);
-}
-
-double nn_mlp_flops(const nn_mlp *m, int N) {
-    return nn_linear_flops(&m->fc, N) + nn_linear_flops(&m->proj, N);
 }

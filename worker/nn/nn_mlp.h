@@ -25,6 +25,5 @@ void nn_mlp_forward_rows(const nn_mlp *m, const nn_env *e, float *y, const float
 /* du[N,C] += d mlp/du . dy; parameter gradients += */
 void nn_mlp_backward(nn_mlp *m, const nn_env *e, nn_scratch *s, float *du, const float *dy,
                      const float *u, int N);
-double nn_mlp_flops(const nn_mlp *m, int N);
 
 #endif

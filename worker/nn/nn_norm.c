@@ -1,3 +1,6 @@
+/* nn_norm.c — LayerNorm over the last dimension (nn_norm.h): declare, plan
+ * the activations it keeps, forward, backward over bk's layernorm ops. */
+
 #include "worker/nn/nn_norm.h"
 
 int nn_layernorm_declare(nn_layernorm *n, nn_params *np, const char *prefix, int C) {

@@ -1,3 +1,7 @@
+/* nn_outproj.c — the output projection a sequential mixer shares with
+ * attention (nn_outproj.h): dense or Hadamard; declare, plan, forward,
+ * backward. */
+
 #include "worker/nn/nn_outproj.h"
 
 #include <stdio.h>

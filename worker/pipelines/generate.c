@@ -1,3 +1,7 @@
+/* generate.c — decoder inference with a KV cache (generate.h): prefill,
+ * one-token decode, greedy or temperature/top-k sampling, and the uncached
+ * reference the tests compare against. */
+
 #include "worker/pipelines/generate.h"
 
 #include <math.h>

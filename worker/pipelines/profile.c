@@ -1,3 +1,6 @@
+/* profile.c — the attention sparsity profile of a trained ViT (profile.h):
+ * computed on a calibration batch, written as JSON and a table, read back. */
+
 #include "worker/pipelines/profile.h"
 
 #include <errno.h>

@@ -1,3 +1,7 @@
+/* s2s.c — the model side of the S2S stages (s2s.h): distillation's masked
+ * MSE at the replaced mixers, and the speed measurements that pick which
+ * layers to replace. */
+
 #include "worker/pipelines/s2s.h"
 
 #include <math.h>
