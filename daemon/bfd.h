@@ -5,6 +5,7 @@
 #define BFD_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #define BFD_MAX_GPUS 64
 
@@ -31,14 +32,14 @@ typedef struct bfd_config {
     char prometheus[256]; /* HOST:PORT of /metrics ("": off, the default) */
 } bfd_config;
 
-/* Fills defaults, then reads path when it exists (a YAML mapping: slots,
- * gpus (a list of indices or a count), launcher (local, slurm or remote),
- * heartbeat_timeout, heartbeat_interval, progress_timeout, kill_grace, threads_per_slot,
- * bfworker, mpirun, slurm_bin (folder of sbatch, srun, scontrol, scancel),
- * slurm_partition, slurm_mpi, slurm_poll, tensorboard (true or false),
- * prometheus (HOST:PORT, or a PORT on 127.0.0.1)).
- * Returns 0, or -1 with "PATH:LINE:COL: message". */
+/* Fills defaults, then reads path when it exists: a YAML mapping of the keys
+ * in bfd_config.c's table (bfd_config_help prints them). Returns 0, or -1
+ * with "PATH:LINE:COL: message". */
 int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen);
+
+/* Writes the bfd.yaml part of `bfd --help`: every key, its values, default
+ * and what it does, from the same table the loader reads by. */
+void bfd_config_help(FILE *f);
 
 typedef struct bfd_opts {
     char home[1024];

@@ -33,15 +33,11 @@ static const char *USAGE =
     "\n"
     "keygen writes DIR/curve/server.{key,pub}; with --client NAME it writes\n"
     "DIR/curve/NAME.{key,pub} and allows NAME.pub (copied to DIR/curve/clients/).\n"
+    "\n";
+
+/* After the table of bfd.yaml keys (bfd_config_help). */
+static const char *USAGE_TAIL =
     "\n"
-    "bfd.yaml (every key optional): slots: N (default: cores), gpus: [0, 1] or N\n"
-    "(default: detected), launcher: local|slurm|remote, heartbeat_timeout: 30, heartbeat_interval: "
-    "1,\n"
-    "progress_timeout: 0 (off), kill_grace: 5, threads_per_slot: 1, bfworker: PATH,\n"
-    "mpirun: PATH, tensorboard: true|false, prometheus: [ADDRESS:]PORT (default off);\n"
-    "for launcher: slurm also slurm_bin: DIR, slurm_partition: NAME, slurm_mpi: TYPE,\n"
-    "slurm_poll: 2. launcher: remote starts trials on `bfworker serve` agents that\n"
-    "connect to the worker endpoint (docs/cluster.md); slots are the agents'.\n"
     "Stop with SIGTERM or Ctrl-C: running trials keep running and reattach when bfd\n"
     "starts again. The protocol is in docs/protocol.md.\n";
 
@@ -138,6 +134,8 @@ int main(int argc, char **argv) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(USAGE, stdout);
+            bfd_config_help(stdout);
+            fputs(USAGE_TAIL, stdout);
             return 0;
         } else if (!strcmp(a, "keygen") && i == 1) {
             do_keygen = 1;
@@ -153,6 +151,8 @@ int main(int argc, char **argv) {
             quiet = 1;
         } else {
             fprintf(stderr, "bfd: unknown or incomplete option '%s'\n\n%s", a, USAGE);
+            bfd_config_help(stderr);
+            fputs(USAGE_TAIL, stderr);
             return BF_EX_USAGE;
         }
     }
