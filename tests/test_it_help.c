@@ -1,5 +1,6 @@
 /* test_it_help — every bfworker command's --help lists exactly the options
- * its scanner accepts (the tables in cmd_specs, worker/cmd/cmd.h), so help
+ * its parser accepts (the lists or the opts.h table in cmd_specs,
+ * worker/cmd/cmd.h), so help
  * and parser cannot drift apart; the help text is printed as it is written
  * (no "%%" of a format that is not one); every command has its section. */
 #include <criterion/criterion.h>
@@ -54,7 +55,7 @@ static int options_in(const char *text, char opts[][32], int max) {
 }
 
 static int accepted(const cmd_spec *c, const char *o) {
-    return cmd_listed(c->vals, o) || cmd_listed(c->flags, o);
+    return cmd_listed(c->vals, o) || cmd_listed(c->flags, o) || (c->opts && opts_find(c->opts, o));
 }
 
 static void expect_same_options(const cmd_spec *c, const char *text, const char *where) {
@@ -63,14 +64,23 @@ static void expect_same_options(const cmd_spec *c, const char *text, const char 
     for (int i = 0; i < n; i++)
         cr_expect(accepted(c, opts[i]), "%s: %s prints %s, which its scanner refuses:\n%s", c->name,
                   where, opts[i], text);
+    /* every option the parser accepts: its lists, or its table's rows */
+    const char *names[64];
+    char table[64][40];
+    int k = 0;
     const char *const *lists[2] = {c->vals, c->flags};
     for (int l = 0; l < 2; l++)
-        for (const char *const *o = lists[l]; *o; o++) {
-            int found = 0;
-            for (int i = 0; i < n; i++) found |= strcmp(opts[i], *o) == 0;
-            cr_expect(found, "%s: accepts %s but %s does not list it:\n%s", c->name, *o, where,
-                      text);
-        }
+        for (const char *const *o = lists[l]; o && *o && k < 64; o++) names[k++] = *o;
+    for (const opt_spec *r = c->opts; r && r->name && k < 64; r++, k++) {
+        snprintf(table[k], sizeof table[k], "--%s", r->name);
+        names[k] = table[k];
+    }
+    for (int j = 0; j < k; j++) {
+        int found = 0;
+        for (int i = 0; i < n; i++) found |= strcmp(opts[i], names[j]) == 0;
+        cr_expect(found, "%s: accepts %s but %s does not list it:\n%s", c->name, names[j], where,
+                  text);
+    }
 }
 
 Test(help, each_command_lists_the_options_it_accepts) {

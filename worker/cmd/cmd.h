@@ -9,6 +9,7 @@
 #include <stddef.h>
 
 #include "common/cfg.h"
+#include "common/opts.h"
 #include "common/errbuf.h"
 #include "worker/data/data_sets.h"
 #include "worker/io/run_src.h"
@@ -36,13 +37,15 @@ int cmd_serve(int argc, char **argv);    /* serve --connect EP: bfd's remote lau
  * line (tests/test_it_help.c checks they are those of cmd_specs). */
 extern const char *const cmd_usage;
 
-/* A command: its name, its entry, and the options its scanner accepts (each
- * NULL-terminated; --help and -h are every command's). */
+/* A command: its name, its entry, and the options it accepts: either its
+ * opts.h table (opts), or the two lists of its scanner (vals and flags, each
+ * NULL-terminated, NULL when opts is set); --help and -h are every command's. */
 typedef struct cmd_spec {
     const char *name;
     int (*main)(int argc, char **argv);
     const char *const *vals;  /* options that take a value */
     const char *const *flags; /* options without one */
+    const opt_spec *opts;     /* the option table (common/opts.h) */
 } cmd_spec;
 
 /* Every command, in the order of the help text; NULL name ends it
@@ -56,10 +59,10 @@ extern const char *const cmd_profile_vals[], *const cmd_profile_flags[];
 extern const char *const cmd_params_vals[], *const cmd_params_flags[];
 extern const char *const cmd_generate_vals[], *const cmd_generate_flags[];
 extern const char *const cmd_dump_vals[], *const cmd_dump_flags[];
-extern const char *const cmd_run_vals[], *const cmd_run_flags[];
+extern const opt_spec cmd_run_opts[];
 extern const char *const cmd_serve_vals[], *const cmd_serve_flags[];
 
-/* 1 when o is in list (NULL-terminated), else 0. */
+/* 1 when o is in list (NULL-terminated; NULL is empty), else 0. */
 int cmd_listed(const char *const *list, const char *o);
 
 /* 1 when argv[2] asks for help (--help, -h): the command prints its usage

@@ -64,7 +64,7 @@ const char *const cmd_usage =
     "error (all ranks end), 69 = a peer rank died or hung.\n";
 
 int cmd_listed(const char *const *list, const char *o) {
-    for (; *list; list++)
+    for (; list && *list; list++)
         if (strcmp(*list, o) == 0) return 1;
     return 0;
 }

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "common/cfg.h"
+#include "common/opts.h"
 #include "worker/link/comm.h"
 #include "worker/link/link.h"
 #include "worker/link/metrics.h"
@@ -37,6 +38,29 @@ static const char *RUN_USAGE_TEXT =
     "[--quiet]\n"
     "                    [--stage-root DIR --stage NAME]   (s2s: one stage of the trial)\n"
     "  (started by bfd; see docs/protocol.md)\n";
+
+/* What `bfworker run` is told on its command line (cmd_run_opts). */
+typedef struct run_args {
+    long long trial, attempt;
+    const char *endpoint, *token, *out;
+    const char *stage_root, *stage; /* s2s: one stage of a trial (bfd) */
+    int quiet;
+} run_args;
+
+#define RUN_AT(f) OPT_AT(run_args, f)
+/* The options `bfworker run` accepts (cmd.h: cmd_specs); its --help is
+ * printed from them. */
+const opt_spec cmd_run_opts[] = {
+    {"trial", 0, OPT_LONG, 1, 9007199254740991.0, RUN_AT(trial), "ID", "the trial's id in bfd"},
+    {"connect", 0, OPT_STR, 0, 0, RUN_AT(endpoint), "ENDPOINT", "bfd's worker endpoint"},
+    {"token", 0, OPT_STR, 0, 0, RUN_AT(token), "TOKEN", "the attempt's token from bfd"},
+    {"out", 0, OPT_STR, 0, 0, RUN_AT(out), "DIR", "the trial's folder"},
+    {"attempt", 0, OPT_LONG, 1, 2147483647, RUN_AT(attempt), "N", "the attempt number (1)"},
+    {"stage-root", 0, OPT_STR, 0, 0, RUN_AT(stage_root), "DIR", "s2s: s2s.root of the stage"},
+    {"stage", 0, OPT_STR, 0, 0, RUN_AT(stage), "NAME", "s2s: the one stage to run"},
+    {"quiet", 0, OPT_FLAG, 0, 0, RUN_AT(quiet), NULL, "no progress lines"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
 
 /* Writes text to path (0600). */
 static int write_text(const char *path, const char *text, char *err, size_t errlen) {
@@ -83,54 +107,24 @@ static int run_stage_keys(bf_config *c, const char *root, const char *stage, cha
     return 0;
 }
 
-/* The options `bfworker run` accepts (cmd.h: cmd_specs). */
-const char *const cmd_run_vals[] = {"--trial",   "--connect",    "--token", "--out",
-                                    "--attempt", "--stage-root", "--stage", NULL};
-const char *const cmd_run_flags[] = {"--quiet", NULL};
-
 static int run_ranks(int argc, char **argv, comm_t *comm) {
-    const char *trial_s = NULL, *endpoint = NULL, *token = NULL, *out = NULL, *attempt_s = "1";
-    const char *stage_root = NULL, *stage = NULL; /* s2s: one stage of a trial (bfd) */
-    int quiet = 0;
-    for (int i = 2; i < argc; i++) { /* only the table's options (the chain below sets them) */
-        int val = cmd_listed(cmd_run_vals, argv[i]);
-        if (!val && !cmd_listed(cmd_run_flags, argv[i]) && strcmp(argv[i], "--help") &&
-            strcmp(argv[i], "-h")) {
-            fprintf(stderr, "bfworker run: unknown option '%s'\n%s", argv[i], RUN_USAGE_TEXT);
-            return RUN_USAGE;
-        }
-        if (val) i++;
+    run_args a = {.attempt = 1};
+    int rest = argc;
+    int prc = opts_parse("bfworker run", RUN_USAGE_TEXT, cmd_run_opts, argc, argv, 2, &a, &rest);
+    if (prc != OPTS_OK) return prc == OPTS_HELP ? RUN_OK : RUN_USAGE;
+    if (rest < argc) {
+        fprintf(stderr, "bfworker run: unexpected argument '%s'\n%s", argv[rest], RUN_USAGE_TEXT);
+        return RUN_USAGE;
     }
-    for (int i = 2; i < argc; i++) {
-        const char **dst = !strcmp(argv[i], "--trial")        ? &trial_s
-                           : !strcmp(argv[i], "--connect")    ? &endpoint
-                           : !strcmp(argv[i], "--token")      ? &token
-                           : !strcmp(argv[i], "--out")        ? &out
-                           : !strcmp(argv[i], "--attempt")    ? &attempt_s
-                           : !strcmp(argv[i], "--stage-root") ? &stage_root
-                           : !strcmp(argv[i], "--stage")      ? &stage
-                                                              : NULL;
-        if (dst && i + 1 < argc) {
-            *dst = argv[++i];
-        } else if (!strcmp(argv[i], "--quiet")) {
-            quiet = 1;
-        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(RUN_USAGE_TEXT, stdout);
-            return RUN_OK;
-        } else {
-            fprintf(stderr, "bfworker run: unknown or incomplete option '%s'\n%s", argv[i],
-                    RUN_USAGE_TEXT);
-            return RUN_USAGE;
-        }
-    }
-    char *end;
-    long long trial = trial_s ? strtoll(trial_s, &end, 10) : 0;
-    long attempt = strtol(attempt_s, &end, 10);
-    if (!trial_s || trial < 1 || !endpoint || !token || !out || attempt < 1) {
+    if (!a.trial || !a.endpoint || !a.token || !a.out) {
         fprintf(stderr, "bfworker run: --trial, --connect, --token and --out are required\n%s",
                 RUN_USAGE_TEXT);
         return RUN_USAGE;
     }
+    const char *endpoint = a.endpoint, *token = a.token, *out = a.out;
+    long long trial = a.trial;
+    long attempt = (long)a.attempt;
+    int quiet = a.quiet;
     int rank = comm_rank(comm);
     char err[2048];
     link_t *link = NULL;
@@ -178,7 +172,7 @@ static int run_ranks(int argc, char **argv, comm_t *comm) {
     cfg_defaults(&c);
     if ((rank == 0 && write_text(path, text, err, sizeof err)) ||
         cfg_load_text(&c, text, len, "trial config", err, sizeof err) ||
-        run_stage_keys(&c, stage_root, stage, err, sizeof err) ||
+        run_stage_keys(&c, a.stage_root, a.stage, err, sizeof err) ||
         cfg_validate(&c, err, sizeof err)) {
         fprintf(stderr, "bfworker run: trial config: %s\n", err);
         free(text);
@@ -244,9 +238,11 @@ comm_fail:
 }
 
 int cmd_run(int argc, char **argv) {
+    /* --help before MPI starts */
     for (int i = 2; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             fputs(RUN_USAGE_TEXT, stdout);
+            opts_help(stdout, cmd_run_opts);
             return RUN_OK;
         }
     char err[2048];

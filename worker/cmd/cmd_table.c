@@ -7,13 +7,13 @@
 #include <stddef.h>
 
 const cmd_spec cmd_specs[] = {
-    {"train", cmd_train, cmd_train_vals, cmd_train_flags},
-    {"eval", cmd_eval, cmd_eval_vals, cmd_eval_flags},
-    {"profile", cmd_profile, cmd_profile_vals, cmd_profile_flags},
-    {"params", cmd_params, cmd_params_vals, cmd_params_flags},
-    {"generate", cmd_generate, cmd_generate_vals, cmd_generate_flags},
-    {"dump", cmd_dump, cmd_dump_vals, cmd_dump_flags},
-    {"run", cmd_run, cmd_run_vals, cmd_run_flags},
-    {"serve", cmd_serve, cmd_serve_vals, cmd_serve_flags},
-    {NULL, NULL, NULL, NULL},
+    {"train", cmd_train, cmd_train_vals, cmd_train_flags, NULL},
+    {"eval", cmd_eval, cmd_eval_vals, cmd_eval_flags, NULL},
+    {"profile", cmd_profile, cmd_profile_vals, cmd_profile_flags, NULL},
+    {"params", cmd_params, cmd_params_vals, cmd_params_flags, NULL},
+    {"generate", cmd_generate, cmd_generate_vals, cmd_generate_flags, NULL},
+    {"dump", cmd_dump, cmd_dump_vals, cmd_dump_flags, NULL},
+    {"run", cmd_run, NULL, NULL, cmd_run_opts},
+    {"serve", cmd_serve, cmd_serve_vals, cmd_serve_flags, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
 };
