@@ -23,6 +23,26 @@ const opt_spec *opts_find(const opt_spec *t, const char *o) {
     return NULL;
 }
 
+/* Writes text from column 24, wrapped before column 80. */
+static void wrap(FILE *f, const char *text) {
+    int col = 24;
+    for (const char *p = text; *p;) {
+        size_t w = strcspn(p, " ");
+        if (p != text && col + 1 + (int)w > 80) {
+            fprintf(f, "\n%24s", "");
+            col = 24;
+        } else if (p != text) {
+            fputc(' ', f);
+            col++;
+        }
+        fprintf(f, "%.*s", (int)w, p);
+        col += (int)w;
+        p += w;
+        while (*p == ' ') p++;
+    }
+    fputc('\n', f);
+}
+
 void opts_help(FILE *f, const opt_spec *t) {
     for (; t->name; t++) {
         if (!t->help) continue;
@@ -32,9 +52,10 @@ void opts_help(FILE *f, const opt_spec *t) {
         if (t->arg && n > 0 && (size_t)n < sizeof head)
             snprintf(head + n, sizeof head - (size_t)n, " %s", t->arg);
         if (strlen(head) < 24)
-            fprintf(f, "%-24s%s\n", head, t->help);
+            fprintf(f, "%-24s", head);
         else
-            fprintf(f, "%s\n%24s%s\n", head, "", t->help);
+            fprintf(f, "%s\n%24s", head, "");
+        wrap(f, t->help);
     }
 }
 

@@ -47,7 +47,8 @@ enum { OPTS_OK = 0, OPTS_HELP = 1, OPTS_ERROR = -1 };
 int opts_parse(const char *prog, const char *usage, const opt_spec *t, int argc, char **argv,
                int first, void *out, int *rest);
 
-/* Writes "  --name ARG  help" for each row of t that has help. */
+/* Writes "  --name ARG  help" for each row of t that has help, the help
+ * wrapped before column 80. */
 void opts_help(FILE *f, const opt_spec *t);
 
 /* The row of t for "--name" or "-c" (o as typed), or NULL. */

@@ -16,27 +16,53 @@
 
 #include "daemon/bfd.h"
 #include "common/errbuf.h"
+#include "common/opts.h"
 
 static const char *USAGE =
     "usage: bfd [options]            run the coordinator (foreground, log on stderr)\n"
     "       bfd keygen [--client NAME] [--home DIR]\n"
     "\n"
-    "options:\n"
-    "  --home DIR        state folder (default $BF_HOME, else ~/.bf; created 0700): the\n"
-    "                    SQLite store bf.db, sockets ctl.sock worker.sock pub.sock, logs/,\n"
-    "                    trials/, bfd.yaml (inventory), bfd.lock\n"
-    "  --daemonize       detach; log to DIR/bfd.log\n"
-    "  --tcp HOST:PORT   also listen on TCP (control PORT, workers PORT+1, pub PORT+2),\n"
-    "                    CURVE only: needs DIR/curve/server.key (bfd keygen); clients'\n"
-    "                    public keys in DIR/curve/clients/*.pub\n"
-    "  --quiet           no log lines\n"
+    "options:\n";
+
+/* What bfd is told on its command line (bfd_opts_table, keygen_opts). */
+typedef struct bfd_args {
+    const char *home, *tcp, *client;
+    int daemonize, quiet;
+} bfd_args;
+
+#define BA(f) OPT_AT(bfd_args, f)
+static const opt_spec bfd_opts_table[] = {
+    {"home", 0, OPT_STR, 0, 0, BA(home), "DIR",
+     "state folder (default $BF_HOME, else ~/.bf; created 0700): the SQLite store bf.db, "
+     "sockets ctl.sock worker.sock pub.sock, logs/, trials/, bfd.yaml (inventory), bfd.lock"},
+    {"daemonize", 0, OPT_FLAG, 0, 0, BA(daemonize), NULL, "detach; log to DIR/bfd.log"},
+    {"tcp", 0, OPT_STR, 0, 0, BA(tcp), "HOST:PORT",
+     "also listen on TCP (control PORT, workers PORT+1, pub PORT+2), CURVE only: needs "
+     "DIR/curve/server.key (bfd keygen); clients' public keys in DIR/curve/clients/*.pub"},
+    {"quiet", 0, OPT_FLAG, 0, 0, BA(quiet), NULL, "no log lines"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
+
+static const char *KEYGEN_USAGE = "usage: bfd keygen [--client NAME] [--home DIR]\n"
+                                  "\n"
+                                  "options:\n";
+
+static const opt_spec keygen_opts[] = {
+    {"home", 0, OPT_STR, 0, 0, BA(home), "DIR", "state folder, as for bfd"},
+    {"client", 0, OPT_STR, 0, 0, BA(client), "NAME", "a client's keys, not the server's"},
+    {"quiet", 0, OPT_FLAG, 0, 0, BA(quiet), NULL, "accepted, as for bfd"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
+
+/* After the options in bfd --help. */
+static const char *HELP_KEYGEN =
     "\n"
     "keygen writes DIR/curve/server.{key,pub}; with --client NAME it writes\n"
     "DIR/curve/NAME.{key,pub} and allows NAME.pub (copied to DIR/curve/clients/).\n"
     "\n";
 
 /* After the table of bfd.yaml keys (bfd_config_help). */
-static const char *USAGE_TAIL =
+static const char *HELP_TAIL =
     "\n"
     "Stop with SIGTERM or Ctrl-C: running trials keep running and reattach when bfd\n"
     "starts again. The protocol is in docs/protocol.md.\n";
@@ -128,34 +154,23 @@ static int keygen(const char *home, const char *client) {
 }
 
 int main(int argc, char **argv) {
-    const char *home_arg = NULL, *tcp = NULL, *client = NULL;
-    int daemonize = 0, quiet = 0, do_keygen = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(USAGE, stdout);
-            bfd_config_help(stdout);
-            fputs(USAGE_TAIL, stdout);
-            return 0;
-        } else if (!strcmp(a, "keygen") && i == 1) {
-            do_keygen = 1;
-        } else if (!strcmp(a, "--home") && i + 1 < argc) {
-            home_arg = argv[++i];
-        } else if (!strcmp(a, "--tcp") && i + 1 < argc && !do_keygen) {
-            tcp = argv[++i];
-        } else if (!strcmp(a, "--client") && i + 1 < argc && do_keygen) {
-            client = argv[++i];
-        } else if (!strcmp(a, "--daemonize") && !do_keygen) {
-            daemonize = 1;
-        } else if (!strcmp(a, "--quiet")) {
-            quiet = 1;
-        } else {
-            fprintf(stderr, "bfd: unknown or incomplete option '%s'\n\n%s", a, USAGE);
-            bfd_config_help(stderr);
-            fputs(USAGE_TAIL, stderr);
-            return BF_EX_USAGE;
-        }
+    bfd_args a = {0};
+    int do_keygen = argc > 1 && !strcmp(argv[1], "keygen"), rest = argc;
+    int prc = do_keygen
+                  ? opts_parse("bfd keygen", KEYGEN_USAGE, keygen_opts, argc, argv, 2, &a, &rest)
+                  : opts_parse("bfd", USAGE, bfd_opts_table, argc, argv, 1, &a, &rest);
+    if (prc == OPTS_HELP && !do_keygen) {
+        fputs(HELP_KEYGEN, stdout);
+        bfd_config_help(stdout);
+        fputs(HELP_TAIL, stdout);
     }
+    if (prc != OPTS_OK) return prc == OPTS_HELP ? 0 : BF_EX_USAGE;
+    if (rest < argc) {
+        fprintf(stderr, "bfd: unexpected argument '%s' (bfd --help)\n", argv[rest]);
+        return BF_EX_USAGE;
+    }
+    const char *home_arg = a.home, *tcp = a.tcp, *client = a.client;
+    int daemonize = a.daemonize, quiet = a.quiet;
     bfd_opts o;
     memset(&o, 0, sizeof o);
     o.quiet = quiet;
