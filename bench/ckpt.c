@@ -19,6 +19,7 @@
 
 #include "bench/bench_util.h"
 #include "common/hash.h"
+#include "common/opts.h"
 #include "kernels/bk.h"
 #include "worker/io/ckpt.h"
 #include "worker/io/safetensors.h"
@@ -28,20 +29,23 @@ static void die(const char *what, const char *err) {
     exit(1);
 }
 
-static int arg_int(int argc, char **argv, const char *name, int def, int lo, int hi) {
-    for (int i = 1; i + 1 < argc; i++)
-        if (strcmp(argv[i], name) == 0) {
-            char *end;
-            long v = strtol(argv[i + 1], &end, 10);
-            if (*end || v < lo || v > hi) {
-                fprintf(stderr, "bench_ckpt: %s must be an integer in [%d, %d], got '%s'\n", name,
-                        lo, hi, argv[i + 1]);
-                exit(64);
-            }
-            return (int)v;
-        }
-    return def;
-}
+/* The command line (ckpt_opts), with its defaults. */
+typedef struct ckpt_args {
+    int layers, d, vocab, seq, reps, json;
+    const char *dir;
+} ckpt_args;
+
+#define CK_AT(f) OPT_AT(ckpt_args, f)
+static const opt_spec ckpt_opts[] = {
+    {"layers", 0, OPT_INT, 1, 96, CK_AT(layers), "L", "decoder blocks (4)"},
+    {"d", 0, OPT_INT, 8, 8192, CK_AT(d), "D", "model width (512)"},
+    {"vocab", 0, OPT_INT, 2, 1 << 20, CK_AT(vocab), "V", "vocabulary (8192)"},
+    {"seq", 0, OPT_INT, 1, 1 << 16, CK_AT(seq), "T", "positions (512)"},
+    {"reps", 0, OPT_INT, 1, 100, CK_AT(reps), "N", "repetitions, the median is shown (3)"},
+    {"dir", 0, OPT_STR, 0, 0, CK_AT(dir), "DIR", "where to write (a fresh folder in /tmp)"},
+    {"json", 0, OPT_FLAG, 0, 0, CK_AT(json), NULL, "one JSON object instead of the table"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
 
 static void add(bk_params *P, const char *name, int a, int b, int decay) {
     int shape[2] = {a, b};
@@ -82,24 +86,19 @@ typedef struct row {
 } row;
 
 int main(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            printf("usage: bench_ckpt [--layers L] [--d D] [--vocab V] [--seq T] [--reps N] "
-                   "[--dir DIR] [--json]\n"
-                   "  defaults: 4 layers, d 512, vocab 8192, seq 512, 3 reps, a folder in /tmp\n"
-                   "  GPT-2 small: --layers 12 --d 768 --vocab 50257 --seq 1024\n");
-            return 0;
-        }
-    int L = arg_int(argc, argv, "--layers", 4, 1, 96), d = arg_int(argc, argv, "--d", 512, 8, 8192),
-        V = arg_int(argc, argv, "--vocab", 8192, 2, 1 << 20),
-        T = arg_int(argc, argv, "--seq", 512, 1, 1 << 16),
-        reps = arg_int(argc, argv, "--reps", 3, 1, 100);
-    int json = 0;
-    const char *dir_arg = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0) json = 1;
-        if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc) dir_arg = argv[i + 1];
+    ckpt_args a = {.layers = 4, .d = 512, .vocab = 8192, .seq = 512, .reps = 3};
+    int rest = argc;
+    int prc = opts_parse("bench_ckpt",
+                         "usage: bench_ckpt [options]\n"
+                         "  GPT-2 small: --layers 12 --d 768 --vocab 50257 --seq 1024\n",
+                         ckpt_opts, argc, argv, 1, &a, &rest);
+    if (prc != OPTS_OK) return prc == OPTS_HELP ? 0 : 64;
+    if (rest < argc) {
+        fprintf(stderr, "bench_ckpt: unexpected argument '%s'\n", argv[rest]);
+        return 64;
     }
+    int L = a.layers, d = a.d, V = a.vocab, T = a.seq, reps = a.reps, json = a.json;
+    const char *dir_arg = a.dir;
     char dir[512];
     if (dir_arg)
         snprintf(dir, sizeof dir, "%s", dir_arg);

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "bench/bench_util.h"
+#include "common/opts.h"
 #include "kernels/bk.h"
 #include "worker/pipelines/generate.h"
 #include "worker/models/model.h"
@@ -129,61 +130,46 @@ static void print_json(const bench *bc, const char *proj, int B, int n, const re
            1e3 * r->lat_med, 1e3 * r->lat_p90, r->cache_mib, r->arena_mib, r->params_mib);
 }
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: bench_decode [--device auto|cpu|cuda] [--json] [--reps N] [--steps D]\n"
-               "                    [--layers L] [--d-model C] [--heads H] [--vocab V]\n");
-}
+/* The command line: the bench's shape and the device (decode_opts). */
+typedef struct decode_cli {
+    bench bc;
+    const char *device;
+} decode_cli;
 
-static int int_arg(const char *name, const char *text, int lo, int hi, int *out) {
-    char *end;
-    long v = strtol(text, &end, 10);
-    if (end == text || *end || v < lo || v > hi) {
-        fprintf(stderr, "bench_decode: %s '%s' is not an integer in %d..%d\n", name, text, lo, hi);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
-}
+#define DA(f) OPT_AT(decode_cli, f)
+static const opt_spec decode_opts[] = {
+    {"device", 0, OPT_STR, 0, 0, DA(device), "auto|cpu|cuda", "the backend (auto)"},
+    {"json", 0, OPT_FLAG, 0, 0, DA(bc.json), NULL, "JSON lines on stdout, the table on stderr"},
+    {"reps", 0, OPT_INT, 1, REPS_MAX, DA(bc.reps), "N", "repetitions (2)"},
+    {"steps", 0, OPT_INT, 1, STEPS_MAX, DA(bc.steps), "D", "decode steps (32)"},
+    {"layers", 0, OPT_INT, 1, 64, DA(bc.layers), "L", "blocks (4)"},
+    {"d-model", 0, OPT_INT, 4, 8192, DA(bc.d_model), "C", "model width (256)"},
+    {"heads", 0, OPT_INT, 1, 256, DA(bc.heads), "H", "attention heads (4)"},
+    {"vocab", 0, OPT_INT, 16, 1 << 20, DA(bc.vocab), "V", "vocabulary (8192)"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
 
 int main(int argc, char **argv) {
     bk_openmp_passive(argv);
-    bench bc = {.reps = 2,
-                .steps = 32,
-                .layers = 4,
-                .d_model = 256,
-                .heads = 4,
-                .vocab = 8192,
-                .seq_len = 256,
-                .table = stdout};
-    const char *device = "auto";
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int has = i + 1 < argc;
-        if (strcmp(a, "--device") == 0 && has) {
-            device = argv[++i];
-        } else if (strcmp(a, "--json") == 0) {
-            bc.json = 1;
-        } else if (strcmp(a, "--reps") == 0 && has) {
-            if (int_arg(a, argv[++i], 1, REPS_MAX, &bc.reps)) return 2;
-        } else if (strcmp(a, "--steps") == 0 && has) {
-            if (int_arg(a, argv[++i], 1, STEPS_MAX, &bc.steps)) return 2;
-        } else if (strcmp(a, "--layers") == 0 && has) {
-            if (int_arg(a, argv[++i], 1, 64, &bc.layers)) return 2;
-        } else if (strcmp(a, "--d-model") == 0 && has) {
-            if (int_arg(a, argv[++i], 4, 8192, &bc.d_model)) return 2;
-        } else if (strcmp(a, "--heads") == 0 && has) {
-            if (int_arg(a, argv[++i], 1, 256, &bc.heads)) return 2;
-        } else if (strcmp(a, "--vocab") == 0 && has) {
-            if (int_arg(a, argv[++i], 16, 1 << 20, &bc.vocab)) return 2;
-        } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "bench_decode: unknown or incomplete argument '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
+    decode_cli cli = {.bc = {.reps = 2,
+                             .steps = 32,
+                             .layers = 4,
+                             .d_model = 256,
+                             .heads = 4,
+                             .vocab = 8192,
+                             .seq_len = 256,
+                             .table = stdout},
+                      .device = "auto"};
+    int rest = argc;
+    int prc = opts_parse("bench_decode", "usage: bench_decode [options]\n", decode_opts, argc, argv,
+                         1, &cli, &rest);
+    if (prc != OPTS_OK) return prc == OPTS_HELP ? 0 : 2;
+    if (rest < argc) {
+        fprintf(stderr, "bench_decode: unexpected argument '%s'\n", argv[rest]);
+        return 2;
     }
+    bench bc = cli.bc;
+    const char *device = cli.device;
     char err[512];
     if (bk_select(device, &bc.be, err, sizeof err)) die("device", err);
     if (bc.json) bc.table = stderr;

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "bench/bench_util.h"
+#include "common/opts.h"
 #include "kernels/bk_rng.h"
 #include "worker/models/model.h"
 
@@ -120,51 +121,40 @@ static void run_shape(const opts *o, int patch) {
     model_destroy(&dense);
 }
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: bench_vit [--device auto|cpu|cuda] [--json] [--reps N] [--batch B]\n"
-               "                 [--layers L] [--d D] [--heads H]\n"
-               "  dense ViT vs A-ViT masked vs A-ViT dropped at r = 1, 0.7, 0.5, 0.3,\n"
-               "  50 and 197 tokens (defaults: DeiT-Tiny, batch 32, fastest of 5)\n");
-}
+/* The command line: the bench's opts and the device (vit_opts). */
+typedef struct vit_cli {
+    opts o;
+    const char *device;
+} vit_cli;
 
-static int int_arg(const char *s, int lo, int hi, const char *name) {
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (*end || v < lo || v > hi) {
-        fprintf(stderr, "bench_vit: %s must be %d..%d, got '%s'\n", name, lo, hi, s);
-        exit(64);
-    }
-    return (int)v;
-}
+#define VA(f) OPT_AT(vit_cli, f)
+static const opt_spec vit_opts[] = {
+    {"device", 0, OPT_STR, 0, 0, VA(device), "auto|cpu|cuda", "the backend (cpu)"},
+    {"json", 0, OPT_FLAG, 0, 0, VA(o.json), NULL, "one JSON object per row"},
+    {"reps", 0, OPT_INT, 1, 1000, VA(o.reps), "N", "repetitions, the fastest kept (5)"},
+    {"batch", 0, OPT_INT, 1, 4096, VA(o.B), "B", "images per batch (32)"},
+    {"layers", 0, OPT_INT, 2, 64, VA(o.L), "L", "blocks (12)"},
+    {"d", 0, OPT_INT, 8, 4096, VA(o.D), "D", "model width (192)"},
+    {"heads", 0, OPT_INT, 1, 64, VA(o.H), "H", "attention heads (3)"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
 
 int main(int argc, char **argv) {
     bk_openmp_passive(argv);
-    const char *device = "cpu";
-    opts o = {.reps = 5, .B = 32, .L = 12, .D = 192, .H = 3};
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json"))
-            o.json = 1;
-        else if (!strcmp(argv[i], "--device") && i + 1 < argc)
-            device = argv[++i];
-        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
-            o.reps = int_arg(argv[++i], 1, 1000, "--reps");
-        else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
-            o.B = int_arg(argv[++i], 1, 4096, "--batch");
-        else if (!strcmp(argv[i], "--layers") && i + 1 < argc)
-            o.L = int_arg(argv[++i], 2, 64, "--layers");
-        else if (!strcmp(argv[i], "--d") && i + 1 < argc)
-            o.D = int_arg(argv[++i], 8, 4096, "--d");
-        else if (!strcmp(argv[i], "--heads") && i + 1 < argc)
-            o.H = int_arg(argv[++i], 1, 64, "--heads");
-        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "bench_vit: unknown option '%s'\n", argv[i]);
-            usage(stderr);
-            return 64;
-        }
+    vit_cli cli = {.o = {.reps = 5, .B = 32, .L = 12, .D = 192, .H = 3}, .device = "cpu"};
+    int rest = argc;
+    int prc = opts_parse("bench_vit",
+                         "usage: bench_vit [options]\n"
+                         "  dense ViT vs A-ViT masked vs A-ViT dropped at r = 1, 0.7, 0.5, 0.3,\n"
+                         "  50 and 197 tokens (defaults: DeiT-Tiny, batch 32, fastest of 5)\n",
+                         vit_opts, argc, argv, 1, &cli, &rest);
+    if (prc != OPTS_OK) return prc == OPTS_HELP ? 0 : 64;
+    if (rest < argc) {
+        fprintf(stderr, "bench_vit: unexpected argument '%s'\n", argv[rest]);
+        return 64;
     }
+    opts o = cli.o;
+    const char *device = cli.device;
     if (o.D % o.H) {
         fprintf(stderr, "bench_vit: --d %d is not divisible by --heads %d\n", o.D, o.H);
         return 64;
