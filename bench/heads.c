@@ -14,6 +14,7 @@
 
 #include "kernels/bk.h"
 #include "bench/bench_util.h"
+#include "common/opts.h"
 #include "kernels/bk_rng.h"
 #include "worker/models/model.h"
 
@@ -69,38 +70,32 @@ static void build(model *m, const opts *o, const bk_backend *be, int budget) {
     }
 }
 
+#define HA(f) OPT_AT(opts, f)
+static const opt_spec heads_opts[] = {
+    {"device", 0, OPT_STR, 0, 0, HA(device), "auto|cpu|cuda", "the backend (auto)"},
+    {"reps", 0, OPT_INT, 1, 2147483647, HA(reps), "N", "repetitions (15)"},
+    {"B", 0, OPT_INT, 1, 2147483647, HA(B), "n", "batch (64)"},
+    {"T", 0, OPT_INT, 1, 2147483647, HA(T), "n", "tokens (64)"},
+    {"d", 0, OPT_INT, 1, 2147483647, HA(d), "n", "model width (128)"},
+    {"H", 0, OPT_INT, 1, 2147483647, HA(H), "n", "heads (8)"},
+    {"L", 0, OPT_INT, 1, 2147483647, HA(L), "n", "layers (4)"},
+    {"json", 0, OPT_FLAG, 0, 0, HA(json), NULL, "one JSON object"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
+
 int main(int argc, char **argv) {
     bk_openmp_passive(argv);
     opts o = {.B = 64, .T = 64, .d = 128, .H = 8, .L = 4, .reps = 15, .device = "auto"};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int *ip = !strcmp(a, "--B")      ? &o.B
-                  : !strcmp(a, "--T")    ? &o.T
-                  : !strcmp(a, "--d")    ? &o.d
-                  : !strcmp(a, "--H")    ? &o.H
-                  : !strcmp(a, "--L")    ? &o.L
-                  : !strcmp(a, "--reps") ? &o.reps
-                                         : NULL;
-        if (ip && v) {
-            *ip = atoi(v), i++;
-            if (*ip < 1) {
-                fprintf(stderr, "bench_heads: %s must be a positive integer\n", a);
-                return 64;
-            }
-        } else if (!strcmp(a, "--device") && v) {
-            o.device = v, i++;
-        } else if (!strcmp(a, "--json")) {
-            o.json = 1;
-        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            puts(
-                "usage: bench_heads [--device auto|cpu|cuda] [--reps N] [--B n] [--T n] [--d n] "
-                "[--H n] [--L n] [--json]\n"
-                "Inference time of the attention sublayers and the whole model with k of H heads.");
-            return 0;
-        } else {
-            fprintf(stderr, "bench_heads: unknown or incomplete option '%s' (see --help)\n", a);
-            return 64;
-        }
+    int rest = argc;
+    int prc = opts_parse("bench_heads",
+                         "usage: bench_heads [options]\n"
+                         "Inference time of the attention sublayers and the whole model with k "
+                         "of H heads.\n",
+                         heads_opts, argc, argv, 1, &o, &rest);
+    if (prc != OPTS_OK) return prc == OPTS_HELP ? 0 : 64;
+    if (rest < argc) {
+        fprintf(stderr, "bench_heads: unexpected argument '%s' (see --help)\n", argv[rest]);
+        return 64;
     }
     if (o.H < 8 || o.H % 8) {
         fprintf(stderr, "bench_heads: --H must be a multiple of 8 (k/H down to 0.125)\n");

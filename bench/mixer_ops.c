@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "bench/bench_util.h"
+#include "common/opts.h"
 #include "kernels/bk.h"
 #include "kernels/bk_rng.h"
 
@@ -245,68 +246,46 @@ static void bench_shape(const bench *b, int T, int d, int heads) {
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) be->release(all[i]);
 }
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: bench_mixer_ops [--device auto|cpu|cuda] [--json] [--reps N] [--max-t T]\n"
-            "  --reps N   timed repetitions per op, best kept (1..%d, default 3)\n"
-            "  --max-t T  skip shapes with more than T tokens (default: all, up to 2049)\n"
-            "  --clock C  wall (default) or cpu: CPU time of the process, summed over threads\n"
-            "             (CPU backend only; steadier on a loaded machine)\n",
-            REPS_MAX);
-}
+/* The command line (mixer_ops_opts), with its defaults. */
+typedef struct mixer_ops_cli {
+    const char *device, *clock;
+    int reps, max_t, json;
+} mixer_ops_cli;
 
-static int parse_int(const char *s, long lo, long hi, long *out) {
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (*s == 0 || *end || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
+#define MA(f) OPT_AT(mixer_ops_cli, f)
+static const opt_spec mixer_ops_opts[] = {
+    {"device", 0, OPT_STR, 0, 0, MA(device), "auto|cpu|cuda", "the backend (auto)"},
+    {"json", 0, OPT_FLAG, 0, 0, MA(json), NULL, "JSON lines on stdout, the table on stderr"},
+    {"reps", 0, OPT_INT, 1, REPS_MAX, MA(reps), "N", "timed repetitions per op, best kept (3)"},
+    {"max-t", 0, OPT_INT, 1, 1 << 20, MA(max_t), "T",
+     "skip shapes with more than T tokens (default: all, up to 2049)"},
+    {"clock", 0, OPT_STR, 0, 0, MA(clock), "C",
+     "wall (default) or cpu: CPU time of the process, summed over threads (CPU backend only; "
+     "steadier on a loaded machine)"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
 
 int main(int argc, char **argv) {
     bk_openmp_passive(argv);
-    const char *device = "auto";
-    bench b = {.reps = 3, .table = stdout};
-    long max_t = 1 << 20;
-    for (int i = 1; i < argc; i++) {
-        long v;
-        if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
-            device = argv[++i];
-        } else if (strcmp(argv[i], "--json") == 0) {
-            b.json = 1;
-        } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-            if (parse_int(argv[++i], 1, REPS_MAX, &v)) {
-                fprintf(stderr, "bench_mixer_ops: --reps '%s' is not an integer in 1..%d\n",
-                        argv[i], REPS_MAX);
-                return 2;
-            }
-            b.reps = (int)v;
-        } else if (strcmp(argv[i], "--max-t") == 0 && i + 1 < argc) {
-            if (parse_int(argv[++i], 1, 1 << 20, &v)) {
-                fprintf(stderr, "bench_mixer_ops: --max-t '%s' is not a positive integer\n",
-                        argv[i]);
-                return 2;
-            }
-            max_t = v;
-        } else if (strcmp(argv[i], "--clock") == 0 && i + 1 < argc) {
-            i++;
-            if (strcmp(argv[i], "wall") == 0) {
-                b.cpu_clock = 0;
-            } else if (strcmp(argv[i], "cpu") == 0) {
-                b.cpu_clock = 1;
-            } else {
-                fprintf(stderr, "bench_mixer_ops: --clock '%s' is not wall or cpu\n", argv[i]);
-                return 2;
-            }
-        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "bench_mixer_ops: unknown or incomplete argument '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
+    mixer_ops_cli cli = {.device = "auto", .clock = "wall", .reps = 3, .max_t = 1 << 20};
+    int rest = argc;
+    int prc = opts_parse("bench_mixer_ops", "usage: bench_mixer_ops [options]\n", mixer_ops_opts,
+                         argc, argv, 1, &cli, &rest);
+    if (prc != OPTS_OK) return prc == OPTS_HELP ? 0 : 2;
+    if (rest < argc) {
+        fprintf(stderr, "bench_mixer_ops: unexpected argument '%s'\n", argv[rest]);
+        return 2;
     }
+    if (strcmp(cli.clock, "wall") && strcmp(cli.clock, "cpu")) {
+        fprintf(stderr, "bench_mixer_ops: --clock '%s' is not wall or cpu\n", cli.clock);
+        return 2;
+    }
+    const char *device = cli.device;
+    bench b = {.reps = cli.reps,
+               .json = cli.json,
+               .cpu_clock = !strcmp(cli.clock, "cpu"),
+               .table = stdout};
+    long max_t = cli.max_t;
     char err[256];
     if (bk_select(device, &b.be, err, sizeof err)) {
         fprintf(stderr, "bench_mixer_ops: %s\n", err);
