@@ -12,41 +12,60 @@
 #include "common/pipeline_decl.h"
 #include "jobs/sweep.h"
 
+/* What `bfctl expand` is told (expand_opts), and how many trials it wrote. */
+typedef struct expand_out {
+    int json, config;
+    long long n;
+} expand_out;
+
+static const opt_spec expand_opts[] = {
+    {"json", 0, OPT_FLAG, 0, 0, OPT_AT(expand_out, json), NULL,
+     "one JSON object: the sweep, then each trial's params and config"},
+    {"config", 0, OPT_FLAG, 0, 0, OPT_AT(expand_out, config), NULL,
+     "each trial's resolved config under its line"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
+
 static const bfctl_cmd commands[] = {
     {"validate", bfctl_validate, "validate SWEEP.yaml...|- [--json]",
      "check sweep files (or standalone configs; - reads standard input); exit 0 only if all are "
      "valid",
-     "--json"},
+     "--json", NULL},
     {"expand", bfctl_expand, "expand SWEEP.yaml [--json] [--config]",
-     "list the trials a sweep expands into, with their config hashes", "--json --config"},
+     "list the trials a sweep expands into, with their config hashes", NULL, expand_opts},
     {"keys", bfctl_keys, "keys [--markdown]", "list every config key with type, default and range",
-     "--markdown"},
+     "--markdown", NULL},
     {"submit", bfctl_submit, "submit SWEEP.yaml [--set KEY=VALUE ...] [--wait] [--follow]",
-     "submit a sweep to bfd; prints the job id", "--set= --wait --follow"},
-    {"ls", bfctl_ls, "ls [--json]", "list jobs", "--json"},
+     "submit a sweep to bfd; prints the job id", "--set= --wait --follow", NULL},
+    {"ls", bfctl_ls, "ls [--json]", "list jobs", "--json", NULL},
     {"show", bfctl_show, "show JOB|tTRIAL [--json] [--rungs]",
-     "a job and its trials, or one trial; --rungs: early-stopping decisions", "--json --rungs"},
+     "a job and its trials, or one trial; --rungs: early-stopping decisions", "--json --rungs",
+     NULL},
     {"tail", bfctl_tail, "tail JOB|tTRIAL [-f|--follow] [--all]", "metric points; -f follows live",
-     "-f --follow --all"},
-    {"cancel", bfctl_cancel, "cancel JOB|tTRIAL", "cancel a job or one trial", ""},
-    {"stop", bfctl_stop, "stop tTRIAL", "early-stop a running trial (checkpoint, STOPPED)", ""},
-    {"resume", bfctl_resume, "resume tTRIAL", "continue a STOPPED trial from its checkpoint", ""},
-    {"wait", bfctl_wait, "wait JOB", "wait for a job; exit 0 only if every trial completed", ""},
-    {"best", bfctl_best, "best JOB [-n N] [--json]", "the job's best trials by its metric",
-     "-n= --json"},
-    {"logs", bfctl_logs, "logs tTRIAL [-f]", "a trial's log; -f follows it", "-f"},
+     "-f --follow --all", NULL},
+    {"cancel", bfctl_cancel, "cancel JOB|tTRIAL", "cancel a job or one trial", "", NULL},
+    {"stop", bfctl_stop, "stop tTRIAL", "early-stop a running trial (checkpoint, STOPPED)", "",
+     NULL},
+    {"resume", bfctl_resume, "resume tTRIAL", "continue a STOPPED trial from its checkpoint", "",
+     NULL},
+    {"wait", bfctl_wait, "wait JOB", "wait for a job; exit 0 only if every trial completed", "",
+     NULL},
+    {"best", bfctl_best, "best JOB [-n N] [--json]", "the job's best trials by its metric", NULL,
+     bfctl_best_opts},
+    {"logs", bfctl_logs, "logs tTRIAL [-f]", "a trial's log; -f follows it", "-f", NULL},
     {"daemon", bfctl_daemon, "daemon status [--json] [--all]",
-     "bfd's state: slots, GPUs, running trials (first 100; --all: every one)", "--json --all"},
+     "bfd's state: slots, GPUs, running trials (first 100; --all: every one)", "--json --all",
+     NULL},
     {"results", bfctl_results, "results JOB [--json]",
-     "accuracy and heads used per trial, best marked", "--json"},
+     "accuracy and heads used per trial, best marked", "--json", NULL},
     {"export", bfctl_export, "export JOB --csv|--json|--tensorboard DIR",
      "every stored metric of a job (CSV, JSON, or TensorBoard event files)",
-     "--csv --json --tensorboard="},
+     "--csv --json --tensorboard=", NULL},
     {"plot", bfctl_plot,
      "plot JOB|tTRIAL [--metric M ...] [--x step|time] [-o F] [--size WxH] [--logy] [--smooth K] "
      "[--best N]",
      "metric curves as PNG or SVG, one line per trial, best marked",
-     "--metric= --x= -o= --size= --logy --smooth= --best="},
+     "--metric= --x= -o= --size= --logy --smooth= --best=", NULL},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
@@ -176,6 +195,7 @@ static const bfctl_cmd *find_cmd(const char *name) {
 static void cmd_help(const char *name) {
     const bfctl_cmd *c = find_cmd(name);
     if (c) printf("usage: bfctl %s\n  %s\n", c->usage, c->summary);
+    if (c && c->table) opts_help(stdout, c->table);
 }
 
 /* ---------------------------------------------------------------- validate */
@@ -270,11 +290,6 @@ int bfctl_validate(int argc, char **argv) {
 
 /* ------------------------------------------------------------------ expand */
 
-typedef struct expand_out {
-    int json, config;
-    long long n;
-} expand_out;
-
 static int print_trial(void *ud, const sweep_trial *t) {
     expand_out *o = ud;
     if (o->json) {
@@ -319,27 +334,14 @@ static int print_trial(void *ud, const sweep_trial *t) {
 }
 
 int bfctl_expand(int argc, char **argv) {
-    if (wants_help(argc, argv)) {
-        cmd_help("expand");
-        return 0;
-    }
     expand_out o = {0, 0, 0};
-    const char *file = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0)
-            o.json = 1;
-        else if (strcmp(argv[i], "--config") == 0)
-            o.config = 1;
-        else if (argv[i][0] == '-' || file) {
-            fprintf(stderr, "usage: bfctl expand SWEEP.yaml [--json] [--config]\n");
-            return BF_EX_USAGE;
-        } else
-            file = argv[i];
-    }
-    if (!file) {
+    int rest = argc, prc = bfctl_parse(argc, argv, &o, &rest);
+    if (prc >= 0) return prc;
+    if (rest != argc - 1) {
         fprintf(stderr, "usage: bfctl expand SWEEP.yaml [--json] [--config]\n");
         return BF_EX_USAGE;
     }
+    const char *file = argv[rest];
     sweep_spec *s = NULL;
     sweep_errors e = {0};
     if (sweep_load_file(file, &s, &e) < 0) {
@@ -476,6 +478,8 @@ int main(int argc, char **argv) {
         usage(stderr);
         return BF_EX_USAGE;
     }
-    if (!wants_help(argc - 1, argv + 1) && check_options(c, argc - 1, argv + 1)) return BF_EX_USAGE;
+    if (!c->table && !wants_help(argc - 1, argv + 1) && check_options(c, argc - 1, argv + 1))
+        return BF_EX_USAGE;
+    bfctl_parse_as(c);
     return c->fn(argc - 1, argv + 1);
 }

@@ -4,6 +4,7 @@
 #define BFCTL_H
 
 #include "common/errbuf.h" /* BF_EX_USAGE */
+#include "common/opts.h"
 
 typedef int (*bfctl_cmd_fn)(int argc, char **argv);
 
@@ -13,9 +14,22 @@ typedef struct bfctl_cmd {
     const char *usage;   /* "validate SWEEP.yaml..." */
     const char *summary; /* one line for --help */
     /* the options its parser accepts, space-separated; "NAME=" takes a value
-     * (the next argument). main() refuses any other before the command runs. */
+     * (the next argument). main() refuses any other before the command runs.
+     * NULL for a command parsed by its table instead. */
     const char *opts;
+    /* the command's option table (common/opts.h), which it parses by with
+     * bfctl_parse; its --help lists the rows. NULL: opts above. */
+    const opt_spec *table;
 } bfctl_cmd;
+
+/* ctl/ctl_parse.c: a command's command line, read by its row's table */
+/* The command about to run (main sets it): bfctl_parse reads by its row. */
+void bfctl_parse_as(const bfctl_cmd *c);
+/* Parses argv (argv[0] the command's name) by that command's table into
+ * out. Returns -1 to go on, with *rest the index of the first argument that
+ * is not an option (argc when none); else the exit status after printing
+ * the help (0) or why the line is refused (BF_EX_USAGE). */
+int bfctl_parse(int argc, char **argv, void *out, int *rest);
 
 /* ctl/bfctl.c: the table, and the commands that need no daemon */
 int bfctl_validate(int argc, char **argv);
@@ -39,6 +53,7 @@ int bfctl_submit(int argc, char **argv);
 int bfctl_ls(int argc, char **argv);
 int bfctl_show(int argc, char **argv);
 int bfctl_best(int argc, char **argv);
+extern const opt_spec bfctl_best_opts[];
 int bfctl_wait(int argc, char **argv);
 /* Polls until the job ends and says how ("job 3 done: ..." unless quiet);
  * 0 when every trial completed, else 1. */

@@ -233,20 +233,25 @@ int bfctl_show(int argc, char **argv) {
     return 0;
 }
 
+/* What `bfctl best` is told (bfctl_best_opts). */
+typedef struct best_args {
+    int n, json;
+} best_args;
+
+const opt_spec bfctl_best_opts[] = {
+    {"", 'n', OPT_INT, 1, 1000, OPT_AT(best_args, n), "N", "how many trials (5)"},
+    {"json", 0, OPT_FLAG, 0, 0, OPT_AT(best_args, json), NULL, "the reply as JSON"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
+
 int bfctl_best(int argc, char **argv) {
-    static const char *const vals[] = {"-n", NULL};
-    if (ctl_help_wanted(argc, argv, "best JOB [-n N] [--json]",
-                        "the job's best trials by its metric (default 5)"))
-        return 0;
-    long long job, trial, n = 5;
-    if (ctl_target_arg(argc, argv, vals, "best JOB [-n N] [--json]", 'j', &job, &trial))
+    best_args a = {.n = 5};
+    int rest = argc, prc = bfctl_parse(argc, argv, &a, &rest);
+    if (prc >= 0) return prc;
+    long long job, trial, n = a.n;
+    if (ctl_target_arg(argc - rest + 1, argv + rest - 1, NULL, "best JOB [-n N] [--json]", 'j',
+                       &job, &trial))
         return BF_EX_USAGE;
-    for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], "-n")) n = atoll(argv[i + 1]);
-    if (n < 1 || n > 1000) {
-        fprintf(stderr, "bfctl best: -n must be in [1, 1000]\n");
-        return BF_EX_USAGE;
-    }
     ctl_conn *c;
     if (ctl_connect_or_say(&c)) return 1;
     json_t *r;
@@ -254,7 +259,7 @@ int bfctl_best(int argc, char **argv) {
                          json_pack("{s:I, s:I}", "job", (json_int_t)job, "n", (json_int_t)n), &r);
     ctl_close(&c);
     if (rc) return 1;
-    if (ctl_has_opt(argc, argv, "--json")) {
+    if (a.json) {
         ctl_print_json(r);
     } else {
         printf("best of job %lld by %s (%s)\n", job, ctl_jstr(r, "metric"), ctl_jstr(r, "goal"));
