@@ -136,6 +136,7 @@ static void unknown(const char *prog, const opt_spec *t, const char *o) {
     for (const opt_spec *r = t; r->name; r++) {
         char l[72];
         fprintf(stderr, "%s %s", r == t ? "" : ",", label(r, l, sizeof l));
+        if (r->shortc && *r->name) fprintf(stderr, ", -%c", r->shortc);
     }
     fprintf(stderr, "%s)\n", t->name ? "" : " none");
 }

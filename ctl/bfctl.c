@@ -37,25 +37,25 @@ static const bfctl_cmd commands[] = {
      "--markdown", NULL},
     {"submit", bfctl_submit, "submit SWEEP.yaml [--set KEY=VALUE ...] [--wait] [--follow]",
      "submit a sweep to bfd; prints the job id", "--set= --wait --follow", NULL},
-    {"ls", bfctl_ls, "ls [--json]", "list jobs", "--json", NULL},
+    {"ls", bfctl_ls, "ls [--json]", "list jobs", NULL, bfctl_ls_opts},
     {"show", bfctl_show, "show JOB|tTRIAL [--json] [--rungs]",
-     "a job and its trials, or one trial; --rungs: early-stopping decisions", "--json --rungs",
-     NULL},
+     "a job and its trials, or one trial; --rungs: early-stopping decisions", NULL,
+     bfctl_show_opts},
     {"tail", bfctl_tail, "tail JOB|tTRIAL [-f|--follow] [--all]", "metric points; -f follows live",
-     "-f --follow --all", NULL},
-    {"cancel", bfctl_cancel, "cancel JOB|tTRIAL", "cancel a job or one trial", "", NULL},
-    {"stop", bfctl_stop, "stop tTRIAL", "early-stop a running trial (checkpoint, STOPPED)", "",
-     NULL},
+     NULL, bfctl_tail_opts},
+    {"cancel", bfctl_cancel, "cancel JOB|tTRIAL", "cancel a job or one trial", NULL, bfctl_no_opts},
+    {"stop", bfctl_stop, "stop tTRIAL", "early-stop a running trial (checkpoint, STOPPED)", NULL,
+     bfctl_no_opts},
     {"resume", bfctl_resume, "resume tTRIAL", "continue a STOPPED trial from its checkpoint", "",
      NULL},
-    {"wait", bfctl_wait, "wait JOB", "wait for a job; exit 0 only if every trial completed", "",
-     NULL},
+    {"wait", bfctl_wait, "wait JOB", "wait for a job; exit 0 only if every trial completed", NULL,
+     bfctl_no_opts},
     {"best", bfctl_best, "best JOB [-n N] [--json]", "the job's best trials by its metric", NULL,
      bfctl_best_opts},
-    {"logs", bfctl_logs, "logs tTRIAL [-f]", "a trial's log; -f follows it", "-f", NULL},
+    {"logs", bfctl_logs, "logs tTRIAL [-f]", "a trial's log; -f follows it", NULL, bfctl_logs_opts},
     {"daemon", bfctl_daemon, "daemon status [--json] [--all]",
-     "bfd's state: slots, GPUs, running trials (first 100; --all: every one)", "--json --all",
-     NULL},
+     "bfd's state: slots, GPUs, running trials (first 100; --all: every one)", NULL,
+     bfctl_daemon_opts},
     {"results", bfctl_results, "results JOB [--json]",
      "accuracy and heads used per trial, best marked", "--json", NULL},
     {"export", bfctl_export, "export JOB --csv|--json|--tensorboard DIR",
@@ -335,7 +335,7 @@ static int print_trial(void *ud, const sweep_trial *t) {
 
 int bfctl_expand(int argc, char **argv) {
     expand_out o = {0, 0, 0};
-    int rest = argc, prc = bfctl_parse(argc, argv, &o, &rest);
+    int rest = argc, prc = bfctl_parse(argc, argv, NULL, &o, &rest);
     if (prc >= 0) return prc;
     if (rest != argc - 1) {
         fprintf(stderr, "usage: bfctl expand SWEEP.yaml [--json] [--config]\n");

@@ -26,10 +26,17 @@ typedef struct bfctl_cmd {
 /* The command about to run (main sets it): bfctl_parse reads by its row. */
 void bfctl_parse_as(const bfctl_cmd *c);
 /* Parses argv (argv[0] the command's name) by that command's table into
- * out. Returns -1 to go on, with *rest the index of the first argument that
+ * out; --help says `about` (NULL: the command's summary) over the rows.
+ * Returns -1 to go on, with *rest the index of the first argument that
  * is not an option (argc when none); else the exit status after printing
  * the help (0) or why the line is refused (BF_EX_USAGE). */
-int bfctl_parse(int argc, char **argv, void *out, int *rest);
+int bfctl_parse(int argc, char **argv, const char *about, void *out, int *rest);
+/* What the commands with flags only are told (their *_opts tables). */
+typedef struct ctl_flags {
+    int json, all, follow, rungs;
+} ctl_flags;
+/* The table of the commands that take no option. */
+extern const opt_spec bfctl_no_opts[];
 
 /* ctl/bfctl.c: the table, and the commands that need no daemon */
 int bfctl_validate(int argc, char **argv);
@@ -50,15 +57,16 @@ typedef struct ctl_conn ctl_conn; /* ctl/ctl_client.h */
 /* ctl/ctl_submit.c */
 int bfctl_submit(int argc, char **argv);
 /* ctl/ctl_jobs.c: jobs and trials */
+extern const opt_spec bfctl_ls_opts[], bfctl_show_opts[], bfctl_best_opts[];
 int bfctl_ls(int argc, char **argv);
 int bfctl_show(int argc, char **argv);
 int bfctl_best(int argc, char **argv);
-extern const opt_spec bfctl_best_opts[];
 int bfctl_wait(int argc, char **argv);
 /* Polls until the job ends and says how ("job 3 done: ..." unless quiet);
  * 0 when every trial completed, else 1. */
 int ctl_wait_job(ctl_conn *c, long long job, int quiet);
 /* ctl/ctl_tail.c: metric points */
+extern const opt_spec bfctl_tail_opts[];
 int bfctl_tail(int argc, char **argv);
 /* A job's (trial 0) or a trial's points, history first, then (follow) live
  * points without gap or duplicate until it ends; compact: one short line per
@@ -68,8 +76,10 @@ int ctl_tail(ctl_conn *c, long long job, long long trial, int follow, int compac
 int bfctl_cancel(int argc, char **argv);
 int bfctl_stop(int argc, char **argv);
 /* ctl/ctl_logs.c */
+extern const opt_spec bfctl_logs_opts[];
 int bfctl_logs(int argc, char **argv);
 /* ctl/ctl_status.c: `daemon status` */
+extern const opt_spec bfctl_daemon_opts[];
 int bfctl_daemon(int argc, char **argv);
 /* ctl/ctl_results.c: a job's results */
 int bfctl_results(int argc, char **argv);
