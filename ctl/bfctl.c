@@ -26,6 +26,17 @@ static const opt_spec expand_opts[] = {
     {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
 };
 
+/* What `bfctl keys` is told (keys_opts). */
+typedef struct keys_args {
+    int markdown;
+} keys_args;
+
+static const opt_spec keys_opts[] = {
+    {"markdown", 0, OPT_FLAG, 0, 0, OPT_AT(keys_args, markdown), NULL,
+     "a Markdown table (docs/sweeps.md)"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
+
 static const bfctl_cmd commands[] = {
     {"validate", bfctl_validate, "validate SWEEP.yaml...|- [--json]",
      "check sweep files (or standalone configs; - reads standard input); exit 0 only if all are "
@@ -34,7 +45,7 @@ static const bfctl_cmd commands[] = {
     {"expand", bfctl_expand, "expand SWEEP.yaml [--json] [--config]",
      "list the trials a sweep expands into, with their config hashes", NULL, expand_opts},
     {"keys", bfctl_keys, "keys [--markdown]", "list every config key with type, default and range",
-     "--markdown", NULL},
+     NULL, keys_opts},
     {"submit", bfctl_submit, "submit SWEEP.yaml [--set KEY=VALUE ...] [--wait] [--follow]",
      "submit a sweep to bfd; prints the job id", "--set= --wait --follow", NULL},
     {"ls", bfctl_ls, "ls [--json]", "list jobs", NULL, bfctl_ls_opts},
@@ -57,7 +68,7 @@ static const bfctl_cmd commands[] = {
      "bfd's state: slots, GPUs, running trials (first 100; --all: every one)", NULL,
      bfctl_daemon_opts},
     {"results", bfctl_results, "results JOB [--json]",
-     "accuracy and heads used per trial, best marked", "--json", NULL},
+     "accuracy and heads used per trial, best marked", NULL, bfctl_results_opts},
     {"export", bfctl_export, "export JOB --csv|--json|--tensorboard DIR",
      "every stored metric of a job (CSV, JSON, or TensorBoard event files)",
      "--csv --json --tensorboard=", NULL},
@@ -399,18 +410,14 @@ static void md_escape(const char *s, char *out, size_t n) {
 }
 
 int bfctl_keys(int argc, char **argv) {
-    int md = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--markdown") == 0)
-            md = 1;
-        else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            cmd_help("keys");
-            return 0;
-        } else {
-            fprintf(stderr, "usage: bfctl keys [--markdown]\n");
-            return BF_EX_USAGE;
-        }
+    keys_args a = {0};
+    int rest = argc, prc = bfctl_parse(argc, argv, NULL, &a, &rest);
+    if (prc >= 0) return prc;
+    if (rest < argc) {
+        fprintf(stderr, "usage: bfctl keys [--markdown]\n");
+        return BF_EX_USAGE;
     }
+    int md = a.markdown;
     if (md)
         printf("| key | type | default | valid | read by | meaning |\n"
                "|---|---|---|---|---|---|\n");

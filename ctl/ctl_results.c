@@ -469,21 +469,32 @@ static const res_col *results_cols(const char *pipeline, int *n) {
     return COLS_DEFAULT;
 }
 
+/* What `bfctl results` is told (bfctl_results_opts). */
+typedef struct results_args {
+    int json;
+} results_args;
+
+const opt_spec bfctl_results_opts[] = {
+    {"json", 0, OPT_FLAG, 0, 0, OPT_AT(results_args, json), NULL, "the table as JSON"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
+
 int bfctl_results(int argc, char **argv) {
     static const char usage[] = "usage: bfctl results JOB [--json]\n";
-    if (opt_given(argc, argv, "--help") || opt_given(argc, argv, "-h")) {
-        printf("%s  per trial: state, accuracy (test/acc, else the latest val/acc), heads used "
-               "(test/heads_used, else val/heads_used) and the job's metric; * marks the best "
-               "trial by that metric. pipeline vit: retention instead of heads used; s2s: the "
-               "student's accuracy and retention, the A-ViT teacher's accuracy and the "
-               "student's speed-up over it at 577 tokens (eval/...)\n",
-               usage);
-        return 0;
-    }
-    int json = opt_given(argc, argv, "--json");
-    long long job = job_arg(argc, argv);
-    for (int i = 1; i < argc; i++)
-        if (argv[i][0] == '-' && strcmp(argv[i], "--json")) job = 0;
+    results_args a = {0};
+    int rest = argc,
+        prc = bfctl_parse(argc, argv,
+                          "per trial: state, accuracy (test/acc, else the latest val/acc), heads "
+                          "used (test/heads_used, else val/heads_used) and the job's metric; * "
+                          "marks the best trial by that metric. pipeline vit: retention instead "
+                          "of heads used; s2s: the student's accuracy and retention, the A-ViT "
+                          "teacher's accuracy and the student's speed-up over it at 577 tokens "
+                          "(eval/...)",
+                          &a, &rest);
+    if (prc >= 0) return prc;
+    int json = a.json;
+    /* the arguments after the options, argv[0] still the name */
+    long long job = job_arg(argc - rest + 1, argv + rest - 1);
     if (job < 1) {
         fputs(usage, stderr);
         return BF_EX_USAGE;
