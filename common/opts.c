@@ -93,6 +93,17 @@ static int store(const char *prog, const opt_spec *r, const char *s, void *out) 
     case OPT_STR:
         *(const char **)at = s;
         return 0;
+    case OPT_LIST: {
+        opt_list *l = (opt_list *)(void *)at;
+        if (!l->v || l->n >= l->cap) {
+            char l2[72];
+            fprintf(stderr, "%s: %s is given more than %d times\n", prog, label(r, l2, sizeof l2),
+                    l->cap);
+            return -1;
+        }
+        l->v[l->n++] = s;
+        return 0;
+    }
     case OPT_INT:
     case OPT_LONG: {
         long long v = strtoll(s, &end, 10);

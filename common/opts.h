@@ -17,8 +17,16 @@ typedef enum {
     OPT_INT,    /* an int in [lo, hi] */
     OPT_LONG,   /* a long long in [lo, hi] */
     OPT_DOUBLE, /* a finite double in [lo, hi] */
-    OPT_STR     /* a const char * (argv's own text) */
+    OPT_STR,    /* a const char * (argv's own text) */
+    OPT_LIST    /* every value given, in order, into an opt_list */
 } opt_type;
+
+/* Where an OPT_LIST row's values go: v[0..n), v an array of cap the caller
+ * provides (cap argc is always enough). */
+typedef struct opt_list {
+    const char **v;
+    int n, cap;
+} opt_list;
 
 /* One option. off is where its value goes in the struct opts_parse fills
  * (OPT_AT); lo == hi == 0 means any value. A NULL name ends a table. */

@@ -47,7 +47,7 @@ static const bfctl_cmd commands[] = {
     {"keys", bfctl_keys, "keys [--markdown]", "list every config key with type, default and range",
      NULL, keys_opts},
     {"submit", bfctl_submit, "submit SWEEP.yaml [--set KEY=VALUE ...] [--wait] [--follow]",
-     "submit a sweep to bfd; prints the job id", "--set= --wait --follow", NULL},
+     "submit a sweep to bfd; prints the job id", NULL, bfctl_submit_opts},
     {"ls", bfctl_ls, "ls [--json]", "list jobs", NULL, bfctl_ls_opts},
     {"show", bfctl_show, "show JOB|tTRIAL [--json] [--rungs]",
      "a job and its trials, or one trial; --rungs: early-stopping decisions", NULL,
@@ -140,20 +140,6 @@ static int check_options(const bfctl_cmd *c, int argc, char **argv) {
 }
 
 /* ------------------------------------------- arguments the commands share */
-
-int ctl_has_opt(int argc, char **argv, const char *o) {
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], o) == 0) return 1;
-    return 0;
-}
-
-int ctl_help_wanted(int argc, char **argv, const char *usage, const char *summary) {
-    if (ctl_has_opt(argc, argv, "--help") || ctl_has_opt(argc, argv, "-h")) {
-        printf("usage: bfctl %s\n  %s\n", usage, summary);
-        return 1;
-    }
-    return 0;
-}
 
 /* First argument that is not an option (or NULL); options taking a value listed in with_value. */
 const char *ctl_positional(int argc, char **argv, const char *const *with_value) {

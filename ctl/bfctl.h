@@ -42,11 +42,8 @@ extern const opt_spec bfctl_no_opts[];
 int bfctl_validate(int argc, char **argv);
 int bfctl_expand(int argc, char **argv);
 int bfctl_keys(int argc, char **argv);
-/* ctl/bfctl.c: the arguments the commands share. Whether o is among argv[1..argc). */
-int ctl_has_opt(int argc, char **argv, const char *o);
-/* With --help or -h: prints "usage: bfctl USAGE" and the summary, returns 1. */
-int ctl_help_wanted(int argc, char **argv, const char *usage, const char *summary);
-/* First argument that is not an option (or NULL); options taking a value listed in with_value. */
+/* ctl/bfctl.c: the arguments the commands share. First argument that is not
+ * an option (or NULL); options taking a value listed in with_value. */
 const char *ctl_positional(int argc, char **argv, const char *const *with_value);
 /* The JOB|tTRIAL argument of a command ("3" -> job 3; "t17" -> trial 17,
  * the other 0): want 'j' (a job), 't' (a trial) or 0 (either). Returns 0, or
@@ -55,6 +52,7 @@ int ctl_target_arg(int argc, char **argv, const char *const *with_value, const c
                    int want, long long *job, long long *trial);
 typedef struct ctl_conn ctl_conn; /* ctl/ctl_client.h */
 /* ctl/ctl_submit.c */
+extern const opt_spec bfctl_submit_opts[];
 int bfctl_submit(int argc, char **argv);
 /* ctl/ctl_jobs.c: jobs and trials */
 extern const opt_spec bfctl_ls_opts[], bfctl_show_opts[], bfctl_best_opts[];
@@ -98,7 +96,7 @@ int ctl_read_text(const char *path, char **out, size_t *len, char *err, size_t e
  * ("KEY=VALUE", KEY dotted, VALUE YAML) set in its top-level mapping, the
  * sweep's base: the new text in *out (the caller frees it). Returns 0, or -1
  * with a message. */
-int ctl_apply_sets(const char *text, size_t len, const char *file, char *const *sets, int n,
+int ctl_apply_sets(const char *text, size_t len, const char *file, const char *const *sets, int n,
                    char **out, char *err, size_t errlen);
 /* ctl/ctl_plot.c: metric curves as PNG or SVG */
 int bfctl_plot(int argc, char **argv);
