@@ -26,6 +26,16 @@ static const opt_spec expand_opts[] = {
     {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
 };
 
+/* What `bfctl validate` is told (validate_opts). */
+typedef struct flag_args {
+    int json;
+} flag_args;
+
+static const opt_spec validate_opts[] = {
+    {"json", 0, OPT_FLAG, 0, 0, OPT_AT(flag_args, json), NULL, "one JSON array of the results"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
+
 /* What `bfctl keys` is told (keys_opts). */
 typedef struct keys_args {
     int markdown;
@@ -41,7 +51,7 @@ static const bfctl_cmd commands[] = {
     {"validate", bfctl_validate, "validate SWEEP.yaml...|- [--json]",
      "check sweep files (or standalone configs; - reads standard input); exit 0 only if all are "
      "valid",
-     "--json", NULL},
+     NULL, validate_opts},
     {"expand", bfctl_expand, "expand SWEEP.yaml [--json] [--config]",
      "list the trials a sweep expands into, with their config hashes", NULL, expand_opts},
     {"keys", bfctl_keys, "keys [--markdown]", "list every config key with type, default and range",
@@ -57,8 +67,8 @@ static const bfctl_cmd commands[] = {
     {"cancel", bfctl_cancel, "cancel JOB|tTRIAL", "cancel a job or one trial", NULL, bfctl_no_opts},
     {"stop", bfctl_stop, "stop tTRIAL", "early-stop a running trial (checkpoint, STOPPED)", NULL,
      bfctl_no_opts},
-    {"resume", bfctl_resume, "resume tTRIAL", "continue a STOPPED trial from its checkpoint", "",
-     NULL},
+    {"resume", bfctl_resume, "resume tTRIAL", "continue a STOPPED trial from its checkpoint", NULL,
+     bfctl_no_opts},
     {"wait", bfctl_wait, "wait JOB", "wait for a job; exit 0 only if every trial completed", NULL,
      bfctl_no_opts},
     {"best", bfctl_best, "best JOB [-n N] [--json]", "the job's best trials by its metric", NULL,
@@ -207,22 +217,11 @@ static const char *method_text(const sweep_spec *s) {
 }
 
 int bfctl_validate(int argc, char **argv) {
-    if (wants_help(argc, argv)) {
-        cmd_help("validate");
-        return 0;
-    }
-    int json = 0, files = 0, stdin_args = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0) {
-            json = 1;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "bfctl validate: unknown option '%s' (valid: --json)\n", argv[i]);
-            return BF_EX_USAGE;
-        } else {
-            files++;
-            stdin_args += !strcmp(argv[i], "-");
-        }
-    }
+    flag_args a = {0};
+    int rest = argc, prc = bfctl_parse(argc, argv, NULL, &a, &rest);
+    if (prc >= 0) return prc;
+    int json = a.json, files = argc - rest, stdin_args = 0;
+    for (int i = rest; i < argc; i++) stdin_args += !strcmp(argv[i], "-");
     if (stdin_args > 1) {
         fprintf(stderr, "bfctl validate: '-' (standard input) may be given once\n");
         return BF_EX_USAGE;
@@ -233,8 +232,7 @@ int bfctl_validate(int argc, char **argv) {
     }
     int bad = 0;
     json_t *out = json ? json_array() : NULL;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0) continue;
+    for (int i = rest; i < argc; i++) {
         sweep_spec *s = NULL;
         sweep_errors e = {0};
         int rc;
