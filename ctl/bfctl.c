@@ -80,8 +80,8 @@ static const bfctl_cmd commands[] = {
     {"results", bfctl_results, "results JOB [--json]",
      "accuracy and heads used per trial, best marked", NULL, bfctl_results_opts},
     {"export", bfctl_export, "export JOB --csv|--json|--tensorboard DIR",
-     "every stored metric of a job (CSV, JSON, or TensorBoard event files)",
-     "--csv --json --tensorboard=", NULL},
+     "every stored metric of a job (CSV, JSON, or TensorBoard event files)", NULL,
+     bfctl_export_opts},
     {"plot", bfctl_plot,
      "plot JOB|tTRIAL [--metric M ...] [--x step|time] [-o F] [--size WxH] [--logy] [--smooth K] "
      "[--best N]",

@@ -81,7 +81,7 @@ extern const opt_spec bfctl_daemon_opts[];
 int bfctl_daemon(int argc, char **argv);
 /* ctl/ctl_results.c: a job's results */
 int bfctl_results(int argc, char **argv);
-extern const opt_spec bfctl_results_opts[];
+extern const opt_spec bfctl_results_opts[], bfctl_export_opts[];
 int bfctl_export(int argc, char **argv);
 /* ctl/ctl_adaptive.c: adaptive sweeps */
 int bfctl_resume(int argc, char **argv);
