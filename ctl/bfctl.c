@@ -1,5 +1,7 @@
 /* bfctl — the command line. main() dispatches through one table of
- * subcommands; those here work without a daemon (validate, expand, keys). */
+ * subcommands, each with its common/opts option table (what it parses by,
+ * with bfctl_parse, and what its --help lists); those here work without a
+ * daemon (validate, expand, keys). */
 #include "ctl/bfctl.h"
 
 #include <errno.h>
@@ -51,42 +53,38 @@ static const bfctl_cmd commands[] = {
     {"validate", bfctl_validate, "validate SWEEP.yaml...|- [--json]",
      "check sweep files (or standalone configs; - reads standard input); exit 0 only if all are "
      "valid",
-     NULL, validate_opts},
+     validate_opts},
     {"expand", bfctl_expand, "expand SWEEP.yaml [--json] [--config]",
-     "list the trials a sweep expands into, with their config hashes", NULL, expand_opts},
+     "list the trials a sweep expands into, with their config hashes", expand_opts},
     {"keys", bfctl_keys, "keys [--markdown]", "list every config key with type, default and range",
-     NULL, keys_opts},
+     keys_opts},
     {"submit", bfctl_submit, "submit SWEEP.yaml [--set KEY=VALUE ...] [--wait] [--follow]",
-     "submit a sweep to bfd; prints the job id", NULL, bfctl_submit_opts},
-    {"ls", bfctl_ls, "ls [--json]", "list jobs", NULL, bfctl_ls_opts},
+     "submit a sweep to bfd; prints the job id", bfctl_submit_opts},
+    {"ls", bfctl_ls, "ls [--json]", "list jobs", bfctl_ls_opts},
     {"show", bfctl_show, "show JOB|tTRIAL [--json] [--rungs]",
-     "a job and its trials, or one trial; --rungs: early-stopping decisions", NULL,
-     bfctl_show_opts},
+     "a job and its trials, or one trial; --rungs: early-stopping decisions", bfctl_show_opts},
     {"tail", bfctl_tail, "tail JOB|tTRIAL [-f|--follow] [--all]", "metric points; -f follows live",
-     NULL, bfctl_tail_opts},
-    {"cancel", bfctl_cancel, "cancel JOB|tTRIAL", "cancel a job or one trial", NULL, bfctl_no_opts},
-    {"stop", bfctl_stop, "stop tTRIAL", "early-stop a running trial (checkpoint, STOPPED)", NULL,
+     bfctl_tail_opts},
+    {"cancel", bfctl_cancel, "cancel JOB|tTRIAL", "cancel a job or one trial", bfctl_no_opts},
+    {"stop", bfctl_stop, "stop tTRIAL", "early-stop a running trial (checkpoint, STOPPED)",
      bfctl_no_opts},
-    {"resume", bfctl_resume, "resume tTRIAL", "continue a STOPPED trial from its checkpoint", NULL,
+    {"resume", bfctl_resume, "resume tTRIAL", "continue a STOPPED trial from its checkpoint",
      bfctl_no_opts},
-    {"wait", bfctl_wait, "wait JOB", "wait for a job; exit 0 only if every trial completed", NULL,
+    {"wait", bfctl_wait, "wait JOB", "wait for a job; exit 0 only if every trial completed",
      bfctl_no_opts},
-    {"best", bfctl_best, "best JOB [-n N] [--json]", "the job's best trials by its metric", NULL,
+    {"best", bfctl_best, "best JOB [-n N] [--json]", "the job's best trials by its metric",
      bfctl_best_opts},
-    {"logs", bfctl_logs, "logs tTRIAL [-f]", "a trial's log; -f follows it", NULL, bfctl_logs_opts},
+    {"logs", bfctl_logs, "logs tTRIAL [-f]", "a trial's log; -f follows it", bfctl_logs_opts},
     {"daemon", bfctl_daemon, "daemon status [--json] [--all]",
-     "bfd's state: slots, GPUs, running trials (first 100; --all: every one)", NULL,
-     bfctl_daemon_opts},
+     "bfd's state: slots, GPUs, running trials (first 100; --all: every one)", bfctl_daemon_opts},
     {"results", bfctl_results, "results JOB [--json]",
-     "accuracy and heads used per trial, best marked", NULL, bfctl_results_opts},
+     "accuracy and heads used per trial, best marked", bfctl_results_opts},
     {"export", bfctl_export, "export JOB --csv|--json|--tensorboard DIR",
-     "every stored metric of a job (CSV, JSON, or TensorBoard event files)", NULL,
-     bfctl_export_opts},
+     "every stored metric of a job (CSV, JSON, or TensorBoard event files)", bfctl_export_opts},
     {"plot", bfctl_plot,
      "plot JOB|tTRIAL [--metric M ...] [--x step|time] [-o F] [--size WxH] [--logy] [--smooth K] "
      "[--best N]",
-     "metric curves as PNG or SVG, one line per trial, best marked",
-     "--metric= --x= -o= --size= --logy --smooth= --best=", NULL},
+     "metric curves as PNG or SVG, one line per trial, best marked", bfctl_plot_opts},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
@@ -96,57 +94,6 @@ static void usage(FILE *out) {
         fprintf(out, "  %-40s %s\n", commands[i].usage, commands[i].summary);
     fprintf(out, "\n`bfctl COMMAND --help` shows one command. The sweep format is in "
                  "docs/sweeps.md.\n");
-}
-
-static int wants_help(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return 1;
-    return 0;
-}
-
-/* Whether o (an argument) is one of c's options: 0 no, 1 a flag, 2 one that
- * takes a value. */
-static int option_kind(const bfctl_cmd *c, const char *o) {
-    size_t n = strlen(o);
-    for (const char *p = c->opts; *p;) {
-        while (*p == ' ') p++;
-        size_t k = strcspn(p, " ");
-        if (!k) break;
-        int val = p[k - 1] == '=';
-        if (k - (size_t)val == n && !strncmp(p, o, n)) return val ? 2 : 1;
-        p += k;
-    }
-    return 0;
-}
-
-/* The one rule for every command: an argument that starts with '-' (but
- * "-" alone, standard input) must be one of its options, and one that takes
- * a value must have it. Returns 0, or prints why and returns -1. */
-static int check_options(const bfctl_cmd *c, int argc, char **argv) {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (a[0] != '-' || !a[1]) continue;
-        int k = option_kind(c, a);
-        if (!k) {
-            fprintf(stderr, "bfctl %s: unknown option '%s' (valid:", c->name, a);
-            for (const char *p = c->opts; *p; p++) {
-                if (p == c->opts || p[-1] == ' ') fputc(' ', stderr);
-                if (*p == '=')
-                    fputs(" VALUE", stderr);
-                else if (*p != ' ')
-                    fputc(*p, stderr);
-                else
-                    fputc(',', stderr);
-            }
-            fprintf(stderr, "%s)\nusage: bfctl %s\n", *c->opts ? "" : " none", c->usage);
-            return -1;
-        }
-        if (k == 2 && ++i >= argc) {
-            fprintf(stderr, "bfctl %s: %s needs a value\nusage: bfctl %s\n", c->name, a, c->usage);
-            return -1;
-        }
-    }
-    return 0;
 }
 
 /* ------------------------------------------- arguments the commands share */
@@ -202,7 +149,7 @@ static const bfctl_cmd *find_cmd(const char *name) {
 static void cmd_help(const char *name) {
     const bfctl_cmd *c = find_cmd(name);
     if (c) printf("usage: bfctl %s\n  %s\n", c->usage, c->summary);
-    if (c && c->table) opts_help(stdout, c->table);
+    if (c) opts_help(stdout, c->table);
 }
 
 /* ---------------------------------------------------------------- validate */
@@ -469,8 +416,6 @@ int main(int argc, char **argv) {
         usage(stderr);
         return BF_EX_USAGE;
     }
-    if (!c->table && !wants_help(argc - 1, argv + 1) && check_options(c, argc - 1, argv + 1))
-        return BF_EX_USAGE;
     bfctl_parse_as(c);
     return c->fn(argc - 1, argv + 1);
 }

@@ -13,12 +13,8 @@ typedef struct bfctl_cmd {
     bfctl_cmd_fn fn;
     const char *usage;   /* "validate SWEEP.yaml..." */
     const char *summary; /* one line for --help */
-    /* the options its parser accepts, space-separated; "NAME=" takes a value
-     * (the next argument). main() refuses any other before the command runs.
-     * NULL for a command parsed by its table instead. */
-    const char *opts;
-    /* the command's option table (common/opts.h), which it parses by with
-     * bfctl_parse; its --help lists the rows. NULL: opts above. */
+    /* its options (common/opts.h): the command parses by them with
+     * bfctl_parse, and its --help lists them */
     const opt_spec *table;
 } bfctl_cmd;
 
@@ -100,6 +96,7 @@ int ctl_apply_sets(const char *text, size_t len, const char *file, const char *c
                    char **out, char *err, size_t errlen);
 /* ctl/ctl_plot.c: metric curves as PNG or SVG */
 int bfctl_plot(int argc, char **argv);
+extern const opt_spec bfctl_plot_opts[];
 /* ctl/ctl_tb.c: export JOB --tensorboard DIR (exit status) */
 int ctl_export_tensorboard(long long job, const char *dir);
 
