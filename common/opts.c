@@ -17,7 +17,7 @@
 
 const opt_spec *opts_find(const opt_spec *t, const char *o) {
     for (; t->name; t++) {
-        if (o[0] == '-' && o[1] == '-' && !strcmp(o + 2, t->name)) return t;
+        if (*t->name && o[0] == '-' && o[1] == '-' && !strcmp(o + 2, t->name)) return t;
         if (t->shortc && o[0] == '-' && o[1] == t->shortc && !o[2]) return t;
     }
     return NULL;
@@ -47,8 +47,9 @@ void opts_help(FILE *f, const opt_spec *t) {
     for (; t->name; t++) {
         if (!t->help) continue;
         char head[96];
-        int n = t->shortc ? snprintf(head, sizeof head, "  -%c, --%s", t->shortc, t->name)
-                          : snprintf(head, sizeof head, "  --%s", t->name);
+        int n = !*t->name   ? snprintf(head, sizeof head, "  -%c", t->shortc)
+                : t->shortc ? snprintf(head, sizeof head, "  -%c, --%s", t->shortc, t->name)
+                            : snprintf(head, sizeof head, "  --%s", t->name);
         if (t->arg && n > 0 && (size_t)n < sizeof head)
             snprintf(head + n, sizeof head - (size_t)n, " %s", t->arg);
         if (strlen(head) < 24)
@@ -57,6 +58,15 @@ void opts_help(FILE *f, const opt_spec *t) {
             fprintf(f, "%s\n%24s", head, "");
         wrap(f, t->help);
     }
+}
+
+/* How r is written: "--name", or "-c" for a short-only row. */
+static const char *label(const opt_spec *r, char *out, size_t n) {
+    if (*r->name)
+        snprintf(out, n, "--%s", r->name);
+    else
+        snprintf(out, n, "-%c", r->shortc);
+    return out;
 }
 
 /* The range of r as "in [lo, hi]", or "" when any value goes. */
@@ -83,6 +93,17 @@ static int store(const char *prog, const opt_spec *r, const char *s, void *out) 
     case OPT_STR:
         *(const char **)at = s;
         return 0;
+    case OPT_LIST: {
+        opt_list *l = (opt_list *)(void *)at;
+        if (!l->v || l->n >= l->cap) {
+            char l2[72];
+            fprintf(stderr, "%s: %s is given more than %d times\n", prog, label(r, l2, sizeof l2),
+                    l->cap);
+            return -1;
+        }
+        l->v[l->n++] = s;
+        return 0;
+    }
     case OPT_INT:
     case OPT_LONG: {
         long long v = strtoll(s, &end, 10);
@@ -102,26 +123,33 @@ static int store(const char *prog, const opt_spec *r, const char *s, void *out) 
         return 0;
     }
     }
-    fprintf(stderr, "%s: --%s takes %s%s, got '%s'\n", prog, r->name,
+    char l[72];
+    fprintf(stderr, "%s: %s takes %s%s, got '%s'\n", prog, label(r, l, sizeof l),
             r->type == OPT_DOUBLE ? "a number" : "an integer", rng, s);
     return -1;
 }
 
-/* "unknown option 'x'" with the nearest long name, when one is near. */
+/* "unknown option 'x'; did you mean '--y'? (valid: --a, -b, ...)": the
+ * nearest long name when one is near, and every option of t. */
 static void unknown(const char *prog, const opt_spec *t, const char *o) {
     const char *best = NULL;
     size_t bd = 3;
     const char *name = o + strspn(o, "-");
     char bare[64];
     snprintf(bare, sizeof bare, "%.*s", (int)strcspn(name, "="), name);
-    for (; t->name; t++) {
-        size_t d = cfg_edit_distance_within(bare, t->name, bd - 1);
-        if (d < bd) bd = d, best = t->name;
+    for (const opt_spec *r = t; r->name; r++) {
+        size_t d = *r->name ? cfg_edit_distance_within(bare, r->name, bd - 1) : bd;
+        if (d < bd) bd = d, best = r->name;
     }
-    if (best)
-        fprintf(stderr, "%s: unknown option '%s'; did you mean '--%s'?\n", prog, o, best);
-    else
-        fprintf(stderr, "%s: unknown option '%s'\n", prog, o);
+    fprintf(stderr, "%s: unknown option '%s'", prog, o);
+    if (best) fprintf(stderr, "; did you mean '--%s'?", best);
+    fputs(" (valid:", stderr);
+    for (const opt_spec *r = t; r->name; r++) {
+        char l[72];
+        fprintf(stderr, "%s %s", r == t ? "" : ",", label(r, l, sizeof l));
+        if (r->shortc && *r->name) fprintf(stderr, ", -%c", r->shortc);
+    }
+    fprintf(stderr, "%s)\n", t->name ? "" : " none");
 }
 
 static int fail(const char *prog, const char *usage, const opt_spec *t) {
@@ -136,9 +164,11 @@ int opts_parse(const char *prog, const char *usage, const opt_spec *t, int argc,
     struct option lo[OPTS_MAX + 2];
     char shorts[3 * OPTS_MAX + 4] = ":h";
     size_t n = 0, ns = 2;
-    for (const opt_spec *r = t; r->name && n < OPTS_MAX; r++, n++) {
-        lo[n] = (struct option){r->name, r->type == OPT_FLAG ? no_argument : required_argument,
-                                NULL, 256 + (int)n};
+    int row = 0;
+    for (const opt_spec *r = t; r->name && n < OPTS_MAX; r++, row++) {
+        if (*r->name)
+            lo[n++] = (struct option){
+                r->name, r->type == OPT_FLAG ? no_argument : required_argument, NULL, 256 + row};
         if (r->shortc) {
             shorts[ns++] = (char)r->shortc;
             if (r->type != OPT_FLAG) shorts[ns++] = ':';
@@ -173,7 +203,8 @@ int opts_parse(const char *prog, const char *usage, const opt_spec *t, int argc,
             const opt_spec *r = optopt >= 256 ? &t[optopt - 256] : NULL;
             for (const opt_spec *q = t; !r && q->name; q++)
                 if (q->shortc == optopt) r = q;
-            fprintf(stderr, "%s: %s%s needs a value (%s)\n", prog, r ? "--" : tok, r ? r->name : "",
+            char l[72];
+            fprintf(stderr, "%s: %s needs a value (%s)\n", prog, r ? label(r, l, sizeof l) : tok,
                     r && r->arg ? r->arg : "VALUE");
             return fail(prog, usage, t);
         }

@@ -17,13 +17,21 @@ typedef enum {
     OPT_INT,    /* an int in [lo, hi] */
     OPT_LONG,   /* a long long in [lo, hi] */
     OPT_DOUBLE, /* a finite double in [lo, hi] */
-    OPT_STR     /* a const char * (argv's own text) */
+    OPT_STR,    /* a const char * (argv's own text) */
+    OPT_LIST    /* every value given, in order, into an opt_list */
 } opt_type;
+
+/* Where an OPT_LIST row's values go: v[0..n), v an array of cap the caller
+ * provides (cap argc is always enough). */
+typedef struct opt_list {
+    const char **v;
+    int n, cap;
+} opt_list;
 
 /* One option. off is where its value goes in the struct opts_parse fills
  * (OPT_AT); lo == hi == 0 means any value. A NULL name ends a table. */
 typedef struct opt_spec {
-    const char *name; /* without the leading "--" */
+    const char *name; /* without the leading "--"; "" for a short-only option */
     int shortc;       /* a short letter, or 0 */
     opt_type type;
     double lo, hi;
@@ -40,7 +48,8 @@ enum { OPTS_OK = 0, OPTS_HELP = 1, OPTS_ERROR = -1 };
  * into; what it holds already are the defaults). --help and -h are every
  * program's: they print usage then the options (opts_help) to stdout and
  * return OPTS_HELP. An unknown option, a missing value or one out of range
- * prints "prog: why" and the same help to stderr and returns OPTS_ERROR.
+ * prints "prog: why" (for an unknown option, the nearest name and the valid
+ * ones) and the same help to stderr and returns OPTS_ERROR.
  * Long names must be given whole (no abbreviations); --name=VALUE works.
  * Arguments that are not options are moved after the options: *rest is the
  * index of the first (argc when none). */

@@ -1,5 +1,7 @@
 /* bfctl — the command line. main() dispatches through one table of
- * subcommands; those here work without a daemon (validate, expand, keys). */
+ * subcommands, each with its common/opts option table (what it parses by,
+ * with bfctl_parse, and what its --help lists); those here work without a
+ * daemon (validate, expand, keys). */
 #include "ctl/bfctl.h"
 
 #include <errno.h>
@@ -12,41 +14,77 @@
 #include "common/pipeline_decl.h"
 #include "jobs/sweep.h"
 
+/* What `bfctl expand` is told (expand_opts), and how many trials it wrote. */
+typedef struct expand_out {
+    int json, config;
+    long long n;
+} expand_out;
+
+static const opt_spec expand_opts[] = {
+    {"json", 0, OPT_FLAG, 0, 0, OPT_AT(expand_out, json), NULL,
+     "one JSON object: the sweep, then each trial's params and config"},
+    {"config", 0, OPT_FLAG, 0, 0, OPT_AT(expand_out, config), NULL,
+     "each trial's resolved config under its line"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
+
+/* What `bfctl validate` is told (validate_opts). */
+typedef struct flag_args {
+    int json;
+} flag_args;
+
+static const opt_spec validate_opts[] = {
+    {"json", 0, OPT_FLAG, 0, 0, OPT_AT(flag_args, json), NULL, "one JSON array of the results"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
+
+/* What `bfctl keys` is told (keys_opts). */
+typedef struct keys_args {
+    int markdown;
+} keys_args;
+
+static const opt_spec keys_opts[] = {
+    {"markdown", 0, OPT_FLAG, 0, 0, OPT_AT(keys_args, markdown), NULL,
+     "a Markdown table (docs/sweeps.md)"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
+
 static const bfctl_cmd commands[] = {
     {"validate", bfctl_validate, "validate SWEEP.yaml...|- [--json]",
      "check sweep files (or standalone configs; - reads standard input); exit 0 only if all are "
      "valid",
-     "--json"},
+     validate_opts},
     {"expand", bfctl_expand, "expand SWEEP.yaml [--json] [--config]",
-     "list the trials a sweep expands into, with their config hashes", "--json --config"},
+     "list the trials a sweep expands into, with their config hashes", expand_opts},
     {"keys", bfctl_keys, "keys [--markdown]", "list every config key with type, default and range",
-     "--markdown"},
+     keys_opts},
     {"submit", bfctl_submit, "submit SWEEP.yaml [--set KEY=VALUE ...] [--wait] [--follow]",
-     "submit a sweep to bfd; prints the job id", "--set= --wait --follow"},
-    {"ls", bfctl_ls, "ls [--json]", "list jobs", "--json"},
+     "submit a sweep to bfd; prints the job id", bfctl_submit_opts},
+    {"ls", bfctl_ls, "ls [--json]", "list jobs", bfctl_ls_opts},
     {"show", bfctl_show, "show JOB|tTRIAL [--json] [--rungs]",
-     "a job and its trials, or one trial; --rungs: early-stopping decisions", "--json --rungs"},
+     "a job and its trials, or one trial; --rungs: early-stopping decisions", bfctl_show_opts},
     {"tail", bfctl_tail, "tail JOB|tTRIAL [-f|--follow] [--all]", "metric points; -f follows live",
-     "-f --follow --all"},
-    {"cancel", bfctl_cancel, "cancel JOB|tTRIAL", "cancel a job or one trial", ""},
-    {"stop", bfctl_stop, "stop tTRIAL", "early-stop a running trial (checkpoint, STOPPED)", ""},
-    {"resume", bfctl_resume, "resume tTRIAL", "continue a STOPPED trial from its checkpoint", ""},
-    {"wait", bfctl_wait, "wait JOB", "wait for a job; exit 0 only if every trial completed", ""},
+     bfctl_tail_opts},
+    {"cancel", bfctl_cancel, "cancel JOB|tTRIAL", "cancel a job or one trial", bfctl_no_opts},
+    {"stop", bfctl_stop, "stop tTRIAL", "early-stop a running trial (checkpoint, STOPPED)",
+     bfctl_no_opts},
+    {"resume", bfctl_resume, "resume tTRIAL", "continue a STOPPED trial from its checkpoint",
+     bfctl_no_opts},
+    {"wait", bfctl_wait, "wait JOB", "wait for a job; exit 0 only if every trial completed",
+     bfctl_no_opts},
     {"best", bfctl_best, "best JOB [-n N] [--json]", "the job's best trials by its metric",
-     "-n= --json"},
-    {"logs", bfctl_logs, "logs tTRIAL [-f]", "a trial's log; -f follows it", "-f"},
+     bfctl_best_opts},
+    {"logs", bfctl_logs, "logs tTRIAL [-f]", "a trial's log; -f follows it", bfctl_logs_opts},
     {"daemon", bfctl_daemon, "daemon status [--json] [--all]",
-     "bfd's state: slots, GPUs, running trials (first 100; --all: every one)", "--json --all"},
+     "bfd's state: slots, GPUs, running trials (first 100; --all: every one)", bfctl_daemon_opts},
     {"results", bfctl_results, "results JOB [--json]",
-     "accuracy and heads used per trial, best marked", "--json"},
+     "accuracy and heads used per trial, best marked", bfctl_results_opts},
     {"export", bfctl_export, "export JOB --csv|--json|--tensorboard DIR",
-     "every stored metric of a job (CSV, JSON, or TensorBoard event files)",
-     "--csv --json --tensorboard="},
+     "every stored metric of a job (CSV, JSON, or TensorBoard event files)", bfctl_export_opts},
     {"plot", bfctl_plot,
      "plot JOB|tTRIAL [--metric M ...] [--x step|time] [-o F] [--size WxH] [--logy] [--smooth K] "
      "[--best N]",
-     "metric curves as PNG or SVG, one line per trial, best marked",
-     "--metric= --x= -o= --size= --logy --smooth= --best="},
+     "metric curves as PNG or SVG, one line per trial, best marked", bfctl_plot_opts},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
@@ -58,72 +96,7 @@ static void usage(FILE *out) {
                  "docs/sweeps.md.\n");
 }
 
-static int wants_help(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return 1;
-    return 0;
-}
-
-/* Whether o (an argument) is one of c's options: 0 no, 1 a flag, 2 one that
- * takes a value. */
-static int option_kind(const bfctl_cmd *c, const char *o) {
-    size_t n = strlen(o);
-    for (const char *p = c->opts; *p;) {
-        while (*p == ' ') p++;
-        size_t k = strcspn(p, " ");
-        if (!k) break;
-        int val = p[k - 1] == '=';
-        if (k - (size_t)val == n && !strncmp(p, o, n)) return val ? 2 : 1;
-        p += k;
-    }
-    return 0;
-}
-
-/* The one rule for every command: an argument that starts with '-' (but
- * "-" alone, standard input) must be one of its options, and one that takes
- * a value must have it. Returns 0, or prints why and returns -1. */
-static int check_options(const bfctl_cmd *c, int argc, char **argv) {
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (a[0] != '-' || !a[1]) continue;
-        int k = option_kind(c, a);
-        if (!k) {
-            fprintf(stderr, "bfctl %s: unknown option '%s' (valid:", c->name, a);
-            for (const char *p = c->opts; *p; p++) {
-                if (p == c->opts || p[-1] == ' ') fputc(' ', stderr);
-                if (*p == '=')
-                    fputs(" VALUE", stderr);
-                else if (*p != ' ')
-                    fputc(*p, stderr);
-                else
-                    fputc(',', stderr);
-            }
-            fprintf(stderr, "%s)\nusage: bfctl %s\n", *c->opts ? "" : " none", c->usage);
-            return -1;
-        }
-        if (k == 2 && ++i >= argc) {
-            fprintf(stderr, "bfctl %s: %s needs a value\nusage: bfctl %s\n", c->name, a, c->usage);
-            return -1;
-        }
-    }
-    return 0;
-}
-
 /* ------------------------------------------- arguments the commands share */
-
-int ctl_has_opt(int argc, char **argv, const char *o) {
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], o) == 0) return 1;
-    return 0;
-}
-
-int ctl_help_wanted(int argc, char **argv, const char *usage, const char *summary) {
-    if (ctl_has_opt(argc, argv, "--help") || ctl_has_opt(argc, argv, "-h")) {
-        printf("usage: bfctl %s\n  %s\n", usage, summary);
-        return 1;
-    }
-    return 0;
-}
 
 /* First argument that is not an option (or NULL); options taking a value listed in with_value. */
 const char *ctl_positional(int argc, char **argv, const char *const *with_value) {
@@ -176,6 +149,7 @@ static const bfctl_cmd *find_cmd(const char *name) {
 static void cmd_help(const char *name) {
     const bfctl_cmd *c = find_cmd(name);
     if (c) printf("usage: bfctl %s\n  %s\n", c->usage, c->summary);
+    if (c) opts_help(stdout, c->table);
 }
 
 /* ---------------------------------------------------------------- validate */
@@ -190,22 +164,11 @@ static const char *method_text(const sweep_spec *s) {
 }
 
 int bfctl_validate(int argc, char **argv) {
-    if (wants_help(argc, argv)) {
-        cmd_help("validate");
-        return 0;
-    }
-    int json = 0, files = 0, stdin_args = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0) {
-            json = 1;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "bfctl validate: unknown option '%s' (valid: --json)\n", argv[i]);
-            return BF_EX_USAGE;
-        } else {
-            files++;
-            stdin_args += !strcmp(argv[i], "-");
-        }
-    }
+    flag_args a = {0};
+    int rest = argc, prc = bfctl_parse(argc, argv, NULL, &a, &rest);
+    if (prc >= 0) return prc;
+    int json = a.json, files = argc - rest, stdin_args = 0;
+    for (int i = rest; i < argc; i++) stdin_args += !strcmp(argv[i], "-");
     if (stdin_args > 1) {
         fprintf(stderr, "bfctl validate: '-' (standard input) may be given once\n");
         return BF_EX_USAGE;
@@ -216,8 +179,7 @@ int bfctl_validate(int argc, char **argv) {
     }
     int bad = 0;
     json_t *out = json ? json_array() : NULL;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0) continue;
+    for (int i = rest; i < argc; i++) {
         sweep_spec *s = NULL;
         sweep_errors e = {0};
         int rc;
@@ -270,11 +232,6 @@ int bfctl_validate(int argc, char **argv) {
 
 /* ------------------------------------------------------------------ expand */
 
-typedef struct expand_out {
-    int json, config;
-    long long n;
-} expand_out;
-
 static int print_trial(void *ud, const sweep_trial *t) {
     expand_out *o = ud;
     if (o->json) {
@@ -319,27 +276,14 @@ static int print_trial(void *ud, const sweep_trial *t) {
 }
 
 int bfctl_expand(int argc, char **argv) {
-    if (wants_help(argc, argv)) {
-        cmd_help("expand");
-        return 0;
-    }
     expand_out o = {0, 0, 0};
-    const char *file = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0)
-            o.json = 1;
-        else if (strcmp(argv[i], "--config") == 0)
-            o.config = 1;
-        else if (argv[i][0] == '-' || file) {
-            fprintf(stderr, "usage: bfctl expand SWEEP.yaml [--json] [--config]\n");
-            return BF_EX_USAGE;
-        } else
-            file = argv[i];
-    }
-    if (!file) {
+    int rest = argc, prc = bfctl_parse(argc, argv, NULL, &o, &rest);
+    if (prc >= 0) return prc;
+    if (rest != argc - 1) {
         fprintf(stderr, "usage: bfctl expand SWEEP.yaml [--json] [--config]\n");
         return BF_EX_USAGE;
     }
+    const char *file = argv[rest];
     sweep_spec *s = NULL;
     sweep_errors e = {0};
     if (sweep_load_file(file, &s, &e) < 0) {
@@ -397,18 +341,14 @@ static void md_escape(const char *s, char *out, size_t n) {
 }
 
 int bfctl_keys(int argc, char **argv) {
-    int md = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--markdown") == 0)
-            md = 1;
-        else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            cmd_help("keys");
-            return 0;
-        } else {
-            fprintf(stderr, "usage: bfctl keys [--markdown]\n");
-            return BF_EX_USAGE;
-        }
+    keys_args a = {0};
+    int rest = argc, prc = bfctl_parse(argc, argv, NULL, &a, &rest);
+    if (prc >= 0) return prc;
+    if (rest < argc) {
+        fprintf(stderr, "usage: bfctl keys [--markdown]\n");
+        return BF_EX_USAGE;
     }
+    int md = a.markdown;
     if (md)
         printf("| key | type | default | valid | read by | meaning |\n"
                "|---|---|---|---|---|---|\n");
@@ -476,6 +416,6 @@ int main(int argc, char **argv) {
         usage(stderr);
         return BF_EX_USAGE;
     }
-    if (!wants_help(argc - 1, argv + 1) && check_options(c, argc - 1, argv + 1)) return BF_EX_USAGE;
+    bfctl_parse_as(c);
     return c->fn(argc - 1, argv + 1);
 }

@@ -4,6 +4,7 @@
 #define BFCTL_H
 
 #include "common/errbuf.h" /* BF_EX_USAGE */
+#include "common/opts.h"
 
 typedef int (*bfctl_cmd_fn)(int argc, char **argv);
 
@@ -12,20 +13,33 @@ typedef struct bfctl_cmd {
     bfctl_cmd_fn fn;
     const char *usage;   /* "validate SWEEP.yaml..." */
     const char *summary; /* one line for --help */
-    /* the options its parser accepts, space-separated; "NAME=" takes a value
-     * (the next argument). main() refuses any other before the command runs. */
-    const char *opts;
+    /* its options (common/opts.h): the command parses by them with
+     * bfctl_parse, and its --help lists them */
+    const opt_spec *table;
 } bfctl_cmd;
+
+/* ctl/ctl_parse.c: a command's command line, read by its row's table */
+/* The command about to run (main sets it): bfctl_parse reads by its row. */
+void bfctl_parse_as(const bfctl_cmd *c);
+/* Parses argv (argv[0] the command's name) by that command's table into
+ * out; --help says `about` (NULL: the command's summary) over the rows.
+ * Returns -1 to go on, with *rest the index of the first argument that
+ * is not an option (argc when none); else the exit status after printing
+ * the help (0) or why the line is refused (BF_EX_USAGE). */
+int bfctl_parse(int argc, char **argv, const char *about, void *out, int *rest);
+/* What the commands with flags only are told (their *_opts tables). */
+typedef struct ctl_flags {
+    int json, all, follow, rungs;
+} ctl_flags;
+/* The table of the commands that take no option. */
+extern const opt_spec bfctl_no_opts[];
 
 /* ctl/bfctl.c: the table, and the commands that need no daemon */
 int bfctl_validate(int argc, char **argv);
 int bfctl_expand(int argc, char **argv);
 int bfctl_keys(int argc, char **argv);
-/* ctl/bfctl.c: the arguments the commands share. Whether o is among argv[1..argc). */
-int ctl_has_opt(int argc, char **argv, const char *o);
-/* With --help or -h: prints "usage: bfctl USAGE" and the summary, returns 1. */
-int ctl_help_wanted(int argc, char **argv, const char *usage, const char *summary);
-/* First argument that is not an option (or NULL); options taking a value listed in with_value. */
+/* ctl/bfctl.c: the arguments the commands share. First argument that is not
+ * an option (or NULL); options taking a value listed in with_value. */
 const char *ctl_positional(int argc, char **argv, const char *const *with_value);
 /* The JOB|tTRIAL argument of a command ("3" -> job 3; "t17" -> trial 17,
  * the other 0): want 'j' (a job), 't' (a trial) or 0 (either). Returns 0, or
@@ -34,8 +48,10 @@ int ctl_target_arg(int argc, char **argv, const char *const *with_value, const c
                    int want, long long *job, long long *trial);
 typedef struct ctl_conn ctl_conn; /* ctl/ctl_client.h */
 /* ctl/ctl_submit.c */
+extern const opt_spec bfctl_submit_opts[];
 int bfctl_submit(int argc, char **argv);
 /* ctl/ctl_jobs.c: jobs and trials */
+extern const opt_spec bfctl_ls_opts[], bfctl_show_opts[], bfctl_best_opts[];
 int bfctl_ls(int argc, char **argv);
 int bfctl_show(int argc, char **argv);
 int bfctl_best(int argc, char **argv);
@@ -44,6 +60,7 @@ int bfctl_wait(int argc, char **argv);
  * 0 when every trial completed, else 1. */
 int ctl_wait_job(ctl_conn *c, long long job, int quiet);
 /* ctl/ctl_tail.c: metric points */
+extern const opt_spec bfctl_tail_opts[];
 int bfctl_tail(int argc, char **argv);
 /* A job's (trial 0) or a trial's points, history first, then (follow) live
  * points without gap or duplicate until it ends; compact: one short line per
@@ -53,11 +70,14 @@ int ctl_tail(ctl_conn *c, long long job, long long trial, int follow, int compac
 int bfctl_cancel(int argc, char **argv);
 int bfctl_stop(int argc, char **argv);
 /* ctl/ctl_logs.c */
+extern const opt_spec bfctl_logs_opts[];
 int bfctl_logs(int argc, char **argv);
 /* ctl/ctl_status.c: `daemon status` */
+extern const opt_spec bfctl_daemon_opts[];
 int bfctl_daemon(int argc, char **argv);
 /* ctl/ctl_results.c: a job's results */
 int bfctl_results(int argc, char **argv);
+extern const opt_spec bfctl_results_opts[], bfctl_export_opts[];
 int bfctl_export(int argc, char **argv);
 /* ctl/ctl_adaptive.c: adaptive sweeps */
 int bfctl_resume(int argc, char **argv);
@@ -72,10 +92,11 @@ int ctl_read_text(const char *path, char **out, size_t *len, char *err, size_t e
  * ("KEY=VALUE", KEY dotted, VALUE YAML) set in its top-level mapping, the
  * sweep's base: the new text in *out (the caller frees it). Returns 0, or -1
  * with a message. */
-int ctl_apply_sets(const char *text, size_t len, const char *file, char *const *sets, int n,
+int ctl_apply_sets(const char *text, size_t len, const char *file, const char *const *sets, int n,
                    char **out, char *err, size_t errlen);
 /* ctl/ctl_plot.c: metric curves as PNG or SVG */
 int bfctl_plot(int argc, char **argv);
+extern const opt_spec bfctl_plot_opts[];
 /* ctl/ctl_tb.c: export JOB --tensorboard DIR (exit status) */
 int ctl_export_tensorboard(long long job, const char *dir);
 

@@ -11,12 +11,6 @@
 #include "ctl/bfctl.h"
 #include "ctl/ctl_client.h"
 
-static int opt(int argc, char **argv, const char *o) {
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], o) == 0) return 1;
-    return 0;
-}
-
 /* One request on a fresh connection; prints bfd's error. 0 with *reply, else 1. */
 static int request(const char *type, json_t *body, json_t **reply) {
     char err[4096];
@@ -39,18 +33,17 @@ static int request(const char *type, json_t *body, json_t **reply) {
 
 int bfctl_resume(int argc, char **argv) {
     const char *usage = "resume tTRIAL";
-    if (opt(argc, argv, "--help") || opt(argc, argv, "-h")) {
-        printf("usage: bfctl %s\n  continue a STOPPED trial from its checkpoint (a manual "
-               "promotion past an early stop); it is judged again at the rungs it has not "
-               "reached\n",
-               usage);
-        return 0;
-    }
-    const char *a = argc >= 2 ? argv[1] : NULL;
+    int rest = argc, prc = bfctl_parse(argc, argv,
+                                       "continue a STOPPED trial from its checkpoint (a manual "
+                                       "promotion past an early stop); it is judged again at the "
+                                       "rungs it has not reached",
+                                       NULL, &rest);
+    if (prc >= 0) return prc;
+    const char *a = rest < argc ? argv[rest] : NULL;
     char *end;
     errno = 0;
     long long trial = a && a[0] == 't' ? strtoll(a + 1, &end, 10) : 0;
-    if (!a || a[0] != 't' || !a[1] || *end || errno || trial < 1 || argc > 2) {
+    if (!a || a[0] != 't' || !a[1] || *end || errno || trial < 1 || argc - rest > 1) {
         fprintf(stderr, "usage: bfctl %s   (e.g. t17)\n", usage);
         return BF_EX_USAGE;
     }

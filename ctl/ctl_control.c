@@ -7,9 +7,13 @@
 #include "ctl/ctl_client.h"
 
 int bfctl_cancel(int argc, char **argv) {
-    if (ctl_help_wanted(argc, argv, "cancel JOB|tTRIAL",
-                        "cancel a job's pending and running trials, or one trial"))
-        return 0;
+    ctl_flags a = {0};
+    int rest = argc,
+        prc = bfctl_parse(argc, argv, "cancel a job's pending and running trials, or one trial", &a,
+                          &rest);
+    if (prc >= 0) return prc;
+    argc -= rest - 1; /* the arguments after the options, argv[0] still the name */
+    argv += rest - 1;
     long long job, trial;
     if (ctl_target_arg(argc, argv, NULL, "cancel JOB|tTRIAL", 0, &job, &trial)) return BF_EX_USAGE;
     ctl_conn *c;
@@ -28,9 +32,14 @@ int bfctl_cancel(int argc, char **argv) {
 }
 
 int bfctl_stop(int argc, char **argv) {
-    if (ctl_help_wanted(argc, argv, "stop tTRIAL",
-                        "early-stop a running trial: it writes a checkpoint and becomes STOPPED"))
-        return 0;
+    ctl_flags a = {0};
+    int rest = argc,
+        prc = bfctl_parse(argc, argv,
+                          "early-stop a running trial: it writes a checkpoint and becomes STOPPED",
+                          &a, &rest);
+    if (prc >= 0) return prc;
+    argc -= rest - 1; /* the arguments after the options, argv[0] still the name */
+    argv += rest - 1;
     long long job, trial;
     if (ctl_target_arg(argc, argv, NULL, "stop tTRIAL", 't', &job, &trial)) return BF_EX_USAGE;
     ctl_conn *c;

@@ -41,9 +41,18 @@ int ctl_wait_job(ctl_conn *c, long long job, int quiet) {
     }
 }
 
+const opt_spec bfctl_ls_opts[] = {
+    {"json", 0, OPT_FLAG, 0, 0, OPT_AT(ctl_flags, json), NULL, "the jobs as JSON"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
+
 int bfctl_ls(int argc, char **argv) {
-    if (ctl_help_wanted(argc, argv, "ls [--json]", "list jobs with their trial states")) return 0;
-    int json = ctl_has_opt(argc, argv, "--json");
+    ctl_flags a = {0};
+    int rest = argc, prc = bfctl_parse(argc, argv, "list jobs with their trial states", &a, &rest);
+    if (prc >= 0) return prc;
+    argc -= rest - 1; /* the arguments after the options, argv[0] still the name */
+    argv += rest - 1;
+    int json = a.json;
     ctl_conn *c;
     if (ctl_connect_or_say(&c)) return 1;
     json_t *r;
@@ -166,9 +175,18 @@ static void print_failure(json_t *r, long long trial) {
     }
 }
 
+const opt_spec bfctl_show_opts[] = {
+    {"json", 0, OPT_FLAG, 0, 0, OPT_AT(ctl_flags, json), NULL, "the reply as JSON"},
+    {"rungs", 0, OPT_FLAG, 0, 0, OPT_AT(ctl_flags, rungs), NULL,
+     "the job's early-stopping decisions"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
+
 int bfctl_show(int argc, char **argv) {
-    if (ctl_help_wanted(
-            argc, argv, "show JOB|tTRIAL [--json] [--rungs]",
+    ctl_flags a = {0};
+    int rest = argc,
+        prc = bfctl_parse(
+            argc, argv,
             "a job with its trials (state, attempts, latest and best metric, the reason "
             "of an early stop, of a failure or of a wait for a shared stage; for s2s how "
             "many stages "
@@ -176,14 +194,17 @@ int bfctl_show(int argc, char **argv) {
             "state, the trial that ran it, folder; of a FAILED trial why: the failed "
             "attempt's exit status and reason and the last lines of its log); JOB --rungs: "
             "the job's "
-            "early-stopping decisions (per ASHA rung: trials, values, cutoff)"))
-        return 0;
+            "early-stopping decisions (per ASHA rung: trials, values, cutoff)",
+            &a, &rest);
+    if (prc >= 0) return prc;
+    argc -= rest - 1; /* the arguments after the options, argv[0] still the name */
+    argv += rest - 1;
     long long job, trial;
     if (ctl_target_arg(argc, argv, NULL, "show JOB|tTRIAL [--json] [--rungs]   (e.g. 3, or t17)", 0,
                        &job, &trial))
         return BF_EX_USAGE;
-    int json = ctl_has_opt(argc, argv, "--json");
-    if (ctl_has_opt(argc, argv, "--rungs")) {
+    int json = a.json;
+    if (a.rungs) {
         if (!job) {
             fprintf(stderr, "bfctl: show --rungs takes a job (e.g. 3), not a trial\n");
             return BF_EX_USAGE;
@@ -233,20 +254,25 @@ int bfctl_show(int argc, char **argv) {
     return 0;
 }
 
+/* What `bfctl best` is told (bfctl_best_opts). */
+typedef struct best_args {
+    int n, json;
+} best_args;
+
+const opt_spec bfctl_best_opts[] = {
+    {"", 'n', OPT_INT, 1, 1000, OPT_AT(best_args, n), "N", "how many trials (5)"},
+    {"json", 0, OPT_FLAG, 0, 0, OPT_AT(best_args, json), NULL, "the reply as JSON"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
+
 int bfctl_best(int argc, char **argv) {
-    static const char *const vals[] = {"-n", NULL};
-    if (ctl_help_wanted(argc, argv, "best JOB [-n N] [--json]",
-                        "the job's best trials by its metric (default 5)"))
-        return 0;
-    long long job, trial, n = 5;
-    if (ctl_target_arg(argc, argv, vals, "best JOB [-n N] [--json]", 'j', &job, &trial))
+    best_args a = {.n = 5};
+    int rest = argc, prc = bfctl_parse(argc, argv, NULL, &a, &rest);
+    if (prc >= 0) return prc;
+    long long job, trial, n = a.n;
+    if (ctl_target_arg(argc - rest + 1, argv + rest - 1, NULL, "best JOB [-n N] [--json]", 'j',
+                       &job, &trial))
         return BF_EX_USAGE;
-    for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], "-n")) n = atoll(argv[i + 1]);
-    if (n < 1 || n > 1000) {
-        fprintf(stderr, "bfctl best: -n must be in [1, 1000]\n");
-        return BF_EX_USAGE;
-    }
     ctl_conn *c;
     if (ctl_connect_or_say(&c)) return 1;
     json_t *r;
@@ -254,7 +280,7 @@ int bfctl_best(int argc, char **argv) {
                          json_pack("{s:I, s:I}", "job", (json_int_t)job, "n", (json_int_t)n), &r);
     ctl_close(&c);
     if (rc) return 1;
-    if (ctl_has_opt(argc, argv, "--json")) {
+    if (a.json) {
         ctl_print_json(r);
     } else {
         printf("best of job %lld by %s (%s)\n", job, ctl_jstr(r, "metric"), ctl_jstr(r, "goal"));
@@ -270,10 +296,15 @@ int bfctl_best(int argc, char **argv) {
 }
 
 int bfctl_wait(int argc, char **argv) {
-    if (ctl_help_wanted(argc, argv, "wait JOB",
-                        "wait until no trial of the job is pending or running; exit 0 when all "
-                        "completed, 1 when any failed or was cancelled"))
-        return 0;
+    ctl_flags a = {0};
+    int rest = argc,
+        prc = bfctl_parse(argc, argv,
+                          "wait until no trial of the job is pending or running; exit 0 when all "
+                          "completed, 1 when any failed or was cancelled",
+                          &a, &rest);
+    if (prc >= 0) return prc;
+    argc -= rest - 1; /* the arguments after the options, argv[0] still the name */
+    argv += rest - 1;
     long long job, trial;
     if (ctl_target_arg(argc, argv, NULL, "wait JOB", 'j', &job, &trial)) return BF_EX_USAGE;
     ctl_conn *c;

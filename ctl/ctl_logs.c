@@ -7,13 +7,22 @@
 #include "ctl/bfctl.h"
 #include "ctl/ctl_client.h"
 
+const opt_spec bfctl_logs_opts[] = {
+    {"", 'f', OPT_FLAG, 0, 0, OPT_AT(ctl_flags, follow), NULL, "follow it until the trial ends"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
+
 int bfctl_logs(int argc, char **argv) {
-    if (ctl_help_wanted(argc, argv, "logs tTRIAL [-f]",
-                        "a trial's log (its workers' stdout and stderr); -f follows it"))
-        return 0;
+    ctl_flags a = {0};
+    int rest = argc,
+        prc = bfctl_parse(
+            argc, argv, "a trial's log (its workers' stdout and stderr); -f follows it", &a, &rest);
+    if (prc >= 0) return prc;
+    argc -= rest - 1; /* the arguments after the options, argv[0] still the name */
+    argv += rest - 1;
     long long job, trial;
     if (ctl_target_arg(argc, argv, NULL, "logs tTRIAL [-f]", 't', &job, &trial)) return BF_EX_USAGE;
-    int follow = ctl_has_opt(argc, argv, "-f");
+    int follow = a.follow;
     ctl_conn *c;
     if (ctl_connect_or_say(&c)) return 1;
     long long off = 0;

@@ -144,73 +144,66 @@ typedef struct plot_args {
     int w, h;             /* --size, or 0: the default for the panels */
 } plot_args;
 
+/* What `bfctl plot` is told (bfctl_plot_opts); checked further in parse_options. */
+typedef struct plot_cli {
+    opt_list metrics;
+    const char *x, *out, *size;
+    double smooth;
+    int logy, best;
+} plot_cli;
+
+const opt_spec bfctl_plot_opts[] = {
+    {"metric", 0, OPT_LIST, 0, 0, OPT_AT(plot_cli, metrics), "M",
+     "a panel of this metric, repeatable (the job's metric)"},
+    {"x", 0, OPT_STR, 0, 0, OPT_AT(plot_cli, x), "step|time", "x axis (step)"},
+    {"", 'o', OPT_STR, 0, 0, OPT_AT(plot_cli, out), "F", "a .png or .svg (NAME-JOB.png)"},
+    {"size", 0, OPT_STR, 0, 0, OPT_AT(plot_cli, size), "WxH", "pixels, 200x150 .. 8000x8000"},
+    {"logy", 0, OPT_FLAG, 0, 0, OPT_AT(plot_cli, logy), NULL, "log10 y axis"},
+    {"smooth", 0, OPT_DOUBLE, 0, 1, OPT_AT(plot_cli, smooth), "K",
+     "EMA weight in [0, 1) (0: raw points)"},
+    {"best", 0, OPT_INT, 1, 1000, OPT_AT(plot_cli, best), "N",
+     "the N best trials in colour, the rest grey"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
+
 /* argv into p's settings and a: 0, 1 after printing --help, or BF_EX_USAGE with a message. */
 static int parse_options(int argc, char **argv, plot *p, plot_args *a) {
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("%s  metric curves of a job's trials (or one trial): one line per trial, the "
-                   "legend with its swept values, the best trial by the job's metric drawn "
-                   "thicker with its best point ringed; one panel per --metric (default: the "
-                   "job's metric); x is the step or the seconds since the first point; -o "
-                   "names a .png or .svg (default NAME-JOB.png), --size its pixels (default "
-                   "1000 wide, 600 tall for one panel and 480 more per further panel); a "
-                   "metric a finished job never wrote is an error listing those it has; "
-                   "prints the file's path\n",
-                   usage_text);
-            return 1;
-        }
-    const char *target = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *o = argv[i];
-        int has = i + 1 < argc;
-        if (!strcmp(o, "--metric") && has) {
-            if (p->n_metrics == PLOT_MAX_METRICS) {
-                fprintf(stderr, "bfctl plot: at most %d --metric\n", PLOT_MAX_METRICS);
-                return BF_EX_USAGE;
-            }
-            p->metrics[p->n_metrics++] = argv[++i];
-        } else if (!strcmp(o, "--x") && has) {
-            const char *v = argv[++i];
-            if (strcmp(v, "step") && strcmp(v, "time")) {
-                fprintf(stderr, "bfctl plot: --x must be step or time, got '%s'\n", v);
-                return BF_EX_USAGE;
-            }
-            p->x_time = !strcmp(v, "time");
-        } else if (!strcmp(o, "-o") && has) {
-            a->out = argv[++i];
-        } else if (!strcmp(o, "--size") && has) {
-            if (sscanf(argv[++i], "%dx%d", &a->w, &a->h) != 2 || a->w < 200 || a->h < 150 ||
-                a->w > 8000 || a->h > 8000) {
-                fprintf(stderr, "bfctl plot: --size must be WxH within 200x150 .. 8000x8000\n");
-                return BF_EX_USAGE;
-            }
-        } else if (!strcmp(o, "--logy")) {
-            p->logy = 1;
-        } else if (!strcmp(o, "--smooth") && has) {
-            char *end;
-            errno = 0;
-            p->smooth = strtod(argv[++i], &end);
-            if (!*argv[i] || *end || errno || !(p->smooth >= 0 && p->smooth < 1)) {
-                fprintf(stderr, "bfctl plot: --smooth must be a weight in [0, 1), got '%s'\n",
-                        argv[i]);
-                return BF_EX_USAGE;
-            }
-        } else if (!strcmp(o, "--best") && has) {
-            char *end;
-            errno = 0;
-            long v = strtol(argv[++i], &end, 10);
-            if (!*argv[i] || *end || errno || v < 1 || v > 1000) {
-                fprintf(stderr, "bfctl plot: --best must be a whole number in 1..1000, got '%s'\n",
-                        argv[i]);
-                return BF_EX_USAGE;
-            }
-            p->best_n = (int)v;
-        } else if (o[0] != '-' && !target) {
-            target = o;
-        } else {
-            fputs(usage_text, stderr);
-            return BF_EX_USAGE;
-        }
+    plot_cli o = {.metrics = {p->metrics, 0, PLOT_MAX_METRICS}};
+    int rest = argc,
+        prc = bfctl_parse(argc, argv,
+                          "metric curves of a job's trials (or one trial): one line per trial, the "
+                          "legend with its swept values, the best trial by the job's metric drawn "
+                          "thicker with its best point ringed; one panel per --metric (default: "
+                          "the job's metric); x is the step or the seconds since the first point; "
+                          "-o names a .png or .svg (default NAME-JOB.png), --size its pixels "
+                          "(default 1000 wide, 600 tall for one panel and 480 more per further "
+                          "panel); a metric a finished job never wrote is an error listing those "
+                          "it has; prints the file's path",
+                          &o, &rest);
+    if (prc >= 0) return prc == 0 ? 1 : prc;
+    p->n_metrics = o.metrics.n;
+    p->logy = o.logy;
+    p->best_n = o.best;
+    p->smooth = o.smooth;
+    if (p->smooth >= 1) {
+        fprintf(stderr, "bfctl plot: --smooth must be a weight in [0, 1), got '%g'\n", p->smooth);
+        return BF_EX_USAGE;
+    }
+    if (o.x && strcmp(o.x, "step") && strcmp(o.x, "time")) {
+        fprintf(stderr, "bfctl plot: --x must be step or time, got '%s'\n", o.x);
+        return BF_EX_USAGE;
+    }
+    p->x_time = o.x && !strcmp(o.x, "time");
+    if (o.size && (sscanf(o.size, "%dx%d", &a->w, &a->h) != 2 || a->w < 200 || a->h < 150 ||
+                   a->w > 8000 || a->h > 8000)) {
+        fprintf(stderr, "bfctl plot: --size must be WxH within 200x150 .. 8000x8000\n");
+        return BF_EX_USAGE;
+    }
+    a->out = o.out;
+    const char *target = rest < argc ? argv[rest] : NULL;
+    if (argc - rest > 1) {
+        fputs(usage_text, stderr);
+        return BF_EX_USAGE;
     }
     if (!target || parse_target(target, &a->job, &a->trial)) {
         fputs(usage_text, stderr);

@@ -16,12 +16,6 @@
  * jansson's default 17 would print 0.1 as 0.10000000000000001. */
 #define PARAMS_PRECISION JSON_REAL_PRECISION(15)
 
-static int opt_given(int argc, char **argv, const char *o) {
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], o) == 0) return 1;
-    return 0;
-}
-
 /* The one positional argument as a job id (>= 1); 0 when absent or not a
  * plain number, -1 when there are two. */
 static long long job_arg(int argc, char **argv) {
@@ -336,46 +330,43 @@ static int export_paged(exporter *ex, ctl_conn *c) {
 }
 
 /* export JOB --tensorboard DIR (ctl/ctl_tb.c) */
-static int export_tb_args(int argc, char **argv) {
-    const char *dir = NULL, *job_s = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--tensorboard") == 0 && i + 1 < argc && !dir)
-            dir = argv[++i];
-        else if (argv[i][0] != '-' && !job_s)
-            job_s = argv[i];
-        else
-            job_s = "";
-    }
-    char *end;
-    long long job = job_s ? strtoll(job_s, &end, 10) : 0;
-    if (!dir || !*dir || !job_s || !*job_s || *end || job < 1) {
-        fputs("usage: bfctl export JOB --tensorboard DIR\n", stderr);
-        return BF_EX_USAGE;
-    }
-    return ctl_export_tensorboard(job, dir);
-}
+/* What `bfctl export` is told (bfctl_export_opts): one of the three forms. */
+typedef struct export_args {
+    int csv, json;
+    const char *tensorboard;
+} export_args;
+
+const opt_spec bfctl_export_opts[] = {
+    {"csv", 0, OPT_FLAG, 0, 0, OPT_AT(export_args, csv), NULL, "CSV, one row per value"},
+    {"json", 0, OPT_FLAG, 0, 0, OPT_AT(export_args, json), NULL, "one JSON object"},
+    {"tensorboard", 0, OPT_STR, 0, 0, OPT_AT(export_args, tensorboard), "DIR",
+     "TensorBoard event files under DIR"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
 
 int bfctl_export(int argc, char **argv) {
     static const char usage[] =
         "usage: bfctl export JOB --csv|--json\n       bfctl export JOB --tensorboard DIR\n";
-    if (opt_given(argc, argv, "--help") || opt_given(argc, argv, "-h")) {
-        printf("%s  every stored metric of a job: JSON {\"job\", \"trials\": [{\"id\", \"state\", "
-               "\"attempts\", \"config\", \"metrics\": [{\"name\", \"step\", \"seq\", \"value\", "
-               "\"time\"}]}]}, or CSV with one row per value; --tensorboard DIR writes "
-               "TensorBoard event files into DIR/NAME-JOB/ (HParams experiment) and "
-               "DIR/NAME-JOB/tTRIAL/ (scalars, session start and end)\n",
-               usage);
-        return 0;
-    }
-    if (opt_given(argc, argv, "--tensorboard")) return export_tb_args(argc, argv);
-    int csv = opt_given(argc, argv, "--csv"), json = opt_given(argc, argv, "--json");
-    long long job = job_arg(argc, argv);
-    for (int i = 1; i < argc; i++)
-        if (argv[i][0] == '-' && strcmp(argv[i], "--csv") && strcmp(argv[i], "--json")) job = 0;
-    if (job < 1 || csv + json != 1) {
+    export_args a = {0};
+    int rest = argc,
+        prc = bfctl_parse(argc, argv,
+                          "every stored metric of a job: JSON {\"job\", \"trials\": [{\"id\", "
+                          "\"state\", \"attempts\", \"config\", \"metrics\": [{\"name\", "
+                          "\"step\", \"seq\", \"value\", \"time\"}]}]}, or CSV with one row per "
+                          "value; --tensorboard DIR writes TensorBoard event files into "
+                          "DIR/NAME-JOB/ (HParams experiment) and DIR/NAME-JOB/tTRIAL/ (scalars, "
+                          "session start and end)",
+                          &a, &rest);
+    if (prc >= 0) return prc;
+    int csv = a.csv, json = a.json;
+    /* the arguments after the options, argv[0] still the name */
+    long long job = job_arg(argc - rest + 1, argv + rest - 1);
+    if (job < 1 || csv + json + (a.tensorboard != NULL) != 1 ||
+        (a.tensorboard && !*a.tensorboard)) {
         fputs(usage, stderr);
         return BF_EX_USAGE;
     }
+    if (a.tensorboard) return ctl_export_tensorboard(job, a.tensorboard);
     ctl_conn *c;
     char err[2048];
     if (ctl_connect(&c, err, sizeof err)) {
@@ -469,21 +460,32 @@ static const res_col *results_cols(const char *pipeline, int *n) {
     return COLS_DEFAULT;
 }
 
+/* What `bfctl results` is told (bfctl_results_opts). */
+typedef struct results_args {
+    int json;
+} results_args;
+
+const opt_spec bfctl_results_opts[] = {
+    {"json", 0, OPT_FLAG, 0, 0, OPT_AT(results_args, json), NULL, "the table as JSON"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
+
 int bfctl_results(int argc, char **argv) {
     static const char usage[] = "usage: bfctl results JOB [--json]\n";
-    if (opt_given(argc, argv, "--help") || opt_given(argc, argv, "-h")) {
-        printf("%s  per trial: state, accuracy (test/acc, else the latest val/acc), heads used "
-               "(test/heads_used, else val/heads_used) and the job's metric; * marks the best "
-               "trial by that metric. pipeline vit: retention instead of heads used; s2s: the "
-               "student's accuracy and retention, the A-ViT teacher's accuracy and the "
-               "student's speed-up over it at 577 tokens (eval/...)\n",
-               usage);
-        return 0;
-    }
-    int json = opt_given(argc, argv, "--json");
-    long long job = job_arg(argc, argv);
-    for (int i = 1; i < argc; i++)
-        if (argv[i][0] == '-' && strcmp(argv[i], "--json")) job = 0;
+    results_args a = {0};
+    int rest = argc,
+        prc = bfctl_parse(argc, argv,
+                          "per trial: state, accuracy (test/acc, else the latest val/acc), heads "
+                          "used (test/heads_used, else val/heads_used) and the job's metric; * "
+                          "marks the best trial by that metric. pipeline vit: retention instead "
+                          "of heads used; s2s: the student's accuracy and retention, the A-ViT "
+                          "teacher's accuracy and the student's speed-up over it at 577 tokens "
+                          "(eval/...)",
+                          &a, &rest);
+    if (prc >= 0) return prc;
+    int json = a.json;
+    /* the arguments after the options, argv[0] still the name */
+    long long job = job_arg(argc - rest + 1, argv + rest - 1);
     if (job < 1) {
         fputs(usage, stderr);
         return BF_EX_USAGE;

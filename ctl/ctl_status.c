@@ -6,12 +6,24 @@
 #include "ctl/bfctl.h"
 #include "ctl/ctl_client.h"
 
+const opt_spec bfctl_daemon_opts[] = {
+    {"json", 0, OPT_FLAG, 0, 0, OPT_AT(ctl_flags, json), NULL, "the reply as JSON"},
+    {"all", 0, OPT_FLAG, 0, 0, OPT_AT(ctl_flags, all), NULL,
+     "every running trial, not the first 100"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
+
 int bfctl_daemon(int argc, char **argv) {
-    if (ctl_help_wanted(
-            argc, argv, "daemon status [--json] [--all]",
+    ctl_flags a = {0};
+    int rest = argc,
+        prc = bfctl_parse(
+            argc, argv,
             "whether bfd runs, its slots, GPUs, endpoints and running trials (the first "
-            "100 live attempts; --all: every one)"))
-        return 0;
+            "100 live attempts; --all: every one)",
+            &a, &rest);
+    if (prc >= 0) return prc;
+    argc -= rest - 1; /* the arguments after the options, argv[0] still the name */
+    argv += rest - 1;
     const char *sub = ctl_positional(argc, argv, NULL);
     if (!sub || strcmp(sub, "status") != 0) {
         fprintf(stderr, "usage: bfctl daemon status [--json] [--all]\n");
@@ -20,11 +32,11 @@ int bfctl_daemon(int argc, char **argv) {
     ctl_conn *c;
     if (ctl_connect_or_say(&c)) return 1;
     json_t *r;
-    json_t *req = ctl_has_opt(argc, argv, "--all") ? NULL : json_pack("{s:i}", "running_max", 100);
+    json_t *req = a.all ? NULL : json_pack("{s:i}", "running_max", 100);
     int rc = ctl_request(c, "status", req, &r); /* takes req */
     ctl_close(&c);
     if (rc) return 1;
-    if (ctl_has_opt(argc, argv, "--json")) {
+    if (a.json) {
         ctl_print_json(r);
     } else {
         json_t *counts = json_object_get(r, "counts");

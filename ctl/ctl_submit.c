@@ -9,22 +9,42 @@
 #include "ctl/bfctl.h"
 #include "ctl/ctl_client.h"
 
+/* What `bfctl submit` is told (bfctl_submit_opts). */
+typedef struct submit_args {
+    opt_list sets; /* KEY=VALUE, in the order given */
+    int wait, follow;
+} submit_args;
+
+const opt_spec bfctl_submit_opts[] = {
+    {"set", 0, OPT_LIST, 0, 0, OPT_AT(submit_args, sets), "KEY=VALUE",
+     "a key of the sweep's base over the file's value (as bfworker train --set), repeatable"},
+    {"wait", 0, OPT_FLAG, 0, 0, OPT_AT(submit_args, wait), NULL,
+     "wait for the job; exit 0 when every trial completed"},
+    {"follow", 0, OPT_FLAG, 0, 0, OPT_AT(submit_args, follow), NULL,
+     "tail its metrics live, then wait"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
+
 int bfctl_submit(int argc, char **argv) {
     static const char *u = "submit SWEEP.yaml|- [--set KEY=VALUE ...] [--wait] [--follow]";
-    if (ctl_help_wanted(
-            argc, argv, u,
-            "submit a sweep to bfd (- reads standard input); prints the job id (--set: "
-            "a config key of the sweep's base, over the file's value, as bfworker train "
-            "--set; --wait: until it ends, exit 0 when every trial completed; --follow: "
-            "tail its metrics live, then wait)"))
-        return 0;
-    static const char *const with_value[] = {"--set", NULL};
-    const char *file = ctl_positional(argc, argv, with_value);
-    char **sets = calloc((size_t)argc, sizeof *sets);
-    int n_sets = 0;
-    for (int i = 1; sets && i + 1 < argc; i++)
-        if (!strcmp(argv[i], "--set")) sets[n_sets++] = argv[++i];
-    if (!file || !sets) {
+    const char **sets = calloc((size_t)argc, sizeof *sets);
+    submit_args a = {.sets = {sets, 0, argc}};
+    int rest = argc,
+        prc = sets ? bfctl_parse(argc, argv,
+                                 "submit a sweep to bfd (- reads standard input); prints the job "
+                                 "id (--set: a config key of the sweep's base, over the file's "
+                                 "value, as bfworker train --set; --wait: until it ends, exit 0 "
+                                 "when every trial completed; --follow: tail its metrics live, "
+                                 "then wait)",
+                                 &a, &rest)
+                   : 1;
+    if (prc >= 0) {
+        free(sets);
+        return prc;
+    }
+    const char *file = rest < argc ? argv[rest] : NULL;
+    int n_sets = a.sets.n;
+    if (!file) {
         fprintf(stderr, "usage: bfctl %s\n", u);
         free(sets);
         return BF_EX_USAGE;
@@ -77,10 +97,10 @@ int bfctl_submit(int argc, char **argv) {
             ctl_jint(r, "trials"), ctl_jint(r, "trials") == 1 ? "" : "s");
     json_decref(r);
     int rc = 0;
-    if (ctl_has_opt(argc, argv, "--follow")) {
+    if (a.follow) {
         rc = ctl_tail(c, job, 0, 1, 1);
         if (rc == 0) rc = ctl_wait_job(c, job, 0);
-    } else if (ctl_has_opt(argc, argv, "--wait")) {
+    } else if (a.wait) {
         rc = ctl_wait_job(c, job, 0);
     }
     ctl_close(&c);

@@ -384,21 +384,34 @@ out:
 
 /* ---------------------------------------------------------------- command */
 
+const opt_spec bfctl_tail_opts[] = {
+    {"follow", 'f', OPT_FLAG, 0, 0, OPT_AT(ctl_flags, follow), NULL,
+     "follow live until the trials end"},
+    {"all", 0, OPT_FLAG, 0, 0, OPT_AT(ctl_flags, all), NULL, "every value of a job's points"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
+
 int bfctl_tail(int argc, char **argv) {
-    if (ctl_help_wanted(argc, argv, "tail JOB|tTRIAL [-f|--follow] [--all]",
+    ctl_flags a = {0};
+    int rest = argc,
+        prc =
+            bfctl_parse(argc, argv,
                         "metric points of a trial or of every trial of a job; -f follows live "
                         "(history first, then new points, no gap and no duplicate) until it ends. "
                         "A job's tail shows one short line per point (loss, accuracy, heads used, "
                         "s, tokens/s, validation and test results); --all, or a trial's tail, "
-                        "shows every value with its sequence number"))
-        return 0;
+                        "shows every value with its sequence number",
+                        &a, &rest);
+    if (prc >= 0) return prc;
+    argc -= rest - 1; /* the arguments after the options, argv[0] still the name */
+    argv += rest - 1;
     long long job, trial;
     if (ctl_target_arg(argc, argv, NULL, "tail JOB|tTRIAL [-f] [--all]", 0, &job, &trial))
         return BF_EX_USAGE;
-    int compact = trial == 0 && !ctl_has_opt(argc, argv, "--all");
+    int compact = trial == 0 && !a.all;
     ctl_conn *c;
     if (ctl_connect_or_say(&c)) return 1;
-    int follow = ctl_has_opt(argc, argv, "-f") || ctl_has_opt(argc, argv, "--follow");
+    int follow = a.follow;
     int rc = ctl_tail(c, job, trial, follow, compact);
     ctl_close(&c);
     return rc;

@@ -209,7 +209,7 @@ static int write_out(void *data, unsigned char *buf, size_t size) {
     return 1;
 }
 
-int ctl_apply_sets(const char *text, size_t len, const char *file, char *const *sets, int n,
+int ctl_apply_sets(const char *text, size_t len, const char *file, const char *const *sets, int n,
                    char **out, char *err, size_t errlen) {
     *out = NULL;
     yaml_parser_t p;
