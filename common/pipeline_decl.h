@@ -30,7 +30,7 @@ extern "C" {
 
 /* "budgetformer|lm|vit|s2s": the pipelines as the choices of an enum key. */
 #define PIPELINE_CHOICE_(name, driver, metric, maximize) "|" #name
-#define PIPELINE_CHOICES (BF_PIPELINES(PIPELINE_CHOICE_) + 1)
+#define PIPELINE_CHOICES (&BF_PIPELINES(PIPELINE_CHOICE_)[1]) /* past the first "|" */
 
 /* The stage graph of pipeline `name`, or NULL when it runs as one piece (or
  * is no pipeline). Static; never freed. */
