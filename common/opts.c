@@ -23,14 +23,12 @@ const opt_spec *opts_find(const opt_spec *t, const char *o) {
     return NULL;
 }
 
-/* Writes text from column 24, wrapped before column 80. */
-static void wrap(FILE *f, const char *text) {
-    int col = 24;
+void opts_wrap(FILE *f, const char *text, int col, int indent) {
     for (const char *p = text; *p;) {
         size_t w = strcspn(p, " ");
-        if (p != text && col + 1 + (int)w > 80) {
-            fprintf(f, "\n%24s", "");
-            col = 24;
+        if (col > indent && col + 1 + (int)w > 80) {
+            fprintf(f, "\n%*s", indent, "");
+            col = indent;
         } else if (p != text) {
             fputc(' ', f);
             col++;
@@ -56,7 +54,7 @@ void opts_help(FILE *f, const opt_spec *t) {
             fprintf(f, "%-24s", head);
         else
             fprintf(f, "%s\n%24s", head, "");
-        wrap(f, t->help);
+        opts_wrap(f, t->help, 24, 24);
     }
 }
 

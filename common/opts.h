@@ -59,6 +59,9 @@ int opts_parse(const char *prog, const char *usage, const opt_spec *t, int argc,
 /* Writes "  --name ARG  help" for each row of t that has help, the help
  * wrapped before column 80. */
 void opts_help(FILE *f, const opt_spec *t);
+/* Writes text to f from column col on, wrapped before column 80, the lines
+ * after the first indented by indent; ends with a newline. (--help texts.) */
+void opts_wrap(FILE *f, const char *text, int col, int indent);
 
 /* The row of t for "--name" or "-c" (o as typed), or NULL. */
 const opt_spec *opts_find(const opt_spec *t, const char *o);

@@ -20,6 +20,7 @@
 #include "daemon/bfd.h"
 #include "common/cfg.h"
 #include "common/errbuf.h"
+#include "common/opts.h"
 
 /* A value as a setter sees it: the scalar's text (NULL for a list), and for
  * a list (gpus) the document and node its items are read from. */
@@ -388,26 +389,6 @@ int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen) {
     return rc;
 }
 
-/* Writes text from column `col` on, wrapped before column 80 and indented
- * by `indent` on the lines after the first. */
-static void wrap(FILE *f, const char *text, int col, int indent) {
-    for (const char *p = text; *p;) {
-        size_t w = strcspn(p, " ");
-        if (col > indent && col + 1 + (int)w > 80) {
-            fprintf(f, "\n%*s", indent, "");
-            col = indent;
-        } else if (p != text) {
-            fputc(' ', f);
-            col++;
-        }
-        fprintf(f, "%.*s", (int)w, p);
-        col += (int)w;
-        p += w;
-        while (*p == ' ') p++;
-    }
-    fputc('\n', f);
-}
-
 void bfd_config_help(FILE *f) {
     fputs("bfd.yaml (every key optional):\n", f);
     for (size_t i = 0; i < N_KEYS; i++) {
@@ -420,6 +401,6 @@ void bfd_config_help(FILE *f) {
         else
             fprintf(f, "\n%34s", "");
         col = 34;
-        wrap(f, text, col, 34);
+        opts_wrap(f, text, col, 34);
     }
 }
