@@ -82,8 +82,8 @@ int bfctl_edit(int argc, char **argv) {
     if (ctl_connect_or_say(&c)) return 1;
     json_t *r;
     int rc = ctl_request(
-        c, "edit",
-        json_pack("{s:I, s:i}", "job", (json_int_t)job, "max_parallel", a.max_parallel), &r);
+        c, "edit", json_pack("{s:I, s:i}", "job", (json_int_t)job, "max_parallel", a.max_parallel),
+        &r);
     ctl_close(&c);
     if (rc) return 1;
     printf("job %lld: max_parallel %lld (was %lld)\n", job, ctl_jint(r, "max_parallel"),

@@ -25,12 +25,12 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#define TOKEN_HEX 48             /* 24 random bytes */
-#define MAX_UPLOAD 65536         /* bytes of a request body read (and ignored) */
-#define LOOP_TIMEOUT_MS 10000    /* wait for the loop's reply to a forwarded request */
-#define SSE_BUF (1u << 20)       /* one poll's text at most */
-#define SSE_POLL_NS 250000000L   /* between two looks at the store */
-#define SSE_KEEPALIVE_POLLS 40   /* a comment after this many empty looks (10 s) */
+#define TOKEN_HEX 48           /* 24 random bytes */
+#define MAX_UPLOAD 65536       /* bytes of a request body read (and ignored) */
+#define LOOP_TIMEOUT_MS 10000  /* wait for the loop's reply to a forwarded request */
+#define SSE_BUF (1u << 20)     /* one poll's text at most */
+#define SSE_POLL_NS 250000000L /* between two looks at the store */
+#define SSE_KEEPALIVE_POLLS 40 /* a comment after this many empty looks (10 s) */
 #define COOKIE "bf_token"
 
 struct http {
@@ -191,8 +191,8 @@ static unsigned loop_call(http *h, const char *type, json_t *body, json_t **repl
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (;;) {
         clock_gettime(CLOCK_MONOTONIC, &t);
-        long left = LOOP_TIMEOUT_MS - (long)((t.tv_sec - t0.tv_sec) * 1000 +
-                                             (t.tv_nsec - t0.tv_nsec) / 1000000);
+        long left = LOOP_TIMEOUT_MS -
+                    (long)((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000);
         if (left <= 0 || h->stopping) {
             *reply = json_pack("{s:s}", "error", "bfd's loop did not answer in time");
             goto done;
@@ -212,12 +212,12 @@ static unsigned loop_call(http *h, const char *type, json_t *body, json_t **repl
         code = 200;
         if (!strcmp(m.type, "error")) {
             const char *ec = json_string_value(json_object_get(*reply, "code"));
-            code = !ec                         ? 500
-                   : !strcmp(ec, "not_found")  ? 404
-                   : !strcmp(ec, "bad_state")  ? 409
-                   : !strcmp(ec, "bad_field")  ? 400
-                   : !strcmp(ec, "bad_token")  ? 403
-                                               : 500;
+            code = !ec                        ? 500
+                   : !strcmp(ec, "not_found") ? 404
+                   : !strcmp(ec, "bad_state") ? 409
+                   : !strcmp(ec, "bad_field") ? 400
+                   : !strcmp(ec, "bad_token") ? 403
+                                              : 500;
             json_t *msg = json_object_get(*reply, "message");
             if (msg) json_object_set(*reply, "error", msg);
         }
@@ -370,8 +370,8 @@ static enum MHD_Result get_api(http *h, struct MHD_Connection *c, const char *ur
     if (sscanf(path, "trials/%lld/log%n", &id, &k) == 1 && k > 0 && !path[k]) {
         const char *off = conn_arg(c, "offset");
         long long o = off ? atoll(off) : 0;
-        json_t *b = json_pack("{s:I, s:I}", "trial", (json_int_t)id, "offset",
-                              (json_int_t)(o > 0 ? o : 0));
+        json_t *b =
+            json_pack("{s:I, s:I}", "trial", (json_int_t)id, "offset", (json_int_t)(o > 0 ? o : 0));
         unsigned code = loop_call(h, "logs", b, &out);
         json_decref(b);
         return send_json(c, code, out ? out : json_object(), NULL, NULL);
@@ -439,6 +439,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return send_buf(c, 200, "text/plain; version=0.0.4; charset=utf-8", page, n,
                         MHD_RESPMEM_MUST_FREE);
     }
+    if (!strcmp(url, "/favicon.ico")) /* none: say so without an error in the console */
+        return send_buf(c, MHD_HTTP_NO_CONTENT, "text/plain", NULL, 0, MHD_RESPMEM_PERSISTENT);
     const http_asset *a = NULL;
     if (!strcmp(url, "/"))
         a = asset("index.html");
@@ -458,8 +460,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         MHD_destroy_response(r);
         return rc;
     }
-    struct MHD_Response *r = MHD_create_response_from_buffer(a->len, (void *)a->data,
-                                                             MHD_RESPMEM_PERSISTENT);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(a->len, (void *)a->data, MHD_RESPMEM_PERSISTENT);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", a->type);
     MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
@@ -536,8 +538,7 @@ int http_start(const char *addr, int insecure, const char *home, const char *ctl
     int zero = 0;
     if (!h->dealer || zmq_setsockopt(h->dealer, ZMQ_LINGER, &zero, sizeof zero) ||
         zmq_connect(h->dealer, ctl_ep))
-        return bf_fail(err, errlen, "http: zmq_connect(%s): %s", ctl_ep,
-                       zmq_strerror(zmq_errno()));
+        return bf_fail(err, errlen, "http: zmq_connect(%s): %s", ctl_ep, zmq_strerror(zmq_errno()));
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int one = 1;
     if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
@@ -547,11 +548,11 @@ int http_start(const char *addr, int insecure, const char *home, const char *ctl
         return rc;
     }
     h->fd = fd;
-    h->mhd = MHD_start_daemon(
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL,
-        on_request, h, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED, on_done, h,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)64, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)65536, MHD_OPTION_END);
+    h->mhd = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, 0,
+                              NULL, NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET, fd,
+                              MHD_OPTION_NOTIFY_COMPLETED, on_done, h, MHD_OPTION_CONNECTION_LIMIT,
+                              (unsigned)64, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
+                              MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)65536, MHD_OPTION_END);
     if (!h->mhd) return bf_fail(err, errlen, "http: MHD_start_daemon on %s failed", addr);
     snprintf(h->url, sizeof h->url, "http://%s/", addr);
     snprintf(h->url_path, sizeof h->url_path, "%s/http.url", home);

@@ -72,17 +72,17 @@ static long long metric_id(sqlite3 *db, const char *name, char *err, size_t errl
 
 /* A job's record from a JOB_COLS row: with its states and best value. */
 static json_t *job_record(sqlite3 *db, sqlite3_stmt *row, char *err, size_t errlen) {
-    static const char *names[] = {"id",     "name",      "pipeline", "method",
-                                  "metric", "goal",      "submitted", "n_trials",
+    static const char *names[] = {"id",           "name",   "pipeline",  "method",
+                                  "metric",       "goal",   "submitted", "n_trials",
                                   "max_parallel", "closed", "priority"};
     json_t *o = json_object();
     for (int i = 0; i < 11; i++) json_object_set_new(o, names[i], col_json(row, i));
     long long id = sqlite3_column_int64(row, 0);
     const char *metric = (const char *)sqlite3_column_text(row, 4);
     const char *goal = (const char *)sqlite3_column_text(row, 5);
-    json_object_set_new(o, "objectives",
-                        json_pack("[{s:s, s:s}]", "name", metric ? metric : "", "goal",
-                                  goal ? goal : "min"));
+    json_object_set_new(
+        o, "objectives",
+        json_pack("[{s:s, s:s}]", "name", metric ? metric : "", "goal", goal ? goal : "min"));
     sqlite3_stmt *st;
     json_t *states = json_object();
     json_object_set_new(o, "states", states);
@@ -324,11 +324,9 @@ static unsigned get_job_metrics(sqlite3 *db, long long job, json_t **out, char *
  * runs of points gives its lowest and its highest (in step order), so a
  * spike survives the thinning. Records {trial?, seq, step, value, time}. */
 static int trial_points(sqlite3 *db, long long trial, long long mid, long long after,
-                        long long max_points, int with_trial, json_t *a, char *err,
-                        size_t errlen) {
+                        long long max_points, int with_trial, json_t *a, char *err, size_t errlen) {
     sqlite3_stmt *st;
-    if (prep(db,
-             "SELECT COUNT(*) FROM metrics WHERE trial = ?1 AND name = ?2 AND seq > ?3", &st,
+    if (prep(db, "SELECT COUNT(*) FROM metrics WHERE trial = ?1 AND name = ?2 AND seq > ?3", &st,
              err, errlen))
         return -1;
     sqlite3_bind_int64(st, 1, trial);
@@ -357,10 +355,10 @@ static int trial_points(sqlite3 *db, long long trial, long long mid, long long a
         int lo_first = lo_seq <= hi_seq, n_out = lo_seq == hi_seq ? 1 : 2;
         for (int k = 0; k < n_out; k++) {
             int use_lo = (k == 0) == lo_first;
-            json_t *p = json_pack("{s:I, s:I, s:f, s:f}", "seq",
-                                  (json_int_t)(use_lo ? lo_seq : hi_seq), "step",
-                                  (json_int_t)(use_lo ? lo_step : hi_step), "value",
-                                  use_lo ? lo : hi, "time", use_lo ? lo_t : hi_t);
+            json_t *p =
+                json_pack("{s:I, s:I, s:f, s:f}", "seq", (json_int_t)(use_lo ? lo_seq : hi_seq),
+                          "step", (json_int_t)(use_lo ? lo_step : hi_step), "value",
+                          use_lo ? lo : hi, "time", use_lo ? lo_t : hi_t);
             if (with_trial) json_object_set_new(p, "trial", json_integer(trial));
             json_array_append_new(a, p);
         }
@@ -401,8 +399,8 @@ static unsigned get_trial_points(sqlite3 *db, long long trial, http_arg_fn arg, 
 
 /* The curves of a job: each of its trials' points (?trials=ID,ID,... or the
  * first JOB_CURVES_MAX by index), each trial thinned to ?max_points=. */
-static unsigned get_job_points(sqlite3 *db, long long job, http_arg_fn arg, void *cls,
-                               json_t **out, char *err, size_t errlen) {
+static unsigned get_job_points(sqlite3 *db, long long job, http_arg_fn arg, void *cls, json_t **out,
+                               char *err, size_t errlen) {
     long long mid, maxp;
     unsigned code = points_args(db, arg, cls, &mid, &maxp, err, errlen);
     if (code) return code;
@@ -456,9 +454,9 @@ static void list_files(const char *dir, const char *prefix, int depth, json_t *a
         if (S_ISDIR(sb.st_mode)) {
             if (depth > 0) list_files(p, rel, depth - 1, a);
         } else if (S_ISREG(sb.st_mode)) {
-            json_array_append_new(a, json_pack("{s:s, s:I, s:f}", "path", rel, "size",
-                                               (json_int_t)sb.st_size, "mtime",
-                                               (double)sb.st_mtime));
+            json_array_append_new(a,
+                                  json_pack("{s:s, s:I, s:f}", "path", rel, "size",
+                                            (json_int_t)sb.st_size, "mtime", (double)sb.st_mtime));
         }
     }
     closedir(d);
@@ -478,7 +476,7 @@ static unsigned get_trial(sqlite3 *db, const char *home, long long id, json_t **
         sqlite3_finalize(st);
         return bf_fail(err, errlen, "no trial %lld", id), 404;
     }
-    static const char *names[] = {"id",      "job",    "idx",    "state", "attempts", "hash",
+    static const char *names[] = {"id",      "job",    "idx",    "state",  "attempts", "hash",
                                   "updated", "config", "params", "metric", "goal"};
     json_t *o = json_object();
     for (int i = 0; i < 11; i++) json_object_set_new(o, names[i], col_json(st, i));
@@ -572,9 +570,8 @@ static unsigned get_events(sqlite3 *db, http_arg_fn arg, void *cls, json_t **out
 
 /* ------------------------------------------------------------------ route */
 
-unsigned http_api_get(sqlite3 *db, const char *home, const char *path, http_arg_fn arg,
-                      void *cls, json_t **out, char *next, size_t nextlen, char *err,
-                      size_t errlen) {
+unsigned http_api_get(sqlite3 *db, const char *home, const char *path, http_arg_fn arg, void *cls,
+                      json_t **out, char *next, size_t nextlen, char *err, size_t errlen) {
     *out = NULL;
     next[0] = '\0';
     long long id;
@@ -675,8 +672,7 @@ long http_stream_poll(http_stream *s, sqlite3 *db, char *buf, size_t cap, char *
     size_t len = 0;
     buf[0] = '\0';
     sqlite3_stmt *st;
-    if (prep(db, EVENT_COLS " WHERE id > ?1 AND job = ?2 ORDER BY id LIMIT 200", &st, err,
-             errlen))
+    if (prep(db, EVENT_COLS " WHERE id > ?1 AND job = ?2 ORDER BY id LIMIT 200", &st, err, errlen))
         return -1;
     sqlite3_bind_int64(st, 1, s->last_event);
     sqlite3_bind_int64(st, 2, s->job);

@@ -20,9 +20,8 @@ typedef const char *(*http_arg_fn)(void *cls, const char *key);
  * for a list with more to read, the ?after= of the next page in next; 400
  * or 404 with the reason in err; 500 with the store's error. home is bfd's
  * folder (a trial's files are listed from home/trials/ID). */
-unsigned http_api_get(sqlite3 *db, const char *home, const char *path, http_arg_fn arg,
-                      void *cls, json_t **out, char *next, size_t nextlen, char *err,
-                      size_t errlen);
+unsigned http_api_get(sqlite3 *db, const char *home, const char *path, http_arg_fn arg, void *cls,
+                      json_t **out, char *next, size_t nextlen, char *err, size_t errlen);
 
 typedef struct http_stream http_stream;
 
@@ -35,8 +34,7 @@ http_stream *http_stream_new(sqlite3 *db, long long job, const char *metric, cha
 /* What happened since the last call, as SSE text ("event: state" and
  * "event: points" records) into buf (at most cap bytes, NUL-terminated);
  * returns its length (0: nothing new), or -1 with err when db fails. */
-long http_stream_poll(http_stream *s, sqlite3 *db, char *buf, size_t cap, char *err,
-                      size_t errlen);
+long http_stream_poll(http_stream *s, sqlite3 *db, char *buf, size_t cap, char *err, size_t errlen);
 /* Frees; NULL is fine. */
 void http_stream_free(http_stream **s);
 

@@ -24,8 +24,8 @@ void req_edit(bfd *d, void *s, proto_msg *m) {
         return;
     }
     bfd_log("job %lld: max_parallel %lld (was %d)", id, par, was);
-    json_t *b = json_pack("{s:I, s:I, s:i}", "job", (json_int_t)id, "max_parallel",
-                          (json_int_t)par, "was", was);
+    json_t *b = json_pack("{s:I, s:I, s:i}", "job", (json_int_t)id, "max_parallel", (json_int_t)par,
+                          "was", was);
     reply(d, s, m, "edited", b);
     json_decref(b);
     d->dirty = 1;
