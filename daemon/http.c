@@ -209,6 +209,7 @@ static unsigned loop_call(http *h, const char *type, json_t *body, json_t **repl
         }
         *reply = m.body;
         m.body = NULL;
+        json_object_del(*reply, "req"); /* the protocol's, not the page's */
         code = 200;
         if (!strcmp(m.type, "error")) {
             const char *ec = json_string_value(json_object_get(*reply, "code"));
