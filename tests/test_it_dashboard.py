@@ -14,7 +14,9 @@ python3-selenium, and with plain urllib:
   gives (compared when two readings of bfctl around the page agree);
 - the curve of a running trial gains points without a reload;
 - the docs' pandas example reads the job's trials and points;
-- cancel on the page cancels the job in the store.
+- cancel on the page cancels the job in the store;
+- pages of the trial list join without gap or repeat, and a thinned curve
+  keeps its extremes.
 Screenshots of each page go to SHOTS. Exits 0 when all held, 1 with a
 message otherwise.
 """
@@ -56,6 +58,46 @@ def status_of(url, method="GET", headers=None):
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.read()
+
+
+def get_json(url, token):
+    req = urllib.request.Request(url, headers={"Authorization": "Bearer " + token})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.load(r), r.headers.get("X-Next-After")
+
+
+def check_pages_and_thinning(url, token, job):
+    """?limit=1 page by page gives every trial once, in order; a curve asked
+    for at most 10 points keeps its lowest and highest (the job has ended:
+    the points stand still)."""
+    whole, _ = get_json(url + "api/v1/jobs/%d/trials?limit=10000" % job, token)
+    ids, after = [], None
+    while True:
+        page, after = get_json(url + "api/v1/jobs/%d/trials?limit=1%s"
+                               % (job, "&after=" + after if after else ""), token)
+        ids += [t["id"] for t in page]
+        if not after:
+            break
+    if ids != [t["id"] for t in whole]:
+        fail("pages of 1 gave %s, the whole list %s" % (ids, [t["id"] for t in whole]))
+    code, body = status_of(url + "api/v1/jobs/%d/trials?limit=0" % job, "GET",
+                           {"Authorization": "Bearer " + token})
+    if code != 400 or b"limit must be an integer in [1, 10000]" not in body:
+        fail("?limit=0 gave %d %s" % (code, body))
+    trial = whole[0]["id"]
+    full, _ = get_json(url + "api/v1/trials/%d/points?metric=train/loss&max_points=100000"
+                       % trial, token)
+    thin, _ = get_json(url + "api/v1/trials/%d/points?metric=train/loss&max_points=10"
+                       % trial, token)
+    if len(full) <= 10:
+        fail("trial %d has only %d points: nothing to thin" % (trial, len(full)))
+    vals = [p["value"] for p in thin]
+    if len(thin) > 10 or min(vals) != min(p["value"] for p in full) or \
+            max(vals) != max(p["value"] for p in full):
+        fail("10 of %d points: %s" % (len(full), thin))
+    if [p["seq"] for p in thin] != sorted(p["seq"] for p in thin):
+        fail("thinned points out of order: %s" % thin)
+    print("pages of 1: %d trials; %d points thinned to %d" % (len(ids), len(full), len(thin)))
 
 
 def bfctl_states(bfctl, job):
@@ -127,6 +169,7 @@ def main():
         browse(drv, url, token, bfctl, job, shots)
     finally:
         drv.quit()
+    check_pages_and_thinning(url, token, job)
     print("ok")
 
 
