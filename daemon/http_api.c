@@ -64,6 +64,21 @@ static long long metric_id(sqlite3 *db, const char *name, char *err, size_t errl
     return id;
 }
 
+/* 200 when the store has a row of table (jobs or trials) with id, else 404
+ * (or 500) with err. */
+static unsigned exists(sqlite3 *db, const char *table, long long id, char *err, size_t errlen) {
+    sqlite3_stmt *st;
+    char sql[64];
+    snprintf(sql, sizeof sql, "SELECT 1 FROM %s WHERE id = ?1", table);
+    if (prep(db, sql, &st, err, errlen)) return 500;
+    sqlite3_bind_int64(st, 1, id);
+    int found = sqlite3_step(st) == SQLITE_ROW;
+    sqlite3_finalize(st);
+    if (found) return 200;
+    bf_fail(err, errlen, "no %s %lld", !strcmp(table, "jobs") ? "job" : "trial", id);
+    return 404;
+}
+
 /* ------------------------------------------------------------------- jobs */
 
 #define JOB_COLS                                                                                   \
@@ -303,6 +318,8 @@ static unsigned get_trials(sqlite3 *db, long long job, http_arg_fn arg, void *cl
 /* Names of the metrics the job's trials have logged, sorted. */
 static unsigned get_job_metrics(sqlite3 *db, long long job, json_t **out, char *err,
                                 size_t errlen) {
+    unsigned code = exists(db, "jobs", job, err, errlen);
+    if (code != 200) return code;
     sqlite3_stmt *st;
     if (prep(db,
              "SELECT DISTINCT mn.name FROM metric_latest ml JOIN metric_names mn ON mn.id ="
@@ -385,7 +402,9 @@ static unsigned points_args(sqlite3 *db, http_arg_fn arg, void *cls, long long *
 static unsigned get_trial_points(sqlite3 *db, long long trial, http_arg_fn arg, void *cls,
                                  json_t **out, char *err, size_t errlen) {
     long long mid, maxp, after;
-    unsigned code = points_args(db, arg, cls, &mid, &maxp, err, errlen);
+    unsigned code = exists(db, "trials", trial, err, errlen);
+    if (code != 200) return code;
+    code = points_args(db, arg, cls, &mid, &maxp, err, errlen);
     if (code) return code;
     if (arg_int(arg, cls, "after", 0, 0, 1LL << 53, &after, err, errlen)) return 400;
     json_t *a = json_array();
@@ -402,7 +421,9 @@ static unsigned get_trial_points(sqlite3 *db, long long trial, http_arg_fn arg, 
 static unsigned get_job_points(sqlite3 *db, long long job, http_arg_fn arg, void *cls, json_t **out,
                                char *err, size_t errlen) {
     long long mid, maxp;
-    unsigned code = points_args(db, arg, cls, &mid, &maxp, err, errlen);
+    unsigned code = exists(db, "jobs", job, err, errlen);
+    if (code != 200) return code;
+    code = points_args(db, arg, cls, &mid, &maxp, err, errlen);
     if (code) return code;
     long long ids[JOB_CURVES_MAX];
     size_t n = 0;

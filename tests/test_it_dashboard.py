@@ -84,6 +84,11 @@ def check_pages_and_thinning(url, token, job):
                            {"Authorization": "Bearer " + token})
     if code != 400 or b"limit must be an integer in [1, 10000]" not in body:
         fail("?limit=0 gave %d %s" % (code, body))
+    for path in ("jobs/999999/points?metric=train/loss", "trials/999999/points?metric=train/loss",
+                 "jobs/999999/metrics", "jobs/999999/trials", "trials/999999"):
+        code, body = status_of(url + "api/v1/" + path, "GET", {"Authorization": "Bearer " + token})
+        if code != 404 or b"no " not in body:
+            fail("GET %s of nothing gave %d %s, not 404" % (path, code, body))
     trial = whole[0]["id"]
     full, _ = get_json(url + "api/v1/trials/%d/points?metric=train/loss&max_points=100000"
                        % trial, token)
