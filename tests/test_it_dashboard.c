@@ -88,18 +88,39 @@ Test(dashboard, browser_sees_and_steers_a_running_sweep) {
     cr_assert(ok, "the dashboard check failed (above)");
 }
 
-Test(dashboard, edit_max_parallel_is_kept_across_a_restart) {
+/* bfctl edit --max-parallel 1 on a grid sweep of 4 trials with 2 slots:
+ * every attempt that starts after the edit starts alone (read back from
+ * the store's attempt times once the job is done); the edit is an event
+ * and outlives a restart. Without the cap two run at once. */
+Test(dashboard, edit_max_parallel_caps_a_running_sweep_and_is_kept) {
     int port = free_port(NULL);
     char y[256];
     snprintf(y, sizeof y, "slots: 2\nthreads_per_slot: 1\nhttp: 127.0.0.1:%d\n", port);
     it_write_text(tmpdir_path(g_home, "bfd.yaml"), y, 0644);
     g_bfd = it_bfd_start(g_dir, g_home);
-    const char *sweep = it_write_sweep(g_dir, "edit", 3, 20, "");
+    const char *sweep = it_write_sweep(g_dir, "edit", 4, 300, "");
     long long job = it_submit(g_dir, sweep);
     char args[64], out[256];
     snprintf(args, sizeof args, "edit %lld --max-parallel 1", job);
     cr_assert_eq(it_bfctl(g_dir, out, sizeof out, args), 0);
     cr_assert(strstr(out, "max_parallel 1 (was 0)"), "%s", out);
+    snprintf(args, sizeof args, "wait %lld", job);
+    cr_assert_eq(it_bfctl(g_dir, NULL, 0, args), 0, "job %lld did not complete", job);
+    long long started_after = it_db_int(
+        g_home,
+        "SELECT COUNT(*) FROM attempts a JOIN trials t ON t.id = a.trial WHERE t.job = ?1 AND"
+        " a.started > (SELECT time FROM events WHERE job = ?1 AND kind = 'EDIT')",
+        job);
+    cr_assert(started_after >= 2, "only %lld attempts started after the edit", started_after);
+    long long overlaps = it_db_int(
+        g_home,
+        "SELECT COUNT(*) FROM attempts x JOIN trials tx ON tx.id = x.trial, attempts y JOIN"
+        " trials ty ON ty.id = y.trial WHERE tx.job = ?1 AND ty.job = ?1 AND x.id != y.id AND"
+        " x.started > (SELECT time FROM events WHERE job = ?1 AND kind = 'EDIT') AND"
+        " y.started <= x.started AND (y.ended IS NULL OR y.ended > x.started)",
+        job);
+    cr_assert_eq(overlaps, 0, "%lld attempts started beside another after max_parallel 1",
+                 overlaps);
     it_stop(&g_bfd, SIGTERM);
     g_bfd = it_bfd_start(g_dir, g_home);
     cr_assert_eq(it_db_int(g_home, "SELECT parallel FROM jobs WHERE id = ?1", job), 1);

@@ -14,7 +14,8 @@ python3-selenium, and with plain urllib:
   gives (compared when two readings of bfctl around the page agree);
 - the curve of a running trial gains points without a reload;
 - the docs' pandas example reads the job's trials and points;
-- cancel on the page cancels the job in the store;
+- max_parallel set on the page is in the store; cancel on the page
+  cancels the job in the store;
 - pages of the trial list join without gap or repeat, and a thinned curve
   keeps its extremes.
 Screenshots of each page go to SHOTS. Exits 0 when all held, 1 with a
@@ -229,8 +230,16 @@ def browse(drv, url, token, bfctl, job, shots):
     wait_for("the cluster page", lambda: drv.find_elements(By.ID, "running"))
     drv.save_screenshot(os.path.join(shots, "cluster.png"))
 
-    # cancel from the page: the store says so
+    # max_parallel from the page: the store says so
     drv.get(url + "#/job/%d" % job)
+    box = wait_for("the max_parallel box", lambda: drv.find_elements(By.ID, "max-parallel"))[0]
+    box.clear()
+    box.send_keys("1")
+    drv.find_element(By.ID, "set-parallel").click()
+    wait_for("max_parallel 1 in the store", lambda: get_json(
+        url + "api/v1/jobs/%d" % job, token)[0]["max_parallel"] == 1)
+
+    # cancel from the page: the store says so
     wait_for("the cancel button", lambda: drv.find_elements(By.ID, "cancel-job"))[0].click()
     drv.switch_to.alert.accept()
     wait_for("the job cancelled in the store", lambda: all(
