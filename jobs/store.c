@@ -192,11 +192,11 @@ static int user_version(store *s, int *v, char *err, size_t errlen) {
     int rc = sqlite3_step(st);
     if (rc != SQLITE_ROW) {
         store_sqlfail(s, err, errlen, "sqlite3_step(PRAGMA user_version)");
-        sqlite3_finalize(st);
+        store_done(s, st);
         return -1;
     }
     *v = sqlite3_column_int(st, 0);
-    sqlite3_finalize(st);
+    store_done(s, st);
     return 0;
 }
 
@@ -248,6 +248,15 @@ int store_create_at_version(const char *path, int version, char *err, size_t err
     return rc;
 }
 
+/* One of the handle's own statements (ins_metric, ...), finalized by
+ * store_close: prepared outside store_prepare's cache, which would finalize
+ * it a second time. */
+static int prepare_fixed(store *s, const char *sql, sqlite3_stmt **st, char *err, size_t errlen) {
+    if (sqlite3_prepare_v2(s->db, sql, -1, st, NULL) != SQLITE_OK)
+        return bf_fail(err, errlen, "sqlite3_prepare_v2(%.60s...): %s", sql, sqlite3_errmsg(s->db));
+    return 0;
+}
+
 int store_open(const char *path, store **out, char *err, size_t errlen) {
     *out = NULL;
     store *s = calloc(1, sizeof *s);
@@ -287,11 +296,11 @@ int store_open(const char *path, store **out, char *err, size_t errlen) {
     if (!mode || strcmp(mode, "wal") != 0) {
         bf_fail(err, errlen, "PRAGMA journal_mode = WAL: %s",
                 mode ? "the database refused WAL mode" : sqlite3_errmsg(s->db));
-        sqlite3_finalize(st);
+        store_done(s, st);
         store_close(&s);
         return -1;
     }
-    sqlite3_finalize(st);
+    store_done(s, st);
     /* 64 MiB of page cache: metric inserts from many trials touch pages all
      * over the metrics B-tree */
     if (store_exec(
@@ -301,11 +310,11 @@ int store_open(const char *path, store **out, char *err, size_t errlen) {
         store_close(&s);
         return -1;
     }
-    if (store_prepare(s,
+    if (prepare_fixed(s,
                       "INSERT OR IGNORE INTO metrics(trial, seq, name, step, value, time)"
                       " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                       &s->ins_metric, err, errlen) < 0 ||
-        store_prepare(s,
+        prepare_fixed(s,
                       "INSERT INTO metric_latest(trial, name, seq, step, value, time, vmin, vmax)"
                       " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?5, ?5)"
                       " ON CONFLICT (trial, name) DO UPDATE SET"
@@ -315,12 +324,12 @@ int store_open(const char *path, store **out, char *err, size_t errlen) {
                       "  seq = MAX(seq, excluded.seq),"
                       "  vmin = MIN(vmin, excluded.vmin), vmax = MAX(vmax, excluded.vmax)",
                       &s->upd_latest, err, errlen) < 0 ||
-        store_prepare(s, "SELECT id FROM metric_names WHERE name = ?1", &s->get_name, err, errlen) <
+        prepare_fixed(s, "SELECT id FROM metric_names WHERE name = ?1", &s->get_name, err, errlen) <
             0 ||
-        store_prepare(s, "INSERT INTO metric_names(name) VALUES (?1)", &s->ins_name, err, errlen) <
+        prepare_fixed(s, "INSERT INTO metric_names(name) VALUES (?1)", &s->ins_name, err, errlen) <
             0 ||
-        store_prepare(s, "SELECT 1 FROM trials WHERE id = ?1", &s->trial_exists, err, errlen) < 0 ||
-        store_prepare(s,
+        prepare_fixed(s, "SELECT 1 FROM trials WHERE id = ?1", &s->trial_exists, err, errlen) < 0 ||
+        prepare_fixed(s,
                       "INSERT OR IGNORE INTO trial_stages(trial, idx, name, key, parent, dir)"
                       " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                       &s->ins_plan, err, errlen) < 0) {
@@ -340,6 +349,7 @@ void store_close(store **sp) {
     sqlite3_finalize(s->ins_name);
     sqlite3_finalize(s->trial_exists);
     sqlite3_finalize(s->ins_plan);
+    store_stmts_free(s);
     sqlite3_close(s->db);
     free(s);
     *sp = NULL;

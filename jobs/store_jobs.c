@@ -18,7 +18,7 @@
     " VALUES (?1, ?2, 'PENDING', 0, ?3, ?4, ?5, ?6, ?7)"
 
 /* One PENDING trial t of job through st (prepared from INSERT_TRIAL; the
- * caller finalizes it), with its sampler point (NULL: none) and its stage
+ * caller gives it back), with its sampler point (NULL: none) and its stage
  * plan, in the caller's transaction; *id its row. */
 static int insert_trial(store *s, sqlite3_stmt *st, int64_t job, const sweep_trial *t,
                         double updated, const char *point_json, int64_t *id, char *err,
@@ -99,13 +99,13 @@ int store_submit(store *s, const sweep_spec *spec, const char *source, int64_t *
         store_sqlfail(s, err, errlen, "sqlite3_step(INSERT INTO jobs)");
         goto fail;
     }
-    sqlite3_finalize(st);
+    store_done(s, st);
     st = NULL;
     c.job = sqlite3_last_insert_rowid(s->db);
     if (store_prepare(s, INSERT_TRIAL, &c.ins, err, errlen) < 0) goto fail;
     /* a tpe job's trials are proposed later, one by one (store_add_trial) */
     if (!tpe && sweep_expand(spec, submit_trial, &c, err, errlen) != 0) goto fail;
-    sqlite3_finalize(c.ins);
+    store_done(s, c.ins);
     c.ins = NULL;
     char msg[256];
     snprintf(msg, sizeof msg, "submitted '%s' with %lld trials%s", spec->name, n,
@@ -115,8 +115,8 @@ int store_submit(store *s, const sweep_spec *spec, const char *source, int64_t *
     *job_id = c.job;
     return 0;
 fail:
-    sqlite3_finalize(st);
-    sqlite3_finalize(c.ins);
+    store_done(s, st);
+    store_done(s, c.ins);
     store_rollback(s);
     return -1;
 }
@@ -139,7 +139,7 @@ int store_add_trial(store *s, int64_t job, const sweep_trial *t, const char *poi
         want = sqlite3_column_int64(st, 1);
         closed = sqlite3_column_int64(st, 2);
     }
-    sqlite3_finalize(st);
+    store_done(s, st);
     st = NULL;
     if (rc != SQLITE_ROW) {
         if (rc == SQLITE_DONE)
@@ -155,7 +155,7 @@ int store_add_trial(store *s, int64_t job, const sweep_trial *t, const char *poi
     }
     if (store_prepare(s, INSERT_TRIAL, &st, err, errlen) < 0) goto fail;
     rc = insert_trial(s, st, job, t, store_now(), point_json, trial_id, err, errlen);
-    sqlite3_finalize(st);
+    store_done(s, st);
     if (rc < 0) goto fail;
     char msg[256];
     snprintf(msg, sizeof msg, "proposed trial %lld of %lld", (long long)t->index + 1, want);
@@ -195,7 +195,7 @@ int store_job_cancel(store *s, int64_t job_id, int *n_cancelled, char *err, size
     }
     sqlite3_bind_int64(st, 1, job_id);
     rc = sqlite3_step(st);
-    sqlite3_finalize(st);
+    store_done(s, st);
     if (rc != SQLITE_DONE) {
         store_sqlfail(s, err, errlen, "sqlite3_step(UPDATE jobs SET closed)");
         free(ids);
@@ -255,7 +255,7 @@ int store_job_get(store *s, int64_t job_id, store_job *out, char *err, size_t er
     if (rc == SQLITE_ROW) row_to_job(st, out);
     if (rc != SQLITE_ROW && rc != SQLITE_DONE)
         store_sqlfail(s, err, errlen, "sqlite3_step(SELECT job)");
-    sqlite3_finalize(st);
+    store_done(s, st);
     return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? 1 : -1;
 }
 
@@ -302,7 +302,7 @@ int store_job_source(store *s, int64_t job, char **text, char *file, size_t file
         *text = store_col_dup(st, 0);
         store_col_text(st, 1, file, filelen);
     }
-    sqlite3_finalize(st);
+    store_done(s, st);
     if (rc == SQLITE_DONE) return bf_fail(err, errlen, "no job with id %lld", (long long)job);
     if (rc != SQLITE_ROW) return store_sqlfail(s, err, errlen, "sqlite3_step(SELECT jobs.source)");
     return 0;
@@ -321,7 +321,7 @@ static int count_query(store *s, const char *sql, int64_t a, int b, int nb, long
         *count = sqlite3_column_int64(st, 0);
     else
         store_sqlfail(s, err, errlen, "sqlite3_step(SELECT COUNT)");
-    sqlite3_finalize(st);
+    store_done(s, st);
     return rc == SQLITE_ROW ? 0 : -1;
 }
 
@@ -354,7 +354,7 @@ int store_job_state_counts(store *s, int64_t job_id, long long counts[TRIAL_N_ST
             counts[ts] = sqlite3_column_int64(st, 1);
     }
     if (rc != SQLITE_DONE) store_sqlfail(s, err, errlen, "sqlite3_step(SELECT trial states)");
-    sqlite3_finalize(st);
+    store_done(s, st);
     return rc == SQLITE_DONE ? 0 : -1;
 }
 
@@ -375,7 +375,7 @@ int store_counts(store *s, long long *jobs, long long *pending, long long *runni
     } else {
         store_sqlfail(s, err, errlen, "sqlite3_step(SELECT counts)");
     }
-    sqlite3_finalize(st);
+    store_done(s, st);
     return rc == SQLITE_ROW ? 0 : -1;
 }
 
@@ -398,6 +398,6 @@ int store_state_counts(store *s, long long *jobs, long long counts[TRIAL_N_STATE
             counts[ts] = sqlite3_column_int64(st, 1);
     }
     if (rc != SQLITE_DONE) store_sqlfail(s, err, errlen, "sqlite3_step(SELECT state counts)");
-    sqlite3_finalize(st);
+    store_done(s, st);
     return rc == SQLITE_DONE ? 0 : -1;
 }

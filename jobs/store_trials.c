@@ -63,7 +63,7 @@ static int load_state(store *s, int64_t trial, trial_state *state, int *attempts
     } else {
         store_sqlfail(s, err, errlen, "sqlite3_step(SELECT trial state)");
     }
-    sqlite3_finalize(st);
+    store_done(s, st);
     return out;
 }
 
@@ -79,14 +79,14 @@ static int stage_follow(store *s, int64_t trial, int64_t job, trial_state to, in
     sqlite3_bind_int64(st, 1, trial);
     int rc = sqlite3_step(st);
     if (rc != SQLITE_ROW) {
-        sqlite3_finalize(st);
+        store_done(s, st);
         return rc == SQLITE_DONE ? 0 : store_sqlfail(s, err, errlen, "sqlite3_step(SELECT stage)");
     }
     char key[17], name[16];
     store_col_text(st, 0, key, sizeof key);
     store_col_text(st, 1, name, sizeof name);
     int failures = sqlite3_column_int(st, 2);
-    sqlite3_finalize(st);
+    store_done(s, st);
     stage_state next = STAGE_PENDING;
     if (to == TRIAL_COMPLETED || stage_done) {
         next = STAGE_DONE;
@@ -420,7 +420,7 @@ int store_trial_job(store *s, int64_t trial_id, int64_t *job_id, char *err, size
     if (rc == SQLITE_ROW) *job_id = sqlite3_column_int64(st, 0);
     if (rc != SQLITE_ROW && rc != SQLITE_DONE)
         store_sqlfail(s, err, errlen, "sqlite3_step(SELECT trials.job)");
-    sqlite3_finalize(st);
+    store_done(s, st);
     return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? 1 : -1;
 }
 
@@ -442,7 +442,7 @@ int store_trial_last_failure(store *s, int64_t trial_id, int *attempt, char *mes
     }
     if (rc != SQLITE_ROW && rc != SQLITE_DONE)
         store_sqlfail(s, err, errlen, "sqlite3_step(SELECT attempts FAILED)");
-    sqlite3_finalize(st);
+    store_done(s, st);
     return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
 }
 
