@@ -184,6 +184,10 @@ static const char *const migrations[STORE_SCHEMA_VERSION] = {
     "CREATE INDEX trial_stages_key ON trial_stages(key, trial);",
     /* 5 -> 6: resources.nodes, the hosts a trial's ranks span (0: not given) */
     "ALTER TABLE jobs ADD COLUMN nodes INTEGER NOT NULL DEFAULT 0;",
+    /* 6 -> 7: a job hidden from every reader while a submit writes its
+     * trials in chunks (1) or while its removal deletes them (2); a start-up
+     * finds a 1 only after a crash, and removes that job */
+    "ALTER TABLE jobs ADD COLUMN hidden INTEGER NOT NULL DEFAULT 0;",
 };
 
 static int user_version(store *s, int *v, char *err, size_t errlen) {
@@ -248,6 +252,25 @@ int store_create_at_version(const char *path, int version, char *err, size_t err
     return rc;
 }
 
+/* Makes the file one whose free pages store_shrink can give back (PRAGMA
+ * auto_vacuum = INCREMENTAL). A new file takes it before its first table;
+ * a file made by an older build takes it through one VACUUM, once (it
+ * rewrites the file: seconds for a store of millions of points). */
+static int incremental_vacuum_on(store *s, char *err, size_t errlen) {
+    sqlite3_stmt *st;
+    if (store_prepare(s, "PRAGMA auto_vacuum", &st, err, errlen) < 0) return -1;
+    int rc = sqlite3_step(st);
+    int mode = rc == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
+    store_done(s, st);
+    if (mode < 0) return store_sqlfail(s, err, errlen, "sqlite3_step(PRAGMA auto_vacuum)");
+    if (mode == 2) return 0;
+    int v;
+    if (store_exec(s, "PRAGMA auto_vacuum = INCREMENTAL", err, errlen) < 0 ||
+        user_version(s, &v, err, errlen) < 0)
+        return -1;
+    return v > 0 ? store_exec(s, "VACUUM", err, errlen) : 0;
+}
+
 /* One of the handle's own statements (ins_metric, ...), finalized by
  * store_close: prepared outside store_prepare's cache, which would finalize
  * it a second time. */
@@ -306,7 +329,7 @@ int store_open(const char *path, store **out, char *err, size_t errlen) {
     if (store_exec(
             s, "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA cache_size = -65536",
             err, errlen) < 0 ||
-        migrate(s, err, errlen) < 0) {
+        incremental_vacuum_on(s, err, errlen) < 0 || migrate(s, err, errlen) < 0) {
         store_close(&s);
         return -1;
     }

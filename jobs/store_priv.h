@@ -9,6 +9,7 @@
  *   store_adaptive.c  early-stopping decisions and ASHA rungs
  *   store_trials.c    trials: reads and the state machine (every edge)
  *   store_stages.c    the shared stages of s2s trials: plans, claims, waits
+ *   store_prune.c     removing jobs: marks, chunked deletes, gc candidates
  *   store_jobs.c      jobs: submit, proposals, reads, cancel, counts
  *
  * Every function returns 0 on success or -1 with a message in err (which
