@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -710,5 +711,52 @@ Test(store, metric_insert_throughput) {
     free(h);
     printf("metric insert throughput: %d points in batches of %d: %.0f points/s (%.3f s)\n",
            BATCH * BATCHES, BATCH, BATCH * BATCHES / dt, dt);
+    store_close(&s);
+}
+
+/* Removing a job of 100,000 points gives the pages back to the file system
+ * (auto_vacuum INCREMENTAL, store_shrink): the file shrinks. The sizes are
+ * printed (docs/results.md). */
+Test(store, pruning_a_100000_point_job_shrinks_the_file) {
+    store *s = open_store("prune.db");
+    int64_t keep = submit(s, SIX);
+    int64_t job = submit(s, SIX);
+    int64_t id = trial_id(s, job, 0);
+    const char *names[] = {"train/loss", "train/lr", "train/budget_s", "train/heads_used"};
+    enum { BATCH = 1000, BATCHES = 100 };
+    store_metric *pts = malloc(BATCH * sizeof *pts);
+    char err[512];
+    long seq = 0;
+    for (int b = 0; b < BATCHES; b++) {
+        for (int i = 0; i < BATCH; i++) {
+            long k = (long)b * BATCH + i;
+            if (k % 4 == 0) seq++;
+            pts[i] = (store_metric){seq, seq * 10, names[k % 4], 1.0 / (double)(k + 1), 1e9 + k};
+        }
+        cr_assert_eq(store_metrics_insert(s, id, pts, BATCH, err, sizeof err), 0, "%s", err);
+    }
+    free(pts);
+    store_close(&s);
+    struct stat before, after;
+    cr_assert_eq(stat(path_in("prune.db"), &before), 0);
+    s = open_store("prune.db");
+    cr_assert_eq(store_prune_mark(s, job, 0, err, sizeof err), 0, "%s", err);
+    for (store_pruned p = {.job = 1}; p.job;) {
+        cr_assert_eq(store_prune_step(s, 100, &p, err, sizeof err), 0, "%s", err);
+        store_pruned_free(&p);
+    }
+    long long left = 1;
+    while (left > 0) cr_assert_eq(store_shrink(s, 2048, &left, err, sizeof err), 0, "%s", err);
+    store_close(&s); /* the close checkpoints the WAL into the file */
+    cr_assert_eq(stat(path_in("prune.db"), &after), 0);
+    printf("store file with a job of 100000 points: %lld bytes; after removing it: %lld bytes\n",
+           (long long)before.st_size, (long long)after.st_size);
+    cr_assert_lt(after.st_size * 4, before.st_size, "the file gave its pages back");
+    s = open_store("prune.db");
+    long long n;
+    cr_assert_eq(store_count_jobs(s, &n, err, sizeof err), 0);
+    cr_assert_eq(n, 1);
+    store_job j;
+    cr_assert_eq(store_job_get(s, keep, &j, err, sizeof err), 0);
     store_close(&s);
 }
