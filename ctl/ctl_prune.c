@@ -81,10 +81,10 @@ int bfctl_rm(int argc, char **argv) {
             json_decref(body);
             if (ctl_job_done(c, ids[i]) == 0) ctl_wait_job(c, ids[i], 1);
         }
-        if (ctl_request(c, "rm",
-                        json_pack("{s:I, s:b}", "job", (json_int_t)ids[i], "keep_files",
-                                  a.keep_files),
-                        &r)) {
+        if (ctl_request(
+                c, "rm",
+                json_pack("{s:I, s:b}", "job", (json_int_t)ids[i], "keep_files", a.keep_files),
+                &r)) {
             failed = 1;
             continue;
         }
@@ -168,10 +168,9 @@ int bfctl_gc(int argc, char **argv) {
         json_t *j;
         if (json_array_size(jobs))
             printf("%-5s %-24s %-10s %8s %10s\n", "JOB", "NAME", "STATE", "TRIALS", "POINTS");
-        json_array_foreach(jobs, i, j) printf("%-5lld %-24s %-10s %8lld %10lld\n",
-                                              ctl_jint(j, "id"), ctl_jstr(j, "name"),
-                                              ctl_jstr(j, "state"), ctl_jint(j, "trials"),
-                                              ctl_jint(j, "points"));
+        json_array_foreach(jobs, i, j)
+            printf("%-5lld %-24s %-10s %8lld %10lld\n", ctl_jint(j, "id"), ctl_jstr(j, "name"),
+                   ctl_jstr(j, "state"), ctl_jint(j, "trials"), ctl_jint(j, "points"));
     }
     json_decref(r);
     return 0;

@@ -20,7 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define PRUNE_TRIALS_PER_ROUND 100 /* store rows and folders per loop round */
+#define PRUNE_TRIALS_PER_ROUND 100  /* store rows and folders per loop round */
 #define SHRINK_PAGES_PER_ROUND 2048 /* free pages given back per loop round (8 MiB) */
 #define GC_MAX_JOBS 10000           /* jobs one gc request removes or lists */
 
@@ -84,7 +84,8 @@ int prune_start(bfd *d, char *err, size_t errlen) {
     if (store_prune_abandoned(d->st, &n, err, errlen) ||
         store_prune_pending(d->st, &any, err, errlen))
         return -1;
-    if (n) bfd_log("%d submit%s cut short by a crash: removing what was stored", n, n == 1 ? "" : "s");
+    if (n)
+        bfd_log("%d submit%s cut short by a crash: removing what was stored", n, n == 1 ? "" : "s");
     d->pruning = any;
     return 0;
 }
@@ -180,11 +181,10 @@ void req_gc(bfd *d, void *s, proto_msg *m) {
             bfd_log("gc: job %lld: %s", (long long)g[i].job, err);
             continue;
         }
-        json_array_append_new(arr, json_pack("{s:I, s:s, s:s, s:f, s:I, s:I}", "id",
-                                             (json_int_t)g[i].job, "name", g[i].name, "state",
-                                             g[i].state, "last", g[i].last, "trials",
-                                             (json_int_t)g[i].trials, "points",
-                                             (json_int_t)g[i].points));
+        json_array_append_new(
+            arr, json_pack("{s:I, s:s, s:s, s:f, s:I, s:I}", "id", (json_int_t)g[i].job, "name",
+                           g[i].name, "state", g[i].state, "last", g[i].last, "trials",
+                           (json_int_t)g[i].trials, "points", (json_int_t)g[i].points));
     }
     free(g);
     if (!dry && n) {

@@ -43,8 +43,8 @@ int store_prune_abandoned(store *s, int *n, char *err, size_t errlen) {
 
 int store_prune_pending(store *s, int *any, char *err, size_t errlen) {
     sqlite3_stmt *st;
-    if (store_prepare(s, "SELECT EXISTS (SELECT 1 FROM jobs WHERE hidden >= 2)", &st, err,
-                      errlen) < 0)
+    if (store_prepare(s, "SELECT EXISTS (SELECT 1 FROM jobs WHERE hidden >= 2)", &st, err, errlen) <
+        0)
         return -1;
     int rc = sqlite3_step(st);
     *any = rc == SQLITE_ROW && sqlite3_column_int(st, 0);

@@ -114,11 +114,12 @@ Test(prune, show_pages_through_a_job_bigger_than_one_reply) {
     snprintf(p, sizeof p, "%s/big.yaml", g_dir);
     FILE *f = fopen(p, "w");
     cr_assert(f);
-    fprintf(f, "name: big\npipeline: budgetformer\ndevice: cpu\n"
-               "data: {train: %s/train.tsv, val: %s/val.tsv}\n"
-               "model: {layers: 1, d_model: 32, heads: 4, seq_len: 16, vocab: 256}\n"
-               "train: {steps: 10, batch: 8, log_every: 5}\n"
-               "sweep:\n  parameters:\n    train.seed: {values: [",
+    fprintf(f,
+            "name: big\npipeline: budgetformer\ndevice: cpu\n"
+            "data: {train: %s/train.tsv, val: %s/val.tsv}\n"
+            "model: {layers: 1, d_model: 32, heads: 4, seq_len: 16, vocab: 256}\n"
+            "train: {steps: 10, batch: 8, log_every: 5}\n"
+            "sweep:\n  parameters:\n    train.seed: {values: [",
             g_dir, g_dir);
     for (int i = 1; i <= 2500; i++) fprintf(f, "%s%d", i > 1 ? ", " : "", i);
     fprintf(f, "]}\nmetric: {name: train/loss, goal: min}\n");
