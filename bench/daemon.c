@@ -725,10 +725,11 @@ static int run_load(const opts *o, void *zctx, ctl *c, subscriber *u, pthread_t 
     pthread_join(sub_th, NULL);
     long long rows = stored_rows(home, job);
     long long want = (long long)sent * o->values;
-    json_decref(ctl_call(c, "cancel", json_pack("{s:I}", "job", (json_int_t)job), rtype));
+    /* the big job first: cancelling the workers' job frees slots it would fill */
     if (atomic_load(&sb.job) > 0)
         json_decref(ctl_call(c, "cancel",
                              json_pack("{s:I}", "job", (json_int_t)atomic_load(&sb.job)), rtype));
+    json_decref(ctl_call(c, "cancel", json_pack("{s:I}", "job", (json_int_t)job), rtype));
     char cpu[256];
     bench_cpu_model(cpu, sizeof cpu);
     printf("bench_daemon --load: %s, %ld cores, SQLite %s\n", cpu, sysconf(_SC_NPROCESSORS_ONLN),
