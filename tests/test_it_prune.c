@@ -109,7 +109,7 @@ Test(prune, rm_refuses_a_running_job_and_gc_dry_run_then_removes) {
 }
 
 Test(prune, show_pages_through_a_job_bigger_than_one_reply) {
-    /* 2500 trials: more than one page (2000) of the `job` reply */
+    /* 2500 trials: five pages (500 each) of the `job` reply */
     char p[512];
     snprintf(p, sizeof p, "%s/big.yaml", g_dir);
     FILE *f = fopen(p, "w");
