@@ -73,6 +73,7 @@ typedef struct opts {
 } opts;
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void kill_fake_workers(const char *dir);
 
 static pid_t g_bfd = -1;
 static char g_dir[256];
@@ -87,6 +88,11 @@ static void die(const char *fmt, ...) {
     if (g_bfd > 0) {
         kill(g_bfd, SIGKILL);
         waitpid(g_bfd, NULL, 0);
+    }
+    if (g_dir[0]) {
+        char launches[300];
+        snprintf(launches, sizeof launches, "%s/launches", g_dir);
+        kill_fake_workers(launches); /* they would sleep on, orphaned */
     }
     if (g_dir[0]) fprintf(stderr, "bench_daemon: files kept in %s (bfd.log)\n", g_dir);
     exit(1);
@@ -457,6 +463,18 @@ static int read_launches(const char *dir, sender *s, int max) {
     return n;
 }
 
+/* SIGKILL to every fake worker that recorded a launch (launch.PID). */
+static void kill_fake_workers(const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char *end;
+        long pid = strncmp(e->d_name, "launch.", 7) ? 0 : strtol(e->d_name + 7, &end, 10);
+        if (pid > 1 && !*end) kill((pid_t)pid, SIGKILL);
+    }
+    if (d) closedir(d);
+}
+
 static int cmp_sender(const void *a, const void *b) {
     const sender *x = a, *y = b;
     return (x->trial > y->trial) - (x->trial < y->trial);
@@ -676,9 +694,9 @@ static long long stored_rows(const char *home, long long job) {
 
 /* The load mode after the common start (bfd up, the workers' trials
  * launched, the subscriber synced and running); returns the exit status. */
-static int run_load(const opts *o, void *zctx, ctl *c, subscriber *u, pthread_t sub_th, sender *s,
+static int run_load(const opts *o, void *zctx, subscriber *u, pthread_t sub_th, sender *s,
                     long long job, const char *home, const char *ep_wk, const char *ep_ctl) {
-    char bfctl[1100], rtype[PROTO_MAX_TYPE + 1];
+    char bfctl[1100];
     snprintf(bfctl, sizeof bfctl, "%.1000s", o->bfd); /* bfctl beside bfd */
     char *slash = strrchr(bfctl, '/');
     snprintf(slash ? slash + 1 : bfctl, sizeof bfctl - (slash ? (size_t)(slash + 1 - bfctl) : 0),
@@ -725,11 +743,8 @@ static int run_load(const opts *o, void *zctx, ctl *c, subscriber *u, pthread_t 
     pthread_join(sub_th, NULL);
     long long rows = stored_rows(home, job);
     long long want = (long long)sent * o->values;
-    /* the big job first: cancelling the workers' job frees slots it would fill */
-    if (atomic_load(&sb.job) > 0)
-        json_decref(ctl_call(c, "cancel",
-                             json_pack("{s:I}", "job", (json_int_t)atomic_load(&sb.job)), rtype));
-    json_decref(ctl_call(c, "cancel", json_pack("{s:I}", "job", (json_int_t)job), rtype));
+    /* no cancel: cancelling 100,000 trials holds bfd's loop longer than a
+     * request's timeout; the fake workers are killed by pid after bfd stops */
     char cpu[256];
     bench_cpu_model(cpu, sizeof cpu);
     printf("bench_daemon --load: %s, %ld cores, SQLite %s\n", cpu, sysconf(_SC_NPROCESSORS_ONLN),
@@ -952,7 +967,7 @@ int main(int argc, char **argv) {
     if (o.load) u.expect_load = -1; /* no end of a phase 1 to time */
     if (pthread_create(&sub_th, NULL, subscriber_main, &u) != 0) die("pthread_create failed");
     if (o.load) {
-        int bad = run_load(&o, zctx, &c, &u, sub_th, s, job, home, ep_wk, ep_ctl);
+        int bad = run_load(&o, zctx, &u, sub_th, s, job, home, ep_wk, ep_ctl);
         zmq_close(c.sock);
         zmq_close(u.sock);
         zmq_ctx_term(zctx);
@@ -963,6 +978,7 @@ int main(int argc, char **argv) {
             waitpid(g_bfd, NULL, 0);
         }
         g_bfd = -1;
+        kill_fake_workers(launches);
         if (!o.keep) {
             snprintf(text, sizeof text, "rm -rf '%s'", g_dir);
             if (system(text) != 0) fprintf(stderr, "bench_daemon: could not remove %s\n", g_dir);
