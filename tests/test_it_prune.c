@@ -2,7 +2,7 @@
  * job with a running trial and removes it with --cancel; `bfctl gc
  * --dry-run` lists what it would remove and removes nothing; `bfctl gc`
  * removes the rows (trials, points, attempts, events) and the files (trial
- * folders, logs); `bfctl show` of a job bigger than one page of the `job`
+ * folders, logs, TensorBoard folder); `bfctl show` of a job bigger than one page of the `job`
  * reply pages through it whole; and a trial log that is a FIFO gets an
  * error instead of blocking bfd's loop in open(). */
 #include <criterion/criterion.h>
@@ -71,6 +71,7 @@ Test(prune, rm_refuses_a_running_job_and_gc_dry_run_then_removes) {
     cr_assert_eq(ctl(NULL, 0, args), 0);
     long long t1 = db_int("SELECT MIN(id) FROM trials WHERE job = ?1", done);
     cr_assert(exists("trials/%lld", t1) && exists("logs/%lld.log", t1));
+    cr_assert(exists("tensorboard/short-%lld", done), "the job's TensorBoard folder");
     cr_assert_gt(db_int("SELECT COUNT(*) FROM metrics WHERE trial = ?1", t1), 0);
 
     snprintf(args, sizeof args, "rm %lld", run);
@@ -99,6 +100,7 @@ Test(prune, rm_refuses_a_running_job_and_gc_dry_run_then_removes) {
     cr_assert_eq(db_int("SELECT COUNT(*) FROM events WHERE job = ?1", done), 0);
     cr_assert_not(exists("trials/%lld", t1), "the trial folder is removed");
     cr_assert_not(exists("logs/%lld.log", t1), "the log is removed");
+    cr_assert_not(exists("tensorboard/short-%lld", done), "the TensorBoard folder is removed");
     cr_assert_eq(db_int("SELECT COUNT(*) FROM trials WHERE job = ?1", run), 1, "the other stays");
 
     snprintf(args, sizeof args, "rm --cancel %lld", run);

@@ -135,6 +135,14 @@ Test(store, migrates_v1_with_metrics) {
     sqlite3_close(db);
     store *s = open_store("old.db");
     cr_assert_eq(store_schema_version(s), STORE_SCHEMA_VERSION);
+    /* the old file was switched to incremental vacuum (a VACUUM at open) */
+    cr_assert_eq(sqlite3_open(path_in("old.db"), &db), SQLITE_OK);
+    sqlite3_stmt *av;
+    cr_assert_eq(sqlite3_prepare_v2(db, "PRAGMA auto_vacuum", -1, &av, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_step(av), SQLITE_ROW);
+    cr_assert_eq(sqlite3_column_int(av, 0), 2, "auto_vacuum INCREMENTAL");
+    sqlite3_finalize(av);
+    sqlite3_close(db);
     store_trial *t;
     size_t n;
     cr_assert_eq(store_job_trials(s, 1, &t, &n, err, sizeof err), 0, "%s", err);
