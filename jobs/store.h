@@ -267,8 +267,10 @@ int store_add_trial(store *s, int64_t job, const sweep_trial *t, const char *poi
  * short transaction: its trials with their points, latest values, attempts,
  * decisions, events and stage plans; the last step the job's own events,
  * decisions and row. A stage still planned by a kept trial stays (its
- * runner, when removed, is forgotten: the stage stays done); one nobody
- * plans goes, and its folder is named to the caller. jobs.hidden: 0 seen,
+ * runner, when removed, is forgotten: the stage stays done), except a last
+ * stage (eval) run by a removed trial: a trial reusing it would copy its
+ * runner's eval points, which are gone, so it goes and is run again. One
+ * nobody plans goes. The folders of stages that go are named to the caller. jobs.hidden: 0 seen,
  * 1 a submit still writing (left by a crash: store_prune_abandoned), 2 to
  * remove with its files, 3 to remove keeping the trial and stage folders. */
 

@@ -4,8 +4,9 @@
  * transaction (its points, latest values, attempts, decisions, events and
  * stage plans with it), so a 100,000-trial job never holds the write lock
  * for long. A shared stage still in the plan of a kept trial is kept (its
- * runner forgotten when that runner goes); one nobody uses any more goes,
- * and its folder is named to the caller. It removes no file itself. */
+ * runner forgotten when that runner goes), except a last stage (eval) run
+ * by a removed trial, whose points went with it; one nobody uses any more
+ * goes; the folders of the stages that go are named to the caller. It removes no file itself. */
 #include "jobs/store_priv.h"
 #include "common/errbuf.h"
 
@@ -91,6 +92,27 @@ static int delete_trials(store *s, const char *ids, store_pruned *out, char *err
                    "DELETE FROM temp.prune_keys",
                    err, errlen) < 0)
         return -1;
+    /* a kept last stage (eval) run by a removed trial goes too, folder and
+     * all: a trial that reuses it copies its runner's points, which are
+     * removed, so it must run again (a folder left would be reused as done) */
+    const char *last_run = " FROM stages WHERE trial" IN_IDS " AND key IN (SELECT key FROM"
+                           " trial_stages ts WHERE NOT EXISTS (SELECT 1 FROM trial_stages n"
+                           " WHERE n.trial = ts.trial AND n.idx = ts.idx + 1))";
+    char q[512];
+    sqlite3_stmt *st;
+    snprintf(q, sizeof q, "SELECT dir%s", last_run);
+    if (store_prepare(s, q, &st, err, errlen) < 0) return -1;
+    sqlite3_bind_text(st, 1, ids, -1, SQLITE_STATIC);
+    void *last_dirs = NULL;
+    size_t n_last = 0;
+    if (store_rows(s, st, sizeof(store_stage_dir), 8, read_dir, NULL, NULL, &last_dirs, &n_last,
+                   "SELECT last stages run", err, errlen) < 0)
+        return -1;
+    snprintf(q, sizeof q, "DELETE%s", last_run);
+    if (exec_ids(s, q, ids, 0, err, errlen) < 0) {
+        free(last_dirs);
+        return -1;
+    }
     static const char *const sql[] = {
         "INSERT OR IGNORE INTO temp.prune_keys SELECT key FROM trial_stages WHERE trial" IN_IDS,
         "DELETE FROM trial_stages WHERE trial" IN_IDS,
@@ -106,18 +128,34 @@ static int delete_trials(store *s, const char *ids, store_pruned *out, char *err
     };
 #undef IN_IDS
     for (size_t i = 0; i < sizeof sql / sizeof *sql; i++)
-        if (exec_ids(s, sql[i], ids, 0, err, errlen) < 0) return -1;
+        if (exec_ids(s, sql[i], ids, 0, err, errlen) < 0) {
+            free(last_dirs);
+            return -1;
+        }
     const char *unused = " FROM stages WHERE key IN (SELECT key FROM temp.prune_keys) AND NOT"
                          " EXISTS (SELECT 1 FROM trial_stages ts WHERE ts.key = stages.key)";
-    char q[512];
-    sqlite3_stmt *st;
     snprintf(q, sizeof q, "SELECT dir%s", unused);
-    if (store_prepare(s, q, &st, err, errlen) < 0) return -1;
     void *dirs = NULL;
-    if (store_rows(s, st, sizeof(store_stage_dir), 8, read_dir, NULL, NULL, &dirs,
-                   &out->n_stage_dirs, "SELECT unused stages", err, errlen) < 0)
+    size_t n = 0;
+    if (store_prepare(s, q, &st, err, errlen) < 0 ||
+        store_rows(s, st, sizeof(store_stage_dir), 8, read_dir, NULL, NULL, &dirs, &n,
+                   "SELECT unused stages", err, errlen) < 0) {
+        free(last_dirs);
         return -1;
-    out->stage_dirs = dirs;
+    }
+    /* both lists into out */
+    store_stage_dir *all = n_last + n ? malloc((n_last + n) * sizeof *all) : NULL;
+    if (n_last + n && !all) {
+        free(last_dirs);
+        free(dirs);
+        return bf_fail(err, errlen, "store_prune_step: out of memory");
+    }
+    if (n_last) memcpy(all, last_dirs, n_last * sizeof *all);
+    if (n) memcpy(all + n_last, dirs, n * sizeof *all);
+    free(last_dirs);
+    free(dirs);
+    out->stage_dirs = all;
+    out->n_stage_dirs = n_last + n;
     snprintf(q, sizeof q, "DELETE%s", unused);
     return exec_ids(s, q, NULL, 0, err, errlen);
 }

@@ -431,8 +431,9 @@ Test(store_stages, migrates_from_schema_4) {
 
 /* Removing a job (store_prune_mark, store_prune_step to the end): its rows
  * go chunk by chunk; a stage another job's trial plans stays (done, its
- * removed runner forgotten); a stage only it planned goes and its folder is
- * named for removal. */
+ * removed runner forgotten), but not a last stage (eval) one of its trials
+ * ran, whose points go with it; a stage only it planned goes; the folders
+ * of the stages that go are named for removal. */
 Test(store_stages, removing_a_job_keeps_a_stage_a_kept_job_plans) {
     store *s = open_store();
     char err[512];
@@ -456,10 +457,21 @@ Test(store_stages, removing_a_job_keeps_a_stage_a_kept_job_plans) {
     cr_assert(other);
     store_stage only_a = stage_of(s, other, 1);
     launch(s, other, 1);
+    /* a trial of a with b's plan, running its last stage (eval): b0 would
+     * reuse it and copy the runner's eval points, which go with a */
+    int last = S2S_STAGES - 1;
+    int64_t same = 0;
+    for (long long i = 0; i < 6 && !same; i++) {
+        int64_t t = trial_at(s, a, i);
+        if (!strcmp(stage_of(s, t, last).key, stage_of(s, b0, last).key)) same = t;
+    }
+    cr_assert(same);
+    store_stage eval = stage_of(s, same, last);
+    launch(s, same, last);
     cr_assert_eq(store_prune_mark(s, a, 0, err, sizeof err), 0, "%s", err);
     store_job j;
     cr_assert_eq(store_job_get(s, a, &j, err, sizeof err), 1, "a job being removed is hidden");
-    int steps = 0, saw_only_a = 0, saw_teacher = 0;
+    int steps = 0, saw_only_a = 0, saw_teacher = 0, saw_eval = 0;
     long long trials = 0;
     for (;;) {
         store_pruned p;
@@ -471,6 +483,7 @@ Test(store_stages, removing_a_job_keeps_a_stage_a_kept_job_plans) {
         for (size_t k = 0; k < p.n_stage_dirs; k++) {
             saw_only_a |= !strcmp(p.stage_dirs[k], only_a.dir);
             saw_teacher |= !strcmp(p.stage_dirs[k], teacher.dir);
+            saw_eval |= !strcmp(p.stage_dirs[k], eval.dir);
         }
         store_pruned_free(&p);
         cr_assert_lt(++steps, 10);
@@ -478,6 +491,8 @@ Test(store_stages, removing_a_job_keeps_a_stage_a_kept_job_plans) {
     cr_assert_eq(trials, 6);
     cr_assert(saw_only_a, "the stage only job a planned is removed, its folder named");
     cr_assert_not(saw_teacher, "the teacher job b plans is kept");
+    cr_assert(saw_eval, "the eval stage a's trial ran goes, b0 runs it again");
+    cr_assert_not(stage_of(s, b0, last).known, "b0's eval stage is claimable");
     store_stage kept = stage_of(s, b0, 0);
     cr_assert(kept.known);
     cr_assert_eq(kept.state, STAGE_DONE);
