@@ -120,9 +120,14 @@ int bfctl_gc(int argc, char **argv) {
     if (prc >= 0) return prc;
     double older = parse_duration(a.older);
     if (older < 0) {
-        fprintf(stderr, "bfctl: gc: --older-than %s: %s\n", a.older ? a.older : "",
-                a.older ? "not a duration; use N followed by s, m, h, d or w (e.g. 30d)"
-                        : "required (e.g. --older-than 30d)");
+        if (a.older)
+            fprintf(stderr,
+                    "bfctl: gc: --older-than %s: not a duration; use N followed by s, m, h, d or "
+                    "w (e.g. 30d)\n",
+                    a.older);
+        else
+            fprintf(stderr, "bfctl: gc: --older-than DURATION is required (e.g. --older-than "
+                            "30d)\n");
         return BF_EX_USAGE;
     }
     if (rest < argc) {
