@@ -43,7 +43,8 @@ static inline void ref_bilstm_wide(const ref_bilstm_wide_w *w, const float *u, c
                 for (int r = 0; r < 4 * dh; r++) {
                     double a = w->ih_b[s * 4 * dh + r];
                     for (int i = 0; i < dh; i++)
-                        a += (double)w->ih_w[((size_t)s * 4 * dh + r) * dh + i] * p[t * C + h * dh + i];
+                        a += (double)w->ih_w[((size_t)s * 4 * dh + r) * dh + i] *
+                             p[t * C + h * dh + i];
                     for (int i = 0; i < dh; i++)
                         a += (double)w->hh_w[((size_t)s * 4 * dh + r) * dh + i] * hp[i];
                     pre[r] = a;

@@ -71,7 +71,8 @@ double nn_bilstm_wide_flops(const nn_bilstm_wide *l, int n) {
     double C = l->C, dh = l->dh;
     double out = l->out.hadamard ? C * (log2(C) + 2) : 2.0 * C * C;
     /* pre, ih, hh, the gates, head, out */
-    return n * (2.0 * C * C + 16.0 * C * dh + 16.0 * C * dh + 10.0 * l->S * dh + 4.0 * C * dh + out);
+    return n *
+           (2.0 * C * C + 16.0 * C * dh + 16.0 * C * dh + 10.0 * l->S * dh + 4.0 * C * dh + out);
 }
 
 /* out[BT,N] = ones[BT] x bias[N] (beta 0) or += (beta 1). */
@@ -81,8 +82,8 @@ static void bias_rows(const bk_backend *be, float *out, const float *ones, const
 }
 
 /* dbias[N] += sum over BT rows of d[BT,N] (nothing when frozen). */
-static void bias_grad(const bk_backend *be, float *dbias, const float *ones, const float *d,
-                      int BT, int N) {
+static void bias_grad(const bk_backend *be, float *dbias, const float *ones, const float *d, int BT,
+                      int N) {
     if (dbias) be->gemm(1, 0, 1, N, BT, 1.0f, ones, 1, 0, d, N, 0, 1.0f, dbias, N, 0, 1);
 }
 
@@ -125,11 +126,11 @@ void nn_bilstm_wide_backward(nn_bilstm_wide *l, const nn_env *e, nn_scratch *s, 
     /* the head projection: dhs = din_h W_head[h]; dW_head[h] += din_h^T hs_h */
     const float *whead = nn_w(e, l->w_head);
     float *gwhead = nn_g(e, l->w_head);
-    be->gemm(0, 0, BT, 2 * dh, dh, 1.0f, din, C, dh, whead, 2 * dh, 2LL * dh * dh, 0.0f, dhs,
-             2 * C, 2 * dh, H);
+    be->gemm(0, 0, BT, 2 * dh, dh, 1.0f, din, C, dh, whead, 2 * dh, 2LL * dh * dh, 0.0f, dhs, 2 * C,
+             2 * dh, H);
     if (gwhead)
-        be->gemm(1, 0, dh, 2 * dh, BT, 1.0f, din, C, dh, l->hs, 2 * C, 2 * dh, 1.0f, gwhead,
-                 2 * dh, 2LL * dh * dh, H);
+        be->gemm(1, 0, dh, 2 * dh, BT, 1.0f, din, C, dh, l->hs, 2 * C, 2 * dh, 1.0f, gwhead, 2 * dh,
+                 2LL * dh * dh, H);
     bias_grad(be, nn_g(e, l->b_head), l->ones, din, BT, C);
     be->zero(dgx, 8 * nC * sizeof(float));
     bk_lstm_args la = lstm_args(l, c);
