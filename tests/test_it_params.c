@@ -106,8 +106,8 @@ Test(params, train_refuses_a_model_that_does_not_fit) {
 }
 
 /* s2s: one replaced layer's mixer per kind at DeiT-Tiny's width (d 192,
- * 3 heads, d_h 64), W_O included, by the formulas of docs/s2s.md#mixers;
- * and a vit model.mixers entry counted as that mixer, not as attention. */
+ * 3 heads, d_h 64), W_O included, by the formulas of docs/design.md#wide-bilstm-mixer and
+ * docs/s2s.md; and a vit model.mixers entry counted as that mixer, not as attention. */
 Test(params, s2s_counts_each_mixer) {
     char cmd[1024], line[512], name[32];
     snprintf(cmd, sizeof cmd,

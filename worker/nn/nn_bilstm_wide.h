@@ -1,5 +1,5 @@
 /* nn_bilstm_wide — the wide multi-head bidirectional LSTM mixer of the S2S
- * authors' release (distill.mixer: bilstm_wide; docs/s2s.md#mixers). Unlike
+ * authors' release (distill.mixer: bilstm_wide; docs/design.md#wide-bilstm-mixer). Unlike
  * nn_bilstm (hidden d_h/2 over the full input, no head projection), each
  * head reads only its own d_h channels of a dense pre-projection and runs a
  * forward and a backward LSTM of hidden d_h; a per-head projection folds the
