@@ -147,6 +147,32 @@ Test(mixer_modules, names_keep_the_output_projection) {
     model_destroy(&m);
 }
 
+/* Every replaced layer's own tensors sit under blocks.L.<model_mixer_prefix>.
+ * (what S2S's stage 1 trains by prefix, worker/pipelines/s2s.c), and names
+ * and kinds map both ways. */
+Test(mixer_modules, each_mixer_owns_its_prefix) {
+    for (int k = MODEL_MIXER_BIMAMBA; k <= MODEL_MIXER_LAST; k++) {
+        cr_expect_eq(model_mixer_kind(model_mixer_name(k)), k);
+        model m;
+        make(&m, k, 1, 0);
+        char own[64];
+        snprintf(own, sizeof own, "blocks.1.%s.", model_mixer_prefix(k));
+        int mine = 0;
+        for (int t = 0; t < m.np.P.n; t++) {
+            const char *n = m.np.P.t[t].name;
+            if (strncmp(n, "blocks.1.", 9) || !strncmp(n, "blocks.1.ln", 11) ||
+                !strncmp(n, "blocks.1.mlp.", 13) || !strncmp(n, "blocks.1.attn.out.", 18))
+                continue;
+            cr_expect(!strncmp(n, own, strlen(own)), "%s: %s is not under %s", model_mixer_name(k),
+                      n, own);
+            mine++;
+        }
+        cr_expect_gt(mine, 0, "%s has no tensors of its own", model_mixer_name(k));
+        model_destroy(&m);
+    }
+    cr_expect_eq(model_mixer_kind("bimamba2"), -1);
+}
+
 /* ---- the Mamba init (docs/design.md#mamba-selective-scan-and-the-bidirectional-mixer) ---- */
 
 Test(mixer_modules, bimamba_init) {
