@@ -63,7 +63,8 @@ static const cfg_field cfg_schema[] = {
     {"model.patch", CFG_T_INT, OFF(model.patch), 1, 64, "4", NULL,
      "vit: patch side in pixels (must divide the image's rows and cols)", 0},
     {"model.mixers", CFG_T_STR, OFF(model.mixers), NOLIM, "\"\"", NULL,
-     "per-layer mixer, comma list: attention | bimamba | bilstm (\"\" or missing tail = "
+     "per-layer mixer, comma list: attention | bimamba | bilstm | bilstm_wide (\"\" or "
+     "missing tail = "
      "attention; not for lm)",
      0},
     {"aug.crop_pad", CFG_T_INT, OFF(aug.crop_pad), 0, 16, "2", NULL,
@@ -118,8 +119,9 @@ static const cfg_field cfg_schema[] = {
      "the last layer's rows (a halted row frozen where it halted)",
      0},
 
-    {"distill.mixer", CFG_T_ENUM, OFF(distill.mixer), NOLIM, "bimamba", "bimamba|bilstm",
-     "sequential mixer that replaces attention layers", 0},
+    {"distill.mixer", CFG_T_ENUM, OFF(distill.mixer), NOLIM, "bimamba",
+     "bimamba|bilstm|bilstm_wide",
+     "sequential mixer that replaces attention layers (bilstm_wide: the S2S authors' layout)", 0},
     {"distill.replace_layers", CFG_T_LAYERS, OFF(distill.replace_layers), 0, CFG_MAX_LAYERS - 1,
      "auto:3", NULL, "layers to replace: a list [9, 10, 11], or auto:K = the K sparsest", 0},
     {"distill.stage1_steps", CFG_T_INT, OFF(distill.stage1_steps), 0, 100000000, "1000", NULL,

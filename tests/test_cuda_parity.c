@@ -279,6 +279,42 @@ Test(cuda_parity, gemm_all_transposes_padded_batched) {
         }
 }
 
+/* One gemm on both backends over buffers of the given sizes; compares C. */
+static void check_gemm(const char *what, int ta, int tb, int M, int N, int K, size_t na, int lda,
+                       long long sA, size_t nb, int ldb, long long sB, float beta, size_t nc,
+                       int ldc, long long sC, int batch) {
+    pair A = pair_new(na, -1, 1), Bm = pair_new(nb, -1, 1), Cm = pair_new(nc, -1, 1);
+    cpu->gemm(ta, tb, M, N, K, 1.0f, A.h, lda, sA, Bm.h, ldb, sB, beta, Cm.h, ldc, sC, batch);
+    gpu->gemm(ta, tb, M, N, K, 1.0f, A.d, lda, sA, Bm.d, ldb, sB, beta, Cm.d, ldc, sC, batch);
+    expect_close(what, &Cm, TOL_MM);
+    pair_free(&A);
+    pair_free(&Bm);
+    pair_free(&Cm);
+}
+
+/* The products of the wide BiLSTM mixer (worker/nn/nn_bilstm_wide.c) at
+ * DeiT-Tiny's width (C 192, 3 heads of d_h 64, 2 x 50 tokens): the biases
+ * as a rank-1 product with a ones column and their gradients as its
+ * transpose (K or M of 1, leading dimension 1), and the per-head products
+ * whose batch items sit side by side in one row (stride d_h within a row of
+ * C), forward and both backward forms. Its LSTM is check_lstm's H = 64. */
+Test(cuda_parity, bilstm_wide_gemms) {
+    NEED_GPU();
+    enum { BT = 100, C = 192, H = 3, dh = 64 };
+    check_gemm("bias rows", 0, 0, BT, 8 * C, 1, BT, 1, 0, 8 * C, 8 * C, 0, 0.0f, (size_t)BT * 8 * C,
+               8 * C, 0, 1);
+    check_gemm("bias grad", 1, 0, 1, 8 * C, BT, BT, 1, 0, (size_t)BT * 8 * C, 8 * C, 0, 1.0f, 8 * C,
+               8 * C, 0, 1);
+    check_gemm("ih forward", 0, 1, BT, 8 * dh, dh, (size_t)BT * C, C, dh, (size_t)H * 8 * dh * dh,
+               dh, 8LL * dh * dh, 1.0f, (size_t)BT * 8 * C, 8 * C, 8 * dh, H);
+    check_gemm("ih dinput", 0, 0, BT, dh, 8 * dh, (size_t)BT * 8 * C, 8 * C, 8 * dh,
+               (size_t)H * 8 * dh * dh, dh, 8LL * dh * dh, 0.0f, (size_t)BT * C, C, dh, H);
+    check_gemm("ih dweight", 1, 0, 8 * dh, dh, BT, (size_t)BT * 8 * C, 8 * C, 8 * dh,
+               (size_t)BT * C, C, dh, 1.0f, (size_t)H * 8 * dh * dh, dh, 8LL * dh * dh, H);
+    check_gemm("head forward", 0, 1, BT, dh, 2 * dh, (size_t)BT * 2 * C, 2 * C, 2 * dh,
+               (size_t)C * 2 * dh, 2 * dh, 2LL * dh * dh, 1.0f, (size_t)BT * C, C, dh, H);
+}
+
 Test(cuda_parity, layernorm_softmax) {
     NEED_GPU();
     int N = 29, C = 300;
@@ -774,6 +810,7 @@ Test(cuda_parity, lstm) {
     NEED_GPU();
     check_lstm(4, 97, 6, 32, 1, 1); /* 3 heads of d_h = 64, both directions */
     check_lstm(2, 17, 3, 5, 0, 0);
+    check_lstm(2, 50, 6, 64, 1, 1); /* bilstm_wide at d 192, 3 heads: hidden d_h = 64 */
 }
 
 /* ---- the step on the device (kernels/cuda/cuda_devstep.cu) ----

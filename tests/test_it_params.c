@@ -104,3 +104,44 @@ Test(params, train_refuses_a_model_that_does_not_fit) {
               "%s", out);
     cr_expect(!strstr(out, "step "), "training started:\n%s", out);
 }
+
+/* s2s: one replaced layer's mixer per kind at DeiT-Tiny's width (d 192,
+ * 3 heads, d_h 64), W_O included, by the formulas of docs/design.md#wide-bilstm-mixer and
+ * docs/s2s.md; and a vit model.mixers entry counted as that mixer, not as attention. */
+Test(params, s2s_counts_each_mixer) {
+    char cmd[1024], line[512], name[32];
+    snprintf(cmd, sizeof cmd,
+             "%s/bfworker params %s/examples/s2s.yaml --set model.d_model=192 "
+             "--set model.heads=3 --set distill.mixer=bilstm_wide 2>&1",
+             BF_BIN_DIR, BF_SOURCE_DIR);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    long n, attn = -1, wide = -1, lstm = -1;
+    int marked = 0;
+    while (fgets(line, sizeof line, p)) {
+        if (sscanf(line, " %31s %ld", name, &n) != 2) continue;
+        if (!strcmp(name, "attention")) attn = n;
+        if (!strcmp(name, "bilstm")) lstm = n;
+        if (!strcmp(name, "bilstm_wide")) wide = n, marked = strstr(line, "(distill.mixer)") != 0;
+    }
+    cr_assert_eq(pclose(p), 0, "%s", cmd);
+    const long C = 192, dh = 64, wo = C * C + C;
+    cr_expect_eq(attn, 3 * C * C + 3 * C + wo);
+    /* hidden d_h/2 per direction over the full input: ih 4 C^2 + 4C, hh 2 C d_h */
+    cr_expect_eq(lstm, 4 * C * C + 4 * C + 2 * C * dh + wo, "bilstm %ld", lstm);
+    /* pre C^2 + C, ih 8 C d_h + 8C, hh 8 C d_h, head 2 C d_h + C */
+    cr_expect_eq(wide, 2 * C * C + 18 * C * dh + 11 * C, "bilstm_wide %ld", wide);
+    cr_expect(marked, "the configured distill.mixer is not marked");
+
+    snprintf(cmd, sizeof cmd,
+             "%s/bfworker params %s/examples/vit.yaml --set model.mixers=attention,bilstm_wide "
+             "2>&1",
+             BF_BIN_DIR, BF_SOURCE_DIR);
+    p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    int found = 0;
+    while (fgets(line, sizeof line, p))
+        found |= strstr(line, "blocks.1.") && strstr(line, "(bilstm_wide ");
+    cr_assert_eq(pclose(p), 0, "%s", cmd);
+    cr_expect(found, "layer 1 not counted as bilstm_wide");
+}

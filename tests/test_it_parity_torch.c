@@ -14,7 +14,8 @@
  * delta rank 2, a group of 40 channels = two 16-lane tiles and a partial
  * one) under masks with holes and an empty sample (dump --mask holes), and
  * in A-ViT ViTs under the halting masks, BiMamba over 145 tokens (more than
- * two scan chunks). A missing torch fails the test (CI installs it). A
+ * two scan chunks); the S2S authors' BiLSTM layout (bilstm_wide) unmasked
+ * and with holes. A missing torch fails the test (CI installs it). A
  * gradient file with one element moved by 0.5% must then fail the check, as
  * must an inference logit moved so; the reference's six deliberate
  * departures from the halting equations must each fail against the A-ViT
@@ -124,6 +125,15 @@ static const parity_case CASES[] = {
     {"encoder_bilstm_holes",
      "pipeline: budgetformer\nattn: {out_proj: dense}\nbudget: {enabled: false}\n",
      "--set model.mixers=attention,bilstm --set model.d_model=40 --set model.heads=2 "
+     "--mask holes"},
+    /* the S2S authors' BiLSTM layout (d_h 20 per direction, per-head
+     * pre-projection slices and head projection), unmasked and with holes */
+    {"encoder_bilstm_wide",
+     "pipeline: budgetformer\nattn: {out_proj: dense}\nbudget: {enabled: false}\n",
+     "--set model.mixers=attention,bilstm_wide --set model.d_model=40 --set model.heads=2"},
+    {"encoder_bilstm_wide_holes",
+     "pipeline: budgetformer\nattn: {out_proj: dense}\nbudget: {enabled: false}\n",
+     "--set model.mixers=bilstm_wide,attention --set model.d_model=40 --set model.heads=2 "
      "--mask holes"},
     {"vit_avit_bimamba", VIT_AVIT_MIXERS,
      "--set model.patch=1 --set model.d_model=40 --set model.heads=2 "
@@ -256,7 +266,7 @@ Test(parity, bf_matches_pytorch) {
     const char *out = log_text(tmpdir_path(dir, "py.log"));
     cr_log_info("%s", out);
     cr_assert_eq(rc, 0, "PyTorch parity failed:\n%s", out);
-    cr_expect(strstr(out, "14 of 14 dumps match bf"), "%s", out);
+    cr_expect(strstr(out, "16 of 16 dumps match bf"), "%s", out);
     cr_expect(strstr(out, "ok vit: vit, 56 tensors"), "%s", out);
     /* the halting exercised (the reference refuses a dump where no token
      * halts mid-depth) and every deliberate departure of the reference from
@@ -283,6 +293,11 @@ Test(parity, bf_matches_pytorch) {
               "%s", out);
     /* under A-ViT's halting masks, with 145-token scans (three chunks: the
      * backward restarts from saved chunk states) and tokens halting mid-depth */
+    cr_expect(strstr(out, "ok encoder_bilstm_wide: encoder dense bilstm_wide"), "%s", out);
+    l = case_line(out, "encoder_bilstm_wide_holes");
+    cr_expect(strstr(l, "mask: 1 samples empty, 5 with holes") &&
+                  strstr(l, "mixer mutants caught 1 of 1: mask_carry"),
+              "%s", out);
     l = case_line(out, "vit_avit_bimamba");
     cr_expect(strstr(l, "vit avit bimamba") && strstr(l, "halting depths [0, ") &&
                   strstr(l, "mixer mutants caught 4 of 4: mask_carry") && strstr(l, "chunk_grad") &&

@@ -1,5 +1,6 @@
 /* The sequential mixers as nn modules in a block's mixer slot (nn_bimamba,
- * nn_bilstm): gradients of a model with a replaced layer against finite
+ * nn_bilstm, nn_bilstm_wide): bilstm_wide against its double reference,
+ * gradients of a model with a replaced layer against finite
  * differences, a masked block equal to the block run on each sample's
  * compacted active tokens (outputs and parameter gradients), the tensor
  * names a student shares with its teacher, the Mamba init, a model with
@@ -13,8 +14,10 @@
 
 #include "kernels/bk_rng.h"
 #include "tests/learning.h"
+#include "tests/ref/ref_bilstm_wide.h"
 #include "tests/tmpdir.h"
 #include "worker/models/model.h"
+#include "worker/nn/nn_bilstm_wide.h"
 #include "worker/io/safetensors.h"
 
 /* ---- finite differences through a model with layer 1 (or 0) replaced ---- */
@@ -103,6 +106,20 @@ Test(mixer_modules, bilstm_gradients_first_layer_hadamard) {
     model_destroy(&m);
 }
 
+Test(mixer_modules, bilstm_wide_gradients_dense) {
+    model m;
+    make(&m, MODEL_MIXER_BILSTM_WIDE, 1, 0);
+    cr_expect_geq(check_grads(&m, ".lstm_wide."), 7 * 6);
+    model_destroy(&m);
+}
+
+Test(mixer_modules, bilstm_wide_gradients_first_layer_hadamard) {
+    model m;
+    make(&m, MODEL_MIXER_BILSTM_WIDE, 0, 1);
+    cr_expect_geq(check_grads(&m, ".lstm_wide."), 7 * 6);
+    model_destroy(&m);
+}
+
 /* ---- names: the student's own tensors, and the teacher's W_O names ---- */
 
 Test(mixer_modules, names_keep_the_output_projection) {
@@ -128,6 +145,32 @@ Test(mixer_modules, names_keep_the_output_projection) {
     cr_expect_geq(bk_params_find(&m.np.P, "blocks.0.attn.out.alpha"), 0);
     cr_expect_geq(bk_params_find(&m.np.P, "blocks.0.lstm.hh.weight"), 0);
     model_destroy(&m);
+}
+
+/* Every replaced layer's own tensors sit under blocks.L.<model_mixer_prefix>.
+ * (what S2S's stage 1 trains by prefix, worker/pipelines/s2s.c), and names
+ * and kinds map both ways. */
+Test(mixer_modules, each_mixer_owns_its_prefix) {
+    for (int k = MODEL_MIXER_BIMAMBA; k <= MODEL_MIXER_LAST; k++) {
+        cr_expect_eq(model_mixer_kind(model_mixer_name(k)), k);
+        model m;
+        make(&m, k, 1, 0);
+        char own[64];
+        snprintf(own, sizeof own, "blocks.1.%s.", model_mixer_prefix(k));
+        int mine = 0;
+        for (int t = 0; t < m.np.P.n; t++) {
+            const char *n = m.np.P.t[t].name;
+            if (strncmp(n, "blocks.1.", 9) || !strncmp(n, "blocks.1.ln", 11) ||
+                !strncmp(n, "blocks.1.mlp.", 13) || !strncmp(n, "blocks.1.attn.out.", 18))
+                continue;
+            cr_expect(!strncmp(n, own, strlen(own)), "%s: %s is not under %s", model_mixer_name(k),
+                      n, own);
+            mine++;
+        }
+        cr_expect_gt(mine, 0, "%s has no tensors of its own", model_mixer_name(k));
+        model_destroy(&m);
+    }
+    cr_expect_eq(model_mixer_kind("bimamba2"), -1);
 }
 
 /* ---- the Mamba init (docs/design.md#mamba-selective-scan-and-the-bidirectional-mixer) ---- */
@@ -298,6 +341,54 @@ Test(mixer_modules, bimamba_inference_equals_training) {
     blk_free(&k);
 }
 Test(mixer_modules, bilstm_masked_equals_compacted) { masked_equals_compacted("bilstm"); }
+Test(mixer_modules, bilstm_wide_masked_equals_compacted) { masked_equals_compacted("bilstm_wide"); }
+
+/* The module's inner output (before W_O) against the double reference, with
+ * and without a mask, every weight (biases too) away from its init; and
+ * the FAR layout's shapes: per-head ih [H*8d_h, d_h], head [C, 2d_h]. */
+Test(mixer_modules, bilstm_wide_matches_double_reference) {
+    enum { B = 2, T = 7, C = 16, H = 2 };
+    static const float msk[B * T] = {1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 0, 0, 1, 1};
+    blk k;
+    blk_make(&k, "bilstm_wide", B, T);
+    bk_params *P = &k.np.P;
+    for (size_t i = 0; i < P->numel; i++) P->data[i] += 0.3f * bk_rng_normal_at(5, 1, i);
+    const char *names[7] = {"pre.weight", "pre.bias",    "ih.weight", "ih.bias",
+                            "hh.weight",  "head.weight", "head.bias"};
+    const float *wt[7];
+    for (int i = 0; i < 7; i++) {
+        char n[64];
+        snprintf(n, sizeof n, "blocks.0.lstm_wide.%s", names[i]);
+        int id = bk_params_find(P, n);
+        cr_assert_geq(id, 0, "%s missing", n);
+        wt[i] = P->t[id].data;
+    }
+    int ih = bk_params_find(P, "blocks.0.lstm_wide.ih.weight");
+    int hd = bk_params_find(P, "blocks.0.lstm_wide.head.weight");
+    cr_expect(P->t[ih].shape[0] == H * 8 * 8 && P->t[ih].shape[1] == 8);
+    cr_expect(P->t[hd].shape[0] == C && P->t[hd].shape[1] == 16);
+    ref_bilstm_wide_w w = {wt[0], wt[1], wt[2], wt[3], wt[4], wt[5], wt[6]};
+    nn_bilstm_wide *l = k.b.mix.self;
+    float u[B * T * C], y[B * T * C];
+    double ref[B * T * C];
+    for (int i = 0; i < B * T * C; i++) u[i] = bk_rng_normal_at(5, 2, i);
+    nn_knobs kn = {.tau = 1};
+    for (int masked = 0; masked < 2; masked++) {
+        nn_call c = {.B = B, .T = T, .training = 1, .layers = 1, .kn = &kn};
+        c.mask = masked ? msk : NULL;
+        nn_bilstm_wide_forward(l, &k.env, &k.S, &c, y, u);
+        ref_bilstm_wide(&w, u, c.mask, B, T, C, H, ref);
+        double mag = 0;
+        for (int i = 0; i < B * T * C; i++) {
+            mag += fabs(ref[i]);
+            cr_expect_float_eq(l->inner[i], ref[i], 1e-5 + 1e-4 * fabs(ref[i]),
+                               "masked %d inner[%d]: %g vs reference %g", masked, i, l->inner[i],
+                               ref[i]);
+        }
+        cr_expect_gt(mag, 1.0);
+    }
+    blk_free(&k);
+}
 
 /* ---- errors ---- */
 

@@ -50,6 +50,9 @@ The model:
   Heads: encoder = masked mean of LN_f(x) then head; decoder = LN_f(x) tok_emb^T.
   BiLSTM layers (model.mixers): torch.nn.LSTM per head over each sample's
   active tokens (any mask), see BiLSTMMixer.
+  Wide BiLSTM layers (bilstm_wide): the S2S authors' layout from their paper
+  (dense pre-projection, an LSTM of hidden d_h per head per direction over the
+  head's d_h channels, a per-head projection of [fwd; bwd]), see BiLSTMWideMixer.
   BiMamba layers (model.mixers): a plain sequential selective scan written
   from docs/design.md#mamba-selective-scan-and-the-bidirectional-mixer ("Mamba selective scan, and the multi-head bidirectional
   mixer"), one sample and one step at a time over its active tokens, see
@@ -301,6 +304,67 @@ class BiLSTMMixer(nn.Module):
         return torch.cat(outs, -1)
 
 
+class BiLSTMWideMixer(nn.Module):
+    """The S2S authors' multi-head BiLSTM as their paper describes it: a dense
+    pre-projection C -> C; per head a torch.nn.LSTM(d_h, d_h, bidirectional)
+    over that head's d_h channels of it; per head a linear map of the two
+    directions' outputs [fwd; bwd] (2 d_h) to d_h; heads concatenated, then
+    W_O (docs/design.md#wide-bilstm-mixer). Tensors: lstm_wide.pre (Linear), lstm_wide.ih
+    [H*8d_h, d_h] (head h's rows h*8d_h..: forward gates, then backward) and
+    its bias [8C] (b_ih; b_hh = 0), lstm_wide.hh [2H*4d_h, d_h], lstm_wide.head
+    [C, 2d_h] + bias [C] (head h's rows h*d_h..). Masks as BiLSTMMixer: each
+    sample's active tokens run alone, in order; masked tokens output 0 (the
+    head projection's bias too).
+
+    mutant "mask_carry": masked tokens run too, with input 0."""
+
+    mutant = None
+
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads, self.dh = heads, d // heads
+        G = 4 * self.dh
+        self.pre = nn.Linear(d, d)
+        self.ih = Params(weight=(2 * heads * G, self.dh), bias=(2 * heads * G,))
+        self.hh = Params(weight=(2 * heads * G, self.dh))
+        self.head = Params(weight=(d, 2 * self.dh), bias=(d,))
+        self.__dict__["ref"] = nn.LSTM(self.dh, self.dh, batch_first=True,
+                                       bidirectional=True).double()
+
+    def forward(self, u, mask):
+        B, T, _ = u.shape
+        dh, G, outs = self.dh, 4 * self.dh, []
+        self.holes = getattr(self, "holes", False) or not bool((mask == 1).all())
+        p = self.pre(u)
+        for h in range(self.heads):
+            f, b = slice(2 * h * G, (2 * h + 1) * G), slice((2 * h + 1) * G, (2 * h + 2) * G)
+            w = {"weight_ih_l0": self.ih.weight[f], "weight_hh_l0": self.hh.weight[f],
+                 "bias_ih_l0": self.ih.bias[f], "bias_hh_l0": torch.zeros_like(self.ih.bias[f]),
+                 "weight_ih_l0_reverse": self.ih.weight[b],
+                 "weight_hh_l0_reverse": self.hh.weight[b],
+                 "bias_ih_l0_reverse": self.ih.bias[b],
+                 "bias_hh_l0_reverse": torch.zeros_like(self.ih.bias[b])}
+            object.__setattr__(self.ref, "_flat_weights",
+                               [w[n] for n in self.ref._flat_weights_names])
+            ph = p[:, :, h * dh:(h + 1) * dh]
+            rows = []
+            for s in range(B):
+                row = torch.zeros(T, 2 * dh, dtype=u.dtype)
+                if self.mutant == "mask_carry":
+                    y, _ = self.ref((ph[s] * mask[s].unsqueeze(-1)).unsqueeze(0))
+                    row = y[0]
+                else:
+                    idx = torch.nonzero(mask[s] > 0).view(-1)
+                    if idx.numel():
+                        y, _ = self.ref(ph[s, idx].unsqueeze(0))
+                        row = row.index_put((idx,), y[0])
+                rows.append(row)
+            hs = torch.stack(rows)  # [B,T,2d_h]: forward then backward
+            rh = slice(h * dh, (h + 1) * dh)
+            outs.append(hs @ self.head.weight[rh].t() + self.head.bias[rh])
+        return torch.cat(outs, -1) * (mask > 0).to(u.dtype).unsqueeze(-1)
+
+
 class MambaDirection(nn.Module):
     """One direction's own tensors: conv [D,K] + bias, x_proj [G*(R+2N), Dg],
     dt_proj [D,R] + bias, A_log [D,N], D [D]."""
@@ -424,6 +488,9 @@ class Block(nn.Module):
         elif mixer == "bimamba":
             self.mamba = BiMambaMixer(d, heads)
             self.attn = OutOnly(d, hadamard)
+        elif mixer == "bilstm_wide":
+            self.lstm_wide = BiLSTMWideMixer(d, heads)
+            self.attn = OutOnly(d, hadamard)
         else:
             self.attn = Attention(d, heads, causal, hadamard, budget)
         self.ln2 = nn.LayerNorm(d, eps=1e-5)
@@ -435,6 +502,9 @@ class Block(nn.Module):
             return x + self.mlp(self.ln2(x)), 0, 0
         if self.mixer == "bimamba":
             x = x + self.attn.out(self.mamba(self.ln1(x), mask))
+            return x + self.mlp(self.ln2(x)), 0, 0
+        if self.mixer == "bilstm_wide":
+            x = x + self.attn.out(self.lstm_wide(self.ln1(x), mask))
             return x + self.mlp(self.ln2(x)), 0, 0
         a, hinge, ent = self.attn(self.ln1(x), mask, noise, kn)
         x = x + a
@@ -546,7 +616,8 @@ class ViT(nn.Module):
             a, _, _ = blk.attn(blk.ln1(x) * m, keys, None, None)
             blk.inner = blk.attn.last_c
         else:  # a mixer sees the tokens the attention would see as keys
-            mix = blk.lstm if blk.mixer == "bilstm" else blk.mamba
+            mix = {"bilstm": "lstm", "bimamba": "mamba", "bilstm_wide": "lstm_wide"}[blk.mixer]
+            mix = getattr(blk, mix)
             blk.inner = mix(blk.ln1(x) * m, keys)
             a = blk.attn.out(blk.inner)
         x = x + a * m
@@ -682,7 +753,7 @@ MIXER_MUTANTS = ("mask_carry", "chunk_grad", "delta_rank", "partial_tile")
 
 def set_mixer_mutant(model, mutant):
     for mod in model.modules():
-        if isinstance(mod, (BiMambaMixer, BiLSTMMixer)):
+        if isinstance(mod, (BiMambaMixer, BiLSTMMixer, BiLSTMWideMixer)):
             mod.mutant = mutant
 
 
@@ -692,7 +763,7 @@ def mixer_mutants(model):
     R > 1, a group width that leaves a partial tile."""
     mus = set()
     for mod in model.modules():
-        if isinstance(mod, BiLSTMMixer) and mod.holes:
+        if isinstance(mod, (BiLSTMMixer, BiLSTMWideMixer)) and mod.holes:
             mus.add("mask_carry")
         if isinstance(mod, BiMambaMixer):
             # only a hole (a masked token before an active one): over a

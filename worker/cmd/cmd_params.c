@@ -17,6 +17,36 @@ const opt_spec cmd_params_opts[] = {
     {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
 };
 
+/* Parameters of layer l's token mixer: its own tensors and the output
+ * projection W_O it shares with attention (blocks.L.attn.out.*). */
+static size_t mixer_count(const model *m, int l, int kind) {
+    char pre[48];
+    snprintf(pre, sizeof pre, "blocks.%d.attn.", l);
+    size_t n = model_count(m, pre);
+    if (kind == MODEL_MIXER_ATTENTION) return n;
+    snprintf(pre, sizeof pre, "blocks.%d.%s.", l, model_mixer_prefix(kind));
+    return n + model_count(m, pre);
+}
+
+/* s2s: the teacher's layers are attention; each replaced layer takes one
+ * of the sequential mixers. Prints one replaced layer's mixer parameters
+ * (W_O included) per kind, the configured distill.mixer marked. */
+static int print_mixers(const model_shape *teacher, const char *chosen, char *err, size_t errlen) {
+    printf("one replaced layer's mixer at d %d, %d heads (W_O included):\n", teacher->d_model,
+           teacher->heads);
+    for (int k = 0; k <= MODEL_MIXER_LAST; k++) {
+        model_shape sh = *teacher;
+        sh.mixer[0] = (unsigned char)k;
+        model m;
+        model_mem mm;
+        if (model_plan(&m, &sh, 1, &mm, err, errlen)) return -1;
+        printf("  %-12s %12zu%s\n", model_mixer_name(k), mixer_count(&m, 0, k),
+               strcmp(model_mixer_name(k), chosen) == 0 ? "   (distill.mixer)" : "");
+        model_destroy(&m);
+    }
+    return 0;
+}
+
 int cmd_params(int argc, char **argv) {
     const char *sets[CMD_MAX_SETS], *path = NULL;
     params_args a = {.sets = {sets, 0, CMD_MAX_SETS}};
@@ -42,7 +72,8 @@ int cmd_params(int argc, char **argv) {
                       .n_classes = lm ? 0 : 26,
                       .hadamard = strcmp(c.attn.out_proj, "hadamard") == 0,
                       .budget = c.budget.enabled && !lm};
-    int vit = strcmp(c.pipeline, "vit") == 0, p = c.model.patch;
+    int s2s = strcmp(c.pipeline, "s2s") == 0;
+    int vit = strcmp(c.pipeline, "vit") == 0 || s2s, p = c.model.patch;
     if (vit) /* sized for Fashion-MNIST's 28 x 28 images and 10 classes */
         sh = (model_shape){.layers = c.model.layers,
                            .d_model = c.model.d_model,
@@ -53,6 +84,10 @@ int cmd_params(int argc, char **argv) {
                            .patch = p,
                            .image_h = 28,
                            .image_w = 28};
+    if (!s2s && model_shape_mixers(&sh, c.model.mixers, err, sizeof err)) {
+        fprintf(stderr, "bfworker: %s\n", err);
+        return CMD_USAGE;
+    }
     /* counted from the declared tensors: nothing of the model's size is
      * allocated, so a model too big for this machine is still counted */
     model m;
@@ -68,10 +103,10 @@ int cmd_params(int argc, char **argv) {
                model_count(&m, "patch_emb.") + model_count(&m, "cls_token"));
     char pre[32];
     for (int l = 0; l < sh.layers; l++) {
-        snprintf(pre, sizeof pre, "blocks.%d.attn.", l);
-        size_t attn = model_count(&m, pre);
+        size_t attn = mixer_count(&m, l, sh.mixer[l]);
         snprintf(pre, sizeof pre, "blocks.%d.", l);
-        printf("%-12s %12zu   (attention %zu)\n", pre, model_count(&m, pre), attn);
+        printf("%-12s %12zu   (%s %zu)\n", pre, model_count(&m, pre), model_mixer_name(sh.mixer[l]),
+               attn);
     }
     printf("%-12s %12zu\n", "head", model_count(&m, "ln_f.") + model_count(&m, "head."));
     printf("%-12s %12zu\n", "total", mm.params);
@@ -91,6 +126,11 @@ int cmd_params(int argc, char **argv) {
         printf("(sized for 28 x 28 images and 10 classes; the data decides the real ones)\n");
     else if (!lm)
         printf("(classifier sized for 26 classes; the data decides the real count)\n");
+    if (s2s && print_mixers(&sh, c.distill.mixer, err, sizeof err)) {
+        model_destroy(&m);
+        fprintf(stderr, "bfworker: %s\n", err);
+        return CMD_USAGE;
+    }
     model_destroy(&m);
     return CMD_OK;
 }

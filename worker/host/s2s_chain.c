@@ -94,8 +94,7 @@ static bf_config stage_config(const s2s_ctx *x, int i) {
     s.avit.enabled = i != ST_TEACHER;
     if (i >= ST_DISTILL) {
         size_t w = 0;
-        int kind =
-            strcmp(x->c->distill.mixer, "bilstm") == 0 ? MODEL_MIXER_BILSTM : MODEL_MIXER_BIMAMBA;
+        int kind = model_mixer_kind(x->c->distill.mixer);
         for (int l = 0; l < x->c->model.layers; l++) {
             int rep = 0;
             for (int k = 0; k < x->n_layers; k++) rep |= x->layers[k] == l;
@@ -243,7 +242,7 @@ static int run_distill(s2s_ctx *x, char *err, size_t errlen) {
     int batch = sc.train.batch / (x->o->comm ? comm_world(x->o->comm) : 1);
     if (load_model(x, ST_AVIT, x->dir[ST_AVIT], batch, 1, &d.teacher, err, errlen)) return -1;
     pipe_spec sp;
-    int kind = strcmp(sc.distill.mixer, "bilstm") == 0 ? MODEL_MIXER_BILSTM : MODEL_MIXER_BIMAMBA;
+    int kind = model_mixer_kind(sc.distill.mixer);
     int rc = s2s_distill_spec(&d, &sp, x->layers, x->n_layers, sc.distill.lambda_mse,
                               sc.distill.lambda_halt, sc.distill.unfreeze, kind, err, errlen);
     if (!rc) rc = run_train_stage(x, ST_DISTILL, &sp, &sc, err, errlen);
@@ -332,8 +331,9 @@ static int run_eval(s2s_ctx *x, char *err, size_t errlen) {
 
     const bk_backend *be;
     if (bk_select(x->c->device, &be, err, errlen)) return -1;
-    int kind =
-        strcmp(x->c->distill.mixer, "bilstm") == 0 ? MODEL_MIXER_BILSTM : MODEL_MIXER_BIMAMBA;
+    int kind = model_mixer_kind(x->c->distill.mixer);
+    char mixer_ms[32];
+    snprintf(mixer_ms, sizeof mixer_ms, "%s_ms", model_mixer_name(kind));
     for (size_t t = 0; t < sizeof lengths / sizeof *lengths; t++) {
         int T = lengths[t];
         /* the dense model alone, then teacher and student in turns (their
@@ -348,10 +348,7 @@ static int run_eval(s2s_ctx *x, char *err, size_t errlen) {
             metrics_add(&x->mt, name_of("eval/", who[k], "/images_per_s", T), ips[k]);
         metrics_add(&x->mt, name_of("eval/", "student", "/speedup_vs_teacher", T), ips[2] / ips[1]);
         metrics_add(&x->mt, name_of("eval/", "mixer", "/attention_ms", T), ma);
-        metrics_add(
-            &x->mt,
-            name_of("eval/", "mixer/", kind == MODEL_MIXER_BILSTM ? "bilstm_ms" : "bimamba_ms", T),
-            mm);
+        metrics_add(&x->mt, name_of("eval/", "mixer/", mixer_ms, T), mm);
         metrics_add(&x->mt, name_of("eval/", "mixer", "/speedup", T), ma / mm);
         if (!x->quiet)
             fprintf(stderr,

@@ -21,8 +21,19 @@ static nn_attn_cfg attn_cfg(const model_shape *sh, const bk_backend *be) {
 }
 
 const char *model_mixer_name(int kind) {
-    static const char *names[] = {"attention", "bimamba", "bilstm"};
-    return kind >= 0 && kind <= MODEL_MIXER_BILSTM ? names[kind] : "?";
+    static const char *names[] = {"attention", "bimamba", "bilstm", "bilstm_wide"};
+    return kind >= 0 && kind <= MODEL_MIXER_LAST ? names[kind] : "?";
+}
+
+int model_mixer_kind(const char *name) {
+    for (int k = 0; k <= MODEL_MIXER_LAST; k++)
+        if (strcmp(name, model_mixer_name(k)) == 0) return k;
+    return -1;
+}
+
+const char *model_mixer_prefix(int kind) {
+    static const char *prefixes[] = {"attn", "mamba", "lstm", "lstm_wide"};
+    return kind >= 0 && kind <= MODEL_MIXER_LAST ? prefixes[kind] : "?";
 }
 
 int model_shape_mixers(model_shape *sh, const char *list, char *err, size_t errlen) {
@@ -36,13 +47,13 @@ int model_shape_mixers(model_shape *sh, const char *list, char *err, size_t errl
             return -1;
         }
         int kind = -1;
-        for (int k = 0; k <= MODEL_MIXER_BILSTM; k++)
+        for (int k = 0; k <= MODEL_MIXER_LAST; k++)
             if (strlen(model_mixer_name(k)) == n && strncmp(p, model_mixer_name(k), n) == 0)
                 kind = k;
         if (kind < 0) {
             snprintf(err, errlen,
                      "model.mixers: entry %d '%.*s' is not a mixer (valid: attention, "
-                     "bimamba, bilstm)",
+                     "bimamba, bilstm, bilstm_wide)",
                      l, (int)(n < 32 ? n : 32), p);
             return -1;
         }
@@ -63,7 +74,7 @@ static int check_shape(const model_shape *sh, char *err, size_t errlen) {
         return -1;
     }
     for (int l = 0; l < sh->layers; l++) {
-        if (sh->mixer[l] > MODEL_MIXER_BILSTM) {
+        if (sh->mixer[l] > MODEL_MIXER_LAST) {
             snprintf(err, errlen, "layer %d: unknown mixer kind %d", l, sh->mixer[l]);
             return -1;
         }

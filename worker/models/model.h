@@ -29,7 +29,13 @@
 #include "worker/nn/nn_halt.h"
 
 /* The mixer of a layer (model_shape.mixer): attention unless replaced. */
-typedef enum { MODEL_MIXER_ATTENTION = 0, MODEL_MIXER_BIMAMBA, MODEL_MIXER_BILSTM } model_mixer;
+typedef enum {
+    MODEL_MIXER_ATTENTION = 0,
+    MODEL_MIXER_BIMAMBA,
+    MODEL_MIXER_BILSTM,
+    MODEL_MIXER_BILSTM_WIDE,
+    MODEL_MIXER_LAST = MODEL_MIXER_BILSTM_WIDE
+} model_mixer;
 #define MODEL_MAX_LAYERS 64
 
 typedef struct model_shape {
@@ -41,7 +47,8 @@ typedef struct model_shape {
     int image_h, image_w; /* vit: input image size; the input ids are its pixels 0..255 */
     int avit;             /* vit: A-ViT token halting after every block (nn_halt.h) */
     /* per layer: model_mixer (0 = attention). A bimamba layer's own tensors
-     * are blocks.L.mamba.*, a bilstm's blocks.L.lstm.*; both keep the
+     * are blocks.L.mamba.*, a bilstm's blocks.L.lstm.*, a bilstm_wide's
+     * blocks.L.lstm_wide.* (model_mixer_prefix); all keep the
      * output projection's names blocks.L.attn.out.* (encoders only). */
     unsigned char mixer[MODEL_MAX_LAYERS];
     /* 1: the model only runs inference (evaluation, speed probes, generation,
@@ -53,8 +60,13 @@ typedef struct model_shape {
     int infer_only;
 } model_shape;
 
-/* "attention", "bimamba", "bilstm" */
+/* "attention", "bimamba", "bilstm", "bilstm_wide" ("?" out of range) */
 const char *model_mixer_name(int kind);
+/* The model_mixer named name, or -1. */
+int model_mixer_kind(const char *name);
+/* The tensor prefix of a replaced layer's own weights under blocks.L.:
+ * "mamba", "lstm", "lstm_wide" ("attn" for attention). */
+const char *model_mixer_prefix(int kind);
 /* Sets sh->mixer from a comma list of one kind per layer ("attention,
  * bimamba,bilstm"; "" leaves every layer attention). Returns 0 or -1 with a
  * message naming the entry and the valid kinds. */

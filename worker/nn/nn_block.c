@@ -5,6 +5,7 @@
 #include "worker/nn/nn_block.h"
 
 #include "worker/nn/nn_bilstm.h"
+#include "worker/nn/nn_bilstm_wide.h"
 #include "worker/nn/nn_bimamba.h"
 
 #include <stdio.h>
@@ -70,7 +71,24 @@ static const float *lstm_inner(const void *self) { return ((const nn_bilstm *)se
 static const nn_mixer_ops BILSTM_OPS = {"bilstm",      lstm_plan,  lstm_scratch, lstm_forward,
                                         lstm_backward, lstm_inner, plain_destroy};
 
-/* A sequential mixer under P.mamba or P.lstm, with attention's output
+static int wide_plan(void *self, bk_arena *A, int B, int T) {
+    return nn_bilstm_wide_plan(self, A, B, T);
+}
+static void wide_scratch(const void *self, nn_scratch *s) { nn_bilstm_wide_scratch(self, s); }
+static void wide_forward(void *self, const nn_env *e, nn_scratch *s, const nn_call *c, float *y,
+                         const float *u) {
+    nn_bilstm_wide_forward(self, e, s, c, y, u);
+}
+static void wide_backward(void *self, const nn_env *e, nn_scratch *s, const nn_call *c, float *du,
+                          const float *dy, const float *dinner, const float *u) {
+    nn_bilstm_wide_backward(self, e, s, c, du, dy, dinner, u);
+}
+static const float *wide_inner(const void *self) { return ((const nn_bilstm_wide *)self)->inner; }
+
+static const nn_mixer_ops BILSTM_WIDE_OPS = {"bilstm_wide", wide_plan,  wide_scratch, wide_forward,
+                                             wide_backward, wide_inner, plain_destroy};
+
+/* A sequential mixer under P.mamba, P.lstm or P.lstm_wide, with attention's output
  * projection names (P.attn.out.*), so the teacher's W_O loads by name. */
 static int declare_sequential(nn_block *b, nn_params *np, const char *prefix,
                               const nn_block_cfg *cf, char *err, size_t errlen) {
@@ -91,6 +109,15 @@ static int declare_sequential(nn_block *b, nn_params *np, const char *prefix,
                                cf->resid_std, err, errlen))
             return -1;
         out = &m->out;
+    } else if (strcmp(cf->mixer, "bilstm_wide") == 0) {
+        nn_bilstm_wide *l = calloc(1, sizeof *l);
+        if (!l) goto oom;
+        b->mix = (nn_mixer){&BILSTM_WIDE_OPS, l};
+        snprintf(p, sizeof p, "%s.lstm_wide", prefix);
+        if (nn_bilstm_wide_declare(l, np, p, o, cf->C, cf->attn.NH, cf->attn.hadamard,
+                                   cf->resid_std, err, errlen))
+            return -1;
+        out = &l->out;
     } else {
         nn_bilstm *l = calloc(1, sizeof *l);
         if (!l) goto oom;
@@ -120,7 +147,8 @@ int nn_block_declare(nn_block *b, nn_params *np, const char *prefix, const nn_bl
     snprintf(p, sizeof p, "%s.ln1", prefix);
     if (nn_layernorm_declare(&b->ln1, np, p, cf->C)) goto oom;
     const char *mixer = cf->mixer ? cf->mixer : "attention";
-    if (strcmp(mixer, "bimamba") == 0 || strcmp(mixer, "bilstm") == 0) {
+    if (strcmp(mixer, "bimamba") == 0 || strcmp(mixer, "bilstm") == 0 ||
+        strcmp(mixer, "bilstm_wide") == 0) {
         if (declare_sequential(b, np, prefix, cf, err, errlen)) return -1;
         snprintf(p, sizeof p, "%s.ln2", prefix);
         if (nn_layernorm_declare(&b->ln2, np, p, cf->C)) goto oom;
@@ -129,7 +157,8 @@ int nn_block_declare(nn_block *b, nn_params *np, const char *prefix, const nn_bl
         return 0;
     }
     if (strcmp(mixer, "attention") != 0) {
-        snprintf(err, errlen, "%s: unknown mixer '%s' (valid: attention, bimamba, bilstm)", prefix,
+        snprintf(err, errlen,
+                 "%s: unknown mixer '%s' (valid: attention, bimamba, bilstm, bilstm_wide)", prefix,
                  mixer);
         return -1;
     }

@@ -47,9 +47,10 @@ typedef enum {
 
 /* How a block is built. */
 typedef struct nn_block_cfg {
-    int C, hidden;        /* width, MLP hidden (4C) */
-    const char *mixer;    /* "attention" (NULL too), "bimamba" or "bilstm" (nn_bimamba.h,
-                             nn_bilstm.h: attn's NH, hadamard; not causal) */
+    int C, hidden; /* width, MLP hidden (4C) */
+    const char
+        *mixer;           /* "attention" (NULL too), "bimamba", "bilstm" or "bilstm_wide"
+                             (nn_bimamba.h, nn_bilstm.h, nn_bilstm_wide.h: attn's NH, hadamard; not causal) */
     nn_attn_cfg attn;     /* when mixer is attention */
     float std, resid_std; /* init std of weights, and of residual projections */
 } nn_block_cfg;

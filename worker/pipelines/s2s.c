@@ -163,8 +163,7 @@ int s2s_distill_spec(s2s_distill *d, pipe_spec *sp, const int *layers, int n, fl
     int k = 0;
     for (int i = 0; !unfreeze && i < n; i++) {
         char p[64];
-        snprintf(p, sizeof p, "blocks.%d.%s.", layers[i],
-                 mixer_kind == MODEL_MIXER_BILSTM ? "lstm" : "mamba");
+        snprintf(p, sizeof p, "blocks.%d.%s.", layers[i], model_mixer_prefix(mixer_kind));
         if (!(d->trainable[k++] = strdup(p))) {
             snprintf(err, errlen, "out of memory");
             return -1;
