@@ -83,7 +83,13 @@ static void endpoint_cidr(const char *ep, char *buf, size_t len) {
  * full, when a trial of another job is launched, or at the end of the
  * scheduling pass (slurm_flush). */
 static int queue_slurm(bfd *d, run *r, const store_job *j) {
-    if (d->n_arr && d->arr_job.id != j->id) slurm_flush(d);
+    if (d->n_arr && d->arr_job.id != j->id) {
+        int64_t trial = r->trial;
+        slurm_flush(d);
+        /* the flush may remove runs (cancelled, or not submitted), and a
+         * removal moves the last run, r, into the freed slot */
+        r = find_run(d, trial);
+    }
     if (d->n_arr == d->cap_arr) {
         size_t cap = d->cap_arr ? 2 * d->cap_arr : 64;
         int64_t *na = realloc(d->arr_trials, cap * sizeof *na);
