@@ -82,15 +82,25 @@ typedef struct agent {
 } agent;
 
 /* One worker's metrics message of this round, validated and waiting for
- * flush_batches (workers.c); the batch owns msg's body and pts. */
+ * flush_batches (workers.c); the batch owns msg's body and pts. Its run is
+ * named by trial and attempt, looked up at the flush: an index or pointer
+ * into d->runs would name another run once one is removed (remove_run
+ * moves the last run into the freed slot). */
 typedef struct batch {
     proto_msg msg;
-    size_t run_ix;
+    int64_t trial;
+    int attempt;
     proto_point *pts;
     size_t n;
     int64_t prev_acked; /* the run's acked before this batch */
     int gap;
 } batch;
+
+/* What a round of worker messages has taken so far (loop.c bounds it):
+ * metrics batches, their points and values. */
+typedef struct round_count {
+    size_t batches, points, values;
+} round_count;
 
 /* The daemon: its settings, store connections, sockets, run table and
  * exporters. One per bfd_run (loop.c opens and closes it). */
@@ -260,8 +270,8 @@ void schedule(bfd *d);
 
 /* Handles one message from the worker socket (hello, heartbeat, metrics,
  * done), replying itself; metrics are validated and queued into d->batches
- * (taking over m's body) and their values counted into *round_points. */
-void handle_worker_msg(bfd *d, proto_msg *m, size_t *round_points);
+ * (taking over m's body) and counted into *rc. */
+void handle_worker_msg(bfd *d, proto_msg *m, round_count *rc);
 /* Stores the points of this round's batches in one transaction, then acks
  * each, publishes its new points and judges early stopping; empties
  * d->batches. A failed store is answered with an error to every batch. */

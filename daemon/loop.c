@@ -85,26 +85,24 @@ static void handle_ctl(bfd *d) {
     }
 }
 
-/* At most ROUND_MAX_MSGS worker messages or ROUND_MAX_POINTS points a
+/* At most ROUND_MAX_MSGS worker messages or ROUND_MAX_POINTS values a
  * round; the round's metric points are stored together (flush_batches). */
 static void handle_workers(bfd *d) {
-    size_t points = 0;
+    round_count rc = {0};
     double t0 = now_s();
-    for (int k = 0; k < ROUND_MAX_MSGS && points < ROUND_MAX_POINTS; k++) {
+    for (int k = 0; k < ROUND_MAX_MSGS && rc.values < ROUND_MAX_POINTS; k++) {
         proto_msg m;
         memset(&m, 0, sizeof m);
-        int rc = recv_msg(d, d->wrk, &m);
-        if (rc < 0) {
+        int r = recv_msg(d, d->wrk, &m);
+        if (r < 0) {
             proto_msg_clear(&m);
             break;
         }
-        if (rc == 1) handle_worker_msg(d, &m, &points);
+        if (r == 1) handle_worker_msg(d, &m, &rc);
         proto_msg_clear(&m);
     }
-    size_t nb = d->n_batches, np = 0;
-    for (size_t b = 0; b < nb; b++) np += d->batches[b].n;
     flush_batches(d);
-    prom_ingest(d->prom, nb, (long long)np, (long long)points, now_s() - t0);
+    prom_ingest(d->prom, rc.batches, (long long)rc.points, (long long)rc.values, now_s() - t0);
 }
 
 /* ------------------------------------------------------ ZAP (CURVE keys) */
