@@ -26,7 +26,7 @@
 extern "C" {
 #endif
 
-#define STORE_SCHEMA_VERSION 6
+#define STORE_SCHEMA_VERSION 7
 
 typedef enum {
     TRIAL_PENDING = 0,
