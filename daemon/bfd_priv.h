@@ -239,7 +239,10 @@ void check_timers(bfd *d);
 int is_slurm(const bfd *d);
 /* Starts one attempt of trial t (PENDING) of job j on gpus[0..ng) (stage >= 0:
  * only that stage of its s2s plan) and adds it to the run table. Returns 0,
- * or -1 after logging (the trial failed when it had been marked RUNNING). */
+ * or -1 after logging (the trial failed when it had been marked RUNNING), or
+ * -2 when its crash-recovery record (bfd_runs) could not be written: the
+ * trial is PENDING (still, or again without counting a failure) and nothing
+ * of it runs; the store refuses writes, so the pass stops. */
 int launch(bfd *d, const store_trial *t, const store_job *j, const int *gpus, int ng, int stage);
 /* launcher: slurm: submits the attempts launch() queued as Slurm job arrays
  * of at most d->max_array tasks, one sbatch each; each run's slurm_job
