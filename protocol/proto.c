@@ -95,14 +95,16 @@ void proto_decode(const proto_frame *fr, int kept, int total, int mode, proto_ms
         i++;
     }
     int rest = total - i;
-    if (rest == PROTO_MAX_FRAMES && kept - i == PROTO_MAX_FRAMES) peek_req(&fr[i + 3], m);
     if (rest != PROTO_MAX_FRAMES || kept - i != PROTO_MAX_FRAMES) {
         *code = PROTO_E_FRAMES;
         bf_fail(err, errlen, "expected %d frames (\"bf\", version, type, body), got %d",
                 PROTO_MAX_FRAMES, rest);
         return;
     }
+    /* the body is parsed once, below; only a message refused before that
+     * parses it here, for the req its error reply carries */
     if (!equals(&fr[i], PROTO_NAME)) {
+        peek_req(&fr[i + 3], m);
         *code = PROTO_E_FRAMES;
         bf_fail(err, errlen, "first frame must be the protocol name \"%s\"", PROTO_NAME);
         return;
@@ -116,6 +118,7 @@ void proto_decode(const proto_frame *fr, int kept, int total, int mode, proto_ms
             v[k] = (c >= 32 && c < 127) ? c : '?';
         }
         v[n] = '\0';
+        peek_req(&fr[i + 3], m);
         *code = PROTO_E_VERSION;
         bf_fail(err, errlen, "protocol version '%s' not supported; this side speaks %d", v,
                 PROTO_VERSION);
@@ -123,6 +126,7 @@ void proto_decode(const proto_frame *fr, int kept, int total, int mode, proto_ms
     }
     size_t tl = fr[i + 2].len;
     if (!proto_type_ok(fr[i + 2].data, tl)) {
+        peek_req(&fr[i + 3], m);
         *code = PROTO_E_FRAMES;
         bf_fail(err, errlen, "message type must be 1-%d characters of a-z, 0-9, _", PROTO_MAX_TYPE);
         return;
@@ -140,13 +144,15 @@ void proto_decode(const proto_frame *fr, int kept, int total, int mode, proto_ms
     m->body = json_loadb(fr[i + 3].data, bl, JSON_REJECT_DUPLICATES, &je);
     if (!m->body || !json_is_object(m->body)) {
         *code = PROTO_E_JSON;
-        if (m->body)
+        if (m->body) {
             bf_fail(err, errlen, "%s: body must be a JSON object", m->type);
-        else
+            json_decref(m->body);
+            m->body = NULL;
+        } else {
             bf_fail(err, errlen, "%s: body is not JSON: line %d column %d: %s", m->type, je.line,
                     je.column, je.text);
-        if (m->body) json_decref(m->body);
-        m->body = NULL;
+            peek_req(&fr[i + 3], m); /* a repeated key: a lenient parse may find the req */
+        }
         return;
     }
     json_t *r = json_object_get(m->body, "req");

@@ -93,6 +93,46 @@ Test(proto, points_are_validated) {
     }
 }
 
+/* jansson's allocations, counted (json_set_alloc_funcs) */
+static long g_allocs;
+static void *count_malloc(size_t n) {
+    g_allocs++;
+    return malloc(n);
+}
+
+/* A message's body is parsed once: decoding it allocates what one parse
+ * of the body does (it was parsed twice, once for its req). A body with a
+ * repeated key is refused and its req still found for the error reply. */
+Test(proto, a_body_is_parsed_once) {
+    json_set_alloc_funcs(count_malloc, free);
+    const char *body = "{\"req\": 7, \"trial\": 3, \"points\": [{\"seq\": 1, \"step\": 2, "
+                       "\"time\": 3, \"values\": {\"train/loss\": 1.5, \"lr\": 0.1}}]}";
+    json_error_t je;
+    g_allocs = 0;
+    json_t *once = json_loadb(body, strlen(body), JSON_REJECT_DUPLICATES, &je);
+    long one_parse = g_allocs;
+    json_decref(once);
+    proto_frame fr[4] = {{"bf", 2}, {"1", 1}, {"metrics", 7}, {body, strlen(body)}};
+    proto_msg m;
+    memset(&m, 0, sizeof m);
+    proto_code code;
+    char err[512];
+    g_allocs = 0;
+    proto_decode(fr, 4, 4, 0, &m, &code, err, sizeof err);
+    cr_assert_eq(code, PROTO_OK, "%s", err);
+    cr_assert_eq(m.req, 7);
+    cr_expect_eq(g_allocs, one_parse, "decoding allocated %ld times, one parse %ld", g_allocs,
+                 one_parse);
+    proto_msg_clear(&m);
+    const char *dup = "{\"req\": 9, \"a\": 1, \"a\": 2}";
+    fr[3] = (proto_frame){dup, strlen(dup)};
+    proto_decode(fr, 4, 4, 0, &m, &code, err, sizeof err);
+    cr_assert_eq(code, PROTO_E_JSON);
+    cr_assert(m.has_req && m.req == 9, "the error reply lost the req");
+    proto_msg_clear(&m);
+    json_set_alloc_funcs(malloc, free);
+}
+
 Test(proto, jsonl_lines_names_tokens) {
     proto_point p;
     json_t *h;
