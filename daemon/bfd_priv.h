@@ -26,8 +26,9 @@
 #include "protocol/proto.h"
 
 #define MAX_CLIENT_KEYS 256
-#define ROUND_MAX_MSGS 256      /* worker messages handled per poll round */
-#define ROUND_MAX_POINTS 200000 /* points per round (one transaction) */
+#define ROUND_MAX_MSGS 256          /* worker messages handled per poll round */
+#define ROUND_MAX_POINTS 200000     /* values per round (one transaction) */
+#define ROUND_MAX_BYTES (32u << 20) /* the batches' copied points, per round */
 
 /* One live attempt in the run table (runs.c): its process or Slurm job, its
  * worker's connection, and how far its end has gone. */
@@ -82,7 +83,8 @@ typedef struct agent {
 } agent;
 
 /* One worker's metrics message of this round, validated and waiting for
- * flush_batches (workers.c); the batch owns msg's body and pts. Its run is
+ * flush_batches (workers.c): its points copied out (the body is freed at
+ * once; msg keeps the route of the reply) and owned by the batch. Its run is
  * named by trial and attempt, looked up at the flush: an index or pointer
  * into d->runs would name another run once one is removed (remove_run
  * moves the last run into the freed slot). */
@@ -90,16 +92,16 @@ typedef struct batch {
     proto_msg msg;
     int64_t trial;
     int attempt;
-    proto_point *pts;
-    size_t n;
+    proto_points pts;
     int64_t prev_acked; /* the run's acked before this batch */
     int gap;
 } batch;
 
 /* What a round of worker messages has taken so far (loop.c bounds it):
- * metrics batches, their points and values. */
+ * metrics batches, their points and values, and the heap their copied
+ * points hold. */
 typedef struct round_count {
-    size_t batches, points, values;
+    size_t batches, points, values, bytes;
 } round_count;
 
 /* The daemon: its settings, store connections, sockets, run table and

@@ -85,12 +85,15 @@ static void handle_ctl(bfd *d) {
     }
 }
 
-/* At most ROUND_MAX_MSGS worker messages or ROUND_MAX_POINTS values a
- * round; the round's metric points are stored together (flush_batches). */
+/* At most ROUND_MAX_MSGS worker messages, ROUND_MAX_POINTS values or
+ * ROUND_MAX_BYTES of copied points a round (each message is taken whole, so
+ * a round ends at most one batch past a bound); the round's metric points
+ * are stored together (flush_batches). */
 static void handle_workers(bfd *d) {
     round_count rc = {0};
     double t0 = now_s();
-    for (int k = 0; k < ROUND_MAX_MSGS && rc.values < ROUND_MAX_POINTS; k++) {
+    for (int k = 0;
+         k < ROUND_MAX_MSGS && rc.values < ROUND_MAX_POINTS && rc.bytes < ROUND_MAX_BYTES; k++) {
         proto_msg m;
         memset(&m, 0, sizeof m);
         int r = recv_msg(d, d->wrk, &m);
@@ -398,7 +401,7 @@ static int run_round(bfd *d, char *err, size_t errlen) {
 static void close_daemon(bfd *d) {
     g_sigfd = -1;
     for (size_t b = 0; b < d->n_batches; b++) {
-        free(d->batches[b].pts);
+        proto_points_free(&d->batches[b].pts);
         proto_msg_clear(&d->batches[b].msg);
     }
     submitq_destroy(&d->sq);
