@@ -166,11 +166,9 @@ static void submit_array(bfd *d, const store_job *j, const int64_t *ids, int n) 
     }
     for (int i = 0; i < n; i++) {
         run *r = find_run(d, ids[i]);
-        if (!r || !r->slurm_wait) continue;
-        if (r->ending) { /* cancelled before it went out: its outcome is recorded */
-            remove_run(d, r);
-            continue;
-        }
+        /* one cancelled before it went out (its outcome recorded) is
+         * removed at the end: tasks[] points into the run table */
+        if (!r || !r->slurm_wait || r->ending) continue;
         tasks[m].trial = r->trial;
         tasks[m].attempt = r->attempt;
         tasks[m].token = r->token;
@@ -234,6 +232,10 @@ static void submit_array(bfd *d, const store_job *j, const int64_t *ids, int n) 
         }
     }
 done:
+    for (int i = 0; i < n; i++) {
+        run *r = find_run(d, ids[i]);
+        if (r && r->slurm_wait && r->ending) remove_run(d, r);
+    }
     free(sub);
     free(tasks);
 }
