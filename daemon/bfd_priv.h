@@ -26,8 +26,9 @@
 #include "protocol/proto.h"
 
 #define MAX_CLIENT_KEYS 256
-#define ROUND_MAX_MSGS 256      /* worker messages handled per poll round */
-#define ROUND_MAX_POINTS 200000 /* points per round (one transaction) */
+#define ROUND_MAX_MSGS 256          /* worker messages handled per poll round */
+#define ROUND_MAX_POINTS 200000     /* values per round (one transaction) */
+#define ROUND_MAX_BYTES (32u << 20) /* the batches' copied points, per round */
 
 /* One live attempt in the run table (runs.c): its process or Slurm job, its
  * worker's connection, and how far its end has gone. */
@@ -82,15 +83,26 @@ typedef struct agent {
 } agent;
 
 /* One worker's metrics message of this round, validated and waiting for
- * flush_batches (workers.c); the batch owns msg's body and pts. */
+ * flush_batches (workers.c): its points copied out (the body is freed at
+ * once; msg keeps the route of the reply) and owned by the batch. Its run is
+ * named by trial and attempt, looked up at the flush: an index or pointer
+ * into d->runs would name another run once one is removed (remove_run
+ * moves the last run into the freed slot). */
 typedef struct batch {
     proto_msg msg;
-    size_t run_ix;
-    proto_point *pts;
-    size_t n;
+    int64_t trial;
+    int attempt;
+    proto_points pts;
     int64_t prev_acked; /* the run's acked before this batch */
     int gap;
 } batch;
+
+/* What a round of worker messages has taken so far (loop.c bounds it):
+ * metrics batches, their points and values, and the heap their copied
+ * points hold. */
+typedef struct round_count {
+    size_t batches, points, values, bytes;
+} round_count;
 
 /* The daemon: its settings, store connections, sockets, run table and
  * exporters. One per bfd_run (loop.c opens and closes it). */
@@ -232,7 +244,10 @@ void check_timers(bfd *d);
 int is_slurm(const bfd *d);
 /* Starts one attempt of trial t (PENDING) of job j on gpus[0..ng) (stage >= 0:
  * only that stage of its s2s plan) and adds it to the run table. Returns 0,
- * or -1 after logging (the trial failed when it had been marked RUNNING). */
+ * or -1 after logging (the trial failed when it had been marked RUNNING), or
+ * -2 when its crash-recovery record (bfd_runs) could not be written: the
+ * trial is PENDING (still, or again without counting a failure) and nothing
+ * of it runs; the store refuses writes, so the pass stops. */
 int launch(bfd *d, const store_trial *t, const store_job *j, const int *gpus, int ng, int stage);
 /* launcher: slurm: submits the attempts launch() queued as Slurm job arrays
  * of at most d->max_array tasks, one sbatch each; each run's slurm_job
@@ -263,8 +278,8 @@ void schedule(bfd *d);
 
 /* Handles one message from the worker socket (hello, heartbeat, metrics,
  * done), replying itself; metrics are validated and queued into d->batches
- * (taking over m's body) and their values counted into *round_points. */
-void handle_worker_msg(bfd *d, proto_msg *m, size_t *round_points);
+ * (taking over m's body) and counted into *rc. */
+void handle_worker_msg(bfd *d, proto_msg *m, round_count *rc);
 /* Stores the points of this round's batches in one transaction, then acks
  * each, publishes its new points and judges early stopping; empties
  * d->batches. A failed store is answered with an error to every batch. */

@@ -1,6 +1,7 @@
-/* launch.c — how an attempt starts and is signalled: its folders, the
- * store's RUNNING (or stage launched) mark, its bfd_runs row (written before
- * the fork, so a bfd killed in between still knows the token), then either a
+/* launch.c — how an attempt starts and is signalled: its folders, its
+ * bfd_runs row (written first, so a bfd killed after it still knows the
+ * token; an attempt that cannot be recorded does not start), the store's
+ * RUNNING (or stage launched) mark, then either a
  * fork/exec of `bfworker run` (under mpirun for more than one rank) in a
  * process group of its own, a Slurm batch job (daemon/slurm.h), or a
  * `launch` to a remote agent (agents.c). It also
@@ -20,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 int is_slurm(const bfd *d) { return strcmp(d->c->launcher, "slurm") == 0; }
@@ -83,7 +85,13 @@ static void endpoint_cidr(const char *ep, char *buf, size_t len) {
  * full, when a trial of another job is launched, or at the end of the
  * scheduling pass (slurm_flush). */
 static int queue_slurm(bfd *d, run *r, const store_job *j) {
-    if (d->n_arr && d->arr_job.id != j->id) slurm_flush(d);
+    if (d->n_arr && d->arr_job.id != j->id) {
+        int64_t trial = r->trial;
+        slurm_flush(d);
+        /* the flush may remove runs (cancelled, or not submitted), and a
+         * removal moves the last run, r, into the freed slot */
+        r = find_run(d, trial);
+    }
     if (d->n_arr == d->cap_arr) {
         size_t cap = d->cap_arr ? 2 * d->cap_arr : 64;
         int64_t *na = realloc(d->arr_trials, cap * sizeof *na);
@@ -128,6 +136,18 @@ typedef struct submission {
     } t[];
 } submission;
 
+/* r's attempt did not start, or was stopped at once (why): forgotten and
+ * its trial PENDING again without counting a failure. */
+static void unlaunch(bfd *d, run *r, const char *why) {
+    char err[1024];
+    int64_t trial = r->trial, job = r->job;
+    int attempt = r->attempt;
+    remove_run(d, r);
+    if (store_trial_preempt(d->st, trial, why, err, sizeof err)) bfd_log("%s", err);
+    bfd_log("trial %lld attempt %d: %s", (long long)trial, attempt, why);
+    publish_event(d, job, trial, "PENDING", attempt, why);
+}
+
 /* One sbatch --array for the runs of trials ids[0..n-1] (all of job j, all
  * waiting): the manifest and script under $BF_HOME/slurm, named after the
  * first task's trial and attempt (unique, so a restarted bfd never rewrites
@@ -146,11 +166,9 @@ static void submit_array(bfd *d, const store_job *j, const int64_t *ids, int n) 
     }
     for (int i = 0; i < n; i++) {
         run *r = find_run(d, ids[i]);
-        if (!r || !r->slurm_wait) continue;
-        if (r->ending) { /* cancelled before it went out: its outcome is recorded */
-            remove_run(d, r);
-            continue;
-        }
+        /* one cancelled before it went out (its outcome recorded) is
+         * removed at the end: tasks[] points into the run table */
+        if (!r || !r->slurm_wait || r->ending) continue;
         tasks[m].trial = r->trial;
         tasks[m].attempt = r->attempt;
         tasks[m].token = r->token;
@@ -214,6 +232,10 @@ static void submit_array(bfd *d, const store_job *j, const int64_t *ids, int n) 
         }
     }
 done:
+    for (int i = 0; i < n; i++) {
+        run *r = find_run(d, ids[i]);
+        if (r && r->slurm_wait && r->ending) remove_run(d, r);
+    }
     free(sub);
     free(tasks);
 }
@@ -395,7 +417,21 @@ static int launch_local(bfd *d, run *r, const store_job *j, const char *out, con
     r = find_run(d, trial);
     r->pid = pid;
     dr->pid = pid;
-    if (dstate_run_put(d->ds, dr, err, sizeof err)) bfd_log("%s", err);
+    if (dstate_run_put(d->ds, dr, err, sizeof err)) {
+        /* a restarted bfd could not find this worker: it does not run (its
+         * group, and the child itself in case it has not made one yet) */
+        kill(-pid, SIGKILL);
+        kill(pid, SIGKILL);
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+        }
+        char why[1200];
+        snprintf(why, sizeof why,
+                 "stopped at once and pending again (not counted as a failure): its pid could "
+                 "not be recorded for crash recovery: %s",
+                 err);
+        unlaunch(d, r, why);
+        return -2;
+    }
     char msg[128];
     if (r->stage[0])
         snprintf(msg, sizeof msg, "started stage %s %s, pid %d", r->stage, r->stage_key, (int)pid);
@@ -407,41 +443,26 @@ static int launch_local(bfd *d, run *r, const store_job *j, const char *out, con
     return 0;
 }
 
-/* launcher: remote: the attempt r (RUNNING, recorded as dr) goes to the
- * agent with the most free slots; sched.c checked that one has room. A
- * launch that cannot be sent (the agent's connection is gone: killed, cut
- * off, not yet found lost) never started: the trial goes back to PENDING
- * without counting a failure, and the agent takes no launch until it is
- * heard from again, so a dead agent cannot burn a sweep's retries. */
-static int launch_remote(bfd *d, run *r, const char *out, const char *logp, const char *cwd,
-                         const char *stage_root, dstate_run *dr) {
+/* launcher: remote: the attempt r (RUNNING, recorded with its agent a)
+ * goes to a, the agent with the most free slots (launch picked it). A launch
+ * that cannot be sent (the agent's connection is gone: killed, cut off, not
+ * yet found lost) never started: the trial goes back to PENDING without
+ * counting a failure, and the agent takes no launch until it is heard from
+ * again, so a dead agent cannot burn a sweep's retries. */
+static int launch_remote(bfd *d, run *r, agent *a, const char *out, const char *logp,
+                         const char *cwd, const char *stage_root) {
     char err[512], why[700];
-    agent *a = agent_pick(d, r->ranks);
-    if (!a) {
-        snprintf(why, sizeof why, "not launched: no agent has %d free slot%s", r->ranks,
-                 r->ranks == 1 ? "" : "s");
-        fail_unsubmitted(d, r, why);
-        return -1;
-    }
     if (agent_launch(d, a, r, out, logp, cwd, stage_root, err, sizeof err)) {
-        int64_t trial = r->trial, job = r->job;
-        int attempt = r->attempt;
         snprintf(why, sizeof why,
                  "not launched: agent %s unreachable (%s); pending again, not counted as a "
                  "failure",
                  a->name, err);
-        remove_run(d, r);
-        char e2[1024];
-        if (store_trial_preempt(d->st, trial, why, e2, sizeof e2)) bfd_log("%s", e2);
-        bfd_log("trial %lld attempt %d: %s", (long long)trial, attempt, why);
-        publish_event(d, job, trial, "PENDING", attempt, why);
+        unlaunch(d, r, why);
         return -1;
     }
     r->remote = 1;
     r->agent_id = a->id;
     snprintf(r->agent, sizeof r->agent, "%s", a->name);
-    snprintf(dr->agent, sizeof dr->agent, "%s", a->name);
-    if (dstate_run_put(d->ds, dr, err, sizeof err)) bfd_log("%s", err);
     char msg[200];
     if (r->stage[0])
         snprintf(msg, sizeof msg, "started stage %s %s on agent %s", r->stage, r->stage_key,
@@ -522,8 +543,33 @@ int launch(bfd *d, const store_trial *t, const store_job *j, const int *gpus, in
     if (!cwd[0]) snprintf(cwd, sizeof cwd, "%s", d->o->home);
     char stage_root[1200];
     snprintf(stage_root, sizeof stage_root, "%s/stages", d->o->home);
+    char gl[256];
+    format_gpus(gpus, ng, gl, sizeof gl);
+    agent *a = NULL;
+    if (is_remote(d) && !(a = agent_pick(d, j->ranks))) {
+        bfd_log("trial %lld: not launched: no agent has %d free slot%s", (long long)t->id, j->ranks,
+                j->ranks == 1 ? "" : "s");
+        return -1;
+    }
+    /* the crash-recovery record comes first, before the trial is RUNNING and
+     * anything starts: a bfd killed after it still knows the token (and the
+     * agent); one that cannot be written leaves the trial PENDING, since a
+     * restarted bfd could not find the attempt */
+    dstate_run dr = {.trial = t->id, .attempt = t->attempts + 1, .pid = 0, .started = now_s()};
+    memcpy(dr.token, token, sizeof token);
+    snprintf(dr.gpus, sizeof dr.gpus, "%s", gl);
+    if (a) snprintf(dr.agent, sizeof dr.agent, "%s", a->name);
+    if (dstate_run_put(d->ds, &dr, err, sizeof err)) {
+        bfd_log("trial %lld: not launched, pending still: its crash-recovery record could not "
+                "be written: %s",
+                (long long)t->id, err);
+        return -2;
+    }
     store_stage plan[STAGE_MAX];
-    if (mark_launched(d, t, stage, stage_root, plan)) return -1;
+    if (mark_launched(d, t, stage, stage_root, plan)) {
+        if (dstate_run_del(d->ds, t->id, err, sizeof err)) bfd_log("%s", err);
+        return -1;
+    }
     run *r = add_run(d);
     if (!r) {
         int rq;
@@ -532,12 +578,12 @@ int launch(bfd *d, const store_trial *t, const store_job *j, const int *gpus, in
     }
     r->trial = t->id;
     r->job = t->job_id;
-    r->attempt = t->attempts + 1;
+    r->attempt = dr.attempt;
     r->ranks = j->ranks;
     memcpy(r->token, token, sizeof token);
     memcpy(r->gpus, gpus, (size_t)ng * sizeof *gpus);
     r->n_gpus = ng;
-    r->started = r->last_seen = r->last_progress = now_s();
+    r->started = r->last_seen = r->last_progress = dr.started;
     r->is_child = !is_slurm(d) && !is_remote(d);
     if (stage >= 0) {
         snprintf(r->stage, sizeof r->stage, "%s", plan[stage].name);
@@ -545,14 +591,7 @@ int launch(bfd *d, const store_trial *t, const store_job *j, const int *gpus, in
         snprintf(r->stage_dir, sizeof r->stage_dir, "%s", plan[stage].dir);
         r->stage_last = plan[stage].next[0] == '\0';
     }
-    char gl[256];
-    format_gpus(gpus, ng, gl, sizeof gl);
-    /* recorded before the fork: a bfd killed in between still knows the token */
-    dstate_run dr = {.trial = t->id, .attempt = r->attempt, .pid = 0, .started = r->started};
-    memcpy(dr.token, token, sizeof token);
-    snprintf(dr.gpus, sizeof dr.gpus, "%s", gl);
-    if (dstate_run_put(d->ds, &dr, err, sizeof err)) bfd_log("%s", err);
     if (is_slurm(d)) return queue_slurm(d, r, j);
-    if (is_remote(d)) return launch_remote(d, r, out, logp, cwd, stage_root, &dr);
+    if (a) return launch_remote(d, r, a, out, logp, cwd, stage_root);
     return launch_local(d, r, j, out, logp, cwd, stage_root, gl, &dr);
 }

@@ -85,26 +85,27 @@ static void handle_ctl(bfd *d) {
     }
 }
 
-/* At most ROUND_MAX_MSGS worker messages or ROUND_MAX_POINTS points a
- * round; the round's metric points are stored together (flush_batches). */
+/* At most ROUND_MAX_MSGS worker messages, ROUND_MAX_POINTS values or
+ * ROUND_MAX_BYTES of copied points a round (each message is taken whole, so
+ * a round ends at most one batch past a bound); the round's metric points
+ * are stored together (flush_batches). */
 static void handle_workers(bfd *d) {
-    size_t points = 0;
+    round_count rc = {0};
     double t0 = now_s();
-    for (int k = 0; k < ROUND_MAX_MSGS && points < ROUND_MAX_POINTS; k++) {
+    for (int k = 0;
+         k < ROUND_MAX_MSGS && rc.values < ROUND_MAX_POINTS && rc.bytes < ROUND_MAX_BYTES; k++) {
         proto_msg m;
         memset(&m, 0, sizeof m);
-        int rc = recv_msg(d, d->wrk, &m);
-        if (rc < 0) {
+        int r = recv_msg(d, d->wrk, &m);
+        if (r < 0) {
             proto_msg_clear(&m);
             break;
         }
-        if (rc == 1) handle_worker_msg(d, &m, &points);
+        if (r == 1) handle_worker_msg(d, &m, &rc);
         proto_msg_clear(&m);
     }
-    size_t nb = d->n_batches, np = 0;
-    for (size_t b = 0; b < nb; b++) np += d->batches[b].n;
     flush_batches(d);
-    prom_ingest(d->prom, nb, (long long)np, (long long)points, now_s() - t0);
+    prom_ingest(d->prom, rc.batches, (long long)rc.points, (long long)rc.values, now_s() - t0);
 }
 
 /* ------------------------------------------------------ ZAP (CURVE keys) */
@@ -401,7 +402,7 @@ static int run_round(bfd *d, char *err, size_t errlen) {
 static void close_daemon(bfd *d) {
     g_sigfd = -1;
     for (size_t b = 0; b < d->n_batches; b++) {
-        free(d->batches[b].pts);
+        proto_points_free(&d->batches[b].pts);
         proto_msg_clear(&d->batches[b].msg);
     }
     submitq_destroy(&d->sq);

@@ -353,14 +353,13 @@ static void trial_values_set(prom *p, int64_t trial, double loss, double tokens_
     pthread_mutex_unlock(&p->mu);
 }
 
-void prom_trial_points(prom *p, int64_t trial, const proto_point *pts, size_t n) {
+void prom_trial_points(prom *p, int64_t trial, const proto_points *ps) {
     if (!p) return;
     double loss = NAN, tps = NAN;
-    for (size_t i = 0; i < n; i++)
-        for (int v = 0; v < pts[i].n; v++) {
-            if (pts[i].is_null[v]) continue;
-            if (strcmp(pts[i].name[v], "train/loss") == 0) loss = pts[i].value[v];
-            if (strcmp(pts[i].name[v], "train/tokens_per_s") == 0) tps = pts[i].value[v];
-        }
+    for (size_t k = 0; k < ps->n_val; k++) {
+        const char *name = ps->names + ps->val[k].name;
+        if (strcmp(name, "train/loss") == 0) loss = ps->val[k].value;
+        if (strcmp(name, "train/tokens_per_s") == 0) tps = ps->val[k].value;
+    }
     trial_values_set(p, trial, loss, tps);
 }

@@ -50,7 +50,7 @@ void prom_set_state(prom *p, const prom_state *s);
 void prom_ingest(prom *p, size_t n_batches, long long points, long long values, double latency);
 /* Notes the latest train/loss and train/tokens_per_s among a trial's new
  * points. */
-void prom_trial_points(prom *p, int64_t trial, const proto_point *pts, size_t n);
+void prom_trial_points(prom *p, int64_t trial, const proto_points *ps);
 
 /* The page as the endpoint serves it (malloc'd, NUL-terminated; NULL when
  * out of memory): for tests and for the handler. */

@@ -137,7 +137,9 @@ static int schedule_pass(bfd *d) {
         for (int g = 0; g < d->c->n_gpus && ng < need_g; g++)
             if (!gpu_used(d, d->c->gpus[g])) gpus[ng++] = d->c->gpus[g];
         if (ng < need_g) continue;
-        if (launch(d, &ts[i], &j, gpus, ng, stage) == 0) {
+        int rc = launch(d, &ts[i], &j, gpus, ng, stage);
+        if (rc == -2) break; /* bfd_runs refuses writes: the next pass tries again */
+        if (rc == 0) {
             free_slots -= j.ranks;
             launched++;
         }

@@ -63,13 +63,25 @@ static int load_acked(bfd *d, run *r, char *err, size_t errlen) {
     return 0;
 }
 
+/* The live run of bt's attempt, or NULL when that attempt is no longer in
+ * the run table. */
+static run *batch_run(bfd *d, const batch *bt) {
+    run *r = find_run(d, bt->trial);
+    return r && r->attempt == bt->attempt ? r : NULL;
+}
+
 /* Stores the points of this round's batches in one transaction, then acks
- * each batch and publishes its new points. */
+ * each batch and publishes its new points. Each batch's run is looked up by
+ * its trial and attempt here, not when it came: the table may have changed
+ * in between. A batch whose attempt is gone is refused (bad_token) and its
+ * points are not stored: without its run, bfd cannot tell whether they
+ * follow the stored ones without a gap. No removal inside a round leaves
+ * one (an agent_exit flushes the round's batches before it is handled),
+ * and a refused batch's points stay in the worker's metrics.jsonl. */
 void flush_batches(bfd *d) {
     if (!d->n_batches) return;
     size_t total = 0;
-    for (size_t b = 0; b < d->n_batches; b++)
-        for (size_t i = 0; i < d->batches[b].n; i++) total += (size_t)d->batches[b].pts[i].n;
+    for (size_t b = 0; b < d->n_batches; b++) total += d->batches[b].pts.n_val;
     int64_t *tids = total ? malloc(total * sizeof *tids) : NULL;
     store_metric *sm = total ? malloc(total * sizeof *sm) : NULL;
     int failed = total && (!tids || !sm);
@@ -77,30 +89,31 @@ void flush_batches(bfd *d) {
     size_t k = 0;
     for (size_t b = 0; b < d->n_batches && !failed; b++) {
         batch *bt = &d->batches[b];
-        run *r = &d->runs[bt->run_ix];
+        run *r = batch_run(d, bt);
+        if (!r) continue;
         bt->prev_acked = r->acked;
-        if (bt->pts[0].seq > r->acked + 1) {
+        const proto_points *ps = &bt->pts;
+        if (ps->pt[0].seq > r->acked + 1) {
             bt->gap = 1;
             continue;
         }
         /* every point, also those at or below the acked seq: a (trial, seq,
          * name) already stored is skipped by the store (INSERT OR IGNORE),
          * one not stored yet is stored, as docs/protocol.md says */
-        for (size_t i = 0; i < bt->n; i++) {
-            const proto_point *p = &bt->pts[i];
-            for (int v = 0; v < p->n; v++) {
-                if (p->is_null[v]) continue;
-                tids[k] = r->trial;
+        for (size_t i = 0; i < ps->n; i++) {
+            const proto_pt *p = &ps->pt[i];
+            for (uint32_t v = p->first; v < p->first + p->nv; v++) {
+                tids[k] = bt->trial;
                 sm[k] = (store_metric){.seq = p->seq,
                                        .step = p->step,
-                                       .name = p->name[v],
-                                       .value = p->value[v],
+                                       .name = ps->names + ps->val[v].name,
+                                       .value = ps->val[v].value,
                                        .time = p->time};
                 k++;
             }
         }
-        if (bt->pts[bt->n - 1].seq > r->acked) {
-            r->acked = bt->pts[bt->n - 1].seq;
+        if (ps->pt[ps->n - 1].seq > r->acked) {
+            r->acked = ps->pt[ps->n - 1].seq;
             r->last_progress = now_s();
         }
     }
@@ -111,32 +124,40 @@ void flush_batches(bfd *d) {
         bfd_log("storing metrics: %s", err);
         for (size_t b = d->n_batches; b-- > 0;) {
             batch *bt = &d->batches[b];
-            if (!bt->gap) d->runs[bt->run_ix].acked = bt->prev_acked;
+            run *r = batch_run(d, bt);
+            if (r && !bt->gap) r->acked = bt->prev_acked;
         }
     }
     for (size_t b = 0; b < d->n_batches; b++) {
         batch *bt = &d->batches[b];
-        run *r = &d->runs[bt->run_ix];
-        if (failed) {
+        run *r = batch_run(d, bt);
+        if (!r) {
+            bfd_log("trial %lld attempt %d: ended before its batch of %zu points was stored; "
+                    "refused",
+                    (long long)bt->trial, bt->attempt, bt->pts.n);
+            reply_err(d, d->wrk, &bt->msg, PROTO_E_TOKEN,
+                      "metrics: trial %lld attempt %d ended before this batch was stored",
+                      (long long)bt->trial, bt->attempt);
+        } else if (failed) {
             reply_err(d, d->wrk, &bt->msg, PROTO_E_INTERNAL, "metrics: %s", err);
         } else {
-            int64_t acked = bt->gap ? bt->prev_acked : bt->pts[bt->n - 1].seq;
+            int64_t acked = bt->gap ? bt->prev_acked : bt->pts.pt[bt->pts.n - 1].seq;
             if (acked < bt->prev_acked) acked = bt->prev_acked;
             json_t *a =
-                json_pack("{s:I, s:I}", "trial", (json_int_t)r->trial, "seq", (json_int_t)acked);
+                json_pack("{s:I, s:I}", "trial", (json_int_t)bt->trial, "seq", (json_int_t)acked);
             reply(d, d->wrk, &bt->msg, "ack", a);
             json_decref(a);
-            if (!bt->gap && exp_tb_trial(d->tb, d->st, r->trial, now_s(), err, sizeof err))
-                bfd_log("tensorboard, trial %lld: %s", (long long)r->trial, err);
-            if (!bt->gap) prom_trial_points(d->prom, r->trial, bt->pts, bt->n);
+            if (!bt->gap && exp_tb_trial(d->tb, d->st, bt->trial, now_s(), err, sizeof err))
+                bfd_log("tensorboard, trial %lld: %s", (long long)bt->trial, err);
+            if (!bt->gap) prom_trial_points(d->prom, bt->trial, &bt->pts);
             json_t *arr = json_array();
-            for (size_t i = 0; !bt->gap && i < bt->n; i++)
-                if (bt->pts[i].seq > bt->prev_acked)
-                    json_array_append_new(arr, proto_point_json(&bt->pts[i], 0));
+            for (size_t i = 0; !bt->gap && i < bt->pts.n; i++)
+                if (bt->pts.pt[i].seq > bt->prev_acked)
+                    json_array_append_new(arr, proto_points_json(&bt->pts, i));
             if (json_array_size(arr)) {
                 char topic[64];
-                snprintf(topic, sizeof topic, "trial/%lld", (long long)r->trial);
-                json_t *pb = json_pack("{s:I, s:I, s:O}", "trial", (json_int_t)r->trial, "job",
+                snprintf(topic, sizeof topic, "trial/%lld", (long long)bt->trial);
+                json_t *pb = json_pack("{s:I, s:I, s:O}", "trial", (json_int_t)bt->trial, "job",
                                        (json_int_t)r->job, "points", arr);
                 publish(d, topic, "metrics", pb);
                 json_decref(pb);
@@ -144,14 +165,17 @@ void flush_batches(bfd *d) {
             json_decref(arr);
         }
         /* early stopping: judged on what is now stored, when its metric came */
-        const char *metric = failed || bt->gap ? NULL : adaptive_stop_metric(d->ad, d->st, r->job);
+        const char *metric =
+            !r || failed || bt->gap ? NULL : adaptive_stop_metric(d->ad, d->st, r->job);
         int judge = 0;
-        for (size_t i = 0; metric && !judge && i < bt->n; i++)
-            for (int v = 0; v < bt->pts[i].n && !judge; v++)
-                judge = bt->pts[i].seq > bt->prev_acked && !bt->pts[i].is_null[v] &&
-                        !strcmp(bt->pts[i].name[v], metric);
+        for (size_t i = 0; metric && !judge && i < bt->pts.n; i++) {
+            const proto_pt *p = &bt->pts.pt[i];
+            for (uint32_t v = p->first; v < p->first + p->nv && !judge; v++)
+                judge =
+                    p->seq > bt->prev_acked && !strcmp(bt->pts.names + bt->pts.val[v].name, metric);
+        }
         if (judge) judge_run(d, r);
-        free(bt->pts);
+        proto_points_free(&bt->pts);
         proto_msg_clear(&bt->msg);
     }
     d->n_batches = 0;
@@ -219,34 +243,41 @@ static void worker_done(bfd *d, void *s, proto_msg *m, run *r) {
     reply(d, s, m, "ok", NULL);
 }
 
-/* metrics: validated now, stored with the round's other batches. */
-static void worker_metrics(bfd *d, void *s, proto_msg *m, run *r, size_t *round_points) {
+/* metrics: validated now, its points copied out of the body (freed with
+ * m), stored with the round's other batches. */
+static void worker_metrics(bfd *d, void *s, proto_msg *m, run *r, round_count *rc) {
     char ferr[512];
-    proto_point *pts;
-    size_t n;
-    FIELD(proto_parse_points(m->body, PROTO_MAX_POINTS, &pts, &n, ferr, sizeof ferr));
+    proto_points ps;
+    FIELD(proto_points_parse(m->body, PROTO_MAX_POINTS, &ps, ferr, sizeof ferr));
     char aerr[512];
     if (load_acked(d, r, aerr, sizeof aerr)) {
-        free(pts);
+        proto_points_free(&ps);
         reply_err(d, s, m, PROTO_E_INTERNAL, "metrics: cannot read the stored seq");
         return;
     }
     batch *bt = &d->batches[d->n_batches++];
     bt->msg = *m;
-    memset(m, 0, sizeof *m); /* the batch owns the body now (names point into it) */
-    bt->run_ix = (size_t)(r - d->runs);
-    bt->pts = pts;
-    bt->n = n;
+    bt->msg.body = NULL; /* the reply needs the route and req only */
+    bt->trial = r->trial;
+    bt->attempt = r->attempt;
+    bt->pts = ps;
     bt->gap = 0;
-    for (size_t i = 0; i < n; i++) *round_points += (size_t)pts[i].n;
+    rc->batches++;
+    rc->points += ps.n;
+    rc->values += ps.n_val;
+    rc->bytes += ps.bytes;
 }
 
-void handle_worker_msg(bfd *d, proto_msg *m, size_t *round_points) {
+void handle_worker_msg(bfd *d, proto_msg *m, round_count *rc) {
     void *s = d->wrk;
     char ferr[512];
     int is_hello = !strcmp(m->type, "hello"), is_hb = !strcmp(m->type, "heartbeat"),
         is_metrics = !strcmp(m->type, "metrics"), is_done = !strcmp(m->type, "done");
     if (!strncmp(m->type, "agent_", 6)) { /* launcher: remote (agents.c) */
+        /* an exit removes its run: the points that came before it in this
+         * round are stored (and judged) first, while the run they belong
+         * to is in the table, and its outcome may depend on them */
+        if (!strcmp(m->type, "agent_exit")) flush_batches(d);
         handle_agent_msg(d, m);
         return;
     }
@@ -280,5 +311,5 @@ void handle_worker_msg(bfd *d, proto_msg *m, size_t *round_points) {
     else if (is_done)
         worker_done(d, s, m, r);
     else
-        worker_metrics(d, s, m, r, round_points);
+        worker_metrics(d, s, m, r, rc);
 }

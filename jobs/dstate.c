@@ -1,7 +1,8 @@
 /* dstate.c — bfd's own two tables in bf.db, bfd_runs (the process, token,
- * GPUs and Slurm job or remote agent of each running attempt) and bfd_jobs (each job's
- * working directory), on a connection of its own. It must not read or write
- * the jobs tables (jobs/store.c owns them) nor know the protocol. */
+ * GPUs and Slurm job or remote agent of each running attempt) and bfd_jobs
+ * (each job's working directory), on a connection of its own. Their schema
+ * is the store's (jobs/store.c, migration 8). It must not read or write the
+ * jobs tables nor know the protocol. */
 #include "jobs/dstate.h"
 #include "common/errbuf.h"
 
@@ -21,31 +22,6 @@ static int prep(dstate *d, const char *sql, sqlite3_stmt **st, char *err, size_t
     return 0;
 }
 
-/* A bfd_runs table from before the Slurm launcher lacks slurm_job, one from
- * before the remote launcher lacks agent: column name (decl) is added. */
-static int add_column(dstate *d, const char *name, const char *decl, char *err, size_t errlen) {
-    sqlite3_stmt *st;
-    if (prep(d, "SELECT COUNT(*) FROM pragma_table_info('bfd_runs') WHERE name = ?1", &st, err,
-             errlen))
-        return -1;
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st);
-    int have = rc == SQLITE_ROW ? sqlite3_column_int(st, 0) : 0;
-    sqlite3_finalize(st);
-    if (rc != SQLITE_ROW)
-        return bf_fail(err, errlen, "sqlite3_step(pragma_table_info): %s", sqlite3_errmsg(d->db));
-    if (have) return 0;
-    char sql[256], *msg = NULL;
-    snprintf(sql, sizeof sql, "ALTER TABLE bfd_runs ADD COLUMN %s %s", name, decl);
-    if (sqlite3_exec(d->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-        bf_fail(err, errlen, "sqlite3_exec(ALTER TABLE bfd_runs): %s",
-                msg ? msg : sqlite3_errmsg(d->db));
-        sqlite3_free(msg);
-        return -1;
-    }
-    return 0;
-}
-
 int dstate_open(const char *path, dstate **out, char *err, size_t errlen) {
     *out = NULL;
     dstate *d = calloc(1, sizeof *d);
@@ -56,25 +32,13 @@ int dstate_open(const char *path, dstate **out, char *err, size_t errlen) {
         dstate_close(&d);
         return -1;
     }
+    /* the tables are the store's migration 8 (store_open made them) */
     char *msg = NULL;
     if (sqlite3_busy_timeout(d->db, 10000) != SQLITE_OK ||
-        sqlite3_exec(
-            d->db,
-            "PRAGMA synchronous = FULL;"
-            "CREATE TABLE IF NOT EXISTS bfd_runs(trial INTEGER PRIMARY KEY,"
-            " attempt INTEGER NOT NULL, token TEXT NOT NULL, pid INTEGER NOT NULL,"
-            " gpus TEXT NOT NULL, started REAL NOT NULL,"
-            " slurm_job TEXT NOT NULL DEFAULT '', agent TEXT NOT NULL DEFAULT '');"
-            "CREATE TABLE IF NOT EXISTS bfd_jobs(job INTEGER PRIMARY KEY, cwd TEXT NOT NULL);",
-            NULL, NULL, &msg) != SQLITE_OK) {
-        bf_fail(err, errlen, "sqlite3_exec(CREATE TABLE bfd_runs): %s",
+        sqlite3_exec(d->db, "PRAGMA synchronous = FULL", NULL, NULL, &msg) != SQLITE_OK) {
+        bf_fail(err, errlen, "sqlite3_exec(PRAGMA synchronous): %s",
                 msg ? msg : sqlite3_errmsg(d->db));
         sqlite3_free(msg);
-        dstate_close(&d);
-        return -1;
-    }
-    if (add_column(d, "slurm_job", "TEXT NOT NULL DEFAULT ''", err, errlen) ||
-        add_column(d, "agent", "TEXT NOT NULL DEFAULT ''", err, errlen)) {
         dstate_close(&d);
         return -1;
     }

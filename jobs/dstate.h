@@ -14,9 +14,9 @@
 
 typedef struct dstate dstate;
 
-/* Opens path (already created and migrated by store_open) and creates the
- * bfd_runs and bfd_jobs tables when missing (adding bfd_runs.slurm_job to a
- * table an older bfd made). Free with dstate_close. */
+/* Opens path, already created and migrated by store_open (whose migrations
+ * make the bfd_runs and bfd_jobs tables: one schema, one user_version). Free
+ * with dstate_close. */
 int dstate_open(const char *path, dstate **out, char *err, size_t errlen);
 void dstate_close(dstate **d);
 

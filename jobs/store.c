@@ -188,7 +188,53 @@ static const char *const migrations[STORE_SCHEMA_VERSION] = {
      * trials in chunks (1) or while its removal deletes them (2); a start-up
      * finds a 1 only after a crash, and removes that job */
     "ALTER TABLE jobs ADD COLUMN hidden INTEGER NOT NULL DEFAULT 0;",
+    /* 7 -> 8: bfd's own tables, written by jobs/dstate.c on its connection:
+     * each running attempt's process, token, GPUs, Slurm job or agent (what
+     * a restarted bfd reattaches to), and each job's working directory.
+     * dstate made them itself before this version, so a file may hold them
+     * already (IF NOT EXISTS); dstate_columns first gives an older one the
+     * columns later builds added */
+    "CREATE TABLE IF NOT EXISTS bfd_runs("
+    " trial INTEGER PRIMARY KEY,"
+    " attempt INTEGER NOT NULL,"
+    " token TEXT NOT NULL,"
+    " pid INTEGER NOT NULL,"
+    " gpus TEXT NOT NULL,"
+    " started REAL NOT NULL,"
+    " slurm_job TEXT NOT NULL DEFAULT '',"
+    " agent TEXT NOT NULL DEFAULT '');"
+    "CREATE TABLE IF NOT EXISTS bfd_jobs(job INTEGER PRIMARY KEY, cwd TEXT NOT NULL);",
 };
+
+/* A bfd_runs table made by dstate before it was a migration (version 8)
+ * lacks the columns added after it: slurm_job (the Slurm launcher) and
+ * agent (the remote one); older builds added them when bfd opened the file.
+ * Adds what is missing; nothing when the table is absent or whole. */
+static int dstate_columns(store *s, char *err, size_t errlen) {
+    static const char *const cols[] = {"slurm_job", "agent"};
+    for (size_t i = 0; i < sizeof cols / sizeof *cols; i++) {
+        sqlite3_stmt *st;
+        if (store_prepare(s,
+                          "SELECT (SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND"
+                          " name = 'bfd_runs'), (SELECT COUNT(*) FROM"
+                          " pragma_table_info('bfd_runs') WHERE name = ?1)",
+                          &st, err, errlen) < 0)
+            return -1;
+        sqlite3_bind_text(st, 1, cols[i], -1, SQLITE_STATIC);
+        if (sqlite3_step(st) != SQLITE_ROW) {
+            store_sqlfail(s, err, errlen, "sqlite3_step(pragma_table_info(bfd_runs))");
+            store_done(s, st);
+            return -1;
+        }
+        int table = sqlite3_column_int(st, 0), have = sqlite3_column_int(st, 1);
+        store_done(s, st);
+        char sql[128];
+        snprintf(sql, sizeof sql, "ALTER TABLE bfd_runs ADD COLUMN %s TEXT NOT NULL DEFAULT ''",
+                 cols[i]);
+        if (table && !have && store_exec(s, sql, err, errlen) < 0) return -1;
+    }
+    return 0;
+}
 
 static int user_version(store *s, int *v, char *err, size_t errlen) {
     sqlite3_stmt *st;
@@ -218,6 +264,10 @@ static int migrate(store *s, char *err, size_t errlen) {
             "database schema version %d is newer than this build knows (%d); use a newer "
             "bf",
             v, STORE_SCHEMA_VERSION);
+    }
+    if (v < STORE_SCHEMA_VERSION && dstate_columns(s, err, errlen) < 0) {
+        store_rollback(s);
+        return -1;
     }
     for (; v < STORE_SCHEMA_VERSION; v++) {
         char sql[64];

@@ -26,7 +26,7 @@
 extern "C" {
 #endif
 
-#define STORE_SCHEMA_VERSION 7
+#define STORE_SCHEMA_VERSION 8
 
 typedef enum {
     TRIAL_PENDING = 0,

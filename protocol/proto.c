@@ -95,14 +95,16 @@ void proto_decode(const proto_frame *fr, int kept, int total, int mode, proto_ms
         i++;
     }
     int rest = total - i;
-    if (rest == PROTO_MAX_FRAMES && kept - i == PROTO_MAX_FRAMES) peek_req(&fr[i + 3], m);
     if (rest != PROTO_MAX_FRAMES || kept - i != PROTO_MAX_FRAMES) {
         *code = PROTO_E_FRAMES;
         bf_fail(err, errlen, "expected %d frames (\"bf\", version, type, body), got %d",
                 PROTO_MAX_FRAMES, rest);
         return;
     }
+    /* the body is parsed once, below; only a message refused before that
+     * parses it here, for the req its error reply carries */
     if (!equals(&fr[i], PROTO_NAME)) {
+        peek_req(&fr[i + 3], m);
         *code = PROTO_E_FRAMES;
         bf_fail(err, errlen, "first frame must be the protocol name \"%s\"", PROTO_NAME);
         return;
@@ -116,6 +118,7 @@ void proto_decode(const proto_frame *fr, int kept, int total, int mode, proto_ms
             v[k] = (c >= 32 && c < 127) ? c : '?';
         }
         v[n] = '\0';
+        peek_req(&fr[i + 3], m);
         *code = PROTO_E_VERSION;
         bf_fail(err, errlen, "protocol version '%s' not supported; this side speaks %d", v,
                 PROTO_VERSION);
@@ -123,6 +126,7 @@ void proto_decode(const proto_frame *fr, int kept, int total, int mode, proto_ms
     }
     size_t tl = fr[i + 2].len;
     if (!proto_type_ok(fr[i + 2].data, tl)) {
+        peek_req(&fr[i + 3], m);
         *code = PROTO_E_FRAMES;
         bf_fail(err, errlen, "message type must be 1-%d characters of a-z, 0-9, _", PROTO_MAX_TYPE);
         return;
@@ -140,13 +144,15 @@ void proto_decode(const proto_frame *fr, int kept, int total, int mode, proto_ms
     m->body = json_loadb(fr[i + 3].data, bl, JSON_REJECT_DUPLICATES, &je);
     if (!m->body || !json_is_object(m->body)) {
         *code = PROTO_E_JSON;
-        if (m->body)
+        if (m->body) {
             bf_fail(err, errlen, "%s: body must be a JSON object", m->type);
-        else
+            json_decref(m->body);
+            m->body = NULL;
+        } else {
             bf_fail(err, errlen, "%s: body is not JSON: line %d column %d: %s", m->type, je.line,
                     je.column, je.text);
-        if (m->body) json_decref(m->body);
-        m->body = NULL;
+            peek_req(&fr[i + 3], m); /* a repeated key: a lenient parse may find the req */
+        }
         return;
     }
     json_t *r = json_object_get(m->body, "req");
@@ -315,7 +321,9 @@ int proto_get_token(json_t *body, const char *key, char out[PROTO_TOKEN_LEN + 1]
     return 0;
 }
 
-int proto_parse_point(json_t *obj, proto_point *p, char *err, size_t errlen) {
+/* Validates one point object into p (names borrowed from obj). Returns 0 or
+ * -1 with a message. */
+static int parse_point(json_t *obj, proto_point *p, char *err, size_t errlen) {
     if (!json_is_object(obj)) return bf_fail(err, errlen, "a point must be an object");
     long long seq = 0, step = 0;
     if (proto_get_int(obj, "seq", 1, 1, PROTO_MAX_INT, 0, &seq, err, errlen) ||
@@ -353,33 +361,103 @@ int proto_parse_point(json_t *obj, proto_point *p, char *err, size_t errlen) {
     return 0;
 }
 
-int proto_parse_points(json_t *body, size_t max, proto_point **out, size_t *n, char *err,
-                       size_t errlen) {
-    *out = NULL;
-    *n = 0;
+/* Appends name (with its NUL) to ps->names (capacity *cap); its offset into
+ * *off. 0, or -1 when out of memory. */
+static int add_name(proto_points *ps, size_t *len, size_t *cap, const char *name, uint32_t *off) {
+    size_t k = strlen(name) + 1;
+    if (*len + k > *cap) {
+        size_t c = *cap ? 2 * *cap : 256;
+        while (c < *len + k) c *= 2;
+        char *grown = realloc(ps->names, c);
+        if (!grown) return -1;
+        ps->names = grown;
+        *cap = c;
+    }
+    memcpy(ps->names + *len, name, k);
+    *off = (uint32_t)*len;
+    *len += k;
+    return 0;
+}
+
+int proto_points_parse(json_t *body, size_t max, proto_points *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
     json_t *arr = json_object_get(body, "points");
     if (!json_is_array(arr) || json_array_size(arr) < 1 || json_array_size(arr) > max)
         return bf_fail(err, errlen, "'points' must be an array of 1 to %zu points", max);
-    size_t cnt = json_array_size(arr);
-    proto_point *pts = malloc(cnt * sizeof *pts);
-    if (!pts) return bf_fail(err, errlen, "out of memory");
+    size_t cnt = json_array_size(arr), n_val = 0;
+    for (size_t i = 0; i < cnt; i++) {
+        json_t *vals = json_object_get(json_array_get(arr, i), "values");
+        n_val += json_is_object(vals) ? json_object_size(vals) : 0;
+    }
+    out->pt = malloc(cnt * sizeof *out->pt);
+    out->val = n_val ? malloc(n_val * sizeof *out->val) : NULL;
+    if (!out->pt || (n_val && !out->val)) {
+        proto_points_free(out);
+        return bf_fail(err, errlen, "out of memory");
+    }
+    size_t len = 0, cap = 0;
+    proto_point p, prev = {.n = 0};
+    uint32_t prev_off[PROTO_MAX_VALUES];
     for (size_t i = 0; i < cnt; i++) {
         char e2[256];
-        if (proto_parse_point(json_array_get(arr, i), &pts[i], e2, sizeof e2)) {
-            free(pts);
+        if (parse_point(json_array_get(arr, i), &p, e2, sizeof e2)) {
+            proto_points_free(out);
             return bf_fail(err, errlen, "'points'[%zu]: %s", i, e2);
         }
-        if (i > 0 && pts[i].seq != pts[i - 1].seq + 1) {
-            long long got = (long long)pts[i].seq, prev = (long long)pts[i - 1].seq;
-            free(pts);
+        if (i > 0 && p.seq != out->pt[i - 1].seq + 1) {
+            long long got = (long long)p.seq, before = (long long)out->pt[i - 1].seq;
+            proto_points_free(out);
             return bf_fail(err, errlen,
                            "'points': seq must rise by 1 within a batch (%lld after %lld)", got,
-                           prev);
+                           before);
         }
+        proto_pt *pt = &out->pt[i];
+        *pt =
+            (proto_pt){.seq = p.seq, .step = p.step, .time = p.time, .first = (uint32_t)out->n_val};
+        uint32_t offs[PROTO_MAX_VALUES];
+        for (int v = 0; v < p.n; v++) {
+            /* lines of one run name their values alike, in the same order */
+            if (v < prev.n && !strcmp(p.name[v], prev.name[v])) {
+                offs[v] = prev_off[v];
+            } else if (add_name(out, &len, &cap, p.name[v], &offs[v])) {
+                proto_points_free(out);
+                return bf_fail(err, errlen, "out of memory");
+            }
+            if (p.is_null[v]) continue;
+            out->val[out->n_val++] = (proto_val){.name = offs[v], .value = p.value[v]};
+            pt->nv++;
+        }
+        prev = p;
+        memcpy(prev_off, offs, (size_t)p.n * sizeof *offs);
+        out->n = i + 1;
     }
-    *out = pts;
-    *n = cnt;
+    out->bytes = cnt * sizeof *out->pt + n_val * sizeof *out->val + cap;
     return 0;
+}
+
+void proto_points_free(proto_points *ps) {
+    free(ps->pt);
+    free(ps->val);
+    free(ps->names);
+    memset(ps, 0, sizeof *ps);
+}
+
+json_t *proto_points_json(const proto_points *ps, size_t i) {
+    const proto_pt *pt = &ps->pt[i];
+    json_t *vals = json_object();
+    json_t *o = json_object();
+    if (!vals || !o) {
+        json_decref(vals);
+        json_decref(o);
+        return NULL;
+    }
+    for (uint32_t k = pt->first; k < pt->first + pt->nv; k++)
+        json_object_set_new(vals, ps->names + ps->val[k].name, json_real(ps->val[k].value));
+    json_object_set_new(o, "seq", json_integer(pt->seq));
+    json_object_set_new(o, "step", json_integer(pt->step));
+    json_object_set_new(o, "time", json_real(pt->time));
+    json_object_set_new(o, "values", vals);
+    return o;
 }
 
 json_t *proto_point_json(const proto_point *p, int with_null) {

@@ -166,12 +166,44 @@ typedef struct proto_point {
     unsigned char is_null[PROTO_MAX_VALUES];
 } proto_point;
 
-/* Validates one point object. Returns 0 or -1 with a message. */
-int proto_parse_point(json_t *obj, proto_point *p, char *err, size_t errlen);
-/* Validates body["points"]: 1..max points, seq strictly increasing by 1.
- * *out is malloc'd (free), names borrowed from body. */
-int proto_parse_points(json_t *body, size_t max, proto_point **out, size_t *n, char *err,
-                       size_t errlen);
+/* One point of a proto_points: its values are val[first .. first + nv). */
+typedef struct proto_pt {
+    int64_t seq, step;
+    double time;
+    uint32_t first, nv;
+} proto_pt;
+
+/* One value of a proto_points: its name at names + name. */
+typedef struct proto_val {
+    uint32_t name;
+    double value;
+} proto_val;
+
+/* The points of a metrics body, copied out of it: what a daemon keeps of a
+ * batch until it stores it, so the body (up to 8 MiB of JSON, several times
+ * that once parsed) goes at once. Null values are left out (nothing stores
+ * or shows them); a point's names share one buffer, a name repeated at the
+ * same place in consecutive points once. */
+typedef struct proto_points {
+    size_t n;       /* points */
+    proto_pt *pt;   /* n of them */
+    proto_val *val; /* every value of every point */
+    size_t n_val;
+    char *names;  /* NUL-terminated names, one after another */
+    size_t bytes; /* heap bytes the set holds */
+} proto_points;
+
+/* Validates body["points"] (1..max points, seq rising by 1, each point's
+ * fields as docs/protocol.md says) and copies them into *out, which owns
+ * its memory (proto_points_free); nothing in it points into body. Returns 0,
+ * or -1 with a message naming the point (*out then empty). */
+int proto_points_parse(json_t *body, size_t max, proto_points *out, char *err, size_t errlen);
+/* Frees what ps holds and empties it. */
+void proto_points_free(proto_points *ps);
+/* Point i of ps as a new JSON object {"seq", "step", "time", "values"}; NULL
+ * when out of memory. */
+json_t *proto_points_json(const proto_points *ps, size_t i);
+
 /* A new JSON object for p; nulls included when with_null, else left out.
  * NULL when out of memory. */
 json_t *proto_point_json(const proto_point *p, int with_null);

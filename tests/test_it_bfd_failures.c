@@ -5,7 +5,9 @@
  *     writes) is failed with that reason; without the key it runs on;
  *   - a config or data error (the worker exits 64) is not retried: one
  *     attempt although retries: 2, for each kind of bad input tried; a
- *     runtime failure (a diverging run, a killed worker) still is. */
+ *     runtime failure (a diverging run, a killed worker) still is;
+ *   - a launch whose crash-recovery record cannot be written (a trigger
+ *     refuses the bfd_runs row) does not happen: the trial stays PENDING. */
 #include <criterion/criterion.h>
 #include <signal.h>
 #include <stdio.h>
@@ -291,4 +293,46 @@ Test(bfd_failures, show_says_why_a_trial_failed_and_ls_marks_the_job) {
     cr_assert(!strstr(l2, "!"), "job 2 is not:\n%s", out);
     cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "ls --json"), 0);
     cr_assert(strstr(out, "\"failed\": 1") && strstr(out, "\"failed\": 0"), "ls --json:\n%s", out);
+}
+
+/* Runs sql on home/bf.db beside bfd (a connection of the test's own). */
+static void db_exec(const char *sql) {
+    char p[512], *msg = NULL;
+    snprintf(p, sizeof p, "%s/bf.db", g_home);
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open_v2(p, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+    sqlite3_busy_timeout(db, 10000);
+    cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, &msg), SQLITE_OK, "%s: %s", sql, msg);
+    sqlite3_close(db);
+}
+
+/* A launch whose crash-recovery record (its bfd_runs row, which a restarted
+ * bfd reattaches by) cannot be written does not happen: with a trigger
+ * refusing the row, bfd says so and the trial stays PENDING with no attempt
+ * and nothing started; once the row can be written, it runs and completes
+ * at its first attempt. */
+Test(bfd_failures, a_launch_bfd_cannot_record_stays_pending) {
+    start_bfd("");
+    db_exec("CREATE TRIGGER refuse BEFORE INSERT ON bfd_runs BEGIN"
+            " SELECT RAISE(ABORT, 'bfd_runs refused by the test'); END");
+    char data[600];
+    snprintf(data, sizeof data, "train: %s/train.tsv, val: %s/val.tsv", g_dir, g_dir);
+    long long job = it_submit(g_dir, sweep("unrecorded", data, "steps: 10, log_every: 5", 0));
+    const char *logp = tmpdir_path(g_dir, "bfd.log");
+    double t0 = it_now_s();
+    while (it_count_lines_with(logp, "bfd_runs refused by the test") == 0) {
+        cr_assert_lt(it_now_s() - t0, 30, "bfd did not try to launch (see %s)", logp);
+        it_sleep_s(0.1);
+    }
+    char st[32];
+    it_db_text(g_home, "SELECT state FROM trials WHERE id = ?1", 1, st, sizeof st);
+    cr_expect_str_eq(st, "PENDING", "a launch bfd could not record went on");
+    cr_expect_eq(trial_int("attempts", 1), 0, "an attempt was counted");
+    cr_expect_eq(it_db_int(g_home, "SELECT COUNT(*) FROM attempts WHERE trial = ?1", 1), 0);
+    cr_expect_eq(access(tmpdir_path(g_home, "logs/1.log"), F_OK), -1, "a worker was started");
+    db_exec("DROP TRIGGER refuse");
+    char args[64];
+    snprintf(args, sizeof args, "wait %lld", job);
+    cr_assert_eq(it_bfctl(g_dir, NULL, 0, args), 0, "the job did not complete (see %s)", logp);
+    cr_expect_eq(trial_int("attempts", 1), 1, "not one attempt");
 }

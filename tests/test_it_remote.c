@@ -14,6 +14,9 @@
  *     the agent takes no more launches, and the next agent runs the trial;
  *   - a host that hangs (worker, then agent SIGSTOPped): the retry goes to
  *     the other agent, not to the silent agent's freed slot;
+ *   - an agent's exit and another batch of metrics handled in one round of
+ *     bfd's loop (a fake agent, tests/test_it_remote_round.py): every point
+ *     is stored and acked under its own trial;
  *   - what is refused, and said: a second agent with a name in use, an agent
  *     of a bfd whose launcher is not remote, bad command lines (exit 64).
  * The multi-host form of the same (agents in network namespaces of their own)
@@ -459,5 +462,42 @@ Test(remote, refusals_are_said) {
         cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 64, "%s: status %d\n%s", bad[i].args,
                   WEXITSTATUS(st), out);
         cr_assert(strstr(out, bad[i].says), "%s says:\n%s", bad[i].args, out);
+    }
+}
+
+/* An agent's exit and a batch of metrics handled in the same round of bfd's
+ * loop: tests/test_it_remote_round.py, a fake agent speaking ZMTP itself,
+ * sends trial A's metrics and A's agent_exit in one write (one read by bfd,
+ * one round), C's metrics after. The exit removes A from the run table, whose
+ * last run (C) takes its slot: the batch must still be stored, and acked,
+ * under A. Every stored point is its own trial's (value 1000 * trial + seq,
+ * three of each), and both trials complete. */
+Test(remote, an_exit_and_metrics_in_one_round_store_each_point_under_its_trial) {
+    keygen(NULL);
+    start_bfd(yaml_remote(60));
+    long long job = it_submit(g_dir, write_sweep("round", 2, 10, ""));
+    char sock[400], script[512], py_log[512];
+    snprintf(sock, sizeof sock, "%s/worker.sock", g_home);
+    snprintf(script, sizeof script, "%s/tests/test_it_remote_round.py", BF_SOURCE_DIR);
+    snprintf(py_log, sizeof py_log, "%s/py.log", g_dir);
+    char *argv[] = {"/usr/bin/python3", script, "--worker", sock, NULL};
+    pid_t py = it_spawn(py_log, argv, 0);
+    int st, r = it_wait_pid(py, 60, &st);
+    if (r != 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        it_show_tail(py_log, 4000);
+        it_show_tail(bfd_log(), 4000);
+    }
+    if (r != 0) kill(py, SIGKILL);
+    cr_assert_eq(r, 0, "the fake agent did not finish within 60 s");
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the fake agent failed (status %d)", st);
+    wait_job_ok(job, "two trials ended by a fake agent");
+    for (long long t = 1; t <= 2; t++) {
+        cr_expect_eq(it_db_int(g_home, "SELECT COUNT(*) FROM metrics WHERE trial = ?1", t), 3,
+                     "trial %lld: not 3 points stored", t);
+        cr_expect_eq(it_db_int(g_home,
+                               "SELECT COUNT(*) FROM metrics WHERE trial = ?1 AND value = 1000 * "
+                               "?1 + seq",
+                               t),
+                     3, "trial %lld: its stored points are not its own", t);
     }
 }

@@ -54,27 +54,38 @@ Test(proto, envelope_round_trip_and_errors) {
     zmq_ctx_term(ctx);
 }
 
-Test(proto, points_are_validated) {
+Test(proto, points_are_validated_and_copied_out) {
     char err[256];
-    proto_point *p;
-    size_t n;
+    proto_points ps;
     json_error_t je;
     json_t *ok = json_loads("{\"points\": [{\"seq\": 3, \"step\": 10, \"time\": 1.5, \"values\": "
                             "{\"train/loss\": 2.5, \"val/acc\": null}}, {\"seq\": 4, \"step\": 15, "
-                            "\"time\": 2, \"values\": {}}]}",
+                            "\"time\": 2, \"values\": {}}, {\"seq\": 5, \"step\": 20, \"time\": 3, "
+                            "\"values\": {\"train/loss\": 2.25, \"lr\": 0.5}}]}",
                             0, &je);
-    cr_assert_eq(proto_parse_points(ok, 10, &p, &n, err, sizeof err), 0, "%s", err);
-    cr_assert_eq(n, 2);
-    cr_assert_eq(p[0].seq, 3);
-    cr_assert_eq(p[0].n, 2);
-    cr_assert_str_eq(p[0].name[0], "train/loss");
-    cr_assert_float_eq(p[0].value[0], 2.5, 0);
-    cr_assert(p[0].is_null[1]);
-    json_t *back = proto_point_json(&p[0], 0);
-    cr_assert_eq(json_object_size(json_object_get(back, "values")), 1, "nulls left out");
+    cr_assert_eq(proto_points_parse(ok, 10, &ps, err, sizeof err), 0, "%s", err);
+    json_decref(ok); /* nothing of the body is kept */
+    cr_assert_eq(ps.n, 3);
+    cr_assert_eq(ps.pt[0].seq, 3);
+    cr_assert_eq(ps.pt[0].step, 10);
+    cr_assert_float_eq(ps.pt[0].time, 1.5, 0);
+    cr_assert_eq(ps.pt[0].nv, 1, "the null is left out");
+    cr_assert_str_eq(ps.names + ps.val[ps.pt[0].first].name, "train/loss");
+    cr_assert_float_eq(ps.val[ps.pt[0].first].value, 2.5, 0);
+    cr_assert_eq(ps.pt[1].nv, 0);
+    cr_assert_eq(ps.pt[2].nv, 2);
+    cr_assert_str_eq(ps.names + ps.val[ps.pt[2].first + 1].name, "lr");
+    cr_assert_float_eq(ps.val[ps.pt[2].first + 1].value, 0.5, 0);
+    cr_assert_eq(ps.n_val, 3);
+    cr_assert_geq(ps.bytes, 3 * sizeof(proto_pt) + 3 * sizeof(proto_val));
+    json_t *back = proto_points_json(&ps, 2);
+    cr_assert_eq(json_integer_value(json_object_get(back, "seq")), 5);
+    cr_assert_eq(json_object_size(json_object_get(back, "values")), 2);
+    cr_assert_float_eq(json_real_value(json_object_get(json_object_get(back, "values"), "lr")), 0.5,
+                       0);
     json_decref(back);
-    free(p);
-    json_decref(ok);
+    proto_points_free(&ps);
+    cr_assert_eq(ps.n, 0);
     const char *bad[] = {
         "{\"points\": []}",
         "{\"points\": [{\"seq\": 0, \"step\": 1, \"time\": 1, \"values\": {}}]}",
@@ -84,13 +95,55 @@ Test(proto, points_are_validated) {
         "{\"points\": [{\"seq\": 1, \"step\": 1, \"time\": 1, \"values\": {}},"
         " {\"seq\": 3, \"step\": 1, \"time\": 1, \"values\": {}}]}",
         "{\"points\": 5}",
+        "{\"points\": [{\"seq\": 1, \"step\": 1, \"time\": 1, \"values\": {\"a\": 1}}, 7]}",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         json_t *b = json_loads(bad[i], 0, &je);
         cr_assert(b);
-        cr_assert_eq(proto_parse_points(b, 10, &p, &n, err, sizeof err), -1, "accepted %s", bad[i]);
+        cr_assert_eq(proto_points_parse(b, 10, &ps, err, sizeof err), -1, "accepted %s", bad[i]);
+        cr_assert_eq(ps.n, 0);
         json_decref(b);
     }
+}
+
+/* jansson's allocations, counted (json_set_alloc_funcs) */
+static long g_allocs;
+static void *count_malloc(size_t n) {
+    g_allocs++;
+    return malloc(n);
+}
+
+/* A message's body is parsed once: decoding it allocates what one parse
+ * of the body does (it was parsed twice, once for its req). A body with a
+ * repeated key is refused and its req still found for the error reply. */
+Test(proto, a_body_is_parsed_once) {
+    json_set_alloc_funcs(count_malloc, free);
+    const char *body = "{\"req\": 7, \"trial\": 3, \"points\": [{\"seq\": 1, \"step\": 2, "
+                       "\"time\": 3, \"values\": {\"train/loss\": 1.5, \"lr\": 0.1}}]}";
+    json_error_t je;
+    g_allocs = 0;
+    json_t *once = json_loadb(body, strlen(body), JSON_REJECT_DUPLICATES, &je);
+    long one_parse = g_allocs;
+    json_decref(once);
+    proto_frame fr[4] = {{"bf", 2}, {"1", 1}, {"metrics", 7}, {body, strlen(body)}};
+    proto_msg m;
+    memset(&m, 0, sizeof m);
+    proto_code code;
+    char err[512];
+    g_allocs = 0;
+    proto_decode(fr, 4, 4, 0, &m, &code, err, sizeof err);
+    cr_assert_eq(code, PROTO_OK, "%s", err);
+    cr_assert_eq(m.req, 7);
+    cr_expect_eq(g_allocs, one_parse, "decoding allocated %ld times, one parse %ld", g_allocs,
+                 one_parse);
+    proto_msg_clear(&m);
+    const char *dup = "{\"req\": 9, \"a\": 1, \"a\": 2}";
+    fr[3] = (proto_frame){dup, strlen(dup)};
+    proto_decode(fr, 4, 4, 0, &m, &code, err, sizeof err);
+    cr_assert_eq(code, PROTO_E_JSON);
+    cr_assert(m.has_req && m.req == 9, "the error reply lost the req");
+    proto_msg_clear(&m);
+    json_set_alloc_funcs(malloc, free);
 }
 
 Test(proto, jsonl_lines_names_tokens) {

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "jobs/dstate.h"
 #include "jobs/store.h"
 #include "jobs/sweep.h"
 #include "tmpdir.h"
@@ -114,6 +115,76 @@ Test(store, schema_versions_and_wal) {
     fclose(fp);
     cr_assert_eq(store_open(path_in("junk.db"), &s, err, sizeof err), -1);
     cr_assert(strstr(err, "file is not a database"), "%s", err);
+}
+
+/* Files made before bfd's own tables were a migration (version 8): the
+ * store at version 6 with bfd_runs and bfd_jobs as dstate_open made them
+ * until then (the DDL below is its text), holding a running attempt; and
+ * the same from a build before the remote launcher (no agent column).
+ * store_open migrates each to the current version, and dstate reads the
+ * row back and writes a new one with every column. */
+Test(store, migrates_v6_with_the_daemon_s_tables) {
+    static const char *const made[] = {
+        /* dstate_open up to schema 6 */
+        "CREATE TABLE IF NOT EXISTS bfd_runs(trial INTEGER PRIMARY KEY,"
+        " attempt INTEGER NOT NULL, token TEXT NOT NULL, pid INTEGER NOT NULL,"
+        " gpus TEXT NOT NULL, started REAL NOT NULL,"
+        " slurm_job TEXT NOT NULL DEFAULT '', agent TEXT NOT NULL DEFAULT '');"
+        "CREATE TABLE IF NOT EXISTS bfd_jobs(job INTEGER PRIMARY KEY, cwd TEXT NOT NULL);"
+        "INSERT INTO bfd_runs VALUES (1, 2, 'tok', 4242, '0,1', 5.0, '77_3', '');",
+        /* before the remote launcher: no agent */
+        "CREATE TABLE bfd_runs(trial INTEGER PRIMARY KEY,"
+        " attempt INTEGER NOT NULL, token TEXT NOT NULL, pid INTEGER NOT NULL,"
+        " gpus TEXT NOT NULL, started REAL NOT NULL, slurm_job TEXT NOT NULL DEFAULT '');"
+        "CREATE TABLE bfd_jobs(job INTEGER PRIMARY KEY, cwd TEXT NOT NULL);"
+        "INSERT INTO bfd_runs VALUES (1, 2, 'tok', 4242, '0,1', 5.0, '77_3');",
+    };
+    for (size_t k = 0; k < sizeof made / sizeof *made; k++) {
+        char err[512], name[32];
+        snprintf(name, sizeof name, "v6-%zu.db", k);
+        cr_assert_eq(store_create_at_version(path_in(name), 6, err, sizeof err), 0, "%s", err);
+        sqlite3 *db;
+        cr_assert_eq(sqlite3_open(path_in(name), &db), SQLITE_OK);
+        char *msg = NULL;
+        cr_assert_eq(sqlite3_exec(db, made[k], NULL, NULL, &msg), SQLITE_OK, "%s", msg);
+        cr_assert_eq(
+            sqlite3_exec(db, "INSERT INTO bfd_jobs VALUES (3, '/work/x')", NULL, NULL, &msg),
+            SQLITE_OK, "%s", msg);
+        sqlite3_close(db);
+        store *s = open_store(name);
+        cr_assert_eq(store_schema_version(s), STORE_SCHEMA_VERSION, "case %zu", k);
+        dstate *d = NULL;
+        cr_assert_eq(dstate_open(path_in(name), &d, err, sizeof err), 0, "case %zu: %s", k, err);
+        dstate_run *rows = NULL;
+        size_t n = 0;
+        cr_assert_eq(dstate_runs(d, &rows, &n, err, sizeof err), 0, "case %zu: %s", k, err);
+        cr_assert_eq(n, 1, "case %zu", k);
+        cr_expect(rows[0].trial == 1 && rows[0].attempt == 2 && rows[0].pid == 4242 &&
+                      !strcmp(rows[0].token, "tok") && !strcmp(rows[0].gpus, "0,1") &&
+                      !strcmp(rows[0].slurm_job, "77_3") && !strcmp(rows[0].agent, ""),
+                  "case %zu: the running attempt's row changed", k);
+        free(rows);
+        dstate_run r = {.trial = 2, .attempt = 1, .token = "t2", .agent = "node-b"};
+        cr_assert_eq(dstate_run_put(d, &r, err, sizeof err), 0, "case %zu: %s", k, err);
+        cr_assert_eq(dstate_runs(d, &rows, &n, err, sizeof err), 0, "%s", err);
+        cr_expect(n == 2 && !strcmp(rows[1].agent, "node-b"), "case %zu: agent not kept", k);
+        free(rows);
+        char cwd[64];
+        cr_assert_eq(dstate_job_cwd(d, 3, cwd, sizeof cwd, err, sizeof err), 0, "%s", err);
+        cr_expect_str_eq(cwd, "/work/x", "case %zu", k);
+        dstate_close(&d);
+        store_close(&s);
+    }
+    /* a new file: the tables come from the migrations alone */
+    store *s = open_store("new.db");
+    dstate *d = NULL;
+    char err[512];
+    cr_assert_eq(dstate_open(path_in("new.db"), &d, err, sizeof err), 0, "%s", err);
+    dstate_run r = {.trial = 1, .attempt = 1, .token = "t", .slurm_job = "5", .agent = "a"};
+    cr_expect_eq(dstate_run_put(d, &r, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(dstate_job_cwd_set(d, 1, "/w", err, sizeof err), 0, "%s", err);
+    dstate_close(&d);
+    store_close(&s);
 }
 
 Test(store, migrates_v1_with_metrics) {

@@ -41,16 +41,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         (void)proto_get_str(m.body, "sweep", 1, PROTO_MAX_TEXT, &s, err, sizeof err);
         (void)proto_get_str(m.body, "host", 1, PROTO_MAX_PATH, &s, err, sizeof err);
         (void)proto_get_token(m.body, "token", tok, err, sizeof err);
-        proto_point *pts = NULL;
-        size_t n = 0;
-        if (proto_parse_points(m.body, PROTO_MAX_POINTS, &pts, &n, err, sizeof err) == 0) {
-            for (size_t i = 0; i < n; i++) {
-                json_t *o = proto_point_json(&pts[i], i & 1);
+        proto_points ps;
+        if (proto_points_parse(m.body, PROTO_MAX_POINTS, &ps, err, sizeof err) == 0) {
+            for (size_t i = 0; i < ps.n; i++) {
+                json_t *o = proto_points_json(&ps, i);
                 char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
                 free(t);
                 json_decref(o);
             }
-            free(pts);
+            proto_points_free(&ps);
         }
     }
     proto_msg_clear(&m);

@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,6 +141,18 @@ static int remove_flat(const char *p, char *err, size_t errlen) {
     return rc;
 }
 
+/* fsync of folder p: the renames into and out of it are durable once this
+ * returns 0; -1 with a message (the swap stops there, the old run kept). */
+static int sync_dir(const char *p, char *err, size_t errlen) {
+    int fd = open(p, O_RDONLY | O_DIRECTORY);
+    int rc = fd < 0 ? -1 : fsync(fd);
+    int e = errno;
+    if (fd >= 0) close(fd);
+    if (rc == 0) return 0;
+    snprintf(err, errlen, "--force: cannot sync %s: %s", p, strerror(e));
+    return -1;
+}
+
 typedef struct paths {
     char fresh[4200], old[4200], part[4200];
 } paths;
@@ -160,6 +173,9 @@ static int finish(const char *dir, const paths *p, int from_part, char *err, siz
                      strerror(errno));
             return -1;
         }
+        /* the old run out, whole, for good before anything of the new one
+         * comes in */
+        if (sync_dir(p->old, err, errlen) || sync_dir(dir, err, errlen)) return -1;
         crash_point("swap-mid");
     }
     if (is_dir(p->fresh)) {
@@ -170,6 +186,8 @@ static int finish(const char *dir, const paths *p, int from_part, char *err, siz
         }
         crash_point("swap-end");
     }
+    /* the new run in for good before the old one goes */
+    if (sync_dir(dir, err, errlen)) return -1;
     return remove_flat(p->old, err, errlen);
 }
 
