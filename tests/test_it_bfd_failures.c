@@ -149,7 +149,8 @@ Test(bfd_failures, data_on_a_fifo_nobody_writes_does_not_hold_a_slot) {
     it_submit(g_dir, sweep("fifo", data, "steps: 20, log_every: 5, eval_every: 0", 0));
     double took = wait_failed(1, 40);
     cr_assert_lt(took, 30);
-    cr_assert_eq(it_db_int(g_home, "SELECT COUNT(*) FROM bfd_runs", 0), 0, "its slot is free");
+    /* the state is written before the run's record goes: wait for the record */
+    it_db_wait(g_dir, g_home, "its slot to be free", "SELECT COUNT(*) = 0 FROM bfd_runs", 0, 1, 20);
 }
 
 /* The rule: every config/data error the worker finds at the start ends the
