@@ -292,3 +292,57 @@ Test(bfd_failures, show_says_why_a_trial_failed_and_ls_marks_the_job) {
     cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "ls --json"), 0);
     cr_assert(strstr(out, "\"failed\": 1") && strstr(out, "\"failed\": 0"), "ls --json:\n%s", out);
 }
+
+/* `bfctl daemon status --json`'s slots_free (the whole reply into out). */
+static long long slots_free(char *out, size_t len) {
+    cr_assert_eq(it_bfctl(g_dir, out, len, "daemon status --json"), 0);
+    json_error_t je;
+    json_t *o = json_loads(out, 0, &je);
+    cr_assert(o, "daemon status --json: %s:\n%s", je.text, out);
+    long long v = json_integer_value(json_object_get(o, "slots_free"));
+    json_decref(o);
+    return v;
+}
+
+/* A stopped worker (SIGSTOP: alive, silent) fails its attempt on the
+ * heartbeat timeout; bfd kills and reaps its process group, frees its slot,
+ * and the retry is attempt 2, whose worker's hello is accepted (it stores
+ * points). When the retry is killed too the trial is FAILED with every slot
+ * free. */
+Test(bfd_failures, a_stopped_worker_is_killed_and_its_retry_runs) {
+    start_bfd("");
+    char data[600];
+    snprintf(data, sizeof data, "train: %s/train.tsv, val: %s/val.tsv", g_dir, g_dir);
+    it_submit(g_dir, sweep("stopped", data, "steps: 100000000, log_every: 5, eval_every: 0", 1));
+    it_db_wait(g_dir, g_home, "a point of attempt 1",
+               "SELECT COUNT(*) FROM metrics WHERE trial = ?1", 1, 1, 30);
+    long long pid1 = it_db_int(g_home, "SELECT pid FROM bfd_runs WHERE attempt = ?1", 1);
+    cr_assert_gt(pid1, 0);
+    cr_assert_eq(kill((pid_t)pid1, SIGSTOP), 0);
+    it_db_wait(g_dir, g_home, "attempt 2's worker",
+               "SELECT COUNT(*) FROM bfd_runs WHERE trial = 1 AND attempt = ?1 AND pid > 0", 2, 1,
+               30);
+    /* attempt 2's worker was accepted: points stored after it started */
+    it_db_wait(g_dir, g_home, "a point of attempt 2",
+               "SELECT COUNT(*) FROM metrics WHERE trial = 1 AND time > (SELECT started FROM "
+               "attempts WHERE trial = 1 AND n = ?1)",
+               2, 1, 30);
+    /* the stopped process was killed and reaped (a zombie would still answer kill 0) */
+    double t0 = it_now_s();
+    while (kill((pid_t)pid1, 0) == 0) {
+        cr_assert(it_now_s() - t0 < 10, "the stopped worker %lld still lives", pid1);
+        it_sleep_s(0.1);
+    }
+    static char out[65536];
+    cr_assert_eq(slots_free(out, sizeof out), 1, "only attempt 2 holds a slot:\n%s", out);
+    cr_assert(strstr(out, "\"attempt\": 2"), "%s", out);
+    long long pid2 = it_db_int(g_home, "SELECT pid FROM bfd_runs WHERE attempt = ?1", 2);
+    cr_assert_eq(kill((pid_t)pid2, SIGKILL), 0);
+    wait_failed(1, 30);
+    cr_assert_eq(trial_int("attempts", 1), 2);
+    t0 = it_now_s();
+    while (slots_free(out, sizeof out) != 2) {
+        cr_assert(it_now_s() - t0 < 10, "a slot is still held:\n%s", out);
+        it_sleep_s(0.1);
+    }
+}
