@@ -248,6 +248,10 @@ int store_create_at_version(const char *path, int version, char *err, size_t err
     return rc;
 }
 
+/* The commit hook of BF_TEST_STORE_FULL: nonzero (the commit becomes a
+ * rollback, as a full disk makes it fail) while the file path exists. */
+static int store_full_hook(void *path) { return access((const char *)path, F_OK) == 0; }
+
 int store_open(const char *path, store **out, char *err, size_t errlen) {
     *out = NULL;
     store *s = calloc(1, sizeof *s);
@@ -327,6 +331,10 @@ int store_open(const char *path, store **out, char *err, size_t errlen) {
         store_close(&s);
         return -1;
     }
+    /* tests only (docs/daemon.md, "Testing a full disk"): every commit of
+     * this connection fails while the file BF_TEST_STORE_FULL names exists */
+    const char *full = getenv("BF_TEST_STORE_FULL");
+    if (full && *full) sqlite3_commit_hook(s->db, store_full_hook, (void *)full);
     *out = s;
     return 0;
 }

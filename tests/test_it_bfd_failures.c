@@ -346,3 +346,56 @@ Test(bfd_failures, a_stopped_worker_is_killed_and_its_retry_runs) {
         it_sleep_s(0.1);
     }
 }
+
+/* The first live attempt of `daemon status --json` (the reply into out):
+ * its "exited" (0 when absent, -1 when no attempt is listed). */
+static int first_run_exited(char *out, size_t len) {
+    cr_assert_eq(it_bfctl(g_dir, out, len, "daemon status --json"), 0);
+    json_t *o = json_loads(out, 0, NULL);
+    cr_assert(o, "daemon status --json:\n%s", out);
+    json_t *r = json_array_get(json_object_get(o, "running"), 0);
+    int v = r ? json_is_true(json_object_get(r, "exited")) : -1;
+    json_decref(o);
+    return v;
+}
+
+/* The store refuses every commit (BF_TEST_STORE_FULL, as a full disk does)
+ * when the worker dies: bfd still notices the exit, frees its slot, says
+ * in status that the end is unrecorded, and stores it once the store takes
+ * writes again: the trial is FAILED, not left RUNNING. */
+Test(bfd_failures, a_worker_gone_while_the_store_is_full_is_recorded_later) {
+    char full[400];
+    snprintf(full, sizeof full, "%s/store-full", g_dir);
+    setenv("BF_TEST_STORE_FULL", full, 1);
+    start_bfd("");
+    unsetenv("BF_TEST_STORE_FULL");
+    char data[600];
+    snprintf(data, sizeof data, "train: %s/train.tsv, val: %s/val.tsv", g_dir, g_dir);
+    it_submit(g_dir, sweep("full", data, "steps: 100000000, log_every: 5, eval_every: 0", 0));
+    it_db_wait(g_dir, g_home, "a point", "SELECT COUNT(*) FROM metrics WHERE trial = ?1", 1, 1, 30);
+    long long pid = it_db_int(g_home, "SELECT pid FROM bfd_runs WHERE attempt = ?1", 1);
+    cr_assert_gt(pid, 0);
+    it_write_text(full, "", 0644);
+    cr_assert_eq(kill((pid_t)pid, SIGKILL), 0);
+    static char out[65536];
+    double t0 = it_now_s();
+    while (first_run_exited(out, sizeof out) != 1) {
+        cr_assert(it_now_s() - t0 < 20, "the worker's exit is not seen:\n%s", out);
+        it_sleep_s(0.1);
+    }
+    cr_assert(strstr(out, "\"unrecorded\"") && strstr(out, "killed by signal 9"), "%s", out);
+    cr_assert_eq(slots_free(out, sizeof out), 2, "the dead worker holds no slot:\n%s", out);
+    char st[32];
+    it_db_text(g_home, "SELECT state FROM trials WHERE id = ?1", 1, st, sizeof st);
+    cr_assert_str_eq(st, "RUNNING", "nothing is written while the store is full");
+    cr_assert_eq(unlink(full), 0);
+    wait_failed(1, 30);
+    char msg[600];
+    last_event(1, msg, sizeof msg);
+    cr_assert(strstr(msg, "killed by signal 9"), "last event '%s'", msg);
+    t0 = it_now_s();
+    while (first_run_exited(out, sizeof out) != -1) {
+        cr_assert(it_now_s() - t0 < 10, "the recorded attempt is still listed:\n%s", out);
+        it_sleep_s(0.1);
+    }
+}
