@@ -75,19 +75,6 @@ static int write_text(const char *path, const char *text, char *err, size_t errl
     return ok ? 0 : -1;
 }
 
-/* A line cut by a kill would merge with the next one: end it first. */
-static void end_partial_line(const char *path) {
-    int fd = open(path, O_RDWR);
-    if (fd < 0) return;
-    off_t size = lseek(fd, 0, SEEK_END);
-    char c;
-    if (size > 0 && pread(fd, &c, 1, size - 1) == 1 && c != '\n') {
-        ssize_t w = write(fd, "\n", 1);
-        (void)w;
-    }
-    close(fd);
-}
-
 /* --stage-root DIR --stage NAME: s2s.root and s2s.stage of the trial's
  * config (bfd runs each shared stage of an s2s trial as its own attempt). */
 static int run_stage_keys(bf_config *c, const char *root, const char *stage, char *err,
@@ -190,7 +177,8 @@ static int run_ranks(int argc, char **argv, comm_t *comm) {
     char mpath[4200];
     snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", out);
     if (rank == 0) {
-        end_partial_line(mpath);
+        /* a line cut by a kill or a full disk is cut off by metrics_open
+         * before this attempt appends; the link never sends a partial line */
         if (link_start(link, mpath, &run_stop, err, sizeof err)) {
             fprintf(stderr, "bfworker run: %s\n", err);
             link_destroy(&link);
