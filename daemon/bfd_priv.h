@@ -96,6 +96,7 @@ typedef struct batch {
     size_t n;
     int64_t prev_acked; /* the run's acked before this batch */
     int gap;
+    int64_t first_seq; /* the worker's first own line: those before are an earlier attempt's */
 } batch;
 
 /* The daemon: its settings, store connections, sockets, run table and

@@ -91,11 +91,15 @@ void flush_batches(bfd *d) {
             for (int v = 0; v < p->n; v++) {
                 if (p->is_null[v]) continue;
                 tids[k] = r->trial;
-                sm[k] = (store_metric){.seq = p->seq,
-                                       .step = p->step,
-                                       .name = p->name[v],
-                                       .value = p->value[v],
-                                       .time = p->time};
+                sm[k] =
+                    (store_metric){.seq = p->seq,
+                                   .step = p->step,
+                                   .name = p->name[v],
+                                   .value = p->value[v],
+                                   .time = p->time,
+                                   /* lines an earlier attempt wrote and
+                                    * could not deliver: the one before */
+                                   .attempt = p->seq < bt->first_seq ? r->attempt - 1 : r->attempt};
                 k++;
             }
         }
@@ -224,6 +228,9 @@ static void worker_metrics(bfd *d, void *s, proto_msg *m, run *r, size_t *round_
     char ferr[512];
     proto_point *pts;
     size_t n;
+    long long first_seq;
+    FIELD(
+        proto_get_int(m->body, "first_seq", 0, 1, PROTO_MAX_INT, 1, &first_seq, ferr, sizeof ferr));
     FIELD(proto_parse_points(m->body, PROTO_MAX_POINTS, &pts, &n, ferr, sizeof ferr));
     char aerr[512];
     if (load_acked(d, r, aerr, sizeof aerr)) {
@@ -238,6 +245,7 @@ static void worker_metrics(bfd *d, void *s, proto_msg *m, run *r, size_t *round_
     bt->pts = pts;
     bt->n = n;
     bt->gap = 0;
+    bt->first_seq = first_seq;
     for (size_t i = 0; i < n; i++) *round_points += (size_t)pts[i].n;
 }
 

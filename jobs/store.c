@@ -184,6 +184,12 @@ static const char *const migrations[STORE_SCHEMA_VERSION] = {
     "CREATE INDEX trial_stages_key ON trial_stages(key, trial);",
     /* 5 -> 6: resources.nodes, the hosts a trial's ranks span (0: not given) */
     "ALTER TABLE jobs ADD COLUMN nodes INTEGER NOT NULL DEFAULT 0;",
+    /* 6 -> 7: a point carries the attempt that logged it (0: logged before
+     * this version), and superseded = 1 once a later attempt logged its step
+     * again (a retry resumed before the last logged step): kept, left out
+     * of the current curve */
+    "ALTER TABLE metrics ADD COLUMN attempt INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE metrics ADD COLUMN superseded INTEGER NOT NULL DEFAULT 0;",
 };
 
 static int user_version(store *s, int *v, char *err, size_t errlen) {
@@ -306,8 +312,8 @@ int store_open(const char *path, store **out, char *err, size_t errlen) {
         return -1;
     }
     if (store_prepare(s,
-                      "INSERT OR IGNORE INTO metrics(trial, seq, name, step, value, time)"
-                      " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                      "INSERT OR IGNORE INTO metrics(trial, seq, name, step, value, time, attempt)"
+                      " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                       &s->ins_metric, err, errlen) < 0 ||
         store_prepare(s,
                       "INSERT INTO metric_latest(trial, name, seq, step, value, time, vmin, vmax)"

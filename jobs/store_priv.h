@@ -24,6 +24,7 @@
 #include "jobs/store.h"
 
 #define STORE_NAME_CACHE 256
+#define STORE_SUPER_CACHE 256
 
 /* The handle: the connection, the statements prepared once at open (the hot
  * paths: metric inserts and the plan rows of a submit), and a cache of
@@ -36,6 +37,14 @@ struct store {
         int64_t id;
     } names[STORE_NAME_CACHE];
     int n_names;
+    /* (trial, attempt, metric name id): the earlier attempts' points of that
+     * name are superseded from step `from` on (store_points.c), so a later
+     * batch of the same attempt needs no UPDATE; emptied by store_rollback */
+    struct {
+        int64_t trial, name, from;
+        int attempt;
+    } supers[STORE_SUPER_CACHE];
+    int n_supers, next_super;
 };
 
 /* ------------------------------------------------ store_sql.c: statements */

@@ -399,3 +399,65 @@ Test(bfd_failures, a_worker_gone_while_the_store_is_full_is_recorded_later) {
         it_sleep_s(0.1);
     }
 }
+
+/* A worker killed before its first checkpoint: the retry starts again from
+ * step 0 and logs the same steps again. Every point is kept, with the
+ * attempt that logged it; the first attempt's steps the retry logged again
+ * are superseded, so the current curve (what tail, plot, results and
+ * TensorBoard read) has each (metric, step) once, and `export --csv` has
+ * the attempt of each row and whether it is current. */
+Test(bfd_failures, a_retry_that_logs_steps_again_stores_each_step_once_in_the_curve) {
+    start_bfd("");
+    char data[600];
+    snprintf(data, sizeof data, "train: %s/train.tsv, val: %s/val.tsv", g_dir, g_dir);
+    it_submit(g_dir, sweep("again", data,
+                           "steps: 100000000, log_every: 5, eval_every: 0, "
+                           "checkpoint_every: 100000000",
+                           1));
+    it_db_wait(g_dir, g_home, "attempt 1 at step 30",
+               "SELECT MAX(step) FROM metrics WHERE trial = ?1", 1, 30, 30);
+    long long pid1 = it_db_int(g_home, "SELECT pid FROM bfd_runs WHERE attempt = ?1", 1);
+    cr_assert_eq(kill((pid_t)pid1, SIGKILL), 0);
+    it_db_wait(g_dir, g_home, "attempt 2's worker",
+               "SELECT COUNT(*) FROM bfd_runs WHERE trial = 1 AND attempt = ?1 AND pid > 0", 2, 1,
+               30);
+    /* attempt 2 past every step attempt 1 stored */
+    long long a1 = it_db_int(g_home, "SELECT MAX(step) FROM metrics WHERE attempt = ?1", 1);
+    it_db_wait(g_dir, g_home, "attempt 2 past attempt 1's last step",
+               "SELECT MAX(step) FROM metrics WHERE attempt = 2 AND step > ?1", a1, a1 + 1, 30);
+    long long pid2 = it_db_int(g_home, "SELECT pid FROM bfd_runs WHERE attempt = ?1", 2);
+    cr_assert_eq(kill((pid_t)pid2, SIGKILL), 0);
+    wait_failed(1, 30);
+    cr_assert_eq(it_db_int(g_home,
+                           "SELECT COUNT(*) FROM (SELECT name, step FROM metrics WHERE trial = ?1 "
+                           "AND superseded = 0 GROUP BY name, step HAVING COUNT(*) > 1)",
+                           1),
+                 0, "a (metric, step) twice in the current curve");
+    cr_assert_gt(it_db_int(g_home,
+                           "SELECT COUNT(*) FROM metrics WHERE trial = ?1 AND attempt = 1 AND "
+                           "superseded = 1",
+                           1),
+                 0, "attempt 1's points are kept, marked superseded");
+    cr_assert_eq(
+        it_db_int(g_home, "SELECT COUNT(*) FROM metrics WHERE trial = ?1 AND attempt NOT IN (1, 2)",
+                  1),
+        0, "every point carries its attempt");
+    static char out[1 << 20];
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "export 1 --csv"), 0);
+    cr_assert(strstr(out, ",seq,step,time,name,value,attempt,current\n"), "%.300s", out);
+    cr_assert(strstr(out, ",1,0\n") && strstr(out, ",2,1\n"),
+              "rows of attempt 1 superseded and of attempt 2 current:\n%.2000s", out);
+    /* tail's history holds each step once */
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "tail t1"), 0);
+    static char seen[1 << 16];
+    memset(seen, 0, sizeof seen);
+    int lines = 0;
+    for (char *l = out; (l = strstr(l, " step ")); l++) {
+        long long step = atoll(l + 6);
+        cr_assert(step >= 0 && step < (long long)sizeof seen, "step %lld", step);
+        cr_assert(!seen[step], "tail shows step %lld twice:\n%.3000s", step, out);
+        seen[step] = 1;
+        lines++;
+    }
+    cr_assert_gt(lines, 0, "tail t1:\n%s", out);
+}

@@ -51,7 +51,8 @@ struct link_t {
     int64_t lines; /* complete lines seen */
     int64_t *offs; /* offs[i]: start of line i+1; offs[lines]: end of the last line */
     size_t cap_offs;
-    int64_t acked; /* highest seq bfd has stored */
+    int64_t acked;     /* highest seq bfd has stored */
+    int64_t first_seq; /* the first line this attempt writes (earlier attempts' before it) */
     int inflight;
     double inflight_deadline;
     double last_hb;
@@ -300,7 +301,7 @@ static void send_batch(link_t *l) {
         if (line != small) free(line);
         bytes += len;
     }
-    json_t *body = json_pack("{s:o}", "points", arr);
+    json_t *body = json_pack("{s:o, s:I}", "points", arr, "first_seq", (json_int_t)l->first_seq);
     if (send_msg(l, "metrics", body) == 0) {
         l->inflight = 1;
         l->inflight_deadline = now_s() + ACK_TIMEOUT_S;
@@ -432,6 +433,10 @@ int link_start(link_t *l, const char *metrics_path, volatile sig_atomic_t *stop,
     l->last_fence = -1e9;
     l->stop = stop;
     l->last_hb = -1e9;
+    /* the lines already there are earlier attempts' (a partial last one is
+     * not counted, and metrics_open cuts it): bfd stores them as such */
+    scan_file(l);
+    l->first_seq = l->lines + 1;
     if (pthread_create(&l->thread, NULL, link_thread, l) != 0)
         return bf_fail(err, errlen, "pthread_create: %s", strerror(errno));
     l->thread_started = 1;
