@@ -28,6 +28,7 @@ static int reattach(bfd *d, int64_t id, int64_t job, const dstate_run *row, cons
     r->started = row->started;
     r->last_seen = r->last_alive_check = r->last_progress = now_s();
     r->is_child = 0;
+    r->hello_seen = 1; /* it ran before the restart: it reconnects within heartbeat_timeout */
     store_stage rs;
     if (store_trial_running_stage(d->st, r->trial, &rs, err, errlen) == 0) {
         snprintf(r->stage, sizeof r->stage, "%s", rs.name);

@@ -449,6 +449,9 @@ static int apply_slurm_status(bfd *d, run *r, const slurm_status *ss) {
     }
     /* a job waiting in Slurm's queue sends no heartbeats */
     if (ss->phase == SLURM_QUEUED) r->last_seen = r->last_progress = now_s();
+    /* the batch script ended 0 and Slurm finishes the step (a lossy network
+     * delays its completion message): not silence, whatever the heartbeats */
+    r->completing_0 = !strcmp(ss->state, "COMPLETING") && ss->exit_code == 0 && ss->signal == 0;
     if (ss->phase == SLURM_RUNNING && r->slurm_phase != SLURM_RUNNING)
         bfd_log("trial %lld attempt %d: Slurm job %s is running", (long long)r->trial, r->attempt,
                 r->slurm_job);
@@ -489,6 +492,25 @@ int slurm_answered(bfd *d, const slurmq_req *q, double budget_s) {
     return 0;
 }
 
+/* r went silent: when its worker left its outcome file (it stored every
+ * point and sent `done`, which was lost), the attempt ended so: recorded,
+ * its processes killed (they are ending anyway). Returns 1 when so. */
+static int ended_by_outcome(bfd *d, run *r) {
+    int oc = read_outcome(d, r->trial, r->attempt);
+    if (oc < 0) return 0;
+    static const char *const said[] = {"completed", "preempted", "failed"};
+    char why[200];
+    snprintf(why, sizeof why, "the worker went silent after leaving its outcome (%s)", said[oc]);
+    bfd_log("trial %lld attempt %d: %s; judged by it", (long long)r->trial, r->attempt, why);
+    r->done_state = oc;
+    int code = oc == 0 ? 0 : oc == 1 ? 75 : -1;
+    if (oc == 0 ? record_completed(d, r, why) : record_end(d, r, code, why))
+        keep_unrecorded(r, code, why);
+    r->ending = 1;
+    kill_group(d, r, SIGKILL);
+    return 1;
+}
+
 /* Heartbeats, kill deadlines, reattached processes. */
 void check_timers(bfd *d) {
     double t = now_s();
@@ -503,10 +525,22 @@ void check_timers(bfd *d) {
             kill_group(d, r, SIGKILL);
             r->kill_at = 0;
         }
-        if (!r->ending && t - r->last_seen > d->c->heartbeat_timeout) {
-            char why[128];
-            snprintf(why, sizeof why, "no message from the worker for %.0f s (heartbeat timeout)",
-                     t - r->last_seen);
+        /* before its hello a worker may still be starting (srun's step
+         * launch, MPI, CUDA): startup_timeout, from its start */
+        double limit = r->hello_seen ? d->c->heartbeat_timeout : d->c->startup_timeout;
+        if (!r->ending && !r->completing_0 && t - r->last_seen > limit && ended_by_outcome(d, r)) {
+            if (forget_silent_slurm_job(d, r) || forget_silent_remote(d, r)) continue;
+        }
+        if (!r->ending && !r->completing_0 && t - r->last_seen > limit) {
+            char why[160];
+            if (r->hello_seen)
+                snprintf(why, sizeof why,
+                         "no message from the worker for %.0f s (heartbeat timeout)",
+                         t - r->last_seen);
+            else
+                snprintf(why, sizeof why,
+                         "no hello from the worker %.0f s after its start (startup_timeout %g s)",
+                         t - r->last_seen, d->c->startup_timeout);
             if (r->remote) {
                 char w2[200];
                 snprintf(w2, sizeof w2, "the worker of trial %lld attempt %d went silent",

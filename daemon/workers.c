@@ -194,6 +194,7 @@ static void worker_hello(bfd *d, void *s, proto_msg *m, run *r, long long trial)
     char hb[PROTO_MAX_PATH * 4 + 8];
     bfd_log("trial %lld attempt %d: worker pid %lld on %s connected", trial, r->attempt, pid,
             log_escape(host, hb, sizeof hb));
+    r->hello_seen = 1;
     reply(d, s, m, "config", b);
     json_decref(b);
     if (r->stop_requested) send_stop(d, r, r->stop_reason[0] ? r->stop_reason : "stop requested");

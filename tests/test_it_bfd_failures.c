@@ -461,3 +461,88 @@ Test(bfd_failures, a_retry_that_logs_steps_again_stores_each_step_once_in_the_cu
     }
     cr_assert_gt(lines, 0, "tail t1:\n%s", out);
 }
+
+/* Writes dir/NAME, an executable sh script with body (after the #! line). */
+static const char *script(const char *name, const char *body) {
+    static char p[512];
+    snprintf(p, sizeof p, "%s/%s", g_dir, name);
+    char text[4096];
+    snprintf(text, sizeof text, "#!/bin/sh\n%s", body);
+    it_write_text(p, text, 0755);
+    return p;
+}
+
+/* srun's step launch can take longer than heartbeat_timeout under load:
+ * the heartbeat clock starts at the worker's hello, and before it
+ * startup_timeout applies. A worker that takes 7 s to start (heartbeat
+ * timeout 5) completes; one that never says hello fails on
+ * startup_timeout, saying so. */
+Test(bfd_failures, the_heartbeat_clock_starts_at_the_hello) {
+    char y[1200];
+    snprintf(y, sizeof y, "bfworker: %s\nstartup_timeout: 20\n",
+             script("slow_worker", "sleep 7\nexec " BF_BIN_DIR "/bfworker \"$@\"\n"));
+    start_bfd(y);
+    char data[600];
+    snprintf(data, sizeof data, "train: %s/train.tsv, val: %s/val.tsv", g_dir, g_dir);
+    it_submit(g_dir, sweep("slow", data, "steps: 20, log_every: 5, eval_every: 0", 0));
+    char st[32];
+    double t0 = it_now_s();
+    for (;;) {
+        it_db_text(g_home, "SELECT state FROM trials WHERE id = ?1", 1, st, sizeof st);
+        if (strcmp(st, "PENDING") && strcmp(st, "RUNNING")) break;
+        cr_assert(it_now_s() - t0 < 60, "trial 1 still %s", st);
+        it_sleep_s(0.2);
+    }
+    char msg[600];
+    last_event(1, msg, sizeof msg);
+    cr_assert_str_eq(st, "COMPLETED", "last event: %s", msg);
+}
+
+Test(bfd_failures, a_worker_that_never_says_hello_fails_on_startup_timeout) {
+    char y[1200];
+    snprintf(y, sizeof y,
+             "slots: 2\nheartbeat_timeout: 600\nheartbeat_interval: 0.2\nkill_grace: 1\n"
+             "bfworker: %s\nstartup_timeout: 2\n",
+             script("mute_worker", "exec sleep 1000\n"));
+    it_write_text(tmpdir_path(g_home, "bfd.yaml"), y, 0644);
+    g_bfd = it_bfd_start(g_dir, g_home);
+    char data[600];
+    snprintf(data, sizeof data, "train: %s/train.tsv, val: %s/val.tsv", g_dir, g_dir);
+    it_submit(g_dir, sweep("mute", data, "steps: 20, log_every: 5, eval_every: 0", 0));
+    wait_failed(1, 30);
+    char msg[600];
+    last_event(1, msg, sizeof msg);
+    cr_assert(strstr(msg, "no hello from the worker") && strstr(msg, "startup_timeout 2 s"),
+              "last event '%s'", msg);
+}
+
+/* A worker that left its outcome file (every point stored, `done` sent)
+ * and then went silent, its `done` lost: the attempt is judged by the
+ * outcome, COMPLETED, not failed for its silence. */
+Test(bfd_failures, a_silent_worker_that_left_its_outcome_is_judged_by_it) {
+    char y[1200];
+    snprintf(y, sizeof y,
+             "slots: 2\nheartbeat_timeout: 600\nheartbeat_interval: 0.2\nkill_grace: 1\n"
+             "bfworker: %s\nstartup_timeout: 2\n",
+             script("outcome_worker",
+                    "while [ $# -gt 0 ]; do case $1 in --out) out=$2;; --attempt) a=$2;; esac; "
+                    "shift; done\n"
+                    "echo \"$a completed 0\" > \"$out/outcome\"\nexec sleep 1000\n"));
+    it_write_text(tmpdir_path(g_home, "bfd.yaml"), y, 0644);
+    g_bfd = it_bfd_start(g_dir, g_home);
+    char data[600];
+    snprintf(data, sizeof data, "train: %s/train.tsv, val: %s/val.tsv", g_dir, g_dir);
+    it_submit(g_dir, sweep("done", data, "steps: 20, log_every: 5, eval_every: 0", 0));
+    char st[32];
+    double t0 = it_now_s();
+    for (;;) {
+        it_db_text(g_home, "SELECT state FROM trials WHERE id = ?1", 1, st, sizeof st);
+        if (strcmp(st, "PENDING") && strcmp(st, "RUNNING")) break;
+        cr_assert(it_now_s() - t0 < 30, "trial 1 still %s", st);
+        it_sleep_s(0.2);
+    }
+    char msg[600];
+    last_event(1, msg, sizeof msg);
+    cr_assert_str_eq(st, "COMPLETED", "last event: %s", msg);
+    cr_assert(strstr(msg, "outcome"), "last event: %s", msg);
+}
