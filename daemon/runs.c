@@ -184,6 +184,7 @@ int record_completed(bfd *d, run *r, const char *why) {
 /* Maps the attempt's end, exit status code (-1: none known), to the
  * trial's state (fail_why when it failed): 0, or -1 when the store refused. */
 static int record_end(bfd *d, run *r, int code, const char *fail_why) {
+    recover_lines(d, r->trial, r->attempt); /* what the worker could not deliver */
     if (code == 0) return record_completed(d, r, "exit status 0");
     if (code == 75 && (r->stop_requested || r->stop_reason[0]))
         return record_state(d, r, TRIAL_STOPPED,
@@ -504,6 +505,7 @@ static int ended_by_outcome(bfd *d, run *r) {
     bfd_log("trial %lld attempt %d: %s; judged by it", (long long)r->trial, r->attempt, why);
     r->done_state = oc;
     int code = oc == 0 ? 0 : oc == 1 ? 75 : -1;
+    if (oc == 0) recover_lines(d, r->trial, r->attempt);
     if (oc == 0 ? record_completed(d, r, why) : record_end(d, r, code, why))
         keep_unrecorded(r, code, why);
     r->ending = 1;

@@ -546,3 +546,48 @@ Test(bfd_failures, a_silent_worker_that_left_its_outcome_is_judged_by_it) {
     cr_assert_str_eq(st, "COMPLETED", "last event: %s", msg);
     cr_assert(strstr(msg, "outcome"), "last event: %s", msg);
 }
+
+/* 1 when pid is gone or a zombie (it writes nothing more). */
+static int pid_gone(pid_t pid) {
+    char p[64], buf[512];
+    snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(p, "r");
+    if (!f) return 1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *s = strrchr(buf, ')');
+    return !s || s[1] != ' ' || s[2] == 'Z' || s[2] == 'X';
+}
+
+/* bfd is killed while a trial runs; the worker goes on logging (nothing
+ * acknowledged) and dies before bfd is back. The restarted bfd stores what
+ * metrics.jsonl holds past the last stored seq: every complete line of the
+ * file is in the store, none lost. */
+Test(bfd_failures, lines_a_worker_could_not_deliver_are_stored_by_recovery) {
+    start_bfd("");
+    char data[600];
+    snprintf(data, sizeof data, "train: %s/train.tsv, val: %s/val.tsv", g_dir, g_dir);
+    it_submit(g_dir, sweep("down", data, "steps: 100000000, log_every: 5, eval_every: 0", 0));
+    it_db_wait(g_dir, g_home, "a point", "SELECT COUNT(*) FROM metrics WHERE trial = ?1", 1, 1, 30);
+    long long pid = it_db_int(g_home, "SELECT pid FROM bfd_runs WHERE attempt = ?1", 1);
+    long long stored = it_db_int(g_home, "SELECT MAX(seq) FROM metrics WHERE trial = ?1", 1);
+    it_stop(&g_bfd, SIGKILL);
+    /* the worker logs on, undelivered, then dies */
+    long long lines = 0, values = 0;
+    double t0 = it_now_s();
+    do {
+        cr_assert(it_now_s() - t0 < 30, "the worker logged no more lines");
+        it_sleep_s(0.2);
+        it_metrics_file(g_home, 1, 1, &lines, &values);
+    } while (lines < stored + 4);
+    cr_assert_eq(kill(-(pid_t)pid, SIGKILL), 0);
+    while (!pid_gone((pid_t)pid)) it_sleep_s(0.05);
+    it_metrics_file(g_home, 1, 1, &lines, &values);
+    g_bfd = it_bfd_start(g_dir, g_home);
+    wait_failed(1, 30);
+    cr_assert_eq(it_db_int(g_home, "SELECT MAX(seq) FROM metrics WHERE trial = ?1", 1), lines,
+                 "every complete line of metrics.jsonl is stored (%lld were before the kill)",
+                 stored);
+    cr_assert_eq(it_db_int(g_home, "SELECT COUNT(*) FROM metrics WHERE trial = ?1", 1), values);
+}

@@ -202,19 +202,21 @@ static int run_ranks(int argc, char **argv, comm_t *comm) {
                             : code == RUN_PREEMPTED ? "preempted"
                                                     : "failed";
         char lerr[256];
-        if (link_finish(link, state, code, rc < 0 ? err : "", 30, lerr, sizeof lerr)) {
-            fprintf(stderr, "bfworker run: %s\n", lerr);
-        } else {
-            /* every line is stored and done was sent: the outcome is also
-             * left in a file, since a bfd killed before it saw this process
-             * exit would otherwise call the attempt lost (docs/protocol.md) */
-            char opath[4200], tpath[4300], line[96];
-            snprintf(opath, sizeof opath, "%s/" PROTO_OUTCOME_FILE, out);
-            snprintf(tpath, sizeof tpath, "%s.tmp", opath);
-            snprintf(line, sizeof line, "%ld %s %d\n", attempt, state, code);
-            if (write_text(tpath, line, lerr, sizeof lerr) || rename(tpath, opath) != 0)
-                fprintf(stderr, "bfworker run: writing %s: %s\n", opath, lerr);
-        }
+        if (link_finish(link, state, code, rc < 0 ? err : "", 30, lerr, sizeof lerr))
+            fprintf(stderr,
+                    "bfworker run: %s; they stay in %s, where bfd reads them when the attempt "
+                    "ends\n",
+                    lerr, mpath);
+        /* the outcome is also left in a file, delivered or not: a bfd killed
+         * before it saw this process exit, or one that did not hear `done`,
+         * judges the attempt by it and stores the lines past its last ack
+         * from metrics.jsonl (docs/protocol.md) */
+        char opath[4200], tpath[4300], line[96];
+        snprintf(opath, sizeof opath, "%s/" PROTO_OUTCOME_FILE, out);
+        snprintf(tpath, sizeof tpath, "%s.tmp", opath);
+        snprintf(line, sizeof line, "%ld %s %d\n", attempt, state, code);
+        if (write_text(tpath, line, lerr, sizeof lerr) || rename(tpath, opath) != 0)
+            fprintf(stderr, "bfworker run: writing %s: %s\n", opath, lerr);
         link_destroy(&link);
     }
     return code;
