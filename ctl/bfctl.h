@@ -66,9 +66,17 @@ int bfctl_tail(int argc, char **argv);
  * points without gap or duplicate until it ends; compact: one short line per
  * point (a live table on a terminal when following a job). Returns 0 or 1. */
 int ctl_tail(ctl_conn *c, long long job, long long trial, int follow, int compact);
+/* ctl/ctl_prune.c: removing jobs */
+extern const opt_spec bfctl_rm_opts[], bfctl_gc_opts[];
+int bfctl_rm(int argc, char **argv);
+int bfctl_gc(int argc, char **argv);
 /* ctl/ctl_control.c */
 int bfctl_cancel(int argc, char **argv);
 int bfctl_stop(int argc, char **argv);
+/* ctl/ctl_dashboard.c: the dashboard's URL, and edits of a running sweep */
+extern const opt_spec bfctl_edit_opts[];
+int bfctl_dashboard(int argc, char **argv);
+int bfctl_edit(int argc, char **argv);
 /* ctl/ctl_logs.c */
 extern const opt_spec bfctl_logs_opts[];
 int bfctl_logs(int argc, char **argv);

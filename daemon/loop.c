@@ -368,7 +368,8 @@ static int run_round(bfd *d, char *err, size_t errlen) {
     };
     int n_items = d->zap ? 6 : 5;
     /* dirty: a scheduling pass stopped with more to start: no wait */
-    int p = zmq_poll(items, n_items, d->dirty || d->backlog ? 0 : 200);
+    int p =
+        zmq_poll(items, n_items, d->dirty || d->backlog || d->pruning || d->shrinking ? 0 : 200);
     if (p < 0 && zmq_errno() != EINTR)
         return bf_fail(err, errlen, "zmq_poll: %s", zmq_strerror(zmq_errno()));
     if (items[2].revents & ZMQ_POLLIN) {
@@ -391,7 +392,7 @@ static int run_round(bfd *d, char *err, size_t errlen) {
     if (exp_tb_tick(d->tb, d->st, now_s(), terr, sizeof terr)) bfd_log("tensorboard: %s", terr);
     prom_update(d);
     if (d->dirty || now_s() - d->last_sched > 5) schedule(d);
-
+    if (d->pruning || d->shrinking) prune_tick(d);
     return 0;
 }
 
@@ -414,6 +415,7 @@ static void close_daemon(bfd *d) {
     if (d->ctx) zmq_ctx_term(d->ctx);
     if (d->sigpipe[0] >= 0) close(d->sigpipe[0]);
     if (d->sigpipe[1] >= 0) close(d->sigpipe[1]);
+    http_stop(&d->http); /* before the snapshot it renders */
     prom_stop(&d->prom);
     exp_tb_close(&d->tb);
     dstate_close(&d->ds);
@@ -426,6 +428,31 @@ static void close_daemon(bfd *d) {
     free(d);
 }
 
+/* The Prometheus snapshot, its own tokenless listener when bfd.yaml names
+ * one, and the dashboard (which also serves the snapshot at /metrics). A
+ * dashboard that cannot start on its default address only warns: a second
+ * bfd on the machine (another BF_HOME) finds the port taken. */
+static int start_exporters(bfd *d, char *err, size_t errlen) {
+    const bfd_config *c = d->c;
+    if (!c->prometheus[0] && !c->http[0]) return 0;
+    if (prom_new(d->started, &d->prom, err, errlen)) return -1;
+    if (c->prometheus[0]) {
+        if (prom_listen(d->prom, c->prometheus, err, errlen)) return -1;
+        bfd_log("prometheus: http://%s/metrics", c->prometheus);
+    }
+    if (!c->http[0]) return 0;
+    char herr[1024];
+    if (http_start(c->http, c->http_insecure, d->o->home, d->ep_ctl, d->prom, &d->http, herr,
+                   sizeof herr)) {
+        http_stop(&d->http);
+        if (!c->http_default) return bf_fail(err, errlen, "%s", herr);
+        bfd_log("warning: %s; the dashboard is off (set http: in bfd.yaml or --http)", herr);
+        return 0;
+    }
+    bfd_log("dashboard: http://%s/ (bfctl dashboard prints it with its token)", c->http);
+    return 0;
+}
+
 int bfd_run(const bfd_opts *o, const bfd_config *c, char *err, size_t errlen) {
     bfd *d = calloc(1, sizeof *d);
     if (!d) return bf_fail(err, errlen, "out of memory");
@@ -435,18 +462,15 @@ int bfd_run(const bfd_opts *o, const bfd_config *c, char *err, size_t errlen) {
     d->sigpipe[0] = d->sigpipe[1] = -1;
     d->started = now_s();
     if (open_state(d, err, errlen) || catch_signals(d, err, errlen) ||
-        open_sockets(d, err, errlen) || reconcile(d, err, errlen)) {
+        open_sockets(d, err, errlen) || reconcile(d, err, errlen) || prune_start(d, err, errlen)) {
         close_daemon(d);
         return -1;
     }
     char terr[1024];
     if (exp_tb_recover(d->tb, d->st, now_s(), terr, sizeof terr)) bfd_log("tensorboard: %s", terr);
-    if (c->prometheus[0]) {
-        if (prom_start(c->prometheus, d->started, &d->prom, err, errlen)) {
-            close_daemon(d);
-            return -1;
-        }
-        bfd_log("prometheus: http://%s/metrics", c->prometheus);
+    if (start_exporters(d, err, errlen)) {
+        close_daemon(d);
+        return -1;
     }
     bfd_log("serving %s (pid %d): %d slot%s, %d GPU%s, launcher %s, heartbeat timeout %.0f s",
             o->home, (int)getpid(), c->slots, c->slots == 1 ? "" : "s", c->n_gpus,
