@@ -237,6 +237,11 @@ void run_exited(bfd *d, run *r, int code, int sig);
 /* The outcome the worker of trial's attempt left in its folder: 0 completed,
  * 1 preempted, 2 failed, -1 none (or another attempt's). */
 int read_outcome(const bfd *d, int64_t trial, int attempt);
+/* Stores the complete lines of trial's metrics.jsonl past the highest
+ * stored seq (a worker that could not deliver them: bfd down, the network
+ * lossy, the store full) as attempt's points. 0 (also without a file), or
+ * -1 after logging. */
+int recover_lines(bfd *d, int64_t trial, int attempt);
 /* Waits for every child that exited and records how its attempt ended. */
 void reap_children(bfd *d);
 /* The runs' timers: SIGKILL after the grace, heartbeat timeouts, Slurm
@@ -322,11 +327,6 @@ json_t *agents_json(bfd *d);
 
 /* --------------------------------------------------------------- recover.c */
 
-/* Stores the complete lines of trial's metrics.jsonl past the highest
- * stored seq (a worker that could not deliver them: bfd down, the network
- * lossy, the store full) as attempt's points. 0 (also without a file), or
- * -1 after logging. */
-int recover_lines(bfd *d, int64_t trial, int attempt);
 /* After a restart: RUNNING trials whose worker still lives are reattached
  * (they reconnect and resend); the others ended while bfd was down and are
  * recorded so. Returns 0, or -1 with a message when the store cannot be read. */

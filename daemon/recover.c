@@ -5,87 +5,10 @@
  * was down is recorded from the outcome file it left, or failed. It runs
  * once, before the loop serves anyone; it launches nothing. */
 #include "daemon/bfd_priv.h"
-#include "common/input_path.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define RECOVER_CHUNK 512 /* lines parsed per store transaction */
-
-/* Stores the parsed lines pts[0..n) (their names owned by the caller's
- * holders) as points of trial's attempt; 0, or -1 with the store's message. */
-static int store_lines(bfd *d, int64_t trial, int attempt, const proto_point *pts, size_t n,
-                       char *err, size_t errlen) {
-    size_t k = 0, total = 0;
-    for (size_t i = 0; i < n; i++) total += (size_t)pts[i].n;
-    if (!total) return 0;
-    store_metric *sm = malloc(total * sizeof *sm);
-    if (!sm) return snprintf(err, errlen, "out of memory"), -1;
-    for (size_t i = 0; i < n; i++)
-        for (int v = 0; v < pts[i].n; v++)
-            if (!pts[i].is_null[v])
-                sm[k++] = (store_metric){.seq = pts[i].seq,
-                                         .step = pts[i].step,
-                                         .name = pts[i].name[v],
-                                         .value = pts[i].value[v],
-                                         .time = pts[i].time,
-                                         .attempt = attempt};
-    int rc = k ? store_metrics_insert(d->st, trial, sm, k, err, errlen) : 0;
-    free(sm);
-    return rc;
-}
-
-int recover_lines(bfd *d, int64_t trial, int attempt) {
-    char p[1300], why[256], err[1024];
-    snprintf(p, sizeof p, "%s/trials/%lld/metrics.jsonl", d->o->home, (long long)trial);
-    FILE *f = input_path_open(p, why, sizeof why);
-    if (!f) {
-        if (errno != ENOENT) bfd_log("trial %lld: %s: %s", (long long)trial, p, why);
-        return errno == ENOENT ? 0 : -1;
-    }
-    int64_t acked;
-    if (store_max_seq(d->st, trial, &acked, err, sizeof err)) {
-        fclose(f);
-        bfd_log("trial %lld: %s", (long long)trial, err);
-        return -1;
-    }
-    proto_point pts[RECOVER_CHUNK];
-    json_t *holders[RECOVER_CHUNK];
-    size_t n = 0;
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
-    int64_t seq = 0, stored = 0;
-    int rc = 0;
-    /* a last line without its newline is partial: never counted as a seq */
-    while (rc == 0 && (len = getline(&line, &cap, f)) > 0 && line[len - 1] == '\n') {
-        if (++seq <= acked) continue;
-        holders[n] = NULL;
-        if (proto_parse_jsonl_line(line, (size_t)len, seq, &pts[n], &holders[n]) == 0) n++;
-        if (n == RECOVER_CHUNK) {
-            rc = store_lines(d, trial, attempt, pts, n, err, sizeof err);
-            stored += (int64_t)n;
-            while (n) json_decref(holders[--n]);
-        }
-    }
-    if (rc == 0 && n) rc = store_lines(d, trial, attempt, pts, n, err, sizeof err);
-    stored += (int64_t)n;
-    while (n) json_decref(holders[--n]);
-    free(line);
-    fclose(f);
-    if (rc) {
-        bfd_log("trial %lld: storing the lines of %s past seq %lld: %s", (long long)trial, p,
-                (long long)acked, err);
-        return -1;
-    }
-    if (stored)
-        bfd_log("trial %lld attempt %d: %lld metric line%s the worker had not delivered stored "
-                "from %s",
-                (long long)trial, attempt, (long long)stored, stored == 1 ? "" : "s", p);
-    return 0;
-}
 
 /* Puts the live attempt of row (trial id of job; ss: how Slurm sees it)
  * back into the run table and judges the early stops it reached while bfd
