@@ -117,7 +117,7 @@ static void ex_begin(exporter *ex, json_t *job, json_t *first_trial_params) {
             putchar(',');
             csv_field(stdout, k);
         }
-        fputs(",seq,step,time,name,value\n", stdout);
+        fputs(",seq,step,time,name,value,attempt,current\n", stdout);
     } else {
         char *j = json_dumps(job, JSON_COMPACT | JSON_PRESERVE_ORDER);
         if (!j) {
@@ -176,15 +176,17 @@ static void ex_trial_begin(exporter *ex, json_t *t) {
     ex->metrics_out = 0;
 }
 
+/* One metric row; attempt: the attempt that logged it, current: 0 when a
+ * later attempt logged its step again (superseded, kept for the record). */
 static void ex_metric(exporter *ex, const char *prefix, const char *name, long long step,
-                      long long seq, double value, double time) {
+                      long long seq, double value, double time, long long attempt, int current) {
     char v[32], t[32];
     fmt_double(v, sizeof v, value);
     fmt_double(t, sizeof t, time);
     if (ex->csv) {
         printf("%s,%lld,%lld,%s,", prefix, seq, step, t);
         csv_field(stdout, name);
-        printf(",%s\n", v);
+        printf(",%s,%lld,%d\n", v, attempt, current);
     } else {
         json_t *js = json_string(name);
         char *q = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;
@@ -193,8 +195,9 @@ static void ex_metric(exporter *ex, const char *prefix, const char *name, long l
             ex->failed = 1;
             return;
         }
-        printf("%s\n    {\"name\":%s,\"step\":%lld,\"seq\":%lld,\"value\":%s,\"time\":%s}",
-               ex->metrics_out ? "," : "", q, step, seq, v, t);
+        printf("%s\n    {\"name\":%s,\"step\":%lld,\"seq\":%lld,\"value\":%s,\"time\":%s,"
+               "\"attempt\":%lld,\"current\":%s}",
+               ex->metrics_out ? "," : "", q, step, seq, v, t, attempt, current ? "true" : "false");
         free(q);
     }
     ex->metrics_out++;
@@ -237,9 +240,11 @@ static void ex_points(exporter *ex, const char *prefix, json_t *points) {
         long long seq = (long long)json_integer_value(json_object_get(p, "seq"));
         long long step = (long long)json_integer_value(json_object_get(p, "step"));
         double time = json_number_value(json_object_get(p, "time"));
+        long long attempt = (long long)json_integer_value(json_object_get(p, "attempt"));
+        int current = !json_is_true(json_object_get(p, "superseded"));
         for (size_t j = 0; j < k; j++)
             ex_metric(ex, prefix, names[j], step, seq,
-                      json_number_value(json_object_get(vals, names[j])), time);
+                      json_number_value(json_object_get(vals, names[j])), time, attempt, current);
         free(names);
     }
 }
@@ -265,7 +270,9 @@ static int export_whole(exporter *ex, json_t *r) {
                       (long long)json_integer_value(json_object_get(m, "step")),
                       (long long)json_integer_value(json_object_get(m, "seq")),
                       json_number_value(json_object_get(m, "value")),
-                      json_number_value(json_object_get(m, "time")));
+                      json_number_value(json_object_get(m, "time")),
+                      (long long)json_integer_value(json_object_get(m, "attempt")),
+                      !json_is_false(json_object_get(m, "current")));
         ex_trial_end(ex);
         free(prefix);
     }
@@ -306,8 +313,8 @@ static int export_paged(exporter *ex, ctl_conn *c) {
         for (;;) {
             json_t *m;
             if (request(c, "metrics",
-                        json_pack("{s:I, s:I, s:i}", "trial", (json_int_t)id, "after",
-                                  (json_int_t)after, "limit", EXPORT_PAGE),
+                        json_pack("{s:I, s:I, s:i, s:b}", "trial", (json_int_t)id, "after",
+                                  (json_int_t)after, "limit", EXPORT_PAGE, "all", 1),
                         &m, NULL, 0, NULL)) {
                 rc = 1;
                 break;

@@ -251,9 +251,8 @@ void agents_check(bfd *d) {
         for (size_t k = 0; k < d->n_runs;) {
             run *r = &d->runs[k];
             if (r->remote && r->agent_id == a->id) {
-                if (!r->ending) record_failure(d, r, why);
-                remove_run(d, r);
-                continue; /* r was replaced by the last run */
+                end_run(d, r, -1, why);
+                continue; /* r was replaced by the last run, or exited (not remote now) */
             }
             k++;
         }

@@ -17,6 +17,7 @@ typedef struct bfd_config {
     char launcher[16]; /* "local" (fork/mpirun), "slurm" (sbatch + srun) or "remote" (agents) */
     double heartbeat_timeout;  /* s without a worker message before its attempt fails (30) */
     double heartbeat_interval; /* s between worker heartbeats (1) */
+    double startup_timeout;    /* s from an attempt's start to its worker's hello (120) */
     double kill_grace;         /* s between SIGTERM and SIGKILL on cancel (5) */
     double progress_timeout;   /* s without a new metric point before an attempt fails (0: off) */
     int threads_per_slot;      /* OMP_NUM_THREADS of each rank (1) */

@@ -223,6 +223,9 @@ static const bfd_key bfd_keys[] = {
      "seconds without a worker message before its attempt fails"},
     {"heartbeat_interval", set_double, 0.05, 3600, NULL, AT(heartbeat_interval), "1", "S", NULL,
      "seconds between worker heartbeats (at most half heartbeat_timeout)"},
+    {"startup_timeout", set_double, 1, 86400, NULL, AT(startup_timeout), "120", "S", NULL,
+     "seconds from an attempt's start (under Slurm: from when its job runs) to its worker's "
+     "hello; heartbeat_timeout counts from the hello on"},
     {"progress_timeout", set_double, 0, 7 * 86400, NULL, AT(progress_timeout), "0", "S", NULL,
      "seconds without a new metric point before an attempt fails (0 is off)"},
     {"kill_grace", set_double, 0, 3600, NULL, AT(kill_grace), "5", "S", NULL,

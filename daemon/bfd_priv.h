@@ -66,6 +66,15 @@ typedef struct run {
     int remote;
     int agent_id;
     char agent[PROTO_MAX_NAME + 1];
+    /* the store refused to record its end (disk full): unrecorded, with the
+     * exit status (-1 none) and reason to record again at record_at; exited
+     * once its process is gone: it then holds no slot, GPU, pid or job, and
+     * stays only until the end is stored (runs.c, end_run) */
+    int unrecorded, exited, end_code;
+    char end_why[600];
+    double record_at;
+    int hello_seen;   /* its worker said hello: heartbeat_timeout runs, not startup_timeout */
+    int completing_0; /* Slurm says COMPLETING with exit code 0:0: Slurm's final word decides */
 } run;
 
 /* One `bfworker serve` agent connected to the worker socket (agents.c). */
@@ -95,6 +104,7 @@ typedef struct batch {
     proto_points pts;
     int64_t prev_acked; /* the run's acked before this batch */
     int gap;
+    int64_t first_seq; /* the worker's first own line: those before are an earlier attempt's */
 } batch;
 
 /* What a round of worker messages has taken so far (loop.c bounds it):
@@ -216,22 +226,34 @@ int slots_used(bfd *d);
 /* 1 when a live attempt holds CUDA device g. */
 int gpu_used(bfd *d, int g);
 /* The attempt failed with why: the store retries it when retries are left
- * (an early-stopped one is STOPPED instead); published. Errors are logged. */
-void record_failure(bfd *d, run *r, const char *why);
-/* Moves the trial to state to with why, and publishes it. Errors are logged. */
-void record_state(bfd *d, run *r, trial_state to, const char *why);
+ * (an early-stopped one is STOPPED instead); published. Returns 0, or -1
+ * when the store refused it (logged). */
+int record_failure(bfd *d, run *r, const char *why);
+/* Moves the trial to state to with why, and publishes it; 0, or -1 logged. */
+int record_state(bfd *d, run *r, trial_state to, const char *why);
 /* Exit 75 on a SIGTERM bfd did not send: back to PENDING, resumed from its
- * checkpoint without using a retry; published. */
-void record_preempted(bfd *d, run *r);
+ * checkpoint without using a retry; published. 0, or -1 logged. */
+int record_preempted(bfd *d, run *r);
 /* The attempt succeeded: the trial completes, or its s2s stage does (checked
- * against the stage's stage.json) and the trial goes PENDING for the next. */
-void record_completed(bfd *d, run *r, const char *why);
+ * against the stage's stage.json) and the trial goes PENDING for the next.
+ * 0, or -1 when the store refused it (logged). */
+int record_completed(bfd *d, run *r, const char *why);
+/* r's end (exit status code, -1 none; why when it failed) is known and its
+ * process gone: recorded unless r->ending, then r forgotten. When the store
+ * refuses the record, r stays in the table holding nothing (exited) and the
+ * record is tried again by check_timers until the store takes it. */
+void end_run(bfd *d, run *r, int code, const char *why);
 /* launcher: remote: the agent says r's process ended with exit status code
  * (-1 none) or by signal sig (0 none): recorded as a child's end, r forgotten. */
 void run_exited(bfd *d, run *r, int code, int sig);
 /* The outcome the worker of trial's attempt left in its folder: 0 completed,
  * 1 preempted, 2 failed, -1 none (or another attempt's). */
 int read_outcome(const bfd *d, int64_t trial, int attempt);
+/* Stores the complete lines of trial's metrics.jsonl past the highest
+ * stored seq (a worker that could not deliver them: bfd down, the network
+ * lossy, the store full) as attempt's points. 0 (also without a file), or
+ * -1 after logging. */
+int recover_lines(bfd *d, int64_t trial, int attempt);
 /* Waits for every child that exited and records how its attempt ended. */
 void reap_children(bfd *d);
 /* The runs' timers: SIGKILL after the grace, heartbeat timeouts, Slurm

@@ -250,7 +250,11 @@ static int sync_writer(tbw *w, store *st, char *err, size_t errlen) {
     int rc = 0;
     for (size_t i = 0; i < n && !rc; i++) {
         if (i == 0 || p[i].seq != p[i - 1].seq) seqs++;
-        rc = tfevents_scalar(w->ev, p[i].name, p[i].step, p[i].time, p[i].value, err, errlen);
+        /* the current curve only: a retry's re-logged steps replace the old
+         * ones (those written before the retry came are purged by
+         * TensorBoard when the step goes back) */
+        if (!p[i].superseded)
+            rc = tfevents_scalar(w->ev, p[i].name, p[i].step, p[i].time, p[i].value, err, errlen);
     }
     if (!rc && n) w->seq = p[n - 1].seq;
     w->behind = !rc && seqs == TB_SYNC_SEQS;

@@ -405,7 +405,7 @@ static int launch_local(bfd *d, run *r, const store_job *j, const char *out, con
     pid_t pid = fork();
     if (pid < 0) {
         int e = errno;
-        remove_run(d, find_run(d, trial));
+        remove_run(d, r);
         int rq;
         char why[256];
         snprintf(why, sizeof why, "fork: %s", strerror(e));
@@ -414,7 +414,6 @@ static int launch_local(bfd *d, run *r, const store_job *j, const char *out, con
         return -1;
     }
     if (pid == 0) exec_worker(argv, logp, cwd, gl, d->c->threads_per_slot, id, attempt, j->ranks);
-    r = find_run(d, trial);
     r->pid = pid;
     dr->pid = pid;
     if (dstate_run_put(d->ds, dr, err, sizeof err)) {

@@ -28,6 +28,7 @@ static int reattach(bfd *d, int64_t id, int64_t job, const dstate_run *row, cons
     r->started = row->started;
     r->last_seen = r->last_alive_check = r->last_progress = now_s();
     r->is_child = 0;
+    r->hello_seen = 1; /* it ran before the restart: it reconnects within heartbeat_timeout */
     store_stage rs;
     if (store_trial_running_stage(d->st, r->trial, &rs, err, errlen) == 0) {
         snprintf(r->stage, sizeof r->stage, "%s", rs.name);
@@ -74,8 +75,10 @@ static void record_gone(bfd *d, int64_t id, int64_t job, const dstate_run *row,
                  ss->state);
     else
         snprintf(why, sizeof why, "worker gone while bfd was down");
-    /* an attempt that ended while bfd was down left its outcome */
+    /* an attempt that ended while bfd was down left its outcome, and its
+     * points past the last acked one in metrics.jsonl */
     int oc = row ? read_outcome(d, id, row->attempt) : -1;
+    if (row) recover_lines(d, id, row->attempt);
     if (oc == 0 && !tmp.stop_reason[0])
         record_completed(d, &tmp, "completed while bfd was down");
     else if (oc == 1 && !tmp.stop_reason[0])

@@ -10,17 +10,22 @@
 
 #define HISTORY_MAX_ROWS 50000 /* metric rows read per `metrics` reply */
 
-/* Groups store rows (seq, name order) into points; returns the array. */
-static json_t *rows_to_points(const store_point *p, size_t n, size_t *n_points) {
+/* Groups store rows (seq, name order) into points, each with its attempt;
+ * a superseded row is left out, or with all kept and marked. Returns the
+ * array. */
+static json_t *rows_to_points(const store_point *p, size_t n, int all, size_t *n_points) {
     json_t *arr = json_array();
     json_t *cur = NULL, *vals = NULL;
     int64_t cur_seq = -1;
     *n_points = 0;
     for (size_t i = 0; i < n; i++) {
+        if (p[i].superseded && !all) continue;
         if (p[i].seq != cur_seq) {
             vals = json_object();
-            cur = json_pack("{s:I, s:I, s:f, s:o}", "seq", (json_int_t)p[i].seq, "step",
-                            (json_int_t)p[i].step, "time", p[i].time, "values", vals);
+            cur = json_pack("{s:I, s:I, s:f, s:o, s:i}", "seq", (json_int_t)p[i].seq, "step",
+                            (json_int_t)p[i].step, "time", p[i].time, "values", vals, "attempt",
+                            p[i].attempt);
+            if (p[i].superseded) json_object_set_new(cur, "superseded", json_true());
             json_array_append_new(arr, cur);
             cur_seq = p[i].seq;
             (*n_points)++;
@@ -33,7 +38,14 @@ static json_t *rows_to_points(const store_point *p, size_t n, size_t *n_points) 
 void req_metrics(bfd *d, void *s, proto_msg *m) {
     char ferr[512], err[1024];
     long long id, after, limit;
+    int all;
     FIELD(proto_get_int(m->body, "trial", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
+    json_t *ja = json_object_get(m->body, "all"); /* true: superseded points too, marked */
+    if (ja && !json_is_boolean(ja)) {
+        reply_err(d, s, m, PROTO_E_FIELD, "metrics: 'all' must be true or false");
+        return;
+    }
+    all = json_is_true(ja);
     FIELD(proto_get_int(m->body, "after", 0, 0, PROTO_MAX_INT, 0, &after, ferr, sizeof ferr));
     FIELD(proto_get_int(m->body, "limit", 0, 1, 10000, 1000, &limit, ferr, sizeof ferr));
     int64_t job;
@@ -68,7 +80,7 @@ void req_metrics(bfd *d, void *s, proto_msg *m) {
         }
     use = cut;
     size_t np;
-    json_t *arr = rows_to_points(pts, use, &np);
+    json_t *arr = rows_to_points(pts, use, all, &np);
     long long last = use ? pts[use - 1].seq : after;
     free(pts);
     json_t *b = json_pack("{s:I, s:I, s:o, s:I, s:b}", "trial", (json_int_t)id, "job",
@@ -108,10 +120,11 @@ void req_export(bfd *d, void *s, proto_msg *m) {
                 break;
             }
             for (size_t r = 0; r < k; r++)
-                json_array_append_new(metrics, json_pack("{s:s, s:I, s:I, s:f, s:f}", "name",
-                                                         p[r].name, "step", (json_int_t)p[r].step,
-                                                         "seq", (json_int_t)p[r].seq, "value",
-                                                         p[r].value, "time", p[r].time));
+                json_array_append_new(
+                    metrics, json_pack("{s:s, s:I, s:I, s:f, s:f, s:i, s:b}", "name", p[r].name,
+                                       "step", (json_int_t)p[r].step, "seq", (json_int_t)p[r].seq,
+                                       "value", p[r].value, "time", p[r].time, "attempt",
+                                       p[r].attempt, "current", !p[r].superseded));
             total_rows += k;
             /* rows of one seq may straddle pages: continue from the last full seq */
             int64_t last = k ? p[k - 1].seq : after;

@@ -37,6 +37,9 @@ void req_status(bfd *d, void *s, proto_msg *m) {
         json_t *last = json_array_get(runs, json_array_size(runs) - 1);
         if (r->slurm_job[0]) json_object_set_new(last, "slurm_job", json_string(r->slurm_job));
         if (r->remote) json_object_set_new(last, "agent", json_string(r->agent));
+        if (r->unrecorded) /* its end is known; the store has not taken it yet */
+            json_object_set_new(last, "unrecorded", json_string(r->end_why));
+        if (r->exited) json_object_set_new(last, "exited", json_true());
     }
     int free_g[BFD_MAX_GPUS], nf = 0;
     for (int g = 0; g < d->c->n_gpus; g++)

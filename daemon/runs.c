@@ -2,12 +2,14 @@
  * the slots and GPUs it holds) and how an attempt's end is recorded: the
  * exit status, the worker's `done`, the outcome file or Slurm's job state
  * mapped to the trial's next state in the store (completed, stage done,
- * stopped, preempted, failed and retried), then published. Its timers end
+ * stopped, preempted, failed and retried), then published; the lines of
+ * metrics.jsonl its worker could not deliver are stored first. Its timers end
  * attempts too: kill deadlines, heartbeat timeouts, Slurm polls, reattached
  * processes that went. It starts nothing (launch.c) and chooses nothing to
  * run (sched.c); it reads no socket. */
 #include "daemon/bfd_priv.h"
 #include "common/errbuf.h"
+#include "common/input_path.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -77,61 +79,59 @@ void agent_suspect_of(bfd *d, const run *r, const char *why) {
         if (d->agents[i].id == r->agent_id) agent_unreachable(d, &d->agents[i], why);
 }
 
-void record_failure(bfd *d, run *r, const char *why) {
+int record_failure(bfd *d, run *r, const char *why) {
     char err[512];
     int requeued = 0;
-    if (r->stop_reason[0]) { /* early-stopped: whatever the exit, it is not retried */
-        record_state(d, r, TRIAL_STOPPED, r->stop_reason);
-        return;
-    }
+    if (r->stop_reason[0]) /* early-stopped: whatever the exit, it is not retried */
+        return record_state(d, r, TRIAL_STOPPED, r->stop_reason);
     if (store_trial_fail(d->st, r->trial, why, &requeued, err, sizeof err)) {
         bfd_log("trial %lld: %s", (long long)r->trial, err);
-        return;
+        return -1;
     }
     bfd_log("trial %lld attempt %d failed: %s%s", (long long)r->trial, r->attempt, why,
             requeued ? " (retrying)" : "");
     publish_event(d, r->job, r->trial, requeued ? "PENDING" : "FAILED", r->attempt, why);
     d->dirty = 1;
+    return 0;
 }
 
 /* A config or data error (the worker's exit status 64): the next attempt
  * would read the same config and the same files, so it fails for good
  * whatever retries are left (an early-stopped trial is STOPPED instead). */
-static void record_input_error(bfd *d, run *r, const char *why) {
-    if (r->stop_reason[0]) {
-        record_state(d, r, TRIAL_STOPPED, r->stop_reason);
-        return;
-    }
+static int record_input_error(bfd *d, run *r, const char *why) {
+    if (r->stop_reason[0]) return record_state(d, r, TRIAL_STOPPED, r->stop_reason);
     char msg[700];
     snprintf(msg, sizeof msg, "%s (a config or data error: not retried)", why);
-    record_state(d, r, TRIAL_FAILED, msg);
+    return record_state(d, r, TRIAL_FAILED, msg);
 }
 
-void record_state(bfd *d, run *r, trial_state to, const char *why) {
+int record_state(bfd *d, run *r, trial_state to, const char *why) {
     char err[512];
     if (store_trial_transition(d->st, r->trial, to, why, err, sizeof err)) {
         bfd_log("trial %lld: %s", (long long)r->trial, err);
-        return;
+        return -1;
     }
     bfd_log("trial %lld attempt %d: %s (%s)", (long long)r->trial, r->attempt, store_state_name(to),
             why);
     publish_event(d, r->job, r->trial, store_state_name(to), r->attempt, why);
     d->dirty = 1;
+    return 0;
 }
 
 /* The worker checkpointed on a SIGTERM bfd did not send (a node drain, a
  * Slurm preemption or time limit) and exited 75: back to PENDING, resumed
  * from the checkpoint, without using a retry. */
-void record_preempted(bfd *d, run *r) {
+int record_preempted(bfd *d, run *r) {
     char err[512];
     const char *why = "preempted (exit status 75); resumes from checkpoint";
     if (store_trial_preempt(d->st, r->trial, why, err, sizeof err)) {
         bfd_log("trial %lld: %s", (long long)r->trial, err);
-        return;
+        return -1;
     }
     bfd_log("trial %lld attempt %d: %s", (long long)r->trial, r->attempt, why);
     publish_event(d, r->job, r->trial, "PENDING", r->attempt, why);
     d->dirty = 1;
+    return 0;
 }
 
 /* Reads ROOT/DIR/stage.json, which the worker writes last (atomically) when
@@ -158,51 +158,172 @@ static int stage_output_ok(bfd *d, const store_stage *st, char *why, size_t whyl
  * completes its stage (checked against the stage's stage.json), and the
  * trial with it when that was its last stage, else goes PENDING for its next
  * stage at once. */
-void record_completed(bfd *d, run *r, const char *why) {
+int record_completed(bfd *d, run *r, const char *why) {
     char err[1024], msg[512];
     store_stage st;
     int rc = store_trial_running_stage(d->st, r->trial, &st, err, sizeof err);
-    if (rc < 0) bfd_log("trial %lld: %s", (long long)r->trial, err);
-    if (rc != 0) {
-        record_state(d, r, TRIAL_COMPLETED, why);
-        return;
+    if (rc < 0) {
+        bfd_log("trial %lld: %s", (long long)r->trial, err);
+        return -1; /* a stage's end is not taken for the trial's: read again later */
     }
-    if (stage_output_ok(d, &st, msg, sizeof msg)) {
-        record_failure(d, r, msg);
-        return;
-    }
+    if (rc != 0) return record_state(d, r, TRIAL_COMPLETED, why);
+    if (stage_output_ok(d, &st, msg, sizeof msg)) return record_failure(d, r, msg);
     if (!st.next[0]) {
         snprintf(msg, sizeof msg, "%s; stage %s %s done, the last", why, st.name, st.key);
-        record_state(d, r, TRIAL_COMPLETED, msg);
-        return;
+        return record_state(d, r, TRIAL_COMPLETED, msg);
     }
     snprintf(msg, sizeof msg, "stage %s %s done (%s); next: %s", st.name, st.key, why, st.next);
     if (store_trial_stage_done(d->st, r->trial, msg, err, sizeof err)) {
         bfd_log("trial %lld: %s", (long long)r->trial, err);
-        return;
+        return -1;
     }
     bfd_log("trial %lld attempt %d: %s", (long long)r->trial, r->attempt, msg);
     publish_event(d, r->job, r->trial, "PENDING", r->attempt, msg);
     d->dirty = 1;
+    return 0;
 }
 
-/* The attempt is over with exit status code (-1: none known): map it to the
- * trial's state (fail_why when it failed) and forget the run. */
-static void run_ended_code(bfd *d, run *r, int code, const char *fail_why) {
-    if (!r->ending) {
-        if (code == 0)
-            record_completed(d, r, "exit status 0");
-        else if (code == 75 && (r->stop_requested || r->stop_reason[0]))
-            record_state(d, r, TRIAL_STOPPED,
-                         r->stop_reason[0] ? r->stop_reason
-                                           : "stopped on request (checkpoint written)");
-        else if (code == 75)
-            record_preempted(d, r);
-        else if (code == PROTO_EXIT_INPUT)
-            record_input_error(d, r, fail_why);
-        else
-            record_failure(d, r, fail_why);
+#define RECOVER_CHUNK 512 /* lines parsed per store transaction */
+
+/* Stores the parsed lines pts[0..n) (their names owned by the caller's
+ * holders) as points of trial's attempt; 0, or -1 with the store's message. */
+static int store_lines(bfd *d, int64_t trial, int attempt, const proto_point *pts, size_t n,
+                       char *err, size_t errlen) {
+    size_t k = 0, total = 0;
+    for (size_t i = 0; i < n; i++) total += (size_t)pts[i].n;
+    if (!total) return 0;
+    store_metric *sm = malloc(total * sizeof *sm);
+    if (!sm) return snprintf(err, errlen, "out of memory"), -1;
+    for (size_t i = 0; i < n; i++)
+        for (int v = 0; v < pts[i].n; v++)
+            if (!pts[i].is_null[v])
+                sm[k++] = (store_metric){.seq = pts[i].seq,
+                                         .step = pts[i].step,
+                                         .name = pts[i].name[v],
+                                         .value = pts[i].value[v],
+                                         .time = pts[i].time,
+                                         .attempt = attempt};
+    int rc = k ? store_metrics_insert(d->st, trial, sm, k, err, errlen) : 0;
+    free(sm);
+    return rc;
+}
+
+int recover_lines(bfd *d, int64_t trial, int attempt) {
+    char p[1300], why[256], err[1024];
+    snprintf(p, sizeof p, "%s/trials/%lld/metrics.jsonl", d->o->home, (long long)trial);
+    FILE *f = input_path_open(p, why, sizeof why);
+    if (!f) {
+        if (errno != ENOENT) bfd_log("trial %lld: %s: %s", (long long)trial, p, why);
+        return errno == ENOENT ? 0 : -1;
     }
+    int64_t acked;
+    if (store_max_seq(d->st, trial, &acked, err, sizeof err)) {
+        fclose(f);
+        bfd_log("trial %lld: %s", (long long)trial, err);
+        return -1;
+    }
+    proto_point pts[RECOVER_CHUNK];
+    json_t *holders[RECOVER_CHUNK];
+    size_t n = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    int64_t seq = 0, stored = 0;
+    int rc = 0;
+    /* a last line without its newline is partial: never counted as a seq */
+    while (rc == 0 && (len = getline(&line, &cap, f)) > 0 && line[len - 1] == '\n') {
+        if (++seq <= acked) continue;
+        holders[n] = NULL;
+        if (proto_parse_jsonl_line(line, (size_t)len, seq, &pts[n], &holders[n]) == 0) n++;
+        if (n == RECOVER_CHUNK) {
+            rc = store_lines(d, trial, attempt, pts, n, err, sizeof err);
+            stored += (int64_t)n;
+            while (n) json_decref(holders[--n]);
+        }
+    }
+    if (rc == 0 && n) rc = store_lines(d, trial, attempt, pts, n, err, sizeof err);
+    stored += (int64_t)n;
+    while (n) json_decref(holders[--n]);
+    free(line);
+    fclose(f);
+    if (rc) {
+        bfd_log("trial %lld: storing the lines of %s past seq %lld: %s", (long long)trial, p,
+                (long long)acked, err);
+        return -1;
+    }
+    if (stored)
+        bfd_log("trial %lld attempt %d: %lld metric line%s the worker had not delivered stored "
+                "from %s",
+                (long long)trial, attempt, (long long)stored, stored == 1 ? "" : "s", p);
+    return 0;
+}
+
+/* Maps the attempt's end, exit status code (-1: none known), to the
+ * trial's state (fail_why when it failed): 0, or -1 when the store refused. */
+static int record_end(bfd *d, run *r, int code, const char *fail_why) {
+    recover_lines(d, r->trial, r->attempt); /* what the worker could not deliver */
+    if (code == 0) return record_completed(d, r, "exit status 0");
+    if (code == 75 && (r->stop_requested || r->stop_reason[0]))
+        return record_state(d, r, TRIAL_STOPPED,
+                            r->stop_reason[0] ? r->stop_reason
+                                              : "stopped on request (checkpoint written)");
+    if (code == 75) return record_preempted(d, r);
+    if (code == PROTO_EXIT_INPUT) return record_input_error(d, r, fail_why);
+    return record_failure(d, r, fail_why);
+}
+
+#define RECORD_RETRY_S 5.0 /* an end the store refused is recorded again this often */
+
+/* r's end could not be stored: kept to record again (code, why). */
+static void keep_unrecorded(run *r, int code, const char *why) {
+    r->unrecorded = 1;
+    r->end_code = code;
+    snprintf(r->end_why, sizeof r->end_why, "%s", why);
+    r->record_at = now_s() + RECORD_RETRY_S;
+    bfd_log("trial %lld attempt %d: its end (%s) could not be stored; bfd keeps it and tries "
+            "again every %.0f s (the trial shows RUNNING in the store until then)",
+            (long long)r->trial, r->attempt, why, RECORD_RETRY_S);
+}
+
+/* r's process is gone: forgotten, or, while its end is unrecorded, kept
+ * holding nothing (no slot, GPU, pid, Slurm job or agent), so the slots are
+ * free and nothing signals or polls it; its token stays refused. */
+static void run_gone(bfd *d, run *r) {
+    if (!r->unrecorded) {
+        remove_run(d, r);
+        return;
+    }
+    if (!r->exited) d->dirty = 1; /* its slots are free */
+    r->exited = r->ending = 1;
+    r->ranks = r->n_gpus = 0;
+    r->pid = 0;
+    r->is_child = r->remote = r->agent_id = 0;
+    r->slurm_job[0] = '\0';
+    r->slurm_wait = 0;
+    r->kill_at = 0;
+}
+
+void end_run(bfd *d, run *r, int code, const char *why) {
+    if (!r->ending && record_end(d, r, code, why)) keep_unrecorded(r, code, why);
+    run_gone(d, r);
+}
+
+/* An exited run whose end the store refused: recorded again now. When the
+ * trial is no longer RUNNING (cancelled, or recorded by a restarted bfd's
+ * reconcile) there is nothing left to record. */
+static void record_again(bfd *d, run *r) {
+    char err[512];
+    store_trial t;
+    r->record_at = now_s() + RECORD_RETRY_S;
+    if (store_get_trial(d->st, r->trial, &t, err, sizeof err)) {
+        bfd_log("trial %lld: %s", (long long)r->trial, err);
+        return;
+    }
+    int running = t.state == TRIAL_RUNNING;
+    store_trial_free(&t);
+    if (running && record_end(d, r, r->end_code, r->end_why)) return;
+    bfd_log("trial %lld attempt %d: its end %s", (long long)r->trial, r->attempt,
+            running ? "is stored now" : "needs no record: the trial is no longer RUNNING");
     remove_run(d, r);
 }
 
@@ -251,7 +372,7 @@ static void run_ended(bfd *d, run *r, int have_status, int code, int sig, const 
         size_t k = strlen(why);
         snprintf(why + k, sizeof why - k, ": %s", r->done_msg);
     }
-    run_ended_code(d, r, code, why);
+    end_run(d, r, code, why);
 }
 
 /* A child's end as waitpid reported it. */
@@ -284,7 +405,7 @@ static void slurm_job_ended(bfd *d, run *r, const slurm_status *st) {
     else
         snprintf(why, sizeof why, "Slurm job %s ended %s (exit code %d:%d)", r->slurm_job,
                  st->state, st->exit_code, st->signal);
-    run_ended_code(d, r, code, why);
+    end_run(d, r, code, why);
 }
 
 void reap_children(bfd *d) {
@@ -320,13 +441,13 @@ void reap_children(bfd *d) {
  * so the retry starts at once elsewhere: the old attempt's late messages
  * and reconnects name a token no run holds and are refused, and its worker
  * ends itself when it sees the newer attempt in trials/ID/attempt (link.c).
- * Returns 1 when r was removed. */
+ * Returns 1 when r was removed (or, its end unrecorded, left holding nothing). */
 static int forget_silent_slurm_job(bfd *d, run *r) {
     if (!r->slurm_job[0]) return 0;
     bfd_log("trial %lld attempt %d: Slurm job %s cancelled and forgotten (its late messages "
             "are refused)",
             (long long)r->trial, r->attempt, r->slurm_job);
-    remove_run(d, r);
+    run_gone(d, r);
     return 1;
 }
 
@@ -337,7 +458,7 @@ static int forget_silent_remote(bfd *d, run *r) {
     bfd_log("trial %lld attempt %d: forgotten (agent %s asked to kill it; its late messages are "
             "refused)",
             (long long)r->trial, r->attempt, r->agent[0] ? r->agent : "none");
-    remove_run(d, r);
+    run_gone(d, r);
     return 1;
 }
 
@@ -406,6 +527,9 @@ static int apply_slurm_status(bfd *d, run *r, const slurm_status *ss) {
     }
     /* a job waiting in Slurm's queue sends no heartbeats */
     if (ss->phase == SLURM_QUEUED) r->last_seen = r->last_progress = now_s();
+    /* the batch script ended 0 and Slurm finishes the step (a lossy network
+     * delays its completion message): not silence, whatever the heartbeats */
+    r->completing_0 = !strcmp(ss->state, "COMPLETING") && ss->exit_code == 0 && ss->signal == 0;
     if (ss->phase == SLURM_RUNNING && r->slurm_phase != SLURM_RUNNING)
         bfd_log("trial %lld attempt %d: Slurm job %s is running", (long long)r->trial, r->attempt,
                 r->slurm_job);
@@ -446,30 +570,67 @@ int slurm_answered(bfd *d, const slurmq_req *q, double budget_s) {
     return 0;
 }
 
+/* r went silent: when its worker left its outcome file (it stored every
+ * point and sent `done`, which was lost), the attempt ended so: recorded,
+ * its processes killed (they are ending anyway). Returns 1 when so. */
+static int ended_by_outcome(bfd *d, run *r) {
+    int oc = read_outcome(d, r->trial, r->attempt);
+    if (oc < 0) return 0;
+    static const char *const said[] = {"completed", "preempted", "failed"};
+    char why[200];
+    snprintf(why, sizeof why, "the worker went silent after leaving its outcome (%s)", said[oc]);
+    bfd_log("trial %lld attempt %d: %s; judged by it", (long long)r->trial, r->attempt, why);
+    r->done_state = oc;
+    int code = oc == 0 ? 0 : oc == 1 ? 75 : -1;
+    if (oc == 0) recover_lines(d, r->trial, r->attempt);
+    if (oc == 0 ? record_completed(d, r, why) : record_end(d, r, code, why))
+        keep_unrecorded(r, code, why);
+    r->ending = 1;
+    kill_group(d, r, SIGKILL);
+    return 1;
+}
+
 /* Heartbeats, kill deadlines, reattached processes. */
 void check_timers(bfd *d) {
     double t = now_s();
     for (size_t i = 0; i < d->n_runs;) {
         run *r = &d->runs[i];
+        if (r->exited) {
+            if (t >= r->record_at) record_again(d, r);
+            i++; /* when removed, the last run took its place: seen next round */
+            continue;
+        }
         if (r->ending && r->kill_at > 0 && t >= r->kill_at) {
             kill_group(d, r, SIGKILL);
             r->kill_at = 0;
         }
-        if (!r->ending && t - r->last_seen > d->c->heartbeat_timeout) {
-            char why[128];
-            snprintf(why, sizeof why, "no message from the worker for %.0f s (heartbeat timeout)",
-                     t - r->last_seen);
+        /* before its hello a worker may still be starting (srun's step
+         * launch, MPI, CUDA): startup_timeout, from its start */
+        double limit = r->hello_seen ? d->c->heartbeat_timeout : d->c->startup_timeout;
+        if (!r->ending && !r->completing_0 && t - r->last_seen > limit && ended_by_outcome(d, r)) {
+            if (forget_silent_slurm_job(d, r) || forget_silent_remote(d, r)) continue;
+        }
+        if (!r->ending && !r->completing_0 && t - r->last_seen > limit) {
+            char why[160];
+            if (r->hello_seen)
+                snprintf(why, sizeof why,
+                         "no message from the worker for %.0f s (heartbeat timeout)",
+                         t - r->last_seen);
+            else
+                snprintf(why, sizeof why,
+                         "no hello from the worker %.0f s after its start (startup_timeout %g s)",
+                         t - r->last_seen, d->c->startup_timeout);
             if (r->remote) {
                 char w2[200];
                 snprintf(w2, sizeof w2, "the worker of trial %lld attempt %d went silent",
                          (long long)r->trial, r->attempt);
                 agent_suspect_of(d, r, w2);
             }
-            record_failure(d, r, why);
+            if (record_failure(d, r, why)) keep_unrecorded(r, -1, why);
             r->ending = 1;
             kill_group(d, r, SIGKILL);
             if (forget_silent_slurm_job(d, r) || forget_silent_remote(d, r))
-                continue; /* r was replaced by the last run */
+                continue; /* r was replaced by the last run, or exited */
         }
         /* heartbeats prove the process lives, not that it trains: a worker
          * stuck in open() of a FIFO, or in a loop, heartbeats forever */
@@ -479,7 +640,7 @@ void check_timers(bfd *d) {
             snprintf(why, sizeof why,
                      "no new metric point from the worker for %.0f s (progress_timeout %g s)",
                      t - r->last_progress, d->c->progress_timeout);
-            record_failure(d, r, why);
+            if (record_failure(d, r, why)) keep_unrecorded(r, -1, why);
             r->ending = 1;
             kill_group(d, r, SIGKILL);
             if (forget_silent_slurm_job(d, r) || forget_silent_remote(d, r)) continue;

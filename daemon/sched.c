@@ -103,6 +103,10 @@ static int schedule_pass(bfd *d) {
             more = 1;
             break;
         }
+        /* its previous attempt's process has not gone yet (killed on a
+         * timeout, not reaped): one attempt of a trial at a time, so its
+         * worker's messages, pid and slot are never taken for the retry's */
+        if (find_run(d, ts[i].id)) continue;
         store_job j;
         if (store_job_get(d->st, ts[i].job_id, &j, err, sizeof err) != 0) continue;
         int stage = -1;

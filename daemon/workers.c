@@ -108,7 +108,11 @@ void flush_batches(bfd *d) {
                                        .step = p->step,
                                        .name = ps->names + ps->val[v].name,
                                        .value = ps->val[v].value,
-                                       .time = p->time};
+                                       .time = p->time,
+                                       /* lines an earlier attempt wrote and
+                                        * could not deliver: the one before */
+                                       .attempt =
+                                           p->seq < bt->first_seq ? bt->attempt - 1 : bt->attempt};
                 k++;
             }
         }
@@ -214,6 +218,7 @@ static void worker_hello(bfd *d, void *s, proto_msg *m, run *r, long long trial)
     char hb[PROTO_MAX_PATH * 4 + 8];
     bfd_log("trial %lld attempt %d: worker pid %lld on %s connected", trial, r->attempt, pid,
             log_escape(host, hb, sizeof hb));
+    r->hello_seen = 1;
     reply(d, s, m, "config", b);
     json_decref(b);
     if (r->stop_requested) send_stop(d, r, r->stop_reason[0] ? r->stop_reason : "stop requested");
@@ -248,6 +253,9 @@ static void worker_done(bfd *d, void *s, proto_msg *m, run *r) {
 static void worker_metrics(bfd *d, void *s, proto_msg *m, run *r, round_count *rc) {
     char ferr[512];
     proto_points ps;
+    long long first_seq;
+    FIELD(
+        proto_get_int(m->body, "first_seq", 0, 1, PROTO_MAX_INT, 1, &first_seq, ferr, sizeof ferr));
     FIELD(proto_points_parse(m->body, PROTO_MAX_POINTS, &ps, ferr, sizeof ferr));
     char aerr[512];
     if (load_acked(d, r, aerr, sizeof aerr)) {
@@ -262,6 +270,7 @@ static void worker_metrics(bfd *d, void *s, proto_msg *m, run *r, round_count *r
     bt->attempt = r->attempt;
     bt->pts = ps;
     bt->gap = 0;
+    bt->first_seq = first_seq;
     rc->batches++;
     rc->points += ps.n;
     rc->values += ps.n_val;

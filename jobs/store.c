@@ -204,6 +204,12 @@ static const char *const migrations[STORE_SCHEMA_VERSION] = {
     " slurm_job TEXT NOT NULL DEFAULT '',"
     " agent TEXT NOT NULL DEFAULT '');"
     "CREATE TABLE IF NOT EXISTS bfd_jobs(job INTEGER PRIMARY KEY, cwd TEXT NOT NULL);",
+    /* 8 -> 9: a point carries the attempt that logged it (0: logged before
+     * this version), and superseded = 1 once a later attempt logged its step
+     * again (a retry resumed before the last logged step): kept, left out
+     * of the current curve */
+    "ALTER TABLE metrics ADD COLUMN attempt INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE metrics ADD COLUMN superseded INTEGER NOT NULL DEFAULT 0;",
 };
 
 /* A bfd_runs table made by dstate before it was a migration (version 8)
@@ -302,6 +308,10 @@ int store_create_at_version(const char *path, int version, char *err, size_t err
     return rc;
 }
 
+/* The commit hook of BF_TEST_STORE_FULL: nonzero (the commit becomes a
+ * rollback, as a full disk makes it fail) while the file path exists. */
+static int store_full_hook(void *path) { return access((const char *)path, F_OK) == 0; }
+
 /* Makes the file one whose free pages store_shrink can give back (PRAGMA
  * auto_vacuum = INCREMENTAL). A new file takes it before its first table;
  * a file made by an older build takes it through one VACUUM, once (it
@@ -384,8 +394,8 @@ int store_open(const char *path, store **out, char *err, size_t errlen) {
         return -1;
     }
     if (prepare_fixed(s,
-                      "INSERT OR IGNORE INTO metrics(trial, seq, name, step, value, time)"
-                      " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                      "INSERT OR IGNORE INTO metrics(trial, seq, name, step, value, time, attempt)"
+                      " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                       &s->ins_metric, err, errlen) < 0 ||
         prepare_fixed(s,
                       "INSERT INTO metric_latest(trial, name, seq, step, value, time, vmin, vmax)"
@@ -409,6 +419,10 @@ int store_open(const char *path, store **out, char *err, size_t errlen) {
         store_close(&s);
         return -1;
     }
+    /* tests only (docs/daemon.md, "Testing a full disk"): every commit of
+     * this connection fails while the file BF_TEST_STORE_FULL names exists */
+    const char *full = getenv("BF_TEST_STORE_FULL");
+    if (full && *full) sqlite3_commit_hook(s->db, store_full_hook, (void *)full);
     *out = s;
     return 0;
 }

@@ -26,7 +26,7 @@
 extern "C" {
 #endif
 
-#define STORE_SCHEMA_VERSION 8
+#define STORE_SCHEMA_VERSION 9
 
 typedef enum {
     TRIAL_PENDING = 0,
@@ -113,10 +113,16 @@ typedef struct store_metric {
     const char *name;
     double value;
     double time; /* unix seconds */
+    int attempt; /* the trial's attempt that logged it (0: not known) */
 } store_metric;
 
 /* Inserts n points for one trial in one transaction. A point whose (trial,
- * seq, name) is already stored is skipped, so resends never duplicate. */
+ * seq, name) is already stored is skipped, so resends never duplicate. The
+ * points of attempt A > 1 supersede, per metric name, those of earlier
+ * attempts at or after A's first step of that name (a retry that resumed
+ * before its predecessor's last logged step re-logs them): those are kept,
+ * marked superseded, and left out of the current curve (the latest and
+ * best values, series, history readers that ask for it). */
 int store_metrics_insert(store *s, int64_t trial_id, const store_metric *pts, size_t n, char *err,
                          size_t errlen);
 
@@ -146,11 +152,14 @@ typedef struct store_point {
     int64_t seq, step;
     char name[64];
     double value, time;
+    int attempt;    /* 0: logged before points carried their attempt */
+    int superseded; /* a later attempt logged this step again */
 } store_point;
 
 /* Points of a trial with seq > after_seq, in (seq, name) order, at most
  * `limit`: a tail that resumes from the last seq it saw misses nothing and
- * repeats nothing. *out is malloc'd (free). */
+ * repeats nothing. Superseded points are among them, marked (a reader of
+ * the current curve skips them). *out is malloc'd (free). */
 int store_metric_history(store *s, int64_t trial_id, int64_t after_seq, int limit,
                          store_point **out, size_t *n, char *err, size_t errlen);
 

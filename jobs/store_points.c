@@ -54,11 +54,77 @@ static int check_trial(store *s, int64_t trial_id, char *err, size_t errlen) {
     return store_sqlfail(s, err, errlen, "sqlite3_step(SELECT trial)");
 }
 
+/* The first step of each (trial, attempt > 1, name) among the points a
+ * call inserts: what they supersede. */
+typedef struct super_from {
+    int64_t trial, name, from;
+    int attempt;
+} super_from;
+
+/* Notes that point (trial, attempt, name nid, step) was inserted: the
+ * entry of its key in *v (n used, cap allocated) keeps the lowest step.
+ * The entries of one trial are contiguous at the end (points come trial by
+ * trial). 0, or -1 when out of memory. */
+static int note_super(super_from **v, size_t *n, size_t *cap, int64_t trial, int attempt,
+                      int64_t nid, int64_t step) {
+    for (size_t i = *n; i-- > 0 && (*v)[i].trial == trial;)
+        if ((*v)[i].attempt == attempt && (*v)[i].name == nid) {
+            if (step < (*v)[i].from) (*v)[i].from = step;
+            return 0;
+        }
+    super_from *g = store_grow(*v, cap, *n, sizeof *g, 16);
+    if (!g) return -1;
+    *v = g;
+    g[(*n)++] = (super_from){.trial = trial, .name = nid, .from = step, .attempt = attempt};
+    return 0;
+}
+
+/* Marks superseded the points of name e->name of e->trial's earlier
+ * attempts at step >= e->from, and when any was, rebuilds that name's
+ * metric_latest row from the points still current; in the caller's
+ * transaction. The cache skips a key already done from a step <= from. */
+static int supersede(store *s, const super_from *e, char *err, size_t errlen) {
+    for (int i = 0; i < s->n_supers; i++)
+        if (s->supers[i].trial == e->trial && s->supers[i].attempt == e->attempt &&
+            s->supers[i].name == e->name && s->supers[i].from <= e->from)
+            return 0;
+    static const char *const sql[] = {
+        "UPDATE metrics SET superseded = 1 WHERE trial = ?1 AND name = ?2 AND attempt < ?3"
+        " AND step >= ?4 AND superseded = 0",
+        "DELETE FROM metric_latest WHERE trial = ?1 AND name = ?2",
+        "INSERT INTO metric_latest(trial, name, seq, step, value, time, vmin, vmax)"
+        " SELECT m.trial, m.name, m.seq, m.step, m.value, m.time, a.vmin, a.vmax"
+        " FROM (SELECT MAX(seq) AS mseq, MIN(value) AS vmin, MAX(value) AS vmax FROM metrics"
+        "       WHERE trial = ?1 AND name = ?2 AND superseded = 0) a"
+        " JOIN metrics m ON m.trial = ?1 AND m.name = ?2 AND m.seq = a.mseq"};
+    for (size_t k = 0; k < sizeof sql / sizeof sql[0]; k++) {
+        sqlite3_stmt *st;
+        if (store_prepare(s, sql[k], &st, err, errlen) < 0) return -1;
+        sqlite3_bind_int64(st, 1, e->trial);
+        sqlite3_bind_int64(st, 2, e->name);
+        if (k == 0) {
+            sqlite3_bind_int(st, 3, e->attempt);
+            sqlite3_bind_int64(st, 4, e->from);
+        }
+        if (store_step_done(s, st, "sqlite3_step(supersede points)", err, errlen) < 0) return -1;
+        if (k == 0 && sqlite3_changes(s->db) == 0) break; /* nothing superseded: latest stands */
+    }
+    int slot = s->n_supers < STORE_SUPER_CACHE ? s->n_supers++ : s->next_super++;
+    s->next_super %= STORE_SUPER_CACHE;
+    s->supers[slot].trial = e->trial;
+    s->supers[slot].name = e->name;
+    s->supers[slot].from = e->from;
+    s->supers[slot].attempt = e->attempt;
+    return 0;
+}
+
 /* Points i of trial trial_ids[i] (or trial_id for all when trial_ids is NULL). */
 static int insert_points(store *s, int64_t trial_id, const int64_t *trial_ids,
                          const store_metric *pts, size_t n, char *err, size_t errlen) {
     if (store_begin(s, err, errlen) < 0) return -1;
     int64_t checked = 0;
+    super_from *sv = NULL;
+    size_t n_sv = 0, cap_sv = 0;
     for (size_t i = 0; i < n; i++) {
         if (trial_ids) trial_id = trial_ids[i];
         if (trial_id != checked) {
@@ -82,11 +148,17 @@ static int insert_points(store *s, int64_t trial_id, const int64_t *trial_ids,
         sqlite3_bind_int64(st, 4, pts[i].step);
         sqlite3_bind_double(st, 5, pts[i].value);
         sqlite3_bind_double(st, 6, pts[i].time);
+        sqlite3_bind_int(st, 7, pts[i].attempt);
         if (sqlite3_step(st) != SQLITE_DONE) {
             store_sqlfail(s, err, errlen, "sqlite3_step(INSERT INTO metrics)");
             goto fail;
         }
         if (sqlite3_changes(s->db) == 0) continue; /* a resend: already stored */
+        if (pts[i].attempt > 1 &&
+            note_super(&sv, &n_sv, &cap_sv, trial_id, pts[i].attempt, nid, pts[i].step)) {
+            bf_fail(err, errlen, "storing metrics: out of memory");
+            goto fail;
+        }
         st = s->upd_latest;
         sqlite3_reset(st);
         sqlite3_bind_int64(st, 1, trial_id);
@@ -102,9 +174,13 @@ static int insert_points(store *s, int64_t trial_id, const int64_t *trial_ids,
     }
     sqlite3_reset(s->ins_metric);
     sqlite3_reset(s->upd_latest);
+    for (size_t i = 0; i < n_sv; i++)
+        if (supersede(s, &sv[i], err, errlen) < 0) goto fail;
     if (store_commit(s, err, errlen) < 0) goto fail;
+    free(sv);
     return 0;
 fail:
+    free(sv);
     sqlite3_reset(s->ins_metric);
     sqlite3_reset(s->upd_latest);
     store_rollback(s);
@@ -129,6 +205,8 @@ static void read_point(sqlite3_stmt *st, void *row, void *ud) {
     store_col_text(st, 2, p->name, sizeof p->name);
     p->value = sqlite3_column_double(st, 3);
     p->time = sqlite3_column_double(st, 4);
+    p->attempt = sqlite3_column_int(st, 5);
+    p->superseded = sqlite3_column_int(st, 6);
 }
 
 int store_metric_history(store *s, int64_t trial_id, int64_t after_seq, int limit,
@@ -139,7 +217,7 @@ int store_metric_history(store *s, int64_t trial_id, int64_t after_seq, int limi
     /* `limit` whole sequence numbers: a seq is never split across two calls */
     if (store_prepare(
             s,
-            "SELECT m.seq, m.step, n.name, m.value, m.time FROM metrics m"
+            "SELECT m.seq, m.step, n.name, m.value, m.time, m.attempt, m.superseded FROM metrics m"
             " JOIN metric_names n ON n.id = m.name"
             " WHERE m.trial = ?1 AND m.seq > ?2 AND m.seq <= COALESCE("
             "  (SELECT seq FROM (SELECT DISTINCT seq FROM metrics WHERE trial = ?1 AND seq > ?2"
@@ -190,7 +268,7 @@ int store_job_series(store *s, int64_t job, int64_t trial, const char *name, sto
     if (store_prepare(
             s,
             "SELECT m.trial, m.step, m.value FROM metrics m JOIN trials t ON t.id = m.trial"
-            " WHERE t.job = ?1 AND (?2 <= 0 OR m.trial = ?2) AND m.name ="
+            " WHERE t.job = ?1 AND (?2 <= 0 OR m.trial = ?2) AND m.superseded = 0 AND m.name ="
             " (SELECT id FROM metric_names WHERE name = ?3) ORDER BY m.trial, m.step, m.seq",
             &st, err, errlen) < 0)
         return -1;

@@ -25,6 +25,7 @@
 #include "jobs/store.h"
 
 #define STORE_NAME_CACHE 256
+#define STORE_SUPER_CACHE 256
 #define STORE_STMT_CACHE 128
 
 /* The handle: the connection, the statements prepared once at open (the hot
@@ -41,6 +42,14 @@ struct store {
         int64_t id;
     } names[STORE_NAME_CACHE];
     int n_names;
+    /* (trial, attempt, metric name id): the earlier attempts' points of that
+     * name are superseded from step `from` on (store_points.c), so a later
+     * batch of the same attempt needs no UPDATE; emptied by store_rollback */
+    struct {
+        int64_t trial, name, from;
+        int attempt;
+    } supers[STORE_SUPER_CACHE];
+    int n_supers, next_super;
     struct {
         uint64_t hash;
         char *sql;

@@ -105,7 +105,8 @@ void store_rollback(store *s) {
     /* after a failed statement SQLite may already have rolled back; then this
      * reports "no transaction is active", which is what we wanted anyway */
     sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
-    s->n_names = 0; /* ids inserted in the rolled-back transaction are gone */
+    s->n_names = 0;  /* ids inserted in the rolled-back transaction are gone */
+    s->n_supers = 0; /* and so are the marks of superseded points */
 }
 
 int store_event(store *s, int64_t job, int64_t trial, const char *kind, const char *msg, char *err,

@@ -325,15 +325,17 @@ Test(bfctl_results, table_json_and_export) {
     cr_assert_eq(bfctl(&out, 0, "export %lld --csv", job), 0);
     long rows = it_count_newlines(out);
     cr_assert_eq(rows, 1 + 7 + 4, "%s", out);
-    cr_assert(
-        !strncmp(out, "job,trial,index,state,attempts,train.seed,seq,step,time,name,value\n", 66),
-        "header: %.80s", out);
+    cr_assert(!strncmp(out,
+                       "job,trial,index,state,attempts,train.seed,seq,step,time,name,value,attempt,"
+                       "current\n",
+                       83),
+              "header: %.80s", out);
     char row[256];
-    snprintf(row, sizeof row, "\n%lld,%lld,0,COMPLETED,1,1,1,10,1764400000.25,train/loss,2\n", job,
-             ta);
+    snprintf(row, sizeof row, "\n%lld,%lld,0,COMPLETED,1,1,1,10,1764400000.25,train/loss,2,1,1\n",
+             job, ta);
     cr_assert(strstr(out, row), "no row '%s' in:\n%s", row + 1, out);
-    snprintf(row, sizeof row, "\n%lld,%lld,1,COMPLETED,1,2,2,20,1764400001,val/heads_used,0.9\n",
-             job, tb);
+    snprintf(row, sizeof row,
+             "\n%lld,%lld,1,COMPLETED,1,2,2,20,1764400001,val/heads_used,0.9,1,1\n", job, tb);
     cr_assert(strstr(out, row), "no row '%s' in:\n%s", row + 1, out);
     free(out);
 

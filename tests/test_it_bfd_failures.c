@@ -337,3 +337,302 @@ Test(bfd_failures, a_launch_bfd_cannot_record_stays_pending) {
     cr_assert_eq(it_bfctl(g_dir, NULL, 0, args), 0, "the job did not complete (see %s)", logp);
     cr_expect_eq(trial_int("attempts", 1), 1, "not one attempt");
 }
+
+/* `bfctl daemon status --json`'s slots_free (the whole reply into out). */
+static long long slots_free(char *out, size_t len) {
+    cr_assert_eq(it_bfctl(g_dir, out, len, "daemon status --json"), 0);
+    json_error_t je;
+    json_t *o = json_loads(out, 0, &je);
+    cr_assert(o, "daemon status --json: %s:\n%s", je.text, out);
+    long long v = json_integer_value(json_object_get(o, "slots_free"));
+    json_decref(o);
+    return v;
+}
+
+/* A stopped worker (SIGSTOP: alive, silent) fails its attempt on the
+ * heartbeat timeout; bfd kills and reaps its process group, frees its slot,
+ * and the retry is attempt 2, whose worker's hello is accepted (it stores
+ * points). When the retry is killed too the trial is FAILED with every slot
+ * free. */
+Test(bfd_failures, a_stopped_worker_is_killed_and_its_retry_runs) {
+    start_bfd("");
+    char data[600];
+    snprintf(data, sizeof data, "train: %s/train.tsv, val: %s/val.tsv", g_dir, g_dir);
+    it_submit(g_dir, sweep("stopped", data, "steps: 100000000, log_every: 5, eval_every: 0", 1));
+    it_db_wait(g_dir, g_home, "a point of attempt 1",
+               "SELECT COUNT(*) FROM metrics WHERE trial = ?1", 1, 1, 30);
+    long long pid1 = it_db_int(g_home, "SELECT pid FROM bfd_runs WHERE attempt = ?1", 1);
+    cr_assert_gt(pid1, 0);
+    cr_assert_eq(kill((pid_t)pid1, SIGSTOP), 0);
+    it_db_wait(g_dir, g_home, "attempt 2's worker",
+               "SELECT COUNT(*) FROM bfd_runs WHERE trial = 1 AND attempt = ?1 AND pid > 0", 2, 1,
+               30);
+    /* attempt 2's worker was accepted: points stored after it started */
+    it_db_wait(g_dir, g_home, "a point of attempt 2",
+               "SELECT COUNT(*) FROM metrics WHERE trial = 1 AND time > (SELECT started FROM "
+               "attempts WHERE trial = 1 AND n = ?1)",
+               2, 1, 30);
+    /* the stopped process was killed and reaped (a zombie would still answer kill 0) */
+    double t0 = it_now_s();
+    while (kill((pid_t)pid1, 0) == 0) {
+        cr_assert(it_now_s() - t0 < 10, "the stopped worker %lld still lives", pid1);
+        it_sleep_s(0.1);
+    }
+    static char out[65536];
+    cr_assert_eq(slots_free(out, sizeof out), 1, "only attempt 2 holds a slot:\n%s", out);
+    cr_assert(strstr(out, "\"attempt\": 2"), "%s", out);
+    long long pid2 = it_db_int(g_home, "SELECT pid FROM bfd_runs WHERE attempt = ?1", 2);
+    cr_assert_eq(kill((pid_t)pid2, SIGKILL), 0);
+    wait_failed(1, 30);
+    cr_assert_eq(trial_int("attempts", 1), 2);
+    t0 = it_now_s();
+    while (slots_free(out, sizeof out) != 2) {
+        cr_assert(it_now_s() - t0 < 10, "a slot is still held:\n%s", out);
+        it_sleep_s(0.1);
+    }
+}
+
+/* The first live attempt of `daemon status --json` (the reply into out):
+ * its "exited" (0 when absent, -1 when no attempt is listed). */
+static int first_run_exited(char *out, size_t len) {
+    cr_assert_eq(it_bfctl(g_dir, out, len, "daemon status --json"), 0);
+    json_t *o = json_loads(out, 0, NULL);
+    cr_assert(o, "daemon status --json:\n%s", out);
+    json_t *r = json_array_get(json_object_get(o, "running"), 0);
+    int v = r ? json_is_true(json_object_get(r, "exited")) : -1;
+    json_decref(o);
+    return v;
+}
+
+/* The store refuses every commit (BF_TEST_STORE_FULL, as a full disk does)
+ * when the worker dies: bfd still notices the exit, frees its slot, says
+ * in status that the end is unrecorded, and stores it once the store takes
+ * writes again: the trial is FAILED, not left RUNNING. */
+Test(bfd_failures, a_worker_gone_while_the_store_is_full_is_recorded_later) {
+    char full[400];
+    snprintf(full, sizeof full, "%s/store-full", g_dir);
+    setenv("BF_TEST_STORE_FULL", full, 1);
+    start_bfd("");
+    unsetenv("BF_TEST_STORE_FULL");
+    char data[600];
+    snprintf(data, sizeof data, "train: %s/train.tsv, val: %s/val.tsv", g_dir, g_dir);
+    it_submit(g_dir, sweep("full", data, "steps: 100000000, log_every: 5, eval_every: 0", 0));
+    it_db_wait(g_dir, g_home, "a point", "SELECT COUNT(*) FROM metrics WHERE trial = ?1", 1, 1, 30);
+    long long pid = it_db_int(g_home, "SELECT pid FROM bfd_runs WHERE attempt = ?1", 1);
+    cr_assert_gt(pid, 0);
+    it_write_text(full, "", 0644);
+    cr_assert_eq(kill((pid_t)pid, SIGKILL), 0);
+    static char out[65536];
+    double t0 = it_now_s();
+    while (first_run_exited(out, sizeof out) != 1) {
+        cr_assert(it_now_s() - t0 < 20, "the worker's exit is not seen:\n%s", out);
+        it_sleep_s(0.1);
+    }
+    cr_assert(strstr(out, "\"unrecorded\"") && strstr(out, "killed by signal 9"), "%s", out);
+    cr_assert_eq(slots_free(out, sizeof out), 2, "the dead worker holds no slot:\n%s", out);
+    char st[32];
+    it_db_text(g_home, "SELECT state FROM trials WHERE id = ?1", 1, st, sizeof st);
+    cr_assert_str_eq(st, "RUNNING", "nothing is written while the store is full");
+    cr_assert_eq(unlink(full), 0);
+    wait_failed(1, 30);
+    char msg[600];
+    last_event(1, msg, sizeof msg);
+    cr_assert(strstr(msg, "killed by signal 9"), "last event '%s'", msg);
+    t0 = it_now_s();
+    while (first_run_exited(out, sizeof out) != -1) {
+        cr_assert(it_now_s() - t0 < 10, "the recorded attempt is still listed:\n%s", out);
+        it_sleep_s(0.1);
+    }
+}
+
+/* A worker killed before its first checkpoint: the retry starts again from
+ * step 0 and logs the same steps again. Every point is kept, with the
+ * attempt that logged it; the first attempt's steps the retry logged again
+ * are superseded, so the current curve (what tail, plot, results and
+ * TensorBoard read) has each (metric, step) once, and `export --csv` has
+ * the attempt of each row and whether it is current. */
+Test(bfd_failures, a_retry_that_logs_steps_again_stores_each_step_once_in_the_curve) {
+    start_bfd("");
+    char data[600];
+    snprintf(data, sizeof data, "train: %s/train.tsv, val: %s/val.tsv", g_dir, g_dir);
+    it_submit(g_dir, sweep("again", data,
+                           "steps: 100000000, log_every: 5, eval_every: 0, "
+                           "checkpoint_every: 100000000",
+                           1));
+    it_db_wait(g_dir, g_home, "attempt 1 at step 30",
+               "SELECT MAX(step) FROM metrics WHERE trial = ?1", 1, 30, 30);
+    long long pid1 = it_db_int(g_home, "SELECT pid FROM bfd_runs WHERE attempt = ?1", 1);
+    cr_assert_eq(kill((pid_t)pid1, SIGKILL), 0);
+    it_db_wait(g_dir, g_home, "attempt 2's worker",
+               "SELECT COUNT(*) FROM bfd_runs WHERE trial = 1 AND attempt = ?1 AND pid > 0", 2, 1,
+               30);
+    /* attempt 2 past every step attempt 1 stored */
+    long long a1 = it_db_int(g_home, "SELECT MAX(step) FROM metrics WHERE attempt = ?1", 1);
+    it_db_wait(g_dir, g_home, "attempt 2 past attempt 1's last step",
+               "SELECT MAX(step) FROM metrics WHERE attempt = 2 AND step > ?1", a1, a1 + 1, 30);
+    long long pid2 = it_db_int(g_home, "SELECT pid FROM bfd_runs WHERE attempt = ?1", 2);
+    cr_assert_eq(kill((pid_t)pid2, SIGKILL), 0);
+    wait_failed(1, 30);
+    cr_assert_eq(it_db_int(g_home,
+                           "SELECT COUNT(*) FROM (SELECT name, step FROM metrics WHERE trial = ?1 "
+                           "AND superseded = 0 GROUP BY name, step HAVING COUNT(*) > 1)",
+                           1),
+                 0, "a (metric, step) twice in the current curve");
+    cr_assert_gt(it_db_int(g_home,
+                           "SELECT COUNT(*) FROM metrics WHERE trial = ?1 AND attempt = 1 AND "
+                           "superseded = 1",
+                           1),
+                 0, "attempt 1's points are kept, marked superseded");
+    cr_assert_eq(
+        it_db_int(g_home, "SELECT COUNT(*) FROM metrics WHERE trial = ?1 AND attempt NOT IN (1, 2)",
+                  1),
+        0, "every point carries its attempt");
+    static char out[1 << 20];
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "export 1 --csv"), 0);
+    cr_assert(strstr(out, ",seq,step,time,name,value,attempt,current\n"), "%.300s", out);
+    cr_assert(strstr(out, ",1,0\n") && strstr(out, ",2,1\n"),
+              "rows of attempt 1 superseded and of attempt 2 current:\n%.2000s", out);
+    /* tail's history holds each step once */
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "tail t1"), 0);
+    static char seen[1 << 16];
+    memset(seen, 0, sizeof seen);
+    int lines = 0;
+    for (char *l = out; (l = strstr(l, " step ")); l++) {
+        long long step = atoll(l + 6);
+        cr_assert(step >= 0 && step < (long long)sizeof seen, "step %lld", step);
+        cr_assert(!seen[step], "tail shows step %lld twice:\n%.3000s", step, out);
+        seen[step] = 1;
+        lines++;
+    }
+    cr_assert_gt(lines, 0, "tail t1:\n%s", out);
+}
+
+/* Writes dir/NAME, an executable sh script with body (after the #! line). */
+static const char *script(const char *name, const char *body) {
+    static char p[512];
+    snprintf(p, sizeof p, "%s/%s", g_dir, name);
+    char text[4096];
+    snprintf(text, sizeof text, "#!/bin/sh\n%s", body);
+    it_write_text(p, text, 0755);
+    return p;
+}
+
+/* srun's step launch can take longer than heartbeat_timeout under load:
+ * the heartbeat clock starts at the worker's hello, and before it
+ * startup_timeout applies. A worker that takes 7 s to start (heartbeat
+ * timeout 5) completes; one that never says hello fails on
+ * startup_timeout, saying so. */
+Test(bfd_failures, the_heartbeat_clock_starts_at_the_hello) {
+    char y[1200];
+    snprintf(y, sizeof y, "bfworker: %s\nstartup_timeout: 20\n",
+             script("slow_worker", "sleep 7\nexec " BF_BIN_DIR "/bfworker \"$@\"\n"));
+    start_bfd(y);
+    char data[600];
+    snprintf(data, sizeof data, "train: %s/train.tsv, val: %s/val.tsv", g_dir, g_dir);
+    it_submit(g_dir, sweep("slow", data, "steps: 20, log_every: 5, eval_every: 0", 0));
+    char st[32];
+    double t0 = it_now_s();
+    for (;;) {
+        it_db_text(g_home, "SELECT state FROM trials WHERE id = ?1", 1, st, sizeof st);
+        if (strcmp(st, "PENDING") && strcmp(st, "RUNNING")) break;
+        cr_assert(it_now_s() - t0 < 60, "trial 1 still %s", st);
+        it_sleep_s(0.2);
+    }
+    char msg[600];
+    last_event(1, msg, sizeof msg);
+    cr_assert_str_eq(st, "COMPLETED", "last event: %s", msg);
+}
+
+Test(bfd_failures, a_worker_that_never_says_hello_fails_on_startup_timeout) {
+    char y[1200];
+    snprintf(y, sizeof y,
+             "slots: 2\nheartbeat_timeout: 600\nheartbeat_interval: 0.2\nkill_grace: 1\n"
+             "bfworker: %s\nstartup_timeout: 2\n",
+             script("mute_worker", "exec sleep 1000\n"));
+    it_write_text(tmpdir_path(g_home, "bfd.yaml"), y, 0644);
+    g_bfd = it_bfd_start(g_dir, g_home);
+    char data[600];
+    snprintf(data, sizeof data, "train: %s/train.tsv, val: %s/val.tsv", g_dir, g_dir);
+    it_submit(g_dir, sweep("mute", data, "steps: 20, log_every: 5, eval_every: 0", 0));
+    wait_failed(1, 30);
+    char msg[600];
+    last_event(1, msg, sizeof msg);
+    cr_assert(strstr(msg, "no hello from the worker") && strstr(msg, "startup_timeout 2 s"),
+              "last event '%s'", msg);
+}
+
+/* A worker that left its outcome file (every point stored, `done` sent)
+ * and then went silent, its `done` lost: the attempt is judged by the
+ * outcome, COMPLETED, not failed for its silence. */
+Test(bfd_failures, a_silent_worker_that_left_its_outcome_is_judged_by_it) {
+    char y[1200];
+    snprintf(y, sizeof y,
+             "slots: 2\nheartbeat_timeout: 600\nheartbeat_interval: 0.2\nkill_grace: 1\n"
+             "bfworker: %s\nstartup_timeout: 2\n",
+             script("outcome_worker",
+                    "while [ $# -gt 0 ]; do case $1 in --out) out=$2;; --attempt) a=$2;; esac; "
+                    "shift; done\n"
+                    "echo \"$a completed 0\" > \"$out/outcome\"\nexec sleep 1000\n"));
+    it_write_text(tmpdir_path(g_home, "bfd.yaml"), y, 0644);
+    g_bfd = it_bfd_start(g_dir, g_home);
+    char data[600];
+    snprintf(data, sizeof data, "train: %s/train.tsv, val: %s/val.tsv", g_dir, g_dir);
+    it_submit(g_dir, sweep("done", data, "steps: 20, log_every: 5, eval_every: 0", 0));
+    char st[32];
+    double t0 = it_now_s();
+    for (;;) {
+        it_db_text(g_home, "SELECT state FROM trials WHERE id = ?1", 1, st, sizeof st);
+        if (strcmp(st, "PENDING") && strcmp(st, "RUNNING")) break;
+        cr_assert(it_now_s() - t0 < 30, "trial 1 still %s", st);
+        it_sleep_s(0.2);
+    }
+    char msg[600];
+    last_event(1, msg, sizeof msg);
+    cr_assert_str_eq(st, "COMPLETED", "last event: %s", msg);
+    cr_assert(strstr(msg, "outcome"), "last event: %s", msg);
+}
+
+/* 1 when pid is gone or a zombie (it writes nothing more). */
+static int pid_gone(pid_t pid) {
+    char p[64], buf[512];
+    snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(p, "r");
+    if (!f) return 1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *s = strrchr(buf, ')');
+    return !s || s[1] != ' ' || s[2] == 'Z' || s[2] == 'X';
+}
+
+/* bfd is killed while a trial runs; the worker goes on logging (nothing
+ * acknowledged) and dies before bfd is back. The restarted bfd stores what
+ * metrics.jsonl holds past the last stored seq: every complete line of the
+ * file is in the store, none lost. */
+Test(bfd_failures, lines_a_worker_could_not_deliver_are_stored_by_recovery) {
+    start_bfd("");
+    char data[600];
+    snprintf(data, sizeof data, "train: %s/train.tsv, val: %s/val.tsv", g_dir, g_dir);
+    it_submit(g_dir, sweep("down", data, "steps: 100000000, log_every: 5, eval_every: 0", 0));
+    it_db_wait(g_dir, g_home, "a point", "SELECT COUNT(*) FROM metrics WHERE trial = ?1", 1, 1, 30);
+    long long pid = it_db_int(g_home, "SELECT pid FROM bfd_runs WHERE attempt = ?1", 1);
+    long long stored = it_db_int(g_home, "SELECT MAX(seq) FROM metrics WHERE trial = ?1", 1);
+    it_stop(&g_bfd, SIGKILL);
+    /* the worker logs on, undelivered, then dies */
+    long long lines = 0, values = 0;
+    double t0 = it_now_s();
+    do {
+        cr_assert(it_now_s() - t0 < 30, "the worker logged no more lines");
+        it_sleep_s(0.2);
+        it_metrics_file(g_home, 1, 1, &lines, &values);
+    } while (lines < stored + 4);
+    cr_assert_eq(kill(-(pid_t)pid, SIGKILL), 0);
+    while (!pid_gone((pid_t)pid)) it_sleep_s(0.05);
+    it_metrics_file(g_home, 1, 1, &lines, &values);
+    g_bfd = it_bfd_start(g_dir, g_home);
+    wait_failed(1, 30);
+    cr_assert_eq(it_db_int(g_home, "SELECT MAX(seq) FROM metrics WHERE trial = ?1", 1), lines,
+                 "every complete line of metrics.jsonl is stored (%lld were before the kill)",
+                 stored);
+    cr_assert_eq(it_db_int(g_home, "SELECT COUNT(*) FROM metrics WHERE trial = ?1", 1), values);
+}

@@ -648,6 +648,59 @@ Test(store, metrics_resend_history_latest_best) {
     store_close(&s);
 }
 
+/* A retry that logs steps again: attempt 2 re-logs steps 200 and 300 of
+ * attempt 1's 100..400. Every point is kept with its attempt; attempt 1's
+ * 200..400 of that name are superseded, so the series and the latest and
+ * best values (the job's metric is val/acc, max) are the current curve:
+ * 0.99 at step 400 of attempt 1 is not the best any more. A batch of the
+ * same attempt later supersedes nothing more. */
+Test(store, a_retry_supersedes_the_steps_it_logs_again) {
+    store *s = open_store("r.db");
+    int64_t job = submit(s, SIX);
+    char err[512];
+    int64_t a = trial_id(s, job, 0);
+    store_metric p1[] = {{1, 100, "val/acc", 0.5, 1.0, 1},
+                         {2, 200, "val/acc", 0.6, 2.0, 1},
+                         {3, 300, "val/acc", 0.7, 3.0, 1},
+                         {4, 400, "val/acc", 0.99, 4.0, 1},
+                         {4, 400, "train/loss", 1.0, 4.0, 1}};
+    cr_assert_eq(store_metrics_insert(s, a, p1, 5, err, sizeof err), 0, "%s", err);
+    store_metric p2[] = {{5, 200, "val/acc", 0.65, 5.0, 2}, {6, 300, "val/acc", 0.75, 6.0, 2}};
+    cr_assert_eq(store_metrics_insert(s, a, p2, 2, err, sizeof err), 0, "%s", err);
+    store_point *h;
+    size_t n;
+    cr_assert_eq(store_metric_history(s, a, 0, 1000, &h, &n, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(n, 7, "every point kept");
+    int superseded = 0;
+    for (size_t i = 0; i < n; i++) {
+        int want = h[i].attempt == 1 && !strcmp(h[i].name, "val/acc") && h[i].step >= 200;
+        cr_assert_eq(h[i].superseded, want, "seq %lld %s step %lld attempt %d", (long long)h[i].seq,
+                     h[i].name, (long long)h[i].step, h[i].attempt);
+        superseded += want;
+    }
+    cr_assert_eq(superseded, 3);
+    free(h);
+    store_series *sr;
+    cr_assert_eq(store_job_series(s, job, a, "val/acc", &sr, &n, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(sr[0].n, 3, "steps 100, 200, 300 once each");
+    cr_assert_float_eq(sr[0].values[1], 0.65, 1e-12);
+    store_series_free(sr, n);
+    store_trial *t;
+    cr_assert_eq(store_job_trials(s, job, &t, &n, err, sizeof err), 0, "%s", err);
+    cr_assert_str_eq(t[0].latest_json, "{\"train/loss\":{\"step\":400,\"value\":1.0},"
+                                       "\"val/acc\":{\"step\":300,\"value\":0.75}}");
+    cr_assert_float_eq(t[0].best, 0.75, 1e-12);
+    store_trials_free(t, n);
+    /* attempt 2 goes on: nothing of it is superseded */
+    store_metric p3[] = {{7, 400, "val/acc", 0.8, 7.0, 2}};
+    cr_assert_eq(store_metrics_insert(s, a, p3, 1, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(store_metric_history(s, a, 4, 1000, &h, &n, err, sizeof err), 0, "%s", err);
+    for (size_t i = 0; i < n; i++) cr_assert_eq(h[i].superseded, 0);
+    free(h);
+    store_close(&s);
+}
+
 static double now_mono(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

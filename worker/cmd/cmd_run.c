@@ -69,19 +69,6 @@ static int write_text(const char *path, const char *text, char *err, size_t errl
     return ok ? 0 : -1;
 }
 
-/* A line cut by a kill would merge with the next one: end it first. */
-static void end_partial_line(const char *path) {
-    int fd = open(path, O_RDWR);
-    if (fd < 0) return;
-    off_t size = lseek(fd, 0, SEEK_END);
-    char c;
-    if (size > 0 && pread(fd, &c, 1, size - 1) == 1 && c != '\n') {
-        ssize_t w = write(fd, "\n", 1);
-        (void)w;
-    }
-    close(fd);
-}
-
 /* --stage-root DIR --stage NAME: s2s.root and s2s.stage of the trial's
  * config (bfd runs each shared stage of an s2s trial as its own attempt). */
 static int run_stage_keys(bf_config *c, const char *root, const char *stage, char *err,
@@ -172,7 +159,8 @@ static int run_ranks(const run_args *ap, comm_t *comm) {
     char mpath[4200];
     snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", out);
     if (rank == 0) {
-        end_partial_line(mpath);
+        /* a line cut by a kill or a full disk is cut off by metrics_open
+         * before this attempt appends; the link never sends a partial line */
         if (link_start(link, mpath, &run_stop, err, sizeof err)) {
             fprintf(stderr, "bfworker run: %s\n", err);
             link_destroy(&link);
@@ -196,19 +184,21 @@ static int run_ranks(const run_args *ap, comm_t *comm) {
                             : code == RUN_PREEMPTED ? "preempted"
                                                     : "failed";
         char lerr[256];
-        if (link_finish(link, state, code, rc < 0 ? err : "", 30, lerr, sizeof lerr)) {
-            fprintf(stderr, "bfworker run: %s\n", lerr);
-        } else {
-            /* every line is stored and done was sent: the outcome is also
-             * left in a file, since a bfd killed before it saw this process
-             * exit would otherwise call the attempt lost (docs/protocol.md) */
-            char opath[4200], tpath[4300], line[96];
-            snprintf(opath, sizeof opath, "%s/" PROTO_OUTCOME_FILE, out);
-            snprintf(tpath, sizeof tpath, "%s.tmp", opath);
-            snprintf(line, sizeof line, "%ld %s %d\n", attempt, state, code);
-            if (write_text(tpath, line, lerr, sizeof lerr) || rename(tpath, opath) != 0)
-                fprintf(stderr, "bfworker run: writing %s: %s\n", opath, lerr);
-        }
+        if (link_finish(link, state, code, rc < 0 ? err : "", 30, lerr, sizeof lerr))
+            fprintf(stderr,
+                    "bfworker run: %s; they stay in %s, where bfd reads them when the attempt "
+                    "ends\n",
+                    lerr, mpath);
+        /* the outcome is also left in a file, delivered or not: a bfd killed
+         * before it saw this process exit, or one that did not hear `done`,
+         * judges the attempt by it and stores the lines past its last ack
+         * from metrics.jsonl (docs/protocol.md) */
+        char opath[4200], tpath[4300], line[96];
+        snprintf(opath, sizeof opath, "%s/" PROTO_OUTCOME_FILE, out);
+        snprintf(tpath, sizeof tpath, "%s.tmp", opath);
+        snprintf(line, sizeof line, "%ld %s %d\n", attempt, state, code);
+        if (write_text(tpath, line, lerr, sizeof lerr) || rename(tpath, opath) != 0)
+            fprintf(stderr, "bfworker run: writing %s: %s\n", opath, lerr);
         link_destroy(&link);
     }
     return code;

@@ -21,6 +21,7 @@
 #include "protocol/proto.h"
 
 #define ACK_TIMEOUT_S 2.0
+#define DONE_WAIT_S 10.0 /* `done` is sent again every ACK_TIMEOUT_S until bfd's ok, this long */
 #define BATCH_MAX PROTO_MAX_POINTS
 #define BATCH_MAX_BYTES (4u << 20) /* keep a batch well under the body cap */
 #define TICK_MS 10
@@ -51,7 +52,8 @@ struct link_t {
     int64_t lines; /* complete lines seen */
     int64_t *offs; /* offs[i]: start of line i+1; offs[lines]: end of the last line */
     size_t cap_offs;
-    int64_t acked; /* highest seq bfd has stored */
+    int64_t acked;     /* highest seq bfd has stored */
+    int64_t first_seq; /* the first line this attempt writes (earlier attempts' before it) */
     int inflight;
     double inflight_deadline;
     double last_hb;
@@ -300,7 +302,7 @@ static void send_batch(link_t *l) {
         if (line != small) free(line);
         bytes += len;
     }
-    json_t *body = json_pack("{s:o}", "points", arr);
+    json_t *body = json_pack("{s:o, s:I}", "points", arr, "first_seq", (json_int_t)l->first_seq);
     if (send_msg(l, "metrics", body) == 0) {
         l->inflight = 1;
         l->inflight_deadline = now_s() + ACK_TIMEOUT_S;
@@ -366,7 +368,7 @@ static void check_fence(link_t *l) {
 static void *link_thread(void *arg) {
     link_t *l = arg;
     int finishing = 0, done_sent = 0;
-    double done_deadline = 0;
+    double done_deadline = 0, last_done = 0;
     for (;;) {
         pthread_mutex_lock(&l->mu);
         int fin = l->finish;
@@ -392,12 +394,17 @@ static void *link_thread(void *arg) {
                 snprintf(l->result_msg, sizeof l->result_msg,
                          "%lld of %lld metric lines not acknowledged by bfd",
                          (long long)(l->lines - l->acked), (long long)l->lines);
+            done_sent = 1;
+            done_deadline = t + DONE_WAIT_S;
+            last_done = -1e9;
+        }
+        /* `done` again until bfd says ok: a lossy network, or bfd busy or
+         * restarting, loses a message; linger 0 drops what is unsent at close */
+        if (done_sent && t - last_done >= ACK_TIMEOUT_S) {
             json_t *b = json_pack("{s:s, s:i, s:s}", "state", l->done_state, "exit_code",
                                   l->done_code, "message", l->done_msg);
-            send_msg(l, "done", b);
+            if (send_msg(l, "done", b) == 0) last_done = t;
             json_decref(b);
-            done_sent = 1;
-            done_deadline = t + 1.0;
         }
         if (done_sent && t > done_deadline) break;
         zmq_pollitem_t it = {l->sock, 0, ZMQ_POLLIN, 0};
@@ -432,6 +439,10 @@ int link_start(link_t *l, const char *metrics_path, volatile sig_atomic_t *stop,
     l->last_fence = -1e9;
     l->stop = stop;
     l->last_hb = -1e9;
+    /* the lines already there are earlier attempts' (a partial last one is
+     * not counted, and metrics_open cuts it): bfd stores them as such */
+    scan_file(l);
+    l->first_seq = l->lines + 1;
     if (pthread_create(&l->thread, NULL, link_thread, l) != 0)
         return bf_fail(err, errlen, "pthread_create: %s", strerror(errno));
     l->thread_started = 1;

@@ -33,11 +33,16 @@ int metrics_status(const metrics *m, char *err, size_t errlen);
 /* Whether metrics_open also writes a TensorBoard event file (default 1). */
 void metrics_set_tensorboard(int on);
 /* Opens DIR/metrics.jsonl for appending and a new event file (dir NULL: no
- * file). Returns 0 or -1 with a message. */
+ * file); a partial last line (a write cut by a kill or a full disk) is cut
+ * off first, so the file holds whole lines only. Returns 0 or -1 with a
+ * message. */
 int metrics_open(metrics *m, const char *dir, char *err, size_t errlen);
 void metrics_begin(metrics *m, long step);
 /* name must outlive the flush (string literals). Extra points past the cap are dropped. */
 void metrics_add(metrics *m, const char *name, double value);
+/* Appends the step's line in one write; a failed write (a full disk) is
+ * taken back to the line's start and recorded for metrics_status, and no
+ * later line is written. */
 void metrics_flush(metrics *m);
 void metrics_close(metrics *m);
 /* The open metrics.jsonl and event file were renamed into dir (--force's
