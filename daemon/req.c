@@ -32,6 +32,18 @@ json_t *job_json(store *st, const store_job *j, char *err, size_t errlen) {
                   "gpus_per_rank", j->gpus_per_rank, "n_trials", (json_int_t)j->n_trials, "metric",
                   j->metric, "goal", j->goal, "states", states);
     if (!o) return bf_fail(err, errlen, "json_pack(job): out of memory or invalid text"), NULL;
+    /* its objectives, [{"name", "goal"}] (one: the metric above) */
+    sweep_objective obj[SWEEP_MAX_OBJECTIVES];
+    int nobj = 0;
+    if (store_job_objectives(st, j->id, obj, &nobj, err, errlen)) {
+        json_decref(o);
+        return NULL;
+    }
+    json_t *arr = json_array();
+    for (int i = 0; i < nobj; i++)
+        json_array_append_new(arr, json_pack("{s:s, s:s}", "name", obj[i].name, "goal",
+                                             obj[i].maximize ? "max" : "min"));
+    json_object_set_new(o, "objectives", arr);
     /* how many of its trials failed for good (what `ls` marks) */
     json_t *f = json_object_get(states, "FAILED");
     json_object_set_new(o, "failed", json_integer(f ? json_integer_value(f) : 0));

@@ -184,6 +184,12 @@ static const char *const migrations[STORE_SCHEMA_VERSION] = {
     "CREATE INDEX trial_stages_key ON trial_stages(key, trial);",
     /* 5 -> 6: resources.nodes, the hosts a trial's ranks span (0: not given) */
     "ALTER TABLE jobs ADD COLUMN nodes INTEGER NOT NULL DEFAULT 0;",
+    /* 6 -> 7: the objectives of a job (`metric:` may list several), a JSON
+     * array [{"name", "goal"}]; metric_name and metric_goal stay the first.
+     * A job stored before has its one metric */
+    "ALTER TABLE jobs ADD COLUMN objectives TEXT NOT NULL DEFAULT '';"
+    "UPDATE jobs SET objectives = '[{\"name\": \"' || metric_name || '\", \"goal\": \"' ||"
+    " metric_goal || '\"}]';",
 };
 
 static int user_version(store *s, int *v, char *err, size_t errlen) {

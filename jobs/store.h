@@ -26,7 +26,7 @@
 extern "C" {
 #endif
 
-#define STORE_SCHEMA_VERSION 6
+#define STORE_SCHEMA_VERSION 7
 
 typedef enum {
     TRIAL_PENDING = 0,
@@ -160,6 +160,12 @@ typedef struct store_job {
     int closed;             /* cancelled: no more proposals */
     char early_stop[512];   /* JSON (jobs/sched_stop.h: sched_stop_parse) */
 } store_job;
+
+/* The objectives of a job (its `metric:` entries, in order; a job stored
+ * before objectives were kept has its one metric) into out, *n of them (at
+ * least 1). -1 with err when there is no such job. */
+int store_job_objectives(store *s, int64_t job, sweep_objective out[SWEEP_MAX_OBJECTIVES], int *n,
+                         char *err, size_t errlen);
 
 /* One job's row: 0 found, 1 no such job, -1 error. */
 int store_job_get(store *s, int64_t job_id, store_job *out, char *err, size_t errlen);

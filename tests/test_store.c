@@ -682,3 +682,47 @@ Test(store, metric_insert_throughput) {
            BATCH * BATCHES, BATCH, BATCH * BATCHES / dt, dt);
     store_close(&s);
 }
+
+Test(store, objectives_are_kept_with_the_job) {
+    store *s = open_store("o.db");
+    char err[512];
+    int64_t one = submit(s, SIX);
+    int64_t two = submit(s, "name: mo\nmetric:\n  - {name: val/acc, goal: max}\n"
+                            "  - {name: val/heads_used, goal: min}\n");
+    sweep_objective o[SWEEP_MAX_OBJECTIVES];
+    int n;
+    cr_assert_eq(store_job_objectives(s, one, o, &n, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(n, 1);
+    cr_assert_str_eq(o[0].name, "val/acc");
+    cr_assert_eq(o[0].maximize, 1);
+    cr_assert_eq(store_job_objectives(s, two, o, &n, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(n, 2);
+    cr_assert_str_eq(o[1].name, "val/heads_used");
+    cr_assert_eq(o[1].maximize, 0);
+    cr_assert_eq(store_job_objectives(s, 99, o, &n, err, sizeof err), -1);
+    cr_assert_str_eq(err, "no job with id 99");
+    store_close(&s);
+}
+
+Test(store, migration_gives_old_jobs_their_one_objective) {
+    char err[512];
+    cr_assert_eq(store_create_at_version(path_in("v6.db"), 6, err, sizeof err), 0, "%s", err);
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(path_in("v6.db"), &db), SQLITE_OK);
+    char *msg = NULL;
+    cr_assert_eq(sqlite3_exec(db,
+                              "INSERT INTO jobs(id, name, pipeline, metric_name, metric_goal,"
+                              " n_trials, submitted) VALUES (1, 'old', 'lm', 'val/loss', 'min',"
+                              " 1, 1.0);",
+                              NULL, NULL, &msg),
+                 SQLITE_OK, "%s", msg);
+    sqlite3_close(db);
+    store *s = open_store("v6.db");
+    sweep_objective o[SWEEP_MAX_OBJECTIVES];
+    int n;
+    cr_assert_eq(store_job_objectives(s, 1, o, &n, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(n, 1);
+    cr_assert_str_eq(o[0].name, "val/loss");
+    cr_assert_eq(o[0].maximize, 0);
+    store_close(&s);
+}
