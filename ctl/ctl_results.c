@@ -32,33 +32,6 @@ static long long job_arg(int argc, char **argv) {
     return job;
 }
 
-/* One request. Returns 0 with *reply; 1 when bfd answered `error` (*code
- * gets its code, the message is printed unless the code is `quiet_code`);
- * -1 when bfd could not be reached (printed). body is consumed. */
-static int request(ctl_conn *c, const char *type, json_t *body, json_t **reply, char *code,
-                   size_t codelen, const char *quiet_code) {
-    char err[4096];
-    *reply = NULL;
-    if (code) code[0] = '\0';
-    if (!body) {
-        fprintf(stderr, "bfctl: out of memory\n");
-        return -1;
-    }
-    int rc = ctl_call(c, type, body, reply, NULL, err, sizeof err);
-    json_decref(body);
-    if (rc == 0) return 0;
-    if (rc == 1) {
-        const char *cd = json_string_value(json_object_get(*reply, "code"));
-        if (code) snprintf(code, codelen, "%s", cd ? cd : "");
-        if (!quiet_code || !cd || strcmp(cd, quiet_code) != 0) fprintf(stderr, "bfctl: %s\n", err);
-        json_decref(*reply);
-        *reply = NULL;
-        return 1;
-    }
-    fprintf(stderr, "bfctl: %s\n", err);
-    return -1;
-}
-
 /* The shortest text that reads back as x (%.17g prints 0.1f as
  * 0.10000000149011612; stored values came from text with fewer digits). */
 static void fmt_double(char *buf, size_t len, double x) {
@@ -276,8 +249,7 @@ static int export_whole(exporter *ex, json_t *r) {
  * job whose export does not fit in one message. */
 static int export_paged(exporter *ex, ctl_conn *c) {
     json_t *jr;
-    if (request(c, "job", json_pack("{s:I}", "job", (json_int_t)ex->job), &jr, NULL, 0, NULL))
-        return 1;
+    if (ctl_call_or_say(c, "job", json_pack("{s:I}", "job", (json_int_t)ex->job), &jr)) return 1;
     json_t *trials = json_incref(json_object_get(jr, "trials"));
     /* the job's fields as `export` gives them: without the trial list and req
      * (absent keys are fine, so the return values do not matter) */
@@ -290,7 +262,7 @@ static int export_paged(exporter *ex, ctl_conn *c) {
     json_array_foreach(trials, i, t) {
         long long id = (long long)json_integer_value(json_object_get(t, "id"));
         json_t *tr;
-        if (request(c, "trial", json_pack("{s:I}", "trial", (json_int_t)id), &tr, NULL, 0, NULL)) {
+        if (ctl_call_or_say(c, "trial", json_pack("{s:I}", "trial", (json_int_t)id), &tr)) {
             rc = 1;
             break;
         }
@@ -305,10 +277,10 @@ static int export_paged(exporter *ex, ctl_conn *c) {
         long long after = 0;
         for (;;) {
             json_t *m;
-            if (request(c, "metrics",
-                        json_pack("{s:I, s:I, s:i}", "trial", (json_int_t)id, "after",
-                                  (json_int_t)after, "limit", EXPORT_PAGE),
-                        &m, NULL, 0, NULL)) {
+            if (ctl_call_or_say(c, "metrics",
+                                json_pack("{s:I, s:I, s:i}", "trial", (json_int_t)id, "after",
+                                          (json_int_t)after, "limit", EXPORT_PAGE),
+                                &m)) {
                 rc = 1;
                 break;
             }
@@ -374,18 +346,20 @@ int bfctl_export(int argc, char **argv) {
         return 1;
     }
     exporter ex = {.csv = csv, .job = job};
-    json_t *r;
-    char code[32];
-    int rc = request(c, "export", json_pack("{s:I}", "job", (json_int_t)job), &r, code, sizeof code,
-                     "too_large");
+    /* the one request whose error is not always said: a job too large for
+     * one reply is exported page by page instead */
+    json_t *r = NULL, *body = json_pack("{s:I}", "job", (json_int_t)job);
+    int rc = body ? ctl_call(c, "export", body, &r, NULL, err, sizeof err) : -1;
+    json_decref(body);
     if (rc == 0) {
         rc = export_whole(&ex, r);
-        json_decref(r);
-    } else if (rc == 1 && strcmp(code, "too_large") == 0) {
+    } else if (rc == 1 && strcmp(ctl_jstr(r, "code"), "too_large") == 0) {
         rc = export_paged(&ex, c);
     } else {
+        fprintf(stderr, "bfctl: %s\n", body ? err : "out of memory");
         rc = 1;
     }
+    json_decref(r);
     ctl_close(&c);
     return rc;
 }
@@ -497,10 +471,10 @@ int bfctl_results(int argc, char **argv) {
         return 1;
     }
     json_t *jr = NULL, *br = NULL;
-    int rc = request(c, "job", json_pack("{s:I}", "job", (json_int_t)job), &jr, NULL, 0, NULL);
+    int rc = ctl_call_or_say(c, "job", json_pack("{s:I}", "job", (json_int_t)job), &jr);
     if (rc == 0)
-        rc = request(c, "best", json_pack("{s:I, s:i}", "job", (json_int_t)job, "n", 1), &br, NULL,
-                     0, NULL);
+        rc = ctl_call_or_say(c, "best", json_pack("{s:I, s:i}", "job", (json_int_t)job, "n", 1),
+                             &br);
     ctl_close(&c);
     if (rc) {
         json_decref(jr);
