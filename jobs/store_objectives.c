@@ -56,8 +56,8 @@ int store_job_objectives(store *s, int64_t job, sweep_objective out[SWEEP_MAX_OB
                          char *err, size_t errlen) {
     *n = 0;
     sqlite3_stmt *st;
-    if (store_prepare(s, "SELECT objectives, metric_name, metric_goal FROM jobs WHERE id = ?1",
-                      &st, err, errlen) < 0)
+    if (store_prepare(s, "SELECT objectives, metric_name, metric_goal FROM jobs WHERE id = ?1", &st,
+                      err, errlen) < 0)
         return -1;
     sqlite3_bind_int64(st, 1, job);
     int rc = sqlite3_step(st);
