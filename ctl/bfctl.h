@@ -79,6 +79,17 @@ int bfctl_daemon(int argc, char **argv);
 int bfctl_results(int argc, char **argv);
 extern const opt_spec bfctl_results_opts[], bfctl_export_opts[];
 int bfctl_export(int argc, char **argv);
+/* ctl/ctl_front.c: several objectives, seed groups, jobs side by side */
+#define CTL_FRONT_MAX_JOBS 16 /* jobs one `results` compares */
+/* The Pareto table of jobs[njobs] (their trials, or grouped by everything
+ * but train.seed into mean +- std) ranked over the first job's objectives
+ * (every job must have the same), as text or JSON; front_only: the front
+ * alone (`best`). Returns the exit status. */
+int ctl_front(ctl_conn *c, const long long *jobs, int njobs, int group_by_seed, int json,
+              int front_only);
+/* How many objectives job has (1 for a job of one metric), or -1 after
+ * saying why it could not be read. */
+int ctl_job_objectives(ctl_conn *c, long long job);
 /* ctl/ctl_adaptive.c: adaptive sweeps */
 int bfctl_resume(int argc, char **argv);
 int bfctl_show_rungs(long long job, int as_json); /* `show JOB --rungs` */

@@ -436,16 +436,35 @@ static const res_col *results_cols(const char *pipeline, int *n) {
 
 /* What `bfctl results` is told (bfctl_results_opts). */
 typedef struct results_args {
-    int json;
+    int json, group_by_seed;
 } results_args;
 
 const opt_spec bfctl_results_opts[] = {
     {"json", 0, OPT_FLAG, 0, 0, OPT_AT(results_args, json), NULL, "the table as JSON"},
+    {"group-by-seed", 0, OPT_FLAG, 0, 0, OPT_AT(results_args, group_by_seed), NULL,
+     "fold trials that differ only in train.seed into mean +- std (and n) per objective"},
     {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
 };
 
+/* The positional arguments as job ids (>= 1) into jobs[CTL_FRONT_MAX_JOBS]:
+ * their count, or 0 when one is not a plain number or there are too many
+ * or none. */
+static int job_args(int argc, char **argv, long long *jobs) {
+    int n = 0;
+    for (int i = 1; i < argc; i++) {
+        if (argv[i][0] == '-') continue;
+        char *end;
+        errno = 0;
+        long long v = strtoll(argv[i], &end, 10);
+        if (!argv[i][0] || *end || errno || v < 1 || n == CTL_FRONT_MAX_JOBS) return 0;
+        jobs[n++] = v;
+    }
+    return n;
+}
+
 int bfctl_results(int argc, char **argv) {
-    static const char usage[] = "usage: bfctl results JOB [--json]\n";
+    static const char usage[] =
+        "usage: bfctl results JOB... [--group-by-seed] [--json]   (at most 16 jobs)\n";
     results_args a = {0};
     int rest = argc,
         prc = bfctl_parse(argc, argv,
@@ -454,16 +473,23 @@ int bfctl_results(int argc, char **argv) {
                           "marks the best trial by that metric. pipeline vit: retention instead "
                           "of heads used; s2s: the student's accuracy and retention, the A-ViT "
                           "teacher's accuracy and the student's speed-up over it at 577 tokens "
-                          "(eval/...)",
+                          "(eval/...). A job of several objectives: its trials ranked by "
+                          "non-dominated sorting over them, the Pareto front marked *, with each "
+                          "trial's rank and crowding distance. --group-by-seed folds the trials "
+                          "that differ only in train.seed into mean +- std and n per objective "
+                          "(the front on the means); several jobs are shown side by side, rows "
+                          "matched by the keys they all sweep",
                           &a, &rest);
     if (prc >= 0) return prc;
     int json = a.json;
     /* the arguments after the options, argv[0] still the name */
-    long long job = job_arg(argc - rest + 1, argv + rest - 1);
-    if (job < 1) {
+    long long jobs[CTL_FRONT_MAX_JOBS];
+    int njobs = job_args(argc - rest + 1, argv + rest - 1, jobs);
+    if (njobs < 1) {
         fputs(usage, stderr);
         return BF_EX_USAGE;
     }
+    long long job = jobs[0];
     ctl_conn *c;
     char err[2048];
     if (ctl_connect(&c, err, sizeof err)) {
@@ -472,6 +498,13 @@ int bfctl_results(int argc, char **argv) {
     }
     json_t *jr = NULL, *br = NULL;
     int rc = ctl_call_or_say(c, "job", json_pack("{s:I}", "job", (json_int_t)job), &jr);
+    if (rc == 0 &&
+        (njobs > 1 || a.group_by_seed || json_array_size(json_object_get(jr, "objectives")) > 1)) {
+        json_decref(jr);
+        rc = ctl_front(c, jobs, njobs, a.group_by_seed, json, 0);
+        ctl_close(&c);
+        return rc;
+    }
     if (rc == 0)
         rc = ctl_call_or_say(c, "best", json_pack("{s:I, s:i}", "job", (json_int_t)job, "n", 1),
                              &br);

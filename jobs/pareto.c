@@ -39,7 +39,8 @@ static int dominates_min(const double *a, const double *b, int m) {
 int pareto_dominates(const double *a, const double *b, int m, const int *maximize) {
     int better = 0;
     for (int k = 0; k < m; k++) {
-        double x = maximize && maximize[k] ? -a[k] : a[k], y = maximize && maximize[k] ? -b[k] : b[k];
+        double x = maximize && maximize[k] ? -a[k] : a[k],
+               y = maximize && maximize[k] ? -b[k] : b[k];
         if (x > y) return 0;
         if (x < y) better = 1;
     }
@@ -306,8 +307,9 @@ int pareto_order(const double *v, size_t n, int m, const int *maximize, size_t *
     for (int k = 0; k < m; k++) {
         double lo = INFINITY, hi = -INFINITY;
         for (size_t i = 0; i < n; i++)
-            if (rank[i] > 0) lo = fmin(lo, w[i * (size_t)m + (size_t)k]),
-                             hi = fmax(hi, w[i * (size_t)m + (size_t)k]);
+            if (rank[i] > 0)
+                lo = fmin(lo, w[i * (size_t)m + (size_t)k]),
+                hi = fmax(hi, w[i * (size_t)m + (size_t)k]);
         scale[k] = hi > lo ? hi - lo : 1;
     }
     size_t out = 0;
@@ -335,8 +337,8 @@ int pareto_order(const double *v, size_t n, int m, const int *maximize, size_t *
                 if (rank[i] != r || near[i] < 0) continue;
                 double d2 = 0;
                 for (int k = 0; k < m; k++) {
-                    double d = (w[i * (size_t)m + (size_t)k] - w[pick * (size_t)m + (size_t)k]) /
-                               scale[k];
+                    double d =
+                        (w[i * (size_t)m + (size_t)k] - w[pick * (size_t)m + (size_t)k]) / scale[k];
                     d2 += d * d;
                 }
                 near[i] = fmin(near[i], sqrt(d2));

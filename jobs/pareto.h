@@ -42,8 +42,7 @@ int pareto_crowding(const double *v, size_t n, int m, const int *rank, double *d
  * strictly better than ref in every objective adds nothing). NAN when out
  * of memory. Exact: 2-D in O(n log n), more objectives by slicing along
  * the last one (fine for the hundreds of points of a sweep). */
-double pareto_hypervolume(const double *v, size_t n, int m, const int *maximize,
-                          const double *ref);
+double pareto_hypervolume(const double *v, size_t n, int m, const int *maximize, const double *ref);
 
 /* Each point's exclusive share of the hypervolume of the n points (what
  * the total loses without it) into contrib[n]; 0 for a dominated point.

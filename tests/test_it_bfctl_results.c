@@ -13,6 +13,7 @@
  * errors; the message when no bfd is running. */
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -346,6 +347,180 @@ Test(bfctl_results, table_json_and_export) {
     free(out);
     cr_assert_eq(bfctl(&out, 1, "results 999"), 1, "%s", out);
     cr_assert(strstr(out, "not_found"), "%s", out);
+    free(out);
+}
+
+/* Submits sweep text (a file NAME.yaml); returns the job id. */
+static long long submit_text(const char *name, const char *text) {
+    char path[400];
+    snprintf(path, sizeof path, "%s/%s.yaml", g_dir, name);
+    it_write_text(path, text, 0644);
+    char *out;
+    cr_assert_eq(bfctl(&out, 0, "submit '%s'", path), 0, "submit failed: %s", out);
+    long long job = atoll(out);
+    free(out);
+    cr_assert(job >= 1);
+    return job;
+}
+
+/* Plays the workers of a job's n trials: trial i reports val/acc acc[i]
+ * and val/heads_used heads[i] at step 10 and exits 0; waits for the job. */
+static void run_trials(long long job, size_t n, const double *acc, const double *heads,
+                       long long *ids) {
+    job_trial_ids(job, ids, n);
+    void *ctx = zmq_ctx_new();
+    cr_assert_not_null(ctx);
+    void *ws = worker_socket(ctx);
+    for (size_t i = 0; i < n; i++) {
+        char tok[PROTO_TOKEN_LEN + 1], pts[256];
+        token_of(ids[i], tok);
+        snprintf(pts, sizeof pts,
+                 "[{\"seq\": 1, \"step\": 10, \"time\": 1764400000.5, \"values\": {\"val/acc\": "
+                 "%.17g, \"val/heads_used\": %.17g}}]",
+                 acc[i], heads[i]);
+        send_points(ws, ids[i], tok, pts, 1);
+    }
+    zmq_close(ws);
+    zmq_ctx_term(ctx);
+    for (size_t i = 0; i < n; i++) finish(ids[i], 0);
+    char *out;
+    cr_assert_eq(bfctl(&out, 0, "wait %lld", job), 0, "wait: %s", out);
+    free(out);
+}
+
+/* The row of `results --json` (trials or groups) whose field k is id. */
+static json_t *row_of(json_t *rows, const char *k, long long id) {
+    size_t i;
+    json_t *r;
+    json_array_foreach(rows, i, r) {
+        json_t *v = json_object_get(r, k);
+        if (json_is_array(v)) v = json_array_get(v, 0);
+        if (json_integer_value(v) == id) return r;
+    }
+    cr_assert_fail("no row with %s %lld", k, id);
+    return NULL;
+}
+
+static json_t *results_json(const char *args) {
+    char *out;
+    cr_assert_eq(bfctl(&out, 0, "results %s --json", args), 0, "%s", out);
+    json_error_t jerr;
+    json_t *js = json_loads(out, 0, &jerr);
+    cr_assert_not_null(js, "results --json: %s: %s", jerr.text, out);
+    free(out);
+    return js;
+}
+
+Test(bfctl_results, pareto_front_seed_groups_and_jobs_side_by_side) {
+    static const char mo[] = "pipeline: budgetformer\ndata: {set: wordnet}\n"
+                             "sweep:\n  parameters:\n"
+                             "    budget.range: {values: [[0.1, 0.3], [0.3, 0.6]]}\n"
+                             "    train.seed: {values: [1, 2]}\n"
+                             "metric:\n  - {name: val/acc, goal: max}\n"
+                             "  - {name: val/heads_used, goal: min}\n";
+    long long job = submit_text("mo", mo);
+    /* t0 (0.6, 0.2), t1 (0.7, 0.4), t2 (0.8, 0.5) make the front; t3 (0.4,
+     * 0.6) is dominated by each of them. Crowding of t1, inside the front:
+     * (0.8 - 0.6) / 0.2 + (0.5 - 0.2) / 0.3 = 2 */
+    const double acc[] = {0.6, 0.7, 0.8, 0.4}, heads[] = {0.2, 0.4, 0.5, 0.6};
+    long long t[4];
+    run_trials(job, 4, acc, heads, t);
+
+    char *out, l[512], id[32];
+    cr_assert_eq(bfctl(&out, 0, "results %lld", job), 0);
+    fprintf(stderr, "%s", out);
+    cr_assert(strstr(out, "Pareto front marked * over val/acc (max), val/heads_used (min)"), "%s",
+              out);
+    for (int i = 0; i < 4; i++) {
+        snprintf(id, sizeof id, " t%lld ", t[i]);
+        cr_assert_not_null(line_with(out, id, l, sizeof l), "%s", out);
+        cr_assert_eq(l[0], i < 3 ? '*' : ' ', "row of trial %d: '%s'", i, l);
+    }
+    /* sorted by rank, then crowding: t3 (rank 2) comes last */
+    snprintf(id, sizeof id, " t%lld ", t[3]);
+    const char *p3 = strstr(out, id);
+    snprintf(id, sizeof id, " t%lld ", t[1]);
+    cr_assert(p3 > strstr(out, id), "the dominated trial is listed after the front:\n%s", out);
+    free(out);
+
+    char jarg[32];
+    snprintf(jarg, sizeof jarg, "%lld", job);
+    json_t *js = results_json(jarg);
+    json_t *rows = json_object_get(js, "trials");
+    cr_assert_eq(json_array_size(rows), 4);
+    for (int i = 0; i < 4; i++) {
+        json_t *r = row_of(rows, "id", t[i]);
+        cr_assert_eq(json_integer_value(json_object_get(r, "rank")), i < 3 ? 1 : 2, "trial %d", i);
+        cr_assert_eq(json_is_true(json_object_get(r, "pareto")), i < 3);
+        cr_assert_float_eq(
+            json_number_value(json_object_get(json_object_get(r, "objectives"), "val/acc")), acc[i],
+            1e-12);
+    }
+    cr_assert_str_eq(json_string_value(json_object_get(row_of(rows, "id", t[0]), "crowding")),
+                     "inf", "an end of the front");
+    cr_assert_float_eq(json_number_value(json_object_get(row_of(rows, "id", t[1]), "crowding")),
+                       2.0, 1e-9);
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(rows, 3), "id")), t[3]);
+    json_decref(js);
+
+    /* best: the front alone */
+    cr_assert_eq(bfctl(&out, 0, "best %lld", job), 0);
+    for (int i = 0; i < 4; i++) {
+        snprintf(id, sizeof id, " t%lld ", t[i]);
+        cr_assert_eq(strstr(out, id) != NULL, i < 3, "best lists the front only:\n%s", out);
+    }
+    free(out);
+
+    /* seeds folded: range [0.1, 0.3] has acc 0.65 +- 0.0707, heads 0.3 +-
+     * 0.1414 and dominates range [0.3, 0.6] (acc 0.6, heads 0.55) */
+    snprintf(jarg, sizeof jarg, "%lld --group-by-seed", job);
+    js = results_json(jarg);
+    rows = json_object_get(js, "groups");
+    cr_assert_eq(json_array_size(rows), 2);
+    json_t *ga = row_of(rows, "trials", t[0]), *gb = row_of(rows, "trials", t[2]);
+    cr_assert_eq(json_integer_value(json_object_get(ga, "n")), 2);
+    cr_assert_null(json_object_get(json_object_get(ga, "params"), "train.seed"));
+    json_t *aa = json_object_get(json_object_get(ga, "objectives"), "val/acc");
+    cr_assert_float_eq(json_number_value(json_object_get(aa, "mean")), 0.65, 1e-12);
+    cr_assert_float_eq(json_number_value(json_object_get(aa, "std")), sqrt(0.005), 1e-12);
+    cr_assert_eq(json_integer_value(json_object_get(ga, "rank")), 1);
+    cr_assert_eq(json_integer_value(json_object_get(gb, "rank")), 2);
+    json_decref(js);
+    cr_assert_eq(bfctl(&out, 0, "results %lld --group-by-seed", job), 0);
+    fprintf(stderr, "%s", out);
+    cr_assert(strstr(out, "0.6500\xc2\xb1"
+                          "0.0707"),
+              "%s", out);
+    free(out);
+
+    /* a baseline job beside it, its seeds folded too: (0.55, 1.0) is
+     * dominated by both groups, so it ranks third */
+    long long base = submit_text("base", "pipeline: budgetformer\ndata: {set: wordnet}\n"
+                                         "sweep:\n  parameters:\n"
+                                         "    train.seed: {values: [1, 2]}\n"
+                                         "metric:\n  - {name: val/acc, goal: max}\n"
+                                         "  - {name: val/heads_used, goal: min}\n");
+    const double bacc[] = {0.5, 0.6}, bheads[] = {1.0, 1.0};
+    long long bt[2];
+    run_trials(base, 2, bacc, bheads, bt);
+    char args[64];
+    snprintf(args, sizeof args, "%lld %lld --group-by-seed", job, base);
+    js = results_json(args);
+    rows = json_object_get(js, "groups");
+    cr_assert_eq(json_array_size(rows), 3);
+    json_t *gbase = row_of(rows, "trials", bt[0]);
+    snprintf(args, sizeof args, "%lld %lld --group-by-seed", job, base);
+    cr_assert_eq(bfctl(&out, 0, "results %s", args), 0);
+    fprintf(stderr, "%s", out);
+    free(out);
+    cr_assert_eq(json_integer_value(json_object_get(gbase, "job")), base);
+    cr_assert_eq(json_integer_value(json_object_get(gbase, "rank")), 3);
+    json_decref(js);
+
+    /* jobs judged by different objectives are not compared */
+    long long one = submit("one", 1);
+    cr_assert_eq(bfctl(&out, 1, "results %lld %lld", job, one), 1, "%s", out);
+    cr_assert(strstr(out, "objectives differ"), "%s", out);
     free(out);
 }
 
