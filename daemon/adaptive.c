@@ -322,10 +322,10 @@ static int add_proposed(void *ud, const sweep_trial *t) {
 }
 
 /* Observations of a job for the sampler: finished trials (COMPLETED, or
- * STOPPED with their last value) that have a point. xs[n * dims], ys[n]
- * malloc'd. */
-static int observations(job_entry *e, store *st, const char *metric, double **xs, double **ys,
-                        size_t *n, char *err, size_t errlen) {
+ * STOPPED with their last values) that have a point and a value of each
+ * of the m metrics. xs[n * dims], ys[n * m] malloc'd. */
+static int observations(job_entry *e, store *st, const sweep_objective *obj, int m, double **xs,
+                        double **ys, size_t *n, char *err, size_t errlen) {
     store_trial *ts = NULL;
     size_t nt = 0;
     *xs = *ys = NULL;
@@ -333,7 +333,7 @@ static int observations(job_entry *e, store *st, const char *metric, double **xs
     if (store_job_trials(st, e->job, &ts, &nt, err, errlen)) return -1;
     int dims = e->space.n;
     *xs = malloc((nt ? nt : 1) * (size_t)(dims ? dims : 1) * sizeof **xs);
-    *ys = malloc((nt ? nt : 1) * sizeof **ys);
+    *ys = malloc((nt ? nt : 1) * (size_t)m * sizeof **ys);
     if (!*xs || !*ys) {
         store_trials_free(ts, nt);
         free(*xs), free(*ys);
@@ -346,11 +346,15 @@ static int observations(job_entry *e, store *st, const char *metric, double **xs
         json_error_t je;
         json_t *pt = json_loads(ts[i].point_json, 0, &je);
         json_t *lat = ts[i].latest_json ? json_loads(ts[i].latest_json, 0, &je) : NULL;
-        json_t *val = json_object_get(json_object_get(lat, metric), "value");
-        if (json_is_array(pt) && (int)json_array_size(pt) == dims && json_is_number(val)) {
+        int all = json_is_array(pt) && (int)json_array_size(pt) == dims;
+        for (int k = 0; all && k < m; k++) {
+            json_t *val = json_object_get(json_object_get(lat, obj[k].name), "value");
+            all = json_is_number(val);
+            if (all) (*ys)[*n * (size_t)m + (size_t)k] = json_number_value(val);
+        }
+        if (all) {
             for (int d = 0; d < dims; d++)
                 (*xs)[*n * (size_t)dims + (size_t)d] = json_number_value(json_array_get(pt, d));
-            (*ys)[*n] = json_number_value(val);
             (*n)++;
         }
         json_decref(pt);
@@ -375,9 +379,14 @@ static int propose_job(adaptive *a, store *st, int64_t job, char *err, size_t er
     long long active = counts[TRIAL_PENDING] + counts[TRIAL_RUNNING];
     int parallel = j.parallel > 0 ? j.parallel : 1;
     if (active >= parallel || j.n_proposed >= j.n_trials) return 0;
+    /* several objectives: MOTPE (sched_tpe_propose_mo) */
+    sweep_objective obj[SWEEP_MAX_OBJECTIVES];
+    int m, maxi[SWEEP_MAX_OBJECTIVES];
+    if (store_job_objectives(st, job, obj, &m, err, errlen)) return -1;
+    for (int k = 0; k < m; k++) maxi[k] = obj[k].maximize;
     double *xs, *ys;
     size_t n;
-    if (observations(e, st, j.metric, &xs, &ys, &n, err, errlen)) return -1;
+    if (observations(e, st, obj, m, &xs, &ys, &n, err, errlen)) return -1;
     sched_tpe_opts o = {.seed = e->spec->seed,
                         .startup = e->spec->startup_trials,
                         .n_candidates = 24,
@@ -385,7 +394,9 @@ static int propose_job(adaptive *a, store *st, int64_t job, char *err, size_t er
     int added = 0;
     while (active < parallel && j.n_proposed < j.n_trials) {
         double x[SWEEP_MAX_PARAMS];
-        if (sched_tpe_propose(&e->space, xs, ys, n, j.n_proposed, &o, x) < 0) {
+        int prc = m > 1 ? sched_tpe_propose_mo(&e->space, xs, ys, m, maxi, n, j.n_proposed, &o, x)
+                        : sched_tpe_propose(&e->space, xs, ys, n, j.n_proposed, &o, x);
+        if (prc < 0) {
             added = bf_fail(err, errlen, "tpe: proposal failed (out of memory)");
             break;
         }
