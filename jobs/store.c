@@ -186,7 +186,9 @@ static const char *const migrations[STORE_SCHEMA_VERSION] = {
     "ALTER TABLE jobs ADD COLUMN nodes INTEGER NOT NULL DEFAULT 0;",
     /* 6 -> 7: the objectives of a job (`metric:` may list several), a JSON
      * array [{"name", "goal"}]; metric_name and metric_goal stay the first.
-     * A job stored before has its one metric */
+     * A job stored before has its one metric. An MO-ASHA decision keeps the
+     * trial's value of each objective at the rung (point: "V1 V2 ...") */
+    "ALTER TABLE decisions ADD COLUMN point TEXT;"
     "ALTER TABLE jobs ADD COLUMN objectives TEXT NOT NULL DEFAULT '';"
     "UPDATE jobs SET objectives = '[{\"name\": \"' || metric_name || '\", \"goal\": \"' ||"
     " metric_goal || '\"}]';",

@@ -212,6 +212,8 @@ typedef struct store_decision {
     int n, stop;
     char reason[320];
     double time;
+    int n_point;                        /* MO-ASHA: objectives in point; 0 otherwise */
+    double point[SWEEP_MAX_OBJECTIVES]; /* the trial's value of each at the rung */
 } store_decision;
 
 /* Records a decision in one transaction: its row (one per trial, method and
@@ -227,6 +229,11 @@ int store_decisions(store *s, int64_t job, int64_t trial, store_decision **out, 
  * ("asha", or a hyperband bracket's "hb-s<s>"), in the order they came. */
 int store_rung_values(store *s, int64_t job, const char *method, int rung, double **vals, size_t *n,
                       char *err, size_t errlen);
+/* The points (m objective values each, row-major into *vals, *n rows)
+ * recorded at MO-ASHA rung `rung` of a job by decisions of `method`, in the
+ * order they came; decisions without a point of m values are left out. */
+int store_rung_points(store *s, int64_t job, const char *method, int rung, int m, double **vals,
+                      size_t *n, char *err, size_t errlen);
 /* STOPPED -> PENDING, clearing the stop reason, with a "resume" event. */
 int store_trial_resume(store *s, int64_t trial_id, const char *message, char *err, size_t errlen);
 
