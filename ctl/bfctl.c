@@ -254,6 +254,12 @@ int bfctl_expand(int argc, char **argv) {
                       s->base.pipeline, "method", method_text(s), "seed", (json_int_t)s->seed,
                       "n_trials", (json_int_t)(s->is_sweep ? s->n_trials : 1), "metric", "name",
                       s->metric_name, "goal", s->metric_maximize ? "max" : "min");
+        json_t *objs = json_array();
+        for (int k = 0; k < s->n_objectives; k++)
+            json_array_append_new(objs,
+                                  json_pack("{s:s, s:s}", "name", s->objectives[k].name, "goal",
+                                            s->objectives[k].maximize ? "max" : "min"));
+        if (head) json_object_set_new(head, "objectives", objs);
         char *txt = head ? json_dumps(head, JSON_PRESERVE_ORDER | JSON_COMPACT) : NULL;
         json_decref(head);
         if (!txt) {
@@ -266,10 +272,14 @@ int bfctl_expand(int argc, char **argv) {
         printf("%s,\"trials\":[", txt);
         free(txt);
     } else {
-        printf("job '%s': pipeline %s, %s, %lld trial%s, metric %s (%s)\n", s->name,
-               s->base.pipeline, method_text(s), s->is_sweep ? s->n_trials : 1,
-               (s->is_sweep ? s->n_trials : 1) == 1 ? "" : "s", s->metric_name,
-               s->metric_maximize ? "max" : "min");
+        printf("job '%s': pipeline %s, %s, %lld trial%s, %s ", s->name, s->base.pipeline,
+               method_text(s), s->is_sweep ? s->n_trials : 1,
+               (s->is_sweep ? s->n_trials : 1) == 1 ? "" : "s",
+               s->n_objectives > 1 ? "objectives" : "metric");
+        for (int k = 0; k < (s->n_objectives > 1 ? s->n_objectives : 1); k++)
+            printf("%s%s (%s)", k ? ", " : "", k ? s->objectives[k].name : s->metric_name,
+                   (k ? s->objectives[k].maximize : s->metric_maximize) ? "max" : "min");
+        printf("\n");
     }
     if (s->is_sweep && s->method == SWEEP_TPE)
         fprintf(stderr, "bfctl expand: tpe proposes its trials while the job runs; listed here are "
