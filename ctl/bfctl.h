@@ -50,6 +50,9 @@ typedef struct ctl_conn ctl_conn; /* ctl/ctl_client.h */
 /* ctl/ctl_submit.c */
 extern const opt_spec bfctl_submit_opts[];
 int bfctl_submit(int argc, char **argv);
+/* ctl/ctl_clone.c: a one-trial job from a trial's config */
+extern const opt_spec bfctl_clone_opts[];
+int bfctl_clone(int argc, char **argv);
 /* ctl/ctl_jobs.c: jobs and trials */
 extern const opt_spec bfctl_ls_opts[], bfctl_show_opts[], bfctl_best_opts[];
 int bfctl_ls(int argc, char **argv);

@@ -246,6 +246,7 @@ int bfctl_show(int argc, char **argv) {
                ctl_jint(r, "attempts"), ctl_jint(r, "attempts") == 1 ? "" : "s",
                ctl_jstr(r, "hash"), ctl_jstr(r, "log"));
         if (*ctl_jstr(r, "reason")) printf("early stop: %s\n", ctl_jstr(r, "reason"));
+        if (ctl_jint(r, "source")) printf("cloned from t%lld\n", ctl_jint(r, "source"));
         print_failure(r, trial);
         print_trial_stages(r);
         printf("config:\n%s", ctl_jstr(r, "config"));

@@ -71,13 +71,14 @@ typedef struct store_trial {
     int retries;     /* of its job */
     int priority;    /* of its job */
     char hash[17];
-    char *params_json; /* owned; {"key": value, ...} */
-    char *config;      /* owned; canonical config text (store_get_trial only) */
-    char *latest_json; /* owned; {"metric": {"step": S, "value": V}, ...}, "{}" when none
-                        * (store_job_trials, store_best_trials) */
-    double best;       /* best value of the job's metric, NAN when none */
-    char *stop_reason; /* owned; the early-stop decision that stopped it, NULL when none */
-    char *point_json;  /* owned; tpe: the sampler's coordinates [x0, x1, ...], NULL otherwise */
+    char *params_json;    /* owned; {"key": value, ...} */
+    char *config;         /* owned; canonical config text (store_get_trial only) */
+    char *latest_json;    /* owned; {"metric": {"step": S, "value": V}, ...}, "{}" when none
+                           * (store_job_trials, store_best_trials) */
+    double best;          /* best value of the job's metric, NAN when none */
+    char *stop_reason;    /* owned; the early-stop decision that stopped it, NULL when none */
+    char *point_json;     /* owned; tpe: the sampler's coordinates [x0, x1, ...], NULL otherwise */
+    int64_t source_trial; /* the trial its job was cloned from (bfctl clone), 0 when none */
 } store_trial;
 
 void store_trial_free(store_trial *t);            /* frees the owned strings */

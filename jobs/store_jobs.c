@@ -75,8 +75,8 @@ int store_submit(store *s, const sweep_spec *spec, const char *source, int64_t *
             s,
             "INSERT INTO jobs(name, pipeline, file, source, metric_name, metric_goal, priority,"
             " retries, ranks, gpus_per_rank, cpus_per_rank, time_limit_s, early_stop, n_trials,"
-            " submitted, method, parallel, nodes, objectives) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7,"
-            " ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
+            " submitted, method, parallel, nodes, objectives, source_trial) VALUES (?1, ?2, ?3, ?4,"
+            " ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
             &st, err, errlen) < 0)
         goto fail;
     sqlite3_bind_text(st, 1, spec->name, -1, SQLITE_STATIC);
@@ -98,6 +98,7 @@ int store_submit(store *s, const sweep_spec *spec, const char *source, int64_t *
     sqlite3_bind_int(st, 17, tpe ? spec->parallel : 0);
     sqlite3_bind_int(st, 18, spec->resources.nodes);
     sqlite3_bind_text(st, 19, objectives, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 20, spec->source_trial);
     if (sqlite3_bind_double(st, 15, c.t) != SQLITE_OK) {
         store_sqlfail(s, err, errlen, "sqlite3_bind(INSERT INTO jobs)");
         goto fail;

@@ -42,8 +42,9 @@ static long parse_duration(const char *s) {
 
 /* --------------------------------------------------------------- sections */
 
-static const char *const top_keys[] = {"name",    "base",     "sweep",      "metric", "resources",
-                                       "retries", "priority", "early_stop", NULL};
+static const char *const top_keys[] = {"name",         "base",    "sweep",    "metric",
+                                       "resources",    "retries", "priority", "early_stop",
+                                       "source_trial", NULL};
 
 /* An unknown top-level key: suggest the nearest sweep key, section or
  * config key. */
@@ -60,11 +61,13 @@ static void unknown_top(sweep_ctx *x, yaml_node_t *k, const char *key) {
     if (near)
         sweep_err_at(x, k, "unknown key '%s'; did you mean '%s'?", key, near);
     else
-        sweep_err_at(x, k,
-                     "unknown key '%s'; valid top-level keys: name, pipeline, device, data, base, "
-                     "sweep, metric, resources, retries, priority, early_stop, and config keys "
-                     "(see `bfctl keys`)",
-                     key);
+        sweep_err_at(
+            x, k,
+            "unknown key '%s'; valid top-level keys: name, pipeline, device, data, base, "
+            "sweep, metric, resources, retries, priority, early_stop, source_trial, and config "
+            "keys "
+            "(see `bfctl keys`)",
+            key);
 }
 
 /* One objective {name, goal} at node v into s->objectives[i]; `what` names
@@ -468,6 +471,8 @@ static void load_doc(sweep_ctx *x) {
             if (sweep_get_int(x, v, "retries", 0, 100, &n) == 0) s->retries = (int)n;
         } else if (strcmp(key, "priority") == 0) {
             if (sweep_get_int(x, v, "priority", -1000, 1000, &n) == 0) s->priority = (int)n;
+        } else if (strcmp(key, "source_trial") == 0) {
+            if (sweep_get_int(x, v, "source_trial", 1, (1LL << 53), &n) == 0) s->source_trial = n;
         } else if (strcmp(key, "early_stop") == 0) {
             parse_early_stop(x, v);
         } else if (cfg_key_known(key) || (cfg_is_section(key) && v->type == YAML_MAPPING_NODE)) {

@@ -102,6 +102,7 @@ typedef struct sweep_spec {
         int min_trials;          /* median: other trials needed at a step (default 3) */
     } early_stop;
     int params_line, params_col; /* where per-trial errors point */
+    long long source_trial;      /* `source_trial:` the trial this job was cloned from, 0: none */
 } sweep_spec;
 
 /* One expanded trial, valid only during the sweep_expand callback. */

@@ -524,6 +524,90 @@ Test(bfctl_results, pareto_front_seed_groups_and_jobs_side_by_side) {
     free(out);
 }
 
+static json_t *show_json(const char *what) {
+    char *out;
+    cr_assert_eq(bfctl(&out, 0, "show %s --json", what), 0, "%s", out);
+    json_error_t jerr;
+    json_t *js = json_loads(out, 0, &jerr);
+    cr_assert_not_null(js, "show --json: %s: %s", jerr.text, out);
+    free(out);
+    return js;
+}
+
+Test(bfctl_results, clone_keeps_lineage_and_show_points_at_checkpoints) {
+    long long job = submit_text("src", "pipeline: budgetformer\ndata: {set: wordnet}\n"
+                                       "train: {lr: 0.001}\n"
+                                       "metric:\n  - {name: val/acc, goal: max}\n"
+                                       "  - {name: val/heads_used, goal: min}\n");
+    /* val/acc 0.5 at step 10, 0.7 at step 20 (the best), 0.6 at step 30 */
+    long long t;
+    job_trial_ids(job, &t, 1);
+    char tok[PROTO_TOKEN_LEN + 1];
+    token_of(t, tok);
+    void *ctx = zmq_ctx_new();
+    void *ws = worker_socket(ctx);
+    send_points(
+        ws, t, tok,
+        "[{\"seq\": 1, \"step\": 10, \"time\": 1764400000.5, \"values\": {\"val/acc\": 0.5}},"
+        " {\"seq\": 2, \"step\": 20, \"time\": 1764400001.5, \"values\": {\"val/acc\": 0.7}},"
+        " {\"seq\": 3, \"step\": 30, \"time\": 1764400002.5, \"values\": {\"val/acc\": 0.6}}]",
+        3);
+    zmq_close(ws);
+    zmq_ctx_term(ctx);
+    /* the run folder's checkpoint set, as the worker leaves it: step 20 */
+    char p[700];
+    snprintf(p, sizeof p, "mkdir -p '%s/trials/%lld'", g_home, t);
+    cr_assert_eq(system(p), 0);
+    snprintf(p, sizeof p, "%s/trials/%lld/state.json", g_home, t);
+    it_write_text(p, "{\"step\": 20, \"seed\": 1}\n", 0644);
+    finish(t, 0);
+    char *out;
+    cr_assert_eq(bfctl(&out, 0, "wait %lld", job), 0, "wait: %s", out);
+    free(out);
+
+    char what[32];
+    snprintf(what, sizeof what, "t%lld", t);
+    json_t *js = show_json(what);
+    json_t *ck = json_object_get(js, "checkpoints");
+    snprintf(p, sizeof p, "%s/trials/%lld", g_home, t);
+    json_t *last = json_object_get(ck, "last"), *best = json_object_get(ck, "best");
+    cr_assert_str_eq(json_string_value(json_object_get(last, "dir")), p);
+    cr_assert_eq(json_integer_value(json_object_get(last, "step")), 20);
+    cr_assert_str_eq(json_string_value(json_object_get(best, "metric")), "val/acc");
+    cr_assert_eq(json_integer_value(json_object_get(best, "step")), 20);
+    cr_assert_float_eq(json_number_value(json_object_get(best, "value")), 0.7, 1e-12);
+    cr_assert_str_eq(json_string_value(json_object_get(best, "checkpoint")), p,
+                     "the one set was written at the best step");
+    cr_assert_null(json_object_get(js, "source"), "not a clone");
+    json_decref(js);
+
+    /* the clone: the trial's config with a change, its job's objectives */
+    cr_assert_eq(bfctl(&out, 0, "clone t%lld --set train.lr=0.01", t), 0, "%s", out);
+    long long cj = atoll(out);
+    free(out);
+    cr_assert_gt(cj, job);
+    long long ct;
+    job_trial_ids(cj, &ct, 1);
+    snprintf(what, sizeof what, "t%lld", ct);
+    js = show_json(what);
+    cr_assert_eq(json_integer_value(json_object_get(js, "source")), t,
+                 "the clone names its source");
+    const char *cfg = json_string_value(json_object_get(js, "config"));
+    cr_assert(cfg && strstr(cfg, "train.lr: 0.01\n"), "%s", cfg);
+    json_decref(js);
+    snprintf(what, sizeof what, "%lld", cj);
+    js = show_json(what);
+    cr_assert_eq(json_array_size(json_object_get(js, "objectives")), 2);
+    json_decref(js);
+    /* bfd validates the clone as any sweep */
+    cr_assert_eq(bfctl(&out, 1, "clone t%lld --set train.nope=1", t), 1, "%s", out);
+    cr_assert(strstr(out, "unknown key 'train.nope'"), "%s", out);
+    free(out);
+    cr_assert_eq(bfctl(&out, 1, "clone 17"), 64, "%s", out);
+    cr_assert(strstr(out, "usage: bfctl clone tTRIAL"), "%s", out);
+    free(out);
+}
+
 /* 30,000 points of 5 values: over 8 MiB as one `export` reply, so bfctl
  * reads it trial by trial, page by page; every value once, in order. */
 Test(bfctl_results, export_of_a_large_job_is_paged) {

@@ -701,6 +701,15 @@ Test(store, objectives_are_kept_with_the_job) {
     cr_assert_eq(o[1].maximize, 0);
     cr_assert_eq(store_job_objectives(s, 99, o, &n, err, sizeof err), -1);
     cr_assert_str_eq(err, "no job with id 99");
+    /* a clone names the trial it came from; other trials name none */
+    int64_t clone = submit(s, "name: c\nsource_trial: 3\n");
+    store_trial t;
+    cr_assert_eq(store_get_trial(s, trial_id(s, clone, 0), &t, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(t.source_trial, 3);
+    store_trial_free(&t);
+    cr_assert_eq(store_get_trial(s, trial_id(s, one, 0), &t, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(t.source_trial, 0);
+    store_trial_free(&t);
     store_close(&s);
 }
 
