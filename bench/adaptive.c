@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "bench/bench_util.h"
+#include "common/opts.h"
 
 typedef struct job_result {
     const char *label, *method;
@@ -143,45 +144,58 @@ static void measure(sqlite3 *db, job_result *r) {
                      j);
 }
 
+/* The command line (adaptive_opts). */
+typedef struct adaptive_cli {
+    int steps, min_steps, slots, val, json, keep, only; /* only: 0 asha, 1 search, -1 both */
+    double eta;
+    const char *data;
+} adaptive_cli;
+
+#define AD(f) OPT_AT(adaptive_cli, f)
+static const opt_spec adaptive_opts[] = {
+    {"data", 0, OPT_STR, 0, 0, AD(data), "DIR",
+     "holds wordnet/{train,val}.tsv (default $BF_DATA, else ./data)"},
+    {"steps", 0, OPT_INT, 2, 10000000, AD(steps), "N", "training steps of a full trial (675)"},
+    {"min-steps", 0, OPT_INT, 1, 10000000, AD(min_steps), "R",
+     "ASHA's first rung, below --steps (25)"},
+    {"eta", 0, OPT_DOUBLE, 1.5, 1000, AD(eta), "E", "ASHA's reduction factor (3)"},
+    {"slots", 0, OPT_INT, 1, 1024, AD(slots), "N", "trials bfd runs at once (2)"},
+    {"val", 0, OPT_INT, 1, 1000000000, AD(val), "N", "validation lines kept (1024)"},
+    {"only", 0, OPT_CHOICE, 0, 0, AD(only), "asha|search", "run one of the two parts"},
+    {"keep", 0, OPT_FLAG, 0, 0, AD(keep), NULL, "leave the BF_HOME (its bf.db) for a look"},
+    {"json", 0, OPT_FLAG, 0, 0, AD(json), NULL, "one JSON object instead of the table"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
+
 int main(int argc, char **argv) {
-    int steps = 675, min_steps = 25, slots = 2, val = 1024, json = 0, keep = 0;
-    double eta = 3;
-    const char *only = "", *data = getenv("BF_DATA");
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--json"))
-            json = 1;
-        else if (!strcmp(a, "--keep"))
-            keep = 1;
-        else if (v && !strcmp(a, "--steps"))
-            steps = atoi(v), i++;
-        else if (v && !strcmp(a, "--min-steps"))
-            min_steps = atoi(v), i++;
-        else if (v && !strcmp(a, "--eta"))
-            eta = atof(v), i++;
-        else if (v && !strcmp(a, "--slots"))
-            slots = atoi(v), i++;
-        else if (v && !strcmp(a, "--val"))
-            val = atoi(v), i++;
-        else if (v && !strcmp(a, "--data"))
-            data = v, i++;
-        else if (v && !strcmp(a, "--only"))
-            only = v, i++;
-        else {
-            int help = !strcmp(a, "--help") || !strcmp(a, "-h");
-            fprintf(help ? stdout : stderr,
-                    "usage: bench_adaptive [--data DIR] [--steps N] [--min-steps R] [--eta E] "
-                    "[--slots N] [--val N] [--only asha|search] [--keep] [--json]\n"
-                    "  a 27-trial BudgetFormer grid with and without ASHA, and random search vs "
-                    "TPE on the same budget, through a real bfd (see the comment in "
-                    "bench/adaptive.c)\n");
-            return help ? 0 : 64;
-        }
-    }
-    if (steps < 2 || min_steps < 1 || min_steps >= steps || eta < 1.5 || slots < 1 || val < 1) {
-        fprintf(stderr, "bench_adaptive: need 1 <= min-steps < steps, eta >= 1.5, slots >= 1\n");
+    adaptive_cli o = {.steps = 675,
+                      .min_steps = 25,
+                      .slots = 2,
+                      .val = 1024,
+                      .only = -1,
+                      .eta = 3,
+                      .data = getenv("BF_DATA")};
+    int rest = argc;
+    int prc = opts_parse("bench_adaptive",
+                         "usage: bench_adaptive [options]\n"
+                         "  a 27-trial BudgetFormer grid with and without ASHA, and random search "
+                         "vs\n  TPE on the same budget, through a real bfd (see the comment in\n"
+                         "  bench/adaptive.c)\n",
+                         adaptive_opts, argc, argv, 1, &o, &rest);
+    if (prc != OPTS_OK) return prc == OPTS_HELP ? 0 : 64;
+    if (rest < argc) {
+        fprintf(stderr, "bench_adaptive: unexpected argument '%s'\n", argv[rest]);
         return 64;
     }
+    if (o.min_steps >= o.steps) {
+        fprintf(stderr, "bench_adaptive: --min-steps %d must be below --steps %d\n", o.min_steps,
+                o.steps);
+        return 64;
+    }
+    int steps = o.steps, min_steps = o.min_steps, slots = o.slots, val = o.val, json = o.json,
+        keep = o.keep;
+    double eta = o.eta;
+    const char *only = o.only == 0 ? "asha" : o.only == 1 ? "search" : "", *data = o.data;
     snprintf(g_data, sizeof g_data, "%s", data ? data : "data");
     char src[1200];
     snprintf(src, sizeof src, "%s/wordnet/val.tsv", g_data);

@@ -17,21 +17,7 @@
 
 #include "bench/bench_util.h"
 #include "common/hash.h"
-
-static long arg_long(int argc, char **argv, const char *name, long def, long lo, long hi) {
-    for (int i = 1; i + 1 < argc; i++)
-        if (strcmp(argv[i], name) == 0) {
-            char *end;
-            long v = strtol(argv[i + 1], &end, 10);
-            if (*end || v < lo || v > hi) {
-                fprintf(stderr, "bench_hash: %s must be an integer in [%ld, %ld], got '%s'\n", name,
-                        lo, hi, argv[i + 1]);
-                exit(64);
-            }
-            return v;
-        }
-    return def;
-}
+#include "common/opts.h"
 
 /* Two FNV-1a 64 streams over the halves of p, in one loop: each stream's
  * multiplies wait on each other, the two streams' do not. */
@@ -44,15 +30,31 @@ static void fnv1a64_two(uint64_t h[2], const unsigned char *a, const unsigned ch
     h[0] = x, h[1] = y;
 }
 
+/* The command line (hash_opts). */
+typedef struct hash_cli {
+    int mb, reps;
+} hash_cli;
+
+static const opt_spec hash_opts[] = {
+    {"mb", 0, OPT_INT, 1, 1 << 16, OPT_AT(hash_cli, mb), "N", "megabytes hashed (500)"},
+    {"reps", 0, OPT_INT, 1, 100, OPT_AT(hash_cli, reps), "N", "repetitions, the median kept (3)"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
+
 int main(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            printf("usage: bench_hash [--mb N] [--reps N]\n"
-                   "  defaults: 500 MB, 3 reps\n");
-            return 0;
-        }
-    size_t n = (size_t)arg_long(argc, argv, "--mb", 500, 1, 1 << 16) * 1000000;
-    int reps = (int)arg_long(argc, argv, "--reps", 3, 1, 100);
+    hash_cli cli = {.mb = 500, .reps = 3};
+    int rest = argc;
+    int prc = opts_parse("bench_hash",
+                         "usage: bench_hash [options]\n"
+                         "  FNV-1a 64, two FNV-1a streams and zlib's crc32 over one buffer\n",
+                         hash_opts, argc, argv, 1, &cli, &rest);
+    if (prc != OPTS_OK) return prc == OPTS_HELP ? 0 : 64;
+    if (rest < argc) {
+        fprintf(stderr, "bench_hash: unexpected argument '%s'\n", argv[rest]);
+        return 64;
+    }
+    size_t n = (size_t)cli.mb * 1000000;
+    int reps = cli.reps;
     unsigned char *p = malloc(n);
     if (!p) {
         fprintf(stderr, "bench_hash: out of memory\n");

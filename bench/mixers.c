@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "bench/bench_util.h"
+#include "common/opts.h"
 #include "kernels/bk_rng.h"
 #include "worker/nn/nn_bimamba.h"
 #include "worker/nn/nn_block.h"
@@ -141,60 +142,45 @@ static double scan_bytes(const sub *s) {
     return 4.0 * (2.0 * (2.0 * BT * m->D + BT * row) + 3.0 * BT * m->D);
 }
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: bench_mixers [--device auto|cpu|cuda] [--json] [--reps N] [--max-t T]\n"
-               "                    [--t T] [--d D] [--mixer NAME] [--mode infer|train]\n"
-               "  one mixer sublayer (LN + mixer + output projection), attention vs bimamba vs\n"
-               "  bilstm, batch 8, T = 197..2049, d = 192/3 heads and 384/6 heads;\n"
-               "  infer = forward, train = forward + backward; --t/--d/--mixer/--mode keep only\n"
-               "  the matching rows (attention always runs, for the speedup)\n");
-}
+/* The command line (mixers_opts); only_*: 0 or -1 for every row. */
+typedef struct mixers_cli {
+    const char *device;
+    int json, reps, max_t, only_t, only_d, only_mixer, only_mode;
+} mixers_cli;
+
+#define MX(f) OPT_AT(mixers_cli, f)
+static const opt_spec mixers_opts[] = {
+    {"device", 0, OPT_STR, 0, 0, MX(device), "auto|cpu|cuda", "the backend (cpu)"},
+    {"json", 0, OPT_FLAG, 0, 0, MX(json), NULL, "one JSON record per row, the table on stderr"},
+    {"reps", 0, OPT_INT, 1, 1000, MX(reps), "N", "repetitions, the fastest kept (3)"},
+    {"max-t", 0, OPT_INT, 1, 1 << 20, MX(max_t), "T", "no row longer than T tokens (2049)"},
+    {"t", 0, OPT_INT, 1, 1 << 20, MX(only_t), "T", "only the rows of T tokens"},
+    {"d", 0, OPT_INT, 1, 1 << 16, MX(only_d), "D", "only the rows of width D"},
+    {"mixer", 0, OPT_CHOICE, 0, 0, MX(only_mixer), "attention|bimamba|bilstm",
+     "only this mixer (attention always runs, for the speedup)"},
+    {"mode", 0, OPT_CHOICE, 0, 0, MX(only_mode), "infer|train",
+     "only the forward (infer) or forward + backward (train) rows"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
 
 int main(int argc, char **argv) {
     bk_openmp_passive(argv);
-    const char *device = "cpu";
-    const char *only_mixer = NULL, *only_mode = NULL;
-    int json = 0, reps = 3, max_t = 2049, only_t = 0, only_d = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json"))
-            json = 1;
-        else if (!strcmp(argv[i], "--device") && i + 1 < argc)
-            device = argv[++i];
-        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
-            reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--max-t") && i + 1 < argc)
-            max_t = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--t") && i + 1 < argc)
-            only_t = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--d") && i + 1 < argc)
-            only_d = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--mixer") && i + 1 < argc)
-            only_mixer = argv[++i];
-        else if (!strcmp(argv[i], "--mode") && i + 1 < argc)
-            only_mode = argv[++i];
-        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "bench_mixers: unknown option '%s'\n", argv[i]);
-            usage(stderr);
-            return 64;
-        }
-    }
-    if (reps < 1 || reps > 1000) {
-        fprintf(stderr, "bench_mixers: --reps %d outside [1, 1000]\n", reps);
+    mixers_cli cli = {.device = "cpu", .reps = 3, .max_t = 2049, .only_mixer = -1, .only_mode = -1};
+    int rest = argc;
+    int prc = opts_parse("bench_mixers",
+                         "usage: bench_mixers [options]\n"
+                         "  one mixer sublayer (LN + mixer + output projection), attention vs\n"
+                         "  bimamba vs bilstm, batch 8, T = 197..2049, d = 192/3 heads and 384/6\n"
+                         "  heads; infer = forward, train = forward + backward\n",
+                         mixers_opts, argc, argv, 1, &cli, &rest);
+    if (prc != OPTS_OK) return prc == OPTS_HELP ? 0 : 64;
+    if (rest < argc) {
+        fprintf(stderr, "bench_mixers: unexpected argument '%s'\n", argv[rest]);
         return 64;
     }
-    if (only_mode && strcmp(only_mode, "infer") && strcmp(only_mode, "train")) {
-        fprintf(stderr, "bench_mixers: --mode '%s' is not infer or train\n", only_mode);
-        return 64;
-    }
-    if (only_mixer && strcmp(only_mixer, "attention") && strcmp(only_mixer, "bimamba") &&
-        strcmp(only_mixer, "bilstm")) {
-        fprintf(stderr, "bench_mixers: --mixer '%s' is not attention, bimamba or bilstm\n",
-                only_mixer);
-        return 64;
-    }
+    const char *device = cli.device;
+    int json = cli.json, reps = cli.reps, max_t = cli.max_t, only_t = cli.only_t,
+        only_d = cli.only_d;
     const bk_backend *be;
     char err[512];
     if (bk_select(device, &be, err, sizeof err)) {
@@ -210,16 +196,16 @@ int main(int argc, char **argv) {
             "speedup");
     static const int Ts[] = {197, 577, 1025, 2049};
     static const int Ds[][2] = {{192, 3}, {384, 6}};
-    static const char *mixers[] = {"attention", "bimamba", "bilstm"};
+    static const char *mixers[] = {"attention", "bimamba", "bilstm"}; /* --mixer's order */
     for (int di = 0; di < 2; di++)
         for (int ti = 0; ti < 4; ti++) {
             int T = Ts[ti], C = Ds[di][0], H = Ds[di][1];
             if (T > max_t || (only_t && T != only_t) || (only_d && C != only_d)) continue;
             for (int train = 0; train < 2; train++) {
-                if (only_mode && strcmp(only_mode, train ? "train" : "infer")) continue;
+                if (cli.only_mode >= 0 && train != cli.only_mode) continue;
                 double att = 0;
                 for (int mi = 0; mi < 3; mi++) {
-                    if (mi > 0 && only_mixer && strcmp(only_mixer, mixers[mi])) continue;
+                    if (mi > 0 && cli.only_mixer >= 0 && mi != cli.only_mixer) continue;
                     sub s;
                     if (sub_make(&s, be, mixers[mi], C, H, T, err, sizeof err)) {
                         fprintf(stderr, "bench_mixers: %s\n", err);

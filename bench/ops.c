@@ -9,6 +9,7 @@
  * the backend's sync() around each. The table goes to stdout; with --json it
  * goes to stderr and stdout gets one JSON record per line. */
 #include "bench/bench_util.h"
+#include "common/opts.h"
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -398,50 +399,39 @@ static void bench_selected(const bench *b) {
     }
 }
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: bench_ops [--device auto|cpu|cuda] [--json] [--reps N] [--attention-tiled] "
-            "[--fwht] [--clock wall|cpu]  (N in 1..%d; --attention-tiled: only the maps vs tiled "
-            "attention table; --fwht: only the Walsh-Hadamard table; --clock cpu: CPU seconds of "
-            "all threads instead of wall seconds, CPU backend only)\n",
-            REPS_MAX);
-}
+/* The command line (ops_opts). */
+typedef struct ops_cli {
+    const char *device;
+    int json, reps, clock, only_tiled, only_fwht; /* clock: 0 wall, 1 cpu */
+} ops_cli;
+
+#define OP(f) OPT_AT(ops_cli, f)
+static const opt_spec ops_opts[] = {
+    {"device", 0, OPT_STR, 0, 0, OP(device), "auto|cpu|cuda", "the backend (auto)"},
+    {"json", 0, OPT_FLAG, 0, 0, OP(json), NULL, "one JSON record per line, the table on stderr"},
+    {"reps", 0, OPT_INT, 1, REPS_MAX, OP(reps), "N", "repetitions, the best kept (10)"},
+    {"attention-tiled", 0, OPT_FLAG, 0, 0, OP(only_tiled), NULL,
+     "only the maps vs tiled attention table"},
+    {"fwht", 0, OPT_FLAG, 0, 0, OP(only_fwht), NULL, "only the Walsh-Hadamard table"},
+    {"clock", 0, OPT_CHOICE, 0, 0, OP(clock), "wall|cpu",
+     "cpu: CPU seconds of all threads instead of wall seconds, CPU backend only (wall)"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
 
 int main(int argc, char **argv) {
     bk_openmp_passive(argv);
-    const char *device = "auto";
-    bench b = {.reps = 10, .table = stdout};
-    int only_tiled = 0, only_fwht = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
-            device = argv[++i];
-        } else if (strcmp(argv[i], "--json") == 0) {
-            b.json = 1;
-        } else if (strcmp(argv[i], "--attention-tiled") == 0) {
-            only_tiled = 1;
-        } else if (strcmp(argv[i], "--clock") == 0 && i + 1 < argc &&
-                   (strcmp(argv[i + 1], "wall") == 0 || strcmp(argv[i + 1], "cpu") == 0)) {
-            b.cpu_clock = strcmp(argv[++i], "cpu") == 0;
-        } else if (strcmp(argv[i], "--fwht") == 0) {
-            only_fwht = 1;
-        } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-            char *end;
-            long r = strtol(argv[++i], &end, 10);
-            if (*end || r < 1 || r > REPS_MAX) {
-                fprintf(stderr, "bench_ops: --reps '%s' is not an integer in 1..%d\n", argv[i],
-                        REPS_MAX);
-                return 2;
-            }
-            b.reps = (int)r;
-        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "bench_ops: unknown or incomplete argument '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
+    ops_cli cli = {.device = "auto", .reps = 10};
+    int rest = argc;
+    int prc = opts_parse("bench_ops", "usage: bench_ops [options]\n  the ops, one table each\n",
+                         ops_opts, argc, argv, 1, &cli, &rest);
+    if (prc != OPTS_OK) return prc == OPTS_HELP ? 0 : 64;
+    if (rest < argc) {
+        fprintf(stderr, "bench_ops: unexpected argument '%s'\n", argv[rest]);
+        return 64;
     }
+    const char *device = cli.device;
+    bench b = {.reps = cli.reps, .json = cli.json, .cpu_clock = cli.clock, .table = stdout};
+    int only_tiled = cli.only_tiled, only_fwht = cli.only_fwht;
     char err[256];
     if (bk_select(device, &b.be, err, sizeof err)) {
         fprintf(stderr, "bench_ops: %s\n", err);

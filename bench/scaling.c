@@ -27,6 +27,7 @@
 
 #include "kernels/bk.h"
 #include "bench/bench_util.h"
+#include "common/opts.h"
 
 typedef struct {
     int ranks[8], n_ranks;
@@ -40,21 +41,34 @@ typedef struct {
     int windows, rc;
 } result;
 
-static void usage(FILE *f) {
-    fprintf(
-        f,
-        "usage: bench_scaling [--ranks 1,2] [--device cpu|cuda|auto] [--steps N] [--batch B]\n"
-        "                     [--layers L] [--d-model D] [--heads H] [--seq-len T] [--threads N]\n"
-        "                     [--data-train TSV] [--data-val TSV] [--force-allreduce] [--json]\n");
-}
+/* The command line: the options into an opts, --ranks as its text. */
+typedef struct scaling_cli {
+    opts o;
+    const char *ranks;
+    int force;
+} scaling_cli;
 
-static int parse_int(const char *s, int lo, int hi, int *out) {
-    char *e;
-    long v = strtol(s, &e, 10);
-    if (e == s || *e || v < lo || v > hi) return -1;
-    *out = (int)v;
-    return 0;
-}
+#define SC(f) OPT_AT(scaling_cli, f)
+static const opt_spec scaling_opts[] = {
+    {"ranks", 0, OPT_STR, 0, 0, SC(ranks), "R,R,...",
+     "rank counts, each in [1, 64], at most 8 (1,2)"},
+    {"device", 0, OPT_STR, 0, 0, SC(o.device), "cpu|cuda|auto", "the backend (cpu)"},
+    {"steps", 0, OPT_INT, 12, 1000000, SC(o.steps), "N", "training steps per row (120)"},
+    {"batch", 0, OPT_INT, 1, 1 << 16, SC(o.batch), "B", "the global batch (32)"},
+    {"layers", 0, OPT_INT, 1, 64, SC(o.layers), "L", "blocks (2)"},
+    {"d-model", 0, OPT_INT, 8, 1 << 14, SC(o.d_model), "D", "model width (128)"},
+    {"heads", 0, OPT_INT, 1, 256, SC(o.heads), "H", "attention heads (4)"},
+    {"seq-len", 0, OPT_INT, 2, 1 << 16, SC(o.seq_len), "T", "tokens per sample (32)"},
+    {"threads", 0, OPT_INT, 1, 1024, SC(o.threads), "N",
+     "OMP threads per rank (default: the cores divided by R)"},
+    {"data-train", 0, OPT_STR, 0, 0, SC(o.train), "TSV", "training data (tests/data)"},
+    {"data-val", 0, OPT_STR, 0, 0, SC(o.val), "TSV", "validation data (tests/data)"},
+    {"force-allreduce", 0, OPT_FLAG, 0, 0, SC(force), NULL,
+     "the gradient all-reduce also with one rank (default on CUDA)"},
+    {"json", 0, OPT_FLAG, 0, 0, SC(o.json), NULL,
+     "one JSON record per line on stdout, the table on stderr"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
 
 /* Runs one configuration; fills r. */
 static int run_one(const opts *o, int R, const char *dir, result *r) {
@@ -154,71 +168,45 @@ static int run_one(const opts *o, int R, const char *dir, result *r) {
 
 int main(int argc, char **argv) {
     bk_openmp_passive(argv);
-    opts o = {.ranks = {1, 2},
-              .n_ranks = 2,
-              .device = "cpu",
-              .steps = 120,
-              .batch = 32,
-              .layers = 2,
-              .d_model = 128,
-              .heads = 4,
-              .seq_len = 32,
-              .threads = 0,
-              .train = BF_SOURCE_DIR "/tests/data/glosses_train.tsv",
-              .val = BF_SOURCE_DIR "/tests/data/glosses_val.tsv"};
-    int force = -1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int bad = 0;
-        if (strcmp(a, "--json") == 0) {
-            o.json = 1;
-            continue;
-        } else if (strcmp(a, "--force-allreduce") == 0) {
-            force = 1;
-            continue;
-        } else if (strcmp(a, "--help") == 0) {
-            usage(stdout);
-            return 0;
-        }
-        if (!v) {
-            usage(stderr);
+    scaling_cli cli = {.o = {.ranks = {1, 2},
+                             .n_ranks = 2,
+                             .device = "cpu",
+                             .steps = 120,
+                             .batch = 32,
+                             .layers = 2,
+                             .d_model = 128,
+                             .heads = 4,
+                             .seq_len = 32,
+                             .threads = 0,
+                             .train = BF_SOURCE_DIR "/tests/data/glosses_train.tsv",
+                             .val = BF_SOURCE_DIR "/tests/data/glosses_val.tsv"}};
+    int rest = argc;
+    int prc = opts_parse("bench_scaling",
+                         "usage: bench_scaling [options]\n"
+                         "  data-parallel scaling of bfworker train: step time, samples/s and the\n"
+                         "  gradient all-reduce's share for each rank count, at one global batch\n",
+                         scaling_opts, argc, argv, 1, &cli, &rest);
+    if (prc != OPTS_OK) return prc == OPTS_HELP ? 0 : 64;
+    if (rest < argc) {
+        fprintf(stderr, "bench_scaling: unexpected argument '%s'\n", argv[rest]);
+        return 64;
+    }
+    opts o = cli.o;
+    int force = cli.force ? 1 : -1;
+    /* --ranks: a comma-separated list of rank counts */
+    for (const char *p = cli.ranks; p;) {
+        char *end;
+        long r = strtol(p, &end, 10);
+        if (p == cli.ranks) o.n_ranks = 0;
+        if (end == p || (*end && *end != ',') || r < 1 || r > 64 || o.n_ranks == 8) {
+            fprintf(stderr,
+                    "bench_scaling: --ranks takes up to 8 rank counts in [1, 64] separated by "
+                    "commas, got '%s'\n",
+                    cli.ranks);
             return 64;
         }
-        i++;
-        if (strcmp(a, "--ranks") == 0) {
-            o.n_ranks = 0;
-            char buf[128];
-            snprintf(buf, sizeof buf, "%s", v);
-            for (char *t = strtok(buf, ","); t && !bad; t = strtok(NULL, ","))
-                bad = o.n_ranks == 8 || parse_int(t, 1, 64, &o.ranks[o.n_ranks++]);
-            bad |= o.n_ranks == 0;
-        } else if (strcmp(a, "--device") == 0)
-            o.device = v;
-        else if (strcmp(a, "--steps") == 0)
-            bad = parse_int(v, 12, 1000000, &o.steps);
-        else if (strcmp(a, "--batch") == 0)
-            bad = parse_int(v, 1, 1 << 16, &o.batch);
-        else if (strcmp(a, "--layers") == 0)
-            bad = parse_int(v, 1, 64, &o.layers);
-        else if (strcmp(a, "--d-model") == 0)
-            bad = parse_int(v, 8, 1 << 14, &o.d_model);
-        else if (strcmp(a, "--heads") == 0)
-            bad = parse_int(v, 1, 256, &o.heads);
-        else if (strcmp(a, "--seq-len") == 0)
-            bad = parse_int(v, 2, 1 << 16, &o.seq_len);
-        else if (strcmp(a, "--threads") == 0)
-            bad = parse_int(v, 1, 1024, &o.threads);
-        else if (strcmp(a, "--data-train") == 0)
-            o.train = v;
-        else if (strcmp(a, "--data-val") == 0)
-            o.val = v;
-        else
-            bad = 1;
-        if (bad) {
-            fprintf(stderr, "bench_scaling: bad option %s %s\n", a, v);
-            usage(stderr);
-            return 64;
-        }
+        o.ranks[o.n_ranks++] = (int)r;
+        p = *end ? end + 1 : NULL;
     }
     o.force_allreduce = force == 1 || (force == -1 && strcmp(o.device, "cuda") == 0);
     for (int i = 0; i < o.n_ranks; i++)

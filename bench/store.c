@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/opts.h"
 #include "jobs/store.h"
 #include "jobs/sweep.h"
 
@@ -225,39 +226,47 @@ static long long file_size(const char *path) {
     return stat(path, &st) == 0 ? (long long)st.st_size : 0;
 }
 
+/* The command line (store_opts). */
+typedef struct store_cli {
+    int trials, batch, reps, json, keep, concurrent;
+    long long points;
+    const char *db;
+} store_cli;
+
+#define ST(f) OPT_AT(store_cli, f)
+static const opt_spec store_opts[] = {
+    {"trials", 0, OPT_INT, 100, 100000000, ST(trials), "N", "trials (10000)"},
+    {"points", 0, OPT_LONG, 100, 1e12, ST(points), "N", "metric points, at least --trials (1e7)"},
+    {"batch", 0, OPT_INT, 1, 100000000, ST(batch), "N", "points per transaction (1000)"},
+    {"concurrent", 0, OPT_INT, 1, 1000000, ST(concurrent), "N", "trials running at a time (16)"},
+    {"reps", 0, OPT_INT, 1, 1000000, ST(reps), "N", "repetitions of each query (50)"},
+    {"db", 0, OPT_STR, 0, 0, ST(db), "PATH", "the database (default: a temporary one)"},
+    {"keep", 0, OPT_FLAG, 0, 0, ST(keep), NULL, "leave the database"},
+    {"json", 0, OPT_FLAG, 0, 0, ST(json), NULL, "one JSON object instead of the table"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
+
 int main(int argc, char **argv) {
-    int trials = 10000, batch = 1000, reps = 50, json = 0, keep = 0, concurrent = 16;
-    long long points = 10000000;
-    const char *db = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--trials") == 0 && i + 1 < argc)
-            trials = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--points") == 0 && i + 1 < argc)
-            points = atoll(argv[++i]);
-        else if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc)
-            batch = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--concurrent") == 0 && i + 1 < argc)
-            concurrent = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc)
-            reps = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--db") == 0 && i + 1 < argc)
-            db = argv[++i];
-        else if (strcmp(argv[i], "--keep") == 0)
-            keep = 1;
-        else if (strcmp(argv[i], "--json") == 0)
-            json = 1;
-        else {
-            fprintf(stderr, "usage: bench_store [--trials N] [--points N] [--batch N] [--reps N] "
-                            "[--concurrent N] [--db PATH] [--keep] [--json]\n"
-                            "  defaults: 10000 trials, 10000000 points, batch 1000, 16 trials "
-                            "running at a time, 50 reps, a temporary database\n");
-            return strcmp(argv[i], "--help") == 0 ? 0 : 2;
-        }
+    store_cli cli = {
+        .trials = 10000, .batch = 1000, .reps = 50, .concurrent = 16, .points = 10000000};
+    int rest = argc;
+    int prc = opts_parse("bench_store",
+                         "usage: bench_store [options]\n"
+                         "  the SQLite job store under load: metric points inserted per second "
+                         "and\n  the latency of the queries the daemon and bfctl make\n",
+                         store_opts, argc, argv, 1, &cli, &rest);
+    if (prc != OPTS_OK) return prc == OPTS_HELP ? 0 : 64;
+    if (rest < argc) {
+        fprintf(stderr, "bench_store: unexpected argument '%s'\n", argv[rest]);
+        return 64;
     }
-    if (trials < 100 || points < trials || batch < 1 || reps < 1 || concurrent < 1) {
-        fprintf(stderr, "bench_store: need --trials >= 100, --points >= trials, --batch >= 1, "
-                        "--concurrent >= 1\n");
-        return 2;
+    int trials = cli.trials, batch = cli.batch, reps = cli.reps, json = cli.json, keep = cli.keep,
+        concurrent = cli.concurrent;
+    long long points = cli.points;
+    const char *db = cli.db;
+    if (points < trials) {
+        fprintf(stderr, "bench_store: --points %lld is below --trials %d\n", points, trials);
+        return 64;
     }
     char dir[] = "/tmp/bench_store_XXXXXX", path[512];
     if (!db) {

@@ -29,6 +29,7 @@
 
 #include "kernels/bk.h"
 #include "bench/bench_util.h"
+#include "common/opts.h"
 #include "kernels/bk_rng.h"
 #include "worker/models/model.h"
 
@@ -221,75 +222,69 @@ static double run_peer(const opts *o, int threads, const char *policy, char *ver
     return per > 0 ? per : 0;
 }
 
-static void usage(FILE *f) {
-    fputs(
-        "usage: bench_train [--device auto|cpu|cuda] [--steps N] [--B n] [--T n] [--d n] [--H n]\n"
-        "                   [--L n] [--V n] [--C n] [--vit] [--rounds R] [--peer PATH|none]\n"
-        "                   [--json]\n"
-        "Training tokens/s of the encoder classifier, budget off and on, and the PyTorch\n"
-        "eager peer on the same shapes and OpenMP thread count (OMP_NUM_THREADS).\n"
-        "--vit: DeiT-Tiny's blocks (B 32, T 197, d 192, H 3, L 12, 10 classes; later\n"
-        "options override). --rounds R: R interleaved rounds, ratios per round, best\n"
-        "and median. --clock cpu: CPU seconds per step (all threads), both sides.\n",
-        f);
-}
+/* The command line: the options into an opts, and --vit. */
+typedef struct train_cli {
+    opts o;
+    int vit;
+} train_cli;
+
+#define TC(f) OPT_AT(train_cli, f)
+static const opt_spec train_opts[] = {
+    {"device", 0, OPT_STR, 0, 0, TC(o.device), "auto|cpu|cuda", "the backend (auto)"},
+    {"steps", 0, OPT_INT, 1, 1 << 30, TC(o.steps), "N", "timed steps (20)"},
+    {"B", 0, OPT_INT, 1, 1 << 20, TC(o.B), "n", "batch (64)"},
+    {"T", 0, OPT_INT, 1, 1 << 20, TC(o.T), "n", "tokens per sample (64)"},
+    {"d", 0, OPT_INT, 1, 1 << 16, TC(o.d), "n", "model width (128)"},
+    {"H", 0, OPT_INT, 1, 1024, TC(o.H), "n", "attention heads (8)"},
+    {"L", 0, OPT_INT, 1, 1024, TC(o.L), "n", "blocks (4)"},
+    {"V", 0, OPT_INT, 1, 1 << 24, TC(o.V), "n", "vocabulary (8192)"},
+    {"C", 0, OPT_INT, 1, 1 << 20, TC(o.C), "n", "classes (26)"},
+    {"vit", 0, OPT_FLAG, 0, 0, TC(vit), NULL,
+     "DeiT-Tiny's blocks (B 32, T 197, d 192, H 3, L 12, 10 classes; the other options given "
+     "override)"},
+    {"rounds", 0, OPT_INT, 1, 1000, TC(o.rounds), "R",
+     "R interleaved rounds, ratios per round, best and median (1)"},
+    {"peer", 0, OPT_STR, 0, 0, TC(o.peer), "PATH|none", "the PyTorch peer script, or none"},
+    {"clock", 0, OPT_CHOICE, 0, 0, TC(o.cpu_clock), "wall|cpu",
+     "cpu: CPU seconds per step (all threads), both sides (wall)"},
+    {"json", 0, OPT_FLAG, 0, 0, TC(o.json), NULL, "one JSON record per line"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
 
 int main(int argc, char **argv) {
     bk_openmp_passive(argv);
-    opts o = {.B = 64,
-              .T = 64,
-              .d = 128,
-              .H = 8,
-              .L = 4,
-              .V = 8192,
-              .C = 26,
-              .steps = 20,
-              .rounds = 1,
-              .device = "auto",
-              .peer = BF_SOURCE_DIR "/../shared/peers/torch_ref.py"};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int *ip = !strcmp(a, "--B")        ? &o.B
-                  : !strcmp(a, "--T")      ? &o.T
-                  : !strcmp(a, "--d")      ? &o.d
-                  : !strcmp(a, "--H")      ? &o.H
-                  : !strcmp(a, "--L")      ? &o.L
-                  : !strcmp(a, "--V")      ? &o.V
-                  : !strcmp(a, "--C")      ? &o.C
-                  : !strcmp(a, "--steps")  ? &o.steps
-                  : !strcmp(a, "--rounds") ? &o.rounds
-                                           : NULL;
-        if (ip && v) {
-            *ip = atoi(v);
-            i++;
-            if (*ip < 1) {
-                fprintf(stderr, "bench_train: %s must be a positive integer\n", a);
-                return 64;
-            }
-        } else if (!strcmp(a, "--device") && v) {
-            o.device = v, i++;
-        } else if (!strcmp(a, "--peer") && v) {
-            o.peer = v, i++;
-        } else if (!strcmp(a, "--json")) {
-            o.json = 1;
-        } else if (!strcmp(a, "--clock") && v) {
-            if (strcmp(v, "wall") && strcmp(v, "cpu")) {
-                fprintf(stderr, "bench_train: --clock must be wall or cpu, got '%s'\n", v);
-                return 64;
-            }
-            o.cpu_clock = !strcmp(v, "cpu"), i++;
-        } else if (!strcmp(a, "--vit")) {
-            o.B = 32, o.T = 197, o.d = 192, o.H = 3, o.L = 12, o.C = 10;
-        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "bench_train: unknown or incomplete option '%s'\n", a);
-            usage(stderr);
-            return 64;
-        }
+    train_cli cli = {.o = {.B = 64,
+                           .T = 64,
+                           .d = 128,
+                           .H = 8,
+                           .L = 4,
+                           .V = 8192,
+                           .C = 26,
+                           .steps = 20,
+                           .rounds = 1,
+                           .device = "auto",
+                           .peer = BF_SOURCE_DIR "/../shared/peers/torch_ref.py"}};
+    static const char *usage =
+        "usage: bench_train [options]\n"
+        "  training tokens/s of the encoder classifier, budget off and on, and the PyTorch\n"
+        "  eager peer on the same shapes and OpenMP thread count (OMP_NUM_THREADS)\n";
+    /* --vit sets the shape the other options then change: read the line
+     * once for it, then again over its defaults */
+    train_cli first = cli;
+    int rest = argc;
+    int prc = opts_parse("bench_train", usage, train_opts, argc, argv, 1, &first, &rest);
+    if (prc != OPTS_OK) return prc == OPTS_HELP ? 0 : 64;
+    if (rest < argc) {
+        fprintf(stderr, "bench_train: unexpected argument '%s'\n", argv[rest]);
+        return 64;
     }
+    if (first.vit) {
+        cli.o.B = 32, cli.o.T = 197, cli.o.d = 192, cli.o.H = 3, cli.o.L = 12, cli.o.C = 10;
+        opts_parse("bench_train", usage, train_opts, argc, argv, 1, &cli, &rest);
+    } else {
+        cli = first;
+    }
+    opts o = cli.o;
     const bk_backend *be;
     char err[256];
     if (bk_select(o.device, &be, err, sizeof err)) {

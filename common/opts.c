@@ -13,7 +13,7 @@
 
 #include "common/cfg.h"
 
-#define OPTS_MAX 64
+#define OPTS_MAX 64 /* rows of a table */
 
 const opt_spec *opts_find(const opt_spec *t, const char *o) {
     for (; t->name; t++) {
@@ -49,7 +49,8 @@ void opts_help(FILE *f, const opt_spec *t) {
                 : t->shortc ? snprintf(head, sizeof head, "  -%c, --%s", t->shortc, t->name)
                             : snprintf(head, sizeof head, "  --%s", t->name);
         if (t->arg && n > 0 && (size_t)n < sizeof head)
-            snprintf(head + n, sizeof head - (size_t)n, " %s", t->arg);
+            snprintf(head + n, sizeof head - (size_t)n, t->type == OPT_MAYBE ? " [%s]" : " %s",
+                     t->arg);
         if (strlen(head) < 24)
             fprintf(f, "%-24s", head);
         else
@@ -91,6 +92,29 @@ static int store(const char *prog, const opt_spec *r, const char *s, void *out) 
     case OPT_STR:
         *(const char **)at = s;
         return 0;
+    case OPT_MAYBE:
+        *(const char **)at = s ? s : "";
+        return 0;
+    case OPT_CHOICE: {
+        int k = 0;
+        for (const char *w = r->arg; *w; k++) {
+            size_t len = strcspn(w, "|");
+            if (strlen(s) == len && !strncmp(w, s, len)) {
+                *(int *)at = k;
+                return 0;
+            }
+            w += len + (w[len] == '|');
+        }
+        char l[72];
+        fprintf(stderr, "%s: %s takes one of ", prog, label(r, l, sizeof l));
+        for (const char *w = r->arg; *w;) {
+            size_t len = strcspn(w, "|");
+            fprintf(stderr, "%s%.*s", w == r->arg ? "" : ", ", (int)len, w);
+            w += len + (w[len] == '|');
+        }
+        fprintf(stderr, "; got '%s'\n", s);
+        return -1;
+    }
     case OPT_LIST: {
         opt_list *l = (opt_list *)(void *)at;
         if (!l->v || l->n >= l->cap) {
@@ -165,11 +189,15 @@ int opts_parse(const char *prog, const char *usage, const opt_spec *t, int argc,
     int row = 0;
     for (const opt_spec *r = t; r->name && n < OPTS_MAX; r++, row++) {
         if (*r->name)
-            lo[n++] = (struct option){
-                r->name, r->type == OPT_FLAG ? no_argument : required_argument, NULL, 256 + row};
+            lo[n++] = (struct option){r->name,
+                                      r->type == OPT_FLAG    ? no_argument
+                                      : r->type == OPT_MAYBE ? optional_argument
+                                                             : required_argument,
+                                      NULL, 256 + row};
         if (r->shortc) {
             shorts[ns++] = (char)r->shortc;
             if (r->type != OPT_FLAG) shorts[ns++] = ':';
+            if (r->type == OPT_MAYBE) shorts[ns++] = ':';
         }
     }
     shorts[ns] = '\0';
@@ -219,7 +247,11 @@ int opts_parse(const char *prog, const char *usage, const opt_spec *t, int argc,
             for (const opt_spec *q = t; !r && q->name; q++)
                 if (q->shortc == c) r = q;
         }
-        if (!r || store(prog, r, optarg, out)) return fail(prog, usage, t);
+        /* an OPT_MAYBE's value as the next word, when that is no option */
+        const char *v = optarg;
+        if (r && r->type == OPT_MAYBE && !v && optind < ac && av[optind][0] != '-')
+            v = av[optind++];
+        if (!r || store(prog, r, v, out)) return fail(prog, usage, t);
     }
     if (rest) *rest = first - 1 + optind;
     return OPTS_OK;

@@ -18,7 +18,12 @@ typedef enum {
     OPT_LONG,   /* a long long in [lo, hi] */
     OPT_DOUBLE, /* a finite double in [lo, hi] */
     OPT_STR,    /* a const char * (argv's own text) */
-    OPT_LIST    /* every value given, in order, into an opt_list */
+    OPT_LIST,   /* every value given, in order, into an opt_list */
+    OPT_CHOICE, /* one of the '|'-separated words of arg: the int at off
+                 * becomes its index ("val|test": test is 1) */
+    OPT_MAYBE   /* a const char * whose value may be left out: "--name
+                 * VALUE" when the next word is not an option, or
+                 * --name=VALUE; "" when given alone */
 } opt_type;
 
 /* Where an OPT_LIST row's values go: v[0..n), v an array of cap the caller
@@ -36,7 +41,8 @@ typedef struct opt_spec {
     opt_type type;
     double lo, hi;
     size_t off;
-    const char *arg;  /* the value's name in help ("N", "DIR"); NULL for a flag */
+    const char *arg;  /* the value's name in help ("N", "DIR"; OPT_CHOICE: its
+                       * words, "val|test"); NULL for a flag */
     const char *help; /* one line, or NULL to leave it out of --help */
 } opt_spec;
 

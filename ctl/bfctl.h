@@ -72,6 +72,10 @@ int ctl_tail(ctl_conn *c, long long job, long long trial, int follow, int compac
 /* ctl/ctl_control.c */
 int bfctl_cancel(int argc, char **argv);
 int bfctl_stop(int argc, char **argv);
+/* ctl/ctl_dashboard.c: the dashboard's URL, and edits of a running sweep */
+extern const opt_spec bfctl_edit_opts[];
+int bfctl_dashboard(int argc, char **argv);
+int bfctl_edit(int argc, char **argv);
 /* ctl/ctl_logs.c */
 extern const opt_spec bfctl_logs_opts[];
 int bfctl_logs(int argc, char **argv);

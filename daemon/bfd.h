@@ -30,12 +30,20 @@ typedef struct bfd_config {
     /* exporters (daemon/exp_tb.h, daemon/prom.h) */
     int tensorboard;      /* write $BF_HOME/tensorboard/ (default 1) */
     char prometheus[256]; /* HOST:PORT of /metrics ("": off, the default) */
+    /* the dashboard and JSON API (daemon/http.h, docs/http.md) */
+    char http[256];    /* HOST:PORT ("": off; default 127.0.0.1:8265) */
+    int http_default;  /* http is the default, not asked for: a taken port only warns */
+    int http_insecure; /* serve a non-loopback address without TLS (default 0: refused) */
 } bfd_config;
 
 /* Fills defaults, then reads path when it exists: a YAML mapping of the keys
  * in bfd_config.c's table (bfd_config_help prints them). Returns 0, or -1
  * with "PATH:LINE:COL: message". */
 int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen);
+
+/* Applies one key as bfd.yaml would (for a command-line override such as
+ * --http). Returns 0, or -1 with "KEY must be ..." in err. */
+int bfd_config_set(bfd_config *c, const char *key, const char *value, char *err, size_t errlen);
 
 /* Writes the bfd.yaml part of `bfd --help`: every key, its values, default
  * and what it does, from the same table the loader reads by. */

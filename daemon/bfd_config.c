@@ -192,6 +192,19 @@ static int set_address(const bfd_key *k, bfd_config *c, bfd_val *v, char *why, s
     return 0;
 }
 
+/* http: "off", or an address as set_address reads it. */
+static int set_http(const bfd_key *k, bfd_config *c, bfd_val *v, char *why, size_t n) {
+    c->http_default = 0;
+    if (v->s && !strcmp(v->s, "off")) {
+        c->http[0] = '\0';
+        return 0;
+    }
+    if (set_address(k, c, v, why, n) == 0) return 0;
+    size_t at = strlen(why);
+    snprintf(why + at, n - at, ", or off");
+    return -1;
+}
+
 #define AT(f) offsetof(bfd_config, f), sizeof(((bfd_config *)0)->f)
 #define NONE 0, 0, NULL
 
@@ -231,6 +244,12 @@ static const bfd_key bfd_keys[] = {
      "write $BF_HOME/tensorboard/"},
     {"prometheus", set_address, NONE, AT(prometheus), NULL, "[ADDRESS:]PORT", "off",
      "serve /metrics there (a PORT alone is on 127.0.0.1)"},
+    {"http", set_http, NONE, AT(http), "127.0.0.1:8265", "[ADDRESS:]PORT|off", NULL,
+     "serve the dashboard, the JSON API and /metrics there, each request with the token of "
+     "$BF_HOME/http.token (docs/http.md); a taken default port only warns"},
+    {"http_insecure", set_bool, NONE, AT(http_insecure), "false", "true|false", NULL,
+     "allow http on an address other than loopback without TLS (bfd serves no TLS: put a TLS "
+     "proxy in front)"},
 };
 
 #define N_KEYS (sizeof bfd_keys / sizeof *bfd_keys)
@@ -279,6 +298,7 @@ static void defaults(bfd_config *c) {
     }
     const char *w = getenv("BF_WORKER");
     if (w && *w) snprintf(c->bfworker, sizeof c->bfworker, "%s", w);
+    c->http_default = 1;
 }
 
 static const bfd_key *find_key(const char *key) {
@@ -387,6 +407,13 @@ int bfd_config_load(const char *path, bfd_config *c, char *err, size_t errlen) {
         rc = read_keys(path, &doc, root, c, err, errlen);
     yaml_document_delete(&doc);
     return rc;
+}
+
+int bfd_config_set(bfd_config *c, const char *key, const char *value, char *err, size_t errlen) {
+    const bfd_key *k = find_key(key);
+    if (!k) return bf_fail(err, errlen, "no setting '%s'", key);
+    bfd_val v = {.s = value};
+    return k->set(k, c, &v, err, errlen);
 }
 
 void bfd_config_help(FILE *f) {

@@ -26,7 +26,7 @@ static const char *USAGE =
 
 /* What bfd is told on its command line (bfd_opts_table, keygen_opts). */
 typedef struct bfd_args {
-    const char *home, *tcp, *client;
+    const char *home, *tcp, *client, *http;
     int daemonize, quiet;
 } bfd_args;
 
@@ -39,6 +39,8 @@ static const opt_spec bfd_opts_table[] = {
     {"tcp", 0, OPT_STR, 0, 0, BA(tcp), "HOST:PORT",
      "also listen on TCP (control PORT, workers PORT+1, pub PORT+2), CURVE only: needs "
      "DIR/curve/server.key (bfd keygen); clients' public keys in DIR/curve/clients/*.pub"},
+    {"http", 0, OPT_STR, 0, 0, BA(http), "ADDR:PORT",
+     "serve the dashboard there (or off), over bfd.yaml's http (docs/http.md)"},
     {"quiet", 0, OPT_FLAG, 0, 0, BA(quiet), NULL, "no log lines"},
     {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
 };
@@ -189,6 +191,10 @@ int main(int argc, char **argv) {
     if (bfd_config_load(cfgp, &c, err, sizeof err)) {
         fprintf(stderr, "bfd: %s\n", err);
         return 1;
+    }
+    if (a.http && bfd_config_set(&c, "http", a.http, err, sizeof err)) {
+        fprintf(stderr, "bfd: --http: %s\n", err);
+        return BF_EX_USAGE;
     }
     /* one bfd per home: the lock is released by the kernel when bfd dies */
     char lockp[1200];

@@ -16,6 +16,7 @@
 #include "daemon/adaptive.h"
 #include "daemon/bfd.h"
 #include "daemon/exp_tb.h"
+#include "daemon/http.h"
 #include "daemon/prom.h"
 #include "daemon/slurm.h"
 #include "daemon/slurmq.h"
@@ -119,6 +120,7 @@ typedef struct bfd {
     adaptive *ad;   /* early stops and tpe proposals (daemon/adaptive.h) */
     exp_tb *tb;     /* TensorBoard files ($BF_HOME/tensorboard) */
     prom *prom;     /* Prometheus /metrics (NULL: off) */
+    http *http;     /* the dashboard (NULL: off) */
     double prom_at; /* last snapshot */
     submitq *sq;    /* submits parsed, expanded and stored off the loop */
     /* launcher: slurm: attempts launched, waiting to go out as one job array

@@ -414,6 +414,7 @@ static void close_daemon(bfd *d) {
     if (d->ctx) zmq_ctx_term(d->ctx);
     if (d->sigpipe[0] >= 0) close(d->sigpipe[0]);
     if (d->sigpipe[1] >= 0) close(d->sigpipe[1]);
+    http_stop(&d->http); /* before the snapshot it renders */
     prom_stop(&d->prom);
     exp_tb_close(&d->tb);
     dstate_close(&d->ds);
@@ -424,6 +425,31 @@ static void close_daemon(bfd *d) {
     free(d->polls);
     free(d->agents);
     free(d);
+}
+
+/* The Prometheus snapshot, its own tokenless listener when bfd.yaml names
+ * one, and the dashboard (which also serves the snapshot at /metrics). A
+ * dashboard that cannot start on its default address only warns: a second
+ * bfd on the machine (another BF_HOME) finds the port taken. */
+static int start_exporters(bfd *d, char *err, size_t errlen) {
+    const bfd_config *c = d->c;
+    if (!c->prometheus[0] && !c->http[0]) return 0;
+    if (prom_new(d->started, &d->prom, err, errlen)) return -1;
+    if (c->prometheus[0]) {
+        if (prom_listen(d->prom, c->prometheus, err, errlen)) return -1;
+        bfd_log("prometheus: http://%s/metrics", c->prometheus);
+    }
+    if (!c->http[0]) return 0;
+    char herr[1024];
+    if (http_start(c->http, c->http_insecure, d->o->home, d->ep_ctl, d->prom, &d->http, herr,
+                   sizeof herr)) {
+        http_stop(&d->http);
+        if (!c->http_default) return bf_fail(err, errlen, "%s", herr);
+        bfd_log("warning: %s; the dashboard is off (set http: in bfd.yaml or --http)", herr);
+        return 0;
+    }
+    bfd_log("dashboard: http://%s/ (bfctl dashboard prints it with its token)", c->http);
+    return 0;
 }
 
 int bfd_run(const bfd_opts *o, const bfd_config *c, char *err, size_t errlen) {
@@ -441,12 +467,9 @@ int bfd_run(const bfd_opts *o, const bfd_config *c, char *err, size_t errlen) {
     }
     char terr[1024];
     if (exp_tb_recover(d->tb, d->st, now_s(), terr, sizeof terr)) bfd_log("tensorboard: %s", terr);
-    if (c->prometheus[0]) {
-        if (prom_start(c->prometheus, d->started, &d->prom, err, errlen)) {
-            close_daemon(d);
-            return -1;
-        }
-        bfd_log("prometheus: http://%s/metrics", c->prometheus);
+    if (start_exporters(d, err, errlen)) {
+        close_daemon(d);
+        return -1;
     }
     bfd_log("serving %s (pid %d): %d slot%s, %d GPU%s, launcher %s, heartbeat timeout %.0f s",
             o->home, (int)getpid(), c->slots, c->slots == 1 ? "" : "s", c->n_gpus,

@@ -240,8 +240,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         MHD_HTTP_NOT_FOUND, plain);
 }
 
-int prom_start(const char *addr, double started, prom **out, char *err, size_t errlen) {
-    *out = NULL;
+int prom_new(double started, prom **out, char *err, size_t errlen) {
+    prom *p = calloc(1, sizeof *p);
+    if (!p) return bf_fail(err, errlen, "out of memory");
+    p->started = started;
+    p->fd = -1;
+    pthread_mutex_init(&p->mu, NULL);
+    *out = p;
+    return 0;
+}
+
+int prom_listen(prom *p, const char *addr, char *err, size_t errlen) {
     char host[64];
     const char *colon = strrchr(addr, ':');
     if (!colon || (size_t)(colon - addr) >= sizeof host)
@@ -255,11 +264,6 @@ int prom_start(const char *addr, double started, prom **out, char *err, size_t e
     sa.sin_port = htons((uint16_t)port);
     if (port < 1 || port > 65535 || inet_pton(AF_INET, host, &sa.sin_addr) != 1)
         return bf_fail(err, errlen, "prometheus: '%s' is not IPV4:PORT", addr);
-    prom *p = calloc(1, sizeof *p);
-    if (!p) return bf_fail(err, errlen, "out of memory");
-    p->started = started;
-    p->fd = -1;
-    pthread_mutex_init(&p->mu, NULL);
     /* our own listening socket: a taken port is reported with the system's words */
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int one = 1;
@@ -267,7 +271,6 @@ int prom_start(const char *addr, double started, prom **out, char *err, size_t e
         bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 32) != 0) {
         int rc = bf_fail(err, errlen, "prometheus: cannot listen on %s: %s", addr, strerror(errno));
         if (fd >= 0) close(fd);
-        prom_stop(&p);
         return rc;
     }
     p->fd = fd;
@@ -275,11 +278,7 @@ int prom_start(const char *addr, double started, prom **out, char *err, size_t e
                               MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
                               (unsigned)64, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
                               MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)65536, MHD_OPTION_END);
-    if (!p->mhd) {
-        prom_stop(&p);
-        return bf_fail(err, errlen, "prometheus: MHD_start_daemon on %s failed", addr);
-    }
-    *out = p;
+    if (!p->mhd) return bf_fail(err, errlen, "prometheus: MHD_start_daemon on %s failed", addr);
     return 0;
 }
 

@@ -33,10 +33,14 @@ typedef struct prom_state {
     size_t n_runs;
 } prom_state;
 
-/* Listens on addr ("IPV4:PORT") and serves from a thread. Returns 0, or -1
- * with a message naming the address and the system's error. */
-int prom_start(const char *addr, double started, prom **out, char *err, size_t errlen);
-/* Stops the server thread and frees. NULL is fine. */
+/* A snapshot with no listener yet (the dashboard's server renders it at its
+ * own /metrics). Returns 0, or -1 when out of memory. */
+int prom_new(double started, prom **out, char *err, size_t errlen);
+/* Listens on addr ("IPV4:PORT") and serves /metrics from a thread, with no
+ * token (bfd.yaml prometheus:). Returns 0, or -1 with a message naming the
+ * address and the system's error. */
+int prom_listen(prom *p, const char *addr, char *err, size_t errlen);
+/* Stops the server thread, if any, and frees. NULL is fine. */
 void prom_stop(prom **p);
 
 /* Replaces the snapshot (the loop calls it after each round). */

@@ -58,6 +58,9 @@ void req_cancel(bfd *d, void *s, proto_msg *m);
 void req_stop(bfd *d, void *s, proto_msg *m);
 void req_resume(bfd *d, void *s, proto_msg *m);
 
+/* req_edit.c: edits of a running sweep (its max_parallel). */
+void req_edit(bfd *d, void *s, proto_msg *m);
+
 /* req_metrics.c: a trial's metric points, a job's export. */
 void req_metrics(bfd *d, void *s, proto_msg *m);
 void req_export(bfd *d, void *s, proto_msg *m);

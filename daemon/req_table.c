@@ -12,7 +12,7 @@ static const struct {
     {"submit", req_submit},   {"jobs", req_jobs},     {"job", req_job},     {"trial", req_trial},
     {"metrics", req_metrics}, {"cancel", req_cancel}, {"stop", req_stop},   {"wait", req_wait},
     {"best", req_best},       {"export", req_export}, {"logs", req_logs},   {"status", req_status},
-    {"sync", req_sync},       {"resume", req_resume}, {"rungs", req_rungs},
+    {"sync", req_sync},       {"resume", req_resume}, {"rungs", req_rungs}, {"edit", req_edit},
 };
 
 req_handler_fn req_handler(const char *type) {

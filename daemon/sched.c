@@ -75,6 +75,13 @@ static int schedule_stage(bfd *d, const store_trial *t, int *stage) {
     return 0;
 }
 
+/* Attempts of job in the run table (also those being stopped). */
+static int job_runs(const bfd *d, int64_t job) {
+    int n = 0;
+    for (size_t i = 0; i < d->n_runs; i++) n += d->runs[i].job == job;
+    return n;
+}
+
 /* One pass of schedule; 1 when it stopped with trials left that may start
  * now (its time share spent, or a full page of them launched). */
 static int schedule_pass(bfd *d) {
@@ -122,6 +129,9 @@ static int schedule_pass(bfd *d) {
             publish_event(d, ts[i].job_id, ts[i].id, "FAILED", ts[i].attempts + 1, why);
             continue;
         }
+        /* a grid or random job's max_parallel (bfctl edit): at most that many
+         * of its trials at once (tpe's holds back its proposals instead) */
+        if (j.parallel > 0 && strcmp(j.method, "tpe") && job_runs(d, j.id) >= j.parallel) continue;
         if (j.ranks > free_slots || (remote && !agent_pick(d, j.ranks))) continue;
         int gpus[BFD_MAX_GPUS], ng = 0;
         for (int g = 0; g < d->c->n_gpus && ng < need_g; g++)

@@ -170,6 +170,11 @@ int store_job_objectives(store *s, int64_t job, sweep_objective out[SWEEP_MAX_OB
 
 /* One job's row: 0 found, 1 no such job, -1 error. */
 int store_job_get(store *s, int64_t job_id, store_job *out, char *err, size_t errlen);
+/* Sets a job's max_parallel (jobs.parallel: tpe's trials pending or running
+ * at once; for grid and random, trials running at once, 0 no cap) with an
+ * EDIT event, in one transaction; *was the value before. 0, 1 no such job,
+ * or -1 with err. */
+int store_job_set_parallel(store *s, int64_t job, int parallel, int *was, char *err, size_t errlen);
 /* Every job in submit order; *out malloc'd (free), NULL when none. */
 int store_jobs(store *s, store_job **out, size_t *n, char *err, size_t errlen);
 /* counts[state] = trials of the job in that state. */

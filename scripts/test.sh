@@ -22,14 +22,15 @@ cmake --build build-san -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-san --output-on-failure -L unit
 # the integration tests that face outside input (bfd's sockets and bfctl, a
-# client written from docs/protocol.md, bfd killed at random moments) run
+# client written from docs/protocol.md, bfd killed at random moments, the
+# dashboard's HTTP server driven by a browser: 18 s) run
 # under the sanitizers too: about 2 minutes on 2 cores. The long training
 # ones (daemon 140 s, ddp, slurm, adaptive under ASan) run in release only,
 # and so does test_it_cluster (a 3-host Slurm in network namespaces, about
 # 90 s; skipped, exit 77, where namespaces are refused).
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-san --output-on-failure -L integration \
-    -R 'test_it_(bfd_edges|pyclient|bfctl_results|crashpoints)$'
+    -R 'test_it_(bfd_edges|pyclient|bfctl_results|crashpoints|dashboard)$'
 
 echo "== release build ==" >&2
 ctest --test-dir build --output-on-failure

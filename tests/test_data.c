@@ -813,6 +813,39 @@ Test(bfprep, wordnet_end_to_end, .timeout = 60) {
     cr_assert_eq(run(cmd), 0);
 }
 
+/* A bad command line of each bfprep command is refused with status 64 and
+ * a message that says which option and what is valid (its opts table);
+ * `bfprep CMD --help` lists the command's own options. */
+Test(bfprep, bad_lines_say_what_is_valid) {
+    static const struct {
+        const char *args, *says;
+    } bad[] = {
+        {"wordnet --min-class 0", "bfprep wordnet: --min-class takes an integer in [1, "
+                                  "1000000000], got '0'"},
+        {"kjv --outt d", "unknown option '--outt'; did you mean '--out'?"},
+        {"fashion-mnist --src", "--src needs a value (DIR2)"},
+        {"tokenizer --type wordpiece", "--type takes one of unigram, bpe; got 'wordpiece'"},
+        {"tokenizer --vocab 8", "--vocab takes an integer in [16, 1000000], got '8'"},
+        {"tokenizer --vocab 100 --input x", "--input, --vocab and --out are required"},
+    };
+    char cmd[1024];
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s/bfprep %s 2>%s", BF_BIN_DIR, bad[i].args, tpath("err"));
+        cr_expect_eq(run(cmd), 64, "%s", bad[i].args);
+        FILE *f = fopen(tpath("err"), "r");
+        cr_assert_not_null(f);
+        char err[4096];
+        size_t n = fread(err, 1, sizeof err - 1, f);
+        err[n] = '\0';
+        fclose(f);
+        cr_expect(strstr(err, bad[i].says), "%s: wanted \"%s\" in:\n%s", bad[i].args, bad[i].says,
+                  err);
+    }
+    snprintf(cmd, sizeof cmd, "%s/bfprep tokenizer --help | grep -q -- '--byte-fallback'",
+             BF_BIN_DIR);
+    cr_expect_eq(run(cmd), 0);
+}
+
 Test(bfprep, kjv_end_to_end, .timeout = 60) {
     if (run("command -v bible >/dev/null") != 0) cr_skip_test("bible-kjv is not installed");
     char cmd[1024];

@@ -430,7 +430,7 @@ Test(parity, s2s_distill_and_finetune_match_pytorch) {
         {"--stage distill --set model.mixers=bimamba,attention,bimamba,attention%s", "1",
          "init.from is not set"},
         {"--stage finetune%s", "1", "model.mixers replaces no layer"},
-        {"--stage distil%s", "64", "--stage 'distil': valid: train, distill, finetune"},
+        {"--stage distil%s", "64", "--stage takes one of train, distill, finetune; got 'distil'"},
     };
     snprintf(yaml, sizeof yaml, "%s%s", VIT_COMMON, S2S_TEACHER_AVIT);
     cfg = tmpdir_write_file(dir, "bad.yaml", yaml, strlen(yaml));
@@ -487,15 +487,16 @@ Test(parity, dump_refuses_bad_input) {
              BF_BIN_DIR, cfg, dir, dir);
     st = system(cmd);
     cr_expect_eq(WEXITSTATUS(st), 64);
-    cr_expect(
-        strstr(log_text(tmpdir_path(dir, "e.log")), "--batch must be a whole number in 1..4096"),
-        "%s", log_text(tmpdir_path(dir, "e.log")));
+    cr_expect(strstr(log_text(tmpdir_path(dir, "e.log")),
+                     "--batch takes an integer in [1, 4096], got '0'"),
+              "%s", log_text(tmpdir_path(dir, "e.log")));
     snprintf(cmd, sizeof cmd, "%s/bfworker dump '%s' --mask stripes --out '%s/x' 2>'%s/e.log'",
              BF_BIN_DIR, cfg, dir, dir);
     st = system(cmd);
     cr_expect_eq(WEXITSTATUS(st), 64);
-    cr_expect(strstr(log_text(tmpdir_path(dir, "e.log")), "--mask 'stripes': valid: holes"), "%s",
-              log_text(tmpdir_path(dir, "e.log")));
+    cr_expect(
+        strstr(log_text(tmpdir_path(dir, "e.log")), "--mask takes one of holes; got 'stripes'"),
+        "%s", log_text(tmpdir_path(dir, "e.log")));
     snprintf(cmd, sizeof cmd, "%s/bfworker dump '%s' 2>'%s/e.log'", BF_BIN_DIR, cfg, dir);
     st = system(cmd);
     cr_expect_eq(WEXITSTATUS(st), 64);

@@ -444,7 +444,8 @@ Test(remote, refusals_are_said) {
     } bad[] = {
         {"serve", "--connect tcp://HOST:PORT or ipc://PATH is required"},
         {"serve --connect http://x", "--connect tcp://HOST:PORT or ipc://PATH is required"},
-        {"serve --connect ipc:///tmp/x --slots many", "--slots must be a whole number 1..256"},
+        {"serve --connect ipc:///tmp/x --slots many",
+         "--slots takes an integer in [1, 256], got 'many'"},
         {"serve --connect ipc:///tmp/x --name 'a b'", "--name must be 1-63 printable"},
         {"serve --connect ipc:///tmp/x --bogus", "--bogus"},
     };

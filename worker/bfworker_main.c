@@ -10,11 +10,14 @@
 int main(int argc, char **argv) {
     bk_openmp_passive(argv);
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        fputs(cmd_usage, argc < 2 ? stderr : stdout);
+        cmd_help(argc < 2 ? stderr : stdout);
         return argc < 2 ? CMD_USAGE : CMD_OK;
     }
     for (const cmd_spec *c = cmd_specs; c->name; c++)
-        if (strcmp(argv[1], c->name) == 0) return c->main(argc, argv);
+        if (strcmp(argv[1], c->name) == 0) {
+            cmd_parse_as(c);
+            return c->main(argc, argv);
+        }
     char valid[256] = "";
     for (const cmd_spec *c = cmd_specs; c->name; c++)
         snprintf(valid + strlen(valid), sizeof valid - strlen(valid), "%s%s",

@@ -3,6 +3,7 @@
  * (FILE.tmp, then rename), so an interrupted run leaves no half file. */
 #include "common/errbuf.h"
 #include "common/hash.h"
+#include "common/opts.h"
 #include "worker/data/data.h"
 #include "worker/data/tok.h"
 
@@ -44,30 +45,6 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void usage(FILE *f) {
-    fputs("usage: bfprep COMMAND [options]\n"
-          "\n"
-          "commands:\n"
-          "  wordnet [--src FILE] [--out DIR] [--min-class N]\n"
-          "      WordNet noun glosses -> DIR/wordnet/{train,val,test}.tsv (label = lexname,\n"
-          "      text = gloss; classes with < N examples dropped, N = 100; split 80/10/10\n"
-          "      by a hash of the synset offset). FILE defaults to " WN_DEFAULT_SRC ".\n"
-          "  kjv [--out DIR]\n"
-          "      runs `" BIBLE_CMD "` -> DIR/kjv/kjv.txt, one verse per line, no references.\n"
-          "  fashion-mnist [--src DIR2] [--out DIR]\n"
-          "      validates the four IDX files in DIR2 (default " FM_DEFAULT_SRC ")\n"
-          "      and links them into DIR/fashion_mnist/.\n"
-          "  tokenizer --input FILE --vocab N --out PREFIX [--type unigram|bpe]\n"
-          "            [--format text|tsv] [--val-fraction F] [--byte-fallback] [--eval FILE]...\n"
-          "      trains a sentencepiece model PREFIX.model (pad=0 unk=1 bos=2 eos=3 sep=4).\n"
-          "      tsv input (default for *.tsv): trains on the text fields. text input: trains on\n"
-          "      the lines before the validation tail (F = 0.05, as data.val_fraction).\n"
-          "      --eval FILE (repeatable) prints tokens per line and the unk rate on FILE.\n"
-          "\n"
-          "DIR defaults to $BF_DATA, else ./data.\n",
-          f);
 }
 
 static const char *default_out(void) {
@@ -112,20 +89,62 @@ static void out_close(outfile *o) {
     if (rename(o->tmp, o->path) != 0) die("rename %s -> %s: %s", o->tmp, o->path, strerror(errno));
 }
 
-/* Option parsing: --name VALUE pairs after the command. */
-static const char *opt_value(int argc, char **argv, int *i) {
-    if (*i + 1 >= argc) die_usage("%s needs a value (see bfprep --help)", argv[*i]);
-    return argv[++*i];
-}
+/* ---- the command line ---------------------------------------------------- */
 
-static long parse_long(const char *s, const char *what, long lo, long hi) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        die_usage("%s '%s': expected an integer in [%ld, %ld]", what, s, lo, hi);
-    return v;
-}
+/* What the commands are told: one struct for all four, each reading the
+ * rows of its own table. */
+typedef struct prep_args {
+    const char *src, *out, *input;
+    int min_class, vocab, type, format, byte_fallback, verbose;
+    double val_fraction;
+    opt_list evals;
+} prep_args;
+
+#define PA(f) OPT_AT(prep_args, f)
+#define OUT_ROW                                                                                    \
+    { "out", 0, OPT_STR, 0, 0, PA(out), "DIR", "the data folder (default $BF_DATA, else ./data)" }
+static const opt_spec wordnet_opts[] = {
+    {"src", 0, OPT_STR, 0, 0, PA(src), "FILE", "WordNet's noun data file (" WN_DEFAULT_SRC ")"},
+    OUT_ROW,
+    {"min-class", 0, OPT_INT, 1, 1000000000, PA(min_class), "N",
+     "drop classes with fewer examples (100)"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
+static const opt_spec kjv_opts[] = {
+    OUT_ROW,
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
+static const opt_spec fashion_opts[] = {
+    {"src", 0, OPT_STR, 0, 0, PA(src), "DIR2", "the four IDX files (" FM_DEFAULT_SRC ")"},
+    OUT_ROW,
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
+#define TOK_MAX_EVALS 16
+static const opt_spec tokenizer_opts[] = {
+    {"input", 0, OPT_STR, 0, 0, PA(input), "FILE", "the training text (required)"},
+    {"vocab", 0, OPT_INT, 16, 1000000, PA(vocab), "N", "pieces (required)"},
+    {"out", 0, OPT_STR, 0, 0, PA(out), "PREFIX", "writes PREFIX.model (required)"},
+    {"type", 0, OPT_CHOICE, 0, 0, PA(type), "unigram|bpe", "the model (unigram)"},
+    {"format", 0, OPT_CHOICE, 0, 0, PA(format), "text|tsv",
+     "tsv: trains on the text fields (default for *.tsv); text: on the lines before the "
+     "validation tail"},
+    {"val-fraction", 0, OPT_DOUBLE, 0, 1, PA(val_fraction), "F",
+     "text input: the validation tail left out, below 1 (0.05, as data.val_fraction)"},
+    {"byte-fallback", 0, OPT_FLAG, 0, 0, PA(byte_fallback), NULL,
+     "unknown characters as their bytes"},
+    {"eval", 0, OPT_LIST, 0, 0, PA(evals), "FILE",
+     "print tokens per line and the unk rate on FILE (repeatable, at most 16)"},
+    {"verbose", 0, OPT_FLAG, 0, 0, PA(verbose), NULL, "sentencepiece's own log"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
+
+/* A command of bfprep: its name, entry, summary and table. */
+typedef struct prep_cmd {
+    const char *name;
+    int (*run)(const prep_args *a);
+    const char *summary;
+    const opt_spec *opts;
+} prep_cmd;
 
 /* ---- wordnet ------------------------------------------------------------ */
 
@@ -186,19 +205,9 @@ typedef struct wn_entry {
     char *gloss;
 } wn_entry;
 
-static int cmd_wordnet(int argc, char **argv) {
-    const char *src = WN_DEFAULT_SRC, *out = default_out();
-    long min_class = 100;
-    for (int i = 2; i < argc; i++) {
-        if (!strcmp(argv[i], "--src"))
-            src = opt_value(argc, argv, &i);
-        else if (!strcmp(argv[i], "--out"))
-            out = opt_value(argc, argv, &i);
-        else if (!strcmp(argv[i], "--min-class"))
-            min_class = parse_long(opt_value(argc, argv, &i), "--min-class", 1, 1000000000);
-        else
-            die_usage("wordnet: unknown option '%s' (valid: --src, --out, --min-class)", argv[i]);
-    }
+static int cmd_wordnet(const prep_args *a) {
+    const char *src = a->src ? a->src : WN_DEFAULT_SRC, *out = a->out ? a->out : default_out();
+    long min_class = a->min_class;
     double t0 = now_s();
     FILE *f = fopen(src, "r");
     if (!f) die("%s: %s (install wordnet-base, or pass --src)", src, strerror(errno));
@@ -329,14 +338,8 @@ static size_t verse_ref_len(const char *s) {
     return (size_t)(p - s);
 }
 
-static int cmd_kjv(int argc, char **argv) {
-    const char *out = default_out();
-    for (int i = 2; i < argc; i++) {
-        if (!strcmp(argv[i], "--out"))
-            out = opt_value(argc, argv, &i);
-        else
-            die_usage("kjv: unknown option '%s' (valid: --out)", argv[i]);
-    }
+static int cmd_kjv(const prep_args *a) {
+    const char *out = a->out ? a->out : default_out();
     double t0 = now_s();
     char dir[4096], path[4096];
     join(dir, sizeof dir, out, "kjv");
@@ -408,16 +411,8 @@ static int cmd_kjv(int argc, char **argv) {
 
 /* ---- fashion-mnist -------------------------------------------------------- */
 
-static int cmd_fashion(int argc, char **argv) {
-    const char *src = FM_DEFAULT_SRC, *out = default_out();
-    for (int i = 2; i < argc; i++) {
-        if (!strcmp(argv[i], "--src"))
-            src = opt_value(argc, argv, &i);
-        else if (!strcmp(argv[i], "--out"))
-            out = opt_value(argc, argv, &i);
-        else
-            die_usage("fashion-mnist: unknown option '%s' (valid: --src, --out)", argv[i]);
-    }
+static int cmd_fashion(const prep_args *a) {
+    const char *src = a->src ? a->src : FM_DEFAULT_SRC, *out = a->out ? a->out : default_out();
     double t0 = now_s();
     char dir[4096];
     join(dir, sizeof dir, out, "fashion_mnist");
@@ -523,55 +518,23 @@ static void tok_eval(const tok_t *tok, const char *path, int is_tsv) {
     data_text_destroy(&txt);
 }
 
-static int cmd_tokenizer(int argc, char **argv) {
-    const char *input = NULL, *prefix = NULL, *format = NULL;
-    const char *evals[16];
-    int n_evals = 0;
-    double val_fraction = 0.05;
+static int cmd_tokenizer(const prep_args *a) {
+    const char *input = a->input, *prefix = a->out;
+    const char *const *evals = a->evals.v;
+    int n_evals = a->evals.n;
+    double val_fraction = a->val_fraction;
     tok_train_opts o;
     tok_train_opts_init(&o);
-    o.vocab = 0;
-    for (int i = 2; i < argc; i++) {
-        if (!strcmp(argv[i], "--input"))
-            input = opt_value(argc, argv, &i);
-        else if (!strcmp(argv[i], "--out"))
-            prefix = opt_value(argc, argv, &i);
-        else if (!strcmp(argv[i], "--vocab"))
-            o.vocab = (int)parse_long(opt_value(argc, argv, &i), "--vocab", 16, 1000000);
-        else if (!strcmp(argv[i], "--format"))
-            format = opt_value(argc, argv, &i);
-        else if (!strcmp(argv[i], "--byte-fallback"))
-            o.byte_fallback = 1;
-        else if (!strcmp(argv[i], "--verbose"))
-            o.quiet = 0;
-        else if (!strcmp(argv[i], "--val-fraction")) {
-            const char *v = opt_value(argc, argv, &i);
-            char *end;
-            val_fraction = strtod(v, &end);
-            if (end == v || *end || !(val_fraction >= 0 && val_fraction < 1))
-                die_usage("--val-fraction '%s': expected a number in [0, 1)", v);
-        } else if (!strcmp(argv[i], "--type")) {
-            const char *v = opt_value(argc, argv, &i);
-            if (!strcmp(v, "unigram"))
-                o.kind = TOK_UNIGRAM;
-            else if (!strcmp(v, "bpe"))
-                o.kind = TOK_BPE;
-            else
-                die_usage("--type '%s': expected unigram or bpe", v);
-        } else if (!strcmp(argv[i], "--eval")) {
-            if (n_evals == 16) die("at most 16 --eval files");
-            evals[n_evals++] = opt_value(argc, argv, &i);
-        } else {
-            die_usage(
-                "tokenizer: unknown option '%s' (valid: --input, --vocab, --out, --type, --format, "
-                "--val-fraction, --byte-fallback, --eval, --verbose)",
-                argv[i]);
-        }
-    }
+    o.vocab = a->vocab;
+    if (a->type >= 0) o.kind = a->type == 1 ? TOK_BPE : TOK_UNIGRAM;
+    o.byte_fallback = a->byte_fallback;
+    if (a->verbose) o.quiet = 0;
     if (!input || !prefix || !o.vocab)
-        die("tokenizer: --input, --vocab and --out are required (see bfprep --help)");
-    if (format && strcmp(format, "tsv") && strcmp(format, "text"))
-        die_usage("--format '%s': expected text or tsv", format);
+        die_usage(
+            "tokenizer: --input, --vocab and --out are required (see bfprep tokenizer --help)");
+    if (val_fraction >= 1)
+        die_usage("--val-fraction %g: expected a number in [0, 1)", val_fraction);
+    const char *format = a->format == 0 ? "text" : a->format == 1 ? "tsv" : NULL;
     int is_tsv = format ? !strcmp(format, "tsv") : ends_with(input, ".tsv");
     o.prefix = prefix;
     const char **s;
@@ -603,21 +566,64 @@ static int cmd_tokenizer(int argc, char **argv) {
     return 0;
 }
 
+static const prep_cmd commands[] = {
+    {"wordnet", cmd_wordnet,
+     "WordNet noun glosses -> DIR/wordnet/{train,val,test}.tsv (label = lexname, text = gloss; "
+     "classes with fewer than --min-class examples dropped; split 80/10/10 by a hash of the "
+     "synset offset)",
+     wordnet_opts},
+    {"kjv", cmd_kjv, "runs `" BIBLE_CMD "` -> DIR/kjv/kjv.txt, one verse per line, no references",
+     kjv_opts},
+    {"fashion-mnist", cmd_fashion,
+     "validates the four IDX files in DIR2 and links them into DIR/fashion_mnist/", fashion_opts},
+    {"tokenizer", cmd_tokenizer,
+     "trains a sentencepiece model PREFIX.model (pad=0 unk=1 bos=2 eos=3 sep=4)", tokenizer_opts},
+};
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
+
+/* bfprep --help: the commands and what each does. */
+static void usage(FILE *f) {
+    fputs("usage: bfprep COMMAND [options]\n\ncommands:\n", f);
+    for (size_t i = 0; i < N_COMMANDS; i++) {
+        fprintf(f, "  %-16s", commands[i].name);
+        opts_wrap(f, commands[i].summary, 18, 18);
+    }
+    fputs("\n`bfprep COMMAND --help` lists its options. DIR defaults to $BF_DATA, else ./data.\n",
+          f);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
         return BF_EX_USAGE;
     }
     const char *c = argv[1];
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            usage(stdout);
-            return 0;
+    if (!strcmp(c, "--help") || !strcmp(c, "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < N_COMMANDS; i++) {
+        if (strcmp(c, commands[i].name)) continue;
+        const char *evals[TOK_MAX_EVALS];
+        prep_args a = {.min_class = 100,
+                       .type = -1,
+                       .format = -1,
+                       .val_fraction = 0.05,
+                       .evals = {evals, 0, TOK_MAX_EVALS}};
+        char use[1024], prog[64];
+        int n = snprintf(use, sizeof use, "usage: bfprep %s [options]\n  ", c);
+        FILE *f = fmemopen(use + n, sizeof use - (size_t)n, "w");
+        if (f) {
+            opts_wrap(f, commands[i].summary, 2, 2);
+            fclose(f);
         }
-    if (!strcmp(c, "wordnet")) return cmd_wordnet(argc, argv);
-    if (!strcmp(c, "kjv")) return cmd_kjv(argc, argv);
-    if (!strcmp(c, "fashion-mnist")) return cmd_fashion(argc, argv);
-    if (!strcmp(c, "tokenizer")) return cmd_tokenizer(argc, argv);
+        snprintf(prog, sizeof prog, "bfprep %s", c);
+        int rest = argc;
+        int prc = opts_parse(prog, use, commands[i].opts, argc, argv, 2, &a, &rest);
+        if (prc != OPTS_OK) return prc == OPTS_HELP ? 0 : BF_EX_USAGE;
+        if (rest < argc) die_usage("%s: unexpected argument '%s'", c, argv[rest]);
+        return commands[i].run(&a);
+    }
     fprintf(stderr,
             "bfprep: unknown command '%s' (valid: wordnet, kjv, fashion-mnist, tokenizer)\n", c);
     return BF_EX_USAGE;

@@ -1,12 +1,14 @@
 /* cmd — bfworker's commands, one file each (as git's builtin/), and what
- * they share: the help text, the option scanner, loading a config with its
- * --set overrides, and opening a trained run. bfworker_main.c only picks the
- * command; each entry takes main's argv (argv[1] is the command's name) and
- * returns the process's exit status. */
+ * they share: the table of commands and its help text, reading a command
+ * line by the command's option table (common/opts.h), loading a config with
+ * its --set overrides, and opening a trained run. bfworker_main.c only picks
+ * the command; each entry takes main's argv (argv[1] is the command's name)
+ * and returns the process's exit status. */
 #ifndef CMD_H
 #define CMD_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "common/cfg.h"
 #include "common/opts.h"
@@ -23,7 +25,7 @@ extern "C" {
  * --comm-timeout (a peer rank died or hangs). */
 enum { CMD_OK = 0, CMD_FAIL = 1, CMD_RANK_LOST = 69, CMD_USAGE = BF_EX_USAGE, CMD_PREEMPTED = 75 };
 
-/* The commands (docs: cmd_usage). */
+/* The commands (what each does: cmd_specs). */
 int cmd_train(int argc, char **argv);    /* train CONFIG.yaml: one run, MPI ranks or one process */
 int cmd_eval(int argc, char **argv);     /* eval CHECKPOINT: accuracy, heads used, time */
 int cmd_profile(int argc, char **argv);  /* profile RUN: attention sparsity per layer */
@@ -33,68 +35,60 @@ int cmd_dump(int argc, char **argv);     /* dump CONFIG.yaml --out DIR: one step
 int cmd_run(int argc, char **argv);      /* run --trial ID ...: one attempt for bfd */
 int cmd_serve(int argc, char **argv);    /* serve --connect EP: bfd's remote launcher agent */
 
-/* The text of `bfworker --help`: a section per command, its options one a
- * line (tests/test_it_help.c checks they are those of cmd_specs). */
-extern const char *const cmd_usage;
-
-/* A command: its name, its entry, and the options it accepts: either its
- * opts.h table (opts), or the two lists of its scanner (vals and flags, each
- * NULL-terminated, NULL when opts is set); --help and -h are every command's. */
+/* A command: its name, its entry, what follows its name on the command
+ * line (arg: the one argument that is not an option, "CONFIG.yaml"; NULL:
+ * none), one line of what it does (bfworker --help) and its option table
+ * (common/opts.h), which its parser reads and its --help prints. */
 typedef struct cmd_spec {
     const char *name;
     int (*main)(int argc, char **argv);
-    const char *const *vals;  /* options that take a value */
-    const char *const *flags; /* options without one */
-    const opt_spec *opts;     /* the option table (common/opts.h) */
+    const char *arg;
+    const char *summary;
+    const opt_spec *opts;
 } cmd_spec;
 
-/* Every command, in the order of the help text; NULL name ends it
+/* Every command, in the order of bfworker --help; NULL name ends it
  * (cmd_table.c). */
 extern const cmd_spec cmd_specs[];
 
-/* The option tables of each command (cmd_NAME.c). */
-extern const char *const cmd_train_vals[], *const cmd_train_flags[];
-extern const char *const cmd_eval_vals[], *const cmd_eval_flags[];
-extern const char *const cmd_profile_vals[], *const cmd_profile_flags[];
-extern const char *const cmd_params_vals[], *const cmd_params_flags[];
-extern const char *const cmd_generate_vals[], *const cmd_generate_flags[];
-extern const char *const cmd_dump_vals[], *const cmd_dump_flags[];
-extern const opt_spec cmd_run_opts[];
-extern const char *const cmd_serve_vals[], *const cmd_serve_flags[];
+/* Writes `bfworker --help` to f: each command of cmd_specs with its
+ * summary (cmd_table.c). */
+void cmd_help(FILE *f);
 
-/* 1 when o is in list (NULL-terminated; NULL is empty), else 0. */
-int cmd_listed(const char *const *list, const char *o);
+/* The option tables of the commands (cmd_NAME.c). */
+extern const opt_spec cmd_train_opts[], cmd_eval_opts[], cmd_profile_opts[], cmd_params_opts[],
+    cmd_generate_opts[], cmd_dump_opts[], cmd_run_opts[], cmd_serve_opts[];
 
-/* 1 when argv[2] asks for help (--help, -h): the command prints its usage
- * to stdout and exits 0. */
-int cmd_wants_help(int argc, char **argv);
+/* The command about to run (main sets it): cmd_parse reads by its row. */
+void cmd_parse_as(const cmd_spec *c);
 
-/* What every command that takes one argument does first: --help prints the
- * usage (CMD_OK); a missing argument (`what`: "CONFIG.yaml", ...) is said
- * with the usage (CMD_USAGE); -1: go on. */
-int cmd_preamble(int argc, char **argv, const char *what);
+/* Parses main's argv (argv[1] the command) by the command's table into out;
+ * its --help says `about` (NULL: its summary) over the rows. *arg: the
+ * command's one argument that is not an option (the row's arg; missing or
+ * one too many is refused); NULL where the row takes none. Returns -1 to
+ * go on; else the exit status after printing the help (CMD_OK) or why the
+ * line is refused (CMD_USAGE). */
+int cmd_parse(int argc, char **argv, const char *about, void *out, const char **arg);
 
-/* The value of option `name` in argv[from..]; when it is given more than
- * once the last one counts, as with --set. NULL when absent. */
-const char *cmd_opt_value(int argc, char **argv, int from, const char *name);
+/* After cmd_parse: says "bfworker NAME: " and fmt's text on stderr, then
+ * the command's usage and options; returns CMD_USAGE (a required option
+ * left out, say). */
+int cmd_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* 1 when flag `name` is in argv[from..], else 0. */
-int cmd_has_flag(int argc, char **argv, int from, const char *name);
+/* The most --set options one command line may give (each is an OPT_LIST
+ * row whose values go into an array of this size). */
+#define CMD_MAX_SETS 256
 
-/* Rejects options not in with_value or flags (both NULL-terminated), so a
- * typo is not silently ignored; prints why and returns -1, else 0. */
-int cmd_check_options(int argc, char **argv, int from, const char *const *with_value,
-                      const char *const *flags);
+/* Defaults, then the file at path (NULL: none), then each of sets (--set
+ * KEY=VALUE, in order), then validation. Returns 0, or -1 with a message. */
+int cmd_load_config(bf_config *c, const char *path, const opt_list *sets, char *err, size_t errlen);
 
-/* Defaults, then the file at path (NULL: none), then every --set of
- * argv[from..], then validation. Returns 0, or -1 with a message. */
-int cmd_load_config(bf_config *c, const char *path, int argc, char **argv, int from, char *err,
-                    size_t errlen);
-
-/* Reads the checkpoint argv[2] and its config, then applies the --set
- * options from argv[3..] (refusing any that would change the model's shape).
- * Returns 0, or the exit status after printing why (s is closed then). */
-int cmd_open_checkpoint(int argc, char **argv, run_src *s, bf_config *c, char *err, size_t errlen);
+/* Reads the checkpoint path (a file or its folder) and its config, then
+ * applies sets (refusing any that would change the model's shape); cmd
+ * names the command in messages. Returns 0, or the exit status after
+ * printing why (s is closed then). */
+int cmd_open_checkpoint(const char *cmd, const char *path, const opt_list *sets, run_src *s,
+                        bf_config *c, char *err, size_t errlen);
 
 /* A trained run opened for a command: its checkpoint and config (with the
  * --set options), its data and its model built for `batch` rows with the
@@ -106,11 +100,12 @@ typedef struct run_model {
     model m;
 } run_model;
 
-/* Opens argv[2] into r. batch 0: the config's train.batch. infer_only:
- * model_shape.infer_only (the profile reads every layer's attention maps
- * after the forward: 0). Returns 0, or the exit status after printing why
- * (nothing left open). */
-int cmd_open_run_model(int argc, char **argv, run_model *r, int batch, int infer_only);
+/* Opens the run at path with sets (cmd_open_checkpoint) into r. batch 0:
+ * the config's train.batch. infer_only: model_shape.infer_only (the profile
+ * reads every layer's attention maps after the forward: 0). Returns 0, or
+ * the exit status after printing why (nothing left open). */
+int cmd_open_run_model(const char *cmd, const char *path, const opt_list *sets, run_model *r,
+                       int batch, int infer_only);
 
 /* Frees what cmd_open_run_model opened. */
 void cmd_close_run_model(run_model *r);

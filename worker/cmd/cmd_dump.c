@@ -45,6 +45,8 @@
 /* The step a dump takes (--stage). */
 enum { DUMP_TRAIN = 0, DUMP_DISTILL, DUMP_FINETUNE };
 static const char *const DUMP_STAGES[] = {"train", "distill", "finetune", NULL};
+/* the same names, as --stage's choice (common/opts.h OPT_CHOICE) */
+#define DUMP_STAGE_WORDS "train|distill|finetune"
 
 int dump_write(const bf_config *c, const char *out_dir, int batch, int holes, int stage, int quiet,
                char *err, size_t errlen);
@@ -616,48 +618,52 @@ out:
     return rc;
 }
 
-static const char *DUMP_USAGE =
-    "usage: bfworker dump CONFIG.yaml [--set KEY=VALUE ...] --out DIR [--batch N]\n"
-    "                     [--mask holes] [--stage train|distill|finetune] [--quiet]\n"
-    "  One training-mode forward and backward of step 0 (the config's seed and its\n"
-    "  init.from / init.map, the first training batch, the knobs of step 0), written\n"
-    "  for an outside implementation to check:\n"
-    "  DIR/model.safetensors (weights), batch.safetensors (ids, mask, targets,\n"
-    "  budget noise.L; vit: ids are the pixels), outputs.safetensors (logits),\n"
-    "  grads.safetensors (every parameter's gradient by name), dump.json (losses,\n"
-    "  knobs, shape; with avit.enabled the halting knobs, the prior centre used and\n"
-    "  the per-layer keep and psum sums); with avit.enabled also the inference\n"
-    "  forward of the batch, halted tokens dropped: DIR/infer.safetensors\n"
-    "  (logits), infer.json (retention, task loss, correct).\n"
-    "  --batch N   rows of the batch (default train.batch; at most 4096)\n"
-    "  --mask holes  (pipeline budgetformer) the first sample fully masked, holes\n"
-    "              in the others: masks no data file gives, for the mixers\n"
-    "  --stage S   the step of an S2S stage (pipeline vit, avit.enabled, the\n"
-    "              student's mixers in model.mixers): train (default: the\n"
-    "              pipeline's own step), distill (stage 1: the teacher, every\n"
-    "              tensor from init.from with attention in every layer, runs\n"
-    "              first; the student, init.from by name, trains under its masks;\n"
-    "              dump.json's \"distill\" holds each loss term: tap MSE per\n"
-    "              replaced layer, halting alignment per layer, smoothed CE,\n"
-    "              total; no inference files), finetune (stage 2: the student\n"
-    "              halting on its own, CE + ponder + prior)\n";
+/* What `bfworker dump` is told (cmd_dump_opts). */
+typedef struct dump_args {
+    opt_list sets;
+    const char *out;
+    int batch, mask, stage, quiet;
+} dump_args;
 
-/* The options `bfworker dump` accepts (cmd.h: cmd_specs). */
-const char *const cmd_dump_vals[] = {"--set", "--out", "--batch", "--mask", "--stage", NULL};
-const char *const cmd_dump_flags[] = {"--quiet", NULL};
+#define DU(f) OPT_AT(dump_args, f)
+const opt_spec cmd_dump_opts[] = {
+    {"out", 0, OPT_STR, 0, 0, DU(out), "DIR", "where the files go (required)"},
+    {"set", 0, OPT_LIST, 0, 0, DU(sets), "KEY=VALUE",
+     "override one config key (dotted path; repeatable)"},
+    {"batch", 0, OPT_INT, 1, DUMP_MAX_BATCH, DU(batch), "N",
+     "rows of the batch (default train.batch)"},
+    {"mask", 0, OPT_CHOICE, 0, 0, DU(mask), "holes",
+     "(pipeline budgetformer) the first sample fully masked, holes in the others: masks no data "
+     "file gives, for the mixers"},
+    {"stage", 0, OPT_CHOICE, 0, 0, DU(stage), DUMP_STAGE_WORDS,
+     "the step of an S2S stage (pipeline vit, avit.enabled, the student's mixers in "
+     "model.mixers): train (default: the pipeline's own step), distill (stage 1: the teacher, "
+     "every tensor from init.from with attention in every layer, runs first; the student, "
+     "init.from by name, trains under its masks; dump.json's \"distill\" holds each loss term: "
+     "tap MSE per replaced layer, halting alignment per layer, smoothed CE, total; no inference "
+     "files), finetune (stage 2: the student halting on its own, CE + ponder + prior)"},
+    {"quiet", 0, OPT_FLAG, 0, 0, DU(quiet), NULL, "no progress lines"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
 
 int cmd_dump(int argc, char **argv) {
-    const char *cfg_path = argc >= 3 ? argv[2] : NULL, *out = NULL;
-    long batch = 0;
-    int quiet = 0, holes = 0, stage = DUMP_TRAIN;
-    if (argc >= 3 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
-        fputs(DUMP_USAGE, stdout);
-        return 0;
-    }
-    if (!cfg_path || cfg_path[0] == '-') {
-        fprintf(stderr, "bfworker dump: missing CONFIG.yaml\n%s", DUMP_USAGE);
-        return BF_EX_USAGE;
-    }
+    const char *sets[CMD_MAX_SETS], *cfg_path = NULL;
+    dump_args a = {.sets = {sets, 0, CMD_MAX_SETS}, .mask = -1, .stage = DUMP_TRAIN};
+    int prc = cmd_parse(
+        argc, argv,
+        "one training-mode forward and backward of step 0 (the config's seed and its init.from / "
+        "init.map, the first training batch, the knobs of step 0), written for an outside "
+        "implementation to check: DIR/model.safetensors (weights), batch.safetensors (ids, mask, "
+        "targets, budget noise.L; vit: ids are the pixels), outputs.safetensors (logits), "
+        "grads.safetensors (every parameter's gradient by name), dump.json (losses, knobs, shape; "
+        "with avit.enabled the halting knobs, the prior centre used and the per-layer keep and "
+        "psum sums); with avit.enabled also the inference forward of the batch, halted tokens "
+        "dropped: DIR/infer.safetensors (logits), infer.json (retention, task loss, correct).",
+        &a, &cfg_path);
+    if (prc >= 0) return prc;
+    if (!a.out) return cmd_usage_error("--out DIR is required");
+    const char *out = a.out;
+    int batch = a.batch, holes = a.mask == 0, stage = a.stage, quiet = a.quiet;
     char err[2048];
     bf_config c;
     cfg_defaults(&c);
@@ -665,59 +671,11 @@ int cmd_dump(int argc, char **argv) {
         fprintf(stderr, "bfworker: %s\n", err);
         return BF_EX_USAGE;
     }
-    for (int i = 3; i < argc; i++) {
-        const char *o = argv[i];
-        int has_value = cmd_listed(cmd_dump_vals, o);
-        if (cmd_listed(cmd_dump_flags, o)) {
-            quiet = 1;
-            continue;
-        }
-        if (!has_value) {
-            fprintf(stderr, "bfworker dump: unknown option '%s'\n%s", o, DUMP_USAGE);
-            return BF_EX_USAGE;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "bfworker dump: %s needs a value\n", o);
-            return BF_EX_USAGE;
-        }
-        const char *v = argv[++i];
-        if (strcmp(o, "--set") == 0 && cfg_set(&c, v, err, sizeof err)) {
+    for (int i = 0; i < a.sets.n; i++)
+        if (cfg_set(&c, sets[i], err, sizeof err)) {
             fprintf(stderr, "bfworker: %s\n", err);
             return BF_EX_USAGE;
         }
-        if (strcmp(o, "--out") == 0) out = v;
-        if (strcmp(o, "--mask") == 0) {
-            if (strcmp(v, "holes") != 0) {
-                fprintf(stderr, "bfworker dump: --mask '%s': valid: holes\n", v);
-                return BF_EX_USAGE;
-            }
-            holes = 1;
-        }
-        if (strcmp(o, "--stage") == 0) {
-            int k = 0;
-            while (DUMP_STAGES[k] && strcmp(DUMP_STAGES[k], v) != 0) k++;
-            if (!DUMP_STAGES[k]) {
-                fprintf(stderr, "bfworker dump: --stage '%s': valid: train, distill, finetune\n",
-                        v);
-                return BF_EX_USAGE;
-            }
-            stage = k;
-        }
-        if (strcmp(o, "--batch") == 0) {
-            char *end = NULL;
-            batch = strtol(v, &end, 10);
-            if (end == v || *end || batch < 1 || batch > DUMP_MAX_BATCH) {
-                fprintf(stderr,
-                        "bfworker dump: --batch must be a whole number in 1..%d, got '%s'\n",
-                        DUMP_MAX_BATCH, v);
-                return BF_EX_USAGE;
-            }
-        }
-    }
-    if (!out) {
-        fprintf(stderr, "bfworker dump: --out DIR is required\n%s", DUMP_USAGE);
-        return BF_EX_USAGE;
-    }
     /* --stage distill reads the keys of the distill section that stage 1's
      * loss reads, which pipeline vit does not: the rest is checked as vit's */
     bf_config v = c;
@@ -733,7 +691,7 @@ int cmd_dump(int argc, char **argv) {
         fprintf(stderr, "bfworker: %s\n", err);
         return BF_EX_USAGE;
     }
-    if (dump_write(&c, out, (int)batch, holes, stage, quiet, err, sizeof err)) {
+    if (dump_write(&c, out, batch, holes, stage, quiet, err, sizeof err)) {
         fprintf(stderr, "bfworker dump: %s\n", err);
         return 1;
     }

@@ -7,30 +7,40 @@
 #include <string.h>
 #include "worker/pipelines/pipe.h"
 
-/* The options `bfworker eval` accepts (cmd.h: cmd_specs). */
-const char *const cmd_eval_vals[] = {"--set", "--split", "--samples", NULL};
-const char *const cmd_eval_flags[] = {NULL};
+/* What `bfworker eval` is told (cmd_eval_opts). */
+typedef struct eval_args {
+    opt_list sets;
+    int split; /* 0 val, 1 test; -1 not given */
+    const char *samples;
+} eval_args;
+
+#define EV(f) OPT_AT(eval_args, f)
+const opt_spec cmd_eval_opts[] = {
+    {"split", 0, OPT_CHOICE, 0, 0, EV(split), "val|test", "which split (default test)"},
+    {"samples", 0, OPT_STR, 0, 0, EV(samples), "FILE",
+     "write one line per sample: mean s, tokens, loss, correct"},
+    {"set", 0, OPT_LIST, 0, 0, EV(sets), "KEY=VALUE",
+     "override a config key that leaves the model's shape: device, data.*, train.batch "
+     "(repeatable)"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
 
 int cmd_eval(int argc, char **argv) {
-    int start = cmd_preamble(argc, argv, "CHECKPOINT");
-    if (start >= 0) return start;
-    if (cmd_check_options(argc, argv, 3, cmd_eval_vals, cmd_eval_flags)) return CMD_USAGE;
-    const char *split = cmd_opt_value(argc, argv, 3, "--split");
-    if (split && strcmp(split, "val") && strcmp(split, "test")) {
-        fprintf(stderr, "bfworker eval: --split must be val or test, got '%s'\n", split);
-        return CMD_USAGE;
-    }
+    const char *sets[CMD_MAX_SETS], *path = NULL;
+    eval_args a = {.sets = {sets, 0, CMD_MAX_SETS}, .split = -1};
+    int prc = cmd_parse(argc, argv, NULL, &a, &path);
+    if (prc >= 0) return prc;
     char err[2048];
     run_model rm;
-    int orc = cmd_open_run_model(argc, argv, &rm, 0, 1);
+    int orc = cmd_open_run_model("eval", path, &a.sets, &rm, 0, 1);
     if (orc) return orc;
     const bf_config c = rm.c;
     const data_sets d = rm.d;
     model *m = &rm.m;
     const model_shape sh = m->sh;
     int rc = CMD_FAIL;
-    int sp = split && strcmp(split, "val") == 0 ? 0 : 1;
-    if (split && sp == 1 && (!d.n_classes || !d.test)) {
+    int sp = a.split == 0 ? 0 : 1;
+    if (a.split == 1 && (!d.n_classes || !d.test)) {
         snprintf(err, sizeof err, "--split test: this run has no test split (%s); use --split val",
                  d.n_classes ? "its data has no data.test file"
                              : "an lm corpus is split into train and val by data.val_fraction");
@@ -39,7 +49,7 @@ int cmd_eval(int argc, char **argv) {
     }
     if (sp == 1 && !d.test && d.n_classes) sp = 0;
     eval_result e;
-    const char *samples_path = cmd_opt_value(argc, argv, 3, "--samples");
+    const char *samples_path = a.samples;
     FILE *samples = NULL;
     if (samples_path) {
         if (!(samples = fopen(samples_path, "w"))) {

@@ -12,23 +12,6 @@
 #include "worker/pipelines/generate.h"
 #include "worker/pipelines/pipe.h"
 
-/* Parses a number option of generate into [lo, hi]; returns 0, or -1 after
- * saying what was wrong. */
-static int generate_number(int argc, char **argv, const char *name, double lo, double hi,
-                           double *v) {
-    const char *text = cmd_opt_value(argc, argv, 3, name);
-    if (!text) return 0;
-    char *end;
-    double x = strtod(text, &end);
-    if (end == text || *end || !(x >= lo && x <= hi)) {
-        fprintf(stderr, "bfworker generate: %s must be a number in [%g, %g], got '%s'\n", name, lo,
-                hi, text);
-        return -1;
-    }
-    *v = x;
-    return 0;
-}
-
 /* Decodes ids, one line per EOS-separated segment (the corpus stream ends
  * every line with EOS), into f. */
 static int print_text(FILE *f, const tok_t *tok, const int32_t *ids, size_t n, char *err,
@@ -47,38 +30,46 @@ static int print_text(FILE *f, const tok_t *tok, const int32_t *ids, size_t n, c
     return 0;
 }
 
-/* The options `bfworker generate` accepts (cmd.h: cmd_specs). */
-const char *const cmd_generate_vals[] = {
-    "--prompt", "--tokens", "--temperature", "--top-k", "--seed", "--set", NULL};
-const char *const cmd_generate_flags[] = {NULL};
+/* What `bfworker generate` is told (cmd_generate_opts). */
+typedef struct generate_args {
+    opt_list sets;
+    const char *prompt;
+    int tokens, top_k;
+    double temperature;
+    long long seed;
+} generate_args;
+
+#define GE(f) OPT_AT(generate_args, f)
+const opt_spec cmd_generate_opts[] = {
+    {"prompt", 0, OPT_STR, 0, 0, GE(prompt), "TEXT",
+     "the text to continue (required; may be \"\")"},
+    {"tokens", 0, OPT_INT, 0, 100000, GE(tokens), "N", "tokens to generate (default 100)"},
+    {"temperature", 0, OPT_DOUBLE, 0, 100, GE(temperature), "T", "0 = greedy; default 0.8"},
+    {"top-k", 0, OPT_INT, 0, 1 << 20, GE(top_k), "K",
+     "sample among the K most likely tokens (default 40; 0 = all)"},
+    {"seed", 0, OPT_LONG, 0, 9007199254740992.0, GE(seed), "S", "sampling seed (default 1)"},
+    {"set", 0, OPT_LIST, 0, 0, GE(sets), "KEY=VALUE",
+     "override a config key that leaves the model's shape: device, data.*, train.batch "
+     "(repeatable)"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
 
 int cmd_generate(int argc, char **argv) {
-    int start = cmd_preamble(argc, argv, "CHECKPOINT");
-    if (start >= 0) return start;
-    if (cmd_check_options(argc, argv, 3, cmd_generate_vals, cmd_generate_flags)) return CMD_USAGE;
-    const char *prompt = cmd_opt_value(argc, argv, 3, "--prompt");
-    if (!prompt) {
-        fprintf(stderr, "bfworker generate: --prompt TEXT is required\n");
-        return CMD_USAGE;
-    }
-    double tokens = 100, temperature = 0.8, top_k = 40, seed = 1;
-    if (generate_number(argc, argv, "--tokens", 0, 100000, &tokens) ||
-        generate_number(argc, argv, "--temperature", 0, 100, &temperature) ||
-        generate_number(argc, argv, "--top-k", 0, 1 << 20, &top_k) ||
-        generate_number(argc, argv, "--seed", 0, 9007199254740992.0, &seed))
-        return CMD_USAGE;
-    if (tokens != (int)tokens || top_k != (int)top_k) {
-        fprintf(stderr, "bfworker generate: --tokens and --top-k take whole numbers\n");
-        return CMD_USAGE;
-    }
+    const char *sets[CMD_MAX_SETS], *path = NULL;
+    generate_args a = {
+        .sets = {sets, 0, CMD_MAX_SETS}, .tokens = 100, .top_k = 40, .temperature = 0.8, .seed = 1};
+    int prc = cmd_parse(argc, argv, NULL, &a, &path);
+    if (prc >= 0) return prc;
+    const char *prompt = a.prompt;
+    if (!prompt) return cmd_usage_error("--prompt TEXT is required");
     char err[2048];
     run_src s;
     bf_config c;
-    int orc = cmd_open_checkpoint(argc, argv, &s, &c, err, sizeof err);
+    int orc = cmd_open_checkpoint("generate", path, &a.sets, &s, &c, err, sizeof err);
     if (orc) return orc;
     if (strcmp(c.pipeline, "lm") != 0) {
         fprintf(stderr, "bfworker generate: %s is a '%s' checkpoint; generate needs pipeline lm\n",
-                argv[2], c.pipeline);
+                path, c.pipeline);
         run_src_close(&s);
         return CMD_FAIL;
     }
@@ -104,7 +95,7 @@ int cmd_generate(int argc, char **argv) {
     size_t n_ids = 0;
     if (tok_encode(d.tok, prompt, strlen(prompt), &ids, &n_ids, err, sizeof err)) goto done;
     /* context: EOS first, as after the previous line of the corpus */
-    int n_new = (int)tokens;
+    int n_new = a.tokens;
     all = malloc((n_ids + 1 + (size_t)n_new) * sizeof(int));
     if (!all) {
         snprintf(err, sizeof err, "out of memory");
@@ -113,7 +104,7 @@ int cmd_generate(int argc, char **argv) {
     all[0] = TOK_EOS;
     for (size_t i = 0; i < n_ids; i++) all[1 + i] = ids[i];
     gen_sampler gs = {
-        .temperature = (float)temperature, .top_k = (int)top_k, .seed = (uint64_t)seed};
+        .temperature = (float)a.temperature, .top_k = a.top_k, .seed = (uint64_t)a.seed};
     if (gen_generate(&g, all, (int)n_ids + 1, n_new, &gs, all + 1 + n_ids, err, sizeof err))
         goto done;
     if (print_text(stdout, d.tok, all + 1, n_ids + (size_t)n_new, err, sizeof err)) goto done;

@@ -10,12 +10,12 @@
 #include "kernels/bk.h"
 #include "worker/pipelines/pipe.h"
 
-/* Reads the checkpoint argv[2] and its config, then applies the --set
- * options from argv[3..]. Returns 0, or the exit status after printing why
- * (s is freed then). */
-int cmd_open_checkpoint(int argc, char **argv, run_src *s, bf_config *c, char *err, size_t errlen) {
-    if (run_src_open(s, argv[2], err, errlen)) {
-        fprintf(stderr, "bfworker %s: %s\n", argv[1], err);
+/* Reads the checkpoint path and its config, then applies sets. Returns 0,
+ * or the exit status after printing why (s is freed then). */
+int cmd_open_checkpoint(const char *cmd, const char *path, const opt_list *sets, run_src *s,
+                        bf_config *c, char *err, size_t errlen) {
+    if (run_src_open(s, path, err, errlen)) {
+        fprintf(stderr, "bfworker %s: %s\n", cmd, err);
         return CMD_FAIL;
     }
     cfg_defaults(c);
@@ -25,8 +25,8 @@ int cmd_open_checkpoint(int argc, char **argv, run_src *s, bf_config *c, char *e
         return CMD_FAIL;
     }
     bf_config stored = *c;
-    for (int i = 3; i < argc; i++)
-        if (strcmp(argv[i], "--set") == 0 && i + 1 < argc && cfg_set(c, argv[++i], err, errlen)) {
+    for (int i = 0; sets && i < sets->n; i++)
+        if (cfg_set(c, sets->v[i], err, errlen)) {
             fprintf(stderr, "bfworker: %s\n", err);
             run_src_close(s);
             return CMD_USAGE;
@@ -61,10 +61,11 @@ void cmd_close_run_model(run_model *r) {
 /* Returns 0, or the exit status after printing why (nothing left open).
  * batch 0: the config's train.batch. infer_only: model_shape.infer_only (the
  * profile reads every layer's attention maps after the forward: 0). */
-int cmd_open_run_model(int argc, char **argv, run_model *r, int batch, int infer_only) {
+int cmd_open_run_model(const char *cmd, const char *path, const opt_list *sets, run_model *r,
+                       int batch, int infer_only) {
     char err[2048];
     memset(r, 0, sizeof *r);
-    int orc = cmd_open_checkpoint(argc, argv, &r->s, &r->c, err, sizeof err);
+    int orc = cmd_open_checkpoint(cmd, path, sets, &r->s, &r->c, err, sizeof err);
     if (orc) return orc;
     const bk_backend *be;
     if (bk_select(r->c.device, &be, err, sizeof err) ||

@@ -6,17 +6,29 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The options `bfworker params` accepts (cmd.h: cmd_specs). */
-const char *const cmd_params_vals[] = {"--set", NULL};
-const char *const cmd_params_flags[] = {NULL};
+/* What `bfworker params` is told (cmd_params_opts). */
+typedef struct params_args {
+    opt_list sets;
+} params_args;
+
+const opt_spec cmd_params_opts[] = {
+    {"set", 0, OPT_LIST, 0, 0, OPT_AT(params_args, sets), "KEY=VALUE",
+     "override one config key (dotted path; repeatable)"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
 
 int cmd_params(int argc, char **argv) {
-    int start = cmd_preamble(argc, argv, "CONFIG.yaml");
-    if (start >= 0) return start;
-    if (cmd_check_options(argc, argv, 3, cmd_params_vals, cmd_params_flags)) return CMD_USAGE;
+    const char *sets[CMD_MAX_SETS], *path = NULL;
+    params_args a = {.sets = {sets, 0, CMD_MAX_SETS}};
+    int prc = cmd_parse(argc, argv,
+                        "print parameters per block and the total, and the memory training "
+                        "takes, counted from the declared tensors (nothing of the model's size "
+                        "is allocated)",
+                        &a, &path);
+    if (prc >= 0) return prc;
     char err[2048];
     bf_config c;
-    if (cmd_load_config(&c, argv[2], argc, argv, 3, err, sizeof err)) {
+    if (cmd_load_config(&c, path, &a.sets, err, sizeof err)) {
         fprintf(stderr, "bfworker: %s\n", err);
         return CMD_USAGE;
     }

@@ -4,42 +4,51 @@
 #include "worker/cmd/cmd.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "worker/pipelines/profile.h"
 
-/* The options `bfworker profile` accepts (cmd.h: cmd_specs). */
-const char *const cmd_profile_vals[] = {"--set", "--samples", NULL};
-const char *const cmd_profile_flags[] = {"--json", NULL};
+/* What `bfworker profile` is told (cmd_profile_opts). */
+typedef struct profile_args {
+    opt_list sets;
+    int samples, json;
+} profile_args;
+
+#define PR(f) OPT_AT(profile_args, f)
+const opt_spec cmd_profile_opts[] = {
+    {"samples", 0, OPT_INT, 1, 4096, PR(samples), "N", "calibration images (default 64)"},
+    {"json", 0, OPT_FLAG, 0, 0, PR(json), NULL, "print the JSON instead of the table"},
+    {"set", 0, OPT_LIST, 0, 0, PR(sets), "KEY=VALUE",
+     "override a config key that leaves the model's shape: device, data.*, train.batch "
+     "(repeatable)"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
 
 /* bfworker profile RUN: the attention sparsity profile (pipelines/profile.h)
  * on a calibration batch, printed and written to RUN/profile.json. */
 int cmd_profile(int argc, char **argv) {
-    int start = cmd_preamble(argc, argv, "RUN");
-    if (start >= 0) return start;
-    if (cmd_check_options(argc, argv, 3, cmd_profile_vals, cmd_profile_flags)) return CMD_USAGE;
-    const char *ns = cmd_opt_value(argc, argv, 3, "--samples");
-    char *end = NULL;
-    long samples = ns ? strtol(ns, &end, 10) : 64;
-    if (ns && (*end || samples < 1 || samples > 4096)) {
-        fprintf(stderr, "bfworker profile: --samples must be 1..4096, got '%s'\n", ns);
-        return CMD_USAGE;
-    }
+    const char *sets[CMD_MAX_SETS], *run = NULL;
+    profile_args a = {.sets = {sets, 0, CMD_MAX_SETS}, .samples = 64};
+    int prc = cmd_parse(argc, argv,
+                        "a vit run's attention sparsity per layer (normalised entropy, top-10% "
+                        "attention mass, A-ViT keep fraction) on a calibration batch of "
+                        "validation images; writes RUN/profile.json",
+                        &a, &run);
+    if (prc >= 0) return prc;
+    int samples = a.samples;
     char err[2048];
     run_model rm;
-    int orc = cmd_open_run_model(argc, argv, &rm, (int)samples, 0);
+    int orc = cmd_open_run_model("profile", run, &a.sets, &rm, samples, 0);
     if (orc) return orc;
     int rc = CMD_FAIL;
     pipe_profile_t p;
     if (rm.m.sh.patch <= 0) {
-        snprintf(err, sizeof err, "%s is a %s run; profile takes a vit run", argv[2],
-                 rm.c.pipeline);
+        snprintf(err, sizeof err, "%s is a %s run; profile takes a vit run", run, rm.c.pipeline);
         rc = CMD_USAGE;
         goto done;
     }
-    if (pipe_profile(&rm.m, &rm.c, &rm.d, (int)samples, &p, err, sizeof err)) goto done;
-    if (cmd_has_flag(argc, argv, 3, "--json"))
+    if (pipe_profile(&rm.m, &rm.c, &rm.d, samples, &p, err, sizeof err)) goto done;
+    if (a.json)
         pipe_profile_json(&p, stdout);
     else
         pipe_profile_table(&p, stdout);
@@ -52,7 +61,7 @@ int cmd_profile(int argc, char **argv) {
             snprintf(err, sizeof err, "cannot write %.2000s", path);
             goto done;
         }
-        if (!cmd_has_flag(argc, argv, 3, "--json")) printf("wrote %s\n", path);
+        if (!a.json) printf("wrote %s\n", path);
     }
     rc = CMD_OK;
 done:

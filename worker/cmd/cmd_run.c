@@ -33,12 +33,6 @@ static void on_term(int sig) {
     run_stop = 1;
 }
 
-static const char *RUN_USAGE_TEXT =
-    "usage: bfworker run --trial ID --connect ENDPOINT --token TOKEN --out DIR [--attempt N] "
-    "[--quiet]\n"
-    "                    [--stage-root DIR --stage NAME]   (s2s: one stage of the trial)\n"
-    "  (started by bfd; see docs/protocol.md)\n";
-
 /* What `bfworker run` is told on its command line (cmd_run_opts). */
 typedef struct run_args {
     long long trial, attempt;
@@ -107,20 +101,8 @@ static int run_stage_keys(bf_config *c, const char *root, const char *stage, cha
     return 0;
 }
 
-static int run_ranks(int argc, char **argv, comm_t *comm) {
-    run_args a = {.attempt = 1};
-    int rest = argc;
-    int prc = opts_parse("bfworker run", RUN_USAGE_TEXT, cmd_run_opts, argc, argv, 2, &a, &rest);
-    if (prc != OPTS_OK) return prc == OPTS_HELP ? RUN_OK : RUN_USAGE;
-    if (rest < argc) {
-        fprintf(stderr, "bfworker run: unexpected argument '%s'\n%s", argv[rest], RUN_USAGE_TEXT);
-        return RUN_USAGE;
-    }
-    if (!a.trial || !a.endpoint || !a.token || !a.out) {
-        fprintf(stderr, "bfworker run: --trial, --connect, --token and --out are required\n%s",
-                RUN_USAGE_TEXT);
-        return RUN_USAGE;
-    }
+static int run_ranks(const run_args *ap, comm_t *comm) {
+    const run_args a = *ap;
     const char *endpoint = a.endpoint, *token = a.token, *out = a.out;
     long long trial = a.trial;
     long attempt = (long)a.attempt;
@@ -238,13 +220,17 @@ comm_fail:
 }
 
 int cmd_run(int argc, char **argv) {
-    /* --help before MPI starts */
-    for (int i = 2; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(RUN_USAGE_TEXT, stdout);
-            opts_help(stdout, cmd_run_opts);
-            return RUN_OK;
-        }
+    run_args a = {.attempt = 1};
+    /* the command line is read before MPI starts */
+    int prc = cmd_parse(argc, argv,
+                        "one attempt of a trial for bfd: it fetches the config over the worker "
+                        "link and streams the metrics back (docs/protocol.md); started by bfd, not "
+                        "by hand. --trial, --connect, --token and --out are required; --stage-root "
+                        "and --stage run one stage of an s2s trial.",
+                        &a, NULL);
+    if (prc >= 0) return prc;
+    if (!a.trial || !a.endpoint || !a.token || !a.out)
+        return cmd_usage_error("--trial, --connect, --token and --out are required");
     char err[2048];
     comm_t *comm = NULL;
     if (comm_init(NULL, NULL, &comm, err, sizeof err)) {
@@ -252,7 +238,7 @@ int cmd_run(int argc, char **argv) {
         return RUN_FAIL;
     }
     comm_set_timeout(comm, 600, 69);
-    int rc = run_ranks(argc, argv, comm);
+    int rc = run_ranks(&a, comm);
     if (rc != RUN_OK && rc != RUN_PREEMPTED) comm_abort(comm, rc);
     comm_destroy(&comm);
     return rc;

@@ -39,22 +39,28 @@
 #define SILENT_WARN_S 10.0 /* no answer to hello: say what may be wrong */
 #define DEFAULT_GRACE_S 30.0
 
-const char *const cmd_serve_vals[] = {"--connect", "--slots", "--name",
-                                      "--mpirun",  "--grace", NULL};
-const char *const cmd_serve_flags[] = {"--quiet", NULL};
+/* What `bfworker serve` is told (cmd_serve_opts). */
+typedef struct serve_args {
+    const char *endpoint, *name, *mpirun;
+    int slots, grace, quiet;
+} serve_args;
 
-static const char *SERVE_USAGE =
-    "usage: bfworker serve --connect ENDPOINT [--slots N] [--name NAME] [--mpirun PATH]\n"
-    "                      [--grace S] [--quiet]\n"
-    "  the agent of bfd's launcher: remote on this host: starts the attempts bfd hands it\n"
-    "  --connect ENDPOINT  bfd's worker endpoint: tcp://HOST:PORT (CURVE: BF_CURVE_SERVER,\n"
-    "                      BF_CURVE_KEY) or ipc://BF_HOME/worker.sock on bfd's host\n"
-    "  --slots N           ranks it runs at once (default: this host's online CPUs)\n"
-    "  --name NAME         how bfd names it (default: the host name); one agent per name\n"
-    "  --mpirun PATH       for attempts of more than one rank (default: mpirun)\n"
-    "  --grace S           on SIGTERM: seconds the attempts have to checkpoint (default 30)\n"
-    "  --quiet             no log lines\n"
-    "  BF_HOME must be the same shared folder, at the same path, on bfd's host and here.\n";
+#define SE(f) OPT_AT(serve_args, f)
+const opt_spec cmd_serve_opts[] = {
+    {"connect", 0, OPT_STR, 0, 0, SE(endpoint), "ENDPOINT",
+     "bfd's worker endpoint: tcp://HOST:PORT (CURVE: BF_CURVE_SERVER, BF_CURVE_KEY) or "
+     "ipc://BF_HOME/worker.sock on bfd's host (required)"},
+    {"slots", 0, OPT_INT, 1, SERVE_MAX, SE(slots), "N",
+     "ranks it runs at once (default: this host's online CPUs)"},
+    {"name", 0, OPT_STR, 0, 0, SE(name), "NAME",
+     "how bfd names it (default: the host name); one agent per name"},
+    {"mpirun", 0, OPT_STR, 0, 0, SE(mpirun), "PATH",
+     "for attempts of more than one rank (default: mpirun)"},
+    {"grace", 0, OPT_INT, 0, 3600, SE(grace), "S",
+     "on SIGTERM: seconds the attempts have to checkpoint (default 30)"},
+    {"quiet", 0, OPT_FLAG, 0, 0, SE(quiet), NULL, "no log lines"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
 
 static volatile sig_atomic_t g_quit;
 static void on_quit(int sig) {
@@ -373,58 +379,35 @@ static void drain(agent_state *a, double grace) {
     while (a->n_kids > 0 && mono_s() - t1 < 5.0) round_once(a, 100);
 }
 
-/* The value of an option as a whole number in [lo, hi]; -1 after saying why. */
-static int int_opt(const char *name, const char *v, long lo, long hi, int *out) {
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || *end || end == v || x < lo || x > hi) {
-        fprintf(stderr, "bfworker serve: %s must be a whole number %ld..%ld, got '%s'\n", name, lo,
-                hi, v);
-        return -1;
-    }
-    *out = (int)x;
-    return 0;
-}
-
 int cmd_serve(int argc, char **argv) {
-    if (cmd_wants_help(argc, argv)) {
-        fputs(SERVE_USAGE, stdout);
-        return CMD_OK;
-    }
-    if (cmd_check_options(argc, argv, 2, cmd_serve_vals, cmd_serve_flags)) {
-        fputs(SERVE_USAGE, stderr);
-        return CMD_USAGE;
-    }
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    serve_args o = {
+        .mpirun = "mpirun", .slots = ncpu > 0 ? (int)ncpu : 1, .grace = (int)DEFAULT_GRACE_S};
+    int prc = cmd_parse(argc, argv,
+                        "the agent of bfd's launcher: remote on this host: starts the attempts bfd "
+                        "hands it. BF_HOME must be the same shared folder, at the same path, on "
+                        "bfd's host and here.",
+                        &o, NULL);
+    if (prc >= 0) return prc;
     static agent_state a;
     memset(&a, 0, sizeof a);
-    a.endpoint = cmd_opt_value(argc, argv, 2, "--connect");
-    a.mpirun = cmd_opt_value(argc, argv, 2, "--mpirun");
-    if (!a.mpirun) a.mpirun = "mpirun";
-    a.quiet = cmd_has_flag(argc, argv, 2, "--quiet");
-    const char *slots = cmd_opt_value(argc, argv, 2, "--slots"),
-               *name = cmd_opt_value(argc, argv, 2, "--name"),
-               *grace_s = cmd_opt_value(argc, argv, 2, "--grace");
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    a.slots = ncpu > 0 ? (int)ncpu : 1;
-    int grace = (int)DEFAULT_GRACE_S;
+    a.endpoint = o.endpoint;
+    a.mpirun = o.mpirun;
+    a.quiet = o.quiet;
+    a.slots = o.slots;
+    int grace = o.grace;
     if (!a.endpoint || (strncmp(a.endpoint, "tcp://", 6) && strncmp(a.endpoint, "ipc://", 6))) {
-        fprintf(stderr, "bfworker serve: --connect tcp://HOST:PORT or ipc://PATH is required\n%s",
-                SERVE_USAGE);
-        return CMD_USAGE;
+        return cmd_usage_error("--connect tcp://HOST:PORT or ipc://PATH is required");
     }
-    if ((slots && int_opt("--slots", slots, 1, SERVE_MAX, &a.slots)) ||
-        (grace_s && int_opt("--grace", grace_s, 0, 3600, &grace)))
-        return CMD_USAGE;
-    if (name) {
-        if (!proto_name_ok(name)) {
+    if (o.name) {
+        if (!proto_name_ok(o.name)) {
             fprintf(stderr,
                     "bfworker serve: --name must be 1-%d printable characters without space, "
                     "'\"' or '\\', got '%s'\n",
-                    PROTO_MAX_NAME, name);
+                    PROTO_MAX_NAME, o.name);
             return CMD_USAGE;
         }
-        snprintf(a.name, sizeof a.name, "%s", name);
+        snprintf(a.name, sizeof a.name, "%s", o.name);
     } else if (gethostname(a.name, sizeof a.name) != 0 || !proto_name_ok(a.name)) {
         fprintf(stderr, "bfworker serve: this host's name is not usable; give --name\n");
         return CMD_USAGE;

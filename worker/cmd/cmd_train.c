@@ -56,87 +56,101 @@ static int absolute_data_paths(bf_config *c, char *err, size_t errlen) {
     return 0;
 }
 
-static int train_ranks(int argc, char **argv, comm_t *comm);
+/* What `bfworker train` is told (cmd_train_opts). */
+typedef struct train_args {
+    opt_list sets;
+    const char *out;
+    const char *resume; /* "" for --resume without DIR; NULL: not given */
+    const char *stage, *stage_root;
+    double comm_timeout;
+    int force, quiet;
+} train_args;
+
+#define TR(f) OPT_AT(train_args, f)
+const opt_spec cmd_train_opts[] = {
+    {"set", 0, OPT_LIST, 0, 0, TR(sets), "KEY=VALUE",
+     "override one config key (dotted path; repeatable)"},
+    {"out", 0, OPT_STR, 0, 0, TR(out), "DIR",
+     "write metrics.jsonl, config.yaml, the checkpoint here (default runs/PIPELINE-HASH)"},
+    {"resume", 0, OPT_MAYBE, 0, 0, TR(resume), "DIR",
+     "continue from DIR's checkpoint if it exists (DIR: the --out folder)"},
+    {"force", 0, OPT_FLAG, 0, 0, TR(force), NULL,
+     "start over in an --out folder that holds a run: the new run is written beside it "
+     "(DIR/.force-new) and swapped in by renames at its first checkpoint (s2s: its first stage "
+     "checkpoint), so a bad input or a run that fails before leaves the old one; a swap cut short "
+     "by a kill is finished by the next train into DIR; without --resume or --force such a "
+     "folder is refused"},
+    {"comm-timeout", 0, OPT_DOUBLE, 0, 1e7, TR(comm_timeout), "S",
+     "data parallel: a collective not done in S seconds ends the rank with status 69 (a peer "
+     "died; default 600, 0 = never)"},
+    {"quiet", 0, OPT_FLAG, 0, 0, TR(quiet), NULL, "no progress lines"},
+    {"stage", 0, OPT_STR, 0, 0, TR(stage), "NAME",
+     "s2s: run only this stage (teacher, avit, profile, distill, finetune, eval); its parents "
+     "must be done (= --set s2s.stage=NAME)"},
+    {"stage-root", 0, OPT_STR, 0, 0, TR(stage_root), "DIR",
+     "s2s: the stage folders NAME-KEY/ (default OUT/stages; stages done there are reused by any "
+     "run with the same key)"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
+
+static int train_ranks(const char *path, const train_args *a, comm_t *comm);
 
 /* bfworker train: an MPI program when started by mpirun/srun (comm.h), a
- * single process otherwise. An error on any rank ends every rank. */
+ * single process otherwise; its command line is read before MPI starts. An
+ * error on any rank ends every rank. */
 int cmd_train(int argc, char **argv) {
+    const char *sets[CMD_MAX_SETS], *path = NULL;
+    train_args a = {.sets = {sets, 0, CMD_MAX_SETS}, .comm_timeout = 600};
+    int prc = cmd_parse(argc, argv,
+                        "train per the config, standalone (no daemon). SIGTERM writes a "
+                        "checkpoint and exits with status 75. Data parallel: mpirun -np R "
+                        "bfworker train ... (docs/distributed.md); exit status 1 = error (all "
+                        "ranks end), 69 = a peer rank died or hung.",
+                        &a, &path);
+    if (prc >= 0) return prc;
     char err[2048];
     comm_t *comm = NULL;
     if (comm_init(NULL, NULL, &comm, err, sizeof err)) {
         fprintf(stderr, "bfworker: %s\n", err);
         return CMD_FAIL;
     }
-    int rc = train_ranks(argc, argv, comm);
+    int rc = train_ranks(path, &a, comm);
     if (rc != CMD_OK && rc != CMD_PREEMPTED) comm_abort(comm, rc);
     comm_destroy(&comm);
     return rc;
 }
 
-/* The options `bfworker train` accepts (cmd.h: cmd_specs). */
-const char *const cmd_train_vals[] = {"--set",   "--out",        "--comm-timeout",
-                                      "--stage", "--stage-root", NULL};
-const char *const cmd_train_flags[] = {"--resume", "--force", "--quiet", NULL};
-
-static int train_ranks(int argc, char **argv, comm_t *comm) {
-    int start = cmd_preamble(argc, argv, "CONFIG.yaml");
-    if (start >= 0) return start;
-    /* --resume DIR: take DIR out of the options before checking them */
-    const char *resume_dir = NULL;
-    char **args = malloc((size_t)argc * sizeof *args);
-    int nargs = 0;
-    if (!args) return CMD_FAIL;
-    for (int i = 0; i < argc; i++) {
-        args[nargs++] = argv[i];
-        if (i >= 3 && strcmp(argv[i], "--resume") == 0 && i + 1 < argc && argv[i + 1][0] != '-')
-            resume_dir = argv[++i];
-    }
-    argc = nargs;
-    argv = args;
+static int train_ranks(const char *path, const train_args *a, comm_t *comm) {
+    /* --resume DIR names the --out folder */
+    const char *resume_dir = a->resume && *a->resume ? a->resume : NULL;
     char err[2048];
     int rank = comm_rank(comm);
-    if (cmd_check_options(argc, argv, 3, cmd_train_vals, cmd_train_flags)) {
-        free(args);
-        return CMD_USAGE;
-    }
     bf_config c;
-    if (cmd_load_config(&c, argv[2], argc, argv, 3, err, sizeof err) ||
+    if (cmd_load_config(&c, path, &a->sets, err, sizeof err) ||
         absolute_data_paths(&c, err, sizeof err)) {
         fprintf(stderr, "bfworker: %s\n", err);
-        free(args);
         return CMD_USAGE;
     }
     /* --stage NAME, --stage-root DIR: s2s.stage and s2s.root */
-    static const char *const stage_opts[][2] = {{"--stage", "s2s.stage"},
-                                                {"--stage-root", "s2s.root"}};
+    const char *const stage_opts[][3] = {{"--stage", "s2s.stage", a->stage},
+                                         {"--stage-root", "s2s.root", a->stage_root}};
     for (int k = 0; k < 2; k++) {
-        const char *v = cmd_opt_value(argc, argv, 3, stage_opts[k][0]);
-        char set[1200];
-        snprintf(set, sizeof set, "%s=\"%s\"", stage_opts[k][1], v ? v : "");
+        const char *v = stage_opts[k][2];
         if (!v) continue;
+        char set[1200];
+        snprintf(set, sizeof set, "%s=\"%s\"", stage_opts[k][1], v);
         if (strcmp(c.pipeline, "s2s") != 0 || strchr(v, '"') || cfg_set(&c, set, err, sizeof err) ||
             cfg_validate(&c, err, sizeof err)) {
             fprintf(stderr, "bfworker: %s %s: %s\n", stage_opts[k][0], v,
                     strcmp(c.pipeline, "s2s") ? "only pipeline s2s has stages" : err);
-            free(args);
             return CMD_USAGE;
         }
     }
-    const char *timeout = cmd_opt_value(argc, argv, 3, "--comm-timeout");
-    char *end = NULL;
-    double timeout_s = timeout ? strtod(timeout, &end) : 600.0;
-    if (timeout && (end == timeout || *end || !(timeout_s >= 0) || timeout_s > 1e7)) {
-        fprintf(stderr, "bfworker: --comm-timeout must be seconds in [0, 1e7], got '%s'\n",
-                timeout);
-        free(args);
-        return CMD_USAGE;
-    }
-    comm_set_timeout(comm, timeout_s, CMD_RANK_LOST);
-    const char *out = cmd_opt_value(argc, argv, 3, "--out");
+    comm_set_timeout(comm, a->comm_timeout, CMD_RANK_LOST);
+    const char *out = a->out;
     if (resume_dir && out && strcmp(resume_dir, out) != 0) {
         fprintf(stderr, "bfworker: --resume %s and --out %s name different folders; give one\n",
                 resume_dir, out);
-        free(args);
         return CMD_USAGE;
     }
     if (resume_dir) out = resume_dir;
@@ -150,8 +164,7 @@ static int train_ranks(int argc, char **argv, comm_t *comm) {
     /* a folder that holds a run is continued (--resume) or started over
      * (--force), never silently mixed: its checkpoint overwritten and the new
      * metrics appended to the old ones */
-    int resume = cmd_has_flag(argc, argv, 3, "--resume"),
-        force = cmd_has_flag(argc, argv, 3, "--force");
+    int resume = a->resume != NULL, force = a->force;
     char mpath[1100];
     snprintf(mpath, sizeof mpath, "%s/metrics.jsonl", out);
     /* rank 0 decides (the others could see the files it is writing); a
@@ -159,9 +172,8 @@ static int train_ranks(int argc, char **argv, comm_t *comm) {
     struct stat mst;
     /* what a process killed during a --force run left (run/force.h) is
      * resolved first, so the folder is seen as the run it holds */
-    if (rank == 0 && force_recover(out, cmd_has_flag(argc, argv, 3, "--quiet"), err, sizeof err)) {
+    if (rank == 0 && force_recover(out, a->quiet, err, sizeof err)) {
         fprintf(stderr, "bfworker: %s\n", err);
-        free(args);
         return CMD_FAIL;
     }
     /* an empty metrics.jsonl without a checkpoint is a run that failed before its
@@ -173,7 +185,6 @@ static int train_ranks(int argc, char **argv, comm_t *comm) {
                 "bfworker: --resume continues the run in %s, --force starts it over; "
                 "give one\n",
                 out);
-        free(args);
         return CMD_USAGE;
     }
     if (holds_run && !resume && !force) {
@@ -181,7 +192,6 @@ static int train_ranks(int argc, char **argv, comm_t *comm) {
                 "bfworker: %s already holds a run (checkpoint or metrics.jsonl): --resume "
                 "continues it, --force starts over there, or give another --out\n",
                 out);
-        free(args);
         return CMD_USAGE;
     }
     /* --force writes the new run beside the old one (OUT/.force-new) and
@@ -196,10 +206,9 @@ static int train_ranks(int argc, char **argv, comm_t *comm) {
     train_opts o = {.out_dir = out,
                     .resume = resume,
                     .force = holds_run && force,
-                    .quiet = cmd_has_flag(argc, argv, 3, "--quiet"),
+                    .quiet = a->quiet,
                     .stop = &stop_requested,
                     .comm = comm};
-    free(args);
     if (!o.quiet && rank == 0) fprintf(stderr, "bfworker: training %s into %s\n", c.pipeline, out);
     char why[1400];
     if (!o.quiet && rank == 0 && c.aug.hflip &&

@@ -1,0 +1,93 @@
+/* ctl_dashboard.c — `bfctl dashboard` (the dashboard's URL with its token,
+ * read from $BF_HOME/http.url and http.token, which bfd writes; it opens
+ * nothing) and `bfctl edit` (a running sweep's max_parallel, through bfd's
+ * edit request, as the dashboard sends it). */
+#include "ctl/bfctl.h"
+#include "ctl/ctl_client.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The first line of $BF_HOME/NAME (BF_HOME default ~/.bf) into out: 0, or
+ * -1 after saying why on stderr. */
+static int home_line(const char *name, char *out, size_t len) {
+    const char *home = getenv("BF_HOME"), *h = getenv("HOME");
+    char p[1200];
+    if (home && *home)
+        snprintf(p, sizeof p, "%s/%s", home, name);
+    else
+        snprintf(p, sizeof p, "%s/.bf/%s", h ? h : "", name);
+    FILE *f = fopen(p, "r");
+    if (!f || !fgets(out, (int)len, f)) {
+        fprintf(stderr,
+                "bfctl dashboard: cannot read %s: bfd writes it when it serves the dashboard "
+                "(is bfd running with http on? see docs/http.md)\n",
+                p);
+        if (f) fclose(f);
+        return -1;
+    }
+    fclose(f);
+    out[strcspn(out, "\r\n")] = '\0';
+    return 0;
+}
+
+int bfctl_dashboard(int argc, char **argv) {
+    ctl_flags a = {0};
+    int rest = argc, prc = bfctl_parse(argc, argv,
+                                       "print the dashboard's URL with its token (open it in a "
+                                       "browser; the token then lives in a cookie)",
+                                       &a, &rest);
+    if (prc >= 0) return prc;
+    if (rest < argc) {
+        fprintf(stderr, "bfctl dashboard: unexpected argument '%s'\n", argv[rest]);
+        return BF_EX_USAGE;
+    }
+    char url[512], token[128];
+    if (home_line("http.url", url, sizeof url) || home_line("http.token", token, sizeof token))
+        return 1;
+    printf("%s?token=%s\n", url, token);
+    return 0;
+}
+
+/* What `bfctl edit` is told (bfctl_edit_opts). */
+typedef struct edit_args {
+    int max_parallel;
+} edit_args;
+
+const opt_spec bfctl_edit_opts[] = {
+    {"max-parallel", 0, OPT_INT, 0, 100000, OPT_AT(edit_args, max_parallel), "N",
+     "trials of the job running at once (tpe: pending or running); 0 lifts the cap of a grid or "
+     "random job"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
+
+int bfctl_edit(int argc, char **argv) {
+    edit_args a = {.max_parallel = -1};
+    int rest = argc,
+        prc = bfctl_parse(argc, argv, "change a running sweep (kept in the store, an event)", &a,
+                          &rest);
+    if (prc >= 0) return prc;
+    argc -= rest - 1;
+    argv += rest - 1;
+    long long job, trial;
+    if (ctl_target_arg(argc, argv, NULL, "edit JOB --max-parallel N", 'j', &job, &trial))
+        return BF_EX_USAGE;
+    if (a.max_parallel < 0) {
+        fprintf(stderr, "bfctl edit: say what to change: --max-parallel N\n");
+        return BF_EX_USAGE;
+    }
+    ctl_conn *c;
+    if (ctl_connect_or_say(&c)) return 1;
+    json_t *r;
+    int rc = ctl_request(
+        c, "edit", json_pack("{s:I, s:i}", "job", (json_int_t)job, "max_parallel", a.max_parallel),
+        &r);
+    ctl_close(&c);
+    if (rc) return 1;
+    printf("job %lld: max_parallel %lld (was %lld)\n", job, ctl_jint(r, "max_parallel"),
+           ctl_jint(r, "was"));
+    json_decref(r);
+    return 0;
+}

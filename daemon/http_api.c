@@ -1,0 +1,759 @@
+/* http_api.c — the GETs of /api/v1/ that the store answers, and a job's
+ * event stream (see http_api.h). Read-only SQL on the dashboard's own
+ * connection; every list is a bare JSON array of flat records (what
+ * pandas.read_json makes a table of) paged by ?after= and ?limit=. */
+#include "daemon/http_api.h"
+#include "common/errbuf.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define DEFAULT_LIMIT 1000
+#define DEFAULT_MAX_POINTS 2000
+#define MAX_POINTS_CAP 100000  /* ?max_points= at most */
+#define JOB_CURVES_MAX 500     /* trials in one /jobs/J/points answer */
+#define FILES_MAX 500          /* entries listed of a trial's folder */
+#define STREAM_POINTS_MAX 2000 /* points in one stream poll */
+#define STREAM_TRIALS_MAX 4096 /* trials a stream follows */
+
+static int prep(sqlite3 *db, const char *sql, sqlite3_stmt **st, char *err, size_t errlen) {
+    if (sqlite3_prepare_v2(db, sql, -1, st, NULL) == SQLITE_OK) return 0;
+    return bf_fail(err, errlen, "sqlite3_prepare_v2: %s", sqlite3_errmsg(db));
+}
+
+/* A column as JSON: integer, real, text or null. */
+static json_t *col_json(sqlite3_stmt *st, int i) {
+    switch (sqlite3_column_type(st, i)) {
+    case SQLITE_INTEGER:
+        return json_integer(sqlite3_column_int64(st, i));
+    case SQLITE_FLOAT:
+        return json_real(sqlite3_column_double(st, i));
+    case SQLITE_TEXT:
+        return json_string((const char *)sqlite3_column_text(st, i));
+    default:
+        return json_null();
+    }
+}
+
+/* ?key= as an integer in [lo, hi] (def when absent): 0, or -1 with err. */
+static int arg_int(http_arg_fn arg, void *cls, const char *key, long long def, long long lo,
+                   long long hi, long long *out, char *err, size_t errlen) {
+    const char *s = arg(cls, key);
+    *out = def;
+    if (!s) return 0;
+    char *end;
+    long long x = strtoll(s, &end, 10);
+    if (end == s || *end || x < lo || x > hi)
+        return bf_fail(err, errlen, "?%s must be an integer in [%lld, %lld], got '%.40s'", key, lo,
+                       hi, s);
+    *out = x;
+    return 0;
+}
+
+/* The id of metric name (0 when no point has it yet), or -1 with err. */
+static long long metric_id(sqlite3 *db, const char *name, char *err, size_t errlen) {
+    sqlite3_stmt *st;
+    if (prep(db, "SELECT id FROM metric_names WHERE name = ?1", &st, err, errlen)) return -1;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    long long id = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_finalize(st);
+    return id;
+}
+
+/* 200 when the store has a row of table (jobs or trials) with id, else 404
+ * (or 500) with err. */
+static unsigned exists(sqlite3 *db, const char *table, long long id, char *err, size_t errlen) {
+    sqlite3_stmt *st;
+    char sql[64];
+    snprintf(sql, sizeof sql, "SELECT 1 FROM %s WHERE id = ?1", table);
+    if (prep(db, sql, &st, err, errlen)) return 500;
+    sqlite3_bind_int64(st, 1, id);
+    int found = sqlite3_step(st) == SQLITE_ROW;
+    sqlite3_finalize(st);
+    if (found) return 200;
+    bf_fail(err, errlen, "no %s %lld", !strcmp(table, "jobs") ? "job" : "trial", id);
+    return 404;
+}
+
+/* ------------------------------------------------------------------- jobs */
+
+#define JOB_COLS                                                                                   \
+    "SELECT id, name, pipeline, method, metric_name, metric_goal, submitted, n_trials, parallel,"  \
+    " closed, priority FROM jobs"
+
+/* A job's record from a JOB_COLS row: with its states and best value. */
+static json_t *job_record(sqlite3 *db, sqlite3_stmt *row, char *err, size_t errlen) {
+    static const char *names[] = {"id",           "name",   "pipeline",  "method",
+                                  "metric",       "goal",   "submitted", "n_trials",
+                                  "max_parallel", "closed", "priority"};
+    json_t *o = json_object();
+    for (int i = 0; i < 11; i++) json_object_set_new(o, names[i], col_json(row, i));
+    long long id = sqlite3_column_int64(row, 0);
+    const char *metric = (const char *)sqlite3_column_text(row, 4);
+    const char *goal = (const char *)sqlite3_column_text(row, 5);
+    json_object_set_new(
+        o, "objectives",
+        json_pack("[{s:s, s:s}]", "name", metric ? metric : "", "goal", goal ? goal : "min"));
+    sqlite3_stmt *st;
+    json_t *states = json_object();
+    json_object_set_new(o, "states", states);
+    if (prep(db, "SELECT state, COUNT(*) FROM trials WHERE job = ?1 GROUP BY state", &st, err,
+             errlen)) {
+        json_decref(o);
+        return NULL;
+    }
+    sqlite3_bind_int64(st, 1, id);
+    while (sqlite3_step(st) == SQLITE_ROW)
+        json_object_set_new(states, (const char *)sqlite3_column_text(st, 0),
+                            json_integer(sqlite3_column_int64(st, 1)));
+    sqlite3_finalize(st);
+    if (prep(db,
+             "SELECT MIN(ml.vmin), MAX(ml.vmax) FROM metric_latest ml JOIN trials t ON t.id ="
+             " ml.trial WHERE t.job = ?1 AND ml.name = (SELECT id FROM metric_names WHERE name ="
+             " ?2)",
+             &st, err, errlen)) {
+        json_decref(o);
+        return NULL;
+    }
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_text(st, 2, metric ? metric : "", -1, SQLITE_TRANSIENT);
+    json_t *best = json_null();
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        json_decref(best);
+        best = col_json(st, goal && !strcmp(goal, "max") ? 1 : 0);
+    }
+    sqlite3_finalize(st);
+    json_object_set_new(o, "best", best);
+    return o;
+}
+
+static unsigned get_jobs(sqlite3 *db, http_arg_fn arg, void *cls, json_t **out, char *next,
+                         size_t nextlen, char *err, size_t errlen) {
+    long long after, limit;
+    if (arg_int(arg, cls, "after", 0, 0, 1LL << 53, &after, err, errlen) ||
+        arg_int(arg, cls, "limit", DEFAULT_LIMIT, 1, HTTP_API_MAX_LIMIT, &limit, err, errlen))
+        return 400;
+    sqlite3_stmt *st;
+    if (prep(db, JOB_COLS " WHERE id > ?1 ORDER BY id LIMIT ?2", &st, err, errlen)) return 500;
+    sqlite3_bind_int64(st, 1, after);
+    sqlite3_bind_int64(st, 2, limit);
+    json_t *a = json_array();
+    long long last = 0, n = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        json_t *j = job_record(db, st, err, errlen);
+        if (!j) break;
+        last = sqlite3_column_int64(st, 0);
+        json_array_append_new(a, j);
+        n++;
+    }
+    sqlite3_finalize(st);
+    if (n == limit) snprintf(next, nextlen, "%lld", last);
+    *out = a;
+    return 200;
+}
+
+static unsigned get_job(sqlite3 *db, long long id, json_t **out, char *err, size_t errlen) {
+    sqlite3_stmt *st;
+    if (prep(db, JOB_COLS " WHERE id = ?1", &st, err, errlen)) return 500;
+    sqlite3_bind_int64(st, 1, id);
+    unsigned code = 404;
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        *out = job_record(db, st, err, errlen);
+        code = *out ? 200 : 500;
+    } else {
+        bf_fail(err, errlen, "no job %lld", id);
+    }
+    sqlite3_finalize(st);
+    return code;
+}
+
+/* ----------------------------------------------------------------- trials */
+
+/* The record of trial id in recs (sorted by id, n of them), or NULL. */
+static json_t *find_rec(json_t *const *recs, const long long *ids, size_t n, long long id) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (ids[mid] < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && ids[lo] == id ? recs[lo] : NULL;
+}
+
+/* Sorts recs by ids (insertion: a page is at most HTTP_API_MAX_LIMIT and
+ * nearly sorted already, trial ids growing with their index). */
+static void sort_recs(json_t **recs, long long *ids, size_t n) {
+    for (size_t i = 1; i < n; i++)
+        for (size_t k = i; k > 0 && ids[k - 1] > ids[k]; k--) {
+            long long t = ids[k];
+            ids[k] = ids[k - 1];
+            ids[k - 1] = t;
+            json_t *r = recs[k];
+            recs[k] = recs[k - 1];
+            recs[k - 1] = r;
+        }
+}
+
+#define PAGE_IDS "SELECT id FROM trials WHERE job = ?1 AND idx > ?2 ORDER BY idx LIMIT ?3"
+
+/* Adds to each record of the page (job, after, limit) its latest metric
+ * values ("metrics.NAME"), its best value of the job's metric
+ * ("objective.NAME") and its last attempt's message ("reason"). */
+static int page_details(sqlite3 *db, long long job, long long after, long long limit,
+                        const char *metric, int maximize, json_t **recs, long long *ids, size_t n,
+                        char *err, size_t errlen) {
+    sort_recs(recs, ids, n);
+    sqlite3_stmt *st;
+    if (prep(db,
+             "SELECT ml.trial, mn.name, ml.value, ml.vmin, ml.vmax FROM metric_latest ml JOIN"
+             " metric_names mn ON mn.id = ml.name WHERE ml.trial IN (" PAGE_IDS ")",
+             &st, err, errlen))
+        return -1;
+    sqlite3_bind_int64(st, 1, job);
+    sqlite3_bind_int64(st, 2, after);
+    sqlite3_bind_int64(st, 3, limit);
+    char key[160];
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        json_t *r = find_rec(recs, ids, n, sqlite3_column_int64(st, 0));
+        const char *name = (const char *)sqlite3_column_text(st, 1);
+        if (!r || !name) continue;
+        snprintf(key, sizeof key, "metrics.%s", name);
+        json_object_set_new(r, key, json_real(sqlite3_column_double(st, 2)));
+        if (metric && !strcmp(name, metric)) {
+            snprintf(key, sizeof key, "objective.%s", name);
+            json_object_set_new(r, key, json_real(sqlite3_column_double(st, maximize ? 4 : 3)));
+        }
+    }
+    sqlite3_finalize(st);
+    if (prep(db,
+             "SELECT a.trial, a.message FROM attempts a WHERE a.trial IN (" PAGE_IDS ")"
+             " AND a.n = (SELECT MAX(n) FROM attempts WHERE trial = a.trial)",
+             &st, err, errlen))
+        return -1;
+    sqlite3_bind_int64(st, 1, job);
+    sqlite3_bind_int64(st, 2, after);
+    sqlite3_bind_int64(st, 3, limit);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        json_t *r = find_rec(recs, ids, n, sqlite3_column_int64(st, 0));
+        if (r && sqlite3_column_type(st, 1) == SQLITE_TEXT)
+            json_object_set_new(r, "reason", col_json(st, 1));
+    }
+    sqlite3_finalize(st);
+    return 0;
+}
+
+static unsigned get_trials(sqlite3 *db, long long job, http_arg_fn arg, void *cls, json_t **out,
+                           char *next, size_t nextlen, char *err, size_t errlen) {
+    long long after, limit;
+    if (arg_int(arg, cls, "after", -1, -1, 1LL << 53, &after, err, errlen) ||
+        arg_int(arg, cls, "limit", DEFAULT_LIMIT, 1, HTTP_API_MAX_LIMIT, &limit, err, errlen))
+        return 400;
+    json_t *jo = NULL;
+    unsigned code = get_job(db, job, &jo, err, errlen);
+    if (code != 200) return code;
+    char metric[128], goal[8];
+    snprintf(metric, sizeof metric, "%s", json_string_value(json_object_get(jo, "metric")));
+    snprintf(goal, sizeof goal, "%s", json_string_value(json_object_get(jo, "goal")));
+    json_decref(jo);
+    sqlite3_stmt *st;
+    if (prep(db,
+             "SELECT id, idx, state, attempts, updated, params FROM trials WHERE job = ?1 AND"
+             " idx > ?2 ORDER BY idx LIMIT ?3",
+             &st, err, errlen))
+        return 500;
+    sqlite3_bind_int64(st, 1, job);
+    sqlite3_bind_int64(st, 2, after);
+    sqlite3_bind_int64(st, 3, limit);
+    json_t **recs = malloc((size_t)limit * sizeof *recs);
+    long long *ids = malloc((size_t)limit * sizeof *ids);
+    if (!recs || !ids) {
+        free(recs);
+        free(ids);
+        sqlite3_finalize(st);
+        bf_fail(err, errlen, "out of memory");
+        return 500;
+    }
+    json_t *a = json_array();
+    size_t n = 0;
+    long long last = -1;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        json_t *r = json_object();
+        static const char *names[] = {"id", "idx", "state", "attempts", "updated"};
+        for (int i = 0; i < 5; i++) json_object_set_new(r, names[i], col_json(st, i));
+        json_object_set_new(r, "job", json_integer(job));
+        json_t *params = json_loads((const char *)sqlite3_column_text(st, 5), 0, NULL);
+        const char *k;
+        json_t *v;
+        char key[160];
+        json_object_foreach(params, k, v) {
+            snprintf(key, sizeof key, "params.%s", k);
+            json_object_set(r, key, v);
+        }
+        json_decref(params);
+        json_array_append_new(a, r);
+        recs[n] = r;
+        ids[n++] = sqlite3_column_int64(st, 0);
+        last = sqlite3_column_int64(st, 1);
+    }
+    sqlite3_finalize(st);
+    int rc = page_details(db, job, after, limit, metric, !strcmp(goal, "max"), recs, ids, n, err,
+                          errlen);
+    free(recs);
+    free(ids);
+    if (rc) {
+        json_decref(a);
+        return 500;
+    }
+    if ((long long)n == limit) snprintf(next, nextlen, "%lld", last);
+    *out = a;
+    return 200;
+}
+
+/* Names of the metrics the job's trials have logged, sorted. */
+static unsigned get_job_metrics(sqlite3 *db, long long job, json_t **out, char *err,
+                                size_t errlen) {
+    unsigned code = exists(db, "jobs", job, err, errlen);
+    if (code != 200) return code;
+    sqlite3_stmt *st;
+    if (prep(db,
+             "SELECT DISTINCT mn.name FROM metric_latest ml JOIN metric_names mn ON mn.id ="
+             " ml.name JOIN trials t ON t.id = ml.trial WHERE t.job = ?1 ORDER BY mn.name",
+             &st, err, errlen))
+        return 500;
+    sqlite3_bind_int64(st, 1, job);
+    json_t *a = json_array();
+    while (sqlite3_step(st) == SQLITE_ROW) json_array_append_new(a, col_json(st, 0));
+    sqlite3_finalize(st);
+    *out = a;
+    return 200;
+}
+
+/* ----------------------------------------------------------------- points */
+
+/* Appends trial's points of metric mid with seq > after to a, at most
+ * max_points of them: when there are more, each of max_points / 2 equal
+ * runs of points gives its lowest and its highest (in step order), so a
+ * spike survives the thinning. Records {trial?, seq, step, value, time}. */
+static int trial_points(sqlite3 *db, long long trial, long long mid, long long after,
+                        long long max_points, int with_trial, json_t *a, char *err, size_t errlen) {
+    sqlite3_stmt *st;
+    if (prep(db, "SELECT COUNT(*) FROM metrics WHERE trial = ?1 AND name = ?2 AND seq > ?3", &st,
+             err, errlen))
+        return -1;
+    sqlite3_bind_int64(st, 1, trial);
+    sqlite3_bind_int64(st, 2, mid);
+    sqlite3_bind_int64(st, 3, after);
+    long long total = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_finalize(st);
+    if (prep(db,
+             "SELECT seq, step, value, time FROM metrics WHERE trial = ?1 AND name = ?2 AND seq >"
+             " ?3 ORDER BY seq",
+             &st, err, errlen))
+        return -1;
+    sqlite3_bind_int64(st, 1, trial);
+    sqlite3_bind_int64(st, 2, mid);
+    sqlite3_bind_int64(st, 3, after);
+    long long run = total <= max_points ? 1 : (total + max_points / 2 - 1) / (max_points / 2);
+    long long in_run = 0, lo_seq = 0, hi_seq = 0, lo_step = 0, hi_step = 0;
+    double lo = 0, hi = 0, lo_t = 0, hi_t = 0;
+    for (long long i = 0; sqlite3_step(st) == SQLITE_ROW; i++) {
+        long long seq = sqlite3_column_int64(st, 0), step = sqlite3_column_int64(st, 1);
+        double v = sqlite3_column_double(st, 2), t = sqlite3_column_double(st, 3);
+        if (in_run == 0 || v < lo) lo = v, lo_seq = seq, lo_step = step, lo_t = t;
+        if (in_run == 0 || v > hi) hi = v, hi_seq = seq, hi_step = step, hi_t = t;
+        if (++in_run < run && i + 1 < total) continue;
+        /* the run's lowest and highest, in the order they came */
+        int lo_first = lo_seq <= hi_seq, n_out = lo_seq == hi_seq ? 1 : 2;
+        for (int k = 0; k < n_out; k++) {
+            int use_lo = (k == 0) == lo_first;
+            json_t *p =
+                json_pack("{s:I, s:I, s:f, s:f}", "seq", (json_int_t)(use_lo ? lo_seq : hi_seq),
+                          "step", (json_int_t)(use_lo ? lo_step : hi_step), "value",
+                          use_lo ? lo : hi, "time", use_lo ? lo_t : hi_t);
+            if (with_trial) json_object_set_new(p, "trial", json_integer(trial));
+            json_array_append_new(a, p);
+        }
+        in_run = 0;
+    }
+    sqlite3_finalize(st);
+    return 0;
+}
+
+/* ?metric= (required) as its id in *mid (0: nothing logged under it yet),
+ * ?max_points= in *maxp: 0, or an HTTP status with err. */
+static unsigned points_args(sqlite3 *db, http_arg_fn arg, void *cls, long long *mid,
+                            long long *maxp, char *err, size_t errlen) {
+    const char *metric = arg(cls, "metric");
+    if (!metric || !*metric || strlen(metric) > 63)
+        return bf_fail(err, errlen, "?metric=NAME is required (a metric name, e.g. train/loss)"),
+               400;
+    if (arg_int(arg, cls, "max_points", DEFAULT_MAX_POINTS, 2, MAX_POINTS_CAP, maxp, err, errlen))
+        return 400;
+    *mid = metric_id(db, metric, err, errlen);
+    return *mid < 0 ? 500 : 0;
+}
+
+static unsigned get_trial_points(sqlite3 *db, long long trial, http_arg_fn arg, void *cls,
+                                 json_t **out, char *err, size_t errlen) {
+    long long mid, maxp, after;
+    unsigned code = exists(db, "trials", trial, err, errlen);
+    if (code != 200) return code;
+    code = points_args(db, arg, cls, &mid, &maxp, err, errlen);
+    if (code) return code;
+    if (arg_int(arg, cls, "after", 0, 0, 1LL << 53, &after, err, errlen)) return 400;
+    json_t *a = json_array();
+    if (mid && trial_points(db, trial, mid, after, maxp, 0, a, err, errlen)) {
+        json_decref(a);
+        return 500;
+    }
+    *out = a;
+    return 200;
+}
+
+/* The curves of a job: each of its trials' points (?trials=ID,ID,... or the
+ * first JOB_CURVES_MAX by index), each trial thinned to ?max_points=. */
+static unsigned get_job_points(sqlite3 *db, long long job, http_arg_fn arg, void *cls, json_t **out,
+                               char *err, size_t errlen) {
+    long long mid, maxp;
+    unsigned code = exists(db, "jobs", job, err, errlen);
+    if (code != 200) return code;
+    code = points_args(db, arg, cls, &mid, &maxp, err, errlen);
+    if (code) return code;
+    long long ids[JOB_CURVES_MAX];
+    size_t n = 0;
+    const char *list = arg(cls, "trials");
+    if (list) {
+        for (const char *p = list; *p && n < JOB_CURVES_MAX;) {
+            char *end;
+            long long id = strtoll(p, &end, 10);
+            if (end == p || id < 1 || (*end && *end != ','))
+                return bf_fail(err, errlen, "?trials must be trial ids separated by commas"), 400;
+            ids[n++] = id;
+            p = *end ? end + 1 : end;
+        }
+    } else {
+        sqlite3_stmt *st;
+        if (prep(db, "SELECT id FROM trials WHERE job = ?1 ORDER BY idx LIMIT ?2", &st, err,
+                 errlen))
+            return 500;
+        sqlite3_bind_int64(st, 1, job);
+        sqlite3_bind_int64(st, 2, JOB_CURVES_MAX);
+        while (sqlite3_step(st) == SQLITE_ROW) ids[n++] = sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+    }
+    json_t *a = json_array();
+    for (size_t i = 0; mid && i < n; i++)
+        if (trial_points(db, ids[i], mid, 0, maxp, 1, a, err, errlen)) {
+            json_decref(a);
+            return 500;
+        }
+    *out = a;
+    return 200;
+}
+
+/* ------------------------------------------------------------------ trial */
+
+/* The files below dir (relative names in prefix), depth levels deep, as
+ * {path, size, mtime} records into a, at most FILES_MAX in all. */
+static void list_files(const char *dir, const char *prefix, int depth, json_t *a) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) && json_array_size(a) < FILES_MAX) {
+        if (e->d_name[0] == '.') continue;
+        char p[2048], rel[1024];
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        snprintf(rel, sizeof rel, "%s%s%s", prefix, *prefix ? "/" : "", e->d_name);
+        struct stat sb;
+        if (lstat(p, &sb) != 0) continue;
+        if (S_ISDIR(sb.st_mode)) {
+            if (depth > 0) list_files(p, rel, depth - 1, a);
+        } else if (S_ISREG(sb.st_mode)) {
+            json_array_append_new(a,
+                                  json_pack("{s:s, s:I, s:f}", "path", rel, "size",
+                                            (json_int_t)sb.st_size, "mtime", (double)sb.st_mtime));
+        }
+    }
+    closedir(d);
+}
+
+static unsigned get_trial(sqlite3 *db, const char *home, long long id, json_t **out, char *err,
+                          size_t errlen) {
+    sqlite3_stmt *st;
+    if (prep(db,
+             "SELECT t.id, t.job, t.idx, t.state, t.attempts, t.hash, t.updated, t.config,"
+             " t.params, j.metric_name, j.metric_goal FROM trials t JOIN jobs j ON j.id = t.job"
+             " WHERE t.id = ?1",
+             &st, err, errlen))
+        return 500;
+    sqlite3_bind_int64(st, 1, id);
+    if (sqlite3_step(st) != SQLITE_ROW) {
+        sqlite3_finalize(st);
+        return bf_fail(err, errlen, "no trial %lld", id), 404;
+    }
+    static const char *names[] = {"id",      "job",    "idx",    "state",  "attempts", "hash",
+                                  "updated", "config", "params", "metric", "goal"};
+    json_t *o = json_object();
+    for (int i = 0; i < 11; i++) json_object_set_new(o, names[i], col_json(st, i));
+    json_t *params = json_loads((const char *)sqlite3_column_text(st, 8), 0, NULL);
+    json_object_set_new(o, "params", params ? params : json_object());
+    sqlite3_finalize(st);
+    json_t *att = json_array();
+    json_object_set_new(o, "attempt_list", att);
+    if (prep(db,
+             "SELECT n, started, ended, outcome, message FROM attempts WHERE trial = ?1 ORDER BY"
+             " n",
+             &st, err, errlen)) {
+        json_decref(o);
+        return 500;
+    }
+    sqlite3_bind_int64(st, 1, id);
+    static const char *an[] = {"n", "started", "ended", "outcome", "message"};
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        json_t *r = json_object();
+        for (int i = 0; i < 5; i++) json_object_set_new(r, an[i], col_json(st, i));
+        json_array_append_new(att, r);
+    }
+    sqlite3_finalize(st);
+    json_t *ms = json_array();
+    json_object_set_new(o, "metrics", ms);
+    if (prep(db,
+             "SELECT mn.name, ml.step, ml.value, ml.vmin, ml.vmax FROM metric_latest ml JOIN"
+             " metric_names mn ON mn.id = ml.name WHERE ml.trial = ?1 ORDER BY mn.name",
+             &st, err, errlen)) {
+        json_decref(o);
+        return 500;
+    }
+    sqlite3_bind_int64(st, 1, id);
+    static const char *mnames[] = {"name", "step", "value", "min", "max"};
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        json_t *r = json_object();
+        for (int i = 0; i < 5; i++) json_object_set_new(r, mnames[i], col_json(st, i));
+        json_array_append_new(ms, r);
+    }
+    sqlite3_finalize(st);
+    char dir[1300];
+    snprintf(dir, sizeof dir, "%s/trials/%lld", home, id);
+    json_t *files = json_array();
+    list_files(dir, "", 3, files);
+    json_object_set_new(o, "dir", json_string(dir));
+    json_object_set_new(o, "files", files);
+    *out = o;
+    return 200;
+}
+
+/* ----------------------------------------------------------------- events */
+
+#define EVENT_COLS "SELECT id, time, job, trial, kind, message FROM events"
+
+static json_t *event_record(sqlite3_stmt *st) {
+    static const char *names[] = {"id", "time", "job", "trial", "kind", "message"};
+    json_t *r = json_object();
+    for (int i = 0; i < 6; i++) json_object_set_new(r, names[i], col_json(st, i));
+    return r;
+}
+
+static unsigned get_events(sqlite3 *db, http_arg_fn arg, void *cls, json_t **out, char *next,
+                           size_t nextlen, char *err, size_t errlen) {
+    long long after, limit, job, trial;
+    if (arg_int(arg, cls, "after", 0, 0, 1LL << 53, &after, err, errlen) ||
+        arg_int(arg, cls, "limit", DEFAULT_LIMIT, 1, HTTP_API_MAX_LIMIT, &limit, err, errlen) ||
+        arg_int(arg, cls, "job", 0, 0, 1LL << 53, &job, err, errlen) ||
+        arg_int(arg, cls, "trial", 0, 0, 1LL << 53, &trial, err, errlen))
+        return 400;
+    sqlite3_stmt *st;
+    if (prep(db,
+             EVENT_COLS " WHERE id > ?1 AND (?2 = 0 OR job = ?2) AND (?3 = 0 OR trial = ?3)"
+                        " ORDER BY id LIMIT ?4",
+             &st, err, errlen))
+        return 500;
+    sqlite3_bind_int64(st, 1, after);
+    sqlite3_bind_int64(st, 2, job);
+    sqlite3_bind_int64(st, 3, trial);
+    sqlite3_bind_int64(st, 4, limit);
+    json_t *a = json_array();
+    long long last = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        json_array_append_new(a, event_record(st));
+        last = sqlite3_column_int64(st, 0);
+    }
+    sqlite3_finalize(st);
+    if ((long long)json_array_size(a) == limit) snprintf(next, nextlen, "%lld", last);
+    *out = a;
+    return 200;
+}
+
+/* ------------------------------------------------------------------ route */
+
+unsigned http_api_get(sqlite3 *db, const char *home, const char *path, http_arg_fn arg, void *cls,
+                      json_t **out, char *next, size_t nextlen, char *err, size_t errlen) {
+    *out = NULL;
+    next[0] = '\0';
+    long long id;
+    char rest[32] = "";
+    int k = 0;
+    if (!strcmp(path, "jobs")) return get_jobs(db, arg, cls, out, next, nextlen, err, errlen);
+    if (!strcmp(path, "events")) return get_events(db, arg, cls, out, next, nextlen, err, errlen);
+    if (sscanf(path, "jobs/%lld%n", &id, &k) == 1 && id > 0) {
+        snprintf(rest, sizeof rest, "%s", path + k);
+        if (!rest[0]) return get_job(db, id, out, err, errlen);
+        if (!strcmp(rest, "/trials"))
+            return get_trials(db, id, arg, cls, out, next, nextlen, err, errlen);
+        if (!strcmp(rest, "/points")) return get_job_points(db, id, arg, cls, out, err, errlen);
+        if (!strcmp(rest, "/metrics")) return get_job_metrics(db, id, out, err, errlen);
+    } else if (sscanf(path, "trials/%lld%n", &id, &k) == 1 && id > 0) {
+        snprintf(rest, sizeof rest, "%s", path + k);
+        if (!rest[0]) return get_trial(db, home, id, out, err, errlen);
+        if (!strcmp(rest, "/points")) return get_trial_points(db, id, arg, cls, out, err, errlen);
+    }
+    return bf_fail(err, errlen, "no such API path /api/v1/%.200s (docs/http.md lists them)", path),
+           404;
+}
+
+/* ----------------------------------------------------------------- stream */
+
+typedef struct followed {
+    long long trial, seq; /* points up to seq sent */
+} followed;
+
+struct http_stream {
+    long long job, mid, last_event;
+    char metric[64];
+    double since; /* trials changed after this are followed */
+    followed *f;
+    size_t n;
+};
+
+/* The trial's entry, added (from seq 0) when new; NULL when full. */
+static followed *follow(http_stream *s, long long trial) {
+    for (size_t i = 0; i < s->n; i++)
+        if (s->f[i].trial == trial) return &s->f[i];
+    if (s->n == STREAM_TRIALS_MAX) return NULL;
+    s->f[s->n] = (followed){trial, 0};
+    return &s->f[s->n++];
+}
+
+http_stream *http_stream_new(sqlite3 *db, long long job, const char *metric, char *err,
+                             size_t errlen) {
+    http_stream *s = calloc(1, sizeof *s);
+    if (s) s->f = malloc(STREAM_TRIALS_MAX * sizeof *s->f);
+    if (!s || !s->f) {
+        http_stream_free(&s);
+        bf_fail(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->job = job;
+    snprintf(s->metric, sizeof s->metric, "%s", metric ? metric : "");
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    s->since = (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    sqlite3_stmt *st;
+    if (prep(db, "SELECT COALESCE(MAX(id), 0) FROM events", &st, err, errlen)) {
+        http_stream_free(&s);
+        return NULL;
+    }
+    if (sqlite3_step(st) == SQLITE_ROW) s->last_event = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    /* the trials running now are followed from their latest point: the page
+     * read what came before */
+    if (prep(db,
+             "SELECT t.id, COALESCE((SELECT MAX(seq) FROM metrics WHERE trial = t.id), 0) FROM"
+             " trials t WHERE t.job = ?1 AND t.state = 'RUNNING'",
+             &st, err, errlen)) {
+        http_stream_free(&s);
+        return NULL;
+    }
+    sqlite3_bind_int64(st, 1, job);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        followed *f = follow(s, sqlite3_column_int64(st, 0));
+        if (f) f->seq = sqlite3_column_int64(st, 1);
+    }
+    sqlite3_finalize(st);
+    return s;
+}
+
+/* Appends "event: NAME\ndata: JSON\n\n" to buf when it fits. */
+static void sse_put(char *buf, size_t cap, size_t *len, const char *name, json_t *data) {
+    char *text = json_dumps(data, JSON_COMPACT);
+    if (!text) return;
+    int k = snprintf(buf + *len, cap - *len, "event: %s\ndata: %s\n\n", name, text);
+    if (k > 0 && *len + (size_t)k < cap) *len += (size_t)k;
+    buf[*len] = '\0';
+    free(text);
+}
+
+long http_stream_poll(http_stream *s, sqlite3 *db, char *buf, size_t cap, char *err,
+                      size_t errlen) {
+    size_t len = 0;
+    buf[0] = '\0';
+    sqlite3_stmt *st;
+    if (prep(db, EVENT_COLS " WHERE id > ?1 AND job = ?2 ORDER BY id LIMIT 200", &st, err, errlen))
+        return -1;
+    sqlite3_bind_int64(st, 1, s->last_event);
+    sqlite3_bind_int64(st, 2, s->job);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        json_t *e = event_record(st);
+        if (e && len + 8192 < cap) {
+            sse_put(buf, cap, &len, "state", e);
+            s->last_event = sqlite3_column_int64(st, 0);
+        }
+        json_decref(e);
+    }
+    sqlite3_finalize(st);
+    if (!s->metric[0]) return (long)len;
+    if (!s->mid && (s->mid = metric_id(db, s->metric, err, errlen)) <= 0) {
+        s->mid = 0;
+        return (long)len;
+    }
+    if (prep(db,
+             "SELECT id FROM trials WHERE job = ?1 AND (state = 'RUNNING' OR updated > ?2)"
+             " ORDER BY idx",
+             &st, err, errlen))
+        return -1;
+    sqlite3_bind_int64(st, 1, s->job);
+    sqlite3_bind_double(st, 2, s->since);
+    long long trials[256];
+    size_t nt = 0;
+    while (nt < 256 && sqlite3_step(st) == SQLITE_ROW) trials[nt++] = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    json_t *pts = json_array();
+    for (size_t i = 0; i < nt && json_array_size(pts) < STREAM_POINTS_MAX; i++) {
+        followed *f = follow(s, trials[i]);
+        if (!f) break;
+        if (prep(db,
+                 "SELECT seq, step, value FROM metrics WHERE trial = ?1 AND name = ?2 AND seq >"
+                 " ?3 ORDER BY seq LIMIT ?4",
+                 &st, err, errlen)) {
+            json_decref(pts);
+            return -1;
+        }
+        sqlite3_bind_int64(st, 1, f->trial);
+        sqlite3_bind_int64(st, 2, s->mid);
+        sqlite3_bind_int64(st, 3, f->seq);
+        sqlite3_bind_int64(st, 4, STREAM_POINTS_MAX);
+        while (sqlite3_step(st) == SQLITE_ROW && json_array_size(pts) < STREAM_POINTS_MAX) {
+            f->seq = sqlite3_column_int64(st, 0);
+            json_array_append_new(pts, json_pack("{s:I, s:I, s:f}", "trial", (json_int_t)f->trial,
+                                                 "step", (json_int_t)sqlite3_column_int64(st, 1),
+                                                 "value", sqlite3_column_double(st, 2)));
+        }
+        sqlite3_finalize(st);
+    }
+    if (json_array_size(pts)) sse_put(buf, cap, &len, "points", pts);
+    json_decref(pts);
+    return (long)len;
+}
+
+void http_stream_free(http_stream **sp) {
+    http_stream *s = *sp;
+    if (!s) return;
+    *sp = NULL;
+    free(s->f);
+    free(s);
+}

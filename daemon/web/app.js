@@ -1,0 +1,382 @@
+/* app.js — bfd's dashboard (docs/http.md): views drawn from the JSON API
+ * under /api/v1/, routed by the address's #fragment:
+ *   #/            jobs            #/job/J        a job: trials, curves, parallel coordinates
+ *   #/trial/T     a trial         #/cluster      slots, GPUs, agents, running attempts
+ * Live updates come from /api/v1/jobs/J/stream (Server-Sent Events). Text
+ * from the store is only ever set as textContent, never parsed as HTML. */
+"use strict";
+
+const API = "/api/v1/";
+const PAGE_ROWS = 100;     /* trial table rows shown at once */
+const CURVE_TRIALS = 20;   /* trials overlaid on the curves */
+const CURVE_POINTS = 1000; /* points per trial asked of the server */
+let view = null;           /* the current view's teardown (streams, timers) */
+
+/* An element: el("td", {class: "num"}, "text", child, ...). */
+function el(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v);
+  }
+  for (const k of kids) if (k !== null && k !== undefined)
+    e.append(k instanceof Node ? k : document.createTextNode(String(k)));
+  return e;
+}
+
+function status(text, bad) {
+  const s = document.getElementById("status");
+  s.textContent = text;
+  s.className = bad ? "error" : "";
+}
+
+async function get(path) {
+  const r = await fetch(API + path, {credentials: "same-origin"});
+  const body = await r.json();
+  if (!r.ok) throw new Error(body.error || r.statusText);
+  return {body, next: r.headers.get("X-Next-After")};
+}
+
+/* Every record of a paged list, page after page. */
+async function getAll(path, onPage) {
+  const sep = path.includes("?") ? "&" : "?";
+  let out = [], after = null;
+  for (;;) {
+    const {body, next} = await get(path + sep + "limit=10000" + (after !== null ? "&after=" + after : ""));
+    out = out.concat(body);
+    if (onPage) onPage(out.length);
+    if (!next) return out;
+    after = next;
+  }
+}
+
+async function post(path) {
+  const r = await fetch(API + path, {method: "POST", credentials: "same-origin"});
+  const body = await r.json();
+  if (!r.ok) throw new Error(body.error || r.statusText);
+  return body;
+}
+
+function fmt(v) {
+  if (typeof v === "number" && !Number.isInteger(v)) return Math.abs(v) >= 1e4 || Math.abs(v) < 1e-3 ? v.toExponential(3) : String(Number(v.toPrecision(4)));
+  return v === null || v === undefined ? "" : String(v);
+}
+
+function age(t) {
+  const s = Date.now() / 1000 - t;
+  return s < 120 ? Math.round(s) + " s" : s < 7200 ? Math.round(s / 60) + " min" : s < 172800 ? Math.round(s / 3600) + " h" : Math.round(s / 86400) + " d";
+}
+
+const DONE = ["COMPLETED", "FAILED", "CANCELLED", "STOPPED"];
+
+/* ------------------------------------------------------------------ jobs */
+
+async function showJobs(main) {
+  const jobs = await getAll("jobs");
+  const t = el("table", {id: "jobs"}, el("tr", {}, ...["job", "name", "method", "trials", "states", "progress", "best", "objective", "age"].map(h => el("th", {}, h))));
+  for (const j of jobs.reverse()) {
+    const done = DONE.reduce((a, s) => a + (j.states[s] || 0), 0);
+    const pct = j.n_trials ? Math.round(100 * done / j.n_trials) : 0;
+    const states = Object.entries(j.states).map(([s, n]) => el("span", {class: "state " + s}, s + " " + n + " "));
+    t.append(el("tr", {"data-job": j.id},
+      el("td", {}, el("a", {href: "#/job/" + j.id}, j.id)), el("td", {}, j.name), el("td", {}, j.method),
+      el("td", {class: "num"}, j.n_trials), el("td", {}, ...states),
+      el("td", {}, el("span", {class: "bar"}, el("span", {style: "width:" + pct + "%"})), " " + pct + "%"),
+      el("td", {class: "num"}, fmt(j.best)), el("td", {}, j.metric + " (" + j.goal + ")"), el("td", {}, age(j.submitted))));
+  }
+  main.append(el("h1", {}, "Jobs"), jobs.length ? t : el("p", {class: "muted"}, "No jobs yet: bfctl submit SWEEP.yaml"));
+  const timer = setInterval(() => route(), 5000);
+  return () => clearInterval(timer);
+}
+
+/* ------------------------------------------------------------------- job */
+
+/* The trial table: every trial in memory, sorted and filtered there, one
+ * page of rows in the DOM (100,000 trials stay quick). */
+function trialTable(job, trials, onChange) {
+  const box = el("div", {});
+  const cols = ["id", "idx", "state", "attempts"];
+  const keys = new Set();
+  for (const t of trials) for (const k of Object.keys(t)) keys.add(k);
+  const params = [...keys].filter(k => k.startsWith("params.")).sort();
+  const objs = [...keys].filter(k => k.startsWith("objective.")).sort();
+  const metrics = [...keys].filter(k => k.startsWith("metrics.")).sort();
+  const all = cols.concat(params, objs, metrics, ["reason"]);
+  let sortKey = "idx", asc = true, page = 0, filter = "";
+  const filterBox = el("input", {id: "filter", placeholder: "filter: text, or key=value (state=RUNNING)", size: 40});
+  const info = el("span", {class: "muted"});
+  const prev = el("button", {onclick: () => { page = Math.max(0, page - 1); draw(); }}, "\u2190");
+  const nextB = el("button", {onclick: () => { page++; draw(); }}, "\u2192");
+  filterBox.addEventListener("input", () => { filter = filterBox.value.trim(); page = 0; draw(); });
+  const table = el("table", {id: "trials"});
+  box.append(el("div", {class: "controls"}, filterBox, prev, nextB, info), table);
+  function matches(t) {
+    if (!filter) return true;
+    const eq = filter.indexOf("=");
+    if (eq > 0) {
+      const k = filter.slice(0, eq), v = filter.slice(eq + 1);
+      const key = k in t ? k : "params." + k in t ? "params." + k : k;
+      return String(t[key]) === v;
+    }
+    return all.some(k => t[k] !== undefined && String(t[k]).includes(filter));
+  }
+  function view() {
+    const rows = trials.filter(matches);
+    rows.sort((a, b) => {
+      const x = a[sortKey], y = b[sortKey];
+      if (x === y) return a.idx - b.idx;
+      if (x === undefined || x === null) return 1;
+      if (y === undefined || y === null) return -1;
+      return (x < y ? -1 : 1) * (asc ? 1 : -1);
+    });
+    return rows;
+  }
+  function draw() {
+    const rows = view();
+    const pages = Math.max(1, Math.ceil(rows.length / PAGE_ROWS));
+    page = Math.min(page, pages - 1);
+    info.textContent = rows.length + " of " + trials.length + " trials, page " + (page + 1) + " of " + pages;
+    table.replaceChildren(el("tr", {}, ...all.map(k => el("th", {
+      class: k === sortKey ? (asc ? "sorted-asc" : "sorted-desc") : "",
+      onclick: () => { asc = k === sortKey ? !asc : true; sortKey = k; draw(); }
+    }, k.replace(/^(params|metrics)\./, "")))));
+    for (const t of rows.slice(page * PAGE_ROWS, (page + 1) * PAGE_ROWS))
+      table.append(el("tr", {"data-trial": t.id, "data-state": t.state}, ...all.map(k => {
+        if (k === "id") return el("td", {}, el("a", {href: "#/trial/" + t.id}, "t" + t.id));
+        if (k === "state") return el("td", {class: "state " + t.state}, t.state);
+        if (k === "reason") return el("td", {class: "reason"}, t.state === "RUNNING" || t.state === "PENDING" ? "" : t.reason || "");
+        return el("td", {class: typeof t[k] === "number" ? "num" : ""}, fmt(t[k]));
+      })));
+    if (onChange) onChange(rows);
+  }
+  draw();
+  return {box, draw, visible: view};
+}
+
+/* Curves of the given trials' metric: dygraphs, overlaid, smoothing and
+ * log-y, grown live by addPoints. */
+function curves(main, job, metricsList) {
+  const box = el("div", {});
+  const sel = el("select", {id: "metric"}, ...metricsList.map(m => el("option", {value: m}, m)));
+  const smooth = el("input", {type: "range", min: 0, max: 0.99, step: 0.01, value: 0, id: "smooth"});
+  const logy = el("input", {type: "checkbox", id: "logy"});
+  const div = el("div", {class: "curve", id: "curve", "data-points": 0});
+  box.append(el("div", {class: "controls"}, el("label", {}, "metric ", sel), el("label", {}, "smoothing ", smooth), el("label", {}, logy, " log y")), div);
+  let series = new Map(), graph = null, trialIds = [], npts = 0;
+  function data() {
+    const ids = [...series.keys()];
+    const steps = new Map();
+    ids.forEach((id, i) => {
+      const alpha = Number(smooth.value);
+      let ema = null;
+      for (const [step, v] of [...series.get(id).entries()].sort((a, b) => a[0] - b[0])) {
+        ema = ema === null || alpha === 0 ? v : alpha * ema + (1 - alpha) * v;
+        if (!steps.has(step)) steps.set(step, new Array(ids.length).fill(null));
+        steps.get(step)[i] = ema;
+      }
+    });
+    const rows = [...steps.entries()].sort((a, b) => a[0] - b[0]).map(([s, vs]) => [s, ...vs]);
+    return {rows, labels: ["step", ...ids.map(id => "t" + id)]};
+  }
+  function draw() {
+    const {rows, labels} = data();
+    div.setAttribute("data-points", npts);
+    if (!rows.length) { div.textContent = "no points of " + sel.value + " yet"; graph = null; return; }
+    const opts = {labels, logscale: logy.checked, connectSeparatedPoints: true, legend: "follow", strokeWidth: 1.2, xlabel: "step", ylabel: sel.value};
+    if (typeof Dygraph === "undefined") { div.textContent = "dygraphs is missing (libjs-dygraphs)"; return; }
+    if (!div.isConnected) { setTimeout(draw, 50); return; } /* dygraphs measures its div */
+    if (!graph || graph.numColumns() !== labels.length) { div.textContent = ""; graph = new Dygraph(div, rows, opts); }
+    else graph.updateOptions(Object.assign({file: rows}, opts));
+  }
+  async function load(ids) {
+    trialIds = ids.slice(0, CURVE_TRIALS);
+    series = new Map(trialIds.map(id => [id, new Map()]));
+    npts = 0;
+    if (!sel.value || !trialIds.length) { draw(); return; }
+    const {body} = await get("jobs/" + job + "/points?metric=" + encodeURIComponent(sel.value) + "&max_points=" + CURVE_POINTS + "&trials=" + trialIds.join(","));
+    for (const p of body) { series.get(p.trial).set(p.step, p.value); npts++; }
+    draw();
+  }
+  function addPoints(pts) {
+    let n = 0;
+    for (const p of pts) {
+      if (!series.has(p.trial)) { if (series.size >= CURVE_TRIALS) continue; series.set(p.trial, new Map()); }
+      series.get(p.trial).set(p.step, p.value);
+      n++;
+    }
+    npts += n;
+    if (n) draw();
+  }
+  smooth.addEventListener("input", draw);
+  logy.addEventListener("change", draw);
+  return {box, load, addPoints, metric: () => sel.value, select: sel, ids: () => trialIds};
+}
+
+/* Parallel coordinates (d3 v3): one axis per swept parameter, then the
+ * objective; a line per trial, coloured by the objective. */
+function parallel(rows, job) {
+  const box = el("div", {id: "parallel"});
+  if (typeof d3 === "undefined") { box.textContent = "d3 is missing (libjs-d3)"; return box; }
+  const obj = "objective." + job.metric;
+  const dims = Object.keys(rows[0] || {}).filter(k => k.startsWith("params.")).concat([obj]);
+  const data = rows.filter(r => r[obj] !== undefined);
+  if (!data.length) { box.append(el("p", {class: "muted"}, "no trial has " + job.metric + " yet")); return box; }
+  const w = Math.max(500, 160 * dims.length), h = 360, m = {t: 30, r: 40, b: 20, l: 40};
+  const x = d3.scale.ordinal().domain(dims).rangePoints([0, w - m.l - m.r]);
+  const y = {};
+  for (const d of dims) {
+    const vals = data.map(r => r[d]);
+    y[d] = vals.every(v => typeof v === "number")
+      ? d3.scale.linear().domain(d3.extent(vals)).range([h - m.t - m.b, 0]).nice()
+      : d3.scale.ordinal().domain([...new Set(vals.map(String))].sort()).rangePoints([h - m.t - m.b, 0]);
+  }
+  const ext = d3.extent(data, r => r[obj]);
+  const color = d3.scale.linear().domain(job.goal === "max" ? [ext[0], ext[1]] : [ext[1], ext[0]]).range(["#d32f2f", "#2e7d32"]);
+  const svg = d3.select(box).append("svg").attr("class", "pc").attr("width", w).attr("height", h)
+    .append("g").attr("transform", "translate(" + m.l + "," + m.t + ")");
+  const line = d3.svg.line();
+  svg.selectAll(".line").data(data).enter().append("path").attr("class", "line")
+    .attr("d", r => line(dims.map(d => [x(d), y[d](typeof r[d] === "number" ? r[d] : String(r[d]))])))
+    .attr("stroke", r => color(r[obj])).append("title").text(r => "t" + r.id + ": " + fmt(r[obj]));
+  const g = svg.selectAll(".dim").data(dims).enter().append("g").attr("class", "axis").attr("transform", d => "translate(" + x(d) + ")");
+  g.each(function (d) { d3.select(this).call(d3.svg.axis().orient("left").scale(y[d]).ticks(6)); });
+  g.append("text").attr("y", -10).attr("text-anchor", "middle").text(d => d.replace(/^(params|objective)\./, ""));
+  return box;
+}
+
+async function showJob(main, id) {
+  const {body: job} = await get("jobs/" + id);
+  status("loading trials\u2026");
+  const trials = await getAll("jobs/" + id + "/trials", n => status("loaded " + n + " trials"));
+  const byId = new Map(trials.map(t => [t.id, t]));
+  status(trials.length + " trials");
+  const {body: metricNames} = await get("jobs/" + id + "/metrics");
+  const head = el("div", {class: "controls"},
+    el("h1", {}, "Job " + job.id + ": " + job.name),
+    el("span", {}, job.pipeline + ", " + job.method + ", " + job.n_trials + " trials, " + job.metric + " (" + job.goal + ")"),
+    el("label", {}, "max_parallel ", el("input", {id: "max-parallel", type: "number", min: 0, value: job.max_parallel, style: "width:5em"}),
+      el("button", {id: "set-parallel", onclick: async () => {
+        try { const r = await post("jobs/" + id + "/edit?max_parallel=" + document.getElementById("max-parallel").value); status("max_parallel " + r.max_parallel + " (was " + r.was + ")"); }
+        catch (e) { status(e.message, true); } }}, "set")),
+    el("button", {id: "cancel-job", class: "danger", onclick: async () => {
+      if (!confirm("Cancel job " + id + ": its pending and running trials?")) return;
+      try { const r = await post("jobs/" + id + "/cancel"); status(r.cancelled + " trials cancelled"); }
+      catch (e) { status(e.message, true); } }}, "cancel job"));
+  let tab = location.hash.split("/")[3] || "trials";
+  const cv = curves(main, id, metricNames);
+  if (metricNames.includes(job.metric)) cv.select.value = job.metric;
+  const table = trialTable(id, trials, rows => { if (tab === "curves") cv.load(rows.map(r => r.id)); });
+  const body = el("div", {});
+  const tabs = el("div", {class: "tabs"}, ...["trials", "curves", "parallel"].map(t =>
+    el("button", {id: "tab-" + t, class: t === tab ? "on" : "", onclick: () => { location.hash = "#/job/" + id + "/" + t; }}, t)));
+  main.append(head, tabs, body);
+  if (tab === "trials") body.append(table.box);
+  else if (tab === "curves") { body.append(cv.box); await cv.load(table.visible().map(r => r.id)); }
+  else body.append(parallel(table.visible(), job));
+  /* live: state changes and new points of the shown metric */
+  let es = null;
+  function openStream() {
+    if (es) es.close();
+    es = new EventSource(API + "jobs/" + id + "/stream?metric=" + encodeURIComponent(cv.metric() || job.metric));
+    es.addEventListener("state", ev => {
+      const e = JSON.parse(ev.data);
+      /* a state change reads "FROM -> TO: why" (kinds state, preempt) */
+      const m = /(?:^|\s)([A-Z]+) -> ([A-Z]+)(?::\s*(.*))?/.exec(e.message || "");
+      const t = byId.get(e.trial);
+      if (t && m) { t.state = m[2]; if (m[3]) t.reason = m[3]; if (tab === "trials") table.draw(); }
+      else if (!t && e.trial && e.kind === "propose") route(); /* a new trial (tpe): read the table again */
+      status(e.kind + (e.trial ? " t" + e.trial : "") + ": " + (e.message || ""));
+    });
+    es.addEventListener("points", ev => cv.addPoints(JSON.parse(ev.data)));
+    es.onerror = () => status("stream interrupted; retrying", true);
+  }
+  openStream();
+  cv.select.addEventListener("change", async () => { await cv.load(table.visible().map(r => r.id)); openStream(); });
+  return () => { if (es) es.close(); };
+}
+
+/* ----------------------------------------------------------------- trial */
+
+async function showTrial(main, id) {
+  const {body: t} = await get("trials/" + id);
+  const act = (what, label, cls) => el("button", {id: what + "-trial", class: cls || "", onclick: async () => {
+    try { await post("trials/" + id + "/" + what); status(label + " t" + id); route(); } catch (e) { status(e.message, true); } }}, label);
+  main.append(el("h1", {}, "Trial t" + t.id + " ", el("span", {class: "state " + t.state}, t.state)),
+    el("p", {}, el("a", {href: "#/job/" + t.job}, "job " + t.job), " \u00b7 index " + t.idx + " \u00b7 attempts " + t.attempts + " \u00b7 " + t.dir),
+    el("div", {class: "controls"}, act("stop", "stop"), act("resume", "resume"), act("cancel", "cancel", "danger")),
+    el("h2", {}, "Parameters"), el("dl", {}, ...Object.entries(t.params).flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, fmt(v))])),
+    el("h2", {}, "Metrics (latest)"),
+    el("table", {}, el("tr", {}, ...["metric", "step", "value", "min", "max"].map(h => el("th", {}, h))),
+      ...t.metrics.map(m => el("tr", {}, el("td", {}, m.name), el("td", {class: "num"}, m.step), el("td", {class: "num"}, fmt(m.value)), el("td", {class: "num"}, fmt(m.min)), el("td", {class: "num"}, fmt(m.max))))),
+    el("h2", {}, "Attempts"),
+    el("table", {id: "attempts"}, el("tr", {}, ...["n", "started", "ended", "outcome", "message"].map(h => el("th", {}, h))),
+      ...t.attempt_list.map(a => el("tr", {}, el("td", {}, a.n), el("td", {}, new Date(a.started * 1000).toLocaleString()),
+        el("td", {}, a.ended ? new Date(a.ended * 1000).toLocaleString() : ""), el("td", {class: "state " + (a.outcome || "")}, a.outcome || ""), el("td", {class: "reason"}, a.message || "")))),
+    el("h2", {}, "Checkpoints and files"),
+    el("table", {id: "files"}, el("tr", {}, el("th", {}, "file"), el("th", {}, "bytes"), el("th", {}, "modified")),
+      ...t.files.map(f => el("tr", {}, el("td", {}, f.path), el("td", {class: "num"}, f.size), el("td", {}, new Date(f.mtime * 1000).toLocaleString())))),
+    el("h2", {}, "Log"));
+  const log = el("pre", {class: "log", id: "log"});
+  main.append(log, el("h2", {}, "Config"), el("pre", {}, t.config));
+  let offset = 0, busy = false;
+  async function tail() {
+    if (busy) return;
+    busy = true;
+    try {
+      for (let i = 0; i < 8; i++) {
+        const {body} = await get("trials/" + id + "/log?offset=" + offset);
+        if (body.size > offset + 262144 && offset === 0) offset = body.size - 65536; /* start near the end */
+        else { log.textContent += body.data; offset = body.next; }
+        if (body.next >= body.size) break;
+      }
+      log.scrollTop = log.scrollHeight;
+    } catch (e) { status(e.message, true); }
+    busy = false;
+  }
+  await tail();
+  const timer = setInterval(tail, 2000);
+  return () => clearInterval(timer);
+}
+
+/* --------------------------------------------------------------- cluster */
+
+async function showCluster(main) {
+  const {body: s} = await get("cluster");
+  const running = s.running || [];
+  main.append(el("h1", {}, "Cluster"),
+    el("dl", {}, el("dt", {}, "launcher"), el("dd", {}, s.launcher), el("dt", {}, "slots"), el("dd", {}, (s.slots - s.slots_free) + " of " + s.slots + " in use"),
+      el("dt", {}, "GPUs"), el("dd", {}, (s.gpus || []).length ? (s.gpus.length - (s.gpus_free || []).length) + " of " + s.gpus.length + " in use (" + s.gpus.join(", ") + ")" : "none"),
+      el("dt", {}, "bfd"), el("dd", {}, "pid " + s.pid + ", " + s.home + ", up " + age(s.started))),
+    el("h2", {}, "Running attempts"),
+    el("table", {id: "running"}, el("tr", {}, ...["trial", "job", "attempt", "ranks", "gpus", "where"].map(h => el("th", {}, h))),
+      ...running.map(r => el("tr", {}, el("td", {}, el("a", {href: "#/trial/" + r.trial}, "t" + r.trial)), el("td", {}, el("a", {href: "#/job/" + r.job}, r.job)),
+        el("td", {}, r.attempt), el("td", {}, r.slots), el("td", {}, (r.gpus || []).join(", ")), el("td", {}, r.slurm_job || r.agent || r.pid || "")))));
+  if (s.agents && s.agents.length)
+    main.append(el("h2", {}, "Agents"), el("table", {}, el("tr", {}, ...Object.keys(s.agents[0]).map(k => el("th", {}, k))),
+      ...s.agents.map(a => el("tr", {}, ...Object.values(a).map(v => el("td", {}, typeof v === "object" ? JSON.stringify(v) : fmt(v)))))));
+  main.append(el("h2", {}, "Raw status"), el("pre", {}, JSON.stringify(s, null, 2)));
+  const timer = setInterval(() => route(), 5000);
+  return () => clearInterval(timer);
+}
+
+/* ----------------------------------------------------------------- route */
+
+async function route() {
+  if (view) { view(); view = null; }
+  const main = document.getElementById("main");
+  const parts = location.hash.replace(/^#\/?/, "").split("/");
+  const fresh = el("main", {id: "main"});
+  try {
+    if (parts[0] === "job" && parts[1]) view = await showJob(fresh, Number(parts[1]));
+    else if (parts[0] === "trial" && parts[1]) view = await showTrial(fresh, Number(parts[1]));
+    else if (parts[0] === "cluster") view = await showCluster(fresh);
+    else view = await showJobs(fresh);
+  } catch (e) {
+    fresh.append(el("p", {class: "error"}, e.message));
+  }
+  main.replaceWith(fresh);
+  document.body.setAttribute("data-view", parts[0] || "jobs");
+}
+
+window.addEventListener("hashchange", route);
+route();
