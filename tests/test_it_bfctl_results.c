@@ -608,6 +608,67 @@ Test(bfctl_results, clone_keeps_lineage_and_show_points_at_checkpoints) {
     free(out);
 }
 
+Test(bfctl_results, mo_asha_decides_on_every_objective) {
+    long long job = submit_text("moasha", "pipeline: budgetformer\ndata: {set: wordnet}\n"
+                                          "train: {steps: 100, eval_every: 10}\n"
+                                          "sweep:\n  parameters:\n"
+                                          "    train.seed: {values: [1, 2, 3]}\n"
+                                          "metric:\n  - {name: val/acc, goal: max}\n"
+                                          "  - {name: val/heads_used, goal: min}\n"
+                                          "early_stop: {method: asha, min_steps: 10}\n");
+    /* the wiring of MO-ASHA through bfd (its rule: test_sched): at the
+     * first rung (step 10), one after another, t0 (0.9, 0.1) alone
+     * continues; t1 (0.95, 0.9) makes a front of two with it, 1 of 2
+     * continues and the epsilon-net takes the best val/acc first: t1
+     * continues; t2 (0.5, 0.95), dominated by both, is stopped. Each
+     * decision keeps the trial's point of both objectives. */
+    long long t[3];
+    job_trial_ids(job, t, 3);
+    const double acc[] = {0.9, 0.95, 0.5}, heads[] = {0.1, 0.9, 0.95};
+    void *ctx = zmq_ctx_new();
+    void *ws = worker_socket(ctx);
+    for (int i = 0; i < 3; i++) {
+        char tok[PROTO_TOKEN_LEN + 1], pts[256];
+        token_of(t[i], tok);
+        snprintf(pts, sizeof pts,
+                 "[{\"seq\": 1, \"step\": 10, \"time\": 1764400000.5, \"values\": {\"val/acc\": "
+                 "%.17g, \"val/heads_used\": %.17g}}]",
+                 acc[i], heads[i]);
+        send_points(ws, t[i], tok, pts, 1);
+        /* each is judged before the next comes: wait for its decision */
+        char what[32];
+        snprintf(what, sizeof what, "%lld --rungs", job);
+        size_t nd = 0;
+        for (int k = 0; k < 200 && nd < (size_t)i + 1; k++) {
+            json_t *r = show_json(what);
+            nd = json_array_size(json_object_get(r, "decisions"));
+            json_decref(r);
+            if (nd < (size_t)i + 1) it_sleep_s(0.05);
+        }
+        cr_assert_eq(nd, (size_t)i + 1, "no decision for trial %d", i);
+    }
+    zmq_close(ws);
+    zmq_ctx_term(ctx);
+    char what[32];
+    snprintf(what, sizeof what, "%lld --rungs", job);
+    json_t *r = show_json(what);
+    cr_assert_eq(json_array_size(json_object_get(r, "objectives")), 2);
+    json_t *ds = json_object_get(r, "decisions");
+    const int stop[] = {0, 0, 1};
+    for (int i = 0; i < 3; i++) {
+        json_t *d = json_array_get(ds, (size_t)i);
+        cr_assert_eq(json_integer_value(json_object_get(d, "trial")), t[i]);
+        cr_assert_eq(json_is_true(json_object_get(d, "stop")), stop[i], "trial %d: %s", i,
+                     json_string_value(json_object_get(d, "reason")));
+        cr_assert(strstr(json_string_value(json_object_get(d, "reason")), "mo-asha: "));
+        json_t *pt = json_object_get(d, "point");
+        cr_assert_eq(json_array_size(pt), 2);
+        cr_assert_float_eq(json_number_value(json_array_get(pt, 1)), heads[i], 1e-12);
+    }
+    json_decref(r);
+    for (int i = 0; i < 3; i++) finish(t[i], 0);
+}
+
 /* 30,000 points of 5 values: over 8 MiB as one `export` reply, so bfctl
  * reads it trial by trial, page by page; every value once, in order. */
 Test(bfctl_results, export_of_a_large_job_is_paged) {
