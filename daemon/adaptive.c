@@ -311,6 +311,9 @@ int adaptive_judge(adaptive *a, store *st, int64_t job, int64_t trial, char *rea
     int rc = 0;
     int mo =
         e->m > 1 && (e->stop.method == SWEEP_STOP_ASHA || e->stop.method == SWEEP_STOP_HYPERBAND);
+    /* the series to judge are there: the stop metric's, or (MO-ASHA) every
+     * objective's, read once the first has points */
+    int ready = !mo && ns == 1 && sr[0].n > 0;
     if (mo && ns == 1 && sr[0].n > 0) {
         /* MO-ASHA: the series of every objective, in order */
         store_series_free(sr, ns);
@@ -330,8 +333,9 @@ int adaptive_judge(adaptive *a, store *st, int64_t job, int64_t trial, char *rea
                 store_series_free(one, n1);
             ns++;
         }
+        ready = 1;
     }
-    if ((mo && ns > 0) || (ns == 1 && sr[0].n > 0)) {
+    if (ready) {
         if (e->stop.method == SWEEP_STOP_ASHA) {
             rc = judge_asha(e, &e->stop, "asha", "", st, trial, &sr[0], reason, len, err, errlen);
         } else if (e->stop.method == SWEEP_STOP_HYPERBAND) {
