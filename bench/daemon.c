@@ -24,7 +24,17 @@
  * --lat-points one-point batches at --lat-rate per second; median and p99.
  * At the end the stored rows are counted in the database itself.
  *
- * The table goes to stdout; --json writes one JSON object instead. */
+ * --load runs the other bench instead, the daemon of a busy lab (issue 41):
+ * --senders workers stream --rate points a second each for --duration
+ * seconds while a --sweep-trials sweep is submitted and whole bfctl
+ * processes (daemon status, ls, show of the big job) run in a loop; it
+ * prints points sent, stored, lost and duplicated, the bfctl calls answered
+ * with their p50/p99/max, and bfd's RSS early and at the end. The defaults
+ * (16 workers, 60 s) run in about a minute on a small machine; the issue's
+ * goal is --senders 1000 --rate 10 --duration 600.
+ *
+ * The table goes to stdout; --json writes one JSON object instead (the
+ * throughput run only). Options are read by an opts table (common/opts.h). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -46,20 +56,24 @@
 #include <zmq.h>
 
 #include "bench/bench_util.h"
+#include "common/opts.h"
+#include "jobs/sweep.h"
 #include "protocol/proto.h"
 
-#define MAX_SENDERS 256
+#define MAX_SENDERS 256       /* the throughput run: a thread each */
+#define MAX_LOAD_WORKERS 2000 /* --load: workers shared by --threads threads */
 #define CALL_TIMEOUT_MS 10000
 
 typedef struct opts {
-    int senders, batch, values, lat_points, json, keep;
-    long points;
-    double lat_rate;
-    char bfd[1024];
-    char bfd_yaml[256]; /* more bfd.yaml lines (e.g. "tensorboard: false") */
+    int senders, batch, values, lat_points, json, keep, load, threads;
+    long long points, sweep_trials;
+    double lat_rate, rate, duration, rss_at;
+    const char *bfd;
+    const char *bfd_yaml; /* more bfd.yaml lines (e.g. "tensorboard: false") */
 } opts;
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void kill_fake_workers(const char *dir);
 
 static pid_t g_bfd = -1;
 static char g_dir[256];
@@ -74,6 +88,11 @@ static void die(const char *fmt, ...) {
     if (g_bfd > 0) {
         kill(g_bfd, SIGKILL);
         waitpid(g_bfd, NULL, 0);
+    }
+    if (g_dir[0]) {
+        char launches[300];
+        snprintf(launches, sizeof launches, "%s/launches", g_dir);
+        kill_fake_workers(launches); /* they would sleep on, orphaned */
     }
     if (g_dir[0]) fprintf(stderr, "bench_daemon: files kept in %s (bfd.log)\n", g_dir);
     exit(1);
@@ -444,6 +463,18 @@ static int read_launches(const char *dir, sender *s, int max) {
     return n;
 }
 
+/* SIGKILL to every fake worker that recorded a launch (launch.PID). */
+static void kill_fake_workers(const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char *end;
+        long pid = strncmp(e->d_name, "launch.", 7) ? 0 : strtol(e->d_name + 7, &end, 10);
+        if (pid > 1 && !*end) kill((pid_t)pid, SIGKILL);
+    }
+    if (d) closedir(d);
+}
+
 static int cmp_sender(const void *a, const void *b) {
     const sender *x = a, *y = b;
     return (x->trial > y->trial) - (x->trial < y->trial);
@@ -478,12 +509,307 @@ static double cpu_seconds(pid_t pid) {
     return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
-static void usage(void) {
-    fprintf(stderr, "usage: bench_daemon [--senders N] [--points N] [--batch N] [--values N]\n"
-                    "                    [--lat-points N] [--lat-rate HZ] [--bfd PATH] "
-                    "[--bfd-yaml LINES] [--keep] [--json]\n");
-    exit(2);
+/* ------------------------------------------------------------- load mode
+ *
+ * --load: a day of a lab compressed. --senders workers stream --rate points
+ * a second each for --duration seconds (each batch waits for its ack, as
+ * worker/link.c does), while a --sweep-trials sweep is submitted (at 2 s)
+ * and whole `bfctl daemon status`, `bfctl ls` and `bfctl show JOB` processes
+ * run one after the other in a loop (show: the big job once it is stored,
+ * every page of it). Printed: points sent, stored, lost and duplicated,
+ * requests answered and their latency per command, and bfd's RSS at
+ * --rss-at seconds and at the end. */
+
+typedef struct load_ctx {
+    sender *s;
+    int n, threads, values;
+    double rate, t0, t_end;
+    atomic_long sent, batches;
+    char err[512];
+} load_ctx;
+
+typedef struct load_thread {
+    load_ctx *c;
+    int t;
+} load_thread;
+
+/* One thread's share of the workers (index = t mod threads): each sends the
+ * points due by now at the rate, one batch, waiting for its ack. */
+static void *load_main(void *arg) {
+    load_thread *lt = arg;
+    load_ctx *c = lt->c;
+    int mine = 0;
+    for (int i = lt->t; i < c->n; i += c->threads) mine++;
+    void **socks = calloc((size_t)mine, sizeof *socks);
+    int64_t *sent = calloc((size_t)mine, sizeof *sent);
+    if (!socks || !sent) die("out of memory");
+    int k = 0;
+    for (int i = lt->t; i < c->n; i += c->threads, k++) {
+        socks[k] = new_socket(c->s[i].zctx, ZMQ_DEALER, c->s[i].endpoint, CALL_TIMEOUT_MS);
+        if (sender_hello(socks[k], &c->s[i]) != 0) die("hello: %s", c->s[i].err);
+    }
+    while (bench_now() < c->t_end) {
+        int busy = 0;
+        double due_t = bench_now() - c->t0;
+        k = 0;
+        for (int i = lt->t; i < c->n; i += c->threads, k++) {
+            int64_t due = (int64_t)(due_t * c->rate) - sent[k];
+            if (due <= 0) continue;
+            if (due > PROTO_MAX_POINTS) due = PROTO_MAX_POINTS;
+            sender *s = &c->s[i];
+            if (send_points(socks[k], s, s->acked + 1, s->acked + due, (int)due, 0) != 0)
+                die("worker %d (trial %lld): %s", i, (long long)s->trial, s->err);
+            sent[k] += due;
+            atomic_fetch_add(&c->sent, (long)due);
+            atomic_fetch_add(&c->batches, 1);
+            busy = 1;
+        }
+        if (!busy) sleep_s(0.005);
+    }
+    for (k = 0; k < mine; k++) zmq_close(socks[k]);
+    free(socks);
+    free(sent);
+    return NULL;
 }
+
+typedef struct ctl_loop {
+    const char *bfctl, *home;
+    atomic_llong *big; /* the big job's id once stored (0 before): show it, else the stream job */
+    long long stream_job;
+    atomic_int stop;
+    double *lat[3];
+    size_t n[3], cap[3];
+    long failed[3];
+} ctl_loop;
+
+static const char *const ctl_cmds[3] = {"daemon status", "ls", "show"};
+
+/* Runs `bfctl ARGS` (output to /dev/null) and returns its exit status. */
+static int run_bfctl(const char *bfctl, const char *home, const char *args) {
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "BF_HOME='%s' '%s' %s >/dev/null 2>&1", home, bfctl, args);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* Whole bfctl processes in a loop: status, ls, show JOB; each timed. */
+static void *ctl_loop_main(void *arg) {
+    ctl_loop *l = arg;
+    while (!atomic_load(&l->stop)) {
+        for (int k = 0; k < 3 && !atomic_load(&l->stop); k++) {
+            char args[64];
+            long long job = l->big ? atomic_load(l->big) : 0;
+            if (k == 2)
+                snprintf(args, sizeof args, "show %lld --json", job ? job : l->stream_job);
+            else
+                snprintf(args, sizeof args, "%s", ctl_cmds[k]);
+            double t = bench_now();
+            int rc = run_bfctl(l->bfctl, l->home, args);
+            t = bench_now() - t;
+            if (rc != 0)
+                l->failed[k]++;
+            else
+                push(&l->lat[k], &l->n[k], &l->cap[k], t);
+        }
+        sleep_s(0.05);
+    }
+    return NULL;
+}
+
+typedef struct submit_big {
+    void *zctx;
+    const char *ep, *dir;
+    long trials;
+    double delay, took;
+    atomic_llong job;
+} submit_big;
+
+/* Submits a grid of `trials` trials (train.seed x train.lr, 10 rates) on its
+ * own control socket after `delay` seconds; records its id and the time the
+ * reply took. */
+static void *submit_main(void *arg) {
+    submit_big *b = arg;
+    sleep_s(b->delay);
+    long seeds = b->trials / 10;
+    size_t cap = 512 + 12 * (size_t)seeds;
+    char *text = malloc(cap);
+    if (!text) die("out of memory");
+    size_t w = (size_t)snprintf(text, cap,
+                                "name: bench-big\npipeline: budgetformer\ndevice: cpu\n"
+                                "data: {set: wordnet}\nsweep:\n  parameters:\n"
+                                "    train.lr: {values: [1e-4, 2e-4, 3e-4, 4e-4, 5e-4, 6e-4, "
+                                "7e-4, 8e-4, 9e-4, 1e-3]}\n    train.seed: {values: [");
+    for (long i = 0; i < seeds; i++)
+        w += (size_t)snprintf(text + w, cap - w, "%s%ld", i ? ", " : "", i + 1);
+    snprintf(text + w, cap - w, "]}\nmetric: {name: train/loss, goal: min}\n");
+    ctl c = {new_socket(b->zctx, ZMQ_DEALER, b->ep, 600000), 0};
+    char rtype[PROTO_MAX_TYPE + 1];
+    double t = bench_now();
+    json_t *rep = ctl_call(
+        &c, "submit",
+        json_pack("{s:s, s:s, s:s}", "sweep", text, "file", "bench-big.yaml", "cwd", b->dir),
+        rtype);
+    b->took = bench_now() - t;
+    atomic_store(&b->job, json_integer_value(json_object_get(rep, "job")));
+    json_decref(rep);
+    free(text);
+    zmq_close(c.sock);
+    return NULL;
+}
+
+/* bfd's resident set in KiB (VmRSS), -1 when unknown. */
+static long rss_kib(pid_t pid) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    long v = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld", &v) == 1) break;
+    if (f) fclose(f);
+    return v;
+}
+
+/* Stored rows of a job's trials in bfd's database (-1 when unreadable). */
+static long long stored_rows(const char *home, long long job) {
+    char db[700];
+    snprintf(db, sizeof db, "%s/bf.db", home);
+    sqlite3 *h = NULL;
+    sqlite3_stmt *st = NULL;
+    long long rows = -1;
+    if (sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+        sqlite3_busy_timeout(h, 5000) == SQLITE_OK &&
+        sqlite3_prepare_v2(h,
+                           "SELECT count(*) FROM metrics WHERE trial IN "
+                           "(SELECT id FROM trials WHERE job = ?)",
+                           -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_bind_int64(st, 1, job) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        rows = sqlite3_column_int64(st, 0);
+    else
+        fprintf(stderr, "bench_daemon: could not count stored rows in %s: %s\n", db,
+                h ? sqlite3_errmsg(h) : "sqlite3_open_v2 failed");
+    sqlite3_finalize(st);
+    sqlite3_close(h);
+    return rows;
+}
+
+/* The load mode after the common start (bfd up, the workers' trials
+ * launched, the subscriber synced and running); returns the exit status. */
+static int run_load(const opts *o, void *zctx, subscriber *u, pthread_t sub_th, sender *s,
+                    long long job, const char *home, const char *ep_wk, const char *ep_ctl) {
+    char bfctl[1100];
+    snprintf(bfctl, sizeof bfctl, "%.1000s", o->bfd); /* bfctl beside bfd */
+    char *slash = strrchr(bfctl, '/');
+    snprintf(slash ? slash + 1 : bfctl, sizeof bfctl - (slash ? (size_t)(slash + 1 - bfctl) : 0),
+             "bfctl");
+    load_ctx lc = {
+        .s = s, .n = o->senders, .threads = o->threads, .values = o->values, .rate = o->rate};
+    for (int i = 0; i < o->senders; i++)
+        s[i].zctx = zctx, s[i].endpoint = ep_wk, s[i].values = o->values;
+    lc.t0 = bench_now();
+    lc.t_end = lc.t0 + o->duration;
+    pthread_t *th = calloc((size_t)o->threads, sizeof *th);
+    load_thread *lt = calloc((size_t)o->threads, sizeof *lt);
+    if (!th || !lt) die("out of memory");
+    for (int t = 0; t < o->threads; t++) {
+        lt[t] = (load_thread){&lc, t};
+        if (pthread_create(&th[t], NULL, load_main, &lt[t]) != 0) die("pthread_create failed");
+    }
+    submit_big sb = {
+        .zctx = zctx, .ep = ep_ctl, .dir = g_dir, .trials = o->sweep_trials, .delay = 2};
+    ctl_loop cl = {.bfctl = bfctl, .home = home, .stream_job = job, .big = &sb.job};
+    pthread_t ctl_th, sub_big;
+    if (pthread_create(&ctl_th, NULL, ctl_loop_main, &cl) != 0 ||
+        (o->sweep_trials > 0 && pthread_create(&sub_big, NULL, submit_main, &sb) != 0))
+        die("pthread_create failed");
+    double rss_at = o->rss_at < o->duration ? o->rss_at : o->duration / 2;
+    sleep_s(lc.t0 + rss_at - bench_now());
+    long rss_first = rss_kib(g_bfd);
+    for (int t = 0; t < o->threads; t++) pthread_join(th[t], NULL);
+    if (o->sweep_trials > 0) pthread_join(sub_big, NULL); /* a submit longer than the run counts */
+    atomic_store(&cl.stop, 1);
+    pthread_join(ctl_th, NULL);
+    long rss_end = rss_kib(g_bfd);
+    double wall = bench_now() - lc.t0;
+    long sent = atomic_load(&lc.sent);
+    double idle_since = bench_now();
+    long last = -1;
+    while (atomic_load(&u->got_load) < sent) { /* the published tail, 5 s at most idle */
+        long g = atomic_load(&u->got_load);
+        if (g != last) last = g, idle_since = bench_now();
+        if (bench_now() - idle_since > 5) break;
+        sleep_s(0.01);
+    }
+    atomic_store(&u->stop, 1);
+    pthread_join(sub_th, NULL);
+    long long rows = stored_rows(home, job);
+    long long want = (long long)sent * o->values;
+    /* no cancel: cancelling 100,000 trials holds bfd's loop longer than a
+     * request's timeout; the fake workers are killed by pid after bfd stops */
+    char cpu[256];
+    bench_cpu_model(cpu, sizeof cpu);
+    printf("bench_daemon --load: %s, %ld cores, SQLite %s\n", cpu, sysconf(_SC_NPROCESSORS_ONLN),
+           sqlite3_libversion());
+    printf("config: %d workers x %.1f points/s x %.0f s (%d value%s a point, %d sender threads); "
+           "a %lld-trial sweep submitted at 2 s (stored in %.2f s)\n\n",
+           o->senders, o->rate, o->duration, o->values, o->values == 1 ? "" : "s", o->threads,
+           o->sweep_trials, sb.took);
+    printf("%-36s %12ld  (%.0f/s over %.1f s, %ld batches)\n", "points sent (acked)", sent,
+           (double)sent / wall, wall, atomic_load(&lc.batches));
+    printf("%-36s %12lld  (rows %lld of %lld)\n", "points stored", rows / o->values, rows, want);
+    printf("%-36s %12lld\n", "points lost", want - rows > 0 ? (want - rows) / o->values : 0);
+    printf("%-36s %12ld  (published twice)\n", "points duplicated", atomic_load(&u->dups));
+    printf("%-36s %12ld  (of %ld sent)\n", "points published", atomic_load(&u->got_load), sent);
+    printf("\n%-22s %9s %7s %10s %10s %10s\n", "bfctl (whole process)", "answered", "failed",
+           "p50 ms", "p99 ms", "max ms");
+    int bad = rows != want || atomic_load(&u->dups) != 0;
+    for (int k = 0; k < 3; k++) {
+        qsort(cl.lat[k], cl.n[k], sizeof(double), bench_cmp_double);
+        printf("%-22s %9zu %7ld %10.1f %10.1f %10.1f\n",
+               k == 2 ? (o->sweep_trials > 0 ? "show BIG --json" : "show JOB --json") : ctl_cmds[k],
+               cl.n[k], cl.failed[k], pct_ms(cl.lat[k], cl.n[k], 0.5),
+               pct_ms(cl.lat[k], cl.n[k], 0.99), cl.n[k] ? 1e3 * cl.lat[k][cl.n[k] - 1] : NAN);
+        bad |= cl.failed[k] != 0;
+        free(cl.lat[k]);
+    }
+    printf("\n%-36s %9ld KiB (at %.0f s)\n", "bfd RSS early", rss_first, rss_at);
+    printf("%-36s %9ld KiB (%+.1f%%)\n", "bfd RSS at the end", rss_end,
+           rss_first > 0 ? 100.0 * (double)(rss_end - rss_first) / (double)rss_first : NAN);
+    free(th);
+    free(lt);
+    return bad;
+}
+
+static const opt_spec bench_opts[] = {
+    {"senders", 0, OPT_INT, 1, MAX_LOAD_WORKERS, OPT_AT(opts, senders), "N",
+     "concurrent workers (16; --load: up to 2000)"},
+    {"points", 0, OPT_LONG, 1, 1e9, OPT_AT(opts, points), "N", "per sender (25000)"},
+    {"batch", 0, OPT_INT, 1, PROTO_MAX_POINTS, OPT_AT(opts, batch), "N",
+     "points per metrics message (500)"},
+    {"values", 0, OPT_INT, 1, PROTO_MAX_VALUES, OPT_AT(opts, values), "N", "values per point (1)"},
+    {"lat-points", 0, OPT_INT, 0, 1e7, OPT_AT(opts, lat_points), "N",
+     "phase-2 points, one per message (2000)"},
+    {"lat-rate", 0, OPT_DOUBLE, 1e-3, 1e6, OPT_AT(opts, lat_rate), "HZ",
+     "phase-2 messages a second (500)"},
+    {"load", 0, OPT_FLAG, 0, 0, OPT_AT(opts, load), NULL,
+     "the load run instead: workers streaming at --rate for --duration while a "
+     "--sweep-trials sweep is submitted and bfctl status, ls and show run in a loop"},
+    {"rate", 0, OPT_DOUBLE, 0.01, 1e5, OPT_AT(opts, rate), "HZ",
+     "--load: points a second per worker (10)"},
+    {"duration", 0, OPT_DOUBLE, 1, 86400, OPT_AT(opts, duration), "S",
+     "--load: seconds of streaming (60)"},
+    {"sweep-trials", 0, OPT_LONG, 0, SWEEP_MAX_TRIALS, OPT_AT(opts, sweep_trials), "N",
+     "--load: trials of the sweep submitted at 2 s, a multiple of 10; 0: none (100000)"},
+    {"rss-at", 0, OPT_DOUBLE, 1, 86400, OPT_AT(opts, rss_at), "S",
+     "--load: when bfd's first RSS is read (60; half the duration when shorter)"},
+    {"threads", 0, OPT_INT, 1, 256, OPT_AT(opts, threads), "N",
+     "--load: sender threads sharing the workers (4)"},
+    {"bfd", 0, OPT_STR, 0, 0, OPT_AT(opts, bfd), "PATH", "the bfd to run (bfctl is beside it)"},
+    {"bfd-yaml", 0, OPT_STR, 0, 0, OPT_AT(opts, bfd_yaml), "LINES",
+     "more bfd.yaml lines, e.g. 'tensorboard: false' or 'prometheus: 9464'"},
+    {"keep", 0, OPT_FLAG, 0, 0, OPT_AT(opts, keep), NULL, "keep the temporary folder"},
+    {"json", 0, OPT_FLAG, 0, 0, OPT_AT(opts, json), NULL, "one JSON object instead of the table"},
+    {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
+};
 
 int main(int argc, char **argv) {
     opts o = {.senders = 16,
@@ -491,53 +817,30 @@ int main(int argc, char **argv) {
               .values = 1,
               .lat_points = 2000,
               .points = 25000,
-              .lat_rate = 500};
-    snprintf(o.bfd, sizeof o.bfd, "%s/bfd", BF_BIN_DIR);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            printf(
-                "bench_daemon [--senders N] [--points N] [--batch N] [--values N]\n"
-                "             [--lat-points N] [--lat-rate HZ] [--bfd PATH] [--bfd-yaml LINES]\n"
-                "             [--keep] [--json]\n"
-                "  senders: concurrent workers (16); points: per sender (25000); batch: points\n"
-                "  per metrics message (500); values: per point (1); lat-points: phase-2 points\n"
-                "  (2000) sent one per message at lat-rate per second (500); bfd-yaml: more\n"
-                "  bfd.yaml lines, e.g. 'tensorboard: false' or 'prometheus: 9464'\n");
-            return 0;
-        }
-        if (strcmp(a, "--json") == 0)
-            o.json = 1;
-        else if (strcmp(a, "--keep") == 0)
-            o.keep = 1;
-        else if (!v)
-            usage();
-        else if (strcmp(a, "--senders") == 0)
-            o.senders = atoi(v), i++;
-        else if (strcmp(a, "--points") == 0)
-            o.points = atol(v), i++;
-        else if (strcmp(a, "--batch") == 0)
-            o.batch = atoi(v), i++;
-        else if (strcmp(a, "--values") == 0)
-            o.values = atoi(v), i++;
-        else if (strcmp(a, "--lat-points") == 0)
-            o.lat_points = atoi(v), i++;
-        else if (strcmp(a, "--lat-rate") == 0)
-            o.lat_rate = atof(v), i++;
-        else if (strcmp(a, "--bfd") == 0)
-            snprintf(o.bfd, sizeof o.bfd, "%s", v), i++;
-        else if (strcmp(a, "--bfd-yaml") == 0)
-            snprintf(o.bfd_yaml, sizeof o.bfd_yaml, "%s", v), i++;
-        else
-            usage();
+              .lat_rate = 500,
+              .rate = 10,
+              .duration = 60,
+              .sweep_trials = 100000,
+              .rss_at = 60,
+              .threads = 4,
+              .bfd = BF_BIN_DIR "/bfd",
+              .bfd_yaml = ""};
+    int rest;
+    int prc = opts_parse("bench_daemon",
+                         "usage: bench_daemon [options]\n"
+                         "  the issue-41 goal: --load --senders 1000 --rate 10 --duration 600\n",
+                         bench_opts, argc, argv, 1, &o, &rest);
+    if (prc == OPTS_HELP) return 0;
+    if (prc != OPTS_OK) return 2;
+    if (rest < argc) {
+        fprintf(stderr, "bench_daemon: unexpected argument '%s'\n", argv[rest]);
+        return 2;
     }
-    if (o.senders < 1 || o.senders > MAX_SENDERS || o.points < 1 || o.batch < 1 ||
-        o.batch > PROTO_MAX_POINTS || o.values < 1 || o.values > PROTO_MAX_VALUES ||
-        o.lat_points < 0 || !(o.lat_rate > 0)) {
+    if ((!o.load && o.senders > MAX_SENDERS) || o.sweep_trials % 10) {
         fprintf(stderr,
-                "bench_daemon: senders 1-%d, points >= 1, batch 1-%d, values 1-%d, "
-                "lat-points >= 0, lat-rate > 0\n",
-                MAX_SENDERS, PROTO_MAX_POINTS, PROTO_MAX_VALUES);
+                "bench_daemon: --senders at most %d without --load; --sweep-trials a "
+                "multiple of 10\n",
+                MAX_SENDERS);
         return 2;
     }
 
@@ -618,8 +921,8 @@ int main(int argc, char **argv) {
     double t_launch = bench_now();
     int n = 0;
     while ((n = read_launches(launches, s, o.senders)) < o.senders) {
-        if (bench_now() - t_launch > 60)
-            die("bfd launched %d of %d trials within 60 s (slots in %s?)", n, o.senders, cfg);
+        if (bench_now() - t_launch > 60 + 0.2 * o.senders)
+            die("bfd launched %d of %d trials in time (slots in %s?)", n, o.senders, cfg);
         sleep_s(0.05);
     }
     t_launch = bench_now() - t_launch;
@@ -661,7 +964,33 @@ int main(int argc, char **argv) {
     if (!synced) die("the sync message never arrived on %s", ep_pub);
 
     pthread_t sub_th, th[MAX_SENDERS];
+    if (o.load) u.expect_load = -1; /* no end of a phase 1 to time */
     if (pthread_create(&sub_th, NULL, subscriber_main, &u) != 0) die("pthread_create failed");
+    if (o.load) {
+        int bad = run_load(&o, zctx, &u, sub_th, s, job, home, ep_wk, ep_ctl);
+        zmq_close(c.sock);
+        zmq_close(u.sock);
+        zmq_ctx_term(zctx);
+        kill(g_bfd, SIGTERM);
+        for (int i = 0; i < 300 && waitpid(g_bfd, NULL, WNOHANG) == 0; i++) sleep_s(0.05);
+        if (waitpid(g_bfd, NULL, WNOHANG) == 0) {
+            kill(g_bfd, SIGKILL);
+            waitpid(g_bfd, NULL, 0);
+        }
+        g_bfd = -1;
+        kill_fake_workers(launches);
+        if (!o.keep) {
+            snprintf(text, sizeof text, "rm -rf '%s'", g_dir);
+            if (system(text) != 0) fprintf(stderr, "bench_daemon: could not remove %s\n", g_dir);
+        } else {
+            fprintf(stderr, "bench_daemon: kept %s\n", g_dir);
+        }
+        free(s);
+        free(u.last_seq);
+        free(u.lat_load);
+        free(u.lat_idle);
+        return bad;
+    }
 
     /* phase 1: every sender at once */
     pthread_barrier_t start;
@@ -802,7 +1131,7 @@ int main(int argc, char **argv) {
     } else {
         printf("bench_daemon: %s, %ld cores, libzmq %d.%d.%d, SQLite %s\n", cpu, ncpu, maj, min,
                pat, sqlite3_libversion());
-        printf("config: %d senders x %ld points, batches of %d, %d value%s a point; "
+        printf("config: %d senders x %lld points, batches of %d, %d value%s a point; "
                "launch of %d trials took %.2f s\n\n",
                o.senders, o.points, o.batch, o.values, o.values == 1 ? "" : "s", o.senders,
                t_launch);

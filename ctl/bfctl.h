@@ -69,6 +69,10 @@ int bfctl_tail(int argc, char **argv);
  * points without gap or duplicate until it ends; compact: one short line per
  * point (a live table on a terminal when following a job). Returns 0 or 1. */
 int ctl_tail(ctl_conn *c, long long job, long long trial, int follow, int compact);
+/* ctl/ctl_prune.c: removing jobs */
+extern const opt_spec bfctl_rm_opts[], bfctl_gc_opts[];
+int bfctl_rm(int argc, char **argv);
+int bfctl_gc(int argc, char **argv);
 /* ctl/ctl_control.c */
 int bfctl_cancel(int argc, char **argv);
 int bfctl_stop(int argc, char **argv);

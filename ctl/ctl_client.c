@@ -367,3 +367,33 @@ int ctl_call_or_say(ctl_conn *c, const char *type, json_t *body, json_t **reply)
     fprintf(stderr, "bfctl: %s\n", err);
     return -1;
 }
+
+int ctl_request_pages(ctl_conn *c, const char *type, json_t *body, const char *key,
+                      json_t **reply) {
+    *reply = NULL;
+    json_t *all = NULL;
+    for (;;) {
+        json_t *r;
+        if (ctl_request(c, type, json_deep_copy(body), &r)) {
+            json_decref(all);
+            json_decref(body);
+            return 1;
+        }
+        int more = json_is_true(json_object_get(r, "more"));
+        json_t *last = json_object_get(r, "last");
+        if (more && !json_is_integer(last)) more = 0; /* an older bfd: one page */
+        if (more) json_object_set(body, "after", last);
+        if (!all) {
+            all = r;
+        } else {
+            json_array_extend(json_object_get(all, key), json_object_get(r, key));
+            json_decref(r);
+        }
+        if (!more) break;
+    }
+    json_object_del(all, "last");
+    json_object_del(all, "more");
+    json_decref(body);
+    *reply = all;
+    return 0;
+}

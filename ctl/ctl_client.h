@@ -45,6 +45,11 @@ int ctl_connect_or_say(ctl_conn **c);
 /* One request (body taken, NULL = {}); prints bfd's error and its `errors`
  * itself. Returns 0 with *reply, else 1. */
 int ctl_request(ctl_conn *c, const char *type, json_t *body, json_t **reply);
+/* A paged request (`jobs`, `job`): asks for the page after the reply's
+ * "last" while it says "more", and returns the first reply with the arrays
+ * `key` of every page joined into its own; "last" and "more" are dropped.
+ * body is taken (not NULL). 0 with *reply, else 1 (said as ctl_request). */
+int ctl_request_pages(ctl_conn *c, const char *type, json_t *body, const char *key, json_t **reply);
 /* j indented, keys in order, on standard output. */
 void ctl_print_json(json_t *j);
 /* o's member k as an integer (0 when absent) or a string ("" when absent). */

@@ -56,7 +56,7 @@ int bfctl_ls(int argc, char **argv) {
     ctl_conn *c;
     if (ctl_connect_or_say(&c)) return 1;
     json_t *r;
-    int rc = ctl_request(c, "jobs", NULL, &r);
+    int rc = ctl_request_pages(c, "jobs", json_object(), "jobs", &r);
     ctl_close(&c);
     if (rc) return 1;
     json_t *jobs = json_object_get(r, "jobs");
@@ -214,8 +214,9 @@ int bfctl_show(int argc, char **argv) {
     ctl_conn *c;
     if (ctl_connect_or_say(&c)) return 1;
     json_t *r;
-    int rc = job ? ctl_request(c, "job", json_pack("{s:I}", "job", (json_int_t)job), &r)
-                 : ctl_request(c, "trial", json_pack("{s:I}", "trial", (json_int_t)trial), &r);
+    int rc =
+        job ? ctl_request_pages(c, "job", json_pack("{s:I}", "job", (json_int_t)job), "trials", &r)
+            : ctl_request(c, "trial", json_pack("{s:I}", "trial", (json_int_t)trial), &r);
     ctl_close(&c);
     if (rc) return 1;
     if (json) {

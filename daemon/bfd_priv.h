@@ -141,6 +141,9 @@ typedef struct bfd {
     agent *agents;
     size_t n_agents, cap_agents;
     int next_agent_id;
+    /* jobs marked for removal are left (req_prune.c removes a chunk per
+     * round); free pages of the store are left to give back */
+    int pruning, shrinking;
 } bfd;
 
 #define UNSENT_LOG_EVERY 10.0

@@ -68,8 +68,10 @@ static long long metric_id(sqlite3 *db, const char *name, char *err, size_t errl
  * (or 500) with err. */
 static unsigned exists(sqlite3 *db, const char *table, long long id, char *err, size_t errlen) {
     sqlite3_stmt *st;
-    char sql[64];
-    snprintf(sql, sizeof sql, "SELECT 1 FROM %s WHERE id = ?1", table);
+    /* a job hidden while a submit writes it or its removal runs is not there */
+    const char *sql = !strcmp(table, "jobs") ? "SELECT 1 FROM jobs WHERE id = ?1 AND hidden = 0"
+                                             : "SELECT 1 FROM trials t JOIN jobs j ON j.id = t.job"
+                                               " WHERE t.id = ?1 AND j.hidden = 0";
     if (prep(db, sql, &st, err, errlen)) return 500;
     sqlite3_bind_int64(st, 1, id);
     int found = sqlite3_step(st) == SQLITE_ROW;
@@ -145,7 +147,8 @@ static unsigned get_jobs(sqlite3 *db, http_arg_fn arg, void *cls, json_t **out, 
         arg_int(arg, cls, "limit", DEFAULT_LIMIT, 1, HTTP_API_MAX_LIMIT, &limit, err, errlen))
         return 400;
     sqlite3_stmt *st;
-    if (prep(db, JOB_COLS " WHERE id > ?1 ORDER BY id LIMIT ?2", &st, err, errlen)) return 500;
+    if (prep(db, JOB_COLS " WHERE hidden = 0 AND id > ?1 ORDER BY id LIMIT ?2", &st, err, errlen))
+        return 500;
     sqlite3_bind_int64(st, 1, after);
     sqlite3_bind_int64(st, 2, limit);
     json_t *a = json_array();
@@ -165,7 +168,7 @@ static unsigned get_jobs(sqlite3 *db, http_arg_fn arg, void *cls, json_t **out, 
 
 static unsigned get_job(sqlite3 *db, long long id, json_t **out, char *err, size_t errlen) {
     sqlite3_stmt *st;
-    if (prep(db, JOB_COLS " WHERE id = ?1", &st, err, errlen)) return 500;
+    if (prep(db, JOB_COLS " WHERE hidden = 0 AND id = ?1", &st, err, errlen)) return 500;
     sqlite3_bind_int64(st, 1, id);
     unsigned code = 404;
     if (sqlite3_step(st) == SQLITE_ROW) {

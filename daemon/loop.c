@@ -368,7 +368,8 @@ static int run_round(bfd *d, char *err, size_t errlen) {
     };
     int n_items = d->zap ? 6 : 5;
     /* dirty: a scheduling pass stopped with more to start: no wait */
-    int p = zmq_poll(items, n_items, d->dirty || d->backlog ? 0 : 200);
+    int p =
+        zmq_poll(items, n_items, d->dirty || d->backlog || d->pruning || d->shrinking ? 0 : 200);
     if (p < 0 && zmq_errno() != EINTR)
         return bf_fail(err, errlen, "zmq_poll: %s", zmq_strerror(zmq_errno()));
     if (items[2].revents & ZMQ_POLLIN) {
@@ -391,7 +392,7 @@ static int run_round(bfd *d, char *err, size_t errlen) {
     if (exp_tb_tick(d->tb, d->st, now_s(), terr, sizeof terr)) bfd_log("tensorboard: %s", terr);
     prom_update(d);
     if (d->dirty || now_s() - d->last_sched > 5) schedule(d);
-
+    if (d->pruning || d->shrinking) prune_tick(d);
     return 0;
 }
 
@@ -461,7 +462,7 @@ int bfd_run(const bfd_opts *o, const bfd_config *c, char *err, size_t errlen) {
     d->sigpipe[0] = d->sigpipe[1] = -1;
     d->started = now_s();
     if (open_state(d, err, errlen) || catch_signals(d, err, errlen) ||
-        open_sockets(d, err, errlen) || reconcile(d, err, errlen)) {
+        open_sockets(d, err, errlen) || reconcile(d, err, errlen) || prune_start(d, err, errlen)) {
         close_daemon(d);
         return -1;
     }

@@ -22,9 +22,15 @@ json_t *job_states_json(store *st, int64_t job, char *err, size_t errlen) {
     return o;
 }
 
-json_t *job_json(store *st, const store_job *j, char *err, size_t errlen) {
-    json_t *states = job_states_json(st, j->id, err, errlen);
-    if (!states) return NULL;
+json_t *job_json(const store_job *j, char *err, size_t errlen) {
+    json_t *states = json_object();
+    for (int i = 0; states && i < TRIAL_N_STATES; i++)
+        if (j->counts[i] > 0 && json_object_set_new(states, store_state_name((trial_state)i),
+                                                    json_integer(j->counts[i]))) {
+            json_decref(states);
+            states = NULL;
+        }
+    if (!states) return bf_fail(err, errlen, "job_json: out of memory"), NULL;
     json_t *o =
         json_pack("{s:I, s:s, s:s, s:f, s:i, s:i, s:i, s:i, s:I, s:s, s:s, s:o}", "id",
                   (json_int_t)j->id, "name", j->name, "pipeline", j->pipeline, "submitted",
@@ -33,16 +39,10 @@ json_t *job_json(store *st, const store_job *j, char *err, size_t errlen) {
                   j->metric, "goal", j->goal, "states", states);
     if (!o) return bf_fail(err, errlen, "json_pack(job): out of memory or invalid text"), NULL;
     /* its objectives, [{"name", "goal"}] (one: the metric above) */
-    sweep_objective obj[SWEEP_MAX_OBJECTIVES];
-    int nobj = 0;
-    if (store_job_objectives(st, j->id, obj, &nobj, err, errlen)) {
-        json_decref(o);
-        return NULL;
-    }
     json_t *arr = json_array();
-    for (int i = 0; i < nobj; i++)
-        json_array_append_new(arr, json_pack("{s:s, s:s}", "name", obj[i].name, "goal",
-                                             obj[i].maximize ? "max" : "min"));
+    for (int i = 0; i < j->n_objectives; i++)
+        json_array_append_new(arr, json_pack("{s:s, s:s}", "name", j->objectives[i].name, "goal",
+                                             j->objectives[i].maximize ? "max" : "min"));
     json_object_set_new(o, "objectives", arr);
     /* how many of its trials failed for good (what `ls` marks) */
     json_t *f = json_object_get(states, "FAILED");
@@ -59,20 +59,20 @@ int get_job(bfd *d, void *s, proto_msg *m, long long id, store_job *j) {
     return rc;
 }
 
-/* Reads a job for a request with its summary (job_json) in *jo and its
- * trials in *ts, *n; both are the caller's to free (json_decref,
- * store_trials_free). Replies not_found/internal itself on failure and
- * returns nonzero. */
-int get_job_with_trials(bfd *d, void *s, proto_msg *m, long long id, store_job *j, json_t **jo,
-                        store_trial **ts, size_t *n) {
+/* Reads a job for a request with its summary (job_json) in *jo and a page
+ * of its trials (index above after, at most limit; <= 0: all) in *ts, *n;
+ * both are the caller's to free (json_decref, store_trials_free). Replies
+ * not_found/internal itself on failure and returns nonzero. */
+int get_job_with_trials(bfd *d, void *s, proto_msg *m, long long id, long long after, int limit,
+                        store_job *j, json_t **jo, store_trial **ts, size_t *n) {
     char err[1024];
     *jo = NULL;
     *ts = NULL;
     *n = 0;
     int rc = get_job(d, s, m, id, j);
     if (rc) return rc;
-    *jo = job_json(d->st, j, err, sizeof err);
-    if (!*jo || store_job_trials(d->st, id, ts, n, err, sizeof err)) {
+    *jo = job_json(j, err, sizeof err);
+    if (!*jo || store_job_trials_page(d->st, id, after, limit, ts, n, err, sizeof err)) {
         json_decref(*jo);
         *jo = NULL;
         reply_err(d, s, m, PROTO_E_INTERNAL, "%s: %s", m->type, err);

@@ -17,10 +17,11 @@ req_handler_fn req_handler(const char *type);
 /* Reads job id for request m: 0, or nonzero after replying not_found (1) or
  * internal (-1) itself. */
 int get_job(bfd *d, void *s, proto_msg *m, long long id, store_job *j);
-/* get_job, plus the job's summary in *jo and its trials in *ts, *n (the
- * caller's to free: json_decref, store_trials_free); nonzero after a reply. */
-int get_job_with_trials(bfd *d, void *s, proto_msg *m, long long id, store_job *j, json_t **jo,
-                        store_trial **ts, size_t *n);
+/* get_job, plus the job's summary in *jo and a page of its trials (index
+ * above after, at most limit; <= 0: all) in *ts, *n (the caller's to free:
+ * json_decref, store_trials_free); nonzero after a reply. */
+int get_job_with_trials(bfd *d, void *s, proto_msg *m, long long id, long long after, int limit,
+                        store_job *j, json_t **jo, store_trial **ts, size_t *n);
 /* Reads trial id into *t (free with store_trial_free): 0, or nonzero after
  * replying not_found (1) or internal (-1) itself. */
 int get_trial(bfd *d, void *s, proto_msg *m, long long id, store_trial *t);
@@ -35,7 +36,7 @@ int get_job_field(bfd *d, void *s, proto_msg *m, long long *id, store_job *j);
  * "gpus_per_rank", "n_trials", "metric", "goal", "objectives": [{"name",
  * "goal"}], "states": {...}} of job j;
  * NULL with err on failure. */
-json_t *job_json(store *st, const store_job *j, char *err, size_t errlen);
+json_t *job_json(const store_job *j, char *err, size_t errlen);
 /* {"PENDING": n, ...} of a job's trials (states with n > 0 only); NULL with
  * err on failure. */
 json_t *job_states_json(store *st, int64_t job, char *err, size_t errlen);
@@ -70,6 +71,14 @@ void req_logs(bfd *d, void *s, proto_msg *m);
 /* The last `lines` lines of the trial's log (at most its last 8 KiB), valid
  * UTF-8, as a new JSON string; NULL when there is no log file. */
 json_t *log_tail_json(bfd *d, long long id, int lines);
+
+/* req_prune.c: rm (one job), gc (finished jobs by age and state); the
+ * removal itself runs a chunk per loop round (prune_tick). prune_start, at
+ * bfd's start, marks the submits a crash cut short and resumes removals. */
+void req_rm(bfd *d, void *s, proto_msg *m);
+void req_gc(bfd *d, void *s, proto_msg *m);
+void prune_tick(bfd *d);
+int prune_start(bfd *d, char *err, size_t errlen);
 
 /* req_status.c: the daemon's state; sync, a marker through the PUB socket. */
 void req_status(bfd *d, void *s, proto_msg *m);

@@ -80,15 +80,21 @@ static json_t *trial_summaries(const store_trial *ts, size_t n) {
     return arr;
 }
 
-/* Array of job_json of every job in submit order. */
-static json_t *jobs_json(store *st, char *err, size_t errlen) {
+#define JOBS_PAGE_MAX 1000  /* jobs per `jobs` reply */
+#define TRIALS_PAGE_MAX 500 /* trials per `job` reply: the loop is held ~10 ms a page, not 100 */
+
+/* Array of job_json of a page of jobs (ids above after, at most limit) in
+ * submit order; *last the last id in it. */
+static json_t *jobs_json(store *st, long long after, int limit, long long *last, char *err,
+                         size_t errlen) {
     store_job *jobs = NULL;
     size_t n = 0;
-    if (store_jobs(st, &jobs, &n, err, errlen)) return NULL;
+    if (store_jobs(st, after, limit, &jobs, &n, err, errlen)) return NULL;
     json_t *arr = json_array();
     if (!arr) bf_fail(err, errlen, "jobs_json: out of memory");
+    *last = n ? jobs[n - 1].id : after;
     for (size_t i = 0; arr && i < n; i++) {
-        json_t *o = job_json(st, &jobs[i], err, errlen);
+        json_t *o = job_json(&jobs[i], err, errlen);
         if (!o || json_array_append_new(arr, o)) {
             json_decref(arr);
             arr = NULL;
@@ -99,26 +105,47 @@ static json_t *jobs_json(store *st, char *err, size_t errlen) {
 }
 
 void req_jobs(bfd *d, void *s, proto_msg *m) {
-    char err[1024];
-    json_t *arr = jobs_json(d->st, err, sizeof err);
+    char ferr[512], err[1024];
+    long long after, limit, last;
+    FIELD(proto_get_int(m->body, "after", 0, 0, PROTO_MAX_INT, 0, &after, ferr, sizeof ferr));
+    FIELD(proto_get_int(m->body, "limit", 0, 1, JOBS_PAGE_MAX, JOBS_PAGE_MAX, &limit, ferr,
+                        sizeof ferr));
+    /* one more than asked says whether another page follows */
+    json_t *arr = jobs_json(d->st, after, (int)limit + 1, &last, err, sizeof err);
     if (!arr) {
         reply_err(d, s, m, PROTO_E_INTERNAL, "jobs: %s", err);
         return;
     }
-    json_t *b = json_pack("{s:o}", "jobs", arr);
+    int more = json_array_size(arr) > (size_t)limit;
+    if (more) {
+        json_array_remove(arr, (size_t)limit);
+        last = json_integer_value(json_object_get(json_array_get(arr, (size_t)limit - 1), "id"));
+    }
+    json_t *b = json_pack("{s:o, s:I, s:b}", "jobs", arr, "last", (json_int_t)last, "more", more);
     reply(d, s, m, "jobs", b);
     json_decref(b);
 }
 
 void req_job(bfd *d, void *s, proto_msg *m) {
     char ferr[512];
-    long long id;
+    long long id, after, limit;
     FIELD(proto_get_int(m->body, "job", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
+    FIELD(proto_get_int(m->body, "after", 0, -1, PROTO_MAX_INT, -1, &after, ferr, sizeof ferr));
+    FIELD(proto_get_int(m->body, "limit", 0, 1, TRIALS_PAGE_MAX, TRIALS_PAGE_MAX, &limit, ferr,
+                        sizeof ferr));
     store_job j;
     json_t *b;
     store_trial *ts;
     size_t n;
-    if (get_job_with_trials(d, s, m, id, &j, &b, &ts, &n)) return;
+    /* one more than asked says whether another page follows */
+    if (get_job_with_trials(d, s, m, id, after, (int)limit + 1, &j, &b, &ts, &n)) return;
+    int more = n > (size_t)limit;
+    if (more) {
+        store_trial_free(&ts[limit]);
+        n = (size_t)limit;
+    }
+    json_object_set_new(b, "last", json_integer(n ? (json_int_t)ts[n - 1].index : after));
+    json_object_set_new(b, "more", json_boolean(more));
     json_t *arr = trial_summaries(ts, n);
     for (size_t i = 0; i < n; i++) { /* why a FAILED trial failed, in one line */
         char msg[1024], err[1024];

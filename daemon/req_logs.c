@@ -5,7 +5,9 @@
  * `show tTRIAL` prints of a failed trial). */
 #include "daemon/req.h"
 
-#include <fcntl.h>
+#include "common/input_path.h"
+
+#include <errno.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -42,7 +44,14 @@ void req_logs(bfd *d, void *s, proto_msg *m) {
     snprintf(path, sizeof path, "%s/logs/%lld.log", d->o->home, id);
     static char buf[LOG_CHUNK + 1];
     long long size = 0, got = 0;
-    int fd = open(path, O_RDONLY);
+    /* the worker writes this folder: a FIFO put there must not block the
+     * loop in open(), nor a device be read */
+    char why[256];
+    int fd = input_path_open_fd(path, why, sizeof why);
+    if (fd < 0 && errno != ENOENT) {
+        reply_err(d, s, m, PROTO_E_STATE, "logs: %s %s", path, why);
+        return;
+    }
     if (fd >= 0) {
         struct stat sb;
         if (fstat(fd, &sb) == 0) size = sb.st_size;
@@ -67,10 +76,11 @@ json_t *log_tail_json(bfd *d, long long id, int lines) {
     snprintf(path, sizeof path, "%s/logs/%lld.log", d->o->home, id);
     static char buf[LOG_TAIL_MAX + 1];
     long long got = 0;
-    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    char why[256];
+    int fd = input_path_open_fd(path, why, sizeof why);
     if (fd < 0) return NULL;
     struct stat sb;
-    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode)) {
+    if (fstat(fd, &sb) == 0) {
         off_t from = sb.st_size > LOG_TAIL_MAX ? sb.st_size - LOG_TAIL_MAX : 0;
         ssize_t r = pread(fd, buf, LOG_TAIL_MAX, from);
         if (r > 0) got = r;

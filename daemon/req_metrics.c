@@ -85,7 +85,7 @@ void req_export(bfd *d, void *s, proto_msg *m) {
     json_t *jo;
     store_trial *ts;
     size_t n;
-    if (get_job_with_trials(d, s, m, id, &j, &jo, &ts, &n)) return;
+    if (get_job_with_trials(d, s, m, id, -1, 0, &j, &jo, &ts, &n)) return;
     json_t *trials = json_array();
     size_t total_rows = 0;
     int fail_code = 0;

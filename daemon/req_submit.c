@@ -75,6 +75,7 @@ void finish_submits(bfd *d) {
             reply_err(d, s, m, PROTO_E_FIELD, "%s", r->err);
         } else if (r->status == SUBMIT_FAILED) {
             reply_err(d, s, m, PROTO_E_INTERNAL, "submit: %s", r->err);
+            d->pruning = 1; /* chunks it stored before failing are marked for removal */
         } else {
             char err[1024];
             if (r->cwd && dstate_job_cwd_set(d->ds, r->job, r->cwd, err, sizeof err))

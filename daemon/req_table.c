@@ -13,6 +13,7 @@ static const struct {
     {"metrics", req_metrics}, {"cancel", req_cancel}, {"stop", req_stop},   {"wait", req_wait},
     {"best", req_best},       {"export", req_export}, {"logs", req_logs},   {"status", req_status},
     {"sync", req_sync},       {"resume", req_resume}, {"rungs", req_rungs}, {"edit", req_edit},
+    {"rm", req_rm},           {"gc", req_gc},
 };
 
 req_handler_fn req_handler(const char *type) {

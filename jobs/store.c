@@ -184,7 +184,11 @@ static const char *const migrations[STORE_SCHEMA_VERSION] = {
     "CREATE INDEX trial_stages_key ON trial_stages(key, trial);",
     /* 5 -> 6: resources.nodes, the hosts a trial's ranks span (0: not given) */
     "ALTER TABLE jobs ADD COLUMN nodes INTEGER NOT NULL DEFAULT 0;",
-    /* 6 -> 7: the objectives of a job (`metric:` may list several), a JSON
+    /* 6 -> 7: a job hidden from every reader while a submit writes its
+     * trials in chunks (1) or while its removal deletes them (2); a start-up
+     * finds a 1 only after a crash, and removes that job */
+    "ALTER TABLE jobs ADD COLUMN hidden INTEGER NOT NULL DEFAULT 0;",
+    /* 7 -> 8: the objectives of a job (`metric:` may list several), a JSON
      * array [{"name", "goal"}]; metric_name and metric_goal stay the first.
      * A job stored before has its one metric. An MO-ASHA decision keeps the
      * trial's value of each objective at the rung (point: "V1 V2 ...").
@@ -203,11 +207,11 @@ static int user_version(store *s, int *v, char *err, size_t errlen) {
     int rc = sqlite3_step(st);
     if (rc != SQLITE_ROW) {
         store_sqlfail(s, err, errlen, "sqlite3_step(PRAGMA user_version)");
-        sqlite3_finalize(st);
+        store_done(s, st);
         return -1;
     }
     *v = sqlite3_column_int(st, 0);
-    sqlite3_finalize(st);
+    store_done(s, st);
     return 0;
 }
 
@@ -259,6 +263,34 @@ int store_create_at_version(const char *path, int version, char *err, size_t err
     return rc;
 }
 
+/* Makes the file one whose free pages store_shrink can give back (PRAGMA
+ * auto_vacuum = INCREMENTAL). A new file takes it before its first table;
+ * a file made by an older build takes it through one VACUUM, once (it
+ * rewrites the file: seconds for a store of millions of points). */
+static int incremental_vacuum_on(store *s, char *err, size_t errlen) {
+    sqlite3_stmt *st;
+    if (store_prepare(s, "PRAGMA auto_vacuum", &st, err, errlen) < 0) return -1;
+    int rc = sqlite3_step(st);
+    int mode = rc == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
+    store_done(s, st);
+    if (mode < 0) return store_sqlfail(s, err, errlen, "sqlite3_step(PRAGMA auto_vacuum)");
+    if (mode == 2) return 0;
+    int v;
+    if (store_exec(s, "PRAGMA auto_vacuum = INCREMENTAL", err, errlen) < 0 ||
+        user_version(s, &v, err, errlen) < 0)
+        return -1;
+    return v > 0 ? store_exec(s, "VACUUM", err, errlen) : 0;
+}
+
+/* One of the handle's own statements (ins_metric, ...), finalized by
+ * store_close: prepared outside store_prepare's cache, which would finalize
+ * it a second time. */
+static int prepare_fixed(store *s, const char *sql, sqlite3_stmt **st, char *err, size_t errlen) {
+    if (sqlite3_prepare_v2(s->db, sql, -1, st, NULL) != SQLITE_OK)
+        return bf_fail(err, errlen, "sqlite3_prepare_v2(%.60s...): %s", sql, sqlite3_errmsg(s->db));
+    return 0;
+}
+
 int store_open(const char *path, store **out, char *err, size_t errlen) {
     *out = NULL;
     store *s = calloc(1, sizeof *s);
@@ -298,25 +330,25 @@ int store_open(const char *path, store **out, char *err, size_t errlen) {
     if (!mode || strcmp(mode, "wal") != 0) {
         bf_fail(err, errlen, "PRAGMA journal_mode = WAL: %s",
                 mode ? "the database refused WAL mode" : sqlite3_errmsg(s->db));
-        sqlite3_finalize(st);
+        store_done(s, st);
         store_close(&s);
         return -1;
     }
-    sqlite3_finalize(st);
+    store_done(s, st);
     /* 64 MiB of page cache: metric inserts from many trials touch pages all
      * over the metrics B-tree */
     if (store_exec(
             s, "PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; PRAGMA cache_size = -65536",
             err, errlen) < 0 ||
-        migrate(s, err, errlen) < 0) {
+        incremental_vacuum_on(s, err, errlen) < 0 || migrate(s, err, errlen) < 0) {
         store_close(&s);
         return -1;
     }
-    if (store_prepare(s,
+    if (prepare_fixed(s,
                       "INSERT OR IGNORE INTO metrics(trial, seq, name, step, value, time)"
                       " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                       &s->ins_metric, err, errlen) < 0 ||
-        store_prepare(s,
+        prepare_fixed(s,
                       "INSERT INTO metric_latest(trial, name, seq, step, value, time, vmin, vmax)"
                       " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?5, ?5)"
                       " ON CONFLICT (trial, name) DO UPDATE SET"
@@ -326,12 +358,12 @@ int store_open(const char *path, store **out, char *err, size_t errlen) {
                       "  seq = MAX(seq, excluded.seq),"
                       "  vmin = MIN(vmin, excluded.vmin), vmax = MAX(vmax, excluded.vmax)",
                       &s->upd_latest, err, errlen) < 0 ||
-        store_prepare(s, "SELECT id FROM metric_names WHERE name = ?1", &s->get_name, err, errlen) <
+        prepare_fixed(s, "SELECT id FROM metric_names WHERE name = ?1", &s->get_name, err, errlen) <
             0 ||
-        store_prepare(s, "INSERT INTO metric_names(name) VALUES (?1)", &s->ins_name, err, errlen) <
+        prepare_fixed(s, "INSERT INTO metric_names(name) VALUES (?1)", &s->ins_name, err, errlen) <
             0 ||
-        store_prepare(s, "SELECT 1 FROM trials WHERE id = ?1", &s->trial_exists, err, errlen) < 0 ||
-        store_prepare(s,
+        prepare_fixed(s, "SELECT 1 FROM trials WHERE id = ?1", &s->trial_exists, err, errlen) < 0 ||
+        prepare_fixed(s,
                       "INSERT OR IGNORE INTO trial_stages(trial, idx, name, key, parent, dir)"
                       " VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                       &s->ins_plan, err, errlen) < 0) {
@@ -351,6 +383,7 @@ void store_close(store **sp) {
     sqlite3_finalize(s->ins_name);
     sqlite3_finalize(s->trial_exists);
     sqlite3_finalize(s->ins_plan);
+    store_stmts_free(s);
     sqlite3_close(s->db);
     free(s);
     *sp = NULL;

@@ -26,7 +26,7 @@
 extern "C" {
 #endif
 
-#define STORE_SCHEMA_VERSION 7
+#define STORE_SCHEMA_VERSION 8
 
 typedef enum {
     TRIAL_PENDING = 0,
@@ -56,9 +56,13 @@ void store_close(store **s);
 int store_create_at_version(const char *path, int version, char *err, size_t errlen);
 int store_schema_version(store *s);
 
-/* Expands the spec and writes the job and all its trials (PENDING) in one
- * transaction: after a crash either the whole job is there or none of it.
- * `source` is the sweep file's text, kept for reference (may be NULL). */
+/* Expands the spec and writes the job and all its trials (PENDING) in
+ * transactions of a few hundred trials each, the job hidden from every
+ * reader (jobs, a job, scheduling, counts) until the last one commits: a
+ * reader sees the whole job or none of it. A submit that fails half way
+ * marks the job for removal (store_prune_step); one killed half way leaves
+ * it hidden, for store_prune_abandoned at the next start. `source` is the
+ * sweep file's text, kept for reference (may be NULL). */
 int store_submit(store *s, const sweep_spec *spec, const char *source, int64_t *job_id, char *err,
                  size_t errlen);
 
@@ -130,6 +134,10 @@ int store_next_runnable(store *s, int limit, store_trial **out, size_t *n, char 
  * value of the job's metric. */
 int store_job_trials(store *s, int64_t job_id, store_trial **out, size_t *n, char *err,
                      size_t errlen);
+/* A page of them: trials of index above `after` (-1: from the first), at
+ * most limit, by index; what a reader of a 100,000-trial job pages through. */
+int store_job_trials_page(store *s, int64_t job_id, long long after, int limit, store_trial **out,
+                          size_t *n, char *err, size_t errlen);
 /* Up to `limit` trials of a job that have the job's metric, best first by
  * the job's goal (min or max over each trial's points). */
 int store_best_trials(store *s, int64_t job_id, int limit, store_trial **out, size_t *n, char *err,
@@ -152,14 +160,17 @@ typedef struct store_job {
     char name[128], pipeline[64], metric[64], goal[8]; /* goal: "min" or "max" */
     double submitted;                                  /* unix seconds */
     int priority, retries, ranks, gpus_per_rank, cpus_per_rank;
-    int nodes;              /* hosts the ranks span (Slurm --nodes), 0 = not given */
-    long long time_limit_s; /* per attempt, 0 = none */
-    long long n_trials;     /* in all; a tpe job proposes them one by one */
-    long long n_proposed;   /* trials in the store so far */
-    char method[16];        /* grid, random or tpe */
-    int parallel;           /* tpe: trials pending or running at once */
-    int closed;             /* cancelled: no more proposals */
-    char early_stop[512];   /* JSON (jobs/sched_stop.h: sched_stop_parse) */
+    int nodes;                        /* hosts the ranks span (Slurm --nodes), 0 = not given */
+    long long time_limit_s;           /* per attempt, 0 = none */
+    long long n_trials;               /* in all; a tpe job proposes them one by one */
+    long long n_proposed;             /* trials in the store so far */
+    char method[16];                  /* grid, random or tpe */
+    int parallel;                     /* tpe: trials pending or running at once */
+    int closed;                       /* cancelled: no more proposals */
+    char early_stop[512];             /* JSON (jobs/sched_stop.h: sched_stop_parse) */
+    long long counts[TRIAL_N_STATES]; /* its trials in each state */
+    int n_objectives;                 /* its `metric:` entries (1 for one metric) */
+    sweep_objective objectives[SWEEP_MAX_OBJECTIVES];
 } store_job;
 
 /* The objectives of a job (its `metric:` entries, in order; a job stored
@@ -168,15 +179,17 @@ typedef struct store_job {
 int store_job_objectives(store *s, int64_t job, sweep_objective out[SWEEP_MAX_OBJECTIVES], int *n,
                          char *err, size_t errlen);
 
-/* One job's row: 0 found, 1 no such job, -1 error. */
+/* One job's row: 0 found, 1 no such job (or one hidden), -1 error. */
 int store_job_get(store *s, int64_t job_id, store_job *out, char *err, size_t errlen);
 /* Sets a job's max_parallel (jobs.parallel: tpe's trials pending or running
  * at once; for grid and random, trials running at once, 0 no cap) with an
  * EDIT event, in one transaction; *was the value before. 0, 1 no such job,
  * or -1 with err. */
 int store_job_set_parallel(store *s, int64_t job, int parallel, int *was, char *err, size_t errlen);
-/* Every job in submit order; *out malloc'd (free), NULL when none. */
-int store_jobs(store *s, store_job **out, size_t *n, char *err, size_t errlen);
+/* A page of jobs in submit order: ids above `after`, at most limit (<= 0:
+ * all), in one query; *out malloc'd (free), NULL when none. */
+int store_jobs(store *s, int64_t after, int limit, store_job **out, size_t *n, char *err,
+               size_t errlen);
 /* counts[state] = trials of the job in that state. */
 int store_job_state_counts(store *s, int64_t job_id, long long counts[TRIAL_N_STATES], char *err,
                            size_t errlen);
@@ -267,6 +280,70 @@ int store_job_source(store *s, int64_t job, char **text, char *file, size_t file
  * when the job already has n_trials trials or is closed. */
 int store_add_trial(store *s, int64_t job, const sweep_trial *t, const char *point_json,
                     int64_t *trial_id, char *err, size_t errlen);
+
+/* ------------------------------------------------------------ removing jobs
+ *
+ * A job to remove is hidden at once (store_prune_mark: no reader sees it)
+ * and then deleted a chunk of trials per store_prune_step, each chunk one
+ * short transaction: its trials with their points, latest values, attempts,
+ * decisions, events and stage plans; the last step the job's own events,
+ * decisions and row. A stage still planned by a kept trial stays (its
+ * runner, when removed, is forgotten: the stage stays done), except a last
+ * stage (eval) run by a removed trial: a trial reusing it would copy its
+ * runner's eval points, which are gone, so it goes and is run again. One
+ * nobody plans goes. The folders of stages that go are named to the caller. jobs.hidden: 0 seen,
+ * 1 a submit still writing (left by a crash: store_prune_abandoned), 2 to
+ * remove with its files, 3 to remove keeping the trial and stage folders. */
+
+enum { STORE_HIDDEN_SUBMIT = 1, STORE_HIDDEN_REMOVE = 2, STORE_HIDDEN_REMOVE_KEEP = 3 };
+
+/* Marks job for removal (keep_files: its folders stay) in one transaction. */
+int store_prune_mark(store *s, int64_t job, int keep_files, char *err, size_t errlen);
+/* Marks for removal every job a submit left half written (a crash during
+ * it); *n counts them. For bfd's start, before any submit runs. */
+int store_prune_abandoned(store *s, int *n, char *err, size_t errlen);
+/* *any = 1 when a job marked for removal is left. */
+int store_prune_pending(store *s, int *any, char *err, size_t errlen);
+
+typedef char store_stage_dir[32]; /* "NAME-KEY", a folder under the stage root */
+
+/* What one store_prune_step removed: the job (0 when none was marked), its
+ * name (for its TensorBoard folder), whether its folders stay, the trials
+ * deleted (their folders and logs are the caller's to remove), the folders
+ * of stages nobody plans any more, and job_done when the job's row went
+ * (its last step). Free with store_pruned_free. */
+typedef struct store_pruned {
+    int64_t job;
+    char name[128];
+    int keep_files, job_done;
+    int64_t *trials;
+    size_t n_trials;
+    store_stage_dir *stage_dirs;
+    size_t n_stage_dirs;
+} store_pruned;
+
+/* Removes up to max_trials trials of the first job marked for removal, or
+ * its row when none is left, in one transaction. */
+int store_prune_step(store *s, int max_trials, store_pruned *out, char *err, size_t errlen);
+void store_pruned_free(store_pruned *p);
+/* Gives up to `pages` free pages of the file back to the file system
+ * (PRAGMA incremental_vacuum; 0: all); *left the free pages that remain. */
+int store_shrink(store *s, int pages, long long *left, char *err, size_t errlen);
+
+/* A finished job `gc` may remove. */
+typedef struct store_gc_job {
+    int64_t job;
+    char name[128];
+    char state[16]; /* completed, failed or cancelled */
+    double last;    /* unix seconds of its last change */
+    long long trials, points;
+} store_gc_job;
+enum { STORE_GC_COMPLETED = 1, STORE_GC_FAILED = 2, STORE_GC_CANCELLED = 4 };
+/* The finished jobs (no trial pending or running, none left to propose)
+ * whose last change is before `before` and whose state is in the mask
+ * `states` (STORE_GC_*), by id; *out malloc'd (free). */
+int store_gc_candidates(store *s, double before, unsigned states, store_gc_job **out, size_t *n,
+                        char *err, size_t errlen);
 
 /* ---------------------------------------------------------- shared stages
  *

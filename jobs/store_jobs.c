@@ -1,5 +1,6 @@
 /* store_jobs.c — jobs: a submit (the job, every trial of a grid or random
- * sweep and their stage plans, in one transaction), the trials a tpe job
+ * sweep and their stage plans, in chunks of short transactions, the job
+ * hidden until the last one commits), the trials a tpe job
  * proposes one by one, cancelling a job, the reads of jobs, and the counts
  * bfctl and the tests show. It never moves a trial by hand: a cancel goes
  * through store_transition, trial by trial. */
@@ -18,7 +19,7 @@
     " VALUES (?1, ?2, 'PENDING', 0, ?3, ?4, ?5, ?6, ?7)"
 
 /* One PENDING trial t of job through st (prepared from INSERT_TRIAL; the
- * caller finalizes it), with its sampler point (NULL: none) and its stage
+ * caller gives it back), with its sampler point (NULL: none) and its stage
  * plan, in the caller's transaction; *id its row. */
 static int insert_trial(store *s, sqlite3_stmt *st, int64_t job, const sweep_trial *t,
                         double updated, const char *point_json, int64_t *id, char *err,
@@ -38,11 +39,17 @@ static int insert_trial(store *s, sqlite3_stmt *st, int64_t job, const sweep_tri
     return store_put_plan(s, *id, t->config, err, errlen);
 }
 
+/* Trials written per transaction of a submit: the loop's metric flush waits
+ * for at most one chunk, not for the whole expansion of a 100,000-trial grid
+ * (which held one transaction for seconds). */
+#define SUBMIT_CHUNK 500
+
 typedef struct submit_ctx {
     store *s;
     sqlite3_stmt *ins;
     int64_t job;
     double t;
+    int in_chunk; /* trials written in the open transaction */
     char *err;
     size_t errlen;
 } submit_ctx;
@@ -50,14 +57,21 @@ typedef struct submit_ctx {
 static int submit_trial(void *ud, const sweep_trial *t) {
     submit_ctx *c = ud;
     int64_t id;
-    return insert_trial(c->s, c->ins, c->job, t, c->t, NULL, &id, c->err, c->errlen);
+    if (insert_trial(c->s, c->ins, c->job, t, c->t, NULL, &id, c->err, c->errlen) < 0) return -1;
+    if (++c->in_chunk < SUBMIT_CHUNK) return 0;
+    c->in_chunk = 0;
+    /* the statement is reset so that the commit finds none in progress */
+    sqlite3_reset(c->ins);
+    return store_commit(c->s, c->err, c->errlen) < 0 || store_begin(c->s, c->err, c->errlen) < 0
+               ? -1
+               : 0;
 }
 
 int store_submit(store *s, const sweep_spec *spec, const char *source, int64_t *job_id, char *err,
                  size_t errlen) {
     if (store_begin(s, err, errlen) < 0) return -1;
     sqlite3_stmt *st = NULL;
-    submit_ctx c = {s, NULL, 0, store_now(), err, errlen};
+    submit_ctx c = {s, NULL, 0, store_now(), 0, err, errlen};
     long long n = spec->is_sweep ? spec->n_trials : 1;
     char early[512];
     if (sched_stop_json(spec, early, sizeof early) < 0) {
@@ -75,8 +89,9 @@ int store_submit(store *s, const sweep_spec *spec, const char *source, int64_t *
             s,
             "INSERT INTO jobs(name, pipeline, file, source, metric_name, metric_goal, priority,"
             " retries, ranks, gpus_per_rank, cpus_per_rank, time_limit_s, early_stop, n_trials,"
-            " submitted, method, parallel, nodes, objectives, source_trial) VALUES (?1, ?2, ?3, ?4,"
-            " ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
+            " submitted, method, parallel, nodes, hidden, objectives, source_trial) VALUES (?1, ?2,"
+            " ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, 1, ?19, "
+            "?20)",
             &st, err, errlen) < 0)
         goto fail;
     sqlite3_bind_text(st, 1, spec->name, -1, SQLITE_STATIC);
@@ -107,25 +122,41 @@ int store_submit(store *s, const sweep_spec *spec, const char *source, int64_t *
         store_sqlfail(s, err, errlen, "sqlite3_step(INSERT INTO jobs)");
         goto fail;
     }
-    sqlite3_finalize(st);
+    store_done(s, st);
     st = NULL;
     c.job = sqlite3_last_insert_rowid(s->db);
     if (store_prepare(s, INSERT_TRIAL, &c.ins, err, errlen) < 0) goto fail;
     /* a tpe job's trials are proposed later, one by one (store_add_trial) */
     if (!tpe && sweep_expand(spec, submit_trial, &c, err, errlen) != 0) goto fail;
-    sqlite3_finalize(c.ins);
+    store_done(s, c.ins);
     c.ins = NULL;
     char msg[256];
     snprintf(msg, sizeof msg, "submitted '%s' with %lld trials%s", spec->name, n,
              tpe ? " to be proposed by tpe" : "");
-    if (store_event(s, c.job, 0, "submit", msg, err, errlen) < 0) goto fail;
+    if (store_event(s, c.job, 0, "submit", msg, err, errlen) < 0 ||
+        store_prepare(s, "UPDATE jobs SET hidden = 0 WHERE id = ?1", &st, err, errlen) < 0)
+        goto fail;
+    sqlite3_bind_int64(st, 1, c.job);
+    if (store_step_done(s, st, "sqlite3_step(UPDATE jobs SET hidden = 0)", err, errlen) < 0) {
+        st = NULL;
+        goto fail;
+    }
+    st = NULL;
     if (store_commit(s, err, errlen) < 0) goto fail;
     *job_id = c.job;
     return 0;
 fail:
-    sqlite3_finalize(st);
-    sqlite3_finalize(c.ins);
+    store_done(s, st);
+    store_done(s, c.ins);
     store_rollback(s);
+    /* chunks already committed stay hidden: the job is marked for removal
+     * (store_prune_step deletes it); a crash here leaves it hidden (1), which
+     * store_prune_abandoned marks at the next start */
+    if (c.job > 0) {
+        char e2[256];
+        if (store_prune_mark(s, c.job, 0, e2, sizeof e2) < 0)
+            snprintf(err + strlen(err), errlen - strlen(err), "; %s", e2);
+    }
     return -1;
 }
 
@@ -137,7 +168,7 @@ int store_add_trial(store *s, int64_t job, const sweep_trial *t, const char *poi
     if (store_prepare(
             s,
             "SELECT (SELECT COUNT(*) FROM trials WHERE job = ?1), n_trials, closed FROM jobs"
-            " WHERE id = ?1",
+            " WHERE id = ?1 AND hidden = 0",
             &st, err, errlen) < 0)
         goto fail;
     sqlite3_bind_int64(st, 1, job);
@@ -147,7 +178,7 @@ int store_add_trial(store *s, int64_t job, const sweep_trial *t, const char *poi
         want = sqlite3_column_int64(st, 1);
         closed = sqlite3_column_int64(st, 2);
     }
-    sqlite3_finalize(st);
+    store_done(s, st);
     st = NULL;
     if (rc != SQLITE_ROW) {
         if (rc == SQLITE_DONE)
@@ -163,7 +194,7 @@ int store_add_trial(store *s, int64_t job, const sweep_trial *t, const char *poi
     }
     if (store_prepare(s, INSERT_TRIAL, &st, err, errlen) < 0) goto fail;
     rc = insert_trial(s, st, job, t, store_now(), point_json, trial_id, err, errlen);
-    sqlite3_finalize(st);
+    store_done(s, st);
     if (rc < 0) goto fail;
     char msg[256];
     snprintf(msg, sizeof msg, "proposed trial %lld of %lld", (long long)t->index + 1, want);
@@ -203,7 +234,7 @@ int store_job_cancel(store *s, int64_t job_id, int *n_cancelled, char *err, size
     }
     sqlite3_bind_int64(st, 1, job_id);
     rc = sqlite3_step(st);
-    sqlite3_finalize(st);
+    store_done(s, st);
     if (rc != SQLITE_DONE) {
         store_sqlfail(s, err, errlen, "sqlite3_step(UPDATE jobs SET closed)");
         free(ids);
@@ -227,10 +258,15 @@ int store_job_cancel(store *s, int64_t job_id, int *n_cancelled, char *err, size
 
 /* ------------------------------------------------------------------ reads */
 
+/* the columns of a job and its trials in each state (each an index range of
+ * trials_state), so listing jobs is one query, not one per job */
+#define STATE_COUNT(S) " (SELECT COUNT(*) FROM trials WHERE state = '" S "' AND job = jobs.id),"
 #define JOB_COLS                                                                                   \
     "SELECT id, name, pipeline, submitted, priority, retries, ranks, gpus_per_rank,"               \
     " cpus_per_rank, time_limit_s, metric_name, metric_goal, n_trials, method, parallel, closed,"  \
-    " early_stop, (SELECT COUNT(*) FROM trials WHERE job = jobs.id), nodes FROM jobs"
+    " early_stop, (SELECT COUNT(*) FROM trials WHERE job = jobs.id), nodes," STATE_COUNT(          \
+        "PENDING") STATE_COUNT("RUNNING") STATE_COUNT("COMPLETED") STATE_COUNT("FAILED")           \
+        STATE_COUNT("CANCELLED") STATE_COUNT("STOPPED") " objectives FROM jobs"
 
 static void row_to_job(sqlite3_stmt *st, store_job *j) {
     memset(j, 0, sizeof *j);
@@ -253,17 +289,25 @@ static void row_to_job(sqlite3_stmt *st, store_job *j) {
     store_col_text(st, 16, j->early_stop, sizeof j->early_stop);
     j->n_proposed = sqlite3_column_int64(st, 17);
     j->nodes = sqlite3_column_int(st, 18);
+    for (int k = 0; k < TRIAL_N_STATES; k++) j->counts[k] = sqlite3_column_int64(st, 19 + k);
+    if (store_objectives_parse((const char *)sqlite3_column_text(st, 19 + TRIAL_N_STATES),
+                               j->objectives, &j->n_objectives) < 0) {
+        /* not a list this build reads: the job's one metric */
+        snprintf(j->objectives[0].name, sizeof j->objectives[0].name, "%s", j->metric);
+        j->objectives[0].maximize = strcmp(j->goal, "max") == 0;
+        j->n_objectives = 1;
+    }
 }
 
 int store_job_get(store *s, int64_t job_id, store_job *out, char *err, size_t errlen) {
     sqlite3_stmt *st;
-    if (store_prepare(s, JOB_COLS " WHERE id = ?1", &st, err, errlen) < 0) return -1;
+    if (store_prepare(s, JOB_COLS " WHERE id = ?1 AND hidden = 0", &st, err, errlen) < 0) return -1;
     sqlite3_bind_int64(st, 1, job_id);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) row_to_job(st, out);
     if (rc != SQLITE_ROW && rc != SQLITE_DONE)
         store_sqlfail(s, err, errlen, "sqlite3_step(SELECT job)");
-    sqlite3_finalize(st);
+    store_done(s, st);
     return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? 1 : -1;
 }
 
@@ -272,11 +316,16 @@ static void read_job(sqlite3_stmt *st, void *row, void *ud) {
     row_to_job(st, row);
 }
 
-int store_jobs(store *s, store_job **out, size_t *n, char *err, size_t errlen) {
+int store_jobs(store *s, int64_t after, int limit, store_job **out, size_t *n, char *err,
+               size_t errlen) {
     *out = NULL;
     *n = 0;
     sqlite3_stmt *st;
-    if (store_prepare(s, JOB_COLS " ORDER BY id", &st, err, errlen) < 0) return -1;
+    if (store_prepare(s, JOB_COLS " WHERE hidden = 0 AND id > ?1 ORDER BY id LIMIT ?2", &st, err,
+                      errlen) < 0)
+        return -1;
+    sqlite3_bind_int64(st, 1, after);
+    sqlite3_bind_int(st, 2, limit > 0 ? limit : -1);
     void *rows = NULL;
     if (store_rows(s, st, sizeof **out, 16, read_job, NULL, NULL, &rows, n, "SELECT jobs", err,
                    errlen) < 0)
@@ -290,7 +339,7 @@ int store_proposing_jobs(store *s, int64_t **out, size_t *n, char *err, size_t e
     *n = 0;
     sqlite3_stmt *st;
     if (store_prepare(s,
-                      "SELECT id FROM jobs WHERE method = 'tpe' AND closed = 0 AND"
+                      "SELECT id FROM jobs WHERE method = 'tpe' AND closed = 0 AND hidden = 0 AND"
                       " (SELECT COUNT(*) FROM trials WHERE job = jobs.id) < n_trials ORDER BY id",
                       &st, err, errlen) < 0)
         return -1;
@@ -310,13 +359,17 @@ int store_job_source(store *s, int64_t job, char **text, char *file, size_t file
         *text = store_col_dup(st, 0);
         store_col_text(st, 1, file, filelen);
     }
-    sqlite3_finalize(st);
+    store_done(s, st);
     if (rc == SQLITE_DONE) return bf_fail(err, errlen, "no job with id %lld", (long long)job);
     if (rc != SQLITE_ROW) return store_sqlfail(s, err, errlen, "sqlite3_step(SELECT jobs.source)");
     return 0;
 }
 
 /* ----------------------------------------------------------------- counts */
+
+/* trials of the jobs no reader sees (a submit half written, a removal half
+ * done) are left out of the counts */
+#define NOT_HIDDEN " AND job NOT IN (SELECT id FROM jobs WHERE hidden != 0)"
 
 static int count_query(store *s, const char *sql, int64_t a, int b, int nb, long long *count,
                        char *err, size_t errlen) {
@@ -329,7 +382,7 @@ static int count_query(store *s, const char *sql, int64_t a, int b, int nb, long
         *count = sqlite3_column_int64(st, 0);
     else
         store_sqlfail(s, err, errlen, "sqlite3_step(SELECT COUNT)");
-    sqlite3_finalize(st);
+    store_done(s, st);
     return rc == SQLITE_ROW ? 0 : -1;
 }
 
@@ -343,7 +396,8 @@ int store_count_trials(store *s, int64_t job_id, int state, long long *count, ch
 }
 
 int store_count_jobs(store *s, long long *count, char *err, size_t errlen) {
-    return count_query(s, "SELECT COUNT(*) FROM jobs", 0, 0, 0, count, err, errlen);
+    return count_query(s, "SELECT COUNT(*) FROM jobs WHERE hidden = 0", 0, 0, 0, count, err,
+                       errlen);
 }
 
 int store_job_state_counts(store *s, int64_t job_id, long long counts[TRIAL_N_STATES], char *err,
@@ -362,7 +416,7 @@ int store_job_state_counts(store *s, int64_t job_id, long long counts[TRIAL_N_ST
             counts[ts] = sqlite3_column_int64(st, 1);
     }
     if (rc != SQLITE_DONE) store_sqlfail(s, err, errlen, "sqlite3_step(SELECT trial states)");
-    sqlite3_finalize(st);
+    store_done(s, st);
     return rc == SQLITE_DONE ? 0 : -1;
 }
 
@@ -370,9 +424,9 @@ int store_counts(store *s, long long *jobs, long long *pending, long long *runni
                  size_t errlen) {
     sqlite3_stmt *st;
     if (store_prepare(s,
-                      "SELECT (SELECT COUNT(*) FROM jobs),"
-                      " (SELECT COUNT(*) FROM trials WHERE state = 'PENDING'),"
-                      " (SELECT COUNT(*) FROM trials WHERE state = 'RUNNING')",
+                      "SELECT (SELECT COUNT(*) FROM jobs WHERE hidden = 0),"
+                      " (SELECT COUNT(*) FROM trials WHERE state = 'PENDING'" NOT_HIDDEN "),"
+                      " (SELECT COUNT(*) FROM trials WHERE state = 'RUNNING'" NOT_HIDDEN ")",
                       &st, err, errlen) < 0)
         return -1;
     int rc = sqlite3_step(st);
@@ -383,7 +437,7 @@ int store_counts(store *s, long long *jobs, long long *pending, long long *runni
     } else {
         store_sqlfail(s, err, errlen, "sqlite3_step(SELECT counts)");
     }
-    sqlite3_finalize(st);
+    store_done(s, st);
     return rc == SQLITE_ROW ? 0 : -1;
 }
 
@@ -392,8 +446,9 @@ int store_state_counts(store *s, long long *jobs, long long counts[TRIAL_N_STATE
     sqlite3_stmt *st;
     for (int k = 0; k < TRIAL_N_STATES; k++) counts[k] = 0;
     if (store_prepare(s,
-                      "SELECT 'JOBS', COUNT(*) FROM jobs"
-                      " UNION ALL SELECT state, COUNT(*) FROM trials GROUP BY state",
+                      "SELECT 'JOBS', COUNT(*) FROM jobs WHERE hidden = 0"
+                      " UNION ALL SELECT state, COUNT(*) FROM trials"
+                      " WHERE 1" NOT_HIDDEN " GROUP BY state",
                       &st, err, errlen) < 0)
         return -1;
     int rc;
@@ -406,6 +461,6 @@ int store_state_counts(store *s, long long *jobs, long long counts[TRIAL_N_STATE
             counts[ts] = sqlite3_column_int64(st, 1);
     }
     if (rc != SQLITE_DONE) store_sqlfail(s, err, errlen, "sqlite3_step(SELECT state counts)");
-    sqlite3_finalize(st);
+    store_done(s, st);
     return rc == SQLITE_DONE ? 0 : -1;
 }

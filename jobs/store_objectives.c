@@ -25,9 +25,7 @@ int store_objectives_text(const sweep_spec *spec, char *buf, size_t len) {
     return w >= len ? -1 : 0;
 }
 
-/* Reads the JSON array text of jobs.objectives into out: 0, or -1 when it
- * is not such a list (*n then 0). */
-static int objectives_parse(const char *text, sweep_objective out[SWEEP_MAX_OBJECTIVES], int *n) {
+int store_objectives_parse(const char *text, sweep_objective out[SWEEP_MAX_OBJECTIVES], int *n) {
     *n = 0;
     json_error_t je;
     json_t *a = text && text[0] ? json_loads(text, 0, &je) : NULL;
@@ -62,7 +60,7 @@ int store_job_objectives(store *s, int64_t job, sweep_objective out[SWEEP_MAX_OB
     sqlite3_bind_int64(st, 1, job);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW &&
-        objectives_parse((const char *)sqlite3_column_text(st, 0), out, n) < 0) {
+        store_objectives_parse((const char *)sqlite3_column_text(st, 0), out, n) < 0) {
         /* not a list this build reads: the job's one metric */
         store_col_text(st, 1, out[0].name, sizeof out[0].name);
         const char *goal = (const char *)sqlite3_column_text(st, 2);
@@ -71,7 +69,7 @@ int store_job_objectives(store *s, int64_t job, sweep_objective out[SWEEP_MAX_OB
     }
     if (rc != SQLITE_ROW && rc != SQLITE_DONE)
         store_sqlfail(s, err, errlen, "sqlite3_step(SELECT jobs.objectives)");
-    sqlite3_finalize(st);
+    store_done(s, st);
     if (rc == SQLITE_DONE) return bf_fail(err, errlen, "no job with id %lld", (long long)job);
     return rc == SQLITE_ROW ? 0 : -1;
 }

@@ -169,7 +169,7 @@ int store_max_seq(store *s, int64_t trial_id, int64_t *out, char *err, size_t er
         *out = sqlite3_column_int64(st, 0);
     else
         store_sqlfail(s, err, errlen, "sqlite3_step(SELECT MAX(seq))");
-    sqlite3_finalize(st);
+    store_done(s, st);
     return rc == SQLITE_ROW ? 0 : -1;
 }
 
@@ -228,7 +228,7 @@ int store_job_series(store *s, int64_t job, int64_t trial, const char *name, sto
         c->steps[c->n] = sqlite3_column_int64(st, 1);
         c->values[c->n++] = sqlite3_column_double(st, 2);
     }
-    sqlite3_finalize(st);
+    store_done(s, st);
     if (oom || rc != SQLITE_DONE) {
         store_series_free(v, cnt);
         if (oom) return bf_fail(err, errlen, "store_job_series: out of memory");

@@ -10,6 +10,7 @@
  *   store_adaptive.c  early-stopping decisions and ASHA rungs
  *   store_trials.c    trials: reads and the state machine (every edge)
  *   store_stages.c    the shared stages of s2s trials: plans, claims, waits
+ *   store_prune.c     removing jobs: marks, chunked deletes, gc candidates
  *   store_jobs.c      jobs: submit, proposals, reads, cancel, counts
  *
  * Every function returns 0 on success or -1 with a message in err (which
@@ -25,10 +26,14 @@
 #include "jobs/store.h"
 
 #define STORE_NAME_CACHE 256
+#define STORE_STMT_CACHE 128
 
 /* The handle: the connection, the statements prepared once at open (the hot
- * paths: metric inserts and the plan rows of a submit), and a cache of
- * metric name ids (emptied by store_rollback, as the ids may be gone). */
+ * paths: metric inserts and the plan rows of a submit), a cache of metric
+ * name ids (emptied by store_rollback, as the ids may be gone), and the
+ * statements store_prepare kept by their SQL text (finalized by
+ * store_close; busy while a caller holds one, so a nested call of the same
+ * SQL gets a statement of its own). */
 struct store {
     sqlite3 *db;
     sqlite3_stmt *ins_metric, *upd_latest, *get_name, *ins_name, *trial_exists, *ins_plan;
@@ -37,6 +42,13 @@ struct store {
         int64_t id;
     } names[STORE_NAME_CACHE];
     int n_names;
+    struct {
+        uint64_t hash;
+        char *sql;
+        sqlite3_stmt *st;
+        int busy;
+    } stmts[STORE_STMT_CACHE];
+    int n_stmts;
 };
 
 /* ------------------------------------------------ store_sql.c: statements */
@@ -44,13 +56,21 @@ struct store {
 double store_now(void); /* unix seconds */
 /* Fills err with "CALL: sqlite's message"; returns -1. */
 int store_sqlfail(store *s, char *err, size_t errlen, const char *call);
-/* Steps a statement that returns no row and finalizes it: 0, or -1 with
- * "CALL: sqlite's message". */
+/* Steps a statement that returns no row and gives it back (store_done): 0,
+ * or -1 with "CALL: sqlite's message". */
 int store_step_done(store *s, sqlite3_stmt *st, const char *call, char *err, size_t errlen);
 /* Runs SQL text (one or more statements, no parameters). */
 int store_exec(store *s, const char *sql, char *err, size_t errlen);
-/* Prepares sql into *st (the caller finalizes it). */
+/* A statement of sql into *st, the one kept from an earlier call when it is
+ * free (reset, its bindings cleared), else newly prepared and kept while
+ * the cache has room. The caller gives it back with store_done, never
+ * sqlite3_finalize. */
 int store_prepare(store *s, const char *sql, sqlite3_stmt **st, char *err, size_t errlen);
+/* Gives back a statement of store_prepare: a kept one is reset for the next
+ * call, another finalized. NULL is a no-op. */
+void store_done(store *s, sqlite3_stmt *st);
+/* Finalizes every kept statement (store_close). */
+void store_stmts_free(store *s);
 /* BEGIN IMMEDIATE / COMMIT. A caller that fails between them calls
  * store_rollback, which also forgets the cached metric name ids. */
 int store_begin(store *s, char *err, size_t errlen);
@@ -75,7 +95,7 @@ typedef void (*store_row_fn)(sqlite3_stmt *st, void *row, void *ud);
 typedef void (*store_release_fn)(void *rows, size_t n);
 /* Every row of st into a new array of elem-byte elements (room for `first`,
  * then doubled), each zeroed and then filled by row(st, element, ud). st is
- * finalized. Returns 0 with *out (malloc'd, the caller's; NULL when there is
+ * given back. Returns 0 with *out (malloc'd, the caller's; NULL when there is
  * no row) and *n, or -1 with "WHAT: out of memory" or "sqlite3_step(WHAT):
  * sqlite's message", after release(rows, count) (free when NULL) disposed of
  * what was read. */
@@ -83,7 +103,7 @@ int store_rows(store *s, sqlite3_stmt *st, size_t elem, size_t first, store_row_
                store_release_fn release, void **out, size_t *n, const char *what, char *err,
                size_t errlen);
 /* Column 0 of every row of st into a new array: int64 into *ids, or double
- * into *vals (the other NULL); *n elements. st is finalized. Returns 0, or -1
+ * into *vals (the other NULL); *n elements. st is given back. Returns 0, or -1
  * with a message naming `what` (the query, or the caller when out of memory). */
 int store_collect_column(store *s, sqlite3_stmt *st, int64_t **ids, double **vals, size_t *n,
                          const char *what, char *err, size_t errlen);
@@ -100,6 +120,9 @@ void store_stage_label(char *buf, size_t n, const char *name, const char *key);
 /* The objectives of spec as the JSON array text jobs.objectives holds, into
  * buf; -1 when it does not fit. */
 int store_objectives_text(const sweep_spec *spec, char *buf, size_t len);
+/* Reads that text back into out[*n]: 0, or -1 when it is not such a list
+ * (*n then 0). */
+int store_objectives_parse(const char *text, sweep_objective out[SWEEP_MAX_OBJECTIVES], int *n);
 
 /* ---------------------------------------------- store_points.c: points */
 

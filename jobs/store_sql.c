@@ -23,7 +23,7 @@ int store_sqlfail(store *s, char *err, size_t errlen, const char *call) {
 
 int store_step_done(store *s, sqlite3_stmt *st, const char *call, char *err, size_t errlen) {
     int rc = sqlite3_step(st);
-    sqlite3_finalize(st);
+    store_done(s, st);
     return rc == SQLITE_DONE ? 0 : store_sqlfail(s, err, errlen, call);
 }
 
@@ -37,10 +37,60 @@ int store_exec(store *s, const char *sql, char *err, size_t errlen) {
     return 0;
 }
 
+/* FNV-1a of the SQL text: the cache's first comparison */
+static uint64_t sql_hash(const char *sql) {
+    uint64_t h = 1469598103934665603ull;
+    for (const unsigned char *p = (const unsigned char *)sql; *p; p++)
+        h = (h ^ *p) * 1099511628211ull;
+    return h;
+}
+
 int store_prepare(store *s, const char *sql, sqlite3_stmt **st, char *err, size_t errlen) {
+    /* kept statements: preparing the same text on every call cost more than
+     * running it for the short reads of the loop (a job's row, a count) */
+    uint64_t h = sql_hash(sql);
+    int held = 0;
+    for (int i = 0; i < s->n_stmts; i++)
+        if (s->stmts[i].hash == h && strcmp(s->stmts[i].sql, sql) == 0) {
+            if (s->stmts[i].busy) {
+                held = 1;
+                break;
+            }
+            s->stmts[i].busy = 1;
+            *st = s->stmts[i].st;
+            return 0;
+        }
     if (sqlite3_prepare_v2(s->db, sql, -1, st, NULL) != SQLITE_OK)
         return bf_fail(err, errlen, "sqlite3_prepare_v2(%.60s...): %s", sql, sqlite3_errmsg(s->db));
+    char *copy = held || s->n_stmts == STORE_STMT_CACHE ? NULL : strdup(sql);
+    if (copy) {
+        int i = s->n_stmts++;
+        s->stmts[i].hash = h;
+        s->stmts[i].sql = copy;
+        s->stmts[i].st = *st;
+        s->stmts[i].busy = 1;
+    }
     return 0;
+}
+
+void store_done(store *s, sqlite3_stmt *st) {
+    if (!st) return;
+    for (int i = 0; i < s->n_stmts; i++)
+        if (s->stmts[i].st == st) {
+            sqlite3_reset(st);
+            sqlite3_clear_bindings(st);
+            s->stmts[i].busy = 0;
+            return;
+        }
+    sqlite3_finalize(st);
+}
+
+void store_stmts_free(store *s) {
+    for (int i = 0; i < s->n_stmts; i++) {
+        sqlite3_finalize(s->stmts[i].st);
+        free(s->stmts[i].sql);
+    }
+    s->n_stmts = 0;
 }
 
 int store_begin(store *s, char *err, size_t errlen) {
@@ -73,7 +123,7 @@ int store_event(store *s, int64_t job, int64_t trial, const char *kind, const ch
     int rc = sqlite3_step(st) == SQLITE_DONE
                  ? 0
                  : store_sqlfail(s, err, errlen, "sqlite3_step(INSERT INTO events)");
-    sqlite3_finalize(st);
+    store_done(s, st);
     return rc;
 }
 
@@ -121,10 +171,10 @@ int store_rows(store *s, sqlite3_stmt *st, size_t elem, size_t first, store_row_
             release(rows, cnt);
         else
             free(rows);
-        sqlite3_finalize(st);
+        store_done(s, st);
         return -1;
     }
-    sqlite3_finalize(st);
+    store_done(s, st);
     *out = rows;
     *n = cnt;
     return 0;

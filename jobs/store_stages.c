@@ -93,7 +93,7 @@ static int load_plan(store *s, int64_t trial, store_stage out[STAGE_MAX],
         gap |= out[*n].idx != *n;
         (*n)++;
     }
-    sqlite3_finalize(st);
+    store_done(s, st);
     if (rc != SQLITE_DONE && rc != SQLITE_ROW)
         return store_sqlfail(s, err, errlen, "sqlite3_step(SELECT trial_stages)");
     if (gap || rc == SQLITE_ROW)
@@ -118,7 +118,7 @@ static int job_submitted(store *s, int64_t trial, double *t, char *err, size_t e
     sqlite3_bind_int64(st, 1, trial);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) *t = sqlite3_column_double(st, 0);
-    sqlite3_finalize(st);
+    store_done(s, st);
     if (rc == SQLITE_ROW) return 0;
     if (rc == SQLITE_DONE) return bf_fail(err, errlen, "no trial with id %lld", (long long)trial);
     return store_sqlfail(s, err, errlen, "sqlite3_step(SELECT jobs.submitted)");
@@ -257,7 +257,7 @@ int store_trial_running_stage(store *s, int64_t trial, store_stage *out, char *e
     sqlite3_bind_int64(st, 1, trial);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) read_stage_row(st, out, NULL, NULL);
-    sqlite3_finalize(st);
+    store_done(s, st);
     if (rc == SQLITE_ROW) return 0;
     if (rc == SQLITE_DONE) return 1;
     return store_sqlfail(s, err, errlen, "sqlite3_step(SELECT running stage)");
@@ -357,7 +357,7 @@ int store_job_stage_counts(store *s, int64_t job, store_stage_counts *out, char 
         out->run = sqlite3_column_int64(st, 5);
         for (int k = 0; k < STAGE_N_STATES; k++) out->by_state[k] = sqlite3_column_int64(st, 6 + k);
     }
-    sqlite3_finalize(st);
+    store_done(s, st);
     return rc == SQLITE_ROW ? 0
                             : store_sqlfail(s, err, errlen, "sqlite3_step(SELECT stage counts)");
 }

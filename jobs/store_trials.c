@@ -63,7 +63,7 @@ static int load_state(store *s, int64_t trial, trial_state *state, int *attempts
     } else {
         store_sqlfail(s, err, errlen, "sqlite3_step(SELECT trial state)");
     }
-    sqlite3_finalize(st);
+    store_done(s, st);
     return out;
 }
 
@@ -79,14 +79,14 @@ static int stage_follow(store *s, int64_t trial, int64_t job, trial_state to, in
     sqlite3_bind_int64(st, 1, trial);
     int rc = sqlite3_step(st);
     if (rc != SQLITE_ROW) {
-        sqlite3_finalize(st);
+        store_done(s, st);
         return rc == SQLITE_DONE ? 0 : store_sqlfail(s, err, errlen, "sqlite3_step(SELECT stage)");
     }
     char key[17], name[16];
     store_col_text(st, 0, key, sizeof key);
     store_col_text(st, 1, name, sizeof name);
     int failures = sqlite3_column_int(st, 2);
-    sqlite3_finalize(st);
+    store_done(s, st);
     stage_state next = STAGE_PENDING;
     if (to == TRIAL_COMPLETED || stage_done) {
         next = STAGE_DONE;
@@ -369,7 +369,7 @@ int store_next_runnable(store *s, int limit, store_trial **out, size_t *n, char 
     sqlite3_stmt *st;
     if (store_prepare(s,
                       "SELECT " TRIAL_COLS " FROM trials t JOIN jobs j ON j.id = t.job"
-                      " WHERE t.state = 'PENDING'"
+                      " WHERE t.state = 'PENDING' AND j.hidden = 0"
                       " ORDER BY j.priority DESC, j.submitted, j.id, t.idx LIMIT ?1",
                       &st, err, errlen) < 0)
         return -1;
@@ -386,16 +386,24 @@ int store_next_runnable(store *s, int limit, store_trial **out, size_t *n, char 
     "  FROM metric_latest l JOIN metric_names n ON n.id = l.name"                                  \
     "  WHERE l.trial = t.id AND n.name = j.metric_name) AS best"
 
-int store_job_trials(store *s, int64_t job_id, store_trial **out, size_t *n, char *err,
-                     size_t errlen) {
+int store_job_trials_page(store *s, int64_t job_id, long long after, int limit, store_trial **out,
+                          size_t *n, char *err, size_t errlen) {
     sqlite3_stmt *st;
     if (store_prepare(s,
                       "SELECT " TRIAL_COLS LATEST_AND_BEST
-                      " FROM trials t JOIN jobs j ON j.id = t.job WHERE t.job = ?1 ORDER BY t.idx",
+                      " FROM trials t JOIN jobs j ON j.id = t.job WHERE t.job = ?1 AND t.idx > ?2"
+                      " ORDER BY t.idx LIMIT ?3",
                       &st, err, errlen) < 0)
         return -1;
     sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, after);
+    sqlite3_bind_int(st, 3, limit > 0 ? limit : -1);
     return collect(s, st, TRIAL_NCOLS + 3, out, n, err, errlen);
+}
+
+int store_job_trials(store *s, int64_t job_id, store_trial **out, size_t *n, char *err,
+                     size_t errlen) {
+    return store_job_trials_page(s, job_id, -1, 0, out, n, err, errlen);
 }
 
 int store_best_trials(store *s, int64_t job_id, int limit, store_trial **out, size_t *n, char *err,
@@ -421,7 +429,7 @@ int store_trial_job(store *s, int64_t trial_id, int64_t *job_id, char *err, size
     if (rc == SQLITE_ROW) *job_id = sqlite3_column_int64(st, 0);
     if (rc != SQLITE_ROW && rc != SQLITE_DONE)
         store_sqlfail(s, err, errlen, "sqlite3_step(SELECT trials.job)");
-    sqlite3_finalize(st);
+    store_done(s, st);
     return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? 1 : -1;
 }
 
@@ -443,7 +451,7 @@ int store_trial_last_failure(store *s, int64_t trial_id, int *attempt, char *mes
     }
     if (rc != SQLITE_ROW && rc != SQLITE_DONE)
         store_sqlfail(s, err, errlen, "sqlite3_step(SELECT attempts FAILED)");
-    sqlite3_finalize(st);
+    store_done(s, st);
     return rc == SQLITE_ROW || rc == SQLITE_DONE ? 0 : -1;
 }
 

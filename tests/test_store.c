@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -134,6 +135,14 @@ Test(store, migrates_v1_with_metrics) {
     sqlite3_close(db);
     store *s = open_store("old.db");
     cr_assert_eq(store_schema_version(s), STORE_SCHEMA_VERSION);
+    /* the old file was switched to incremental vacuum (a VACUUM at open) */
+    cr_assert_eq(sqlite3_open(path_in("old.db"), &db), SQLITE_OK);
+    sqlite3_stmt *av;
+    cr_assert_eq(sqlite3_prepare_v2(db, "PRAGMA auto_vacuum", -1, &av, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_step(av), SQLITE_ROW);
+    cr_assert_eq(sqlite3_column_int(av, 0), 2, "auto_vacuum INCREMENTAL");
+    sqlite3_finalize(av);
+    sqlite3_close(db);
     store_trial *t;
     size_t n;
     cr_assert_eq(store_job_trials(s, 1, &t, &n, err, sizeof err), 0, "%s", err);
@@ -370,16 +379,28 @@ Test(store, daemon_queries) {
     char err[512];
     store_job *jobs;
     size_t nj;
-    cr_assert_eq(store_jobs(s, &jobs, &nj, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(store_jobs(s, 0, 0, &jobs, &nj, err, sizeof err), 0, "%s", err);
     cr_assert_eq(nj, 0);
     free(jobs);
     int64_t j1 = submit(s, SIX);
     int64_t j2 = submit(s, "name: two\npriority: 3\nresources: {ranks: 2, time_limit: 90}\n"
                            "sweep:\n  parameters:\n    train.seed: {values: [1, 2]}\n"
                            "metric: {name: train/loss, goal: min}\n");
-    cr_assert_eq(store_jobs(s, &jobs, &nj, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(store_jobs(s, j1, 1, &jobs, &nj, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(nj, 1, "a page of one job after the first");
+    cr_assert_eq(jobs[0].id, j2);
+    free(jobs);
+    store_trial *page;
+    size_t npage;
+    cr_assert_eq(store_job_trials_page(s, j1, 1, 3, &page, &npage, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(npage, 3, "trials 2..4 of six");
+    cr_assert_eq(page[0].index, 2);
+    cr_assert_eq(page[2].index, 4);
+    store_trials_free(page, npage);
+    cr_assert_eq(store_jobs(s, 0, 0, &jobs, &nj, err, sizeof err), 0, "%s", err);
     cr_assert_eq(nj, 2);
     cr_assert_eq(jobs[0].id, j1);
+    cr_assert_eq(jobs[0].counts[TRIAL_PENDING], 6, "the state counts come with the row");
     cr_assert_str_eq(jobs[0].name, "six");
     cr_assert_str_eq(jobs[0].metric, "val/acc");
     cr_assert_str_eq(jobs[0].goal, "max");
@@ -592,7 +613,7 @@ Test(store, sigkill_during_submit_leaves_all_or_nothing, .timeout = 120) {
     cr_assert_eq(c, 15000);
     store_close(&s);
     srand((unsigned)time(NULL));
-    int killed_mid = 0, complete = 0, empty = 0;
+    int killed_mid = 0, complete = 0, empty = 0, partial = 0;
     for (int round = 0; round < 8; round++) {
         char name[32];
         snprintf(name, sizeof name, "kill%d.db", round);
@@ -636,8 +657,25 @@ Test(store, sigkill_during_submit_leaves_all_or_nothing, .timeout = 120) {
             cr_assert_eq(WEXITSTATUS(status), 0, "child failed with %d", WEXITSTATUS(status));
         s = open_store(name);
         long long jobs, trials = 0;
+        /* what bfd does at its start: a submit cut short is removed */
+        int abandoned;
+        cr_assert_eq(store_prune_abandoned(s, &abandoned, err, sizeof err), 0, "%s", err);
+        if (abandoned) partial++;
+        for (store_pruned p = {.job = 1}; p.job;) {
+            cr_assert_eq(store_prune_step(s, 1000, &p, err, sizeof err), 0, "%s", err);
+            store_pruned_free(&p);
+        }
         cr_assert_eq(store_count_jobs(s, &jobs, err, sizeof err), 0, "%s", err);
         if (jobs == 1) cr_assert_eq(store_count_trials(s, 1, -1, &trials, err, sizeof err), 0);
+        sqlite3 *db;
+        cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+        sqlite3_stmt *st;
+        cr_assert_eq(sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM trials", -1, &st, NULL),
+                     SQLITE_OK);
+        cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+        cr_assert_eq(sqlite3_column_int64(st, 0), trials, "no trial of a half job is left");
+        sqlite3_finalize(st);
+        sqlite3_close(db);
         cr_assert(jobs == 0 || (jobs == 1 && trials == 15000),
                   "round %d: %lld jobs with %lld trials after kill at %.0f%% of a submit", round,
                   jobs, trials, frac * 100);
@@ -648,8 +686,9 @@ Test(store, sigkill_during_submit_leaves_all_or_nothing, .timeout = 120) {
         store_close(&s);
     }
     printf("sigkill during submit: %d rounds killed by the signal; %d left the whole job, %d left "
-           "nothing (one submit of 15000 trials: %.3f s)\n",
-           killed_mid, complete, empty, dt);
+           "nothing seen (%d of them a half job, removed at start-up) (one submit of 15000 "
+           "trials: %.3f s)\n",
+           killed_mid, complete, empty, partial, dt);
     cr_assert_gt(empty, 0, "no round was killed inside the transaction: the test showed nothing");
 }
 
@@ -733,5 +772,52 @@ Test(store, migration_gives_old_jobs_their_one_objective) {
     cr_assert_eq(n, 1);
     cr_assert_str_eq(o[0].name, "val/loss");
     cr_assert_eq(o[0].maximize, 0);
+    store_close(&s);
+}
+
+/* Removing a job of 100,000 points gives the pages back to the file system
+ * (auto_vacuum INCREMENTAL, store_shrink): the file shrinks. The sizes are
+ * printed (docs/results.md). */
+Test(store, pruning_a_100000_point_job_shrinks_the_file) {
+    store *s = open_store("prune.db");
+    int64_t keep = submit(s, SIX);
+    int64_t job = submit(s, SIX);
+    int64_t id = trial_id(s, job, 0);
+    const char *names[] = {"train/loss", "train/lr", "train/budget_s", "train/heads_used"};
+    enum { BATCH = 1000, BATCHES = 100 };
+    store_metric *pts = malloc(BATCH * sizeof *pts);
+    char err[512];
+    long seq = 0;
+    for (int b = 0; b < BATCHES; b++) {
+        for (int i = 0; i < BATCH; i++) {
+            long k = (long)b * BATCH + i;
+            if (k % 4 == 0) seq++;
+            pts[i] = (store_metric){seq, seq * 10, names[k % 4], 1.0 / (double)(k + 1), 1e9 + k};
+        }
+        cr_assert_eq(store_metrics_insert(s, id, pts, BATCH, err, sizeof err), 0, "%s", err);
+    }
+    free(pts);
+    store_close(&s);
+    struct stat before, after;
+    cr_assert_eq(stat(path_in("prune.db"), &before), 0);
+    s = open_store("prune.db");
+    cr_assert_eq(store_prune_mark(s, job, 0, err, sizeof err), 0, "%s", err);
+    for (store_pruned p = {.job = 1}; p.job;) {
+        cr_assert_eq(store_prune_step(s, 100, &p, err, sizeof err), 0, "%s", err);
+        store_pruned_free(&p);
+    }
+    long long left = 1;
+    while (left > 0) cr_assert_eq(store_shrink(s, 2048, &left, err, sizeof err), 0, "%s", err);
+    store_close(&s); /* the close checkpoints the WAL into the file */
+    cr_assert_eq(stat(path_in("prune.db"), &after), 0);
+    printf("store file with a job of 100000 points: %lld bytes; after removing it: %lld bytes\n",
+           (long long)before.st_size, (long long)after.st_size);
+    cr_assert_lt(after.st_size * 4, before.st_size, "the file gave its pages back");
+    s = open_store("prune.db");
+    long long n;
+    cr_assert_eq(store_count_jobs(s, &n, err, sizeof err), 0);
+    cr_assert_eq(n, 1);
+    store_job j;
+    cr_assert_eq(store_job_get(s, keep, &j, err, sizeof err), 0);
     store_close(&s);
 }

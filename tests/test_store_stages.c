@@ -428,3 +428,80 @@ Test(store_stages, migrates_from_schema_4) {
     launch(s, trial_at(s, job, 0), 0);
     store_close(&s);
 }
+
+/* Removing a job (store_prune_mark, store_prune_step to the end): its rows
+ * go chunk by chunk; a stage another job's trial plans stays (done, its
+ * removed runner forgotten), but not a last stage (eval) one of its trials
+ * ran, whose points go with it; a stage only it planned goes; the folders
+ * of the stages that go are named for removal. */
+Test(store_stages, removing_a_job_keeps_a_stage_a_kept_job_plans) {
+    store *s = open_store();
+    char err[512];
+    int64_t a = submit_grid(s, 0);
+    int64_t b = submit_s2s(s, "name: b\npipeline: s2s\n"
+                              "base: {data: {set: fashion_mnist}, train: {steps: 10}}\n"
+                              "sweep:\n  parameters:\n    avit.retention: {values: [0.7]}\n"
+                              "    distill.mixer: {values: [bimamba]}\n"
+                              "metric: {name: eval/student/test/acc, goal: max}\n");
+    int64_t a0 = trial_at(s, a, 0), b0 = trial_at(s, b, 0);
+    store_stage teacher = stage_of(s, a0, 0);
+    cr_assert_str_eq(teacher.key, stage_of(s, b0, 0).key, "the two jobs share the teacher");
+    launch(s, a0, 0);
+    stage_done(s, a0);
+    /* a trial of a whose avit stage b does not plan, running it */
+    int64_t other = 0;
+    for (long long i = 0; i < 6 && !other; i++) {
+        int64_t t = trial_at(s, a, i);
+        if (strcmp(stage_of(s, t, 1).key, stage_of(s, b0, 1).key)) other = t;
+    }
+    cr_assert(other);
+    store_stage only_a = stage_of(s, other, 1);
+    launch(s, other, 1);
+    /* a trial of a with b's plan, running its last stage (eval): b0 would
+     * reuse it and copy the runner's eval points, which go with a */
+    int last = S2S_STAGES - 1;
+    int64_t same = 0;
+    for (long long i = 0; i < 6 && !same; i++) {
+        int64_t t = trial_at(s, a, i);
+        if (!strcmp(stage_of(s, t, last).key, stage_of(s, b0, last).key)) same = t;
+    }
+    cr_assert(same);
+    store_stage eval = stage_of(s, same, last);
+    launch(s, same, last);
+    cr_assert_eq(store_prune_mark(s, a, 0, err, sizeof err), 0, "%s", err);
+    store_job j;
+    cr_assert_eq(store_job_get(s, a, &j, err, sizeof err), 1, "a job being removed is hidden");
+    int steps = 0, saw_only_a = 0, saw_teacher = 0, saw_eval = 0;
+    long long trials = 0;
+    for (;;) {
+        store_pruned p;
+        cr_assert_eq(store_prune_step(s, 4, &p, err, sizeof err), 0, "%s", err);
+        if (!p.job) break;
+        cr_assert_eq(p.job, a);
+        cr_assert_leq(p.n_trials, 4);
+        trials += (long long)p.n_trials;
+        for (size_t k = 0; k < p.n_stage_dirs; k++) {
+            saw_only_a |= !strcmp(p.stage_dirs[k], only_a.dir);
+            saw_teacher |= !strcmp(p.stage_dirs[k], teacher.dir);
+            saw_eval |= !strcmp(p.stage_dirs[k], eval.dir);
+        }
+        store_pruned_free(&p);
+        cr_assert_lt(++steps, 10);
+    }
+    cr_assert_eq(trials, 6);
+    cr_assert(saw_only_a, "the stage only job a planned is removed, its folder named");
+    cr_assert_not(saw_teacher, "the teacher job b plans is kept");
+    cr_assert(saw_eval, "the eval stage a's trial ran goes, b0 runs it again");
+    cr_assert_not(stage_of(s, b0, last).known, "b0's eval stage is claimable");
+    store_stage kept = stage_of(s, b0, 0);
+    cr_assert(kept.known);
+    cr_assert_eq(kept.state, STAGE_DONE);
+    cr_assert_eq(kept.trial, 0, "its removed runner is forgotten");
+    cr_assert_eq(store_job_get(s, b, &j, err, sizeof err), 0);
+    long long n;
+    cr_assert_eq(store_count_trials(s, a, -1, &n, err, sizeof err), 0);
+    cr_assert_eq(n, 0);
+    cr_assert_eq(store_count_jobs(s, &n, err, sizeof err), 0);
+    cr_assert_eq(n, 1);
+    store_close(&s);
+}
