@@ -60,6 +60,9 @@ static const bfctl_cmd commands[] = {
      keys_opts},
     {"submit", bfctl_submit, "submit SWEEP.yaml [--set KEY=VALUE ...] [--wait] [--follow]",
      "submit a sweep to bfd; prints the job id", bfctl_submit_opts},
+    {"clone", bfctl_clone, "clone tTRIAL [--set KEY=VALUE ...] [--wait]",
+     "submit a one-trial job from a trial's config with changes; prints the job id",
+     bfctl_clone_opts},
     {"ls", bfctl_ls, "ls [--json]", "list jobs", bfctl_ls_opts},
     {"show", bfctl_show, "show JOB|tTRIAL [--json] [--rungs]",
      "a job and its trials, or one trial; --rungs: early-stopping decisions", bfctl_show_opts},
@@ -82,13 +85,14 @@ static const bfctl_cmd commands[] = {
      "remove finished jobs older than DURATION (--dry-run: list them)", bfctl_gc_opts},
     {"wait", bfctl_wait, "wait JOB", "wait for a job; exit 0 only if every trial completed",
      bfctl_no_opts},
-    {"best", bfctl_best, "best JOB [-n N] [--json]", "the job's best trials by its metric",
-     bfctl_best_opts},
+    {"best", bfctl_best, "best JOB [-n N] [--json]",
+     "the job's best trials by its metric; several objectives: the Pareto front", bfctl_best_opts},
     {"logs", bfctl_logs, "logs tTRIAL [-f]", "a trial's log; -f follows it", bfctl_logs_opts},
     {"daemon", bfctl_daemon, "daemon status [--json] [--all]",
      "bfd's state: slots, GPUs, running trials (first 100; --all: every one)", bfctl_daemon_opts},
-    {"results", bfctl_results, "results JOB [--json]",
-     "accuracy and heads used per trial, best marked", bfctl_results_opts},
+    {"results", bfctl_results, "results JOB... [--group-by-seed] [--json]",
+     "accuracy and heads used per trial, best (or the Pareto front) marked; jobs side by side",
+     bfctl_results_opts},
     {"export", bfctl_export, "export JOB --csv|--json|--tensorboard DIR",
      "every stored metric of a job (CSV, JSON, or TensorBoard event files)", bfctl_export_opts},
     {"plot", bfctl_plot,
@@ -263,6 +267,12 @@ int bfctl_expand(int argc, char **argv) {
                       s->base.pipeline, "method", method_text(s), "seed", (json_int_t)s->seed,
                       "n_trials", (json_int_t)(s->is_sweep ? s->n_trials : 1), "metric", "name",
                       s->metric_name, "goal", s->metric_maximize ? "max" : "min");
+        json_t *objs = json_array();
+        for (int k = 0; k < s->n_objectives; k++)
+            json_array_append_new(objs,
+                                  json_pack("{s:s, s:s}", "name", s->objectives[k].name, "goal",
+                                            s->objectives[k].maximize ? "max" : "min"));
+        if (head) json_object_set_new(head, "objectives", objs);
         char *txt = head ? json_dumps(head, JSON_PRESERVE_ORDER | JSON_COMPACT) : NULL;
         json_decref(head);
         if (!txt) {
@@ -275,10 +285,14 @@ int bfctl_expand(int argc, char **argv) {
         printf("%s,\"trials\":[", txt);
         free(txt);
     } else {
-        printf("job '%s': pipeline %s, %s, %lld trial%s, metric %s (%s)\n", s->name,
-               s->base.pipeline, method_text(s), s->is_sweep ? s->n_trials : 1,
-               (s->is_sweep ? s->n_trials : 1) == 1 ? "" : "s", s->metric_name,
-               s->metric_maximize ? "max" : "min");
+        printf("job '%s': pipeline %s, %s, %lld trial%s, %s ", s->name, s->base.pipeline,
+               method_text(s), s->is_sweep ? s->n_trials : 1,
+               (s->is_sweep ? s->n_trials : 1) == 1 ? "" : "s",
+               s->n_objectives > 1 ? "objectives" : "metric");
+        for (int k = 0; k < (s->n_objectives > 1 ? s->n_objectives : 1); k++)
+            printf("%s%s (%s)", k ? ", " : "", k ? s->objectives[k].name : s->metric_name,
+                   (k ? s->objectives[k].maximize : s->metric_maximize) ? "max" : "min");
+        printf("\n");
     }
     if (s->is_sweep && s->method == SWEEP_TPE)
         fprintf(stderr, "bfctl expand: tpe proposes its trials while the job runs; listed here are "

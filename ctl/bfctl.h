@@ -50,6 +50,9 @@ typedef struct ctl_conn ctl_conn; /* ctl/ctl_client.h */
 /* ctl/ctl_submit.c */
 extern const opt_spec bfctl_submit_opts[];
 int bfctl_submit(int argc, char **argv);
+/* ctl/ctl_clone.c: a one-trial job from a trial's config */
+extern const opt_spec bfctl_clone_opts[];
+int bfctl_clone(int argc, char **argv);
 /* ctl/ctl_jobs.c: jobs and trials */
 extern const opt_spec bfctl_ls_opts[], bfctl_show_opts[], bfctl_best_opts[];
 int bfctl_ls(int argc, char **argv);
@@ -87,6 +90,17 @@ int bfctl_daemon(int argc, char **argv);
 int bfctl_results(int argc, char **argv);
 extern const opt_spec bfctl_results_opts[], bfctl_export_opts[];
 int bfctl_export(int argc, char **argv);
+/* ctl/ctl_front.c: several objectives, seed groups, jobs side by side */
+#define CTL_FRONT_MAX_JOBS 16 /* jobs one `results` compares */
+/* The Pareto table of jobs[njobs] (their trials, or grouped by everything
+ * but train.seed into mean +- std) ranked over the first job's objectives
+ * (every job must have the same), as text or JSON; front_only: the front
+ * alone (`best`). Returns the exit status. */
+int ctl_front(ctl_conn *c, const long long *jobs, int njobs, int group_by_seed, int json,
+              int front_only);
+/* How many objectives job has (1 for a job of one metric), or -1 after
+ * saying why it could not be read. */
+int ctl_job_objectives(ctl_conn *c, long long job);
 /* ctl/ctl_adaptive.c: adaptive sweeps */
 int bfctl_resume(int argc, char **argv);
 int bfctl_show_rungs(long long job, int as_json); /* `show JOB --rungs` */

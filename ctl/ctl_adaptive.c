@@ -11,26 +11,6 @@
 #include "ctl/bfctl.h"
 #include "ctl/ctl_client.h"
 
-/* One request on a fresh connection; prints bfd's error. 0 with *reply, else 1. */
-static int request(const char *type, json_t *body, json_t **reply) {
-    char err[4096];
-    ctl_conn *c;
-    *reply = NULL;
-    if (ctl_connect(&c, err, sizeof err)) {
-        fprintf(stderr, "bfctl: %s\n", err);
-        json_decref(body);
-        return 1;
-    }
-    int rc = ctl_call(c, type, body, reply, NULL, err, sizeof err);
-    json_decref(body);
-    ctl_close(&c);
-    if (rc == 0) return 0;
-    fprintf(stderr, "bfctl: %s\n", err);
-    json_decref(*reply);
-    *reply = NULL;
-    return 1;
-}
-
 int bfctl_resume(int argc, char **argv) {
     const char *usage = "resume tTRIAL";
     int rest = argc, prc = bfctl_parse(argc, argv,
@@ -48,7 +28,11 @@ int bfctl_resume(int argc, char **argv) {
         return BF_EX_USAGE;
     }
     json_t *r;
-    if (request("resume", json_pack("{s:I}", "trial", (json_int_t)trial), &r)) return 1;
+    ctl_conn *c;
+    if (ctl_connect_or_say(&c)) return 1;
+    int rc = ctl_call_or_say(c, "resume", json_pack("{s:I}", "trial", (json_int_t)trial), &r);
+    ctl_close(&c);
+    if (rc) return 1;
     printf("trial %lld resumes from its checkpoint (PENDING)\n", trial);
     json_decref(r);
     return 0;
@@ -61,7 +45,11 @@ static const char *js(json_t *o, const char *k) {
 
 int bfctl_show_rungs(long long job, int as_json) {
     json_t *r;
-    if (request("rungs", json_pack("{s:I}", "job", (json_int_t)job), &r)) return 1;
+    ctl_conn *c;
+    if (ctl_connect_or_say(&c)) return 1;
+    int rc = ctl_call_or_say(c, "rungs", json_pack("{s:I}", "job", (json_int_t)job), &r);
+    ctl_close(&c);
+    if (rc) return 1;
     if (as_json) {
         char *t = json_dumps(r, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         if (t) printf("%s\n", t);

@@ -247,6 +247,7 @@ int bfctl_show(int argc, char **argv) {
                ctl_jint(r, "attempts"), ctl_jint(r, "attempts") == 1 ? "" : "s",
                ctl_jstr(r, "hash"), ctl_jstr(r, "log"));
         if (*ctl_jstr(r, "reason")) printf("early stop: %s\n", ctl_jstr(r, "reason"));
+        if (ctl_jint(r, "source")) printf("cloned from t%lld\n", ctl_jint(r, "source"));
         print_failure(r, trial);
         print_trial_stages(r);
         printf("config:\n%s", ctl_jstr(r, "config"));
@@ -276,6 +277,12 @@ int bfctl_best(int argc, char **argv) {
         return BF_EX_USAGE;
     ctl_conn *c;
     if (ctl_connect_or_say(&c)) return 1;
+    int nobj = ctl_job_objectives(c, job); /* several: the Pareto front (ctl_front.c) */
+    if (nobj != 1) {
+        int frc = nobj > 1 ? ctl_front(c, &job, 1, 0, a.json, 1) : 1;
+        ctl_close(&c);
+        return frc;
+    }
     json_t *r;
     int rc = ctl_request(c, "best",
                          json_pack("{s:I, s:I}", "job", (json_int_t)job, "n", (json_int_t)n), &r);

@@ -32,33 +32,6 @@ static long long job_arg(int argc, char **argv) {
     return job;
 }
 
-/* One request. Returns 0 with *reply; 1 when bfd answered `error` (*code
- * gets its code, the message is printed unless the code is `quiet_code`);
- * -1 when bfd could not be reached (printed). body is consumed. */
-static int request(ctl_conn *c, const char *type, json_t *body, json_t **reply, char *code,
-                   size_t codelen, const char *quiet_code) {
-    char err[4096];
-    *reply = NULL;
-    if (code) code[0] = '\0';
-    if (!body) {
-        fprintf(stderr, "bfctl: out of memory\n");
-        return -1;
-    }
-    int rc = ctl_call(c, type, body, reply, NULL, err, sizeof err);
-    json_decref(body);
-    if (rc == 0) return 0;
-    if (rc == 1) {
-        const char *cd = json_string_value(json_object_get(*reply, "code"));
-        if (code) snprintf(code, codelen, "%s", cd ? cd : "");
-        if (!quiet_code || !cd || strcmp(cd, quiet_code) != 0) fprintf(stderr, "bfctl: %s\n", err);
-        json_decref(*reply);
-        *reply = NULL;
-        return 1;
-    }
-    fprintf(stderr, "bfctl: %s\n", err);
-    return -1;
-}
-
 /* The shortest text that reads back as x (%.17g prints 0.1f as
  * 0.10000000149011612; stored values came from text with fewer digits). */
 static void fmt_double(char *buf, size_t len, double x) {
@@ -283,8 +256,7 @@ static int export_whole(exporter *ex, json_t *r) {
  * job whose export does not fit in one message. */
 static int export_paged(exporter *ex, ctl_conn *c) {
     json_t *jr;
-    if (request(c, "job", json_pack("{s:I}", "job", (json_int_t)ex->job), &jr, NULL, 0, NULL))
-        return 1;
+    if (ctl_call_or_say(c, "job", json_pack("{s:I}", "job", (json_int_t)ex->job), &jr)) return 1;
     json_t *trials = json_incref(json_object_get(jr, "trials"));
     /* the job's fields as `export` gives them: without the trial list and req
      * (absent keys are fine, so the return values do not matter) */
@@ -297,7 +269,7 @@ static int export_paged(exporter *ex, ctl_conn *c) {
     json_array_foreach(trials, i, t) {
         long long id = (long long)json_integer_value(json_object_get(t, "id"));
         json_t *tr;
-        if (request(c, "trial", json_pack("{s:I}", "trial", (json_int_t)id), &tr, NULL, 0, NULL)) {
+        if (ctl_call_or_say(c, "trial", json_pack("{s:I}", "trial", (json_int_t)id), &tr)) {
             rc = 1;
             break;
         }
@@ -312,10 +284,10 @@ static int export_paged(exporter *ex, ctl_conn *c) {
         long long after = 0;
         for (;;) {
             json_t *m;
-            if (request(c, "metrics",
-                        json_pack("{s:I, s:I, s:i, s:b}", "trial", (json_int_t)id, "after",
-                                  (json_int_t)after, "limit", EXPORT_PAGE, "all", 1),
-                        &m, NULL, 0, NULL)) {
+            if (ctl_call_or_say(c, "metrics",
+                                json_pack("{s:I, s:I, s:i, s:b}", "trial", (json_int_t)id, "after",
+                                          (json_int_t)after, "limit", EXPORT_PAGE, "all", 1),
+                                &m)) {
                 rc = 1;
                 break;
             }
@@ -381,18 +353,20 @@ int bfctl_export(int argc, char **argv) {
         return 1;
     }
     exporter ex = {.csv = csv, .job = job};
-    json_t *r;
-    char code[32];
-    int rc = request(c, "export", json_pack("{s:I}", "job", (json_int_t)job), &r, code, sizeof code,
-                     "too_large");
+    /* the one request whose error is not always said: a job too large for
+     * one reply is exported page by page instead */
+    json_t *r = NULL, *body = json_pack("{s:I}", "job", (json_int_t)job);
+    int rc = body ? ctl_call(c, "export", body, &r, NULL, err, sizeof err) : -1;
+    json_decref(body);
     if (rc == 0) {
         rc = export_whole(&ex, r);
-        json_decref(r);
-    } else if (rc == 1 && strcmp(code, "too_large") == 0) {
+    } else if (rc == 1 && strcmp(ctl_jstr(r, "code"), "too_large") == 0) {
         rc = export_paged(&ex, c);
     } else {
+        fprintf(stderr, "bfctl: %s\n", body ? err : "out of memory");
         rc = 1;
     }
+    json_decref(r);
     ctl_close(&c);
     return rc;
 }
@@ -469,16 +443,35 @@ static const res_col *results_cols(const char *pipeline, int *n) {
 
 /* What `bfctl results` is told (bfctl_results_opts). */
 typedef struct results_args {
-    int json;
+    int json, group_by_seed;
 } results_args;
 
 const opt_spec bfctl_results_opts[] = {
     {"json", 0, OPT_FLAG, 0, 0, OPT_AT(results_args, json), NULL, "the table as JSON"},
+    {"group-by-seed", 0, OPT_FLAG, 0, 0, OPT_AT(results_args, group_by_seed), NULL,
+     "fold trials that differ only in train.seed into mean +- std (and n) per objective"},
     {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
 };
 
+/* The positional arguments as job ids (>= 1) into jobs[CTL_FRONT_MAX_JOBS]:
+ * their count, or 0 when one is not a plain number or there are too many
+ * or none. */
+static int job_args(int argc, char **argv, long long *jobs) {
+    int n = 0;
+    for (int i = 1; i < argc; i++) {
+        if (argv[i][0] == '-') continue;
+        char *end;
+        errno = 0;
+        long long v = strtoll(argv[i], &end, 10);
+        if (!argv[i][0] || *end || errno || v < 1 || n == CTL_FRONT_MAX_JOBS) return 0;
+        jobs[n++] = v;
+    }
+    return n;
+}
+
 int bfctl_results(int argc, char **argv) {
-    static const char usage[] = "usage: bfctl results JOB [--json]\n";
+    static const char usage[] =
+        "usage: bfctl results JOB... [--group-by-seed] [--json]   (at most 16 jobs)\n";
     results_args a = {0};
     int rest = argc,
         prc = bfctl_parse(argc, argv,
@@ -487,16 +480,23 @@ int bfctl_results(int argc, char **argv) {
                           "marks the best trial by that metric. pipeline vit: retention instead "
                           "of heads used; s2s: the student's accuracy and retention, the A-ViT "
                           "teacher's accuracy and the student's speed-up over it at 577 tokens "
-                          "(eval/...)",
+                          "(eval/...). A job of several objectives: its trials ranked by "
+                          "non-dominated sorting over them, the Pareto front marked *, with each "
+                          "trial's rank and crowding distance. --group-by-seed folds the trials "
+                          "that differ only in train.seed into mean +- std and n per objective "
+                          "(the front on the means); several jobs are shown side by side, rows "
+                          "matched by the keys they all sweep",
                           &a, &rest);
     if (prc >= 0) return prc;
     int json = a.json;
     /* the arguments after the options, argv[0] still the name */
-    long long job = job_arg(argc - rest + 1, argv + rest - 1);
-    if (job < 1) {
+    long long jobs[CTL_FRONT_MAX_JOBS];
+    int njobs = job_args(argc - rest + 1, argv + rest - 1, jobs);
+    if (njobs < 1) {
         fputs(usage, stderr);
         return BF_EX_USAGE;
     }
+    long long job = jobs[0];
     ctl_conn *c;
     char err[2048];
     if (ctl_connect(&c, err, sizeof err)) {
@@ -504,10 +504,17 @@ int bfctl_results(int argc, char **argv) {
         return 1;
     }
     json_t *jr = NULL, *br = NULL;
-    int rc = request(c, "job", json_pack("{s:I}", "job", (json_int_t)job), &jr, NULL, 0, NULL);
+    int rc = ctl_call_or_say(c, "job", json_pack("{s:I}", "job", (json_int_t)job), &jr);
+    if (rc == 0 &&
+        (njobs > 1 || a.group_by_seed || json_array_size(json_object_get(jr, "objectives")) > 1)) {
+        json_decref(jr);
+        rc = ctl_front(c, jobs, njobs, a.group_by_seed, json, 0);
+        ctl_close(&c);
+        return rc;
+    }
     if (rc == 0)
-        rc = request(c, "best", json_pack("{s:I, s:i}", "job", (json_int_t)job, "n", 1), &br, NULL,
-                     0, NULL);
+        rc = ctl_call_or_say(c, "best", json_pack("{s:I, s:i}", "job", (json_int_t)job, "n", 1),
+                             &br);
     ctl_close(&c);
     if (rc) {
         json_decref(jr);

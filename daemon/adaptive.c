@@ -22,6 +22,8 @@ typedef struct job_entry {
     sweep_spec *spec; /* tpe: the sweep, parsed again from its stored text */
     sched_tpe_space space;
     int broken; /* its early_stop or sweep could not be read: logged once, then ignored */
+    int m;      /* objectives: several make asha and hyperband MO-ASHA */
+    sweep_objective obj[SWEEP_MAX_OBJECTIVES];
 } job_entry;
 
 /* The last step the median rule or threshold judged of a trial (not
@@ -95,6 +97,10 @@ static job_entry *entry(adaptive *a, store *st, int64_t job, char *err, size_t e
     }
     if (!e->stop.metric[0]) snprintf(e->stop.metric, sizeof e->stop.metric, "%s", j.metric);
     e->is_tpe = strcmp(j.method, "tpe") == 0;
+    if (store_job_objectives(st, job, e->obj, &e->m, err, errlen)) {
+        a->n--;
+        return NULL;
+    }
     return e;
 }
 
@@ -146,34 +152,56 @@ static void fill_decision(store_decision *d, const job_entry *e, int64_t trial, 
     snprintf(d->reason, sizeof d->reason, "%s", v->reason);
 }
 
+/* The first point at or after step of each of the m series: its values
+ * into val[m] and the largest of their steps into *at. 0 when some series
+ * has not reached step yet. */
+static int point_at(const store_series *sr, int m, long long step, double *val, int64_t *at) {
+    *at = 0;
+    for (int k = 0; k < m; k++) {
+        size_t i = 0;
+        while (i < sr[k].n && sr[k].steps[i] < step) i++;
+        if (i == sr[k].n) return 0;
+        val[k] = sr[k].values[i];
+        if (sr[k].steps[i] > *at) *at = sr[k].steps[i];
+    }
+    return 1;
+}
+
 /* ASHA under policy c (the job's, or a hyperband bracket's, whose
  * decisions go under `method`): every rung the trial has reached and that
  * has no decision yet, lowest first; stops at the first stop. `prefix` goes
- * before the reason (the bracket), "" for plain ASHA. */
+ * before the reason (the bracket), "" for plain ASHA. sr: the trial's
+ * series of each of e->m objectives (one: ASHA on the stop metric;
+ * several: MO-ASHA, sched_mo_asha_judge). */
 static int judge_asha(job_entry *e, const sched_stop *c, const char *method, const char *prefix,
                       store *st, int64_t trial, const store_series *sr, char *reason, size_t len,
                       char *err, size_t errlen) {
     store_decision *ds = NULL;
     size_t nd = 0;
     if (store_decisions(st, 0, trial, &ds, &nd, err, errlen)) return -1;
-    int nr = sched_asha_n_rungs(c), out = 0;
+    int nr = sched_asha_n_rungs(c), out = 0, m = e->m > 1 ? e->m : 1;
     for (int k = 1; k <= nr && out == 0; k++) {
         long long rstep = sched_asha_rung_step(c, k);
         int decided = 0;
         for (size_t i = 0; i < nd; i++)
             if (!strcmp(ds[i].method, method) && ds[i].rung_step == rstep) decided = 1;
         if (decided) continue;
-        size_t at = 0;
-        while (at < sr->n && sr->steps[at] < rstep) at++;
-        if (at == sr->n) break; /* not there yet */
+        double val[SWEEP_MAX_OBJECTIVES];
+        int64_t at;
+        if (!point_at(sr, m, rstep, val, &at)) break; /* not there yet */
         double *others = NULL;
         size_t no = 0;
-        if (store_rung_values(st, e->job, method, k, &others, &no, err, errlen)) {
+        int rc = m > 1 ? store_rung_points(st, e->job, method, k, m, &others, &no, err, errlen)
+                       : store_rung_values(st, e->job, method, k, &others, &no, err, errlen);
+        if (rc) {
             out = -1;
             break;
         }
         sched_verdict v;
-        sched_asha_judge(c, k, sr->steps[at], sr->values[at], others, no, &v);
+        if (m > 1)
+            sched_mo_asha_judge(c, e->obj, m, k, at, val, others, no, &v);
+        else
+            sched_asha_judge(c, k, at, val[0], others, no, &v);
         free(others);
         if (prefix[0]) {
             char r[sizeof v.reason];
@@ -185,7 +213,11 @@ static int judge_asha(job_entry *e, const sched_stop *c, const char *method, con
             v.reason[sizeof v.reason - 1] = 0;
         }
         store_decision d;
-        fill_decision(&d, e, trial, method, k, rstep, sr->steps[at], sr->values[at], &v);
+        fill_decision(&d, e, trial, method, k, rstep, at, val[0], &v);
+        if (m > 1) {
+            d.n_point = m;
+            memcpy(d.point, val, (size_t)m * sizeof *val);
+        }
         int added;
         if (store_decision_add(st, &d, &added, err, errlen)) {
             out = -1;
@@ -277,7 +309,33 @@ int adaptive_judge(adaptive *a, store *st, int64_t job, int64_t trial, char *rea
     size_t ns = 0;
     if (store_job_series(st, job, trial, e->stop.metric, &sr, &ns, err, errlen)) return -1;
     int rc = 0;
-    if (ns == 1 && sr[0].n > 0) {
+    int mo =
+        e->m > 1 && (e->stop.method == SWEEP_STOP_ASHA || e->stop.method == SWEEP_STOP_HYPERBAND);
+    /* the series to judge are there: the stop metric's, or (MO-ASHA) every
+     * objective's, read once the first has points */
+    int ready = !mo && ns == 1 && sr[0].n > 0;
+    if (mo && ns == 1 && sr[0].n > 0) {
+        /* MO-ASHA: the series of every objective, in order */
+        store_series_free(sr, ns);
+        sr = calloc((size_t)e->m, sizeof *sr);
+        if (!sr) return bf_fail(err, errlen, "mo-asha: out of memory");
+        ns = 0;
+        for (int k = 0; k < e->m; k++) {
+            store_series *one = NULL;
+            size_t n1 = 0;
+            if (store_job_series(st, job, trial, e->obj[k].name, &one, &n1, err, errlen)) {
+                store_series_free(sr, ns);
+                return -1;
+            }
+            if (n1 == 1)
+                sr[k] = one[0], free(one);
+            else
+                store_series_free(one, n1);
+            ns++;
+        }
+        ready = 1;
+    }
+    if (ready) {
         if (e->stop.method == SWEEP_STOP_ASHA) {
             rc = judge_asha(e, &e->stop, "asha", "", st, trial, &sr[0], reason, len, err, errlen);
         } else if (e->stop.method == SWEEP_STOP_HYPERBAND) {
@@ -322,10 +380,10 @@ static int add_proposed(void *ud, const sweep_trial *t) {
 }
 
 /* Observations of a job for the sampler: finished trials (COMPLETED, or
- * STOPPED with their last value) that have a point. xs[n * dims], ys[n]
- * malloc'd. */
-static int observations(job_entry *e, store *st, const char *metric, double **xs, double **ys,
-                        size_t *n, char *err, size_t errlen) {
+ * STOPPED with their last values) that have a point and a value of each
+ * of the m metrics. xs[n * dims], ys[n * m] malloc'd. */
+static int observations(job_entry *e, store *st, const sweep_objective *obj, int m, double **xs,
+                        double **ys, size_t *n, char *err, size_t errlen) {
     store_trial *ts = NULL;
     size_t nt = 0;
     *xs = *ys = NULL;
@@ -333,7 +391,7 @@ static int observations(job_entry *e, store *st, const char *metric, double **xs
     if (store_job_trials(st, e->job, &ts, &nt, err, errlen)) return -1;
     int dims = e->space.n;
     *xs = malloc((nt ? nt : 1) * (size_t)(dims ? dims : 1) * sizeof **xs);
-    *ys = malloc((nt ? nt : 1) * sizeof **ys);
+    *ys = malloc((nt ? nt : 1) * (size_t)m * sizeof **ys);
     if (!*xs || !*ys) {
         store_trials_free(ts, nt);
         free(*xs), free(*ys);
@@ -346,11 +404,15 @@ static int observations(job_entry *e, store *st, const char *metric, double **xs
         json_error_t je;
         json_t *pt = json_loads(ts[i].point_json, 0, &je);
         json_t *lat = ts[i].latest_json ? json_loads(ts[i].latest_json, 0, &je) : NULL;
-        json_t *val = json_object_get(json_object_get(lat, metric), "value");
-        if (json_is_array(pt) && (int)json_array_size(pt) == dims && json_is_number(val)) {
+        int all = json_is_array(pt) && (int)json_array_size(pt) == dims;
+        for (int k = 0; all && k < m; k++) {
+            json_t *val = json_object_get(json_object_get(lat, obj[k].name), "value");
+            all = json_is_number(val);
+            if (all) (*ys)[*n * (size_t)m + (size_t)k] = json_number_value(val);
+        }
+        if (all) {
             for (int d = 0; d < dims; d++)
                 (*xs)[*n * (size_t)dims + (size_t)d] = json_number_value(json_array_get(pt, d));
-            (*ys)[*n] = json_number_value(val);
             (*n)++;
         }
         json_decref(pt);
@@ -375,9 +437,14 @@ static int propose_job(adaptive *a, store *st, int64_t job, char *err, size_t er
     long long active = counts[TRIAL_PENDING] + counts[TRIAL_RUNNING];
     int parallel = j.parallel > 0 ? j.parallel : 1;
     if (active >= parallel || j.n_proposed >= j.n_trials) return 0;
+    /* several objectives: MOTPE (sched_tpe_propose_mo) */
+    sweep_objective obj[SWEEP_MAX_OBJECTIVES];
+    int m, maxi[SWEEP_MAX_OBJECTIVES];
+    if (store_job_objectives(st, job, obj, &m, err, errlen)) return -1;
+    for (int k = 0; k < m; k++) maxi[k] = obj[k].maximize;
     double *xs, *ys;
     size_t n;
-    if (observations(e, st, j.metric, &xs, &ys, &n, err, errlen)) return -1;
+    if (observations(e, st, obj, m, &xs, &ys, &n, err, errlen)) return -1;
     sched_tpe_opts o = {.seed = e->spec->seed,
                         .startup = e->spec->startup_trials,
                         .n_candidates = 24,
@@ -385,7 +452,9 @@ static int propose_job(adaptive *a, store *st, int64_t job, char *err, size_t er
     int added = 0;
     while (active < parallel && j.n_proposed < j.n_trials) {
         double x[SWEEP_MAX_PARAMS];
-        if (sched_tpe_propose(&e->space, xs, ys, n, j.n_proposed, &o, x) < 0) {
+        int prc = m > 1 ? sched_tpe_propose_mo(&e->space, xs, ys, m, maxi, n, j.n_proposed, &o, x)
+                        : sched_tpe_propose(&e->space, xs, ys, n, j.n_proposed, &o, x);
+        if (prc < 0) {
             added = bf_fail(err, errlen, "tpe: proposal failed (out of memory)");
             break;
         }
@@ -428,13 +497,24 @@ int adaptive_propose(adaptive *a, store *st, char *err, size_t errlen) {
 
 /* ------------------------------------------------------------- rung table */
 
+/* The objective values of an MO-ASHA decision, or NULL when it has none. */
+static json_t *point_json(const store_decision *d) {
+    if (d->n_point <= 0) return NULL;
+    json_t *a = json_array();
+    for (int k = 0; k < d->n_point; k++) json_array_append_new(a, json_real(d->point[k]));
+    return a;
+}
+
 static json_t *decision_json(const store_decision *d) {
-    return json_pack("{s:I, s:I, s:s, s:i, s:I, s:I, s:f, s:o, s:i, s:b, s:s, s:f}", "id",
-                     (json_int_t)d->id, "trial", (json_int_t)d->trial, "method", d->method, "rung",
-                     d->rung, "rung_step", (json_int_t)d->rung_step, "step", (json_int_t)d->step,
-                     "value", d->value, "cutoff",
-                     isfinite(d->cutoff) ? json_real(d->cutoff) : json_null(), "n", d->n, "stop",
-                     d->stop, "reason", d->reason, "time", d->time);
+    json_t *o = json_pack("{s:I, s:I, s:s, s:i, s:I, s:I, s:f, s:o, s:i, s:b, s:s, s:f}", "id",
+                          (json_int_t)d->id, "trial", (json_int_t)d->trial, "method", d->method,
+                          "rung", d->rung, "rung_step", (json_int_t)d->rung_step, "step",
+                          (json_int_t)d->step, "value", d->value, "cutoff",
+                          isfinite(d->cutoff) ? json_real(d->cutoff) : json_null(), "n", d->n,
+                          "stop", d->stop, "reason", d->reason, "time", d->time);
+    json_t *p = point_json(d);
+    if (o && p) json_object_set_new(o, "point", p);
+    return o;
 }
 
 json_t *adaptive_rungs_json(adaptive *a, store *st, int64_t job, char *err, size_t errlen) {
@@ -449,6 +529,13 @@ json_t *adaptive_rungs_json(adaptive *a, store *st, int64_t job, char *err, size
     json_t *b = json_pack("{s:I, s:s, s:s, s:s, s:I}", "job", (json_int_t)job, "method",
                           sweep_stop_name(c->method), "metric", c->metric, "goal", j.goal,
                           "min_steps", (json_int_t)c->min_steps);
+    if (e->m > 1) { /* MO-ASHA judges every objective; a decision's point has their values */
+        json_t *objs = json_array();
+        for (int k = 0; k < e->m; k++)
+            json_array_append_new(objs, json_pack("{s:s, s:s}", "name", e->obj[k].name, "goal",
+                                                  e->obj[k].maximize ? "max" : "min"));
+        json_object_set_new(b, "objectives", objs);
+    }
     json_t *rungs = json_array(), *all = json_array();
     if (c->method == SWEEP_STOP_ASHA || c->method == SWEEP_STOP_HYPERBAND) {
         json_object_set_new(b, "reduction_factor", json_real(c->eta));
@@ -478,14 +565,20 @@ json_t *adaptive_rungs_json(adaptive *a, store *st, int64_t job, char *err, size
         for (size_t i = 0; i < nd; i++) {
             if (strcmp(ds[i].method, "asha") || ds[i].rung != k) continue;
             if (vals) vals[nv++] = ds[i].value;
-            json_array_append_new(trials, json_pack("{s:I, s:I, s:f, s:b, s:s}", "trial",
-                                                    (json_int_t)ds[i].trial, "step",
-                                                    (json_int_t)ds[i].step, "value", ds[i].value,
-                                                    "stop", ds[i].stop, "reason", ds[i].reason));
+            json_t *row = json_pack("{s:I, s:I, s:f, s:b, s:s}", "trial", (json_int_t)ds[i].trial,
+                                    "step", (json_int_t)ds[i].step, "value", ds[i].value, "stop",
+                                    ds[i].stop, "reason", ds[i].reason);
+            json_t *p = point_json(&ds[i]);
+            if (row && p) json_object_set_new(row, "point", p);
+            json_array_append_new(trials, row);
         }
         json_t *cut = json_null();
         int keep = 0;
-        if (nv > 0) {
+        if (nv > 0 && e->m > 1) {
+            /* MO-ASHA: no one value cuts; the top floor(n / eta) continue */
+            keep = (int)floor((double)nv / c->eta);
+            if (keep < 1) keep = 1;
+        } else if (nv > 0) {
             /* the cutoff now: judge the worst value present against the rest */
             sched_verdict v;
             sched_asha_judge(c, k, 0, vals[0], vals + 1, nv - 1, &v);

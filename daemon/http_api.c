@@ -85,7 +85,7 @@ static unsigned exists(sqlite3 *db, const char *table, long long id, char *err, 
 
 #define JOB_COLS                                                                                   \
     "SELECT id, name, pipeline, method, metric_name, metric_goal, submitted, n_trials, parallel,"  \
-    " closed, priority FROM jobs"
+    " closed, priority, objectives FROM jobs"
 
 /* A job's record from a JOB_COLS row: with its states and best value. */
 static json_t *job_record(sqlite3 *db, sqlite3_stmt *row, char *err, size_t errlen) {
@@ -97,9 +97,16 @@ static json_t *job_record(sqlite3 *db, sqlite3_stmt *row, char *err, size_t errl
     long long id = sqlite3_column_int64(row, 0);
     const char *metric = (const char *)sqlite3_column_text(row, 4);
     const char *goal = (const char *)sqlite3_column_text(row, 5);
-    json_object_set_new(
-        o, "objectives",
-        json_pack("[{s:s, s:s}]", "name", metric ? metric : "", "goal", goal ? goal : "min"));
+    /* the job's objectives as submitted (jobs.objectives, jobs/store_objectives.c);
+     * the one metric when the column holds no list */
+    const char *objs = (const char *)sqlite3_column_text(row, 11);
+    json_error_t je;
+    json_t *list = objs && objs[0] ? json_loads(objs, 0, &je) : NULL;
+    if (!json_is_array(list) || json_array_size(list) == 0) {
+        json_decref(list);
+        list = json_pack("[{s:s, s:s}]", "name", metric ? metric : "", "goal", goal ? goal : "min");
+    }
+    json_object_set_new(o, "objectives", list);
     sqlite3_stmt *st;
     json_t *states = json_object();
     json_object_set_new(o, "states", states);

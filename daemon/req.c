@@ -38,6 +38,12 @@ json_t *job_json(const store_job *j, char *err, size_t errlen) {
                   "gpus_per_rank", j->gpus_per_rank, "n_trials", (json_int_t)j->n_trials, "metric",
                   j->metric, "goal", j->goal, "states", states);
     if (!o) return bf_fail(err, errlen, "json_pack(job): out of memory or invalid text"), NULL;
+    /* its objectives, [{"name", "goal"}] (one: the metric above) */
+    json_t *arr = json_array();
+    for (int i = 0; i < j->n_objectives; i++)
+        json_array_append_new(arr, json_pack("{s:s, s:s}", "name", j->objectives[i].name, "goal",
+                                             j->objectives[i].maximize ? "max" : "min"));
+    json_object_set_new(o, "objectives", arr);
     /* how many of its trials failed for good (what `ls` marks) */
     json_t *f = json_object_get(states, "FAILED");
     json_object_set_new(o, "failed", json_integer(f ? json_integer_value(f) : 0));

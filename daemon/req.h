@@ -33,7 +33,8 @@ int get_trial_job(bfd *d, void *s, proto_msg *m, long long id, int64_t *job);
 int get_job_field(bfd *d, void *s, proto_msg *m, long long *id, store_job *j);
 
 /* {"id", "name", "pipeline", "submitted", "priority", "retries", "ranks",
- * "gpus_per_rank", "n_trials", "metric", "goal", "states": {...}} of job j;
+ * "gpus_per_rank", "n_trials", "metric", "goal", "objectives": [{"name",
+ * "goal"}], "states": {...}} of job j;
  * NULL with err on failure. */
 json_t *job_json(const store_job *j, char *err, size_t errlen);
 /* {"PENDING": n, ...} of a job's trials (states with n > 0 only); NULL with

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define FAIL_LOG_LINES 15 /* of a failed trial's log, in `trial` */
 
@@ -204,6 +205,53 @@ void req_job(bfd *d, void *s, proto_msg *m) {
     json_decref(b);
 }
 
+/* Where a trial's checkpoints are: {"last": {"dir", "step"} or null (its
+ * run folder's set, state.json's step; an older checkpoint.bin has step
+ * null), "best": {"metric", "value", "step", "checkpoint"} or null (the step
+ * of its best value of the job's metric; checkpoint: the run folder when
+ * its one set was written at that step, else null: a run keeps its last
+ * set only)}. */
+static json_t *trial_checkpoints_json(bfd *d, const store_trial *t) {
+    char dir[1300], p[1400], err[1024];
+    snprintf(dir, sizeof dir, "%s/trials/%lld", d->o->home, (long long)t->id);
+    json_t *last = json_null();
+    long long last_step = -1;
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/state.json", dir);
+    if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size < (1 << 20)) {
+        json_error_t je;
+        json_t *state = json_load_file(p, 0, &je);
+        json_t *step = json_object_get(state, "step");
+        if (json_is_integer(step)) last_step = (long long)json_integer_value(step);
+        json_decref(last);
+        last = json_pack("{s:s, s:o}", "dir", dir, "step",
+                         last_step >= 0 ? json_integer(last_step) : json_null());
+        json_decref(state);
+    } else {
+        snprintf(p, sizeof p, "%s/checkpoint.bin", dir);
+        if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode))
+            last = json_pack("{s:s, s:n}", "dir", dir, "step");
+    }
+    json_t *best = json_null();
+    store_job j;
+    store_series *sr = NULL;
+    size_t ns = 0;
+    if (store_job_get(d->st, t->job_id, &j, err, sizeof err) == 0 &&
+        store_job_series(d->st, t->job_id, t->id, j.metric, &sr, &ns, err, sizeof err) == 0 &&
+        ns == 1 && sr[0].n > 0) {
+        int max = strcmp(j.goal, "max") == 0;
+        size_t b = 0;
+        for (size_t i = 1; i < sr[0].n; i++)
+            if (max ? sr[0].values[i] > sr[0].values[b] : sr[0].values[i] < sr[0].values[b]) b = i;
+        best = json_pack("{s:s, s:f, s:I, s:o}", "metric", j.metric, "value", sr[0].values[b],
+                         "step", (json_int_t)sr[0].steps[b], "checkpoint",
+                         last_step == sr[0].steps[b] ? json_string(dir) : json_null());
+    }
+    store_series_free(sr, ns);
+    return json_pack("{s:o, s:o}", "last", last ? last : json_null(), "best",
+                     best ? best : json_null());
+}
+
 void req_trial(bfd *d, void *s, proto_msg *m) {
     char ferr[512];
     long long id;
@@ -220,6 +268,8 @@ void req_trial(bfd *d, void *s, proto_msg *m) {
                   store_state_name(t.state), "attempts", t.attempts, "hash", t.hash, "params",
                   params ? params : json_object(), "config", t.config ? t.config : "", "log", logp);
     if (t.stop_reason) json_object_set_new(b, "reason", json_string(t.stop_reason));
+    if (t.source_trial) json_object_set_new(b, "source", json_integer(t.source_trial));
+    json_object_set_new(b, "checkpoints", trial_checkpoints_json(d, &t));
     /* why a failed trial failed: its last failed attempt's end (exit status
      * or signal, the worker's reason) and the last lines of its log */
     if (t.state == TRIAL_FAILED) {

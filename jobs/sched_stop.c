@@ -5,6 +5,7 @@
  * (daemon/adaptive.c), in that order. */
 #include "jobs/sched_stop.h"
 #include "common/errbuf.h"
+#include "jobs/pareto.h"
 
 #include <jansson.h>
 #include <limits.h>
@@ -186,6 +187,52 @@ void sched_asha_judge(const sched_stop *c, int rung, long long at_step, double v
              c->metric, value, at_step, v->stop ? worse_word(c) : "within", rung, v->cutoff, eta, n,
              n == 1 ? "" : "s");
     if (all != stack) free(all);
+}
+
+void sched_mo_asha_judge(const sched_stop *c, const sweep_objective *obj, int m, int rung,
+                         long long at_step, const double *value, const double *others,
+                         size_t n_others, sched_verdict *v) {
+    memset(v, 0, sizeof *v);
+    v->cutoff = NAN;
+    size_t n = n_others + 1;
+    v->n = (int)n;
+    v->keep = (int)floor((double)n / c->eta);
+    if (v->keep < 1) v->keep = 1;
+    int maxi[PARETO_MAX_OBJECTIVES];
+    if (m > PARETO_MAX_OBJECTIVES) m = PARETO_MAX_OBJECTIVES;
+    for (int k = 0; k < m; k++) maxi[k] = obj[k].maximize;
+    double *all = malloc(n * (size_t)m * sizeof *all);
+    size_t *order = malloc(n * sizeof *order);
+    int *rank = malloc(n * sizeof *rank);
+    if (!all || !order || !rank) { /* out of memory: never stop on a guess */
+        free(all), free(order), free(rank);
+        snprintf(v->reason, sizeof v->reason, "mo-asha: out of memory; continues");
+        return;
+    }
+    if (n_others) memcpy(all, others, n_others * (size_t)m * sizeof *all);
+    memcpy(all + n_others * (size_t)m, value, (size_t)m * sizeof *all);
+    size_t place = n;
+    if (pareto_order(all, n, m, maxi, order) == 0 && pareto_rank(all, n, m, maxi, rank) >= 0)
+        for (size_t i = 0; i < n; i++)
+            if (order[i] == n_others) place = i;
+    if (place == n) { /* out of memory inside: continues */
+        snprintf(v->reason, sizeof v->reason, "mo-asha: out of memory; continues");
+    } else {
+        v->stop = place >= (size_t)v->keep;
+        char vals[200];
+        size_t w = 0;
+        for (int k = 0; k < m && w < sizeof vals; k++)
+            w += (size_t)snprintf(vals + w, sizeof vals - w, "%s%s %.4g", k ? ", " : "",
+                                  obj[k].name, value[k]);
+        char eta[32];
+        snprintf(eta, sizeof eta, "%g", c->eta);
+        snprintf(v->reason, sizeof v->reason,
+                 "mo-asha: %.150s at step %lld is %s the rung-%d top %d of %zu (front %d, "
+                 "place %zu by non-dominated sorting and epsilon-net; 1/%.8s)",
+                 vals, at_step, v->stop ? "outside" : "within", rung, v->keep, n, rank[n_others],
+                 place + 1, eta);
+    }
+    free(all), free(order), free(rank);
 }
 
 int sched_running_mean(const int64_t *steps, const double *values, size_t n, long long step,

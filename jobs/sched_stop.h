@@ -104,6 +104,18 @@ int sched_better(const sched_stop *c, double a, double b);
 void sched_asha_judge(const sched_stop *c, int rung, long long at_step, double value,
                       const double *others, size_t n_others, sched_verdict *v);
 
+/* MO-ASHA (Schmucker, Donini, Zafar, Salinas and Archambeau, "Multi-
+ * objective Asynchronous Successive Halving", arXiv 2106.12639, 2021):
+ * ASHA's rule with m objectives (obj, their goals): the trial reaching
+ * `rung` with value[m] (at at_step) is placed among the n_others points
+ * already recorded there (others[n_others * m]) by pareto_order: front by
+ * front, each front by an epsilon-net; it continues while its place is
+ * within keep = max(1, floor(n / eta)). v->cutoff is NAN (no one value
+ * cuts); v->n, keep, stop and reason as sched_asha_judge. */
+void sched_mo_asha_judge(const sched_stop *c, const sweep_objective *obj, int m, int rung,
+                         long long at_step, const double *value, const double *others,
+                         size_t n_others, sched_verdict *v);
+
 /* Mean of the values of a series (steps ascending) at steps <= step, into
  * *mean; returns 1 when the series has reached step (a point at >= step),
  * else 0 (*mean untouched). */

@@ -5,6 +5,7 @@
  * store_add_trial). */
 #include "jobs/sched_tpe.h"
 #include "common/errbuf.h"
+#include "jobs/pareto.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -212,32 +213,33 @@ static int cmp_ranked(const void *x, const void *y) {
     return a->i < b->i ? -1 : a->i > b->i; /* ties: earlier first, deterministic */
 }
 
-int sched_tpe_propose(const sched_tpe_space *sp, const double *xs, const double *ys, size_t n_obs,
-                      long long index, const sched_tpe_opts *o, double *x) {
-    if (!sp || !o || !x || sp->n < 0 || sp->n > SWEEP_MAX_PARAMS || (n_obs && (!xs || !ys)))
-        return -1;
-    ranked *rk = malloc((n_obs ? n_obs : 1) * sizeof *rk);
-    if (!rk) return -1;
-    size_t n = 0;
-    for (size_t i = 0; i < n_obs; i++)
-        if (isfinite(ys[i])) rk[n++] = (ranked){o->maximize ? -ys[i] : ys[i], i};
-    if (n < (size_t)(o->startup > 1 ? o->startup : 1)) {
-        for (int d = 0; d < sp->n; d++) {
-            rng r = rng_for(o->seed, index, d);
-            x[d] = random_value(&sp->dim[d], &r);
-        }
-        free(rk);
-        return 0;
+/* gamma(n): how many of n observations are "below" (good) */
+static size_t n_good(size_t n) {
+    size_t k = (size_t)ceil(0.1 * (double)n);
+    return k > 25 ? 25 : k < 1 ? 1 : k;
+}
+
+/* The uniform random point of trial index: the startup proposals. */
+static void propose_random(const sched_tpe_space *sp, long long index, const sched_tpe_opts *o,
+                           double *x) {
+    for (int d = 0; d < sp->n; d++) {
+        rng r = rng_for(o->seed, index, d);
+        x[d] = random_value(&sp->dim[d], &r);
     }
-    qsort(rk, n, sizeof *rk, cmp_ranked);
-    size_t n_below = (size_t)ceil(0.1 * (double)n);
-    if (n_below > 25) n_below = 25;
-    if (n_below < 1) n_below = 1;
+}
+
+/* The model's proposal from n observations in order[n] (indices into xs),
+ * the n_below good ones first: Parzen estimators l over those and g over
+ * the rest, per parameter, the candidate of the largest l/g. Returns 1, or
+ * -1 out of memory. */
+static int propose_ordered(const sched_tpe_space *sp, const double *xs, const size_t *order,
+                           size_t n, size_t n_below, long long index, const sched_tpe_opts *o,
+                           double *x) {
     size_t n_above = n - n_below;
     double *pts = malloc(n * sizeof *pts), *buf = malloc(5 * (n + 1) * sizeof *buf),
            *buf2 = malloc(5 * (n + 1) * sizeof *buf2);
     if (!pts || !buf || !buf2) {
-        free(rk), free(pts), free(buf), free(buf2);
+        free(pts), free(buf), free(buf2);
         return -1;
     }
     int nc = o->n_candidates > 0 ? o->n_candidates : 24;
@@ -255,7 +257,7 @@ int sched_tpe_propose(const sched_tpe_space *sp, const double *xs, const double 
             }
             for (int c = 0; c < k; c++) lw[c] = gw[c] = TPE_PRIOR_WEIGHT / k;
             for (size_t i = 0; i < n; i++) {
-                int c = (int)xs[rk[i].i * (size_t)sp->n + (size_t)d];
+                int c = (int)xs[order[i] * (size_t)sp->n + (size_t)d];
                 if (c < 0 || c >= k) continue;
                 if (i < n_below)
                     lw[c] += 1.0;
@@ -284,10 +286,10 @@ int sched_tpe_propose(const sched_tpe_space *sp, const double *xs, const double 
         internal_bounds(dm, &a, &b);
         parzen l, g;
         for (size_t i = 0; i < n_below; i++)
-            pts[i] = to_internal(dm, xs[rk[i].i * (size_t)sp->n + (size_t)d]);
+            pts[i] = to_internal(dm, xs[order[i] * (size_t)sp->n + (size_t)d]);
         parzen_fit(&l, pts, n_below, a, b, buf);
         for (size_t i = 0; i < n_above; i++)
-            pts[i] = to_internal(dm, xs[rk[n_below + i].i * (size_t)sp->n + (size_t)d]);
+            pts[i] = to_internal(dm, xs[order[n_below + i] * (size_t)sp->n + (size_t)d]);
         parzen_fit(&g, pts, n_above, a, b, buf2);
         for (int t = 0; t < nc; t++) {
             double c = parzen_sample(&l, &r);
@@ -296,9 +298,96 @@ int sched_tpe_propose(const sched_tpe_space *sp, const double *xs, const double 
         }
         x[d] = from_internal(dm, best_x);
     }
-    free(rk);
     free(pts);
     free(buf);
     free(buf2);
     return 1;
+}
+
+int sched_tpe_propose(const sched_tpe_space *sp, const double *xs, const double *ys, size_t n_obs,
+                      long long index, const sched_tpe_opts *o, double *x) {
+    if (!sp || !o || !x || sp->n < 0 || sp->n > SWEEP_MAX_PARAMS || (n_obs && (!xs || !ys)))
+        return -1;
+    ranked *rk = malloc((n_obs ? n_obs : 1) * sizeof *rk);
+    size_t *order = malloc((n_obs ? n_obs : 1) * sizeof *order);
+    if (!rk || !order) {
+        free(rk), free(order);
+        return -1;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < n_obs; i++)
+        if (isfinite(ys[i])) rk[n++] = (ranked){o->maximize ? -ys[i] : ys[i], i};
+    int rc = 0;
+    if (n < (size_t)(o->startup > 1 ? o->startup : 1)) {
+        propose_random(sp, index, o, x);
+    } else {
+        qsort(rk, n, sizeof *rk, cmp_ranked);
+        for (size_t i = 0; i < n; i++) order[i] = rk[i].i;
+        rc = propose_ordered(sp, xs, order, n, n_good(n), index, o, x);
+    }
+    free(rk);
+    free(order);
+    return rc;
+}
+
+int sched_tpe_propose_mo(const sched_tpe_space *sp, const double *xs, const double *ys, int m,
+                         const int *maximize, size_t n_obs, long long index,
+                         const sched_tpe_opts *o, double *x) {
+    if (!sp || !o || !x || !maximize || sp->n < 0 || sp->n > SWEEP_MAX_PARAMS || m < 1 ||
+        m > PARETO_MAX_OBJECTIVES || (n_obs && (!xs || !ys)))
+        return -1;
+    size_t cap = n_obs ? n_obs : 1;
+    size_t *fin = malloc(cap * sizeof *fin), *order = malloc(cap * sizeof *order);
+    double *v = malloc(cap * (size_t)m * sizeof *v), *contrib = malloc(cap * sizeof *contrib);
+    int *rank = malloc(cap * sizeof *rank);
+    int rc = fin && order && v && contrib && rank ? 0 : -1;
+    size_t n = 0; /* the observations with every value finite, as rows of v */
+    for (size_t i = 0; rc == 0 && i < n_obs; i++) {
+        int ok = 1;
+        for (int k = 0; k < m; k++) ok &= isfinite(ys[i * (size_t)m + (size_t)k]);
+        if (!ok) continue;
+        memcpy(v + n * (size_t)m, ys + i * (size_t)m, (size_t)m * sizeof *v);
+        fin[n++] = i;
+    }
+    if (rc == 0 && n < (size_t)(o->startup > 1 ? o->startup : 1)) {
+        propose_random(sp, index, o, x);
+    } else if (rc == 0) {
+        /* whole fronts are good while they fit; the front that does not fit
+         * gives its places by hypervolume contribution, largest first */
+        size_t want = n_good(n), taken = 0, w = 0;
+        int fronts = pareto_rank(v, n, m, maximize, rank);
+        double ref[PARETO_MAX_OBJECTIVES];
+        rc = fronts < 0 || pareto_reference(v, n, m, maximize, ref) < 0 ? -1 : 0;
+        for (int r = 1; rc == 0 && r <= fronts; r++) {
+            size_t first = w;
+            for (size_t i = 0; i < n; i++)
+                if (rank[i] == r) order[w++] = i;
+            size_t nf = w - first;
+            if (taken < want && taken + nf > want) {
+                /* the contributions within this front, as a front of its own */
+                double *fv = malloc(nf * (size_t)m * sizeof *fv), *fc = malloc(nf * sizeof *fc);
+                rc = fv && fc ? 0 : -1;
+                for (size_t j = 0; rc == 0 && j < nf; j++)
+                    memcpy(fv + j * (size_t)m, v + order[first + j] * (size_t)m,
+                           (size_t)m * sizeof *fv);
+                if (rc == 0 && pareto_hv_contributions(fv, nf, m, maximize, ref, fc) < 0) rc = -1;
+                for (size_t j = 0; rc == 0 && j < nf; j++) contrib[order[first + j]] = fc[j];
+                free(fv), free(fc);
+                /* insertion sort by contribution, ties to the earlier trial */
+                for (size_t j = first + 1; rc == 0 && j < w; j++)
+                    for (size_t q = j; q > first; q--) {
+                        size_t a = order[q - 1], b = order[q];
+                        if (contrib[b] > contrib[a] || (contrib[b] == contrib[a] && b < a))
+                            order[q - 1] = b, order[q] = a;
+                        else
+                            break;
+                    }
+            }
+            taken += nf;
+        }
+        for (size_t i = 0; rc == 0 && i < n; i++) order[i] = fin[order[i]];
+        if (rc == 0) rc = propose_ordered(sp, xs, order, n, want, index, o, x);
+    }
+    free(fin), free(order), free(v), free(contrib), free(rank);
+    return rc;
 }

@@ -55,6 +55,17 @@ int sched_tpe_space_from(const sweep_spec *s, sched_tpe_space *sp, char *err, si
 int sched_tpe_propose(const sched_tpe_space *sp, const double *xs, const double *ys, size_t n_obs,
                       long long index, const sched_tpe_opts *o, double *x);
 
+/* MOTPE (Ozaki et al. 2020, "Multiobjective tree-structured Parzen
+ * estimator for computationally expensive optimization problems"; JAIR
+ * 2022): as sched_tpe_propose, with m objectives per observation (ys[i *
+ * m + k], maximize[k] the goals) and the good ("below") gamma(n) chosen by
+ * non-dominated sorting (jobs/pareto.h): whole fronts while they fit, and
+ * the front that does not fit by hypervolume contribution, largest first.
+ * An observation with a non-finite value is skipped. Same returns. */
+int sched_tpe_propose_mo(const sched_tpe_space *sp, const double *xs, const double *ys, int m,
+                         const int *maximize, size_t n_obs, long long index,
+                         const sched_tpe_opts *o, double *x);
+
 #ifdef __cplusplus
 }
 #endif

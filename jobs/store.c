@@ -210,6 +210,17 @@ static const char *const migrations[STORE_SCHEMA_VERSION] = {
      * of the current curve */
     "ALTER TABLE metrics ADD COLUMN attempt INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE metrics ADD COLUMN superseded INTEGER NOT NULL DEFAULT 0;",
+    /* 9 -> 10: the objectives of a job (`metric:` may list several), a JSON
+     * array [{"name", "goal"}]; metric_name and metric_goal stay the first.
+     * A job stored before has its one metric. An MO-ASHA decision keeps the
+     * trial's value of each objective at the rung (point: "V1 V2 ...").
+     * A job cloned from a trial names it (source_trial) */
+    "ALTER TABLE decisions ADD COLUMN point TEXT;"
+    /* and the trial a job was cloned from (bfctl clone; 0: none) */
+    "ALTER TABLE jobs ADD COLUMN source_trial INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN objectives TEXT NOT NULL DEFAULT '';"
+    "UPDATE jobs SET objectives = '[{\"name\": \"' || metric_name || '\", \"goal\": \"' ||"
+    " metric_goal || '\"}]';",
 };
 
 /* A bfd_runs table made by dstate before it was a migration (version 8)

@@ -26,7 +26,7 @@
 extern "C" {
 #endif
 
-#define STORE_SCHEMA_VERSION 9
+#define STORE_SCHEMA_VERSION 10
 
 typedef enum {
     TRIAL_PENDING = 0,
@@ -75,13 +75,14 @@ typedef struct store_trial {
     int retries;     /* of its job */
     int priority;    /* of its job */
     char hash[17];
-    char *params_json; /* owned; {"key": value, ...} */
-    char *config;      /* owned; canonical config text (store_get_trial only) */
-    char *latest_json; /* owned; {"metric": {"step": S, "value": V}, ...}, "{}" when none
-                        * (store_job_trials, store_best_trials) */
-    double best;       /* best value of the job's metric, NAN when none */
-    char *stop_reason; /* owned; the early-stop decision that stopped it, NULL when none */
-    char *point_json;  /* owned; tpe: the sampler's coordinates [x0, x1, ...], NULL otherwise */
+    char *params_json;    /* owned; {"key": value, ...} */
+    char *config;         /* owned; canonical config text (store_get_trial only) */
+    char *latest_json;    /* owned; {"metric": {"step": S, "value": V}, ...}, "{}" when none
+                           * (store_job_trials, store_best_trials) */
+    double best;          /* best value of the job's metric, NAN when none */
+    char *stop_reason;    /* owned; the early-stop decision that stopped it, NULL when none */
+    char *point_json;     /* owned; tpe: the sampler's coordinates [x0, x1, ...], NULL otherwise */
+    int64_t source_trial; /* the trial its job was cloned from (bfctl clone), 0 when none */
 } store_trial;
 
 void store_trial_free(store_trial *t);            /* frees the owned strings */
@@ -177,7 +178,15 @@ typedef struct store_job {
     int closed;                       /* cancelled: no more proposals */
     char early_stop[512];             /* JSON (jobs/sched_stop.h: sched_stop_parse) */
     long long counts[TRIAL_N_STATES]; /* its trials in each state */
+    int n_objectives;                 /* its `metric:` entries (1 for one metric) */
+    sweep_objective objectives[SWEEP_MAX_OBJECTIVES];
 } store_job;
+
+/* The objectives of a job (its `metric:` entries, in order; a job stored
+ * before objectives were kept has its one metric) into out, *n of them (at
+ * least 1). -1 with err when there is no such job. */
+int store_job_objectives(store *s, int64_t job, sweep_objective out[SWEEP_MAX_OBJECTIVES], int *n,
+                         char *err, size_t errlen);
 
 /* One job's row: 0 found, 1 no such job (or one hidden), -1 error. */
 int store_job_get(store *s, int64_t job_id, store_job *out, char *err, size_t errlen);
@@ -231,6 +240,8 @@ typedef struct store_decision {
     int n, stop;
     char reason[320];
     double time;
+    int n_point;                        /* MO-ASHA: objectives in point; 0 otherwise */
+    double point[SWEEP_MAX_OBJECTIVES]; /* the trial's value of each at the rung */
 } store_decision;
 
 /* Records a decision in one transaction: its row (one per trial, method and
@@ -246,6 +257,11 @@ int store_decisions(store *s, int64_t job, int64_t trial, store_decision **out, 
  * ("asha", or a hyperband bracket's "hb-s<s>"), in the order they came. */
 int store_rung_values(store *s, int64_t job, const char *method, int rung, double **vals, size_t *n,
                       char *err, size_t errlen);
+/* The points (m objective values each, row-major into *vals, *n rows)
+ * recorded at MO-ASHA rung `rung` of a job by decisions of `method`, in the
+ * order they came; decisions without a point of m values are left out. */
+int store_rung_points(store *s, int64_t job, const char *method, int rung, int m, double **vals,
+                      size_t *n, char *err, size_t errlen);
 /* STOPPED -> PENDING, clearing the stop reason, with a "resume" event. */
 int store_trial_resume(store *s, int64_t trial_id, const char *message, char *err, size_t errlen);
 

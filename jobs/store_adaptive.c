@@ -19,8 +19,8 @@ int store_decision_add(store *s, const store_decision *d, int *added, char *err,
     if (store_prepare(
             s,
             "INSERT OR IGNORE INTO decisions(job, trial, method, rung, rung_step, step, value,"
-            " cutoff, n, stop, reason, time) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10,"
-            " ?11, ?12)",
+            " cutoff, n, stop, reason, time, point) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9,"
+            " ?10, ?11, ?12, ?13)",
             &st, err, errlen) < 0)
         goto fail;
     sqlite3_bind_int64(st, 1, d->job);
@@ -35,6 +35,11 @@ int store_decision_add(store *s, const store_decision *d, int *added, char *err,
     sqlite3_bind_int(st, 10, d->stop);
     sqlite3_bind_text(st, 11, d->reason, -1, SQLITE_STATIC);
     sqlite3_bind_double(st, 12, store_now());
+    char point[SWEEP_MAX_OBJECTIVES * 26];
+    size_t w = 0;
+    for (int k = 0; k < d->n_point && k < SWEEP_MAX_OBJECTIVES; k++)
+        w += (size_t)snprintf(point + w, sizeof point - w, "%s%.17g", k ? " " : "", d->point[k]);
+    if (d->n_point > 0) sqlite3_bind_text(st, 13, point, -1, SQLITE_TRANSIENT);
     if (store_step_done(s, st, "sqlite3_step(INSERT INTO decisions)", err, errlen) < 0) goto fail;
     if (sqlite3_changes(s->db) == 0) { /* decided before (a restart, a resend) */
         if (store_commit(s, err, errlen) < 0) goto fail;
@@ -77,6 +82,14 @@ static void read_decision(sqlite3_stmt *st, void *row, void *ud) {
     d->stop = sqlite3_column_int(st, 10);
     store_col_text(st, 11, d->reason, sizeof d->reason);
     d->time = sqlite3_column_double(st, 12);
+    const char *p = (const char *)sqlite3_column_text(st, 13);
+    char *end;
+    while (p && *p && d->n_point < SWEEP_MAX_OBJECTIVES) {
+        double x = strtod(p, &end);
+        if (end == p) break;
+        d->point[d->n_point++] = x;
+        p = end;
+    }
 }
 
 int store_decisions(store *s, int64_t job, int64_t trial, store_decision **out, size_t *n,
@@ -87,7 +100,7 @@ int store_decisions(store *s, int64_t job, int64_t trial, store_decision **out, 
     if (store_prepare(
             s,
             "SELECT id, job, trial, method, rung, rung_step, step, value, cutoff, n, stop,"
-            " reason, time FROM decisions WHERE (?1 <= 0 OR job = ?1) AND (?2 <= 0 OR"
+            " reason, time, point FROM decisions WHERE (?1 <= 0 OR job = ?1) AND (?2 <= 0 OR"
             " trial = ?2) ORDER BY id",
             &st, err, errlen) < 0)
         return -1;
@@ -116,4 +129,23 @@ int store_rung_values(store *s, int64_t job, const char *method, int rung, doubl
     sqlite3_bind_text(st, 3, method, -1, SQLITE_TRANSIENT);
     return store_collect_column(s, st, NULL, vals, n, "store_rung_values: SELECT rung values", err,
                                 errlen);
+}
+
+int store_rung_points(store *s, int64_t job, const char *method, int rung, int m, double **vals,
+                      size_t *n, char *err, size_t errlen) {
+    *vals = NULL;
+    *n = 0;
+    store_decision *ds = NULL;
+    size_t nd = 0;
+    if (store_decisions(s, job, 0, &ds, &nd, err, errlen)) return -1;
+    *vals = malloc((nd ? nd : 1) * (size_t)(m > 0 ? m : 1) * sizeof **vals);
+    if (!*vals) {
+        free(ds);
+        return bf_fail(err, errlen, "store_rung_points: out of memory");
+    }
+    for (size_t i = 0; i < nd; i++)
+        if (ds[i].rung == rung && ds[i].n_point == m && strcmp(ds[i].method, method) == 0)
+            memcpy(*vals + (*n)++ * (size_t)m, ds[i].point, (size_t)m * sizeof **vals);
+    free(ds);
+    return 0;
 }

@@ -78,13 +78,20 @@ int store_submit(store *s, const sweep_spec *spec, const char *source, int64_t *
         bf_fail(err, errlen, "store_submit: early_stop does not fit in %zu bytes", sizeof early);
         goto fail;
     }
+    char objectives[SWEEP_MAX_OBJECTIVES * 96];
+    if (store_objectives_text(spec, objectives, sizeof objectives) < 0) {
+        bf_fail(err, errlen, "store_submit: the objectives do not fit in %zu bytes",
+                sizeof objectives);
+        goto fail;
+    }
     int tpe = spec->is_sweep && spec->method == SWEEP_TPE;
     if (store_prepare(
             s,
             "INSERT INTO jobs(name, pipeline, file, source, metric_name, metric_goal, priority,"
             " retries, ranks, gpus_per_rank, cpus_per_rank, time_limit_s, early_stop, n_trials,"
-            " submitted, method, parallel, nodes, hidden) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,"
-            " ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, 1)",
+            " submitted, method, parallel, nodes, hidden, objectives, source_trial) VALUES (?1, ?2,"
+            " ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, 1, ?19, "
+            "?20)",
             &st, err, errlen) < 0)
         goto fail;
     sqlite3_bind_text(st, 1, spec->name, -1, SQLITE_STATIC);
@@ -105,6 +112,8 @@ int store_submit(store *s, const sweep_spec *spec, const char *source, int64_t *
                       SQLITE_STATIC);
     sqlite3_bind_int(st, 17, tpe ? spec->parallel : 0);
     sqlite3_bind_int(st, 18, spec->resources.nodes);
+    sqlite3_bind_text(st, 19, objectives, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 20, spec->source_trial);
     if (sqlite3_bind_double(st, 15, c.t) != SQLITE_OK) {
         store_sqlfail(s, err, errlen, "sqlite3_bind(INSERT INTO jobs)");
         goto fail;
@@ -257,7 +266,7 @@ int store_job_cancel(store *s, int64_t job_id, int *n_cancelled, char *err, size
     " cpus_per_rank, time_limit_s, metric_name, metric_goal, n_trials, method, parallel, closed,"  \
     " early_stop, (SELECT COUNT(*) FROM trials WHERE job = jobs.id), nodes," STATE_COUNT(          \
         "PENDING") STATE_COUNT("RUNNING") STATE_COUNT("COMPLETED") STATE_COUNT("FAILED")           \
-        STATE_COUNT("CANCELLED") STATE_COUNT("STOPPED") " 0 FROM jobs"
+        STATE_COUNT("CANCELLED") STATE_COUNT("STOPPED") " objectives FROM jobs"
 
 static void row_to_job(sqlite3_stmt *st, store_job *j) {
     memset(j, 0, sizeof *j);
@@ -281,6 +290,13 @@ static void row_to_job(sqlite3_stmt *st, store_job *j) {
     j->n_proposed = sqlite3_column_int64(st, 17);
     j->nodes = sqlite3_column_int(st, 18);
     for (int k = 0; k < TRIAL_N_STATES; k++) j->counts[k] = sqlite3_column_int64(st, 19 + k);
+    if (store_objectives_parse((const char *)sqlite3_column_text(st, 19 + TRIAL_N_STATES),
+                               j->objectives, &j->n_objectives) < 0) {
+        /* not a list this build reads: the job's one metric */
+        snprintf(j->objectives[0].name, sizeof j->objectives[0].name, "%s", j->metric);
+        j->objectives[0].maximize = strcmp(j->goal, "max") == 0;
+        j->n_objectives = 1;
+    }
 }
 
 int store_job_get(store *s, int64_t job_id, store_job *out, char *err, size_t errlen) {

@@ -5,6 +5,7 @@
  * The files, from the bottom up (each calls only the ones above it):
  *   store_sql.c       statement helpers, transactions, the event log
  *   store.c           open/close, the schema and its migrations, state names
+ *   store_objectives.c  a job's objectives (its `metric:` list) as text
  *   store_points.c    metric points: insert, history, series, copies
  *   store_adaptive.c  early-stopping decisions and ASHA rungs
  *   store_trials.c    trials: reads and the state machine (every edge)
@@ -122,6 +123,15 @@ int store_collect_column(store *s, sqlite3_stmt *st, int64_t **ids, double **val
 stage_state store_stage_state_of(const unsigned char *text);
 /* "avit 3f2a91c0…": a stage as messages name it. */
 void store_stage_label(char *buf, size_t n, const char *name, const char *key);
+
+/* ------------------------------------ store_objectives.c: objectives */
+
+/* The objectives of spec as the JSON array text jobs.objectives holds, into
+ * buf; -1 when it does not fit. */
+int store_objectives_text(const sweep_spec *spec, char *buf, size_t len);
+/* Reads that text back into out[*n]: 0, or -1 when it is not such a list
+ * (*n then 0). */
+int store_objectives_parse(const char *text, sweep_objective out[SWEEP_MAX_OBJECTIVES], int *n);
 
 /* ---------------------------------------------- store_points.c: points */
 

@@ -299,9 +299,9 @@ void store_trials_free(store_trial *t, size_t n) {
  * 13 latest json, 14 best. */
 #define TRIAL_COLS                                                                                 \
     "t.id, t.job, t.idx, t.state, t.attempts, j.retries, j.priority, t.hash, t.params,"            \
-    " t.preemptions, t.stop_reason, t.point"
+    " t.preemptions, t.stop_reason, t.point, j.source_trial"
 
-#define TRIAL_NCOLS 12
+#define TRIAL_NCOLS 13
 
 static void row_to_trial(sqlite3_stmt *st, store_trial *t, int ncols) {
     memset(t, 0, sizeof *t);
@@ -318,11 +318,12 @@ static void row_to_trial(sqlite3_stmt *st, store_trial *t, int ncols) {
     t->preemptions = sqlite3_column_int(st, 9);
     t->stop_reason = store_col_dup(st, 10);
     t->point_json = store_col_dup(st, 11);
+    t->source_trial = sqlite3_column_int64(st, 12);
     t->best = NAN;
-    if (ncols > 12) t->config = store_col_dup(st, 12);
-    if (ncols > 13) t->latest_json = store_col_dup(st, 13);
-    if (ncols > 14 && sqlite3_column_type(st, 14) != SQLITE_NULL)
-        t->best = sqlite3_column_double(st, 14);
+    if (ncols > 13) t->config = store_col_dup(st, 13);
+    if (ncols > 14) t->latest_json = store_col_dup(st, 14);
+    if (ncols > 15 && sqlite3_column_type(st, 15) != SQLITE_NULL)
+        t->best = sqlite3_column_double(st, 15);
 }
 
 static void read_trial(sqlite3_stmt *st, void *row, void *ud) {

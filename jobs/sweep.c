@@ -42,8 +42,9 @@ static long parse_duration(const char *s) {
 
 /* --------------------------------------------------------------- sections */
 
-static const char *const top_keys[] = {"name",    "base",     "sweep",      "metric", "resources",
-                                       "retries", "priority", "early_stop", NULL};
+static const char *const top_keys[] = {"name",         "base",    "sweep",    "metric",
+                                       "resources",    "retries", "priority", "early_stop",
+                                       "source_trial", NULL};
 
 /* An unknown top-level key: suggest the nearest sweep key, section or
  * config key. */
@@ -60,17 +61,21 @@ static void unknown_top(sweep_ctx *x, yaml_node_t *k, const char *key) {
     if (near)
         sweep_err_at(x, k, "unknown key '%s'; did you mean '%s'?", key, near);
     else
-        sweep_err_at(x, k,
-                     "unknown key '%s'; valid top-level keys: name, pipeline, device, data, base, "
-                     "sweep, metric, resources, retries, priority, early_stop, and config keys "
-                     "(see `bfctl keys`)",
-                     key);
+        sweep_err_at(
+            x, k,
+            "unknown key '%s'; valid top-level keys: name, pipeline, device, data, base, "
+            "sweep, metric, resources, retries, priority, early_stop, source_trial, and config "
+            "keys "
+            "(see `bfctl keys`)",
+            key);
 }
 
-static void parse_metric(sweep_ctx *x, yaml_node_t *v) {
-    sweep_spec *s = x->spec;
+/* One objective {name, goal} at node v into s->objectives[i]; `what` names
+ * it in messages ("metric" or "metric[1]"). */
+static void parse_objective(sweep_ctx *x, yaml_node_t *v, int i, const char *what) {
+    sweep_objective *o = &x->spec->objectives[i];
     if (v->type != YAML_MAPPING_NODE) {
-        sweep_err_at(x, v, "metric: expected a mapping {name: NAME, goal: min|max}, got %s",
+        sweep_err_at(x, v, "%s: expected a mapping {name: NAME, goal: min|max}, got %s", what,
                      sweep_kind_name(v));
         return;
     }
@@ -78,22 +83,64 @@ static void parse_metric(sweep_ctx *x, yaml_node_t *v) {
     static const char *const valid[] = {"name", "goal", NULL};
     static const char *const goals[] = {"min", "max", NULL};
     int have_goal = 0, have_name = 0;
+    char w[64];
     for (yaml_node_pair_t *p = v->data.mapping.pairs.start; p < v->data.mapping.pairs.top; p++) {
         if (sweep_key_is_dup(x, v, p)) continue;
         yaml_node_t *k = node(x, p->key), *val = node(x, p->value);
         if (strcmp(sval(k), "name") == 0) {
-            x->metric_line = val->start_mark.line + 1, x->metric_col = val->start_mark.column + 1;
-            have_name = sweep_get_name(x, val, "metric.name", s->metric_name, sizeof s->metric_name,
-                                       "/_.-") == 0;
+            x->metric_line[i] = val->start_mark.line + 1;
+            x->metric_col[i] = val->start_mark.column + 1;
+            snprintf(w, sizeof w, "%s.name", what);
+            sweep_get_name(x, val, w, o->name, sizeof o->name, "/_.-@");
+            have_name = 1;
         } else if (strcmp(sval(k), "goal") == 0) {
-            int g = sweep_get_choice(x, val, "metric.goal", goals);
-            if (g >= 0) s->metric_maximize = g, have_goal = 1;
+            snprintf(w, sizeof w, "%s.goal", what);
+            int g = sweep_get_choice(x, val, w, goals);
+            if (g >= 0) o->maximize = g;
+            have_goal = 1; /* a bad goal is said above, not as a missing one */
         } else {
-            sweep_unknown_in(x, k, "metric", sval(k), valid);
+            sweep_unknown_in(x, k, what, sval(k), valid);
         }
     }
-    if (!have_name) sweep_err_at(x, v, "metric: 'name' is required (e.g. val/acc)");
-    if (!have_goal) sweep_err_at(x, v, "metric: 'goal' is required (min or max)");
+    if (!have_name) sweep_err_at(x, v, "%s: 'name' is required (e.g. val/acc)", what);
+    if (!have_goal) sweep_err_at(x, v, "%s: 'goal' is required (min or max)", what);
+}
+
+/* metric: {name, goal}, or a list of them (several objectives: the job's
+ * best is a Pareto front). A name may appear once. */
+static void parse_metric(sweep_ctx *x, yaml_node_t *v) {
+    sweep_spec *s = x->spec;
+    if (v->type != YAML_SEQUENCE_NODE) {
+        parse_objective(x, v, 0, "metric");
+        s->n_objectives = 1;
+    } else {
+        int n = (int)(v->data.sequence.items.top - v->data.sequence.items.start);
+        if (n < 1 || n > SWEEP_MAX_OBJECTIVES) {
+            sweep_err_at(x, v,
+                         "metric: a list of %d objectives; give 1 to %d entries {name: NAME, "
+                         "goal: min|max}",
+                         n, SWEEP_MAX_OBJECTIVES);
+            return;
+        }
+        for (int i = 0; i < n; i++) {
+            char what[32];
+            snprintf(what, sizeof what, "metric[%d]", i);
+            parse_objective(x, node(x, v->data.sequence.items.start[i]), i, what);
+        }
+        s->n_objectives = n;
+        for (int i = 1; i < n; i++)
+            for (int j = 0; j < i; j++)
+                if (s->objectives[i].name[0] &&
+                    strcmp(s->objectives[i].name, s->objectives[j].name) == 0) {
+                    sweep_err_at(x, node(x, v->data.sequence.items.start[i]),
+                                 "metric[%d]: '%s' is already metric[%d]; each objective names "
+                                 "a different metric",
+                                 i, s->objectives[i].name, j);
+                    break;
+                }
+    }
+    snprintf(s->metric_name, sizeof s->metric_name, "%s", s->objectives[0].name);
+    s->metric_maximize = s->objectives[0].maximize;
 }
 
 static void parse_resources(sweep_ctx *x, yaml_node_t *v) {
@@ -424,6 +471,8 @@ static void load_doc(sweep_ctx *x) {
             if (sweep_get_int(x, v, "retries", 0, 100, &n) == 0) s->retries = (int)n;
         } else if (strcmp(key, "priority") == 0) {
             if (sweep_get_int(x, v, "priority", -1000, 1000, &n) == 0) s->priority = (int)n;
+        } else if (strcmp(key, "source_trial") == 0) {
+            if (sweep_get_int(x, v, "source_trial", 1, (1LL << 53), &n) == 0) s->source_trial = n;
         } else if (strcmp(key, "early_stop") == 0) {
             parse_early_stop(x, v);
         } else if (cfg_key_known(key) || (cfg_is_section(key) && v->type == YAML_MAPPING_NODE)) {
@@ -438,6 +487,21 @@ static void load_doc(sweep_ctx *x) {
     } else {
         const char *m = pipeline_default_metric(s->base.pipeline, &s->metric_maximize);
         snprintf(s->metric_name, sizeof s->metric_name, "%s", m ? m : "val/acc");
+        snprintf(s->objectives[0].name, sizeof s->objectives[0].name, "%s", s->metric_name);
+        s->objectives[0].maximize = s->metric_maximize;
+        s->n_objectives = 1;
+    }
+    int rungs =
+        s->early_stop.method == SWEEP_STOP_ASHA || s->early_stop.method == SWEEP_STOP_HYPERBAND;
+    if (rungs && s->n_objectives > 1 && s->early_stop.metric[0]) {
+        char line[SWEEP_MSG_MAX + CFG_PATH_MAX];
+        snprintf(line, sizeof line,
+                 "%s:%zu:%zu: early_stop.metric is given with %d objectives: method %s judges "
+                 "all of them at each rung (MO-ASHA); leave early_stop.metric out, or give one "
+                 "metric: entry",
+                 x->file, x->es_line, x->es_col, s->n_objectives,
+                 sweep_stop_name(s->early_stop.method));
+        sweep_errs_add(x->errs, line);
     }
     if (s->early_stop.method != SWEEP_STOP_NONE && !s->early_stop.metric[0])
         snprintf(s->early_stop.metric, sizeof s->early_stop.metric, "%s", s->metric_name);

@@ -18,7 +18,8 @@ extern "C" {
 
 #define SWEEP_MAX_TRIALS 100000 /* grids and random sweeps above this are refused */
 #define SWEEP_MAX_PARAMS 64
-#define SWEEP_MAX_ERRORS 100 /* messages kept; the count goes on */
+#define SWEEP_MAX_ERRORS 100   /* messages kept; the count goes on */
+#define SWEEP_MAX_OBJECTIVES 8 /* entries of a `metric:` list */
 
 /* tpe: trials are proposed one by one by bfd (jobs/sched_tpe.h) as earlier
  * ones finish; nothing is expanded at submit. */
@@ -59,6 +60,12 @@ typedef struct sweep_param {
     int line, col;        /* of the key, 1-based */
 } sweep_param;
 
+/* One objective of a job: a metric and its goal. */
+typedef struct sweep_objective {
+    char name[64];
+    int maximize; /* goal: max */
+} sweep_objective;
+
 typedef struct sweep_spec {
     char file[CFG_PATH_MAX];
     char name[128];
@@ -73,6 +80,11 @@ typedef struct sweep_spec {
     int startup_trials; /* tpe: random proposals before the model is used (default 10) */
     char metric_name[64];
     int metric_maximize; /* goal: max */
+    /* every objective of `metric:` (a mapping or a list of them), in order;
+     * objectives[0] is metric_name / metric_maximize. Several objectives make
+     * "best" a Pareto front (jobs/pareto.h). */
+    int n_objectives;
+    sweep_objective objectives[SWEEP_MAX_OBJECTIVES];
     struct {
         int ranks, gpus_per_rank, cpus_per_rank;
         int nodes;         /* hosts the ranks span (Slurm --nodes); 0 = not given */
@@ -90,6 +102,7 @@ typedef struct sweep_spec {
         int min_trials;          /* median: other trials needed at a step (default 3) */
     } early_stop;
     int params_line, params_col; /* where per-trial errors point */
+    long long source_trial;      /* `source_trial:` the trial this job was cloned from, 0: none */
 } sweep_spec;
 
 /* One expanded trial, valid only during the sweep_expand callback. */

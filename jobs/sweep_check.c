@@ -43,8 +43,11 @@ static void msg_position(sweep_ctx *x, const char *msg, size_t *line, size_t *co
             return;
         }
     }
-    if (strcmp(key, "metric.name") == 0 && x->metric_line) {
-        *line = x->metric_line, *col = x->metric_col;
+    int oi = -1;
+    if (strcmp(key, "metric.name") == 0) oi = 0;
+    if (sscanf(key, "metric[%d].name", &oi) == 1 && (oi < 0 || oi >= SWEEP_MAX_OBJECTIVES)) oi = -1;
+    if (oi >= 0 && x->metric_line[oi]) {
+        *line = x->metric_line[oi], *col = x->metric_col[oi];
         return;
     }
     if (strcmp(key, "early_stop.metric") == 0 && x->es_line) {
@@ -82,13 +85,25 @@ static int validate_trial(void *ud, const sweep_trial *t) {
     for (int p = 0; v->effective && p < s->n_params; p++)
         if (key_has_effect(s->params[p].key, t->config)) v->effective[p] = 1;
     int bad = cfg_validate(t->config, err, sizeof err) != 0;
-    /* the job's metric must be one the trial writes */
-    const char *mnames[2] = {s->metric_name, s->early_stop.metric};
-    const char *mkeys[2] = {"metric.name", "early_stop.metric"};
-    for (int i = 0; i < 2; i++) {
+    /* every objective, and early_stop's metric, must be one the trial writes */
+    const char *mnames[SWEEP_MAX_OBJECTIVES + 1];
+    char mkeys[SWEEP_MAX_OBJECTIVES + 1][32];
+    int nm = s->n_objectives > 0 ? s->n_objectives : 1;
+    for (int i = 0; i < nm; i++) {
+        mnames[i] = s->n_objectives > 0 ? s->objectives[i].name : s->metric_name;
+        if (nm == 1)
+            snprintf(mkeys[i], sizeof mkeys[i], "metric.name");
+        else
+            snprintf(mkeys[i], sizeof mkeys[i], "metric[%d].name", i);
+    }
+    mnames[nm] = s->early_stop.metric;
+    snprintf(mkeys[nm], sizeof mkeys[nm], "early_stop.metric");
+    for (int i = 0; i <= nm; i++) {
         char list[1024];
         if (!mnames[i][0] || cfg_metric_produced(t->config, mnames[i], list, sizeof list)) continue;
-        if (i == 1 && strcmp(mnames[1], mnames[0]) == 0) continue; /* said once */
+        int said = 0; /* early_stop.metric defaults to an objective: said once */
+        for (int j = 0; i == nm && j < nm; j++) said |= strcmp(mnames[i], mnames[j]) == 0;
+        if (said) continue;
         size_t l = bad ? strlen(err) : 0;
         snprintf(err + l, sizeof err - l,
                  "%s%s '%s' is never written by pipeline %s%s; it writes: %s", bad ? "\n" : "",
@@ -99,8 +114,28 @@ static int validate_trial(void *ud, const sweep_trial *t) {
                  list);
         bad = 1;
     }
+    /* MO-ASHA judges every objective at each rung: each must be written
+     * while the trial trains */
+    int rungs =
+        s->early_stop.method == SWEEP_STOP_ASHA || s->early_stop.method == SWEEP_STOP_HYPERBAND;
+    for (int i = 0; rungs && s->n_objectives > 1 && i < nm; i++) {
+        if (!cfg_metric_produced(t->config, mnames[i], NULL, 0) ||
+            cfg_metric_during_training(t->config, mnames[i], NULL, 0))
+            continue;
+        char list[1024];
+        cfg_metric_during_training(t->config, NULL, list, sizeof list);
+        size_t l = bad ? strlen(err) : 0;
+        snprintf(err + l, sizeof err - l,
+                 "%s%s '%s' is written only when training ends, so early_stop %s, which judges "
+                 "every objective at each rung, can never judge it; metrics written during "
+                 "training: %s",
+                 bad ? "\n" : "", mkeys[i], mnames[i], sweep_stop_name(s->early_stop.method),
+                 list[0] ? list : "none");
+        bad = 1;
+    }
     /* early stopping judges points written while the trial trains */
     if (s->early_stop.method != SWEEP_STOP_NONE && s->early_stop.metric[0] &&
+        !(rungs && s->n_objectives > 1) &&
         cfg_metric_produced(t->config, s->early_stop.metric, NULL, 0) &&
         !cfg_metric_during_training(t->config, s->early_stop.metric, NULL, 0)) {
         char list[1024];

@@ -29,8 +29,8 @@ typedef struct sweep_ctx {
     sweep_errors *errs;
     sweep_spec *spec;
     yaml_node_t *root, *base_node;
-    /* positions of metric.name and early_stop.metric (0: not given) */
-    size_t metric_line, metric_col, es_line, es_col;
+    /* positions of each objective's name and early_stop.metric (0: not given) */
+    size_t metric_line[SWEEP_MAX_OBJECTIVES], metric_col[SWEEP_MAX_OBJECTIVES], es_line, es_col;
     /* config keys set at top level, for duplicates between a section and a
      * dotted key (`model: {layers: 1}` and `model.layers: 2`) */
     char top_key[128][128];

@@ -13,6 +13,7 @@
  * errors; the message when no bfd is running. */
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -349,6 +350,325 @@ Test(bfctl_results, table_json_and_export) {
     cr_assert_eq(bfctl(&out, 1, "results 999"), 1, "%s", out);
     cr_assert(strstr(out, "not_found"), "%s", out);
     free(out);
+}
+
+/* Submits sweep text (a file NAME.yaml); returns the job id. */
+static long long submit_text(const char *name, const char *text) {
+    char path[400];
+    snprintf(path, sizeof path, "%s/%s.yaml", g_dir, name);
+    it_write_text(path, text, 0644);
+    char *out;
+    cr_assert_eq(bfctl(&out, 0, "submit '%s'", path), 0, "submit failed: %s", out);
+    long long job = atoll(out);
+    free(out);
+    cr_assert(job >= 1);
+    return job;
+}
+
+/* Plays the workers of a job's n trials: trial i reports val/acc acc[i]
+ * and val/heads_used heads[i] at step 10 and exits 0; waits for the job. */
+static void run_trials(long long job, size_t n, const double *acc, const double *heads,
+                       long long *ids) {
+    job_trial_ids(job, ids, n);
+    void *ctx = zmq_ctx_new();
+    cr_assert_not_null(ctx);
+    void *ws = worker_socket(ctx);
+    for (size_t i = 0; i < n; i++) {
+        char tok[PROTO_TOKEN_LEN + 1], pts[256];
+        token_of(ids[i], tok);
+        snprintf(pts, sizeof pts,
+                 "[{\"seq\": 1, \"step\": 10, \"time\": 1764400000.5, \"values\": {\"val/acc\": "
+                 "%.17g, \"val/heads_used\": %.17g}}]",
+                 acc[i], heads[i]);
+        send_points(ws, ids[i], tok, pts, 1);
+    }
+    zmq_close(ws);
+    zmq_ctx_term(ctx);
+    for (size_t i = 0; i < n; i++) finish(ids[i], 0);
+    char *out;
+    cr_assert_eq(bfctl(&out, 0, "wait %lld", job), 0, "wait: %s", out);
+    free(out);
+}
+
+/* The row of `results --json` (trials or groups) whose field k is id. */
+static json_t *row_of(json_t *rows, const char *k, long long id) {
+    size_t i;
+    json_t *r;
+    json_array_foreach(rows, i, r) {
+        json_t *v = json_object_get(r, k);
+        if (json_is_array(v)) v = json_array_get(v, 0);
+        if (json_integer_value(v) == id) return r;
+    }
+    cr_assert_fail("no row with %s %lld", k, id);
+    return NULL;
+}
+
+static json_t *results_json(const char *args) {
+    char *out;
+    cr_assert_eq(bfctl(&out, 0, "results %s --json", args), 0, "%s", out);
+    json_error_t jerr;
+    json_t *js = json_loads(out, 0, &jerr);
+    cr_assert_not_null(js, "results --json: %s: %s", jerr.text, out);
+    free(out);
+    return js;
+}
+
+Test(bfctl_results, pareto_front_seed_groups_and_jobs_side_by_side) {
+    static const char mo[] = "pipeline: budgetformer\ndata: {set: wordnet}\n"
+                             "sweep:\n  parameters:\n"
+                             "    budget.range: {values: [[0.1, 0.3], [0.3, 0.6]]}\n"
+                             "    train.seed: {values: [1, 2]}\n"
+                             "metric:\n  - {name: val/acc, goal: max}\n"
+                             "  - {name: val/heads_used, goal: min}\n";
+    long long job = submit_text("mo", mo);
+    /* t0 (0.6, 0.2), t1 (0.7, 0.4), t2 (0.8, 0.5) make the front; t3 (0.4,
+     * 0.6) is dominated by each of them. Crowding of t1, inside the front:
+     * (0.8 - 0.6) / 0.2 + (0.5 - 0.2) / 0.3 = 2 */
+    const double acc[] = {0.6, 0.7, 0.8, 0.4}, heads[] = {0.2, 0.4, 0.5, 0.6};
+    long long t[4];
+    run_trials(job, 4, acc, heads, t);
+
+    char *out, l[512], id[32];
+    cr_assert_eq(bfctl(&out, 0, "results %lld", job), 0);
+    fprintf(stderr, "%s", out);
+    cr_assert(strstr(out, "Pareto front marked * over val/acc (max), val/heads_used (min)"), "%s",
+              out);
+    for (int i = 0; i < 4; i++) {
+        snprintf(id, sizeof id, " t%lld ", t[i]);
+        cr_assert_not_null(line_with(out, id, l, sizeof l), "%s", out);
+        cr_assert_eq(l[0], i < 3 ? '*' : ' ', "row of trial %d: '%s'", i, l);
+    }
+    /* sorted by rank, then crowding: t3 (rank 2) comes last */
+    snprintf(id, sizeof id, " t%lld ", t[3]);
+    const char *p3 = strstr(out, id);
+    snprintf(id, sizeof id, " t%lld ", t[1]);
+    cr_assert(p3 > strstr(out, id), "the dominated trial is listed after the front:\n%s", out);
+    free(out);
+
+    char jarg[32];
+    snprintf(jarg, sizeof jarg, "%lld", job);
+    json_t *js = results_json(jarg);
+    json_t *rows = json_object_get(js, "trials");
+    cr_assert_eq(json_array_size(rows), 4);
+    for (int i = 0; i < 4; i++) {
+        json_t *r = row_of(rows, "id", t[i]);
+        cr_assert_eq(json_integer_value(json_object_get(r, "rank")), i < 3 ? 1 : 2, "trial %d", i);
+        cr_assert_eq(json_is_true(json_object_get(r, "pareto")), i < 3);
+        cr_assert_float_eq(
+            json_number_value(json_object_get(json_object_get(r, "objectives"), "val/acc")), acc[i],
+            1e-12);
+    }
+    cr_assert_str_eq(json_string_value(json_object_get(row_of(rows, "id", t[0]), "crowding")),
+                     "inf", "an end of the front");
+    cr_assert_float_eq(json_number_value(json_object_get(row_of(rows, "id", t[1]), "crowding")),
+                       2.0, 1e-9);
+    cr_assert_eq(json_integer_value(json_object_get(json_array_get(rows, 3), "id")), t[3]);
+    json_decref(js);
+
+    /* best: the front alone */
+    cr_assert_eq(bfctl(&out, 0, "best %lld", job), 0);
+    for (int i = 0; i < 4; i++) {
+        snprintf(id, sizeof id, " t%lld ", t[i]);
+        cr_assert_eq(strstr(out, id) != NULL, i < 3, "best lists the front only:\n%s", out);
+    }
+    free(out);
+
+    /* seeds folded: range [0.1, 0.3] has acc 0.65 +- 0.0707, heads 0.3 +-
+     * 0.1414 and dominates range [0.3, 0.6] (acc 0.6, heads 0.55) */
+    snprintf(jarg, sizeof jarg, "%lld --group-by-seed", job);
+    js = results_json(jarg);
+    rows = json_object_get(js, "groups");
+    cr_assert_eq(json_array_size(rows), 2);
+    json_t *ga = row_of(rows, "trials", t[0]), *gb = row_of(rows, "trials", t[2]);
+    cr_assert_eq(json_integer_value(json_object_get(ga, "n")), 2);
+    cr_assert_null(json_object_get(json_object_get(ga, "params"), "train.seed"));
+    json_t *aa = json_object_get(json_object_get(ga, "objectives"), "val/acc");
+    cr_assert_float_eq(json_number_value(json_object_get(aa, "mean")), 0.65, 1e-12);
+    cr_assert_float_eq(json_number_value(json_object_get(aa, "std")), sqrt(0.005), 1e-12);
+    cr_assert_eq(json_integer_value(json_object_get(ga, "rank")), 1);
+    cr_assert_eq(json_integer_value(json_object_get(gb, "rank")), 2);
+    json_decref(js);
+    cr_assert_eq(bfctl(&out, 0, "results %lld --group-by-seed", job), 0);
+    fprintf(stderr, "%s", out);
+    cr_assert(strstr(out, "0.6500\xc2\xb1"
+                          "0.0707"),
+              "%s", out);
+    free(out);
+
+    /* a baseline job beside it, its seeds folded too: (0.55, 1.0) is
+     * dominated by both groups, so it ranks third */
+    long long base = submit_text("base", "pipeline: budgetformer\ndata: {set: wordnet}\n"
+                                         "sweep:\n  parameters:\n"
+                                         "    train.seed: {values: [1, 2]}\n"
+                                         "metric:\n  - {name: val/acc, goal: max}\n"
+                                         "  - {name: val/heads_used, goal: min}\n");
+    const double bacc[] = {0.5, 0.6}, bheads[] = {1.0, 1.0};
+    long long bt[2];
+    run_trials(base, 2, bacc, bheads, bt);
+    char args[64];
+    snprintf(args, sizeof args, "%lld %lld --group-by-seed", job, base);
+    js = results_json(args);
+    rows = json_object_get(js, "groups");
+    cr_assert_eq(json_array_size(rows), 3);
+    json_t *gbase = row_of(rows, "trials", bt[0]);
+    snprintf(args, sizeof args, "%lld %lld --group-by-seed", job, base);
+    cr_assert_eq(bfctl(&out, 0, "results %s", args), 0);
+    fprintf(stderr, "%s", out);
+    free(out);
+    cr_assert_eq(json_integer_value(json_object_get(gbase, "job")), base);
+    cr_assert_eq(json_integer_value(json_object_get(gbase, "rank")), 3);
+    json_decref(js);
+
+    /* jobs judged by different objectives are not compared */
+    long long one = submit("one", 1);
+    cr_assert_eq(bfctl(&out, 1, "results %lld %lld", job, one), 1, "%s", out);
+    cr_assert(strstr(out, "objectives differ"), "%s", out);
+    free(out);
+}
+
+static json_t *show_json(const char *what) {
+    char *out;
+    cr_assert_eq(bfctl(&out, 0, "show %s --json", what), 0, "%s", out);
+    json_error_t jerr;
+    json_t *js = json_loads(out, 0, &jerr);
+    cr_assert_not_null(js, "show --json: %s: %s", jerr.text, out);
+    free(out);
+    return js;
+}
+
+Test(bfctl_results, clone_keeps_lineage_and_show_points_at_checkpoints) {
+    long long job = submit_text("src", "pipeline: budgetformer\ndata: {set: wordnet}\n"
+                                       "train: {lr: 0.001}\n"
+                                       "metric:\n  - {name: val/acc, goal: max}\n"
+                                       "  - {name: val/heads_used, goal: min}\n");
+    /* val/acc 0.5 at step 10, 0.7 at step 20 (the best), 0.6 at step 30 */
+    long long t;
+    job_trial_ids(job, &t, 1);
+    char tok[PROTO_TOKEN_LEN + 1];
+    token_of(t, tok);
+    void *ctx = zmq_ctx_new();
+    void *ws = worker_socket(ctx);
+    send_points(
+        ws, t, tok,
+        "[{\"seq\": 1, \"step\": 10, \"time\": 1764400000.5, \"values\": {\"val/acc\": 0.5}},"
+        " {\"seq\": 2, \"step\": 20, \"time\": 1764400001.5, \"values\": {\"val/acc\": 0.7}},"
+        " {\"seq\": 3, \"step\": 30, \"time\": 1764400002.5, \"values\": {\"val/acc\": 0.6}}]",
+        3);
+    zmq_close(ws);
+    zmq_ctx_term(ctx);
+    /* the run folder's checkpoint set, as the worker leaves it: step 20 */
+    char p[700];
+    snprintf(p, sizeof p, "mkdir -p '%s/trials/%lld'", g_home, t);
+    cr_assert_eq(system(p), 0);
+    snprintf(p, sizeof p, "%s/trials/%lld/state.json", g_home, t);
+    it_write_text(p, "{\"step\": 20, \"seed\": 1}\n", 0644);
+    finish(t, 0);
+    char *out;
+    cr_assert_eq(bfctl(&out, 0, "wait %lld", job), 0, "wait: %s", out);
+    free(out);
+
+    char what[32];
+    snprintf(what, sizeof what, "t%lld", t);
+    json_t *js = show_json(what);
+    json_t *ck = json_object_get(js, "checkpoints");
+    snprintf(p, sizeof p, "%s/trials/%lld", g_home, t);
+    json_t *last = json_object_get(ck, "last"), *best = json_object_get(ck, "best");
+    cr_assert_str_eq(json_string_value(json_object_get(last, "dir")), p);
+    cr_assert_eq(json_integer_value(json_object_get(last, "step")), 20);
+    cr_assert_str_eq(json_string_value(json_object_get(best, "metric")), "val/acc");
+    cr_assert_eq(json_integer_value(json_object_get(best, "step")), 20);
+    cr_assert_float_eq(json_number_value(json_object_get(best, "value")), 0.7, 1e-12);
+    cr_assert_str_eq(json_string_value(json_object_get(best, "checkpoint")), p,
+                     "the one set was written at the best step");
+    cr_assert_null(json_object_get(js, "source"), "not a clone");
+    json_decref(js);
+
+    /* the clone: the trial's config with a change, its job's objectives */
+    cr_assert_eq(bfctl(&out, 0, "clone t%lld --set train.lr=0.01", t), 0, "%s", out);
+    long long cj = atoll(out);
+    free(out);
+    cr_assert_gt(cj, job);
+    long long ct;
+    job_trial_ids(cj, &ct, 1);
+    snprintf(what, sizeof what, "t%lld", ct);
+    js = show_json(what);
+    cr_assert_eq(json_integer_value(json_object_get(js, "source")), t,
+                 "the clone names its source");
+    const char *cfg = json_string_value(json_object_get(js, "config"));
+    cr_assert(cfg && strstr(cfg, "train.lr: 0.01\n"), "%s", cfg);
+    json_decref(js);
+    snprintf(what, sizeof what, "%lld", cj);
+    js = show_json(what);
+    cr_assert_eq(json_array_size(json_object_get(js, "objectives")), 2);
+    json_decref(js);
+    /* bfd validates the clone as any sweep */
+    cr_assert_eq(bfctl(&out, 1, "clone t%lld --set train.nope=1", t), 1, "%s", out);
+    cr_assert(strstr(out, "unknown key 'train.nope'"), "%s", out);
+    free(out);
+    cr_assert_eq(bfctl(&out, 1, "clone 17"), 64, "%s", out);
+    cr_assert(strstr(out, "usage: bfctl clone tTRIAL"), "%s", out);
+    free(out);
+}
+
+Test(bfctl_results, mo_asha_decides_on_every_objective) {
+    long long job = submit_text("moasha", "pipeline: budgetformer\ndata: {set: wordnet}\n"
+                                          "train: {steps: 100, eval_every: 10}\n"
+                                          "sweep:\n  parameters:\n"
+                                          "    train.seed: {values: [1, 2, 3]}\n"
+                                          "metric:\n  - {name: val/acc, goal: max}\n"
+                                          "  - {name: val/heads_used, goal: min}\n"
+                                          "early_stop: {method: asha, min_steps: 10}\n");
+    /* the wiring of MO-ASHA through bfd (its rule: test_sched): at the
+     * first rung (step 10), one after another, t0 (0.9, 0.1) alone
+     * continues; t1 (0.95, 0.9) makes a front of two with it, 1 of 2
+     * continues and the epsilon-net takes the best val/acc first: t1
+     * continues; t2 (0.5, 0.95), dominated by both, is stopped. Each
+     * decision keeps the trial's point of both objectives. */
+    long long t[3];
+    job_trial_ids(job, t, 3);
+    const double acc[] = {0.9, 0.95, 0.5}, heads[] = {0.1, 0.9, 0.95};
+    void *ctx = zmq_ctx_new();
+    void *ws = worker_socket(ctx);
+    for (int i = 0; i < 3; i++) {
+        char tok[PROTO_TOKEN_LEN + 1], pts[256];
+        token_of(t[i], tok);
+        snprintf(pts, sizeof pts,
+                 "[{\"seq\": 1, \"step\": 10, \"time\": 1764400000.5, \"values\": {\"val/acc\": "
+                 "%.17g, \"val/heads_used\": %.17g}}]",
+                 acc[i], heads[i]);
+        send_points(ws, t[i], tok, pts, 1);
+        /* each is judged before the next comes: wait for its decision */
+        char what[32];
+        snprintf(what, sizeof what, "%lld --rungs", job);
+        size_t nd = 0;
+        for (int k = 0; k < 200 && nd < (size_t)i + 1; k++) {
+            json_t *r = show_json(what);
+            nd = json_array_size(json_object_get(r, "decisions"));
+            json_decref(r);
+            if (nd < (size_t)i + 1) it_sleep_s(0.05);
+        }
+        cr_assert_eq(nd, (size_t)i + 1, "no decision for trial %d", i);
+    }
+    zmq_close(ws);
+    zmq_ctx_term(ctx);
+    char what[32];
+    snprintf(what, sizeof what, "%lld --rungs", job);
+    json_t *r = show_json(what);
+    cr_assert_eq(json_array_size(json_object_get(r, "objectives")), 2);
+    json_t *ds = json_object_get(r, "decisions");
+    const int stop[] = {0, 0, 1};
+    for (int i = 0; i < 3; i++) {
+        json_t *d = json_array_get(ds, (size_t)i);
+        cr_assert_eq(json_integer_value(json_object_get(d, "trial")), t[i]);
+        cr_assert_eq(json_is_true(json_object_get(d, "stop")), stop[i], "trial %d: %s", i,
+                     json_string_value(json_object_get(d, "reason")));
+        cr_assert(strstr(json_string_value(json_object_get(d, "reason")), "mo-asha: "));
+        json_t *pt = json_object_get(d, "point");
+        cr_assert_eq(json_array_size(pt), 2);
+        cr_assert_float_eq(json_number_value(json_array_get(pt, 1)), heads[i], 1e-12);
+    }
+    json_decref(r);
+    for (int i = 0; i < 3; i++) finish(t[i], 0);
 }
 
 /* 30,000 points of 5 values: over 8 MiB as one `export` reply, so bfctl

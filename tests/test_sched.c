@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jobs/pareto.h"
 #include "jobs/sched_stop.h"
 #include "jobs/sched_tpe.h"
 #include "jobs/store.h"
@@ -434,6 +435,18 @@ Test(sched, decisions_are_durable_once_and_resume) {
     cr_assert_eq(store_rung_values(s, job, "asha", 1, &vals, &n, err, sizeof err), 0);
     cr_assert_eq(n, 1);
     free(vals);
+    /* an MO-ASHA decision keeps the trial's point, read back per rung */
+    store_decision mo = d;
+    mo.rung_step = 60, mo.rung = 2, mo.stop = 0, mo.n_point = 2;
+    mo.point[0] = 0.25, mo.point[1] = 0.1 + 0.2; /* every digit kept */
+    cr_assert_eq(store_decision_add(s, &mo, &added, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(store_rung_points(s, job, "asha", 2, 2, &vals, &n, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(n, 1);
+    cr_assert(vals[0] == 0.25 && vals[1] == 0.1 + 0.2);
+    free(vals);
+    cr_assert_eq(store_rung_points(s, job, "asha", 1, 2, &vals, &n, err, sizeof err), 0);
+    cr_assert_eq(n, 0, "a decision of one value has no point");
+    free(vals);
     store_trial tr;
     cr_assert_eq(store_get_trial(s, t, &tr, err, sizeof err), 0);
     cr_assert_str_eq(tr.stop_reason, "asha: val/acc 0.2 at step 20 is below ...");
@@ -551,4 +564,153 @@ Test(sched, tpe_is_reproducible) {
     double other[3];
     sched_tpe_propose(&m, xs[0], ys, 0, 0, &o, other);
     cr_assert(memcmp(other, xs[0], sizeof other) != 0, "another seed, another first proposal");
+}
+
+/* ZDT1 in two parameters, both objectives minimised: the Pareto front is
+ * x1 = 0, f2 = 1 - sqrt(f1) */
+static void zdt1(const double *x, double *f) {
+    double g = 1 + 9 * x[1];
+    f[0] = x[0];
+    f[1] = g * (1 - sqrt(x[0] / g));
+}
+
+/* Hypervolume up to (1.1, 11) after n trials of MOTPE (startup 10) or of
+ * random search (startup past n). */
+static double run_motpe(int startup, uint64_t seed, int n) {
+    sched_tpe_space sp = {.n = 2, .dim = {{TPE_UNIFORM, 0, 1, 0}, {TPE_UNIFORM, 0, 1, 0}}};
+    double xs[40 * 2], ys[40 * 2], ref[] = {1.1, 11};
+    int mins[] = {0, 0};
+    sched_tpe_opts o = {.seed = seed, .startup = startup, .n_candidates = 24};
+    for (int i = 0; i < n; i++) {
+        int rc = sched_tpe_propose_mo(&sp, xs, ys, 2, mins, (size_t)i, i, &o, &xs[2 * i]);
+        cr_assert_eq(rc, i >= startup ? 1 : 0);
+        zdt1(&xs[2 * i], &ys[2 * i]);
+    }
+    return pareto_hypervolume(ys, (size_t)n, 2, mins, ref);
+}
+
+Test(sched, motpe_beats_random_search_on_zdt1) {
+    double mo[20], rnd[20];
+    for (int s = 0; s < 20; s++) {
+        mo[s] = run_motpe(10, (uint64_t)s + 1, 40);
+        rnd[s] = run_motpe(1000, (uint64_t)s + 1, 40);
+    }
+    double mm = median20(mo), mr = median20(rnd);
+    printf("motpe vs random, zdt1, 20 seeds, hypervolume after 40 trials: median motpe %.4f, "
+           "random %.4f (the front's: %.4f)\n",
+           mm, mr, 1.1 * 11 - 1.0 / 3);
+    cr_assert_gt(mm, mr, "motpe's median hypervolume %.4f is not above random's %.4f", mm, mr);
+}
+
+Test(sched, motpe_of_one_objective_is_tpe) {
+    /* one objective: fronts are the values in order and ties contribute
+     * nothing, so the good split, and every proposal, is TPE's */
+    sched_tpe_space m = {
+        .n = 3, .dim = {{TPE_CATEGORICAL, 0, 0, 5}, {TPE_INT, 1, 8, 0}, {TPE_UNIFORM, -1, 1, 0}}};
+    double a[20 * 3], b[20 * 3], ys[20];
+    int maxi[] = {1};
+    sched_tpe_opts o = {.seed = 9, .startup = 5, .n_candidates = 24, .maximize = 1};
+    for (int i = 0; i < 20; i++) {
+        sched_tpe_propose(&m, a, ys, (size_t)i, i, &o, &a[i * 3]);
+        sched_tpe_propose_mo(&m, b, ys, 1, maxi, (size_t)i, i, &o, &b[i * 3]);
+        cr_assert_eq(memcmp(&a[i * 3], &b[i * 3], 3 * sizeof *a), 0, "proposal %d", i);
+        ys[i] = -mixed((double[]){a[i * 3], 1e-3, a[i * 3 + 2]});
+        if (i % 4 == 0) ys[i] = i > 0 ? ys[i - 1] : ys[i]; /* ties */
+    }
+}
+
+/* A synthetic two-objective problem, both minimised: trial i's final
+ * values F = (x0, 1 - sqrt(x0) + x1), its front x1 = 0; at step r of R
+ * each value is worse by c_k (R - r) / R, c_k its own draw in [0, 0.2].
+ * x1 is drawn as u^3, so that some trials lie near the front. */
+typedef struct synth {
+    double F[2], c[2];
+} synth;
+
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double unit(uint64_t *s) { return (double)(splitmix(s) >> 11) * 0x1.0p-53; }
+
+static void synth_make(synth *t, int n, uint64_t seed) {
+    for (int i = 0; i < n; i++) {
+        double x0 = unit(&seed), u = unit(&seed), x1 = u * u * u;
+        t[i].F[0] = x0;
+        t[i].F[1] = 1 - sqrt(x0) + x1;
+        t[i].c[0] = 0.2 * unit(&seed);
+        t[i].c[1] = 0.2 * unit(&seed);
+    }
+}
+
+/* Runs the trials one after another through the rungs of c (asha):
+ * judged by MO-ASHA over both objectives, or (mo = 0) by ASHA on the first
+ * alone, the wrong policy the test must tell apart. kept[i] = 1 when trial
+ * i was never stopped. Returns how many were kept. */
+static int synth_asha(const sched_stop *c, const synth *t, int n, int mo, int *kept) {
+    static const sweep_objective obj[2] = {{"f1", 0}, {"f2", 0}};
+    int nr = sched_asha_n_rungs(c), n_kept = 0;
+    static double rung_pts[SCHED_MAX_RUNGS][400 * 2];
+    size_t at[SCHED_MAX_RUNGS] = {0};
+    cr_assert_leq(n, 400);
+    for (int i = 0; i < n; i++) {
+        kept[i] = 1;
+        for (int k = 1; k <= nr && kept[i]; k++) {
+            long long r = sched_asha_rung_step(c, k);
+            double f = (double)(c->max_steps - r) / (double)c->max_steps, v[2];
+            for (int j = 0; j < 2; j++) v[j] = t[i].F[j] + t[i].c[j] * f;
+            sched_verdict vd;
+            if (mo) {
+                sched_mo_asha_judge(c, obj, 2, k, r, v, rung_pts[k - 1], at[k - 1], &vd);
+            } else {
+                double one[400];
+                for (size_t q = 0; q < at[k - 1]; q++) one[q] = rung_pts[k - 1][2 * q];
+                sched_asha_judge(c, k, r, v[0], one, at[k - 1], &vd);
+            }
+            memcpy(&rung_pts[k - 1][2 * at[k - 1]++], v, sizeof v);
+            if (vd.stop) kept[i] = 0;
+        }
+        n_kept += kept[i];
+    }
+    return n_kept;
+}
+
+Test(sched, mo_asha_keeps_trials_that_cover_the_front) {
+    /* the true front f2 = 1 - sqrt(f1), f1 in [0, 1], up to (1.1, 1.1):
+     * the integral of 1.1 - f2 over [0, 1] plus 0.1 x 1.1 */
+    const double true_hv = 0.1 + 2.0 / 3 + 0.11, ref[] = {1.1, 1.1};
+    int mins[] = {0, 0};
+    sched_stop c = {.method = SWEEP_STOP_ASHA, .min_steps = 1, .max_steps = 9, .eta = 3};
+    cr_assert_eq(sched_asha_n_rungs(&c), 2, "rungs at 1 and 3");
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        enum { N = 300 };
+        static synth t[N];
+        static double fin[N * 2];
+        int kept[N];
+        synth_make(t, N, seed);
+        double hv[2];
+        int nk[2];
+        for (int mo = 1; mo >= 0; mo--) {
+            nk[mo] = synth_asha(&c, t, N, mo, kept);
+            int w = 0;
+            for (int i = 0; i < N; i++)
+                if (kept[i]) memcpy(&fin[2 * w++], t[i].F, sizeof t[i].F);
+            hv[mo] = pareto_hypervolume(fin, (size_t)w, 2, mins, ref);
+        }
+        for (int i = 0; i < N; i++) memcpy(&fin[2 * i], t[i].F, sizeof t[i].F);
+        double all = pareto_hypervolume(fin, N, 2, mins, ref);
+        printf("mo-asha, seed %llu: %d of %d kept, hypervolume %.4f (asha on f1 alone: %d kept, "
+               "%.4f; all trials %.4f; the true front %.4f)\n",
+               (unsigned long long)seed, nk[1], N, hv[1], nk[0], hv[0], all, true_hv);
+        cr_assert_lt(nk[1], N / 3, "MO-ASHA stops most trials");
+        cr_assert_gt(hv[1], 0.9 * true_hv,
+                     "seed %llu: the kept trials' hypervolume %.4f is not "
+                     "within 10%% of the true front's %.4f",
+                     (unsigned long long)seed, hv[1], true_hv);
+        /* the control: ASHA on one objective keeps one end of the front */
+        cr_assert_lt(hv[0], hv[1], "seed %llu", (unsigned long long)seed);
+    }
 }

@@ -846,6 +846,59 @@ Test(store, metric_insert_throughput) {
     store_close(&s);
 }
 
+Test(store, objectives_are_kept_with_the_job) {
+    store *s = open_store("o.db");
+    char err[512];
+    int64_t one = submit(s, SIX);
+    int64_t two = submit(s, "name: mo\nmetric:\n  - {name: val/acc, goal: max}\n"
+                            "  - {name: val/heads_used, goal: min}\n");
+    sweep_objective o[SWEEP_MAX_OBJECTIVES];
+    int n;
+    cr_assert_eq(store_job_objectives(s, one, o, &n, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(n, 1);
+    cr_assert_str_eq(o[0].name, "val/acc");
+    cr_assert_eq(o[0].maximize, 1);
+    cr_assert_eq(store_job_objectives(s, two, o, &n, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(n, 2);
+    cr_assert_str_eq(o[1].name, "val/heads_used");
+    cr_assert_eq(o[1].maximize, 0);
+    cr_assert_eq(store_job_objectives(s, 99, o, &n, err, sizeof err), -1);
+    cr_assert_str_eq(err, "no job with id 99");
+    /* a clone names the trial it came from; other trials name none */
+    int64_t clone = submit(s, "name: c\nsource_trial: 3\n");
+    store_trial t;
+    cr_assert_eq(store_get_trial(s, trial_id(s, clone, 0), &t, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(t.source_trial, 3);
+    store_trial_free(&t);
+    cr_assert_eq(store_get_trial(s, trial_id(s, one, 0), &t, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(t.source_trial, 0);
+    store_trial_free(&t);
+    store_close(&s);
+}
+
+Test(store, migration_gives_old_jobs_their_one_objective) {
+    char err[512];
+    cr_assert_eq(store_create_at_version(path_in("v6.db"), 6, err, sizeof err), 0, "%s", err);
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(path_in("v6.db"), &db), SQLITE_OK);
+    char *msg = NULL;
+    cr_assert_eq(sqlite3_exec(db,
+                              "INSERT INTO jobs(id, name, pipeline, metric_name, metric_goal,"
+                              " n_trials, submitted) VALUES (1, 'old', 'lm', 'val/loss', 'min',"
+                              " 1, 1.0);",
+                              NULL, NULL, &msg),
+                 SQLITE_OK, "%s", msg);
+    sqlite3_close(db);
+    store *s = open_store("v6.db");
+    sweep_objective o[SWEEP_MAX_OBJECTIVES];
+    int n;
+    cr_assert_eq(store_job_objectives(s, 1, o, &n, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(n, 1);
+    cr_assert_str_eq(o[0].name, "val/loss");
+    cr_assert_eq(o[0].maximize, 0);
+    store_close(&s);
+}
+
 /* Removing a job of 100,000 points gives the pages back to the file system
  * (auto_vacuum INCREMENTAL, store_shrink): the file shrinks. The sizes are
  * printed (docs/results.md). */

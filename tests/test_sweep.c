@@ -101,10 +101,12 @@ static collected *expand(const sweep_spec *s) {
 }
 
 Test(sweep, examples_validate) {
-    const char *names[] = {"budgetformer_sweep.yaml", "lm_sweep.yaml",    "asha_sweep.yaml",
-                           "median_sweep.yaml",       "tpe_sweep.yaml",   "s2s_sweep.yaml",
-                           "s2s_sweep_small.yaml",    "s2s_sweep_12.yaml"};
-    long long want[] = {6, 4, 27, 12, 40, 36, 18, 6};
+    const char *names[] = {
+        "budgetformer_sweep.yaml",  "lm_sweep.yaml",  "asha_sweep.yaml",      "median_sweep.yaml",
+        "tpe_sweep.yaml",           "s2s_sweep.yaml", "s2s_sweep_small.yaml", "s2s_sweep_12.yaml",
+        "budgetformer_pareto.yaml", "s2s_pareto.yaml"};
+    long long want[] = {6, 4, 27, 12, 40, 36, 18, 6, 16, 9};
+    int objectives[] = {1, 1, 1, 1, 1, 1, 1, 1, 2, 2};
     for (int i = 0; i < (int)(sizeof want / sizeof *want); i++) {
         char path[512];
         snprintf(path, sizeof path, "%s/examples/%s", BF_SOURCE_DIR, names[i]);
@@ -115,6 +117,7 @@ Test(sweep, examples_validate) {
         dump_errors(&e, all, sizeof all);
         cr_assert_eq(rc, 0, "%s:\n%s", names[i], all);
         cr_assert_eq(s->n_trials, want[i]);
+        cr_assert_eq(s->n_objectives, objectives[i], "%s", names[i]);
         cr_assert(s->is_sweep);
         sweep_spec_destroy(&s);
         cr_assert_null(s);
@@ -589,4 +592,58 @@ Test(sweep, every_error_is_reported) {
     cr_assert_eq(e.total, 4, "got %d errors", e.total);
     cr_assert_eq(e.n, 4);
     sweep_errors_free(&e);
+}
+
+Test(sweep, metric_list_objectives) {
+    /* the single form and a one-entry list are the same job */
+    sweep_spec *s = load_ok("metric: {name: val/loss, goal: min}\n");
+    cr_assert_eq(s->n_objectives, 1);
+    cr_assert_str_eq(s->objectives[0].name, "val/loss");
+    cr_assert_str_eq(s->metric_name, "val/loss");
+    sweep_spec_destroy(&s);
+    s = load_ok("metric: [{name: val/loss, goal: min}]\n");
+    cr_assert_eq(s->n_objectives, 1);
+    cr_assert_str_eq(s->metric_name, "val/loss");
+    cr_assert_eq(s->metric_maximize, 0);
+    sweep_spec_destroy(&s);
+    s = load_ok("metric:\n  - {name: val/acc, goal: max}\n  - {name: val/heads_used, goal: min}\n");
+    cr_assert_eq(s->n_objectives, 2);
+    cr_assert_str_eq(s->objectives[0].name, "val/acc");
+    cr_assert_eq(s->objectives[0].maximize, 1);
+    cr_assert_str_eq(s->objectives[1].name, "val/heads_used");
+    cr_assert_eq(s->objectives[1].maximize, 0);
+    cr_assert_str_eq(s->metric_name, "val/acc", "the first objective is the job's metric");
+    sweep_spec_destroy(&s);
+    /* no metric: the pipeline's own, as one objective */
+    s = load_ok("train.steps: 10\n");
+    cr_assert_eq(s->n_objectives, 1);
+    cr_assert_str_eq(s->objectives[0].name, "val/acc");
+    sweep_spec_destroy(&s);
+}
+
+Test(sweep, error_metric_lists) {
+    ASSERT_SWEEP_ERR("metric: []\n", "1:9", "metric: a list of 0 objectives; give 1 to 8");
+    ASSERT_SWEEP_ERR("metric: [{name: val/acc, goal: max}, val/loss]\n", "1:38",
+                     "metric[1]: expected a mapping {name: NAME, goal: min|max}, got a scalar");
+    ASSERT_SWEEP_ERR("metric: [{name: val/acc, goal: max}, {name: val/loss}]\n", "1:38",
+                     "metric[1]: 'goal' is required (min or max)");
+    ASSERT_SWEEP_ERR("metric: [{name: val/acc, goal: max}, {name: val/acc, goal: min}]\n", "1:38",
+                     "metric[1]: 'val/acc' is already metric[0]");
+    ASSERT_SWEEP_ERR("metric: [{name: val/acc, goal: up}]\n", "1:32",
+                     "metric[0].goal: 'up' is not valid; expected one of: min, max");
+    ASSERT_SWEEP_ERR("metric: [{name: val/acc, goal: max, weight: 1}]\n", "1:37",
+                     "unknown key 'weight' in metric[0]");
+    /* each objective is checked against what the pipeline writes, at its name */
+    ASSERT_SWEEP_ERR("metric: [{name: val/acc, goal: max}, {name: val/ppl, goal: min}]\n", "1:45",
+                     "metric[1].name 'val/ppl' is never written by pipeline budgetformer");
+    /* MO-ASHA judges every objective: early_stop.metric has no place, and
+     * each objective must be written during training */
+    ASSERT_SWEEP_ERR("train: {steps: 100, eval_every: 10}\n"
+                     "metric: [{name: val/acc, goal: max}, {name: val/heads_used, goal: min}]\n"
+                     "early_stop: {method: asha, min_steps: 10, metric: val/loss}\n",
+                     "3:51", "early_stop.metric is given with 2 objectives");
+    ASSERT_SWEEP_ERR("train: {steps: 100, eval_every: 10}\n"
+                     "metric: [{name: val/acc, goal: max}, {name: test/heads_used, goal: min}]\n"
+                     "early_stop: {method: asha, min_steps: 10}\n",
+                     "2:45", "metric[1].name 'test/heads_used' is written only when training ends");
 }
