@@ -244,12 +244,20 @@ static enum MHD_Result post_action(http *h, struct MHD_Connection *c, const char
             body = json_pack("{s:I}", "job", (json_int_t)id);
         } else if (!strcmp(what, "edit")) {
             const char *mp = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "max_parallel");
+            const char *add = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "add");
+            const char *drop =
+                MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "drop_pending");
             char *end = NULL;
             long long n = mp ? strtoll(mp, &end, 10) : -1;
-            if (!mp || *end || n < 0 || n > 100000)
-                return send_error(c, 400, "edit: ?max_parallel=N is required, N in [0, 100000]");
+            if (!!mp + !!add + !!drop != 1 || (mp && (*end || n < 0 || n > 100000)))
+                return send_error(c, 400,
+                                  "edit: give one of ?max_parallel=N (N in [0, 100000]), "
+                                  "?add=KEY=V1,V2 or ?drop_pending=KEY=VALUE");
             type = "edit";
-            body = json_pack("{s:I, s:I}", "job", (json_int_t)id, "max_parallel", (json_int_t)n);
+            body = json_pack("{s:I}", "job", (json_int_t)id);
+            if (mp) json_object_set_new(body, "max_parallel", json_integer(n));
+            if (add) json_object_set_new(body, "add", json_string(add));
+            if (drop) json_object_set_new(body, "drop_pending", json_string(drop));
         }
     } else if (sscanf(path, "trials/%lld/%n", &id, &k) == 1 && k > 0 && id > 0) {
         snprintf(what, sizeof what, "%s", path + k);
@@ -259,9 +267,11 @@ static enum MHD_Result post_action(http *h, struct MHD_Connection *c, const char
         }
     }
     if (!type)
-        return send_error(c, 404,
-                          "no such action: POST jobs/ID/cancel, jobs/ID/edit?max_parallel=N, "
-                          "trials/ID/cancel, trials/ID/stop or trials/ID/resume");
+        return send_error(
+            c, 404,
+            "no such action: POST jobs/ID/cancel, jobs/ID/edit?max_parallel=N (or add, "
+            "drop_pending), "
+            "trials/ID/cancel, trials/ID/stop or trials/ID/resume");
     json_t *reply;
     unsigned code = loop_call(h, type, body, &reply);
     json_decref(body);

@@ -13,16 +13,9 @@
 
 /* ----------------------------------------------------------------- submit */
 
-#define INSERT_TRIAL                                                                               \
-    "INSERT INTO trials(job, idx, state, attempts, hash, params, config, updated, point)"          \
-    " VALUES (?1, ?2, 'PENDING', 0, ?3, ?4, ?5, ?6, ?7)"
-
-/* One PENDING trial t of job through st (prepared from INSERT_TRIAL; the
- * caller finalizes it), with its sampler point (NULL: none) and its stage
- * plan, in the caller's transaction; *id its row. */
-static int insert_trial(store *s, sqlite3_stmt *st, int64_t job, const sweep_trial *t,
-                        double updated, const char *point_json, int64_t *id, char *err,
-                        size_t errlen) {
+int store_insert_trial(store *s, sqlite3_stmt *st, int64_t job, const sweep_trial *t,
+                       double updated, const char *point_json, int64_t *id, char *err,
+                       size_t errlen) {
     sqlite3_reset(st);
     if (sqlite3_bind_int64(st, 1, job) != SQLITE_OK ||
         sqlite3_bind_int64(st, 2, t->index) != SQLITE_OK ||
@@ -50,7 +43,7 @@ typedef struct submit_ctx {
 static int submit_trial(void *ud, const sweep_trial *t) {
     submit_ctx *c = ud;
     int64_t id;
-    return insert_trial(c->s, c->ins, c->job, t, c->t, NULL, &id, c->err, c->errlen);
+    return store_insert_trial(c->s, c->ins, c->job, t, c->t, NULL, &id, c->err, c->errlen);
 }
 
 int store_submit(store *s, const sweep_spec *spec, const char *source, int64_t *job_id, char *err,
@@ -102,7 +95,7 @@ int store_submit(store *s, const sweep_spec *spec, const char *source, int64_t *
     sqlite3_finalize(st);
     st = NULL;
     c.job = sqlite3_last_insert_rowid(s->db);
-    if (store_prepare(s, INSERT_TRIAL, &c.ins, err, errlen) < 0) goto fail;
+    if (store_prepare(s, STORE_INSERT_TRIAL, &c.ins, err, errlen) < 0) goto fail;
     /* a tpe job's trials are proposed later, one by one (store_add_trial) */
     if (!tpe && sweep_expand(spec, submit_trial, &c, err, errlen) != 0) goto fail;
     sqlite3_finalize(c.ins);
@@ -153,8 +146,8 @@ int store_add_trial(store *s, int64_t job, const sweep_trial *t, const char *poi
                 closed ? "is cancelled" : "has all its trials");
         goto fail;
     }
-    if (store_prepare(s, INSERT_TRIAL, &st, err, errlen) < 0) goto fail;
-    rc = insert_trial(s, st, job, t, store_now(), point_json, trial_id, err, errlen);
+    if (store_prepare(s, STORE_INSERT_TRIAL, &st, err, errlen) < 0) goto fail;
+    rc = store_insert_trial(s, st, job, t, store_now(), point_json, trial_id, err, errlen);
     sqlite3_finalize(st);
     if (rc < 0) goto fail;
     char msg[256];

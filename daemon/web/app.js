@@ -258,6 +258,14 @@ async function showJob(main, id) {
       el("button", {id: "set-parallel", onclick: async () => {
         try { const r = await post("jobs/" + id + "/edit?max_parallel=" + document.getElementById("max-parallel").value); status("max_parallel " + r.max_parallel + " (was " + r.was + ")"); }
         catch (e) { status(e.message, true); } }}, "set")),
+    el("label", {}, "add to axis ", el("input", {id: "edit-add", placeholder: "KEY=V1,V2", size: 18}),
+      el("button", {id: "add-values", onclick: async () => {
+        try { const r = await post("jobs/" + id + "/edit?add=" + encodeURIComponent(document.getElementById("edit-add").value)); status(r.added + " trials added to " + r.axis); route(); }
+        catch (e) { status(e.message, true); } }}, "add")),
+    el("label", {}, "drop pending ", el("input", {id: "edit-drop", placeholder: "KEY=VALUE", size: 14}),
+      el("button", {id: "drop-pending", onclick: async () => {
+        try { const r = await post("jobs/" + id + "/edit?drop_pending=" + encodeURIComponent(document.getElementById("edit-drop").value)); status(r.dropped + " pending trials dropped"); route(); }
+        catch (e) { status(e.message, true); } }}, "drop")),
     el("button", {id: "cancel-job", class: "danger", onclick: async () => {
       if (!confirm("Cancel job " + id + ": its pending and running trials?")) return;
       try { const r = await post("jobs/" + id + "/cancel"); status(r.cancelled + " trials cancelled"); }
