@@ -457,6 +457,116 @@ static unsigned get_job_points(sqlite3 *db, long long job, http_arg_fn arg, void
     return 200;
 }
 
+/* ----------------------------------------------------------------- stages */
+
+/* What a trial's chain of stages says it does now, from its first stage not
+ * done (at: its key; NULL when every stage is done): "done" (the trial
+ * ended), "reused" (nothing left to run), "runs" (its attempt runs it),
+ * "waits" (another trial's attempt runs it: *on), "next" (it would run it
+ * at its next launch). */
+static const char *trial_doing(const char *tstate, const char *at, const char *sstate,
+                               long long runner, long long trial, long long *on) {
+    *on = 0;
+    if (strcmp(tstate, "PENDING") && strcmp(tstate, "RUNNING")) return "done";
+    if (!at) return "reused";
+    if (sstate && !strcmp(sstate, "running")) {
+        if (runner == trial) return "runs";
+        *on = runner;
+        return "waits";
+    }
+    return "next";
+}
+
+/* The job's stage graph: each stage key its trials' plans hold (with the
+ * stage row's state, runner and counts, the job's trials sharing it and how
+ * many trials of other jobs hold it too), and each trial's chain with what
+ * it does now. */
+static unsigned get_job_stages(sqlite3 *db, long long job, json_t **out, char *err, size_t errlen) {
+    unsigned code = exists(db, "jobs", job, err, errlen);
+    if (code != 200) return code;
+    sqlite3_stmt *st;
+    if (prep(db,
+             "SELECT ts.key, MIN(ts.idx), ts.name, ts.parent, st.state, st.trial, st.attempts,"
+             " st.failures, st.message, group_concat(ts.trial), (SELECT COUNT(*) FROM"
+             " trial_stages o JOIN trials ot ON ot.id = o.trial WHERE o.key = ts.key AND ot.job"
+             " != ?1) FROM trial_stages ts JOIN trials t ON t.id = ts.trial LEFT JOIN stages st"
+             " ON st.key = ts.key WHERE t.job = ?1 GROUP BY ts.key ORDER BY MIN(ts.idx), ts.key"
+             " LIMIT ?2",
+             &st, err, errlen))
+        return 500;
+    sqlite3_bind_int64(st, 1, job);
+    sqlite3_bind_int64(st, 2, HTTP_API_MAX_LIMIT);
+    json_t *stages = json_array();
+    static const char *names[] = {"key",    "stage",    "name",     "parent", "state",
+                                  "runner", "attempts", "failures", "message"};
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        json_t *r = json_object();
+        for (int i = 0; i < 9; i++) json_object_set_new(r, names[i], col_json(st, i));
+        if (sqlite3_column_type(st, 4) == SQLITE_NULL) /* no trial claimed it yet */
+            json_object_set_new(r, "state", json_string("pending"));
+        json_t *ids = json_array();
+        const char *p = (const char *)sqlite3_column_text(st, 9);
+        while (p && *p) {
+            char *end;
+            json_array_append_new(ids, json_integer(strtoll(p, &end, 10)));
+            p = *end ? end + 1 : end;
+        }
+        json_object_set_new(r, "trials", ids);
+        json_object_set_new(r, "other_jobs_trials", col_json(st, 10));
+        json_array_append_new(stages, r);
+    }
+    sqlite3_finalize(st);
+    if (prep(db,
+             "SELECT t.id, t.idx, t.state, ts.key, st.state, st.trial FROM trials t JOIN"
+             " trial_stages ts ON ts.trial = t.id LEFT JOIN stages st ON st.key = ts.key WHERE"
+             " t.id IN (SELECT id FROM trials WHERE job = ?1 ORDER BY idx LIMIT ?2)"
+             " ORDER BY t.idx, ts.idx",
+             &st, err, errlen)) {
+        json_decref(stages);
+        return 500;
+    }
+    sqlite3_bind_int64(st, 1, job);
+    sqlite3_bind_int64(st, 2, HTTP_API_MAX_LIMIT);
+    json_t *trials = json_array(), *cur = NULL;
+    long long cur_id = -1, runner = 0;
+    char tstate[16] = "", at[80] = "", sstate[16] = "";
+    for (int more = 1; more;) {
+        more = sqlite3_step(st) == SQLITE_ROW;
+        long long id = more ? sqlite3_column_int64(st, 0) : -2;
+        if (id != cur_id && cur) { /* the previous trial is complete */
+            long long on;
+            const char *d = trial_doing(tstate, at[0] ? at : NULL, sstate[0] ? sstate : NULL,
+                                        runner, cur_id, &on);
+            json_object_set_new(cur, "doing", json_string(d));
+            json_object_set_new(cur, "at", at[0] ? json_string(at) : json_null());
+            json_object_set_new(cur, "on", on ? json_integer(on) : json_null());
+            json_array_append_new(trials, cur);
+            cur = NULL;
+        }
+        if (!more) break;
+        if (id != cur_id) {
+            cur_id = id;
+            cur = json_pack("{s:I, s:I, s:s, s:[]}", "id", (json_int_t)id, "idx",
+                            (json_int_t)sqlite3_column_int64(st, 1), "state",
+                            (const char *)sqlite3_column_text(st, 2), "chain");
+            snprintf(tstate, sizeof tstate, "%s", (const char *)sqlite3_column_text(st, 2));
+            at[0] = sstate[0] = '\0';
+            runner = 0;
+        }
+        const char *key = (const char *)sqlite3_column_text(st, 3);
+        const char *ss = (const char *)sqlite3_column_text(st, 4);
+        json_array_append_new(json_object_get(cur, "chain"), json_string(key ? key : ""));
+        if (!at[0] && (!ss || strcmp(ss, "done"))) { /* the first stage not done */
+            snprintf(at, sizeof at, "%s", key ? key : "");
+            snprintf(sstate, sizeof sstate, "%s", ss ? ss : "");
+            runner = sqlite3_column_int64(st, 5);
+        }
+    }
+    sqlite3_finalize(st);
+    *out = json_pack("{s:I, s:o, s:o}", "job", (json_int_t)job, "stages", stages, "trials", trials);
+    return 200;
+}
+
 /* ------------------------------------------------------------------ trial */
 
 /* The files below dir (relative names in prefix), depth levels deep, as
@@ -607,6 +717,7 @@ unsigned http_api_get(sqlite3 *db, const char *home, const char *path, http_arg_
             return get_trials(db, id, arg, cls, out, next, nextlen, err, errlen);
         if (!strcmp(rest, "/points")) return get_job_points(db, id, arg, cls, out, err, errlen);
         if (!strcmp(rest, "/metrics")) return get_job_metrics(db, id, out, err, errlen);
+        if (!strcmp(rest, "/stages")) return get_job_stages(db, id, out, err, errlen);
     } else if (sscanf(path, "trials/%lld%n", &id, &k) == 1 && id > 0) {
         snprintf(rest, sizeof rest, "%s", path + k);
         if (!rest[0]) return get_trial(db, home, id, out, err, errlen);

@@ -71,8 +71,8 @@ Test(edit, add_values_and_drop_pending_outlive_a_killed_bfd) {
         it_submit(g_dir, write_sweep("grid", "  parameters:\n    train.seed: {values: [1, 2]}\n"
                                              "    train.lr: {values: [0.001]}\n"));
     char out[1024], err[1024], before[4096], after[4096];
-    it_db_text(g_home, "SELECT group_concat(params || hash, ';') FROM trials WHERE job = ?1",
-               job, before, sizeof before);
+    it_db_text(g_home, "SELECT group_concat(params || hash, ';') FROM trials WHERE job = ?1", job,
+               before, sizeof before);
     /* train.lr 0.002 crossed with both seeds: two trials after the two */
     cr_assert_eq(edit(job, "--add train.lr=0.002", out, err), 0, "%s", err);
     cr_assert(strstr(out, "2 trials added"), "%s", out);
@@ -129,9 +129,9 @@ Test(edit, add_values_and_drop_pending_outlive_a_killed_bfd) {
 }
 
 Test(edit, add_is_refused_for_a_random_sweep) {
-    long long job = it_submit(
-        g_dir, write_sweep("rnd", "  method: random\n  trials: 2\n  parameters:\n"
-                                  "    train.seed: {values: [1, 2, 3]}\n"));
+    long long job =
+        it_submit(g_dir, write_sweep("rnd", "  method: random\n  trials: 2\n  parameters:\n"
+                                            "    train.seed: {values: [1, 2, 3]}\n"));
     char out[1024], err[1024];
     cr_assert_neq(edit(job, "--add train.seed=4", out, err), 0);
     cr_assert(strstr(err, "is a random sweep: values are added to grid axes only"), "%s", err);

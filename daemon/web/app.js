@@ -1,6 +1,7 @@
 /* app.js — bfd's dashboard (docs/http.md): views drawn from the JSON API
  * under /api/v1/, routed by the address's #fragment:
- *   #/            jobs            #/job/J        a job: trials, curves, parallel coordinates
+ *   #/            jobs            #/job/J        a job: trials, curves, parallel coordinates,
+ *                                                 its S2S stage graph
  *   #/trial/T     a trial         #/cluster      slots, GPUs, agents, running attempts
  * Live updates come from /api/v1/jobs/J/stream (Server-Sent Events). Text
  * from the store is only ever set as textContent, never parsed as HTML. */
@@ -244,6 +245,55 @@ function parallel(rows, job) {
   return box;
 }
 
+/* ---------------------------------------------------------- stage graph */
+
+const SVG = "http://www.w3.org/2000/svg";
+function svg(tag, attrs, ...kids) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  for (const k of kids) e.append(k instanceof Node ? k : document.createTextNode(String(k)));
+  return e;
+}
+
+/* The job's shared stages (jobs/J/stages): one column per stage of the
+ * chain, one box per stage key (its state, runner, the trials sharing it),
+ * an edge from each to its parent; then who does what: which trial runs
+ * which stage and who waits on whom. */
+async function stageGraph(id) {
+  const {body: g} = await get("jobs/" + id + "/stages");
+  const box = el("div", {id: "stage-graph"});
+  if (!g.stages.length) { box.append(el("p", {class: "muted"}, "This job's pipeline runs no shared stages (S2S does).")); return box; }
+  const W = 200, H = 58, GX = 60, GY = 18, cols = [], pos = new Map();
+  for (const s of g.stages) (cols[s.stage] = cols[s.stage] || []).push(s);
+  cols.forEach((c, x) => c.forEach((s, y) => pos.set(s.key, {x: 10 + x * (W + GX), y: 10 + y * (H + GY)})));
+  const width = 20 + cols.length * (W + GX), height = 20 + Math.max(...cols.map(c => c ? c.length : 0)) * (H + GY);
+  const pic = svg("svg", {class: "stages", width: width, height: height});
+  for (const s of g.stages) {
+    const a = pos.get(s.parent), b = pos.get(s.key);
+    if (a) pic.append(svg("line", {x1: a.x + W, y1: a.y + H / 2, x2: b.x, y2: b.y + H / 2, class: "edge"}));
+  }
+  const waiters = new Map();
+  for (const t of g.trials) if (t.doing === "waits") (waiters.get(t.at) || waiters.set(t.at, []).get(t.at)).push(t.id);
+  for (const s of g.stages) {
+    const p = pos.get(s.key), w = waiters.get(s.key) || [];
+    pic.append(svg("g", {class: "stage " + s.state, "data-key": s.key, transform: "translate(" + p.x + "," + p.y + ")"},
+      svg("rect", {width: W, height: H, rx: 4}),
+      svg("text", {x: 8, y: 16, class: "name"}, s.name + " " + s.key.slice(0, 8)),
+      svg("text", {x: 8, y: 32}, s.state + (s.runner ? " by t" + s.runner : "") + (s.attempts ? ", " + s.attempts + " att." : "")),
+      svg("text", {x: 8, y: 48}, "shared by " + s.trials.map(t => "t" + t).join(" ") + (s.other_jobs_trials ? " +" + s.other_jobs_trials + " other" : "") + (w.length ? "; waiting: " + w.map(t => "t" + t).join(" ") : ""))));
+  }
+  const doing = {runs: "runs", waits: "waits for", next: "runs next", reused: "reuses every stage", done: "ended"};
+  const stageOf = new Map(g.stages.map(s => [s.key, s]));
+  box.append(pic, el("h2", {}, "Who waits on what"),
+    el("table", {id: "stage-trials"}, el("tr", {}, ...["trial", "state", "doing", "stage", "on", "chain"].map(h => el("th", {}, h))),
+      ...g.trials.map(t => { const s = stageOf.get(t.at);
+        return el("tr", {"data-trial": t.id}, el("td", {}, el("a", {href: "#/trial/" + t.id}, "t" + t.id)), el("td", {class: "state " + t.state}, t.state),
+          el("td", {}, doing[t.doing] || t.doing), el("td", {}, s ? s.name + " " + t.at.slice(0, 8) : ""),
+          el("td", {}, t.on ? el("a", {href: "#/trial/" + t.on}, "t" + t.on) : ""),
+          el("td", {class: "muted"}, t.chain.map(k => (stageOf.get(k) || {name: "?"}).name + ":" + k.slice(0, 6)).join(" \u2192 "))); })));
+  return box;
+}
+
 async function showJob(main, id) {
   const {body: job} = await get("jobs/" + id);
   status("loading trials\u2026");
@@ -275,11 +325,12 @@ async function showJob(main, id) {
   if (metricNames.includes(job.metric)) cv.select.value = job.metric;
   const table = trialTable(id, trials, rows => { if (tab === "curves") cv.load(rows.map(r => r.id)); });
   const body = el("div", {});
-  const tabs = el("div", {class: "tabs"}, ...["trials", "curves", "parallel"].map(t =>
+  const tabs = el("div", {class: "tabs"}, ...["trials", "curves", "parallel", "stages"].map(t =>
     el("button", {id: "tab-" + t, class: t === tab ? "on" : "", onclick: () => { location.hash = "#/job/" + id + "/" + t; }}, t)));
   main.append(head, tabs, body);
   if (tab === "trials") body.append(table.box);
   else if (tab === "curves") { body.append(cv.box); await cv.load(table.visible().map(r => r.id)); }
+  else if (tab === "stages") body.append(await stageGraph(id));
   else body.append(parallel(table.visible(), job));
   /* live: state changes and new points of the shown metric */
   let es = null;
