@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -360,6 +361,64 @@ static enum MHD_Result get_stream(http *h, struct MHD_Connection *c, long long j
     return rc;
 }
 
+/* ------------------------------------------------------------ trial files */
+
+#define REL_MAX 512 /* bytes of a file's name below a trial's folder */
+
+/* Whether rel names something below a folder without leaving it: relative,
+ * no empty component, none starting with '.' (so no "." or ".."), at most
+ * REL_MAX bytes. */
+static int rel_ok(const char *rel) {
+    size_t n = strlen(rel);
+    if (!n || n > REL_MAX || rel[0] == '/' || rel[n - 1] == '/') return 0;
+    for (const char *c = rel; *c; c++)
+        if ((c == rel || c[-1] == '/') && (*c == '.' || *c == '/')) return 0;
+    return 1;
+}
+
+/* GET /api/v1/trials/T/file?path=REL: a file of the trial's folder (a
+ * checkpoint, its config, metrics.jsonl) as a download. Only a regular file
+ * whose real path is below the folder's, opened without following a last
+ * symbolic link. */
+static enum MHD_Result get_trial_file(http *h, struct MHD_Connection *c, long long trial) {
+    const char *rel = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "path");
+    if (!rel || !rel_ok(rel))
+        return send_error(c, 400,
+                          "?path= must name a file below the trial's folder: relative, no '.' "
+                          "or '..' component, at most 512 bytes");
+    char dir[1200], p[1800], real_dir[PATH_MAX], real_p[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/trials/%lld", h->home, trial);
+    snprintf(p, sizeof p, "%s/%s", dir, rel);
+    size_t k;
+    if (!realpath(dir, real_dir) || !realpath(p, real_p) || (k = strlen(real_dir)) == 0 ||
+        strncmp(real_p, real_dir, k) || real_p[k] != '/')
+        return send_error(c, 404, "no such file in the trial's folder");
+    int fd = open(p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        if (fd >= 0) close(fd);
+        return send_error(c, 404, "no such file in the trial's folder");
+    }
+    struct MHD_Response *r = MHD_create_response_from_fd((uint64_t)sb.st_size, fd);
+    if (!r) {
+        close(fd);
+        return MHD_NO;
+    }
+    const char *base = strrchr(rel, '/');
+    char disp[REL_MAX + 64];
+    snprintf(disp, sizeof disp, "attachment; filename=\"t%lld-%s\"", trial, base ? base + 1 : rel);
+    for (char *q = disp + 22; *q; q++) /* a name the header's quotes hold */
+        if (*q == '"' || *q == '\\' || (unsigned char)*q < 0x20) *q = '_';
+    disp[strlen(disp) - 1] = '"';
+    MHD_add_response_header(r, "Content-Type", "application/octet-stream");
+    MHD_add_response_header(r, "Content-Disposition", disp);
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    enum MHD_Result rc = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
 /* ----------------------------------------------------------------- routes */
 
 static const char *conn_arg(void *cls, const char *key) {
@@ -378,6 +437,8 @@ static enum MHD_Result get_api(http *h, struct MHD_Connection *c, const char *ur
     }
     if (sscanf(path, "jobs/%lld/stream%n", &id, &k) == 1 && k > 0 && !path[k])
         return get_stream(h, c, id);
+    if (sscanf(path, "trials/%lld/file%n", &id, &k) == 1 && k > 0 && !path[k] && id > 0)
+        return get_trial_file(h, c, id);
     if (sscanf(path, "trials/%lld/log%n", &id, &k) == 1 && k > 0 && !path[k]) {
         const char *off = conn_arg(c, "offset");
         long long o = off ? atoll(off) : 0;

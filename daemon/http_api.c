@@ -4,6 +4,7 @@
  * pandas.read_json makes a table of) paged by ?after= and ?limit=. */
 #include "daemon/http_api.h"
 #include "common/errbuf.h"
+#include "common/tfevents.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -593,6 +594,95 @@ static void list_files(const char *dir, const char *prefix, int depth, json_t *a
     closedir(d);
 }
 
+#define STATE_JSON_MAX (4 << 20) /* bytes of a checkpoint's state.json read */
+
+/* The checkpoint set in dir (rel: its name for the page, under the trial
+ * folder or not) as {dir, rel, step, files}, or NULL when dir holds none:
+ * the set of docs/checkpoints.md (state.json the commit record, its step)
+ * or the older checkpoint.bin (step unknown: null). */
+static json_t *checkpoint_in(const char *dir, const char *rel) {
+    static const char *set[] = {"model.safetensors", "optimizer.safetensors", "state.json"};
+    char p[2048];
+    struct stat sb;
+    json_t *files = json_array(), *step = json_null();
+    snprintf(p, sizeof p, "%s/state.json", dir);
+    if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        if (sb.st_size <= STATE_JSON_MAX) {
+            json_t *st = json_load_file(p, 0, NULL);
+            json_t *v = json_object_get(st, "step");
+            if (json_is_integer(v)) {
+                json_decref(step);
+                step = json_integer(json_integer_value(v));
+            }
+            json_decref(st);
+        }
+        for (int i = 0; i < 3; i++) {
+            snprintf(p, sizeof p, "%s/%s", dir, set[i]);
+            if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode))
+                json_array_append_new(
+                    files, json_pack("{s:s, s:I}", "name", set[i], "size", (json_int_t)sb.st_size));
+        }
+    } else {
+        snprintf(p, sizeof p, "%s/checkpoint.bin", dir);
+        if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode))
+            json_array_append_new(files, json_pack("{s:s, s:I}", "name", "checkpoint.bin", "size",
+                                                   (json_int_t)sb.st_size));
+    }
+    if (!json_array_size(files)) {
+        json_decref(files);
+        json_decref(step);
+        return NULL;
+    }
+    return json_pack("{s:s, s:s, s:o, s:o}", "dir", dir, "rel", rel, "step", step, "files", files);
+}
+
+/* A trial's checkpoints: "last", the set in its folder (an S2S trial's:
+ * the latest stage of its chain that holds one), and "best", the step of
+ * its best value of the job's metric with the checkpoint of that step
+ * when the last set is of it (a run keeps one set, overwritten at each
+ * save: a best checkpoint apart from it is not kept). */
+static json_t *trial_checkpoints(sqlite3 *db, const char *home, long long id, const char *dir,
+                                 const char *metric, int maximize) {
+    json_t *last = checkpoint_in(dir, "");
+    sqlite3_stmt *st;
+    char err[256];
+    if (!last && !prep(db, "SELECT dir FROM trial_stages WHERE trial = ?1 ORDER BY idx DESC", &st,
+                       err, sizeof err)) {
+        sqlite3_bind_int64(st, 1, id);
+        while (!last && sqlite3_step(st) == SQLITE_ROW) {
+            char sd[2048], rel[300];
+            const char *name = (const char *)sqlite3_column_text(st, 0);
+            if (!name || strchr(name, '/')) continue;
+            snprintf(sd, sizeof sd, "%s/stages/%s", home, name);
+            snprintf(rel, sizeof rel, "stages/%s", name);
+            last = checkpoint_in(sd, rel);
+        }
+        sqlite3_finalize(st);
+    }
+    json_t *best = json_null();
+    long long mid = metric && metric[0] ? metric_id(db, metric, err, sizeof err) : 0;
+    if (mid > 0 && !prep(db,
+                         maximize ? "SELECT step, value FROM metrics WHERE trial = ?1 AND name = ?2"
+                                    " ORDER BY value DESC, seq LIMIT 1"
+                                  : "SELECT step, value FROM metrics WHERE trial = ?1 AND name = ?2"
+                                    " ORDER BY value ASC, seq LIMIT 1",
+                         &st, err, sizeof err)) {
+        sqlite3_bind_int64(st, 1, id);
+        sqlite3_bind_int64(st, 2, mid);
+        if (sqlite3_step(st) == SQLITE_ROW) {
+            long long step = sqlite3_column_int64(st, 0);
+            json_t *ls = json_object_get(last, "step");
+            int same = json_is_integer(ls) && json_integer_value(ls) == step;
+            json_decref(best);
+            best = json_pack("{s:s, s:f, s:I, s:O}", "metric", metric, "value",
+                             sqlite3_column_double(st, 1), "step", (json_int_t)step, "checkpoint",
+                             same ? last : json_null());
+        }
+        sqlite3_finalize(st);
+    }
+    return json_pack("{s:o, s:o}", "last", last ? last : json_null(), "best", best);
+}
+
 static unsigned get_trial(sqlite3 *db, const char *home, long long id, json_t **out, char *err,
                           size_t errlen) {
     sqlite3_stmt *st;
@@ -654,6 +744,28 @@ static unsigned get_trial(sqlite3 *db, const char *home, long long id, json_t **
     list_files(dir, "", 3, files);
     json_object_set_new(o, "dir", json_string(dir));
     json_object_set_new(o, "files", files);
+    const char *metric = json_string_value(json_object_get(o, "metric"));
+    const char *goal = json_string_value(json_object_get(o, "goal"));
+    json_object_set_new(o, "checkpoints",
+                        trial_checkpoints(db, home, id, dir, metric, goal && !strcmp(goal, "max")));
+    /* where bfd's TensorBoard exporter writes the trial's run (tensorboard:
+     * true in bfd.yaml), as `bfctl export --tensorboard` lays it out */
+    char tb[1300], jobdir[1300], base[1100], job_name[256] = "";
+    long long job = json_integer_value(json_object_get(o, "job"));
+    snprintf(base, sizeof base, "%s/tensorboard", home);
+    if (!prep(db, "SELECT name FROM jobs WHERE id = ?1", &st, err, errlen)) {
+        sqlite3_bind_int64(st, 1, job);
+        if (sqlite3_step(st) == SQLITE_ROW)
+            snprintf(job_name, sizeof job_name, "%s", (const char *)sqlite3_column_text(st, 0));
+        sqlite3_finalize(st);
+    }
+    if (!tfevents_job_dir(jobdir, sizeof jobdir, base, job_name, job) &&
+        snprintf(tb, sizeof tb, "%s/t%lld", jobdir, id) < (int)sizeof tb) {
+        struct stat sb;
+        json_object_set_new(o, "tensorboard",
+                            json_pack("{s:s, s:s, s:b}", "run", tb, "logdir", jobdir, "exists",
+                                      stat(tb, &sb) == 0 && S_ISDIR(sb.st_mode)));
+    }
     *out = o;
     return 200;
 }

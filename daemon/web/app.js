@@ -13,14 +13,14 @@ const CURVE_TRIALS = 20;   /* trials overlaid on the curves */
 const CURVE_POINTS = 1000; /* points per trial asked of the server */
 let view = null;           /* the current view's teardown (streams, timers) */
 
-/* An element: el("td", {class: "num"}, "text", child, ...). */
+/* An element: el("td", {class: "num"}, "text", child, [more, ...], ...). */
 function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
     if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
     else e.setAttribute(k, v);
   }
-  for (const k of kids) if (k !== null && k !== undefined)
+  for (const k of kids.flat(Infinity)) if (k !== null && k !== undefined)
     e.append(k instanceof Node ? k : document.createTextNode(String(k)));
   return e;
 }
@@ -356,6 +356,29 @@ async function showJob(main, id) {
 
 /* ----------------------------------------------------------------- trial */
 
+/* A download link to a file of trial id's folder. */
+function fileLink(id, rel, label) {
+  return el("a", {href: API + "trials/" + id + "/file?path=" + encodeURIComponent(rel), download: ""}, label);
+}
+
+/* The trial's TensorBoard run and its last and best checkpoints. */
+function runLinks(t) {
+  const dl = el("dl", {id: "run-links"}), c = t.checkpoints || {}, tb = t.tensorboard;
+  const set = ck => ck.rel === "" ? ck.files.map(f => fileLink(t.id, f.name, f.name + " (" + f.size + " B)"))
+                                  : ck.files.map(f => ck.dir + "/" + f.name);
+  const spaced = items => items.flatMap((x, i) => i ? [" \u00b7 ", x] : [x]);
+  if (tb) dl.append(el("dt", {}, "TensorBoard run"), el("dd", {id: "tb-run"}, el("code", {}, tb.run),
+    tb.exists ? "" : " (not written: tensorboard is off in bfd.yaml, or the trial has logged nothing yet)",
+    el("br"), el("code", {class: "muted"}, "tensorboard --logdir " + tb.logdir)));
+  dl.append(el("dt", {}, "last checkpoint"), el("dd", {id: "ckpt-last"}, c.last
+    ? ["step " + (c.last.step === null ? "?" : c.last.step) + ": ", ...spaced(set(c.last))] : "none yet"));
+  const b = c.best;
+  dl.append(el("dt", {}, "best checkpoint"), el("dd", {id: "ckpt-best"}, !b ? "no value of the metric yet"
+    : [b.metric + " " + fmt(b.value) + " at step " + b.step + ": ",
+       ...(b.checkpoint ? spaced(set(b.checkpoint)) : ["not kept (a run keeps one set, overwritten at each save" + (c.last && c.last.step !== null ? "; the last is of step " + c.last.step : "") + ")"])]));
+  return dl;
+}
+
 async function showTrial(main, id) {
   const {body: t} = await get("trials/" + id);
   const act = (what, label, cls) => el("button", {id: what + "-trial", class: cls || "", onclick: async () => {
@@ -371,9 +394,10 @@ async function showTrial(main, id) {
     el("table", {id: "attempts"}, el("tr", {}, ...["n", "started", "ended", "outcome", "message"].map(h => el("th", {}, h))),
       ...t.attempt_list.map(a => el("tr", {}, el("td", {}, a.n), el("td", {}, new Date(a.started * 1000).toLocaleString()),
         el("td", {}, a.ended ? new Date(a.ended * 1000).toLocaleString() : ""), el("td", {class: "state " + (a.outcome || "")}, a.outcome || ""), el("td", {class: "reason"}, a.message || "")))),
-    el("h2", {}, "Checkpoints and files"),
+    el("h2", {}, "TensorBoard and checkpoints"), runLinks(t),
+    el("h2", {}, "Files"),
     el("table", {id: "files"}, el("tr", {}, el("th", {}, "file"), el("th", {}, "bytes"), el("th", {}, "modified")),
-      ...t.files.map(f => el("tr", {}, el("td", {}, f.path), el("td", {class: "num"}, f.size), el("td", {}, new Date(f.mtime * 1000).toLocaleString())))),
+      ...t.files.map(f => el("tr", {}, el("td", {}, fileLink(id, f.path, f.path)), el("td", {class: "num"}, f.size), el("td", {}, new Date(f.mtime * 1000).toLocaleString())))),
     el("h2", {}, "Log"));
   const log = el("pre", {class: "log", id: "log"});
   main.append(log, el("h2", {}, "Config"), el("pre", {}, t.config));
