@@ -1,7 +1,7 @@
-/* ctl_dashboard.c — `bfctl dashboard` (the dashboard's URL with its token,
- * read from $BF_HOME/http.url and http.token, which bfd writes; it opens
- * nothing) and `bfctl edit` (a running sweep's max_parallel, values added
- * to a grid axis, pending trials dropped: through bfd's edit request, as
+/* ctl_dashboard.c — `bfctl dashboard` (the dashboard's URL as the running
+ * bfd gives it, with the token of $BF_HOME/http.token; it opens nothing)
+ * and `bfctl edit` (a running sweep's max_parallel, values added to a grid
+ * axis, pending trials dropped: through bfd's edit request, as
  * the dashboard sends it). */
 #include "ctl/bfctl.h"
 #include "ctl/ctl_client.h"
@@ -23,8 +23,8 @@ static int home_line(const char *name, char *out, size_t len) {
     FILE *f = fopen(p, "r");
     if (!f || !fgets(out, (int)len, f)) {
         fprintf(stderr,
-                "bfctl dashboard: cannot read %s: bfd writes it when it serves the dashboard "
-                "(is bfd running with http on? see docs/http.md)\n",
+                "bfctl dashboard: cannot read %s: bfd writes it when it first serves the "
+                "dashboard (docs/http.md)\n",
                 p);
         if (f) fclose(f);
         return -1;
@@ -45,9 +45,35 @@ int bfctl_dashboard(int argc, char **argv) {
         fprintf(stderr, "bfctl dashboard: unexpected argument '%s'\n", argv[rest]);
         return BF_EX_USAGE;
     }
-    char url[512], token[128];
-    if (home_line("http.url", url, sizeof url) || home_line("http.token", token, sizeof token))
+    /* the address from bfd itself: http.url may be stale (a bfd killed
+     * before it removed it, its port since taken by another bfd whose token
+     * differs: the URL would answer 401) */
+    ctl_conn *c;
+    char err[512];
+    if (ctl_connect(&c, err, sizeof err)) {
+        fprintf(stderr,
+                "bfctl dashboard: bfd is not running (%s): the dashboard is served by bfd; "
+                "start it (docs/http.md)\n",
+                err);
         return 1;
+    }
+    json_t *r;
+    int rc = ctl_request(c, "status", NULL, &r);
+    ctl_close(&c);
+    if (rc) return 1;
+    const char *live = json_string_value(json_object_get(json_object_get(r, "endpoints"), "http"));
+    char url[512], token[128];
+    if (!live || !*live) {
+        fprintf(stderr,
+                "bfctl dashboard: bfd (pid %lld) serves no dashboard: http is off in bfd.yaml, or "
+                "its port was taken when it started (its log says which; docs/http.md)\n",
+                ctl_jint(r, "pid"));
+        json_decref(r);
+        return 1;
+    }
+    snprintf(url, sizeof url, "%s", live);
+    json_decref(r);
+    if (home_line("http.token", token, sizeof token)) return 1;
     printf("%s?token=%s\n", url, token);
     return 0;
 }

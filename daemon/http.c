@@ -638,6 +638,8 @@ int http_start(const char *addr, int insecure, const char *home, const char *ctl
     return 0;
 }
 
+const char *http_url(const http *h) { return h ? h->url : ""; }
+
 void http_stop(http **hp) {
     http *h = *hp;
     if (!h) return;
