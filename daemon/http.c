@@ -335,13 +335,17 @@ static void sse_free(void *cls) {
 static enum MHD_Result get_stream(http *h, struct MHD_Connection *c, long long job) {
     const char *metric = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "metric");
     if (metric && strlen(metric) > 63) return send_error(c, 400, "?metric is at most 63 bytes");
+    /* EventSource sends the id of the last record it read when it reconnects */
+    const char *last_id = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Last-Event-ID");
+    if (last_id && strlen(last_id) > 8192)
+        return send_error(c, 400, "Last-Event-ID is at most 8192 bytes");
     sse *e = calloc(1, sizeof *e);
     char err[512] = "out of memory";
     if (e) e->buf = malloc(SSE_BUF);
     if (e && e->buf) {
         e->h = h;
         pthread_mutex_lock(&h->db_mu);
-        e->s = http_stream_new(h->db, job, metric, err, sizeof err);
+        e->s = http_stream_new(h->db, job, metric, last_id, err, sizeof err);
         pthread_mutex_unlock(&h->db_mu);
     }
     if (!e || !e->buf || !e->s) {

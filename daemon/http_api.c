@@ -20,6 +20,7 @@
 #define FILES_MAX 500          /* entries listed of a trial's folder */
 #define STREAM_POINTS_MAX 2000 /* points in one stream poll */
 #define STREAM_TRIALS_MAX 4096 /* trials a stream follows */
+#define STREAM_ID_MAX 8192     /* bytes of a record's id (the cursor) */
 
 static int prep(sqlite3 *db, const char *sql, sqlite3_stmt **st, char *err, size_t errlen) {
     if (sqlite3_prepare_v2(db, sql, -1, st, NULL) == SQLITE_OK) return 0;
@@ -862,8 +863,37 @@ static followed *follow(http_stream *s, long long trial) {
     return &s->f[s->n++];
 }
 
-http_stream *http_stream_new(sqlite3 *db, long long job, const char *metric, char *err,
-                             size_t errlen) {
+/* Takes up a stream where the one that sent the record with id last_id
+ * ended (a reconnect's Last-Event-ID): "EVENT;SINCE;T:SEQ,T:SEQ,...", as
+ * stream_id writes it. 0, or -1 when it is not one (the stream then starts
+ * afresh). */
+static int stream_resume(http_stream *s, const char *last_id) {
+    char *end;
+    long long ev = strtoll(last_id, &end, 10);
+    if (end == last_id || *end != ';' || ev < 0) return -1;
+    double since = strtod(end + 1, &end);
+    if (*end != ';' || !(since >= 0)) return -1;
+    const char *p = end + 1;
+    size_t n = 0;
+    followed f[STREAM_TRIALS_MAX];
+    while (*p) {
+        long long t = strtoll(p, &end, 10);
+        if (end == p || *end != ':' || t <= 0) return -1;
+        p = end + 1;
+        long long seq = strtoll(p, &end, 10);
+        if (end == p || seq < 0 || (*end && *end != ',') || n == STREAM_TRIALS_MAX) return -1;
+        f[n++] = (followed){t, seq};
+        p = *end ? end + 1 : end;
+    }
+    s->last_event = ev;
+    s->since = since;
+    s->n = 0;
+    for (size_t i = 0; i < n; i++) *follow(s, f[i].trial) = f[i];
+    return 0;
+}
+
+http_stream *http_stream_new(sqlite3 *db, long long job, const char *metric, const char *last_id,
+                             char *err, size_t errlen) {
     http_stream *s = calloc(1, sizeof *s);
     if (s) s->f = malloc(STREAM_TRIALS_MAX * sizeof *s->f);
     if (!s || !s->f) {
@@ -898,6 +928,9 @@ http_stream *http_stream_new(sqlite3 *db, long long job, const char *metric, cha
         if (f) f->seq = sqlite3_column_int64(st, 1);
     }
     sqlite3_finalize(st);
+    /* a reconnect: from where its last record left (an id not of ours
+     * changes nothing: the stream starts afresh) */
+    if (last_id) (void)stream_resume(s, last_id);
     return s;
 }
 
@@ -909,6 +942,29 @@ static void sse_put(char *buf, size_t cap, size_t *len, const char *name, json_t
     if (k > 0 && *len + (size_t)k < cap) *len += (size_t)k;
     buf[*len] = '\0';
     free(text);
+}
+
+/* Gives the last record in buf (when there is one) the stream's cursor as
+ * its id: "EVENT;SINCE;T:SEQ,..." for the trials of this look (the n in
+ * trials) that points were sent of, so a reconnect (Last-Event-ID) misses
+ * nothing sent in the gap. */
+static void stream_id(const http_stream *s, const long long *trials, size_t n, char *buf,
+                      size_t cap, size_t *len) {
+    if (*len < 2) return;
+    char id[STREAM_ID_MAX];
+    size_t w = (size_t)snprintf(id, sizeof id, "id: %lld;%.3f;", s->last_event, s->since);
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < s->n; k++)
+            if (s->f[k].trial == trials[i] && s->f[k].seq > 0 && w + 48 < sizeof id)
+                w += (size_t)snprintf(id + w, sizeof id - w, "%s%lld:%lld",
+                                      id[w - 1] == ';' ? "" : ",", s->f[k].trial, s->f[k].seq);
+    if (*len + w + 2 >= cap) return;
+    /* before the record's closing blank line */
+    (*len)--;
+    memcpy(buf + *len, id, w);
+    *len += w;
+    memcpy(buf + *len, "\n\n", 3);
+    *len += 2;
 }
 
 long http_stream_poll(http_stream *s, sqlite3 *db, char *buf, size_t cap, char *err,
@@ -929,9 +985,9 @@ long http_stream_poll(http_stream *s, sqlite3 *db, char *buf, size_t cap, char *
         json_decref(e);
     }
     sqlite3_finalize(st);
-    if (!s->metric[0]) return (long)len;
-    if (!s->mid && (s->mid = metric_id(db, s->metric, err, errlen)) <= 0) {
+    if (!s->metric[0] || (!s->mid && (s->mid = metric_id(db, s->metric, err, errlen)) <= 0)) {
         s->mid = 0;
+        stream_id(s, NULL, 0, buf, cap, &len); /* the events' cursor */
         return (long)len;
     }
     if (prep(db,
@@ -970,6 +1026,7 @@ long http_stream_poll(http_stream *s, sqlite3 *db, char *buf, size_t cap, char *
     }
     if (json_array_size(pts)) sse_put(buf, cap, &len, "points", pts);
     json_decref(pts);
+    stream_id(s, trials, nt, buf, cap, &len);
     return (long)len;
 }
 
