@@ -263,7 +263,7 @@ async function stageGraph(id) {
   const {body: g} = await get("jobs/" + id + "/stages");
   const box = el("div", {id: "stage-graph"});
   if (!g.stages.length) { box.append(el("p", {class: "muted"}, "This job's pipeline runs no shared stages (S2S does).")); return box; }
-  const W = 200, H = 58, GX = 60, GY = 18, cols = [], pos = new Map();
+  const W = 180, H = 58, GX = 36, GY = 18, cols = [], pos = new Map();
   for (const s of g.stages) (cols[s.stage] = cols[s.stage] || []).push(s);
   cols.forEach((c, x) => c.forEach((s, y) => pos.set(s.key, {x: 10 + x * (W + GX), y: 10 + y * (H + GY)})));
   const width = 20 + cols.length * (W + GX), height = 20 + Math.max(...cols.map(c => c ? c.length : 0)) * (H + GY);
