@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -244,12 +245,20 @@ static enum MHD_Result post_action(http *h, struct MHD_Connection *c, const char
             body = json_pack("{s:I}", "job", (json_int_t)id);
         } else if (!strcmp(what, "edit")) {
             const char *mp = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "max_parallel");
+            const char *add = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "add");
+            const char *drop =
+                MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "drop_pending");
             char *end = NULL;
             long long n = mp ? strtoll(mp, &end, 10) : -1;
-            if (!mp || *end || n < 0 || n > 100000)
-                return send_error(c, 400, "edit: ?max_parallel=N is required, N in [0, 100000]");
+            if (!!mp + !!add + !!drop != 1 || (mp && (*end || n < 0 || n > 100000)))
+                return send_error(c, 400,
+                                  "edit: give one of ?max_parallel=N (N in [0, 100000]), "
+                                  "?add=KEY=V1,V2 or ?drop_pending=KEY=VALUE");
             type = "edit";
-            body = json_pack("{s:I, s:I}", "job", (json_int_t)id, "max_parallel", (json_int_t)n);
+            body = json_pack("{s:I}", "job", (json_int_t)id);
+            if (mp) json_object_set_new(body, "max_parallel", json_integer(n));
+            if (add) json_object_set_new(body, "add", json_string(add));
+            if (drop) json_object_set_new(body, "drop_pending", json_string(drop));
         }
     } else if (sscanf(path, "trials/%lld/%n", &id, &k) == 1 && k > 0 && id > 0) {
         snprintf(what, sizeof what, "%s", path + k);
@@ -259,9 +268,11 @@ static enum MHD_Result post_action(http *h, struct MHD_Connection *c, const char
         }
     }
     if (!type)
-        return send_error(c, 404,
-                          "no such action: POST jobs/ID/cancel, jobs/ID/edit?max_parallel=N, "
-                          "trials/ID/cancel, trials/ID/stop or trials/ID/resume");
+        return send_error(
+            c, 404,
+            "no such action: POST jobs/ID/cancel, jobs/ID/edit?max_parallel=N (or add, "
+            "drop_pending), "
+            "trials/ID/cancel, trials/ID/stop or trials/ID/resume");
     json_t *reply;
     unsigned code = loop_call(h, type, body, &reply);
     json_decref(body);
@@ -324,13 +335,17 @@ static void sse_free(void *cls) {
 static enum MHD_Result get_stream(http *h, struct MHD_Connection *c, long long job) {
     const char *metric = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "metric");
     if (metric && strlen(metric) > 63) return send_error(c, 400, "?metric is at most 63 bytes");
+    /* EventSource sends the id of the last record it read when it reconnects */
+    const char *last_id = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Last-Event-ID");
+    if (last_id && strlen(last_id) > 8192)
+        return send_error(c, 400, "Last-Event-ID is at most 8192 bytes");
     sse *e = calloc(1, sizeof *e);
     char err[512] = "out of memory";
     if (e) e->buf = malloc(SSE_BUF);
     if (e && e->buf) {
         e->h = h;
         pthread_mutex_lock(&h->db_mu);
-        e->s = http_stream_new(h->db, job, metric, err, sizeof err);
+        e->s = http_stream_new(h->db, job, metric, last_id, err, sizeof err);
         pthread_mutex_unlock(&h->db_mu);
     }
     if (!e || !e->buf || !e->s) {
@@ -345,6 +360,64 @@ static enum MHD_Result get_stream(http *h, struct MHD_Connection *c, long long j
     }
     MHD_add_response_header(r, "Content-Type", "text/event-stream");
     MHD_add_response_header(r, "Cache-Control", "no-store");
+    enum MHD_Result rc = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+/* ------------------------------------------------------------ trial files */
+
+#define REL_MAX 512 /* bytes of a file's name below a trial's folder */
+
+/* Whether rel names something below a folder without leaving it: relative,
+ * no empty component, none starting with '.' (so no "." or ".."), at most
+ * REL_MAX bytes. */
+static int rel_ok(const char *rel) {
+    size_t n = strlen(rel);
+    if (!n || n > REL_MAX || rel[0] == '/' || rel[n - 1] == '/') return 0;
+    for (const char *c = rel; *c; c++)
+        if ((c == rel || c[-1] == '/') && (*c == '.' || *c == '/')) return 0;
+    return 1;
+}
+
+/* GET /api/v1/trials/T/file?path=REL: a file of the trial's folder (a
+ * checkpoint, its config, metrics.jsonl) as a download. Only a regular file
+ * whose real path is below the folder's, opened without following a last
+ * symbolic link. */
+static enum MHD_Result get_trial_file(http *h, struct MHD_Connection *c, long long trial) {
+    const char *rel = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "path");
+    if (!rel || !rel_ok(rel))
+        return send_error(c, 400,
+                          "?path= must name a file below the trial's folder: relative, no '.' "
+                          "or '..' component, at most 512 bytes");
+    char dir[1200], p[1800], real_dir[PATH_MAX], real_p[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/trials/%lld", h->home, trial);
+    snprintf(p, sizeof p, "%s/%s", dir, rel);
+    size_t k;
+    if (!realpath(dir, real_dir) || !realpath(p, real_p) || (k = strlen(real_dir)) == 0 ||
+        strncmp(real_p, real_dir, k) || real_p[k] != '/')
+        return send_error(c, 404, "no such file in the trial's folder");
+    int fd = open(p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        if (fd >= 0) close(fd);
+        return send_error(c, 404, "no such file in the trial's folder");
+    }
+    struct MHD_Response *r = MHD_create_response_from_fd((uint64_t)sb.st_size, fd);
+    if (!r) {
+        close(fd);
+        return MHD_NO;
+    }
+    const char *base = strrchr(rel, '/');
+    char disp[REL_MAX + 64];
+    snprintf(disp, sizeof disp, "attachment; filename=\"t%lld-%s\"", trial, base ? base + 1 : rel);
+    for (char *q = disp + 22; *q; q++) /* a name the header's quotes hold */
+        if (*q == '"' || *q == '\\' || (unsigned char)*q < 0x20) *q = '_';
+    disp[strlen(disp) - 1] = '"';
+    MHD_add_response_header(r, "Content-Type", "application/octet-stream");
+    MHD_add_response_header(r, "Content-Disposition", disp);
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
     enum MHD_Result rc = MHD_queue_response(c, 200, r);
     MHD_destroy_response(r);
     return rc;
@@ -368,6 +441,8 @@ static enum MHD_Result get_api(http *h, struct MHD_Connection *c, const char *ur
     }
     if (sscanf(path, "jobs/%lld/stream%n", &id, &k) == 1 && k > 0 && !path[k])
         return get_stream(h, c, id);
+    if (sscanf(path, "trials/%lld/file%n", &id, &k) == 1 && k > 0 && !path[k] && id > 0)
+        return get_trial_file(h, c, id);
     if (sscanf(path, "trials/%lld/log%n", &id, &k) == 1 && k > 0 && !path[k]) {
         const char *off = conn_arg(c, "offset");
         long long o = off ? atoll(off) : 0;
@@ -566,6 +641,8 @@ int http_start(const char *addr, int insecure, const char *home, const char *ctl
     }
     return 0;
 }
+
+const char *http_url(const http *h) { return h ? h->url : ""; }
 
 void http_stop(http **hp) {
     http *h = *hp;

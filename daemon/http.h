@@ -25,6 +25,8 @@ typedef struct http http;
  * Returns 0, or -1 with a message naming the address and the reason. */
 int http_start(const char *addr, int insecure, const char *home, const char *ctl_ep, prom *pr,
                http **out, char *err, size_t errlen);
+/* The dashboard's address, "http://IPV4:PORT/" (h's; "" when h is NULL). */
+const char *http_url(const http *h);
 /* Ends the streams, stops the threads, removes home/http.url and frees.
  * NULL is fine. */
 void http_stop(http **h);

@@ -4,6 +4,7 @@
  * pandas.read_json makes a table of) paged by ?after= and ?limit=. */
 #include "daemon/http_api.h"
 #include "common/errbuf.h"
+#include "common/tfevents.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #define FILES_MAX 500          /* entries listed of a trial's folder */
 #define STREAM_POINTS_MAX 2000 /* points in one stream poll */
 #define STREAM_TRIALS_MAX 4096 /* trials a stream follows */
+#define STREAM_ID_MAX 8192     /* bytes of a record's id (the cursor) */
 
 static int prep(sqlite3 *db, const char *sql, sqlite3_stmt **st, char *err, size_t errlen) {
     if (sqlite3_prepare_v2(db, sql, -1, st, NULL) == SQLITE_OK) return 0;
@@ -467,6 +469,116 @@ static unsigned get_job_points(sqlite3 *db, long long job, http_arg_fn arg, void
     return 200;
 }
 
+/* ----------------------------------------------------------------- stages */
+
+/* What a trial's chain of stages says it does now, from its first stage not
+ * done (at: its key; NULL when every stage is done): "done" (the trial
+ * ended), "reused" (nothing left to run), "runs" (its attempt runs it),
+ * "waits" (another trial's attempt runs it: *on), "next" (it would run it
+ * at its next launch). */
+static const char *trial_doing(const char *tstate, const char *at, const char *sstate,
+                               long long runner, long long trial, long long *on) {
+    *on = 0;
+    if (strcmp(tstate, "PENDING") && strcmp(tstate, "RUNNING")) return "done";
+    if (!at) return "reused";
+    if (sstate && !strcmp(sstate, "running")) {
+        if (runner == trial) return "runs";
+        *on = runner;
+        return "waits";
+    }
+    return "next";
+}
+
+/* The job's stage graph: each stage key its trials' plans hold (with the
+ * stage row's state, runner and counts, the job's trials sharing it and how
+ * many trials of other jobs hold it too), and each trial's chain with what
+ * it does now. */
+static unsigned get_job_stages(sqlite3 *db, long long job, json_t **out, char *err, size_t errlen) {
+    unsigned code = exists(db, "jobs", job, err, errlen);
+    if (code != 200) return code;
+    sqlite3_stmt *st;
+    if (prep(db,
+             "SELECT ts.key, MIN(ts.idx), ts.name, ts.parent, st.state, st.trial, st.attempts,"
+             " st.failures, st.message, group_concat(ts.trial), (SELECT COUNT(*) FROM"
+             " trial_stages o JOIN trials ot ON ot.id = o.trial WHERE o.key = ts.key AND ot.job"
+             " != ?1) FROM trial_stages ts JOIN trials t ON t.id = ts.trial LEFT JOIN stages st"
+             " ON st.key = ts.key WHERE t.job = ?1 GROUP BY ts.key ORDER BY MIN(ts.idx), ts.key"
+             " LIMIT ?2",
+             &st, err, errlen))
+        return 500;
+    sqlite3_bind_int64(st, 1, job);
+    sqlite3_bind_int64(st, 2, HTTP_API_MAX_LIMIT);
+    json_t *stages = json_array();
+    static const char *names[] = {"key",    "stage",    "name",     "parent", "state",
+                                  "runner", "attempts", "failures", "message"};
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        json_t *r = json_object();
+        for (int i = 0; i < 9; i++) json_object_set_new(r, names[i], col_json(st, i));
+        if (sqlite3_column_type(st, 4) == SQLITE_NULL) /* no trial claimed it yet */
+            json_object_set_new(r, "state", json_string("pending"));
+        json_t *ids = json_array();
+        const char *p = (const char *)sqlite3_column_text(st, 9);
+        while (p && *p) {
+            char *end;
+            json_array_append_new(ids, json_integer(strtoll(p, &end, 10)));
+            p = *end ? end + 1 : end;
+        }
+        json_object_set_new(r, "trials", ids);
+        json_object_set_new(r, "other_jobs_trials", col_json(st, 10));
+        json_array_append_new(stages, r);
+    }
+    sqlite3_finalize(st);
+    if (prep(db,
+             "SELECT t.id, t.idx, t.state, ts.key, st.state, st.trial FROM trials t JOIN"
+             " trial_stages ts ON ts.trial = t.id LEFT JOIN stages st ON st.key = ts.key WHERE"
+             " t.id IN (SELECT id FROM trials WHERE job = ?1 ORDER BY idx LIMIT ?2)"
+             " ORDER BY t.idx, ts.idx",
+             &st, err, errlen)) {
+        json_decref(stages);
+        return 500;
+    }
+    sqlite3_bind_int64(st, 1, job);
+    sqlite3_bind_int64(st, 2, HTTP_API_MAX_LIMIT);
+    json_t *trials = json_array(), *cur = NULL;
+    long long cur_id = -1, runner = 0;
+    char tstate[16] = "", at[80] = "", sstate[16] = "";
+    for (int more = 1; more;) {
+        more = sqlite3_step(st) == SQLITE_ROW;
+        long long id = more ? sqlite3_column_int64(st, 0) : -2;
+        if (id != cur_id && cur) { /* the previous trial is complete */
+            long long on;
+            const char *d = trial_doing(tstate, at[0] ? at : NULL, sstate[0] ? sstate : NULL,
+                                        runner, cur_id, &on);
+            json_object_set_new(cur, "doing", json_string(d));
+            json_object_set_new(cur, "at", at[0] ? json_string(at) : json_null());
+            json_object_set_new(cur, "on", on ? json_integer(on) : json_null());
+            json_array_append_new(trials, cur);
+            cur = NULL;
+        }
+        if (!more) break;
+        if (id != cur_id) {
+            cur_id = id;
+            cur = json_pack("{s:I, s:I, s:s, s:[]}", "id", (json_int_t)id, "idx",
+                            (json_int_t)sqlite3_column_int64(st, 1), "state",
+                            (const char *)sqlite3_column_text(st, 2), "chain");
+            snprintf(tstate, sizeof tstate, "%s", (const char *)sqlite3_column_text(st, 2));
+            at[0] = sstate[0] = '\0';
+            runner = 0;
+        }
+        const char *key = (const char *)sqlite3_column_text(st, 3);
+        const char *ss = (const char *)sqlite3_column_text(st, 4);
+        json_array_append_new(json_object_get(cur, "chain"), json_string(key ? key : ""));
+        if (!at[0] && (!ss || strcmp(ss, "done"))) { /* the first stage not done */
+            snprintf(at, sizeof at, "%s", key ? key : "");
+            snprintf(sstate, sizeof sstate, "%s", ss ? ss : "");
+            runner = sqlite3_column_int64(st, 5);
+        }
+    }
+    sqlite3_finalize(st);
+    *out = json_pack("{s:I, s:o, s:o}", "job", (json_int_t)job, "stages", stages, "trials", trials);
+    return 200;
+}
+
 /* ------------------------------------------------------------------ trial */
 
 /* The files below dir (relative names in prefix), depth levels deep, as
@@ -491,6 +603,95 @@ static void list_files(const char *dir, const char *prefix, int depth, json_t *a
         }
     }
     closedir(d);
+}
+
+#define STATE_JSON_MAX (4 << 20) /* bytes of a checkpoint's state.json read */
+
+/* The checkpoint set in dir (rel: its name for the page, under the trial
+ * folder or not) as {dir, rel, step, files}, or NULL when dir holds none:
+ * the set of docs/checkpoints.md (state.json the commit record, its step)
+ * or the older checkpoint.bin (step unknown: null). */
+static json_t *checkpoint_in(const char *dir, const char *rel) {
+    static const char *set[] = {"model.safetensors", "optimizer.safetensors", "state.json"};
+    char p[2048];
+    struct stat sb;
+    json_t *files = json_array(), *step = json_null();
+    snprintf(p, sizeof p, "%s/state.json", dir);
+    if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        if (sb.st_size <= STATE_JSON_MAX) {
+            json_t *st = json_load_file(p, 0, NULL);
+            json_t *v = json_object_get(st, "step");
+            if (json_is_integer(v)) {
+                json_decref(step);
+                step = json_integer(json_integer_value(v));
+            }
+            json_decref(st);
+        }
+        for (int i = 0; i < 3; i++) {
+            snprintf(p, sizeof p, "%s/%s", dir, set[i]);
+            if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode))
+                json_array_append_new(
+                    files, json_pack("{s:s, s:I}", "name", set[i], "size", (json_int_t)sb.st_size));
+        }
+    } else {
+        snprintf(p, sizeof p, "%s/checkpoint.bin", dir);
+        if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode))
+            json_array_append_new(files, json_pack("{s:s, s:I}", "name", "checkpoint.bin", "size",
+                                                   (json_int_t)sb.st_size));
+    }
+    if (!json_array_size(files)) {
+        json_decref(files);
+        json_decref(step);
+        return NULL;
+    }
+    return json_pack("{s:s, s:s, s:o, s:o}", "dir", dir, "rel", rel, "step", step, "files", files);
+}
+
+/* A trial's checkpoints: "last", the set in its folder (an S2S trial's:
+ * the latest stage of its chain that holds one), and "best", the step of
+ * its best value of the job's metric with the checkpoint of that step
+ * when the last set is of it (a run keeps one set, overwritten at each
+ * save: a best checkpoint apart from it is not kept). */
+static json_t *trial_checkpoints(sqlite3 *db, const char *home, long long id, const char *dir,
+                                 const char *metric, int maximize) {
+    json_t *last = checkpoint_in(dir, "");
+    sqlite3_stmt *st;
+    char err[256];
+    if (!last && !prep(db, "SELECT dir FROM trial_stages WHERE trial = ?1 ORDER BY idx DESC", &st,
+                       err, sizeof err)) {
+        sqlite3_bind_int64(st, 1, id);
+        while (!last && sqlite3_step(st) == SQLITE_ROW) {
+            char sd[2048], rel[300];
+            const char *name = (const char *)sqlite3_column_text(st, 0);
+            if (!name || strchr(name, '/')) continue;
+            snprintf(sd, sizeof sd, "%s/stages/%s", home, name);
+            snprintf(rel, sizeof rel, "stages/%s", name);
+            last = checkpoint_in(sd, rel);
+        }
+        sqlite3_finalize(st);
+    }
+    json_t *best = json_null();
+    long long mid = metric && metric[0] ? metric_id(db, metric, err, sizeof err) : 0;
+    if (mid > 0 && !prep(db,
+                         maximize ? "SELECT step, value FROM metrics WHERE trial = ?1 AND name = ?2"
+                                    " ORDER BY value DESC, seq LIMIT 1"
+                                  : "SELECT step, value FROM metrics WHERE trial = ?1 AND name = ?2"
+                                    " ORDER BY value ASC, seq LIMIT 1",
+                         &st, err, sizeof err)) {
+        sqlite3_bind_int64(st, 1, id);
+        sqlite3_bind_int64(st, 2, mid);
+        if (sqlite3_step(st) == SQLITE_ROW) {
+            long long step = sqlite3_column_int64(st, 0);
+            json_t *ls = json_object_get(last, "step");
+            int same = json_is_integer(ls) && json_integer_value(ls) == step;
+            json_decref(best);
+            best = json_pack("{s:s, s:f, s:I, s:O}", "metric", metric, "value",
+                             sqlite3_column_double(st, 1), "step", (json_int_t)step, "checkpoint",
+                             same ? last : json_null());
+        }
+        sqlite3_finalize(st);
+    }
+    return json_pack("{s:o, s:o}", "last", last ? last : json_null(), "best", best);
 }
 
 static unsigned get_trial(sqlite3 *db, const char *home, long long id, json_t **out, char *err,
@@ -554,6 +755,28 @@ static unsigned get_trial(sqlite3 *db, const char *home, long long id, json_t **
     list_files(dir, "", 3, files);
     json_object_set_new(o, "dir", json_string(dir));
     json_object_set_new(o, "files", files);
+    const char *metric = json_string_value(json_object_get(o, "metric"));
+    const char *goal = json_string_value(json_object_get(o, "goal"));
+    json_object_set_new(o, "checkpoints",
+                        trial_checkpoints(db, home, id, dir, metric, goal && !strcmp(goal, "max")));
+    /* where bfd's TensorBoard exporter writes the trial's run (tensorboard:
+     * true in bfd.yaml), as `bfctl export --tensorboard` lays it out */
+    char tb[1300], jobdir[1300], base[1100], job_name[256] = "";
+    long long job = json_integer_value(json_object_get(o, "job"));
+    snprintf(base, sizeof base, "%s/tensorboard", home);
+    if (!prep(db, "SELECT name FROM jobs WHERE id = ?1", &st, err, errlen)) {
+        sqlite3_bind_int64(st, 1, job);
+        if (sqlite3_step(st) == SQLITE_ROW)
+            snprintf(job_name, sizeof job_name, "%s", (const char *)sqlite3_column_text(st, 0));
+        sqlite3_finalize(st);
+    }
+    if (!tfevents_job_dir(jobdir, sizeof jobdir, base, job_name, job) &&
+        snprintf(tb, sizeof tb, "%s/t%lld", jobdir, id) < (int)sizeof tb) {
+        struct stat sb;
+        json_object_set_new(o, "tensorboard",
+                            json_pack("{s:s, s:s, s:b}", "run", tb, "logdir", jobdir, "exists",
+                                      stat(tb, &sb) == 0 && S_ISDIR(sb.st_mode)));
+    }
     *out = o;
     return 200;
 }
@@ -617,6 +840,7 @@ unsigned http_api_get(sqlite3 *db, const char *home, const char *path, http_arg_
             return get_trials(db, id, arg, cls, out, next, nextlen, err, errlen);
         if (!strcmp(rest, "/points")) return get_job_points(db, id, arg, cls, out, err, errlen);
         if (!strcmp(rest, "/metrics")) return get_job_metrics(db, id, out, err, errlen);
+        if (!strcmp(rest, "/stages")) return get_job_stages(db, id, out, err, errlen);
     } else if (sscanf(path, "trials/%lld%n", &id, &k) == 1 && id > 0) {
         snprintf(rest, sizeof rest, "%s", path + k);
         if (!rest[0]) return get_trial(db, home, id, out, err, errlen);
@@ -649,8 +873,37 @@ static followed *follow(http_stream *s, long long trial) {
     return &s->f[s->n++];
 }
 
-http_stream *http_stream_new(sqlite3 *db, long long job, const char *metric, char *err,
-                             size_t errlen) {
+/* Takes up a stream where the one that sent the record with id last_id
+ * ended (a reconnect's Last-Event-ID): "EVENT;SINCE;T:SEQ,T:SEQ,...", as
+ * stream_id writes it. 0, or -1 when it is not one (the stream then starts
+ * afresh). */
+static int stream_resume(http_stream *s, const char *last_id) {
+    char *end;
+    long long ev = strtoll(last_id, &end, 10);
+    if (end == last_id || *end != ';' || ev < 0) return -1;
+    double since = strtod(end + 1, &end);
+    if (*end != ';' || !(since >= 0)) return -1;
+    const char *p = end + 1;
+    size_t n = 0;
+    followed f[STREAM_TRIALS_MAX];
+    while (*p) {
+        long long t = strtoll(p, &end, 10);
+        if (end == p || *end != ':' || t <= 0) return -1;
+        p = end + 1;
+        long long seq = strtoll(p, &end, 10);
+        if (end == p || seq < 0 || (*end && *end != ',') || n == STREAM_TRIALS_MAX) return -1;
+        f[n++] = (followed){t, seq};
+        p = *end ? end + 1 : end;
+    }
+    s->last_event = ev;
+    s->since = since;
+    s->n = 0;
+    for (size_t i = 0; i < n; i++) *follow(s, f[i].trial) = f[i];
+    return 0;
+}
+
+http_stream *http_stream_new(sqlite3 *db, long long job, const char *metric, const char *last_id,
+                             char *err, size_t errlen) {
     http_stream *s = calloc(1, sizeof *s);
     if (s) s->f = malloc(STREAM_TRIALS_MAX * sizeof *s->f);
     if (!s || !s->f) {
@@ -685,6 +938,9 @@ http_stream *http_stream_new(sqlite3 *db, long long job, const char *metric, cha
         if (f) f->seq = sqlite3_column_int64(st, 1);
     }
     sqlite3_finalize(st);
+    /* a reconnect: from where its last record left (an id not of ours
+     * changes nothing: the stream starts afresh) */
+    if (last_id) (void)stream_resume(s, last_id);
     return s;
 }
 
@@ -696,6 +952,29 @@ static void sse_put(char *buf, size_t cap, size_t *len, const char *name, json_t
     if (k > 0 && *len + (size_t)k < cap) *len += (size_t)k;
     buf[*len] = '\0';
     free(text);
+}
+
+/* Gives the last record in buf (when there is one) the stream's cursor as
+ * its id: "EVENT;SINCE;T:SEQ,..." for the trials of this look (the n in
+ * trials) that points were sent of, so a reconnect (Last-Event-ID) misses
+ * nothing sent in the gap. */
+static void stream_id(const http_stream *s, const long long *trials, size_t n, char *buf,
+                      size_t cap, size_t *len) {
+    if (*len < 2) return;
+    char id[STREAM_ID_MAX];
+    size_t w = (size_t)snprintf(id, sizeof id, "id: %lld;%.3f;", s->last_event, s->since);
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = 0; k < s->n; k++)
+            if (s->f[k].trial == trials[i] && s->f[k].seq > 0 && w + 48 < sizeof id)
+                w += (size_t)snprintf(id + w, sizeof id - w, "%s%lld:%lld",
+                                      id[w - 1] == ';' ? "" : ",", s->f[k].trial, s->f[k].seq);
+    if (*len + w + 2 >= cap) return;
+    /* before the record's closing blank line */
+    (*len)--;
+    memcpy(buf + *len, id, w);
+    *len += w;
+    memcpy(buf + *len, "\n\n", 3);
+    *len += 2;
 }
 
 long http_stream_poll(http_stream *s, sqlite3 *db, char *buf, size_t cap, char *err,
@@ -716,9 +995,9 @@ long http_stream_poll(http_stream *s, sqlite3 *db, char *buf, size_t cap, char *
         json_decref(e);
     }
     sqlite3_finalize(st);
-    if (!s->metric[0]) return (long)len;
-    if (!s->mid && (s->mid = metric_id(db, s->metric, err, errlen)) <= 0) {
+    if (!s->metric[0] || (!s->mid && (s->mid = metric_id(db, s->metric, err, errlen)) <= 0)) {
         s->mid = 0;
+        stream_id(s, NULL, 0, buf, cap, &len); /* the events' cursor */
         return (long)len;
     }
     if (prep(db,
@@ -757,6 +1036,7 @@ long http_stream_poll(http_stream *s, sqlite3 *db, char *buf, size_t cap, char *
     }
     if (json_array_size(pts)) sse_put(buf, cap, &len, "points", pts);
     json_decref(pts);
+    stream_id(s, trials, nt, buf, cap, &len);
     return (long)len;
 }
 

@@ -27,12 +27,15 @@ typedef struct http_stream http_stream;
 
 /* A stream of job's state changes and of its trials' new points of metric
  * (NULL: none) from now on: trials running now from their latest point,
- * trials that start later from their first. NULL when out of memory or db
+ * trials that start later from their first; or, given last_id (a
+ * reconnect's Last-Event-ID, the id of a record this stream sent), from
+ * just after that record, so nothing sent in the gap is lost. NULL when out of memory or db
  * fails (err says why). */
-http_stream *http_stream_new(sqlite3 *db, long long job, const char *metric, char *err,
-                             size_t errlen);
+http_stream *http_stream_new(sqlite3 *db, long long job, const char *metric, const char *last_id,
+                             char *err, size_t errlen);
 /* What happened since the last call, as SSE text ("event: state" and
- * "event: points" records) into buf (at most cap bytes, NUL-terminated);
+ * "event: points" records, the last with the stream's cursor as its id)
+ * into buf (at most cap bytes, NUL-terminated);
  * returns its length (0: nothing new), or -1 with err when db fails. */
 long http_stream_poll(http_stream *s, sqlite3 *db, char *buf, size_t cap, char *err, size_t errlen);
 /* Frees; NULL is fine. */

@@ -435,6 +435,14 @@ static void close_daemon(bfd *d) {
  * bfd on the machine (another BF_HOME) finds the port taken. */
 static int start_exporters(bfd *d, char *err, size_t errlen) {
     const bfd_config *c = d->c;
+    /* an http.url left by a bfd killed before it could remove it names a
+     * port that may now be another bfd's (whose token differs): this bfd
+     * holds the folder's lock, so the file is stale until http_start writes
+     * this one's */
+    char url_path[1100];
+    snprintf(url_path, sizeof url_path, "%s/http.url", d->o->home);
+    if (unlink(url_path) != 0 && errno != ENOENT)
+        bfd_log("warning: cannot remove a stale %s: %s", url_path, strerror(errno));
     if (!c->prometheus[0] && !c->http[0]) return 0;
     if (prom_new(d->started, &d->prom, err, errlen)) return -1;
     if (c->prometheus[0]) {

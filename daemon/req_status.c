@@ -46,6 +46,7 @@ void req_status(bfd *d, void *s, proto_msg *m) {
         if (!gpu_used(d, d->c->gpus[g])) free_g[nf++] = d->c->gpus[g];
     json_t *eps =
         json_pack("{s:s, s:s, s:s}", "ctl", d->ep_ctl, "worker", d->ep_wrk, "pub", d->ep_pub);
+    if (d->http) json_object_set_new(eps, "http", json_string(http_url(d->http)));
     if (d->tcp_ctl[0]) {
         json_object_set_new(eps, "ctl_tcp", json_string(d->tcp_ctl));
         json_object_set_new(eps, "worker_tcp", json_string(d->tcp_wrk));

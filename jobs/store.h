@@ -199,6 +199,26 @@ int store_job_set_parallel(store *s, int64_t job, int parallel, int *was, char *
  * all), in one query; *out malloc'd (free), NULL when none. */
 int store_jobs(store *s, int64_t after, int limit, store_job **out, size_t *n, char *err,
                size_t errlen);
+/* The sweep job was submitted with (*out: sweep_spec_destroy), a grid's
+ * axes holding the values earlier edits added (read back from its trials,
+ * in trial order). -1 with err when the job kept no text or it no longer
+ * loads. */
+int store_job_sweep(store *s, int64_t job, sweep_spec **out, char *err, size_t errlen);
+/* Appends the n values (YAML flow text) to grid axis `axis` of spec (the
+ * job's, from store_job_sweep) and inserts the trials only they make
+ * (PENDING, indexed after the job's last), grows n_trials and adds an EDIT
+ * event, in one transaction; *added the new trials. Refused: a value on the
+ * axis already or bad for the key's schema, a cancelled job, a new trial
+ * that fails the checks across keys. */
+int store_job_add_values(store *s, int64_t job, sweep_spec *spec, int axis,
+                         char values[][SWEEP_VALUE_MAX], int n, long long *added, char *err,
+                         size_t errlen);
+/* Cancels job's PENDING trials whose swept key has the value canon
+ * (canonical text, sweep_value_canon), each with the reason "dropped by
+ * edit: KEY=VALUE", and adds an EDIT event, in one transaction; *dropped
+ * their count (0 is no error). */
+int store_job_drop_pending(store *s, int64_t job, const sweep_spec *spec, const char *key,
+                           const char *canon, int *dropped, char *err, size_t errlen);
 /* counts[state] = trials of the job in that state. */
 int store_job_state_counts(store *s, int64_t job_id, long long counts[TRIAL_N_STATES], char *err,
                            size_t errlen);

@@ -14,16 +14,9 @@
 
 /* ----------------------------------------------------------------- submit */
 
-#define INSERT_TRIAL                                                                               \
-    "INSERT INTO trials(job, idx, state, attempts, hash, params, config, updated, point)"          \
-    " VALUES (?1, ?2, 'PENDING', 0, ?3, ?4, ?5, ?6, ?7)"
-
-/* One PENDING trial t of job through st (prepared from INSERT_TRIAL; the
- * caller gives it back), with its sampler point (NULL: none) and its stage
- * plan, in the caller's transaction; *id its row. */
-static int insert_trial(store *s, sqlite3_stmt *st, int64_t job, const sweep_trial *t,
-                        double updated, const char *point_json, int64_t *id, char *err,
-                        size_t errlen) {
+int store_insert_trial(store *s, sqlite3_stmt *st, int64_t job, const sweep_trial *t,
+                       double updated, const char *point_json, int64_t *id, char *err,
+                       size_t errlen) {
     sqlite3_reset(st);
     if (sqlite3_bind_int64(st, 1, job) != SQLITE_OK ||
         sqlite3_bind_int64(st, 2, t->index) != SQLITE_OK ||
@@ -57,7 +50,8 @@ typedef struct submit_ctx {
 static int submit_trial(void *ud, const sweep_trial *t) {
     submit_ctx *c = ud;
     int64_t id;
-    if (insert_trial(c->s, c->ins, c->job, t, c->t, NULL, &id, c->err, c->errlen) < 0) return -1;
+    if (store_insert_trial(c->s, c->ins, c->job, t, c->t, NULL, &id, c->err, c->errlen) < 0)
+        return -1;
     if (++c->in_chunk < SUBMIT_CHUNK) return 0;
     c->in_chunk = 0;
     /* the statement is reset so that the commit finds none in progress */
@@ -125,7 +119,7 @@ int store_submit(store *s, const sweep_spec *spec, const char *source, int64_t *
     store_done(s, st);
     st = NULL;
     c.job = sqlite3_last_insert_rowid(s->db);
-    if (store_prepare(s, INSERT_TRIAL, &c.ins, err, errlen) < 0) goto fail;
+    if (store_prepare(s, STORE_INSERT_TRIAL, &c.ins, err, errlen) < 0) goto fail;
     /* a tpe job's trials are proposed later, one by one (store_add_trial) */
     if (!tpe && sweep_expand(spec, submit_trial, &c, err, errlen) != 0) goto fail;
     store_done(s, c.ins);
@@ -192,8 +186,8 @@ int store_add_trial(store *s, int64_t job, const sweep_trial *t, const char *poi
                 closed ? "is cancelled" : "has all its trials");
         goto fail;
     }
-    if (store_prepare(s, INSERT_TRIAL, &st, err, errlen) < 0) goto fail;
-    rc = insert_trial(s, st, job, t, store_now(), point_json, trial_id, err, errlen);
+    if (store_prepare(s, STORE_INSERT_TRIAL, &st, err, errlen) < 0) goto fail;
+    rc = store_insert_trial(s, st, job, t, store_now(), point_json, trial_id, err, errlen);
     store_done(s, st);
     if (rc < 0) goto fail;
     char msg[256];

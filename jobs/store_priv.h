@@ -140,6 +140,19 @@ int store_objectives_parse(const char *text, sweep_objective out[SWEEP_MAX_OBJEC
  * caller's transaction. */
 int store_copy_eval_points(store *s, int64_t from, int64_t to, char *err, size_t errlen);
 
+/* ------------------------------------------------ store_jobs.c: trials */
+
+#define STORE_INSERT_TRIAL                                                                         \
+    "INSERT INTO trials(job, idx, state, attempts, hash, params, config, updated, point)"          \
+    " VALUES (?1, ?2, 'PENDING', 0, ?3, ?4, ?5, ?6, ?7)"
+
+/* One PENDING trial t of job through st (prepared from STORE_INSERT_TRIAL;
+ * the caller gives it back), with its sampler point (NULL: none) and its
+ * stage plan, in the caller's transaction; *id its row. */
+int store_insert_trial(store *s, sqlite3_stmt *st, int64_t job, const sweep_trial *t,
+                       double updated, const char *point_json, int64_t *id, char *err,
+                       size_t errlen);
+
 /* ------------------------------------ store_trials.c: the state machine */
 
 /* Moves trial to `to` in the caller's transaction: the edge checked against

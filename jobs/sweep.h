@@ -139,6 +139,33 @@ int sweep_expand(const sweep_spec *s, sweep_trial_fn fn, void *ud, char *err, si
 int sweep_trial_at(const sweep_spec *s, long long index, const double *x, sweep_trial_fn fn,
                    void *ud, char *err, size_t errlen);
 
+/* ---- sweep_edit.c: a submitted grid grown by edits ---- */
+
+#define SWEEP_VALUE_MAX 256  /* bytes of one value given to an edit */
+#define SWEEP_EDIT_VALUES 64 /* values added by one edit at most */
+
+/* The index of the swept key `key` in s, or -1 with err naming the axes. */
+int sweep_axis(const sweep_spec *s, const char *key, char *err, size_t errlen);
+/* text (YAML flow) checked as a value of key through the schema against
+ * s's base, and its canonical text into out: 0, or -1 with err. */
+int sweep_value_canon(const sweep_spec *s, const char *key, const char *text, char *out,
+                      size_t outlen, char *err, size_t errlen);
+/* Appends the value text (YAML flow, checked through the schema) to grid
+ * axis p of s and grows n_trials: 0, 1 when the axis holds it already
+ * (nothing changed), -1 with err (a random or tpe sweep, a range axis, a
+ * bad value, too many trials). */
+int sweep_add_value(sweep_spec *s, int p, const char *text, char *err, size_t errlen);
+/* Splits "V1,V2,..." at the commas outside brackets and quotes into out
+ * (at most max values, blanks around each trimmed): their count, or -1
+ * with err (an empty or too long value, too many). */
+int sweep_split_values(const char *list, char out[][SWEEP_VALUE_MAX], int max, char *err,
+                       size_t errlen);
+/* Calls fn once per trial of grid s whose value of axis p is one of its
+ * values from first_new on (those an edit added), in cartesian order,
+ * indexed from first_index. Returns 0, fn's code, or -1 with err. */
+int sweep_expand_added(const sweep_spec *s, int p, int first_new, long long first_index,
+                       sweep_trial_fn fn, void *ud, char *err, size_t errlen);
+
 const char *sweep_method_name(sweep_method m);
 const char *sweep_stop_name(sweep_stop_method m);
 

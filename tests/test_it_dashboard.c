@@ -1,10 +1,14 @@
 /* test_it_dashboard — bfd's dashboard in a real browser. A real bfd with
- * `http: 127.0.0.1:PORT` runs a real 4-trial sweep on 2 slots;
+ * `http: 127.0.0.1:PORT` runs a real 4-trial sweep on 2 slots and a
+ * 2-trial S2S sweep whose trials share a teacher stage on the third;
  * tests/test_it_dashboard.py drives Debian's chromium (headless) through
  * chromium-driver and python3-selenium against it: the token (401 without
  * it), a cross-origin POST refused, the trial table against `bfctl show`,
  * a curve growing without a reload, the pandas example of docs/http.md,
- * cancel from the page; screenshots of each page into Testing/dashboard/.
+ * grid values added and pending trials dropped from the page, the S2S
+ * stage graph, a trial's checkpoint links, a stream resumed by
+ * Last-Event-ID without a gap, cancel from the page; screenshots of each
+ * page into Testing/dashboard/.
  * Also: bfd refuses a non-loopback address without http_insecure, and a
  * taken address it was told to use. Skipped (77) without the browser. */
 #include <arpa/inet.h>
@@ -19,6 +23,7 @@
 #include <unistd.h>
 
 #include "it_bfd.h"
+#include "tests/it_idx.h"
 
 #define PYTHON "/usr/bin/python3"
 
@@ -57,12 +62,40 @@ static int free_port(int *fd) {
     return ntohs(sa.sin_port);
 }
 
+/* dir/s2s.yaml: two trials of a tiny S2S config sharing a teacher stage
+ * long enough to run through the whole browser check (the second trial
+ * waits on the first's). */
+static const char *write_s2s(const char *dir) {
+    static char p[512];
+    char text[2048];
+    snprintf(p, sizeof p, "%s/s2s.yaml", dir);
+    snprintf(text, sizeof text,
+             "name: stages\npipeline: s2s\ndevice: cpu\n"
+             "data: {train_images: %s/train-images, train_labels: %s/train-labels,\n"
+             "       test_images: %s/test-images, test_labels: %s/test-labels, val_fraction: 0.1}\n"
+             "model: {patch: 4, layers: 3, d_model: 16, heads: 2}\n"
+             "train: {steps: 100000, batch: 16, eval_every: 0, log_every: 10}\n"
+             "avit: {steps: 20, retention: 0.7}\n"
+             "distill: {replace_layers: 'auto:1', stage1_steps: 10, stage2_steps: 10}\n"
+             "sweep:\n  parameters:\n    distill.mixer: {values: [bimamba, bilstm]}\n"
+             "metric: {name: eval/student/test/acc, goal: max}\n",
+             dir, dir, dir, dir);
+    it_write_text(p, text, 0644);
+    return p;
+}
+
 Test(dashboard, browser_sees_and_steers_a_running_sweep) {
     int port = free_port(NULL);
     char y[256];
-    snprintf(y, sizeof y, "slots: 2\nthreads_per_slot: 1\nhttp: 127.0.0.1:%d\n", port);
+    snprintf(y, sizeof y, "slots: 3\nthreads_per_slot: 1\nhttp: 127.0.0.1:%d\n", port);
     it_write_text(tmpdir_path(g_home, "bfd.yaml"), y, 0644);
     g_bfd = it_bfd_start(g_dir, g_home);
+    /* first an S2S sweep whose second trial waits on the first's teacher
+     * (one slot), for the stage graph */
+    it_idx_write(g_dir, "train", 240, 1, 0);
+    it_idx_write(g_dir, "test", 60, 2, 0);
+    long long s2s = it_submit(g_dir, write_s2s(g_dir));
+    cr_assert(s2s >= 1);
     /* 4 trials on 2 slots: two run while the browser looks, two wait */
     const char *sweep = it_write_sweep(g_dir, "dash", 4, 20000, "");
     long long job = it_submit(g_dir, sweep);
@@ -78,9 +111,9 @@ Test(dashboard, browser_sees_and_steers_a_running_sweep) {
     snprintf(logp, sizeof logp, "%s/py.log", g_dir);
     snprintf(cmd, sizeof cmd,
              "BF_HOME=%s %s %s/tests/test_it_dashboard.py %s %s %s %lld %s/Testing/dashboard "
-             "%s/docs/http.md > %s 2>&1",
+             "%s/docs/http.md %lld > %s 2>&1",
              g_home, PYTHON, BF_SOURCE_DIR, url, g_home, IT_BFCTL, job, BF_BIN_DIR, BF_SOURCE_DIR,
-             logp);
+             s2s, logp);
     int st = system(cmd);
     it_show_tail(logp, 4000);
     int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;

@@ -1,10 +1,11 @@
 """The dashboard in a real browser (run by test_it_dashboard).
 
-  test_it_dashboard.py URL HOME BFCTL JOB SHOTS DOCS
+  test_it_dashboard.py URL HOME BFCTL JOB SHOTS DOCS S2S_JOB
 
 URL is bfd's dashboard (http://127.0.0.1:PORT/), HOME its BF_HOME (the
 token in HOME/http.token), JOB a sweep running now, SHOTS the folder for
-screenshots, DOCS docs/http.md (its pandas example is run as written).
+screenshots, DOCS docs/http.md (its pandas example is run as written),
+S2S_JOB an S2S sweep whose second trial waits on the first's teacher.
 Plays an outside party with Debian's chromium (headless) driven by
 python3-selenium, and with plain urllib:
 
@@ -14,8 +15,15 @@ python3-selenium, and with plain urllib:
   gives (compared when two readings of bfctl around the page agree);
 - the curve of a running trial gains points without a reload;
 - the docs' pandas example reads the job's trials and points;
-- max_parallel set on the page is in the store; cancel on the page
-  cancels the job in the store;
+- max_parallel set on the page is in the store; a value added to the grid
+  axis on the page appends its trial, drop on the page cancels it;
+  cancel on the page cancels the job in the store;
+- the stage graph page draws every shared stage of the S2S job and who
+  waits on whom, as jobs/J/stages says;
+- a trial's page links its last checkpoint's files, which download whole;
+  a path out of the trial's folder is refused;
+- a stream resumed with Last-Event-ID sends the points of the gap (its
+  first point of a trial is the one after the last read before);
 - pages of the trial list join without gap or repeat, and a thinned curve
   keeps its extremes.
 Screenshots of each page go to SHOTS. Exits 0 when all held, 1 with a
@@ -36,8 +44,15 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
 
+DRIVER = []  # the browser, once started: what its page said goes with a failure
+
+
 def fail(msg):
     print("FAIL:", msg)
+    for drv in DRIVER:
+        print("the page at", drv.current_url, "said:", drv.find_element(By.TAG_NAME, "body").text[:2000])
+        for entry in drv.get_log("browser")[-10:]:
+            print("console:", entry.get("message"))
     sys.exit(1)
 
 
@@ -106,6 +121,108 @@ def check_pages_and_thinning(url, token, job):
     print("pages of 1: %d trials; %d points thinned to %d" % (len(ids), len(full), len(thin)))
 
 
+def read_sse(resp, want):
+    """Records of an open event stream until want(event, data, id) is true:
+    returns that record's (event, data, id)."""
+    ev, data, rid = None, [], None
+    while True:
+        line = resp.readline()
+        if not line:
+            fail("the stream ended")
+        line = line.decode().rstrip("\n")
+        if line == "":
+            if ev and want(ev, "\n".join(data), rid):
+                return ev, "\n".join(data), rid
+            ev, data, rid = None, [], None
+        elif line.startswith("event: "):
+            ev = line[7:]
+        elif line.startswith("data: "):
+            data.append(line[6:])
+        elif line.startswith("id: "):
+            rid = line[4:]
+
+
+def check_stream_resume(url, token, job):
+    """Reads a points record of a running trial, closes the stream, lets the
+    trial log more, and reconnects with the record's id: the first point of
+    the trial sent then is the one right after the last read before."""
+    path = url + "api/v1/jobs/%d/stream?metric=train/loss" % job
+    auth = {"Authorization": "Bearer " + token}
+    r = urllib.request.urlopen(urllib.request.Request(path, headers=auth), timeout=30)
+    _, data, rid = read_sse(r, lambda e, d, i: e == "points" and i)
+    r.close()
+    pts = json.loads(data)
+    trial = pts[-1]["trial"]
+    last = max(p["step"] for p in pts if p["trial"] == trial)
+    def steps():
+        return [p["step"] for p in get_json(url + "api/v1/trials/%d/points?metric=train/loss"
+                                             % trial, token)[0]]
+    after = wait_for("points of t%d past step %d" % (trial, last),
+                     lambda: [s for s in steps() if s > last][:3] if len(
+                         [s for s in steps() if s > last]) >= 3 else None, 30)
+    hdr = dict(auth, **{"Last-Event-ID": rid})
+    r = urllib.request.urlopen(urllib.request.Request(path, headers=hdr), timeout=30)
+    _, data, _ = read_sse(r, lambda e, d, i: e == "points" and any(
+        p["trial"] == trial for p in json.loads(d)))
+    r.close()
+    first = min(p["step"] for p in json.loads(data) if p["trial"] == trial)
+    if first != after[0]:
+        fail("resumed at step %d of t%d, not %d (the last read was %d): the gap was lost"
+             % (first, trial, after[0], last))
+    print("stream resumed at t%d step %d after %d" % (trial, first, last))
+
+
+def check_stages(drv, url, token, s2s, shots):
+    """The stage graph page against jobs/J/stages: a box per stage key, a
+    row per trial, and the waiting trial shown waiting on the runner."""
+    g = wait_for("a trial of the S2S job waiting on a stage", lambda: (
+        lambda g: g if any(t["doing"] == "waits" for t in g["trials"]) else None)(
+        get_json(url + "api/v1/jobs/%d/stages" % s2s, token)[0]), 40)
+    shared = [st for st in g["stages"] if len(st["trials"]) == 2]
+    if len(g["stages"]) != 9 or len(shared) != 3:
+        fail("%d stages, %d shared by both trials (want 9 and 3): %s"
+             % (len(g["stages"]), len(shared), g["stages"]))
+    waiter = [t for t in g["trials"] if t["doing"] == "waits"][0]
+    drv.get(url + "#/job/%d/stages" % s2s)
+    boxes = wait_for("the stage graph", lambda: drv.find_elements(
+        By.CSS_SELECTOR, "#stage-graph svg g.stage"))
+    if sorted(b.get_attribute("data-key") for b in boxes) != sorted(st["key"] for st in g["stages"]):
+        fail("the page draws other stages than jobs/%d/stages gives" % s2s)
+    row = drv.find_element(By.CSS_SELECTOR, "#stage-trials tr[data-trial='%d']" % waiter["id"])
+    if "waits for" not in row.text or "t%d" % waiter["on"] not in row.text:
+        fail("t%d's row says %r, not that it waits for t%d" % (waiter["id"], row.text, waiter["on"]))
+    drv.save_screenshot(os.path.join(shots, "job_stages.png"))
+    print("stages: %d, t%d waits on t%d" % (len(g["stages"]), waiter["id"], waiter["on"]))
+
+
+def check_checkpoint_links(drv, url, token, trial, shots):
+    """The trial page links its last checkpoint's files; each downloads
+    whole with the page's cookie; a path out of the folder is refused."""
+    t = wait_for("a checkpoint of t%d" % trial, lambda: (lambda t: t if t["checkpoints"]["last"]
+                 else None)(get_json(url + "api/v1/trials/%d" % trial, token)[0]), 30)
+    if not t["tensorboard"]["run"].endswith("/t%d" % trial):
+        fail("tensorboard run %s" % t["tensorboard"])
+    drv.get(url + "#/trial/%d" % trial)
+    links = wait_for("checkpoint links", lambda: drv.find_elements(By.CSS_SELECTOR, "#ckpt-last a"))
+    if "t%d" % trial not in drv.find_element(By.ID, "tb-run").text:
+        fail("no TensorBoard run on the page")
+    sizes = {f["name"]: f["size"] for f in t["checkpoints"]["last"]["files"]}
+    for a in links:
+        code, body = status_of(a.get_attribute("href"), "GET", {"Authorization": "Bearer " + token})
+        name = a.text.split(" ")[0]
+        if code != 200 or name not in sizes or len(body) < sizes[name]:
+            fail("%s gave %d with %d bytes (listed %s)" % (a.get_attribute("href"), code,
+                                                           len(body), sizes.get(name)))
+    for bad in ("../../http.token", "..%2F..%2Fhttp.token", "/etc/passwd", ".hidden"):
+        code, _ = status_of(url + "api/v1/trials/%d/file?path=%s" % (trial, bad), "GET",
+                            {"Authorization": "Bearer " + token})
+        if code not in (400, 404):
+            fail("file?path=%s gave %d" % (bad, code))
+    drv.execute_script("document.getElementById('run-links').scrollIntoView()")
+    drv.save_screenshot(os.path.join(shots, "trial_checkpoints.png"))
+    print("checkpoint links: %d files of step %s" % (len(links), t["checkpoints"]["last"]["step"]))
+
+
 def bfctl_states(bfctl, job):
     out = subprocess.run([bfctl, "show", str(job), "--json"], check=True,
                          capture_output=True, text=True).stdout
@@ -113,8 +230,8 @@ def bfctl_states(bfctl, job):
 
 
 def main():
-    url, home, bfctl, job, shots, docs = sys.argv[1:7]
-    job = int(job)
+    url, home, bfctl, job, shots, docs, s2s = sys.argv[1:8]
+    job, s2s = int(job), int(s2s)
     token = open(os.path.join(home, "http.token")).read().strip()
     os.makedirs(shots, exist_ok=True)
 
@@ -171,8 +288,10 @@ def main():
         opts.add_argument(a)
     opts.binary_location = "/usr/bin/chromium"
     drv = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
+    DRIVER.append(drv)
     try:
-        browse(drv, url, token, bfctl, job, shots)
+        check_stream_resume(url, token, job)
+        browse(drv, url, token, bfctl, job, s2s, shots)
     finally:
         drv.quit()
     check_pages_and_thinning(url, token, job)
@@ -184,13 +303,14 @@ def page_states(drv):
     return {int(r.get_attribute("data-trial")): r.get_attribute("data-state") for r in rows}
 
 
-def browse(drv, url, token, bfctl, job, shots):
+def browse(drv, url, token, bfctl, job, s2s, shots):
     # the printed URL carries the token once; then the cookie does
     drv.get(url + "?token=" + token)
     if "token=" in drv.current_url:
         fail("the token stayed in the address bar: " + drv.current_url)
     wait_for("the jobs table", lambda: drv.find_elements(By.CSS_SELECTOR, "#jobs tr[data-job]"))
     drv.save_screenshot(os.path.join(shots, "jobs.png"))
+    check_stages(drv, url, token, s2s, shots)
 
     # every trial, in the state bfctl gives (a reading between two equal bfctl ones)
     drv.get(url + "#/job/%d" % job)
@@ -225,6 +345,7 @@ def browse(drv, url, token, bfctl, job, shots):
     drv.get(url + "#/trial/%d" % running[0])
     wait_for("the trial's log", lambda: any(e.text.strip() for e in drv.find_elements(By.ID, "log")))
     drv.save_screenshot(os.path.join(shots, "trial.png"))
+    check_checkpoint_links(drv, url, token, running[0], shots)
 
     drv.get(url + "#/cluster")
     wait_for("the cluster page", lambda: drv.find_elements(By.ID, "running"))
@@ -238,6 +359,25 @@ def browse(drv, url, token, bfctl, job, shots):
     drv.find_element(By.ID, "set-parallel").click()
     wait_for("max_parallel 1 in the store", lambda: get_json(
         url + "api/v1/jobs/%d" % job, token)[0]["max_parallel"] == 1)
+
+    # a value added to the grid from the page: one more trial (one axis);
+    # dropped from the page: that trial cancelled with the reason
+    n0 = get_json(url + "api/v1/jobs/%d" % job, token)[0]["n_trials"]
+    drv.find_element(By.ID, "edit-add").send_keys("train.seed=9")
+    drv.find_element(By.ID, "add-values").click()
+    added = wait_for("the added trial", lambda: [t for t in get_json(
+        url + "api/v1/jobs/%d/trials" % job, token)[0] if t.get("params.train.seed") == 9])
+    if get_json(url + "api/v1/jobs/%d" % job, token)[0]["n_trials"] != n0 + 1:
+        fail("adding train.seed=9 did not make one trial more than %d" % n0)
+    drv.save_screenshot(os.path.join(shots, "job_added.png"))
+    box = wait_for("the drop box", lambda: drv.find_elements(By.ID, "edit-drop"))[0]
+    box.send_keys("train.seed=9")
+    drv.find_element(By.ID, "drop-pending").click()
+    wait_for("the added trial dropped", lambda: bfctl_states(bfctl, job)[added[0]["id"]] == "CANCELLED")
+    code, body = status_of(url + "api/v1/jobs/%d/edit?add=train.nope=1" % job, "POST",
+                           {"Authorization": "Bearer " + token})
+    if code != 400 or b"not an axis" not in body:
+        fail("adding to a key that is no axis gave %d %s" % (code, body))
 
     # cancel from the page: the store says so
     wait_for("the cancel button", lambda: drv.find_elements(By.ID, "cancel-job"))[0].click()

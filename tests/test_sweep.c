@@ -647,3 +647,56 @@ Test(sweep, error_metric_lists) {
                      "early_stop: {method: asha, min_steps: 10}\n",
                      "2:45", "metric[1].name 'test/heads_used' is written only when training ends");
 }
+
+/* collect_fn's order check, from a first index other than 0. */
+static int collect_from_fn(void *ud, const sweep_trial *t) {
+    collected *c = ud;
+    cr_assert_eq(t->index, 10 + c->n, "added trials come in order after the job's last");
+    if (c->n < 64) snprintf(c->params[c->n], sizeof c->params[0], "%s", t->params);
+    c->n++;
+    return 0;
+}
+
+/* An edit's values: split at the commas outside brackets and quotes,
+ * appended to a grid axis through the schema (a repeat says so, a wrong
+ * type is refused), and the trials only they make in cartesian order. */
+Test(sweep, values_added_to_a_grid_axis) {
+    char v[SWEEP_EDIT_VALUES][SWEEP_VALUE_MAX], err[512];
+    cr_assert_eq(sweep_split_values(" [0.1, 0.3] ,'a,b', 3", v, SWEEP_EDIT_VALUES, err, sizeof err),
+                 3, "%s", err);
+    cr_assert_str_eq(v[0], "[0.1, 0.3]");
+    cr_assert_str_eq(v[1], "'a,b'");
+    cr_assert_str_eq(v[2], "3");
+    cr_assert_eq(sweep_split_values("1,,2", v, SWEEP_EDIT_VALUES, err, sizeof err), -1);
+    cr_assert(strstr(err, "empty value"), "%s", err);
+    cr_assert_eq(sweep_split_values("1,2,3", v, 2, err, sizeof err), -1);
+    sweep_spec *s = load_ok("name: e\npipeline: budgetformer\ndata: {set: wordnet}\n"
+                            "sweep:\n  parameters:\n    train.seed: {values: [1, 2]}\n"
+                            "    train.lr: {values: [0.001, 0.002]}\n"
+                            "metric: {name: val/acc, goal: max}\n");
+    cr_assert_eq(sweep_axis(s, "train.nope", err, sizeof err), -1);
+    cr_assert(strstr(err, "its axes: train.seed, train.lr"), "%s", err);
+    int p = sweep_axis(s, "train.seed", err, sizeof err);
+    cr_assert_eq(p, 0);
+    cr_assert_eq(sweep_add_value(s, p, "2", err, sizeof err), 1, "a repeat changes nothing");
+    cr_assert_eq(sweep_add_value(s, p, "fast", err, sizeof err), -1);
+    cr_assert(strstr(err, "train.seed"), "%s", err);
+    cr_assert_eq(sweep_add_value(s, p, "5", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(sweep_add_value(s, p, "7", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(s->n_trials, 8);
+    collected *c = calloc(1, sizeof *c);
+    cr_assert_eq(sweep_expand_added(s, p, 2, 10, collect_from_fn, c, err, sizeof err), 0, "%s",
+                 err);
+    cr_assert_eq(c->n, 4);
+    const char *want[] = {"train.seed: 5\ntrain.lr: 0.001\n", "train.seed: 5\ntrain.lr: 0.002\n",
+                          "train.seed: 7\ntrain.lr: 0.001\n", "train.seed: 7\ntrain.lr: 0.002\n"};
+    for (int i = 0; i < 4; i++) cr_assert_str_eq(c->params[i], want[i]);
+    free(c);
+    sweep_spec_destroy(&s);
+    s = load_ok("name: r\npipeline: budgetformer\ndata: {set: wordnet}\n"
+                "sweep:\n  method: random\n  trials: 3\n  parameters:\n"
+                "    train.seed: {values: [1, 2]}\nmetric: {name: val/acc, goal: max}\n");
+    cr_assert_eq(sweep_add_value(s, 0, "3", err, sizeof err), -1);
+    cr_assert(strstr(err, "grid"), "%s", err);
+    sweep_spec_destroy(&s);
+}

@@ -1,6 +1,7 @@
 /* app.js — bfd's dashboard (docs/http.md): views drawn from the JSON API
  * under /api/v1/, routed by the address's #fragment:
- *   #/            jobs            #/job/J        a job: trials, curves, parallel coordinates
+ *   #/            jobs            #/job/J        a job: trials, curves, parallel coordinates,
+ *                                                 its S2S stage graph
  *   #/trial/T     a trial         #/cluster      slots, GPUs, agents, running attempts
  * Live updates come from /api/v1/jobs/J/stream (Server-Sent Events). Text
  * from the store is only ever set as textContent, never parsed as HTML. */
@@ -12,14 +13,14 @@ const CURVE_TRIALS = 20;   /* trials overlaid on the curves */
 const CURVE_POINTS = 1000; /* points per trial asked of the server */
 let view = null;           /* the current view's teardown (streams, timers) */
 
-/* An element: el("td", {class: "num"}, "text", child, ...). */
+/* An element: el("td", {class: "num"}, "text", child, [more, ...], ...). */
 function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
     if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
     else e.setAttribute(k, v);
   }
-  for (const k of kids) if (k !== null && k !== undefined)
+  for (const k of kids.flat(Infinity)) if (k !== null && k !== undefined)
     e.append(k instanceof Node ? k : document.createTextNode(String(k)));
   return e;
 }
@@ -244,6 +245,55 @@ function parallel(rows, job) {
   return box;
 }
 
+/* ---------------------------------------------------------- stage graph */
+
+const SVG = "http://www.w3.org/2000/svg";
+function svg(tag, attrs, ...kids) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  for (const k of kids) e.append(k instanceof Node ? k : document.createTextNode(String(k)));
+  return e;
+}
+
+/* The job's shared stages (jobs/J/stages): one column per stage of the
+ * chain, one box per stage key (its state, runner, the trials sharing it),
+ * an edge from each to its parent; then who does what: which trial runs
+ * which stage and who waits on whom. */
+async function stageGraph(id) {
+  const {body: g} = await get("jobs/" + id + "/stages");
+  const box = el("div", {id: "stage-graph"});
+  if (!g.stages.length) { box.append(el("p", {class: "muted"}, "This job's pipeline runs no shared stages (S2S does).")); return box; }
+  const W = 180, H = 58, GX = 36, GY = 18, cols = [], pos = new Map();
+  for (const s of g.stages) (cols[s.stage] = cols[s.stage] || []).push(s);
+  cols.forEach((c, x) => c.forEach((s, y) => pos.set(s.key, {x: 10 + x * (W + GX), y: 10 + y * (H + GY)})));
+  const width = 20 + cols.length * (W + GX), height = 20 + Math.max(...cols.map(c => c ? c.length : 0)) * (H + GY);
+  const pic = svg("svg", {class: "stages", width: width, height: height});
+  for (const s of g.stages) {
+    const a = pos.get(s.parent), b = pos.get(s.key);
+    if (a) pic.append(svg("line", {x1: a.x + W, y1: a.y + H / 2, x2: b.x, y2: b.y + H / 2, class: "edge"}));
+  }
+  const waiters = new Map();
+  for (const t of g.trials) if (t.doing === "waits") (waiters.get(t.at) || waiters.set(t.at, []).get(t.at)).push(t.id);
+  for (const s of g.stages) {
+    const p = pos.get(s.key), w = waiters.get(s.key) || [];
+    pic.append(svg("g", {class: "stage " + s.state, "data-key": s.key, transform: "translate(" + p.x + "," + p.y + ")"},
+      svg("rect", {width: W, height: H, rx: 4}),
+      svg("text", {x: 8, y: 16, class: "name"}, s.name + " " + s.key.slice(0, 8)),
+      svg("text", {x: 8, y: 32}, s.state + (s.runner ? " by t" + s.runner : "") + (s.attempts ? ", " + s.attempts + " att." : "")),
+      svg("text", {x: 8, y: 48}, "shared by " + s.trials.map(t => "t" + t).join(" ") + (s.other_jobs_trials ? " +" + s.other_jobs_trials + " other" : "") + (w.length ? "; waiting: " + w.map(t => "t" + t).join(" ") : ""))));
+  }
+  const doing = {runs: "runs", waits: "waits for", next: "runs next", reused: "reuses every stage", done: "ended"};
+  const stageOf = new Map(g.stages.map(s => [s.key, s]));
+  box.append(pic, el("h2", {}, "Who waits on what"),
+    el("table", {id: "stage-trials"}, el("tr", {}, ...["trial", "state", "doing", "stage", "on", "chain"].map(h => el("th", {}, h))),
+      ...g.trials.map(t => { const s = stageOf.get(t.at);
+        return el("tr", {"data-trial": t.id}, el("td", {}, el("a", {href: "#/trial/" + t.id}, "t" + t.id)), el("td", {class: "state " + t.state}, t.state),
+          el("td", {}, doing[t.doing] || t.doing), el("td", {}, s ? s.name + " " + t.at.slice(0, 8) : ""),
+          el("td", {}, t.on ? el("a", {href: "#/trial/" + t.on}, "t" + t.on) : ""),
+          el("td", {class: "muted"}, t.chain.map(k => (stageOf.get(k) || {name: "?"}).name + ":" + k.slice(0, 6)).join(" \u2192 "))); })));
+  return box;
+}
+
 async function showJob(main, id) {
   const {body: job} = await get("jobs/" + id);
   status("loading trials\u2026");
@@ -258,6 +308,14 @@ async function showJob(main, id) {
       el("button", {id: "set-parallel", onclick: async () => {
         try { const r = await post("jobs/" + id + "/edit?max_parallel=" + document.getElementById("max-parallel").value); status("max_parallel " + r.max_parallel + " (was " + r.was + ")"); }
         catch (e) { status(e.message, true); } }}, "set")),
+    el("label", {}, "add to axis ", el("input", {id: "edit-add", placeholder: "KEY=V1,V2", size: 18}),
+      el("button", {id: "add-values", onclick: async () => {
+        try { const r = await post("jobs/" + id + "/edit?add=" + encodeURIComponent(document.getElementById("edit-add").value)); status(r.added + " trials added to " + r.axis); route(); }
+        catch (e) { status(e.message, true); } }}, "add")),
+    el("label", {}, "drop pending ", el("input", {id: "edit-drop", placeholder: "KEY=VALUE", size: 14}),
+      el("button", {id: "drop-pending", onclick: async () => {
+        try { const r = await post("jobs/" + id + "/edit?drop_pending=" + encodeURIComponent(document.getElementById("edit-drop").value)); status(r.dropped + " pending trials dropped"); route(); }
+        catch (e) { status(e.message, true); } }}, "drop")),
     el("button", {id: "cancel-job", class: "danger", onclick: async () => {
       if (!confirm("Cancel job " + id + ": its pending and running trials?")) return;
       try { const r = await post("jobs/" + id + "/cancel"); status(r.cancelled + " trials cancelled"); }
@@ -267,11 +325,12 @@ async function showJob(main, id) {
   if (metricNames.includes(job.metric)) cv.select.value = job.metric;
   const table = trialTable(id, trials, rows => { if (tab === "curves") cv.load(rows.map(r => r.id)); });
   const body = el("div", {});
-  const tabs = el("div", {class: "tabs"}, ...["trials", "curves", "parallel"].map(t =>
+  const tabs = el("div", {class: "tabs"}, ...["trials", "curves", "parallel", "stages"].map(t =>
     el("button", {id: "tab-" + t, class: t === tab ? "on" : "", onclick: () => { location.hash = "#/job/" + id + "/" + t; }}, t)));
   main.append(head, tabs, body);
   if (tab === "trials") body.append(table.box);
   else if (tab === "curves") { body.append(cv.box); await cv.load(table.visible().map(r => r.id)); }
+  else if (tab === "stages") body.append(await stageGraph(id));
   else body.append(parallel(table.visible(), job));
   /* live: state changes and new points of the shown metric */
   let es = null;
@@ -297,6 +356,29 @@ async function showJob(main, id) {
 
 /* ----------------------------------------------------------------- trial */
 
+/* A download link to a file of trial id's folder. */
+function fileLink(id, rel, label) {
+  return el("a", {href: API + "trials/" + id + "/file?path=" + encodeURIComponent(rel), download: ""}, label);
+}
+
+/* The trial's TensorBoard run and its last and best checkpoints. */
+function runLinks(t) {
+  const dl = el("dl", {id: "run-links"}), c = t.checkpoints || {}, tb = t.tensorboard;
+  const set = ck => ck.rel === "" ? ck.files.map(f => fileLink(t.id, f.name, f.name + " (" + f.size + " B)"))
+                                  : ck.files.map(f => ck.dir + "/" + f.name);
+  const spaced = items => items.flatMap((x, i) => i ? [" \u00b7 ", x] : [x]);
+  if (tb) dl.append(el("dt", {}, "TensorBoard run"), el("dd", {id: "tb-run"}, el("code", {}, tb.run),
+    tb.exists ? "" : " (not written: tensorboard is off in bfd.yaml, or the trial has logged nothing yet)",
+    el("br"), el("code", {class: "muted"}, "tensorboard --logdir " + tb.logdir)));
+  dl.append(el("dt", {}, "last checkpoint"), el("dd", {id: "ckpt-last"}, c.last
+    ? ["step " + (c.last.step === null ? "?" : c.last.step) + ": ", ...spaced(set(c.last))] : "none yet"));
+  const b = c.best;
+  dl.append(el("dt", {}, "best checkpoint"), el("dd", {id: "ckpt-best"}, !b ? "no value of the metric yet"
+    : [b.metric + " " + fmt(b.value) + " at step " + b.step + ": ",
+       ...(b.checkpoint ? spaced(set(b.checkpoint)) : ["not kept (a run keeps one set, overwritten at each save" + (c.last && c.last.step !== null ? "; the last is of step " + c.last.step : "") + ")"])]));
+  return dl;
+}
+
 async function showTrial(main, id) {
   const {body: t} = await get("trials/" + id);
   const act = (what, label, cls) => el("button", {id: what + "-trial", class: cls || "", onclick: async () => {
@@ -312,9 +394,10 @@ async function showTrial(main, id) {
     el("table", {id: "attempts"}, el("tr", {}, ...["n", "started", "ended", "outcome", "message"].map(h => el("th", {}, h))),
       ...t.attempt_list.map(a => el("tr", {}, el("td", {}, a.n), el("td", {}, new Date(a.started * 1000).toLocaleString()),
         el("td", {}, a.ended ? new Date(a.ended * 1000).toLocaleString() : ""), el("td", {class: "state " + (a.outcome || "")}, a.outcome || ""), el("td", {class: "reason"}, a.message || "")))),
-    el("h2", {}, "Checkpoints and files"),
+    el("h2", {}, "TensorBoard and checkpoints"), runLinks(t),
+    el("h2", {}, "Files"),
     el("table", {id: "files"}, el("tr", {}, el("th", {}, "file"), el("th", {}, "bytes"), el("th", {}, "modified")),
-      ...t.files.map(f => el("tr", {}, el("td", {}, f.path), el("td", {class: "num"}, f.size), el("td", {}, new Date(f.mtime * 1000).toLocaleString())))),
+      ...t.files.map(f => el("tr", {}, el("td", {}, fileLink(id, f.path, f.path)), el("td", {class: "num"}, f.size), el("td", {}, new Date(f.mtime * 1000).toLocaleString())))),
     el("h2", {}, "Log"));
   const log = el("pre", {class: "log", id: "log"});
   main.append(log, el("h2", {}, "Config"), el("pre", {}, t.config));
