@@ -42,6 +42,7 @@ from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.common.exceptions import StaleElementReferenceException
 
 
 DRIVER = []  # the browser, once started: what its page said goes with a failure
@@ -62,6 +63,22 @@ def wait_for(what, cond, timeout=20.0):
         v = cond()
         if v:
             return v
+        if time.time() - t0 > timeout:
+            fail("timed out waiting for " + what)
+        time.sleep(0.2)
+
+
+def on_element(drv, what, elem_id, action, timeout=20.0):
+    """Finds the element by id and does action(element) on it, finding it
+    again when the page redrew it in between (a stale reference)."""
+    t0 = time.time()
+    while True:
+        found = drv.find_elements(By.ID, elem_id)
+        if found:
+            try:
+                return action(found[0])
+            except StaleElementReferenceException:
+                pass
         if time.time() - t0 > timeout:
             fail("timed out waiting for " + what)
         time.sleep(0.2)
@@ -353,26 +370,23 @@ def browse(drv, url, token, bfctl, job, s2s, shots):
 
     # max_parallel from the page: the store says so
     drv.get(url + "#/job/%d" % job)
-    box = wait_for("the max_parallel box", lambda: drv.find_elements(By.ID, "max-parallel"))[0]
-    box.clear()
-    box.send_keys("1")
-    drv.find_element(By.ID, "set-parallel").click()
+    on_element(drv, "the max_parallel box", "max-parallel", lambda e: (e.clear(), e.send_keys("1")))
+    on_element(drv, "the max_parallel button", "set-parallel", lambda e: e.click())
     wait_for("max_parallel 1 in the store", lambda: get_json(
         url + "api/v1/jobs/%d" % job, token)[0]["max_parallel"] == 1)
 
     # a value added to the grid from the page: one more trial (one axis);
     # dropped from the page: that trial cancelled with the reason
     n0 = get_json(url + "api/v1/jobs/%d" % job, token)[0]["n_trials"]
-    drv.find_element(By.ID, "edit-add").send_keys("train.seed=9")
-    drv.find_element(By.ID, "add-values").click()
+    on_element(drv, "the add box", "edit-add", lambda e: e.send_keys("train.seed=9"))
+    on_element(drv, "the add button", "add-values", lambda e: e.click())
     added = wait_for("the added trial", lambda: [t for t in get_json(
         url + "api/v1/jobs/%d/trials" % job, token)[0] if t.get("params.train.seed") == 9])
     if get_json(url + "api/v1/jobs/%d" % job, token)[0]["n_trials"] != n0 + 1:
         fail("adding train.seed=9 did not make one trial more than %d" % n0)
     drv.save_screenshot(os.path.join(shots, "job_added.png"))
-    box = wait_for("the drop box", lambda: drv.find_elements(By.ID, "edit-drop"))[0]
-    box.send_keys("train.seed=9")
-    drv.find_element(By.ID, "drop-pending").click()
+    on_element(drv, "the drop box", "edit-drop", lambda e: e.send_keys("train.seed=9"))
+    on_element(drv, "the drop button", "drop-pending", lambda e: e.click())
     wait_for("the added trial dropped", lambda: bfctl_states(bfctl, job)[added[0]["id"]] == "CANCELLED")
     code, body = status_of(url + "api/v1/jobs/%d/edit?add=train.nope=1" % job, "POST",
                            {"Authorization": "Bearer " + token})
@@ -380,7 +394,7 @@ def browse(drv, url, token, bfctl, job, s2s, shots):
         fail("adding to a key that is no axis gave %d %s" % (code, body))
 
     # cancel from the page: the store says so
-    wait_for("the cancel button", lambda: drv.find_elements(By.ID, "cancel-job"))[0].click()
+    on_element(drv, "the cancel button", "cancel-job", lambda e: e.click())
     drv.switch_to.alert.accept()
     wait_for("the job cancelled in the store", lambda: all(
         s in ("CANCELLED", "COMPLETED") for s in bfctl_states(bfctl, job).values())
