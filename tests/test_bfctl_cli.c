@@ -257,3 +257,21 @@ Test(bfctl_cli, bad_names_are_refused_and_shown_escaped) {
               "%s", out);
     cr_assert_null(strchr(out, 27), "ESC reached the terminal: %s", out);
 }
+
+/* `bfctl submit` of an empty file says what `bfctl validate` says (before
+ * it needs bfd), not the protocol's size rule. */
+Test(bfctl_cli, submit_of_an_empty_file_says_what_validate_says) {
+    char out[8192], v[8192], path[] = "/tmp/bf-cli-empty-XXXXXX", args[128];
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    snprintf(args, sizeof args, "submit %s", path);
+    int rc = bfctl(args, out, sizeof out);
+    snprintf(args, sizeof args, "validate %s", path);
+    int vrc = bfctl(args, v, sizeof v);
+    unlink(path);
+    cr_assert_eq(rc, 1, "%s", out);
+    cr_assert_eq(vrc, 1, "%s", v);
+    cr_assert(strstr(out, ":1:1: empty sweep file"), "%s", out);
+    cr_assert_str_eq(out, v);
+}
