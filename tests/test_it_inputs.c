@@ -583,3 +583,12 @@ Test(inputs, init_from_loads_bf16_f16_f64_from_pytorch) {
         cr_expect_lt(atof(out), 1e-8, "%s: loaded weights differ by %s", types[k][0], out);
     }
 }
+
+/* --quiet silences progress, not the result: a run with no test split
+ * still ends with its last validation ("result STEP | val/loss ..."). */
+Test(inputs, quiet_still_prints_the_result) {
+    int rc = run(TRAIN "--out quiet_run");
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "result      4 | val/loss "), "no result line under --quiet:\n%s", out);
+    cr_assert_null(strstr(out, "step "), "--quiet printed progress:\n%s", out);
+}
