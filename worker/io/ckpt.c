@@ -246,7 +246,7 @@ int ckpt_read_state(const char *dir, ckpt_set_state *s, char *err, size_t errlen
     memset(s, 0, sizeof *s);
     char path[4200];
     ckpt_join(path, sizeof path, dir, CKPT_STATE_FILE);
-    char why[128];
+    char why[1100]; /* "not found" may name the working folder */
     FILE *f = input_path_open(path, why, sizeof why);
     if (!f) {
         snprintf(err, errlen, "checkpoint %s: cannot open: %s", path, why);

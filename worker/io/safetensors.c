@@ -227,7 +227,7 @@ int st_open(st_file *f, const char *path, char *err, size_t errlen) {
     snprintf(f->path, sizeof f->path, "%s", path);
     char *hdr = NULL;
     json_t *root = NULL;
-    char why[128];
+    char why[1100]; /* "not found" may name the working folder */
     f->f = input_path_open(path, why, sizeof why);
     if (!f->f) {
         snprintf(err, errlen, "%s: cannot open: %s", path, why);
