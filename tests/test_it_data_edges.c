@@ -220,3 +220,25 @@ Test(data_edges, validate_checks_the_data_files) {
         if (k == 0) cr_expect(strstr(out, dir), "the folder is not named: %s", out);
     }
 }
+
+/* Texts longer than model.seq_len are cut when batched: training says how
+ * many and what share of their tokens is lost (it used to say nothing),
+ * and says nothing when every text fits. */
+Test(data_edges, texts_cut_at_seq_len_are_warned_about) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cp %s/tests/data/glosses_train.tsv %s/tests/data/glosses_val.tsv %s/", BF_SOURCE_DIR,
+             BF_SOURCE_DIR, dir);
+    cr_assert_eq(system(cmd), 0);
+    const char *base = "%s/bfworker train %s/budget_off.yaml --set data.train=glosses_train.tsv "
+                       "--set data.val=glosses_val.tsv --set train.steps=1 --set "
+                       "model.seq_len=%d --out r%d";
+    snprintf(cmd, sizeof cmd, base, BF_BIN_DIR, GOLDEN, 16, 16);
+    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "texts (") && strstr(out, "are longer than model.seq_len 16 tokens and "
+                                                    "are cut to it, losing "),
+              "no word of the cut texts:\n%s", out);
+    snprintf(cmd, sizeof cmd, base, BF_BIN_DIR, GOLDEN, 256, 256);
+    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert_null(strstr(out, "are longer than model.seq_len"), "%s", out);
+}
