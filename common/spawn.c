@@ -122,6 +122,9 @@ static void child(const bf_spawn_req *q, const char *path, char *const *envp, co
     if (nul >= 0 && nul != 0) dup2(nul, 0);
     if (out != 1) dup2(out, 1);
     if (out != 2) dup2(out, 2);
+    /* one of them may be a close-on-exec descriptor opened above (the
+     * parent had 0, 1 or 2 closed): kept across the exec */
+    for (int k = 0; k < 3; k++) fcntl(k, F_SETFD, 0);
     /* nfd (>= 3, see bf_spawn) lives to the exec as descriptor 3, close-on-exec */
     if (nfd != 3) dup2(nfd, 3);
     fcntl(3, F_SETFD, FD_CLOEXEC);
@@ -164,10 +167,10 @@ pid_t bf_spawn(const bf_spawn_req *q, char *err, size_t errlen) {
                         ? (long)rl.rlim_cur
                         : 65536;
     int pf[2] = {-1, -1}, nfd = -1;
-    if (pipe(pf) == 0) {
-        /* above 0..2, which the child overwrites; close-on-exec in every process */
+    /* close-on-exec from the start: another thread's child never holds it */
+    if (syscall(SYS_pipe2, pf, O_CLOEXEC) == 0) {
+        /* above 0..2, which the child overwrites */
         nfd = fcntl(pf[1], F_DUPFD_CLOEXEC, 3);
-        fcntl(pf[0], F_SETFD, FD_CLOEXEC);
         close(pf[1]);
     }
     if (nfd < 0) {
