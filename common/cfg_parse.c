@@ -7,6 +7,7 @@
  * (cfg_validate.c) and never writes a config back (cfg_format.c). */
 #include "common/cfg.h"
 #include "common/cfg_priv.h"
+#include "common/text.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -61,7 +62,9 @@ static void walk_error(walk *w, const yaml_node_t *node, const char *fmt, ...) {
         snprintf(line, sizeof line, "%s: %s", w->where ? w->where : "config",
                  unnamed(w->where, msg));
     w->nerr++;
-    if (w->fn) w->fn(w->ud, line);
+    /* a value echoed from the file may hold ESC or a newline: never raw */
+    char shown[sizeof line];
+    if (w->fn) w->fn(w->ud, bf_escape(line, strlen(line), shown, sizeof shown));
 }
 
 /* Counts one node visit; refuses the walk past the caps. */

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,6 +19,17 @@ const char *input_path_kind(mode_t m) {
     return "a file of unknown kind";
 }
 
+/* "not found", naming the folder a relative path was looked up in (a
+ * sweep's relative data path is read from the folder it was submitted
+ * from, which the user may not have in mind). */
+static void not_found(const char *path, char *why, size_t whylen) {
+    char cwd[1024];
+    if (path[0] != '/' && getcwd(cwd, sizeof cwd))
+        snprintf(why, whylen, "not found (a relative path, looked up in %s)", cwd);
+    else
+        snprintf(why, whylen, "not found");
+}
+
 int input_path_check(const char *what, const char *path, int want, const char *expected,
                      int *is_dir, char *err, size_t errlen) {
     struct stat st;
@@ -29,8 +41,12 @@ int input_path_check(const char *what, const char *path, int want, const char *e
                    : want == INPUT_FILE ? "a regular file"
                                         : "a regular file or a folder";
     if (stat(path, &st) != 0) {
-        snprintf(err, errlen, "%s%s%s: %s", what, sep, path,
-                 errno == ENOENT ? "not found" : strerror(errno));
+        char why[1100];
+        if (errno == ENOENT)
+            not_found(path, why, sizeof why);
+        else
+            snprintf(why, sizeof why, "%s", strerror(errno));
+        snprintf(err, errlen, "%s%s%s: %s", what, sep, path, why);
         return -1;
     }
     int ok =
@@ -48,7 +64,10 @@ int input_path_open_fd(const char *path, char *why, size_t whylen) {
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
     if (fd < 0) {
         int e = errno;
-        snprintf(why, whylen, "%s", e == ENOENT ? "not found" : strerror(e));
+        if (e == ENOENT)
+            not_found(path, why, whylen);
+        else
+            snprintf(why, whylen, "%s", strerror(e));
         errno = e;
         return -1;
     }

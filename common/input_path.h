@@ -34,7 +34,8 @@ int input_path_check(const char *what, const char *path, int want, const char *e
 /* Opens path for reading ("rb") when it is a regular file: opened with
  * O_NONBLOCK (a FIFO or a device does not block), checked with fstat, then
  * set blocking again. Returns the stream, or NULL with why[] set to the
- * reason without the path ("not found", "Permission denied", "is a FIFO, not
+ * reason without the path ("not found", with the folder a relative path
+ * was looked up in, "Permission denied", "is a FIFO, not
  * a regular file") and errno set (ENOENT, EACCES, ...; EINVAL for a file that
  * is not regular). */
 FILE *input_path_open(const char *path, char *why, size_t whylen);

@@ -129,6 +129,24 @@ static void print_errors(const sweep_errors *e) {
     if (e->total > e->n) fprintf(stderr, "... and %d more errors\n", e->total - e->n);
 }
 
+/* Where validate's data pre-flight says a problem: the file it came from,
+ * and, under --json, the errors array. */
+typedef struct preflight_out {
+    const char *file;
+    json_t *errs;
+} preflight_out;
+
+/* ctl_data_preflight's say: "FILE: MSG" on stderr, or into the JSON. */
+static void preflight_say(void *ud, const char *msg) {
+    preflight_out *o = ud;
+    char line[2600];
+    snprintf(line, sizeof line, "%s: %s", o->file, msg);
+    if (o->errs)
+        json_array_append_new(o->errs, json_string(line));
+    else
+        fprintf(stderr, "%s\n", line);
+}
+
 static const char *method_text(const sweep_spec *s) {
     return !s->is_sweep ? "single run" : sweep_method_name(s->method);
 }
@@ -166,6 +184,8 @@ int bfctl_validate(int argc, char **argv) {
         } else {
             rc = sweep_load_file(argv[i], &s, &e);
         }
+        preflight_out pf = {.file = argv[i], .errs = json ? json_array() : NULL};
+        if (rc == 0 && ctl_data_preflight(&s->base, preflight_say, &pf)) rc = -1;
         if (rc < 0) bad = 1;
         if (json) {
             json_t *o = json_pack("{s:s, s:b}", "file", argv[i], "ok", rc == 0);
@@ -177,8 +197,10 @@ int bfctl_validate(int argc, char **argv) {
             } else {
                 json_t *errs = json_array();
                 for (int k = 0; k < e.n; k++) json_array_append_new(errs, json_string(e.msgs[k]));
+                json_array_extend(errs, pf.errs);
                 json_object_set_new(o, "errors", errs);
-                json_object_set_new(o, "total_errors", json_integer(e.total));
+                json_object_set_new(o, "total_errors",
+                                    json_integer(e.total + (long long)json_array_size(pf.errs)));
             }
             json_array_append_new(out, o);
         } else if (rc < 0) {
@@ -188,6 +210,7 @@ int bfctl_validate(int argc, char **argv) {
                    s->base.pipeline, method_text(s), s->is_sweep ? s->n_trials : 1,
                    (s->is_sweep ? s->n_trials : 1) == 1 ? "" : "s");
         }
+        json_decref(pf.errs);
         sweep_errors_free(&e);
         sweep_spec_destroy(&s);
     }

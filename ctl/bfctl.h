@@ -110,6 +110,12 @@ int bfctl_show_rungs(long long job, int as_json); /* `show JOB --rungs` */
  * frees it) and *len: at most CTL_TEXT_MAX bytes, no NUL byte. Returns 0, or
  * -1 with a message. */
 int ctl_read_text(const char *path, char **out, size_t *len, char *err, size_t errlen);
+
+struct bf_config;
+/* The data files of c checked as bfworker will check them (ctl_preflight.c):
+ * each problem said through say ("data.train: PATH is empty"); returns how
+ * many there were (0: none). */
+int ctl_data_preflight(const struct bf_config *c, void (*say)(void *ud, const char *msg), void *ud);
 /* text (a sweep's YAML, named file in messages) with each of sets[0..n)
  * ("KEY=VALUE", KEY dotted, VALUE YAML) set in its top-level mapping, the
  * sweep's base: the new text in *out (the caller frees it). Returns 0, or -1

@@ -8,6 +8,7 @@
 
 #include "ctl/bfctl.h"
 #include "ctl/ctl_client.h"
+#include "jobs/sweep.h"
 
 /* What `bfctl submit` is told (bfctl_submit_opts). */
 typedef struct submit_args {
@@ -54,6 +55,17 @@ int bfctl_submit(int argc, char **argv) {
     size_t n;
     if (ctl_read_text(file, &text, &n, terr, sizeof terr)) {
         fprintf(stderr, "bfctl: %s\n", terr);
+        free(sets);
+        return 1;
+    }
+    if (n == 0) { /* the protocol refuses an empty sweep: say what validate says */
+        sweep_spec *sp = NULL;
+        sweep_errors e = {0};
+        sweep_load_string(text, n, strcmp(file, "-") ? file : "<stdin>", &sp, &e);
+        fprintf(stderr, "%s\n", e.n ? e.msgs[0] : "empty sweep file");
+        sweep_errors_free(&e);
+        sweep_spec_destroy(&sp);
+        free(text);
         free(sets);
         return 1;
     }

@@ -352,21 +352,11 @@ void slurm_flush(bfd *d) {
     free(ids);
 }
 
-/* In the forked child: the GPUs of the attempt, then the session, log,
- * signals and environment of a worker (common/spawn.h) and argv. */
-static void exec_worker(const char *const *argv, const char *logp, const char *cwd, const char *gl,
-                        int threads_per_slot, const char *id, const char *attempt, int ranks) {
-    char banner[1400];
-    setenv("CUDA_VISIBLE_DEVICES", gl, 1);
-    snprintf(banner, sizeof banner, "== bfd: trial %s attempt %s, %d rank%s, gpus [%s], cwd %s", id,
-             attempt, ranks, ranks == 1 ? "" : "s", gl, cwd);
-    bf_exec_logged(argv, logp, cwd, threads_per_slot, banner);
-}
-
 /* Starts the attempt r (already RUNNING in the store and recorded in
  * bfd_runs as dr) on this machine: `bfworker run ...` (under mpirun for
  * more than one rank) forked into a process group of its own; its pid goes
- * into r and bfd_runs. A failed fork fails the trial and forgets r. */
+ * into r and bfd_runs. A failed start (fork, or an exec that the child
+ * reports failed) fails the trial and forgets r. */
 static int launch_local(bfd *d, run *r, const store_job *j, const char *out, const char *logp,
                         const char *cwd, const char *stage_root, const char *gl, dstate_run *dr) {
     char err[1024], id[32], np[16], attempt[16];
@@ -402,18 +392,24 @@ static int launch_local(bfd *d, run *r, const store_job *j, const char *out, con
         argv[a++] = r->stage;
     }
     argv[a] = NULL;
-    pid_t pid = fork();
+    char gpus_env[300], threads_env[32], banner[1400];
+    snprintf(gpus_env, sizeof gpus_env, "CUDA_VISIBLE_DEVICES=%s", gl);
+    snprintf(threads_env, sizeof threads_env, "OMP_NUM_THREADS=%d", d->c->threads_per_slot);
+    snprintf(banner, sizeof banner, "== bfd: trial %s attempt %s, %d rank%s, gpus [%s], cwd %s", id,
+             attempt, j->ranks, j->ranks == 1 ? "" : "s", gl, cwd);
+    const char *env[] = {gpus_env, threads_env, NULL};
+    bf_spawn_req req = {
+        .argv = argv, .logp = logp, .cwd = cwd, .env = env, .banner = banner, .new_session = 1};
+    pid_t pid = bf_spawn(&req, err, sizeof err);
     if (pid < 0) {
-        int e = errno;
         remove_run(d, r);
         int rq;
-        char why[256];
-        snprintf(why, sizeof why, "fork: %s", strerror(e));
-        store_trial_fail(d->st, trial, why, &rq, err, sizeof err);
+        char why[1100];
+        snprintf(why, sizeof why, "not started: %s", err);
+        if (store_trial_fail(d->st, trial, why, &rq, err, sizeof err)) bfd_log("%s", err);
         bfd_log("trial %lld: %s", (long long)trial, why);
         return -1;
     }
-    if (pid == 0) exec_worker(argv, logp, cwd, gl, d->c->threads_per_slot, id, attempt, j->ranks);
     r->pid = pid;
     dr->pid = pid;
     if (dstate_run_put(d->ds, dr, err, sizeof err)) {

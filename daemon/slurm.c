@@ -4,6 +4,7 @@
  * its unit tests link it alone. */
 #include "daemon/slurm.h"
 #include "common/errbuf.h"
+#include "common/spawn.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -37,27 +38,12 @@ int slurm_run(const char *const *argv, double timeout_s, char *out, size_t outle
     int fds[2];
     out[0] = '\0';
     if (pipe(fds) != 0) return bf_fail(err, errlen, "%s: pipe: %s", argv[0], strerror(errno));
-    pid_t pid = fork();
+    bf_spawn_req req = {.argv = argv, .out_fd = fds[1]};
+    pid_t pid = bf_spawn(&req, err, errlen);
     if (pid < 0) {
-        int e = errno;
         close(fds[0]);
         close(fds[1]);
-        return bf_fail(err, errlen, "%s: fork: %s", argv[0], strerror(e));
-    }
-    if (pid == 0) {
-        int nul = open("/dev/null", O_RDONLY);
-        if (nul >= 0) dup2(nul, 0);
-        dup2(fds[1], 1);
-        dup2(fds[1], 2);
-        for (int k = 3; k < 1024; k++) close(k);
-        signal(SIGPIPE, SIG_DFL);
-        signal(SIGCHLD, SIG_DFL);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        execvp(argv[0], (char *const *)argv);
-        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
+        return -1;
     }
     close(fds[1]);
     size_t used = 0;

@@ -4,6 +4,7 @@
  * that reads it. It never stops at the first error; a bad node adds one
  * message and the load goes on. */
 #include "jobs/sweep_priv.h"
+#include "common/text.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -39,7 +40,9 @@ void sweep_err_at(sweep_ctx *x, const yaml_node_t *n, const char *fmt, ...) {
     va_end(ap);
     snprintf(line, sizeof line, "%s:%zu:%zu: %s", x->file, n ? n->start_mark.line + 1 : 1,
              n ? n->start_mark.column + 1 : 1, msg);
-    sweep_errs_add(x->errs, line);
+    /* a value echoed from the file may hold ESC or a newline: never raw */
+    char shown[sizeof line];
+    sweep_errs_add(x->errs, bf_escape(line, strlen(line), shown, sizeof shown));
 }
 
 const char *sweep_kind_name(const yaml_node_t *n) {
@@ -184,10 +187,23 @@ int sweep_get_name(sweep_ctx *x, yaml_node_t *n, const char *what, char *out, si
         sweep_err_at(x, n, "%s: too long (at most %zu characters)", what, outlen - 1);
         return -1;
     }
-    for (const char *p = sval(n); *p; p++)
-        if (!isalnum((unsigned char)*p) && !strchr(allowed_extra, *p)) {
-            sweep_err_at(x, n, "%s: '%s' has the character '%c'; use letters, digits and %s", what,
-                         sval(n), *p, allowed_extra);
+    /* by the scalar's length: a NUL ("\0" in a quoted scalar) is a bad
+     * character, not the end of the name */
+    const unsigned char *u = (const unsigned char *)sval(n);
+    for (size_t i = 0; i < n->data.scalar.length; i++)
+        if (!u[i] || (!isalnum(u[i]) && !strchr(allowed_extra, u[i]))) {
+            char shown[SWEEP_MSG_MAX / 2], ch[64];
+            unsigned cp;
+            int len = bf_utf8_at(u + i, n->data.scalar.length - i, &cp);
+            if (len > 1)
+                snprintf(ch, sizeof ch, "the character '%.*s' (U+%04X)", len, (const char *)u + i,
+                         cp);
+            else
+                snprintf(ch, sizeof ch, "the byte %s",
+                         bf_escape((const char *)u + i, 1, shown, sizeof shown));
+            sweep_err_at(x, n, "%s: '%s' has %s; use ASCII letters, digits and %s", what,
+                         bf_escape(sval(n), n->data.scalar.length, shown, sizeof shown), ch,
+                         allowed_extra);
             return -1;
         }
     snprintf(out, outlen, "%s", sval(n));

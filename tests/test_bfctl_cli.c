@@ -236,3 +236,42 @@ Test(bfctl_cli, bfd_help_lists_every_bfd_yaml_key) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     cr_assert_eq(system(cmd), 0);
 }
+
+/* A sweep name that is not ASCII letters, digits and ._-: a NUL
+ * ("\0" in a quoted scalar) is refused, not cut at; a character outside
+ * ASCII is named whole with its code point; ESC and a newline are shown
+ * as escapes, never sent raw to the terminal. */
+Test(bfctl_cli, bad_names_are_refused_and_shown_escaped) {
+    char out[8192], cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "printf 'name: \"a\\\\0b\"\\npipeline: budgetformer\\n' | '%s/bfctl' validate -",
+             BF_BIN_DIR);
+    cr_assert_eq(sh(cmd, out, sizeof out), 1, "a NUL in the name was accepted: %s", out);
+    cr_assert(strstr(out, "<stdin>:1:7: name: 'a\\x00b' has the byte \\x00"), "%s", out);
+    snprintf(cmd, sizeof cmd,
+             "printf 'name: \"caf\\\\u00e9\\\\e[31m\\\\nX\"\\npipeline: budgetformer\\n' | "
+             "'%s/bfctl' validate -",
+             BF_BIN_DIR);
+    cr_assert_eq(sh(cmd, out, sizeof out), 1, "%s", out);
+    cr_assert(strstr(out, "name: 'caf\xc3\xa9\\e[31m\\nX' has the character '\xc3\xa9' (U+00E9)"),
+              "%s", out);
+    cr_assert_null(strchr(out, 27), "ESC reached the terminal: %s", out);
+}
+
+/* `bfctl submit` of an empty file says what `bfctl validate` says (before
+ * it needs bfd), not the protocol's size rule. */
+Test(bfctl_cli, submit_of_an_empty_file_says_what_validate_says) {
+    char out[8192], v[8192], path[] = "/tmp/bf-cli-empty-XXXXXX", args[128];
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    snprintf(args, sizeof args, "submit %s", path);
+    int rc = bfctl(args, out, sizeof out);
+    snprintf(args, sizeof args, "validate %s", path);
+    int vrc = bfctl(args, v, sizeof v);
+    unlink(path);
+    cr_assert_eq(rc, 1, "%s", out);
+    cr_assert_eq(vrc, 1, "%s", v);
+    cr_assert(strstr(out, ":1:1: empty sweep file"), "%s", out);
+    cr_assert_str_eq(out, v);
+}

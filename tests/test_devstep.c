@@ -10,9 +10,11 @@
  *    crossentropy ops, and crossentropy_dlosses;
  *  - the Gumbel stream: bk_log_exact correctly rounded on every input the
  *    stream draws, rng_gumbel = bk_rng_gumbel_at;
- *  - the head gate against a verbatim copy of the host gate worker/model.c
- *    had before it moved to the device (bit for bit: gate, ranks, k, saved
- *    state, losses, gradients), its backward against finite differences
+ *  - the oracle's ranks and budgets on cases worked out by hand;
+ *  - the head gate against the host gate worker/model.c had before it moved
+ *    to the device, its ranks and budget k derived anew from docs/design.md
+ *    (bit for bit: gate, ranks, k, saved state, losses, gradients), its
+ *    backward against finite differences
  *    (exact_gradient = 1) and the straight-through term, and the inference
  *    gate against model_selected_heads. */
 #include <criterion/criterion.h>
@@ -398,19 +400,32 @@ typedef struct {
 
 static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+/* The oracle's ranks and budget are derived from docs/design.md, not
+ * copied from the code they check: rank r_i = position of head i once the
+ * heads are sorted by score, best first, ties to the lower index (here an
+ * insertion sort, where the op counts the heads that beat i); k = the
+ * number of ranks r in 1..H that the hard rule runs, r <= s*H, but at least
+ * one head (here a count, where the op clamps a floor). s*H is the float
+ * product the doc's s·H is on the device. */
 static void rank_heads(const float *zn, int H, int *rank) {
+    int order[256];
     for (int i = 0; i < H; i++) {
-        int r = 1;
-        for (int j = 0; j < H; j++)
-            if (zn[j] > zn[i] || (zn[j] == zn[i] && j < i)) r++;
-        rank[i] = r;
+        int at = i;
+        /* strictly better moves ahead; an equal score stays behind (lower index first) */
+        while (at > 0 && zn[order[at - 1]] < zn[i]) {
+            order[at] = order[at - 1];
+            at--;
+        }
+        order[at] = i;
     }
+    for (int pos = 0; pos < H; pos++) rank[order[pos]] = pos + 1;
 }
 
 static int budget_k(float s, int H, int force_k) {
-    if (force_k > 0) return force_k < H ? force_k : H;
-    int k = (int)floorf(s * (float)H);
-    return k < 1 ? 1 : (k > H ? H : k);
+    float limit = force_k > 0 ? (float)force_k : s * (float)H;
+    int k = 0;
+    for (int r = 1; r <= H; r++) k += (float)r <= limit;
+    return k > 0 ? k : 1;
 }
 
 static void oracle_budget_s(oracle *m, int l, int B) {
@@ -639,6 +654,27 @@ static void check_gate_case(const gate_case *c, int ci) {
     oracle_free(&o);
 }
 
+/* The oracle's own ranks and budgets, worked out by hand. */
+Test(devstep, oracle_ranks_and_budget_by_hand) {
+    const float z[5] = {0.5f, 2.0f, 2.0f, -1.0f, 0.5f};
+    int r[5];
+    rank_heads(z, 5, r);
+    /* 2.0 (head 1) before 2.0 (head 2), then 0.5 (0) before 0.5 (4), then -1 */
+    const int want[5] = {3, 1, 2, 5, 4};
+    for (int i = 0; i < 5; i++) cr_assert_eq(r[i], want[i], "rank of head %d", i);
+    /* k = clamp(floor(s*H), 1, H) */
+    cr_assert_eq(budget_k(0.5f, 4, 0), 2);
+    cr_assert_eq(budget_k(0.74f, 4, 0), 2);   /* 2.96 */
+    cr_assert_eq(budget_k(0.75f, 4, 0), 3);   /* 3 exactly */
+    cr_assert_eq(budget_k(0.1f, 4, 0), 1);    /* 0.4: at least one head */
+    cr_assert_eq(budget_k(0.0f, 12, 0), 1);   /* 0 */
+    cr_assert_eq(budget_k(0.999f, 4, 0), 3);  /* 3.996 */
+    cr_assert_eq(budget_k(1.0f, 4, 0), 4);    /* all */
+    cr_assert_eq(budget_k(0.26f, 12, 0), 3);  /* 3.12 */
+    cr_assert_eq(budget_k(0.3f, 12, 3), 3);   /* forced */
+    cr_assert_eq(budget_k(0.3f, 12, 99), 12); /* forced past H: all */
+}
+
 Test(devstep, gate_is_the_host_gate_bit_for_bit, .init = init_cpu) {
     for (size_t ci = 0; ci < sizeof gate_cases / sizeof *gate_cases; ci++)
         check_gate_case(&gate_cases[ci], (int)ci);
@@ -742,6 +778,8 @@ Test(devstep, gate_infer_is_the_host_selection, .init = init_cpu) {
             oracle o;
             oracle_init(&o, H, 1, B);
             gc_fill(o.h_f, (size_t)B, -4, 4, 50 + c);
+            /* the ends: s = 1 in float (every head), s near 0 (one) */
+            o.h_f[0] = 30.0f, o.h_f[1] = -30.0f;
             gc_fill(o.h_z, (size_t)B * H, -1, 1, 60 + c);
             for (int i = 0; i < B * H; i++) o.h_z[i] = roundf(o.h_z[i] * 3); /* ties */
             float *s = malloc(B * sizeof(float));

@@ -180,3 +180,65 @@ Test(data_edges, generate_needs_only_the_run_folder) {
     cr_expect_eq(rc, 1, "status %d\n%s", rc, out);
     cr_expect(strstr(out, "corpus.txt not found"), "%s", out);
 }
+
+/* `bfctl validate` looks at the data as bfworker will: a training file that
+ * is missing (a relative path: the message names the folder it was looked
+ * up in), a FIFO, a folder, empty or of one class fails validation, naming
+ * the key and the path; good files pass. It used to say "ok" for each. */
+Test(data_edges, validate_checks_the_data_files) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cd %s && mkdir -p folder && mkfifo fifo && : > empty.tsv && "
+             "printf 'a\\tx y\\na\\ty z\\n' > one.tsv && cp %s/tests/data/glosses_val.tsv .",
+             dir, BF_SOURCE_DIR);
+    cr_assert_eq(system(cmd), 0);
+    const char *cases[][2] = {
+        {"nope.tsv", "data.train: nope.tsv: not found (a relative path, looked up in "},
+        {"fifo", "data.train: fifo: is a FIFO, not a regular file"},
+        {"folder", "data.train: folder: is a folder, not a regular file"},
+        {"empty.tsv", "data.train: empty.tsv is empty"},
+        {"one.tsv", "data.train: one.tsv has one distinct label ('a'); training needs at least 2"},
+        {"glosses_val.tsv", NULL},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        char sweep[1024];
+        snprintf(sweep, sizeof sweep,
+                 "name: pre\npipeline: budgetformer\ndevice: cpu\n"
+                 "data: {train: %s, val: glosses_val.tsv}\n"
+                 "model: {layers: 1, d_model: 32, heads: 4, seq_len: 16, vocab: 256}\n"
+                 "train: {steps: 10, batch: 8}\n",
+                 cases[k][0]);
+        write_file("pre.yaml", sweep);
+        snprintf(cmd, sizeof cmd, "%s/bfctl validate pre.yaml", BF_BIN_DIR);
+        int rc = run(cmd, out, sizeof out);
+        if (!cases[k][1]) {
+            cr_expect_eq(rc, 0, "%s: %s", cases[k][0], out);
+            continue;
+        }
+        cr_expect_eq(rc, 1, "%s validated: %s", cases[k][0], out);
+        cr_expect(strstr(out, cases[k][1]), "want '%s', got:\n%s", cases[k][1], out);
+        if (k == 0) cr_expect(strstr(out, dir), "the folder is not named: %s", out);
+    }
+}
+
+/* Texts longer than model.seq_len are cut when batched: training says how
+ * many and what share of their tokens is lost (it used to say nothing),
+ * and says nothing when every text fits. */
+Test(data_edges, texts_cut_at_seq_len_are_warned_about) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd,
+             "cp %s/tests/data/glosses_train.tsv %s/tests/data/glosses_val.tsv %s/", BF_SOURCE_DIR,
+             BF_SOURCE_DIR, dir);
+    cr_assert_eq(system(cmd), 0);
+    const char *base = "%s/bfworker train %s/budget_off.yaml --set data.train=glosses_train.tsv "
+                       "--set data.val=glosses_val.tsv --set train.steps=1 --set "
+                       "model.seq_len=%d --out r%d";
+    snprintf(cmd, sizeof cmd, base, BF_BIN_DIR, GOLDEN, 16, 16);
+    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "texts (") && strstr(out, "are longer than model.seq_len 16 tokens and "
+                                                    "are cut to it, losing "),
+              "no word of the cut texts:\n%s", out);
+    snprintf(cmd, sizeof cmd, base, BF_BIN_DIR, GOLDEN, 256, 256);
+    cr_assert_eq(run(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert_null(strstr(out, "are longer than model.seq_len"), "%s", out);
+}

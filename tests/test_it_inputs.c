@@ -583,3 +583,35 @@ Test(inputs, init_from_loads_bf16_f16_f64_from_pytorch) {
         cr_expect_lt(atof(out), 1e-8, "%s: loaded weights differ by %s", types[k][0], out);
     }
 }
+
+/* --quiet silences progress, not the result: a run with no test split
+ * still ends with its last validation ("result STEP | val/loss ..."). */
+Test(inputs, quiet_still_prints_the_result) {
+    int rc = run(TRAIN "--out quiet_run");
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "result      4 | val/loss "), "no result line under --quiet:\n%s", out);
+    cr_assert_null(strstr(out, "step "), "--quiet printed progress:\n%s", out);
+}
+
+/* s2s's A-ViT stage that misses its retention advises training it longer
+ * by its own length, avit.steps (it used to say train.steps, the
+ * teacher's). */
+Test(inputs, s2s_avit_stage_advice_names_avit_steps) {
+    write_set("train", 60, 1, 0);
+    write_set("test", 12, 2, 0);
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg,
+             "pipeline: s2s\ndevice: cpu\n"
+             "data: {train_images: %s/train-images, train_labels: %s/train-labels,\n"
+             "       test_images: %s/test-images, test_labels: %s/test-labels, val_fraction: "
+             "0.2}\n"
+             "model: {patch: 4, layers: 2, d_model: 16, heads: 2}\n"
+             "train: {steps: 3, batch: 8, lr: 3.0e-3, warmup: 1, eval_every: 0, log_every: 1}\n"
+             "avit: {retention: 0.55, steps: 2, tolerance: 0.01}\n"
+             "distill: {mixer: bimamba, replace_layers: [1], stage1_steps: 2, stage2_steps: 2}\n",
+             dir, dir, dir, dir);
+    write_text("s2s.yaml", cfg);
+    int rc = run(BF_BIN_DIR "/bfworker train s2s.yaml --quiet --out s");
+    cr_assert_neq(rc, 0, "2 steps reached retention 0.55 within 0.01:\n%s", out);
+    cr_assert(strstr(out, "or train longer (avit.steps, this stage's length)"), "%s", out);
+}

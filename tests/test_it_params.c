@@ -145,3 +145,34 @@ Test(params, s2s_counts_each_mixer) {
     cr_assert_eq(pclose(p), 0, "%s", cmd);
     cr_expect(found, "layer 1 not counted as bilstm_wide");
 }
+
+/* Given the training file, the head is sized for its distinct labels (4 in
+ * glosses_train.tsv: counted here from the file), not for 26, and the note
+ * says so. */
+Test(params, budgetformer_head_sized_by_the_training_file) {
+    char cmd[1024], line[512];
+    int labels = 0;
+    snprintf(cmd, sizeof cmd, "cut -f1 %s/tests/data/glosses_train.tsv | sort -u | wc -l",
+             BF_SOURCE_DIR);
+    FILE *p = popen(cmd, "r");
+    cr_assert(p && fscanf(p, "%d", &labels) == 1 && labels >= 2);
+    pclose(p);
+    snprintf(cmd, sizeof cmd,
+             "%s/bfworker params %s/budget_dense.yaml --set data.train=%s/tests/data/"
+             "glosses_train.tsv",
+             BF_BIN_DIR, GOLDEN, BF_SOURCE_DIR);
+    p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    long head = -1;
+    int said = 0;
+    char want[128];
+    snprintf(want, sizeof want, "(classifier sized for the %d distinct labels of ", labels);
+    while (fgets(line, sizeof line, p)) {
+        long n;
+        if (sscanf(line, "head %ld", &n) == 1) head = n;
+        said |= strstr(line, want) != NULL;
+    }
+    cr_assert_eq(pclose(p), 0, "%s", cmd);
+    cr_expect_eq(head, 2 * D + labels * D + labels, "ln_f and a %d-class head", labels);
+    cr_expect(said, "no note naming the %d labels", labels);
+}

@@ -142,3 +142,30 @@ Test(tensorboard, bfworker_train_writes_its_run_folder) {
     snprintf(args, sizeof args, "jsonl %s", run);
     check("bfworker train's run folder", args);
 }
+
+/* The README's TensorBoard command runs as written after scripts/setup.sh
+ * (it used to be `tensorboard --logdir`, and setup.sh puts no tensorboard
+ * on PATH): its words up to --logdir, with build/ as this build folder,
+ * must run `--help`. */
+Test(tensorboard, the_readme_command_runs) {
+    require_tensorboard();
+    FILE *f = fopen(BF_SOURCE_DIR "/README.md", "r");
+    cr_assert_not_null(f);
+    char line[1024], cmd[2048] = "";
+    while (!cmd[0] && fgets(line, sizeof line, f)) {
+        char *at = strstr(line, " --logdir ");
+        if (!at) continue;
+        *at = '\0';
+        const char *start = line + strspn(line, " ");
+        char *b = strstr(start, "build/pydeps");
+        if (b)
+            snprintf(cmd, sizeof cmd, "env -u PYTHONPATH %.*s%s%s --help >/dev/null 2>&1",
+                     (int)(b - start), start, PYDEPS, b + strlen("build/pydeps"));
+        else
+            snprintf(cmd, sizeof cmd, "env -u PYTHONPATH %s --help >/dev/null 2>&1", start);
+    }
+    fclose(f);
+    cr_assert(cmd[0], "README.md has no command with --logdir");
+    int st = system(cmd);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the README's command fails: %s", cmd);
+}

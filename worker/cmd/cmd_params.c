@@ -1,7 +1,9 @@
 /* cmd_params — `bfworker params CONFIG.yaml`: parameters per block and the
  * memory training would take, counted from the declared tensors. It
- * allocates nothing of the model's size and opens no data. */
+ * allocates nothing of the model's size; of the data it reads only a
+ * classifier's own data.train, whose distinct labels size the head. */
 #include "worker/cmd/cmd.h"
+#include "worker/data/data.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -72,6 +74,18 @@ int cmd_params(int argc, char **argv) {
                       .n_classes = lm ? 0 : 26,
                       .hadamard = strcmp(c.attn.out_proj, "hadamard") == 0,
                       .budget = c.budget.enabled && !lm};
+    /* given its training file, a classifier's head has its real size */
+    size_t from_data = 0;
+    if (!lm && strcmp(c.pipeline, "budgetformer") == 0 && c.data.train[0]) {
+        data_tsv_t *t = NULL;
+        if (data_tsv_load(c.data.train, NULL, &t, err, sizeof err)) {
+            fprintf(stderr, "bfworker: data.train: %s\n", err);
+            return CMD_USAGE;
+        }
+        from_data = t->n_classes;
+        sh.n_classes = (int)t->n_classes;
+        data_tsv_destroy(&t);
+    }
     int s2s = strcmp(c.pipeline, "s2s") == 0;
     int vit = strcmp(c.pipeline, "vit") == 0 || s2s, p = c.model.patch;
     if (vit) /* sized for Fashion-MNIST's 28 x 28 images and 10 classes */
@@ -124,8 +138,11 @@ int cmd_params(int argc, char **argv) {
            mm.scratch_bytes / mib, mm.host_bytes / mib);
     if (vit)
         printf("(sized for 28 x 28 images and 10 classes; the data decides the real ones)\n");
+    else if (from_data)
+        printf("(classifier sized for the %zu distinct labels of %s)\n", from_data, c.data.train);
     else if (!lm)
-        printf("(classifier sized for 26 classes; the data decides the real count)\n");
+        printf("(classifier sized for 26 classes; the data decides the real count: give "
+               "data.train to count them)\n");
     if (s2s && print_mixers(&sh, c.distill.mixer, err, sizeof err)) {
         model_destroy(&m);
         fprintf(stderr, "bfworker: %s\n", err);

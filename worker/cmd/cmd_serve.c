@@ -24,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -209,21 +208,24 @@ static void do_launch(agent_state *a, json_t *b) {
         argv[n++] = stage;
     }
     argv[n] = NULL;
-    pid_t parent = getpid();
-    pid_t pid = fork();
+    char banner[1400], threads_env[32], err[1600];
+    snprintf(banner, sizeof banner,
+             "== bfworker serve %s: trial %s attempt %s, %lld rank%s, cwd %s", a->name, id, att,
+             ranks, ranks == 1 ? "" : "s", cwd);
+    snprintf(threads_env, sizeof threads_env, "OMP_NUM_THREADS=%lld", threads);
+    const char *env[] = {threads_env, NULL};
+    /* the attempt dies with its agent: a killed agent is a lost host */
+    bf_spawn_req req = {.argv = argv,
+                        .logp = logp,
+                        .cwd = cwd,
+                        .env = env,
+                        .banner = banner,
+                        .new_session = 1,
+                        .die_with_parent = 1};
+    pid_t pid = bf_spawn(&req, err, sizeof err);
     if (pid < 0) {
-        launch_failed(a, trial, attempt, strerror(errno));
+        launch_failed(a, trial, attempt, err);
         return;
-    }
-    if (pid == 0) {
-        /* the attempt dies with its agent: a killed agent is a lost host */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent) _exit(127);
-        char banner[1400];
-        snprintf(banner, sizeof banner,
-                 "== bfworker serve %s: trial %s attempt %s, %lld rank%s, cwd %s", a->name, id, att,
-                 ranks, ranks == 1 ? "" : "s", cwd);
-        bf_exec_logged(argv, logp, cwd, (int)threads, banner);
     }
     child *k = &a->kids[a->n_kids++];
     memset(k, 0, sizeof *k);

@@ -67,7 +67,7 @@ int data_src_identify(const char *path, data_src_id *id, char *err, size_t errle
     if (!path || !id)
         return data_fail(err, errlen, DATA_EINVAL, "data_src_identify: null argument");
     memset(id, 0, sizeof *id);
-    char why[128];
+    char why[1100]; /* "not found" may name the working folder */
     FILE *f = input_path_open(path, why, sizeof why);
     if (!f) return data_fail(err, errlen, DATA_EIO, "%s: %s", path, why);
     uint64_t h = FNV1A64_SEED, n = 0;

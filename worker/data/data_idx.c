@@ -69,7 +69,7 @@ int data_idx_read(const char *path, size_t max_bytes, data_idx_t **out, char *er
     if (!path || !out) return data_fail(err, errlen, DATA_EINVAL, "data_idx_read: null argument");
     *out = NULL;
     if (!max_bytes) max_bytes = DATA_MAX_IDX_BYTES;
-    char why[128];
+    char why[1100]; /* "not found" may name the working folder */
     int fd = input_path_open_fd(path, why, sizeof why);
     if (fd < 0) return data_fail(err, errlen, DATA_EIO, "%s: %s", path, why);
     gzFile g = gzdopen(fd, "rb");

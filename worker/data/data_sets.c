@@ -333,6 +333,25 @@ static int split_tsv(const bf_config *c, const char *train, data_sets *d, int qu
 /* Fewer training examples than this in a class earns a warning. */
 #define DATA_RARE_CLASS 5
 
+/* Texts longer than model.seq_len tokens are cut to it when batched
+ * (data_batch_at): said once, with how many and what share of their
+ * tokens is lost, so a seq_len too short for the data is not silent. */
+static void warn_cut(const bf_config *c, const data_tok_t *t, const char *train) {
+    uint64_t T = (uint64_t)c->model.seq_len, cut = 0, tokens = 0, lost = 0;
+    for (size_t i = 0; i < t->n_seq; i++) {
+        uint64_t n = t->offsets[i + 1] - t->offsets[i];
+        tokens += n;
+        if (n > T) cut++, lost += n - T;
+    }
+    if (!cut) return;
+    fprintf(stderr,
+            "data: warning: %s: %llu of %zu texts (%.1f%%) are longer than model.seq_len %d "
+            "tokens and are cut to it, losing %.1f%% of the tokens; raise model.seq_len to "
+            "keep them\n",
+            train, (unsigned long long)cut, t->n_seq, 100.0 * (double)cut / (double)t->n_seq,
+            c->model.seq_len, tokens ? 100.0 * (double)lost / (double)tokens : 0.0);
+}
+
 /* Warnings about data that trains but likely not as meant: classes with
  * very few training examples, and a batch larger than the training set
  * (every batch then repeats examples). */
@@ -367,6 +386,7 @@ static void warn_data(const bf_config *c, const data_sets *d, const char *train)
                         train, rare, t->n_classes, DATA_RARE_CLASS, list, rare > 8 ? ", ..." : "");
             free(count);
         }
+        warn_cut(c, t, train);
     }
     if ((uint64_t)c->train.batch > items)
         fprintf(stderr,

@@ -58,7 +58,7 @@ int data_read_file(const char *path, uint64_t cap, char **buf, size_t *len, char
                    size_t errlen) {
     *buf = NULL;
     *len = 0;
-    char why[128];
+    char why[1100]; /* "not found" may name the working folder */
     FILE *f = input_path_open(path, why, sizeof why);
     if (!f) return data_fail(err, errlen, DATA_EIO, "%s: %s", path, why);
     struct stat st;

@@ -370,6 +370,13 @@ static int vit_retention_warn(const model *m, const bf_config *c, const eval_res
     return 0;
 }
 
+/* The A-ViT stage's check: vit's, naming the stage's length, avit.steps
+ * (train.steps is the teacher's). */
+static int avit_stage_check(const model *m, const bf_config *c, const eval_result *val, char *err,
+                            size_t errlen) {
+    return vit_retention_check(m, c, val, "avit.steps, this stage's length", err, errlen);
+}
+
 static int run_one(s2s_ctx *x, int i, char *err, size_t errlen) {
     if ((i == ST_DISTILL || i == ST_FINETUNE || i == ST_EVAL) && choose_layers(x, err, errlen))
         return -1;
@@ -380,6 +387,7 @@ static int run_one(s2s_ctx *x, int i, char *err, size_t errlen) {
     pipe_spec sp = pipe_vit;
     if (i == ST_FINETUNE) /* the student's retention is reported (eval), not a target */
         sp.check = vit_retention_warn;
+    if (i == ST_AVIT) sp.check = avit_stage_check;
     return run_train_stage(x, i, &sp, &sc, err, errlen);
 }
 

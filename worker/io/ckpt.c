@@ -246,7 +246,7 @@ int ckpt_read_state(const char *dir, ckpt_set_state *s, char *err, size_t errlen
     memset(s, 0, sizeof *s);
     char path[4200];
     ckpt_join(path, sizeof path, dir, CKPT_STATE_FILE);
-    char why[128];
+    char why[1100]; /* "not found" may name the working folder */
     FILE *f = input_path_open(path, why, sizeof why);
     if (!f) {
         snprintf(err, errlen, "checkpoint %s: cannot open: %s", path, why);
@@ -544,7 +544,7 @@ int ckpt_save(const char *dir, const bk_params *P, const float *params, const fl
         snprintf(err, errlen, "checkpoint: out of memory");
         return -1;
     }
-    int rc = -1;
+    int rc = -1, writing = 0, committed = 0;
     set_file mf = {0}, of = {0};
     if (check_params(P, order, err, errlen) || roll_forward(dir, err, errlen)) goto out;
     ckpt_set_state s;
@@ -572,6 +572,7 @@ int ckpt_save(const char *dir, const bk_params *P, const float *params, const fl
     hex16(s.cfg_hash, hash);
     snprintf(step, sizeof step, "%llu", (unsigned long long)s.step);
     snprintf(nfl, sizeof nfl, "%llu", (unsigned long long)s.n_floats);
+    writing = 1; /* from here the .tmp members are this save's (roll_forward renamed older ones) */
     for (int w = 0; w < 2; w++) {
         char dfnv[17], ver[8], path[4200];
         hex16(s.fnv[w], dfnv);
@@ -582,7 +583,14 @@ int ckpt_save(const char *dir, const bk_params *P, const float *params, const fl
             "n_floats", nfl,      "data_fnv1a64",   dfnv, "config",      cfg};
         ckpt_join(path, sizeof path, dir, MEMBER_TMP[w]);
         const set_file *sf = w == 0 ? &mf : &of;
-        if (st_write(path, sf->e, sf->n, md, 9, err, errlen)) goto out;
+        if (st_write(path, sf->e, sf->n, md, 9, err, errlen)) {
+            char why[1024];
+            snprintf(why, sizeof why, "%s", err);
+            snprintf(err, errlen,
+                     "checkpoint %s: cannot write %s (the last complete checkpoint is kept): %s",
+                     dir, MEMBER[w], why);
+            goto out;
+        }
         struct stat st;
         if (stat(path, &st)) {
             snprintf(err, errlen, "checkpoint: cannot stat %s: %s", path, strerror(errno));
@@ -598,6 +606,7 @@ int ckpt_save(const char *dir, const bk_params *P, const float *params, const fl
     int wrc = write_text_atomic(dir, CKPT_STATE_FILE, text, err, errlen); /* the commit */
     free(text);
     if (wrc) goto out;
+    committed = 1;
     for (int w = 0; w < 2; w++) {
         char fin[4200], tmp[4200];
         ckpt_join(fin, sizeof fin, dir, MEMBER[w]);
@@ -616,6 +625,13 @@ int ckpt_save(const char *dir, const bk_params *P, const float *params, const fl
     if (ckpt_exists(old) && unlink(old) == 0) fsync_dir(dir);
     rc = 0;
 out:
+    /* members of a set never committed: nothing refers to them (a full disk
+     * left a 13 MB one behind) */
+    for (int w = 0; rc && writing && !committed && w < 2; w++) {
+        char tmp[4200];
+        ckpt_join(tmp, sizeof tmp, dir, MEMBER_TMP[w]);
+        unlink(tmp);
+    }
     set_file_free(&mf);
     set_file_free(&of);
     free(order);

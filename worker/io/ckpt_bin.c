@@ -107,7 +107,7 @@ int ckpt_read(const char *path, ckpt_state *s, char *err, size_t errlen) {
         snprintf(file, sizeof file, "%s/%s", path, CKPT_NAME);
     else
         snprintf(file, sizeof file, "%s", path);
-    char why[128];
+    char why[1100]; /* "not found" may name the working folder */
     FILE *f = input_path_open(file, why, sizeof why);
     if (!f) {
         snprintf(err, errlen, "checkpoint %s: cannot open: %s", file, why);
@@ -203,7 +203,7 @@ void ckpt_free(ckpt_state *s) {
 
 int ckpt_bin_is(const char *path) {
     unsigned char b[8];
-    char why[128];
+    char why[1100]; /* "not found" may name the working folder */
     FILE *f = input_path_open(path, why, sizeof why);
     if (!f) return 0;
     int ok = fread(b, 1, 8, f) == 8 && memcmp(b, MAGIC, 8) == 0;
@@ -243,7 +243,7 @@ int ckpt_bin_load(const char *file, const bk_params *P, float *params, float *m,
     meta->cfg_text = s.cfg_text;
     s.cfg_text = NULL;
     unsigned char ver[12] = {0};
-    char why[128];
+    char why[1100]; /* "not found" may name the working folder */
     FILE *f = input_path_open(file, why, sizeof why);
     if (f) {
         if (fread(ver, 1, sizeof ver, f) != sizeof ver) ver[8] = 0;

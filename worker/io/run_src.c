@@ -43,7 +43,7 @@ static int set_config(run_src *s, char *err, size_t errlen) {
 /* 1 when the file at path begins as a safetensors file does (a u64 header
  * length, then '{'), not as an older checkpoint.bin ("BFCKPT"). */
 static int looks_safetensors(const char *path) {
-    char why[128];
+    char why[1100]; /* "not found" may name the working folder */
     FILE *f = input_path_open(path, why, sizeof why);
     unsigned char b[9];
     int ok = f && fread(b, 1, 9, f) == 9 && memcmp(b, "BFCKPT", 6) != 0 && b[8] == '{';

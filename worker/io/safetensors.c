@@ -227,7 +227,7 @@ int st_open(st_file *f, const char *path, char *err, size_t errlen) {
     snprintf(f->path, sizeof f->path, "%s", path);
     char *hdr = NULL;
     json_t *root = NULL;
-    char why[128];
+    char why[1100]; /* "not found" may name the working folder */
     f->f = input_path_open(path, why, sizeof why);
     if (!f->f) {
         snprintf(err, errlen, "%s: cannot open: %s", path, why);
@@ -627,7 +627,13 @@ int st_write(const char *path, const st_entry *t, int n, const char *const *meta
     char tmp[4200], dirbuf[4096], basebuf[4096];
     snprintf(dirbuf, sizeof dirbuf, "%s", path);
     snprintf(basebuf, sizeof basebuf, "%s", path);
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%ld", dirname(dirbuf), basename(basebuf), (long)getpid());
+    const char *base = basename(basebuf);
+    size_t bl = strlen(base);
+    /* a name that is a temporary already (.NAME.tmp, a checkpoint member
+     * before its commit) gets only the pid, not "..NAME.tmp.tmp.PID" */
+    int is_tmp = base[0] == '.' && bl > 4 && strcmp(base + bl - 4, ".tmp") == 0;
+    snprintf(tmp, sizeof tmp, is_tmp ? "%s/%s.%ld" : "%s/.%s.tmp.%ld", dirname(dirbuf), base,
+             (long)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) {
         snprintf(err, errlen, "%s: cannot create %s: %s", path, tmp, strerror(errno));

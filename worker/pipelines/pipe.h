@@ -155,6 +155,13 @@ typedef struct pipe_spec {
 #define PIPE_DECLARE(name, driver, metric, maximize) PIPE_DECLARE_##driver(name)
 BF_PIPELINES(PIPE_DECLARE)
 
+/* pipe_vit's retention check (vit.c): 0 when A-ViT is off or reached
+ * avit.retention within avit.tolerance, else -1 with advice in err, whose
+ * "train longer" names length_key (train.steps; avit.steps for s2s's A-ViT
+ * stage, whose length that is). */
+int vit_retention_check(const model *m, const bf_config *c, const eval_result *val,
+                        const char *length_key, char *err, size_t errlen);
+
 /* The spec of a pipeline by name, or NULL (s2s: no spec, it runs in stages). */
 const pipe_spec *pipe_find(const char *pipeline);
 /* The names of the pipelines pipe_find knows, comma-separated, into buf[len]

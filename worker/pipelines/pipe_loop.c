@@ -392,6 +392,18 @@ static int validate(loop *L, long done, int logged, train_result *r, char *err, 
     return validate_ctx(L, done, err, errlen);
 }
 
+/* Under --quiet, a run without a test pass still says its result: the
+ * last validation, on rank 0 (without --quiet its eval line was the last). */
+static void quiet_result(const loop *L, long step) {
+    if (!L->quiet || L->h->rank != 0 || (L->sp->classify && L->d->test) || L->last_val.samples == 0)
+        return;
+    const eval_result *e = &L->last_val;
+    if (!L->sp->classify)
+        fprintf(stderr, "result %6ld | val/loss %.4f | val/ppl %.2f\n", step, e->loss, e->ppl);
+    else
+        fprintf(stderr, "result %6ld | val/loss %.4f | val/acc %.4f\n", step, e->loss, e->acc);
+}
+
 /* The test pass at the end, on rank 0 alone (it writes the per-sample
  * file); the other ranks are done. */
 static int final_test(loop *L, long step, train_result *r, char *err, size_t errlen) {
@@ -409,7 +421,7 @@ static int final_test(loop *L, long step, train_result *r, char *err, size_t err
     eval_metrics(L, "test", &e);
     if (L->h->metric_flush && L->h->metric_flush(L->h->ctx, err, errlen)) return -1;
     if (r) r->test = e;
-    if (!L->quiet) {
+    { /* the run's result: said even under --quiet, which silences progress only */
         fprintf(stderr,
                 "test  | acc %.4f | heads_used %.3f | attn_flops %.4g | %.0f samples in %.2f s",
                 e.acc, e.heads_used, e.attn_flops, e.samples, e.seconds);
@@ -647,6 +659,7 @@ int pipe_train(const pipe_spec *sp, const bf_config *c, const data_sets *d, cons
     restore_window(&L);
     rc = run_steps(&L, stop, r, &step, err, errlen);
     if (rc == 0 && final_test(&L, step, r, err, errlen)) rc = -1;
+    if (rc == 0) quiet_result(&L, step);
     /* a run resumed at its last step validated nothing in this process:
      * the check reads a validation of the weights it ends with */
     if (rc == 0 && sp->check && L.last_val.samples == 0 &&

@@ -192,7 +192,7 @@ void pipe_profile_table(const pipe_profile_t *p, FILE *f) {
 
 int pipe_profile_read(const char *path, pipe_profile_t *p, char *err, size_t errlen) {
     memset(p, 0, sizeof *p);
-    char why[128];
+    char why[1100]; /* "not found" may name the working folder */
     FILE *f = input_path_open(path, why, sizeof why);
     if (!f) {
         snprintf(err, errlen, "%s: cannot open: %s%s", path, why,

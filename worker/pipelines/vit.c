@@ -43,8 +43,8 @@ static void vit_window(model *m, const bf_config *c, const model_stats *st) {
     m->halt.cf.shift = s < -L ? -L : s > L ? L : s;
 }
 
-static int vit_check(const model *m, const bf_config *c, const eval_result *val, char *err,
-                     size_t errlen) {
+int vit_retention_check(const model *m, const bf_config *c, const eval_result *val,
+                        const char *length_key, char *err, size_t errlen) {
     if (!m->sh.avit || isnan(val->retention)) return 0;
     double r = c->avit.retention, got = val->retention;
     if (fabs(got - r) <= c->avit.tolerance) return 0;
@@ -52,10 +52,16 @@ static int vit_check(const model *m, const bf_config *c, const eval_result *val,
              "A-ViT reached retention %.3f on the validation set, not the %.2f asked (avit."
              "retention; avit.tolerance %.2f). The checkpoint is written. To move it: raise "
              "avit.prior_weight (now %g) to pull the halting depth to the target harder, %s "
-             "avit.gate_center (now %g; lower halts sooner), or train longer (train.steps)",
+             "avit.gate_center (now %g; lower halts sooner), or train longer (%s)",
              got, r, (double)c->avit.tolerance, (double)c->avit.prior_weight,
-             got > r ? "lower" : "raise", (double)c->avit.gate_center);
+             got > r ? "lower" : "raise", (double)c->avit.gate_center, length_key);
     return -1;
+}
+
+/* pipe_vit's check: a ViT run's length is train.steps. */
+static int vit_check(const model *m, const bf_config *c, const eval_result *val, char *err,
+                     size_t errlen) {
+    return vit_retention_check(m, c, val, "train.steps", err, errlen);
 }
 
 const pipe_spec pipe_vit = {.name = "vit",
