@@ -115,6 +115,7 @@ typedef struct bf_config {
         int n_replace;
         int stage1_steps, stage2_steps;
         float lambda_mse, lambda_halt;
+        float finetune_lr; /* stage 2's peak lr (0 = 0.1 x train.lr) */
         int unfreeze;
         char halt_align[CFG_NAME_MAX]; /* keep | mean_h */
     } distill;

@@ -126,6 +126,10 @@ static const cfg_field cfg_schema[] = {
      "steps of layer-aligned distillation (stage 1)", 0},
     {"distill.stage2_steps", CFG_T_INT, OFF(distill.stage2_steps), 0, 100000000, "1000", NULL,
      "steps of fine-tuning with the student's own halting (stage 2)", 0},
+    {"distill.finetune_lr", CFG_T_FLOAT, OFF(distill.finetune_lr), 0.0, 10.0, "0", NULL,
+     "stage 2's peak learning rate (0 = 0.1 x train.lr, as FAR's recipe; the former recipe: "
+     "train.lr's value)",
+     0},
     {"distill.lambda_mse", CFG_T_FLOAT, OFF(distill.lambda_mse), 0.0, 1e6, "1.0", NULL,
      "weight of the per-layer masked MSE", 0},
     {"distill.lambda_halt", CFG_T_FLOAT, OFF(distill.lambda_halt), 0.0, 1e6, "0.1", NULL,
