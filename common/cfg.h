@@ -117,6 +117,7 @@ typedef struct bf_config {
         float lambda_mse, lambda_halt;
         float finetune_lr; /* stage 2's peak lr (0 = 0.1 x train.lr) */
         int unfreeze;
+        int augment; /* stage 1 sees aug.* (teacher and student the same images) */
         char halt_align[CFG_NAME_MAX]; /* keep | mean_h */
     } distill;
     struct {

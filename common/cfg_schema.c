@@ -140,6 +140,10 @@ static const cfg_field cfg_schema[] = {
      0},
     {"distill.unfreeze", CFG_T_BOOL, OFF(distill.unfreeze), NOLIM, "false", NULL,
      "train the non-replaced layers too in stage 1", 0},
+    {"distill.augment", CFG_T_BOOL, OFF(distill.augment), NOLIM, "true", NULL,
+     "augment stage 1's images as aug.* says, the teacher seeing the student's augmented image "
+     "(false = the former recipe: stage 1 on the images as they are)",
+     0},
 
     {"s2s.root", CFG_T_STR, OFF(s2s.root), NOLIM, "\"\"", NULL,
      "s2s: folder of the stage outputs NAME-KEY/ (empty = OUT/stages; bfd: its data dir's "

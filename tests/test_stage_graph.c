@@ -158,6 +158,7 @@ Test(stage_graph, dependency_table_by_prefix) {
     cr_assert(!stage_graph_depends(G, 0, "train.eval_every"));
     cr_assert(stage_graph_depends(G, 0, "train.freeze"));
     cr_assert(stage_graph_depends(G, 3, "distill.unfreeze"));
+    cr_assert(stage_graph_depends(G, 3, "distill.augment"));
     cr_assert(!stage_graph_depends(G, 3, "distill.stage2_steps"));
     cr_assert(stage_graph_depends(G, 4, "distill.stage2_steps"));
     cr_assert(!stage_graph_depends(G, 2, "distill.mixer"));

@@ -112,8 +112,10 @@ static bf_config stage_config(const s2s_ctx *x, int i) {
     if (i == ST_AVIT) s.train.steps = x->c->avit.steps;
     if (i == ST_DISTILL) {
         s.train.steps = x->c->distill.stage1_steps > 0 ? x->c->distill.stage1_steps : 1;
-        s.aug.crop_pad = 0; /* the teacher's targets are of the images as they are */
-        s.aug.hflip = 0;
+        if (!x->c->distill.augment) { /* the former recipe: the images as they are */
+            s.aug.crop_pad = 0;
+            s.aug.hflip = 0;
+        }
     }
     if (i == ST_FINETUNE) {
         s.train.steps = x->c->distill.stage2_steps > 0 ? x->c->distill.stage2_steps : 1;
