@@ -140,6 +140,14 @@ static const cfg_field cfg_schema[] = {
      0},
     {"distill.unfreeze", CFG_T_BOOL, OFF(distill.unfreeze), NOLIM, "false", NULL,
      "train the non-replaced layers too in stage 1", 0},
+    {"distill.finetune_ponder", CFG_T_FLOAT, OFF(distill.finetune_ponder), 0.0, 1e3, "5e-5", NULL,
+     "stage 2's ponder loss weight (FAR: 0.1 x 5e-4; the former recipe: avit.ponder_weight's "
+     "value)",
+     0},
+    {"distill.finetune_prior", CFG_T_FLOAT, OFF(distill.finetune_prior), 0.0, 1e3, "1e-4", NULL,
+     "stage 2's depth-prior KL weight (FAR: 0.1 x 0.001; the former recipe: avit.prior_weight's "
+     "value)",
+     0},
     {"distill.augment", CFG_T_BOOL, OFF(distill.augment), NOLIM, "true", NULL,
      "augment stage 1's images as aug.* says, the teacher seeing the student's augmented image "
      "(false = the former recipe: stage 1 on the images as they are)",

@@ -34,6 +34,8 @@ static const stage_rule s2s_rules[] = {
     {3, "distill.augment", 0},
     {4, "distill.stage2_steps", 0},
     {4, "distill.finetune_lr", 0},
+    {4, "distill.finetune_ponder", 0},
+    {4, "distill.finetune_prior", 0},
     /* eval (5): only its parent */
 };
 

@@ -122,6 +122,8 @@ static bf_config stage_config(const s2s_ctx *x, int i) {
         /* FAR fine-tunes at a tenth of its stage-1 lr (docs/s2s.md, "Stage 2") */
         s.train.lr =
             x->c->distill.finetune_lr > 0 ? x->c->distill.finetune_lr : 0.1f * x->c->train.lr;
+        s.avit.ponder_weight = x->c->distill.finetune_ponder; /* FAR's stage 2: 0.1 x its */
+        s.avit.prior_weight = x->c->distill.finetune_prior;   /* A-ViT terms */
     }
     if (i != ST_TEACHER && s.train.warmup > s.train.steps / 10) s.train.warmup = s.train.steps / 10;
     return s;
