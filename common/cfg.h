@@ -115,7 +115,10 @@ typedef struct bf_config {
         int n_replace;
         int stage1_steps, stage2_steps;
         float lambda_mse, lambda_halt;
+        float finetune_lr;                     /* stage 2's peak lr (0 = 0.1 x train.lr) */
+        float finetune_ponder, finetune_prior; /* stage 2's A-ViT loss weights */
         int unfreeze;
+        int augment; /* stage 1 sees aug.* (teacher and student the same images) */
         char halt_align[CFG_NAME_MAX]; /* keep | mean_h */
     } distill;
     struct {

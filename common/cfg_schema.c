@@ -128,6 +128,10 @@ static const cfg_field cfg_schema[] = {
      "steps of layer-aligned distillation (stage 1)", 0},
     {"distill.stage2_steps", CFG_T_INT, OFF(distill.stage2_steps), 0, 100000000, "1000", NULL,
      "steps of fine-tuning with the student's own halting (stage 2)", 0},
+    {"distill.finetune_lr", CFG_T_FLOAT, OFF(distill.finetune_lr), 0.0, 10.0, "0", NULL,
+     "stage 2's peak learning rate (0 = 0.1 x train.lr, as FAR's recipe; the former recipe: "
+     "train.lr's value)",
+     0},
     {"distill.lambda_mse", CFG_T_FLOAT, OFF(distill.lambda_mse), 0.0, 1e6, "1.0", NULL,
      "weight of the per-layer masked MSE", 0},
     {"distill.lambda_halt", CFG_T_FLOAT, OFF(distill.lambda_halt), 0.0, 1e6, "0.1", NULL,
@@ -138,6 +142,18 @@ static const cfg_field cfg_schema[] = {
      0},
     {"distill.unfreeze", CFG_T_BOOL, OFF(distill.unfreeze), NOLIM, "false", NULL,
      "train the non-replaced layers too in stage 1", 0},
+    {"distill.finetune_ponder", CFG_T_FLOAT, OFF(distill.finetune_ponder), 0.0, 1e3, "5e-5", NULL,
+     "stage 2's ponder loss weight (FAR: 0.1 x 5e-4; the former recipe: avit.ponder_weight's "
+     "value)",
+     0},
+    {"distill.finetune_prior", CFG_T_FLOAT, OFF(distill.finetune_prior), 0.0, 1e3, "1e-4", NULL,
+     "stage 2's depth-prior KL weight (FAR: 0.1 x 0.001; the former recipe: avit.prior_weight's "
+     "value)",
+     0},
+    {"distill.augment", CFG_T_BOOL, OFF(distill.augment), NOLIM, "true", NULL,
+     "augment stage 1's images as aug.* says, the teacher seeing the student's augmented image "
+     "(false = the former recipe: stage 1 on the images as they are)",
+     0},
 
     {"s2s.root", CFG_T_STR, OFF(s2s.root), NOLIM, "\"\"", NULL,
      "s2s: folder of the stage outputs NAME-KEY/ (empty = OUT/stages; bfd: its data dir's "

@@ -31,7 +31,11 @@ static const stage_rule s2s_rules[] = {
     {3, "distill.lambda_halt", 0},
     {3, "distill.unfreeze", 0},
     {3, "distill.halt_align", 0},
+    {3, "distill.augment", 0},
     {4, "distill.stage2_steps", 0},
+    {4, "distill.finetune_lr", 0},
+    {4, "distill.finetune_ponder", 0},
+    {4, "distill.finetune_prior", 0},
     /* eval (5): only its parent */
 };
 

@@ -11,6 +11,7 @@
 
 #include "kernels/bk_rng.h"
 #include "worker/models/model.h"
+#include "worker/pipelines/pipe.h"
 
 /* One sample, class token + 3 patches, C = 2, 3 layers, with the prior's
  * form prior (BK_PRIOR_); the scores of every layer read the same t. With
@@ -639,4 +640,52 @@ Test(avit, label_smoothing_loss_and_gradient) {
         for (int n = 0; n < N; n++) num += (lp[n] - lm[n]) / (2 * h);
         cr_expect_float_eq(d[i], num, 2e-3, "logit %d: %g vs %g", i, (double)d[i], num);
     }
+}
+
+/* The retention controller (pipe_vit's window, docs/design.md#a-vit-halting)
+ * closed around a made-up plant that lags and halts sooner than its prior
+ * asks: each window the reached retention moves half way to
+ * clamp(0.5 * (r + shift / L) + 0.2, 1/L, 0.9), where r + shift / L is the
+ * retention the shifted prior asks for. Uncontrolled it settles at
+ * 0.5 r + 0.2: within 0.05 of r = 0.3 (0.35) but not of r = 0.7 (0.55). The
+ * controller must land both within avit.tolerance's default 0.05. */
+static double control_plant(double r, int controlled, float *integral) {
+    cr_assert(pipe_vit.window != NULL, "pipe_vit has no retention control");
+    const int L = 4;
+    model m;
+    memset(&m, 0, sizeof m);
+    m.sh.avit = 1;
+    m.sh.layers = L;
+    bf_config c;
+    memset(&c, 0, sizeof c);
+    c.avit.retention = (float)r;
+    double reached = 1.0; /* a dense model: nothing halts yet */
+    for (int w = 0; w < 60; w++) {
+        model_stats st;
+        memset(&st, 0, sizeof st);
+        st.retention = reached;
+        if (controlled) pipe_vit.window(&m, &c, &st, 25);
+        double asked = 0.5 * (r + m.halt.cf.shift / L) + 0.2;
+        asked = asked < 1.0 / L ? 1.0 / L : asked > 0.9 ? 0.9 : asked;
+        reached += 0.5 * (asked - reached);
+        cr_assert(fabsf(m.halt.cf.shift) <= L, "shift %g past its clamp", m.halt.cf.shift);
+    }
+    *integral = m.halt.cf.integral;
+    return reached;
+}
+
+Test(avit, the_retention_control_lands_on_two_targets) {
+    float I;
+    cr_assert_gt(fabs(control_plant(0.7, 0, &I) - 0.7), 0.05, "the plant needs no control");
+    cr_assert_leq(fabs(control_plant(0.3, 0, &I) - 0.3), 0.05);
+    for (int k = 0; k < 2; k++) {
+        double r = k ? 0.7 : 0.3, got = control_plant(r, 1, &I);
+        cr_assert_leq(fabs(got - r), 0.05, "target %g: reached %g (integral %g)", r, got, I);
+    }
+    /* a target the plant cannot reach (it keeps at most 0.9): the
+     * shift sits at its clamp and the integral stops growing (anti-windup),
+     * so it is no larger than the clamp plus one window's step */
+    double got = control_plant(1.0, 1, &I);
+    cr_assert_leq(got, 0.9 + 1e-9);
+    cr_assert_leq(I, 4 + 0.2f * 4 * 1.0f + 1e-4, "integral %g wound up past the clamp", I);
 }

@@ -861,3 +861,53 @@ Test(bfprep, kjv_end_to_end, .timeout = 60) {
     fclose(f);
     cr_assert_str_eq(last, "The grace of our Lord Jesus Christ be with you all. Amen.\n");
 }
+
+/* Writes an uncompressed IDX pair NAME-images-idx3-ubyte.gz / NAME-labels
+ * (plain bytes under bfprep's fixed names: the loader reads both kinds) of
+ * n 28 x 28 images in 10 classes whose pixel (i, y, x) is (i + 3y + 5x) & 255. */
+static void write_fake_fm(const char *images, const char *labels, int n) {
+    FILE *f = fopen(tpath(images), "wb");
+    cr_assert(f != NULL);
+    unsigned char hi[16] = {0, 0, 8, 3, 0, 0, 0, (unsigned char)n, 0, 0, 0, 28, 0, 0, 0, 28};
+    fwrite(hi, 1, sizeof hi, f);
+    for (int i = 0; i < n; i++)
+        for (int y = 0; y < 28; y++)
+            for (int x = 0; x < 28; x++) fputc((i + 3 * y + 5 * x) & 255, f);
+    fclose(f);
+    f = fopen(tpath(labels), "wb");
+    cr_assert(f != NULL);
+    unsigned char hl[8] = {0, 0, 8, 1, 0, 0, 0, (unsigned char)n};
+    fwrite(hl, 1, sizeof hl, f);
+    for (int i = 0; i < n; i++) fputc(i % 10, f);
+    fclose(f);
+}
+
+Test(bfprep, fashion_mnist_centre_crop, .timeout = 30) {
+    cr_assert_eq(mkdir(tpath("fm"), 0755), 0);
+    write_fake_fm("fm/train-images-idx3-ubyte.gz", "fm/train-labels-idx1-ubyte.gz", 20);
+    write_fake_fm("fm/t10k-images-idx3-ubyte.gz", "fm/t10k-labels-idx1-ubyte.gz", 10);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s/bfprep fashion-mnist --src %s --out %s --crop 20 2>%s",
+             BF_BIN_DIR, tpath("fm"), tpath("out"), tpath("log"));
+    cr_assert_eq(run(cmd), 0);
+    data_images_t *im = NULL;
+    char err[512];
+    cr_assert_eq(data_images_load(tpath("out/fashion_mnist_crop20/train-images-idx3-ubyte"),
+                                  tpath("out/fashion_mnist_crop20/train-labels-idx1-ubyte"), &im,
+                                  err, sizeof err),
+                 0, "%s", err);
+    cr_assert_eq(im->n, 20);
+    cr_assert_eq(im->rows, 20);
+    cr_assert_eq(im->cols, 20);
+    for (int i = 0; i < 20; i++) { /* the centre: rows and columns 4..23 of the original */
+        cr_assert_eq(im->labels[i], i % 10);
+        for (int y = 0; y < 20; y++)
+            for (int x = 0; x < 20; x++)
+                cr_assert_eq(im->pixels[(i * 20 + y) * 20 + x],
+                             (i + 3 * (y + 4) + 5 * (x + 4)) & 255, "image %d (%d, %d)", i, y, x);
+    }
+    data_images_destroy(&im);
+    snprintf(cmd, sizeof cmd, "%s/bfprep fashion-mnist --src %s --out %s --crop 29 2>%s",
+             BF_BIN_DIR, tpath("fm"), tpath("out"), tpath("log"));
+    cr_assert_eq(run(cmd), 64, "a crop larger than the image is a usage error");
+}

@@ -212,6 +212,14 @@ Test(it_s2s, runs_every_stage_and_shares_them, .timeout = 600) {
     learning_expect("it_s2s/stage1_heldout_mse_fraction", 1.0, mse[1] / mse[0], S2S_MSE_FALL, 1);
     expect_frozen_through_stage1();
     expect_trained_speeds(cmd);
+    /* stage 2 reads its own lr, distill.finetune_lr's default 0.1 x train.lr
+     * (3e-4): its one logged lr is at its 10th step of 10, warmup 1 (capped
+     * at a tenth of the steps), on the cosine from lr to lr / 10: lr (0.1 +
+     * 0.45 (1 + cos(pi 8/9))). Within float rounding of those few ops; the
+     * former recipe (train.lr itself) logs 10 times as much */
+    double ft = one_value(cmd, "finetune/train/lr");
+    double want = 3e-4 * (0.1 + 0.45 * (1 + cos(3.14159265358979 * 8 / 9)));
+    cr_expect(fabs(ft - want) <= 1e-5 * want, "stage 2's lr %g, not %g", ft, want);
     /* again: every stage is reused */
     snprintf(cmd, sizeof cmd, "%s/bfworker train %s/s2s.yaml --out %s/run --resume 2>&1",
              BF_BIN_DIR, dir, dir);

@@ -102,6 +102,11 @@ Test(it_vit, learns_a_tiny_idx_set, .timeout = 300) {
      * every token). */
     cr_assert(ret >= 1.0 / 3 - 1e-9 && ret <= 1, "val/retention %g out of [1/3, 1]:\n%s", ret, out);
     learning_expect("it_vit/spend_retention", 1.0, ret, AVIT_RETENTION_FALL, 1);
+    /* the retention controller's trace, after every logging window */
+    snprintf(cmd, sizeof cmd,
+             "grep -c '\"train/ctl_error\".*\"train/ctl_integral\"' %s/avit/metrics.jsonl", dir);
+    cr_assert_eq(run_cmd(cmd, got, sizeof got), 0, "no controller trace in metrics.jsonl");
+    cr_assert_eq(atoi(got), 40, "a trace line per window of 10 steps: %s", got);
     if (fabs(ret - 0.6) <= 0.05)
         cr_assert_eq(rc, 0, "retention %g within 0.05 but the run failed:\n%s", ret, out);
     else

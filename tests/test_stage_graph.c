@@ -111,6 +111,10 @@ Test(stage_graph, mixer_moves_only_distill_finetune_eval) {
     cr_assert_eq(changed(a, b), 0x38u);
     plan_with("distill: {stage2_steps: 7}\n", b);
     cr_assert_eq(changed(a, b), 0x30u, "stage2_steps is finetune's");
+    plan_with("distill: {finetune_lr: 1e-4}\n", b);
+    cr_assert_eq(changed(a, b), 0x30u, "finetune_lr is finetune's");
+    plan_with("distill: {finetune_prior: 0.1, finetune_ponder: 5e-4}\n", b);
+    cr_assert_eq(changed(a, b), 0x30u, "stage 2's A-ViT weights are finetune's");
 }
 
 Test(stage_graph, keys_that_do_not_change_training_change_nothing) {
@@ -156,6 +160,7 @@ Test(stage_graph, dependency_table_by_prefix) {
     cr_assert(!stage_graph_depends(G, 0, "train.eval_every"));
     cr_assert(stage_graph_depends(G, 0, "train.freeze"));
     cr_assert(stage_graph_depends(G, 3, "distill.unfreeze"));
+    cr_assert(stage_graph_depends(G, 3, "distill.augment"));
     cr_assert(!stage_graph_depends(G, 3, "distill.stage2_steps"));
     cr_assert(stage_graph_depends(G, 4, "distill.stage2_steps"));
     cr_assert(!stage_graph_depends(G, 2, "distill.mixer"));

@@ -248,3 +248,30 @@ Test(vit, refuses_bad_idx_files, .init = setup_dir, .fini = teardown_dir) {
                   "%s", err);
     }
 }
+
+/* aug_infer (what a distillation teacher is run with, s2s.c's
+ * distill_before): an inference forward augments as a training forward
+ * drawn from the same knobs does, so the same weights give the same loss
+ * at every step; without it the images are as they are (another loss at
+ * some step). Same ops on the same patches: the losses agree to float
+ * rounding of the CE's sum (1e-6 relative). */
+Test(vit, inference_augments_like_training_with_aug_infer) {
+    for (int i = 0; i < 3 * 64; i++) pixels[i] = (i * 37 + 11) % 256;
+    model m;
+    make(&m);
+    int targets[3] = {0, 2, 1}, differs = 0;
+    char err[256];
+    for (int s = 7; s < 12; s++) {
+        m.kn.step = (uint64_t)s;
+        double train = loss_at(&m, targets);
+        m.aug_infer = 1;
+        cr_assert_eq(model_forward(&m, pixels, NULL, targets, 3, 0, err, sizeof err), 0, "%s", err);
+        cr_assert_leq(fabs(m.st.loss - train), 1e-6 * fabs(train), "step %d: %g vs %g", s,
+                      m.st.loss, train);
+        m.aug_infer = 0;
+        cr_assert_eq(model_forward(&m, pixels, NULL, targets, 3, 0, err, sizeof err), 0, "%s", err);
+        differs += m.st.loss != train;
+    }
+    cr_assert_gt(differs, 0, "the augmentation never changed the images");
+    model_destroy(&m);
+}

@@ -95,7 +95,7 @@ static void out_close(outfile *o) {
  * rows of its own table. */
 typedef struct prep_args {
     const char *src, *out, *input;
-    int min_class, vocab, type, format, byte_fallback, verbose;
+    int min_class, vocab, type, format, byte_fallback, verbose, crop;
     double val_fraction;
     opt_list evals;
 } prep_args;
@@ -117,6 +117,8 @@ static const opt_spec kjv_opts[] = {
 static const opt_spec fashion_opts[] = {
     {"src", 0, OPT_STR, 0, 0, PA(src), "DIR2", "the four IDX files (" FM_DEFAULT_SRC ")"},
     OUT_ROW,
+    {"crop", 0, OPT_INT, 1, 28, PA(crop), "N",
+     "write the N x N centre crops into DIR/fashion_mnist_cropN/ instead of linking"},
     {NULL, 0, OPT_FLAG, 0, 0, 0, NULL, NULL},
 };
 #define TOK_MAX_EVALS 16
@@ -411,11 +413,38 @@ static int cmd_kjv(const prep_args *a) {
 
 /* ---- fashion-mnist -------------------------------------------------------- */
 
+static void be32_put(FILE *f, unsigned v) {
+    fputc((int)(v >> 24) & 255, f), fputc((int)(v >> 16) & 255, f);
+    fputc((int)(v >> 8) & 255, f), fputc((int)v & 255, f);
+}
+
+/* Writes im's centre crop of crop x crop pixels as uncompressed IDX files
+ * `images` and `labels` (the names of the set's own files, without .gz). */
+static void write_crop(const data_images_t *im, int crop, const char *images, const char *labels) {
+    outfile o;
+    out_open(&o, images);
+    fputc(0, o.f), fputc(0, o.f), fputc(8, o.f), fputc(3, o.f);
+    be32_put(o.f, (unsigned)im->n), be32_put(o.f, (unsigned)crop), be32_put(o.f, (unsigned)crop);
+    int y0 = (im->rows - crop) / 2, x0 = (im->cols - crop) / 2;
+    for (size_t i = 0; i < im->n; i++)
+        for (int y = 0; y < crop; y++)
+            fwrite(im->pixels + (i * (size_t)im->rows + (size_t)(y0 + y)) * (size_t)im->cols + x0,
+                   1, (size_t)crop, o.f);
+    out_close(&o);
+    out_open(&o, labels);
+    fputc(0, o.f), fputc(0, o.f), fputc(8, o.f), fputc(1, o.f);
+    be32_put(o.f, (unsigned)im->n);
+    for (size_t i = 0; i < im->n; i++) fputc(im->labels[i], o.f);
+    out_close(&o);
+}
+
 static int cmd_fashion(const prep_args *a) {
     const char *src = a->src ? a->src : FM_DEFAULT_SRC, *out = a->out ? a->out : default_out();
+    int crop = a->crop;
     double t0 = now_s();
-    char dir[4096];
-    join(dir, sizeof dir, out, "fashion_mnist");
+    char dir[4096], name[64];
+    snprintf(name, sizeof name, crop ? "fashion_mnist_crop%d" : "fashion_mnist", crop);
+    join(dir, sizeof dir, out, name);
     mkdirs(dir);
     static const char *sets[2][2] = {{"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"},
                                      {"t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}};
@@ -434,8 +463,16 @@ static int cmd_fashion(const prep_args *a) {
                 hist[im->n_classes - 1]);
         if (im->n_classes != 10 || im->rows != 28 || im->cols != 28)
             die("%s: expected 28x28 images in 10 classes", ip);
+        if (crop) {
+            char cp[2][4096];
+            for (int k = 0; k < 2; k++) {
+                join(cp[k], sizeof cp[k], dir, sets[s][k]);
+                cp[k][strlen(cp[k]) - 3] = 0; /* without .gz: written plain */
+            }
+            write_crop(im, crop, cp[0], cp[1]);
+        }
         data_images_destroy(&im);
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; !crop && k < 2; k++) {
             char from[4096], to[4096], abs_from[4096];
             join(from, sizeof from, src, sets[s][k]);
             join(to, sizeof to, dir, sets[s][k]);
@@ -445,8 +482,8 @@ static int cmd_fashion(const prep_args *a) {
                 die("symlink %s -> %s: %s", to, abs_from, strerror(errno));
         }
     }
-    fprintf(stderr, "bfprep: fashion-mnist: validated, linked into %s (%.2f s)\n", dir,
-            now_s() - t0);
+    fprintf(stderr, "bfprep: fashion-mnist: validated, %s into %s (%.2f s)\n",
+            crop ? "centre-cropped" : "linked", dir, now_s() - t0);
     return 0;
 }
 
@@ -575,7 +612,9 @@ static const prep_cmd commands[] = {
     {"kjv", cmd_kjv, "runs `" BIBLE_CMD "` -> DIR/kjv/kjv.txt, one verse per line, no references",
      kjv_opts},
     {"fashion-mnist", cmd_fashion,
-     "validates the four IDX files in DIR2 and links them into DIR/fashion_mnist/", fashion_opts},
+     "validates the four IDX files in DIR2 and links them into DIR/fashion_mnist/ (--crop N: "
+     "writes their N x N centre crops into DIR/fashion_mnist_cropN/)",
+     fashion_opts},
     {"tokenizer", cmd_tokenizer,
      "trains a sentencepiece model PREFIX.model (pad=0 unk=1 bos=2 eos=3 sep=4)", tokenizer_opts},
 };

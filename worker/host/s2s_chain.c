@@ -111,11 +111,19 @@ static bf_config stage_config(const s2s_ctx *x, int i) {
     if (i == ST_AVIT) s.train.steps = x->c->avit.steps;
     if (i == ST_DISTILL) {
         s.train.steps = x->c->distill.stage1_steps > 0 ? x->c->distill.stage1_steps : 1;
-        s.aug.crop_pad = 0; /* the teacher's targets are of the images as they are */
-        s.aug.hflip = 0;
+        if (!x->c->distill.augment) { /* the former recipe: the images as they are */
+            s.aug.crop_pad = 0;
+            s.aug.hflip = 0;
+        }
     }
-    if (i == ST_FINETUNE)
+    if (i == ST_FINETUNE) {
         s.train.steps = x->c->distill.stage2_steps > 0 ? x->c->distill.stage2_steps : 1;
+        /* FAR fine-tunes at a tenth of its stage-1 lr (docs/s2s.md, "Stage 2") */
+        s.train.lr =
+            x->c->distill.finetune_lr > 0 ? x->c->distill.finetune_lr : 0.1f * x->c->train.lr;
+        s.avit.ponder_weight = x->c->distill.finetune_ponder; /* FAR's stage 2: 0.1 x its */
+        s.avit.prior_weight = x->c->distill.finetune_prior;   /* A-ViT terms */
+    }
     if (i != ST_TEACHER && s.train.warmup > s.train.steps / 10) s.train.warmup = s.train.steps / 10;
     return s;
 }

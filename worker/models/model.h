@@ -126,6 +126,8 @@ struct model {
     float *patches, *prow, *dprow, *h_patches;
     int *gather, *cls_rows, *h_gather;
     int aug_pad, aug_flip; /* vit training augmentation: crop padding, horizontal flip */
+    int aug_infer;         /* augment inference forwards too, as drawn by kn (a
+                              distillation teacher sees its student's images) */
 
     int B; /* batch capacity the arena was sized for */
     bk_arena A;

@@ -90,11 +90,12 @@ static uint64_t mix64(uint64_t x) {
 static void vit_stage(model *m, const int *in, int B, int training) {
     const model_shape *sh = &m->sh;
     int p = sh->patch, H = sh->image_h, W = sh->image_w, N = vit_patches(m);
-    int pw = W / p, pad = training ? m->aug_pad : 0, flip = training && m->aug_flip;
+    int aug = training || m->aug_infer;
+    int pw = W / p, pad = aug ? m->aug_pad : 0, flip = aug && m->aug_flip;
     size_t pp = (size_t)p * p;
     for (int b = 0; b < B; b++) {
         int dy = 0, dx = 0, fl = 0;
-        if (training) {
+        if (aug) {
             uint64_t r = mix64(mix64(mix64(m->kn.seed) ^ m->kn.step) ^ (m->kn.row_offset + b));
             if (pad > 0) {
                 dy = (int)(r % (uint64_t)(2 * pad + 1)) - pad;

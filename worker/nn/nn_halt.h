@@ -25,6 +25,8 @@ typedef struct nn_halt_cfg {
     float sigma;                       /* prior std in layers */
     float shift;                       /* layers added to the centre (the pipeline's
                                           retention control; 0 = none) */
+    float integral;                    /* that control's integral term, in layers */
+    float error;                       /* and the retention error it last read */
     int prior;                         /* avit.prior: a BK_PRIOR_ value (kernels/bk.h) */
     int freeze; /* avit.output: 0 = act (the ACT weighted output), 1 = freeze (x[L]) */
 } nn_halt_cfg;

@@ -116,9 +116,10 @@ typedef struct pipe_spec {
     /* extra train/ metrics of a logging window (st: its means) */
     void (*log_extra)(const model *m, const model_stats *st,
                       void (*metric)(void *ctx, const char *name, double value), void *ctx);
-    /* after each logging window, with its means (the same on every rank):
-     * a pipeline's feedback on its knobs; NULL = none */
-    void (*window)(model *m, const bf_config *c, const model_stats *st);
+    /* after each logging window of `steps` steps, with its means (the same
+     * on every rank), before log_extra: a pipeline's feedback on its knobs;
+     * NULL = none */
+    void (*window)(model *m, const bf_config *c, const model_stats *st, double steps);
     /* after the last step, checkpoint written and test done: -1 with a
      * message fails the run (e.g. a target it missed); NULL = none */
     int (*check)(const model *m, const bf_config *c, const eval_result *val, char *err,

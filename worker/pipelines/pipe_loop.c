@@ -288,8 +288,8 @@ static int log_window(loop *L, long done, train_result *r, char *err, size_t err
     for (int i = 0; i < sp->n_terms; i++)
         if (!sp->terms[i].budget_only || L->m.sh.budget)
             metric(L, sp->terms[i].metric, sp->terms[i].value(&st));
+    if (sp->window) sp->window(&L->m, c, &st, n);
     if (sp->log_extra) sp->log_extra(&L->m, &st, metric_cb, L);
-    if (sp->window) sp->window(&L->m, c, &st);
     if (sp->log_ctx) sp->log_ctx(sp->ctx, metric_cb, L);
     /* copies of the window's steps: the read above and a pipeline's own
      * (counted here, in its window, not the next one's) */
@@ -439,6 +439,7 @@ static int final_test(loop *L, long step, train_result *r, char *err, size_t err
 /* ---- the state besides tensors and step, as counters (pipe_state) ---- */
 
 #define COUNTER_SHIFT "halt.shift"
+#define COUNTER_INTEGRAL "halt.integral"
 #define COUNTER_WSTEPS "window.steps"
 #define COUNTER_WTOKENS "window.tokens"
 #define COUNTER_WSTAT "window.stat." /* + the slot */
@@ -455,6 +456,19 @@ static uint64_t f64_bits(double d) {
     return u;
 }
 
+static uint64_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static float bits_f32(uint64_t u) {
+    uint32_t v = (uint32_t)u;
+    float f;
+    memcpy(&f, &v, sizeof f);
+    return f;
+}
+
 static double bits_f64(uint64_t u) {
     double d;
     memcpy(&d, &u, sizeof d);
@@ -469,10 +483,8 @@ static double bits_f64(uint64_t u) {
 static int state_counters(loop *L, int window_open, pipe_state *s, char *err, size_t errlen) {
     s->n_counters = 0;
     if (L->m.sh.avit) {
-        float f = L->m.halt.cf.shift;
-        uint32_t u;
-        memcpy(&u, &f, sizeof u);
-        put_counter(s, COUNTER_SHIFT, u);
+        put_counter(s, COUNTER_SHIFT, f32_bits(L->m.halt.cf.shift));
+        put_counter(s, COUNTER_INTEGRAL, f32_bits(L->m.halt.cf.integral));
     }
     if (!window_open || L->w.steps == 0) return 0;
     double raw[BK_STAT_SLOTS];
@@ -500,8 +512,9 @@ static int restore_counters(loop *L, const pipe_state *s, char *err, size_t errl
         char *end = NULL;
         long slot = strncmp(c->name, COUNTER_WSTAT, nw) == 0 ? strtol(c->name + nw, &end, 10) : -1;
         if (strcmp(c->name, COUNTER_SHIFT) == 0 && L->m.sh.avit) {
-            uint32_t u = (uint32_t)c->value;
-            memcpy(&L->m.halt.cf.shift, &u, sizeof u);
+            L->m.halt.cf.shift = bits_f32(c->value);
+        } else if (strcmp(c->name, COUNTER_INTEGRAL) == 0 && L->m.sh.avit) {
+            L->m.halt.cf.integral = bits_f32(c->value);
         } else if (strcmp(c->name, COUNTER_WSTEPS) == 0) {
             L->resumed_steps = bits_f64(c->value);
             L->resumed_window = 1;

@@ -16,7 +16,14 @@ static int distill_before(void *ctx, model *m, const int *in, const int *targets
                           char *err, size_t errlen) {
     s2s_distill *d = ctx;
     d->teacher.drop = 0; /* masked: the full layout the student's rows line up with */
-    if (model_forward(&d->teacher, in, NULL, targets, rows, 0, err, errlen)) return -1;
+    /* the student's augmented images: its crop and flip, drawn from its knobs */
+    d->teacher.aug_pad = m->aug_pad, d->teacher.aug_flip = m->aug_flip;
+    d->teacher.kn.seed = m->kn.seed, d->teacher.kn.step = m->kn.step;
+    d->teacher.kn.row_offset = m->kn.row_offset;
+    d->teacher.aug_infer = 1;
+    int rc = model_forward(&d->teacher, in, NULL, targets, rows, 0, err, errlen);
+    d->teacher.aug_infer = 0; /* validation sees the images as they are */
+    if (rc) return -1;
     m->ext_mask = d->teacher.halt.mask;
     m->ext_ones = d->teacher.halt.ones;
     m->label_smoothing = 0.1f; /* the design's stage-1 cross-entropy */

@@ -3,10 +3,12 @@
  * augmentation keys aug.crop_pad and aug.hflip (set on the model by the
  * loop). With avit.enabled the model halts tokens (docs/design.md#a-vit-halting;
  * nn/nn_halt.h): the loss adds the ponder cost and the depth-prior KL whose
- * centre follows avit.retention, and the run fails at the end (after its
+ * centre follows avit.retention under a PI controller, and the run fails at the end (after its
  * checkpoint is written) when the validation retention misses the target
- * by more than 0.05. Metrics: train/loss, train/loss_task, train/acc, and
- * with A-ViT train/loss_ponder, train/loss_prior, train/retention; val/acc,
+ * by more than avit.tolerance. Metrics: train/loss, train/loss_task, train/acc, and
+ * with A-ViT train/loss_ponder, train/loss_prior, train/retention and the
+ * retention control's trace (train/prior_shift, train/ctl_error,
+ * train/ctl_integral); val/acc,
  * test/acc, test/images_per_s, and with A-ViT val/retention,
  * test/retention. */
 #include <math.h>
@@ -25,22 +27,39 @@ static void vit_log(const model *m, const model_stats *st,
     metric(ctx, "train/loss_prior", st->loss_prior);
     metric(ctx, "train/retention", st->retention);
     metric(ctx, "train/prior_shift", m->halt.cf.shift);
+    metric(ctx, "train/ctl_error", m->halt.cf.error);
+    metric(ctx, "train/ctl_integral", m->halt.cf.integral);
 }
 
-/* Retention control: the halting losses pull each token's ACT weights
- * towards the prior, but the depth at which tokens halt also depends on how
- * the scores are spread, so after each logging window the prior's centre
- * moves by VIT_RETENTION_GAIN * L layers per unit of retention error. The
- * shift, and the window in progress it is computed from, are in the
- * checkpoint (pipe_state's counters): a resumed run controls as the run
- * never stopped would. */
-#define VIT_RETENTION_GAIN 1.0f
+/* Retention control (docs/design.md#a-vit-halting): the halting losses pull
+ * each token's ACT weights towards the prior, but the depth at which tokens
+ * halt also depends on how the scores are spread and lags the prior by tens
+ * of steps, so after each logging window a PI controller moves the prior's
+ * centre from the window's retention error e = target - reached:
+ *   I     += KI * L * e * steps / VIT_CTL_STEPS     (held while the shift is at its clamp)
+ *   shift  = clamp(KP * L * e + I, -L, L)           layers
+ * L turns a retention error into layers (a token kept one more layer of L
+ * raises the retention by 1/L). The gains were chosen on Fashion-MNIST
+ * fine-tunes (docs/design.md#a-vit-halting has the choice): KI 0.4 made the
+ * retention swing by 0.1 around its target, KP alone leaves an offset. The
+ * shift and the integral, and the window in progress they are computed
+ * from, are in the checkpoint (pipe_state's counters): a resumed run
+ * controls as the run never stopped would. */
+#define VIT_CTL_KP 0.5f
+#define VIT_CTL_KI 0.2f
+#define VIT_CTL_STEPS 25.0
 
-static void vit_window(model *m, const bf_config *c, const model_stats *st) {
+static void vit_window(model *m, const bf_config *c, const model_stats *st, double steps) {
     if (!m->sh.avit || st->retention <= 0) return;
-    float L = (float)m->sh.layers, s = m->halt.cf.shift;
-    s -= VIT_RETENTION_GAIN * L * (float)(st->retention - c->avit.retention);
-    m->halt.cf.shift = s < -L ? -L : s > L ? L : s;
+    nn_halt_cfg *h = &m->halt.cf;
+    float L = (float)m->sh.layers, e = (float)(c->avit.retention - st->retention);
+    float i = h->integral + (float)(VIT_CTL_KI * L * e * steps / VIT_CTL_STEPS);
+    float s = VIT_CTL_KP * L * e + i;
+    if (s > L || s < -L) i = h->integral; /* anti-windup: no integrating past the clamp */
+    s = VIT_CTL_KP * L * e + i;
+    h->integral = i;
+    h->error = e;
+    h->shift = s < -L ? -L : s > L ? L : s;
 }
 
 int vit_retention_check(const model *m, const bf_config *c, const eval_result *val,
@@ -50,10 +69,13 @@ int vit_retention_check(const model *m, const bf_config *c, const eval_result *v
     if (fabs(got - r) <= c->avit.tolerance) return 0;
     snprintf(err, errlen,
              "A-ViT reached retention %.3f on the validation set, not the %.2f asked (avit."
-             "retention; avit.tolerance %.2f). The checkpoint is written. To move it: raise "
+             "retention; avit.tolerance %.2f); its retention control ended at a prior shift of "
+             "%.2f layers (integral %.2f; last training window's error %+.3f, metrics "
+             "train/ctl_*). The checkpoint is written. To move it: raise "
              "avit.prior_weight (now %g) to pull the halting depth to the target harder, %s "
              "avit.gate_center (now %g; lower halts sooner), or train longer (%s)",
-             got, r, (double)c->avit.tolerance, (double)c->avit.prior_weight,
+             got, r, (double)c->avit.tolerance, (double)m->halt.cf.shift,
+             (double)m->halt.cf.integral, (double)m->halt.cf.error, (double)c->avit.prior_weight,
              got > r ? "lower" : "raise", (double)c->avit.gate_center, length_key);
     return -1;
 }
