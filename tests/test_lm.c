@@ -373,16 +373,18 @@ Test(lm, bfworker_generate_end_to_end, .timeout = 60) {
              dir, BF_BIN_DIR, BF_BIN_DIR, dir);
     rc = run_cmd(cmd, g1, sizeof g1);
     cr_expect_eq(rc, 0, "eval from / of a run with a relative data path (%d):\n%s", rc, g1);
-    /* --out on a folder holding a run: refused unless --resume or --force */
+    /* --out on a folder holding a run: refused unless --resume or --force
+     * (the forced run's own output, its result line too, goes to a log) */
     snprintf(cmd, sizeof cmd, "%s/bfworker train %s --quiet --out %s/run 2>&1", BF_BIN_DIR, cfg,
              dir);
     rc = run_cmd(cmd, g1, sizeof g1);
     cr_expect_eq(rc, 64, "training again into a run folder gave status %d:\n%s", rc, g1);
     cr_expect(strstr(g1, "already holds a run") && strstr(g1, "--force"), "%s", g1);
     snprintf(cmd, sizeof cmd,
-             "%s/bfworker train %s --quiet --set train.steps=20 --force --out %s/run 2>&1 && "
+             "{ %s/bfworker train %s --quiet --set train.steps=20 --force --out %s/run "
+             ">%s/force.log 2>&1 || { cat %s/force.log; exit 1; }; } && "
              "wc -l < %s/run/metrics.jsonl",
-             BF_BIN_DIR, cfg, dir, dir);
+             BF_BIN_DIR, cfg, dir, dir, dir, dir);
     rc = run_cmd(cmd, g1, sizeof g1);
     cr_expect_eq(rc, 0, "--force failed (%d):\n%s", rc, g1);
     cr_expect_eq(atoi(g1), 1, "--force kept the old metrics (%s lines)", g1);
