@@ -130,6 +130,16 @@ void req_resume(bfd *d, void *s, proto_msg *m) {
                   id, store_state_name(st));
         return;
     }
+    /* a cancelled job starts no trial again: a resumed one would wait for ever */
+    store_job j;
+    if (get_job(d, s, m, job, &j)) return;
+    if (j.closed) {
+        reply_err(d, s, m, PROTO_E_STATE,
+                  "resume: trial %lld belongs to job %lld, which is cancelled; clone it instead "
+                  "(bfctl clone t%lld)",
+                  id, (long long)job, id);
+        return;
+    }
     const char *why = "resumed by request (continues from its checkpoint)";
     if (store_trial_resume(d->st, id, why, err, sizeof err)) {
         reply_err(d, s, m, PROTO_E_INTERNAL, "resume: %s", err);
