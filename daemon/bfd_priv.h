@@ -166,6 +166,9 @@ typedef struct bfd {
     /* jobs marked for removal are left (req_prune.c removes a chunk per
      * round); free pages of the store are left to give back */
     int pruning, shrinking;
+    /* pending trials of cancelled jobs are left to move to CANCELLED
+     * (req_control.c moves a chunk per round) */
+    int cancelling;
 } bfd;
 
 #define UNSENT_LOG_EVERY 10.0

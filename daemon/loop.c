@@ -370,7 +370,8 @@ static int run_round(bfd *d, char *err, size_t errlen) {
     int n_items = d->zap ? 6 : 5;
     /* dirty: a scheduling pass stopped with more to start: no wait */
     int p =
-        zmq_poll(items, n_items, d->dirty || d->backlog || d->pruning || d->shrinking ? 0 : 200);
+        zmq_poll(items, n_items,
+                 d->dirty || d->backlog || d->pruning || d->shrinking || d->cancelling ? 0 : 200);
     if (p < 0 && zmq_errno() != EINTR)
         return bf_fail(err, errlen, "zmq_poll: %s", zmq_strerror(zmq_errno()));
     if (items[2].revents & ZMQ_POLLIN) {
@@ -394,6 +395,7 @@ static int run_round(bfd *d, char *err, size_t errlen) {
     prom_update(d);
     if (d->dirty || now_s() - d->last_sched > 5) schedule(d);
     if (d->pruning || d->shrinking) prune_tick(d);
+    if (d->cancelling) cancel_tick(d);
     return 0;
 }
 
@@ -475,6 +477,7 @@ int bfd_run(const bfd_opts *o, const bfd_config *c, char *err, size_t errlen) {
         close_daemon(d);
         return -1;
     }
+    d->cancelling = 1; /* a cancel a restart cut short: cancel_tick finds what is left */
     char terr[1024];
     if (exp_tb_recover(d->tb, d->st, now_s(), terr, sizeof terr)) bfd_log("tensorboard: %s", terr);
     if (start_exporters(d, err, errlen)) {

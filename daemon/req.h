@@ -58,6 +58,11 @@ void req_rungs(bfd *d, void *s, proto_msg *m);
 void req_cancel(bfd *d, void *s, proto_msg *m);
 void req_stop(bfd *d, void *s, proto_msg *m);
 void req_resume(bfd *d, void *s, proto_msg *m);
+/* Moves a chunk of the pending trials of cancelled jobs to CANCELLED, one
+ * short transaction a loop round; clears d->cancelling when none is left.
+ * bfd sets d->cancelling at its start, so a cancel cut short by a restart
+ * is finished (the store says what is left). */
+void cancel_tick(bfd *d);
 
 /* req_edit.c: edits of a running sweep (its max_parallel). */
 void req_edit(bfd *d, void *s, proto_msg *m);

@@ -1,6 +1,8 @@
 /* req_control.c — the requests that change what runs: cancel (a job's
  * trials or one trial: CANCELLED in the store, then SIGTERM to the live
- * attempts and SIGKILL after the grace), stop (a running trial checkpoints
+ * attempts and SIGKILL after the grace; a job is closed at once and its
+ * pending trials move to CANCELLED a chunk per loop round, cancel_tick, so
+ * a 100,000-trial job never stalls the loop), stop (a running trial checkpoints
  * and exits; it can be resumed) and resume (a STOPPED trial goes PENDING
  * and continues from its checkpoint). The state changes go through the
  * store first; the run table's processes are signalled after. */
@@ -8,6 +10,8 @@
 
 #include <signal.h>
 #include <stdio.h>
+
+#define CANCEL_TRIALS_PER_ROUND 200 /* pending trials moved to CANCELLED per loop round */
 
 /* The state, job and attempts of trial id: 0, or nonzero after a reply. */
 static int get_trial_state(bfd *d, void *s, proto_msg *m, long long id, trial_state *st,
@@ -51,6 +55,7 @@ void req_cancel(bfd *d, void *s, proto_msg *m) {
                 terminate_run(d, &d->runs[i]);
             }
         publish_event(d, job, 0, "CANCELLED", 0, "job cancelled");
+        d->cancelling = 1; /* its pending trials: a chunk per round */
     } else {
         trial_state st;
         int64_t tj;
@@ -76,6 +81,18 @@ void req_cancel(bfd *d, void *s, proto_msg *m) {
     reply(d, s, m, "cancelled", b);
     json_decref(b);
     d->dirty = 1;
+}
+
+void cancel_tick(bfd *d) {
+    char err[1024];
+    int64_t job;
+    int n, more;
+    if (store_cancel_step(d->st, CANCEL_TRIALS_PER_ROUND, &job, &n, &more, err, sizeof err)) {
+        bfd_log("cancelling pending trials: %s", err);
+        return; /* tried again next round */
+    }
+    if (job && !more) bfd_log("job %lld: every pending trial cancelled", (long long)job);
+    d->cancelling = more;
 }
 
 void req_stop(bfd *d, void *s, proto_msg *m) {
@@ -111,6 +128,16 @@ void req_resume(bfd *d, void *s, proto_msg *m) {
     if (st != TRIAL_STOPPED) {
         reply_err(d, s, m, PROTO_E_STATE, "resume: trial %lld is %s; only a STOPPED trial resumes",
                   id, store_state_name(st));
+        return;
+    }
+    /* a cancelled job starts no trial again: a resumed one would wait for ever */
+    store_job j;
+    if (get_job(d, s, m, job, &j)) return;
+    if (j.closed) {
+        reply_err(d, s, m, PROTO_E_STATE,
+                  "resume: trial %lld belongs to job %lld, which is cancelled; clone it instead "
+                  "(bfctl clone t%lld)",
+                  id, (long long)job, id);
         return;
     }
     const char *why = "resumed by request (continues from its checkpoint)";

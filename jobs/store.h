@@ -105,8 +105,19 @@ int store_trial_preempt(store *s, int64_t trial_id, const char *message, char *e
  * retries are measured against attempts - preemptions. */
 int store_trial_fail(store *s, int64_t trial_id, const char *message, int *requeued, char *err,
                      size_t errlen);
-/* Cancels every PENDING or RUNNING trial of a job; *n_cancelled counts them. */
+/* Cancels a job in one short transaction: closes it (from then on no trial
+ * of it starts: store_next_runnable skips it) and moves its RUNNING trials
+ * to CANCELLED; its PENDING trials are left for store_cancel_step, so a
+ * 100,000-trial job does not hold the write lock for seconds. *n_cancelled
+ * counts the running and pending trials the cancel ends. */
 int store_job_cancel(store *s, int64_t job_id, int *n_cancelled, char *err, size_t errlen);
+/* Moves up to max_trials PENDING trials of a closed job (the oldest such
+ * job) to CANCELLED in one short transaction. *job is that job (0 when no
+ * closed job has a pending trial), *n_cancelled how many moved, *more
+ * nonzero when pending trials of closed jobs are left. The work left is
+ * read from the store, so it survives a restart. */
+int store_cancel_step(store *s, int max_trials, int64_t *job, int *n_cancelled, int *more,
+                      char *err, size_t errlen);
 
 typedef struct store_metric {
     int64_t seq;  /* per-trial sequence number from the worker */
@@ -132,7 +143,7 @@ int store_metrics_insert(store *s, int64_t trial_id, const store_metric *pts, si
 int store_metrics_insert_many(store *s, const int64_t *trial_ids, const store_metric *pts, size_t n,
                               char *err, size_t errlen);
 
-/* Up to `limit` PENDING trials, by job priority (high first), then job
+/* Up to `limit` PENDING trials of open (not cancelled) jobs, by job priority (high first), then job
  * submit order, then trial index. *out is malloc'd (store_trials_free). */
 int store_next_runnable(store *s, int limit, store_trial **out, size_t *n, char *err,
                         size_t errlen);

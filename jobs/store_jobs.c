@@ -205,49 +205,98 @@ int store_job_cancel(store *s, int64_t job_id, int *n_cancelled, char *err, size
     *n_cancelled = 0;
     if (store_begin(s, err, errlen) < 0) return -1;
     sqlite3_stmt *st;
-    if (store_prepare(
-            s,
-            "SELECT id FROM trials WHERE job = ?1 AND state IN ('PENDING', 'RUNNING') ORDER BY idx",
-            &st, err, errlen) < 0) {
-        store_rollback(s);
-        return -1;
-    }
+    /* the running trials now (a few: they hold workers); the pending ones
+     * are counted, left to store_cancel_step */
+    if (store_prepare(s, "SELECT id FROM trials WHERE job = ?1 AND state = 'RUNNING' ORDER BY idx",
+                      &st, err, errlen) < 0)
+        goto fail;
     sqlite3_bind_int64(st, 1, job_id);
     int64_t *ids = NULL;
     size_t n = 0;
-    int rc;
-    if (store_collect_column(s, st, &ids, NULL, &n, "store_job_cancel: SELECT trials", err,
-                             errlen)) {
-        store_rollback(s);
-        return -1;
-    }
-    if (store_prepare(s, "UPDATE jobs SET closed = 1 WHERE id = ?1", &st, err, errlen) < 0) {
-        free(ids);
-        store_rollback(s);
-        return -1;
-    }
+    if (store_collect_column(s, st, &ids, NULL, &n, "store_job_cancel: SELECT trials", err, errlen))
+        goto fail;
+    long long pending = 0;
+    if (store_prepare(s, "UPDATE jobs SET closed = 1 WHERE id = ?1", &st, err, errlen) < 0)
+        goto fail_ids;
     sqlite3_bind_int64(st, 1, job_id);
-    rc = sqlite3_step(st);
+    if (store_step_done(s, st, "sqlite3_step(UPDATE jobs SET closed)", err, errlen) < 0)
+        goto fail_ids;
+    for (size_t i = 0; i < n; i++)
+        if (store_transition(s, ids[i], TRIAL_CANCELLED, "job cancelled", 0, err, errlen) < 0)
+            goto fail_ids;
+    free(ids);
+    if (store_prepare(s, "SELECT COUNT(*) FROM trials WHERE state = 'PENDING' AND job = ?1", &st,
+                      err, errlen) < 0)
+        goto fail;
+    sqlite3_bind_int64(st, 1, job_id);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) pending = sqlite3_column_int64(st, 0);
+    store_done(s, st);
+    if (rc != SQLITE_ROW) {
+        store_sqlfail(s, err, errlen, "sqlite3_step(SELECT COUNT pending)");
+        goto fail;
+    }
+    if (store_commit(s, err, errlen) < 0) goto fail;
+    *n_cancelled = (int)(n + (size_t)pending);
+    return 0;
+fail_ids:
+    free(ids);
+fail:
+    store_rollback(s);
+    return -1;
+}
+
+int store_cancel_step(store *s, int max_trials, int64_t *job, int *n_cancelled, int *more,
+                      char *err, size_t errlen) {
+    *job = 0;
+    *n_cancelled = 0;
+    *more = 0;
+    if (store_begin(s, err, errlen) < 0) return -1;
+    sqlite3_stmt *st;
+    /* the oldest closed job with a pending trial: one index probe a job */
+    if (store_prepare(s,
+                      "SELECT id FROM jobs WHERE closed AND EXISTS (SELECT 1 FROM trials"
+                      " WHERE state = 'PENDING' AND job = jobs.id) ORDER BY id LIMIT 2",
+                      &st, err, errlen) < 0)
+        goto fail;
+    int rc;
+    int jobs = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        if (jobs++ == 0) *job = sqlite3_column_int64(st, 0);
     store_done(s, st);
     if (rc != SQLITE_DONE) {
-        store_sqlfail(s, err, errlen, "sqlite3_step(UPDATE jobs SET closed)");
-        free(ids);
-        store_rollback(s);
-        return -1;
+        store_sqlfail(s, err, errlen, "sqlite3_step(SELECT jobs to cancel)");
+        goto fail;
     }
-    for (size_t i = 0; i < n; i++)
+    if (!*job) return store_commit(s, err, errlen);
+    if (store_prepare(s,
+                      "SELECT id FROM trials WHERE state = 'PENDING' AND job = ?1 ORDER BY idx"
+                      " LIMIT ?2",
+                      &st, err, errlen) < 0)
+        goto fail;
+    sqlite3_bind_int64(st, 1, *job);
+    sqlite3_bind_int(st, 2, (max_trials > 0 ? max_trials : 1) + 1); /* one more: any left? */
+    int64_t *ids = NULL;
+    size_t n = 0;
+    if (store_collect_column(s, st, &ids, NULL, &n, "store_cancel_step: SELECT trials", err,
+                             errlen))
+        goto fail;
+    size_t take = n > (size_t)(max_trials > 0 ? max_trials : 1) ? n - 1 : n;
+    for (size_t i = 0; i < take; i++)
         if (store_transition(s, ids[i], TRIAL_CANCELLED, "job cancelled", 0, err, errlen) < 0) {
             free(ids);
-            store_rollback(s);
-            return -1;
+            goto fail;
         }
     free(ids);
-    if (store_commit(s, err, errlen) < 0) {
-        store_rollback(s);
-        return -1;
-    }
-    *n_cancelled = (int)n;
+    if (store_commit(s, err, errlen) < 0) goto fail;
+    *n_cancelled = (int)take;
+    *more = take < n || jobs > 1;
     return 0;
+fail:
+    store_rollback(s);
+    *job = 0;
+    *n_cancelled = 0;
+    return -1;
 }
 
 /* ------------------------------------------------------------------ reads */

@@ -369,7 +369,7 @@ int store_next_runnable(store *s, int limit, store_trial **out, size_t *n, char 
     sqlite3_stmt *st;
     if (store_prepare(s,
                       "SELECT " TRIAL_COLS " FROM trials t JOIN jobs j ON j.id = t.job"
-                      " WHERE t.state = 'PENDING' AND j.hidden = 0"
+                      " WHERE t.state = 'PENDING' AND j.hidden = 0 AND j.closed = 0"
                       " ORDER BY j.priority DESC, j.submitted, j.id, t.idx LIMIT ?1",
                       &st, err, errlen) < 0)
         return -1;

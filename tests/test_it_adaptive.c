@@ -147,6 +147,15 @@ Test(adaptive, asha_stops_bad_trials_at_first_rung_and_resume_continues) {
     char *text = it_slurp(log, &len);
     cr_assert(text && strstr(text, "resume: continuing from step"), "no resume in %s", log);
     free(text);
+    /* a cancelled job starts no trial again: its stopped trial is not resumed */
+    char args[64];
+    snprintf(args, sizeof args, "cancel %lld", job);
+    cr_assert_eq(it_bfctl(g_dir, NULL, 0, args), 0);
+    cr_assert_neq(it_bfctl(g_dir, NULL, 0, "resume t3"), 0, "t3's job is cancelled");
+    text = it_slurp(tmpdir_path(g_dir, "bfctl.err"), &len);
+    cr_assert(text && strstr(text, "cancelled"), "%s", text ? text : "no bfctl.err");
+    free(text);
+    cr_assert_str_eq(state(3), "STOPPED");
 }
 
 /* Hyperband R 360, r_min 40, eta 3: brackets s = 2 (rungs 40, 120), 1 (120)

@@ -3,8 +3,9 @@
  * --dry-run` lists what it would remove and removes nothing; `bfctl gc`
  * removes the rows (trials, points, attempts, events) and the files (trial
  * folders, logs, TensorBoard folder); `bfctl show` of a job bigger than one page of the `job`
- * reply pages through it whole; and a trial log that is a FIFO gets an
- * error instead of blocking bfd's loop in open(). */
+ * reply pages through it whole; a trial log that is a FIFO gets an
+ * error instead of blocking bfd's loop in open(); and while a 20,000-trial
+ * job is being cancelled (a chunk per round) bfd answers `daemon status`. */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <signal.h>
@@ -110,10 +111,10 @@ Test(prune, rm_refuses_a_running_job_and_gc_dry_run_then_removes) {
     cr_assert_str_eq(out, "[]\n", "%s", out);
 }
 
-Test(prune, show_pages_through_a_job_bigger_than_one_reply) {
-    /* 2500 trials: five pages (500 each) of the `job` reply */
-    char p[512];
-    snprintf(p, sizeof p, "%s/big.yaml", g_dir);
+/* A sweep file of n trials (one per seed) in the test folder; its path
+ * into p. */
+static void write_big(char *p, size_t plen, int n) {
+    snprintf(p, plen, "%s/big.yaml", g_dir);
     FILE *f = fopen(p, "w");
     cr_assert(f);
     fprintf(f,
@@ -123,9 +124,15 @@ Test(prune, show_pages_through_a_job_bigger_than_one_reply) {
             "train: {steps: 10, batch: 8, log_every: 5}\n"
             "sweep:\n  parameters:\n    train.seed: {values: [",
             g_dir, g_dir);
-    for (int i = 1; i <= 2500; i++) fprintf(f, "%s%d", i > 1 ? ", " : "", i);
+    for (int i = 1; i <= n; i++) fprintf(f, "%s%d", i > 1 ? ", " : "", i);
     fprintf(f, "]}\nmetric: {name: train/loss, goal: min}\n");
     fclose(f);
+}
+
+Test(prune, show_pages_through_a_job_bigger_than_one_reply) {
+    /* 2500 trials: five pages (500 each) of the `job` reply */
+    char p[512];
+    write_big(p, sizeof p, 2500);
     long long job = it_submit(g_dir, p);
     char args[64];
     snprintf(args, sizeof args, "cancel %lld", job);
@@ -162,4 +169,26 @@ Test(prune, a_fifo_for_a_log_gets_an_error_not_a_stuck_loop) {
     cr_assert(err && strstr(err, "FIFO"), "%s", err ? err : "no bfctl.err");
     free(err);
     cr_assert_eq(ctl(out, sizeof out, "daemon status"), 0, "bfd's loop still answers");
+}
+
+Test(prune, status_is_answered_while_a_big_cancel_goes_on) {
+    char p[512], args[64], out[8192];
+    write_big(p, sizeof p, 20000);
+    long long job = it_submit(g_dir, p);
+    snprintf(args, sizeof args, "cancel %lld", job);
+    cr_assert_eq(ctl(NULL, 0, args), 0);
+    /* the cancel is answered at once and so is the next request, while
+     * pending trials of the job are still being moved (a chunk per round) */
+    cr_assert_eq(ctl(out, sizeof out, "daemon status"), 0);
+    const char *at = strstr(out, "trials pending ");
+    long long pending = -1;
+    cr_assert(at && sscanf(at, "trials pending %lld", &pending) == 1, "%s", out);
+    cr_assert_gt(pending, 0, "status answered only after the whole cancel: %s", out);
+    /* wait returns when every trial is final: all of them cancelled */
+    snprintf(args, sizeof args, "wait %lld", job);
+    ctl(NULL, 0, args); /* exits nonzero: the job did not complete */
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM trials WHERE job = ?1 AND state = 'CANCELLED'", job),
+                 20000);
+    cr_assert_eq(ctl(out, sizeof out, "daemon status"), 0);
+    cr_assert(strstr(out, "trials pending 0,"), "%s", out);
 }

@@ -325,8 +325,76 @@ Test(store, legal_transitions_and_attempts) {
     cr_assert_eq(store_job_cancel(s, job, &nc, err, sizeof err), 0, "%s", err);
     cr_assert_eq(nc, 1);
     long long pending;
+    int64_t cj;
+    int more;
+    cr_assert_eq(store_cancel_step(s, 100, &cj, &nc, &more, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(cj, job);
+    cr_assert_eq(nc, 1);
+    cr_assert_eq(more, 0);
     store_count_trials(s, job, TRIAL_PENDING, &pending, err, sizeof err);
     cr_assert_eq(pending, 0);
+    store_close(&s);
+}
+
+/* The count of a job's trials in state st. */
+static long long count_in(store *s, int64_t job, trial_state st) {
+    long long n = -1;
+    char err[512];
+    cr_assert_eq(store_count_trials(s, job, st, &n, err, sizeof err), 0, "%s", err);
+    return n;
+}
+
+Test(store, a_big_cancel_proceeds_in_chunks_across_a_reopen) {
+    /* 1,000 trials: one running, the rest pending */
+    static char text[8192];
+    size_t w = (size_t)snprintf(text, sizeof text,
+                                "name: many\nsweep:\n  parameters:\n"
+                                "    train.seed: {values: [");
+    for (int i = 1; i <= 1000; i++)
+        w += (size_t)snprintf(text + w, sizeof text - w, "%s%d", i > 1 ? ", " : "", i);
+    snprintf(text + w, sizeof text - w, "]}\n");
+    store *s = open_store("c.db");
+    int64_t job = submit(s, text), other = submit(s, SIX);
+    char err[512];
+    int64_t first = trial_id(s, job, 0);
+    cr_assert_eq(store_trial_transition(s, first, TRIAL_RUNNING, "rank 0", err, sizeof err), 0,
+                 "%s", err);
+    int n, more;
+    int64_t cj;
+    cr_assert_eq(store_job_cancel(s, job, &n, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(n, 1000);
+    /* at once: the running trial is cancelled, the job is closed (none of
+     * its pending trials is runnable), the pending ones wait for the steps */
+    cr_assert_eq(state_of(s, first, NULL), TRIAL_CANCELLED);
+    cr_assert_eq(count_in(s, job, TRIAL_PENDING), 999);
+    store_trial *rt;
+    size_t nr;
+    cr_assert_eq(store_next_runnable(s, 2000, &rt, &nr, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(nr, 6);
+    for (size_t i = 0; i < nr; i++) cr_assert_eq(rt[i].job_id, other);
+    store_trials_free(rt, nr);
+    cr_assert_eq(store_cancel_step(s, 100, &cj, &n, &more, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(cj, job);
+    cr_assert_eq(n, 100);
+    cr_assert(more);
+    cr_assert_eq(count_in(s, job, TRIAL_PENDING), 899);
+    /* a restart mid-way: what is left is read from the store */
+    store_close(&s);
+    s = open_store("c.db");
+    int chunks = 0;
+    do {
+        cr_assert_eq(store_cancel_step(s, 100, &cj, &n, &more, err, sizeof err), 0, "%s", err);
+        cr_assert_eq(cj, job);
+        cr_assert(n > 0 && n <= 100);
+        chunks++;
+    } while (more);
+    cr_assert_eq(chunks, 9);
+    cr_assert_eq(count_in(s, job, TRIAL_PENDING), 0);
+    cr_assert_eq(count_in(s, job, TRIAL_CANCELLED), 1000);
+    cr_assert_eq(count_in(s, other, TRIAL_PENDING), 6);
+    cr_assert_eq(store_cancel_step(s, 100, &cj, &n, &more, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(cj, 0);
+    cr_assert_eq(n, 0);
     store_close(&s);
 }
 
