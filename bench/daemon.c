@@ -1038,28 +1038,7 @@ int main(int argc, char **argv) {
     if (u.err[0]) die("subscriber: %s", u.err);
 
     /* stored exactly once: count the rows in bfd's database */
-    long long rows = -1;
-    {
-        char db[700];
-        snprintf(db, sizeof db, "%s/bf.db", home);
-        struct stat sb;
-        if (stat(db, &sb) != 0) snprintf(db, sizeof db, "%s/store.db", home);
-        sqlite3 *h = NULL;
-        sqlite3_stmt *st = NULL;
-        if (sqlite3_open_v2(db, &h, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
-            sqlite3_busy_timeout(h, 5000) == SQLITE_OK &&
-            sqlite3_prepare_v2(h,
-                               "SELECT count(*) FROM metrics WHERE trial IN "
-                               "(SELECT id FROM trials WHERE job = ?)",
-                               -1, &st, NULL) == SQLITE_OK &&
-            sqlite3_bind_int64(st, 1, job) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-            rows = sqlite3_column_int64(st, 0);
-        else
-            fprintf(stderr, "bench_daemon: could not count stored rows in %s: %s\n", db,
-                    h ? sqlite3_errmsg(h) : "sqlite3_open_v2 failed");
-        sqlite3_finalize(st);
-        sqlite3_close(h);
-    }
+    long long rows = stored_rows(home, job);
     long long want_rows = ((long long)total + o.lat_points) * o.values;
 
     /* stop: cancel the fake workers, then bfd */
