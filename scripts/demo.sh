@@ -72,6 +72,11 @@ fi
 "$bin/bfctl" daemon status >&2
 
 job=$("$bin/bfctl" submit "$sweep")
+# the same job in a browser, live (bfd serves it on loopback unless
+# bfd.yaml says http: off; the URL carries the access token once)
+if url=$("$bin/bfctl" dashboard 2>/dev/null); then
+    say "watch it in a browser: $url#/job/$job"
+fi
 say "following job $job live (bfctl tail $job -f); Ctrl-C cancels it"
 "$bin/bfctl" tail "$job" -f
 status=0
