@@ -265,7 +265,12 @@ async function stageGraph(id) {
   if (!g.stages.length) { box.append(el("p", {class: "muted"}, "This job's pipeline runs no shared stages (S2S does).")); return box; }
   const W = 180, H = 58, GX = 36, GY = 18, cols = [], pos = new Map();
   for (const s of g.stages) (cols[s.stage] = cols[s.stage] || []).push(s);
-  cols.forEach((c, x) => c.forEach((s, y) => pos.set(s.key, {x: 10 + x * (W + GX), y: 10 + y * (H + GY)})));
+  /* each column in its parents' order (a stable sort), so edges do not cross needlessly */
+  const row = new Map();
+  cols.forEach((c, x) => {
+    c.sort((a, b) => (row.get(a.parent) ?? 0) - (row.get(b.parent) ?? 0));
+    c.forEach((s, y) => { row.set(s.key, y); pos.set(s.key, {x: 10 + x * (W + GX), y: 10 + y * (H + GY)}); });
+  });
   const width = 20 + cols.length * (W + GX), height = 20 + Math.max(...cols.map(c => c ? c.length : 0)) * (H + GY);
   const pic = svg("svg", {class: "stages", width: width, height: height});
   for (const s of g.stages) {
