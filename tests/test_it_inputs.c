@@ -62,6 +62,25 @@ static void write_text(const char *name, const char *text) {
     fclose(f);
 }
 
+/* Writes a tiny image set and s2s.yaml: a 2-layer S2S run on it, with the
+ * A-ViT stage's keys from avit (the inside of its flow mapping). */
+static void write_s2s(const char *avit) {
+    write_set("train", 60, 1, 0);
+    write_set("test", 12, 2, 0);
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg,
+             "pipeline: s2s\ndevice: cpu\n"
+             "data: {train_images: %s/train-images, train_labels: %s/train-labels,\n"
+             "       test_images: %s/test-images, test_labels: %s/test-labels, val_fraction: "
+             "0.2}\n"
+             "model: {patch: 4, layers: 2, d_model: 16, heads: 2}\n"
+             "train: {steps: 3, batch: 8, lr: 3.0e-3, warmup: 1, eval_every: 0, log_every: 1}\n"
+             "avit: {%s}\n"
+             "distill: {mixer: bimamba, replace_layers: [1], stage1_steps: 2, stage2_steps: 2}\n",
+             dir, dir, dir, dir, avit);
+    write_text("s2s.yaml", cfg);
+}
+
 /* ---- a folder's files, byte for byte ---- */
 
 typedef struct snapshot {
@@ -325,20 +344,7 @@ Test(inputs, a_run_that_fails_before_its_first_point_leaves_no_run) {
     cr_expect_eq(run(TRAIN "--out old"), 0, "an empty run counted:\n%s", out);
     /* s2s: a stage whose parents are not done fails, and leaves nothing that
      * refuses the next run into the folder */
-    write_set("train", 60, 1, 0);
-    write_set("test", 12, 2, 0);
-    char cfg[1024];
-    snprintf(cfg, sizeof cfg,
-             "pipeline: s2s\ndevice: cpu\n"
-             "data: {train_images: %s/train-images, train_labels: %s/train-labels,\n"
-             "       test_images: %s/test-images, test_labels: %s/test-labels, val_fraction: "
-             "0.2}\n"
-             "model: {patch: 4, layers: 2, d_model: 16, heads: 2}\n"
-             "train: {steps: 3, batch: 8, lr: 3.0e-3, warmup: 1, eval_every: 0, log_every: 1}\n"
-             "avit: {retention: 0.7, steps: 3, tolerance: 0.5}\n"
-             "distill: {mixer: bimamba, replace_layers: [1], stage1_steps: 2, stage2_steps: 2}\n",
-             dir, dir, dir, dir);
-    write_text("s2s.yaml", cfg);
+    write_s2s("retention: 0.7, steps: 3, tolerance: 0.5");
     int rc = run(BF_BIN_DIR "/bfworker train s2s.yaml --quiet --out s --stage distill");
     cr_expect_eq(rc, 1, "%s", out);
     cr_expect(strstr(out, "needs stage"), "%s", out);
@@ -597,20 +603,7 @@ Test(inputs, quiet_still_prints_the_result) {
  * by its own length, avit.steps (it used to say train.steps, the
  * teacher's). */
 Test(inputs, s2s_avit_stage_advice_names_avit_steps) {
-    write_set("train", 60, 1, 0);
-    write_set("test", 12, 2, 0);
-    char cfg[1024];
-    snprintf(cfg, sizeof cfg,
-             "pipeline: s2s\ndevice: cpu\n"
-             "data: {train_images: %s/train-images, train_labels: %s/train-labels,\n"
-             "       test_images: %s/test-images, test_labels: %s/test-labels, val_fraction: "
-             "0.2}\n"
-             "model: {patch: 4, layers: 2, d_model: 16, heads: 2}\n"
-             "train: {steps: 3, batch: 8, lr: 3.0e-3, warmup: 1, eval_every: 0, log_every: 1}\n"
-             "avit: {retention: 0.55, steps: 2, tolerance: 0.01}\n"
-             "distill: {mixer: bimamba, replace_layers: [1], stage1_steps: 2, stage2_steps: 2}\n",
-             dir, dir, dir, dir);
-    write_text("s2s.yaml", cfg);
+    write_s2s("retention: 0.55, steps: 2, tolerance: 0.01");
     int rc = run(BF_BIN_DIR "/bfworker train s2s.yaml --quiet --out s");
     cr_assert_neq(rc, 0, "2 steps reached retention 0.55 within 0.01:\n%s", out);
     cr_assert(strstr(out, "or train longer (avit.steps, this stage's length)"), "%s", out);
