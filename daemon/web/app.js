@@ -449,20 +449,26 @@ async function showCluster(main) {
 
 /* ----------------------------------------------------------------- route */
 
+let routes = 0; /* route() calls so far: only the latest one's view is shown */
+
 async function route() {
+  const mine = ++routes;
   if (view) { view(); view = null; }
-  const main = document.getElementById("main");
   const parts = location.hash.replace(/^#\/?/, "").split("/");
   const fresh = el("main", {id: "main"});
+  let v = null;
   try {
-    if (parts[0] === "job" && parts[1]) view = await showJob(fresh, Number(parts[1]));
-    else if (parts[0] === "trial" && parts[1]) view = await showTrial(fresh, Number(parts[1]));
-    else if (parts[0] === "cluster") view = await showCluster(fresh);
-    else view = await showJobs(fresh);
+    if (parts[0] === "job" && parts[1]) v = await showJob(fresh, Number(parts[1]));
+    else if (parts[0] === "trial" && parts[1]) v = await showTrial(fresh, Number(parts[1]));
+    else if (parts[0] === "cluster") v = await showCluster(fresh);
+    else v = await showJobs(fresh);
   } catch (e) {
     fresh.append(el("p", {class: "error"}, e.message));
   }
-  main.replaceWith(fresh);
+  /* a later route (the address changed while this one loaded) wins */
+  if (mine !== routes) { if (v) v(); return; }
+  view = v;
+  document.getElementById("main").replaceWith(fresh);
   document.body.setAttribute("data-view", parts[0] || "jobs");
 }
 
