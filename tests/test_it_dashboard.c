@@ -7,7 +7,8 @@
  * a curve growing without a reload, the pandas example of docs/http.md,
  * grid values added and pending trials dropped from the page, the S2S
  * stage graph, a trial's checkpoint links, a stream resumed by
- * Last-Event-ID without a gap, cancel from the page; screenshots of each
+ * Last-Event-ID without a gap, cancel from the page, the Pareto page of a
+ * finished three-objective sweep against bfctl results; screenshots of each
  * page into Testing/dashboard/.
  * Also: HTTPS with a self-signed certificate (curl; plain HTTP refused)
  * and what a bad certificate or key says; bfd refuses a non-loopback
@@ -87,13 +88,40 @@ static const char *write_s2s(const char *dir) {
     return p;
 }
 
+/* dir/pareto.yaml: six short trials (three budget ranges, two seeds) of
+ * three objectives, for the Pareto page. */
+static const char *write_pareto(const char *dir) {
+    static char p[512];
+    char text[2048];
+    snprintf(p, sizeof p, "%s/pareto.yaml", dir);
+    snprintf(text, sizeof text,
+             "name: front\npipeline: budgetformer\ndevice: cpu\n"
+             "data: {train: %s/train.tsv, val: %s/val.tsv}\n"
+             "model: {layers: 1, d_model: 32, heads: 4, seq_len: 16, vocab: 256}\n"
+             "train: {steps: 40, batch: 8, log_every: 5, eval_every: 100000, "
+             "checkpoint_every: 100}\n"
+             "sweep:\n  parameters:\n"
+             "    budget.range: {values: [[0.1, 0.3], [0.3, 0.6], [0.6, 1.0]]}\n"
+             "    train.seed: {values: [1, 2]}\n"
+             "metric:\n  - {name: train/loss, goal: min}\n"
+             "  - {name: train/heads_used, goal: min}\n  - {name: train/acc, goal: max}\n",
+             dir, dir);
+    it_write_text(p, text, 0644);
+    return p;
+}
+
 Test(dashboard, browser_sees_and_steers_a_running_sweep) {
     int port = free_port(NULL);
     char y[256];
     snprintf(y, sizeof y, "slots: 3\nthreads_per_slot: 1\nhttp: 127.0.0.1:%d\n", port);
     it_write_text(tmpdir_path(g_home, "bfd.yaml"), y, 0644);
     g_bfd = it_bfd_start(g_dir, g_home);
-    /* first an S2S sweep whose second trial waits on the first's teacher
+    /* a finished sweep of three objectives, for the Pareto page */
+    long long pareto = it_submit(g_dir, write_pareto(g_dir));
+    char args[64];
+    snprintf(args, sizeof args, "wait %lld", pareto);
+    cr_assert_eq(it_bfctl(g_dir, NULL, 0, args), 0, "the Pareto sweep did not complete");
+    /* then an S2S sweep whose second trial waits on the first's teacher
      * (one slot), for the stage graph */
     it_idx_write(g_dir, "train", 240, 1, 0);
     it_idx_write(g_dir, "test", 60, 2, 0);
@@ -114,9 +142,9 @@ Test(dashboard, browser_sees_and_steers_a_running_sweep) {
     snprintf(logp, sizeof logp, "%s/py.log", g_dir);
     snprintf(cmd, sizeof cmd,
              "BF_HOME=%s %s %s/tests/test_it_dashboard.py %s %s %s %lld %s/Testing/dashboard "
-             "%s/docs/http.md %lld > %s 2>&1",
+             "%s/docs/http.md %lld %lld > %s 2>&1",
              g_home, PYTHON, BF_SOURCE_DIR, url, g_home, IT_BFCTL, job, BF_BIN_DIR, BF_SOURCE_DIR,
-             s2s, logp);
+             s2s, pareto, logp);
     int st = system(cmd);
     it_show_tail(logp, 4000);
     int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
