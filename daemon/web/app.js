@@ -295,11 +295,11 @@ async function paretoView(job, byId) {
     const x = spread(pts.map(p => p[X]), [0, W - m.l - m.r]), y = spread(pts.map(p => p[Y]), [H - m.t - m.b, 0]);
     const svg = d3.select(plot).append("svg").attr("class", "pareto").attr("width", W).attr("height", H)
       .append("g").attr("transform", "translate(" + m.l + "," + m.t + ")");
-    const label = n => n + " (" + (goal.get(n) === "max" ? "max: better up/right" : "min: better down/left") + ")";
+    const label = (n, up, down) => n + " (" + goal.get(n) + ", better " + (goal.get(n) === "max" ? up : down) + ")";
     svg.append("g").attr("class", "axis").attr("transform", "translate(0," + (H - m.t - m.b) + ")").call(d3.svg.axis().scale(x).orient("bottom").ticks(8));
     svg.append("g").attr("class", "axis").call(d3.svg.axis().scale(y).orient("left").ticks(8));
-    svg.append("text").attr("x", (W - m.l - m.r) / 2).attr("y", H - m.t - 12).attr("text-anchor", "middle").text(label(xs.value));
-    svg.append("text").attr("transform", "rotate(-90)").attr("x", -(H - m.t - m.b) / 2).attr("y", -m.l + 16).attr("text-anchor", "middle").text(label(ys.value));
+    svg.append("text").attr("x", (W - m.l - m.r) / 2).attr("y", H - m.t - 12).attr("text-anchor", "middle").text(label(xs.value, "\u2192", "\u2190"));
+    svg.append("text").attr("transform", "rotate(-90)").attr("x", -(H - m.t - m.b) / 2).attr("y", -m.l + 16).attr("text-anchor", "middle").text(label(ys.value, "\u2191", "\u2193"));
     const front = pts.filter(p => p.pareto).sort((a, b) => a[X] - b[X] || a[Y] - b[Y]);
     svg.append("path").attr("class", "front-line").attr("d", d3.svg.line().x(p => x(p[X])).y(p => y(p[Y]))(front));
     const order = pts.filter(p => !p.pareto).concat(front); /* the front drawn on top */
