@@ -233,13 +233,13 @@ static int sh_out(const char *cmd, char *out, size_t len) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-/* bfd.yaml with http on port and the TLS keys (a line each, or none when
+/* bfd.yaml with http on addr and the TLS keys (a line each, or none when
  * NULL); then bfd started on it, which must fail: its log (a new string). */
-static char *bfd_refuses(int port, const char *cert, const char *key) {
+static char *bfd_refuses(const char *addr, const char *cert, const char *key) {
     char y[1024], logp[512];
-    snprintf(y, sizeof y, "slots: 1\nhttp: 127.0.0.1:%d\n%s%s%s%s%s%s", port,
-             cert ? "http_tls_cert: " : "", cert ? cert : "", cert ? "\n" : "",
-             key ? "http_tls_key: " : "", key ? key : "", key ? "\n" : "");
+    snprintf(y, sizeof y, "slots: 1\nhttp: %s\n%s%s%s%s%s%s", addr, cert ? "http_tls_cert: " : "",
+             cert ? cert : "", cert ? "\n" : "", key ? "http_tls_key: " : "", key ? key : "",
+             key ? "\n" : "");
     it_write_text(tmpdir_path(g_home, "bfd.yaml"), y, 0644);
     snprintf(logp, sizeof logp, "%s/refused.log", g_dir);
     char *argv[] = {IT_BFD, "--home", g_home, NULL};
@@ -253,8 +253,8 @@ static char *bfd_refuses(int port, const char *cert, const char *key) {
 /* HTTPS with a self-signed certificate made here (openssl): bfctl
  * dashboard prints an https URL, the API answers over TLS with the token
  * (401 without), the cookie is Secure, plain HTTP on the port gets no HTTP
- * answer; a missing certificate, a key alone, a file that is not PEM and a
- * key readable by others each stop bfd with a message naming the file. */
+ * answer, an address other than loopback is not refused; a missing certificate, a key alone, a file
+ * that is not PEM and a key readable by others each stop bfd with a message naming the file. */
 Test(dashboard, https_with_a_certificate_and_plain_http_refused) {
     char cmd[2048], out[8192], cert[512], key[512], junk[512];
     snprintf(cert, sizeof cert, "%s/cert.pem", g_dir);
@@ -301,25 +301,34 @@ Test(dashboard, https_with_a_certificate_and_plain_http_refused) {
     int rc = sh_out(cmd, out, sizeof out);
     cr_assert(rc != 0 && strstr(out, "000"), "plain http got rc %d: %s", rc, out);
     it_stop(&g_bfd, SIGTERM);
+    /* with TLS an address other than loopback passes the refusal: bfd goes
+     * on to bind 192.0.2.1 (TEST-NET-1, on no interface here), which fails */
+    char addr[64];
+    snprintf(addr, sizeof addr, "192.0.2.1:%d", port);
+    char *log = bfd_refuses(addr, cert, key);
+    cr_assert(strstr(log, "http: cannot listen on 192.0.2.1") && !strstr(log, "refusing"), "%s",
+              log);
+    free(log);
     /* what stops bfd, each said with the file */
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     snprintf(junk, sizeof junk, "%s/missing.pem", g_dir);
-    char *log = bfd_refuses(port, junk, key);
+    log = bfd_refuses(addr, junk, key);
     cr_assert(strstr(log, "http_tls_cert") && strstr(log, junk) && strstr(log, "not found"), "%s",
               log);
     free(log);
-    log = bfd_refuses(port, NULL, key);
+    log = bfd_refuses(addr, NULL, key);
     cr_assert(strstr(log, "give both http_tls_cert and http_tls_key") &&
                   strstr(log, "only http_tls_key is set"),
               "%s", log);
     free(log);
     snprintf(junk, sizeof junk, "%s/bfd.yaml", g_home);
-    log = bfd_refuses(port, junk, key);
+    log = bfd_refuses(addr, junk, key);
     cr_assert(strstr(log, junk) && strstr(log, "is not PEM text") &&
                   strstr(log, "-----BEGIN ...CERTIFICATE-----"),
               "%s", log);
     free(log);
     cr_assert_eq(chmod(key, 0644), 0);
-    log = bfd_refuses(port, cert, key);
+    log = bfd_refuses(addr, cert, key);
     cr_assert(strstr(log, "http_tls_key") && strstr(log, key) && strstr(log, "open to others"),
               "%s", log);
     free(log);
