@@ -32,9 +32,11 @@ typedef struct bfd_config {
     int tensorboard;      /* write $BF_HOME/tensorboard/ (default 1) */
     char prometheus[256]; /* HOST:PORT of /metrics ("": off, the default) */
     /* the dashboard and JSON API (daemon/http.h, docs/http.md) */
-    char http[256];    /* HOST:PORT ("": off; default 127.0.0.1:8265) */
-    int http_default;  /* http is the default, not asked for: a taken port only warns */
-    int http_insecure; /* serve a non-loopback address without TLS (default 0: refused) */
+    char http[256];           /* HOST:PORT ("": off; default 127.0.0.1:8265) */
+    int http_default;         /* http is the default, not asked for: a taken port only warns */
+    int http_insecure;        /* serve a non-loopback address without TLS (default 0: refused) */
+    char http_tls_cert[1024]; /* PEM certificate: serve HTTPS ("": plain HTTP) */
+    char http_tls_key[1024];  /* PEM private key of http_tls_cert */
 } bfd_config;
 
 /* Fills defaults, then reads path when it exists: a YAML mapping of the keys

@@ -127,6 +127,14 @@ static int set_program(const bfd_key *k, bfd_config *c, bfd_val *v, char *why, s
     return 0;
 }
 
+/* A file's path (read when it is used, where its content is checked). */
+static int set_file(const bfd_key *k, bfd_config *c, bfd_val *v, char *why, size_t n) {
+    if (!v->s || !*v->s || strlen(v->s) >= k->cap)
+        return bf_fail(why, n, "%s must be a file path (< %zu chars)", k->key, k->cap);
+    snprintf(FIELD(k, c, char), k->cap, "%s", v->s);
+    return 0;
+}
+
 /* slurm_bin: the folder of sbatch, srun, scontrol and scancel. */
 static int set_slurm_bin(const bfd_key *k, bfd_config *c, bfd_val *v, char *why, size_t n) {
     if (!v->s || !*v->s || strlen(v->s) > 500)
@@ -251,8 +259,12 @@ static const bfd_key bfd_keys[] = {
      "serve the dashboard, the JSON API and /metrics there, each request with the token of "
      "$BF_HOME/http.token (docs/http.md); a taken default port only warns"},
     {"http_insecure", set_bool, NONE, AT(http_insecure), "false", "true|false", NULL,
-     "allow http on an address other than loopback without TLS (bfd serves no TLS: put a TLS "
-     "proxy in front)"},
+     "allow http on an address other than loopback without TLS (behind a TLS proxy)"},
+    {"http_tls_cert", set_file, NONE, AT(http_tls_cert), NULL, "PATH", "none",
+     "serve the dashboard over HTTPS with this PEM certificate (chain); with http_tls_key, an "
+     "address other than loopback is allowed"},
+    {"http_tls_key", set_file, NONE, AT(http_tls_key), NULL, "PATH", "none",
+     "the PEM private key of http_tls_cert, unencrypted, not readable by others"},
 };
 
 #define N_KEYS (sizeof bfd_keys / sizeof *bfd_keys)

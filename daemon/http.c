@@ -5,6 +5,7 @@
  * or sockets. */
 #include "daemon/http.h"
 #include "common/errbuf.h"
+#include "common/input_path.h"
 #include "daemon/http_api.h"
 #include "daemon/http_assets.h"
 #include "protocol/proto.h"
@@ -16,6 +17,8 @@
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +49,10 @@ struct http {
     pthread_mutex_t loop_mu; /* one forwarded request at a time on dealer */
     long long next_req;
     volatile int stopping;
+    int tls;                  /* serving HTTPS */
+    char *tls_cert, *tls_key; /* the PEM text handed to libmicrohttpd (kept while it runs) */
+    atomic_int starting;      /* MHD_start_daemon runs: its messages go to mhd_err */
+    char mhd_err[512];        /* libmicrohttpd's last message while starting */
 };
 
 /* ------------------------------------------------------------------ token */
@@ -107,13 +114,13 @@ static int auth_of(const http *h, struct MHD_Connection *c) {
 /* Whether a POST comes from a page of this server: its Origin (else its
  * Referer) names the Host it was sent to. A client that sent the token in
  * an Authorization header and neither (curl, a notebook) is no page. */
-static int same_origin(struct MHD_Connection *c, int auth) {
+static int same_origin(struct MHD_Connection *c, int auth, int tls) {
     const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
     const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
     const char *ref = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Referer");
     if (!host) return 0;
     char want[300];
-    int n = snprintf(want, sizeof want, "http://%s", host);
+    int n = snprintf(want, sizeof want, "%s://%s", tls ? "https" : "http", host);
     if (n <= 0 || (size_t)n >= sizeof want) return 0;
     if (origin) return !strcmp(origin, want);
     if (ref) return !strncmp(ref, want, (size_t)n) && (ref[n] == '/' || !ref[n]);
@@ -500,7 +507,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     const char *api = !strncmp(url, "/api/v1/", 8) ? url + 8 : NULL;
     if (post) {
         if (!api) return send_error(c, 405, "POST only to /api/v1/ actions");
-        if (!same_origin(c, auth))
+        if (!same_origin(c, auth, h->tls))
             return send_error(c, 403,
                               "cross-origin POST refused: actions come from the dashboard's own "
                               "pages (Origin or Referer naming this Host) or with an "
@@ -526,7 +533,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (auth == AUTH_QUERY) {
         /* the token leaves the address bar for a cookie scripts cannot read */
         char cookie[160];
-        snprintf(cookie, sizeof cookie, COOKIE "=%s; Path=/; HttpOnly; SameSite=Strict", h->token);
+        snprintf(cookie, sizeof cookie, COOKIE "=%s; Path=/; HttpOnly; SameSite=Strict%s", h->token,
+                 h->tls ? "; Secure" : "");
         struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
         if (!r) return MHD_NO;
         MHD_add_response_header(r, "Set-Cookie", cookie);
@@ -562,8 +570,9 @@ static void on_done(void *cls, struct MHD_Connection *c, void **reqp,
 
 /* --------------------------------------------------------------- lifetime */
 
-/* addr as a loopback IPv4 address and port into sa: 0, or -1 with err. */
-static int parse_addr(const char *addr, int insecure, struct sockaddr_in *sa, char *err,
+/* addr as an IPv4 address and port into sa, one other than loopback only
+ * with TLS or insecure: 0, or -1 with err. */
+static int parse_addr(const char *addr, int tls, int insecure, struct sockaddr_in *sa, char *err,
                       size_t errlen) {
     char host[64];
     const char *colon = strrchr(addr, ':');
@@ -578,21 +587,108 @@ static int parse_addr(const char *addr, int insecure, struct sockaddr_in *sa, ch
     if (port < 1 || port > 65535 || inet_pton(AF_INET, host, &sa->sin_addr) != 1)
         return bf_fail(err, errlen, "http: '%s' is not IPV4:PORT", addr);
     int loopback = (ntohl(sa->sin_addr.s_addr) >> 24) == 127;
-    if (!loopback && !insecure)
+    if (!loopback && !tls && !insecure)
         return bf_fail(err, errlen,
                        "http: refusing to serve the dashboard on %s without TLS: its token and "
-                       "every page would cross the network in clear, and bfd serves no TLS. Bind "
-                       "127.0.0.1 and tunnel (ssh -L 8265:127.0.0.1:8265 HOST), or put a TLS "
-                       "proxy in front and set http_insecure: true in bfd.yaml",
+                       "every page would cross the network in clear. Give bfd.yaml "
+                       "http_tls_cert and http_tls_key (PEM files), bind 127.0.0.1 and tunnel "
+                       "(ssh -L 8265:127.0.0.1:8265 HOST), or put a TLS proxy in front and set "
+                       "http_insecure: true",
                        addr);
     return 0;
 }
 
-int http_start(const char *addr, int insecure, const char *home, const char *ctl_ep, prom *pr,
-               http **out, char *err, size_t errlen) {
+/* The whole of a PEM file (what: "http_tls_cert", "http_tls_key") as a
+ * new string in *out, checked to hold a block that begins "-----BEGIN "
+ * and whose label ends in label ("CERTIFICATE", "PRIVATE KEY"): 0, or -1
+ * with err naming the file and what is wrong with it. */
+static int read_pem(const char *what, const char *path, const char *label, char **out, char *err,
+                    size_t errlen) {
     *out = NULL;
-    struct sockaddr_in sa;
-    if (parse_addr(addr, insecure, &sa, err, errlen)) return -1;
+    char why[300];
+    int fd = input_path_open_fd(path, why, sizeof why);
+    if (fd < 0) return bf_fail(err, errlen, "http: %s %s: %s", what, path, why);
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return bf_fail(err, errlen, "http: %s %s: fstat: %s", what, path, strerror(e));
+    }
+    const char *bad = sb.st_size == 0                 ? "is empty"
+                      : sb.st_size > HTTP_TLS_PEM_MAX ? "is larger than 65536 bytes"
+                      : !strcmp(label, "PRIVATE KEY") && (sb.st_mode & 07) ? "is open to others"
+                                                                           : NULL;
+    if (bad) {
+        close(fd);
+        return bf_fail(err, errlen, "http: %s %s %s%s", what, path, bad,
+                       !strcmp(bad, "is open to others")
+                           ? " (anyone on the machine could read the key): chmod o-rwx it"
+                           : ": give a PEM file");
+    }
+    char *buf = malloc((size_t)sb.st_size + 1);
+    ssize_t n = buf ? read(fd, buf, (size_t)sb.st_size) : -1;
+    close(fd);
+    if (n != (ssize_t)sb.st_size) {
+        free(buf);
+        return bf_fail(err, errlen, "http: %s %s: short read", what, path);
+    }
+    buf[n] = '\0';
+    /* a block "-----BEGIN ...LABEL-----" (an encrypted key says ENCRYPTED) */
+    const char *b = strstr(buf, "-----BEGIN "), *e = b ? strstr(b, "-----\n") : NULL;
+    if (!e && b) e = strstr(b, "-----\r\n");
+    size_t ll = strlen(label);
+    int ok = b && e && (size_t)(e - b) >= 11 + ll && !strncmp(e - ll, label, ll) &&
+             (size_t)(e - b) < 80 && strlen(buf) == (size_t)n;
+    int encrypted = ok && strstr(b, "ENCRYPTED") && strstr(b, "ENCRYPTED") < e;
+    if (!ok || encrypted) {
+        free(buf);
+        return bf_fail(err, errlen,
+                       encrypted ? "http: %s %s is an encrypted key: bfd asks for no passphrase; "
+                                   "give it unencrypted (openssl pkey -in KEY -out KEY2), mode 0600"
+                                 : "http: %s %s is not PEM text with a '-----BEGIN ...%s-----' "
+                                   "block",
+                       what, path, label);
+    }
+    *out = buf;
+    return 0;
+}
+
+/* libmicrohttpd's messages: kept while it starts (why a certificate or key
+ * was refused), dropped afterwards (a client that gave up a handshake). */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    http *h = cls;
+    if (!h->starting) return;
+    vsnprintf(h->mhd_err, sizeof h->mhd_err, fmt, ap);
+    h->mhd_err[strcspn(h->mhd_err, "\r\n")] = '\0';
+}
+
+/* Reads l's certificate and key into h (both or neither; TLS asked of a
+ * libmicrohttpd built without it is refused): 0, or -1 with err. */
+static int load_tls(http *h, const http_listen *l, char *err, size_t errlen) {
+    int has_cert = l->tls_cert && l->tls_cert[0], has_key = l->tls_key && l->tls_key[0];
+    if (!has_cert && !has_key) return 0;
+    if (!has_cert || !has_key)
+        return bf_fail(err, errlen,
+                       "http: give both http_tls_cert and http_tls_key in bfd.yaml (PEM files of "
+                       "a certificate and its private key), or neither; only %s is set",
+                       has_cert ? "http_tls_cert" : "http_tls_key");
+    if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+        return bf_fail(err, errlen,
+                       "http: this libmicrohttpd (%s) was built without TLS (GnuTLS), so bfd "
+                       "cannot serve HTTPS: install a libmicrohttpd with TLS, or drop "
+                       "http_tls_cert and http_tls_key and bind 127.0.0.1",
+                       MHD_get_version());
+    if (read_pem("http_tls_cert", l->tls_cert, "CERTIFICATE", &h->tls_cert, err, errlen) ||
+        read_pem("http_tls_key", l->tls_key, "PRIVATE KEY", &h->tls_key, err, errlen))
+        return -1;
+    h->tls = 1;
+    return 0;
+}
+
+int http_start(const http_listen *l, const char *home, const char *ctl_ep, prom *pr, http **out,
+               char *err, size_t errlen) {
+    *out = NULL;
+    const char *addr = l->addr;
     http *h = calloc(1, sizeof *h);
     if (!h) return bf_fail(err, errlen, "out of memory");
     h->fd = -1;
@@ -601,7 +697,10 @@ int http_start(const char *addr, int insecure, const char *home, const char *ctl
     pthread_mutex_init(&h->db_mu, NULL);
     pthread_mutex_init(&h->loop_mu, NULL);
     *out = h;
-    if (load_token(h, err, errlen)) return -1;
+    struct sockaddr_in sa;
+    if (load_tls(h, l, err, errlen) || parse_addr(addr, h->tls, l->insecure, &sa, err, errlen) ||
+        load_token(h, err, errlen))
+        return -1;
     char db[1100];
     snprintf(db, sizeof db, "%s/bf.db", home);
     if (sqlite3_open_v2(db, &h->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_FULLMUTEX, NULL) !=
@@ -624,13 +723,28 @@ int http_start(const char *addr, int insecure, const char *home, const char *ctl
         return rc;
     }
     h->fd = fd;
-    h->mhd = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, 0,
-                              NULL, NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET, fd,
+    /* the TLS options last: without TLS the list ends before them */
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_USE_ERROR_LOG | (h->tls ? MHD_USE_TLS : 0);
+    h->starting = 1;
+    h->mhd = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_LISTEN_SOCKET, fd,
                               MHD_OPTION_NOTIFY_COMPLETED, on_done, h, MHD_OPTION_CONNECTION_LIMIT,
                               (unsigned)64, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60,
-                              MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)65536, MHD_OPTION_END);
-    if (!h->mhd) return bf_fail(err, errlen, "http: MHD_start_daemon on %s failed", addr);
-    snprintf(h->url, sizeof h->url, "http://%s/", addr);
+                              MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)65536,
+                              MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
+                              h->tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, h->tls_cert,
+                              MHD_OPTION_HTTPS_MEM_KEY, h->tls_key, MHD_OPTION_END);
+    h->starting = 0;
+    if (!h->mhd && h->tls)
+        return bf_fail(err, errlen,
+                       "http: cannot serve HTTPS on %s with http_tls_cert %s and http_tls_key %s "
+                       "(is the key the certificate's?): libmicrohttpd: %s",
+                       addr, l->tls_cert, l->tls_key,
+                       h->mhd_err[0] ? h->mhd_err : "no reason given");
+    if (!h->mhd)
+        return bf_fail(err, errlen, "http: MHD_start_daemon on %s failed%s%s", addr,
+                       h->mhd_err[0] ? ": " : "", h->mhd_err);
+    snprintf(h->url, sizeof h->url, "%s://%s/", h->tls ? "https" : "http", addr);
     snprintf(h->url_path, sizeof h->url_path, "%s/http.url", home);
     int ufd = open(h->url_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (ufd >= 0) {
@@ -657,5 +771,8 @@ void http_stop(http **hp) {
     sqlite3_close(h->db);
     pthread_mutex_destroy(&h->db_mu);
     pthread_mutex_destroy(&h->loop_mu);
+    free(h->tls_cert);
+    if (h->tls_key) explicit_bzero(h->tls_key, strlen(h->tls_key));
+    free(h->tls_key);
     free(h);
 }

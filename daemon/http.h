@@ -18,14 +18,27 @@
 
 typedef struct http http;
 
-/* Serves on addr ("IPV4:PORT"): reads or makes home/http.token (0600),
- * writes the URL to home/http.url, opens home/bf.db read-only and ctl_ep
- * (the control socket) for actions; pr (borrowed, may be NULL) is rendered
- * at /metrics. An address other than loopback is refused unless insecure.
- * Returns 0, or -1 with a message naming the address and the reason. */
-int http_start(const char *addr, int insecure, const char *home, const char *ctl_ep, prom *pr,
-               http **out, char *err, size_t errlen);
-/* The dashboard's address, "http://IPV4:PORT/" (h's; "" when h is NULL). */
+#define HTTP_TLS_PEM_MAX 65536 /* bytes of a certificate or key file */
+
+/* Where and how the dashboard listens (bfd.yaml's http keys). */
+typedef struct http_listen {
+    const char *addr;     /* "IPV4:PORT" */
+    int insecure;         /* serve an address other than loopback without TLS */
+    const char *tls_cert; /* PEM certificate (chain) file: HTTPS; NULL or "": plain HTTP */
+    const char *tls_key;  /* PEM private key file of tls_cert (both or neither) */
+} http_listen;
+
+/* Serves on l->addr, over TLS when l names a certificate and key (read
+ * here, each at most HTTP_TLS_PEM_MAX bytes): reads or makes
+ * home/http.token (0600), writes the URL to home/http.url, opens home/bf.db
+ * read-only and ctl_ep (the control socket) for actions; pr (borrowed, may
+ * be NULL) is rendered at /metrics. An address other than loopback is
+ * refused without TLS unless l->insecure. Returns 0, or -1 with a message
+ * naming the address or file and the reason. */
+int http_start(const http_listen *l, const char *home, const char *ctl_ep, prom *pr, http **out,
+               char *err, size_t errlen);
+/* The dashboard's address, "http://IPV4:PORT/" or "https://IPV4:PORT/"
+ * (h's; "" when h is NULL). */
 const char *http_url(const http *h);
 /* Ends the streams, stops the threads, removes home/http.url and frees.
  * NULL is fine. */

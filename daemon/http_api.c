@@ -5,8 +5,10 @@
 #include "daemon/http_api.h"
 #include "common/errbuf.h"
 #include "common/tfevents.h"
+#include "jobs/pareto.h"
 
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,12 +17,13 @@
 
 #define DEFAULT_LIMIT 1000
 #define DEFAULT_MAX_POINTS 2000
-#define MAX_POINTS_CAP 100000  /* ?max_points= at most */
-#define JOB_CURVES_MAX 500     /* trials in one /jobs/J/points answer */
-#define FILES_MAX 500          /* entries listed of a trial's folder */
-#define STREAM_POINTS_MAX 2000 /* points in one stream poll */
-#define STREAM_TRIALS_MAX 4096 /* trials a stream follows */
-#define STREAM_ID_MAX 8192     /* bytes of a record's id (the cursor) */
+#define MAX_POINTS_CAP 100000    /* ?max_points= at most */
+#define JOB_CURVES_MAX 500       /* trials in one /jobs/J/points answer */
+#define FILES_MAX 500            /* entries listed of a trial's folder */
+#define STREAM_POINTS_MAX 2000   /* points in one stream poll */
+#define STREAM_TRIALS_MAX 4096   /* trials a stream follows */
+#define STREAM_ID_MAX 8192       /* bytes of a record's id (the cursor) */
+#define PARETO_TRIALS_MAX 100000 /* completed trials ranked by one /jobs/J/pareto */
 
 static int prep(sqlite3 *db, const char *sql, sqlite3_stmt **st, char *err, size_t errlen) {
     if (sqlite3_prepare_v2(db, sql, -1, st, NULL) == SQLITE_OK) return 0;
@@ -822,6 +825,142 @@ static unsigned get_events(sqlite3 *db, http_arg_fn arg, void *cls, json_t **out
     return 200;
 }
 
+/* ----------------------------------------------------------------- pareto */
+
+/* One completed trial's values of the job's objectives (NAN: none yet). */
+typedef struct pt {
+    long long id, idx;
+    double v[PARETO_MAX_OBJECTIVES];
+} pt;
+
+static int cmp_pt(const void *a, const void *b) {
+    long long x = ((const pt *)a)->id, y = ((const pt *)b)->id;
+    return x < y ? -1 : x > y;
+}
+
+/* The COMPLETED trials of job with the latest value of each objective k
+ * (names[k]) into *out (sorted by id; *n of them): 200, else 500 or 413. */
+static unsigned pareto_points(sqlite3 *db, long long job, int m, char names[][128], pt **out,
+                              size_t *n, char *err, size_t errlen) {
+    sqlite3_stmt *st;
+    *out = NULL;
+    *n = 0;
+    if (prep(db,
+             "SELECT id, idx FROM trials WHERE job = ?1 AND state = 'COMPLETED' ORDER BY id"
+             " LIMIT ?2",
+             &st, err, errlen))
+        return 500;
+    sqlite3_bind_int64(st, 1, job);
+    sqlite3_bind_int64(st, 2, PARETO_TRIALS_MAX + 1);
+    size_t cap = 0;
+    pt *p = NULL;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 256;
+            pt *np = realloc(p, cap * sizeof *np);
+            if (!np) {
+                free(p);
+                sqlite3_finalize(st);
+                bf_fail(err, errlen, "out of memory");
+                return 500;
+            }
+            p = np;
+        }
+        pt *q = &p[(*n)++];
+        q->id = sqlite3_column_int64(st, 0);
+        q->idx = sqlite3_column_int64(st, 1);
+        for (int k = 0; k < PARETO_MAX_OBJECTIVES; k++) q->v[k] = NAN;
+    }
+    sqlite3_finalize(st);
+    *out = p;
+    if (*n > PARETO_TRIALS_MAX) {
+        bf_fail(err, errlen,
+                "job %lld has more than %d completed trials: the dashboard ranks at most that "
+                "many (bfctl results ranks them all)",
+                job, PARETO_TRIALS_MAX);
+        return 413;
+    }
+    for (int k = 0; k < m; k++) {
+        if (prep(db,
+                 "SELECT t.id, ml.value FROM trials t JOIN metric_latest ml ON ml.trial = t.id"
+                 " JOIN metric_names mn ON mn.id = ml.name WHERE t.job = ?1 AND"
+                 " t.state = 'COMPLETED' AND mn.name = ?2",
+                 &st, err, errlen))
+            return 500;
+        sqlite3_bind_int64(st, 1, job);
+        sqlite3_bind_text(st, 2, names[k], -1, SQLITE_STATIC);
+        while (sqlite3_step(st) == SQLITE_ROW) {
+            pt key = {.id = sqlite3_column_int64(st, 0)};
+            pt *q = bsearch(&key, p, *n, sizeof *p, cmp_pt);
+            if (q) q->v[k] = sqlite3_column_double(st, 1);
+        }
+        sqlite3_finalize(st);
+    }
+    return 200;
+}
+
+/* GET jobs/J/pareto: the job's COMPLETED trials that have every objective,
+ * each with its latest values ("objective.NAME"), its non-dominated rank
+ * over all the objectives (1: the front), crowding distance and "pareto";
+ * the rule and the ranking of `bfctl results` (jobs/pareto.h), so the page
+ * and bfctl mark the same trials. */
+static unsigned get_job_pareto(sqlite3 *db, long long job, json_t **out, char *err, size_t errlen) {
+    json_t *jo = NULL;
+    unsigned code = get_job(db, job, &jo, err, errlen);
+    if (code != 200) return code;
+    json_t *objs = json_object_get(jo, "objectives");
+    int m = (int)json_array_size(objs), maximize[PARETO_MAX_OBJECTIVES];
+    if (m > PARETO_MAX_OBJECTIVES) m = PARETO_MAX_OBJECTIVES;
+    char names[PARETO_MAX_OBJECTIVES][128];
+    for (int k = 0; k < m; k++) {
+        json_t *o = json_array_get(objs, (size_t)k);
+        const char *name = json_string_value(json_object_get(o, "name"));
+        const char *goal = json_string_value(json_object_get(o, "goal"));
+        snprintf(names[k], sizeof names[k], "%s", name ? name : "");
+        maximize[k] = goal && !strcmp(goal, "max");
+    }
+    json_decref(jo);
+    pt *p = NULL;
+    size_t n = 0;
+    code = m < 1 ? 200 : pareto_points(db, job, m, names, &p, &n, err, errlen);
+    /* the trials with every objective, their values row-major */
+    size_t kept = 0;
+    double *v = malloc((n ? n : 1) * (size_t)(m ? m : 1) * sizeof *v), *crowd = NULL;
+    int *rank = malloc((n ? n : 1) * sizeof *rank);
+    crowd = malloc((n ? n : 1) * sizeof *crowd);
+    if (code == 200 && (!v || !rank || !crowd)) code = 500, bf_fail(err, errlen, "out of memory");
+    for (size_t i = 0; code == 200 && i < n; i++) {
+        int all = 1;
+        for (int k = 0; k < m; k++) all &= isfinite(p[i].v[k]);
+        if (!all) continue;
+        p[kept] = p[i];
+        for (int k = 0; k < m; k++) v[kept * (size_t)m + (size_t)k] = p[i].v[k];
+        kept++;
+    }
+    if (code == 200 && m >= 1 &&
+        (pareto_rank(v, kept, m, maximize, rank) < 0 ||
+         pareto_crowding(v, kept, m, rank, crowd) < 0))
+        code = 500, bf_fail(err, errlen, "out of memory");
+    json_t *a = code == 200 ? json_array() : NULL;
+    char key[160];
+    for (size_t i = 0; a && i < kept; i++) {
+        json_t *r = json_pack("{s:I, s:I}", "id", (json_int_t)p[i].id, "idx", (json_int_t)p[i].idx);
+        for (int k = 0; k < m; k++) {
+            snprintf(key, sizeof key, "objective.%s", names[k]);
+            json_object_set_new(r, key, json_real(p[i].v[k]));
+        }
+        json_object_set_new(r, "rank", json_integer(rank[i]));
+        /* JSON has no infinity: a front's end is "inf", as in bfctl results --json */
+        json_object_set_new(r, "crowding",
+                            isinf(crowd[i]) ? json_string("inf") : json_real(crowd[i]));
+        json_object_set_new(r, "pareto", json_boolean(rank[i] == 1));
+        json_array_append_new(a, r);
+    }
+    free(p), free(v), free(rank), free(crowd);
+    *out = a;
+    return code;
+}
+
 /* ------------------------------------------------------------------ route */
 
 unsigned http_api_get(sqlite3 *db, const char *home, const char *path, http_arg_fn arg, void *cls,
@@ -841,6 +980,7 @@ unsigned http_api_get(sqlite3 *db, const char *home, const char *path, http_arg_
         if (!strcmp(rest, "/points")) return get_job_points(db, id, arg, cls, out, err, errlen);
         if (!strcmp(rest, "/metrics")) return get_job_metrics(db, id, out, err, errlen);
         if (!strcmp(rest, "/stages")) return get_job_stages(db, id, out, err, errlen);
+        if (!strcmp(rest, "/pareto")) return get_job_pareto(db, id, out, err, errlen);
     } else if (sscanf(path, "trials/%lld%n", &id, &k) == 1 && id > 0) {
         snprintf(rest, sizeof rest, "%s", path + k);
         if (!rest[0]) return get_trial(db, home, id, out, err, errlen);

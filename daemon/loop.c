@@ -453,14 +453,16 @@ static int start_exporters(bfd *d, char *err, size_t errlen) {
     }
     if (!c->http[0]) return 0;
     char herr[1024];
-    if (http_start(c->http, c->http_insecure, d->o->home, d->ep_ctl, d->prom, &d->http, herr,
-                   sizeof herr)) {
+    http_listen hl = {c->http, c->http_insecure, c->http_tls_cert, c->http_tls_key};
+    if (http_start(&hl, d->o->home, d->ep_ctl, d->prom, &d->http, herr, sizeof herr)) {
         http_stop(&d->http);
-        if (!c->http_default) return bf_fail(err, errlen, "%s", herr);
+        /* TLS asked for and not served: never a warning */
+        if (!c->http_default || c->http_tls_cert[0] || c->http_tls_key[0])
+            return bf_fail(err, errlen, "%s", herr);
         bfd_log("warning: %s; the dashboard is off (set http: in bfd.yaml or --http)", herr);
         return 0;
     }
-    bfd_log("dashboard: http://%s/ (bfctl dashboard prints it with its token)", c->http);
+    bfd_log("dashboard: %s (bfctl dashboard prints it with its token)", http_url(d->http));
     return 0;
 }
 

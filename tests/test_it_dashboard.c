@@ -7,10 +7,13 @@
  * a curve growing without a reload, the pandas example of docs/http.md,
  * grid values added and pending trials dropped from the page, the S2S
  * stage graph, a trial's checkpoint links, a stream resumed by
- * Last-Event-ID without a gap, cancel from the page; screenshots of each
+ * Last-Event-ID without a gap, cancel from the page, the Pareto page of a
+ * finished three-objective sweep against bfctl results; screenshots of each
  * page into Testing/dashboard/.
- * Also: bfd refuses a non-loopback address without http_insecure, and a
- * taken address it was told to use. Skipped (77) without the browser. */
+ * Also: HTTPS with a self-signed certificate (curl; plain HTTP refused)
+ * and what a bad certificate or key says; bfd refuses a non-loopback
+ * address without TLS or http_insecure, and a taken address it was told
+ * to use. Skipped (77) without the browser. */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <netinet/in.h>
@@ -19,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -84,13 +88,40 @@ static const char *write_s2s(const char *dir) {
     return p;
 }
 
+/* dir/pareto.yaml: six short trials (three budget ranges, two seeds) of
+ * three objectives, for the Pareto page. */
+static const char *write_pareto(const char *dir) {
+    static char p[512];
+    char text[2048];
+    snprintf(p, sizeof p, "%s/pareto.yaml", dir);
+    snprintf(text, sizeof text,
+             "name: front\npipeline: budgetformer\ndevice: cpu\n"
+             "data: {train: %s/train.tsv, val: %s/val.tsv}\n"
+             "model: {layers: 1, d_model: 32, heads: 4, seq_len: 16, vocab: 256}\n"
+             "train: {steps: 40, batch: 8, log_every: 5, eval_every: 100000, "
+             "checkpoint_every: 100}\n"
+             "sweep:\n  parameters:\n"
+             "    budget.range: {values: [[0.1, 0.3], [0.3, 0.6], [0.6, 1.0]]}\n"
+             "    train.seed: {values: [1, 2]}\n"
+             "metric:\n  - {name: train/loss, goal: min}\n"
+             "  - {name: train/heads_used, goal: min}\n  - {name: train/acc, goal: max}\n",
+             dir, dir);
+    it_write_text(p, text, 0644);
+    return p;
+}
+
 Test(dashboard, browser_sees_and_steers_a_running_sweep) {
     int port = free_port(NULL);
     char y[256];
     snprintf(y, sizeof y, "slots: 3\nthreads_per_slot: 1\nhttp: 127.0.0.1:%d\n", port);
     it_write_text(tmpdir_path(g_home, "bfd.yaml"), y, 0644);
     g_bfd = it_bfd_start(g_dir, g_home);
-    /* first an S2S sweep whose second trial waits on the first's teacher
+    /* a finished sweep of three objectives, for the Pareto page */
+    long long pareto = it_submit(g_dir, write_pareto(g_dir));
+    char args[64];
+    snprintf(args, sizeof args, "wait %lld", pareto);
+    cr_assert_eq(it_bfctl(g_dir, NULL, 0, args), 0, "the Pareto sweep did not complete");
+    /* then an S2S sweep whose second trial waits on the first's teacher
      * (one slot), for the stage graph */
     it_idx_write(g_dir, "train", 240, 1, 0);
     it_idx_write(g_dir, "test", 60, 2, 0);
@@ -111,9 +142,9 @@ Test(dashboard, browser_sees_and_steers_a_running_sweep) {
     snprintf(logp, sizeof logp, "%s/py.log", g_dir);
     snprintf(cmd, sizeof cmd,
              "BF_HOME=%s %s %s/tests/test_it_dashboard.py %s %s %s %lld %s/Testing/dashboard "
-             "%s/docs/http.md %lld > %s 2>&1",
+             "%s/docs/http.md %lld %lld > %s 2>&1",
              g_home, PYTHON, BF_SOURCE_DIR, url, g_home, IT_BFCTL, job, BF_BIN_DIR, BF_SOURCE_DIR,
-             s2s, logp);
+             s2s, pareto, logp);
     int st = system(cmd);
     it_show_tail(logp, 4000);
     int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
@@ -191,12 +222,125 @@ Test(dashboard, outside_loopback_needs_http_insecure_and_a_taken_port_stops_bfd)
     free(log);
 }
 
+/* Runs cmd in a shell with its stdout into out[len] (stderr into out too
+ * when cmd says 2>&1); returns its exit status (-1 when it did not exit). */
+static int sh_out(const char *cmd, char *out, size_t len) {
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "popen %s", cmd);
+    size_t n = fread(out, 1, len - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* bfd.yaml with http on addr and the TLS keys (a line each, or none when
+ * NULL); then bfd started on it, which must fail: its log (a new string). */
+static char *bfd_refuses(const char *addr, const char *cert, const char *key) {
+    char y[1024], logp[512];
+    snprintf(y, sizeof y, "slots: 1\nhttp: %s\n%s%s%s%s%s%s", addr, cert ? "http_tls_cert: " : "",
+             cert ? cert : "", cert ? "\n" : "", key ? "http_tls_key: " : "", key ? key : "",
+             key ? "\n" : "");
+    it_write_text(tmpdir_path(g_home, "bfd.yaml"), y, 0644);
+    snprintf(logp, sizeof logp, "%s/refused.log", g_dir);
+    char *argv[] = {IT_BFD, "--home", g_home, NULL};
+    pid_t pid = it_spawn(logp, argv, 0);
+    int st;
+    cr_assert_eq(it_wait_pid(pid, 20, &st), 0, "bfd kept running with %s", y);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) != 0, "bfd exited 0 with %s", y);
+    return it_slurp(logp, NULL);
+}
+
+/* HTTPS with a self-signed certificate made here (openssl): bfctl
+ * dashboard prints an https URL, the API answers over TLS with the token
+ * (401 without), the cookie is Secure, plain HTTP on the port gets no HTTP
+ * answer, an address other than loopback is not refused; a missing certificate, a key alone, a file
+ * that is not PEM and a key readable by others each stop bfd with a message naming the file. */
+Test(dashboard, https_with_a_certificate_and_plain_http_refused) {
+    char cmd[2048], out[8192], cert[512], key[512], junk[512];
+    snprintf(cert, sizeof cert, "%s/cert.pem", g_dir);
+    snprintf(key, sizeof key, "%s/key.pem", g_dir);
+    snprintf(cmd, sizeof cmd,
+             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 "
+             "-subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 -keyout %s -out %s 2>&1",
+             key, cert);
+    cr_assert_eq(sh_out(cmd, out, sizeof out), 0, "openssl: %s", out);
+    int port = free_port(NULL);
+    char y[1500];
+    snprintf(y, sizeof y, "slots: 1\nhttp: 127.0.0.1:%d\nhttp_tls_cert: %s\nhttp_tls_key: %s\n",
+             port, cert, key);
+    it_write_text(tmpdir_path(g_home, "bfd.yaml"), y, 0644);
+    g_bfd = it_bfd_start(g_dir, g_home);
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "dashboard"), 0);
+    char want[64], token[64];
+    int n = snprintf(want, sizeof want, "https://127.0.0.1:%d/?token=", port);
+    cr_assert(strncmp(out, want, (size_t)n) == 0, "bfctl dashboard printed %s", out);
+    snprintf(token, sizeof token, "%.48s", out + n);
+    /* the API over TLS, the certificate checked against the one made here */
+    snprintf(cmd, sizeof cmd,
+             "curl -sS --cacert %s -H 'Authorization: Bearer %s' https://127.0.0.1:%d/api/v1/jobs "
+             "2>&1",
+             cert, token, port);
+    cr_assert_eq(sh_out(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert_str_eq(out, "[]");
+    snprintf(cmd, sizeof cmd,
+             "curl -sS --cacert %s -o /dev/null -w '%%{http_code}' "
+             "https://127.0.0.1:%d/api/v1/jobs 2>&1",
+             cert, port);
+    cr_assert_eq(sh_out(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert_str_eq(out, "401");
+    snprintf(cmd, sizeof cmd,
+             "curl -sS --cacert %s -D - -o /dev/null 'https://127.0.0.1:%d/?token=%s' 2>&1", cert,
+             port, token);
+    cr_assert_eq(sh_out(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "HttpOnly; SameSite=Strict; Secure"), "%s", out);
+    /* plain HTTP: the TLS handshake fails, no HTTP status comes back */
+    snprintf(cmd, sizeof cmd,
+             "curl -sS -o /dev/null -w '%%{http_code}' -H 'Authorization: Bearer %s' "
+             "http://127.0.0.1:%d/api/v1/jobs 2>&1",
+             token, port);
+    int rc = sh_out(cmd, out, sizeof out);
+    cr_assert(rc != 0 && strstr(out, "000"), "plain http got rc %d: %s", rc, out);
+    it_stop(&g_bfd, SIGTERM);
+    /* with TLS an address other than loopback passes the refusal: bfd goes
+     * on to bind 192.0.2.1 (TEST-NET-1, on no interface here), which fails */
+    char addr[64];
+    snprintf(addr, sizeof addr, "192.0.2.1:%d", port);
+    char *log = bfd_refuses(addr, cert, key);
+    cr_assert(strstr(log, "http: cannot listen on 192.0.2.1") && !strstr(log, "refusing"), "%s",
+              log);
+    free(log);
+    /* what stops bfd, each said with the file */
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    snprintf(junk, sizeof junk, "%s/missing.pem", g_dir);
+    log = bfd_refuses(addr, junk, key);
+    cr_assert(strstr(log, "http_tls_cert") && strstr(log, junk) && strstr(log, "not found"), "%s",
+              log);
+    free(log);
+    log = bfd_refuses(addr, NULL, key);
+    cr_assert(strstr(log, "give both http_tls_cert and http_tls_key") &&
+                  strstr(log, "only http_tls_key is set"),
+              "%s", log);
+    free(log);
+    snprintf(junk, sizeof junk, "%s/bfd.yaml", g_home);
+    log = bfd_refuses(addr, junk, key);
+    cr_assert(strstr(log, junk) && strstr(log, "is not PEM text") &&
+                  strstr(log, "-----BEGIN ...CERTIFICATE-----"),
+              "%s", log);
+    free(log);
+    cr_assert_eq(chmod(key, 0644), 0);
+    log = bfd_refuses(addr, cert, key);
+    cr_assert(strstr(log, "http_tls_key") && strstr(log, key) && strstr(log, "open to others"),
+              "%s", log);
+    free(log);
+}
+
 /* Criterion's main, after the browser check: 77 (skipped) without it. */
 int main(int argc, char *argv[]) {
     if (access("/usr/bin/chromium", X_OK) || access("/usr/bin/chromedriver", X_OK) ||
+        access("/usr/bin/openssl", X_OK) || access("/usr/bin/curl", X_OK) ||
         system(PYTHON " -c 'import selenium, pandas' 2>/dev/null") != 0) {
-        printf("test_it_dashboard: SKIPPED: needs chromium, chromium-driver, python3-selenium "
-               "and python3-pandas (scripts/setup.sh)\n");
+        printf("test_it_dashboard: SKIPPED: needs chromium, chromium-driver, python3-selenium, "
+               "python3-pandas, openssl and curl (scripts/setup.sh)\n");
         return 77;
     }
     struct criterion_test_set *tests = criterion_initialize();

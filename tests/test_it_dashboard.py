@@ -1,11 +1,12 @@
 """The dashboard in a real browser (run by test_it_dashboard).
 
-  test_it_dashboard.py URL HOME BFCTL JOB SHOTS DOCS S2S_JOB
+  test_it_dashboard.py URL HOME BFCTL JOB SHOTS DOCS S2S_JOB PARETO_JOB
 
 URL is bfd's dashboard (http://127.0.0.1:PORT/), HOME its BF_HOME (the
 token in HOME/http.token), JOB a sweep running now, SHOTS the folder for
 screenshots, DOCS docs/http.md (its pandas example is run as written),
-S2S_JOB an S2S sweep whose second trial waits on the first's teacher.
+S2S_JOB an S2S sweep whose second trial waits on the first's teacher,
+PARETO_JOB a finished sweep of three objectives.
 Plays an outside party with Debian's chromium (headless) driven by
 python3-selenium, and with plain urllib:
 
@@ -22,6 +23,9 @@ python3-selenium, and with plain urllib:
   waits on whom, as jobs/J/stages says;
 - a trial's page links its last checkpoint's files, which download whole;
   a path out of the trial's folder is refused;
+- the Pareto page draws one mark per completed trial, its front marks are
+  the trials `bfctl results --json` marks pareto, a third objective can be
+  put on an axis, hovering a mark names its trial and a click opens it;
 - a stream resumed with Last-Event-ID sends the points of the gap (its
   first point of a trial is the one after the last read before);
 - pages of the trial list join without gap or repeat, and a thinned curve
@@ -40,6 +44,8 @@ import urllib.request
 
 from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.support.ui import Select
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.common.exceptions import StaleElementReferenceException
@@ -240,6 +246,51 @@ def check_checkpoint_links(drv, url, token, trial, shots):
     print("checkpoint links: %d files of step %s" % (len(links), t["checkpoints"]["last"]["step"]))
 
 
+def check_pareto(drv, url, bfctl, job, shots):
+    """The Pareto page of a finished job of three objectives against
+    `bfctl results --json`: a mark per completed trial (each ranked by
+    bfctl), the front's marks the trials it marks pareto; the y axis set to
+    the third objective keeps the marks; hover names a trial, a click
+    opens it."""
+    res = json.loads(subprocess.run([bfctl, "results", str(job), "--json"], check=True,
+                                    capture_output=True, text=True).stdout)
+    ranked = {t["id"] for t in res["trials"] if t["rank"] is not None}
+    front = {t["id"] for t in res["trials"] if t["pareto"]}
+    completed = {t for t, s in bfctl_states(bfctl, job).items() if s == "COMPLETED"}
+    if not completed or ranked != completed:
+        fail("bfctl results ranks %s, the completed trials are %s" % (sorted(ranked), sorted(completed)))
+    drv.get(url + "#/job/%d/pareto" % job)
+    def marks():
+        return drv.find_elements(By.CSS_SELECTOR, "#pareto svg circle.pt")
+    wait_for("the Pareto marks", marks)
+    def read():
+        ms = marks()
+        return (sorted(int(m.get_attribute("data-trial")) for m in ms),
+                {int(m.get_attribute("data-trial")) for m in ms
+                 if "front" in m.get_attribute("class").split()})
+    ids, page_front = read()
+    if ids != sorted(completed):
+        fail("the Pareto page marks trials %s, the completed ones are %s" % (ids, sorted(completed)))
+    if page_front != front:
+        fail("the page's front is %s, bfctl results marks %s" % (sorted(page_front), sorted(front)))
+    if len(drv.find_elements(By.CSS_SELECTOR, "#pareto path.front-line")) != 1:
+        fail("no line joins the front")
+    top = marks()[-1]  # drawn last: on top, a front mark
+    tid = int(top.get_attribute("data-trial"))
+    ActionChains(drv).move_to_element(top).perform()
+    wait_for("hover to name t%d" % tid,
+             lambda: drv.find_element(By.ID, "pareto-info").text.startswith("t%d " % tid))
+    drv.save_screenshot(os.path.join(shots, "job_pareto.png"))
+    names = [o["name"] for o in res["objectives"]]
+    Select(drv.find_element(By.ID, "pareto-y")).select_by_value(names[2])
+    wait_for("the marks redrawn over %s" % names[2], lambda: read() == (ids, page_front))
+    top = marks()[-1]
+    tid = int(top.get_attribute("data-trial"))
+    ActionChains(drv).move_to_element(top).click().perform()
+    wait_for("a click to open t%d" % tid, lambda: drv.current_url.endswith("#/trial/%d" % tid))
+    print("pareto: %d marks, front %s (bfctl results agrees)" % (len(ids), sorted(front)))
+
+
 def bfctl_states(bfctl, job):
     out = subprocess.run([bfctl, "show", str(job), "--json"], check=True,
                          capture_output=True, text=True).stdout
@@ -247,8 +298,8 @@ def bfctl_states(bfctl, job):
 
 
 def main():
-    url, home, bfctl, job, shots, docs, s2s = sys.argv[1:8]
-    job, s2s = int(job), int(s2s)
+    url, home, bfctl, job, shots, docs, s2s, pareto = sys.argv[1:9]
+    job, s2s, pareto = int(job), int(s2s), int(pareto)
     token = open(os.path.join(home, "http.token")).read().strip()
     os.makedirs(shots, exist_ok=True)
 
@@ -308,7 +359,7 @@ def main():
     DRIVER.append(drv)
     try:
         check_stream_resume(url, token, job)
-        browse(drv, url, token, bfctl, job, s2s, shots)
+        browse(drv, url, token, bfctl, job, s2s, pareto, shots)
     finally:
         drv.quit()
     check_pages_and_thinning(url, token, job)
@@ -320,13 +371,14 @@ def page_states(drv):
     return {int(r.get_attribute("data-trial")): r.get_attribute("data-state") for r in rows}
 
 
-def browse(drv, url, token, bfctl, job, s2s, shots):
+def browse(drv, url, token, bfctl, job, s2s, pareto, shots):
     # the printed URL carries the token once; then the cookie does
     drv.get(url + "?token=" + token)
     if "token=" in drv.current_url:
         fail("the token stayed in the address bar: " + drv.current_url)
     wait_for("the jobs table", lambda: drv.find_elements(By.CSS_SELECTOR, "#jobs tr[data-job]"))
     drv.save_screenshot(os.path.join(shots, "jobs.png"))
+    check_pareto(drv, url, bfctl, pareto, shots)
     check_stages(drv, url, token, s2s, shots)
 
     # every trial, in the state bfctl gives (a reading between two equal bfctl ones)

@@ -1,7 +1,7 @@
 /* app.js — bfd's dashboard (docs/http.md): views drawn from the JSON API
  * under /api/v1/, routed by the address's #fragment:
  *   #/            jobs            #/job/J        a job: trials, curves, parallel coordinates,
- *                                                 its S2S stage graph
+ *                                                 its Pareto front, its S2S stage graph
  *   #/trial/T     a trial         #/cluster      slots, GPUs, agents, running attempts
  * Live updates come from /api/v1/jobs/J/stream (Server-Sent Events). Text
  * from the store is only ever set as textContent, never parsed as HTML. */
@@ -245,6 +245,78 @@ function parallel(rows, job) {
   return box;
 }
 
+/* ---------------------------------------------------------- pareto front */
+
+/* A d3 v3 linear scale over the values with a twentieth of their range
+ * to spare on each side (marks off the axes), some when they are all equal. */
+function spread(vals, range) {
+  let [lo, hi] = d3.extent(vals);
+  const d = lo === hi ? (Math.abs(lo) > 0 ? Math.abs(lo) * 0.05 : 1) : (hi - lo) / 20;
+  return d3.scale.linear().domain([lo - d, hi + d]).range(range);
+}
+
+/* The Pareto front of two of the job's objectives (d3 v3), chosen when
+ * there are more: a mark per completed trial that has every objective.
+ * The ranks are bfd's (jobs/J/pareto: bfctl results' rule and ranking,
+ * over all the objectives), not worked out here: the front (rank 1)
+ * marked and joined in the order of x, the rest dimmed. Hover names the
+ * trial, a click opens it. */
+async function paretoView(job, byId) {
+  const box = el("div", {id: "pareto"});
+  const objs = job.objectives || [];
+  if (objs.length < 2) {
+    box.append(el("p", {class: "muted"}, "This job has one objective (" + job.metric + "): a Pareto front needs two or more (metric: a list in the sweep, docs/sweeps.md)."));
+    return box;
+  }
+  if (typeof d3 === "undefined") { box.textContent = "d3 is missing (libjs-d3)"; return box; }
+  const {body: pts} = await get("jobs/" + job.id + "/pareto");
+  const names = objs.map(o => o.name), goal = new Map(objs.map(o => [o.name, o.goal]));
+  const pick = (id, v) => { const s = el("select", {id}, ...names.map(n => el("option", {value: n}, n))); s.value = v; return s; };
+  const xs = pick("pareto-x", names[0]), ys = pick("pareto-y", names[1]);
+  const nfront = pts.filter(p => p.pareto).length;
+  const info = el("div", {id: "pareto-info", class: "muted"}, "hover a mark for its trial; click to open it");
+  const plot = el("div", {});
+  box.append(el("div", {class: "controls"}, names.length > 2 ? [el("label", {}, "x ", xs), el("label", {}, "y ", ys)] : null,
+    el("span", {class: "muted"}, pts.length + " completed trials, " + nfront + " on the Pareto front" +
+      (names.length > 2 ? " of all " + names.length + " objectives (a front mark may look dominated in two of them)" : "")),
+    el("span", {class: "legend"}, el("span", {class: "dot front"}), " front (rank 1) ", el("span", {class: "dot dominated"}), " dominated")),
+    plot, info);
+  if (!pts.length) { plot.append(el("p", {class: "muted"}, "no completed trial has every objective yet")); return box; }
+  function describe(p) {
+    const t = byId.get(p.id) || {};
+    const params = Object.keys(t).filter(k => k.startsWith("params.")).map(k => k.slice(7) + "=" + (typeof t[k] === "object" ? JSON.stringify(t[k]) : fmt(t[k]))).join(" ");
+    return "t" + p.id + " (index " + p.idx + "): " + names.map(n => n + " " + fmt(p["objective." + n])).join(", ") +
+      "; rank " + p.rank + (p.pareto ? " (front)" : "") + (params ? "; " + params : "");
+  }
+  function draw() {
+    plot.replaceChildren();
+    const X = "objective." + xs.value, Y = "objective." + ys.value;
+    const W = 780, H = 460, m = {t: 20, r: 30, b: 50, l: 80};
+    const x = spread(pts.map(p => p[X]), [0, W - m.l - m.r]), y = spread(pts.map(p => p[Y]), [H - m.t - m.b, 0]);
+    const svg = d3.select(plot).append("svg").attr("class", "pareto").attr("width", W).attr("height", H)
+      .append("g").attr("transform", "translate(" + m.l + "," + m.t + ")");
+    const label = (n, up, down) => n + " (" + goal.get(n) + ", better " + (goal.get(n) === "max" ? up : down) + ")";
+    svg.append("g").attr("class", "axis").attr("transform", "translate(0," + (H - m.t - m.b) + ")").call(d3.svg.axis().scale(x).orient("bottom").ticks(8));
+    svg.append("g").attr("class", "axis").call(d3.svg.axis().scale(y).orient("left").ticks(8));
+    svg.append("text").attr("x", (W - m.l - m.r) / 2).attr("y", H - m.t - 12).attr("text-anchor", "middle").text(label(xs.value, "\u2192", "\u2190"));
+    svg.append("text").attr("transform", "rotate(-90)").attr("x", -(H - m.t - m.b) / 2).attr("y", -m.l + 16).attr("text-anchor", "middle").text(label(ys.value, "\u2191", "\u2193"));
+    const front = pts.filter(p => p.pareto).sort((a, b) => a[X] - b[X] || a[Y] - b[Y]);
+    svg.append("path").attr("class", "front-line").attr("d", d3.svg.line().x(p => x(p[X])).y(p => y(p[Y]))(front));
+    const order = pts.filter(p => !p.pareto).concat(front); /* the front drawn on top */
+    svg.selectAll(".pt").data(order).enter().append("circle")
+      .attr("class", p => "pt " + (p.pareto ? "front" : "dominated")).attr("data-trial", p => p.id).attr("data-rank", p => p.rank)
+      .attr("cx", p => x(p[X])).attr("cy", p => y(p[Y])).attr("r", p => p.pareto ? 6 : 4.5)
+      .on("mouseover", function (p) { d3.select(this).classed("hover", true); info.textContent = describe(p); })
+      .on("mouseout", function () { d3.select(this).classed("hover", false); })
+      .on("click", p => { location.hash = "#/trial/" + p.id; })
+      .append("title").text(describe);
+  }
+  xs.addEventListener("change", draw);
+  ys.addEventListener("change", draw);
+  draw();
+  return box;
+}
+
 /* ---------------------------------------------------------- stage graph */
 
 const SVG = "http://www.w3.org/2000/svg";
@@ -308,7 +380,7 @@ async function showJob(main, id) {
   const {body: metricNames} = await get("jobs/" + id + "/metrics");
   const head = el("div", {class: "controls"},
     el("h1", {}, "Job " + job.id + ": " + job.name),
-    el("span", {}, job.pipeline + ", " + job.method + ", " + job.n_trials + " trials, " + job.metric + " (" + job.goal + ")"),
+    el("span", {}, job.pipeline + ", " + job.method + ", " + job.n_trials + " trials, " + (job.objectives || [{name: job.metric, goal: job.goal}]).map(o => o.name + " (" + o.goal + ")").join(", ")),
     el("label", {}, "max_parallel ", el("input", {id: "max-parallel", type: "number", min: 0, value: job.max_parallel, style: "width:5em"}),
       el("button", {id: "set-parallel", onclick: async () => {
         try { const r = await post("jobs/" + id + "/edit?max_parallel=" + document.getElementById("max-parallel").value); status("max_parallel " + r.max_parallel + " (was " + r.was + ")"); }
@@ -330,12 +402,13 @@ async function showJob(main, id) {
   if (metricNames.includes(job.metric)) cv.select.value = job.metric;
   const table = trialTable(id, trials, rows => { if (tab === "curves") cv.load(rows.map(r => r.id)); });
   const body = el("div", {});
-  const tabs = el("div", {class: "tabs"}, ...["trials", "curves", "parallel", "stages"].map(t =>
+  const tabs = el("div", {class: "tabs"}, ...["trials", "curves", "parallel", "pareto", "stages"].map(t =>
     el("button", {id: "tab-" + t, class: t === tab ? "on" : "", onclick: () => { location.hash = "#/job/" + id + "/" + t; }}, t)));
   main.append(head, tabs, body);
   if (tab === "trials") body.append(table.box);
   else if (tab === "curves") { body.append(cv.box); await cv.load(table.visible().map(r => r.id)); }
   else if (tab === "stages") body.append(await stageGraph(id));
+  else if (tab === "pareto") body.append(await paretoView(job, byId));
   else body.append(parallel(table.visible(), job));
   /* live: state changes and new points of the shown metric */
   let es = null;
@@ -347,7 +420,11 @@ async function showJob(main, id) {
       /* a state change reads "FROM -> TO: why" (kinds state, preempt) */
       const m = /(?:^|\s)([A-Z]+) -> ([A-Z]+)(?::\s*(.*))?/.exec(e.message || "");
       const t = byId.get(e.trial);
-      if (t && m) { t.state = m[2]; if (m[3]) t.reason = m[3]; if (tab === "trials") table.draw(); }
+      if (t && m) {
+        t.state = m[2]; if (m[3]) t.reason = m[3];
+        if (tab === "trials") table.draw();
+        else if (tab === "pareto" && m[2] === "COMPLETED") route(); /* a new mark */
+      }
       else if (!t && e.trial && e.kind === "propose") route(); /* a new trial (tpe): read the table again */
       status(e.kind + (e.trial ? " t" + e.trial : "") + ": " + (e.message || ""));
     });
@@ -449,20 +526,26 @@ async function showCluster(main) {
 
 /* ----------------------------------------------------------------- route */
 
+let routes = 0; /* route() calls so far: only the latest one's view is shown */
+
 async function route() {
+  const mine = ++routes;
   if (view) { view(); view = null; }
-  const main = document.getElementById("main");
   const parts = location.hash.replace(/^#\/?/, "").split("/");
   const fresh = el("main", {id: "main"});
+  let v = null;
   try {
-    if (parts[0] === "job" && parts[1]) view = await showJob(fresh, Number(parts[1]));
-    else if (parts[0] === "trial" && parts[1]) view = await showTrial(fresh, Number(parts[1]));
-    else if (parts[0] === "cluster") view = await showCluster(fresh);
-    else view = await showJobs(fresh);
+    if (parts[0] === "job" && parts[1]) v = await showJob(fresh, Number(parts[1]));
+    else if (parts[0] === "trial" && parts[1]) v = await showTrial(fresh, Number(parts[1]));
+    else if (parts[0] === "cluster") v = await showCluster(fresh);
+    else v = await showJobs(fresh);
   } catch (e) {
     fresh.append(el("p", {class: "error"}, e.message));
   }
-  main.replaceWith(fresh);
+  /* a later route (the address changed while this one loaded) wins */
+  if (mine !== routes) { if (v) v(); return; }
+  view = v;
+  document.getElementById("main").replaceWith(fresh);
   document.body.setAttribute("data-view", parts[0] || "jobs");
 }
 
