@@ -2,7 +2,8 @@
  * CPU backend's gemm_bf16 against a double-precision product of the fp32
  * inputs within the bound bf16 rounding allows (derived below), on
  * whichever path this CPU takes (oneDNN's bf16 primitive, or the operands
- * rounded and the fp32 product: the test logs which).
+ * rounded and the fp32 product: the test logs which), plus the linear
+ * module's bf16 mode (the training wiring of train.precision: bf16).
  *
  * The bound. bf16 keeps 8 significant bits (7 stored), so rounding to
  * nearest moves a value by at most u_b = 2^-8 of itself. A product of two
@@ -31,6 +32,7 @@
 #include "kernels/bk_bf16.h"
 #include "kernels/bk_rng.h"
 #include "tests/ref/ref_ops.h"
+#include "worker/nn/nn_linear.h"
 
 #define U_BF16 (1.0 / 256.0)
 #define U_F32 (1.0 / 16777216.0)
@@ -170,4 +172,48 @@ Test(bf16, gemm_rounds_each_input_to_nearest_even) {
     for (int i = 0; i < N * K; i++) Bm[i] = 1.0f + 0x1p-8f;
     bk_cpu()->gemm_bf16(0, 1, M, N, K, 1.0f, A, K, 0, Bm, K, 0, 0.0f, C, N, 0, 1);
     for (int i = 0; i < M * N; i++) cr_assert_eq(C[i], 64.5f, "C[%d] = %.9g, want 64.5", i, C[i]);
+}
+
+Test(bf16, linear_module_bf16_mode) {
+    /* nn_linear with env.bf16: forward y = x w^T + b, backward dx += dy w,
+     * dw += dy^T x, db += sum dy, against the same products run by
+     * gemm_bf16 directly and the fp32 bias ops (the module adds no
+     * arithmetic of its own: the same bits) */
+    const bk_backend *be = bk_cpu();
+    const int N = 33, IN = 24, OUT = 40;
+    nn_params np;
+    nn_params_init(&np);
+    nn_linear l;
+    cr_assert_eq(nn_linear_declare(&l, &np, "fc", IN, OUT, 1, 0.5f), 0);
+    char err[256];
+    cr_assert_eq(bk_params_alloc(&np.P, be, err, sizeof err), 0, "%s", err);
+    float *w = np.P.t[l.w].data, *bias = np.P.t[l.b].data;
+    for (int i = 0; i < OUT * IN; i++) w[i] = bk_rng_uniform_at(5, 1, i) - 0.5f;
+    for (int i = 0; i < OUT; i++) bias[i] = bk_rng_uniform_at(5, 2, i) - 0.5f;
+    float x[33 * 24], dy[33 * 40], y[33 * 40], yr[33 * 40], dx[33 * 24], dxr[33 * 24];
+    float dwr[40 * 24], dbr[40];
+    for (int i = 0; i < N * IN; i++) dx[i] = dxr[i] = x[i] = bk_rng_uniform_at(5, 3, i) - 0.5f;
+    for (int i = 0; i < N * OUT; i++) dy[i] = bk_rng_uniform_at(5, 4, i) - 0.5f;
+    float *dw = bk_params_grad(&np.P, l.w), *db = bk_params_grad(&np.P, l.b);
+    for (int i = 0; i < OUT * IN; i++) dw[i] = dwr[i] = 0.25f;
+    for (int i = 0; i < OUT; i++) db[i] = dbr[i] = -0.5f;
+    nn_env e = {be, &np, 1};
+    nn_linear_forward(&l, &e, y, x, N);
+    nn_linear_backward(&l, &e, dx, dy, x, N);
+    for (int n = 0; n < N; n++) memcpy(yr + n * OUT, bias, OUT * sizeof(float));
+    be->gemm_bf16(0, 1, N, OUT, IN, 1.0f, x, IN, 0, w, IN, 0, 1.0f, yr, OUT, 0, 1);
+    be->gemm_bf16(0, 0, N, IN, OUT, 1.0f, dy, OUT, 0, w, IN, 0, 1.0f, dxr, IN, 0, 1);
+    be->gemm_bf16(1, 0, OUT, IN, N, 1.0f, dy, OUT, 0, x, IN, 0, 1.0f, dwr, IN, 0, 1);
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OUT; o++) dbr[o] += dy[n * OUT + o];
+    cr_assert_eq(memcmp(y, yr, sizeof y), 0, "bf16 forward differs from its products");
+    cr_assert_eq(memcmp(dx, dxr, sizeof dx), 0, "bf16 dx differs from its product");
+    cr_assert_eq(memcmp(dw, dwr, sizeof dwr), 0, "bf16 dw differs from its product");
+    for (int o = 0; o < OUT; o++)
+        cr_assert(fabsf(db[o] - dbr[o]) <= 1e-5f, "db[%d] = %g, want %g", o, db[o], dbr[o]);
+    /* and it is the bf16 product, not the fp32 one: x is not bf16-exact */
+    float yf[33 * 40];
+    be->linear_forward(yf, x, w, bias, N, IN, OUT);
+    cr_assert_neq(memcmp(y, yf, sizeof y), 0, "bf16 mode gave the fp32 product's bits");
+    nn_params_free(&np);
 }
