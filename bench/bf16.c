@@ -102,8 +102,8 @@ static double time_variant(const bk_backend *be, int v, int M, int N, int K, con
     if (v == 0)
         be->linear_forward(C, A, B, NULL, M, K, N);
     else if (v == 1)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, hA, K, hB, K, 0.0f,
-                    hC, N);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, hA, K, hB, K, 0.0f, hC,
+                    N);
     else
         be->gemm_bf16(0, 1, M, N, K, 1.0f, A, K, 0, B, K, 0, 0.0f, C, N, 0, 1);
     be->sync();
@@ -142,8 +142,8 @@ int main(int argc, char **argv) {
     fprintf(table,
             "bench_bf16: backend %s | cpu %s | omp threads %d | reps %d (best of) | clock %s\n",
             be->name, model, omp_get_max_threads(), cli.reps, cli.clock ? "cpu" : "wall");
-    fprintf(table, "gemm_bf16: %s%s\n", native ? "native bf16" : "operands rounded, fp32 product: ",
-            native ? "" : why);
+    fprintf(table, "gemm_bf16: %s%s\n",
+            native ? "native bf16" : "operands rounded, fp32 product: ", native ? "" : why);
     if (cli.json) {
         printf("{\"op\": \"machine\", \"backend\": ");
         bench_json_string(stdout, be->name);
@@ -156,12 +156,13 @@ int main(int argc, char **argv) {
     }
     /* M, N, K: the QKV projection, MLP fc2 (d_ff -> d), MLP fc1 (d -> d_ff) */
     const int shapes[][3] = {{6304, 576, 192}, {6304, 192, 768}, {6304, 768, 192}};
-    fprintf(table, "\n%6s %5s %5s %10s %10s %10s %8s  %s\n", "M", "N", "K", "fp32", "sgemm",
-            "bf16", "bf16/fp32", "oneDNN bf16 primitive");
+    fprintf(table, "\n%6s %5s %5s %10s %10s %10s %8s  %s\n", "M", "N", "K", "fp32", "sgemm", "bf16",
+            "bf16/fp32", "oneDNN bf16 primitive");
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
         int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
         float *hA, *hB, *hC = malloc((size_t)M * N * sizeof(float));
-        float *A = dev_random(be, (size_t)M * K, 1, &hA), *B = dev_random(be, (size_t)N * K, 2, &hB);
+        float *A = dev_random(be, (size_t)M * K, 1, &hA),
+              *B = dev_random(be, (size_t)N * K, 2, &hB);
         float *C = be->alloc((size_t)M * N * sizeof(float));
         if (!hC || !C) {
             fprintf(stderr, "bench_bf16: out of memory\n");
@@ -180,9 +181,10 @@ int main(int argc, char **argv) {
         fprintf(table, "%6d %5d %5d %10.1f %10.1f %10.1f %8.2f  %s\n", M, N, K, fl / best[0],
                 cpu ? fl / best[1] : 0.0, fl / best[2], best[0] / best[2], probe);
         if (cli.json) {
-            printf("{\"op\": \"gemm_bf16\", \"M\": %d, \"N\": %d, \"K\": %d, \"fp32_gflops\": %.2f, "
-                   "\"sgemm_gflops\": %.2f, \"bf16_gflops\": %.2f, \"dnnl_primitive\": ",
-                   M, N, K, fl / best[0], cpu ? fl / best[1] : 0.0, fl / best[2]);
+            printf(
+                "{\"op\": \"gemm_bf16\", \"M\": %d, \"N\": %d, \"K\": %d, \"fp32_gflops\": %.2f, "
+                "\"sgemm_gflops\": %.2f, \"bf16_gflops\": %.2f, \"dnnl_primitive\": ",
+                M, N, K, fl / best[0], cpu ? fl / best[1] : 0.0, fl / best[2]);
             bench_json_string(stdout, probe);
             printf("}\n");
         }

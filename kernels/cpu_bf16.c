@@ -72,25 +72,36 @@ static pthread_mutex_t mm_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t mm_once = PTHREAD_ONCE_INIT;
 static dnnl_engine_t mm_engine;
 static dnnl_stream_t mm_stream;
-static int mm_native;     /* 1: oneDNN computes bf16 on this CPU */
-static char mm_why[256];  /* why not, when mm_native is 0 */
+static int mm_native;    /* 1: oneDNN computes bf16 on this CPU */
+static char mm_why[256]; /* why not, when mm_native is 0 */
 static mm_entry mm_cache[MM_CACHE];
 static int mm_count;
 
 /* oneDNN's name for an instruction set, for the message */
 static const char *isa_name(dnnl_cpu_isa_t isa) {
     switch (isa) {
-    case dnnl_cpu_isa_sse41: return "sse4.1";
-    case dnnl_cpu_isa_avx: return "avx";
-    case dnnl_cpu_isa_avx2: return "avx2";
-    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
-    case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
-    case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
-    case dnnl_cpu_isa_avx512_core: return "avx512_core";
-    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
-    default: return "unknown";
+    case dnnl_cpu_isa_sse41:
+        return "sse4.1";
+    case dnnl_cpu_isa_avx:
+        return "avx";
+    case dnnl_cpu_isa_avx2:
+        return "avx2";
+    case dnnl_cpu_isa_avx2_vnni:
+        return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_mic:
+        return "avx512_mic";
+    case dnnl_cpu_isa_avx512_mic_4ops:
+        return "avx512_mic_4ops";
+    case dnnl_cpu_isa_avx512_core:
+        return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni:
+        return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16:
+        return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx:
+        return "avx512_core_amx";
+    default:
+        return "unknown";
     }
 }
 
@@ -213,8 +224,7 @@ static int gemm_dnnl(int transa, int transb, int M, int N, int K, float alpha, c
     if (st == dnnl_success) st = dnnl_memory_create(&mb, &e->b_md, mm_engine, b);
     if (st == dnnl_success) st = dnnl_memory_create(&mc, &e->c_md, mm_engine, C);
     if (st == dnnl_success) {
-        dnnl_exec_arg_t args[3] = {
-            {DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+        dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
         st = dnnl_primitive_execute(e->prim, mm_stream, 3, args);
         if (st == dnnl_success) st = dnnl_stream_wait(mm_stream);
         if (st != dnnl_success) { /* C may be half written: nothing sound is left */

@@ -150,8 +150,8 @@ Test(bf16, gemm_within_the_rounding_bound) {
     char why[384] = "";
     int native = bk_cpu()->bf16_available(why, sizeof why);
     cr_assert(native || why[0], "bf16_available gave 0 without saying why");
-    cr_log_info("gemm_bf16 runs %s%s\n", native ? "oneDNN's bf16 primitive" : "rounded fp32: ",
-                native ? "" : why);
+    cr_log_info("gemm_bf16 runs %s%s\n",
+                native ? "oneDNN's bf16 primitive" : "rounded fp32: ", native ? "" : why);
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) {
             check_gemm_bf16(ta, tb, 37, 29, 300, 0, 1, 1.0f, 0.0f);

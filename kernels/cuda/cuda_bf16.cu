@@ -56,8 +56,8 @@ static cublasLtMatrixLayout_t layout(cudaDataType_t t, int rows, int cols, long 
     if (batch > 1) {
         int32_t b = batch;
         int64_t s = stride;
-        CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b,
-                                                      sizeof b));
+        CUBLAS_CHECK(
+            cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof b));
         CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(
             l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &s, sizeof s));
     }
@@ -69,8 +69,8 @@ void bk_cuda_gemm_bf16(int transa, int transb, int M, int N, int K, float alpha,
                        float beta, float *Cm, int ldc, long long strideC, int batch) {
     if (M <= 0 || N <= 0 || batch <= 0) return;
     if (K <= 0) { /* no products: C = beta C, as gemm */
-        bk_rm_gemm(transa, transb, M, N, K, alpha, A, lda, strideA, Bm, ldb, strideB, beta, Cm,
-                   ldc, strideC, batch);
+        bk_rm_gemm(transa, transb, M, N, K, alpha, A, lda, strideA, Bm, ldb, strideB, beta, Cm, ldc,
+                   strideC, batch);
         return;
     }
     /* the operands as stored, row-major: A item [ra, ca], B item [rb, cb] */
@@ -104,8 +104,8 @@ void bk_cuda_gemm_bf16(int transa, int transb, int M, int N, int K, float alpha,
     CUBLAS_CHECK(
         cublasLtMatmulAlgoGetHeuristic(lt(), desc, la, lb, lc, lc, pref, 1, &heur, &found));
     BK_CUDA_REQUIRE(found > 0, "cuBLASLt has no bf16 algorithm for this product");
-    CUBLAS_CHECK(cublasLtMatmul(lt(), desc, &alpha, b, la, a, lb, &beta, Cm, lc, Cm, lc,
-                                &heur.algo, ws + ops, LT_WORKSPACE, 0));
+    CUBLAS_CHECK(cublasLtMatmul(lt(), desc, &alpha, b, la, a, lb, &beta, Cm, lc, Cm, lc, &heur.algo,
+                                ws + ops, LT_WORKSPACE, 0));
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lc));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
