@@ -49,7 +49,7 @@ static int sub_make(sub *s, const bk_backend *be, const char *mixer, int C, int 
     memset(s, 0, sizeof *s);
     s->B = BATCH, s->T = T, s->C = C;
     nn_params_init(&s->np);
-    s->env = (nn_env){be, &s->np};
+    s->env = (nn_env){be, &s->np, 0};
     nn_block_cfg cf = {.C = C,
                        .hidden = 4 * C,
                        .mixer = mixer,

@@ -136,7 +136,8 @@ typedef struct bf_config {
         float weight_decay, clip;
         uint64_t seed;
         int eval_every, checkpoint_every, log_every;
-        char freeze[CFG_PATH_MAX]; /* comma-separated tensor-name prefixes trained frozen */
+        char freeze[CFG_PATH_MAX];    /* comma-separated tensor-name prefixes trained frozen */
+        char precision[CFG_NAME_MAX]; /* fp32 | bf16: the matrix products' inputs */
     } train;
     /* bookkeeping, never dumped or hashed: the level each key was last set
      * on (by schema row), and the level setters write now */

@@ -190,6 +190,10 @@ static const cfg_field cfg_schema[] = {
      "steps between train/* metric points", CFG_F_RESUME_FREE},
     {"train.freeze", CFG_T_STR, OFF(train.freeze), NOLIM, "\"\"", NULL,
      "tensors kept frozen: comma-separated name prefixes (e.g. \"tok_emb,blocks.0.\")", 0},
+    {"train.precision", CFG_T_ENUM, OFF(train.precision), NOLIM, "fp32", "fp32|bf16",
+     "matrix products: fp32, or bf16 inputs with fp32 sums and fp32 master weights (where the "
+     "device has no bf16 products the run says why and trains in fp32)",
+     0},
 };
 
 size_t cfg_field_count(void) { return sizeof(cfg_schema) / sizeof(cfg_schema[0]); }

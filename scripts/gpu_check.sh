@@ -16,7 +16,7 @@
 #   torch     test_it_parity_torch with every dump made on the GPU
 #             (BF_PARITY_DEVICE=cuda, vit_avit and encoder_bimamba among
 #             them) against the PyTorch reference (BF_PYTHON: python3)
-#   bench_*   bench_ops, bench_train, bench_mixers, bench_vit --device cuda
+#   bench_*   bench_ops, bench_train, bench_mixers, bench_vit, bench_bf16 --device cuda
 #             --json (DIR/logs/bench_NAME.json)
 #   sweep     a 2-trial sweep through bfd with device: cuda
 # and DIR/summary.json: pass / fail / skip per part, seconds, and the MFU of
@@ -246,9 +246,9 @@ fi
 # ---- benchmarks ----
 if [ $built = 1 ]; then
     # the dry run: the same programs and flags at toy sizes (2 shared cores)
-    ops= train= mixers= vit=
+    ops= train= mixers= vit= bf16=
     if [ $dry = 1 ]; then
-        ops="--reps 1" train="--steps 2 --peer none --L 1 --T 16 --d 32 --H 2 --B 4"
+        ops="--reps 1" bf16="--reps 1" train="--steps 2 --peer none --L 1 --T 16 --d 32 --H 2 --B 4"
         mixers="--reps 1 --t 197 --d 192 --mode infer" vit="--reps 1 --batch 2 --layers 2"
     fi
     part bench_ops 90 sh -c "'$bin/bench_ops' --device $dev --json $ops >'$logs/bench_ops.json' && [ -s '$logs/bench_ops.json' ]"
@@ -257,6 +257,8 @@ if [ $built = 1 ]; then
     part bench_mixers 90 sh -c \
         "'$bin/bench_mixers' --device $dev --json $mixers >'$logs/bench_mixers.json' && [ -s '$logs/bench_mixers.json' ]"
     part bench_vit 90 sh -c "'$bin/bench_vit' --device $dev --json $vit >'$logs/bench_vit.json' && [ -s '$logs/bench_vit.json' ]"
+    # cuBLASLt's bf16 products against fp32 at DeiT-Tiny's shapes (issue 39)
+    part bench_bf16 60 sh -c "'$bin/bench_bf16' --device $dev --json $bf16 >'$logs/bench_bf16.json' && [ -s '$logs/bench_bf16.json' ]"
     # GPT-2-124M's trunk (12 layers, d 768, 12 heads, 1024 tokens, vocab 50257)
     if [ $dry = 0 ]; then
         part bench_gpt2 120 sh -c "'$bin/bench_train' --device cuda --json --peer none --L 12 \

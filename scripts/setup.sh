@@ -9,7 +9,7 @@ libzmq3-dev libsodium-dev libyaml-dev libcriterion-dev libsqlite3-dev libjansson
 libsentencepiece-dev zlib1g-dev wordnet-base bible-kjv dataset-fashion-mnist python3-zmq
 python3-numpy python3-pip python3-torch
 slurm-wlm munge nftables iproute2 libcairo2-dev libmicrohttpd-dev clang libclang-rt-14-dev libomp-dev
-libjs-dygraphs libjs-d3 chromium chromium-driver python3-selenium python3-pandas openssl curl"
+libdnnl-dev libjs-dygraphs libjs-d3 chromium chromium-driver python3-selenium python3-pandas openssl curl"
 
 missing=""
 for p in $PKGS; do

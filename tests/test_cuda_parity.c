@@ -279,6 +279,58 @@ Test(cuda_parity, gemm_all_transposes_padded_batched) {
         }
 }
 
+/* gemm_bf16: cuBLASLt's bf16 products (fp32 sums) against the CPU's bf16
+ * path (oneDNN, or the operands rounded and the fp32 product): the same
+ * rounded products, summed in other orders, so within TOL_MM (the sums'
+ * fp32 error, gamma_K sum |a'b'|, is ~1e-5 of it at K <= 300 over [-1, 1]).
+ * The exact case pins cuBLASLt's rounding to nearest even: 64 (1 + 2^-7)
+ * = 64.5 exactly (tests/test_bf16.c's derivation). */
+Test(cuda_parity, gemm_bf16_cublaslt) {
+    NEED_GPU();
+    char why[384] = "";
+    cr_expect(gpu->bf16_available(why, sizeof why), "no bf16 on this GPU: %s", why);
+    int M = 13, N = 17, K = 300, batch = 3;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            int arows = ta ? K : M, acols = ta ? M : K, brows = tb ? N : K, bcols = tb ? K : N;
+            int lda = acols + 3, ldb = bcols + 2, ldc = N + 5;
+            long long sA = (long long)arows * lda + 7, sB = (long long)brows * ldb + 1,
+                      sC = (long long)M * ldc + 3;
+            pair A = pair_new((size_t)(sA * batch), -1, 1),
+                 Bm = pair_new((size_t)(sB * batch), -1, 1);
+            pair Cm = pair_new((size_t)(sC * batch), -1, 1);
+            cpu->gemm_bf16(ta, tb, M, N, K, 0.7f, A.h, lda, sA, Bm.h, ldb, sB, 0.3f, Cm.h, ldc, sC,
+                           batch);
+            gpu->gemm_bf16(ta, tb, M, N, K, 0.7f, A.d, lda, sA, Bm.d, ldb, sB, 0.3f, Cm.d, ldc, sC,
+                           batch);
+            char what[64];
+            snprintf(what, sizeof what, "gemm_bf16 transa=%d transb=%d", ta, tb);
+            expect_close(what, &Cm, TOL_MM);
+            pair_free(&A);
+            pair_free(&Bm);
+            pair_free(&Cm);
+        }
+    /* a linear layer's forward at DeiT-Tiny's QKV shape */
+    pair A = pair_new((size_t)6304 * 192, -1, 1), W = pair_new((size_t)576 * 192, -1, 1);
+    pair Y = pair_const((size_t)6304 * 576, 0.0f);
+    cpu->gemm_bf16(0, 1, 6304, 576, 192, 1.0f, A.h, 192, 0, W.h, 192, 0, 0.0f, Y.h, 576, 0, 1);
+    gpu->gemm_bf16(0, 1, 6304, 576, 192, 1.0f, A.d, 192, 0, W.d, 192, 0, 0.0f, Y.d, 576, 0, 1);
+    expect_close("gemm_bf16 6304x576x192", &Y, TOL_MM);
+    pair_free(&A);
+    pair_free(&W);
+    pair_free(&Y);
+    /* rounding to nearest even: A rounds up, B (a tie) to the even 1 */
+    pair a = pair_const(8 * 64, 1.0f + 0x1p-8f + 0x1p-10f), b = pair_const(5 * 64, 1.0f + 0x1p-8f);
+    pair c = pair_const(8 * 5, 0.0f);
+    gpu->gemm_bf16(0, 1, 8, 5, 64, 1.0f, a.d, 64, 0, b.d, 64, 0, 0.0f, c.d, 5, 0, 1);
+    gpu->to_host(c.h, c.d, 40 * sizeof(float));
+    for (int i = 0; i < 40; i++)
+        cr_expect_eq(c.h[i], 64.5f, "gemm_bf16 C[%d] = %.9g, want 64.5", i, (double)c.h[i]);
+    pair_free(&a);
+    pair_free(&b);
+    pair_free(&c);
+}
+
 /* One gemm on both backends over buffers of the given sizes; compares C. */
 static void check_gemm(const char *what, int ta, int tb, int M, int N, int K, size_t na, int lda,
                        long long sA, size_t nb, int ldb, long long sB, float beta, size_t nc,

@@ -109,7 +109,7 @@ Test(help, each_command_lists_the_options_it_accepts) {
         cr_expect(strstr(h, "unknown option '--no-such-option'") && strstr(h, "(valid: --"),
                   "%s: %s", cmd, h);
     }
-    cr_expect_eq(commands, 8, "%d commands", commands);
+    cr_expect_eq(commands, 9, "%d commands", commands);
 }
 
 /* stdout and stderr of cmd into out; its exit status */

@@ -3,13 +3,17 @@
  * reference implementation, pip-installed into BUILD/pydeps by
  * scripts/setup.sh) and numpy, writes a file that bf reads and loads with
  * init.from, and checks a checkpoint set that bf saved against the layout
- * in docs/checkpoints.md (names, shapes, values, metadata, checksums). */
+ * in docs/checkpoints.md (names, shapes, values, metadata, checksums); and
+ * bfworker export's F32 and BF16 files read back. */
 #include <criterion/criterion.h>
+#include <math.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/bk.h"
+#include "kernels/bk_bf16.h"
 #include "tests/tmpdir.h"
 #include "worker/io/ckpt.h"
 #include "worker/io/safetensors.h"
@@ -131,4 +135,71 @@ Test(pyst, bf_set_read_by_python) {
     cr_expect(strstr(py_log(), "ok: 4 tensors, step 12"), "%s", py_log());
     free(p), free(m), free(v);
     bk_params_free(&P);
+}
+
+/* bfworker export FILE --out OUT --dtype DT; returns the exit status,
+ * output in dir/export.log. */
+static int export_cmd(const char *src, const char *out, const char *dtype) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s/bfworker export '%s' --out '%s' %s%s >'%s/export.log' 2>&1",
+             BF_BIN_DIR, src, out, dtype ? "--dtype " : "", dtype ? dtype : "", dir);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* export --dtype bf16 writes every tensor as BF16, each value the F32
+ * master rounded to nearest even (ties, a value past bf16's range, a NaN
+ * among them), two bytes each, the metadata carried; --dtype f32 (the
+ * default) the same bits as the source; a run folder reads its
+ * model.safetensors; no --out is a usage error. */
+Test(pyst, export_writes_bf16_read_back) {
+    float a[6] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -2.5f, 3.4e38f, NAN, 1e-40f};
+    float b[12];
+    for (int i = 0; i < 12; i++) b[i] = 0.1f * (float)(i - 6);
+    int64_t sa[1] = {6}, sb[2] = {3, 4};
+    st_entry e[2] = {{"w.a", 1, sa, a}, {"blocks.0.w", 2, sb, b}};
+    const char *meta[2] = {"config", "model.layers: 1\n"};
+    char err[1024], src[512], out[512], o32[512];
+    char *run = strdup(tmpdir_path(dir, "run"));
+    cr_assert_eq(mkdir(run, 0755), 0);
+    snprintf(src, sizeof src, "%s/model.safetensors", run);
+    cr_assert_eq(st_write(src, e, 2, meta, 1, err, sizeof err), 0, "%s", err);
+    snprintf(out, sizeof out, "%s", tmpdir_path(dir, "w.bf16.safetensors"));
+    snprintf(o32, sizeof o32, "%s", tmpdir_path(dir, "w.f32.safetensors"));
+    cr_assert_eq(export_cmd(run, out, "bf16"), 0, "%s", tmpdir_path(dir, "export.log"));
+    cr_assert_eq(export_cmd(src, o32, NULL), 0);
+    st_file f;
+    cr_assert_eq(st_open(&f, out, err, sizeof err), 0, "%s", err);
+    cr_expect_str_eq(st_meta(&f, "config"), "model.layers: 1\n");
+    cr_expect_not_null(st_meta(&f, "bf_export"));
+    cr_assert_eq(f.n, 2);
+    for (int k = 0; k < 2; k++) {
+        const float *want = k ? b : a;
+        int n = k ? 12 : 6, i = st_find(&f, k ? "blocks.0.w" : "w.a");
+        cr_assert_geq(i, 0);
+        cr_expect_str_eq(f.t[i].dtype, "BF16");
+        cr_expect_eq(f.t[i].end - f.t[i].begin, (uint64_t)n * 2, "two bytes a value");
+        float got[12];
+        cr_assert_eq(st_read_as_f32(&f, i, got, err, sizeof err), 0, "%s", err);
+        for (int j = 0; j < n; j++) {
+            float w = bk_bf16_round(want[j]);
+            if (isnan(w))
+                cr_expect(isnan(got[j]), "%s[%d] is not a NaN", f.t[i].name, j);
+            else
+                cr_expect_eq(memcmp(&got[j], &w, 4), 0, "%s[%d] = %.9g, want %.9g", f.t[i].name, j,
+                             (double)got[j], (double)w);
+        }
+    }
+    cr_expect_eq(bk_bf16_round(a[0]), 1.0f, "the tie went to the even 1");
+    cr_expect(isinf(bk_bf16_round(a[3])), "3.4e38 is past bf16's largest");
+    st_close(&f);
+    cr_assert_eq(st_open(&f, o32, err, sizeof err), 0, "%s", err);
+    float got[12];
+    int i = st_find(&f, "blocks.0.w");
+    cr_assert_eq(st_read_f32(&f, i, got, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(memcmp(got, b, sizeof b), 0, "--dtype f32 changed the bits");
+    st_close(&f);
+    cr_expect_eq(export_cmd(src, "", NULL) != 0 && export_cmd(src, out, "f16") == 64, 1,
+                 "a bad --dtype is a usage error (64)");
+    free(run);
 }

@@ -216,7 +216,7 @@ static void blk_make(blk *k, const char *mixer, int B, int T) {
     char err[256];
     memset(k, 0, sizeof *k);
     nn_params_init(&k->np);
-    k->env = (nn_env){be, &k->np};
+    k->env = (nn_env){be, &k->np, 0};
     nn_block_cfg cf = {.C = 16,
                        .hidden = 32,
                        .mixer = mixer,

@@ -408,6 +408,42 @@ Test(loop, frozen_tensors_stay_bit_identical_while_the_rest_trains) {
     free_tensors(&opt);
 }
 
+/* train.precision: bf16. Where the CPU has no bf16 products, the run says
+ * once what is missing and trains in fp32: the fp32 run, bit for bit.
+ * Where it has them, the linear layers train in bf16: other bits. */
+Test(loop, bf16_precision_trains_bf16_or_says_why_and_trains_fp32) {
+    cr_assert_eq(train("p32", "--set train.steps=4"), 0, "%s", log_of("p32.log"));
+    cr_assert_eq(train("p16", "--set train.steps=4 --set train.precision=bf16"), 0, "%s",
+                 log_of("p16.log"));
+    char why[384] = "";
+    int native = bk_cpu()->bf16_available(why, sizeof why);
+    const char *log = log_of("p16.log");
+    const char *line = strstr(log, "train.precision bf16: ");
+    if (native) {
+        cr_assert_null(line, "bf16 is available here, yet: %s", log);
+    } else {
+        cr_assert(line && strstr(line, why) && strstr(line, "this run trains in fp32"),
+                  "no line saying why bf16 is not used (%s): %s", why, log);
+        cr_assert_null(strstr(line + 1, "train.precision bf16: "), "said twice: %s", log);
+    }
+    tensors a, b;
+    read_tensors(tmpdir_path(dir, "p32/model.safetensors"), &a);
+    read_tensors(tmpdir_path(dir, "p16/model.safetensors"), &b);
+    cr_assert_eq(a.n, b.n);
+    int same = 1;
+    for (int i = 0; i < a.n; i++) {
+        int k = find(&b, a.name[i]);
+        cr_assert(k >= 0 && b.numel[k] == a.numel[i], "%s differs in shape", a.name[i]);
+        same &= memcmp(a.data[i], b.data[k], a.numel[i] * sizeof(float)) == 0;
+    }
+    if (native)
+        cr_expect(!same, "bf16 training gave the fp32 run's weights");
+    else
+        cr_expect(same, "the fp32 fallback is not the fp32 run");
+    free_tensors(&a);
+    free_tensors(&b);
+}
+
 Test(loop, init_from_loads_another_runs_weights_by_name) {
     cr_assert_eq(train("a", ""), 0, "%s", log_of("a.log"));
     char extra[600];

@@ -32,6 +32,7 @@ int cmd_profile(int argc, char **argv);  /* profile RUN: attention sparsity per 
 int cmd_params(int argc, char **argv);   /* params CONFIG.yaml: parameters and memory */
 int cmd_generate(int argc, char **argv); /* generate CHECKPOINT --prompt TEXT (lm) */
 int cmd_dump(int argc, char **argv);     /* dump CONFIG.yaml --out DIR: one step's tensors */
+int cmd_export(int argc, char **argv);   /* export CHECKPOINT --out FILE: weights, F32 or BF16 */
 int cmd_run(int argc, char **argv);      /* run --trial ID ...: one attempt for bfd */
 int cmd_serve(int argc, char **argv);    /* serve --connect EP: bfd's remote launcher agent */
 
@@ -57,7 +58,7 @@ void cmd_help(FILE *f);
 
 /* The option tables of the commands (cmd_NAME.c). */
 extern const opt_spec cmd_train_opts[], cmd_eval_opts[], cmd_profile_opts[], cmd_params_opts[],
-    cmd_generate_opts[], cmd_dump_opts[], cmd_run_opts[], cmd_serve_opts[];
+    cmd_generate_opts[], cmd_dump_opts[], cmd_export_opts[], cmd_run_opts[], cmd_serve_opts[];
 
 /* The command about to run (main sets it): cmd_parse reads by its row. */
 void cmd_parse_as(const cmd_spec *c);

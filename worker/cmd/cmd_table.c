@@ -25,6 +25,9 @@ const cmd_spec cmd_specs[] = {
      "one training step's weights, batch, logits, gradients and losses as safetensors + JSON, "
      "for an outside check",
      cmd_dump_opts},
+    {"export", cmd_export, "CHECKPOINT",
+     "a run's weights as one safetensors file for inference, F32 or BF16 (--dtype bf16)",
+     cmd_export_opts},
     {"run", cmd_run, NULL,
      "one attempt of a trial for bfd (config and metrics over the worker link; "
      "docs/protocol.md); started by bfd, not by hand",

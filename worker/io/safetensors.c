@@ -15,6 +15,7 @@
 
 #include "common/hash.h"
 #include "common/input_path.h"
+#include "kernels/bk_bf16.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c writes host floats as the file's little-endian data"
@@ -534,9 +535,10 @@ static uint64_t entry_numel(const st_entry *e) {
     return n;
 }
 
-/* The header JSON, padded with spaces to a multiple of 8; *len its length. */
+/* The header JSON, padded with spaces to a multiple of 8; *len its length.
+ * Every tensor is written as dtype (F32 or BF16). */
 static char *build_header(const char *path, const st_entry *t, int n, const char *const *meta,
-                          int n_meta, size_t *len, char *err, size_t errlen) {
+                          int n_meta, int bf16, size_t *len, char *err, size_t errlen) {
     json_t *root = json_object(), *md = NULL;
     char *text = NULL;
     int bad = !root;
@@ -564,10 +566,11 @@ static char *build_header(const char *path, const st_entry *t, int n, const char
                 json_decref(shape);
                 shape = NULL;
             }
-        uint64_t nb = entry_numel(&t[i]) * sizeof(float);
-        json_t *e = shape ? json_pack("{s:s, s:o, s:[I,I]}", "dtype", "F32", "shape", shape,
-                                      "data_offsets", (json_int_t)at, (json_int_t)(at + nb))
-                          : NULL;
+        uint64_t nb = entry_numel(&t[i]) * (bf16 ? sizeof(uint16_t) : sizeof(float));
+        json_t *e = shape
+                        ? json_pack("{s:s, s:o, s:[I,I]}", "dtype", bf16 ? "BF16" : "F32", "shape",
+                                    shape, "data_offsets", (json_int_t)at, (json_int_t)(at + nb))
+                        : NULL;
         bad = !e || json_object_set_new(root, t[i].name, e);
         at += nb;
     }
@@ -609,8 +612,26 @@ static void fsync_dir_of(const char *path) {
     }
 }
 
+/* Writes n floats of p to fd as BF16 (each rounded to nearest even, in
+ * chunks: no copy of the tensor); 0, or -1 with errno set. */
+static int write_bf16(int fd, const float *p, uint64_t n) {
+    uint16_t buf[4096];
+    for (uint64_t at = 0; at < n;) {
+        size_t k = n - at < 4096 ? (size_t)(n - at) : 4096;
+        for (size_t j = 0; j < k; j++) buf[j] = bk_bf16_from_f32(p[at + j]);
+        if (st_write_all(fd, buf, k * sizeof(uint16_t))) return -1;
+        at += k;
+    }
+    return 0;
+}
+
 int st_write(const char *path, const st_entry *t, int n, const char *const *meta, int n_meta,
              char *err, size_t errlen) {
+    return st_write_as(path, t, n, meta, n_meta, 0, err, errlen);
+}
+
+int st_write_as(const char *path, const st_entry *t, int n, const char *const *meta, int n_meta,
+                int bf16, char *err, size_t errlen) {
     if (check_entries(path, t, n, err, errlen)) return -1;
     if (n_meta < 0 || n_meta > ST_MAX_META) {
         snprintf(err, errlen, "%s: %d metadata entries (0 to %d)", path, n_meta, ST_MAX_META);
@@ -622,7 +643,7 @@ int st_write(const char *path, const st_entry *t, int n, const char *const *meta
             return -1;
         }
     size_t hlen;
-    char *hdr = build_header(path, t, n, meta, n_meta, &hlen, err, errlen);
+    char *hdr = build_header(path, t, n, meta, n_meta, bf16, &hlen, err, errlen);
     if (!hdr) return -1;
     char tmp[4200], dirbuf[4096], basebuf[4096];
     snprintf(dirbuf, sizeof dirbuf, "%s", path);
@@ -645,7 +666,8 @@ int st_write(const char *path, const st_entry *t, int n, const char *const *meta
     int bad = st_write_all(fd, lb, 8) || st_write_all(fd, hdr, hlen);
     free(hdr);
     for (int i = 0; !bad && i < n; i++)
-        bad = st_write_all(fd, t[i].data, (size_t)entry_numel(&t[i]) * sizeof(float));
+        bad = bf16 ? write_bf16(fd, t[i].data, entry_numel(&t[i]))
+                   : st_write_all(fd, t[i].data, (size_t)entry_numel(&t[i]) * sizeof(float));
     if (bad || fsync(fd)) {
         snprintf(err, errlen, "%s: cannot write %s: %s", path, tmp, strerror(errno));
         close(fd);

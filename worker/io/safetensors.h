@@ -100,6 +100,12 @@ typedef struct st_entry {
 int st_write(const char *path, const st_entry *t, int n, const char *const *meta, int n_meta,
              char *err, size_t errlen);
 
+/* st_write with every tensor stored as BF16 when bf16 is 1 (each float
+ * rounded to nearest even, kernels/bk_bf16.h: a file for bf16 inference,
+ * bfworker export --dtype bf16), as F32 when 0. */
+int st_write_as(const char *path, const st_entry *t, int n, const char *const *meta, int n_meta,
+                int bf16, char *err, size_t errlen);
+
 /* Writes all n bytes of p to fd, retrying short writes and EINTR; 0, or -1
  * with errno set. */
 int st_write_all(int fd, const void *p, size_t n);

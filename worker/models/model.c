@@ -145,7 +145,7 @@ static int declare_model(model *m, const model_shape *sh, const bk_backend *be, 
                           .lambda_entropy = 0.01f};
     int C = sh->d_model, L = sh->layers;
     nn_params_init(&m->np);
-    m->env = (nn_env){be, &m->np};
+    m->env = (nn_env){be, &m->np, 0};
     m->blocks = calloc((size_t)L, sizeof *m->blocks);
     m->x = calloc((size_t)L + 1, sizeof *m->x);
     if (!m->blocks || !m->x) goto oom;

@@ -89,6 +89,8 @@ void nn_params_runs(const nn_params *np, void (*fn)(void *ctx, size_t off, size_
 typedef struct nn_env {
     const bk_backend *be;
     nn_params *np;
+    int bf16; /* 1: nn_linear's products run gemm_bf16 (train.precision bf16 on a
+                 backend with bf16 products; set by the training loop) */
 } nn_env;
 
 static inline float *nn_w(const nn_env *e, int id) { return e->np->P.t[id].data; }

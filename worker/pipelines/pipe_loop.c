@@ -568,6 +568,20 @@ static int resume(loop *L, char *err, size_t errlen) {
     return restore_counters(L, &s, err, errlen);
 }
 
+/* train.precision bf16: the linear layers' products in bf16 where the
+ * backend has bf16 products; elsewhere one line on rank 0 says what is
+ * missing, and the run trains in fp32 (docs/sweeps.md#precision). */
+static void loop_precision(loop *L) {
+    if (strcmp(L->c->train.precision, "bf16") != 0) return;
+    char why[384] = "";
+    if (L->be->bf16_available(why, sizeof why)) {
+        L->m.env.bf16 = 1;
+        return;
+    }
+    if (L->h->rank == 0)
+        fprintf(stderr, "train.precision bf16: %s; this run trains in fp32\n", why);
+}
+
 static void banner(const loop *L) {
     if (L->quiet) return;
     const model_shape *sh = &L->m.sh;
@@ -660,6 +674,7 @@ int pipe_train(const pipe_spec *sp, const bf_config *c, const data_sets *d, cons
     if (loop_model(&L, err, errlen) || resume(&L, err, errlen) || loop_data(&L, err, errlen) ||
         (h->begin && h->begin(h->ctx, c, err, errlen)))
         goto out;
+    loop_precision(&L);
     banner(&L);
     if (L.start == 0 && sp->validate_ctx) { /* the held-out measures before training */
         metric_begin(&L, 0);
