@@ -41,14 +41,14 @@ static inline void axpyf(float *y, float alpha, const float *x, int n) {
 
 /* The per-sample slices of the scratch (BK_SSD_SCRATCH's layout). */
 typedef struct ssd_ws {
-    float *S;                     /* [H,P,N] running state (forward) or dL/dS (backward) */
-    float *Bc, *Cc, *dBc, *dCc;   /* [Q,N] */
-    float *G, *dG;                /* [Q,Q] */
-    float *X, *Xd, *Y, *dXd;      /* [Q,P] */
-    float *V;                     /* [N] */
+    float *S;                       /* [H,P,N] running state (forward) or dL/dS (backward) */
+    float *Bc, *Cc, *dBc, *dCc;     /* [Q,N] */
+    float *G, *dG;                  /* [Q,Q] */
+    float *X, *Xd, *Y, *dXd;        /* [Q,P] */
+    float *V;                       /* [N] */
     float *Wt, *dtv, *s, *dS, *sig; /* [Q] */
-    float *pg;                    /* [3H]: d dt_bias, d A_log, d D of this sample */
-    int *idx;                     /* [T] active positions in scan order */
+    float *pg;                      /* [3H]: d dt_bias, d A_log, d D of this sample */
+    int *idx;                       /* [T] active positions in scan order */
 } ssd_ws;
 
 static int ssd_q(const bk_ssd_args *a) { return a->chunk > 0 ? a->chunk : BK_SSD_CHUNK; }

@@ -118,8 +118,19 @@ Test(ssd, by_hand, .init = init_cpu) {
     dt[0] = dt[1] = logf(expf(1.0f) - 1.0f);
     float out[2], states[2], scratch[BK_SSD_SCRATCH(1, 2, 1, 1, 1, 2)];
     for (int q = 1; q <= 2; q++) {
-        bk_ssd_args a = {.B = 1, .T = 2, .H = 1, .P = 1, .N = 1, .chunk = q, .ld = 3, .x = xbc,
-                         .Bm = xbc + 1, .Cm = xbc + 2, .dt = dt, .dt_bias = bias, .A_log = Alog,
+        bk_ssd_args a = {.B = 1,
+                         .T = 2,
+                         .H = 1,
+                         .P = 1,
+                         .N = 1,
+                         .chunk = q,
+                         .ld = 3,
+                         .x = xbc,
+                         .Bm = xbc + 1,
+                         .Cm = xbc + 2,
+                         .dt = dt,
+                         .dt_bias = bias,
+                         .A_log = Alog,
                          .Dskip = D};
         cpu->ssd_forward(out, states, scratch, &a);
         expect_near("ssd by hand", out, (double[]){1.5, exp(-1.0) + 1.5}, 2, 1e-6);
@@ -143,7 +154,7 @@ static void ssd_check_ref(int B, int T, int H, int P, int N, int Q, int reverse,
     ssd_case c = ssd_make(B, T, H, P, N, Q, reverse, masked, seed);
     float *dout = frand(c.nout, -1, 1, seed + 50);
     double *want = dbuf(c.nout);
-    ref_ssd_grads r = {dbuf(c.nrow),         dbuf(c.nrow), dbuf(c.nrow),    dbuf((size_t)B * T * H),
+    ref_ssd_grads r = {dbuf(c.nrow),    dbuf(c.nrow),    dbuf(c.nrow),   dbuf((size_t)B * T * H),
                        dbuf((size_t)H), dbuf((size_t)H), dbuf((size_t)H)};
     ref_ssd(&c.a, want, dout, &r);
     cpu->ssd_forward(c.out, c.states, c.scratch, &c.a);
@@ -190,9 +201,10 @@ Test(ssd, matches_reference, .init = init_cpu) {
             ssd_check_ref(3, 23, 2, 4, 5, 4, reverse, masked, 100 + reverse * 2 + masked);
             ssd_check_ref(2, 9, 3, 2, 3, 1, reverse, masked, 110 + reverse * 2 + masked);
         }
-    ssd_check_ref(3, 150, 2, 8, 16, 0, 1, 1, 120); /* the default chunk: 3 chunks, the last partial */
-    ssd_check_ref(2, 64, 1, 8, 8, 0, 0, 0, 121);   /* exactly one chunk */
-    ssd_check_ref(1, 1, 1, 3, 2, 0, 0, 0, 122);    /* one token */
+    ssd_check_ref(3, 150, 2, 8, 16, 0, 1, 1,
+                  120);                          /* the default chunk: 3 chunks, the last partial */
+    ssd_check_ref(2, 64, 1, 8, 8, 0, 0, 0, 121); /* exactly one chunk */
+    ssd_check_ref(1, 1, 1, 3, 2, 0, 0, 0, 122);  /* one token */
 }
 
 /* The chunk length changes only the order of float sums, not the result. */
@@ -230,8 +242,10 @@ static void ssd_gradcheck(int B, int T, int H, int P, int N, int Q, int reverse,
         const char *what;
         float *x, *g;
         size_t n;
-    } in[] = {{"x, B, C", c.xbc, dxbc, c.nrow},   {"dt", c.dt, ddt, (size_t)B * T * H},
-              {"dt_bias", c.bias, par, (size_t)H}, {"A_log", c.Alog, par + H, (size_t)H},
+    } in[] = {{"x, B, C", c.xbc, dxbc, c.nrow},
+              {"dt", c.dt, ddt, (size_t)B * T * H},
+              {"dt_bias", c.bias, par, (size_t)H},
+              {"A_log", c.Alog, par + H, (size_t)H},
               {"D", c.D, par + 2 * H, (size_t)H}};
     for (size_t k = 0; k < sizeof in / sizeof *in; k++) {
         double *num = dbuf(in[k].n);
@@ -294,8 +308,9 @@ static void rms_eval(void *p) {
 Test(ssd, rmsnorm_gated_gradcheck, .init = init_cpu) {
     int Nr = 4, C = 6;
     size_t n = (size_t)Nr * C;
-    rms_ctx r = {fbuf(n), frand(n, -1, 1, 400), frand(n, -3, 3, 401),
-                 frand((size_t)C, 0.5f, 1.5f, 402), Nr, C};
+    rms_ctx r = {
+        fbuf(n), frand(n, -1, 1, 400), frand(n, -3, 3, 401), frand((size_t)C, 0.5f, 1.5f, 402), Nr,
+        C};
     float *R = frand(n, -1, 1, 403), *rstd = fbuf((size_t)Nr);
     float *dy = fbuf(n), *dz = fbuf(n), *dw = fbuf((size_t)C);
     cpu->rmsnorm_gated_forward(r.out, rstd, r.y, r.z, r.w, Nr, C);
@@ -309,7 +324,7 @@ Test(ssd, rmsnorm_gated_gradcheck, .init = init_cpu) {
         double *num = dbuf(in[k].n);
         gc_numeric(in[k].x, in[k].n, R, r.out, n, rms_eval, &r, num);
         double worst = gc_compare(in[k].what, in[k].g, num, in[k].n);
-        cr_assert(worst <= 1.0, "rmsnorm_gated d%s: gradient check failed (worst %.3g)",
-                  in[k].what, worst);
+        cr_assert(worst <= 1.0, "rmsnorm_gated d%s: gradient check failed (worst %.3g)", in[k].what,
+                  worst);
     }
 }

@@ -231,8 +231,7 @@ __global__ void ssd_bc_reduce_kernel(bk_ssd_grads g, const float *part, bk_ssd_a
         int c = (int)(e % (2 * a.N));
         size_t b = bt / a.T, t = bt % a.T;
         float s = 0.0f;
-        for (int h = 0; h < a.H; h++)
-            s += part[(((size_t)b * a.H + h) * a.T + t) * 2 * a.N + c];
+        for (int h = 0; h < a.H; h++) s += part[(((size_t)b * a.H + h) * a.T + t) * 2 * a.N + c];
         if (c < a.N)
             g.dBm[bt * a.ld + c] = s;
         else
