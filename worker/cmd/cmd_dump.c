@@ -345,7 +345,8 @@ static int stage_check(const bf_config *c, const model_shape *sh, int stage, int
         if (*kind && sh->mixer[l] != *kind) {
             snprintf(err, errlen,
                      "--stage %s: model.mixers holds %s and %s; S2S's student has one "
-                     "distill.mixer (valid: one of bimamba, bilstm beside attention)",
+                     "distill.mixer (valid: one of bimamba, bimamba2, bilstm, bilstm_wide beside "
+                     "attention)",
                      name, model_mixer_name(*kind), model_mixer_name(sh->mixer[l]));
             return -1;
         }
