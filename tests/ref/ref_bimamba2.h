@@ -47,7 +47,8 @@ static inline void ref_bimamba2(const ref_mamba2_dir_w w[2], const float *fuse_w
                     double a = d->conv_b[c];
                     for (int j = 0; j < K; j++) {
                         int src = k - (K - 1) + j;
-                        if (src >= 0) a += (double)d->conv_w[c * K + j] * proj[pos[src] * R + C + c];
+                        if (src >= 0)
+                            a += (double)d->conv_w[c * K + j] * proj[pos[src] * R + C + c];
                     }
                     xbc[(size_t)pos[k] * W + c] = a * ref_m2_sigmoid(a);
                 }

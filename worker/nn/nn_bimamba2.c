@@ -32,8 +32,8 @@ int nn_bimamba2_declare(nn_bimamba2 *m, nn_params *np, const char *prefix, const
         nn_mamba2_dir *d = &m->dir[r];
         char q[BK_NAME_MAX];
         snprintf(q, sizeof q, "%s.%s.in_proj", prefix, names[r]);
-        d->w_in = nn_param(np, q, "weight", 2 * C + 2 * N + H, C, 1,
-                           nn_normal(1.0f / sqrtf(3.0f * C)));
+        d->w_in =
+            nn_param(np, q, "weight", 2 * C + 2 * N + H, C, 1, nn_normal(1.0f / sqrtf(3.0f * C)));
         snprintf(q, sizeof q, "%s.%s.conv1d", prefix, names[r]);
         d->conv_w = nn_param(np, q, "weight", W, m->K, 1, nn_normal(1.0f / sqrtf(3.0f * m->K)));
         d->conv_b = nn_param(np, q, "bias", W, 0, 0, nn_zeros());
@@ -84,8 +84,8 @@ static size_t ssd_scratch(const nn_bimamba2 *m) {
 
 void nn_bimamba2_scratch(const nn_bimamba2 *m, nn_scratch *s) {
     size_t BT = (size_t)m->B * m->T, C = (size_t)m->C, W = C + 2 * (size_t)m->N;
-    nn_scratch_need(s, BT * (5 * C + 2 * W + m->H) + (size_t)m->B * W * (m->K + 1) +
-                           ssd_scratch(m));
+    nn_scratch_need(s,
+                    BT * (5 * C + 2 * W + m->H) + (size_t)m->B * W * (m->K + 1) + ssd_scratch(m));
 }
 
 static bk_conv_args conv_args(const nn_bimamba2 *m, const nn_call *c, int r) {
@@ -126,8 +126,8 @@ double nn_bimamba2_flops(const nn_bimamba2 *m, int n) {
     return n * (per + 4.0 * C * m->dh + out);
 }
 
-void nn_bimamba2_forward(nn_bimamba2 *m, const nn_env *e, nn_scratch *s, const nn_call *c,
-                         float *y, const float *u) {
+void nn_bimamba2_forward(nn_bimamba2 *m, const nn_env *e, nn_scratch *s, const nn_call *c, float *y,
+                         const float *u) {
     const bk_backend *be = e->be;
     int BT = c->B * c->T, C = m->C, N = m->N, H = m->H, dh = m->dh, W = C + 2 * N;
     nn_scratch_begin(s);

@@ -55,8 +55,8 @@ int nn_bimamba2_plan(nn_bimamba2 *m, bk_arena *A, int B, int T);
 void nn_bimamba2_scratch(const nn_bimamba2 *m, nn_scratch *s);
 /* y[B,T,C] = BiMamba-2(u[B,T,C]) through the output projection; saves its
  * activations (inner: the output before the projection). */
-void nn_bimamba2_forward(nn_bimamba2 *m, const nn_env *e, nn_scratch *s, const nn_call *c,
-                         float *y, const float *u);
+void nn_bimamba2_forward(nn_bimamba2 *m, const nn_env *e, nn_scratch *s, const nn_call *c, float *y,
+                         const float *u);
 /* du[B,T,C] += ; dinner (nullable) an extra gradient at inner. */
 void nn_bimamba2_backward(nn_bimamba2 *m, const nn_env *e, nn_scratch *s, const nn_call *c,
                           float *du, const float *dy, const float *dinner, const float *u);
