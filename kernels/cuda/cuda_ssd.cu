@@ -3,8 +3,8 @@
  * chunked algorithm, this one the same recurrence token by token):
  *  - ssd: one block per (head, sample), thread j owning state column n = j
  *    (S[:, n], P values in the op's scratch); the sums over n (the output,
- *    dx) go through shared memory and are added in order by thread p, the
- *    sums over p (dBm, dCm) are each thread's own. The forward saves the
+ *    dx) are warp shuffles whose per-warp partials thread p adds in warp
+ *    order, the sums over p (dBm, dCm) are each thread's own. The forward saves the
  *    state entering each chunk of `chunk` active tokens, as the CPU's; the
  *    backward walks the chunks from the last, recomputes each chunk's
  *    per-token states into the backend's workspace
@@ -30,15 +30,32 @@ static inline unsigned ssd_threads(const bk_ssd_args *a) {
     int n = a->N > a->P ? a->N : a->P;
     return (unsigned)((n + 31) / 32 * 32);
 }
-/* Shared floats: the [P,N] products, x and dy of a token, one float per thread. */
+/* Shared floats: per-warp partial sums [P, warps], x and dy of a token, one
+ * float per thread. */
 static inline size_t ssd_smem(const bk_ssd_args *a) {
-    return ((size_t)a->P * a->N + 2 * (size_t)a->P + ssd_threads(a)) * sizeof(float);
+    size_t warps = ssd_threads(a) / 32;
+    return ((size_t)a->P * warps + 2 * (size_t)a->P + ssd_threads(a)) * sizeof(float);
 }
 
 static void ssd_require(const bk_ssd_args *a) {
     BK_CUDA_REQUIRE(a->P <= BK_SSD_MAX && a->N <= BK_SSD_MAX && ssd_chunk(a) <= BK_SSD_MAX,
                     "SSD head width, state size and chunk must be at most 1024");
-    BK_CUDA_REQUIRE(ssd_smem(a) <= 48 * 1024, "SSD head width x state size must be at most ~12k");
+    BK_CUDA_REQUIRE(ssd_smem(a) <= 48 * 1024,
+                    "SSD head width x warps of max(head width, state) must be at most ~11k");
+}
+
+/* part[p * warps + warp] = the sum of v over the warp's 32 threads (every
+ * thread of the block calls it with the same p). */
+static __device__ __forceinline__ void ssd_warp_part(float *part, int p, float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
+    if ((threadIdx.x & 31) == 0) part[(size_t)p * (blockDim.x / 32) + threadIdx.x / 32] = v;
+}
+
+/* Thread p's row of part summed in warp order (after a __syncthreads). */
+static __device__ __forceinline__ float ssd_part_sum(const float *part, int p) {
+    float s = 0.0f;
+    for (unsigned w = 0; w < blockDim.x / 32; w++) s += part[(size_t)p * (blockDim.x / 32) + w];
+    return s;
 }
 
 /* The sum over threads of v (every thread passes its value), in thread
@@ -56,7 +73,7 @@ __global__ void ssd_forward_kernel(float *out, float *states, float *Sbuf, bk_ss
     extern __shared__ float sm[];
     const int h = blockIdx.x, b = blockIdx.y, j = threadIdx.x, P = a.P, N = a.N, H = a.H;
     const int HP = H * P, nch = (a.T + Q - 1) / Q;
-    float *prod = sm, *xs = sm + (size_t)P * N;
+    float *part = sm, *xs = sm + (size_t)P * (blockDim.x / 32);
     float *S = Sbuf + ((size_t)b * H + h) * P * N; /* column j: S[p * N + j] */
     const float A = -expf(a.A_log[h]), Dh = a.Dskip ? a.Dskip[h] : 0.0f;
     if (j < N)
@@ -78,20 +95,18 @@ __global__ void ssd_forward_kernel(float *out, float *states, float *Sbuf, bk_ss
         if (j < P) xs[j] = row[(size_t)h * P + j];
         __syncthreads();
         float dt = ssd_softplus(a.dt[bt * H + h] + a.dt_bias[h]), dec = expf(dt * A);
-        if (j < N) {
-            float bn = a.Bm[bt * a.ld + j], cn = a.Cm[bt * a.ld + j];
-            for (int p = 0; p < P; p++) {
+        float bn = j < N ? a.Bm[bt * a.ld + j] : 0.0f, cn = j < N ? a.Cm[bt * a.ld + j] : 0.0f;
+        for (int p = 0; p < P; p++) { /* every thread: the warp sums */
+            float v = 0.0f;
+            if (j < N) {
                 float s = dec * S[(size_t)p * N + j] + dt * xs[p] * bn;
                 S[(size_t)p * N + j] = s;
-                prod[(size_t)p * N + j] = s * cn;
+                v = s * cn;
             }
+            ssd_warp_part(part, p, v);
         }
         __syncthreads();
-        if (j < P) {
-            float y = 0.0f;
-            for (int n = 0; n < N; n++) y += prod[(size_t)j * N + n];
-            out[bt * HP + (size_t)h * P + j] = y + Dh * xs[j];
-        }
+        if (j < P) out[bt * HP + (size_t)h * P + j] = ssd_part_sum(part, j) + Dh * xs[j];
         __syncthreads();
     }
 }
@@ -114,7 +129,7 @@ __global__ void ssd_backward_kernel(bk_ssd_grads g, float *part, float *pg, floa
     extern __shared__ float sm[];
     const int h = blockIdx.x, b = blockIdx.y, j = threadIdx.x, P = a.P, N = a.N, H = a.H;
     const int HP = H * P, nch = (a.T + Q - 1) / Q, T = a.T;
-    float *prod = sm, *xs = sm + (size_t)P * N, *dys = xs + P, *red = dys + P;
+    float *wpart = sm, *xs = sm + (size_t)P * (blockDim.x / 32), *dys = xs + P, *red = dys + P;
     size_t bh = (size_t)b * H + h;
     float *Lb = L + bh * P * N, *Sb = Sw + bh * (size_t)Q * P * N;
     float *pp = part + bh * T * 2 * N;
@@ -178,23 +193,27 @@ __global__ void ssd_backward_kernel(bk_ssd_grads g, float *part, float *pg, floa
             const float *Si = Sb + (size_t)i * P * N;
             const float *Sp = i ? Sb + (size_t)(i - 1) * P * N : st;
             float dC = 0.0f, dB = 0.0f, z = 0.0f;
-            if (j < N) {
-                float bn = a.Bm[bt * a.ld + j], cn = a.Cm[bt * a.ld + j];
-                for (int p = 0; p < P; p++) {
+            float bn = j < N ? a.Bm[bt * a.ld + j] : 0.0f, cn = j < N ? a.Cm[bt * a.ld + j] : 0.0f;
+            for (int p = 0; p < P; p++) { /* every thread: the warp sums */
+                float v = 0.0f;
+                if (j < N) {
                     float l = Lb[(size_t)p * N + j] + dys[p] * cn;
                     Lb[(size_t)p * N + j] = l;
                     dC += Si[(size_t)p * N + j] * dys[p];
                     dB += xs[p] * l;
                     z += l * Sp[(size_t)p * N + j];
-                    prod[(size_t)p * N + j] = l * bn;
+                    v = l * bn;
                 }
+                ssd_warp_part(wpart, p, v);
+            }
+            if (j < N) {
                 pp[(size_t)t * 2 * N + j] = dt * dB;
                 pp[(size_t)t * 2 * N + N + j] = dC;
             }
             __syncthreads();
             float lb = 0.0f; /* (L B)_p for p = j */
             if (j < P) {
-                for (int n = 0; n < N; n++) lb += prod[(size_t)j * N + n];
+                lb = ssd_part_sum(wpart, j);
                 g.dx[bt * a.ld + h * P + j] = dt * lb + Dh * dys[j];
             }
             float Z = ssd_block_sum(red, z);
