@@ -1,6 +1,6 @@
 /* bench_mixers: one mixer sublayer as a model runs it (LayerNorm, the mixer,
  * its output projection: nn_block's LN1 and mixer slot), attention against
- * bimamba, bilstm and bilstm_wide, at ViT shapes.
+ * bimamba, bilstm, bilstm_wide and bimamba2, at ViT shapes.
  *
  *   bench_mixers [--device auto|cpu|cuda] [--json] [--reps N] [--max-t T]
  *                [--t T] [--d D] [--mixer NAME] [--mode infer|train]
@@ -156,7 +156,7 @@ static const opt_spec mixers_opts[] = {
     {"max-t", 0, OPT_INT, 1, 1 << 20, MX(max_t), "T", "no row longer than T tokens (2049)"},
     {"t", 0, OPT_INT, 1, 1 << 20, MX(only_t), "T", "only the rows of T tokens"},
     {"d", 0, OPT_INT, 1, 1 << 16, MX(only_d), "D", "only the rows of width D"},
-    {"mixer", 0, OPT_CHOICE, 0, 0, MX(only_mixer), "attention|bimamba|bilstm|bilstm_wide",
+    {"mixer", 0, OPT_CHOICE, 0, 0, MX(only_mixer), "attention|bimamba|bilstm|bilstm_wide|bimamba2",
      "only this mixer (attention always runs, for the speedup)"},
     {"mode", 0, OPT_CHOICE, 0, 0, MX(only_mode), "infer|train",
      "only the forward (infer) or forward + backward (train) rows"},
@@ -196,8 +196,8 @@ int main(int argc, char **argv) {
             "speedup");
     static const int Ts[] = {197, 577, 1025, 2049};
     static const int Ds[][2] = {{192, 3}, {384, 6}};
-    static const char *mixers[] = {"attention", "bimamba", "bilstm",
-                                   "bilstm_wide"}; /* --mixer's order */
+    static const char *mixers[] = {"attention", "bimamba", "bilstm", "bilstm_wide",
+                                   "bimamba2"}; /* --mixer's order */
     for (int di = 0; di < 2; di++)
         for (int ti = 0; ti < 4; ti++) {
             int T = Ts[ti], C = Ds[di][0], H = Ds[di][1];
@@ -205,7 +205,7 @@ int main(int argc, char **argv) {
             for (int train = 0; train < 2; train++) {
                 if (cli.only_mode >= 0 && train != cli.only_mode) continue;
                 double att = 0;
-                for (int mi = 0; mi < 4; mi++) {
+                for (int mi = 0; mi < 5; mi++) {
                     if (mi > 0 && cli.only_mixer >= 0 && mi != cli.only_mixer) continue;
                     sub s;
                     if (sub_make(&s, be, mixers[mi], C, H, T, err, sizeof err)) {

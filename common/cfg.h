@@ -109,7 +109,8 @@ typedef struct bf_config {
         char output[CFG_NAME_MAX]; /* act | freeze */
     } avit;
     struct {
-        char mixer[CFG_NAME_MAX]; /* bimamba | bilstm */
+        char mixer[CFG_NAME_MAX]; /* bimamba | bimamba2 | bilstm | bilstm_wide */
+        int d_state;              /* bimamba2's SSD state size */
         int replace_auto;         /* K of "auto:K", or 0 when a list is given */
         int replace_layers[CFG_MAX_LAYERS];
         int n_replace;

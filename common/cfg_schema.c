@@ -63,9 +63,8 @@ static const cfg_field cfg_schema[] = {
     {"model.patch", CFG_T_INT, OFF(model.patch), 1, 64, "4", NULL,
      "vit: patch side in pixels (must divide the image's rows and cols)", 0},
     {"model.mixers", CFG_T_STR, OFF(model.mixers), NOLIM, "\"\"", NULL,
-     "per-layer mixer, comma list: attention | bimamba | bilstm | bilstm_wide (\"\" or "
-     "missing tail = "
-     "attention; not for lm)",
+     "per-layer mixer, comma list: attention | bimamba | bimamba2 | bilstm | bilstm_wide (\"\" "
+     "or missing tail = attention; not for lm)",
      0},
     {"aug.crop_pad", CFG_T_INT, OFF(aug.crop_pad), 0, 16, "2", NULL,
      "vit: random crop after zero padding by this many pixels (0 = off)", 0},
@@ -120,8 +119,12 @@ static const cfg_field cfg_schema[] = {
      0},
 
     {"distill.mixer", CFG_T_ENUM, OFF(distill.mixer), NOLIM, "bimamba",
-     "bimamba|bilstm|bilstm_wide",
-     "sequential mixer that replaces attention layers (bilstm_wide: the S2S authors' layout)", 0},
+     "bimamba|bimamba2|bilstm|bilstm_wide",
+     "sequential mixer that replaces attention layers (bimamba2, bilstm_wide: the S2S authors' "
+     "layouts)",
+     0},
+    {"distill.d_state", CFG_T_INT, OFF(distill.d_state), 1, 1024, "128", NULL,
+     "bimamba2: the Mamba-2 SSD state size N per direction (the authors' 128)", 0},
     {"distill.replace_layers", CFG_T_LAYERS, OFF(distill.replace_layers), 0, CFG_MAX_LAYERS - 1,
      "auto:3", NULL, "layers to replace: a list [9, 10, 11], or auto:K = the K sparsest", 0},
     {"distill.stage1_steps", CFG_T_INT, OFF(distill.stage1_steps), 0, 100000000, "1000", NULL,

@@ -176,12 +176,12 @@ static void validate_mixers(const bf_config *c, problems *pr) {
     for (int l = 0; p[0]; l++) {
         size_t n = strcspn(p, ",");
         int ok = (n == 9 && !strncmp(p, "attention", 9)) || (n == 7 && !strncmp(p, "bimamba", 7)) ||
-                 (n == 6 && !strncmp(p, "bilstm", 6)) ||
+                 (n == 8 && !strncmp(p, "bimamba2", 8)) || (n == 6 && !strncmp(p, "bilstm", 6)) ||
                  (n == 11 && !strncmp(p, "bilstm_wide", 11));
         if (!ok) {
             add_err(pr,
                     "model.mixers: entry %d '%.*s' is not a mixer (valid: attention, bimamba, "
-                    "bilstm, bilstm_wide)",
+                    "bimamba2, bilstm, bilstm_wide)",
                     l, (int)(n < 32 ? n : 32), p);
             break;
         }

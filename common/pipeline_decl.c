@@ -25,6 +25,7 @@ static const stage_rule s2s_rules[] = {
     {1, "avit.", 0},
     /* profile (2): only its parent */
     {3, "distill.mixer", 0},
+    {3, "distill.d_state", 0},
     {3, "distill.replace_layers", 0},
     {3, "distill.stage1_steps", 0},
     {3, "distill.lambda_mse", 0},

@@ -158,6 +158,49 @@ typedef struct bk_lstm_args {
     const float *mask; /* [B,T] nullable */
 } bk_lstm_args;
 
+/* Mamba-2's SSD scan (state space duality; Dao & Gu, 2024), the scan of a
+ * BiMamba-2 direction: H heads of P channels, state size N, one group (B and
+ * C shared by every head), a scalar decay per head; over the active tokens in
+ * scan order (t = 0..T-1, or T-1..0 when reverse):
+ *   dt_t = softplus(dt[t,h] + dt_bias[h]);  A_h = -exp(A_log[h])
+ *   S_t  = exp(dt_t A_h) S_{t-1} + dt_t x_t Bm_t^T   (S [P,N], S before the first = 0)
+ *   y_t  = S_t Cm_t + Dskip[h] x_t                    (x_t, y_t: head h's P channels)
+ * computed by chunks of `chunk` active tokens as the paper's chunked
+ * algorithm: inside a chunk the quadratic form y = ((Cm Bm^T) o L)(dt x) with
+ * L[i,j] = exp(sum_{j<k<=i} dt_k A) as matrix products, plus the state
+ * entering the chunk read out through Cm; between chunks the state is passed
+ * on. The state entering each chunk is saved in states[B,H,nch,P,N],
+ * nch = ceil(T / chunk), for the backward. */
+#define BK_SSD_CHUNK 64
+#define BK_SSD_MAX 1024 /* P, N and chunk at most this */
+typedef struct bk_ssd_args {
+    int B, T, H, P, N;
+    int chunk;            /* active tokens per chunk, 0 = BK_SSD_CHUNK */
+    int reverse;          /* 0: t = 0..T-1, 1: t = T-1..0 */
+    int ld;               /* floats between the (b,t) rows of x, Bm, Cm (and dx, dBm, dCm) */
+    const float *x;       /* [B,T,H*P] rows ld apart */
+    const float *Bm, *Cm; /* [B,T,N] rows ld apart */
+    const float *dt;      /* [B,T,H] before softplus, dt_bias not added */
+    const float *dt_bias; /* [H] */
+    const float *A_log;   /* [H] */
+    const float *Dskip;   /* [H] nullable (no skip term) */
+    const float *mask;    /* [B,T] nullable */
+} bk_ssd_args;
+/* Floats of the scratch ssd_forward and ssd_backward take. */
+#define BK_SSD_SCRATCH(B, T, H, P, N, Q)                                                           \
+    ((size_t)(B) *                                                                                 \
+     ((size_t)(H) * (P) * (N) + 4 * (size_t)(Q) * (N) + 2 * (size_t)(Q) * (Q) +                    \
+      4 * (size_t)(Q) * (P) + (size_t)(N) + 5 * (size_t)(Q) + 3 * (size_t)(H) + (size_t)(T)))
+
+/* Gradients of the SSD scan. dx, dBm, dCm (rows ld apart) and ddt [B,T,H]
+ * (with respect to dt before softplus) are written, 0 at masked tokens, and
+ * must not be NULL; ddt_bias, dA_log, dDskip [H] are accumulated (+=), each
+ * nullable. */
+typedef struct bk_ssd_grads {
+    float *dx, *dBm, *dCm, *ddt;
+    float *ddt_bias, *dA_log, *dDskip;
+} bk_ssd_grads;
+
 /* ---- The step on the device ----
  * Inside a training step nothing is copied to the host. Ops that measure
  * (losses, accuracy, gate statistics, gradient norms) ADD into a stats

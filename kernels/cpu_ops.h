@@ -3,7 +3,7 @@
  * signature and contract as listed in kernels/bk_ops.def. Split by family:
  * cpu_memory.c, cpu_elementwise.c, cpu_matmul.c, cpu_norm.c, cpu_loss.c,
  * cpu_optim.c, cpu_rng.c, cpu_attention.c, cpu_fwht.c, cpu_halt.c,
- * cpu_mixer.c, cpu_devstep.c; the table is cpu_backend.c. */
+ * cpu_mixer.c, cpu_ssd.c, cpu_devstep.c; the table is cpu_backend.c. */
 #ifndef BK_CPU_OPS_H
 #define BK_CPU_OPS_H
 

@@ -865,6 +865,86 @@ Test(cuda_parity, lstm) {
     check_lstm(2, 50, 6, 64, 1, 1); /* bilstm_wide at d 192, 3 heads: hidden d_h = 64 */
 }
 
+/* ---- Mamba-2's SSD scan and gated RMSNorm (bimamba2) ---- */
+
+/* x, B, C in rows of ld = H*P + 2N + 3 (three columns neither backend may
+ * write); every gradient buffer starts random (the per-token ones are
+ * overwritten, the parameter ones accumulated). */
+static void check_ssd(int B, int T, int H, int P, int N, int Q, int reverse, int masked) {
+    char what[160];
+    const int ld = H * P + 2 * N + 3, q = Q > 0 ? Q : BK_SSD_CHUNK, nch = (T + q - 1) / q;
+    size_t nrow = (size_t)B * T * ld, nout = (size_t)B * T * H * P, ndt = (size_t)B * T * H;
+    pair xbc = pair_new(nrow, -1, 1), dt = pair_new(ndt, -2.5f, 0.5f);
+    pair bias = pair_new(H, -1, 0.5f), Alog = pair_new(H, 0, 2.5f), Dp = pair_new(H, 0.5f, 1.5f);
+    pair mask = mixer_mask(B, T), out = pair_new(nout, 0, 1), dout = pair_new(nout, -1, 1);
+    pair states = pair_new((size_t)B * H * nch * P * N, 0, 1);
+    pair scratch = pair_new(BK_SSD_SCRATCH(B, T, H, P, N, q), 0, 1);
+    pair dxbc = pair_new(nrow, -1, 1), ddt = pair_new(ndt, -1, 1), dpar = pair_new(3 * H, -1, 1);
+    bk_ssd_args ah = {
+        .B = B, .T = T, .H = H, .P = P, .N = N, .chunk = Q, .reverse = reverse, .ld = ld};
+    bk_ssd_args ad = ah;
+    ah.x = xbc.h, ah.Bm = xbc.h + H * P, ah.Cm = xbc.h + H * P + N, ah.dt = dt.h;
+    ah.dt_bias = bias.h, ah.A_log = Alog.h, ah.Dskip = Dp.h, ah.mask = masked ? mask.h : NULL;
+    ad.x = xbc.d, ad.Bm = xbc.d + H * P, ad.Cm = xbc.d + H * P + N, ad.dt = dt.d;
+    ad.dt_bias = bias.d, ad.A_log = Alog.d, ad.Dskip = Dp.d, ad.mask = masked ? mask.d : NULL;
+    cpu->ssd_forward(out.h, states.h, scratch.h, &ah);
+    gpu->ssd_forward(out.d, states.d, scratch.d, &ad);
+    snprintf(what, sizeof what, "ssd forward T=%d H=%d P=%d N=%d chunk=%d rev=%d mask=%d", T, H, P,
+             N, q, reverse, masked);
+    expect_close(what, &out, TOL_MM);
+    snprintf(what, sizeof what, "ssd chunk states T=%d chunk=%d rev=%d", T, q, reverse);
+    expect_close(what, &states, TOL_MM);
+    bk_ssd_grads gh = {dxbc.h, dxbc.h + H * P, dxbc.h + H * P + N, ddt.h,
+                       dpar.h, dpar.h + H,     dpar.h + 2 * H};
+    bk_ssd_grads gd = {dxbc.d, dxbc.d + H * P, dxbc.d + H * P + N, ddt.d,
+                       dpar.d, dpar.d + H,     dpar.d + 2 * H};
+    cpu->ssd_backward(&gh, scratch.h, dout.h, states.h, &ah);
+    gpu->ssd_backward(&gd, scratch.d, dout.d, states.d, &ad);
+    snprintf(what, sizeof what, "ssd backward dx dB dC T=%d H=%d P=%d N=%d rev=%d mask=%d", T, H, P,
+             N, reverse, masked);
+    expect_close(what, &dxbc, TOL_MM);
+    snprintf(what, sizeof what, "ssd backward ddt T=%d rev=%d mask=%d", T, reverse, masked);
+    expect_close(what, &ddt, TOL_MM);
+    snprintf(what, sizeof what, "ssd backward d(dt_bias, A_log, D) T=%d rev=%d", T, reverse);
+    expect_close(what, &dpar, TOL_MM);
+    pair *all[] = {&xbc,  &dt,     &bias,    &Alog, &Dp,  &mask, &out,
+                   &dout, &states, &scratch, &dxbc, &ddt, &dpar};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+Test(cuda_parity, ssd_scan) {
+    NEED_GPU();
+    for (int reverse = 0; reverse < 2; reverse++) {
+        check_ssd(3, 150, 3, 64, 128, 0, reverse, 1); /* DeiT-Tiny's head and state, 3 chunks */
+        check_ssd(2, 23, 2, 4, 5, 4, reverse, 0);     /* chunks of 4 */
+    }
+    check_ssd(2, 40, 1, 40, 7, 3, 0, 1); /* more heads' columns than state columns */
+}
+
+static void check_rmsnorm_gated(int N, int C) {
+    size_t n = (size_t)N * C;
+    pair y = pair_new(n, -1, 1), z = pair_new(n, -3, 3), w = pair_new(C, 0.5f, 1.5f);
+    pair out = pair_new(n, 0, 1), rstd = pair_new(N, 0, 1), dout = pair_new(n, -1, 1);
+    pair dy = pair_new(n, -1, 1), dz = pair_new(n, -1, 1), dw = pair_new(C, -1, 1);
+    cpu->rmsnorm_gated_forward(out.h, rstd.h, y.h, z.h, w.h, N, C);
+    gpu->rmsnorm_gated_forward(out.d, rstd.d, y.d, z.d, w.d, N, C);
+    expect_close("rmsnorm_gated forward", &out, TOL_MM);
+    expect_close("rmsnorm_gated rstd", &rstd, TOL_MM);
+    cpu->rmsnorm_gated_backward(dy.h, dz.h, dw.h, dout.h, y.h, z.h, w.h, rstd.h, N, C);
+    gpu->rmsnorm_gated_backward(dy.d, dz.d, dw.d, dout.d, y.d, z.d, w.d, rstd.d, N, C);
+    expect_close("rmsnorm_gated dy", &dy, TOL_MM);
+    expect_close("rmsnorm_gated dz", &dz, TOL_MM);
+    expect_close("rmsnorm_gated dw", &dw, TOL_MM);
+    pair *all[] = {&y, &z, &w, &out, &rstd, &dout, &dy, &dz, &dw};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
+}
+
+Test(cuda_parity, rmsnorm_gated) {
+    NEED_GPU();
+    check_rmsnorm_gated(300, 192); /* bimamba2 at d 192 */
+    check_rmsnorm_gated(7, 300);   /* a row wider than the block */
+}
+
 /* ---- the step on the device (kernels/cuda/cuda_devstep.cu) ----
  * Noise, ranks, k and counts must agree exactly; float math within 1e-6
  * (CUDA's expf/log against libm's); sums in another order within 1e-12. */

@@ -106,8 +106,9 @@ Test(params, train_refuses_a_model_that_does_not_fit) {
 }
 
 /* s2s: one replaced layer's mixer per kind at DeiT-Tiny's width (d 192,
- * 3 heads, d_h 64), W_O included, by the formulas of docs/design.md#wide-bilstm-mixer and
- * docs/s2s.md; and a vit model.mixers entry counted as that mixer, not as attention. */
+ * 3 heads, d_h 64), W_O included, by the formulas of docs/design.md#wide-bilstm-mixer,
+ * docs/design.md#bimamba-2-mixer and docs/s2s.md; and a vit model.mixers entry counted as that
+ * mixer, not as attention. */
 Test(params, s2s_counts_each_mixer) {
     char cmd[1024], line[512], name[32];
     snprintf(cmd, sizeof cmd,
@@ -116,12 +117,13 @@ Test(params, s2s_counts_each_mixer) {
              BF_BIN_DIR, BF_SOURCE_DIR);
     FILE *p = popen(cmd, "r");
     cr_assert_not_null(p);
-    long n, attn = -1, wide = -1, lstm = -1;
+    long n, attn = -1, wide = -1, lstm = -1, m2 = -1;
     int marked = 0;
     while (fgets(line, sizeof line, p)) {
         if (sscanf(line, " %31s %ld", name, &n) != 2) continue;
         if (!strcmp(name, "attention")) attn = n;
         if (!strcmp(name, "bilstm")) lstm = n;
+        if (!strcmp(name, "bimamba2")) m2 = n;
         if (!strcmp(name, "bilstm_wide")) wide = n, marked = strstr(line, "(distill.mixer)") != 0;
     }
     cr_assert_eq(pclose(p), 0, "%s", cmd);
@@ -132,6 +134,10 @@ Test(params, s2s_counts_each_mixer) {
     /* pre C^2 + C, ih 8 C d_h + 8C, hh 8 C d_h, head 2 C d_h + C */
     cr_expect_eq(wide, 2 * C * C + 18 * C * dh + 11 * C, "bilstm_wide %ld", wide);
     cr_expect(marked, "the configured distill.mixer is not marked");
+    /* per direction in_proj (2C + 2N + H) C, conv (C + 2N) x 5, dt_bias,
+     * A_log, D 3H, norm C; fuse 2 C d_h; at N = 128 */
+    const long N = 128, H = 3, dir = (2 * C + 2 * N + H) * C + (C + 2 * N) * 5 + 3 * H + C;
+    cr_expect_eq(m2, 2 * dir + 2 * C * dh + wo, "bimamba2 %ld", m2);
 
     snprintf(cmd, sizeof cmd,
              "%s/bfworker params %s/examples/vit.yaml --set model.mixers=attention,bilstm_wide "

@@ -15,14 +15,14 @@
  * one) under masks with holes and an empty sample (dump --mask holes), and
  * in A-ViT ViTs under the halting masks, BiMamba over 145 tokens (more than
  * two scan chunks); the S2S authors' BiLSTM layout (bilstm_wide) unmasked
- * and with holes. A missing torch fails the test (CI installs it). A
- * gradient file with one element moved by 0.5% must then fail the check, as
- * must an inference logit moved so; the reference's six deliberate
- * departures from the halting equations must each fail against the A-ViT
- * dump, and its departures in the mixers (masked tokens run, the state's
- * gradient cut at chunk boundaries, delta rank 1, the partial tile's state
- * dropped) each against the mixer dumps where they can show: the comparison
- * is shown to be able to fail. S2S's distill and finetune steps (`dump
+ * and with holes; their BiMamba (bimamba2, Mamba-2's SSD) unmasked, with
+ * holes and over 145 tokens under the halting masks. A missing torch fails the test (CI installs
+ * it). A gradient file with one element moved by 0.5% must then fail the check, as must an
+ * inference logit moved so; the reference's six deliberate departures from the halting equations
+ * must each fail against the A-ViT dump, and its departures in the mixers (masked tokens run, the
+ * state's gradient cut at chunk boundaries, delta rank 1, the partial tile's state dropped) each
+ * against the mixer dumps where they can show: the comparison is shown to be able to fail. S2S's
+ * distill and finetune steps (`dump
  * --stage`): parity::s2s_distill_and_finetune_match_pytorch. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -135,6 +135,19 @@ static const parity_case CASES[] = {
      "pipeline: budgetformer\nattn: {out_proj: dense}\nbudget: {enabled: false}\n",
      "--set model.mixers=bilstm_wide,attention --set model.d_model=40 --set model.heads=2 "
      "--mask holes"},
+    /* the S2S authors' BiMamba (two Mamba-2 blocks, d_h 20, state 128),
+     * unmasked and with holes; and in the A-ViT ViT of 145 tokens (three SSD
+     * chunks: the backward passes the state's gradient between them) */
+    {"encoder_bimamba2",
+     "pipeline: budgetformer\nattn: {out_proj: dense}\nbudget: {enabled: false}\n",
+     "--set model.mixers=attention,bimamba2 --set model.d_model=40 --set model.heads=2"},
+    {"encoder_bimamba2_holes",
+     "pipeline: budgetformer\nattn: {out_proj: dense}\nbudget: {enabled: false}\n",
+     "--set model.mixers=bimamba2,attention --set model.d_model=40 --set model.heads=2 "
+     "--mask holes"},
+    {"vit_avit_bimamba2", VIT_AVIT_MIXERS,
+     "--set model.patch=1 --set model.d_model=40 --set model.heads=2 "
+     "--set model.mixers=bimamba2,attention,bimamba2,attention"},
     {"vit_avit_bimamba", VIT_AVIT_MIXERS,
      "--set model.patch=1 --set model.d_model=40 --set model.heads=2 "
      "--set model.mixers=bimamba,attention,bimamba,attention"},
@@ -266,7 +279,7 @@ Test(parity, bf_matches_pytorch) {
     const char *out = log_text(tmpdir_path(dir, "py.log"));
     cr_log_info("%s", out);
     cr_assert_eq(rc, 0, "PyTorch parity failed:\n%s", out);
-    cr_expect(strstr(out, "16 of 16 dumps match bf"), "%s", out);
+    cr_expect(strstr(out, "19 of 19 dumps match bf"), "%s", out);
     cr_expect(strstr(out, "ok vit: vit, 56 tensors"), "%s", out);
     /* the halting exercised (the reference refuses a dump where no token
      * halts mid-depth) and every deliberate departure of the reference from
@@ -297,6 +310,15 @@ Test(parity, bf_matches_pytorch) {
     l = case_line(out, "encoder_bilstm_wide_holes");
     cr_expect(strstr(l, "mask: 1 samples empty, 5 with holes") &&
                   strstr(l, "mixer mutants caught 1 of 1: mask_carry"),
+              "%s", out);
+    cr_expect(strstr(out, "ok encoder_bimamba2: encoder dense bimamba2"), "%s", out);
+    l = case_line(out, "encoder_bimamba2_holes");
+    cr_expect(strstr(l, "mask: 1 samples empty, 5 with holes") &&
+                  strstr(l, "mixer mutants caught 1 of 1: mask_carry"),
+              "%s", out);
+    l = case_line(out, "vit_avit_bimamba2");
+    cr_expect(strstr(l, "vit avit bimamba2") && strstr(l, "halting depths [0, ") &&
+                  strstr(l, "mixer mutants caught 2 of 2: mask_carry") && strstr(l, "chunk_grad"),
               "%s", out);
     l = case_line(out, "vit_avit_bimamba");
     cr_expect(strstr(l, "vit avit bimamba") && strstr(l, "halting depths [0, ") &&

@@ -251,7 +251,7 @@ Test(it_s2s, runs_every_stage_and_shares_them, .timeout = 600) {
         {"distill.replace_layers=[0,1,2]", "replaces all 3 layers"},
         {"distill.replace_layers=[5]", "valid: 0 .. 2"},
         {"distill.replace_layers=auto:3", "valid: auto:1 .. auto:2"},
-        {"distill.mixer=mamba", "bimamba, bilstm"},
+        {"distill.mixer=mamba", "bimamba, bimamba2, bilstm, bilstm_wide"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
         snprintf(cmd, sizeof cmd, "%s/bfworker train %s/s2s.yaml --out %s/bad --set '%s' 2>&1",

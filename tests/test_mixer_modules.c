@@ -1,5 +1,6 @@
 /* The sequential mixers as nn modules in a block's mixer slot (nn_bimamba,
- * nn_bilstm, nn_bilstm_wide): bilstm_wide against its double reference,
+ * nn_bilstm, nn_bilstm_wide, nn_bimamba2): bilstm_wide and bimamba2 against
+ * their double references,
  * gradients of a model with a replaced layer against finite
  * differences, a masked block equal to the block run on each sample's
  * compacted active tokens (outputs and parameter gradients), the tensor
@@ -15,9 +16,11 @@
 #include "kernels/bk_rng.h"
 #include "tests/learning.h"
 #include "tests/ref/ref_bilstm_wide.h"
+#include "tests/ref/ref_bimamba2.h"
 #include "tests/tmpdir.h"
 #include "worker/models/model.h"
 #include "worker/nn/nn_bilstm_wide.h"
+#include "worker/nn/nn_bimamba2.h"
 #include "worker/io/safetensors.h"
 
 /* ---- finite differences through a model with layer 1 (or 0) replaced ---- */
@@ -29,7 +32,8 @@ static void make(model *m, int kind, int layer, int hadamard) {
                       .seq_len = 6,
                       .vocab = 11,
                       .n_classes = 3,
-                      .hadamard = hadamard};
+                      .hadamard = hadamard,
+                      .d_state = 6};
     sh.mixer[layer] = (unsigned char)kind;
     char err[256];
     cr_assert_eq(model_create(m, &sh, bk_cpu(), 3, err, sizeof err), 0, "%s", err);
@@ -120,6 +124,20 @@ Test(mixer_modules, bilstm_wide_gradients_first_layer_hadamard) {
     model_destroy(&m);
 }
 
+Test(mixer_modules, bimamba2_gradients_dense) {
+    model m;
+    make(&m, MODEL_MIXER_BIMAMBA2, 1, 0);
+    cr_expect_geq(check_grads(&m, ".mamba2."), 15 * 3);
+    model_destroy(&m);
+}
+
+Test(mixer_modules, bimamba2_gradients_first_layer_hadamard) {
+    model m;
+    make(&m, MODEL_MIXER_BIMAMBA2, 0, 1);
+    cr_expect_geq(check_grads(&m, ".mamba2."), 15 * 3);
+    model_destroy(&m);
+}
+
 /* ---- names: the student's own tensors, and the teacher's W_O names ---- */
 
 Test(mixer_modules, names_keep_the_output_projection) {
@@ -170,7 +188,7 @@ Test(mixer_modules, each_mixer_owns_its_prefix) {
         cr_expect_gt(mine, 0, "%s has no tensors of its own", model_mixer_name(k));
         model_destroy(&m);
     }
-    cr_expect_eq(model_mixer_kind("bimamba2"), -1);
+    cr_expect_eq(model_mixer_kind("bimamba3"), -1);
 }
 
 /* ---- the Mamba init (docs/design.md#mamba-selective-scan-and-the-bidirectional-mixer) ---- */
@@ -342,6 +360,61 @@ Test(mixer_modules, bimamba_inference_equals_training) {
 }
 Test(mixer_modules, bilstm_masked_equals_compacted) { masked_equals_compacted("bilstm"); }
 Test(mixer_modules, bilstm_wide_masked_equals_compacted) { masked_equals_compacted("bilstm_wide"); }
+Test(mixer_modules, bimamba2_masked_equals_compacted) { masked_equals_compacted("bimamba2"); }
+
+/* The bimamba2 module's inner output (before W_O) against the token-by-token
+ * double reference, with and without a mask (a sample's first token masked,
+ * runs of holes), every weight away from its init; and the authors' shapes:
+ * in_proj [2C+2N+H, C], conv [C+2N, 4], fuse [C, 2d_h], N = 128 by default. */
+Test(mixer_modules, bimamba2_matches_double_reference) {
+    enum { B = 2, T = 7, C = 16, H = 2, N = 128 };
+    static const float msk[B * T] = {1, 0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 0, 1, 1};
+    blk k;
+    blk_make(&k, "bimamba2", B, T);
+    bk_params *P = &k.np.P;
+    for (size_t i = 0; i < P->numel; i++) P->data[i] += 0.3f * bk_rng_normal_at(5, 3, i);
+    static const char *names[7] = {
+        "in_proj.weight", "conv1d.weight", "conv1d.bias", "dt_bias", "A_log", "D", "norm.weight"};
+    ref_mamba2_dir_w w[2];
+    for (int r = 0; r < 2; r++) {
+        const float *wt[7];
+        for (int i = 0; i < 7; i++) {
+            char n[64];
+            snprintf(n, sizeof n, "blocks.0.mamba2.%s.%s", r ? "bwd" : "fwd", names[i]);
+            int id = bk_params_find(P, n);
+            cr_assert_geq(id, 0, "%s missing", n);
+            wt[i] = P->t[id].data;
+        }
+        w[r] = (ref_mamba2_dir_w){wt[0], wt[1], wt[2], wt[3], wt[4], wt[5], wt[6]};
+    }
+    int in = bk_params_find(P, "blocks.0.mamba2.fwd.in_proj.weight");
+    int cv = bk_params_find(P, "blocks.0.mamba2.bwd.conv1d.weight");
+    int fu = bk_params_find(P, "blocks.0.mamba2.fuse.weight");
+    cr_assert_geq(fu, 0);
+    cr_expect(P->t[in].shape[0] == 2 * C + 2 * N + H && P->t[in].shape[1] == C);
+    cr_expect(P->t[cv].shape[0] == C + 2 * N && P->t[cv].shape[1] == 4);
+    cr_expect(P->t[fu].shape[0] == C && P->t[fu].shape[1] == 2 * C / H);
+    nn_bimamba2 *m = k.b.mix.self;
+    float u[B * T * C], y[B * T * C];
+    double ref[B * T * C];
+    for (int i = 0; i < B * T * C; i++) u[i] = bk_rng_normal_at(5, 4, i);
+    nn_knobs kn = {.tau = 1};
+    for (int masked = 0; masked < 2; masked++) {
+        nn_call c = {.B = B, .T = T, .training = 1, .layers = 1, .kn = &kn};
+        c.mask = masked ? msk : NULL;
+        nn_bimamba2_forward(m, &k.env, &k.S, &c, y, u);
+        ref_bimamba2(w, P->t[fu].data, u, c.mask, B, T, C, H, N, ref);
+        double mag = 0;
+        for (int i = 0; i < B * T * C; i++) {
+            mag += fabs(ref[i]);
+            cr_expect_float_eq(m->inner[i], ref[i], 1e-5 + 1e-4 * fabs(ref[i]),
+                               "masked %d inner[%d]: %g vs reference %g", masked, i, m->inner[i],
+                               ref[i]);
+        }
+        cr_expect_gt(mag, 1.0);
+    }
+    blk_free(&k);
+}
 
 /* The module's inner output (before W_O) against the double reference, with
  * and without a mask, every weight (biases too) away from its init; and

@@ -239,7 +239,7 @@ static int write_json(const model *m, const bf_config *c, int B, const char *sta
         "{s:s, s:s, s:I, s:I, s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f},"
         " s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f},"
         " s:{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:b, s:b, s:i, s:i, s:i,"
-        " s:i, s:i, s:i, s:b, s:i, s:b}}",
+        " s:i, s:i, s:i, s:b, s:i, s:b, s:i}}",
         "pipeline", c->pipeline, "device", m->be->name, "seed", (json_int_t)c->train.seed, "step",
         (json_int_t)kn->step, "loss", "loss", st->loss, "loss_task", st->loss_task, "loss_budget",
         st->loss_budget, "loss_entropy", st->loss_entropy, "loss_ponder", st->loss_ponder,
@@ -253,7 +253,7 @@ static int write_json(const model *m, const bf_config *c, int B, const char *sta
         sh->hadamard, "budget", sh->budget, "causal", sh->n_classes == 0, "batch", B, "rows",
         m->arch->loss_rows(m, B), "logit_width", m->arch->logit_width(m), "patch", sh->patch,
         "image_h", sh->image_h, "image_w", sh->image_w, "avit", sh->avit, "aug_pad", m->aug_pad,
-        "aug_flip", m->aug_flip);
+        "aug_flip", m->aug_flip, "d_state", sh->d_state);
     json_t *mixers = json_array();
     for (int l = 0; root && mixers && l < sh->layers; l++)
         json_array_append_new(mixers, json_string(model_mixer_name(sh->mixer[l])));
@@ -345,7 +345,8 @@ static int stage_check(const bf_config *c, const model_shape *sh, int stage, int
         if (*kind && sh->mixer[l] != *kind) {
             snprintf(err, errlen,
                      "--stage %s: model.mixers holds %s and %s; S2S's student has one "
-                     "distill.mixer (valid: one of bimamba, bilstm beside attention)",
+                     "distill.mixer (valid: one of bimamba, bimamba2, bilstm, bilstm_wide beside "
+                     "attention)",
                      name, model_mixer_name(*kind), model_mixer_name(sh->mixer[l]));
             return -1;
         }

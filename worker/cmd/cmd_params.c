@@ -97,7 +97,8 @@ int cmd_params(int argc, char **argv) {
                            .n_classes = 10,
                            .patch = p,
                            .image_h = 28,
-                           .image_w = 28};
+                           .image_w = 28,
+                           .d_state = c.distill.d_state};
     if (!s2s && model_shape_mixers(&sh, c.model.mixers, err, sizeof err)) {
         fprintf(stderr, "bfworker: %s\n", err);
         return CMD_USAGE;

@@ -21,7 +21,7 @@ static nn_attn_cfg attn_cfg(const model_shape *sh, const bk_backend *be) {
 }
 
 const char *model_mixer_name(int kind) {
-    static const char *names[] = {"attention", "bimamba", "bilstm", "bilstm_wide"};
+    static const char *names[] = {"attention", "bimamba", "bilstm", "bilstm_wide", "bimamba2"};
     return kind >= 0 && kind <= MODEL_MIXER_LAST ? names[kind] : "?";
 }
 
@@ -32,7 +32,7 @@ int model_mixer_kind(const char *name) {
 }
 
 const char *model_mixer_prefix(int kind) {
-    static const char *prefixes[] = {"attn", "mamba", "lstm", "lstm_wide"};
+    static const char *prefixes[] = {"attn", "mamba", "lstm", "lstm_wide", "mamba2"};
     return kind >= 0 && kind <= MODEL_MIXER_LAST ? prefixes[kind] : "?";
 }
 
@@ -53,7 +53,7 @@ int model_shape_mixers(model_shape *sh, const char *list, char *err, size_t errl
         if (kind < 0) {
             snprintf(err, errlen,
                      "model.mixers: entry %d '%.*s' is not a mixer (valid: attention, "
-                     "bimamba, bilstm, bilstm_wide)",
+                     "bimamba, bimamba2, bilstm, bilstm_wide)",
                      l, (int)(n < 32 ? n : 32), p);
             return -1;
         }
@@ -161,6 +161,7 @@ static int declare_model(model *m, const model_shape *sh, const bk_backend *be, 
     nn_block_cfg bc = {.C = C,
                        .hidden = 4 * C,
                        .mixer = "attention",
+                       .d_state = sh->d_state,
                        .attn = attn_cfg(sh, be),
                        .std = std,
                        .resid_std = resid_std};

@@ -34,7 +34,8 @@ typedef enum {
     MODEL_MIXER_BIMAMBA,
     MODEL_MIXER_BILSTM,
     MODEL_MIXER_BILSTM_WIDE,
-    MODEL_MIXER_LAST = MODEL_MIXER_BILSTM_WIDE
+    MODEL_MIXER_BIMAMBA2,
+    MODEL_MIXER_LAST = MODEL_MIXER_BIMAMBA2
 } model_mixer;
 #define MODEL_MAX_LAYERS 64
 
@@ -48,9 +49,11 @@ typedef struct model_shape {
     int avit;             /* vit: A-ViT token halting after every block (nn_halt.h) */
     /* per layer: model_mixer (0 = attention). A bimamba layer's own tensors
      * are blocks.L.mamba.*, a bilstm's blocks.L.lstm.*, a bilstm_wide's
-     * blocks.L.lstm_wide.* (model_mixer_prefix); all keep the
+     * blocks.L.lstm_wide.*, a bimamba2's blocks.L.mamba2.*
+     * (model_mixer_prefix); all keep the
      * output projection's names blocks.L.attn.out.* (encoders only). */
     unsigned char mixer[MODEL_MAX_LAYERS];
+    int d_state; /* bimamba2 layers: SSD state size (distill.d_state; 0 = 128) */
     /* 1: the model only runs inference (evaluation, speed probes, generation,
      * a distillation teacher): each attention layer's maps [B, heads, T, T]
      * live in the shared scratch instead of the layer's activations, so the
@@ -60,12 +63,13 @@ typedef struct model_shape {
     int infer_only;
 } model_shape;
 
-/* "attention", "bimamba", "bilstm", "bilstm_wide" ("?" out of range) */
+/* "attention", "bimamba", "bilstm", "bilstm_wide", "bimamba2" ("?" out of
+ * range) */
 const char *model_mixer_name(int kind);
 /* The model_mixer named name, or -1. */
 int model_mixer_kind(const char *name);
 /* The tensor prefix of a replaced layer's own weights under blocks.L.:
- * "mamba", "lstm", "lstm_wide" ("attn" for attention). */
+ * "mamba", "lstm", "lstm_wide", "mamba2" ("attn" for attention). */
 const char *model_mixer_prefix(int kind);
 /* Sets sh->mixer from a comma list of one kind per layer ("attention,
  * bimamba,bilstm"; "" leaves every layer attention). Returns 0 or -1 with a

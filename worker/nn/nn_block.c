@@ -7,6 +7,7 @@
 #include "worker/nn/nn_bilstm.h"
 #include "worker/nn/nn_bilstm_wide.h"
 #include "worker/nn/nn_bimamba.h"
+#include "worker/nn/nn_bimamba2.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,7 +89,24 @@ static const float *wide_inner(const void *self) { return ((const nn_bilstm_wide
 static const nn_mixer_ops BILSTM_WIDE_OPS = {"bilstm_wide", wide_plan,  wide_scratch, wide_forward,
                                              wide_backward, wide_inner, plain_destroy};
 
-/* A sequential mixer under P.mamba, P.lstm or P.lstm_wide, with attention's output
+static int m2_plan(void *self, bk_arena *A, int B, int T) {
+    return nn_bimamba2_plan(self, A, B, T);
+}
+static void m2_scratch(const void *self, nn_scratch *s) { nn_bimamba2_scratch(self, s); }
+static void m2_forward(void *self, const nn_env *e, nn_scratch *s, const nn_call *c, float *y,
+                       const float *u) {
+    nn_bimamba2_forward(self, e, s, c, y, u);
+}
+static void m2_backward(void *self, const nn_env *e, nn_scratch *s, const nn_call *c, float *du,
+                        const float *dy, const float *dinner, const float *u) {
+    nn_bimamba2_backward(self, e, s, c, du, dy, dinner, u);
+}
+static const float *m2_inner(const void *self) { return ((const nn_bimamba2 *)self)->inner; }
+
+static const nn_mixer_ops BIMAMBA2_OPS = {"bimamba2",  m2_plan,  m2_scratch,   m2_forward,
+                                          m2_backward, m2_inner, plain_destroy};
+
+/* A sequential mixer under P.mamba, P.mamba2, P.lstm or P.lstm_wide, with attention's output
  * projection names (P.attn.out.*), so the teacher's W_O loads by name. */
 static int declare_sequential(nn_block *b, nn_params *np, const char *prefix,
                               const nn_block_cfg *cf, char *err, size_t errlen) {
@@ -107,6 +125,15 @@ static int declare_sequential(nn_block *b, nn_params *np, const char *prefix,
         snprintf(p, sizeof p, "%s.mamba", prefix);
         if (nn_bimamba_declare(m, np, p, o, cf->C, cf->attn.NH, cf->attn.hadamard, cf->std,
                                cf->resid_std, err, errlen))
+            return -1;
+        out = &m->out;
+    } else if (strcmp(cf->mixer, "bimamba2") == 0) {
+        nn_bimamba2 *m = calloc(1, sizeof *m);
+        if (!m) goto oom;
+        b->mix = (nn_mixer){&BIMAMBA2_OPS, m};
+        snprintf(p, sizeof p, "%s.mamba2", prefix);
+        if (nn_bimamba2_declare(m, np, p, o, cf->C, cf->attn.NH, cf->d_state, cf->attn.hadamard,
+                                cf->resid_std, err, errlen))
             return -1;
         out = &m->out;
     } else if (strcmp(cf->mixer, "bilstm_wide") == 0) {
@@ -147,8 +174,8 @@ int nn_block_declare(nn_block *b, nn_params *np, const char *prefix, const nn_bl
     snprintf(p, sizeof p, "%s.ln1", prefix);
     if (nn_layernorm_declare(&b->ln1, np, p, cf->C)) goto oom;
     const char *mixer = cf->mixer ? cf->mixer : "attention";
-    if (strcmp(mixer, "bimamba") == 0 || strcmp(mixer, "bilstm") == 0 ||
-        strcmp(mixer, "bilstm_wide") == 0) {
+    if (strcmp(mixer, "bimamba") == 0 || strcmp(mixer, "bimamba2") == 0 ||
+        strcmp(mixer, "bilstm") == 0 || strcmp(mixer, "bilstm_wide") == 0) {
         if (declare_sequential(b, np, prefix, cf, err, errlen)) return -1;
         snprintf(p, sizeof p, "%s.ln2", prefix);
         if (nn_layernorm_declare(&b->ln2, np, p, cf->C)) goto oom;
@@ -157,9 +184,10 @@ int nn_block_declare(nn_block *b, nn_params *np, const char *prefix, const nn_bl
         return 0;
     }
     if (strcmp(mixer, "attention") != 0) {
-        snprintf(err, errlen,
-                 "%s: unknown mixer '%s' (valid: attention, bimamba, bilstm, bilstm_wide)", prefix,
-                 mixer);
+        snprintf(
+            err, errlen,
+            "%s: unknown mixer '%s' (valid: attention, bimamba, bimamba2, bilstm, bilstm_wide)",
+            prefix, mixer);
         return -1;
     }
     nn_attn *a = calloc(1, sizeof *a);

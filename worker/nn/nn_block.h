@@ -48,9 +48,11 @@ typedef enum {
 /* How a block is built. */
 typedef struct nn_block_cfg {
     int C, hidden; /* width, MLP hidden (4C) */
-    const char
-        *mixer;           /* "attention" (NULL too), "bimamba", "bilstm" or "bilstm_wide"
-                             (nn_bimamba.h, nn_bilstm.h, nn_bilstm_wide.h: attn's NH, hadamard; not causal) */
+    /* "attention" (NULL too), "bimamba", "bimamba2", "bilstm" or "bilstm_wide"
+     * (nn_bimamba.h, nn_bimamba2.h, nn_bilstm.h, nn_bilstm_wide.h: attn's NH,
+     * hadamard; not causal) */
+    const char *mixer;
+    int d_state;          /* bimamba2's SSD state size (0 = NN_MAMBA2_STATE) */
     nn_attn_cfg attn;     /* when mixer is attention */
     float std, resid_std; /* init std of weights, and of residual projections */
 } nn_block_cfg;

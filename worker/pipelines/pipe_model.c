@@ -35,6 +35,7 @@ model_shape pipe_model_shape(const bf_config *c, const data_sets *d) {
     char err[256];
     if (model_shape_mixers(&sh, c->model.mixers, err, sizeof err))
         memset(sh.mixer, 0, sizeof sh.mixer);
+    sh.d_state = c->distill.d_state;
     return sh;
 }
 
