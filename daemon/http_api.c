@@ -705,8 +705,8 @@ static unsigned get_trial(sqlite3 *db, const char *home, long long id, json_t **
     sqlite3_stmt *st;
     if (prep(db,
              "SELECT t.id, t.job, t.idx, t.state, t.attempts, t.hash, t.updated, t.config,"
-             " t.params, j.metric_name, j.metric_goal FROM trials t JOIN jobs j ON j.id = t.job"
-             " WHERE t.id = ?1",
+             " t.params, j.metric_name, j.metric_goal, j.source_trial FROM trials t JOIN jobs j ON"
+             " j.id = t.job WHERE t.id = ?1",
              &st, err, errlen))
         return 500;
     sqlite3_bind_int64(st, 1, id);
@@ -720,6 +720,9 @@ static unsigned get_trial(sqlite3 *db, const char *home, long long id, json_t **
     for (int i = 0; i < 11; i++) json_object_set_new(o, names[i], col_json(st, i));
     json_t *params = json_loads((const char *)sqlite3_column_text(st, 8), 0, NULL);
     json_object_set_new(o, "params", params ? params : json_object());
+    /* the trial its job was cloned from (bfctl clone) */
+    long long source = sqlite3_column_int64(st, 11);
+    json_object_set_new(o, "source", source ? json_integer(source) : json_null());
     sqlite3_finalize(st);
     json_t *att = json_array();
     json_object_set_new(o, "attempt_list", att);

@@ -36,7 +36,9 @@ python3-selenium, and with plain urllib:
   mark, mean and std as `bfctl results PARETO_JOB --group-by-seed --json`
   says, and its curves page draws the groups' bands; the compare view of
   PARETO_JOB against OTHER shows the rows of `bfctl results PARETO_JOB
-  OTHER --json`, matched by budget.range, each difference OTHER - baseline.
+  OTHER --json`, matched by budget.range, each difference OTHER - baseline;
+  clone on a trial's page makes a one-trial job naming its source, with
+  the change.
 Screenshots of each page go to SHOTS. Exits 0 when all held, 1 with a
 message otherwise.
 """
@@ -380,6 +382,29 @@ def check_groups_and_compare(drv, url, token, bfctl, seeds, other, shots):
     if code != 400 or b"2 to 16 job ids" not in body:
         fail("compare of one job gave %d %s" % (code, body))
     print("compare: %d rows as bfctl's, %d lines" % (len(want), len(rows)))
+    check_clone(drv, url, token, want[0][1], shots)
+
+
+def check_clone(drv, url, token, trial, shots):
+    """Clone on a trial's page with a change: a new job whose trial names
+    its source and has the change in its config, as bfctl clone makes."""
+    drv.get(url + "#/trial/%d" % trial)
+    on_element(drv, "the clone box", "clone-sets", lambda e: e.send_keys("train.steps=10"))
+    on_element(drv, "the clone button", "clone-trial", lambda e: e.click())
+    m = wait_for("the cloned job's page", lambda: re.match(r".*#/job/(\d+)/trials$", drv.current_url))
+    new = int(m.group(1))
+    rows, _ = get_json(url + "api/v1/jobs/%d/trials" % new, token)
+    t, _ = get_json(url + "api/v1/trials/%d" % rows[0]["id"], token)
+    if len(rows) != 1 or t["source"] != trial or "train.steps: 10\n" not in t["config"]:
+        fail("the clone of t%d: %s, %s" % (trial, rows, t))
+    drv.get(url + "#/trial/%d" % t["id"])
+    wait_for("the clone's source link", lambda: drv.find_elements(By.ID, "source"))
+    drv.save_screenshot(os.path.join(shots, "trial_clone.png"))
+    code, body = status_of(url + "api/v1/trials/%d/clone?set=nokey" % trial, "POST",
+                           {"Authorization": "Bearer " + token})
+    if code != 400 or b"expected KEY=VALUE" not in body:
+        fail("a clone with set=nokey gave %d %s" % (code, body))
+    print("clone: job %d, t%d from t%d" % (new, t["id"], trial))
 
 
 def bfctl_states(bfctl, job):

@@ -645,13 +645,25 @@ function runLinks(t) {
   return dl;
 }
 
+/* Clone: a one-trial job from trial id's resolved config with changes
+ * (KEY=VALUE, one a line), as `bfctl clone tID --set ...`; opens the new job. */
+function cloneForm(id) {
+  const sets = el("textarea", {id: "clone-sets", rows: 2, cols: 36, placeholder: "KEY=VALUE, one a line (train.lr=0.001)"});
+  return el("div", {class: "controls"}, sets, el("button", {id: "clone-trial", onclick: async () => {
+    const q = sets.value.split("\n").map(l => l.trim()).filter(l => l).map(l => "set=" + encodeURIComponent(l)).join("&");
+    try { const r = await post("trials/" + id + "/clone" + (q ? "?" + q : "")); status("job " + r.job + ": a clone of t" + id); location.hash = "#/job/" + r.job + "/trials"; }
+    catch (e) { status(e.message, true); } }}, "clone"), el("span", {class: "muted"}, "a new one-trial job from this trial's config, with these changes (bfctl clone)"));
+}
+
 async function showTrial(main, id) {
   const {body: t} = await get("trials/" + id);
   const act = (what, label, cls) => el("button", {id: what + "-trial", class: cls || "", onclick: async () => {
     try { await post("trials/" + id + "/" + what); status(label + " t" + id); route(); } catch (e) { status(e.message, true); } }}, label);
   main.append(el("h1", {}, "Trial t" + t.id + " ", el("span", {class: "state " + t.state}, t.state)),
-    el("p", {}, el("a", {href: "#/job/" + t.job}, "job " + t.job), " \u00b7 index " + t.idx + " \u00b7 attempts " + t.attempts + " \u00b7 " + t.dir),
+    el("p", {}, el("a", {href: "#/job/" + t.job}, "job " + t.job), " \u00b7 index " + t.idx + " \u00b7 attempts " + t.attempts + " \u00b7 " + t.dir,
+      t.source ? [" \u00b7 cloned from ", el("a", {href: "#/trial/" + t.source, id: "source"}, "t" + t.source)] : ""),
     el("div", {class: "controls"}, act("stop", "stop"), act("resume", "resume"), act("cancel", "cancel", "danger")),
+    cloneForm(id),
     el("h2", {}, "Parameters"), el("dl", {}, ...Object.entries(t.params).flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, fmt(v))])),
     el("h2", {}, "Metrics (latest)"),
     el("table", {}, el("tr", {}, ...["metric", "step", "value", "min", "max"].map(h => el("th", {}, h))),
