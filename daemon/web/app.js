@@ -456,10 +456,13 @@ function pm(mean, std) {
   return fmt(mean) + (typeof std === "number" ? " \u00b1 " + fmt(std) : "");
 }
 
+/* A swept value as text: a list as [a, b]. */
+function pfmt(v) { return Array.isArray(v) ? JSON.stringify(v).replace(/,/g, ", ") : fmt(v); }
+
 /* A record's swept values as "k=v k=v" (skip: a text of them to leave out). */
 function paramsText(r, skip) {
   return Object.keys(r).filter(k => k.startsWith("params.") && !(skip || "").split(" ").includes(k.slice(7) + "=" + JSON.stringify(r[k])))
-    .sort().map(k => k.slice(7) + "=" + fmt(r[k])).join(" ");
+    .sort().map(k => k.slice(7) + "=" + pfmt(r[k])).join(" ");
 }
 
 /* The objectives of a job record, [{name, goal}]. */
@@ -489,7 +492,7 @@ function groupTable(job, groups) {
         el("td", {class: "front-mark"}, g.pareto ? "\u2605" : ""), el("td", {class: "num"}, g.rank === null ? "-" : g.rank),
         el("td", {class: "trials"}, ...g.trials.flatMap((t, i) => [i ? " " : "", el("a", {href: "#/trial/" + t}, "t" + t)])),
         el("td", {class: "num n"}, g.n), el("td", {}, ...states),
-        ...params.map(k => el("td", {class: typeof g[k] === "number" ? "num" : ""}, fmt(g[k]))),
+        ...params.map(k => el("td", {class: typeof g[k] === "number" ? "num" : ""}, pfmt(g[k]))),
         ...objs.map(o => { const m = g["objectives." + o.name + ".mean"], sd = g["objectives." + o.name + ".std"];
           return el("td", {class: "num obj", "data-objective": o.name, "data-mean": m === null ? "" : m, "data-std": sd === null ? "" : sd}, pm(m, sd)); }),
         el("td", {class: "num"}, fmt(g.crowding))));
@@ -521,7 +524,8 @@ async function bandGraph(div, sets, metric) {
   const legend = el("div", {class: "legend"}), plot = el("div", {class: "plot"});
   div.append(plot, legend);
   new Dygraph(plot, rows, {labels: ["step", ...sets.map(s => s.label)], customBars: true, connectSeparatedPoints: true,
-    legend: "always", labelsDiv: legend, labelsSeparateLines: false, strokeWidth: 1.4, xlabel: "step", ylabel: metric, series});
+    legend: "always", labelsDiv: legend, labelsSeparateLines: false, strokeWidth: 1.4, xlabel: "step", ylabel: metric, series,
+    axes: {y: {axisLabelFormatter: v => String(Number(v.toPrecision(5))), axisLabelWidth: 60}}});
 }
 
 /* The curves tab's seed-group view: the first groups' mean curves with
