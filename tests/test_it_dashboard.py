@@ -36,7 +36,9 @@ python3-selenium, and with plain urllib:
   mark, mean and std as `bfctl results PARETO_JOB --group-by-seed --json`
   says, and its curves page draws the groups' bands; the compare view of
   PARETO_JOB against OTHER shows the rows of `bfctl results PARETO_JOB
-  OTHER --json`, matched by budget.range, each difference OTHER - baseline;
+  OTHER --json`, matched by budget.range, each difference OTHER - baseline
+  (and compare?group_by_seed=1, read in pages of one, the groups of
+  `bfctl results PARETO_JOB OTHER --group-by-seed --json`);
   clone on a trial's page makes a one-trial job naming its source, with
   the change.
 Screenshots of each page go to SHOTS. Exits 0 when all held, 1 with a
@@ -377,6 +379,18 @@ def check_groups_and_compare(drv, url, token, bfctl, seeds, other, shots):
     wait_for("the compared curves", lambda: int(curve.get_attribute("data-points") or 0) > 0)
     wait_for("the compared curves drawn", lambda: drv.find_elements(By.CSS_SELECTOR, "#compare-curve canvas"))
     drv.save_screenshot(os.path.join(shots, "compare.png"))
+    # the API alone: seed groups compared, and pages of one joining whole
+    cli = bfctl_json(bfctl, "results", seeds, other, "--group-by-seed")
+    path = url + "api/v1/compare?jobs=%d,%d&group_by_seed=1&limit=1" % (seeds, other)
+    api, after = [], None
+    while True:
+        page, after = get_json(path + ("&after=" + after if after else ""), token)
+        api += page
+        if not after:
+            break
+    if [(r["job"], r["trials"], r["match"], r["rank"]) for r in api] != \
+            [(g["job"], g["trials"], g["match"], g["rank"]) for g in cli["groups"]]:
+        fail("compare?group_by_seed=1 in pages of 1: %s, bfctl: %s" % (api, cli["groups"]))
     code, body = status_of(url + "api/v1/compare?jobs=%d" % seeds, "GET",
                            {"Authorization": "Bearer " + token})
     if code != 400 or b"2 to 16 job ids" not in body:
