@@ -116,12 +116,6 @@ struct bf_config;
  * each problem said through say ("data.train: PATH is empty"); returns how
  * many there were (0: none). */
 int ctl_data_preflight(const struct bf_config *c, void (*say)(void *ud, const char *msg), void *ud);
-/* text (a sweep's YAML, named file in messages) with each of sets[0..n)
- * ("KEY=VALUE", KEY dotted, VALUE YAML) set in its top-level mapping, the
- * sweep's base: the new text in *out (the caller frees it). Returns 0, or -1
- * with a message. */
-int ctl_apply_sets(const char *text, size_t len, const char *file, const char *const *sets, int n,
-                   char **out, char *err, size_t errlen);
 /* ctl/ctl_plot.c: metric curves as PNG or SVG */
 int bfctl_plot(int argc, char **argv);
 extern const opt_spec bfctl_plot_opts[];

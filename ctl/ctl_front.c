@@ -1,10 +1,10 @@
 /* ctl_front.c — `bfctl results` and `bfctl best` for the multi-objective
- * side of sweeps: the Pareto ranks of a job's trials over its objectives
- * (jobs/pareto.h: non-dominated rank, crowding distance, the front's
- * hypervolume), trials that differ only in train.seed folded into mean +-
- * std (--group-by-seed), and several jobs side by side, rows matched by
- * the swept keys they share. It reads what bfd's `job` request gives and
- * ranks on this side; it changes nothing in bfd. */
+ * side of sweeps: the Pareto ranks of a job's trials over its objectives,
+ * trials that differ only in train.seed folded into mean +- std
+ * (--group-by-seed), and several jobs side by side, rows matched by the
+ * swept keys they share. It reads what bfd's `job` request gives; the
+ * table itself is jobs/front.c's (the dashboard serves the same); this
+ * file prints it. It changes nothing in bfd. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -13,412 +13,134 @@
 
 #include "ctl/bfctl.h"
 #include "ctl/ctl_client.h"
+#include "jobs/front.h"
 #include "jobs/pareto.h"
-
-#define SEED_KEY "train.seed"
-/* Swept values come from YAML text with at most 15 significant digits. */
-#define PARAMS_PRECISION JSON_REAL_PRECISION(15)
-
-/* One row of the table: a trial, or (grouped) the trials of a job that
- * differ only in train.seed. Values are over its COMPLETED trials that
- * have every objective. */
-typedef struct frow {
-    int job;          /* index into the jobs compared */
-    json_t *first;    /* its first trial (borrowed from the job's reply) */
-    json_t *trials;   /* ids of its trials (owned) */
-    json_t *params;   /* its swept values (owned; without train.seed when grouped) */
-    char key[1024];   /* params as text: what groups rows */
-    char match[1024]; /* the values of the keys every job sweeps: what matches rows */
-    int n;            /* trials that give its values */
-    int states[8];    /* its trials by state: COMPLETED, then the others */
-    double mean[PARETO_MAX_OBJECTIVES], sd[PARETO_MAX_OBJECTIVES];
-    int rank;
-    double crowd;
-} frow;
-
-typedef struct ftable {
-    int m; /* objectives */
-    char names[PARETO_MAX_OBJECTIVES][64];
-    int maximize[PARETO_MAX_OBJECTIVES];
-    int njobs;
-    long long job_ids[CTL_FRONT_MAX_JOBS];
-    json_t *replies[CTL_FRONT_MAX_JOBS]; /* each job's `job` reply (owned) */
-    frow *rows;
-    size_t n, cap;
-    int grouped;
-} ftable;
 
 static const char *jstr(json_t *o, const char *k) {
     const char *s = json_string_value(json_object_get(o, k));
     return s ? s : "";
 }
 
-/* params as "k=v k=v" text, skipping `skip` (NULL: none) and, when only is
- * set, every key not in it. */
-static void params_key(json_t *params, const char *skip, json_t *only, char *buf, size_t len) {
-    size_t w = 0;
-    buf[0] = '\0';
-    const char *k;
-    json_t *v;
-    json_object_foreach(params, k, v) {
-        if ((skip && !strcmp(k, skip)) || (only && !json_object_get(only, k))) continue;
-        char *vt = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | PARAMS_PRECISION);
-        if (w < len)
-            w += (size_t)snprintf(buf + w, len - w, "%s%s=%s", w ? " " : "", k, vt ? vt : "?");
-        free(vt);
-    }
-}
-
-/* The latest value of metric name in trial t, NAN when it has none. */
-static double latest(json_t *t, const char *name) {
-    json_t *v = json_object_get(json_object_get(json_object_get(t, "latest"), name), "value");
-    return json_is_number(v) ? json_number_value(v) : NAN;
-}
-
-static const char *const STATE_ORDER[] = {"COMPLETED", "RUNNING", "PENDING",
-                                          "STOPPED",   "FAILED",  "CANCELLED"};
-
-static frow *row_for(ftable *t, int job, json_t *trial, json_t *shared) {
-    json_t *params = json_object_get(trial, "params");
-    char key[1024];
-    params_key(params, t->grouped ? SEED_KEY : NULL, NULL, key, sizeof key);
-    if (t->grouped)
-        for (size_t i = 0; i < t->n; i++)
-            if (t->rows[i].job == job && !strcmp(t->rows[i].key, key)) return &t->rows[i];
-    if (t->n == t->cap) {
-        size_t cap = t->cap ? 2 * t->cap : 64;
-        frow *nr = realloc(t->rows, cap * sizeof *nr);
-        if (!nr) return NULL;
-        t->rows = nr, t->cap = cap;
-    }
-    frow *r = &t->rows[t->n++];
-    memset(r, 0, sizeof *r);
-    r->job = job;
-    r->first = trial;
-    r->trials = json_array();
-    r->params = json_deep_copy(params);
-    if (t->grouped) json_object_del(r->params, SEED_KEY);
-    snprintf(r->key, sizeof r->key, "%s", key);
-    params_key(params, t->grouped ? SEED_KEY : NULL, shared, r->match, sizeof r->match);
-    return r;
-}
-
-/* Adds every trial of job j to the rows; sums into mean and sd (finished
- * by finish_rows). */
-static int add_trials(ftable *t, int j, json_t *shared) {
-    size_t i;
-    json_t *tr;
-    json_array_foreach(json_object_get(t->replies[j], "trials"), i, tr) {
-        frow *r = row_for(t, j, tr, shared);
-        if (!r || !r->trials || !r->params) return -1;
-        json_array_append_new(r->trials,
-                              json_integer(json_integer_value(json_object_get(tr, "id"))));
-        const char *st = jstr(tr, "state");
-        for (int s = 0; s < 6; s++)
-            if (!strcmp(st, STATE_ORDER[s])) r->states[s]++;
-        if (strcmp(st, "COMPLETED")) continue;
-        double v[PARETO_MAX_OBJECTIVES];
-        int all = 1;
-        for (int k = 0; k < t->m; k++) all &= isfinite(v[k] = latest(tr, t->names[k]));
-        if (!all) continue;
-        r->n++;
-        for (int k = 0; k < t->m; k++) r->mean[k] += v[k], r->sd[k] += v[k] * v[k];
-    }
-    return 0;
-}
-
-/* Sums to mean and sample std (NAN for one value), then ranks the rows. */
-static int finish_rows(ftable *t) {
-    double *v = malloc((t->n ? t->n : 1) * (size_t)t->m * sizeof *v);
-    int *rank = malloc((t->n ? t->n : 1) * sizeof *rank);
-    double *crowd = malloc((t->n ? t->n : 1) * sizeof *crowd);
-    int rc = v && rank && crowd ? 0 : -1;
-    for (size_t i = 0; rc == 0 && i < t->n; i++) {
-        frow *r = &t->rows[i];
-        for (int k = 0; k < t->m; k++) {
-            double s = r->mean[k], s2 = r->sd[k];
-            r->mean[k] = r->n ? s / r->n : NAN;
-            r->sd[k] = r->n > 1 ? sqrt(fmax(0, (s2 - s * s / r->n) / (r->n - 1))) : NAN;
-            v[i * (size_t)t->m + (size_t)k] = r->mean[k];
-        }
-    }
-    if (rc == 0 && (pareto_rank(v, t->n, t->m, t->maximize, rank) < 0 ||
-                    pareto_crowding(v, t->n, t->m, rank, crowd) < 0))
-        rc = -1;
-    for (size_t i = 0; rc == 0 && i < t->n; i++)
-        t->rows[i].rank = rank[i], t->rows[i].crowd = crowd[i];
-    free(v), free(rank), free(crowd);
-    return rc;
-}
-
-/* Rows best first: rank (unranked last), then crowding (larger first), then
- * job and first trial; compared jobs: matched rows together first. */
-static int g_by_match;
-static int cmp_rows(const void *pa, const void *pb) {
-    const frow *a = pa, *b = pb;
-    int c;
-    if (g_by_match && (c = strcmp(a->match, b->match)) != 0) return c;
-    int ra = a->rank ? a->rank : 1 << 30, rb = b->rank ? b->rank : 1 << 30;
-    if (ra != rb) return ra < rb ? -1 : 1;
-    if (a->crowd != b->crowd && !(isnan(a->crowd) && isnan(b->crowd)))
-        return isnan(b->crowd) || a->crowd > b->crowd ? -1 : 1;
-    if (a->job != b->job) return a->job < b->job ? -1 : 1;
-    long long ia = json_integer_value(json_array_get(a->trials, 0)),
-              ib = json_integer_value(json_array_get(b->trials, 0));
-    return ia < ib ? -1 : ia > ib;
-}
-
-static void ftable_free(ftable *t) {
-    for (size_t i = 0; i < t->n; i++)
-        json_decref(t->rows[i].trials), json_decref(t->rows[i].params);
-    free(t->rows);
-    for (int j = 0; j < t->njobs; j++) json_decref(t->replies[j]);
-}
-
-/* The objectives of a `job` reply into t (the first job) or checked
- * against t's (the others). Returns 0, or 1 after saying why not. */
-static int take_objectives(ftable *t, int j) {
-    json_t *objs = json_object_get(t->replies[j], "objectives");
-    size_t m = json_array_size(objs);
-    if (m == 0) { /* a bfd from before objectives: the one metric */
-        objs = json_pack("[{s:s, s:s}]", "name", jstr(t->replies[j], "metric"), "goal",
-                         jstr(t->replies[j], "goal"));
-        m = 1;
-    } else {
-        json_incref(objs);
-    }
-    int rc = 0;
-    if (m > PARETO_MAX_OBJECTIVES) m = PARETO_MAX_OBJECTIVES;
-    if (j == 0) t->m = (int)m;
-    for (size_t k = 0; k < m && rc == 0; k++) {
-        json_t *o = json_array_get(objs, k);
-        int max = !strcmp(jstr(o, "goal"), "max");
-        if (j == 0) {
-            snprintf(t->names[k], sizeof t->names[k], "%s", jstr(o, "name"));
-            t->maximize[k] = max;
-        } else if ((int)m != t->m || strcmp(t->names[k], jstr(o, "name")) ||
-                   t->maximize[k] != max) {
-            rc = 1;
-        }
-    }
-    if (rc || (j > 0 && (int)m != t->m))
-        fprintf(stderr,
-                "bfctl results: job %lld's objectives differ from job %lld's; compare jobs "
-                "judged by the same metric list (docs/sweeps.md)\n",
-                t->job_ids[j], t->job_ids[0]);
-    json_decref(objs);
-    return rc || (j > 0 && (int)m != t->m);
-}
-
-/* The swept keys of every job compared (a new object used as a set). */
-static json_t *shared_keys(ftable *t) {
-    json_t *shared = NULL;
-    for (int j = 0; j < t->njobs; j++) {
-        json_t *keys = json_object();
-        size_t i;
-        json_t *tr;
-        json_array_foreach(json_object_get(t->replies[j], "trials"), i, tr) {
-            const char *k;
-            json_t *v;
-            json_object_foreach(json_object_get(tr, "params"), k, v)
-                json_object_set_new(keys, k, json_true());
-        }
-        if (!shared) {
-            shared = keys;
-            continue;
-        }
-        const char *k;
-        json_t *v;
-        void *tmp;
-        json_object_foreach_safe(shared, tmp, k, v) if (!json_object_get(keys, k))
-            json_object_del(shared, k);
-        json_decref(keys);
-    }
-    return shared;
-}
-
-/* Fetches the jobs, reads their objectives and builds the ranked rows. */
-static int ftable_load(ftable *t, ctl_conn *c) {
-    for (int j = 0; j < t->njobs; j++) {
-        if (ctl_call_or_say(c, "job", json_pack("{s:I}", "job", (json_int_t)t->job_ids[j]),
-                            &t->replies[j]))
-            return 1;
-        if (take_objectives(t, j)) return 1;
-    }
-    json_t *shared = shared_keys(t);
-    int rc = 0;
-    for (int j = 0; j < t->njobs && rc == 0; j++) rc = add_trials(t, j, shared);
-    json_decref(shared);
-    if (rc == 0) rc = finish_rows(t);
-    if (rc) fprintf(stderr, "bfctl results: out of memory\n");
-    g_by_match = t->njobs > 1;
-    if (rc == 0) qsort(t->rows, t->n, sizeof *t->rows, cmp_rows);
-    return rc ? 1 : 0;
-}
-
-/* The hypervolume of the ranked rows up to a reference point just past
- * their worst values (pareto_reference), into ref; NAN when none. */
-static double front_hv(const ftable *t, double *ref) {
-    double *v = malloc((t->n ? t->n : 1) * (size_t)t->m * sizeof *v);
-    if (!v) return NAN;
-    for (size_t i = 0; i < t->n; i++)
-        for (int k = 0; k < t->m; k++) v[i * (size_t)t->m + (size_t)k] = t->rows[i].mean[k];
-    double hv = pareto_reference(v, t->n, t->m, t->maximize, ref) == 0
-                    ? pareto_hypervolume(v, t->n, t->m, t->maximize, ref)
-                    : NAN;
-    free(v);
-    return hv;
-}
-
-static json_t *num(double x) { return isfinite(x) ? json_real(x) : json_null(); }
-
-static json_t *row_json(const ftable *t, const frow *r) {
-    json_t *o = json_object(), *objs = json_object();
-    json_object_set_new(o, "job", json_integer(t->job_ids[r->job]));
-    if (!t->grouped) {
-        json_t *f = r->first;
-        json_object_set_new(o, "id", json_integer(json_integer_value(json_object_get(f, "id"))));
-        json_object_set_new(o, "index",
-                            json_integer(json_integer_value(json_object_get(f, "index"))));
-        json_object_set_new(o, "state", json_string(jstr(f, "state")));
-        for (int k = 0; k < t->m; k++) json_object_set_new(objs, t->names[k], num(r->mean[k]));
-    } else {
-        json_object_set_new(o, "trials", json_incref(r->trials));
-        json_object_set_new(o, "n", json_integer(r->n));
-        json_t *states = json_object();
-        for (int s = 0; s < 6; s++)
-            if (r->states[s])
-                json_object_set_new(states, STATE_ORDER[s], json_integer(r->states[s]));
-        json_object_set_new(o, "states", states);
-        for (int k = 0; k < t->m; k++)
-            json_object_set_new(
-                objs, t->names[k],
-                json_pack("{s:o, s:o}", "mean", num(r->mean[k]), "std", num(r->sd[k])));
-    }
-    json_object_set_new(o, "params", json_incref(r->params));
-    json_object_set_new(o, "objectives", objs);
-    json_object_set_new(o, "rank", r->rank ? json_integer(r->rank) : json_null());
-    /* JSON has no infinity: a front's end is "inf" */
-    json_object_set_new(o, "crowding", isinf(r->crowd) ? json_string("inf") : num(r->crowd));
-    json_object_set_new(o, "pareto", json_boolean(r->rank == 1));
-    return o;
-}
-
-/* One value column: "0.8123" or, grouped, "0.8123±0.0100". */
-static void value_text(const ftable *t, const frow *r, int k, char *buf, size_t len) {
-    if (!isfinite(r->mean[k]))
+/* One value column of row r for objective name: "0.8123" or, grouped,
+ * "0.8123\xc2\xb10.0100". */
+static void value_text(json_t *r, const char *name, int grouped, char *buf, size_t len) {
+    json_t *v = json_object_get(json_object_get(r, "objectives"), name);
+    json_t *mean = grouped ? json_object_get(v, "mean") : v;
+    json_t *sd = grouped ? json_object_get(v, "std") : NULL;
+    if (!json_is_number(mean))
         snprintf(buf, len, "-");
-    else if (t->grouped && isfinite(r->sd[k]))
-        snprintf(buf, len, "%.4f\xc2\xb1%.4f", r->mean[k], r->sd[k]);
+    else if (json_is_number(sd))
+        snprintf(buf, len, "%.4f\xc2\xb1%.4f", json_number_value(mean), json_number_value(sd));
     else
-        snprintf(buf, len, "%.4f", r->mean[k]);
+        snprintf(buf, len, "%.4f", json_number_value(mean));
 }
 
-static void print_table(const ftable *t, int front_only) {
-    char objs[640] = "";
-    for (int k = 0; k < t->m; k++) {
-        size_t l = strlen(objs);
-        snprintf(objs + l, sizeof objs - l, "%s%s (%s)", k ? ", " : "", t->names[k],
-                 t->maximize[k] ? "max" : "min");
+/* The table (front_table's result) as text; front_only: its rank-1 rows. */
+static void print_table(json_t *tab, json_t *const *replies, const long long *ids, int njobs,
+                        int front_only) {
+    int grouped = json_is_true(json_object_get(tab, "grouped_by_seed"));
+    json_t *objs = json_object_get(tab, "objectives");
+    json_t *rows = json_object_get(tab, grouped ? "groups" : "trials");
+    int m = (int)json_array_size(objs);
+    char names[640] = "";
+    for (int k = 0; k < m; k++) {
+        size_t l = strlen(names);
+        json_t *o = json_array_get(objs, (size_t)k);
+        snprintf(names + l, sizeof names - l, "%s%s (%s)", k ? ", " : "", jstr(o, "name"),
+                 jstr(o, "goal"));
     }
-    if (t->njobs == 1)
-        printf("job %lld '%s': %zu %s; %s over %s%s\n", t->job_ids[0], jstr(t->replies[0], "name"),
-               t->n, t->grouped ? "seed groups" : "trials",
-               front_only ? "the Pareto front" : "Pareto front marked *", objs,
-               t->grouped ? " on the means over train.seed" : "");
+    if (njobs == 1)
+        printf("job %lld '%s': %zu %s; %s over %s%s\n", ids[0], jstr(replies[0], "name"),
+               json_array_size(rows), grouped ? "seed groups" : "trials",
+               front_only ? "the Pareto front" : "Pareto front marked *", names,
+               grouped ? " on the means over train.seed" : "");
     else {
         printf("jobs");
-        for (int j = 0; j < t->njobs; j++)
-            printf(" %lld '%s'", t->job_ids[j], jstr(t->replies[j], "name"));
+        for (int j = 0; j < njobs; j++) printf(" %lld '%s'", ids[j], jstr(replies[j], "name"));
         printf(" side by side, rows matched by the keys they all sweep; Pareto front over %s "
                "marked *\n",
-               objs);
+               names);
     }
     int width[PARETO_MAX_OBJECTIVES];
-    for (int k = 0; k < t->m; k++) {
-        int w = (int)strlen(t->names[k]), least = t->grouped ? 15 : 10;
+    for (int k = 0; k < m && k < PARETO_MAX_OBJECTIVES; k++) {
+        int w = (int)strlen(jstr(json_array_get(objs, (size_t)k), "name")),
+            least = grouped ? 15 : 10;
         width[k] = w > least ? w : least;
     }
     printf(" ");
-    if (t->njobs > 1) printf(" %-5s", "JOB");
-    printf(" %-12s %-11s %4s %8s", t->grouped ? "TRIALS" : "TRIAL", t->grouped ? "N" : "STATE",
-           "RANK", "CROWDING");
-    for (int k = 0; k < t->m; k++) printf(" %*s", width[k], t->names[k]);
+    if (njobs > 1) printf(" %-5s", "JOB");
+    printf(" %-12s %-11s %4s %8s", grouped ? "TRIALS" : "TRIAL", grouped ? "N" : "STATE", "RANK",
+           "CROWDING");
+    for (int k = 0; k < m; k++)
+        printf(" %*s", width[k], jstr(json_array_get(objs, (size_t)k), "name"));
     printf("  PARAMS\n");
-    for (size_t i = 0; i < t->n; i++) {
-        const frow *r = &t->rows[i];
-        if (front_only && r->rank != 1) continue;
-        char who[64], state[32], rank[16] = "-", crowd[16] = "-";
-        if (t->grouped) {
-            long long a = json_integer_value(json_array_get(r->trials, 0));
-            size_t nt = json_array_size(r->trials);
+    size_t i;
+    json_t *r;
+    json_array_foreach(rows, i, r) {
+        long long rank = json_integer_value(json_object_get(r, "rank"));
+        if (front_only && rank != 1) continue;
+        char who[64], state[32], rk[16] = "-", crowd[16] = "-", key[1024];
+        if (grouped) {
+            json_t *tr = json_object_get(r, "trials");
+            long long a = json_integer_value(json_array_get(tr, 0));
+            size_t nt = json_array_size(tr);
             if (nt > 1)
                 snprintf(who, sizeof who, "t%lld+%zu", a, nt - 1);
             else
                 snprintf(who, sizeof who, "t%lld", a);
-            snprintf(state, sizeof state, "%d/%zu", r->n, nt);
+            snprintf(state, sizeof state, "%lld/%zu",
+                     (long long)json_integer_value(json_object_get(r, "n")), nt);
         } else {
             snprintf(who, sizeof who, "t%lld",
-                     (long long)json_integer_value(json_object_get(r->first, "id")));
-            snprintf(state, sizeof state, "%s", jstr(r->first, "state"));
+                     (long long)json_integer_value(json_object_get(r, "id")));
+            snprintf(state, sizeof state, "%s", jstr(r, "state"));
         }
-        if (r->rank) snprintf(rank, sizeof rank, "%d", r->rank);
-        if (isinf(r->crowd))
+        if (rank) snprintf(rk, sizeof rk, "%lld", rank);
+        json_t *c = json_object_get(r, "crowding");
+        if (json_is_string(c))
             snprintf(crowd, sizeof crowd, "inf");
-        else if (isfinite(r->crowd))
-            snprintf(crowd, sizeof crowd, "%.3f", r->crowd);
-        printf("%c", r->rank == 1 ? '*' : ' ');
-        if (t->njobs > 1) printf(" %-5lld", t->job_ids[r->job]);
-        printf(" %-12s %-11s %4s %8s", who, state, rank, crowd);
-        for (int k = 0; k < t->m; k++) {
+        else if (json_is_number(c))
+            snprintf(crowd, sizeof crowd, "%.3f", json_number_value(c));
+        printf("%c", rank == 1 ? '*' : ' ');
+        if (njobs > 1) printf(" %-5lld", (long long)json_integer_value(json_object_get(r, "job")));
+        printf(" %-12s %-11s %4s %8s", who, state, rk, crowd);
+        for (int k = 0; k < m; k++) {
             char v[48];
-            value_text(t, r, k, v, sizeof v);
+            value_text(r, jstr(json_array_get(objs, (size_t)k), "name"), grouped, v, sizeof v);
             /* the +- sign is two bytes and one column */
-            printf(" %*s", width[k] + (strstr(v, "Â±") ? 1 : 0), v);
+            printf(" %*s", width[k] + (strstr(v, "\xc2\xb1") ? 1 : 0), v);
         }
-        printf("  %s\n", r->key[0] ? r->key : "(no swept key)");
+        front_params_text(json_object_get(r, "params"), key, sizeof key);
+        printf("  %s\n", key[0] ? key : "(no swept key)");
     }
-}
-
-static int print_json(const ftable *t, int front_only) {
-    json_t *jobs = json_array(), *objs = json_array(), *rows = json_array(), *refj = json_array();
-    for (int j = 0; j < t->njobs; j++) json_array_append_new(jobs, json_integer(t->job_ids[j]));
-    for (int k = 0; k < t->m; k++)
-        json_array_append_new(objs, json_pack("{s:s, s:s}", "name", t->names[k], "goal",
-                                              t->maximize[k] ? "max" : "min"));
-    for (size_t i = 0; i < t->n; i++)
-        if (!front_only || t->rows[i].rank == 1)
-            json_array_append_new(rows, row_json(t, &t->rows[i]));
-    double ref[PARETO_MAX_OBJECTIVES];
-    double hv = front_hv(t, ref);
-    for (int k = 0; isfinite(hv) && k < t->m; k++) json_array_append_new(refj, json_real(ref[k]));
-    json_t *out = json_pack("{s:o, s:o, s:b, s:o, s:o, s:o}", "jobs", jobs, "objectives", objs,
-                            "grouped_by_seed", t->grouped, "hypervolume", num(hv), "reference",
-                            refj, t->grouped ? "groups" : "trials", rows);
-    if (!out) return 1;
-    char *txt = json_dumps(out, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
-    json_decref(out);
-    if (!txt) return 1;
-    printf("%s\n", txt);
-    free(txt);
-    return 0;
 }
 
 int ctl_front(ctl_conn *c, const long long *jobs, int njobs, int group_by_seed, int json,
               int front_only) {
-    ftable t;
-    memset(&t, 0, sizeof t);
-    t.njobs = njobs > CTL_FRONT_MAX_JOBS ? CTL_FRONT_MAX_JOBS : njobs;
-    for (int j = 0; j < t.njobs; j++) t.job_ids[j] = jobs[j];
-    t.grouped = group_by_seed;
-    int rc = ftable_load(&t, c);
+    json_t *replies[CTL_FRONT_MAX_JOBS] = {0};
+    if (njobs > CTL_FRONT_MAX_JOBS) njobs = CTL_FRONT_MAX_JOBS;
+    int rc = 0;
+    /* every page of each job's trials */
+    for (int j = 0; j < njobs && rc == 0; j++)
+        rc = ctl_request_pages(c, "job", json_pack("{s:I}", "job", (json_int_t)jobs[j]), "trials",
+                               &replies[j]);
+    json_t *tab = NULL;
     if (rc == 0) {
-        if (json)
-            rc = print_json(&t, front_only);
-        else
-            print_table(&t, front_only);
+        char err[512];
+        tab = front_table(replies, jobs, njobs, group_by_seed, json && front_only, err, sizeof err);
+        if (!tab) fprintf(stderr, "bfctl results: %s\n", err);
+        rc = tab ? 0 : 1;
     }
-    ftable_free(&t);
+    if (tab && json) {
+        char *txt = json_dumps(tab, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
+        if (txt) printf("%s\n", txt);
+        rc = txt ? 0 : 1;
+        free(txt);
+    } else if (tab) {
+        print_table(tab, replies, jobs, njobs, front_only);
+    }
+    json_decref(tab);
+    for (int j = 0; j < njobs; j++) json_decref(replies[j]);
     return rc;
 }
 

@@ -71,7 +71,7 @@ int bfctl_submit(int argc, char **argv) {
     }
     if (n_sets) {
         char *edited;
-        int src = ctl_apply_sets(text, n, file, sets, n_sets, &edited, terr, sizeof terr);
+        int src = sweep_apply_sets(text, n, file, sets, n_sets, &edited, terr, sizeof terr);
         free(text);
         if (src) {
             fprintf(stderr, "bfctl: %s\n", terr);

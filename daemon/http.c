@@ -8,6 +8,7 @@
 #include "common/input_path.h"
 #include "daemon/http_api.h"
 #include "daemon/http_assets.h"
+#include "jobs/sweep.h"
 #include "protocol/proto.h"
 
 #include <arpa/inet.h>
@@ -238,7 +239,63 @@ done:
     return code;
 }
 
-/* POST /api/v1/...: cancel, stop, resume, edit, as bfctl sends them. */
+#define CLONE_SETS_MAX 32      /* ?set= of one clone */
+#define CLONE_SET_LEN_MAX 1024 /* bytes of one ?set= */
+
+/* The ?set= arguments of a request, in order. */
+typedef struct clone_sets {
+    const char *v[CLONE_SETS_MAX];
+    int n, bad; /* bad: too many, or one too long */
+} clone_sets;
+
+static enum MHD_Result take_set(void *cls, enum MHD_ValueKind kind, const char *key,
+                                const char *value) {
+    (void)kind;
+    clone_sets *cs = cls;
+    if (strcmp(key, "set")) return MHD_YES;
+    if (cs->n == CLONE_SETS_MAX || !value || strlen(value) > CLONE_SET_LEN_MAX)
+        cs->bad = 1;
+    else
+        cs->v[cs->n++] = value;
+    return MHD_YES;
+}
+
+/* POST trials/T/clone?set=KEY=VALUE...: what `bfctl clone tT --set ...`
+ * does, through the same requests (trial, job, then submit) and the same
+ * sweep text (jobs/sweep_sets.c). Answers bfd's submit reply. */
+static enum MHD_Result clone_action(http *h, struct MHD_Connection *c, long long id) {
+    clone_sets cs = {.n = 0};
+    MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, take_set, &cs);
+    if (cs.bad)
+        return send_error(c, 400, "clone: at most 32 ?set=KEY=VALUE, each at most 1024 bytes");
+    json_t *tr = NULL, *job = NULL, *reply = NULL, *body;
+    body = json_pack("{s:I}", "trial", (json_int_t)id);
+    unsigned code = loop_call(h, "trial", body, &tr);
+    json_decref(body);
+    if (code == 200) {
+        body = json_pack("{s:O}", "job", json_object_get(tr, "job"));
+        code = loop_call(h, "job", body, &job);
+        json_decref(body);
+    }
+    if (code != 200) {
+        json_decref(tr);
+        return send_json(c, code, job ? job : tr ? tr : json_object(), NULL, NULL);
+    }
+    char err[1024], from[64];
+    char *text = sweep_clone_text(tr, job, id, cs.v, cs.n, "the dashboard", err, sizeof err);
+    json_decref(tr);
+    json_decref(job);
+    if (!text) return send_error(c, 400, err);
+    snprintf(from, sizeof from, "t%lld (clone)", id);
+    body = json_pack("{s:s, s:s}", "sweep", text, "file", from);
+    free(text);
+    if (!body) return send_error(c, 400, "clone: a value is not valid UTF-8");
+    code = loop_call(h, "submit", body, &reply);
+    json_decref(body);
+    return send_json(c, code, reply ? reply : json_object(), NULL, NULL);
+}
+
+/* POST /api/v1/...: cancel, stop, resume, edit, clone, as bfctl sends them. */
 static enum MHD_Result post_action(http *h, struct MHD_Connection *c, const char *path) {
     long long id;
     int k = 0;
@@ -269,6 +326,7 @@ static enum MHD_Result post_action(http *h, struct MHD_Connection *c, const char
         }
     } else if (sscanf(path, "trials/%lld/%n", &id, &k) == 1 && k > 0 && id > 0) {
         snprintf(what, sizeof what, "%s", path + k);
+        if (!strcmp(what, "clone")) return clone_action(h, c, id);
         if (!strcmp(what, "cancel") || !strcmp(what, "stop") || !strcmp(what, "resume")) {
             type = !strcmp(what, "cancel") ? "cancel" : !strcmp(what, "stop") ? "stop" : "resume";
             body = json_pack("{s:I}", "trial", (json_int_t)id);
@@ -279,7 +337,7 @@ static enum MHD_Result post_action(http *h, struct MHD_Connection *c, const char
             c, 404,
             "no such action: POST jobs/ID/cancel, jobs/ID/edit?max_parallel=N (or add, "
             "drop_pending), "
-            "trials/ID/cancel, trials/ID/stop or trials/ID/resume");
+            "trials/ID/cancel, trials/ID/stop, trials/ID/resume or trials/ID/clone?set=KEY=VALUE");
     json_t *reply;
     unsigned code = loop_call(h, type, body, &reply);
     json_decref(body);

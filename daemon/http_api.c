@@ -6,6 +6,7 @@
 #include "common/errbuf.h"
 #include "common/tfevents.h"
 #include "jobs/pareto.h"
+#include "jobs/front.h"
 
 #include <dirent.h>
 #include <math.h>
@@ -24,6 +25,8 @@
 #define STREAM_TRIALS_MAX 4096   /* trials a stream follows */
 #define STREAM_ID_MAX 8192       /* bytes of a record's id (the cursor) */
 #define PARETO_TRIALS_MAX 100000 /* completed trials ranked by one /jobs/J/pareto */
+#define FRONT_TRIALS_MAX 20000   /* trials of one job ranked for groups and compare */
+#define BAND_TRIALS_MAX 500      /* trials of one band */
 
 static int prep(sqlite3 *db, const char *sql, sqlite3_stmt **st, char *err, size_t errlen) {
     if (sqlite3_prepare_v2(db, sql, -1, st, NULL) == SQLITE_OK) return 0;
@@ -702,8 +705,8 @@ static unsigned get_trial(sqlite3 *db, const char *home, long long id, json_t **
     sqlite3_stmt *st;
     if (prep(db,
              "SELECT t.id, t.job, t.idx, t.state, t.attempts, t.hash, t.updated, t.config,"
-             " t.params, j.metric_name, j.metric_goal FROM trials t JOIN jobs j ON j.id = t.job"
-             " WHERE t.id = ?1",
+             " t.params, j.metric_name, j.metric_goal, j.source_trial FROM trials t JOIN jobs j ON"
+             " j.id = t.job WHERE t.id = ?1",
              &st, err, errlen))
         return 500;
     sqlite3_bind_int64(st, 1, id);
@@ -717,6 +720,9 @@ static unsigned get_trial(sqlite3 *db, const char *home, long long id, json_t **
     for (int i = 0; i < 11; i++) json_object_set_new(o, names[i], col_json(st, i));
     json_t *params = json_loads((const char *)sqlite3_column_text(st, 8), 0, NULL);
     json_object_set_new(o, "params", params ? params : json_object());
+    /* the trial its job was cloned from (bfctl clone) */
+    long long source = sqlite3_column_int64(st, 11);
+    json_object_set_new(o, "source", source ? json_integer(source) : json_null());
     sqlite3_finalize(st);
     json_t *att = json_array();
     json_object_set_new(o, "attempt_list", att);
@@ -961,6 +967,188 @@ static unsigned get_job_pareto(sqlite3 *db, long long job, json_t **out, char *e
     return code;
 }
 
+/* ----------------------------------------------- seed groups and compare */
+
+/* Job id as `bfctl results` reads it (bfd's `job` reply: objectives and
+ * every trial with its latest values) into *out; an HTTP status with err. */
+static unsigned front_job(sqlite3 *db, long long id, json_t **out, char *err, size_t errlen) {
+    json_t *jo = NULL;
+    unsigned code = get_job(db, id, &jo, err, errlen);
+    if (code != 200) return code;
+    sqlite3_stmt *st;
+    if (prep(db,
+             "SELECT t.id, t.idx, t.state, t.params, (SELECT json_group_object(n.name,"
+             " json_object('step', l.step, 'value', l.value)) FROM metric_latest l JOIN"
+             " metric_names n ON n.id = l.name WHERE l.trial = t.id) FROM trials t WHERE"
+             " t.job = ?1 ORDER BY t.idx LIMIT ?2",
+             &st, err, errlen)) {
+        json_decref(jo);
+        return 500;
+    }
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_int64(st, 2, FRONT_TRIALS_MAX + 1);
+    json_t *trials = json_array();
+    json_object_set_new(jo, "trials", trials);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        const char *ptxt = (const char *)sqlite3_column_text(st, 3);
+        const char *lt = (const char *)sqlite3_column_text(st, 4);
+        json_t *params = ptxt ? json_loads(ptxt, 0, NULL) : NULL;
+        json_t *latest = lt ? json_loads(lt, 0, NULL) : NULL;
+        json_array_append_new(trials, json_pack("{s:o, s:o, s:o, s:o, s:o}", "id", col_json(st, 0),
+                                                "index", col_json(st, 1), "state", col_json(st, 2),
+                                                "params", params ? params : json_object(), "latest",
+                                                latest ? latest : json_object()));
+    }
+    sqlite3_finalize(st);
+    if (json_array_size(trials) > FRONT_TRIALS_MAX) {
+        json_decref(jo);
+        return bf_fail(err, errlen,
+                       "job %lld has more than %d trials: too many to rank here; bfctl results "
+                       "%lld ranks them all",
+                       id, FRONT_TRIALS_MAX, id),
+               400;
+    }
+    *out = jo;
+    return 200;
+}
+
+/* Copies o into flat with nested objects' keys joined by dots
+ * ("objectives.val/acc.mean"); arrays and scalars stay values. */
+static void flatten(json_t *o, const char *prefix, json_t *flat) {
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v) {
+        char key[512];
+        snprintf(key, sizeof key, "%s%s%s", prefix, *prefix ? "." : "", k);
+        if (json_is_object(v))
+            flatten(v, key, flat);
+        else
+            json_object_set(flat, key, v);
+    }
+}
+
+/* The rows of `bfctl results JOB... [--group-by-seed] --json` (jobs/front.c
+ * computes them for both) as flat records, a page of them: ?after= is the
+ * number of rows read before (the rows are ranked anew at each request). */
+static unsigned front_rows(sqlite3 *db, const long long *ids, int n, int grouped, http_arg_fn arg,
+                           void *cls, json_t **out, char *next, size_t nextlen, char *err,
+                           size_t errlen) {
+    long long after, limit;
+    if (arg_int(arg, cls, "after", 0, 0, 1LL << 53, &after, err, errlen) ||
+        arg_int(arg, cls, "limit", DEFAULT_LIMIT, 1, HTTP_API_MAX_LIMIT, &limit, err, errlen))
+        return 400;
+    json_t *jobs[FRONT_MAX_JOBS] = {0};
+    unsigned code = 200;
+    for (int j = 0; j < n && code == 200; j++) code = front_job(db, ids[j], &jobs[j], err, errlen);
+    json_t *tab = code == 200 ? front_table(jobs, ids, n, grouped, 0, err, errlen) : NULL;
+    for (int j = 0; j < n; j++) json_decref(jobs[j]);
+    if (code != 200) return code;
+    if (!tab) return 400; /* objectives differ (or out of memory) */
+    json_t *rows = json_object_get(tab, grouped ? "groups" : "trials"), *a = json_array();
+    size_t total = json_array_size(rows);
+    for (size_t i = (size_t)after; i < total && i < (size_t)(after + limit); i++) {
+        json_t *flat = json_object();
+        flatten(json_array_get(rows, i), "", flat);
+        json_array_append_new(a, flat);
+    }
+    if ((size_t)(after + limit) < total) snprintf(next, nextlen, "%lld", after + limit);
+    json_decref(tab);
+    *out = a;
+    return 200;
+}
+
+/* ?jobs=A,B,... (2 to FRONT_MAX_JOBS job ids) and ?group_by_seed=0|1:
+ * the jobs' rows side by side, matched by the keys they all sweep. */
+static unsigned get_compare(sqlite3 *db, http_arg_fn arg, void *cls, json_t **out, char *next,
+                            size_t nextlen, char *err, size_t errlen) {
+    const char *list = arg(cls, "jobs");
+    long long ids[FRONT_MAX_JOBS], grouped;
+    int n = 0;
+    for (const char *p = list ? list : ""; *p;) {
+        char *end;
+        long long id = strtoll(p, &end, 10);
+        if (end == p || id < 1 || (*end && *end != ',') || n == FRONT_MAX_JOBS) {
+            n = 0;
+            break;
+        }
+        ids[n++] = id;
+        p = *end ? end + 1 : end;
+    }
+    if (n < 2)
+        return bf_fail(err, errlen,
+                       "?jobs= must be 2 to %d job ids separated by commas (e.g. ?jobs=3,7), "
+                       "got '%.40s'",
+                       FRONT_MAX_JOBS, list ? list : ""),
+               400;
+    if (arg_int(arg, cls, "group_by_seed", 0, 0, 1, &grouped, err, errlen)) return 400;
+    return front_rows(db, ids, n, (int)grouped, arg, cls, out, next, nextlen, err, errlen);
+}
+
+/* The mean and sample std over ?trials= (ids, commas) of ?metric= at each
+ * step, {step, mean, std, n}: a seed group's curve and its band, the steps
+ * thinned evenly to ?max_points=. */
+static unsigned get_band(sqlite3 *db, long long job, http_arg_fn arg, void *cls, json_t **out,
+                         char *err, size_t errlen) {
+    long long mid, maxp;
+    unsigned code = exists(db, "jobs", job, err, errlen);
+    if (code != 200) return code;
+    code = points_args(db, arg, cls, &mid, &maxp, err, errlen);
+    if (code) return code;
+    const char *list = arg(cls, "trials");
+    char ids[BAND_TRIALS_MAX * 21 + 1] = "";
+    size_t w = 0, n = 0;
+    for (const char *p = list ? list : ""; *p;) {
+        char *end;
+        long long id = strtoll(p, &end, 10);
+        if (end == p || id < 1 || (*end && *end != ',') || n == BAND_TRIALS_MAX) {
+            n = 0;
+            break;
+        }
+        w += (size_t)snprintf(ids + w, sizeof ids - w, "%s%lld", n++ ? "," : "", id);
+        p = *end ? end + 1 : end;
+    }
+    if (!n)
+        return bf_fail(err, errlen, "?trials must be 1 to %d trial ids separated by commas",
+                       BAND_TRIALS_MAX),
+               400;
+    sqlite3_stmt *st;
+    /* ids holds digits and commas only */
+    char sql[BAND_TRIALS_MAX * 21 + 512];
+    snprintf(sql, sizeof sql,
+             "SELECT m.step, AVG(m.value), SUM(m.value * m.value), COUNT(*), SUM(m.value) FROM"
+             " metrics m JOIN trials t ON t.id = m.trial WHERE t.job = ?1 AND m.name = ?2 AND"
+             " m.trial IN (%s) GROUP BY m.step ORDER BY m.step",
+             ids);
+    if (prep(db, sql, &st, err, errlen)) return 500;
+    sqlite3_bind_int64(st, 1, job);
+    sqlite3_bind_int64(st, 2, mid);
+    json_t *all = json_array();
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        long long k = sqlite3_column_int64(st, 3);
+        double mean = sqlite3_column_double(st, 1), s2 = sqlite3_column_double(st, 2),
+               s = sqlite3_column_double(st, 4);
+        double var = k > 1 ? (s2 - s * s / (double)k) / (double)(k - 1) : 0;
+        json_array_append_new(
+            all,
+            json_pack("{s:I, s:f, s:o, s:I}", "step", (json_int_t)sqlite3_column_int64(st, 0),
+                      "mean", mean, "std", k > 1 ? json_real(var > 0 ? sqrt(var) : 0) : json_null(),
+                      "n", (json_int_t)k));
+    }
+    sqlite3_finalize(st);
+    size_t total = json_array_size(all);
+    if (total <= (size_t)maxp) {
+        *out = all;
+        return 200;
+    }
+    json_t *a = json_array(); /* every stride-th step, and the last */
+    double stride = (double)(total - 1) / (double)(maxp - 1);
+    for (long long i = 0; i < maxp; i++)
+        json_array_append(a, json_array_get(all, (size_t)((double)i * stride + 0.5)));
+    json_decref(all);
+    *out = a;
+    return 200;
+}
+
 /* ------------------------------------------------------------------ route */
 
 unsigned http_api_get(sqlite3 *db, const char *home, const char *path, http_arg_fn arg, void *cls,
@@ -972,6 +1160,7 @@ unsigned http_api_get(sqlite3 *db, const char *home, const char *path, http_arg_
     int k = 0;
     if (!strcmp(path, "jobs")) return get_jobs(db, arg, cls, out, next, nextlen, err, errlen);
     if (!strcmp(path, "events")) return get_events(db, arg, cls, out, next, nextlen, err, errlen);
+    if (!strcmp(path, "compare")) return get_compare(db, arg, cls, out, next, nextlen, err, errlen);
     if (sscanf(path, "jobs/%lld%n", &id, &k) == 1 && id > 0) {
         snprintf(rest, sizeof rest, "%s", path + k);
         if (!rest[0]) return get_job(db, id, out, err, errlen);
@@ -981,6 +1170,9 @@ unsigned http_api_get(sqlite3 *db, const char *home, const char *path, http_arg_
         if (!strcmp(rest, "/metrics")) return get_job_metrics(db, id, out, err, errlen);
         if (!strcmp(rest, "/stages")) return get_job_stages(db, id, out, err, errlen);
         if (!strcmp(rest, "/pareto")) return get_job_pareto(db, id, out, err, errlen);
+        if (!strcmp(rest, "/groups"))
+            return front_rows(db, &id, 1, 1, arg, cls, out, next, nextlen, err, errlen);
+        if (!strcmp(rest, "/band")) return get_band(db, id, arg, cls, out, err, errlen);
     } else if (sscanf(path, "trials/%lld%n", &id, &k) == 1 && id > 0) {
         snprintf(rest, sizeof rest, "%s", path + k);
         if (!rest[0]) return get_trial(db, home, id, out, err, errlen);

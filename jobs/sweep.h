@@ -7,6 +7,7 @@
 #ifndef SWEEP_H
 #define SWEEP_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -114,6 +115,23 @@ typedef struct sweep_trial {
     const char *config_text; /* cfg_dump of config */
     char hash[17];           /* cfg_hash of config */
 } sweep_trial;
+
+#define SWEEP_TEXT_MAX (1u << 20) /* bytes of a sweep's text */
+
+/* text (a sweep's YAML, named file in messages) with each of sets[0..n)
+ * ("KEY=VALUE", KEY dotted, VALUE YAML) set in its base: the new text in
+ * *out (the caller frees it). Returns 0, or -1 with a message
+ * (jobs/sweep_sets.c). */
+int sweep_apply_sets(const char *text, size_t len, const char *file, const char *const *sets, int n,
+                     char **out, char *err, size_t errlen);
+/* The one-trial sweep of a clone of trial id (`bfctl clone`): its resolved
+ * config (trial: bfd's `trial` reply) with sets[0..n) ("KEY=VALUE") over
+ * it, judged by its job's objectives with its resources, retries and
+ * priority (job: bfd's `job` reply), naming its source (`source_trial:`);
+ * by says who cloned it, in a comment. The text (malloc'd), or NULL with
+ * err (a set that is not KEY=VALUE, out of memory). */
+char *sweep_clone_text(json_t *trial, json_t *job, long long id, const char *const *sets, int n,
+                       const char *by, char *err, size_t errlen);
 
 /* Reads and validates a sweep file (at most 1 MiB of text). Returns 0 with
  * *out (owned by the caller, free with sweep_spec_destroy), or -1 with every

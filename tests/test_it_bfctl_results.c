@@ -191,6 +191,16 @@ static const char *line_with(const char *text, const char *needle, char *buf, si
     return buf;
 }
 
+/* The screen columns of line up to the end of needle in it (UTF-8: a
+ * continuation byte takes none); -1 when needle is not in it. */
+static int columns_to(const char *line, const char *needle) {
+    const char *p = strstr(line, needle);
+    if (!p) return -1;
+    int c = 0;
+    for (const char *q = line; q < p + strlen(needle); q++) c += ((unsigned char)*q & 0xc0) != 0x80;
+    return c;
+}
+
 /* The ids of the job's first n trials, in index order (from `show --json`). */
 static void job_trial_ids(long long job, long long *ids, size_t n) {
     char *out;
@@ -493,6 +503,16 @@ Test(bfctl_results, pareto_front_seed_groups_and_jobs_side_by_side) {
     cr_assert(strstr(out, "0.6500\xc2\xb1"
                           "0.0707"),
               "%s", out);
+    /* the column of mean +- std ends where its header does (the sign is two
+     * bytes and one column) */
+    char head[512], row[512];
+    cr_assert(line_with(out, "TRIALS", head, sizeof head) &&
+                  line_with(out, "0.6500\xc2\xb1", row, sizeof row),
+              "%s", out);
+    cr_assert_eq(columns_to(head, "val/acc"),
+                 columns_to(row, "0.6500\xc2\xb1"
+                                 "0.0707"),
+                 "the +- column is not aligned with its header:\n%s\n%s", head, row);
     free(out);
 
     /* a baseline job beside it, its seeds folded too: (0.55, 1.0) is

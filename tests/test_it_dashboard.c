@@ -8,8 +8,10 @@
  * grid values added and pending trials dropped from the page, the S2S
  * stage graph, a trial's checkpoint links, a stream resumed by
  * Last-Event-ID without a gap, cancel from the page, the Pareto page of a
- * finished three-objective sweep against bfctl results; screenshots of each
- * page into Testing/dashboard/.
+ * finished three-objective sweep against bfctl results, its seed groups
+ * against `bfctl results --group-by-seed --json` and the compare view of it
+ * against a budget sweep beside it against `bfctl results A B --json`;
+ * screenshots of each page into Testing/dashboard/.
  * Also: HTTPS with a self-signed certificate (curl; plain HTTP refused)
  * and what a bad certificate or key says; bfd refuses a non-loopback
  * address without TLS or http_insecure, and a taken address it was told
@@ -110,6 +112,28 @@ static const char *write_pareto(const char *dir) {
     return p;
 }
 
+/* dir/other.yaml: four short trials of the Pareto sweep's objectives, two
+ * of its budget ranges by two batch sizes: the job compared with it
+ * (matched by budget.range). */
+static const char *write_other(const char *dir) {
+    static char p[512];
+    char text[2048];
+    snprintf(p, sizeof p, "%s/other.yaml", dir);
+    snprintf(text, sizeof text,
+             "name: batches\npipeline: budgetformer\ndevice: cpu\n"
+             "data: {train: %s/train.tsv, val: %s/val.tsv}\n"
+             "model: {layers: 1, d_model: 32, heads: 4, seq_len: 16, vocab: 256}\n"
+             "train: {steps: 40, batch: 8, log_every: 5, eval_every: 100000}\n"
+             "sweep:\n  parameters:\n"
+             "    budget.range: {values: [[0.1, 0.3], [0.3, 0.6]]}\n"
+             "    train.batch: {values: [4, 8]}\n"
+             "metric:\n  - {name: train/loss, goal: min}\n"
+             "  - {name: train/heads_used, goal: min}\n  - {name: train/acc, goal: max}\n",
+             dir, dir);
+    it_write_text(p, text, 0644);
+    return p;
+}
+
 Test(dashboard, browser_sees_and_steers_a_running_sweep) {
     int port = free_port(NULL);
     char y[256];
@@ -118,9 +142,13 @@ Test(dashboard, browser_sees_and_steers_a_running_sweep) {
     g_bfd = it_bfd_start(g_dir, g_home);
     /* a finished sweep of three objectives, for the Pareto page */
     long long pareto = it_submit(g_dir, write_pareto(g_dir));
+    /* and one to compare it with (the compare view) */
+    long long other = it_submit(g_dir, write_other(g_dir));
     char args[64];
     snprintf(args, sizeof args, "wait %lld", pareto);
     cr_assert_eq(it_bfctl(g_dir, NULL, 0, args), 0, "the Pareto sweep did not complete");
+    snprintf(args, sizeof args, "wait %lld", other);
+    cr_assert_eq(it_bfctl(g_dir, NULL, 0, args), 0, "the sweep beside it did not complete");
     /* then an S2S sweep whose second trial waits on the first's teacher
      * (one slot), for the stage graph */
     it_idx_write(g_dir, "train", 240, 1, 0);
@@ -142,9 +170,9 @@ Test(dashboard, browser_sees_and_steers_a_running_sweep) {
     snprintf(logp, sizeof logp, "%s/py.log", g_dir);
     snprintf(cmd, sizeof cmd,
              "BF_HOME=%s %s %s/tests/test_it_dashboard.py %s %s %s %lld %s/Testing/dashboard "
-             "%s/docs/http.md %lld %lld > %s 2>&1",
+             "%s/docs/http.md %lld %lld %lld > %s 2>&1",
              g_home, PYTHON, BF_SOURCE_DIR, url, g_home, IT_BFCTL, job, BF_BIN_DIR, BF_SOURCE_DIR,
-             s2s, pareto, logp);
+             s2s, pareto, other, logp);
     int st = system(cmd);
     it_show_tail(logp, 4000);
     int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;

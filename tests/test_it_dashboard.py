@@ -1,12 +1,14 @@
 """The dashboard in a real browser (run by test_it_dashboard).
 
-  test_it_dashboard.py URL HOME BFCTL JOB SHOTS DOCS S2S_JOB PARETO_JOB
+  test_it_dashboard.py URL HOME BFCTL JOB SHOTS DOCS S2S_JOB PARETO_JOB OTHER
 
 URL is bfd's dashboard (http://127.0.0.1:PORT/), HOME its BF_HOME (the
 token in HOME/http.token), JOB a sweep running now, SHOTS the folder for
 screenshots, DOCS docs/http.md (its pandas example is run as written),
 S2S_JOB an S2S sweep whose second trial waits on the first's teacher,
-PARETO_JOB a finished sweep of three objectives.
+PARETO_JOB a finished sweep of three objectives (budget.range by
+train.seed), OTHER a finished sweep of the same objectives (budget.range
+by train.batch) to compare it with.
 Plays an outside party with Debian's chromium (headless) driven by
 python3-selenium, and with plain urllib:
 
@@ -29,7 +31,16 @@ python3-selenium, and with plain urllib:
 - a stream resumed with Last-Event-ID sends the points of the gap (its
   first point of a trial is the one after the last read before);
 - pages of the trial list join without gap or repeat, and a thinned curve
-  keeps its extremes.
+  keeps its extremes;
+- PARETO_JOB's page opens on its seed groups, each row's trials, n, rank, front
+  mark, mean and std as `bfctl results PARETO_JOB --group-by-seed --json`
+  says, and its curves page draws the groups' bands; the compare view of
+  PARETO_JOB against OTHER shows the rows of `bfctl results PARETO_JOB
+  OTHER --json`, matched by budget.range, each difference OTHER - baseline
+  (and compare?group_by_seed=1, read in pages of one, the groups of
+  `bfctl results PARETO_JOB OTHER --group-by-seed --json`);
+  clone on a trial's page makes a one-trial job naming its source, with
+  the change.
 Screenshots of each page go to SHOTS. Exits 0 when all held, 1 with a
 message otherwise.
 """
@@ -291,6 +302,125 @@ def check_pareto(drv, url, bfctl, job, shots):
     print("pareto: %d marks, front %s (bfctl results agrees)" % (len(ids), sorted(front)))
 
 
+def bfctl_json(bfctl, *args):
+    return json.loads(subprocess.run([bfctl] + [str(a) for a in args] + ["--json"], check=True,
+                                     capture_output=True, text=True).stdout)
+
+
+def same(x, y):
+    """A page's value (the text of a double) and bfctl's (12 digits)."""
+    if x in ("", None) or y is None:
+        return x in ("", None) and y is None
+    return abs(float(x) - y) <= 1e-9 * max(1.0, abs(y))
+
+
+def check_groups_and_compare(drv, url, token, bfctl, seeds, other, shots):
+    """The seed groups of job seeds on its page are bfctl's; the compare
+    view of seeds against other shows bfctl's rows of the two, matched,
+    with differences."""
+    cli = bfctl_json(bfctl, "results", seeds, "--group-by-seed")
+    names = [o["name"] for o in cli["objectives"]]
+    if len(cli["groups"]) != 3 or any(g["n"] != 2 for g in cli["groups"]):
+        fail("bfctl results --group-by-seed: %s" % cli)
+    drv.get(url + "#/job/%d" % seeds)  # opens on the groups: its trials differ in train.seed
+    wait_for("the seed groups", lambda: drv.find_elements(By.CSS_SELECTOR, "#groups tr[data-group]"))
+    page = drv.execute_script("""return [...document.querySelectorAll('#groups tr[data-group]')].map(tr => ({
+        trials: [...tr.querySelectorAll('td.trials a')].map(a => Number(a.textContent.slice(1))),
+        n: Number(tr.querySelector('td.n').textContent), rank: tr.dataset.rank,
+        front: tr.querySelector('td.front-mark').textContent !== '',
+        objs: Object.fromEntries([...tr.querySelectorAll('td.obj')].map(td =>
+            [td.dataset.objective, [td.dataset.mean, td.dataset.std]]))}))""")
+    if len(page) != len(cli["groups"]):
+        fail("%d group rows on the page, bfctl %d" % (len(page), len(cli["groups"])))
+    for p, g in zip(page, cli["groups"]):
+        if p["trials"] != g["trials"] or p["n"] != g["n"] or p["front"] != g["pareto"] or \
+                p["rank"] != ("" if g["rank"] is None else str(g["rank"])) or \
+                not all(same(p["objs"][k][0], g["objectives"][k]["mean"]) and
+                        same(p["objs"][k][1], g["objectives"][k]["std"]) for k in names):
+            fail("group row %s, bfctl %s" % (p, g))
+    drv.save_screenshot(os.path.join(shots, "job_groups.png"))
+    drv.get(url + "#/job/%d/curves" % seeds)
+    band = wait_for("the groups' bands", lambda: drv.find_elements(By.ID, "band"))[0]
+    wait_for("points on the bands", lambda: int(band.get_attribute("data-points") or 0) > 0)
+    wait_for("the bands drawn", lambda: drv.find_elements(By.CSS_SELECTOR, "#band canvas"))
+    drv.save_screenshot(os.path.join(shots, "job_group_curves.png"))
+    print("seed groups: %d rows as bfctl's" % len(page))
+
+    cli = bfctl_json(bfctl, "results", seeds, other)
+    want = sorted((r["job"], r["id"], r["match"]) for r in cli["trials"])
+    vals = {r["id"]: r["objectives"] for r in cli["trials"]}
+    drv.get(url + "#/compare/%d/%d" % (seeds, other))
+    wait_for("the compare table", lambda: drv.find_elements(By.CSS_SELECTOR, "#compare tr[data-match]"))
+    rows = drv.execute_script("""return [...document.querySelectorAll('#compare tr[data-match]')].map(tr => ({
+        match: tr.dataset.match,
+        cells: [...tr.querySelectorAll('td.trial')].map(td => ({job: Number(td.dataset.job),
+            id: Number(td.dataset.trials), dim: td.classList.contains('muted')})),
+        values: [...tr.querySelectorAll('td[data-value]')].map(td => [td.dataset.objective, td.dataset.value]),
+        deltas: [...tr.querySelectorAll('td.delta')].map(td => [td.dataset.objective, td.dataset.delta])}))""")
+    shown = sorted({(c["job"], c["id"], r["match"]) for r in rows for c in r["cells"] if c["id"]})
+    if shown != want:
+        fail("the compare view shows %s, bfctl results %d %d: %s" % (shown, seeds, other, want))
+    for r in rows:  # a side without a row of the match shows none (id 0)
+        base, oth = r["cells"]
+        if (base["id"] and base["job"] != seeds) or (oth["id"] and oth["job"] != other) or \
+                "budget.range=" not in r["match"]:
+            fail("compare row %s" % r)
+        m = len(names)
+        for k, (name, v) in enumerate(r["values"]):
+            cell = base if k < m else oth
+            if not same(v, vals[cell["id"]][name] if cell["id"] else None):
+                fail("compare row %s: %s of %s" % (r, name, v))
+        for name, d in r["deltas"]:
+            a = vals[base["id"]][name] if base["id"] else None
+            b = vals[oth["id"]][name] if oth["id"] else None
+            if not same(d, None if a is None or b is None else b - a):
+                fail("compare row %s: the difference of %s is %s, not %s - %s" % (r, name, d, b, a))
+    curve = drv.find_element(By.ID, "compare-curve")
+    wait_for("the compared curves", lambda: int(curve.get_attribute("data-points") or 0) > 0)
+    wait_for("the compared curves drawn", lambda: drv.find_elements(By.CSS_SELECTOR, "#compare-curve canvas"))
+    drv.save_screenshot(os.path.join(shots, "compare.png"))
+    # the API alone: seed groups compared, and pages of one joining whole
+    cli = bfctl_json(bfctl, "results", seeds, other, "--group-by-seed")
+    path = url + "api/v1/compare?jobs=%d,%d&group_by_seed=1&limit=1" % (seeds, other)
+    api, after = [], None
+    while True:
+        page, after = get_json(path + ("&after=" + after if after else ""), token)
+        api += page
+        if not after:
+            break
+    if [(r["job"], r["trials"], r["match"], r["rank"]) for r in api] != \
+            [(g["job"], g["trials"], g["match"], g["rank"]) for g in cli["groups"]]:
+        fail("compare?group_by_seed=1 in pages of 1: %s, bfctl: %s" % (api, cli["groups"]))
+    code, body = status_of(url + "api/v1/compare?jobs=%d" % seeds, "GET",
+                           {"Authorization": "Bearer " + token})
+    if code != 400 or b"2 to 16 job ids" not in body:
+        fail("compare of one job gave %d %s" % (code, body))
+    print("compare: %d rows as bfctl's, %d lines" % (len(want), len(rows)))
+    check_clone(drv, url, token, want[0][1], shots)
+
+
+def check_clone(drv, url, token, trial, shots):
+    """Clone on a trial's page with a change: a new job whose trial names
+    its source and has the change in its config, as bfctl clone makes."""
+    drv.get(url + "#/trial/%d" % trial)
+    on_element(drv, "the clone box", "clone-sets", lambda e: e.send_keys("train.steps=10"))
+    on_element(drv, "the clone button", "clone-trial", lambda e: e.click())
+    m = wait_for("the cloned job's page", lambda: re.match(r".*#/job/(\d+)/trials$", drv.current_url))
+    new = int(m.group(1))
+    rows, _ = get_json(url + "api/v1/jobs/%d/trials" % new, token)
+    t, _ = get_json(url + "api/v1/trials/%d" % rows[0]["id"], token)
+    if len(rows) != 1 or t["source"] != trial or "train.steps: 10\n" not in t["config"]:
+        fail("the clone of t%d: %s, %s" % (trial, rows, t))
+    drv.get(url + "#/trial/%d" % t["id"])
+    wait_for("the clone's source link", lambda: drv.find_elements(By.ID, "source"))
+    drv.save_screenshot(os.path.join(shots, "trial_clone.png"))
+    code, body = status_of(url + "api/v1/trials/%d/clone?set=nokey" % trial, "POST",
+                           {"Authorization": "Bearer " + token})
+    if code != 400 or b"expected KEY=VALUE" not in body:
+        fail("a clone with set=nokey gave %d %s" % (code, body))
+    print("clone: job %d, t%d from t%d" % (new, t["id"], trial))
+
+
 def bfctl_states(bfctl, job):
     out = subprocess.run([bfctl, "show", str(job), "--json"], check=True,
                          capture_output=True, text=True).stdout
@@ -298,8 +428,8 @@ def bfctl_states(bfctl, job):
 
 
 def main():
-    url, home, bfctl, job, shots, docs, s2s, pareto = sys.argv[1:9]
-    job, s2s, pareto = int(job), int(s2s), int(pareto)
+    url, home, bfctl, job, shots, docs, s2s, pareto, other = sys.argv[1:10]
+    job, s2s, pareto, other = int(job), int(s2s), int(pareto), int(other)
     token = open(os.path.join(home, "http.token")).read().strip()
     os.makedirs(shots, exist_ok=True)
 
@@ -360,6 +490,7 @@ def main():
     try:
         check_stream_resume(url, token, job)
         browse(drv, url, token, bfctl, job, s2s, pareto, shots)
+        check_groups_and_compare(drv, url, token, bfctl, pareto, other, shots)
     finally:
         drv.quit()
     check_pages_and_thinning(url, token, job)
@@ -382,7 +513,7 @@ def browse(drv, url, token, bfctl, job, s2s, pareto, shots):
     check_stages(drv, url, token, s2s, shots)
 
     # every trial, in the state bfctl gives (a reading between two equal bfctl ones)
-    drv.get(url + "#/job/%d" % job)
+    drv.get(url + "#/job/%d/trials" % job)
     def agree():
         before = bfctl_states(bfctl, job)
         drv.refresh()
@@ -405,6 +536,7 @@ def browse(drv, url, token, bfctl, job, s2s, pareto, shots):
     if drv.execute_script("return window.bfMarker") != 1:
         fail("the page reloaded")
     print("curve: %d points, then %s" % (n0, curve.get_attribute("data-points")))
+    drv.execute_script("document.getElementById('curve').scrollIntoView()")  # below the seed bands
     drv.save_screenshot(os.path.join(shots, "job_curves.png"))
 
     drv.get(url + "#/job/%d/parallel" % job)
@@ -421,7 +553,7 @@ def browse(drv, url, token, bfctl, job, s2s, pareto, shots):
     drv.save_screenshot(os.path.join(shots, "cluster.png"))
 
     # max_parallel from the page: the store says so
-    drv.get(url + "#/job/%d" % job)
+    drv.get(url + "#/job/%d/trials" % job)
     on_element(drv, "the max_parallel box", "max-parallel", lambda e: (e.clear(), e.send_keys("1")))
     on_element(drv, "the max_parallel button", "set-parallel", lambda e: e.click())
     wait_for("max_parallel 1 in the store", lambda: get_json(

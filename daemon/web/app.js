@@ -3,6 +3,7 @@
  *   #/            jobs            #/job/J        a job: trials, curves, parallel coordinates,
  *                                                 its Pareto front, its S2S stage graph
  *   #/trial/T     a trial         #/cluster      slots, GPUs, agents, running attempts
+ *   #/compare/A/B two jobs side by side (A the baseline; /grouped: seed groups)
  * Live updates come from /api/v1/jobs/J/stream (Server-Sent Events). Text
  * from the store is only ever set as textContent, never parsed as HTML. */
 "use strict";
@@ -378,6 +379,10 @@ async function showJob(main, id) {
   const byId = new Map(trials.map(t => [t.id, t]));
   status(trials.length + " trials");
   const {body: metricNames} = await get("jobs/" + id + "/metrics");
+  /* seed groups, as bfctl results --group-by-seed ranks them: the default
+   * view when some trials differ only in train.seed */
+  const groups = trials.some(t => "params.train.seed" in t) ? await getAll("jobs/" + id + "/groups").catch(() => null) : null;
+  const folds = !!groups && groups.length < trials.length;
   const head = el("div", {class: "controls"},
     el("h1", {}, "Job " + job.id + ": " + job.name),
     el("span", {}, job.pipeline + ", " + job.method + ", " + job.n_trials + " trials, " + (job.objectives || [{name: job.metric, goal: job.goal}]).map(o => o.name + " (" + o.goal + ")").join(", ")),
@@ -396,17 +401,24 @@ async function showJob(main, id) {
     el("button", {id: "cancel-job", class: "danger", onclick: async () => {
       if (!confirm("Cancel job " + id + ": its pending and running trials?")) return;
       try { const r = await post("jobs/" + id + "/cancel"); status(r.cancelled + " trials cancelled"); }
-      catch (e) { status(e.message, true); } }}, "cancel job"));
-  let tab = location.hash.split("/")[3] || "trials";
+      catch (e) { status(e.message, true); } }}, "cancel job"),
+    el("a", {href: "#/compare/" + id, id: "compare-link"}, "compare with another job"));
+  let tab = location.hash.split("/")[3] || (folds ? "groups" : "trials");
   const cv = curves(main, id, metricNames);
   if (metricNames.includes(job.metric)) cv.select.value = job.metric;
   const table = trialTable(id, trials, rows => { if (tab === "curves") cv.load(rows.map(r => r.id)); });
   const body = el("div", {});
-  const tabs = el("div", {class: "tabs"}, ...["trials", "curves", "parallel", "pareto", "stages"].map(t =>
+  const tabs = el("div", {class: "tabs"}, ...(groups ? ["groups"] : []).concat(["trials", "curves", "parallel", "pareto", "stages"]).map(t =>
     el("button", {id: "tab-" + t, class: t === tab ? "on" : "", onclick: () => { location.hash = "#/job/" + id + "/" + t; }}, t)));
   main.append(head, tabs, body);
+  const gc = groups ? groupCurves(job, groups, folds) : null;
   if (tab === "trials") body.append(table.box);
-  else if (tab === "curves") { body.append(cv.box); await cv.load(table.visible().map(r => r.id)); }
+  else if (tab === "groups" && groups) body.append(groupTable(job, groups));
+  else if (tab === "curves") {
+    body.append(cv.box);
+    /* the bands under the metric's controls, above the trials' curves */
+    if (gc) { cv.box.insertBefore(gc.box, cv.box.children[1]); gc.load(cv.metric()); gc.check.addEventListener("change", () => gc.load(cv.metric())); } await cv.load(table.visible().map(r => r.id));
+  }
   else if (tab === "stages") body.append(await stageGraph(id));
   else if (tab === "pareto") body.append(await paretoView(job, byId));
   else body.append(parallel(table.visible(), job));
@@ -432,8 +444,184 @@ async function showJob(main, id) {
     es.onerror = () => status("stream interrupted; retrying", true);
   }
   openStream();
-  cv.select.addEventListener("change", async () => { await cv.load(table.visible().map(r => r.id)); openStream(); });
+  cv.select.addEventListener("change", async () => { if (gc) gc.load(cv.metric()); await cv.load(table.visible().map(r => r.id)); openStream(); });
   return () => { if (es) es.close(); };
+}
+
+/* ------------------------------------------------ seed groups, compare */
+
+/* A value with its spread: "0.8123 ± 0.0100" (the ± part when std is a number). */
+function pm(mean, std) {
+  if (mean === null || mean === undefined) return "";
+  return fmt(mean) + (typeof std === "number" ? " \u00b1 " + fmt(std) : "");
+}
+
+/* A swept value as text: a list as [a, b]. */
+function pfmt(v) { return Array.isArray(v) ? JSON.stringify(v).replace(/,/g, ", ") : fmt(v); }
+
+/* A record's swept values as "k=v k=v" (skip: a text of them to leave out). */
+function paramsText(r, skip) {
+  return Object.keys(r).filter(k => k.startsWith("params.") && !(skip || "").split(" ").includes(k.slice(7) + "=" + JSON.stringify(r[k])))
+    .sort().map(k => k.slice(7) + "=" + pfmt(r[k])).join(" ");
+}
+
+/* The objectives of a job record, [{name, goal}]. */
+function objectivesOf(job) {
+  return job.objectives && job.objectives.length ? job.objectives : [{name: job.metric, goal: job.goal}];
+}
+
+/* The seed groups of a job (jobs/J/groups, ranked by bfd as `bfctl results
+ * --group-by-seed` ranks them): one row per group, mean ± std and n per
+ * objective, the Pareto front marked; 100 rows a page. */
+function groupTable(job, groups) {
+  const objs = objectivesOf(job);
+  const params = [...new Set(groups.flatMap(g => Object.keys(g).filter(k => k.startsWith("params."))))].sort();
+  const table = el("table", {id: "groups"});
+  const info = el("span", {class: "muted"});
+  let page = 0;
+  const pages = Math.max(1, Math.ceil(groups.length / PAGE_ROWS));
+  const prev = el("button", {onclick: () => { page = Math.max(0, page - 1); draw(); }}, "\u2190");
+  const nextB = el("button", {onclick: () => { page = Math.min(pages - 1, page + 1); draw(); }}, "\u2192");
+  function draw() {
+    info.textContent = groups.length + " seed groups (trials that differ only in train.seed), ranked on the means; \u2605 the Pareto front; page " + (page + 1) + " of " + pages;
+    table.replaceChildren(el("tr", {}, el("th", {}, "\u2605"), el("th", {}, "rank"), el("th", {}, "trials"), el("th", {}, "n"), el("th", {}, "states"),
+      ...params.map(k => el("th", {}, k.slice(7))), ...objs.map(o => el("th", {}, o.name + " (" + o.goal + ")")), el("th", {}, "crowding")));
+    for (const g of groups.slice(page * PAGE_ROWS, (page + 1) * PAGE_ROWS)) {
+      const states = Object.keys(g).filter(k => k.startsWith("states.")).map(k => el("span", {class: "state " + k.slice(7)}, k.slice(7) + " " + g[k] + " "));
+      table.append(el("tr", {"data-group": g.trials[0], "data-rank": g.rank === null ? "" : g.rank, class: g.pareto ? "front" : ""},
+        el("td", {class: "front-mark"}, g.pareto ? "\u2605" : ""), el("td", {class: "num"}, g.rank === null ? "-" : g.rank),
+        el("td", {class: "trials"}, ...g.trials.flatMap((t, i) => [i ? " " : "", el("a", {href: "#/trial/" + t}, "t" + t)])),
+        el("td", {class: "num n"}, g.n), el("td", {}, ...states),
+        ...params.map(k => el("td", {class: typeof g[k] === "number" ? "num" : ""}, pfmt(g[k]))),
+        ...objs.map(o => { const m = g["objectives." + o.name + ".mean"], sd = g["objectives." + o.name + ".std"];
+          return el("td", {class: "num obj", "data-objective": o.name, "data-mean": m === null ? "" : m, "data-std": sd === null ? "" : sd}, pm(m, sd)); }),
+        el("td", {class: "num"}, fmt(g.crowding))));
+    }
+  }
+  draw();
+  return el("div", {}, el("div", {class: "controls"}, prev, nextB, info), table);
+}
+
+/* One curve per entry of sets ({label, job, trials, dashed}): the mean of
+ * the trials' metric at each step with a band of ± one std
+ * (jobs/J/band), drawn by dygraphs' customBars; into div. */
+async function bandGraph(div, sets, metric) {
+  const answers = await Promise.all(sets.map(s => get("jobs/" + s.job + "/band?metric=" + encodeURIComponent(metric) +
+    "&max_points=" + CURVE_POINTS + "&trials=" + s.trials.join(",")).then(r => r.body)));
+  const steps = new Map();
+  answers.forEach((pts, i) => { for (const p of pts) {
+    if (!steps.has(p.step)) steps.set(p.step, sets.map(() => null));
+    const sd = typeof p.std === "number" ? p.std : 0;
+    steps.get(p.step)[i] = [p.mean - sd, p.mean, p.mean + sd];
+  } });
+  const rows = [...steps.entries()].sort((a, b) => a[0] - b[0]).map(([s, vs]) => [s, ...vs]);
+  div.setAttribute("data-points", rows.length);
+  if (!rows.length) { div.textContent = "no points of " + metric + " yet"; return; }
+  if (typeof Dygraph === "undefined") { div.textContent = "dygraphs is missing (libjs-dygraphs)"; return; }
+  const series = {};
+  for (const s of sets) if (s.dashed) series[s.label] = {strokePattern: [6, 3]};
+  div.textContent = "";
+  const legend = el("div", {class: "legend"}), plot = el("div", {class: "plot"});
+  div.append(plot, legend);
+  new Dygraph(plot, rows, {labels: ["step", ...sets.map(s => s.label)], customBars: true, connectSeparatedPoints: true,
+    legend: "always", labelsDiv: legend, labelsSeparateLines: false, strokeWidth: 1.4, xlabel: "step", ylabel: metric, series,
+    axes: {y: {axisLabelFormatter: v => String(Number(v.toPrecision(5))), axisLabelWidth: 60}}});
+}
+
+/* The curves tab's seed-group view: the first groups' mean curves with
+ * their ± std bands, above the trials' curves. */
+function groupCurves(job, groups, on) {
+  const box = el("div", {});
+  const check = el("input", {type: "checkbox", id: "curve-groups"});
+  check.checked = on;
+  const div = el("div", {class: "curve", id: "band", "data-points": 0});
+  const shown = groups.filter(g => g.n > 0 || g.trials.length > 1).slice(0, CURVE_TRIALS);
+  async function load(metric) {
+    div.style.display = check.checked ? "" : "none";
+    if (!check.checked || !metric) return;
+    if (!div.isConnected) { setTimeout(() => load(metric), 50); return; }
+    try {
+      await bandGraph(div, shown.map(g => ({label: (paramsText(g) || "every seed") + " (t" + g.trials.join("+t") + ")", job: job.id, trials: g.trials})), metric);
+    } catch (e) { div.textContent = e.message; }
+  }
+  box.append(el("div", {class: "controls"}, el("label", {}, check, " seed groups: mean \u00b1 std of the first " + shown.length + " groups (each trial below)")), div);
+  return {box, load, check};
+}
+
+/* A form to pick a baseline job and another to compare it with. */
+function compareForm(jobs, a, b) {
+  const opt = j => el("option", {value: j.id}, j.id + " " + j.name);
+  const base = el("select", {id: "compare-base"}, ...jobs.map(opt)), other = el("select", {id: "compare-other"}, ...jobs.map(opt));
+  if (a) base.value = a;
+  if (b) other.value = b; else if (jobs.length > 1) other.value = jobs[jobs.length > 1 && base.value == jobs[0].id ? 1 : 0].id;
+  const grouped = el("input", {type: "checkbox", id: "compare-grouped"});
+  grouped.checked = location.hash.endsWith("/grouped");
+  return el("div", {class: "controls"}, el("label", {}, "baseline ", base), el("label", {}, "against ", other),
+    el("label", {}, grouped, " seed groups"),
+    el("button", {id: "compare-go", onclick: () => { location.hash = "#/compare/" + base.value + "/" + other.value + (grouped.checked ? "/grouped" : ""); }}, "compare"));
+}
+
+/* Two jobs side by side (compare?jobs=A,B, matched as `bfctl results A B`
+ * matches them: by the values of the keys both sweep): per match, the
+ * baseline's rows beside the other's, each objective and the difference
+ * (other - baseline; a baseline shown again for a second row is dimmed),
+ * then their curves on the same axes (the baseline dashed). */
+async function showCompare(main, a, b, grouped) {
+  const {body: jobs} = await get("jobs?limit=10000");
+  main.append(el("h1", {}, "Compare jobs"), compareForm(jobs, a, b));
+  if (!a || !b) { main.append(el("p", {class: "muted"}, "Pick a baseline job and a job to compare with it: their trials are matched by the values of the keys both sweep.")); return null; }
+  const ja = jobs.find(j => j.id === a), jb = jobs.find(j => j.id === b);
+  if (!ja || !jb) throw new Error("no job " + (ja ? b : a));
+  const rows = await getAll("compare?jobs=" + a + "," + b + (grouped ? "&group_by_seed=1" : ""));
+  const objs = objectivesOf(ja);
+  const matches = new Map();
+  for (const r of rows) {
+    if (!matches.has(r.match)) matches.set(r.match, {a: [], b: []});
+    matches.get(r.match)[r.job === a ? "a" : "b"].push(r);
+  }
+  const val = (r, o) => r ? r["objectives." + o.name + (grouped ? ".mean" : "")] : null;
+  const who = r => r ? (grouped ? r.trials : [r.id]) : [];
+  const cellsOf = (r, dim) => {
+    const ids = who(r);
+    return [el("td", {class: "trial" + (dim ? " muted" : ""), "data-trials": ids.join(","), "data-job": r ? r.job : ""}, ...ids.flatMap((t, i) => [i ? " " : "", el("a", {href: "#/trial/" + t}, "t" + t)]), r && r.pareto ? " \u2605" : "",
+      r ? el("span", {class: "muted"}, " " + paramsText(r, r.match)) : ""),
+      ...objs.map(o => el("td", {class: "num" + (dim ? " muted" : ""), "data-objective": o.name, "data-value": r && val(r, o) !== null ? val(r, o) : ""},
+        r ? (grouped ? pm(val(r, o), r["objectives." + o.name + ".std"]) : fmt(val(r, o))) : ""))];
+  };
+  const head = el("tr", {}, el("th", {}, "matched by"), el("th", {}, "job " + a + " (baseline)"), ...objs.map(o => el("th", {}, o.name)),
+    el("th", {}, "job " + b), ...objs.map(o => el("th", {}, o.name)), ...objs.map(o => el("th", {}, "\u0394 " + o.name + " (" + o.goal + ")")));
+  const table = el("table", {id: "compare"}, head);
+  const pairs = [];
+  for (const [m, g] of matches) {
+    const n = Math.max(g.a.length, g.b.length);
+    for (let i = 0; i < n; i++) {
+      const ra = g.a[i] || g.a[0], rb = g.b[i], dim = !g.a[i];
+      pairs.push([ra, rb]);
+      table.append(el("tr", {"data-match": m}, el("td", {class: "muted"}, i ? "" : m || "(no shared key)"), ...cellsOf(ra, dim), ...cellsOf(rb, false),
+        ...objs.map(o => { const x = val(ra, o), y = val(rb, o);
+          const d = typeof x === "number" && typeof y === "number" ? y - x : null;
+          const better = d === null || d === 0 ? "" : (d > 0) === (o.goal === "max") ? "COMPLETED" : "FAILED";
+          return el("td", {class: "num delta " + better, "data-objective": o.name, "data-delta": d === null ? "" : d}, d === null ? "" : (d > 0 ? "+" : "") + fmt(d)); })));
+    }
+  }
+  status(rows.length + " rows of jobs " + a + " and " + b);
+  const {body: metricNames} = await get("jobs/" + a + "/metrics");
+  const sel = el("select", {id: "compare-metric"}, ...metricNames.map(m => el("option", {value: m}, m)));
+  if (metricNames.includes(objs[0].name)) sel.value = objs[0].name;
+  const div = el("div", {class: "curve", id: "compare-curve", "data-points": 0});
+  main.append(el("p", {class: "muted"}, rows.length + " rows of jobs " + ja.name + " and " + jb.name + " matched by the values of the keys both sweep; \u0394 is job " + b + " minus the baseline (green: better)"),
+    table, el("h2", {}, "Curves"), el("div", {class: "controls"}, el("label", {}, "metric ", sel), el("span", {class: "muted"}, "the first " + CURVE_TRIALS + " rows; baseline dashed" + (grouped ? "; mean \u00b1 std of each seed group" : ""))), div);
+  const sets = [], seen = new Set();
+  for (const [ra, rb] of pairs) for (const [r, job] of [[ra, a], [rb, b]]) {
+    const ids = who(r), label = "j" + job + ":t" + ids.join("+t");
+    if (!r || seen.has(label) || sets.length >= CURVE_TRIALS) continue;
+    seen.add(label);
+    sets.push({label, job, trials: ids, dashed: job === a});
+  }
+  const draw = () => bandGraph(div, sets, sel.value).catch(e => { div.textContent = e.message; });
+  sel.addEventListener("change", draw);
+  setTimeout(draw, 0); /* once the view is in the document: dygraphs measures its div */
+  return null;
 }
 
 /* ----------------------------------------------------------------- trial */
@@ -461,13 +649,25 @@ function runLinks(t) {
   return dl;
 }
 
+/* Clone: a one-trial job from trial id's resolved config with changes
+ * (KEY=VALUE, one a line), as `bfctl clone tID --set ...`; opens the new job. */
+function cloneForm(id) {
+  const sets = el("textarea", {id: "clone-sets", rows: 2, cols: 36, placeholder: "KEY=VALUE, one a line (train.lr=0.001)"});
+  return el("div", {class: "controls"}, sets, el("button", {id: "clone-trial", onclick: async () => {
+    const q = sets.value.split("\n").map(l => l.trim()).filter(l => l).map(l => "set=" + encodeURIComponent(l)).join("&");
+    try { const r = await post("trials/" + id + "/clone" + (q ? "?" + q : "")); status("job " + r.job + ": a clone of t" + id); location.hash = "#/job/" + r.job + "/trials"; }
+    catch (e) { status(e.message, true); } }}, "clone"), el("span", {class: "muted"}, "a new one-trial job from this trial's config, with these changes (bfctl clone)"));
+}
+
 async function showTrial(main, id) {
   const {body: t} = await get("trials/" + id);
   const act = (what, label, cls) => el("button", {id: what + "-trial", class: cls || "", onclick: async () => {
     try { await post("trials/" + id + "/" + what); status(label + " t" + id); route(); } catch (e) { status(e.message, true); } }}, label);
   main.append(el("h1", {}, "Trial t" + t.id + " ", el("span", {class: "state " + t.state}, t.state)),
-    el("p", {}, el("a", {href: "#/job/" + t.job}, "job " + t.job), " \u00b7 index " + t.idx + " \u00b7 attempts " + t.attempts + " \u00b7 " + t.dir),
+    el("p", {}, el("a", {href: "#/job/" + t.job}, "job " + t.job), " \u00b7 index " + t.idx + " \u00b7 attempts " + t.attempts + " \u00b7 " + t.dir,
+      t.source ? [" \u00b7 cloned from ", el("a", {href: "#/trial/" + t.source, id: "source"}, "t" + t.source)] : ""),
     el("div", {class: "controls"}, act("stop", "stop"), act("resume", "resume"), act("cancel", "cancel", "danger")),
+    cloneForm(id),
     el("h2", {}, "Parameters"), el("dl", {}, ...Object.entries(t.params).flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, fmt(v))])),
     el("h2", {}, "Metrics (latest)"),
     el("table", {}, el("tr", {}, ...["metric", "step", "value", "min", "max"].map(h => el("th", {}, h))),
@@ -538,6 +738,7 @@ async function route() {
     if (parts[0] === "job" && parts[1]) v = await showJob(fresh, Number(parts[1]));
     else if (parts[0] === "trial" && parts[1]) v = await showTrial(fresh, Number(parts[1]));
     else if (parts[0] === "cluster") v = await showCluster(fresh);
+    else if (parts[0] === "compare") v = await showCompare(fresh, Number(parts[1]) || 0, Number(parts[2]) || 0, parts[3] === "grouped");
     else v = await showJobs(fresh);
   } catch (e) {
     fresh.append(el("p", {class: "error"}, e.message));
