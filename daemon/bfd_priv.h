@@ -73,8 +73,9 @@ typedef struct run {
     int unrecorded, exited, end_code;
     char end_why[600];
     double record_at;
-    int hello_seen;   /* its worker said hello: heartbeat_timeout runs, not startup_timeout */
-    int completing_0; /* Slurm says COMPLETING with exit code 0:0: Slurm's final word decides */
+    int hello_seen;      /* its worker said hello: heartbeat_timeout runs, not startup_timeout */
+    int completing_0;    /* Slurm says COMPLETING with exit code 0:0: Slurm's final word decides */
+    int completing_said; /* bfd logged that it waits on that final word past the timeout */
 } run;
 
 /* One `bfworker serve` agent connected to the worker socket (agents.c). */

@@ -240,9 +240,25 @@ done:
     free(tasks);
 }
 
+/* The task of r (r->slurm_job, given by sbatch) whose Slurm id could not
+ * be recorded for crash recovery (err): a restarted bfd would take the
+ * attempt for gone and start another beside it, so the task is cancelled
+ * and the trial pending again, not counted as a failure. */
+static void unsubmit(bfd *d, run *r, const char *err) {
+    char why[1300];
+    snprintf(why, sizeof why,
+             "Slurm job %s cancelled at once and pending again (not counted as a failure): its "
+             "id could not be recorded for crash recovery: %s",
+             r->slurm_job, err);
+    slurm_cancel_async(d, r->slurm_job, 0, 0, r->trial);
+    unlaunch(d, r, why);
+}
+
 /* sbatch answered the array of q (its data a submission): each task's run
- * takes its Slurm id ARRAY_K, or, when sbatch failed, fails. A run
- * cancelled while sbatch ran (ending, or gone) has its task cancelled.
+ * takes its Slurm id ARRAY_K, recorded in bfd_runs before the attempt is
+ * announced (one that cannot be recorded is cancelled: unsubmit), or, when
+ * sbatch failed, fails. A run cancelled while sbatch ran (ending, or gone)
+ * has its task cancelled.
  * A thousand tasks (their logs, events and one store write) take tens of
  * ms, so they are applied for at most budget_s per call, in slices of 64:
  * returns 1 while tasks remain (the loop calls again without waiting; the
@@ -281,12 +297,23 @@ static int array_submitted(bfd *d, slurmq_req *q, double budget_s) {
         r->slurm_phase = SLURM_QUEUED;
         r->next_poll = t + 0.5;
         r->last_seen = r->last_progress = t;
-        if (rows) {
-            rows[n_rows] =
-                (dstate_run){.trial = r->trial, .attempt = r->attempt, .started = r->started};
-            memcpy(rows[n_rows].token, r->token, sizeof rows[n_rows].token);
-            memcpy(rows[n_rows].slurm_job, r->slurm_job, sizeof rows[n_rows].slurm_job);
-            n_rows++;
+        if (!rows) {
+            unsubmit(d, r, "bfd out of memory");
+            continue;
+        }
+        rows[n_rows] =
+            (dstate_run){.trial = r->trial, .attempt = r->attempt, .started = r->started};
+        memcpy(rows[n_rows].token, r->token, sizeof rows[n_rows].token);
+        memcpy(rows[n_rows].slurm_job, r->slurm_job, sizeof rows[n_rows].slurm_job);
+        n_rows++;
+    }
+    int unrecorded = n_rows && dstate_runs_put(d->ds, rows, n_rows, err, sizeof err);
+    for (size_t k = 0; k < n_rows; k++) {
+        run *r = find_run(d, rows[k].trial);
+        if (!r) continue;
+        if (unrecorded) {
+            unsubmit(d, r, err); /* removes r: found again by trial next time round */
+            continue;
         }
         char msg[128];
         snprintf(msg, sizeof msg, "submitted to Slurm as job %s", r->slurm_job);
@@ -294,8 +321,6 @@ static int array_submitted(bfd *d, slurmq_req *q, double budget_s) {
                 sub->ranks, sub->ranks == 1 ? "" : "s");
         publish_event(d, r->job, r->trial, "RUNNING", r->attempt, msg);
     }
-    if (!rows) bfd_log("job %lld: bfd out of memory: Slurm ids not stored", (long long)sub->job);
-    if (n_rows && dstate_runs_put(d->ds, rows, n_rows, err, sizeof err)) bfd_log("%s", err);
     free(rows);
     sub->done = i;
     return i < sub->n;

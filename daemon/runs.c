@@ -607,6 +607,12 @@ void check_timers(bfd *d) {
         /* before its hello a worker may still be starting (srun's step
          * launch, MPI, CUDA): startup_timeout, from its start */
         double limit = r->hello_seen ? d->c->heartbeat_timeout : d->c->startup_timeout;
+        if (!r->ending && r->completing_0 && !r->completing_said && t - r->last_seen > limit) {
+            r->completing_said = 1;
+            bfd_log("trial %lld attempt %d: no message from the worker for %.0f s, but Slurm job "
+                    "%s is COMPLETING with exit code 0:0; waiting for its final state",
+                    (long long)r->trial, r->attempt, t - r->last_seen, r->slurm_job);
+        }
         if (!r->ending && !r->completing_0 && t - r->last_seen > limit && ended_by_outcome(d, r)) {
             if (forget_silent_slurm_job(d, r) || forget_silent_remote(d, r)) continue;
         }

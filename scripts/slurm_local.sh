@@ -11,7 +11,8 @@
 # Needs slurm-wlm (slurmctld, slurmd, 22.05) and munge; run as root (SlurmUser
 # is the invoking user). Ports: SLURM_LOCAL_PORT (default 6917) for slurmctld
 # and the next one for slurmd; SLURM_LOCAL_MAX_ARRAY (default 1001) its
-# MaxArraySize. Exit status 0 when the node is idle, 2 when a
+# MaxArraySize; SLURM_LOCAL_EPILOG (default none) an Epilog script slurmd
+# runs after each job (the job is COMPLETING until it ends). Exit status 0 when the node is idle, 2 when a
 # program is missing, 1 on any other failure (the logs under DIR say why).
 set -eu
 
@@ -116,6 +117,7 @@ MaxArraySize=${SLURM_LOCAL_MAX_ARRAY:-1001}
 MaxJobCount=${SLURM_LOCAL_MAX_JOBS:-10000}
 KillWait=5
 InactiveLimit=0
+${SLURM_LOCAL_EPILOG:+Epilog=$SLURM_LOCAL_EPILOG}
 NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=256 State=UNKNOWN
 PartitionName=local Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 EOF

@@ -13,7 +13,13 @@
  *   - launcher: remote, no Slurm: a `bfworker serve` agent on nodes 2 and 3;
  *     a node killed mid-trial (its agent and worker) is found lost and the
  *     trial resumes on the other node; an agent cut off is failed over and
- *     its stale attempt ends.
+ *     its stale attempt ends;
+ *   - faults: 10% loss on one node and 15% on every node (retries 0: each
+ *     trial whose worker completed is COMPLETED), a node killed, a
+ *     partition, bfd killed while trials run and bfd down past the end of a
+ *     trial (its undelivered lines stored from metrics.jsonl), a slow step
+ *     launch (the hello after heartbeat_timeout, within startup_timeout),
+ *     a rank's death across hosts.
  * The box's names carry this run's pid (BF_CLUSTER_PREFIX), so two runs on
  * one machine do not meet; a watchdog process tears the box down when the
  * test process ends by any means (a failed assertion, Criterion's timeout).
@@ -535,7 +541,7 @@ static long resumed_from(const char *logp) {
 }
 
 static void write_yaml(const char *extra) {
-    char y[1024];
+    char y[2048];
     snprintf(y, sizeof y,
              "launcher: slurm\nslots: 4\nslurm_poll: 0.5\nheartbeat_interval: 0.2\n"
              "kill_grace: 3\n%s",
@@ -942,6 +948,177 @@ Test(cluster, two_node_trial_stopped_and_resumed_equals_an_uninterrupted_one) {
             "(%d of a cut window left out) vs an uninterrupted run's, worst relative difference "
             "%.3g\n",
             from, kb - skipped, skipped, worst);
+}
+
+/* ------------------------------------- faults of issue 37: loss, bfd, launch */
+
+/* Waits (up to timeout s) until every trial of job has ended. */
+static void wait_ended(long long job, long long n, double timeout) {
+    it_db_wait(g_dir, g_home, "every trial ended",
+               "SELECT COUNT(*) FROM trials WHERE job = ?1"
+               " AND state IN ('COMPLETED', 'FAILED', 'CANCELLED')",
+               job, n, timeout);
+}
+
+/* Whether trial's attempt 1 left the outcome "1 completed 0". */
+static int worker_completed(long long trial) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/trials/%lld/outcome", g_home, trial);
+    char *s = it_slurp(p, NULL);
+    int yes = s && !strcmp(s, "1 completed 0\n");
+    free(s);
+    return yes;
+}
+
+Test(cluster, packet_loss_15_percent_on_every_node_no_retries) {
+    start_box_and_bfd("heartbeat_timeout: 10\n");
+    char args[128];
+    for (int k = 1; k <= 3; k++) {
+        char n[40];
+        node(n, sizeof n, k);
+        snprintf(args, sizeof args, "loss %s 15", n);
+        box(args);
+    }
+    const char *sweep = it_write_sweep(g_dir, "lossy-all", 4, 100,
+                                       "resources: {ranks: 1, time_limit: 10m}\nretries: 0\n");
+    double t0 = it_now_s();
+    long long job = it_submit(g_dir, sweep);
+    wait_ended(job, 4, 240);
+    double took = it_now_s() - t0;
+    /* a worker that stored its points and left its outcome completed,
+     * whatever became of its `done` and of Slurm's completion message */
+    int done = 0;
+    for (long long t = 1; t <= 4; t++) {
+        if (!worker_completed(t)) continue;
+        done++;
+        char st[32];
+        it_db_text(g_home, "SELECT state FROM trials WHERE id = ?1", t, st, sizeof st);
+        cr_assert_str_eq(st, "COMPLETED", "trial %lld: its worker completed, bfd says %s (see %s)",
+                         t, st, tmpdir_path(g_dir, "bfd.log"));
+        check_exactly_once(t, 100 / 5);
+        check_store_equals_file(t, 0);
+    }
+    cr_assert_gt(done, 0, "no worker completed under 15%% loss (see %s)", g_dir);
+    fprintf(stderr,
+            "15%% loss on every node, retries 0: %d of 4 workers completed, each trial "
+            "COMPLETED, every point stored once, %.1f s\n",
+            done, took);
+}
+
+/* The Slurm state of trial's attempt-1 job, asked on node 1. */
+static void slurm_job_state(long long trial, char *out, size_t len) {
+    char id[32] = "", cmd[1200], n1[40], p[512], ln[1024], want[96];
+    snprintf(p, sizeof p, "%s/bfd.log", g_dir);
+    snprintf(want, sizeof want, "trial %lld attempt 1: submitted to Slurm as job ", trial);
+    FILE *f = fopen(p, "r");
+    cr_assert(f);
+    while (fgets(ln, sizeof ln, f)) {
+        char *s = strstr(ln, want);
+        if (s)
+            snprintf(id, sizeof id, "%.*s", (int)strspn(s + strlen(want), "0123456789_"),
+                     s + strlen(want));
+    }
+    fclose(f);
+    cr_assert(id[0], "no Slurm job of trial %lld", trial);
+    node(n1, sizeof n1, 1);
+    snprintf(cmd, sizeof cmd,
+             "sh " CLUSTER " exec %s scontrol show job -o %s | grep -o 'JobState=[^ ]*'", n1, id);
+    FILE *pp = popen(cmd, "r");
+    cr_assert(pp);
+    char line[128] = "";
+    if (!fgets(line, sizeof line, pp)) line[0] = '\0';
+    pclose(pp);
+    line[strcspn(line, "\n")] = '\0';
+    snprintf(out, len, "%s", !strncmp(line, "JobState=", 9) ? line + 9 : line);
+}
+
+Test(cluster, bfd_down_past_the_end_of_a_trial) {
+    start_box_and_bfd("heartbeat_timeout: 30\n");
+    const char *sweep =
+        write_sweep_steps("down", 1, 1000, "resources: {ranks: 1, time_limit: 10m}\n");
+    long long job = it_submit(g_dir, sweep);
+    it_db_wait(g_dir, g_home, "step 100",
+               "SELECT COALESCE(MAX(step), 0) FROM metrics WHERE trial = ?1", 1, 100, 60);
+    it_stop(&g_bfd, SIGKILL);
+    /* the worker trains on, cannot deliver its last lines, leaves its
+     * outcome and ends; Slurm's job with it */
+    char outcome[512], state[128] = "";
+    snprintf(outcome, sizeof outcome, "%s/trials/1/outcome", g_home);
+    double t0 = it_now_s();
+    while (access(outcome, F_OK) != 0) {
+        cr_assert(it_now_s() - t0 < 180, "the worker left no outcome (see %s/logs/1.log)", g_home);
+        it_sleep_s(0.2);
+    }
+    for (;;) {
+        slurm_job_state(1, state, sizeof state);
+        if (strcmp(state, "RUNNING") && strcmp(state, "COMPLETING") && strcmp(state, "PENDING"))
+            break;
+        cr_assert(it_now_s() - t0 < 240, "Slurm job of trial 1 still %s", state);
+        it_sleep_s(0.2);
+    }
+    cr_assert_str_eq(state, "COMPLETED");
+    cr_assert(worker_completed(1), "the worker did not complete");
+    const char *logp = tmpdir_path(g_home, "logs/1.log");
+    cr_assert_gt(it_count_lines_with(logp, "metric lines not acknowledged by bfd"), 0,
+                 "the worker delivered everything: bfd was not down at its end (see %s)", logp);
+    start_bfd("worker");
+    cr_assert_eq(ctl(NULL, 0, "wait 1"), 0, "the trial must complete (see %s/bfd.log)", g_dir);
+    cr_assert_eq(db_int("SELECT attempts FROM trials WHERE id = ?1", 1), 1);
+    check_store_equals_file(1, 0);
+    cr_assert_eq(db_int("SELECT MAX(step) FROM metrics WHERE trial = ?1", 1), 1000);
+    cr_assert(log_has("metric lines the worker had not delivered stored from"),
+              "bfd did not store the undelivered lines (see %s/bfd.log)", g_dir);
+    fprintf(stderr,
+            "bfd down %.1f s past the end of a trial (Slurm: %s): COMPLETED, every "
+            "metrics.jsonl line stored once\n",
+            it_now_s() - t0, state);
+    (void)job;
+}
+
+Test(cluster, slow_step_launch_is_not_a_heartbeat_timeout) {
+    /* the worker's start held (a wrapper waits for a file) until well past
+     * heartbeat_timeout after Slurm says the job runs */
+    char wrapper[400], release[400], text[1200];
+    snprintf(wrapper, sizeof wrapper, "%s/slow-worker", g_dir);
+    snprintf(release, sizeof release, "%s/release", g_dir);
+    snprintf(text, sizeof text,
+             "#!/bin/sh\ni=0\nwhile [ ! -e '%s' ] && [ $i -lt 1200 ]; do sleep 0.1; "
+             "i=$((i + 1)); done\nexec '%s' \"$@\"\n",
+             release, BF_BIN_DIR "/bfworker");
+    it_write_text(wrapper, text, 0755);
+    snprintf(text, sizeof text, "heartbeat_timeout: 4\nstartup_timeout: 120\nbfworker: %s\n",
+             wrapper);
+    start_box_and_bfd(text);
+    it_submit(g_dir, it_write_sweep(g_dir, "slow", 1, 30,
+                                    "resources: {ranks: 1, time_limit: 10m}\nretries: 0\n"));
+    double t0 = it_now_s();
+    while (!log_has("trial 1 attempt 1: Slurm job ") || !log_has(" is running")) {
+        cr_assert(it_now_s() - t0 < 60, "the Slurm job did not start (see %s/bfd.log)", g_dir);
+        it_sleep_s(0.1);
+    }
+    /* the delay is the fault: the worker is let start 1.5 x heartbeat_timeout
+     * after Slurm said running, and bfd must wait for its hello */
+    double t_run = it_now_s();
+    char h[128] = "";
+    while (!h[0]) {
+        if (it_now_s() - t_run >= 1.5 * 4 && access(release, F_OK) != 0)
+            it_write_text(release, "", 0644);
+        cr_assert_eq(
+            db_int("SELECT COUNT(*) FROM attempts WHERE trial = ?1 AND ended IS NOT NULL", 1), 0,
+            "attempt 1 was judged before its worker's hello (see %s/bfd.log)", g_dir);
+        cr_assert(it_now_s() - t_run < 60, "no hello of trial 1 (see %s/logs/1.log)", g_home);
+        attempt_host(1, 1, h, sizeof h);
+        it_sleep_s(0.1);
+    }
+    double late = it_now_s() - t_run;
+    cr_assert_gt(late, 4, "the hello came within heartbeat_timeout: nothing was tested");
+    cr_assert_eq(ctl(NULL, 0, "wait 1"), 0, "the trial must complete (see %s/bfd.log)", g_dir);
+    cr_assert_eq(db_int("SELECT attempts FROM trials WHERE id = ?1", 1), 1);
+    check_exactly_once(1, 30 / 5);
+    fprintf(stderr,
+            "hello %.1f s after Slurm said running (heartbeat_timeout 4, startup_timeout "
+            "120): trial COMPLETED at attempt 1 on %s\n",
+            late, h);
 }
 
 /* Criterion's main, after the probe: 77 (skipped) where no box can be made. */

@@ -7,7 +7,11 @@
  *     metrics.jsonl line stored once, each trial ran as Slurm job bf-ID which
  *     Slurm reports COMPLETED with exit code 0;
  *   - cancel of a running Slurm trial: CANCELLED in the store, the Slurm job
- *     leaves RUNNING, bfd keeps serving with its slots free.
+ *     leaves RUNNING, bfd keeps serving with its slots free;
+ *   - a Slurm job whose id bfd cannot record is cancelled, its trial
+ *     PENDING again with no failure counted;
+ *   - a job COMPLETING with exit code 0:0 past the heartbeat timeout (an
+ *     Epilog holds it) is judged by Slurm's final state, COMPLETED.
  * Skipped (with the reason) where slurm-wlm or munge is not installed. */
 #include <criterion/criterion.h>
 #include <signal.h>
@@ -223,6 +227,109 @@ Test(slurm, cancel_of_a_running_slurm_trial) {
     int checkpointed = it_count_lines_with(logp, "preempted: checkpoint written at step") > 0;
     cr_assert(checkpointed, "scancel --signal=TERM did not reach the worker (see %s)", logp);
     (void)job;
+}
+
+/* Runs sql on home/bf.db beside bfd (a connection of the test's own). */
+static void db_exec(const char *sql) {
+    char p[512], *msg = NULL;
+    snprintf(p, sizeof p, "%s/bf.db", g_home);
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open_v2(p, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+    sqlite3_busy_timeout(db, 10000);
+    cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, &msg), SQLITE_OK, "%s: %s", sql, msg);
+    sqlite3_close(db);
+}
+
+/* The Slurm job sbatch gave an attempt whose id bfd cannot record for crash
+ * recovery (a trigger refuses every bfd_runs row that names a Slurm job)
+ * must not run on unrecorded: a restarted bfd would take the attempt for
+ * gone and start another beside it. bfd cancels the job at once and puts
+ * the trial back to PENDING, no failure counted; once the row can be
+ * written the trial completes. */
+Test(slurm, a_job_whose_id_bfd_cannot_record_is_cancelled_and_pending_again) {
+    slurm_up();
+    start_bfd();
+    db_exec("CREATE TRIGGER refuse BEFORE INSERT ON bfd_runs WHEN NEW.slurm_job <> '' BEGIN"
+            " SELECT RAISE(ABORT, 'bfd_runs refused by the test'); END");
+    long long job = submit(write_sweep("unrecorded", 1, 30));
+    wait_for("attempt 1 put back to PENDING",
+             "SELECT COUNT(*) FROM attempts WHERE trial = ?1 AND n = 1 AND outcome = 'PREEMPTED'",
+             1, 1, 60);
+    char msg[2048], id[32];
+    db_text("SELECT message FROM attempts WHERE trial = ?1 AND n = 1", 1, msg, sizeof msg);
+    cr_assert(strstr(msg, "bfd_runs refused by the test"), "attempt 1: %s", msg);
+    const char *s = strstr(msg, "Slurm job ");
+    cr_assert(s, "attempt 1 names no Slurm job: %s", msg);
+    s += strlen("Slurm job ");
+    /* the array's own record: a task cancelled while pending is listed
+     * under it alone (ArrayTaskId=4294967294), not as ID_0 */
+    snprintf(id, sizeof id, "%.*s", (int)strspn(s, "0123456789"), s);
+    slurm_status st;
+    double t0 = it_now_s();
+    for (;;) {
+        slurm_state(id, &st);
+        if (st.phase == SLURM_ENDED) break;
+        cr_assert(it_now_s() - t0 < 30, "Slurm job %s still %s: not cancelled", id, st.state);
+        it_sleep_s(0.2);
+    }
+    cr_assert_str_eq(st.state, "CANCELLED", "Slurm job %s", id);
+    db_exec("DROP TRIGGER refuse");
+    char args[64];
+    snprintf(args, sizeof args, "wait %lld", job);
+    cr_assert_eq(ctl(NULL, 0, args), 0, "the trial did not complete (see %s/bfd.log)", g_dir);
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM attempts WHERE trial = ?1 AND outcome = 'FAILED'", 1),
+                 0, "an unrecorded job counted as a failure");
+}
+
+/* A Slurm job whose batch script ended 0 while its completion is still on
+ * its way (COMPLETING, exit code 0:0: here an Epilog that holds the job
+ * until the test releases it) is not failed for the worker's silence: bfd
+ * says it waits, and judges the attempt by Slurm's final state. The worker
+ * is a stand-in that exits 0 at once and says nothing (its hello, points
+ * and done all lost), so only Slurm's word can tell the attempt's end. */
+Test(slurm, a_job_completing_with_exit_0_is_judged_by_its_final_state) {
+    char epilog[400], release[400], worker[400], y[1024];
+    snprintf(release, sizeof release, "%s/release", g_dir);
+    snprintf(epilog, sizeof epilog, "%s/epilog", g_dir);
+    /* bounded, so a failed test leaves no epilog behind */
+    snprintf(y, sizeof y,
+             "#!/bin/sh\ni=0\nwhile [ ! -e '%s' ] && [ $i -lt 1200 ]; do sleep 0.1; "
+             "i=$((i + 1)); done\nexit 0\n",
+             release);
+    it_write_text(epilog, y, 0755);
+    snprintf(worker, sizeof worker, "%s/silent-worker", g_dir);
+    it_write_text(worker, "#!/bin/sh\nexit 0\n", 0755);
+    setenv("SLURM_LOCAL_EPILOG", epilog, 1);
+    slurm_up();
+    unsetenv("SLURM_LOCAL_EPILOG");
+    snprintf(y, sizeof y,
+             "launcher: slurm\nslots: 2\nslurm_poll: 0.2\nheartbeat_timeout: 2\n"
+             "heartbeat_interval: 0.2\nstartup_timeout: 2\nkill_grace: 3\nbfworker: %s\n",
+             worker);
+    it_write_text(tmpdir_path(g_home, "bfd.yaml"), y, 0644);
+    start_bfd();
+    long long job = submit(it_write_sweep(g_dir, "completing", 1, 30,
+                                          "resources: {ranks: 1, time_limit: 10m}\nretries: 0\n"));
+    const char *logp = tmpdir_path(g_dir, "bfd.log");
+    double t0 = it_now_s();
+    while (it_count_lines_with(logp, "is COMPLETING with exit code 0:0; waiting for its final "
+                                     "state") == 0) {
+        cr_assert(it_now_s() - t0 < 60, "bfd did not wait on the COMPLETING job (see %s)", logp);
+        cr_assert_eq(
+            db_int("SELECT COUNT(*) FROM attempts WHERE trial = ?1 AND ended IS NOT NULL", 1), 0,
+            "the silent attempt was judged before Slurm's final word (see %s)", logp);
+        it_sleep_s(0.1);
+    }
+    it_write_text(release, "", 0644);
+    char args[64];
+    snprintf(args, sizeof args, "wait %lld", job);
+    cr_assert_eq(ctl(NULL, 0, args), 0, "the trial did not complete (see %s)", logp);
+    cr_assert_eq(db_int("SELECT attempts FROM trials WHERE id = ?1", 1), 1);
+    char id[32];
+    slurm_job_of(1, id, sizeof id);
+    slurm_status st;
+    slurm_state(id, &st);
+    cr_assert_str_eq(st.state, "COMPLETED", "Slurm job %s", id);
 }
 
 /* bfd.yaml with slots n (the Slurm launcher caps submitted ranks by it). */

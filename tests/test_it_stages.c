@@ -9,7 +9,9 @@
  *     sweep finishes, no stage runs twice, every metric point is stored
  *     exactly once;
  *   - a later job with the same config reuses every stage and completes
- *     without a run, with the eval metric copied. */
+ *     without a run, with the eval metric copied;
+ *   - a stage killed past its checkpoint and run again from it: the
+ *     retry's points supersede the killed attempt's (tail, export). */
 #include <criterion/criterion.h>
 #include <jansson.h>
 #include <signal.h>
@@ -354,4 +356,154 @@ Test(it_stages, a_failed_shared_stage_retries_once_for_all) {
     cr_assert(strstr(json_string_value(json_object_get(av, "message")), "retention"), "%s",
               json_string_value(json_object_get(av, "message")));
     json_decref(r);
+}
+
+/* The step of the teacher stage's checkpoint (its state.json), -1 when it
+ * has none yet. */
+static long long teacher_checkpoint_step(void) {
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "find %s/stages -path '*/teacher-*' -name state.json 2>/dev/null",
+             g_home);
+    FILE *pp = popen(cmd, "r");
+    cr_assert(pp);
+    char path[1024];
+    long long step = -1;
+    while (fgets(path, sizeof path, pp)) {
+        path[strcspn(path, "\n")] = '\0';
+        json_t *o = json_load_file(path, 0, NULL);
+        json_t *s = o ? json_object_get(o, "step") : NULL;
+        if (json_is_integer(s) && json_integer_value(s) > step) step = json_integer_value(s);
+        json_decref(o);
+    }
+    pclose(pp);
+    return step;
+}
+
+/* The last step of a teacher/train/loss line in trial's metrics.jsonl. */
+static long long teacher_last_logged(long long trial) {
+    char p[512], line[8192];
+    snprintf(p, sizeof p, "%s/trials/%lld/metrics.jsonl", g_home, trial);
+    FILE *f = fopen(p, "r");
+    long long step = -1;
+    while (f && fgets(line, sizeof line, f)) {
+        json_t *o = json_loads(line, 0, NULL);
+        if (o && json_object_get(o, "teacher/train/loss"))
+            step = json_integer_value(json_object_get(o, "step"));
+        json_decref(o);
+    }
+    if (f) fclose(f);
+    return step;
+}
+
+/* An S2S stage run again from its checkpoint (its worker killed after
+ * logging past the checkpoint, the stage retried: the retry resumes as
+ * `--resume` does and logs those steps again) stores its points under the
+ * new attempt, and they supersede the killed attempt's at the same steps:
+ * the current curve (`bfctl tail`) has each step once with the retry's
+ * value, and `export --csv` keeps the killed attempt's points, marked not
+ * current. */
+Test(it_stages, a_stage_run_again_from_its_checkpoint_supersedes_its_points) {
+    g_bfd = it_bfd_start(g_dir, g_home);
+    char p[512];
+    snprintf(p, sizeof p, "%s/again.yaml", g_dir);
+    FILE *f = fopen(p, "w");
+    cr_assert(f != NULL);
+    fprintf(f,
+            "name: again\npipeline: s2s\ndevice: cpu\n"
+            "data: {train_images: %s/train-images, train_labels: %s/train-labels,\n"
+            "       test_images: %s/test-images, test_labels: %s/test-labels, val_fraction: 0.1}\n"
+            "model: {patch: 4, layers: 3, d_model: 16, heads: 2}\n"
+            "train: {steps: 3000, batch: 16, lr: 3.0e-3, warmup: 5, eval_every: 0, log_every: 10,"
+            " checkpoint_every: 100}\n"
+            "avit: {steps: 200, retention: 0.7, tolerance: 0.15, prior: spend}\n"
+            "distill: {replace_layers: 'auto:1', stage1_steps: 10, stage2_steps: 10}\n"
+            "sweep:\n  parameters:\n    distill.mixer: {values: [bimamba]}\n"
+            "metric: {name: eval/student/test/acc, goal: max}\nretries: 1\n",
+            g_dir, g_dir, g_dir, g_dir);
+    cr_assert_eq(fclose(f), 0);
+    long long job = it_submit(g_dir, p);
+    /* the teacher stage has a checkpoint; the worker is stopped where it
+     * has logged past it (so its retry logs those steps again), then killed */
+    it_db_wait(g_dir, g_home, "the teacher stage's worker",
+               "SELECT COUNT(*) FROM bfd_runs WHERE trial = ?1 AND pid > 0", 1, 1, 120);
+    long long pid = db_int("SELECT pid FROM bfd_runs WHERE trial = ?1", 1);
+    cr_assert_gt(pid, 0);
+    long long ck = -1, last = -1;
+    double t0 = it_now_s();
+    for (;;) {
+        cr_assert_eq(kill((pid_t)-pid, SIGSTOP), 0, "the teacher stage ended before the kill");
+        ck = teacher_checkpoint_step();
+        last = teacher_last_logged(1);
+        if (ck > 0 && last > ck) break;
+        cr_assert_eq(kill((pid_t)-pid, SIGCONT), 0);
+        cr_assert(it_now_s() - t0 < 120, "no checkpoint of the teacher stage (see %s)", g_home);
+        it_sleep_s(0.02);
+    }
+    cr_assert_eq(kill((pid_t)-pid, SIGKILL), 0);
+    cr_assert_eq(wait_job(job), 0, "the trial did not complete (see %s/bfd.log)", g_dir);
+    long long killed = db_int("SELECT MIN(attempt) FROM metrics m JOIN metric_names n"
+                              " ON n.id = m.name WHERE n.name = 'teacher/train/loss'"
+                              " AND m.trial = ?1",
+                              1);
+    cr_assert_eq(killed, 1);
+    cr_assert_eq(db_int("SELECT failures FROM stages WHERE name = 'teacher' AND ?1 > 0", 1), 1);
+    /* the retry resumed from the checkpoint, not from step 0 */
+    char logp[512];
+    snprintf(logp, sizeof logp, "%s/logs/1.log", g_home);
+    cr_assert_gt(it_count_lines_with(logp, "resume: continuing from step"), 0,
+                 "the retry did not resume from the stage's checkpoint (see %s)", logp);
+    /* the killed attempt's points past the checkpoint are superseded, none
+     * before it; every (name, step) is current once */
+    sqlite3 *db = it_db_open(g_home);
+    int rc;
+    sqlite3_stmt *st = it_db_query(db,
+                                   "SELECT COUNT(*), MIN(m.step), MAX(m.step) FROM metrics m"
+                                   " JOIN metric_names n ON n.id = m.name WHERE m.trial = 1"
+                                   " AND n.name = 'teacher/train/loss' AND m.superseded = 1"
+                                   " AND m.attempt = ?1",
+                                   killed, &rc);
+    cr_assert_eq(rc, SQLITE_ROW);
+    long long n_sup = sqlite3_column_int64(st, 0), lo = sqlite3_column_int64(st, 1),
+              hi = sqlite3_column_int64(st, 2);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    cr_assert_gt(n_sup, 0, "nothing of attempt %lld superseded (checkpoint %lld, logged %lld)",
+                 killed, ck, last);
+    /* the retry resumed at the checkpoint and logged from the next window on */
+    cr_assert(lo == ck + 10 && hi == last,
+              "superseded steps %lld..%lld; checkpoint %lld, last logged %lld", lo, hi, ck, last);
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM (SELECT name, step FROM metrics WHERE trial = ?1"
+                        " AND superseded = 0 GROUP BY name, step HAVING COUNT(*) > 1)",
+                        1),
+                 0, "a (name, step) twice in the current curve");
+    cr_assert_eq(db_int("SELECT COUNT(*) FROM metrics m JOIN metric_names n ON n.id = m.name"
+                        " WHERE m.trial = 1 AND n.name = 'teacher/train/loss' AND m.step = ?1"
+                        " AND m.superseded = 0 AND m.attempt = 2",
+                        hi),
+                 1, "step %lld of the current curve is not the retry's", hi);
+    /* tail shows step hi once, with the retry's value */
+    static char out[1 << 22];
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "tail t1"), 0);
+    char want[64];
+    snprintf(want, sizeof want, " step %lld ", hi);
+    int seen = 0;
+    for (char *l = strtok(out, "\n"); l; l = strtok(NULL, "\n"))
+        if (strstr(l, want) && strstr(l, "teacher/train/loss")) seen++;
+    cr_assert_eq(seen, 1, "tail t1 shows step %lld of teacher/train/loss %d times", hi, seen);
+    /* export keeps both attempts' points: the killed one's marked not current */
+    cr_assert_eq(it_bfctl(g_dir, out, sizeof out, "export 1 --csv"), 0);
+    int old_rows = 0, new_rows = 0;
+    for (char *l = strtok(out, "\n"); l; l = strtok(NULL, "\n")) {
+        if (!strstr(l, ",teacher/train/loss,")) continue;
+        size_t n = strlen(l);
+        if (n > 4 && !strcmp(l + n - 4, ",1,0")) old_rows++;
+        if (n > 4 && !strcmp(l + n - 4, ",2,1")) new_rows++;
+    }
+    cr_assert_eq(old_rows, n_sup, "export: %d superseded rows of attempt 1, the store has %lld",
+                 old_rows, n_sup);
+    cr_assert_gt(new_rows, 0, "export: no current rows of attempt 2");
+    fprintf(stderr,
+            "teacher stage killed at step %lld (checkpoint %lld): %lld points of attempt %lld "
+            "superseded (steps %lld..%lld)\n",
+            last, ck, n_sup, killed, lo, hi);
 }
