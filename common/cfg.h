@@ -118,7 +118,8 @@ typedef struct bf_config {
         float finetune_lr;                     /* stage 2's peak lr (0 = 0.1 x train.lr) */
         float finetune_ponder, finetune_prior; /* stage 2's A-ViT loss weights */
         int unfreeze;
-        int augment; /* stage 1 sees aug.* (teacher and student the same images) */
+        int augment;           /* stage 1 sees aug.* (teacher and student the same images) */
+        float label_smoothing; /* the training CE's, stages 1 and 2 */
         char halt_align[CFG_NAME_MAX]; /* keep | mean_h */
     } distill;
     struct {

@@ -154,6 +154,10 @@ static const cfg_field cfg_schema[] = {
      "augment stage 1's images as aug.* says, the teacher seeing the student's augmented image "
      "(false = the former recipe: stage 1 on the images as they are)",
      0},
+    {"distill.label_smoothing", CFG_T_FLOAT, OFF(distill.label_smoothing), 0.0, 1.0, "0.1", NULL,
+     "label smoothing of the training cross-entropy in stages 1 and 2 (FAR: 0.1; 0 = the plain "
+     "CE)",
+     0},
 
     {"s2s.root", CFG_T_STR, OFF(s2s.root), NOLIM, "\"\"", NULL,
      "s2s: folder of the stage outputs NAME-KEY/ (empty = OUT/stages; bfd: its data dir's "

@@ -32,6 +32,7 @@ static const stage_rule s2s_rules[] = {
     {3, "distill.unfreeze", 0},
     {3, "distill.halt_align", 0},
     {3, "distill.augment", 0},
+    {3, "distill.label_smoothing", 0}, /* finetune reads it too, through its parent */
     {4, "distill.stage2_steps", 0},
     {4, "distill.finetune_lr", 0},
     {4, "distill.finetune_ponder", 0},

@@ -115,6 +115,8 @@ Test(stage_graph, mixer_moves_only_distill_finetune_eval) {
     cr_assert_eq(changed(a, b), 0x30u, "finetune_lr is finetune's");
     plan_with("distill: {finetune_prior: 0.1, finetune_ponder: 5e-4}\n", b);
     cr_assert_eq(changed(a, b), 0x30u, "stage 2's A-ViT weights are finetune's");
+    plan_with("distill: {label_smoothing: 0}\n", b);
+    cr_assert_eq(changed(a, b), 0x38u, "label smoothing is stage 1's and stage 2's");
 }
 
 Test(stage_graph, keys_that_do_not_change_training_change_nothing) {

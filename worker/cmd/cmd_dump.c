@@ -27,16 +27,17 @@
  *             from init.from) runs the batch first; the student (the config's
  *             model: seed, then init.from by name, so the mixers keep their
  *             seed's values) trains under the teacher's masks; its loss is the
- *             CE with label smoothing + lambda_mse * the replaced layers' tap
- *             MSE + the halting alignment of every layer but the last.
- *             grads.safetensors is d(that total)/d(tensor) for every student
- *             tensor (the optimiser then moves only the mixers unless
+ *             CE with label smoothing (distill.label_smoothing) + lambda_mse * the replaced layers'
+ * tap MSE + the halting alignment of every layer but the last. grads.safetensors is d(that
+ * total)/d(tensor) for every student tensor (the optimiser then moves only the mixers unless
  *             distill.unfreeze); dump.json's "distill" holds each term
  *             (loss_mse per replaced layer, loss_halt per layer, loss_ce,
  *             loss), the weights, the halting knobs and the teacher's active
  *             patch tokens per layer; no inference forward.
  *   finetune  stage 2: the student halting on its own, the vit pipeline's
- *             step (CE + ponder + prior), dump.json's "stage" says so.
+ *             step (CE smoothed by distill.label_smoothing + ponder + prior),
+ *             dump.json's "stage" says so.
+ * dump.json's "label_smoothing" is the training CE's (0 but in S2S's steps).
  * Nothing is trained and no checkpoint is written. */
 #include "worker/cmd/cmd.h"
 
@@ -254,6 +255,7 @@ static int write_json(const model *m, const bf_config *c, int B, const char *sta
         m->arch->loss_rows(m, B), "logit_width", m->arch->logit_width(m), "patch", sh->patch,
         "image_h", sh->image_h, "image_w", sh->image_w, "avit", sh->avit, "aug_pad", m->aug_pad,
         "aug_flip", m->aug_flip);
+    if (root) json_object_set_new(root, "label_smoothing", json_real((double)m->label_smoothing));
     json_t *mixers = json_array();
     for (int l = 0; root && mixers && l < sh->layers; l++)
         json_array_append_new(mixers, json_string(model_mixer_name(sh->mixer[l])));
@@ -413,7 +415,7 @@ static int open_distill(s2s_distill *d, pipe_spec *sp, const model *m, const bf_
         if (m->sh.mixer[l]) layers[n++] = l;
     d->mean_h = strcmp(c->distill.halt_align, "mean_h") == 0;
     if (s2s_distill_spec(d, sp, layers, n, c->distill.lambda_mse, c->distill.lambda_halt,
-                         c->distill.unfreeze, kind, err, errlen))
+                         c->distill.label_smoothing, c->distill.unfreeze, kind, err, errlen))
         return -1;
     if (!(d->hlayer = d->be->alloc((size_t)L * sizeof(double)))) {
         snprintf(err, errlen, "out of memory for the distillation losses");
@@ -566,6 +568,8 @@ int dump_write(const bf_config *conf, const char *out_dir, int batch, int holes,
          open_distill(&dd, &dsp, &m, &c, kind, err, errlen) ||
          dsp.before_forward(dsp.ctx, &m, b.ids, targets, b.rows, err, errlen)))
         goto out;
+    if (stage == DUMP_DISTILL) m.label_smoothing = dsp.label_smoothing; /* as the loop sets it */
+    if (stage == DUMP_FINETUNE) m.label_smoothing = c.distill.label_smoothing; /* s2s_chain.c's */
     if (model_forward(&m, b.ids, b.mask, targets, b.rows, 1, err, errlen)) goto out;
     if (stage == DUMP_DISTILL) dsp.extra_backward(dsp.ctx, &m);
     model_backward(&m);
@@ -677,11 +681,13 @@ int cmd_dump(int argc, char **argv) {
             return BF_EX_USAGE;
         }
     /* --stage distill reads the keys of the distill section that stage 1's
-     * loss reads, which pipeline vit does not: the rest is checked as vit's */
+     * loss reads, --stage finetune its label smoothing, which pipeline vit
+     * does not: the rest is checked as vit's */
     bf_config v = c;
+    bf_config def;
+    cfg_defaults(&def);
+    if (stage != DUMP_TRAIN) v.distill.label_smoothing = def.distill.label_smoothing;
     if (stage == DUMP_DISTILL) {
-        bf_config def;
-        cfg_defaults(&def);
         v.distill.lambda_mse = def.distill.lambda_mse;
         v.distill.lambda_halt = def.distill.lambda_halt;
         v.distill.unfreeze = def.distill.unfreeze;

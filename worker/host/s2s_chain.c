@@ -252,7 +252,8 @@ static int run_distill(s2s_ctx *x, char *err, size_t errlen) {
     pipe_spec sp;
     int kind = model_mixer_kind(sc.distill.mixer);
     int rc = s2s_distill_spec(&d, &sp, x->layers, x->n_layers, sc.distill.lambda_mse,
-                              sc.distill.lambda_halt, sc.distill.unfreeze, kind, err, errlen);
+                              sc.distill.lambda_halt, sc.distill.label_smoothing,
+                              sc.distill.unfreeze, kind, err, errlen);
     if (!rc) rc = run_train_stage(x, ST_DISTILL, &sp, &sc, err, errlen);
     s2s_distill_free(&d);
     return rc;
@@ -393,8 +394,10 @@ static int run_one(s2s_ctx *x, int i, char *err, size_t errlen) {
     if (i == ST_EVAL) return run_eval(x, err, errlen);
     bf_config sc = stage_config(x, i);
     pipe_spec sp = pipe_vit;
-    if (i == ST_FINETUNE) /* the student's retention is reported (eval), not a target */
+    if (i == ST_FINETUNE) { /* the student's retention is reported (eval), not a target */
         sp.check = vit_retention_warn;
+        sp.label_smoothing = sc.distill.label_smoothing; /* as stage 1's, FAR's recipe */
+    }
     if (i == ST_AVIT) sp.check = avit_stage_check;
     return run_train_stage(x, i, &sp, &sc, err, errlen);
 }

@@ -26,7 +26,6 @@ static int distill_before(void *ctx, model *m, const int *in, const int *targets
     if (rc) return -1;
     m->ext_mask = d->teacher.halt.mask;
     m->ext_ones = d->teacher.halt.ones;
-    m->label_smoothing = 0.1f; /* the design's stage-1 cross-entropy */
     d->steps += 1;
     return 0;
 }
@@ -140,7 +139,8 @@ static int distill_validate(void *ctx, model *m, const bf_config *c, const data_
 }
 
 int s2s_distill_spec(s2s_distill *d, pipe_spec *sp, const int *layers, int n, float lambda_mse,
-                     float lambda_halt, int unfreeze, int mixer_kind, char *err, size_t errlen) {
+                     float lambda_halt, float label_smoothing, int unfreeze, int mixer_kind,
+                     char *err, size_t errlen) {
     const bk_backend *be = d->teacher.be;
     d->be = be;
     d->teacher.trunk_only = 1; /* its masks, h and attention outputs only: no head, no copy */
@@ -188,6 +188,7 @@ int s2s_distill_spec(s2s_distill *d, pipe_spec *sp, const int *layers, int n, fl
     sp->extra_backward = distill_backward;
     sp->log_ctx = distill_log;
     sp->validate_ctx = distill_validate;
+    sp->label_smoothing = label_smoothing;
     return 0;
 }
 

@@ -12,7 +12,8 @@
  * last (kernels' halt_align: binary KL of the teacher's halting scores
  * against the student's over the active patch tokens, plus 5 (difference of
  * their smooth keep fractions)^2, or with distill.halt_align mean_h of their
- * mean scores), and the task cross-entropy with label smoothing 0.1.
+ * mean scores), and the task cross-entropy with label smoothing
+ * label_smoothing (distill.label_smoothing).
  * Metrics: train/loss_mse (the sum over replaced layers) and
  * train/loss_halt, means over the window's steps; val/loss_mse, the same
  * MSE on the validation split, before the first step and at every
@@ -54,7 +55,8 @@ typedef struct s2s_distill {
  * (owns its buffers; s2s_distill_free). layers: the replaced ones. Returns
  * 0 or -1 with a message. */
 int s2s_distill_spec(s2s_distill *ctx, pipe_spec *sp, const int *layers, int n, float lambda_mse,
-                     float lambda_halt, int unfreeze, int mixer_kind, char *err, size_t errlen);
+                     float lambda_halt, float label_smoothing, int unfreeze, int mixer_kind,
+                     char *err, size_t errlen);
 void s2s_distill_free(s2s_distill *ctx);
 
 /* Speed of n model shapes at T tokens (patch side p, square images of
