@@ -109,8 +109,9 @@ typedef struct bf_config {
         char output[CFG_NAME_MAX]; /* act | freeze */
     } avit;
     struct {
-        char mixer[CFG_NAME_MAX]; /* bimamba | bilstm */
-        int replace_auto;         /* K of "auto:K", or 0 when a list is given */
+        char mixer[CFG_NAME_MAX];   /* bimamba | bilstm | bilstm_wide */
+        char teacher[CFG_NAME_MAX]; /* avit | dense: whom the student is distilled from */
+        int replace_auto;           /* K of "auto:K", or 0 when a list is given */
         int replace_layers[CFG_MAX_LAYERS];
         int n_replace;
         int stage1_steps, stage2_steps;

@@ -119,6 +119,11 @@ static const cfg_field cfg_schema[] = {
      "the last layer's rows (a halted row frozen where it halted)",
      0},
 
+    {"distill.teacher", CFG_T_ENUM, OFF(distill.teacher), NOLIM, "avit", "avit|dense",
+     "whom the student is distilled from: avit = the A-ViT fine-tune, under its halting masks "
+     "(S2S); dense = the dense ViT, no halting, no masks, no halting losses, and no A-ViT stage "
+     "(FAR's replacement)",
+     0},
     {"distill.mixer", CFG_T_ENUM, OFF(distill.mixer), NOLIM, "bimamba",
      "bimamba|bilstm|bilstm_wide",
      "sequential mixer that replaces attention layers (bilstm_wide: the S2S authors' layout)", 0},

@@ -1,8 +1,9 @@
 /* s2s — the model side of the S2S stages (docs/design.md#s2s-pipeline); the
  * stages themselves (folders, order, reuse) are worker/host/s2s_chain.c.
  *
- * distill (stage 1): the student is the A-ViT teacher with sequential
- * mixers in the replaced layers. Before each training step the teacher
+ * distill (stage 1): the student is the teacher (A-ViT, or the dense ViT
+ * with distill.teacher dense) with sequential mixers in the replaced
+ * layers. Before each training step the teacher
  * (frozen, a second model) runs the same batch; the student then trains
  * under the teacher's per-layer masks (model.ext_mask), and every replaced
  * layer's mixer output before W_O is pulled to the teacher attention's
@@ -14,6 +15,8 @@
  * their smooth keep fractions)^2, or with distill.halt_align mean_h of their
  * mean scores), and the task cross-entropy with label smoothing
  * label_smoothing (distill.label_smoothing).
+ * A dense teacher (no halting) gives no masks (every token), no halting
+ * alignment and no train/loss_halt.
  * Metrics: train/loss_mse (the sum over replaced layers) and
  * train/loss_halt, means over the window's steps; val/loss_mse, the same
  * MSE on the validation split, before the first step and at every
