@@ -406,16 +406,40 @@ Test(parity, s2s_distill_and_finetune_match_pytorch) {
         dump_case(&c);
         n += (size_t)snprintf(args + n, sizeof args - n, "'%s/%s' ", dir, students[i][0]);
     }
+    /* distill.teacher dense's stage 1: a dense teacher (60 steps of
+     * VIT_COMMON, no halting), the student with no masks and no halting
+     * term (dump.json's teacher_kind; the reference's alignment is 0) */
+    char dense[256];
+    snprintf(dense, sizeof dense, "%s/dense_teacher", dir);
+    snprintf(cmd, sizeof cmd,
+             "OMP_NUM_THREADS=1 %s/bfworker train '%s' --set data.train_images=%s/train-images "
+             "--set data.train_labels=%s/train-labels --set data.test_images=%s/test-images "
+             "--set data.test_labels=%s/test-labels --set train.steps=60 --out '%s' --quiet 2>&1",
+             BF_BIN_DIR, tmpdir_write_file(dir, "dense.yaml", VIT_COMMON, strlen(VIT_COMMON)), dir,
+             dir, dir, dir, dense);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s\n%s", cmd, out);
+    snprintf(set, sizeof set,
+             "--stage distill --set model.mixers=bimamba,attention,bimamba,attention --set "
+             "init.from='%s'",
+             dense);
+    const parity_case dc = {"vit_distill_dense_bimamba", "", set};
+    dump_case(&dc);
+    n += (size_t)snprintf(args + n, sizeof args - n, "'%s/%s' ", dir, dc.name);
     int rc = python(args);
     const char *log = log_text(tmpdir_path(dir, "py.log"));
     cr_log_info("%s", log);
     cr_assert_eq(rc, 0, "PyTorch parity of the S2S stages failed:\n%s", log);
-    cr_expect(strstr(log, "6 of 6 dumps match bf"), "%s", log);
+    cr_expect(strstr(log, "7 of 7 dumps match bf"), "%s", log);
+    const char *dl = case_line(log, "vit_distill_dense_bimamba");
+    cr_expect(strstr(dl, "s2s distill bimamba, dense teacher, replaced layers [0, 2]") &&
+                  strstr(dl, "CE smoothed by 0.1 ") &&
+                  strstr(dl, "distill mutants caught 1 of 1: smoothing"),
+              "%s", log);
     static const char *const want[] = {
-        "s2s distill bimamba, replaced layers [0, 2], halt_align keep",
-        "s2s distill bimamba, replaced layers [0, 2], halt_align mean_h",
-        "s2s distill bilstm, replaced layers [1, 2], halt_align keep",
-        "s2s distill bilstm, replaced layers [1, 2], halt_align mean_h"};
+        "s2s distill bimamba, A-ViT teacher, replaced layers [0, 2], halt_align keep",
+        "s2s distill bimamba, A-ViT teacher, replaced layers [0, 2], halt_align mean_h",
+        "s2s distill bilstm, A-ViT teacher, replaced layers [1, 2], halt_align keep",
+        "s2s distill bilstm, A-ViT teacher, replaced layers [1, 2], halt_align mean_h"};
     /* distill.label_smoothing reaches both stages' CE: the default 0.1, and
      * the values the cases set (the reference smooths by the dump's value,
      * and another smoothing must fail) */

@@ -1029,7 +1029,12 @@ def distill_reference(meta, weights, batch, teacher_w, mutant=None):
     avit = {"gamma": dm["gamma"], "gate_center": dm["gate_center"], "retention_target": 0.5,
             "prior_shift": 0.0, "ponder_weight": 0.0, "prior_weight": 0.0}
     with torch.no_grad():
-        _, _, tinfo = teacher(ids, targets, avit)
+        if dm.get("teacher_kind") == "dense":  # distill.teacher dense: no halting, no masks
+            _, _, tinfo = teacher(ids, targets)
+            ones = torch.ones(ids.shape[0], sh["seq_len"], dtype=torch.float64)
+            tinfo.update(active=[ones] * L, margin=math.inf)
+        else:
+            _, _, tinfo = teacher(ids, targets, avit)
     student = ViT(sh)
     student.load_state_dict(weights, strict=True)
     student = student.double()
@@ -1095,7 +1100,11 @@ def compare_distill(meta, student, logits, terms, bf_logits, bf_grads):
 def check_distill(d, meta, weights, batch, bf_logits, bf_grads):
     """A `bfworker dump --stage distill` dump against distill_reference."""
     sh, dm = meta["shape"], meta["distill"]
-    if not 0 <= dm["label_smoothing"] <= 1 or dm["eps"] != np.float32(AVIT_EPS):
+    dense = dm.get("teacher_kind") == "dense"
+    if dense and (sh["avit"] or dm["lambda_halt"] != 0):
+        raise Failure("a dense teacher's stage 1 with halting (avit %s, lambda_halt %g): "
+                      "docs/s2s.md says none" % (sh["avit"], dm["lambda_halt"]))
+    if not 0 <= dm["label_smoothing"] <= 1 or (not dense and dm["eps"] != np.float32(AVIT_EPS)):
         raise Failure("bf's stage 1 smooths labels by %g and halts at eps %g; docs/design.md#distillation-loss says "
                       "a smoothing in [0, 1] and eps %g" % (dm["label_smoothing"], dm["eps"], AVIT_EPS))
     mixers = sh.get("mixers") or []
@@ -1125,14 +1134,16 @@ def check_distill(d, meta, weights, batch, bf_logits, bf_grads):
     # meaningful: the alignment has active tokens and a replaced layer runs
     # under a mask with halted tokens (else the MSE's mask is not exercised)
     L = sh["layers"]
-    if not any(0 < keep[l] < keep[0] for l in range(1, L - 1)):
+    if not dense and not any(0 < keep[l] < keep[0] for l in range(1, L - 1)):
         raise Failure("the teacher keeps patch tokens %s per layer: no layer past the first "
                       "aligns a partly halted batch; move avit.gate_center" % keep)
     worst_logit, worst_term, worst_grad, worst_name = compare_distill(
         meta, student, logits, terms, bf_logits, bf_grads)
     partial = any(bool((tinfo["active"][l] == 0).any()) for l in replaced)
     caught = []
-    mutants = [mu for mu in DISTILL_MUTANTS if mu != "mse_unmasked" or partial]
+    # a dense teacher aligns no halting: only the smoothing can show
+    mutants = [mu for mu in DISTILL_MUTANTS if (mu != "mse_unmasked" or partial) and
+               (not dense or mu == "smoothing")]
     for mu in mutants:
         try:
             compare_distill(meta, *distill_reference(meta, weights, batch, teacher_w, mu)[:3],
@@ -1151,12 +1162,13 @@ def check_distill(d, meta, weights, batch, bf_logits, bf_grads):
             float(r), float((b - r).abs()), float((b - r).abs() / r.abs()) if r != 0 else 0.0)
             for b, r in zip(bf, ref))
     mix = "".join(" " + k for k in sorted(set(mixers) - {"attention"}))
-    return ("%s: s2s distill%s, replaced layers %s, halt_align %s, %d tensors (%d from the "
+    return ("%s: s2s distill%s, %s teacher, replaced layers %s, halt_align %s, %d tensors (%d from the "
             "teacher): logits within %.2g of the bound; terms within %.2g of the bound: total "
             "%s, CE smoothed by %g %s, loss_mse [%s], loss_halt [%s]; worst gradient %s at %.2g of "
             "the bound; teacher keeps %s (margin to 1-eps %.2g); distill mutants caught %d of "
             "%d: %s" % (
-                os.path.basename(os.path.normpath(d)), mix, replaced, dm["halt_align"],
+                os.path.basename(os.path.normpath(d)), mix, "dense" if dense else "A-ViT",
+                replaced, dm["halt_align"],
                 len(list(student.parameters())), shared, worst_logit, worst_term, term("loss"),
                 float(dm["label_smoothing"]), term("loss_ce"), term("loss_mse"), term("loss_halt"), worst_name, worst_grad,
                 keep, tinfo["margin"], len(caught), len(mutants), ", ".join(caught)))

@@ -22,7 +22,9 @@
  * (mask_punch_holes), so that a mixer's skipping of masked tokens is checked.
  * --stage names the S2S step the dump takes (pipeline vit with avit.enabled
  * and mixers in model.mixers, as S2S's stage_config makes the student):
- *   distill   stage 1 (worker/pipelines/s2s.c): the A-ViT teacher (the
+ *   distill   stage 1 (worker/pipelines/s2s.c): the A-ViT teacher, or
+ *             without avit.enabled the dense one (distill.teacher dense: no
+ *             masks, no halting alignment; "distill"'s teacher_kind) (the
  *             config's shape with attention in every layer, every tensor
  *             from init.from) runs the batch first; the student (the config's
  *             model: seed, then init.from by name, so the mixers keep their
@@ -334,10 +336,12 @@ static void mask_punch_holes(data_batch_t *b) {
 static int stage_check(const bf_config *c, const model_shape *sh, int stage, int *kind, char *err,
                        size_t errlen) {
     const char *name = DUMP_STAGES[stage];
-    if (strcmp(c->pipeline, pipe_vit.name) != 0 || !sh->avit) {
+    /* stage 1 without halting is distill.teacher dense's: the dense teacher */
+    if (strcmp(c->pipeline, pipe_vit.name) != 0 || (!sh->avit && stage != DUMP_DISTILL)) {
         snprintf(err, errlen,
                  "--stage %s: pipeline '%s'%s; an S2S stage's step is a vit student's "
-                 "(valid: pipeline vit, avit.enabled: true, mixers in model.mixers)",
+                 "(valid: pipeline vit, avit.enabled: true, mixers in model.mixers; --stage "
+                 "distill also without avit: the dense teacher's)",
                  name, c->pipeline, sh->avit ? "" : " without avit.enabled");
         return -1;
     }
@@ -394,7 +398,8 @@ static int open_teacher(model *t, const model_shape *student, const bf_config *c
         } else if (rep.missing > 0) {
             snprintf(err, errlen,
                      "--stage distill: init.from %s holds %d of the teacher's %d tensors; the "
-                     "teacher is an A-ViT ViT of this shape with attention in every layer",
+                     "teacher is a ViT of this shape with attention in every layer (A-ViT with "
+                     "avit.enabled, else the dense one)",
                      c->init.from, rep.loaded, t->np.P.n);
         } else {
             t->be->to_device(t->np.P.data, hp, n * sizeof(float));
@@ -458,13 +463,17 @@ static json_t *distill_json(const s2s_distill *d, const model *m, const bf_confi
         total += hl[l];
     }
     for (int l = 0; l < L; l++) {
-        be->to_host(mask, d->teacher.halt.mask[l], (size_t)B * T * sizeof(float));
-        int k = 0;
-        for (int b = 0; b < B; b++)
-            for (int t = 1; t < T; t++) k += mask[(size_t)b * T + t] > 0;
+        int k = B * (T - 1); /* a dense teacher runs every token */
+        if (d->teacher.sh.avit) {
+            be->to_host(mask, d->teacher.halt.mask[l], (size_t)B * T * sizeof(float));
+            k = 0;
+            for (int b = 0; b < B; b++)
+                for (int t = 1; t < T; t++) k += mask[(size_t)b * T + t] > 0;
+        }
         json_array_append_new(tk, json_integer(k));
     }
     free(mask);
+    json_object_set_new(o, "teacher_kind", json_string(d->teacher.sh.avit ? "avit" : "dense"));
     json_object_set_new(o, "replaced", rep);
     json_object_set_new(o, "loss_mse", jm);
     json_object_set_new(o, "loss_halt", jh);
