@@ -109,9 +109,10 @@ typedef struct bf_config {
         char output[CFG_NAME_MAX]; /* act | freeze */
     } avit;
     struct {
-        char mixer[CFG_NAME_MAX]; /* bimamba | bimamba2 | bilstm | bilstm_wide */
-        int d_state;              /* bimamba2's SSD state size */
-        int replace_auto;         /* K of "auto:K", or 0 when a list is given */
+        char mixer[CFG_NAME_MAX];   /* bimamba | bimamba2 | bilstm | bilstm_wide */
+        char teacher[CFG_NAME_MAX]; /* avit | dense: whom the student is distilled from */
+        int d_state;                /* bimamba2's SSD state size */
+        int replace_auto;           /* K of "auto:K", or 0 when a list is given */
         int replace_layers[CFG_MAX_LAYERS];
         int n_replace;
         int stage1_steps, stage2_steps;
@@ -119,7 +120,8 @@ typedef struct bf_config {
         float finetune_lr;                     /* stage 2's peak lr (0 = 0.1 x train.lr) */
         float finetune_ponder, finetune_prior; /* stage 2's A-ViT loss weights */
         int unfreeze;
-        int augment; /* stage 1 sees aug.* (teacher and student the same images) */
+        int augment;           /* stage 1 sees aug.* (teacher and student the same images) */
+        float label_smoothing; /* the training CE's, stages 1 and 2 */
         char halt_align[CFG_NAME_MAX]; /* keep | mean_h */
     } distill;
     struct {

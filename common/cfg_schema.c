@@ -118,6 +118,11 @@ static const cfg_field cfg_schema[] = {
      "the last layer's rows (a halted row frozen where it halted)",
      0},
 
+    {"distill.teacher", CFG_T_ENUM, OFF(distill.teacher), NOLIM, "avit", "avit|dense",
+     "whom the student is distilled from: avit = the A-ViT fine-tune, under its halting masks "
+     "(S2S); dense = the dense ViT, no halting, no masks, no halting losses, and no A-ViT stage "
+     "(FAR's replacement)",
+     0},
     {"distill.mixer", CFG_T_ENUM, OFF(distill.mixer), NOLIM, "bimamba",
      "bimamba|bimamba2|bilstm|bilstm_wide",
      "sequential mixer that replaces attention layers (bimamba2, bilstm_wide: the S2S authors' "
@@ -156,6 +161,10 @@ static const cfg_field cfg_schema[] = {
     {"distill.augment", CFG_T_BOOL, OFF(distill.augment), NOLIM, "true", NULL,
      "augment stage 1's images as aug.* says, the teacher seeing the student's augmented image "
      "(false = the former recipe: stage 1 on the images as they are)",
+     0},
+    {"distill.label_smoothing", CFG_T_FLOAT, OFF(distill.label_smoothing), 0.0, 1.0, "0.1", NULL,
+     "label smoothing of the training cross-entropy in stages 1 and 2 (FAR: 0.1; 0 = the plain "
+     "CE)",
      0},
 
     {"s2s.root", CFG_T_STR, OFF(s2s.root), NOLIM, "\"\"", NULL,

@@ -236,14 +236,21 @@ static void validate_s2s(const bf_config *c, problems *pr) {
                     "distill.mixer; leave it out");
     const stage_graph *g = pipeline_stages(c->pipeline);
     char names[256];
-    if (c->s2s.stage[0] && stage_graph_index(g, c->s2s.stage) < 0)
+    int at = c->s2s.stage[0] ? stage_graph_index(g, c->s2s.stage) : -1;
+    if (c->s2s.stage[0] && at < 0)
         add_err(pr, "s2s.stage '%s' is not a stage; valid: %s (or \"\" for all)", c->s2s.stage,
                 stage_graph_list(g, names, sizeof names));
+    else if (at >= 0 && !stage_graph_runs(g, c, at))
+        add_err(pr,
+                "s2s.stage '%s': distill.teacher %s runs no %s stage (it distils from the "
+                "dense teacher)",
+                c->s2s.stage, c->distill.teacher, c->s2s.stage);
 }
 
 /* avit.retention reachable with model.layers */
 static void validate_avit(const bf_config *c, problems *pr) {
-    if ((is_pipeline(c, "s2s") || c->avit.enabled) && c->avit.retention * c->model.layers <= 1.0f)
+    int s2s_halts = is_pipeline(c, "s2s") && strcmp(c->distill.teacher, "dense") != 0;
+    if ((s2s_halts || c->avit.enabled) && c->avit.retention * c->model.layers <= 1.0f)
         add_err(pr,
                 "avit.retention %g is unreachable with %d layers: every token runs layer 0, so "
                 "retention is at least 1/%d; give more than %.3g",

@@ -7,36 +7,43 @@
 #include <string.h>
 
 /* S2S (docs/design.md#s2s-pipeline): teacher, A-ViT, profile, distill,
- * finetune, eval. Keys no stage depends on (device, train.eval_every,
+ * finetune, eval; with distill.teacher dense no A-ViT stage (profile,
+ * distill read the dense teacher). Keys no stage depends on (device, train.eval_every,
  * train.checkpoint_every, train.log_every, model.mixers, budget.*) never
  * change a key. */
 static const stage_rule s2s_rules[] = {
-    {0, "data.", 0},
-    {0, "model.", 0},
-    {0, "model.mixers", 1}, /* the student's layout is distill's business */
-    {0, "attn.", 0},
-    {0, "aug.", 0},
-    {0, "train.", 0},
-    {0, "train.eval_every", 1}, /* when to measure or save does not change the weights */
-    {0, "train.checkpoint_every", 1},
-    {0, "train.log_every", 1},
-    {0, "init.from", 0},
-    {0, "init.map", 0},
-    {1, "avit.", 0},
-    /* profile (2): only its parent */
-    {3, "distill.mixer", 0},
-    {3, "distill.d_state", 0},
-    {3, "distill.replace_layers", 0},
-    {3, "distill.stage1_steps", 0},
-    {3, "distill.lambda_mse", 0},
-    {3, "distill.lambda_halt", 0},
-    {3, "distill.unfreeze", 0},
-    {3, "distill.halt_align", 0},
-    {3, "distill.augment", 0},
-    {4, "distill.stage2_steps", 0},
-    {4, "distill.finetune_lr", 0},
-    {4, "distill.finetune_ponder", 0},
-    {4, "distill.finetune_prior", 0},
+    {0, "data.", 0, NULL},
+    {0, "model.", 0, NULL},
+    {0, "model.mixers", 1, NULL}, /* the student's layout is distill's business */
+    {0, "attn.", 0, NULL},
+    {0, "aug.", 0, NULL},
+    {0, "train.", 0, NULL},
+    {0, "train.eval_every", 1, NULL}, /* when to measure or save does not change the weights */
+    {0, "train.checkpoint_every", 1, NULL},
+    {0, "train.log_every", 1, NULL},
+    {0, "init.from", 0, NULL},
+    {0, "init.map", 0, NULL},
+    {1, "avit.", 0, NULL},
+    {2, "distill.teacher", 0, NULL}, /* profile reads the A-ViT teacher or the dense one */
+    {3, "distill.mixer", 0, NULL},
+    {3, "distill.d_state", 0, NULL},
+    {3, "distill.replace_layers", 0, NULL},
+    {3, "distill.stage1_steps", 0, NULL},
+    {3, "distill.lambda_mse", 0, NULL},
+    {3, "distill.lambda_halt", 0, NULL},
+    {3, "distill.unfreeze", 0, NULL},
+    {3, "distill.halt_align", 0, NULL},
+    {3, "distill.augment", 0, NULL},
+    {3, "distill.label_smoothing", 0, NULL}, /* finetune reads it too, through its parent */
+    /* a dense teacher: no halting, so no halting alignment and no A-ViT terms */
+    {3, "distill.lambda_halt", 1, "distill.teacher=dense"},
+    {3, "distill.halt_align", 1, "distill.teacher=dense"},
+    {4, "distill.stage2_steps", 0, NULL},
+    {4, "distill.finetune_lr", 0, NULL},
+    {4, "distill.finetune_ponder", 0, NULL},
+    {4, "distill.finetune_prior", 0, NULL},
+    {4, "distill.finetune_ponder", 1, "distill.teacher=dense"},
+    {4, "distill.finetune_prior", 1, "distill.teacher=dense"},
     /* eval (5): only its parent */
 };
 
@@ -46,6 +53,7 @@ static const stage_graph s2s_graph = {
     .names = {"teacher", "avit", "profile", "distill", "finetune", "eval"},
     .rules = s2s_rules,
     .n_rules = sizeof s2s_rules / sizeof s2s_rules[0],
+    .skip = {NULL, "distill.teacher=dense"},
 };
 
 static const stage_graph *const graphs[] = {&s2s_graph};

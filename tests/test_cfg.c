@@ -460,6 +460,17 @@ Test(cfg, validate_cross_keys) {
     c.distill.replace_auto = c.model.layers;
     cr_assert_eq(cfg_validate(&c, err, sizeof err), -1);
     cr_assert(strstr(err, "valid: auto:1 .. auto:3"), "%s", err);
+    /* a dense teacher runs no A-ViT stage: its retention is not checked, and
+     * its avit stage cannot be run alone */
+    c.distill.replace_auto = 1;
+    c.avit.retention = 0.1f; /* under 1/L of 4 layers */
+    cr_assert_eq(cfg_validate(&c, err, sizeof err), -1);
+    cr_assert(strstr(err, "avit.retention 0.1 is unreachable"), "%s", err);
+    strcpy(c.distill.teacher, "dense");
+    cr_assert_eq(cfg_validate(&c, err, sizeof err), 0, "%s", err);
+    strcpy(c.s2s.stage, "avit");
+    cr_assert_eq(cfg_validate(&c, err, sizeof err), -1);
+    cr_assert(strstr(err, "distill.teacher dense runs no avit stage"), "%s", err);
     cfg_defaults(&c);
     strcpy(c.pipeline, "lm");
     cr_assert_eq(cfg_validate(&c, err, sizeof err), 0, "%s", err);

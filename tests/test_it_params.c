@@ -118,9 +118,10 @@ Test(params, s2s_counts_each_mixer) {
     FILE *p = popen(cmd, "r");
     cr_assert_not_null(p);
     long n, attn = -1, wide = -1, lstm = -1, m2 = -1;
-    int marked = 0;
+    int marked = 0, students = 0;
     while (fgets(line, sizeof line, p)) {
-        if (sscanf(line, " %31s %ld", name, &n) != 2) continue;
+        students |= strncmp(line, "students:", 9) == 0; /* the whole students' totals follow */
+        if (students || sscanf(line, " %31s %ld", name, &n) != 2) continue;
         if (!strcmp(name, "attention")) attn = n;
         if (!strcmp(name, "bilstm")) lstm = n;
         if (!strcmp(name, "bimamba2")) m2 = n;
@@ -181,4 +182,41 @@ Test(params, budgetformer_head_sized_by_the_training_file) {
     cr_assert_eq(pclose(p), 0, "%s", cmd);
     cr_expect_eq(head, 2 * D + labels * D + labels, "ln_f and a %d-class head", labels);
     cr_expect(said, "no note naming the %d labels", labels);
+}
+
+/* s2s: the ViT teacher and each mixer's student over the configured
+ * replaced layers: a student's total is the teacher's with each replaced
+ * layer's attention traded for the mixer (both counted W_O included, from
+ * the same output); auto:K counts K layers. */
+Test(params, s2s_lists_the_teacher_and_each_student) {
+    static const char *const sets[][2] = {{"[1,3]", "layers 1, 3 replaced"},
+                                          {"auto:3", "auto:3 replaced"}};
+    for (int s = 0; s < 2; s++) {
+        char cmd[1024], line[512], name[32];
+        snprintf(cmd, sizeof cmd,
+                 "%s/bfworker params %s/examples/s2s.yaml --set distill.replace_layers=%s 2>&1",
+                 BF_BIN_DIR, BF_SOURCE_DIR, sets[s][0]);
+        FILE *p = popen(cmd, "r");
+        cr_assert_not_null(p);
+        long n, total = -1, one[8] = {0}, student[8] = {0};
+        int teacher = 0, told = 0, students = 0, k;
+        while (fgets(line, sizeof line, p)) {
+            teacher |= strncmp(line, "teacher: the dense ViT, 6 layers", 32) == 0;
+            told |= strstr(line, sets[s][1]) != NULL;
+            students |= strncmp(line, "students:", 9) == 0;
+            if (sscanf(line, "total %ld", &n) == 1) total = n;
+            if (sscanf(line, " %31s %ld", name, &n) != 2) continue;
+            for (k = 0; k <= 3; k++) /* attention, bimamba, bilstm, bilstm_wide */
+                if (!strcmp(name,
+                            (const char *[]){"attention", "bimamba", "bilstm", "bilstm_wide"}[k]))
+                    *(students ? &student[k] : &one[k]) = n;
+        }
+        cr_assert_eq(pclose(p), 0, "%s", cmd);
+        cr_expect(teacher && told, "%s: no teacher line or no replaced set", cmd);
+        int r = s ? 3 : 2;
+        for (k = 1; k <= 3; k++)
+            cr_expect_eq(student[k], total + r * (one[k] - one[0]),
+                         "%s: student %d: %ld, teacher %ld, mixer %ld, attention %ld", sets[s][0],
+                         k, student[k], total, one[k], one[0]);
+    }
 }

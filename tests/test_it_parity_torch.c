@@ -374,11 +374,12 @@ Test(parity, bf_matches_pytorch) {
  * machine) is the init.from of students with BiMamba or BiLSTM in two
  * layers; `bfworker dump --stage distill` takes stage 1's step (the teacher's
  * masks, tap MSE per replaced layer, the halting alignment per layer in its
- * keep and its mean_h form, the CE smoothed by 0.1, their total, every
- * student gradient) and `--stage finetune` stage 2's (the student halting
- * on its own: CE + ponder + prior). The reference recomputes each term from
+ * keep and its mean_h form, the CE smoothed by distill.label_smoothing (0.1,
+ * 0.3), their total, every student gradient) and `--stage finetune` stage
+ * 2's (the student halting on its own: CE smoothed by 0.1 or 0 + ponder +
+ * prior). The reference recomputes each term from
  * docs/design.md#distillation-loss's formulas; its deliberate departures (the other alignment
- * form, no smoothing, an unmasked MSE; a smoothed CE in stage 2) must each
+ * form, another smoothing, an unmasked MSE; another smoothing in stage 2) must each
  * fail, and so must a student gradient moved by 0.5%. The gate centre -0.5
  * makes the teacher halt tokens at layers 1 and 2 (its scores at least 2e-3
  * from 1 - eps), -0.7 the finetuned students (at least 1e-3). */
@@ -398,11 +399,12 @@ Test(parity, s2s_distill_and_finetune_match_pytorch) {
          "--set distill.lambda_halt=0.5"},
         {"vit_distill_bilstm_mean_h",
          "distill --set model.mixers=attention,bilstm,bilstm,attention",
-         "--set distill.halt_align=mean_h --set distill.lambda_mse=2"},
+         "--set distill.halt_align=mean_h --set distill.lambda_mse=2 --set "
+         "distill.label_smoothing=0.3"},
         {"vit_finetune_bimamba", "finetune --set model.mixers=bimamba,attention,bimamba,attention",
          "--set avit.gate_center=-0.7"},
         {"vit_finetune_bilstm", "finetune --set model.mixers=attention,bilstm,bilstm,attention",
-         "--set avit.gate_center=-0.7"},
+         "--set avit.gate_center=-0.7 --set distill.label_smoothing=0"},
     };
     size_t n_students = sizeof students / sizeof students[0];
     /* the teacher: bf's A-ViT training, the checkpoint a run folder */
@@ -426,26 +428,60 @@ Test(parity, s2s_distill_and_finetune_match_pytorch) {
         dump_case(&c);
         n += (size_t)snprintf(args + n, sizeof args - n, "'%s/%s' ", dir, students[i][0]);
     }
+    /* distill.teacher dense's stage 1: a dense teacher (60 steps of
+     * VIT_COMMON, no halting), the student with no masks and no halting
+     * term (dump.json's teacher_kind; the reference's alignment is 0) */
+    char dense[256];
+    snprintf(dense, sizeof dense, "%s/dense_teacher", dir);
+    snprintf(cmd, sizeof cmd,
+             "OMP_NUM_THREADS=1 %s/bfworker train '%s' --set data.train_images=%s/train-images "
+             "--set data.train_labels=%s/train-labels --set data.test_images=%s/test-images "
+             "--set data.test_labels=%s/test-labels --set train.steps=60 --out '%s' --quiet 2>&1",
+             BF_BIN_DIR, tmpdir_write_file(dir, "dense.yaml", VIT_COMMON, strlen(VIT_COMMON)), dir,
+             dir, dir, dir, dense);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s\n%s", cmd, out);
+    snprintf(set, sizeof set,
+             "--stage distill --set model.mixers=bimamba,attention,bimamba,attention --set "
+             "init.from='%s'",
+             dense);
+    const parity_case dc = {"vit_distill_dense_bimamba", "", set};
+    dump_case(&dc);
+    n += (size_t)snprintf(args + n, sizeof args - n, "'%s/%s' ", dir, dc.name);
     int rc = python(args);
     const char *log = log_text(tmpdir_path(dir, "py.log"));
     cr_log_info("%s", log);
     cr_assert_eq(rc, 0, "PyTorch parity of the S2S stages failed:\n%s", log);
-    cr_expect(strstr(log, "6 of 6 dumps match bf"), "%s", log);
+    cr_expect(strstr(log, "7 of 7 dumps match bf"), "%s", log);
+    const char *dl = case_line(log, "vit_distill_dense_bimamba");
+    cr_expect(strstr(dl, "s2s distill bimamba, dense teacher, replaced layers [0, 2]") &&
+                  strstr(dl, "CE smoothed by 0.1 ") &&
+                  strstr(dl, "distill mutants caught 1 of 1: smoothing"),
+              "%s", log);
     static const char *const want[] = {
-        "s2s distill bimamba, replaced layers [0, 2], halt_align keep",
-        "s2s distill bimamba, replaced layers [0, 2], halt_align mean_h",
-        "s2s distill bilstm, replaced layers [1, 2], halt_align keep",
-        "s2s distill bilstm, replaced layers [1, 2], halt_align mean_h"};
+        "s2s distill bimamba, A-ViT teacher, replaced layers [0, 2], halt_align keep",
+        "s2s distill bimamba, A-ViT teacher, replaced layers [0, 2], halt_align mean_h",
+        "s2s distill bilstm, A-ViT teacher, replaced layers [1, 2], halt_align keep",
+        "s2s distill bilstm, A-ViT teacher, replaced layers [1, 2], halt_align mean_h"};
+    /* distill.label_smoothing reaches both stages' CE: the default 0.1, and
+     * the values the cases set (the reference smooths by the dump's value,
+     * and another smoothing must fail) */
+    static const char *const smooth[] = {"CE smoothed by 0.1 ",
+                                         "CE smoothed by 0.1 ",
+                                         "CE smoothed by 0.1 ",
+                                         "CE smoothed by 0.3 ",
+                                         "finetune: the CE smoothed by 0.1, control (smoothing 0) "
+                                         "caught",
+                                         "finetune: the CE smoothed by 0, control (smoothing 0.1) "
+                                         "caught"};
     for (size_t i = 0; i < 4; i++) {
         const char *l = case_line(log, students[i][0]);
         cr_expect(strstr(l, want[i]) && strstr(l, "distill mutants caught 3 of 3: align_form") &&
-                      strstr(l, "smoothing") && strstr(l, "mse_unmasked"),
+                      strstr(l, "smoothing") && strstr(l, "mse_unmasked") && strstr(l, smooth[i]),
                   "%s: %s", students[i][0], log);
     }
     for (size_t i = 4; i < 6; i++) {
         const char *l = case_line(log, students[i][0]);
-        cr_expect(strstr(l, "halting depths [") &&
-                      strstr(l, "finetune: the CE unsmoothed, control (smoothing 0.1) caught") &&
+        cr_expect(strstr(l, "halting depths [") && strstr(l, smooth[i]) &&
                       strstr(l, "inference with dropping"),
                   "%s: %s", students[i][0], log);
     }

@@ -263,3 +263,104 @@ Test(it_s2s, runs_every_stage_and_shares_them, .timeout = 600) {
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_assert_eq(system(cmd), 0);
 }
+
+/* distill.teacher: dense (FAR's replacement): no A-ViT stage; the profile
+ * reads the dense teacher and ranks by entropy alone; stage 1 and 2 run
+ * with no masks and no halting term (metrics.jsonl holds loss_mse and the
+ * task loss, no loss_halt, ponder, prior or retention of training); a
+ * dense run that differs only in A-ViT's keys reuses every stage, and an
+ * A-ViT run on the same root reuses only the teacher. Tiny: a few steps a
+ * stage (it checks the plumbing, not what the student learns). */
+Test(it_s2s, a_dense_teacher_runs_no_halting, .timeout = 600) {
+    snprintf(dir, sizeof dir, "/tmp/bf-test-its2sd-XXXXXX");
+    cr_assert(mkdtemp(dir) != NULL);
+    write_set("train", 120, 1, 0);
+    write_set("test", 30, 2, 0);
+    char p[160];
+    snprintf(p, sizeof p, "%s/dense.yaml", dir);
+    FILE *f = fopen(p, "w");
+    cr_assert(f != NULL);
+    fprintf(f,
+            "pipeline: s2s\ndevice: cpu\n"
+            "data: {train_images: %s/train-images, train_labels: %s/train-labels,\n"
+            "       test_images: %s/test-images, test_labels: %s/test-labels, val_fraction: 0.1}\n"
+            "model: {patch: 4, layers: 3, d_model: 16, heads: 2}\n"
+            "train: {steps: 10, batch: 8, eval_every: 0, log_every: 5}\n"
+            "avit: {steps: 10, tolerance: 1}\n"
+            "distill: {teacher: dense, mixer: bimamba, replace_layers: 'auto:1', "
+            "stage1_steps: 10, stage2_steps: 10}\n",
+            dir, dir, dir, dir);
+    fclose(f);
+    char cmd[1024];
+    static char out[1 << 16];
+    snprintf(cmd, sizeof cmd, "%s/bfworker train %s/dense.yaml --out %s/run 2>&1", BF_BIN_DIR, dir,
+             dir);
+    int rc = run_cmd(cmd, out, sizeof out);
+    cr_assert_eq(rc, 0, "s2s dense failed (%d):\n%s", rc, out);
+    cr_assert_eq(count(out, ": running into "), 5, "%s", out);
+    cr_expect(strstr(out, "stage avit") == NULL, "an A-ViT stage ran: %s", out);
+    cr_expect(strstr(out, "score: entropy (the attention's own sparsity)"), "%s", out);
+    snprintf(cmd, sizeof cmd, "ls -d %s/run/stages/avit-* 2>/dev/null | wc -l", dir);
+    run_cmd(cmd, out, sizeof out);
+    cr_expect_eq(atoi(out), 0, "avit folders: %s", out);
+    snprintf(cmd, sizeof cmd,
+             "grep -c '\"score\": \"entropy\"' %s/run/stages/profile-*/profile.json", dir);
+    cr_expect_eq(run_cmd(cmd, out, sizeof out), 0, "profile.json ranks by: %s", out);
+    snprintf(cmd, sizeof cmd, "grep -l '\"teacher\": \"dense\"' %s/run/stages/*/stage.json | wc -l",
+             dir);
+    run_cmd(cmd, out, sizeof out);
+    cr_expect_eq(atoi(out), 3, "distill, finetune and eval name the dense teacher: %s", out);
+    /* the losses per term: the MSE and the task, no halting term anywhere */
+    snprintf(p, sizeof p, "%s/run/metrics.jsonl", dir);
+    double v[8];
+    cr_expect_gt(metric_values(p, "distill/train/loss_mse", v, 8), 0, "no stage-1 MSE");
+    cr_expect_gt(metric_values(p, "distill/train/loss_task", v, 8), 0, "no stage-1 CE");
+    cr_expect_gt(metric_values(p, "finetune/train/loss_task", v, 8), 0, "no stage-2 CE");
+    static const char *const none[] = {"loss_halt",       "loss_ponder",   "loss_prior",
+                                       "train/retention", "val/retention", "\"avit/"};
+    for (size_t k = 0; k < sizeof none / sizeof *none; k++) {
+        snprintf(cmd, sizeof cmd, "grep -c '%s' %s", none[k], p);
+        run_cmd(cmd, out, sizeof out);
+        cr_expect_eq(atoi(out), 0, "%s in a dense run's metrics (%s lines)", none[k], out);
+    }
+    /* the model's own loss in both stages is the CE alone (the MSE is the
+     * distillation's extra term, logged apart): no ponder or prior in it */
+    for (int s = 0; s < 2; s++) {
+        double tot[8], task[8];
+        char a[64], t[80];
+        snprintf(a, sizeof a, "%s/train/loss", s ? "finetune" : "distill");
+        snprintf(t, sizeof t, "%s_task", a);
+        int nt = metric_values(p, a, tot, 8);
+        cr_assert_eq(metric_values(p, t, task, 8), nt);
+        for (int i = 0; i < nt; i++)
+            cr_expect_eq(tot[i], task[i], "%s window %d: loss %g, task %g", a, i, tot[i], task[i]);
+    }
+    cr_expect_eq(one_value(p, "eval/student/test/retention"), 1.0, "the student halts");
+    /* A-ViT's keys move no dense stage: all five reused */
+    snprintf(cmd, sizeof cmd,
+             "%s/bfworker train %s/dense.yaml --out %s/run2 --stage-root %s/run/stages --set "
+             "avit.retention=0.4 --set distill.lambda_halt=2 2>&1",
+             BF_BIN_DIR, dir, dir, dir);
+    rc = run_cmd(cmd, out, sizeof out);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect_eq(count(out, ": done, reusing "), 5, "%s", out);
+    /* the A-ViT teacher's chain on the same root shares only the teacher */
+    snprintf(cmd, sizeof cmd,
+             "%s/bfworker train %s/dense.yaml --out %s/run3 --stage-root %s/run/stages --set "
+             "distill.teacher=avit 2>&1",
+             BF_BIN_DIR, dir, dir, dir);
+    rc = run_cmd(cmd, out, sizeof out);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect_eq(count(out, ": done, reusing "), 1, "%s", out);
+    cr_expect_eq(count(out, ": running into "), 5, "%s", out);
+    cr_expect(strstr(out, "stage teacher") && strstr(out, ": done, reusing "), "%s", out);
+    cr_expect(strstr(out, "score: keep*entropy"), "%s", out);
+    /* a dense chain has no A-ViT stage to run alone */
+    snprintf(cmd, sizeof cmd, "%s/bfworker train %s/dense.yaml --out %s/bad --stage avit 2>&1",
+             BF_BIN_DIR, dir, dir);
+    rc = run_cmd(cmd, out, sizeof out);
+    cr_expect_neq(rc, 0, "%s", out);
+    cr_expect(strstr(out, "distill.teacher dense runs no avit stage"), "%s", out);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}

@@ -87,8 +87,10 @@ A dump of S2S stage 1 (`bfworker dump --stage distill`, dump.json "stage":
 (dump.json's distill.teacher), the student under its masks, each loss term
 from docs/design.md#distillation-loss's formulas (distill_reference's docstring) within RTOL_TERM,
 every student gradient as above, and each of DISTILL_MUTANTS must fail. A
-stage 2 dump (--stage finetune) is an A-ViT ViT with mixers, checked as one,
-and its reference with stage 1's label smoothing must fail (finetune_note).
+stage 2 dump (--stage finetune) is an A-ViT ViT with mixers, checked as one
+with the CE smoothed by the dump's label_smoothing (distill.label_smoothing,
+which stage 1 uses too), and its reference with another smoothing must fail
+(finetune_note).
 
 The ViT's blocks may hold mixers (shape "mixers", as S2S's student does):
 they run under the halting masks. Every dump with mixers runs each of
@@ -958,11 +960,14 @@ def check_loss(meta, name, v):
         raise Failure("%s: bf %.9g, torch %.9g" % (name, meta["loss"][name], v))
 
 
-def vit_reference(meta, weights, batch, mutant=None, mixer_mutant=None, ce_eps=0.0):
+def vit_reference(meta, weights, batch, mutant=None, mixer_mutant=None, ce_eps=None):
     """The torch ViT over the dump's batch, its loss backwarded; (model, logits,
     losses, halting info). mutant: one of AVIT_MUTANTS, mixer_mutant: one of
-    MIXER_MUTANTS; ce_eps: label smoothing of the CE (the finetune control)."""
+    MIXER_MUTANTS; ce_eps: label smoothing of the CE (None: the dump's
+    label_smoothing, 0 but in S2S's stage 2; another: the finetune control)."""
     sh = meta["shape"]
+    if ce_eps is None:
+        ce_eps = float(meta.get("label_smoothing", 0.0))
     model = ViT(sh)
     model.load_state_dict(weights, strict=True)
     model = model.double()
@@ -1066,27 +1071,38 @@ def check_vit(d, meta, weights, batch, bf_logits, bf_grads):
                 float(losses["loss_task"]), note, worst_name, worst_grad))
 
 
+def other_smoothing(eps):
+    """A label smoothing that is not eps: the control of a smoothed CE (0,
+    or CONTROL_SMOOTHING when eps is 0)."""
+    return CONTROL_SMOOTHING if eps == 0 else 0.0
+
+
 def finetune_note(meta, weights, batch, bf_logits, bf_grads):
     """S2S stage 2 (bfworker dump --stage finetune): the student, mixers in
-    some layers, halting on its own, whose loss is the plain CE + ponder +
-    prior (docs/design.md#s2s-pipeline 5.). The control: the same reference with
-    stage 1's label smoothing in the CE must fail against the dump."""
+    some layers, halting on its own, whose loss is the CE smoothed by the
+    dump's label_smoothing (distill.label_smoothing, docs/s2s.md) + ponder +
+    prior. The control: the same reference with another smoothing in the CE
+    must fail against the dump."""
     sh = meta["shape"]
     if not (sh["avit"] and set(sh.get("mixers", [])) - {"attention"}):
         raise Failure("a finetune dump without halting or without a mixer: stage 2's student "
                       "has both")
+    eps = float(meta["label_smoothing"])
+    ctl = other_smoothing(eps)
     try:
-        compare_vit(meta, *vit_reference(meta, weights, batch, ce_eps=LABEL_SMOOTHING),
-                    bf_logits, bf_grads)
+        compare_vit(meta, *vit_reference(meta, weights, batch, ce_eps=ctl), bf_logits, bf_grads)
     except Failure as e:
-        return "; finetune: the CE unsmoothed, control (smoothing %g) caught (%s)" % (
-            LABEL_SMOOTHING, str(e).split(":")[0])
-    raise Failure("the finetune reference with label smoothing %g matches bf too: the check "
-                  "cannot tell stage 2's CE from stage 1's" % LABEL_SMOOTHING)
+        return "; finetune: the CE smoothed by %g, control (smoothing %g) caught (%s)" % (
+            eps, ctl, str(e).split(":")[0])
+    raise Failure("the finetune reference with label smoothing %g matches bf's %g too: the "
+                  "check cannot see stage 2's smoothing" % (ctl, eps))
 
 
 # S2S stage 1 (docs/design.md#distillation-loss 4., docs/s2s.md "Distill loss")
-LABEL_SMOOTHING = 0.1  # docs/design.md#distillation-loss: stage 1's CE has label smoothing 0.1
+# the control of a dump whose CE is not smoothed (other_smoothing); a smoothed
+# dump's control is the plain CE. The smoothing itself is the dump's
+# (distill.label_smoothing, default 0.1 as FAR's)
+CONTROL_SMOOTHING = 0.1
 ALIGN_KEEP_WEIGHT = 5.0  # docs/design.md#distillation-loss: 5 (keep_student - keep_teacher)^2
 # each must make a distill dump fail: the check sees the form of the alignment,
 # the smoothing and (where a replaced layer has halted tokens) the MSE's mask
@@ -1112,10 +1128,12 @@ def distill_reference(meta, weights, batch, teacher_w, mutant=None):
       teacher's cumulative score before layer l (the smooth halting test:
       the fraction of patch tokens that run past layer l)
       (halt_align mean_h: 5 (mean hs - mean ht)^2 over the n tokens instead);
-    CE with label smoothing 0.1 (smoothed_ce); total = CE + lambda_mse sum
+    CE with the dump's label smoothing eps (smoothed_ce: the target
+    (1 - eps) onehot + eps / V); total = CE + lambda_mse sum
     mse_l + sum halt_l, backwarded to every student tensor.
     mutant (DISTILL_MUTANTS): "align_form" takes the other alignment form,
-    "smoothing" the plain CE, "mse_unmasked" every token in the MSE.
+    "smoothing" another smoothing (other_smoothing), "mse_unmasked" every
+    token in the MSE.
     Returns (student, logits, terms, teacher info)."""
     sh, dm = meta["shape"], meta["distill"]
     L = sh["layers"]
@@ -1127,12 +1145,19 @@ def distill_reference(meta, weights, batch, teacher_w, mutant=None):
     avit = {"gamma": dm["gamma"], "gate_center": dm["gate_center"], "retention_target": 0.5,
             "prior_shift": 0.0, "ponder_weight": 0.0, "prior_weight": 0.0}
     with torch.no_grad():
-        _, _, tinfo = teacher(ids, targets, avit)
+        if dm.get("teacher_kind") == "dense":  # distill.teacher dense: no halting, no masks
+            _, _, tinfo = teacher(ids, targets)
+            ones = torch.ones(ids.shape[0], sh["seq_len"], dtype=torch.float64)
+            tinfo.update(active=[ones] * L, margin=math.inf)
+        else:
+            _, _, tinfo = teacher(ids, targets, avit)
     student = ViT(sh)
     student.load_state_dict(weights, strict=True)
     student = student.double()
     logits, _, sinfo = student(ids, targets, ext=tinfo["active"])
-    eps_ls = 0.0 if mutant == "smoothing" else LABEL_SMOOTHING
+    eps_ls = float(dm["label_smoothing"])
+    if mutant == "smoothing":
+        eps_ls = other_smoothing(eps_ls)
     terms = {"loss_ce": smoothed_ce(logits, targets, eps_ls)}
     mse = []
     for l in dm["replaced"]:
@@ -1191,9 +1216,13 @@ def compare_distill(meta, student, logits, terms, bf_logits, bf_grads):
 def check_distill(d, meta, weights, batch, bf_logits, bf_grads):
     """A `bfworker dump --stage distill` dump against distill_reference."""
     sh, dm = meta["shape"], meta["distill"]
-    if abs(dm["label_smoothing"] - LABEL_SMOOTHING) > 1e-7 or dm["eps"] != np.float32(AVIT_EPS):
-        raise Failure("bf's stage 1 smooths labels by %g and halts at eps %g; docs/design.md#distillation-loss says %g "
-                      "and %g" % (dm["label_smoothing"], dm["eps"], LABEL_SMOOTHING, AVIT_EPS))
+    dense = dm.get("teacher_kind") == "dense"
+    if dense and (sh["avit"] or dm["lambda_halt"] != 0):
+        raise Failure("a dense teacher's stage 1 with halting (avit %s, lambda_halt %g): "
+                      "docs/s2s.md says none" % (sh["avit"], dm["lambda_halt"]))
+    if not 0 <= dm["label_smoothing"] <= 1 or (not dense and dm["eps"] != np.float32(AVIT_EPS)):
+        raise Failure("bf's stage 1 smooths labels by %g and halts at eps %g; docs/design.md#distillation-loss says "
+                      "a smoothing in [0, 1] and eps %g" % (dm["label_smoothing"], dm["eps"], AVIT_EPS))
     mixers = sh.get("mixers") or []
     replaced = [l for l, k in enumerate(mixers) if k != "attention"]
     if dm["replaced"] != replaced:
@@ -1221,14 +1250,16 @@ def check_distill(d, meta, weights, batch, bf_logits, bf_grads):
     # meaningful: the alignment has active tokens and a replaced layer runs
     # under a mask with halted tokens (else the MSE's mask is not exercised)
     L = sh["layers"]
-    if not any(0 < keep[l] < keep[0] for l in range(1, L - 1)):
+    if not dense and not any(0 < keep[l] < keep[0] for l in range(1, L - 1)):
         raise Failure("the teacher keeps patch tokens %s per layer: no layer past the first "
                       "aligns a partly halted batch; move avit.gate_center" % keep)
     worst_logit, worst_term, worst_grad, worst_name = compare_distill(
         meta, student, logits, terms, bf_logits, bf_grads)
     partial = any(bool((tinfo["active"][l] == 0).any()) for l in replaced)
     caught = []
-    mutants = [mu for mu in DISTILL_MUTANTS if mu != "mse_unmasked" or partial]
+    # a dense teacher aligns no halting: only the smoothing can show
+    mutants = [mu for mu in DISTILL_MUTANTS if (mu != "mse_unmasked" or partial) and
+               (not dense or mu == "smoothing")]
     for mu in mutants:
         try:
             compare_distill(meta, *distill_reference(meta, weights, batch, teacher_w, mu)[:3],
@@ -1247,14 +1278,15 @@ def check_distill(d, meta, weights, batch, bf_logits, bf_grads):
             float(r), float((b - r).abs()), float((b - r).abs() / r.abs()) if r != 0 else 0.0)
             for b, r in zip(bf, ref))
     mix = "".join(" " + k for k in sorted(set(mixers) - {"attention"}))
-    return ("%s: s2s distill%s, replaced layers %s, halt_align %s, %d tensors (%d from the "
+    return ("%s: s2s distill%s, %s teacher, replaced layers %s, halt_align %s, %d tensors (%d from the "
             "teacher): logits within %.2g of the bound; terms within %.2g of the bound: total "
-            "%s, smoothed CE %s, loss_mse [%s], loss_halt [%s]; worst gradient %s at %.2g of "
+            "%s, CE smoothed by %g %s, loss_mse [%s], loss_halt [%s]; worst gradient %s at %.2g of "
             "the bound; teacher keeps %s (margin to 1-eps %.2g); distill mutants caught %d of "
             "%d: %s" % (
-                os.path.basename(os.path.normpath(d)), mix, replaced, dm["halt_align"],
+                os.path.basename(os.path.normpath(d)), mix, "dense" if dense else "A-ViT",
+                replaced, dm["halt_align"],
                 len(list(student.parameters())), shared, worst_logit, worst_term, term("loss"),
-                term("loss_ce"), term("loss_mse"), term("loss_halt"), worst_name, worst_grad,
+                float(dm["label_smoothing"]), term("loss_ce"), term("loss_mse"), term("loss_halt"), worst_name, worst_grad,
                 keep, tinfo["margin"], len(caught), len(mutants), ", ".join(caught)))
 
 

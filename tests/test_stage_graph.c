@@ -115,6 +115,54 @@ Test(stage_graph, mixer_moves_only_distill_finetune_eval) {
     cr_assert_eq(changed(a, b), 0x30u, "finetune_lr is finetune's");
     plan_with("distill: {finetune_prior: 0.1, finetune_ponder: 5e-4}\n", b);
     cr_assert_eq(changed(a, b), 0x30u, "stage 2's A-ViT weights are finetune's");
+    plan_with("distill: {label_smoothing: 0}\n", b);
+    cr_assert_eq(changed(a, b), 0x38u, "label smoothing is stage 1's and stage 2's");
+}
+
+/* Plans the config with extra text; returns how many stages it runs. */
+static int plan_count(const char *extra, stage_node out[STAGE_MAX]) {
+    char text[2048];
+    bf_config c;
+    char err[1024] = "";
+    snprintf(text, sizeof text, "%s%s", base, extra);
+    cfg_defaults(&c);
+    cr_assert_eq(cfg_load_text(&c, text, strlen(text), "t.yaml", err, sizeof err), 0, "%s", err);
+    return stage_graph_plan(G, &c, out);
+}
+
+/* A dense teacher (distill.teacher: dense) runs no A-ViT stage: profile's
+ * parent is the teacher, which every teacher kind shares; the kind is in
+ * the keys from profile on; A-ViT's keys and the halting losses' weights
+ * move no dense stage, so a dense sweep over them shares every stage. */
+Test(stage_graph, a_dense_teacher_skips_the_avit_stage) {
+    stage_node a[STAGE_MAX], d[STAGE_MAX], d2[STAGE_MAX];
+    cr_assert_eq(plan_count("", a), S2S_STAGES);
+    cr_assert_eq(plan_count("distill: {teacher: dense}\n", d), S2S_STAGES - 1);
+    static const char *const names[] = {"teacher", "profile", "distill", "finetune", "eval"};
+    for (int i = 0; i < S2S_STAGES - 1; i++) {
+        cr_assert_str_eq(d[i].name, names[i]);
+        cr_assert_str_eq(d[i].parent, i ? d[i - 1].key : "");
+    }
+    cr_assert_eq(d[1].idx, 2, "profile keeps its graph index");
+    cr_assert_str_eq(d[0].key, a[0].key, "one teacher for both kinds");
+    for (int i = 1; i < S2S_STAGES - 1; i++)
+        for (int j = 1; j < S2S_STAGES; j++) cr_assert_str_neq(d[i].key, a[j].key);
+    const char *same[] = {"avit: {retention: 0.3, steps: 7, prior: nvlabs}\n",
+                          "distill: {lambda_halt: 3, halt_align: mean_h}\n",
+                          "distill: {finetune_ponder: 1, finetune_prior: 1}\n"};
+    for (size_t k = 0; k < sizeof same / sizeof same[0]; k++) {
+        char extra[256];
+        snprintf(extra, sizeof extra, "%sdistill: {teacher: dense}\n", same[k]);
+        if (strstr(same[k], "distill:")) /* one distill mapping: merge the two */
+            snprintf(extra, sizeof extra, "distill: {teacher: dense, %s", same[k] + 10);
+        cr_assert_eq(plan_count(extra, d2), S2S_STAGES - 1, "%s", extra);
+        for (int i = 0; i < S2S_STAGES - 1; i++)
+            cr_assert_str_eq(d[i].key, d2[i].key, "%s moved dense stage %s", extra, d[i].name);
+    }
+    /* the keys an A-ViT teacher reads still move its stages */
+    stage_node b[STAGE_MAX];
+    plan_count("distill: {lambda_halt: 3}\n", b);
+    cr_assert_eq(changed(a, b), 0x38u);
 }
 
 Test(stage_graph, keys_that_do_not_change_training_change_nothing) {
@@ -149,22 +197,23 @@ Test(stage_graph, dependency_table_by_prefix) {
      * added later; the exclusions hold */
     for (size_t i = 0; i < cfg_field_count(); i++) {
         const char *k = cfg_field_at(i)->key;
-        int teacher = stage_graph_depends(G, 0, k), avit = stage_graph_depends(G, 1, k);
+        int teacher = stage_graph_depends(G, NULL, 0, k), avit = stage_graph_depends(G, NULL, 1, k);
         if (strncmp(k, "avit.", 5) == 0) cr_assert(avit && !teacher, "%s", k);
         if (strncmp(k, "data.", 5) == 0 || strncmp(k, "aug.", 4) == 0) cr_assert(teacher, "%s", k);
         if (strncmp(k, "budget.", 7) == 0 || strcmp(k, "device") == 0 || strcmp(k, "pipeline") == 0)
-            for (int s = 0; s < S2S_STAGES; s++) cr_assert(!stage_graph_depends(G, s, k), "%s", k);
+            for (int s = 0; s < S2S_STAGES; s++)
+                cr_assert(!stage_graph_depends(G, NULL, s, k), "%s", k);
     }
-    cr_assert(!stage_graph_depends(G, 0, "model.mixers"));
-    cr_assert(stage_graph_depends(G, 0, "model.layers"));
-    cr_assert(!stage_graph_depends(G, 0, "train.eval_every"));
-    cr_assert(stage_graph_depends(G, 0, "train.freeze"));
-    cr_assert(stage_graph_depends(G, 3, "distill.unfreeze"));
-    cr_assert(stage_graph_depends(G, 3, "distill.augment"));
-    cr_assert(!stage_graph_depends(G, 3, "distill.stage2_steps"));
-    cr_assert(stage_graph_depends(G, 4, "distill.stage2_steps"));
-    cr_assert(!stage_graph_depends(G, 2, "distill.mixer"));
-    cr_assert(!stage_graph_depends(G, 5, "train.steps"));
+    cr_assert(!stage_graph_depends(G, NULL, 0, "model.mixers"));
+    cr_assert(stage_graph_depends(G, NULL, 0, "model.layers"));
+    cr_assert(!stage_graph_depends(G, NULL, 0, "train.eval_every"));
+    cr_assert(stage_graph_depends(G, NULL, 0, "train.freeze"));
+    cr_assert(stage_graph_depends(G, NULL, 3, "distill.unfreeze"));
+    cr_assert(stage_graph_depends(G, NULL, 3, "distill.augment"));
+    cr_assert(!stage_graph_depends(G, NULL, 3, "distill.stage2_steps"));
+    cr_assert(stage_graph_depends(G, NULL, 4, "distill.stage2_steps"));
+    cr_assert(!stage_graph_depends(G, NULL, 2, "distill.mixer"));
+    cr_assert(!stage_graph_depends(G, NULL, 5, "train.steps"));
 }
 
 /* The mechanism knows no pipeline: a graph declared here, with its own
@@ -172,7 +221,7 @@ Test(stage_graph, dependency_table_by_prefix) {
  * piece has no graph. */
 Test(stage_graph, any_declared_graph) {
     static const stage_rule rules[] = {
-        {0, "train.", 0}, {0, "train.log_every", 1}, {1, "model.heads", 0}};
+        {0, "train.", 0, NULL}, {0, "train.log_every", 1, NULL}, {1, "model.heads", 0, NULL}};
     const stage_graph g = {
         .pipeline = "two", .n = 2, .names = {"fit", "score"}, .rules = rules, .n_rules = 3};
     bf_config a, b;

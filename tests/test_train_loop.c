@@ -306,9 +306,9 @@ Test(loop, a_distill_step_keeps_the_teacher_on_the_device) {
     pipe_spec sp;
     int layers[2] = {1, 2};
     char err[256];
-    cr_assert_eq(
-        s2s_distill_spec(&d, &sp, layers, 2, 1.0f, 0.5f, 0, MODEL_MIXER_BIMAMBA, err, sizeof err),
-        0, "%s", err);
+    cr_assert_eq(s2s_distill_spec(&d, &sp, layers, 2, 1.0f, 0.5f, 0.1f, 0, MODEL_MIXER_BIMAMBA, err,
+                                  sizeof err),
+                 0, "%s", err);
     traffic t = run_steps(&m, &sp, images, labels, VIT_B, 3);
     cr_expect_eq(t.down, 0, "distill: 3 steps made %llu downloads", (unsigned long long)t.down);
     cr_expect_eq(t.up, 3 * 3, "distill: %llu uploads in 3 steps (2 x patches, targets)",

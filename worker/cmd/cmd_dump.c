@@ -22,21 +22,24 @@
  * (mask_punch_holes), so that a mixer's skipping of masked tokens is checked.
  * --stage names the S2S step the dump takes (pipeline vit with avit.enabled
  * and mixers in model.mixers, as S2S's stage_config makes the student):
- *   distill   stage 1 (worker/pipelines/s2s.c): the A-ViT teacher (the
+ *   distill   stage 1 (worker/pipelines/s2s.c): the A-ViT teacher, or
+ *             without avit.enabled the dense one (distill.teacher dense: no
+ *             masks, no halting alignment; "distill"'s teacher_kind) (the
  *             config's shape with attention in every layer, every tensor
  *             from init.from) runs the batch first; the student (the config's
  *             model: seed, then init.from by name, so the mixers keep their
  *             seed's values) trains under the teacher's masks; its loss is the
- *             CE with label smoothing + lambda_mse * the replaced layers' tap
- *             MSE + the halting alignment of every layer but the last.
- *             grads.safetensors is d(that total)/d(tensor) for every student
- *             tensor (the optimiser then moves only the mixers unless
+ *             CE with label smoothing (distill.label_smoothing) + lambda_mse * the replaced layers'
+ * tap MSE + the halting alignment of every layer but the last. grads.safetensors is d(that
+ * total)/d(tensor) for every student tensor (the optimiser then moves only the mixers unless
  *             distill.unfreeze); dump.json's "distill" holds each term
  *             (loss_mse per replaced layer, loss_halt per layer, loss_ce,
  *             loss), the weights, the halting knobs and the teacher's active
  *             patch tokens per layer; no inference forward.
  *   finetune  stage 2: the student halting on its own, the vit pipeline's
- *             step (CE + ponder + prior), dump.json's "stage" says so.
+ *             step (CE smoothed by distill.label_smoothing + ponder + prior),
+ *             dump.json's "stage" says so.
+ * dump.json's "label_smoothing" is the training CE's (0 but in S2S's steps).
  * Nothing is trained and no checkpoint is written. */
 #include "worker/cmd/cmd.h"
 
@@ -254,6 +257,7 @@ static int write_json(const model *m, const bf_config *c, int B, const char *sta
         m->arch->loss_rows(m, B), "logit_width", m->arch->logit_width(m), "patch", sh->patch,
         "image_h", sh->image_h, "image_w", sh->image_w, "avit", sh->avit, "aug_pad", m->aug_pad,
         "aug_flip", m->aug_flip, "d_state", sh->d_state);
+    if (root) json_object_set_new(root, "label_smoothing", json_real((double)m->label_smoothing));
     json_t *mixers = json_array();
     for (int l = 0; root && mixers && l < sh->layers; l++)
         json_array_append_new(mixers, json_string(model_mixer_name(sh->mixer[l])));
@@ -332,10 +336,12 @@ static void mask_punch_holes(data_batch_t *b) {
 static int stage_check(const bf_config *c, const model_shape *sh, int stage, int *kind, char *err,
                        size_t errlen) {
     const char *name = DUMP_STAGES[stage];
-    if (strcmp(c->pipeline, pipe_vit.name) != 0 || !sh->avit) {
+    /* stage 1 without halting is distill.teacher dense's: the dense teacher */
+    if (strcmp(c->pipeline, pipe_vit.name) != 0 || (!sh->avit && stage != DUMP_DISTILL)) {
         snprintf(err, errlen,
                  "--stage %s: pipeline '%s'%s; an S2S stage's step is a vit student's "
-                 "(valid: pipeline vit, avit.enabled: true, mixers in model.mixers)",
+                 "(valid: pipeline vit, avit.enabled: true, mixers in model.mixers; --stage "
+                 "distill also without avit: the dense teacher's)",
                  name, c->pipeline, sh->avit ? "" : " without avit.enabled");
         return -1;
     }
@@ -393,7 +399,8 @@ static int open_teacher(model *t, const model_shape *student, const bf_config *c
         } else if (rep.missing > 0) {
             snprintf(err, errlen,
                      "--stage distill: init.from %s holds %d of the teacher's %d tensors; the "
-                     "teacher is an A-ViT ViT of this shape with attention in every layer",
+                     "teacher is a ViT of this shape with attention in every layer (A-ViT with "
+                     "avit.enabled, else the dense one)",
                      c->init.from, rep.loaded, t->np.P.n);
         } else {
             t->be->to_device(t->np.P.data, hp, n * sizeof(float));
@@ -414,7 +421,7 @@ static int open_distill(s2s_distill *d, pipe_spec *sp, const model *m, const bf_
         if (m->sh.mixer[l]) layers[n++] = l;
     d->mean_h = strcmp(c->distill.halt_align, "mean_h") == 0;
     if (s2s_distill_spec(d, sp, layers, n, c->distill.lambda_mse, c->distill.lambda_halt,
-                         c->distill.unfreeze, kind, err, errlen))
+                         c->distill.label_smoothing, c->distill.unfreeze, kind, err, errlen))
         return -1;
     if (!(d->hlayer = d->be->alloc((size_t)L * sizeof(double)))) {
         snprintf(err, errlen, "out of memory for the distillation losses");
@@ -457,13 +464,17 @@ static json_t *distill_json(const s2s_distill *d, const model *m, const bf_confi
         total += hl[l];
     }
     for (int l = 0; l < L; l++) {
-        be->to_host(mask, d->teacher.halt.mask[l], (size_t)B * T * sizeof(float));
-        int k = 0;
-        for (int b = 0; b < B; b++)
-            for (int t = 1; t < T; t++) k += mask[(size_t)b * T + t] > 0;
+        int k = B * (T - 1); /* a dense teacher runs every token */
+        if (d->teacher.sh.avit) {
+            be->to_host(mask, d->teacher.halt.mask[l], (size_t)B * T * sizeof(float));
+            k = 0;
+            for (int b = 0; b < B; b++)
+                for (int t = 1; t < T; t++) k += mask[(size_t)b * T + t] > 0;
+        }
         json_array_append_new(tk, json_integer(k));
     }
     free(mask);
+    json_object_set_new(o, "teacher_kind", json_string(d->teacher.sh.avit ? "avit" : "dense"));
     json_object_set_new(o, "replaced", rep);
     json_object_set_new(o, "loss_mse", jm);
     json_object_set_new(o, "loss_halt", jh);
@@ -567,6 +578,8 @@ int dump_write(const bf_config *conf, const char *out_dir, int batch, int holes,
          open_distill(&dd, &dsp, &m, &c, kind, err, errlen) ||
          dsp.before_forward(dsp.ctx, &m, b.ids, targets, b.rows, err, errlen)))
         goto out;
+    if (stage == DUMP_DISTILL) m.label_smoothing = dsp.label_smoothing; /* as the loop sets it */
+    if (stage == DUMP_FINETUNE) m.label_smoothing = c.distill.label_smoothing; /* s2s_chain.c's */
     if (model_forward(&m, b.ids, b.mask, targets, b.rows, 1, err, errlen)) goto out;
     if (stage == DUMP_DISTILL) dsp.extra_backward(dsp.ctx, &m);
     model_backward(&m);
@@ -678,11 +691,13 @@ int cmd_dump(int argc, char **argv) {
             return BF_EX_USAGE;
         }
     /* --stage distill reads the keys of the distill section that stage 1's
-     * loss reads, which pipeline vit does not: the rest is checked as vit's */
+     * loss reads, --stage finetune its label smoothing, which pipeline vit
+     * does not: the rest is checked as vit's */
     bf_config v = c;
+    bf_config def;
+    cfg_defaults(&def);
+    if (stage != DUMP_TRAIN) v.distill.label_smoothing = def.distill.label_smoothing;
     if (stage == DUMP_DISTILL) {
-        bf_config def;
-        cfg_defaults(&def);
         v.distill.lambda_mse = def.distill.lambda_mse;
         v.distill.lambda_halt = def.distill.lambda_halt;
         v.distill.unfreeze = def.distill.unfreeze;

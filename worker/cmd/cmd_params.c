@@ -1,5 +1,6 @@
 /* cmd_params — `bfworker params CONFIG.yaml`: parameters per block and the
- * memory training would take, counted from the declared tensors. It
+ * memory training would take, counted from the declared tensors; for s2s
+ * the ViT teacher, one replaced layer per mixer and each mixer's student. It
  * allocates nothing of the model's size; of the data it reads only a
  * classifier's own data.train, whose distinct labels size the head. */
 #include "worker/cmd/cmd.h"
@@ -45,6 +46,41 @@ static int print_mixers(const model_shape *teacher, const char *chosen, char *er
         printf("  %-12s %12zu%s\n", model_mixer_name(k), mixer_count(&m, 0, k),
                strcmp(model_mixer_name(k), chosen) == 0 ? "   (distill.mixer)" : "");
         model_destroy(&m);
+    }
+    return 0;
+}
+
+/* s2s: the student of each mixer kind over the config's replaced layers
+ * (auto:K: the K deepest stand in for the profile's choice, every layer
+ * being the same size), its total beside the teacher's (total_teacher). */
+static int print_students(const model_shape *teacher, const bf_config *c, size_t total_teacher,
+                          char *err, size_t errlen) {
+    int layers[MODEL_MAX_LAYERS], n = c->distill.replace_auto;
+    for (int k = 0; k < n; k++) layers[k] = teacher->layers - 1 - k;
+    if (n <= 0) {
+        n = c->distill.n_replace;
+        memcpy(layers, c->distill.replace_layers, (size_t)n * sizeof(int));
+    }
+    char set[256] = "";
+    for (int k = 0, w = 0; k < n && w < (int)sizeof set; k++)
+        w += snprintf(set + w, sizeof set - (size_t)w, "%s%d", k ? ", " : "", layers[k]);
+    if (c->distill.replace_auto > 0)
+        printf("students: the teacher with auto:%d replaced (the profile picks which; any %d "
+               "layers count the same, here %s):\n",
+               n, n, set);
+    else
+        printf("students: the teacher with layers %s replaced (distill.replace_layers):\n", set);
+    printf("  %-12s %12s %10s\n", "mixer", "parameters", "vs teacher");
+    for (int k = 1; k <= MODEL_MIXER_LAST; k++) {
+        model_shape sh = *teacher;
+        for (int i = 0; i < n; i++) sh.mixer[layers[i]] = (unsigned char)k;
+        model m;
+        model_mem mm;
+        if (model_plan(&m, &sh, 1, &mm, err, errlen)) return -1;
+        model_destroy(&m);
+        printf("  %-12s %12zu %+9.1f%%%s\n", model_mixer_name(k), mm.params,
+               100.0 * ((double)mm.params / (double)total_teacher - 1.0),
+               strcmp(model_mixer_name(k), c->distill.mixer) == 0 ? "   (distill.mixer)" : "");
     }
     return 0;
 }
@@ -112,6 +148,13 @@ int cmd_params(int argc, char **argv) {
         fprintf(stderr, "bfworker: %s\n", err);
         return CMD_USAGE;
     }
+    if (s2s)
+        printf("teacher: the dense ViT, %d layers of attention, d %d, %d heads, patch %d (%s)\n",
+               sh.layers, sh.d_model, sh.heads, p,
+               strcmp(c.distill.teacher, "dense") == 0
+                   ? "distill.teacher dense: the students learn from it as it is"
+                   : "distill.teacher avit: the students learn from its A-ViT fine-tune, which "
+                     "adds no parameters (the halting reads channel 0)");
     printf("%-12s %12s\n", "part", "parameters");
     printf("%-12s %12zu\n", "embedding",
            model_count(&m, "tok_emb.") + model_count(&m, "pos_emb.") +
@@ -144,7 +187,8 @@ int cmd_params(int argc, char **argv) {
     else if (!lm)
         printf("(classifier sized for 26 classes; the data decides the real count: give "
                "data.train to count them)\n");
-    if (s2s && print_mixers(&sh, c.distill.mixer, err, sizeof err)) {
+    if (s2s && (print_mixers(&sh, c.distill.mixer, err, sizeof err) ||
+                print_students(&sh, &c, mm.params, err, sizeof err))) {
         model_destroy(&m);
         fprintf(stderr, "bfworker: %s\n", err);
         return CMD_USAGE;

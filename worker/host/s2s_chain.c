@@ -22,7 +22,9 @@ typedef struct s2s_ctx {
     const bf_config *c;
     const stage_graph *g; /* the declared stages (common/pipeline_decl.c) */
     const train_opts *o;
-    stage_node st[STAGE_MAX];
+    stage_node st[STAGE_MAX]; /* by the graph's index; a stage the config skips has runs 0 */
+    int runs[STAGE_MAX];
+    int tstage; /* the teacher's stage: ST_AVIT, or ST_TEACHER (distill.teacher dense) */
     char prefix[STAGE_MAX][40]; /* metric names of stage i: "NAME/" */
     char root[3000];
     char dir[STAGE_MAX][3100];
@@ -50,7 +52,8 @@ static int stream_swap(void *ctx, char *err, size_t errlen) {
 }
 
 /* The stages this driver runs, in the declaration's order (checked by
- * s2s_chain_train against pipeline_stages("s2s")). */
+ * s2s_chain_train against pipeline_stages("s2s")); distill.teacher dense
+ * skips ST_AVIT. */
 enum { ST_TEACHER, ST_AVIT, ST_PROFILE, ST_DISTILL, ST_FINETUNE, ST_EVAL, S2S_STAGES };
 static const char *const STAGE_NAMES[S2S_STAGES] = {"teacher", "avit",     "profile",
                                                     "distill", "finetune", "eval"};
@@ -72,7 +75,8 @@ static int mark_done(const s2s_ctx *x, int i, char *err, size_t errlen) {
     int ok = f && fprintf(f, "{\"stage\": \"%s\", \"key\": \"%s\", \"parent\": \"%s\"",
                           x->st[i].name, x->st[i].key, x->st[i].parent) > 0;
     if (ok && i >= ST_DISTILL) { /* the student's replaced layers (auto:K resolved) */
-        ok = fprintf(f, ", \"mixer\": \"%s\", \"replaced_layers\": [", x->c->distill.mixer) > 0;
+        ok = fprintf(f, ", \"teacher\": \"%s\", \"mixer\": \"%s\", \"replaced_layers\": [",
+                     x->c->distill.teacher, x->c->distill.mixer) > 0;
         for (int k = 0; ok && k < x->n_layers; k++)
             ok = fprintf(f, "%s%d", k ? ", " : "", x->layers[k]) > 0;
         ok = ok && fputs("]", f) >= 0;
@@ -91,7 +95,7 @@ static bf_config stage_config(const s2s_ctx *x, int i) {
     bf_config s = *x->c;
     snprintf(s.pipeline, sizeof s.pipeline, "vit");
     s.s2s.root[0] = s.s2s.stage[0] = 0;
-    s.avit.enabled = i != ST_TEACHER;
+    s.avit.enabled = i != ST_TEACHER && x->tstage == ST_AVIT; /* a dense teacher: none halts */
     if (i >= ST_DISTILL) {
         size_t w = 0;
         int kind = model_mixer_kind(x->c->distill.mixer);
@@ -102,8 +106,9 @@ static bf_config stage_config(const s2s_ctx *x, int i) {
                                   l ? "," : "", model_mixer_name(rep ? kind : 0));
         }
     }
-    int parent = i == ST_DISTILL ? ST_AVIT : i - 1;
-    if (i != ST_TEACHER) { /* s2s_chain_train checked the folders fit */
+    int parent = i == ST_DISTILL ? x->tstage : i - 1;
+    while (parent > 0 && !x->runs[parent]) parent--; /* the stage before a skipped one */
+    if (i != ST_TEACHER) {                           /* s2s_chain_train checked the folders fit */
         snprintf(s.init.from, sizeof s.init.from, "%.*s", (int)sizeof s.init.from - 1,
                  x->dir[parent]);
         s.init.map[0] = '\0'; /* the parent's names are bf's */
@@ -134,6 +139,7 @@ static bf_config stage_config(const s2s_ctx *x, int i) {
  * that takes over a stopped or killed trial's stage continues it. */
 typedef struct stage_keys {
     const stage_graph *g;
+    const bf_config *c;
     int stage;
 } stage_keys;
 
@@ -144,13 +150,15 @@ static int stage_key_counts(void *ctx, const char *key, size_t n) {
     memcpy(name, key, n);
     name[n] = '\0';
     for (int j = 0; j <= k->stage; j++)
-        if (stage_graph_depends(k->g, j, name)) return 1;
+        if (k->g->n > j && stage_graph_runs(k->g, k->c, j) &&
+            stage_graph_depends(k->g, k->c, j, name))
+            return 1;
     return 0;
 }
 
 static int run_train_stage(s2s_ctx *x, int i, const pipe_spec *sp, const bf_config *sc, char *err,
                            size_t errlen) {
-    stage_keys keys = {x->g, i};
+    stage_keys keys = {x->g, x->c, i};
     train_stage ts = {x->dir[i], x->prefix[i],     x->offset, &x->mt, stream_swap,
                       x,         stage_key_counts, &keys};
     train_result r;
@@ -225,7 +233,7 @@ static int choose_layers(s2s_ctx *x, char *err, size_t errlen) {
 static int run_profile(s2s_ctx *x, char *err, size_t errlen) {
     model m;
     pipe_profile_t p;
-    if (load_model(x, ST_AVIT, x->dir[ST_AVIT], 64, 0, &m, err, errlen)) return -1;
+    if (load_model(x, x->tstage, x->dir[x->tstage], 64, 0, &m, err, errlen)) return -1;
     int rc = pipe_profile(&m, x->c, &x->d, 64, &p, err, errlen);
     model_destroy(&m);
     if (rc || x->rank != 0) return rc;
@@ -248,11 +256,13 @@ static int run_distill(s2s_ctx *x, char *err, size_t errlen) {
     memset(&d, 0, sizeof d);
     d.mean_h = strcmp(sc.distill.halt_align, "mean_h") == 0;
     int batch = sc.train.batch / (x->o->comm ? comm_world(x->o->comm) : 1);
-    if (load_model(x, ST_AVIT, x->dir[ST_AVIT], batch, 1, &d.teacher, err, errlen)) return -1;
+    if (load_model(x, x->tstage, x->dir[x->tstage], batch, 1, &d.teacher, err, errlen)) return -1;
     pipe_spec sp;
     int kind = model_mixer_kind(sc.distill.mixer);
-    int rc = s2s_distill_spec(&d, &sp, x->layers, x->n_layers, sc.distill.lambda_mse,
-                              sc.distill.lambda_halt, sc.distill.unfreeze, kind, err, errlen);
+    /* a dense teacher halts no token: nothing to align */
+    float lambda_halt = x->tstage == ST_AVIT ? sc.distill.lambda_halt : 0.0f;
+    int rc = s2s_distill_spec(&d, &sp, x->layers, x->n_layers, sc.distill.lambda_mse, lambda_halt,
+                              sc.distill.label_smoothing, sc.distill.unfreeze, kind, err, errlen);
     if (!rc) rc = run_train_stage(x, ST_DISTILL, &sp, &sc, err, errlen);
     s2s_distill_free(&d);
     return rc;
@@ -286,7 +296,7 @@ static const char *name_of(const char *a, const char *b, const char *c2, int T) 
 
 static int run_eval(s2s_ctx *x, char *err, size_t errlen) {
     static const char *const who[] = {"dense", "teacher", "student"};
-    const int stage[] = {ST_TEACHER, ST_AVIT, ST_FINETUNE};
+    const int stage[] = {ST_TEACHER, x->tstage, ST_FINETUNE}; /* dense: the teacher is it */
     static const int lengths[] = {197, 577, 1025};
     model_shape shape[3];
     double ret[3];
@@ -393,8 +403,10 @@ static int run_one(s2s_ctx *x, int i, char *err, size_t errlen) {
     if (i == ST_EVAL) return run_eval(x, err, errlen);
     bf_config sc = stage_config(x, i);
     pipe_spec sp = pipe_vit;
-    if (i == ST_FINETUNE) /* the student's retention is reported (eval), not a target */
+    if (i == ST_FINETUNE) { /* the student's retention is reported (eval), not a target */
         sp.check = vit_retention_warn;
+        sp.label_smoothing = sc.distill.label_smoothing; /* as stage 1's, FAR's recipe */
+    }
     if (i == ST_AVIT) sp.check = avit_stage_check;
     return run_train_stage(x, i, &sp, &sc, err, errlen);
 }
@@ -445,7 +457,14 @@ int s2s_chain_train(const bf_config *c, const train_opts *o, train_result *r, ch
         free(x);
         return TRAIN_ERROR;
     }
-    stage_graph_plan(g, c, x->st);
+    stage_node plan[STAGE_MAX];
+    int planned = stage_graph_plan(g, c, plan);
+    for (int i = 0; i < S2S_STAGES; i++) x->st[i].name = STAGE_NAMES[i];
+    for (int k = 0; k < planned; k++) {
+        x->st[plan[k].idx] = plan[k];
+        x->runs[plan[k].idx] = 1;
+    }
+    x->tstage = x->runs[ST_AVIT] ? ST_AVIT : ST_TEACHER;
     for (int i = 0; i < S2S_STAGES; i++) {
         snprintf(x->prefix[i], sizeof x->prefix[i], "%s/", x->st[i].name);
         snprintf(x->dir[i], sizeof x->dir[i], "%s/%s", x->root, x->st[i].dir);
@@ -466,6 +485,12 @@ int s2s_chain_train(const bf_config *c, const train_opts *o, train_result *r, ch
         free(x);
         return TRAIN_ERROR;
     }
+    if (only >= 0 && !x->runs[only]) {
+        snprintf(err, errlen, "s2s.stage '%s': distill.teacher %s runs no %s stage", c->s2s.stage,
+                 c->distill.teacher, c->s2s.stage);
+        free(x);
+        return TRAIN_ERROR;
+    }
     bf_config dc = stage_config(x, ST_TEACHER);
     if (host_check_init_from(c, o->out_dir, err, errlen)) {
         free(x);
@@ -483,7 +508,7 @@ int s2s_chain_train(const bf_config *c, const train_opts *o, train_result *r, ch
     /* the stages a --stage run needs are done, the data opened: only now is
      * a new stream begun (--force: beside the old run's, swapped in later) */
     for (int i = 0; only > 0 && i < only; i++)
-        if (!is_done(x, i)) {
+        if (x->runs[i] && !is_done(x, i)) {
             snprintf(err, errlen,
                      "stage %s needs stage %s (%s) done first: %s/stage.json is missing",
                      x->st[only].name, x->st[i].name, x->st[i].key, x->dir[i]);
@@ -500,6 +525,7 @@ int s2s_chain_train(const bf_config *c, const train_opts *o, train_result *r, ch
     for (int i = 0; i < S2S_STAGES; i++) {
         int last = only >= 0 ? only : S2S_STAGES - 1;
         if (i > last) break;
+        if (!x->runs[i]) continue; /* the A-ViT stage of a dense teacher */
         if (is_done(x, i)) {
             if (!x->quiet && (only < 0 || i == only))
                 fprintf(stderr, "stage %-8s %s: done, reusing %s\n", x->st[i].name, x->st[i].key,

@@ -128,7 +128,8 @@ typedef struct pipe_spec {
     const char *const *frozen;
     /* when set: the only prefixes that train (everything else frozen) */
     const char *const *trainable;
-    int classify; /* 1: accuracy metrics (encoder); 0: perplexity (lm) */
+    int classify;          /* 1: accuracy metrics (encoder); 0: perplexity (lm) */
+    float label_smoothing; /* of the training cross-entropy (S2S's stages; 0 = the plain CE) */
     /* A pipeline's own state and hooks around each training step (all
      * nullable): before_forward runs before the model's training forward
      * on the same batch (e.g. a teacher's forward), extra_backward after it

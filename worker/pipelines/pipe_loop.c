@@ -114,6 +114,7 @@ static int loop_model(loop *L, char *err, size_t errlen) {
         model_create(&L->m, &sh, L->be, L->local_batch, err, errlen))
         return -1;
     pipe_model_config(&L->m, L->c);
+    L->m.label_smoothing = L->sp->label_smoothing;
     if (model_init_weights(&L->m, L->c->train.seed, err, errlen)) return -1;
     if (L->h->init_from && L->h->init_from(L->h->ctx, L->c, &L->m, err, errlen)) return -1;
     for (int i = 0; L->sp->frozen && L->sp->frozen[i]; i++)

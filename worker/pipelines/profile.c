@@ -141,6 +141,7 @@ int pipe_profile(model *m, const bf_config *c, const data_sets *d, int samples, 
     }
     m->drop = drop, m->aug_pad = pad, m->aug_flip = flip;
     out->layers = L;
+    out->halting = m->sh.avit;
     out->samples = b.valid_rows;
     out->tokens = T;
     sort_layers(out);
@@ -151,6 +152,11 @@ int pipe_profile(model *m, const bf_config *c, const data_sets *d, int samples, 
 }
 
 static json_t *num(double v) { return isnan(v) ? json_null() : json_real(v); }
+
+/* What the sparsest-first order ranks by. */
+static const char *score_name(const pipe_profile_t *p) {
+    return p->halting ? "keep*entropy" : "entropy";
+}
 
 void pipe_profile_json(const pipe_profile_t *p, FILE *f) {
     json_t *root = json_object(), *layers = json_array(), *order = json_array();
@@ -166,6 +172,7 @@ void pipe_profile_json(const pipe_profile_t *p, FILE *f) {
     json_object_set_new(root, "samples", json_integer(p->samples));
     json_object_set_new(root, "tokens", json_integer(p->tokens));
     json_object_set_new(root, "layers", layers);
+    json_object_set_new(root, "score", json_string(score_name(p)));
     json_object_set_new(root, "sparsest", order);
     json_dumpf(root, f, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
     fputc('\n', f);
@@ -173,7 +180,8 @@ void pipe_profile_json(const pipe_profile_t *p, FILE *f) {
 }
 
 void pipe_profile_table(const pipe_profile_t *p, FILE *f) {
-    fprintf(f, "attention sparsity on %d validation images, %d tokens\n", p->samples, p->tokens);
+    fprintf(f, "attention sparsity on %d validation images, %d tokens (%s model)\n", p->samples,
+            p->tokens, p->halting ? "A-ViT" : "dense");
     fprintf(f, "layer  entropy  top10%%_mass   keep  density\n");
     for (int l = 0; l < p->layers; l++) {
         const pipe_layer_profile *q = &p->l[l];
@@ -183,6 +191,9 @@ void pipe_profile_table(const pipe_profile_t *p, FILE *f) {
         else
             fprintf(f, "%5d  %7s  %11s  %5.3f  %7s\n", l, "-", "-", q->keep, "-");
     }
+    fprintf(f, "score: %s%s\n", score_name(p),
+            p->halting ? " (density: the halting's keep times the attention's entropy)"
+                       : " (the attention's own sparsity)");
     fprintf(f, "sparsest first:");
     for (int l = 0; l < p->layers; l++) fprintf(f, " %d", p->order[l]);
     fputc('\n', f);
@@ -224,6 +235,8 @@ int pipe_profile_read(const char *path, pipe_profile_t *p, char *err, size_t err
     p->layers = (int)json_array_size(layers);
     p->samples = (int)json_integer_value(json_object_get(root, "samples"));
     p->tokens = (int)json_integer_value(json_object_get(root, "tokens"));
+    const char *score = json_string_value(json_object_get(root, "score"));
+    p->halting = !score || strcmp(score, "entropy") != 0; /* older files: keep*entropy */
     int seen[MODEL_MAX_LAYERS] = {0};
     for (int l = 0; l < p->layers; l++) {
         json_t *q = json_array_get(layers, (size_t)l), *o = json_array_get(order, (size_t)l);

@@ -13,7 +13,10 @@
  *             halted before the layer: it mixes nothing, entropy and top mass
  *             are NaN), so such layers come first
  * and the layers in order of density, sparsest first (what distill's
- * replace_layers auto:K takes). Layers whose mixer is not attention report
+ * replace_layers auto:K takes). score names that order: "keep*entropy" for
+ * a model that halts (A-ViT: the halting's sparsity and the attention's
+ * together), "entropy" for a dense one (keep 1: the attention's own
+ * sparsity alone). Layers whose mixer is not attention report
  * NaN entropy, top mass and density and come last. Written as
  * profile.json. */
 #ifndef PIPE_PROFILE_H
@@ -30,6 +33,7 @@ typedef struct pipe_layer_profile {
 
 typedef struct pipe_profile_t {
     int layers, samples, tokens;
+    int halting; /* the model halts (A-ViT): score keep*entropy, else entropy */
     pipe_layer_profile l[MODEL_MAX_LAYERS];
     int order[MODEL_MAX_LAYERS]; /* layer ids, sparsest (lowest density) first */
 } pipe_profile_t;

@@ -24,11 +24,18 @@ static int distill_before(void *ctx, model *m, const int *in, const int *targets
     int rc = model_forward(&d->teacher, in, NULL, targets, rows, 0, err, errlen);
     d->teacher.aug_infer = 0; /* validation sees the images as they are */
     if (rc) return -1;
-    m->ext_mask = d->teacher.halt.mask;
-    m->ext_ones = d->teacher.halt.ones;
-    m->label_smoothing = 0.1f; /* the design's stage-1 cross-entropy */
+    if (d->teacher.sh.avit) { /* a dense teacher: no masks, the student runs every token */
+        m->ext_mask = d->teacher.halt.mask;
+        m->ext_ones = d->teacher.halt.ones;
+    }
     d->steps += 1;
     return 0;
+}
+
+/* The teacher's mask of layer l: its halting's, or NULL (every token) for a
+ * dense teacher. */
+static const float *teacher_mask(const s2s_distill *d, int l) {
+    return d->teacher.sh.avit ? d->teacher.halt.mask[l] : NULL;
 }
 
 /* The masked MSE of each replaced layer and its gradient at the mixer's
@@ -41,7 +48,7 @@ static void distill_backward(void *ctx, model *m) {
         int l = d->layers[i];
         nn_block *b = &m->blocks[l];
         const float *s = nn_block_tap(b, NN_TAP_MIXER_INNER);
-        const float *t = model_attn(&d->teacher, l)->atty, *mask = d->teacher.halt.mask[l];
+        const float *t = model_attn(&d->teacher, l)->atty, *mask = teacher_mask(d, l);
         be->mse_forward(d->mse + i, s, t, mask, N, C);
         be->add(d->acc, d->acc, d->mse + i, 1);
         be->zero(d->grad[i], (size_t)N * C * sizeof(float));
@@ -78,7 +85,8 @@ static void distill_log(void *ctx, void (*metric)(void *mctx, const char *name, 
     float acc;
     memcpy(&acc, &both[1], sizeof acc);
     metric(mctx, "train/loss_mse", d->steps > 0 ? acc / d->steps : NAN);
-    metric(mctx, "train/loss_halt", d->steps > 0 ? hl / d->steps : NAN);
+    if (d->teacher.sh.avit) /* a dense teacher has no halting to align */
+        metric(mctx, "train/loss_halt", d->steps > 0 ? hl / d->steps : NAN);
     d->steps = 0;
 }
 
@@ -113,8 +121,10 @@ static int distill_validate(void *ctx, model *m, const bf_config *c, const data_
             break;
         }
         if (b.valid_rows == 0) continue;
-        m->ext_mask = d->teacher.halt.mask;
-        m->ext_ones = d->teacher.halt.ones;
+        if (d->teacher.sh.avit) {
+            m->ext_mask = d->teacher.halt.mask;
+            m->ext_ones = d->teacher.halt.ones;
+        }
         if (model_forward(m, b.ids, b.mask, b.labels, b.valid_rows, 0, err, errlen)) {
             rc = -1;
             break;
@@ -123,7 +133,7 @@ static int distill_validate(void *ctx, model *m, const bf_config *c, const data_
         for (int i = 0; i < d->n; i++) {
             int l = d->layers[i];
             be->mse_forward(d->mse + i, nn_block_tap(&m->blocks[l], NN_TAP_MIXER_INNER),
-                            model_attn(&d->teacher, l)->atty, d->teacher.halt.mask[l], N, C);
+                            model_attn(&d->teacher, l)->atty, teacher_mask(d, l), N, C);
         }
         be->to_host(h_mse, d->mse, (size_t)d->n * sizeof(float));
         for (int i = 0; i < d->n; i++) sum[0] += (double)h_mse[i] * b.valid_rows;
@@ -140,7 +150,8 @@ static int distill_validate(void *ctx, model *m, const bf_config *c, const data_
 }
 
 int s2s_distill_spec(s2s_distill *d, pipe_spec *sp, const int *layers, int n, float lambda_mse,
-                     float lambda_halt, int unfreeze, int mixer_kind, char *err, size_t errlen) {
+                     float lambda_halt, float label_smoothing, int unfreeze, int mixer_kind,
+                     char *err, size_t errlen) {
     const bk_backend *be = d->teacher.be;
     d->be = be;
     d->teacher.trunk_only = 1; /* its masks, h and attention outputs only: no head, no copy */
@@ -151,7 +162,7 @@ int s2s_distill_spec(s2s_distill *d, pipe_spec *sp, const int *layers, int n, fl
     d->mse = be->alloc((size_t)n * sizeof(float));
     d->grad = calloc((size_t)n, sizeof *d->grad);
     int L = d->teacher.sh.layers;
-    d->lambda_halt = lambda_halt;
+    d->lambda_halt = d->teacher.sh.avit ? lambda_halt : 0.0f; /* dense: nothing halts */
     d->hgrad = calloc((size_t)L, sizeof *d->hgrad);
     /* the window's two sums in one buffer, read by one copy: hloss (a double)
      * then acc (a float in the second double's bytes) */
@@ -188,6 +199,7 @@ int s2s_distill_spec(s2s_distill *d, pipe_spec *sp, const int *layers, int n, fl
     sp->extra_backward = distill_backward;
     sp->log_ctx = distill_log;
     sp->validate_ctx = distill_validate;
+    sp->label_smoothing = label_smoothing;
     return 0;
 }
 

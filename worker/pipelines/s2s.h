@@ -1,8 +1,9 @@
 /* s2s — the model side of the S2S stages (docs/design.md#s2s-pipeline); the
  * stages themselves (folders, order, reuse) are worker/host/s2s_chain.c.
  *
- * distill (stage 1): the student is the A-ViT teacher with sequential
- * mixers in the replaced layers. Before each training step the teacher
+ * distill (stage 1): the student is the teacher (A-ViT, or the dense ViT
+ * with distill.teacher dense) with sequential mixers in the replaced
+ * layers. Before each training step the teacher
  * (frozen, a second model) runs the same batch; the student then trains
  * under the teacher's per-layer masks (model.ext_mask), and every replaced
  * layer's mixer output before W_O is pulled to the teacher attention's
@@ -12,7 +13,10 @@
  * last (kernels' halt_align: binary KL of the teacher's halting scores
  * against the student's over the active patch tokens, plus 5 (difference of
  * their smooth keep fractions)^2, or with distill.halt_align mean_h of their
- * mean scores), and the task cross-entropy with label smoothing 0.1.
+ * mean scores), and the task cross-entropy with label smoothing
+ * label_smoothing (distill.label_smoothing).
+ * A dense teacher (no halting) gives no masks (every token), no halting
+ * alignment and no train/loss_halt.
  * Metrics: train/loss_mse (the sum over replaced layers) and
  * train/loss_halt, means over the window's steps; val/loss_mse, the same
  * MSE on the validation split, before the first step and at every
@@ -54,7 +58,8 @@ typedef struct s2s_distill {
  * (owns its buffers; s2s_distill_free). layers: the replaced ones. Returns
  * 0 or -1 with a message. */
 int s2s_distill_spec(s2s_distill *ctx, pipe_spec *sp, const int *layers, int n, float lambda_mse,
-                     float lambda_halt, int unfreeze, int mixer_kind, char *err, size_t errlen);
+                     float lambda_halt, float label_smoothing, int unfreeze, int mixer_kind,
+                     char *err, size_t errlen);
 void s2s_distill_free(s2s_distill *ctx);
 
 /* Speed of n model shapes at T tokens (patch side p, square images of
