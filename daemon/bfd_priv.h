@@ -169,6 +169,7 @@ typedef struct bfd {
     /* pending trials of cancelled jobs are left to move to CANCELLED
      * (req_control.c moves a chunk per round) */
     int cancelling;
+    double trace_ms; /* BF_LOOP_TRACE: log rounds longer than this (0: off; loop.c) */
 } bfd;
 
 #define UNSENT_LOG_EVERY 10.0
