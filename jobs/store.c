@@ -323,6 +323,17 @@ int store_create_at_version(const char *path, int version, char *err, size_t err
  * rollback, as a full disk makes it fail) while the file path exists. */
 static int store_full_hook(void *path) { return access((const char *)path, F_OK) == 0; }
 
+/* The commit hook: a connection that waited for the lock has it (its wait
+ * stops counting); under BF_TEST_STORE_FULL, store_full_hook decides. */
+static int store_commit_hook(void *ud) {
+    store *s = ud;
+    store_wait_over(s);
+    return s->full_path ? store_full_hook((void *)s->full_path) : 0;
+}
+
+/* The rollback hook: as the commit hook, the wait is over. */
+static void store_rollback_hook(void *ud) { store_wait_over(ud); }
+
 /* Makes the file one whose free pages store_shrink can give back (PRAGMA
  * auto_vacuum = INCREMENTAL). A new file takes it before its first table;
  * a file made by an older build takes it through one VACUUM, once (it
@@ -363,8 +374,8 @@ int store_open(const char *path, store **out, char *err, size_t errlen) {
         free(s);
         return -1;
     }
-    if (sqlite3_busy_timeout(s->db, 10000) != SQLITE_OK) {
-        store_sqlfail(s, err, errlen, "sqlite3_busy_timeout");
+    if (sqlite3_busy_handler(s->db, store_busy, s) != SQLITE_OK) {
+        store_sqlfail(s, err, errlen, "sqlite3_busy_handler");
         store_close(&s);
         return -1;
     }
@@ -433,7 +444,9 @@ int store_open(const char *path, store **out, char *err, size_t errlen) {
     /* tests only (docs/daemon.md, "Testing a full disk"): every commit of
      * this connection fails while the file BF_TEST_STORE_FULL names exists */
     const char *full = getenv("BF_TEST_STORE_FULL");
-    if (full && *full) sqlite3_commit_hook(s->db, store_full_hook, (void *)full);
+    s->full_path = full && *full ? full : NULL;
+    sqlite3_commit_hook(s->db, store_commit_hook, s);
+    sqlite3_rollback_hook(s->db, store_rollback_hook, s);
     *out = s;
     return 0;
 }

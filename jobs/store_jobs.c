@@ -33,8 +33,8 @@ int store_insert_trial(store *s, sqlite3_stmt *st, int64_t job, const sweep_tria
 }
 
 /* Trials written per transaction of a submit: the loop's metric flush waits
- * for at most one chunk, not for the whole expansion of a 100,000-trial grid
- * (which held one transaction for seconds). */
+ * for at most one trial (store_others_wait), not for the whole expansion of a
+ * 100,000-trial grid (which held one transaction for seconds). */
 #define SUBMIT_CHUNK 500
 
 typedef struct submit_ctx {
@@ -52,13 +52,13 @@ static int submit_trial(void *ud, const sweep_trial *t) {
     int64_t id;
     if (store_insert_trial(c->s, c->ins, c->job, t, c->t, NULL, &id, c->err, c->errlen) < 0)
         return -1;
-    if (++c->in_chunk < SUBMIT_CHUNK) return 0;
+    /* a chunk ends early when another writer of bfd (the loop's metric
+     * flush) waits for the lock: it goes in between two chunks */
+    if (++c->in_chunk < SUBMIT_CHUNK && !store_others_wait(c->s)) return 0;
     c->in_chunk = 0;
     /* the statement is reset so that the commit finds none in progress */
     sqlite3_reset(c->ins);
-    return store_commit(c->s, c->err, c->errlen) < 0 || store_begin(c->s, c->err, c->errlen) < 0
-               ? -1
-               : 0;
+    return store_give_way(c->s, c->err, c->errlen);
 }
 
 int store_submit(store *s, const sweep_spec *spec, const char *source, int64_t *job_id, char *err,

@@ -1,9 +1,11 @@
 /* test_store — the SQLite job store on real files: schema and migrations,
  * submit, the trial state machine (legal and illegal edges, retries),
- * queries, metric resends and paging, a submit killed with SIGKILL, and
- * metric insert throughput (printed, not asserted). */
+ * queries, metric resends and paging, a submit killed with SIGKILL,
+ * metric insert throughput (printed, not asserted) and a writer waiting
+ * for the lock let in between the chunks of a big submit. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -1011,5 +1013,89 @@ Test(store, pruning_a_100000_point_job_shrinks_the_file) {
     cr_assert_eq(n, 1);
     store_job j;
     cr_assert_eq(store_job_get(s, keep, &j, err, sizeof err), 0);
+    store_close(&s);
+}
+
+typedef struct big_submit {
+    const char *path, *text;
+    int rc;
+    char err[512];
+} big_submit;
+
+/* A thread's submit of the 15,000-trial grid on a connection of its own. */
+static void *big_submit_main(void *arg) {
+    big_submit *b = arg;
+    store *s = NULL;
+    sweep_spec *sp = NULL;
+    sweep_errors e = {0};
+    b->rc = store_open(b->path, &s, b->err, sizeof b->err) ||
+            sweep_load_string(b->text, strlen(b->text), "big.yaml", &sp, &e);
+    int64_t job;
+    if (!b->rc) b->rc = store_submit(s, sp, b->text, &job, b->err, sizeof b->err);
+    sweep_errors_free(&e);
+    sweep_spec_destroy(&sp);
+    store_close(&s);
+    return NULL;
+}
+
+/* Trials stored so far (the big job is hidden, so counted in the file). */
+static long long trial_rows(const char *path) {
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_busy_timeout(db, 5000);
+    cr_assert_eq(sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM trials", -1, &st, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    long long n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return n;
+}
+
+/* Trials of job `big` stored before the first trial of job `small`: how far
+ * the big submit had gone when the small one took the lock. */
+static long long big_before(const char *path, int64_t big, int64_t small) {
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(db,
+                                    "SELECT COUNT(*) FROM trials WHERE job = ?1 AND id <"
+                                    " (SELECT MIN(id) FROM trials WHERE job = ?2)",
+                                    -1, &st, NULL),
+                 SQLITE_OK);
+    sqlite3_bind_int64(st, 1, big);
+    sqlite3_bind_int64(st, 2, small);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    long long n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return n;
+}
+
+/* bfd's loop and its submit thread write through two connections: a write
+ * of the loop that waits for the lock goes in at the big submit's next
+ * trial, not at the end of one of its 500-trial chunks (SQLite's own busy
+ * handler, not fair, let the submit take the lock back at chunk after chunk,
+ * starving the loop for seconds). Shown without a clock: a small submit that
+ * could only go in at a chunk's end finds a multiple of 500 big trials
+ * before its own; two in a row both do so by chance once in 250,000. */
+Test(store, a_waiting_writer_goes_in_at_the_next_trial_of_a_submit, .timeout = 120) {
+    store *s = open_store("way.db");
+    big_submit b = {.path = path_in("way.db"), .text = big_text()};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, big_submit_main, &b), 0);
+    while (trial_rows(b.path) == 0) { /* its first chunk is in: the submit goes on */
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    int64_t small[2] = {submit(s, SIX), submit(s, SIX)};
+    cr_assert_eq(pthread_join(th, NULL), 0);
+    cr_assert_eq(b.rc, 0, "%s", b.err);
+    int64_t big = 1; /* its job row went in with its first chunk */
+    long long at[2] = {big_before(b.path, big, small[0]), big_before(b.path, big, small[1])};
+    cr_assert(at[0] % 500 != 0 || at[1] % 500 != 0,
+              "both small submits went in only at the end of a chunk of the big one (after %lld "
+              "and %lld of its trials)",
+              at[0], at[1]);
     store_close(&s);
 }
