@@ -221,6 +221,34 @@ static const char *const migrations[STORE_SCHEMA_VERSION] = {
     "ALTER TABLE jobs ADD COLUMN objectives TEXT NOT NULL DEFAULT '';"
     "UPDATE jobs SET objectives = '[{\"name\": \"' || metric_name || '\", \"goal\": \"' ||"
     " metric_goal || '\"}]';",
+    /* 10 -> 11: how many trials each job has in each state, kept by
+     * triggers on every insert, state change and delete of a trial: a job's
+     * row (store_job_get, every `job` page, every launch), `ls`, status and
+     * the Prometheus snapshot read it, where counting a 100,000-trial job's
+     * trials took 40-110 ms of bfd's loop each time (BF_LOOP_TRACE) */
+    "CREATE TABLE trial_counts("
+    " job INTEGER NOT NULL,"
+    " state TEXT NOT NULL,"
+    " n INTEGER NOT NULL,"
+    " PRIMARY KEY (job, state)) WITHOUT ROWID;"
+    "INSERT INTO trial_counts(job, state, n) SELECT job, state, COUNT(*) FROM trials"
+    " GROUP BY job, state;"
+    "CREATE TRIGGER trial_counts_insert AFTER INSERT ON trials BEGIN"
+    " INSERT INTO trial_counts(job, state, n) VALUES (NEW.job, NEW.state, 1)"
+    "  ON CONFLICT (job, state) DO UPDATE SET n = n + 1;"
+    " END;"
+    "CREATE TRIGGER trial_counts_update AFTER UPDATE OF job, state ON trials"
+    " WHEN OLD.state IS NOT NEW.state OR OLD.job IS NOT NEW.job BEGIN"
+    " UPDATE trial_counts SET n = n - 1 WHERE job = OLD.job AND state = OLD.state;"
+    " INSERT INTO trial_counts(job, state, n) VALUES (NEW.job, NEW.state, 1)"
+    "  ON CONFLICT (job, state) DO UPDATE SET n = n + 1;"
+    " END;"
+    "CREATE TRIGGER trial_counts_delete AFTER DELETE ON trials BEGIN"
+    " UPDATE trial_counts SET n = n - 1 WHERE job = OLD.job AND state = OLD.state;"
+    " END;"
+    "CREATE TRIGGER trial_counts_job_delete AFTER DELETE ON jobs BEGIN"
+    " DELETE FROM trial_counts WHERE job = OLD.id;"
+    " END;",
 };
 
 /* A bfd_runs table made by dstate before it was a migration (version 8)

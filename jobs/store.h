@@ -26,7 +26,7 @@
 extern "C" {
 #endif
 
-#define STORE_SCHEMA_VERSION 10
+#define STORE_SCHEMA_VERSION 11
 
 typedef enum {
     TRIAL_PENDING = 0,

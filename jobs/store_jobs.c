@@ -161,7 +161,8 @@ int store_add_trial(store *s, int64_t job, const sweep_trial *t, const char *poi
     long long have = 0, want = 0, closed = 0;
     if (store_prepare(
             s,
-            "SELECT (SELECT COUNT(*) FROM trials WHERE job = ?1), n_trials, closed FROM jobs"
+            "SELECT (SELECT IFNULL(SUM(n), 0) FROM trial_counts WHERE job = ?1), n_trials, closed"
+            " FROM jobs"
             " WHERE id = ?1 AND hidden = 0",
             &st, err, errlen) < 0)
         goto fail;
@@ -225,8 +226,10 @@ int store_job_cancel(store *s, int64_t job_id, int *n_cancelled, char *err, size
         if (store_transition(s, ids[i], TRIAL_CANCELLED, "job cancelled", 0, err, errlen) < 0)
             goto fail_ids;
     free(ids);
-    if (store_prepare(s, "SELECT COUNT(*) FROM trials WHERE state = 'PENDING' AND job = ?1", &st,
-                      err, errlen) < 0)
+    if (store_prepare(s,
+                      "SELECT IFNULL(SUM(n), 0) FROM trial_counts WHERE state = 'PENDING' AND"
+                      " job = ?1",
+                      &st, err, errlen) < 0)
         goto fail;
     sqlite3_bind_int64(st, 1, job_id);
     int rc = sqlite3_step(st);
@@ -303,13 +306,15 @@ fail:
 
 /* the columns of a job and its trials in each state (each an index range of
  * trials_state), so listing jobs is one query, not one per job */
-#define STATE_COUNT(S) " (SELECT COUNT(*) FROM trials WHERE state = '" S "' AND job = jobs.id),"
+#define STATE_COUNT(S)                                                                             \
+    " (SELECT IFNULL(SUM(n), 0) FROM trial_counts WHERE job = jobs.id AND state = '" S "'),"
 #define JOB_COLS                                                                                   \
     "SELECT id, name, pipeline, submitted, priority, retries, ranks, gpus_per_rank,"               \
     " cpus_per_rank, time_limit_s, metric_name, metric_goal, n_trials, method, parallel, closed,"  \
-    " early_stop, (SELECT COUNT(*) FROM trials WHERE job = jobs.id), nodes," STATE_COUNT(          \
-        "PENDING") STATE_COUNT("RUNNING") STATE_COUNT("COMPLETED") STATE_COUNT("FAILED")           \
-        STATE_COUNT("CANCELLED") STATE_COUNT("STOPPED") " objectives FROM jobs"
+    " early_stop, (SELECT IFNULL(SUM(n), 0) FROM trial_counts WHERE job = jobs.id), "              \
+    "nodes," STATE_COUNT("PENDING") STATE_COUNT("RUNNING") STATE_COUNT("COMPLETED")                \
+        STATE_COUNT("FAILED") STATE_COUNT("CANCELLED")                                             \
+            STATE_COUNT("STOPPED") " objectives FROM jobs"
 
 static void row_to_job(sqlite3_stmt *st, store_job *j) {
     memset(j, 0, sizeof *j);
@@ -383,7 +388,8 @@ int store_proposing_jobs(store *s, int64_t **out, size_t *n, char *err, size_t e
     sqlite3_stmt *st;
     if (store_prepare(s,
                       "SELECT id FROM jobs WHERE method = 'tpe' AND closed = 0 AND hidden = 0 AND"
-                      " (SELECT COUNT(*) FROM trials WHERE job = jobs.id) < n_trials ORDER BY id",
+                      " (SELECT IFNULL(SUM(n), 0) FROM trial_counts WHERE job = jobs.id) < n_trials"
+                      " ORDER BY id",
                       &st, err, errlen) < 0)
         return -1;
     return store_collect_column(s, st, out, NULL, n, "store_proposing_jobs: SELECT tpe jobs", err,
@@ -432,10 +438,11 @@ static int count_query(store *s, const char *sql, int64_t a, int b, int nb, long
 int store_count_trials(store *s, int64_t job_id, int state, long long *count, char *err,
                        size_t errlen) {
     if (state < 0)
-        return count_query(s, "SELECT COUNT(*) FROM trials WHERE job = ?1", job_id, 0, 1, count,
-                           err, errlen);
-    return count_query(s, "SELECT COUNT(*) FROM trials WHERE job = ?1 AND state = ?2", job_id,
-                       state, 2, count, err, errlen);
+        return count_query(s, "SELECT IFNULL(SUM(n), 0) FROM trial_counts WHERE job = ?1", job_id,
+                           0, 1, count, err, errlen);
+    return count_query(s,
+                       "SELECT IFNULL(SUM(n), 0) FROM trial_counts WHERE job = ?1 AND state = ?2",
+                       job_id, state, 2, count, err, errlen);
 }
 
 int store_count_jobs(store *s, long long *count, char *err, size_t errlen) {
@@ -447,8 +454,7 @@ int store_job_state_counts(store *s, int64_t job_id, long long counts[TRIAL_N_ST
                            size_t errlen) {
     for (int i = 0; i < TRIAL_N_STATES; i++) counts[i] = 0;
     sqlite3_stmt *st;
-    if (store_prepare(s, "SELECT state, COUNT(*) FROM trials WHERE job = ?1 GROUP BY state", &st,
-                      err, errlen) < 0)
+    if (store_prepare(s, "SELECT state, n FROM trial_counts WHERE job = ?1", &st, err, errlen) < 0)
         return -1;
     sqlite3_bind_int64(st, 1, job_id);
     int rc;
@@ -466,11 +472,12 @@ int store_job_state_counts(store *s, int64_t job_id, long long counts[TRIAL_N_ST
 int store_counts(store *s, long long *jobs, long long *pending, long long *running, char *err,
                  size_t errlen) {
     sqlite3_stmt *st;
-    if (store_prepare(s,
-                      "SELECT (SELECT COUNT(*) FROM jobs WHERE hidden = 0),"
-                      " (SELECT COUNT(*) FROM trials WHERE state = 'PENDING'" NOT_HIDDEN "),"
-                      " (SELECT COUNT(*) FROM trials WHERE state = 'RUNNING'" NOT_HIDDEN ")",
-                      &st, err, errlen) < 0)
+    if (store_prepare(
+            s,
+            "SELECT (SELECT COUNT(*) FROM jobs WHERE hidden = 0),"
+            " (SELECT IFNULL(SUM(n), 0) FROM trial_counts WHERE state = 'PENDING'" NOT_HIDDEN "),"
+            " (SELECT IFNULL(SUM(n), 0) FROM trial_counts WHERE state = 'RUNNING'" NOT_HIDDEN ")",
+            &st, err, errlen) < 0)
         return -1;
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
@@ -490,7 +497,7 @@ int store_state_counts(store *s, long long *jobs, long long counts[TRIAL_N_STATE
     for (int k = 0; k < TRIAL_N_STATES; k++) counts[k] = 0;
     if (store_prepare(s,
                       "SELECT 'JOBS', COUNT(*) FROM jobs WHERE hidden = 0"
-                      " UNION ALL SELECT state, COUNT(*) FROM trials"
+                      " UNION ALL SELECT state, SUM(n) FROM trial_counts"
                       " WHERE 1" NOT_HIDDEN " GROUP BY state",
                       &st, err, errlen) < 0)
         return -1;
