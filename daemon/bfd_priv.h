@@ -29,6 +29,7 @@
 #define ROUND_MAX_MSGS 256          /* worker messages handled per poll round */
 #define ROUND_MAX_POINTS 200000     /* values per round (one transaction) */
 #define ROUND_MAX_BYTES (32u << 20) /* the batches' copied points, per round */
+#define CTL_ROUND_S 0.02            /* requests begun per round: until this is spent */
 
 /* One live attempt in the run table (runs.c): its process or Slurm job, its
  * worker's connection, and how far its end has gone. */
