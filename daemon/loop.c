@@ -500,7 +500,7 @@ static void close_daemon(bfd *d) {
     if (d->sigpipe[1] >= 0) close(d->sigpipe[1]);
     http_stop(&d->http); /* before the snapshot it renders */
     prom_stop(&d->prom);
-    exp_tb_close(&d->tb);
+    exp_tb_close(&d->tb, d->st);
     dstate_close(&d->ds);
     store_close(&d->st);
     adaptive_destroy(&d->ad);

@@ -151,6 +151,13 @@ int store_next_runnable(store *s, int limit, store_trial **out, size_t *n, char 
  * value of the job's metric. */
 int store_job_trials(store *s, int64_t job_id, store_trial **out, size_t *n, char *err,
                      size_t errlen);
+/* The params JSON text of a job's trials of index above `after` (-1: from
+ * the first), at most limit, by index: *params is malloc'd, each string
+ * too (free each, then the array); *last is the last index read (after
+ * when none). What the TensorBoard experiment of a big job reads a page
+ * at a time. */
+int store_job_params_page(store *s, int64_t job_id, long long after, int limit, char ***params,
+                          size_t *n, long long *last, char *err, size_t errlen);
 /* A page of them: trials of index above `after` (-1: from the first), at
  * most limit, by index; what a reader of a 100,000-trial job pages through. */
 int store_job_trials_page(store *s, int64_t job_id, long long after, int limit, store_trial **out,

@@ -401,6 +401,48 @@ int store_job_trials_page(store *s, int64_t job_id, long long after, int limit, 
     return collect(s, st, TRIAL_NCOLS + 3, out, n, err, errlen);
 }
 
+int store_job_params_page(store *s, int64_t job_id, long long after, int limit, char ***params,
+                          size_t *n, long long *last, char *err, size_t errlen) {
+    *params = NULL;
+    *n = 0;
+    *last = after;
+    sqlite3_stmt *st;
+    if (store_prepare(s,
+                      "SELECT idx, params FROM trials WHERE job = ?1 AND idx > ?2 ORDER BY idx"
+                      " LIMIT ?3",
+                      &st, err, errlen) < 0)
+        return -1;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, after);
+    sqlite3_bind_int(st, 3, limit);
+    char **out = limit > 0 ? calloc((size_t)limit, sizeof *out) : NULL;
+    int rc = out ? SQLITE_ROW : SQLITE_NOMEM;
+    while (out && (rc = sqlite3_step(st)) == SQLITE_ROW && *n < (size_t)limit) {
+        char *p = store_col_dup(st, 1);
+        if (!p) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        out[(*n)++] = p;
+        *last = sqlite3_column_int64(st, 0);
+    }
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
+        if (rc == SQLITE_NOMEM)
+            bf_fail(err, errlen, "store_job_params_page: out of memory");
+        else
+            store_sqlfail(s, err, errlen, "sqlite3_step(SELECT trials.params)");
+        store_done(s, st);
+        for (size_t i = 0; i < *n; i++) free(out[i]);
+        free(out);
+        *n = 0;
+        *last = after;
+        return -1;
+    }
+    store_done(s, st);
+    *params = out;
+    return 0;
+}
+
 int store_job_trials(store *s, int64_t job_id, store_trial **out, size_t *n, char *err,
                      size_t errlen) {
     return store_job_trials_page(s, job_id, -1, 0, out, n, err, errlen);
