@@ -121,6 +121,7 @@ typedef struct bfd {
     const bfd_opts *o;
     const bfd_config *c;
     store *st;
+    store_checkpointer *ckpt; /* checkpoints the WAL off the loop */
     dstate *ds;
     void *ctx, *ctl, *wrk, *pub, *zap;
     char ep_ctl[1200], ep_wrk[1200], ep_pub[1200];

@@ -293,8 +293,8 @@ static int setup_home_dirs(const char *home, char *err, size_t errlen) {
     return 0;
 }
 
-/* The home folders, the store, the early-stop state, the submit thread, the
- * daemon's own tables and the TensorBoard exporter. */
+/* The home folders, the store and its checkpointer, the early-stop state,
+ * the submit thread, the daemon's own tables and the TensorBoard exporter. */
 static int open_state(bfd *d, char *err, size_t errlen) {
     const bfd_opts *o = d->o;
     const bfd_config *c = d->c;
@@ -302,12 +302,16 @@ static int open_state(bfd *d, char *err, size_t errlen) {
     snprintf(db, sizeof db, "%s/bf.db", o->home);
     snprintf(tb, sizeof tb, "%s/tensorboard", o->home);
     if (setup_home_dirs(o->home, err, errlen) || store_open(db, &d->st, err, errlen) ||
+        store_checkpointer_start(db, 1.0, &d->ckpt, err, errlen) ||
         adaptive_new(&d->ad, err, errlen) ||
         submitq_new(&d->sq, db, is_remote(d) ? 1 << 20 : c->slots, c->n_gpus,
                     is_slurm(d) || is_remote(d), o->home, err, errlen) ||
         dstate_open(db, &d->ds, err, errlen) ||
         exp_tb_open(tb, c->tensorboard, &d->tb, err, errlen))
         return -1;
+    /* the WAL is checkpointed by the checkpointer's thread, never in a
+     * commit of the loop (writing the pages back and syncing the file) */
+    store_defer_checkpoints(d->st);
     if (is_slurm(d)) {
         /* trials ready at once go out as job arrays of at most this many */
         char serr[1024];
@@ -503,6 +507,7 @@ static void close_daemon(bfd *d) {
     exp_tb_close(&d->tb, d->st);
     dstate_close(&d->ds);
     store_close(&d->st);
+    store_checkpointer_stop(&d->ckpt);
     adaptive_destroy(&d->ad);
     free(d->runs);
     free(d->arr_trials);

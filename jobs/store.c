@@ -8,9 +8,12 @@
 #include "jobs/store_priv.h"
 #include "common/errbuf.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ------------------------------------------------------------ state names */
@@ -499,4 +502,83 @@ int store_schema_version(store *s) {
     char err[256];
     if (user_version(s, &v, err, sizeof err) < 0) return -1;
     return v;
+}
+
+void store_defer_checkpoints(store *s) { sqlite3_wal_autocheckpoint(s->db, 0); }
+
+struct store_checkpointer {
+    sqlite3 *db;
+    double every_s;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;
+};
+
+/* The checkpointer's thread: a PASSIVE checkpoint, then a wait of every_s
+ * (or until stopped). */
+static void *checkpointer_main(void *arg) {
+    store_checkpointer *c = arg;
+    pthread_mutex_lock(&c->mu);
+    while (!c->stop) {
+        pthread_mutex_unlock(&c->mu);
+        int log = 0, done = 0;
+        sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &done);
+        pthread_mutex_lock(&c->mu);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double t = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec + c->every_s;
+        ts.tv_sec = (time_t)t;
+        ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+        while (!c->stop && pthread_cond_timedwait(&c->cv, &c->mu, &ts) != ETIMEDOUT) {
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+int store_checkpointer_start(const char *path, double every_s, store_checkpointer **out, char *err,
+                             size_t errlen) {
+    *out = NULL;
+    store_checkpointer *c = calloc(1, sizeof *c);
+    if (!c) return bf_fail(err, errlen, "store_checkpointer_start: out of memory");
+    c->every_s = every_s;
+    /* a new connection knows the file is in WAL mode only once it has read
+     * it: until then a checkpoint does nothing (log -1) */
+    if (sqlite3_open_v2(path, &c->db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK ||
+        sqlite3_busy_timeout(c->db, 10000) != SQLITE_OK ||
+        sqlite3_exec(c->db, "SELECT COUNT(*) FROM sqlite_master", NULL, NULL, NULL) != SQLITE_OK) {
+        bf_fail(err, errlen, "store checkpointer: sqlite3_open_v2(%s): %s", path,
+                c->db ? sqlite3_errmsg(c->db) : "out of memory");
+        sqlite3_close(c->db);
+        free(c);
+        return -1;
+    }
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    int rc = pthread_create(&c->thread, NULL, checkpointer_main, c);
+    if (rc) {
+        pthread_mutex_destroy(&c->mu);
+        pthread_cond_destroy(&c->cv);
+        sqlite3_close(c->db);
+        free(c);
+        return bf_fail(err, errlen, "pthread_create(store checkpointer): %s", strerror(rc));
+    }
+    *out = c;
+    return 0;
+}
+
+void store_checkpointer_stop(store_checkpointer **cp) {
+    store_checkpointer *c = *cp;
+    if (!c) return;
+    *cp = NULL;
+    pthread_mutex_lock(&c->mu);
+    c->stop = 1;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    pthread_join(c->thread, NULL);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    sqlite3_close(c->db);
+    free(c);
 }

@@ -51,6 +51,18 @@ typedef struct store store;
  * newer build is refused. Free with store_close. */
 int store_open(const char *path, store **out, char *err, size_t errlen);
 void store_close(store **s);
+/* s never checkpoints the WAL itself (SQLite does it on the connection
+ * whose commit passes 1,000 pages: bfd's loop, when it is the one): a
+ * store_checkpointer does it off that thread. */
+void store_defer_checkpoints(store *s);
+
+/* A thread with a connection of its own to the store at path that
+ * checkpoints its WAL (PASSIVE: it never waits for, nor blocks, a writer)
+ * every `every_s` seconds. Stop with store_checkpointer_stop (nulls it). */
+typedef struct store_checkpointer store_checkpointer;
+int store_checkpointer_start(const char *path, double every_s, store_checkpointer **out, char *err,
+                             size_t errlen);
+void store_checkpointer_stop(store_checkpointer **c);
 /* For migration tests: creates a database at path holding the schema of
  * `version` (< STORE_SCHEMA_VERSION), as an older build would have left it. */
 int store_create_at_version(const char *path, int version, char *err, size_t errlen);

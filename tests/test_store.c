@@ -1179,3 +1179,38 @@ Test(store, trial_counts_follow_every_change_of_the_trials) {
     cr_assert_eq(count_mismatches(path), 0, "after the migration");
     store_close(&s);
 }
+
+/* A file's size in bytes (0 when absent). */
+static long long file_size(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 ? (long long)sb.st_size : 0;
+}
+
+/* bfd's loop writes through a connection that never checkpoints the WAL
+ * (SQLite checkpoints in the commit that passes 1,000 pages: a commit of
+ * the loop wrote the pages back and synced the file); a checkpointer
+ * thread on its own connection does. Shown by the files: the WAL grows
+ * past 1,000 pages while the database file stays small, and the pages
+ * reach the database file once the checkpointer runs. */
+Test(store, checkpoints_deferred_to_the_checkpointer, .timeout = 120) {
+    store *s = open_store("wal.db");
+    const char *path = path_in("wal.db");
+    char wal[600], err[512];
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    store_defer_checkpoints(s);
+    long long db0 = file_size(path);
+    submit(s, big_text()); /* 15,000 trials in chunks of 500 */
+    long long wal_bytes = file_size(wal);
+    cr_assert_gt(wal_bytes, 2000LL * 4096, "the WAL (%lld bytes) was checkpointed on the way",
+                 wal_bytes);
+    cr_assert_eq(file_size(path), db0, "pages reached the database file without a checkpoint");
+    store_checkpointer *c = NULL;
+    cr_assert_eq(store_checkpointer_start(path, 0.05, &c, err, sizeof err), 0, "%s", err);
+    while (file_size(path) < wal_bytes / 4) { /* the checkpointer writes them back */
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+    store_checkpointer_stop(&c);
+    cr_assert_null(c);
+    store_close(&s);
+}
