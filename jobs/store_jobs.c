@@ -43,6 +43,7 @@ typedef struct submit_ctx {
     int64_t job;
     double t;
     int in_chunk; /* trials written in the open transaction */
+    int deaf;     /* this chunk gives way to no one (a waiter did not come) */
     char *err;
     size_t errlen;
 } submit_ctx;
@@ -54,18 +55,22 @@ static int submit_trial(void *ud, const sweep_trial *t) {
         return -1;
     /* a chunk ends early when another writer of bfd (the loop's metric
      * flush) waits for the lock: it goes in between two chunks */
-    if (++c->in_chunk < SUBMIT_CHUNK && !store_others_wait(c->s)) return 0;
+    if (++c->in_chunk < SUBMIT_CHUNK && (c->deaf || !store_others_wait(c->s))) return 0;
     c->in_chunk = 0;
     /* the statement is reset so that the commit finds none in progress */
     sqlite3_reset(c->ins);
-    return store_give_way(c->s, c->err, c->errlen);
+    int rc = store_give_way(c->s, c->err, c->errlen);
+    /* a waiter that did not come within 100 ms (a stale count) costs one
+     * wait per whole chunk, not one per trial */
+    c->deaf = rc == 1;
+    return rc < 0 ? -1 : 0;
 }
 
 int store_submit(store *s, const sweep_spec *spec, const char *source, int64_t *job_id, char *err,
                  size_t errlen) {
     if (store_begin(s, err, errlen) < 0) return -1;
     sqlite3_stmt *st = NULL;
-    submit_ctx c = {s, NULL, 0, store_now(), 0, err, errlen};
+    submit_ctx c = {s, NULL, 0, store_now(), 0, 0, err, errlen};
     long long n = spec->is_sweep ? spec->n_trials : 1;
     char early[512];
     if (sched_stop_json(spec, early, sizeof early) < 0) {

@@ -79,7 +79,9 @@ void store_wait_over(store *s);
 int store_others_wait(const store *s);
 /* Commits s's transaction, waits (at most 100 ms) until no other
  * connection of this process waits for the lock, and begins the next one:
- * a long writer's way of letting the loop's short ones in. */
+ * a long writer's way of letting the loop's short ones in. 0, or 1 when
+ * one still counts as waiting after the 100 ms (a count left by a wait
+ * whose connection has not run a statement since), -1 on error. */
 int store_give_way(store *s, char *err, size_t errlen);
 
 double store_now(void); /* unix seconds */

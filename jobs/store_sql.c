@@ -67,7 +67,8 @@ int store_give_way(store *s, char *err, size_t errlen) {
     double t0 = mono_now();
     struct timespec ts = {0, 1000000};
     while (store_others_wait(s) && mono_now() - t0 < 0.1) nanosleep(&ts, NULL);
-    return store_begin(s, err, errlen);
+    int still = store_others_wait(s);
+    return store_begin(s, err, errlen) < 0 ? -1 : still;
 }
 
 int store_sqlfail(store *s, char *err, size_t errlen, const char *call) {
