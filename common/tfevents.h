@@ -67,6 +67,20 @@ int tfevents_scalar(tfevents *w, const char *tag, int64_t step, double wall_time
 int tfevents_experiment(tfevents *w, const char *name, json_t *trials_params,
                         const char *const *metrics, size_t n_metrics, double wall_time, char *err,
                         size_t errlen);
+/* The swept parameters of a job's trials, gathered a trial at a time for
+ * tfevents_experiment_write (bfd reads a big job's trials a page per loop
+ * round): each key with its distinct values. */
+typedef struct tfevents_hparams tfevents_hparams;
+/* A new, empty gathering; NULL when out of memory. Free with
+ * tfevents_hparams_free (which nulls the pointer). */
+tfevents_hparams *tfevents_hparams_new(void);
+void tfevents_hparams_free(tfevents_hparams **h);
+/* Adds one trial's params {"key": value} (borrowed). */
+void tfevents_hparams_add(tfevents_hparams *h, json_t *params);
+/* tfevents_experiment of the trials gathered in h. */
+int tfevents_experiment_write(tfevents *w, const char *name, const tfevents_hparams *h,
+                              const char *const *metrics, size_t n_metrics, double wall_time,
+                              char *err, size_t errlen);
 /* A session starts: params {"key": value}; numbers, strings and booleans go
  * as they are, lists and objects as their compact JSON text. */
 int tfevents_session_start(tfevents *w, json_t *params, const char *group, double wall_time,

@@ -29,6 +29,7 @@
 #define ROUND_MAX_MSGS 256          /* worker messages handled per poll round */
 #define ROUND_MAX_POINTS 200000     /* values per round (one transaction) */
 #define ROUND_MAX_BYTES (32u << 20) /* the batches' copied points, per round */
+#define CTL_ROUND_S 0.02            /* requests begun per round: until this is spent */
 
 /* One live attempt in the run table (runs.c): its process or Slurm job, its
  * worker's connection, and how far its end has gone. */
@@ -121,6 +122,7 @@ typedef struct bfd {
     const bfd_opts *o;
     const bfd_config *c;
     store *st;
+    store_checkpointer *ckpt; /* checkpoints the WAL off the loop */
     dstate *ds;
     void *ctx, *ctl, *wrk, *pub, *zap;
     char ep_ctl[1200], ep_wrk[1200], ep_pub[1200];
@@ -170,6 +172,7 @@ typedef struct bfd {
     /* pending trials of cancelled jobs are left to move to CANCELLED
      * (req_control.c moves a chunk per round) */
     int cancelling;
+    double trace_ms; /* BF_LOOP_TRACE: log rounds longer than this (0: off; loop.c) */
 } bfd;
 
 #define UNSENT_LOG_EVERY 10.0

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define TB_MAX_OPEN 128    /* event files held open; the least recently used is closed */
@@ -21,6 +22,8 @@
 #define TB_RETRY_S 30      /* after a write error */
 #define TB_SAVE_EVERY_S 1. /* progress file */
 #define PROGRESS ".bf-progress"
+#define TB_TICK_S 0.01      /* a tick's work on writers, and on experiments; the rest next round */
+#define TB_PARAMS_PAGE 1000 /* trials read per step of an experiment */
 
 typedef struct tbw {
     int64_t trial;
@@ -35,11 +38,26 @@ typedef struct tbw {
     int ended;        /* the session end is written */
 } tbw;
 
+/* A job's HParams experiment being gathered, a page of its trials per
+ * step (exp_tb_tick), and written once its last trial is read: reading a
+ * 100,000-trial job's params at once held bfd's loop for seconds. */
+typedef struct tbx {
+    store_job job;
+    char dir[4096];  /* the job's folder */
+    long long after; /* the last trial index read */
+    tfevents_hparams *h;
+} tbx;
+
 struct exp_tb {
     int enabled;
     char base[2048];
     tbw *w;
     size_t n, cap;
+    size_t next; /* the writer the next tick starts at */
+    tbx *x;      /* experiments being gathered */
+    size_t nx, capx;
+    int64_t *done; /* jobs whose experiment is written (seen this run) */
+    size_t ndone, capdone;
 };
 
 int exp_tb_open(const char *base, int enabled, exp_tb **out, char *err, size_t errlen) {
@@ -106,31 +124,108 @@ static void remove_event_files(const char *dir) {
     closedir(d);
 }
 
-/* The job's folder with its experiment (written once, when the folder has no
- * event file yet): the swept parameters of all its trials and its metric. */
-static int ensure_experiment(store *st, const store_job *j, const char *jobdir, double now,
-                             char *err, size_t errlen) {
-    if (has_event_file(jobdir)) return 0;
-    store_trial *ts = NULL;
-    size_t n = 0;
-    if (store_job_trials(st, j->id, &ts, &n, err, errlen)) return -1;
-    json_t *all = json_array();
-    for (size_t i = 0; i < n; i++) {
-        json_error_t je;
-        json_t *p = ts[i].params_json ? json_loads(ts[i].params_json, 0, &je) : NULL;
-        json_array_append_new(all, p ? p : json_object());
+/* Monotonic seconds: a tick's budget. */
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Appends v to the growing array *a (n used, cap allocated); -1 when out of
+ * memory. */
+static int push_job(int64_t **a, size_t *n, size_t *cap, int64_t v) {
+    if (*n == *cap) {
+        size_t c = *cap ? 2 * *cap : 16;
+        int64_t *na = realloc(*a, c * sizeof *na);
+        if (!na) return -1;
+        *a = na;
+        *cap = c;
     }
-    store_trials_free(ts, n);
+    (*a)[(*n)++] = v;
+    return 0;
+}
+
+/* 1 when job's experiment is written or being gathered. */
+static int experiment_known(const exp_tb *t, int64_t job) {
+    for (size_t i = 0; i < t->ndone; i++)
+        if (t->done[i] == job) return 1;
+    for (size_t i = 0; i < t->nx; i++)
+        if (t->x[i].job.id == job) return 1;
+    return 0;
+}
+
+/* The job's folder gets its experiment (written once, when the folder has
+ * no event file yet): gathered from the store by later ticks. */
+static int experiment_start(exp_tb *t, const store_job *j, const char *jobdir, char *err,
+                            size_t errlen) {
+    if (experiment_known(t, j->id)) return 0;
+    if (has_event_file(jobdir))
+        return push_job(&t->done, &t->ndone, &t->capdone, j->id)
+                   ? bf_fail(err, errlen, "out of memory")
+                   : 0;
+    if (t->nx == t->capx) {
+        size_t c = t->capx ? 2 * t->capx : 4;
+        tbx *nx = realloc(t->x, c * sizeof *nx);
+        if (!nx) return bf_fail(err, errlen, "out of memory");
+        t->x = nx;
+        t->capx = c;
+    }
+    tbx *x = &t->x[t->nx];
+    memset(x, 0, sizeof *x);
+    x->job = *j;
+    x->after = -1;
+    snprintf(x->dir, sizeof x->dir, "%s", jobdir);
+    if (!(x->h = tfevents_hparams_new())) return bf_fail(err, errlen, "out of memory");
+    t->nx++;
+    return 0;
+}
+
+/* Forgets experiment i (the last takes its place). */
+static void experiment_drop(exp_tb *t, size_t i) {
+    tfevents_hparams_free(&t->x[i].h);
+    t->x[i] = t->x[--t->nx];
+}
+
+/* One step of experiment i: a page of its job's trials gathered, and when
+ * that was the last, the experiment written (the swept parameters of all
+ * its trials and its metric) and i forgotten. On an error i is forgotten
+ * too: the next writer of the job starts it again. */
+static int experiment_step(exp_tb *t, store *st, size_t i, double now, char *err, size_t errlen) {
+    tbx *x = &t->x[i];
+    char **params = NULL;
+    size_t n = 0;
+    if (store_job_params_page(st, x->job.id, x->after, TB_PARAMS_PAGE, &params, &n, &x->after, err,
+                              errlen)) {
+        experiment_drop(t, i);
+        return -1;
+    }
+    for (size_t k = 0; k < n; k++) {
+        json_error_t je;
+        json_t *p = json_loads(params[k], 0, &je);
+        if (p) tfevents_hparams_add(x->h, p);
+        json_decref(p);
+        free(params[k]);
+    }
+    free(params);
+    if (n == TB_PARAMS_PAGE) return 0;
+    const store_job *j = &x->job;
+    store_job now_j;
+    if (store_job_get(st, j->id, &now_j, err, errlen) != 0) { /* removed meanwhile: no folder */
+        experiment_drop(t, i);
+        return 0;
+    }
     const char *metrics[2] = {j->metric, "train/loss"};
     size_t nm = strcmp(j->metric, "train/loss") == 0 ? 1 : 2;
     tfevents *ev;
-    int rc = tfevents_create(jobdir, j->submitted > 0 ? j->submitted : now, &ev, err, errlen);
+    int rc = tfevents_create(x->dir, j->submitted > 0 ? j->submitted : now, &ev, err, errlen);
     if (!rc) {
-        rc = tfevents_experiment(ev, j->name, all, metrics, nm, j->submitted, err, errlen);
+        rc = tfevents_experiment_write(ev, j->name, x->h, metrics, nm, j->submitted, err, errlen);
         char e2[256];
         if (tfevents_close(&ev, e2, sizeof e2) && !rc) rc = bf_fail(err, errlen, "%s", e2);
     }
-    json_decref(all);
+    if (!rc && push_job(&t->done, &t->ndone, &t->capdone, j->id))
+        rc = bf_fail(err, errlen, "out of memory");
+    experiment_drop(t, i);
     return rc;
 }
 
@@ -152,7 +247,7 @@ static int open_writer(exp_tb *t, tbw *w, store *st, double now, char *err, size
         store_trial_free(&tr);
         return bf_fail(err, errlen, "tensorboard path too long under %s", t->base);
     }
-    if (ensure_experiment(st, &j, jobdir, now, err, errlen)) {
+    if (experiment_start(t, &j, jobdir, err, errlen)) {
         store_trial_free(&tr);
         return -1;
     }
@@ -312,10 +407,19 @@ int exp_tb_trial_end(exp_tb *t, store *st, int64_t trial, double now, char *err,
 int exp_tb_tick(exp_tb *t, store *st, double now, char *err, size_t errlen) {
     if (!t || !t->enabled) return 0;
     int rc = 0;
-    for (size_t i = 0; i < t->n; i++) {
+    char e[512];
+    /* experiments: a page each step, TB_TICK_S of them */
+    double t0 = mono_s();
+    while (t->nx && mono_s() - t0 < TB_TICK_S)
+        if (experiment_step(t, st, 0, now, e, sizeof e) && !rc) rc = bf_fail(err, errlen, "%s", e);
+    /* writers: from where the last tick stopped, TB_TICK_S of them (100
+     * progress files saved in one round took 200-300 ms of the loop) */
+    t0 = mono_s();
+    for (size_t k = 0; k < t->n && (k == 0 || mono_s() - t0 < TB_TICK_S); k++) {
+        size_t i = (t->next + k) % t->n;
+        t->next = (i + 1) % t->n;
         tbw *w = &t->w[i];
         if (!w->ev) continue;
-        char e[512];
         if (w->behind && sync_writer(w, st, e, sizeof e)) {
             if (!rc) rc = bf_fail(err, errlen, "%s", e);
             writer_failed(w, now);
@@ -331,11 +435,17 @@ int exp_tb_tick(exp_tb *t, store *st, double now, char *err, size_t errlen) {
     return rc;
 }
 
-void exp_tb_close(exp_tb **tp) {
+void exp_tb_close(exp_tb **tp, store *st) {
     exp_tb *t = *tp;
     if (!t) return;
     *tp = NULL;
     for (size_t i = 0; i < t->n; i++) close_writer(&t->w[i]);
+    /* experiments being gathered are finished: no writer may open them
+     * again after a restart */
+    char err[512];
+    while (t->nx) experiment_step(t, st, 0, (double)time(NULL), err, sizeof err);
+    free(t->x);
+    free(t->done);
     free(t->w);
     free(t);
 }
@@ -352,6 +462,17 @@ int exp_tb_recover(exp_tb *t, store *st, double now, char *err, size_t errlen) {
         snprintf(jobdir, sizeof jobdir, "%s/%s", t->base, je->d_name);
         DIR *jd = opendir(jobdir);
         if (!jd) continue;
+        /* NAME-JOB: a job whose experiment a stop cut off gets it */
+        const char *dash = strrchr(je->d_name, '-');
+        char *jend;
+        long long job = dash ? strtoll(dash + 1, &jend, 10) : 0;
+        store_job j;
+        if (job > 0 && !*jend && !has_event_file(jobdir) &&
+            store_job_get(st, job, &j, err, errlen) == 0) {
+            char e[512];
+            if (experiment_start(t, &j, jobdir, e, sizeof e) && !rc)
+                rc = bf_fail(err, errlen, "job %lld: %s", job, e);
+        }
         struct dirent *te;
         while ((te = readdir(jd))) {
             char *end;

@@ -25,8 +25,9 @@ typedef struct exp_tb exp_tb;
 /* base: the folder of the job folders ($BF_HOME/tensorboard). enabled 0:
  * every call does nothing. */
 int exp_tb_open(const char *base, int enabled, exp_tb **out, char *err, size_t errlen);
-/* Saves every writer's progress and closes its file. */
-void exp_tb_close(exp_tb **t);
+/* Saves every writer's progress and closes its file; an experiment being
+ * gathered is finished from st first. */
+void exp_tb_close(exp_tb **t, store *st);
 
 /* New points of trial are in the store: writes them (a bounded number per
  * call; the rest on later ticks). */
@@ -39,8 +40,10 @@ int exp_tb_trial_end(exp_tb *t, store *st, int64_t trial, double now, char *err,
  * whose last writes a crash cut off (a progress file without its session
  * end, of a trial whose state is final). */
 int exp_tb_recover(exp_tb *t, store *st, double now, char *err, size_t errlen);
-/* Once per loop round: continues trials that are behind and saves
- * progress at most once a second per trial. */
+/* Once per loop round: gathers a job's experiment a page of its trials at
+ * a time (a writer's first open starts it; written after its last trial),
+ * continues trials that are behind and saves progress at most once a
+ * second per trial; about 10 ms of each, going on next round. */
 int exp_tb_tick(exp_tb *t, store *st, double now, char *err, size_t errlen);
 
 #endif

@@ -55,10 +55,14 @@ static int recv_msg(bfd *d, void *sock, proto_msg *m) {
     return 1;
 }
 
-/* At most 64 requests a round, each given to its handler (an unknown type
- * gets PROTO_E_TYPE). */
+/* At most 64 requests a round, and none begun after CTL_ROUND_S of them:
+ * the rest wait for the next round, after the workers' messages (64 `job`
+ * pages of a 100,000-trial job, 50-110 ms each, held a round for 370 ms
+ * under bench_daemon --load). Each is given to its handler (an unknown
+ * type gets PROTO_E_TYPE). */
 static void handle_ctl(bfd *d) {
-    for (int k = 0; k < 64; k++) {
+    double t_start = now_s();
+    for (int k = 0; k < 64 && now_s() - t_start < CTL_ROUND_S; k++) {
         proto_msg m;
         memset(&m, 0, sizeof m);
         int rc = recv_msg(d, d->ctl, &m);
@@ -68,6 +72,7 @@ static void handle_ctl(bfd *d) {
         }
         if (rc == 1) {
             req_handler_fn fn = req_handler(m.type);
+            double t0 = d->trace_ms > 0 ? now_s() : 0;
             if (fn)
                 fn(d, d->ctl, &m);
             else if (!strncmp(m.type, "agent_", 6))
@@ -80,6 +85,8 @@ static void handle_ctl(bfd *d) {
                 reply_err(d, d->ctl, &m, PROTO_E_TYPE,
                           "unknown message type '%s' on the control socket (see docs/protocol.md)",
                           m.type);
+            if (d->trace_ms > 0 && (now_s() - t0) * 1e3 > d->trace_ms)
+                bfd_log("slow request: %s took %.0f ms", m.type, (now_s() - t0) * 1e3);
         }
         proto_msg_clear(&m);
     }
@@ -286,8 +293,8 @@ static int setup_home_dirs(const char *home, char *err, size_t errlen) {
     return 0;
 }
 
-/* The home folders, the store, the early-stop state, the submit thread, the
- * daemon's own tables and the TensorBoard exporter. */
+/* The home folders, the store and its checkpointer, the early-stop state,
+ * the submit thread, the daemon's own tables and the TensorBoard exporter. */
 static int open_state(bfd *d, char *err, size_t errlen) {
     const bfd_opts *o = d->o;
     const bfd_config *c = d->c;
@@ -295,12 +302,16 @@ static int open_state(bfd *d, char *err, size_t errlen) {
     snprintf(db, sizeof db, "%s/bf.db", o->home);
     snprintf(tb, sizeof tb, "%s/tensorboard", o->home);
     if (setup_home_dirs(o->home, err, errlen) || store_open(db, &d->st, err, errlen) ||
+        store_checkpointer_start(db, 1.0, &d->ckpt, err, errlen) ||
         adaptive_new(&d->ad, err, errlen) ||
         submitq_new(&d->sq, db, is_remote(d) ? 1 << 20 : c->slots, c->n_gpus,
                     is_slurm(d) || is_remote(d), o->home, err, errlen) ||
         dstate_open(db, &d->ds, err, errlen) ||
         exp_tb_open(tb, c->tensorboard, &d->tb, err, errlen))
         return -1;
+    /* the WAL is checkpointed by the checkpointer's thread, never in a
+     * commit of the loop (writing the pages back and syncing the file) */
+    store_defer_checkpoints(d->st);
     if (is_slurm(d)) {
         /* trials ready at once go out as job arrays of at most this many */
         char serr[1024];
@@ -354,6 +365,56 @@ static int open_sockets(bfd *d, char *err, size_t errlen) {
     return 0;
 }
 
+/* The phases of a round that BF_LOOP_TRACE times (loop_trace). */
+enum {
+    PH_SIG,
+    PH_REAP,
+    PH_WRK,
+    PH_CTL,
+    PH_SUBMIT,
+    PH_SLURM,
+    PH_TIMERS,
+    PH_TB,
+    PH_PROM,
+    PH_SCHED,
+    PH_PRUNE,
+    PH_N
+};
+static const char *const phase_names[PH_N] = {"signals", "reap",  "workers", "requests",
+                                              "submits", "slurm", "timers",  "tensorboard",
+                                              "prom",    "sched", "prune"};
+
+/* Monotonic seconds: phases are timed on it (the wall clock may step). */
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* BF_LOOP_TRACE=MS (a debugging aid): a round whose work (the poll's wait
+ * left out) took more than MS milliseconds is logged with the time of each
+ * phase, so a pause of the loop names its cause. 0 when unset. */
+static double loop_trace_ms(void) {
+    const char *v = getenv("BF_LOOP_TRACE");
+    char *end;
+    double ms = v && *v ? strtod(v, &end) : 0;
+    return v && *v && !*end && ms > 0 ? ms : 0;
+}
+
+/* Logs the round's phases (seconds in ph) when their sum passes limit_ms. */
+static void loop_trace(const double ph[PH_N], double limit_ms) {
+    double total = 0;
+    for (int i = 0; i < PH_N; i++) total += ph[i];
+    if (limit_ms <= 0 || total * 1e3 <= limit_ms) return;
+    char line[512];
+    size_t w = 0;
+    for (int i = 0; i < PH_N && w < sizeof line; i++)
+        if (ph[i] * 1e3 >= 1)
+            w += (size_t)snprintf(line + w, sizeof line - w, " %s %.0f", phase_names[i],
+                                  ph[i] * 1e3);
+    bfd_log("slow round: %.0f ms:%s", total * 1e3, line);
+}
+
 /* One round: a poll of at most 200 ms, then signals, exited children,
  * worker messages, requests, finished submits and ZAP, then the timers,
  * the exporters and (when something changed, or every 5 s) a scheduling
@@ -374,6 +435,16 @@ static int run_round(bfd *d, char *err, size_t errlen) {
                  d->dirty || d->backlog || d->pruning || d->shrinking || d->cancelling ? 0 : 200);
     if (p < 0 && zmq_errno() != EINTR)
         return bf_fail(err, errlen, "zmq_poll: %s", zmq_strerror(zmq_errno()));
+    double ph[PH_N] = {0}, t = d->trace_ms > 0 ? mono_s() : 0;
+/* the time since the last mark goes to phase i (only while tracing) */
+#define MARK(i)                                                                                    \
+    do {                                                                                           \
+        if (d->trace_ms > 0) {                                                                     \
+            double t1 = mono_s();                                                                  \
+            ph[i] += t1 - t;                                                                       \
+            t = t1;                                                                                \
+        }                                                                                          \
+    } while (0)
     if (items[2].revents & ZMQ_POLLIN) {
         char buf[64];
         ssize_t k;
@@ -381,21 +452,34 @@ static int run_round(bfd *d, char *err, size_t errlen) {
             for (ssize_t i = 0; i < k; i++)
                 if (buf[i] == 't') d->quit = 1;
     }
+    MARK(PH_SIG);
     reap_children(d); /* also on timeouts: a SIGCHLD may race the poll */
+    MARK(PH_REAP);
     if (items[1].revents & ZMQ_POLLIN) handle_workers(d);
+    MARK(PH_WRK);
     if (items[0].revents & ZMQ_POLLIN) handle_ctl(d);
+    MARK(PH_CTL);
     if (items[3].revents & ZMQ_POLLIN) finish_submits(d);
+    MARK(PH_SUBMIT);
     if ((items[4].revents & ZMQ_POLLIN) || d->backlog) finish_slurm(d);
     if (d->zap && (items[5].revents & ZMQ_POLLIN)) handle_zap(d);
+    MARK(PH_SLURM);
     check_timers(d);
     agents_check(d);
     log_unsent(d, 0);
+    MARK(PH_TIMERS);
     char terr[1024];
     if (exp_tb_tick(d->tb, d->st, now_s(), terr, sizeof terr)) bfd_log("tensorboard: %s", terr);
+    MARK(PH_TB);
     prom_update(d);
+    MARK(PH_PROM);
     if (d->dirty || now_s() - d->last_sched > 5) schedule(d);
+    MARK(PH_SCHED);
     if (d->pruning || d->shrinking) prune_tick(d);
     if (d->cancelling) cancel_tick(d);
+    MARK(PH_PRUNE);
+#undef MARK
+    loop_trace(ph, d->trace_ms);
     return 0;
 }
 
@@ -420,9 +504,10 @@ static void close_daemon(bfd *d) {
     if (d->sigpipe[1] >= 0) close(d->sigpipe[1]);
     http_stop(&d->http); /* before the snapshot it renders */
     prom_stop(&d->prom);
-    exp_tb_close(&d->tb);
+    exp_tb_close(&d->tb, d->st);
     dstate_close(&d->ds);
     store_close(&d->st);
+    store_checkpointer_stop(&d->ckpt);
     adaptive_destroy(&d->ad);
     free(d->runs);
     free(d->arr_trials);
@@ -474,6 +559,7 @@ int bfd_run(const bfd_opts *o, const bfd_config *c, char *err, size_t errlen) {
     d->c = c;
     d->sigpipe[0] = d->sigpipe[1] = -1;
     d->started = now_s();
+    d->trace_ms = loop_trace_ms();
     if (open_state(d, err, errlen) || catch_signals(d, err, errlen) ||
         open_sockets(d, err, errlen) || reconcile(d, err, errlen) || prune_start(d, err, errlen)) {
         close_daemon(d);

@@ -42,6 +42,9 @@ int dstate_open(const char *path, dstate **out, char *err, size_t errlen) {
         dstate_close(&d);
         return -1;
     }
+    /* bfd's loop writes through it: the store's checkpointer thread
+     * checkpoints the WAL, never this connection (store_defer_checkpoints) */
+    sqlite3_wal_autocheckpoint(d->db, 0);
     *out = d;
     return 0;
 }

@@ -26,7 +26,7 @@
 extern "C" {
 #endif
 
-#define STORE_SCHEMA_VERSION 10
+#define STORE_SCHEMA_VERSION 11
 
 typedef enum {
     TRIAL_PENDING = 0,
@@ -51,6 +51,18 @@ typedef struct store store;
  * newer build is refused. Free with store_close. */
 int store_open(const char *path, store **out, char *err, size_t errlen);
 void store_close(store **s);
+/* s never checkpoints the WAL itself (SQLite does it on the connection
+ * whose commit passes 1,000 pages: bfd's loop, when it is the one): a
+ * store_checkpointer does it off that thread. */
+void store_defer_checkpoints(store *s);
+
+/* A thread with a connection of its own to the store at path that
+ * checkpoints its WAL (PASSIVE: it never waits for, nor blocks, a writer)
+ * every `every_s` seconds. Stop with store_checkpointer_stop (nulls it). */
+typedef struct store_checkpointer store_checkpointer;
+int store_checkpointer_start(const char *path, double every_s, store_checkpointer **out, char *err,
+                             size_t errlen);
+void store_checkpointer_stop(store_checkpointer **c);
 /* For migration tests: creates a database at path holding the schema of
  * `version` (< STORE_SCHEMA_VERSION), as an older build would have left it. */
 int store_create_at_version(const char *path, int version, char *err, size_t errlen);
@@ -151,6 +163,13 @@ int store_next_runnable(store *s, int limit, store_trial **out, size_t *n, char 
  * value of the job's metric. */
 int store_job_trials(store *s, int64_t job_id, store_trial **out, size_t *n, char *err,
                      size_t errlen);
+/* The params JSON text of a job's trials of index above `after` (-1: from
+ * the first), at most limit, by index: *params is malloc'd, each string
+ * too (free each, then the array); *last is the last index read (after
+ * when none). What the TensorBoard experiment of a big job reads a page
+ * at a time. */
+int store_job_params_page(store *s, int64_t job_id, long long after, int limit, char ***params,
+                          size_t *n, long long *last, char *err, size_t errlen);
 /* A page of them: trials of index above `after` (-1: from the first), at
  * most limit, by index; what a reader of a 100,000-trial job pages through. */
 int store_job_trials_page(store *s, int64_t job_id, long long after, int limit, store_trial **out,

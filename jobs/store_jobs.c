@@ -33,8 +33,8 @@ int store_insert_trial(store *s, sqlite3_stmt *st, int64_t job, const sweep_tria
 }
 
 /* Trials written per transaction of a submit: the loop's metric flush waits
- * for at most one chunk, not for the whole expansion of a 100,000-trial grid
- * (which held one transaction for seconds). */
+ * for at most one trial (store_others_wait), not for the whole expansion of a
+ * 100,000-trial grid (which held one transaction for seconds). */
 #define SUBMIT_CHUNK 500
 
 typedef struct submit_ctx {
@@ -43,6 +43,7 @@ typedef struct submit_ctx {
     int64_t job;
     double t;
     int in_chunk; /* trials written in the open transaction */
+    int deaf;     /* this chunk gives way to no one (a waiter did not come) */
     char *err;
     size_t errlen;
 } submit_ctx;
@@ -52,20 +53,24 @@ static int submit_trial(void *ud, const sweep_trial *t) {
     int64_t id;
     if (store_insert_trial(c->s, c->ins, c->job, t, c->t, NULL, &id, c->err, c->errlen) < 0)
         return -1;
-    if (++c->in_chunk < SUBMIT_CHUNK) return 0;
+    /* a chunk ends early when another writer of bfd (the loop's metric
+     * flush) waits for the lock: it goes in between two chunks */
+    if (++c->in_chunk < SUBMIT_CHUNK && (c->deaf || !store_others_wait(c->s))) return 0;
     c->in_chunk = 0;
     /* the statement is reset so that the commit finds none in progress */
     sqlite3_reset(c->ins);
-    return store_commit(c->s, c->err, c->errlen) < 0 || store_begin(c->s, c->err, c->errlen) < 0
-               ? -1
-               : 0;
+    int rc = store_give_way(c->s, c->err, c->errlen);
+    /* a waiter that did not come within 100 ms (a stale count) costs one
+     * wait per whole chunk, not one per trial */
+    c->deaf = rc == 1;
+    return rc < 0 ? -1 : 0;
 }
 
 int store_submit(store *s, const sweep_spec *spec, const char *source, int64_t *job_id, char *err,
                  size_t errlen) {
     if (store_begin(s, err, errlen) < 0) return -1;
     sqlite3_stmt *st = NULL;
-    submit_ctx c = {s, NULL, 0, store_now(), 0, err, errlen};
+    submit_ctx c = {s, NULL, 0, store_now(), 0, 0, err, errlen};
     long long n = spec->is_sweep ? spec->n_trials : 1;
     char early[512];
     if (sched_stop_json(spec, early, sizeof early) < 0) {
@@ -161,7 +166,8 @@ int store_add_trial(store *s, int64_t job, const sweep_trial *t, const char *poi
     long long have = 0, want = 0, closed = 0;
     if (store_prepare(
             s,
-            "SELECT (SELECT COUNT(*) FROM trials WHERE job = ?1), n_trials, closed FROM jobs"
+            "SELECT (SELECT IFNULL(SUM(n), 0) FROM trial_counts WHERE job = ?1), n_trials, closed"
+            " FROM jobs"
             " WHERE id = ?1 AND hidden = 0",
             &st, err, errlen) < 0)
         goto fail;
@@ -225,8 +231,10 @@ int store_job_cancel(store *s, int64_t job_id, int *n_cancelled, char *err, size
         if (store_transition(s, ids[i], TRIAL_CANCELLED, "job cancelled", 0, err, errlen) < 0)
             goto fail_ids;
     free(ids);
-    if (store_prepare(s, "SELECT COUNT(*) FROM trials WHERE state = 'PENDING' AND job = ?1", &st,
-                      err, errlen) < 0)
+    if (store_prepare(s,
+                      "SELECT IFNULL(SUM(n), 0) FROM trial_counts WHERE state = 'PENDING' AND"
+                      " job = ?1",
+                      &st, err, errlen) < 0)
         goto fail;
     sqlite3_bind_int64(st, 1, job_id);
     int rc = sqlite3_step(st);
@@ -303,13 +311,15 @@ fail:
 
 /* the columns of a job and its trials in each state (each an index range of
  * trials_state), so listing jobs is one query, not one per job */
-#define STATE_COUNT(S) " (SELECT COUNT(*) FROM trials WHERE state = '" S "' AND job = jobs.id),"
+#define STATE_COUNT(S)                                                                             \
+    " (SELECT IFNULL(SUM(n), 0) FROM trial_counts WHERE job = jobs.id AND state = '" S "'),"
 #define JOB_COLS                                                                                   \
     "SELECT id, name, pipeline, submitted, priority, retries, ranks, gpus_per_rank,"               \
     " cpus_per_rank, time_limit_s, metric_name, metric_goal, n_trials, method, parallel, closed,"  \
-    " early_stop, (SELECT COUNT(*) FROM trials WHERE job = jobs.id), nodes," STATE_COUNT(          \
-        "PENDING") STATE_COUNT("RUNNING") STATE_COUNT("COMPLETED") STATE_COUNT("FAILED")           \
-        STATE_COUNT("CANCELLED") STATE_COUNT("STOPPED") " objectives FROM jobs"
+    " early_stop, (SELECT IFNULL(SUM(n), 0) FROM trial_counts WHERE job = jobs.id), "              \
+    "nodes," STATE_COUNT("PENDING") STATE_COUNT("RUNNING") STATE_COUNT("COMPLETED")                \
+        STATE_COUNT("FAILED") STATE_COUNT("CANCELLED")                                             \
+            STATE_COUNT("STOPPED") " objectives FROM jobs"
 
 static void row_to_job(sqlite3_stmt *st, store_job *j) {
     memset(j, 0, sizeof *j);
@@ -383,7 +393,8 @@ int store_proposing_jobs(store *s, int64_t **out, size_t *n, char *err, size_t e
     sqlite3_stmt *st;
     if (store_prepare(s,
                       "SELECT id FROM jobs WHERE method = 'tpe' AND closed = 0 AND hidden = 0 AND"
-                      " (SELECT COUNT(*) FROM trials WHERE job = jobs.id) < n_trials ORDER BY id",
+                      " (SELECT IFNULL(SUM(n), 0) FROM trial_counts WHERE job = jobs.id) < n_trials"
+                      " ORDER BY id",
                       &st, err, errlen) < 0)
         return -1;
     return store_collect_column(s, st, out, NULL, n, "store_proposing_jobs: SELECT tpe jobs", err,
@@ -432,10 +443,11 @@ static int count_query(store *s, const char *sql, int64_t a, int b, int nb, long
 int store_count_trials(store *s, int64_t job_id, int state, long long *count, char *err,
                        size_t errlen) {
     if (state < 0)
-        return count_query(s, "SELECT COUNT(*) FROM trials WHERE job = ?1", job_id, 0, 1, count,
-                           err, errlen);
-    return count_query(s, "SELECT COUNT(*) FROM trials WHERE job = ?1 AND state = ?2", job_id,
-                       state, 2, count, err, errlen);
+        return count_query(s, "SELECT IFNULL(SUM(n), 0) FROM trial_counts WHERE job = ?1", job_id,
+                           0, 1, count, err, errlen);
+    return count_query(s,
+                       "SELECT IFNULL(SUM(n), 0) FROM trial_counts WHERE job = ?1 AND state = ?2",
+                       job_id, state, 2, count, err, errlen);
 }
 
 int store_count_jobs(store *s, long long *count, char *err, size_t errlen) {
@@ -447,8 +459,7 @@ int store_job_state_counts(store *s, int64_t job_id, long long counts[TRIAL_N_ST
                            size_t errlen) {
     for (int i = 0; i < TRIAL_N_STATES; i++) counts[i] = 0;
     sqlite3_stmt *st;
-    if (store_prepare(s, "SELECT state, COUNT(*) FROM trials WHERE job = ?1 GROUP BY state", &st,
-                      err, errlen) < 0)
+    if (store_prepare(s, "SELECT state, n FROM trial_counts WHERE job = ?1", &st, err, errlen) < 0)
         return -1;
     sqlite3_bind_int64(st, 1, job_id);
     int rc;
@@ -466,11 +477,12 @@ int store_job_state_counts(store *s, int64_t job_id, long long counts[TRIAL_N_ST
 int store_counts(store *s, long long *jobs, long long *pending, long long *running, char *err,
                  size_t errlen) {
     sqlite3_stmt *st;
-    if (store_prepare(s,
-                      "SELECT (SELECT COUNT(*) FROM jobs WHERE hidden = 0),"
-                      " (SELECT COUNT(*) FROM trials WHERE state = 'PENDING'" NOT_HIDDEN "),"
-                      " (SELECT COUNT(*) FROM trials WHERE state = 'RUNNING'" NOT_HIDDEN ")",
-                      &st, err, errlen) < 0)
+    if (store_prepare(
+            s,
+            "SELECT (SELECT COUNT(*) FROM jobs WHERE hidden = 0),"
+            " (SELECT IFNULL(SUM(n), 0) FROM trial_counts WHERE state = 'PENDING'" NOT_HIDDEN "),"
+            " (SELECT IFNULL(SUM(n), 0) FROM trial_counts WHERE state = 'RUNNING'" NOT_HIDDEN ")",
+            &st, err, errlen) < 0)
         return -1;
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
@@ -490,7 +502,7 @@ int store_state_counts(store *s, long long *jobs, long long counts[TRIAL_N_STATE
     for (int k = 0; k < TRIAL_N_STATES; k++) counts[k] = 0;
     if (store_prepare(s,
                       "SELECT 'JOBS', COUNT(*) FROM jobs WHERE hidden = 0"
-                      " UNION ALL SELECT state, COUNT(*) FROM trials"
+                      " UNION ALL SELECT state, SUM(n) FROM trial_counts"
                       " WHERE 1" NOT_HIDDEN " GROUP BY state",
                       &st, err, errlen) < 0)
         return -1;

@@ -58,9 +58,31 @@ struct store {
         int busy;
     } stmts[STORE_STMT_CACHE];
     int n_stmts;
+    /* this connection waits in store_busy for the write lock (counted in
+     * the process's writers waiting until the wait ends: store_wait_over) */
+    int waiting;
+    double busy_since;     /* monotonic, when the wait began */
+    const char *full_path; /* BF_TEST_STORE_FULL (tests only), NULL when unset */
 };
 
 /* ------------------------------------------------ store_sql.c: statements */
+
+/* The busy handler of every connection (sqlite3_busy_handler, ud the
+ * store): waits for the lock in 1 ms steps, at most 10 s, counted as a
+ * writer waiting while it does (store_others_wait). */
+int store_busy(void *ud, int count);
+/* This connection's wait for the lock is over (it got it or gave up):
+ * no longer counted. Called by its next statement and its commit hook. */
+void store_wait_over(store *s);
+/* 1 when another connection of this process waits for the write lock that
+ * s holds: a long writer commits and lets it in (store_give_way). */
+int store_others_wait(const store *s);
+/* Commits s's transaction, waits (at most 100 ms) until no other
+ * connection of this process waits for the lock, and begins the next one:
+ * a long writer's way of letting the loop's short ones in. 0, or 1 when
+ * one still counts as waiting after the 100 ms (a count left by a wait
+ * whose connection has not run a statement since), -1 on error. */
+int store_give_way(store *s, char *err, size_t errlen);
 
 double store_now(void); /* unix seconds */
 /* Fills err with "CALL: sqlite's message"; returns -1. */

@@ -366,15 +366,56 @@ int store_get_trial(store *s, int64_t trial_id, store_trial *out, char *err, siz
 
 int store_next_runnable(store *s, int limit, store_trial **out, size_t *n, char *err,
                         size_t errlen) {
+    *out = NULL;
+    *n = 0;
+    /* the open jobs with a pending trial, by priority then submit order (from
+     * trial_counts), then each one's first pending trials by the (state,
+     * job, idx) index: one query over every pending trial sorted them all
+     * for each pass, and walked a cancelled job's 100,000 still waiting */
     sqlite3_stmt *st;
     if (store_prepare(s,
-                      "SELECT " TRIAL_COLS " FROM trials t JOIN jobs j ON j.id = t.job"
-                      " WHERE t.state = 'PENDING' AND j.hidden = 0 AND j.closed = 0"
-                      " ORDER BY j.priority DESC, j.submitted, j.id, t.idx LIMIT ?1",
+                      "SELECT j.id FROM jobs j JOIN trial_counts c ON c.job = j.id AND"
+                      " c.state = 'PENDING' AND c.n > 0 WHERE j.hidden = 0 AND j.closed = 0"
+                      " ORDER BY j.priority DESC, j.submitted, j.id",
                       &st, err, errlen) < 0)
         return -1;
-    sqlite3_bind_int(st, 1, limit);
-    return collect(s, st, TRIAL_NCOLS, out, n, err, errlen);
+    int64_t *jobs = NULL;
+    size_t nj = 0;
+    if (store_collect_column(s, st, &jobs, NULL, &nj, "store_next_runnable: SELECT jobs", err,
+                             errlen) < 0)
+        return -1;
+    store_trial *all = NULL;
+    size_t na = 0;
+    for (size_t k = 0; k < nj && na < (size_t)limit; k++) {
+        if (store_prepare(s,
+                          "SELECT " TRIAL_COLS " FROM trials t JOIN jobs j ON j.id = t.job"
+                          " WHERE t.state = 'PENDING' AND t.job = ?1 ORDER BY t.idx LIMIT ?2",
+                          &st, err, errlen) < 0)
+            goto fail;
+        sqlite3_bind_int64(st, 1, jobs[k]);
+        sqlite3_bind_int(st, 2, limit - (int)na);
+        store_trial *part = NULL;
+        size_t np = 0;
+        if (collect(s, st, TRIAL_NCOLS, &part, &np, err, errlen) < 0) goto fail;
+        store_trial *grown = np ? realloc(all, (na + np) * sizeof *all) : all;
+        if (np && !grown) {
+            store_trials_free(part, np);
+            bf_fail(err, errlen, "store_next_runnable: out of memory");
+            goto fail;
+        }
+        all = grown;
+        if (np) memcpy(all + na, part, np * sizeof *part);
+        na += np;
+        free(part); /* its rows' strings now belong to all */
+    }
+    free(jobs);
+    *out = all;
+    *n = na;
+    return 0;
+fail:
+    store_trials_free(all, na);
+    free(jobs);
+    return -1;
 }
 
 #define LATEST_AND_BEST                                                                            \
@@ -399,6 +440,48 @@ int store_job_trials_page(store *s, int64_t job_id, long long after, int limit, 
     sqlite3_bind_int64(st, 2, after);
     sqlite3_bind_int(st, 3, limit > 0 ? limit : -1);
     return collect(s, st, TRIAL_NCOLS + 3, out, n, err, errlen);
+}
+
+int store_job_params_page(store *s, int64_t job_id, long long after, int limit, char ***params,
+                          size_t *n, long long *last, char *err, size_t errlen) {
+    *params = NULL;
+    *n = 0;
+    *last = after;
+    sqlite3_stmt *st;
+    if (store_prepare(s,
+                      "SELECT idx, params FROM trials WHERE job = ?1 AND idx > ?2 ORDER BY idx"
+                      " LIMIT ?3",
+                      &st, err, errlen) < 0)
+        return -1;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, after);
+    sqlite3_bind_int(st, 3, limit);
+    char **out = limit > 0 ? calloc((size_t)limit, sizeof *out) : NULL;
+    int rc = out ? SQLITE_ROW : SQLITE_NOMEM;
+    while (out && (rc = sqlite3_step(st)) == SQLITE_ROW && *n < (size_t)limit) {
+        char *p = store_col_dup(st, 1);
+        if (!p) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        out[(*n)++] = p;
+        *last = sqlite3_column_int64(st, 0);
+    }
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
+        if (rc == SQLITE_NOMEM)
+            bf_fail(err, errlen, "store_job_params_page: out of memory");
+        else
+            store_sqlfail(s, err, errlen, "sqlite3_step(SELECT trials.params)");
+        store_done(s, st);
+        for (size_t i = 0; i < *n; i++) free(out[i]);
+        free(out);
+        *n = 0;
+        *last = after;
+        return -1;
+    }
+    store_done(s, st);
+    *params = out;
+    return 0;
 }
 
 int store_job_trials(store *s, int64_t job_id, store_trial **out, size_t *n, char *err,

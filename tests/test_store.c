@@ -1,9 +1,11 @@
 /* test_store — the SQLite job store on real files: schema and migrations,
  * submit, the trial state machine (legal and illegal edges, retries),
- * queries, metric resends and paging, a submit killed with SIGKILL, and
- * metric insert throughput (printed, not asserted). */
+ * queries, metric resends and paging, a submit killed with SIGKILL,
+ * metric insert throughput (printed, not asserted) and a writer waiting
+ * for the lock let in between the chunks of a big submit. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -1011,5 +1013,204 @@ Test(store, pruning_a_100000_point_job_shrinks_the_file) {
     cr_assert_eq(n, 1);
     store_job j;
     cr_assert_eq(store_job_get(s, keep, &j, err, sizeof err), 0);
+    store_close(&s);
+}
+
+typedef struct big_submit {
+    const char *path, *text;
+    int rc;
+    char err[512];
+} big_submit;
+
+/* A thread's submit of the 15,000-trial grid on a connection of its own. */
+static void *big_submit_main(void *arg) {
+    big_submit *b = arg;
+    store *s = NULL;
+    sweep_spec *sp = NULL;
+    sweep_errors e = {0};
+    b->rc = store_open(b->path, &s, b->err, sizeof b->err) ||
+            sweep_load_string(b->text, strlen(b->text), "big.yaml", &sp, &e);
+    int64_t job;
+    if (!b->rc) b->rc = store_submit(s, sp, b->text, &job, b->err, sizeof b->err);
+    sweep_errors_free(&e);
+    sweep_spec_destroy(&sp);
+    store_close(&s);
+    return NULL;
+}
+
+/* Trials stored so far (the big job is hidden, so counted in the file). */
+static long long trial_rows(const char *path) {
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_busy_timeout(db, 5000);
+    cr_assert_eq(sqlite3_prepare_v2(db, "SELECT COUNT(*) FROM trials", -1, &st, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    long long n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return n;
+}
+
+/* Trials of job `big` stored before the first trial of job `small`: how far
+ * the big submit had gone when the small one took the lock. */
+static long long big_before(const char *path, int64_t big, int64_t small) {
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(db,
+                                    "SELECT COUNT(*) FROM trials WHERE job = ?1 AND id <"
+                                    " (SELECT MIN(id) FROM trials WHERE job = ?2)",
+                                    -1, &st, NULL),
+                 SQLITE_OK);
+    sqlite3_bind_int64(st, 1, big);
+    sqlite3_bind_int64(st, 2, small);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    long long n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return n;
+}
+
+/* bfd's loop and its submit thread write through two connections: a write
+ * of the loop that waits for the lock goes in at the big submit's next
+ * trial, not at the end of one of its 500-trial chunks (SQLite's own busy
+ * handler, not fair, let the submit take the lock back at chunk after chunk,
+ * starving the loop for seconds). Shown without a clock: a small submit that
+ * could only go in at a chunk's end finds a multiple of 500 big trials
+ * before its own; two in a row both do so by chance once in 250,000. */
+Test(store, a_waiting_writer_goes_in_at_the_next_trial_of_a_submit, .timeout = 120) {
+    store *s = open_store("way.db");
+    big_submit b = {.path = path_in("way.db"), .text = big_text()};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, big_submit_main, &b), 0);
+    while (trial_rows(b.path) == 0) { /* its first chunk is in: the submit goes on */
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    int64_t small[2] = {submit(s, SIX), submit(s, SIX)};
+    cr_assert_eq(pthread_join(th, NULL), 0);
+    cr_assert_eq(b.rc, 0, "%s", b.err);
+    int64_t big = 1; /* its job row went in with its first chunk */
+    long long at[2] = {big_before(b.path, big, small[0]), big_before(b.path, big, small[1])};
+    cr_assert(at[0] % 500 != 0 || at[1] % 500 != 0,
+              "both small submits went in only at the end of a chunk of the big one (after %lld "
+              "and %lld of its trials)",
+              at[0], at[1]);
+    store_close(&s);
+}
+
+/* Rows of trial_counts that disagree with the trials themselves (a count
+ * for a job and state that has trials, or a nonzero one that has none). */
+static long long count_mismatches(const char *path) {
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(
+                     db,
+                     "SELECT (SELECT COUNT(*) FROM (SELECT job, state, COUNT(*) AS c FROM trials"
+                     "  GROUP BY job, state) t WHERE c IS NOT"
+                     "  (SELECT n FROM trial_counts k WHERE k.job = t.job AND k.state = t.state))"
+                     " + (SELECT COUNT(*) FROM trial_counts k WHERE n <>"
+                     "  (SELECT COUNT(*) FROM trials t WHERE t.job = k.job AND t.state = k.state))",
+                     -1, &st, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(db));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    long long n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return n;
+}
+
+/* A job's trial counts by state are kept in trial_counts by triggers (a job
+ * row no longer counts its trials: 40-110 ms of bfd's loop for 100,000):
+ * they stay equal to the trials through submit, start, completion, a
+ * requeued failure, cancel and removal, and the migration fills them for a
+ * store written before the table existed. */
+Test(store, trial_counts_follow_every_change_of_the_trials) {
+    store *s = open_store("counts.db");
+    const char *path = path_in("counts.db");
+    char err[512];
+    int64_t a = submit(s, SIX), b = submit(s, SIX);
+    cr_assert_eq(count_mismatches(path), 0, "after submit");
+    int64_t t0 = trial_id(s, a, 0), t1 = trial_id(s, a, 1);
+    cr_assert_eq(store_trial_transition(s, t0, TRIAL_RUNNING, "x", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(store_trial_transition(s, t1, TRIAL_RUNNING, "x", err, sizeof err), 0, "%s", err);
+    cr_assert_eq(store_trial_transition(s, t0, TRIAL_COMPLETED, "x", err, sizeof err), 0, "%s",
+                 err);
+    int requeued;
+    cr_assert_eq(store_trial_fail(s, t1, "boom", &requeued, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(requeued, 1);
+    store_job j;
+    cr_assert_eq(store_job_get(s, a, &j, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(j.counts[TRIAL_COMPLETED], 1);
+    cr_assert_eq(j.counts[TRIAL_PENDING], 5);
+    cr_assert_eq(count_mismatches(path), 0, "after start, completion and a requeued failure");
+    int nc, more;
+    int64_t cj;
+    cr_assert_eq(store_job_cancel(s, b, &nc, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(store_cancel_step(s, 100, &cj, &nc, &more, err, sizeof err), 0, "%s", err);
+    long long cancelled;
+    cr_assert_eq(store_count_trials(s, b, TRIAL_CANCELLED, &cancelled, err, sizeof err), 0);
+    cr_assert_eq(cancelled, 6);
+    cr_assert_eq(count_mismatches(path), 0, "after cancel");
+    cr_assert_eq(store_prune_mark(s, b, 1, err, sizeof err), 0, "%s", err);
+    for (store_pruned p = {.job = 1}; p.job;) {
+        cr_assert_eq(store_prune_step(s, 4, &p, err, sizeof err), 0, "%s", err);
+        store_pruned_free(&p);
+    }
+    cr_assert_eq(count_mismatches(path), 0, "after removal");
+    store_close(&s);
+    /* a store of version 10: no table, no triggers; the migration fills it */
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(path, &db), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(db,
+                              "DROP TRIGGER trial_counts_insert; DROP TRIGGER trial_counts_update;"
+                              " DROP TRIGGER trial_counts_delete;"
+                              " DROP TRIGGER trial_counts_job_delete; DROP TABLE trial_counts;"
+                              " PRAGMA user_version = 10",
+                              NULL, NULL, NULL),
+                 SQLITE_OK, "%s", sqlite3_errmsg(db));
+    sqlite3_close(db);
+    s = open_store("counts.db");
+    cr_assert_eq(store_job_get(s, a, &j, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(j.counts[TRIAL_COMPLETED], 1);
+    cr_assert_eq(j.counts[TRIAL_PENDING], 5);
+    cr_assert_eq(count_mismatches(path), 0, "after the migration");
+    store_close(&s);
+}
+
+/* A file's size in bytes (0 when absent). */
+static long long file_size(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 ? (long long)sb.st_size : 0;
+}
+
+/* bfd's loop writes through a connection that never checkpoints the WAL
+ * (SQLite checkpoints in the commit that passes 1,000 pages: a commit of
+ * the loop wrote the pages back and synced the file); a checkpointer
+ * thread on its own connection does. Shown by the files: the WAL grows
+ * past 1,000 pages while the database file stays small, and the pages
+ * reach the database file once the checkpointer runs. */
+Test(store, checkpoints_deferred_to_the_checkpointer, .timeout = 120) {
+    store *s = open_store("wal.db");
+    const char *path = path_in("wal.db");
+    char wal[600], err[512];
+    snprintf(wal, sizeof wal, "%s-wal", path);
+    store_defer_checkpoints(s);
+    long long db0 = file_size(path);
+    submit(s, big_text()); /* 15,000 trials in chunks of 500 */
+    long long wal_bytes = file_size(wal);
+    cr_assert_gt(wal_bytes, 2000LL * 4096, "the WAL (%lld bytes) was checkpointed on the way",
+                 wal_bytes);
+    cr_assert_eq(file_size(path), db0, "pages reached the database file without a checkpoint");
+    store_checkpointer *c = NULL;
+    cr_assert_eq(store_checkpointer_start(path, 0.05, &c, err, sizeof err), 0, "%s", err);
+    while (file_size(path) < wal_bytes / 4) { /* the checkpointer writes them back */
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+    store_checkpointer_stop(&c);
+    cr_assert_null(c);
     store_close(&s);
 }

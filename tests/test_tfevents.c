@@ -171,3 +171,56 @@ Test(tfevents, job_dir_names) {
     cr_assert_str_eq(b, "/h/tb/job-3");
     cr_assert_eq(tfevents_job_dir(b, 8, "/h/tb", "long name", 3), -1);
 }
+
+/* The experiment record of a file holding one experiment of trials (a JSON
+ * array text), into rec; its size. */
+static size_t experiment_record(const char *dir, const char *trials, int gathered,
+                                unsigned char *rec, size_t cap) {
+    char err[512];
+    tfevents *w;
+    cr_assert_eq(tfevents_create(dir, 1764400000.5, &w, err, sizeof err), 0, "%s", err);
+    json_error_t je;
+    json_t *all = json_loads(trials, 0, &je);
+    cr_assert(all, "%s", je.text);
+    const char *metrics[] = {"val/acc"};
+    if (gathered) { /* a trial at a time, as bfd gathers a big job's */
+        tfevents_hparams *h = tfevents_hparams_new();
+        size_t i;
+        json_t *p;
+        json_array_foreach(all, i, p) tfevents_hparams_add(h, p);
+        cr_assert_eq(
+            tfevents_experiment_write(w, "e", h, metrics, 1, 1764400000.5, err, sizeof err), 0,
+            "%s", err);
+        tfevents_hparams_free(&h);
+        cr_assert_null(h);
+    } else {
+        cr_assert_eq(tfevents_experiment(w, "e", all, metrics, 1, 1764400000.5, err, sizeof err), 0,
+                     "%s", err);
+    }
+    json_decref(all);
+    char path[4096];
+    snprintf(path, sizeof path, "%s", tfevents_path(w));
+    cr_assert_eq(tfevents_close(&w, err, sizeof err), 0, "%s", err);
+    size_t n;
+    cr_assert_eq(read_records(path, rec, cap, &n), 2); /* file_version, the experiment */
+    cr_assert_eq(unlink(path), 0);
+    return n;
+}
+
+/* An hparam's domain holds each distinct value once: 1 and 1.0 are one
+ * number, equal strings and lists one value each; gathered a trial at a
+ * time or from the whole array, the record is the same bytes. */
+Test(tfevents, experiment_domains_hold_each_value_once) {
+    char dir[256];
+    tmpdir_make(dir, sizeof dir, "/tmp/bf-tfe-XXXXXX");
+    static unsigned char a[8192], b[8192], c[8192];
+    const char *dups = "[{\"lr\": 1, \"m\": \"x\", \"r\": [1, 2]}, {\"lr\": 1.0, \"m\": \"x\","
+                       " \"r\": [1, 2]}, {\"lr\": 2, \"m\": \"y\", \"r\": [1, 2]}]";
+    const char *once = "[{\"lr\": 1, \"m\": \"x\", \"r\": [1, 2]}, {\"lr\": 2, \"m\": \"y\"}]";
+    size_t na = experiment_record(dir, dups, 0, a, sizeof a);
+    size_t nb = experiment_record(dir, once, 0, b, sizeof b);
+    size_t nc = experiment_record(dir, dups, 1, c, sizeof c);
+    cr_assert(na == nb && memcmp(a, b, na) == 0, "repeated values listed again");
+    cr_assert(na == nc && memcmp(a, c, na) == 0, "gathered a trial at a time, another record");
+    cr_assert_eq(tmpdir_remove(dir), 0);
+}
