@@ -36,7 +36,11 @@ static const stage_rule s2s_rules[] = {
     {4, "distill.finetune_lr", 0},
     {4, "distill.finetune_ponder", 0},
     {4, "distill.finetune_prior", 0},
-    /* eval (5): only its parent */
+    /* eval (5): its parent and the bare module grid */
+    {5, "s2s.speed_widths", 0},
+    {5, "s2s.speed_batches", 0},
+    {5, "s2s.speed_warmup", 0},
+    {5, "s2s.speed_reps", 0},
 };
 
 static const stage_graph s2s_graph = {
