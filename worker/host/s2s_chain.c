@@ -187,6 +187,8 @@ static int load_model(s2s_ctx *x, int i, const char *from, int batch, int infer_
         m->be->to_host(hp, m->np.P.data, n * sizeof(float));
         if (ckpt_init_from(from, &m->np.P, hp, &rep, text, sizeof text, err, errlen) == 0) {
             m->be->to_device(m->np.P.data, hp, n * sizeof(float));
+            for (int k = 0; k < rep.n_counters; k++) /* the A-ViT gate goes with the weights */
+                model_take_counter(m, rep.counters[k].name, rep.counters[k].value);
             rc = 0;
         }
     }

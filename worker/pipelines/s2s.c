@@ -56,7 +56,7 @@ static void distill_backward(void *ctx, model *m) {
                           .layer = l,
                           .layers = m->sh.layers,
                           .gamma = m->halt.cf.gamma,
-                          .centre = m->halt.cf.centre,
+                          .centre = nn_halt_gate_centre(&m->halt.cf),
                           .eps = m->halt.cf.eps,
                           .mean_h = d->mean_h};
         be->zero(d->hgrad[l], (size_t)N * C * sizeof(float));
