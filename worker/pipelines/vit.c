@@ -47,9 +47,9 @@ static void vit_log(const model *m, const model_stats *st,
  * retention stops following it; then the gate actuator moves the gate
  * centre g itself, which acts on the next forward whatever the gradients:
  * while the window's error is beyond avit.tolerance, of the sign of the
- * last window's and smaller than it by less than half the tolerance (the
- * prior is not moving the retention; a window's retention is noisy by
- * about 0.01),
+ * last window's, smaller than it by less than half the tolerance and larger
+ * by less than the tolerance (the retention is not moving: a window's is
+ * noisy by about 0.01; one that moves, even away, follows the prior),
  *   gate  += KG * L * e * steps / VIT_CTL_STEPS * 2^(k-1)   logits added to g
  * k the stalled windows since the retention was last within the tolerance
  * or crossed the target (at most VIT_GATE_STREAK: the search for the
@@ -75,7 +75,8 @@ static void vit_window(model *m, const bf_config *c, const model_stats *st, doub
     if (s > L || s < -L) i = h->integral; /* anti-windup: no integrating past the clamp */
     s = VIT_CTL_KP * L * e + i;
     int away = e * h->error > 0 && fabsf(e) > c->avit.tolerance; /* short, on one side */
-    int stalled = away && fabsf(e) > fabsf(h->error) - 0.5f * c->avit.tolerance;
+    float moved = fabsf(e) - fabsf(h->error);
+    int stalled = away && moved > -0.5f * c->avit.tolerance && moved < c->avit.tolerance;
     h->streak = !away ? 0 : stalled ? fminf(h->streak + 1, VIT_GATE_STREAK) : h->streak;
     if (stalled) {
         float g =
