@@ -125,8 +125,11 @@ typedef struct bf_config {
         char halt_align[CFG_NAME_MAX]; /* keep | mean_h */
     } distill;
     struct {
-        char root[CFG_PATH_MAX];  /* where stage folders NAME-KEY live ("" = OUT/stages) */
-        char stage[CFG_NAME_MAX]; /* run only this stage ("" = every stage not done) */
+        char root[CFG_PATH_MAX];          /* where stage folders NAME-KEY live ("" = OUT/stages) */
+        char stage[CFG_NAME_MAX];         /* run only this stage ("" = every stage not done) */
+        char speed_widths[CFG_NAME_MAX];  /* eval's bare module grid: widths "192,768" */
+        char speed_batches[CFG_NAME_MAX]; /* and batches "1,8,16,32" */
+        int speed_warmup, speed_reps;     /* forwards before timing, and timed */
     } s2s;
     struct {
         char from[CFG_PATH_MAX]; /* run folder, .safetensors or checkpoint.bin; "" = none */
@@ -313,4 +316,10 @@ void cfg_hash_text(const char *dump, size_t n, char out[17]);
 #ifdef __cplusplus
 }
 #endif
+#define CFG_SPEED_MAX 8 /* entries of s2s.speed_widths and s2s.speed_batches */
+/* A list of integers "a,b,c" (s2s.speed_widths, s2s.speed_batches): at most
+ * max of them, each in [lo, hi], into out. Returns how many, or -1 with why
+ * (what is wrong and what would do) written. */
+int cfg_int_list(const char *text, int *out, int max, int lo, int hi, char *why, size_t n);
+
 #endif

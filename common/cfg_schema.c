@@ -173,6 +173,16 @@ static const cfg_field cfg_schema[] = {
      0},
     {"s2s.stage", CFG_T_STR, OFF(s2s.stage), NOLIM, "\"\"", NULL,
      "s2s: run only this stage (teacher, avit, profile, distill, finetune, eval; empty = all)", 0},
+    {"s2s.speed_widths", CFG_T_STR, OFF(s2s.speed_widths), NOLIM, "192,768", NULL,
+     "s2s eval: widths d of the bare module timings, a list (heads d/64, at least 1; the "
+     "paper's DeiT-Tiny and -Base)",
+     0},
+    {"s2s.speed_batches", CFG_T_STR, OFF(s2s.speed_batches), NOLIM, "1,8,16,32", NULL,
+     "s2s eval: batches of the bare module timings, a list", 0},
+    {"s2s.speed_warmup", CFG_T_INT, OFF(s2s.speed_warmup), 0, 100000, "50", NULL,
+     "s2s eval: forwards of each bare module before it is timed", 0},
+    {"s2s.speed_reps", CFG_T_INT, OFF(s2s.speed_reps), 1, 1000000, "300", NULL,
+     "s2s eval: timed forwards of each bare module (their mean is reported)", 0},
 
     {"init.from", CFG_T_STR, OFF(init.from), NOLIM, "\"\"", NULL,
      "start from another run's weights by tensor name: a run folder, a .safetensors file or a "

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The problems found so far: messages one per line in err[errlen]. */
@@ -200,8 +201,37 @@ static void validate_mixers(const bf_config *c, problems *pr) {
     }
 }
 
+int cfg_int_list(const char *text, int *out, int max, int lo, int hi, char *why, size_t n) {
+    int k = 0;
+    const char *p = text;
+    while (*p) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < lo || v > hi) {
+            snprintf(why, n, "'%s' is not a list of integers in [%d, %d] (\"a,b,c\")", text, lo,
+                     hi);
+            return -1;
+        }
+        if (k == max) {
+            snprintf(why, n, "'%s' has more than %d entries", text, max);
+            return -1;
+        }
+        out[k++] = (int)v;
+        p = end;
+        while (*p == ' ') p++;
+        if (*p == ',')
+            p++;
+        else if (*p) {
+            snprintf(why, n, "'%s': '%c' where a comma was expected (\"a,b,c\")", text, *p);
+            return -1;
+        }
+    }
+    if (k == 0) snprintf(why, n, "an empty list; give at least one (\"a,b,c\")");
+    return k ? k : -1;
+}
+
 /* pipeline s2s: distill.replace_layers fits model.layers, model.mixers left
- * to the pipeline, s2s.stage names a stage */
+ * to the pipeline, s2s.stage names a stage, the speed grid's lists parse */
 static void validate_s2s(const bf_config *c, problems *pr) {
     int L = c->model.layers;
     if (c->distill.replace_auto >= L)
@@ -245,6 +275,12 @@ static void validate_s2s(const bf_config *c, problems *pr) {
                 "s2s.stage '%s': distill.teacher %s runs no %s stage (it distils from the "
                 "dense teacher)",
                 c->s2s.stage, c->distill.teacher, c->s2s.stage);
+    int v[CFG_SPEED_MAX];
+    char why[256];
+    if (cfg_int_list(c->s2s.speed_widths, v, CFG_SPEED_MAX, 8, 16384, why, sizeof why) < 0)
+        add_err(pr, "s2s.speed_widths: %s", why);
+    if (cfg_int_list(c->s2s.speed_batches, v, CFG_SPEED_MAX, 1, 4096, why, sizeof why) < 0)
+        add_err(pr, "s2s.speed_batches: %s", why);
 }
 
 /* avit.retention reachable with model.layers */

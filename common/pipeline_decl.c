@@ -44,7 +44,11 @@ static const stage_rule s2s_rules[] = {
     {4, "distill.finetune_prior", 0, NULL},
     {4, "distill.finetune_ponder", 1, "distill.teacher=dense"},
     {4, "distill.finetune_prior", 1, "distill.teacher=dense"},
-    /* eval (5): only its parent */
+    /* eval (5): its parent and the bare module grid */
+    {5, "s2s.speed_widths", 0, NULL},
+    {5, "s2s.speed_batches", 0, NULL},
+    {5, "s2s.speed_warmup", 0, NULL},
+    {5, "s2s.speed_reps", 0, NULL},
 };
 
 static const stage_graph s2s_graph = {

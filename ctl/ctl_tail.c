@@ -92,6 +92,19 @@ static void print_compact(long long trial, json_t *p) {
     int found;
     double tps = stage_value(p, stage, "train/tokens_per_s", &found);
     if (found) printf(" | %.1fk tok/s", tps / 1e3);
+    /* an eval point of one cell of the bare module grid: its estimates */
+    const char *key;
+    json_t *v;
+    json_object_foreach(json_object_get(p, "values"), key, v) {
+        static const char pre[] = "eval/estimate/", post[] = "/speedup_vs_dense@577";
+        size_t n = strlen(key);
+        if (strncmp(key, pre, sizeof pre - 1) || n < sizeof pre + sizeof post - 2 ||
+            strcmp(key + n - (sizeof post - 1), post))
+            continue;
+        printf(" est@577 %.*s %.2fx", (int)(n - (sizeof pre - 1) - (sizeof post - 1)),
+               key + sizeof pre - 1, json_number_value(v));
+        any = 1;
+    }
     if (!any && !found)
         printf(" (%zu other values; --all shows them)",
                json_object_size(json_object_get(p, "values")));

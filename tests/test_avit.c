@@ -689,3 +689,70 @@ Test(avit, the_retention_control_lands_on_two_targets) {
     cr_assert_leq(got, 0.9 + 1e-9);
     cr_assert_leq(I, 4 + 0.2f * 4 * 1.0f + 1e-4, "integral %g wound up past the clamp", I);
 }
+
+/* The gate actuator (pipe_vit's window, docs/design.md#a-vit-halting): a
+ * made-up plant whose halting is saturated (every token halts after layer
+ * 0, retention 1/L, whatever the prior asks) until the gate centre has
+ * risen by 2 logits, and behaves as control_plant's after that. The prior's
+ * shift alone leaves it at 1/L = 0.167 against r 0.3 (the miss of 6 layers
+ * at r 0.3 in docs/results.md); moving the gate centre while the retention
+ * stalls must land it within avit.tolerance's 0.05, at r 0.3, 0.5 and 0.7. */
+static double saturated_plant(double r, float *gate) {
+    const int L = 6;
+    model m;
+    memset(&m, 0, sizeof m);
+    m.sh.avit = 1;
+    m.sh.layers = L;
+    bf_config c;
+    memset(&c, 0, sizeof c);
+    c.avit.retention = (float)r;
+    c.avit.tolerance = 0.05f;
+    double reached = 1.0;
+    for (int w = 0; w < 60; w++) {
+        model_stats st;
+        memset(&st, 0, sizeof st);
+        st.retention = reached;
+        pipe_vit.window(&m, &c, &st, 25);
+        double asked = 1.0 / L;
+        if (nn_halt_gate_centre(&m.halt.cf) >= 2) {
+            asked = 0.5 * (r + m.halt.cf.shift / L) + 0.2;
+            asked = asked < 1.0 / L ? 1.0 / L : asked > 0.9 ? 0.9 : asked;
+        }
+        reached += 0.5 * (asked - reached);
+    }
+    *gate = m.halt.cf.gate;
+    return reached;
+}
+
+Test(avit, the_gate_actuator_lifts_a_saturated_halting) {
+    for (int k = 0; k < 3; k++) {
+        double r = 0.3 + 0.2 * k;
+        float g;
+        double got = saturated_plant(r, &g);
+        cr_assert_leq(fabs(got - r), 0.05, "target %g: reached %g (gate centre moved by %g)", r,
+                      got, (double)g);
+        cr_assert_leq(fabsf(g), 100, "gate %g past its clamp", (double)g);
+    }
+}
+
+/* The gate goes with the weights: a loaded run's counter halt.gate (a
+ * float's bits) sets an A-ViT model's gate, and the halting test reads g +
+ * gate; another counter, or a model without halting, is left alone. */
+Test(avit, a_loaded_gate_moves_the_gate_centre) {
+    model m;
+    memset(&m, 0, sizeof m);
+    m.sh.avit = 1;
+    m.halt.cf.centre = 3;
+    float g = 12.5f;
+    uint32_t u;
+    memcpy(&u, &g, sizeof u);
+    model_take_counter(&m, "halt.shift", u);
+    cr_expect_eq(m.halt.cf.gate, 0);
+    model_take_counter(&m, MODEL_COUNTER_GATE, u);
+    cr_expect_eq(m.halt.cf.gate, 12.5f);
+    cr_expect_eq(nn_halt_gate_centre(&m.halt.cf), 15.5f);
+    m.sh.avit = 0;
+    m.halt.cf.gate = 0;
+    model_take_counter(&m, MODEL_COUNTER_GATE, u);
+    cr_expect_eq(m.halt.cf.gate, 0);
+}

@@ -647,3 +647,26 @@ Test(ckset, failed_save_keeps_the_last_set_and_leaves_no_temporary) {
     expect_set(sdir, &P, 5, 1.0f);
     bk_params_free(&P);
 }
+
+/* init.from of a run folder reports the set's counters, so that what goes
+ * with the weights (the A-ViT gate, model_take_counter) reaches the run
+ * that loads them; a .safetensors file alone has none. */
+Test(ckset, init_from_reports_the_sets_counters) {
+    bk_params P;
+    make_params(&P, 0);
+    save_set(sdir, &P, 7, 1.0f);
+    float *a = calloc(P.numel, 4);
+    ckpt_init_report r;
+    char text[1024], err[1024];
+    cr_assert_eq(ckpt_init_from(sdir, &P, a, &r, text, sizeof text, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(r.n_counters, 2);
+    cr_expect_str_eq(r.counters[0].name, "dropout");
+    cr_expect_eq(r.counters[0].value, UINT64_MAX);
+    cr_expect_str_eq(r.counters[1].name, "data.epoch");
+    cr_expect_eq(r.counters[1].value, 3);
+    cr_assert_eq(ckpt_init_from(tmpdir_path(sdir, CKPT_MODEL_FILE), &P, a, &r, text, sizeof text,
+                                err, sizeof err),
+                 0, "%s", err);
+    cr_expect_eq(r.n_counters, 0);
+    free(a);
+}

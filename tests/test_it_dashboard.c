@@ -83,6 +83,7 @@ static const char *write_s2s(const char *dir) {
              "train: {steps: 100000, batch: 16, eval_every: 0, log_every: 10}\n"
              "avit: {steps: 20, retention: 0.7}\n"
              "distill: {replace_layers: 'auto:1', stage1_steps: 10, stage2_steps: 10}\n"
+             "s2s: {speed_widths: '16', speed_batches: '1', speed_warmup: 0, speed_reps: 1}\n"
              "sweep:\n  parameters:\n    distill.mixer: {values: [bimamba, bilstm]}\n"
              "metric: {name: eval/student/test/acc, goal: max}\n",
              dir, dir, dir, dir);

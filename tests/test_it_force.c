@@ -252,7 +252,8 @@ static void write_s2s(const char *name, int teacher_steps) {
              "train: {steps: %d, batch: 8, lr: 3.0e-3, warmup: 1, eval_every: 0, log_every: 1,\n"
              "        checkpoint_every: 0}\n"
              "avit: {retention: 0.7, steps: 3, tolerance: 0.5, prior: spend}\n"
-             "distill: {mixer: bimamba, replace_layers: [1], stage1_steps: 2, stage2_steps: 2}\n",
+             "distill: {mixer: bimamba, replace_layers: [1], stage1_steps: 2, stage2_steps: 2}\n"
+             "s2s: {speed_widths: '16', speed_batches: '1', speed_warmup: 0, speed_reps: 1}\n",
              dir, dir, dir, dir, teacher_steps);
     snprintf(p, sizeof p, "%s/%s", dir, name);
     FILE *f = fopen(p, "w");

@@ -76,7 +76,8 @@ static void write_s2s(const char *avit) {
              "model: {patch: 4, layers: 2, d_model: 16, heads: 2}\n"
              "train: {steps: 3, batch: 8, lr: 3.0e-3, warmup: 1, eval_every: 0, log_every: 1}\n"
              "avit: {%s}\n"
-             "distill: {mixer: bimamba, replace_layers: [1], stage1_steps: 2, stage2_steps: 2}\n",
+             "distill: {mixer: bimamba, replace_layers: [1], stage1_steps: 2, stage2_steps: 2}\n"
+             "s2s: {speed_widths: '16', speed_batches: '1', speed_warmup: 0, speed_reps: 1}\n",
              dir, dir, dir, dir, avit);
     write_text("s2s.yaml", cfg);
 }

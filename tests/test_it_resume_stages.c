@@ -33,7 +33,8 @@ static void write_cfg(void) {
             "        checkpoint_every: 0}\n"
             "avit: {retention: 0.7, steps: 400, tolerance: 0.5}\n"
             "distill: {mixer: bimamba, replace_layers: [1], stage1_steps: 400, "
-            "stage2_steps: 400}\n",
+            "stage2_steps: 400}\n"
+            "s2s: {speed_widths: '16', speed_batches: '1', speed_warmup: 0, speed_reps: 1}\n",
             dir, dir, dir, dir);
     fclose(f);
 }

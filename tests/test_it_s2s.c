@@ -21,6 +21,7 @@
 #include "tests/it_idx.h"
 #include "tests/learning.h"
 #include "worker/io/safetensors.h"
+#include "worker/models/model.h"
 
 /* the fall of the held-out MSE required of stage 1, as a fraction of the
  * MSE before it: a third of the smallest measured (scripts/learning_margins.sh) */
@@ -46,7 +47,9 @@ static void write_cfg(void) {
              * seed (with lambda_mse 1 and 80 steps a weak teacher's student
              * spends the stage on CE: measured falls 4% .. 30%) */
             "distill: {mixer: bimamba, replace_layers: 'auto:1', stage1_steps: 200, "
-            "stage2_steps: 10, lambda_mse: 10}\n",
+            "stage2_steps: 10, lambda_mse: 10}\n"
+            /* the bare module grid at its quick setting (the paper's takes hours here) */
+            "s2s: {speed_widths: '16,32', speed_batches: '1,2', speed_warmup: 1, speed_reps: 2}\n",
             dir, dir, dir, dir, 1 + learning_seed_shift());
     fclose(f);
 }
@@ -162,8 +165,49 @@ static void expect_trained_speeds(const char *metrics) {
     x = one_value(metrics, "eval/trained/teacher/speedup_vs_dense");
     cr_expect(fabs(x - ips[1] / ips[0]) < 1e-6 * x, "speedup %g, images/s %g / %g", x, ips[1],
               ips[0]);
+    x = one_value(metrics, "eval/trained/student/speedup_vs_dense");
+    cr_expect(fabs(x - ips[2] / ips[0]) < 1e-6 * x, "speedup %g, images/s %g / %g", x, ips[2],
+              ips[0]);
     /* the fresh-weights figures stay beside them */
     cr_expect_gt(one_value(metrics, "eval/student/speedup_vs_teacher@577"), 0);
+    cr_expect_gt(one_value(metrics, "eval/student/speedup_vs_dense@577"), 0);
+}
+
+/* Speed as the paper states it (docs/s2s.md), at the quick grid of
+ * write_cfg: for every width and batch of it and every length, the bare
+ * attention module and every mixer of the table, once each, at N = round(T
+ * x the student's retention) tokens (1 < N <= T); the estimated whole-model
+ * speed-up over the dense ViT at 577 tokens for every mixer. */
+static void expect_module_speeds(const char *metrics) {
+    static const int widths[] = {16, 32}, batches[] = {1, 2}, lengths[] = {197, 577, 1025};
+    char name[160];
+    for (int t = 0; t < 3; t++) {
+        snprintf(name, sizeof name, "eval/module/tokens@%d", lengths[t]);
+        double n = one_value(metrics, name);
+        cr_expect(n >= 2 && n <= lengths[t] && n == floor(n), "%s %g", name, n);
+    }
+    for (int w = 0; w < 2; w++)
+        for (int b = 0; b < 2; b++) {
+            for (int t = 0; t < 3; t++) {
+                snprintf(name, sizeof name, "eval/module/d%d/b%d/attention_ms@%d", widths[w],
+                         batches[b], lengths[t]);
+                cr_expect_gt(one_value(metrics, name), 0, "%s", name);
+                for (int k = MODEL_MIXER_ATTENTION + 1; k <= MODEL_MIXER_LAST; k++) {
+                    snprintf(name, sizeof name, "eval/module/d%d/b%d/%s_ms@%d", widths[w],
+                             batches[b], model_mixer_name(k), lengths[t]);
+                    cr_expect_gt(one_value(metrics, name), 0, "%s", name);
+                    snprintf(name, sizeof name, "eval/module/d%d/b%d/%s_speedup@%d", widths[w],
+                             batches[b], model_mixer_name(k), lengths[t]);
+                    cr_expect_gt(one_value(metrics, name), 0, "%s", name);
+                }
+            }
+            for (int k = MODEL_MIXER_ATTENTION + 1; k <= MODEL_MIXER_LAST; k++) {
+                snprintf(name, sizeof name, "eval/estimate/d%d/b%d/%s/speedup_vs_dense@577",
+                         widths[w], batches[b], model_mixer_name(k));
+                double x = one_value(metrics, name);
+                cr_expect(x > 0 && isfinite(x), "%s %g", name, x);
+            }
+        }
 }
 
 Test(it_s2s, runs_every_stage_and_shares_them, .timeout = 600) {
@@ -212,6 +256,7 @@ Test(it_s2s, runs_every_stage_and_shares_them, .timeout = 600) {
     learning_expect("it_s2s/stage1_heldout_mse_fraction", 1.0, mse[1] / mse[0], S2S_MSE_FALL, 1);
     expect_frozen_through_stage1();
     expect_trained_speeds(cmd);
+    expect_module_speeds(cmd);
     /* stage 2 reads its own lr, distill.finetune_lr's default 0.1 x train.lr
      * (3e-4): its one logged lr is at its 10th step of 10, warmup 1 (capped
      * at a tenth of the steps), on the cosine from lr to lr / 10: lr (0.1 +

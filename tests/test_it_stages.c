@@ -67,6 +67,7 @@ static const char *write_sweep_tol(const char *name, int avit_steps, const char 
             "train: {steps: 60, batch: 16, lr: 3.0e-3, warmup: 5, eval_every: 0, log_every: 10}\n"
             "avit: {steps: %d, retention: 0.7, tolerance: %g, prior: spend}\n"
             "distill: {replace_layers: 'auto:1', stage1_steps: 10, stage2_steps: 10}\n"
+            "s2s: {speed_widths: '16', speed_batches: '1', speed_warmup: 0, speed_reps: 1}\n"
             "sweep:\n  parameters:\n    distill.mixer: {values: %s}\n"
             "metric: {name: eval/student/test/acc, goal: max}\n",
             name, g_dir, g_dir, g_dir, g_dir, avit_steps, tolerance, mixers);

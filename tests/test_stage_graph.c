@@ -69,9 +69,13 @@ Test(stage_graph, order_names_parents_and_folders) {
 Test(stage_graph, eval_key_is_the_documented_hash) {
     stage_node p[STAGE_MAX];
     plan_with("", p);
-    /* eval depends on no key: FNV-1a 64 of "stage=eval\nparent=<finetune key>\n" */
-    char text[128];
-    snprintf(text, sizeof text, "stage=eval\nparent=%s\n", p[4].key);
+    /* eval depends on the bare module grid's keys alone: FNV-1a 64 of
+     * "stage=eval\n" + each at its default + "parent=<finetune key>\n" */
+    char text[256];
+    snprintf(text, sizeof text,
+             "stage=eval\ns2s.speed_widths=\"192,768\"\ns2s.speed_batches=\"1,8,16,32\"\n"
+             "s2s.speed_warmup=50\ns2s.speed_reps=300\nparent=%s\n",
+             p[4].key);
     unsigned long long h = 0xcbf29ce484222325ull;
     for (const char *s = text; *s; s++) {
         h ^= (unsigned char)*s;

@@ -209,15 +209,15 @@ static json_t *avit_json(const model *m) {
             json_array_append_new(keep, json_real(hs[L + l]));
             json_array_append_new(psum, json_real(hs[l]));
         }
-        o = json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:s, s:o, s:o}",
-                      "gamma", (double)h->cf.gamma, "gate_center", (double)h->cf.centre, "eps",
-                      (double)h->cf.eps, "ponder_weight", (double)h->cf.ponder_weight,
-                      "prior_weight", (double)h->cf.prior_weight, "retention_target",
-                      (double)h->cf.retention, "prior_centre",
-                      (double)(nn_halt_centre(h->cf.retention, L, h->cf.sigma) + h->cf.shift),
-                      "prior_sigma", (double)h->cf.sigma, "prior_shift", (double)h->cf.shift,
-                      "remainders", hs[2 * L], "prior", nn_halt_prior_name(h->cf.prior), "output",
-                      h->cf.freeze ? "freeze" : "act", "keep", keep, "psum", psum);
+        o = json_pack(
+            "{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:s, s:s, s:o, s:o}", "gamma",
+            (double)h->cf.gamma, "gate_center", (double)nn_halt_gate_centre(&h->cf), "eps",
+            (double)h->cf.eps, "ponder_weight", (double)h->cf.ponder_weight, "prior_weight",
+            (double)h->cf.prior_weight, "retention_target", (double)h->cf.retention, "prior_centre",
+            (double)(nn_halt_centre(h->cf.retention, L, h->cf.sigma) + h->cf.shift), "prior_sigma",
+            (double)h->cf.sigma, "prior_shift", (double)h->cf.shift, "remainders", hs[2 * L],
+            "prior", nn_halt_prior_name(h->cf.prior), "output", h->cf.freeze ? "freeze" : "act",
+            "keep", keep, "psum", psum);
         keep = psum = NULL; /* o owns them */
     }
     json_decref(keep);
@@ -442,13 +442,13 @@ static json_t *distill_json(const s2s_distill *d, const model *m, const bf_confi
     float mse[MODEL_MAX_LAYERS];
     double hl[MODEL_MAX_LAYERS];
     float *mask = malloc((size_t)B * T * sizeof(float));
-    json_t *o =
-        json_pack("{s:s, s:s, s:f, s:f, s:s, s:f, s:f, s:f, s:f, s:b}", "teacher", c->init.from,
-                  "mixer", model_mixer_name(m->sh.mixer[d->layers[0]]), "lambda_mse",
-                  (double)d->lambda_mse, "lambda_halt", (double)d->lambda_halt, "halt_align",
-                  d->mean_h ? "mean_h" : "keep", "label_smoothing", (double)m->label_smoothing,
-                  "gamma", (double)m->halt.cf.gamma, "gate_center", (double)m->halt.cf.centre,
-                  "eps", (double)m->halt.cf.eps, "unfreeze", c->distill.unfreeze);
+    json_t *o = json_pack(
+        "{s:s, s:s, s:f, s:f, s:s, s:f, s:f, s:f, s:f, s:b}", "teacher", c->init.from, "mixer",
+        model_mixer_name(m->sh.mixer[d->layers[0]]), "lambda_mse", (double)d->lambda_mse,
+        "lambda_halt", (double)d->lambda_halt, "halt_align", d->mean_h ? "mean_h" : "keep",
+        "label_smoothing", (double)m->label_smoothing, "gamma", (double)m->halt.cf.gamma,
+        "gate_center", (double)nn_halt_gate_centre(&m->halt.cf), "eps", (double)m->halt.cf.eps,
+        "unfreeze", c->distill.unfreeze);
     json_t *rep = json_array(), *jm = json_array(), *jh = json_array(), *tk = json_array();
     if (!mask || !o || !rep || !jm || !jh || !tk) goto oom;
     be->to_host(mse, d->mse, (size_t)d->n * sizeof(float));

@@ -203,6 +203,8 @@ static int init_from(const char *path, const char *map, model *m, int quiet, int
         goto done;
     }
     m->be->to_device(m->np.P.data, hp, n * sizeof(float));
+    for (int i = 0; i < r.n_counters; i++)
+        model_take_counter(m, r.counters[i].name, r.counters[i].value);
     if (!quiet) fprintf(stderr, "%s\n", text); /* "init.from PATH: ..." */
     if (r.converted && !quiet)
         fprintf(stderr,

@@ -4,6 +4,7 @@
 #include "worker/host/s2s_chain.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,6 +195,8 @@ static int load_model(s2s_ctx *x, int i, const char *from, int batch, int infer_
         m->be->to_host(hp, m->np.P.data, n * sizeof(float));
         if (ckpt_init_from(from, &m->np.P, hp, &rep, text, sizeof text, err, errlen) == 0) {
             m->be->to_device(m->np.P.data, hp, n * sizeof(float));
+            for (int k = 0; k < rep.n_counters; k++) /* the A-ViT gate goes with the weights */
+                model_take_counter(m, rep.counters[k].name, rep.counters[k].value);
             rc = 0;
         }
     }
@@ -281,17 +284,123 @@ static int run_distill(s2s_ctx *x, char *err, size_t errlen) {
 #define EVAL_TRAINED_REPS 5
 
 static const char *name_of(const char *a, const char *b, const char *c2, int T) {
-    static char *names[256];
+    static char *names[1024];
     static int n;
-    char buf[128];
+    char buf[400];
     if (T > 0)
         snprintf(buf, sizeof buf, "%s%s%s@%d", a, b, c2, T);
     else
         snprintf(buf, sizeof buf, "%s%s%s", a, b, c2);
     for (int i = 0; i < n; i++)
         if (strcmp(names[i], buf) == 0) return names[i];
-    if (n == 256 || !(names[n] = strdup(buf))) return "eval/overflow";
+    if (n == 1024 || !(names[n] = strdup(buf))) return "eval/overflow";
     return names[n++];
+}
+
+/* Bare module timings already taken for one (width, batch): the same
+ * module at the same N is timed once. */
+typedef struct module_cache {
+    int kind[256], N[256], n;
+    double ms[256];
+} module_cache;
+
+static int module_ms(module_cache *mc, const model_shape *sh, const bk_backend *be, int kind, int N,
+                     int C, int B, const bf_config *c, double *ms, char *err, size_t errlen) {
+    for (int i = 0; i < mc->n; i++)
+        if (mc->kind[i] == kind && mc->N[i] == N) return *ms = mc->ms[i], 0;
+    if (s2s_module_ms(sh, be, kind, N, C, B, c->s2s.speed_warmup, c->s2s.speed_reps, ms, err,
+                      errlen))
+        return -1;
+    if (mc->n < 256) mc->kind[mc->n] = kind, mc->N[mc->n] = N, mc->ms[mc->n++] = *ms;
+    return 0;
+}
+
+/* Speed as the S2S paper states it (docs/s2s.md): (a) each bare module,
+ * attention and every mixer of the table, at N = round(T x retention)
+ * (the student's, on the test images) for each width and batch of the
+ * grid; (b) the whole-model speed-up of the student over the dense ViT at
+ * 577 tokens composed from them: L attention modules at 577 against the
+ * student's layers, each at its own retained N (1 + round(576 keep_l),
+ * keep_l the student's per layer), a replaced layer as the mixer, the rest
+ * as attention; for each mixer, as if the student's replaced layers held
+ * it. */
+static int eval_modules(s2s_ctx *x, const model_shape *student, double retention,
+                        const pipe_profile_t *prof, const bk_backend *be, char *err,
+                        size_t errlen) {
+    static const int lengths[] = {197, 577, 1025};
+    const bf_config *c = x->c;
+    int W[CFG_SPEED_MAX], Bs[CFG_SPEED_MAX], L = student->layers;
+    char why[256], nm[160];
+    int nw = cfg_int_list(c->s2s.speed_widths, W, CFG_SPEED_MAX, 8, 16384, why, sizeof why);
+    if (nw < 0) return snprintf(err, errlen, "s2s.speed_widths: %s", why), -1;
+    int nb = cfg_int_list(c->s2s.speed_batches, Bs, CFG_SPEED_MAX, 1, 4096, why, sizeof why);
+    if (nb < 0) return snprintf(err, errlen, "s2s.speed_batches: %s", why), -1;
+    int replaced[MODEL_MAX_LAYERS] = {0}, NL[MODEL_MAX_LAYERS];
+    for (int k = 0; k < x->n_layers; k++) replaced[x->layers[k]] = 1;
+    for (int l = 0; l < L; l++) {
+        NL[l] = 1 + (int)lround(576 * prof->l[l].keep);
+        if (NL[l] < 2) NL[l] = 2;
+    }
+    for (size_t t = 0; t < sizeof lengths / sizeof *lengths; t++) {
+        int N = (int)lround(lengths[t] * retention);
+        metrics_add(&x->mt, name_of("eval/module/tokens", "", "", lengths[t]), N < 2 ? 2 : N);
+    }
+    for (int wi = 0; wi < nw; wi++)
+        for (int bi = 0; bi < nb; bi++) {
+            metrics_flush(&x->mt); /* a line per grid cell: a line holds METRICS_MAX_POINTS */
+            metrics_begin(&x->mt, x->offset);
+            module_cache mc = {.n = 0};
+            int C = W[wi], B = Bs[bi];
+            for (size_t t = 0; t < sizeof lengths / sizeof *lengths; t++) {
+                int T = lengths[t], N = (int)lround(T * retention);
+                if (N < 2) N = 2;
+                double att, ms;
+                if (module_ms(&mc, student, be, MODEL_MIXER_ATTENTION, N, C, B, c, &att, err,
+                              errlen))
+                    return -1;
+                snprintf(nm, sizeof nm, "eval/module/d%d/b%d/attention_ms", C, B);
+                metrics_add(&x->mt, name_of(nm, "", "", T), att);
+                if (!x->quiet)
+                    fprintf(stderr,
+                            "eval  module d %d batch %d, %d tokens (N %d) | attention %.3f ms", C,
+                            B, T, N, att);
+                for (int k = MODEL_MIXER_ATTENTION + 1; k <= MODEL_MIXER_LAST; k++) {
+                    if (module_ms(&mc, student, be, k, N, C, B, c, &ms, err, errlen)) return -1;
+                    snprintf(nm, sizeof nm, "eval/module/d%d/b%d/%s_ms", C, B, model_mixer_name(k));
+                    metrics_add(&x->mt, name_of(nm, "", "", T), ms);
+                    snprintf(nm, sizeof nm, "eval/module/d%d/b%d/%s_speedup", C, B,
+                             model_mixer_name(k));
+                    metrics_add(&x->mt, name_of(nm, "", "", T), att / ms);
+                    if (!x->quiet)
+                        fprintf(stderr, " | %s %.3f ms (%.2fx)", model_mixer_name(k), ms, att / ms);
+                }
+                if (!x->quiet) fputc('\n', stderr);
+            }
+            double dense, mix[MODEL_MIXER_LAST + 1] = {0};
+            if (module_ms(&mc, student, be, MODEL_MIXER_ATTENTION, 577, C, B, c, &dense, err,
+                          errlen))
+                return -1;
+            for (int l = 0; l < L; l++)
+                for (int k = MODEL_MIXER_ATTENTION + 1; k <= MODEL_MIXER_LAST; k++) {
+                    double ms;
+                    if (module_ms(&mc, student, be, replaced[l] ? k : MODEL_MIXER_ATTENTION, NL[l],
+                                  C, B, c, &ms, err, errlen))
+                        return -1;
+                    mix[k] += ms;
+                }
+            if (!x->quiet)
+                fprintf(stderr, "eval  estimate d %d batch %d, 577 tokens | student over dense:", C,
+                        B);
+            for (int k = MODEL_MIXER_ATTENTION + 1; k <= MODEL_MIXER_LAST; k++) {
+                snprintf(nm, sizeof nm, "eval/estimate/d%d/b%d/%s/speedup_vs_dense", C, B,
+                         model_mixer_name(k));
+                metrics_add(&x->mt, name_of(nm, "", "", 577), L * dense / mix[k]);
+                if (!x->quiet)
+                    fprintf(stderr, " %s %.2fx", model_mixer_name(k), L * dense / mix[k]);
+            }
+            if (!x->quiet) fputc('\n', stderr);
+        }
+    return 0;
 }
 
 static int run_eval(s2s_ctx *x, char *err, size_t errlen) {
@@ -333,6 +442,14 @@ static int run_eval(s2s_ctx *x, char *err, size_t errlen) {
                               tips, tret, &images, err, errlen);
     for (int k = 0; k < open; k++) model_destroy(&m[k]);
     if (rc) return -1;
+    /* the student's keep per layer (its profile: a model that keeps its
+     * attention maps), for the module estimate */
+    pipe_profile_t prof;
+    if (load_model(x, ST_FINETUNE, x->dir[ST_FINETUNE], x->c->train.batch, 0, &m[2], err, errlen))
+        return -1;
+    rc = pipe_profile(&m[2], x->c, &x->d, x->c->train.batch, &prof, err, errlen);
+    model_destroy(&m[2]);
+    if (rc) return -1;
     for (int k = 0; k < 3; k++) {
         metrics_add(&x->mt, name_of("eval/trained/", who[k], "/images_per_s", 0), tips[k]);
         metrics_add(&x->mt, name_of("eval/trained/", who[k], "/retention", 0), tret[k]);
@@ -340,6 +457,7 @@ static int run_eval(s2s_ctx *x, char *err, size_t errlen) {
     metrics_add(&x->mt, "eval/trained/images", images);
     metrics_add(&x->mt, "eval/trained/teacher/speedup_vs_dense", tips[1] / tips[0]);
     metrics_add(&x->mt, "eval/trained/student/speedup_vs_teacher", tips[2] / tips[1]);
+    metrics_add(&x->mt, "eval/trained/student/speedup_vs_dense", tips[2] / tips[0]);
     if (!x->quiet)
         fprintf(stderr,
                 "eval  trained, %.0f %s images at %d tokens | images/s dense %.1f teacher %.1f "
@@ -365,6 +483,7 @@ static int run_eval(s2s_ctx *x, char *err, size_t errlen) {
         for (int k = 0; k < 3; k++)
             metrics_add(&x->mt, name_of("eval/", who[k], "/images_per_s", T), ips[k]);
         metrics_add(&x->mt, name_of("eval/", "student", "/speedup_vs_teacher", T), ips[2] / ips[1]);
+        metrics_add(&x->mt, name_of("eval/", "student", "/speedup_vs_dense", T), ips[2] / ips[0]);
         metrics_add(&x->mt, name_of("eval/", "mixer", "/attention_ms", T), ma);
         metrics_add(&x->mt, name_of("eval/", "mixer/", mixer_ms, T), mm);
         metrics_add(&x->mt, name_of("eval/", "mixer", "/speedup", T), ma / mm);
@@ -375,6 +494,7 @@ static int run_eval(s2s_ctx *x, char *err, size_t errlen) {
                     T, ips[0], ips[1], ips[2], ips[2] / ips[1], ma, model_mixer_name(kind), mm,
                     ma / mm);
     }
+    if (eval_modules(x, &shape[2], tret[2], &prof, be, err, errlen)) return -1;
     metrics_flush(&x->mt);
     return metrics_status(&x->mt, err, errlen);
 }

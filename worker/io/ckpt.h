@@ -191,8 +191,12 @@ typedef struct ckpt_init_report {
     size_t floats;   /* floats loaded */
     int by_position; /* 1: an old checkpoint.bin, mapped by position */
     int converted;   /* tensors converted to F32 (from F16, BF16 or F64) */
-    char converted_from[64]; /* their dtypes, "BF16" or "F16/F64" */
-    char source[4096];       /* the file read */
+    char converted_from[64];                  /* their dtypes, "BF16" or "F16/F64" */
+    char source[4096];                        /* the file read */
+    ckpt_counter counters[CKPT_MAX_COUNTERS]; /* a run folder's set: its state's counters
+                                                 (what travels with the weights, such as
+                                                 the A-ViT gate, is the caller's to take) */
+    int n_counters;
 } ckpt_init_report;
 
 /* init.from: fills host_params (P->numel floats in P's buffer layout, the

@@ -140,6 +140,8 @@ int ckpt_init_from_map(const char *path, const char *map_spec, const bk_params *
             }
             int rc = ckpt_open_member(path, &s, 0, 1, &f, err, errlen);
             free(s.cfg_owned);
+            memcpy(r->counters, s.counters, sizeof r->counters);
+            r->n_counters = s.n_counters;
             if (rc) return -1;
         } else if (ckpt_exists(p)) {
             if (st_open(&f, p, e2, sizeof e2)) {

@@ -155,6 +155,8 @@ int run_src_load(run_src *s, model *m, char *err, size_t errlen) {
     memset(&meta, 0, sizeof meta);
     int rc = ckpt_load(s->dir, &m->np.P, hp, NULL, NULL, &meta, err, errlen);
     if (!rc) m->be->to_device(m->np.P.data, hp, n * sizeof(float));
+    for (int i = 0; !rc && i < meta.n_counters; i++) /* the A-ViT gate goes with the weights */
+        model_take_counter(m, meta.counters[i].name, meta.counters[i].value);
     ckpt_meta_free(&meta);
     free(hp);
     return rc;

@@ -20,6 +20,12 @@ static nn_attn_cfg attn_cfg(const model_shape *sh, const bk_backend *be) {
                          .tiled_min_t = be ? be->attention_tiled_min_t : 0};
 }
 
+void model_take_counter(model *m, const char *name, uint64_t value) {
+    if (!m->sh.avit || strcmp(name, MODEL_COUNTER_GATE) != 0) return;
+    uint32_t u = (uint32_t)value;
+    memcpy(&m->halt.cf.gate, &u, sizeof u);
+}
+
 const char *model_mixer_name(int kind) {
     static const char *names[] = {"attention", "bimamba", "bilstm", "bilstm_wide", "bimamba2"};
     return kind >= 0 && kind <= MODEL_MIXER_LAST ? names[kind] : "?";

@@ -264,4 +264,15 @@ double model_row_loss(const model *m, int r);
 /* Parameter count of the tensors whose names start with prefix. */
 size_t model_count(const model *m, const char *prefix);
 
+/* The name of the A-ViT gate actuator's state (nn_halt_cfg.gate) among a
+ * checkpoint's counters: it goes with the weights, because the halting
+ * they learned keeps its retention only at that gate centre. */
+#define MODEL_COUNTER_GATE "halt.gate"
+
+/* A counter of the run m's weights were loaded from (init.from, a stage's
+ * parent, a run opened by a command): the gate actuator's state goes onto
+ * m (an avit model; a float's bits); any other counter is that run's own
+ * and is ignored. */
+void model_take_counter(model *m, const char *name, uint64_t value);
+
 #endif

@@ -129,8 +129,11 @@ typedef struct nn_stats {
     double correct;    /* encoder: correct predictions in the batch */
     double counted;    /* samples (encoder) or target tokens (lm) counted in the loss */
     double attn_flops; /* attention FLOPs actually spent (inference) or that the rule would spend */
-    double attn_seconds; /* wall time of the mixer sublayers (LN1 to residual add), when
-                            timed (adds a device sync per layer) */
+    double attn_seconds;  /* wall time of the mixer sublayers (LN1 to residual add), when
+                             timed (adds a device sync per layer) */
+    double mixer_seconds; /* of those, the bare mixer modules alone (attention: qkv, softmax,
+                             W_O; a mixer: its directions, fusion and W_O; no LN, no
+                             residual), when timed */
 } nn_stats;
 
 /* One forward or backward call of a module. */
@@ -144,7 +147,8 @@ typedef struct nn_call {
     const nn_knobs *kn;  /* budget knobs */
     nn_stats *st;        /* where modules add what they measured */
     double *dstats;      /* device stats buffer (BK_STAT_SLOTS; training): ops add into it */
-    int time_mixer;      /* 1: time the mixer sublayer into st->attn_seconds */
+    int time_mixer;      /* 1: time the mixer sublayer into st->attn_seconds (and the bare
+                            module into st->mixer_seconds) */
 } nn_call;
 
 /* Transient scratch shared by the modules of one model: each module says

@@ -278,7 +278,16 @@ void nn_block_forward(nn_block *b, const nn_env *e, nn_scratch *s, const nn_call
     }
     nn_layernorm_forward(&b->ln1, e, &b->a1, x, N);
     freeze_rows(b, e, b->a1.out, N);
+    double t1 = 0;
+    if (bc.time_mixer) {
+        be->sync();
+        t1 = wall_s();
+    }
     b->mix.ops->forward(b->mix.self, e, s, &bc, b->mix_out, b->a1.out);
+    if (bc.time_mixer) {
+        be->sync();
+        bc.st->mixer_seconds += wall_s() - t1;
+    }
     freeze_rows(b, e, b->mix_out, N);
     be->add(b->mid, x, b->mix_out, NC);
     if (bc.time_mixer) {

@@ -56,6 +56,8 @@ void nn_halt_begin(nn_halt *h, const nn_env *e, int B) {
     for (int l = 1; l <= h->L; l++) h->ones[l] = 0;
 }
 
+float nn_halt_gate_centre(const nn_halt_cfg *cf) { return cf->centre + cf->gate; }
+
 static bk_halt_args halt_args(const nn_halt *h, int l, int B, int C) {
     return (bk_halt_args){.B = B,
                           .T = h->T,
@@ -63,7 +65,7 @@ static bk_halt_args halt_args(const nn_halt *h, int l, int B, int C) {
                           .layer = l,
                           .layers = h->L,
                           .gamma = h->cf.gamma,
-                          .centre = h->cf.centre,
+                          .centre = nn_halt_gate_centre(&h->cf),
                           .eps = h->cf.eps,
                           .prior = h->cf.prior};
 }

@@ -27,6 +27,12 @@ typedef struct nn_halt_cfg {
                                           retention control; 0 = none) */
     float integral;                    /* that control's integral term, in layers */
     float error;                       /* and the retention error it last read */
+    float gate;                        /* added to the gate centre g by that control's gate
+                                          actuator when the prior stalls (0 = none; kept
+                                          with the checkpoint: halt.gate) */
+    float streak;                      /* stalled windows since the retention was last
+                                          within the tolerance: the gate's step doubles
+                                          with each (kept with the checkpoint) */
     int prior;                         /* avit.prior: a BK_PRIOR_ value (kernels/bk.h) */
     int freeze; /* avit.output: 0 = act (the ACT weighted output), 1 = freeze (x[L]) */
 } nn_halt_cfg;
@@ -46,6 +52,10 @@ typedef struct nn_halt {
     float *h_ones;
     float *out, *dout; /* device [B,T,C]: the ACT output and its gradient */
 } nn_halt;
+
+/* The gate centre the halting test uses: g plus the retention control's
+ * gate actuator (cf->gate). */
+float nn_halt_gate_centre(const nn_halt_cfg *cf);
 
 /* Device arrays from the arena for L layers and (B, T, C); host copies
  * malloc'd. Returns 0 or -1 (host out of memory). */

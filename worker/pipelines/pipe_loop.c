@@ -441,6 +441,8 @@ static int final_test(loop *L, long step, train_result *r, char *err, size_t err
 
 #define COUNTER_SHIFT "halt.shift"
 #define COUNTER_INTEGRAL "halt.integral"
+#define COUNTER_ERROR "halt.error"
+#define COUNTER_STREAK "halt.streak"
 #define COUNTER_WSTEPS "window.steps"
 #define COUNTER_WTOKENS "window.tokens"
 #define COUNTER_WSTAT "window.stat." /* + the slot */
@@ -486,6 +488,9 @@ static int state_counters(loop *L, int window_open, pipe_state *s, char *err, si
     if (L->m.sh.avit) {
         put_counter(s, COUNTER_SHIFT, f32_bits(L->m.halt.cf.shift));
         put_counter(s, COUNTER_INTEGRAL, f32_bits(L->m.halt.cf.integral));
+        put_counter(s, COUNTER_ERROR, f32_bits(L->m.halt.cf.error));
+        put_counter(s, COUNTER_STREAK, f32_bits(L->m.halt.cf.streak));
+        put_counter(s, MODEL_COUNTER_GATE, f32_bits(L->m.halt.cf.gate));
     }
     if (!window_open || L->w.steps == 0) return 0;
     double raw[BK_STAT_SLOTS];
@@ -516,6 +521,12 @@ static int restore_counters(loop *L, const pipe_state *s, char *err, size_t errl
             L->m.halt.cf.shift = bits_f32(c->value);
         } else if (strcmp(c->name, COUNTER_INTEGRAL) == 0 && L->m.sh.avit) {
             L->m.halt.cf.integral = bits_f32(c->value);
+        } else if (strcmp(c->name, COUNTER_ERROR) == 0 && L->m.sh.avit) {
+            L->m.halt.cf.error = bits_f32(c->value);
+        } else if (strcmp(c->name, COUNTER_STREAK) == 0 && L->m.sh.avit) {
+            L->m.halt.cf.streak = bits_f32(c->value);
+        } else if (strcmp(c->name, MODEL_COUNTER_GATE) == 0 && L->m.sh.avit) {
+            L->m.halt.cf.gate = bits_f32(c->value);
         } else if (strcmp(c->name, COUNTER_WSTEPS) == 0) {
             L->resumed_steps = bits_f64(c->value);
             L->resumed_window = 1;
@@ -526,9 +537,12 @@ static int restore_counters(loop *L, const pipe_state *s, char *err, size_t errl
         } else {
             snprintf(err, errlen,
                      "the checkpoint holds the state \"%s\", which this run does not have (valid: "
-                     "%s%s, " COUNTER_WSTEPS ", " COUNTER_WTOKENS ", " COUNTER_WSTAT
+                     "%s, " COUNTER_WSTEPS ", " COUNTER_WTOKENS ", " COUNTER_WSTAT
                      "0.." COUNTER_WSTAT "%d): it was written by another bf or another model",
-                     c->name, L->m.sh.avit ? COUNTER_SHIFT : "", L->m.sh.avit ? "" : "(none)",
+                     c->name,
+                     L->m.sh.avit ? COUNTER_SHIFT ", " COUNTER_INTEGRAL ", " COUNTER_ERROR
+                                                  ", " COUNTER_STREAK ", " MODEL_COUNTER_GATE
+                                  : "(none)",
                      BK_STAT_SLOTS - 1);
             return -1;
         }

@@ -63,7 +63,7 @@ static void distill_backward(void *ctx, model *m) {
                           .layer = l,
                           .layers = m->sh.layers,
                           .gamma = m->halt.cf.gamma,
-                          .centre = m->halt.cf.centre,
+                          .centre = nn_halt_gate_centre(&m->halt.cf),
                           .eps = m->halt.cf.eps,
                           .mean_h = d->mean_h};
         be->zero(d->hgrad[l], (size_t)N * C * sizeof(float));
@@ -472,5 +472,48 @@ int s2s_mixer_ms(const model_shape *shape, const bk_backend *be, int mixer, int 
     if (!rc) rc = probe_rounds(p, 2, reps, best, err, errlen);
     if (!rc) *attention_ms = 1e3 * best[0], *mixer_ms = 1e3 * best[1];
     for (int k = 0; k < 2; k++) probe_close(&p[k]);
+    return rc;
+}
+
+int s2s_module_ms(const model_shape *shape, const bk_backend *be, int kind, int N, int C, int B,
+                  int warmup, int reps, double *ms, char *err, size_t errlen) {
+    if (N < 2 || reps < 1 || warmup < 0) {
+        snprintf(err, errlen,
+                 "module timing at %d tokens, %d timed, %d warm-up (need >= 2, >= 1, "
+                 ">= 0)",
+                 N, reps, warmup);
+        return -1;
+    }
+    /* one layer over a row of N - 1 patches: the module sees [B, N, C] */
+    model_shape sh = *shape;
+    sh.layers = 1;
+    sh.avit = 0;
+    sh.infer_only = 1;
+    sh.d_model = C;
+    sh.heads = C / 64 > 0 ? C / 64 : 1;
+    memset(sh.mixer, 0, sizeof sh.mixer);
+    sh.mixer[0] = (unsigned char)kind;
+    sh.seq_len = N;
+    sh.image_h = sh.patch;
+    sh.image_w = sh.patch * (N - 1);
+    speed_probe p;
+    memset(&p, 0, sizeof p);
+    if (model_create(&p.m, &sh, be, B, err, errlen)) return -1;
+    p.open = 1;
+    p.B = B;
+    p.timed = 1;
+    p.m.time_attention = 1;
+    int rc = model_init_weights(&p.m, 1, err, errlen);
+    if (!rc && random_batch(&p.m, B, &p.img, &p.lab)) {
+        snprintf(err, errlen, "out of memory");
+        rc = -1;
+    }
+    double sum = 0;
+    for (int r = 0; !rc && r < warmup + reps; r++) {
+        rc = model_forward(&p.m, p.img, NULL, p.lab, B, 0, err, errlen);
+        if (!rc && r >= warmup) sum += p.m.st.mixer_seconds;
+    }
+    if (!rc) *ms = 1e3 * sum / reps;
+    probe_close(&p);
     return rc;
 }

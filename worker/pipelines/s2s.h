@@ -94,4 +94,13 @@ int s2s_split_speeds(model *const *m, int n, const bf_config *c, const data_sets
 int s2s_mixer_ms(const model_shape *shape, const bk_backend *be, int mixer, int T, int B, int reps,
                  double *attention_ms, double *mixer_ms, char *err, size_t errlen);
 
+/* ms of one bare token-mixing module as the S2S authors time it (no LN, no
+ * MLP, no halting): attention (qkv, softmax, W_O) for kind
+ * MODEL_MIXER_ATTENTION, else mixer `kind` (its directions, their fusion
+ * and W_O); N tokens, width C with C/64 heads (at least 1; the shape's
+ * other fields), batch B, inference with fresh weights: warmup forwards,
+ * then the mean of reps. N >= 2. Returns 0 or -1 with a message. */
+int s2s_module_ms(const model_shape *shape, const bk_backend *be, int kind, int N, int C, int B,
+                  int warmup, int reps, double *ms, char *err, size_t errlen);
+
 #endif

@@ -8,7 +8,7 @@
  * by more than avit.tolerance. Metrics: train/loss, train/loss_task, train/acc, and
  * with A-ViT train/loss_ponder, train/loss_prior, train/retention and the
  * retention control's trace (train/prior_shift, train/ctl_error,
- * train/ctl_integral); val/acc,
+ * train/ctl_integral, train/ctl_gate); val/acc,
  * test/acc, test/images_per_s, and with A-ViT val/retention,
  * test/retention. */
 #include <math.h>
@@ -29,6 +29,7 @@ static void vit_log(const model *m, const model_stats *st,
     metric(ctx, "train/prior_shift", m->halt.cf.shift);
     metric(ctx, "train/ctl_error", m->halt.cf.error);
     metric(ctx, "train/ctl_integral", m->halt.cf.integral);
+    metric(ctx, "train/ctl_gate", m->halt.cf.gate);
 }
 
 /* Retention control (docs/design.md#a-vit-halting): the halting losses pull
@@ -41,12 +42,28 @@ static void vit_log(const model *m, const model_stats *st,
  * L turns a retention error into layers (a token kept one more layer of L
  * raises the retention by 1/L). The gains were chosen on Fashion-MNIST
  * fine-tunes (docs/design.md#a-vit-halting has the choice): KI 0.4 made the
- * retention swing by 0.1 around its target, KP alone leaves an offset. The
- * shift and the integral, and the window in progress they are computed
- * from, are in the checkpoint (pipe_state's counters): a resumed run
- * controls as the run never stopped would. */
+ * retention swing by 0.1 around its target, KP alone leaves an offset.
+ * Where the scores saturate the clamped prior passes no gradient and the
+ * retention stops following it; then the gate actuator moves the gate
+ * centre g itself, which acts on the next forward whatever the gradients:
+ * while the window's error is beyond avit.tolerance, of the sign of the
+ * last window's, smaller than it by less than half the tolerance and larger
+ * by less than the tolerance (the retention is not moving: a window's is
+ * noisy by about 0.01; one that moves, even away, follows the prior),
+ *   gate  += KG * L * e * steps / VIT_CTL_STEPS * 2^(k-1)   logits added to g
+ * k the stalled windows since the retention was last within the tolerance
+ * or crossed the target (at most VIT_GATE_STREAK: the search for the
+ * saturation's edge doubles its step, as training moves the scores while
+ * the gate moves), the gate clamped to +-VIT_GATE_MAX.
+ * The shift, the integral, the gate, its streak, the last error and the window in
+ * progress they are computed from are in the checkpoint (pipe_state's
+ * counters): a resumed run controls as the run never stopped would; the
+ * gate also goes with the weights to a run that starts from them. */
 #define VIT_CTL_KP 0.5f
 #define VIT_CTL_KI 0.2f
+#define VIT_CTL_KG 2.0f
+#define VIT_GATE_MAX 100.0f
+#define VIT_GATE_STREAK 6.0f
 #define VIT_CTL_STEPS 25.0
 
 static void vit_window(model *m, const bf_config *c, const model_stats *st, double steps) {
@@ -57,6 +74,15 @@ static void vit_window(model *m, const bf_config *c, const model_stats *st, doub
     float s = VIT_CTL_KP * L * e + i;
     if (s > L || s < -L) i = h->integral; /* anti-windup: no integrating past the clamp */
     s = VIT_CTL_KP * L * e + i;
+    int away = e * h->error > 0 && fabsf(e) > c->avit.tolerance; /* short, on one side */
+    float moved = fabsf(e) - fabsf(h->error);
+    int stalled = away && moved > -0.5f * c->avit.tolerance && moved < c->avit.tolerance;
+    h->streak = !away ? 0 : stalled ? fminf(h->streak + 1, VIT_GATE_STREAK) : h->streak;
+    if (stalled) {
+        float g =
+            h->gate + (float)(VIT_CTL_KG * L * e * steps / VIT_CTL_STEPS) * exp2f(h->streak - 1);
+        h->gate = g < -VIT_GATE_MAX ? -VIT_GATE_MAX : g > VIT_GATE_MAX ? VIT_GATE_MAX : g;
+    }
     h->integral = i;
     h->error = e;
     h->shift = s < -L ? -L : s > L ? L : s;
@@ -70,13 +96,15 @@ int vit_retention_check(const model *m, const bf_config *c, const eval_result *v
     snprintf(err, errlen,
              "A-ViT reached retention %.3f on the validation set, not the %.2f asked (avit."
              "retention; avit.tolerance %.2f); its retention control ended at a prior shift of "
-             "%.2f layers (integral %.2f; last training window's error %+.3f, metrics "
+             "%.2f layers (integral %.2f; gate centre moved by %+.2f; last training window's error "
+             "%+.3f, metrics "
              "train/ctl_*). The checkpoint is written. To move it: raise "
              "avit.prior_weight (now %g) to pull the halting depth to the target harder, %s "
              "avit.gate_center (now %g; lower halts sooner), or train longer (%s)",
              got, r, (double)c->avit.tolerance, (double)m->halt.cf.shift,
-             (double)m->halt.cf.integral, (double)m->halt.cf.error, (double)c->avit.prior_weight,
-             got > r ? "lower" : "raise", (double)c->avit.gate_center, length_key);
+             (double)m->halt.cf.integral, (double)m->halt.cf.gate, (double)m->halt.cf.error,
+             (double)c->avit.prior_weight, got > r ? "lower" : "raise", (double)c->avit.gate_center,
+             length_key);
     return -1;
 }
 
