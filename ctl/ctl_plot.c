@@ -231,7 +231,7 @@ static int request_metrics(ctl_conn *c, plot *p, plot_args *a, json_t **jr) {
         a->job = (long long)json_integer_value(json_object_get(tr, "job"));
         json_decref(tr);
     }
-    if (ctl_call_or_say(c, "job", json_pack("{s:I}", "job", (json_int_t)a->job), jr) ||
+    if (ctl_request_pages(c, "job", json_pack("{s:I}", "job", (json_int_t)a->job), "trials", jr) ||
         ctl_call_or_say(
             c, "best",
             json_pack("{s:I, s:i}", "job", (json_int_t)a->job, "n", p->best_n ? p->best_n : 1),

@@ -256,7 +256,8 @@ static int export_whole(exporter *ex, json_t *r) {
  * job whose export does not fit in one message. */
 static int export_paged(exporter *ex, ctl_conn *c) {
     json_t *jr;
-    if (ctl_call_or_say(c, "job", json_pack("{s:I}", "job", (json_int_t)ex->job), &jr)) return 1;
+    if (ctl_request_pages(c, "job", json_pack("{s:I}", "job", (json_int_t)ex->job), "trials", &jr))
+        return 1;
     json_t *trials = json_incref(json_object_get(jr, "trials"));
     /* the job's fields as `export` gives them: without the trial list and req
      * (absent keys are fine, so the return values do not matter) */
@@ -504,7 +505,7 @@ int bfctl_results(int argc, char **argv) {
         return 1;
     }
     json_t *jr = NULL, *br = NULL;
-    int rc = ctl_call_or_say(c, "job", json_pack("{s:I}", "job", (json_int_t)job), &jr);
+    int rc = ctl_request_pages(c, "job", json_pack("{s:I}", "job", (json_int_t)job), "trials", &jr);
     if (rc == 0 &&
         (njobs > 1 || a.group_by_seed || json_array_size(json_object_get(jr, "objectives")) > 1)) {
         json_decref(jr);

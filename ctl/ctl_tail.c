@@ -276,7 +276,8 @@ int ctl_tail(ctl_conn *c, long long job, long long trial, int follow, int compac
         ns = 1;
     } else {
         json_t *r;
-        if (ctl_request(c, "job", json_pack("{s:I}", "job", (json_int_t)job), &r)) return 1;
+        if (ctl_request_pages(c, "job", json_pack("{s:I}", "job", (json_int_t)job), "trials", &r))
+            return 1;
         json_t *ts = json_object_get(r, "trials");
         ns = json_array_size(ts);
         s = calloc(ns ? ns : 1, sizeof *s);

@@ -111,7 +111,7 @@ int ctl_export_tensorboard(long long job, const char *dir) {
         return 1;
     }
     json_t *jr;
-    if (ctl_call_or_say(c, "job", json_pack("{s:I}", "job", (json_int_t)job), &jr)) {
+    if (ctl_request_pages(c, "job", json_pack("{s:I}", "job", (json_int_t)job), "trials", &jr)) {
         ctl_close(&c);
         return 1;
     }

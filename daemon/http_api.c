@@ -118,8 +118,10 @@ static json_t *job_record(sqlite3 *db, sqlite3_stmt *row, char *err, size_t errl
     sqlite3_stmt *st;
     json_t *states = json_object();
     json_object_set_new(o, "states", states);
-    if (prep(db, "SELECT state, COUNT(*) FROM trials WHERE job = ?1 GROUP BY state", &st, err,
-             errlen)) {
+    /* the counts the store's triggers keep (trial_counts, jobs/store.c), as
+     * `ls` and status read them: counting a 100,000-trial job's trials took
+     * the dashboard's thread 40-110 ms a job record */
+    if (prep(db, "SELECT state, n FROM trial_counts WHERE job = ?1 AND n > 0", &st, err, errlen)) {
         json_decref(o);
         return NULL;
     }

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #define FAIL_LOG_LINES 15 /* of a failed trial's log, in `trial` */
 
@@ -82,6 +83,24 @@ static json_t *trial_summaries(const store_trial *ts, size_t n) {
 
 #define JOBS_PAGE_MAX 1000  /* jobs per `jobs` reply */
 #define TRIALS_PAGE_MAX 500 /* trials per `job` reply: the loop is held ~10 ms a page, not 100 */
+#define TRIALS_PAGE_S 0.010 /* of work on a `job` page, then it ends (BF_JOB_PAGE_MS) */
+
+/* A monotonic clock in seconds, for a page's work budget. */
+static double page_clock_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* How long a `job` page may work, in seconds: TRIALS_PAGE_S,
+ * or BF_JOB_PAGE_MS from bfd's environment (0: one trial a page, which
+ * tests use to make every job span many pages). */
+static double trials_page_s(void) {
+    const char *v = getenv("BF_JOB_PAGE_MS");
+    char *end;
+    double ms = v && *v ? strtod(v, &end) : -1;
+    return v && *v && !*end && ms >= 0 ? ms * 1e-3 : TRIALS_PAGE_S;
+}
 
 /* Array of job_json of a page of jobs (ids above after, at most limit) in
  * submit order; *last the last id in it. */
@@ -129,6 +148,7 @@ void req_jobs(bfd *d, void *s, proto_msg *m) {
 void req_job(bfd *d, void *s, proto_msg *m) {
     char ferr[512];
     long long id, after, limit;
+    double t0 = page_clock_s(), budget = trials_page_s(); /* the page's work, from here */
     FIELD(proto_get_int(m->body, "job", 1, 1, PROTO_MAX_INT, 0, &id, ferr, sizeof ferr));
     FIELD(proto_get_int(m->body, "after", 0, -1, PROTO_MAX_INT, -1, &after, ferr, sizeof ferr));
     FIELD(proto_get_int(m->body, "limit", 0, 1, TRIALS_PAGE_MAX, TRIALS_PAGE_MAX, &limit, ferr,
@@ -139,26 +159,28 @@ void req_job(bfd *d, void *s, proto_msg *m) {
     size_t n;
     /* one more than asked says whether another page follows */
     if (get_job_with_trials(d, s, m, id, after, (int)limit + 1, &j, &b, &ts, &n)) return;
-    int more = n > (size_t)limit;
-    if (more) {
-        store_trial_free(&ts[limit]);
-        n = (size_t)limit;
-    }
-    json_object_set_new(b, "last", json_integer(n ? (json_int_t)ts[n - 1].index : after));
-    json_object_set_new(b, "more", json_boolean(more));
-    json_t *arr = trial_summaries(ts, n);
-    for (size_t i = 0; i < n; i++) { /* why a FAILED trial failed, in one line */
-        char msg[1024], err[1024];
-        int att = 0;
-        if (ts[i].state != TRIAL_FAILED) continue;
-        if (store_trial_last_failure(d->st, ts[i].id, &att, msg, sizeof msg, err, sizeof err))
-            bfd_log("trial %lld: %s", (long long)ts[i].id, err);
-        else
-            json_object_set_new(json_array_get(arr, i), "failure",
-                                json_pack("{s:i, s:s}", "attempt", att, "message", msg));
-    }
-    for (size_t i = 0; pipeline_stages(j.pipeline) && i < n; i++) {
-        json_t *row = json_array_get(arr, i);
+    /* the page ends at limit trials, or sooner once its work (the job's
+     * row and the page's query, then per trial a failure's lookup, an s2s
+     * trial's stages: a query or more each) passed the budget, so one page
+     * never holds the loop long; a page has at least one trial, and bfctl
+     * follows "last" whatever the page's size */
+    size_t page = n > (size_t)limit ? (size_t)limit : n;
+    json_t *arr = json_array();
+    size_t i = 0;
+    for (; i < page; i++) {
+        if (i > 0 && page_clock_s() - t0 >= budget) break;
+        json_t *row = trial_summary(&ts[i]);
+        json_array_append_new(arr, row);
+        if (ts[i].state == TRIAL_FAILED) { /* why it failed, in one line */
+            char msg[1024], err[1024];
+            int att = 0;
+            if (store_trial_last_failure(d->st, ts[i].id, &att, msg, sizeof msg, err, sizeof err))
+                bfd_log("trial %lld: %s", (long long)ts[i].id, err);
+            else
+                json_object_set_new(row, "failure",
+                                    json_pack("{s:i, s:s}", "attempt", att, "message", msg));
+        }
+        if (!pipeline_stages(j.pipeline)) continue;
         /* a staged trial's attempts are one per stage it ran: say those and
          * its retries apart, so six stages do not read as six retries */
         store_stage plan[STAGE_MAX];
@@ -178,6 +200,9 @@ void req_job(bfd *d, void *s, proto_msg *m) {
         json_decref(trial_stages_json(d, ts[i].id, ts[i].state, waiting, sizeof waiting));
         if (waiting[0]) json_object_set_new(row, "waiting", json_string(waiting));
     }
+    int more = i < n;
+    json_object_set_new(b, "last", json_integer(i ? (json_int_t)ts[i - 1].index : after));
+    json_object_set_new(b, "more", json_boolean(more));
     json_object_set_new(b, "trials", arr);
     store_trials_free(ts, n);
     if (!strcmp(j.pipeline, "s2s")) {

@@ -3,7 +3,8 @@
  * --dry-run` lists what it would remove and removes nothing; `bfctl gc`
  * removes the rows (trials, points, attempts, events) and the files (trial
  * folders, logs, TensorBoard folder); `bfctl show` of a job bigger than one page of the `job`
- * reply pages through it whole; a trial log that is a FIFO gets an
+ * reply pages through it whole, and so it does when each page ends after
+ * one trial (a page's work budget, BF_JOB_PAGE_MS=0); a trial log that is a FIFO gets an
  * error instead of blocking bfd's loop in open(); and while a 20,000-trial
  * job is being cancelled (a chunk per round) bfd answers `daemon status`. */
 #include <criterion/criterion.h>
@@ -15,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include "it_bfd.h"
 
@@ -149,6 +151,81 @@ Test(prune, show_pages_through_a_job_bigger_than_one_reply) {
         cr_assert_eq(json_integer_value(json_object_get(json_array_get(trials, i), "index")),
                      (json_int_t)i);
     cr_assert_null(json_object_get(r, "more"));
+    json_decref(r);
+}
+
+/* The body of bfd's reply to a `job` request for job's first page, sent on
+ * the control socket as bfctl would (a new JSON object). */
+static json_t *job_page(long long job) {
+    void *ctx = zmq_ctx_new(), *s = zmq_socket(ctx, ZMQ_DEALER);
+    int to = 10000, zero = 0;
+    zmq_setsockopt(s, ZMQ_RCVTIMEO, &to, sizeof to);
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    char ep[512], body[64];
+    snprintf(ep, sizeof ep, "ipc://%s/ctl.sock", g_home);
+    cr_assert_eq(zmq_connect(s, ep), 0);
+    snprintf(body, sizeof body, "{\"job\": %lld}", job);
+    const char *f[] = {"bf", "1", "job", body};
+    for (int i = 0; i < 4; i++)
+        cr_assert_geq(zmq_send(s, f[i], strlen(f[i]), i < 3 ? ZMQ_SNDMORE : 0), 0);
+    static char fr[4][1 << 16];
+    int n = 0, more = 1;
+    while (more && n < 4) {
+        int k = zmq_recv(s, fr[n], sizeof fr[n] - 1, 0);
+        cr_assert_geq(k, 0, "no reply: %s", zmq_strerror(zmq_errno()));
+        fr[n][k < (int)sizeof fr[n] - 1 ? k : (int)sizeof fr[n] - 1] = '\0';
+        n++;
+        size_t ml = sizeof more;
+        zmq_getsockopt(s, ZMQ_RCVMORE, &more, &ml);
+    }
+    cr_assert_eq(n, 4);
+    cr_assert_str_eq(fr[2], "job", "%s", fr[3]);
+    zmq_close(s);
+    zmq_ctx_term(ctx);
+    json_error_t je;
+    json_t *r = json_loads(fr[3], 0, &je);
+    cr_assert(r, "%s", je.text);
+    return r;
+}
+
+/* A `job` page ends once its work passed a budget, not only at 500 trials:
+ * with the budget at 0 each page has one trial (and says more follow), and
+ * `bfctl show` still lists every trial once, in order, and `bfctl results`
+ * every trial. */
+Test(prune, show_follows_pages_cut_by_the_work_budget) {
+    it_stop(&g_bfd, SIGTERM);
+    setenv("BF_JOB_PAGE_MS", "0", 1);
+    g_bfd = it_bfd_start(g_dir, g_home);
+    unsetenv("BF_JOB_PAGE_MS");
+    char p[512];
+    write_big(p, sizeof p, 40);
+    long long job = it_submit(g_dir, p);
+    char args[64];
+    snprintf(args, sizeof args, "cancel %lld", job);
+    cr_assert_eq(ctl(NULL, 0, args), 0);
+    json_t *r = job_page(job);
+    cr_assert_eq(json_array_size(json_object_get(r, "trials")), 1);
+    cr_assert(json_is_true(json_object_get(r, "more")));
+    cr_assert_eq(json_integer_value(json_object_get(r, "last")), 0);
+    json_decref(r);
+    static char out[1 << 20];
+    snprintf(args, sizeof args, "show %lld --json", job);
+    cr_assert_eq(ctl(out, sizeof out, args), 0);
+    json_error_t je;
+    r = json_loads(out, 0, &je);
+    cr_assert(r, "%s", je.text);
+    json_t *trials = json_object_get(r, "trials");
+    cr_assert_eq(json_array_size(trials), 40);
+    for (size_t i = 0; i < 40; i++)
+        cr_assert_eq(json_integer_value(json_object_get(json_array_get(trials, i), "index")),
+                     (json_int_t)i);
+    json_decref(r);
+    /* and so does `results`, which read only the first page */
+    snprintf(args, sizeof args, "results %lld --json", job);
+    cr_assert_eq(ctl(out, sizeof out, args), 0);
+    r = json_loads(out, 0, &je);
+    cr_assert(r, "%s", je.text);
+    cr_assert_eq(json_array_size(json_object_get(r, "trials")), 40, "%s", out);
     json_decref(r);
 }
 
