@@ -62,6 +62,21 @@ static int arg_int(http_arg_fn arg, void *cls, const char *key, long long def, l
     return 0;
 }
 
+/* A list of positive ids separated by commas ("3,7,12", no spaces) into
+ * ids[max]: how many, or 0 when list is empty or malformed or holds more
+ * than max. */
+static size_t id_list(const char *list, long long *ids, size_t max) {
+    size_t n = 0;
+    for (const char *p = list; *p;) {
+        char *end;
+        long long id = strtoll(p, &end, 10);
+        if (end == p || id < 1 || (*end && *end != ',') || n == max) return 0;
+        ids[n++] = id;
+        p = *end ? end + 1 : end;
+    }
+    return n;
+}
+
 /* The id of metric name (0 when no point has it yet), or -1 with err. */
 static long long metric_id(sqlite3 *db, const char *name, char *err, size_t errlen) {
     sqlite3_stmt *st;
@@ -1063,17 +1078,7 @@ static unsigned get_compare(sqlite3 *db, http_arg_fn arg, void *cls, json_t **ou
                             size_t nextlen, char *err, size_t errlen) {
     const char *list = arg(cls, "jobs");
     long long ids[FRONT_MAX_JOBS], grouped;
-    int n = 0;
-    for (const char *p = list ? list : ""; *p;) {
-        char *end;
-        long long id = strtoll(p, &end, 10);
-        if (end == p || id < 1 || (*end && *end != ',') || n == FRONT_MAX_JOBS) {
-            n = 0;
-            break;
-        }
-        ids[n++] = id;
-        p = *end ? end + 1 : end;
-    }
+    int n = (int)id_list(list ? list : "", ids, FRONT_MAX_JOBS);
     if (n < 2)
         return bf_fail(err, errlen,
                        "?jobs= must be 2 to %d job ids separated by commas (e.g. ?jobs=3,7), "
@@ -1095,18 +1100,11 @@ static unsigned get_band(sqlite3 *db, long long job, http_arg_fn arg, void *cls,
     code = points_args(db, arg, cls, &mid, &maxp, err, errlen);
     if (code) return code;
     const char *list = arg(cls, "trials");
+    long long tid[BAND_TRIALS_MAX];
+    size_t n = id_list(list ? list : "", tid, BAND_TRIALS_MAX), w = 0;
     char ids[BAND_TRIALS_MAX * 21 + 1] = "";
-    size_t w = 0, n = 0;
-    for (const char *p = list ? list : ""; *p;) {
-        char *end;
-        long long id = strtoll(p, &end, 10);
-        if (end == p || id < 1 || (*end && *end != ',') || n == BAND_TRIALS_MAX) {
-            n = 0;
-            break;
-        }
-        w += (size_t)snprintf(ids + w, sizeof ids - w, "%s%lld", n++ ? "," : "", id);
-        p = *end ? end + 1 : end;
-    }
+    for (size_t i = 0; i < n; i++)
+        w += (size_t)snprintf(ids + w, sizeof ids - w, "%s%lld", i ? "," : "", tid[i]);
     if (!n)
         return bf_fail(err, errlen, "?trials must be 1 to %d trial ids separated by commas",
                        BAND_TRIALS_MAX),
