@@ -418,10 +418,14 @@ static int trial_points(sqlite3 *db, long long trial, long long mid, long long a
     return 0;
 }
 
-/* ?metric= (required) as its id in *mid (0: nothing logged under it yet),
- * ?max_points= in *maxp: 0, or an HTTP status with err. */
-static unsigned points_args(sqlite3 *db, http_arg_fn arg, void *cls, long long *mid,
-                            long long *maxp, char *err, size_t errlen) {
+/* The arguments of a points request on row id of table ("jobs" or
+ * "trials"), which must exist: ?metric= (required) as its id in *mid (0:
+ * nothing logged under it yet), ?max_points= in *maxp: 0, or an HTTP status
+ * with err. */
+static unsigned points_args(sqlite3 *db, const char *table, long long id, http_arg_fn arg,
+                            void *cls, long long *mid, long long *maxp, char *err, size_t errlen) {
+    unsigned code = exists(db, table, id, err, errlen);
+    if (code != 200) return code;
     const char *metric = arg(cls, "metric");
     if (!metric || !*metric || strlen(metric) > 63)
         return bf_fail(err, errlen, "?metric=NAME is required (a metric name, e.g. train/loss)"),
@@ -435,9 +439,7 @@ static unsigned points_args(sqlite3 *db, http_arg_fn arg, void *cls, long long *
 static unsigned get_trial_points(sqlite3 *db, long long trial, http_arg_fn arg, void *cls,
                                  json_t **out, char *err, size_t errlen) {
     long long mid, maxp, after;
-    unsigned code = exists(db, "trials", trial, err, errlen);
-    if (code != 200) return code;
-    code = points_args(db, arg, cls, &mid, &maxp, err, errlen);
+    unsigned code = points_args(db, "trials", trial, arg, cls, &mid, &maxp, err, errlen);
     if (code) return code;
     if (arg_int(arg, cls, "after", 0, 0, 1LL << 53, &after, err, errlen)) return 400;
     json_t *a = json_array();
@@ -454,9 +456,7 @@ static unsigned get_trial_points(sqlite3 *db, long long trial, http_arg_fn arg, 
 static unsigned get_job_points(sqlite3 *db, long long job, http_arg_fn arg, void *cls, json_t **out,
                                char *err, size_t errlen) {
     long long mid, maxp;
-    unsigned code = exists(db, "jobs", job, err, errlen);
-    if (code != 200) return code;
-    code = points_args(db, arg, cls, &mid, &maxp, err, errlen);
+    unsigned code = points_args(db, "jobs", job, arg, cls, &mid, &maxp, err, errlen);
     if (code) return code;
     long long ids[JOB_CURVES_MAX];
     size_t n = 0;
@@ -1095,9 +1095,7 @@ static unsigned get_compare(sqlite3 *db, http_arg_fn arg, void *cls, json_t **ou
 static unsigned get_band(sqlite3 *db, long long job, http_arg_fn arg, void *cls, json_t **out,
                          char *err, size_t errlen) {
     long long mid, maxp;
-    unsigned code = exists(db, "jobs", job, err, errlen);
-    if (code != 200) return code;
-    code = points_args(db, arg, cls, &mid, &maxp, err, errlen);
+    unsigned code = points_args(db, "jobs", job, arg, cls, &mid, &maxp, err, errlen);
     if (code) return code;
     const char *list = arg(cls, "trials");
     long long tid[BAND_TRIALS_MAX];
