@@ -332,7 +332,9 @@ Test(it_s2s, a_dense_teacher_runs_no_halting, .timeout = 600) {
             "train: {steps: 10, batch: 8, eval_every: 0, log_every: 5}\n"
             "avit: {steps: 10, tolerance: 1}\n"
             "distill: {teacher: dense, mixer: bimamba, replace_layers: 'auto:1', "
-            "stage1_steps: 10, stage2_steps: 10}\n",
+            "stage1_steps: 10, stage2_steps: 10}\n"
+            /* the bare module grid at its smallest (the default is the paper's) */
+            "s2s: {speed_widths: '16', speed_batches: '1', speed_warmup: 0, speed_reps: 1}\n",
             dir, dir, dir, dir);
     fclose(f);
     char cmd[1024];
