@@ -62,6 +62,21 @@ static int arg_int(http_arg_fn arg, void *cls, const char *key, long long def, l
     return 0;
 }
 
+/* A list of positive ids separated by commas ("3,7,12", no spaces) into
+ * ids[max]: how many, or 0 when list is empty or malformed or holds more
+ * than max. */
+static size_t id_list(const char *list, long long *ids, size_t max) {
+    size_t n = 0;
+    for (const char *p = list; *p;) {
+        char *end;
+        long long id = strtoll(p, &end, 10);
+        if (end == p || id < 1 || (*end && *end != ',') || n == max) return 0;
+        ids[n++] = id;
+        p = *end ? end + 1 : end;
+    }
+    return n;
+}
+
 /* The id of metric name (0 when no point has it yet), or -1 with err. */
 static long long metric_id(sqlite3 *db, const char *name, char *err, size_t errlen) {
     sqlite3_stmt *st;
@@ -405,10 +420,14 @@ static int trial_points(sqlite3 *db, long long trial, long long mid, long long a
     return 0;
 }
 
-/* ?metric= (required) as its id in *mid (0: nothing logged under it yet),
- * ?max_points= in *maxp: 0, or an HTTP status with err. */
-static unsigned points_args(sqlite3 *db, http_arg_fn arg, void *cls, long long *mid,
-                            long long *maxp, char *err, size_t errlen) {
+/* The arguments of a points request on row id of table ("jobs" or
+ * "trials"), which must exist: ?metric= (required) as its id in *mid (0:
+ * nothing logged under it yet), ?max_points= in *maxp: 0, or an HTTP status
+ * with err. */
+static unsigned points_args(sqlite3 *db, const char *table, long long id, http_arg_fn arg,
+                            void *cls, long long *mid, long long *maxp, char *err, size_t errlen) {
+    unsigned code = exists(db, table, id, err, errlen);
+    if (code != 200) return code;
     const char *metric = arg(cls, "metric");
     if (!metric || !*metric || strlen(metric) > 63)
         return bf_fail(err, errlen, "?metric=NAME is required (a metric name, e.g. train/loss)"),
@@ -422,9 +441,7 @@ static unsigned points_args(sqlite3 *db, http_arg_fn arg, void *cls, long long *
 static unsigned get_trial_points(sqlite3 *db, long long trial, http_arg_fn arg, void *cls,
                                  json_t **out, char *err, size_t errlen) {
     long long mid, maxp, after;
-    unsigned code = exists(db, "trials", trial, err, errlen);
-    if (code != 200) return code;
-    code = points_args(db, arg, cls, &mid, &maxp, err, errlen);
+    unsigned code = points_args(db, "trials", trial, arg, cls, &mid, &maxp, err, errlen);
     if (code) return code;
     if (arg_int(arg, cls, "after", 0, 0, 1LL << 53, &after, err, errlen)) return 400;
     json_t *a = json_array();
@@ -441,9 +458,7 @@ static unsigned get_trial_points(sqlite3 *db, long long trial, http_arg_fn arg, 
 static unsigned get_job_points(sqlite3 *db, long long job, http_arg_fn arg, void *cls, json_t **out,
                                char *err, size_t errlen) {
     long long mid, maxp;
-    unsigned code = exists(db, "jobs", job, err, errlen);
-    if (code != 200) return code;
-    code = points_args(db, arg, cls, &mid, &maxp, err, errlen);
+    unsigned code = points_args(db, "jobs", job, arg, cls, &mid, &maxp, err, errlen);
     if (code) return code;
     long long ids[JOB_CURVES_MAX];
     size_t n = 0;
@@ -1065,17 +1080,7 @@ static unsigned get_compare(sqlite3 *db, http_arg_fn arg, void *cls, json_t **ou
                             size_t nextlen, char *err, size_t errlen) {
     const char *list = arg(cls, "jobs");
     long long ids[FRONT_MAX_JOBS], grouped;
-    int n = 0;
-    for (const char *p = list ? list : ""; *p;) {
-        char *end;
-        long long id = strtoll(p, &end, 10);
-        if (end == p || id < 1 || (*end && *end != ',') || n == FRONT_MAX_JOBS) {
-            n = 0;
-            break;
-        }
-        ids[n++] = id;
-        p = *end ? end + 1 : end;
-    }
+    int n = (int)id_list(list ? list : "", ids, FRONT_MAX_JOBS);
     if (n < 2)
         return bf_fail(err, errlen,
                        "?jobs= must be 2 to %d job ids separated by commas (e.g. ?jobs=3,7), "
@@ -1092,23 +1097,14 @@ static unsigned get_compare(sqlite3 *db, http_arg_fn arg, void *cls, json_t **ou
 static unsigned get_band(sqlite3 *db, long long job, http_arg_fn arg, void *cls, json_t **out,
                          char *err, size_t errlen) {
     long long mid, maxp;
-    unsigned code = exists(db, "jobs", job, err, errlen);
-    if (code != 200) return code;
-    code = points_args(db, arg, cls, &mid, &maxp, err, errlen);
+    unsigned code = points_args(db, "jobs", job, arg, cls, &mid, &maxp, err, errlen);
     if (code) return code;
     const char *list = arg(cls, "trials");
+    long long tid[BAND_TRIALS_MAX];
+    size_t n = id_list(list ? list : "", tid, BAND_TRIALS_MAX), w = 0;
     char ids[BAND_TRIALS_MAX * 21 + 1] = "";
-    size_t w = 0, n = 0;
-    for (const char *p = list ? list : ""; *p;) {
-        char *end;
-        long long id = strtoll(p, &end, 10);
-        if (end == p || id < 1 || (*end && *end != ',') || n == BAND_TRIALS_MAX) {
-            n = 0;
-            break;
-        }
-        w += (size_t)snprintf(ids + w, sizeof ids - w, "%s%lld", n++ ? "," : "", id);
-        p = *end ? end + 1 : end;
-    }
+    for (size_t i = 0; i < n; i++)
+        w += (size_t)snprintf(ids + w, sizeof ids - w, "%s%lld", i ? "," : "", tid[i]);
     if (!n)
         return bf_fail(err, errlen, "?trials must be 1 to %d trial ids separated by commas",
                        BAND_TRIALS_MAX),

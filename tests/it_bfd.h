@@ -112,6 +112,18 @@ static inline void it_kill_workers(const char *home) {
     sqlite3_close(db);
 }
 
+/* Runs sql on home/bf.db beside bfd (a read-write connection of the test's
+ * own). */
+static inline void it_db_exec(const char *home, const char *sql) {
+    char p[512], *msg = NULL;
+    snprintf(p, sizeof p, "%s/bf.db", home);
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open_v2(p, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
+    sqlite3_busy_timeout(db, 10000);
+    cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, &msg), SQLITE_OK, "%s: %s", sql, msg);
+    sqlite3_close(db);
+}
+
 static inline sqlite3 *it_db_open(const char *home) {
     char p[512];
     snprintf(p, sizeof p, "%s/bf.db", home);

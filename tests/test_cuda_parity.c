@@ -254,9 +254,11 @@ Test(cuda_parity, linear) {
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) pair_free(all[i]);
 }
 
-Test(cuda_parity, gemm_all_transposes_padded_batched) {
-    NEED_GPU();
-    int M = 13, N = 17, K = 19, batch = 3;
+/* The CPU's and the GPU's gemm (bf16: gemm_bf16), alpha 0.7 and beta 0.3,
+ * at M 13, N 17, K and a batch of 3, in all four transposes, with padded
+ * leading dimensions and batch strides: the same C within TOL_MM. */
+static void gemm_all_transposes(int bf16, int K) {
+    int M = 13, N = 17, batch = 3;
     for (int ta = 0; ta < 2; ta++)
         for (int tb = 0; tb < 2; tb++) {
             int arows = ta ? K : M, acols = ta ? M : K, brows = tb ? N : K, bcols = tb ? K : N;
@@ -266,17 +268,23 @@ Test(cuda_parity, gemm_all_transposes_padded_batched) {
             pair A = pair_new((size_t)(sA * batch), -1, 1),
                  Bm = pair_new((size_t)(sB * batch), -1, 1);
             pair Cm = pair_new((size_t)(sC * batch), -1, 1);
-            cpu->gemm(ta, tb, M, N, K, 0.7f, A.h, lda, sA, Bm.h, ldb, sB, 0.3f, Cm.h, ldc, sC,
-                      batch);
-            gpu->gemm(ta, tb, M, N, K, 0.7f, A.d, lda, sA, Bm.d, ldb, sB, 0.3f, Cm.d, ldc, sC,
-                      batch);
+            (bf16 ? cpu->gemm_bf16 : cpu->gemm)(ta, tb, M, N, K, 0.7f, A.h, lda, sA, Bm.h, ldb, sB,
+                                                0.3f, Cm.h, ldc, sC, batch);
+            (bf16 ? gpu->gemm_bf16 : gpu->gemm)(ta, tb, M, N, K, 0.7f, A.d, lda, sA, Bm.d, ldb, sB,
+                                                0.3f, Cm.d, ldc, sC, batch);
             char what[64];
-            snprintf(what, sizeof what, "gemm transa=%d transb=%d", ta, tb);
+            snprintf(what, sizeof what, "%s transa=%d transb=%d", bf16 ? "gemm_bf16" : "gemm", ta,
+                     tb);
             expect_close(what, &Cm, TOL_MM);
             pair_free(&A);
             pair_free(&Bm);
             pair_free(&Cm);
         }
+}
+
+Test(cuda_parity, gemm_all_transposes_padded_batched) {
+    NEED_GPU();
+    gemm_all_transposes(0, 19);
 }
 
 /* gemm_bf16: cuBLASLt's bf16 products (fp32 sums) against the CPU's bf16
@@ -289,27 +297,7 @@ Test(cuda_parity, gemm_bf16_cublaslt) {
     NEED_GPU();
     char why[384] = "";
     cr_expect(gpu->bf16_available(why, sizeof why), "no bf16 on this GPU: %s", why);
-    int M = 13, N = 17, K = 300, batch = 3;
-    for (int ta = 0; ta < 2; ta++)
-        for (int tb = 0; tb < 2; tb++) {
-            int arows = ta ? K : M, acols = ta ? M : K, brows = tb ? N : K, bcols = tb ? K : N;
-            int lda = acols + 3, ldb = bcols + 2, ldc = N + 5;
-            long long sA = (long long)arows * lda + 7, sB = (long long)brows * ldb + 1,
-                      sC = (long long)M * ldc + 3;
-            pair A = pair_new((size_t)(sA * batch), -1, 1),
-                 Bm = pair_new((size_t)(sB * batch), -1, 1);
-            pair Cm = pair_new((size_t)(sC * batch), -1, 1);
-            cpu->gemm_bf16(ta, tb, M, N, K, 0.7f, A.h, lda, sA, Bm.h, ldb, sB, 0.3f, Cm.h, ldc, sC,
-                           batch);
-            gpu->gemm_bf16(ta, tb, M, N, K, 0.7f, A.d, lda, sA, Bm.d, ldb, sB, 0.3f, Cm.d, ldc, sC,
-                           batch);
-            char what[64];
-            snprintf(what, sizeof what, "gemm_bf16 transa=%d transb=%d", ta, tb);
-            expect_close(what, &Cm, TOL_MM);
-            pair_free(&A);
-            pair_free(&Bm);
-            pair_free(&Cm);
-        }
+    gemm_all_transposes(1, 300);
     /* a linear layer's forward at DeiT-Tiny's QKV shape */
     pair A = pair_new((size_t)6304 * 192, -1, 1), W = pair_new((size_t)576 * 192, -1, 1);
     pair Y = pair_const((size_t)6304 * 576, 0.0f);

@@ -311,17 +311,6 @@ Test(bfd_failures, show_says_why_a_trial_failed_and_ls_marks_the_job) {
     cr_assert(strstr(out, "\"failed\": 1") && strstr(out, "\"failed\": 0"), "ls --json:\n%s", out);
 }
 
-/* Runs sql on home/bf.db beside bfd (a connection of the test's own). */
-static void db_exec(const char *sql) {
-    char p[512], *msg = NULL;
-    snprintf(p, sizeof p, "%s/bf.db", g_home);
-    sqlite3 *db;
-    cr_assert_eq(sqlite3_open_v2(p, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
-    sqlite3_busy_timeout(db, 10000);
-    cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, &msg), SQLITE_OK, "%s: %s", sql, msg);
-    sqlite3_close(db);
-}
-
 /* A launch whose crash-recovery record (its bfd_runs row, which a restarted
  * bfd reattaches by) cannot be written does not happen: with a trigger
  * refusing the row, bfd says so and the trial stays PENDING with no attempt
@@ -329,8 +318,8 @@ static void db_exec(const char *sql) {
  * at its first attempt. */
 Test(bfd_failures, a_launch_bfd_cannot_record_stays_pending) {
     start_bfd("");
-    db_exec("CREATE TRIGGER refuse BEFORE INSERT ON bfd_runs BEGIN"
-            " SELECT RAISE(ABORT, 'bfd_runs refused by the test'); END");
+    it_db_exec(g_home, "CREATE TRIGGER refuse BEFORE INSERT ON bfd_runs BEGIN"
+                       " SELECT RAISE(ABORT, 'bfd_runs refused by the test'); END");
     char data[600];
     snprintf(data, sizeof data, "train: %s/train.tsv, val: %s/val.tsv", g_dir, g_dir);
     long long job = it_submit(g_dir, sweep("unrecorded", data, "steps: 10, log_every: 5", 0));
@@ -346,7 +335,7 @@ Test(bfd_failures, a_launch_bfd_cannot_record_stays_pending) {
     cr_expect_eq(trial_int("attempts", 1), 0, "an attempt was counted");
     cr_expect_eq(it_db_int(g_home, "SELECT COUNT(*) FROM attempts WHERE trial = ?1", 1), 0);
     cr_expect_eq(access(tmpdir_path(g_home, "logs/1.log"), F_OK), -1, "a worker was started");
-    db_exec("DROP TRIGGER refuse");
+    it_db_exec(g_home, "DROP TRIGGER refuse");
     char args[64];
     snprintf(args, sizeof args, "wait %lld", job);
     cr_assert_eq(it_bfctl(g_dir, NULL, 0, args), 0, "the job did not complete (see %s)", logp);

@@ -326,8 +326,11 @@ static int points_of(long long trial, const char *name, long long *steps, double
     return n;
 }
 
-/* Slurm's NodeList of trial's attempt-1 job, asked on node 1. */
-static void slurm_nodelist(long long trial, char *out, size_t len) {
+/* The value of key in `scontrol show job` of trial's attempt-1 job, asked
+ * on node 1, into out: 1, or 0 with what grep found (maybe nothing) in out.
+ * key ends in '=' and starts with a space where a longer key ends the same
+ * (" NodeList=", not ReqNodeList=). */
+static int slurm_job_field(long long trial, const char *key, char *out, size_t len) {
     char id[32] = "", cmd[1200], n1[40], p[512], ln[1024], want[96];
     snprintf(p, sizeof p, "%s/bfd.log", g_dir);
     snprintf(want, sizeof want, "trial %lld attempt 1: submitted to Slurm as job ", trial);
@@ -342,16 +345,18 @@ static void slurm_nodelist(long long trial, char *out, size_t len) {
     fclose(f);
     cr_assert(id[0], "no Slurm job of trial %lld", trial);
     node(n1, sizeof n1, 1);
-    snprintf(cmd, sizeof cmd,
-             "sh " CLUSTER " exec %s scontrol show job -o %s | grep -o ' NodeList=[^ ]*'", n1, id);
+    snprintf(cmd, sizeof cmd, "sh " CLUSTER " exec %s scontrol show job -o %s | grep -o '%s[^ ]*'",
+             n1, id, key);
     FILE *pp = popen(cmd, "r");
     cr_assert(pp);
     char line[256] = "";
     if (!fgets(line, sizeof line, pp)) line[0] = '\0';
     pclose(pp);
     line[strcspn(line, "\n")] = '\0';
-    cr_assert(!strncmp(line, " NodeList=", 10), "scontrol: no NodeList for job %s", id);
-    snprintf(out, len, "%s", line + 10);
+    size_t k = strlen(key);
+    int found = !strncmp(line, key, k);
+    snprintf(out, len, "%s", found ? line + k : line);
+    return found;
 }
 
 Test(cluster, two_rank_trial_across_two_nodes_equals_one_node) {
@@ -375,8 +380,10 @@ Test(cluster, two_rank_trial_across_two_nodes_equals_one_node) {
     cr_assert_eq(ctl(NULL, 0, "wait 2"), 0, "the 1-node trial failed (see %s/logs/2.log)", g_home);
     double took = it_now_s() - t0;
     char nl1[256], nl2[256], n2[40], n3[40], both[128];
-    slurm_nodelist(1, nl1, sizeof nl1);
-    slurm_nodelist(2, nl2, sizeof nl2);
+    cr_assert(slurm_job_field(1, " NodeList=", nl1, sizeof nl1),
+              "scontrol: no NodeList for trial 1");
+    cr_assert(slurm_job_field(2, " NodeList=", nl2, sizeof nl2),
+              "scontrol: no NodeList for trial 2");
     node(n2, sizeof n2, 2);
     node(n3, sizeof n3, 3);
     snprintf(both, sizeof both, "%s[2-3]", g_prefix);
@@ -1005,33 +1012,6 @@ Test(cluster, packet_loss_15_percent_on_every_node_no_retries) {
             done, took);
 }
 
-/* The Slurm state of trial's attempt-1 job, asked on node 1. */
-static void slurm_job_state(long long trial, char *out, size_t len) {
-    char id[32] = "", cmd[1200], n1[40], p[512], ln[1024], want[96];
-    snprintf(p, sizeof p, "%s/bfd.log", g_dir);
-    snprintf(want, sizeof want, "trial %lld attempt 1: submitted to Slurm as job ", trial);
-    FILE *f = fopen(p, "r");
-    cr_assert(f);
-    while (fgets(ln, sizeof ln, f)) {
-        char *s = strstr(ln, want);
-        if (s)
-            snprintf(id, sizeof id, "%.*s", (int)strspn(s + strlen(want), "0123456789_"),
-                     s + strlen(want));
-    }
-    fclose(f);
-    cr_assert(id[0], "no Slurm job of trial %lld", trial);
-    node(n1, sizeof n1, 1);
-    snprintf(cmd, sizeof cmd,
-             "sh " CLUSTER " exec %s scontrol show job -o %s | grep -o 'JobState=[^ ]*'", n1, id);
-    FILE *pp = popen(cmd, "r");
-    cr_assert(pp);
-    char line[128] = "";
-    if (!fgets(line, sizeof line, pp)) line[0] = '\0';
-    pclose(pp);
-    line[strcspn(line, "\n")] = '\0';
-    snprintf(out, len, "%s", !strncmp(line, "JobState=", 9) ? line + 9 : line);
-}
-
 Test(cluster, bfd_down_past_the_end_of_a_trial) {
     start_box_and_bfd("heartbeat_timeout: 30\n");
     const char *sweep =
@@ -1050,7 +1030,7 @@ Test(cluster, bfd_down_past_the_end_of_a_trial) {
         it_sleep_s(0.2);
     }
     for (;;) {
-        slurm_job_state(1, state, sizeof state);
+        slurm_job_field(1, "JobState=", state, sizeof state);
         if (strcmp(state, "RUNNING") && strcmp(state, "COMPLETING") && strcmp(state, "PENDING"))
             break;
         cr_assert(it_now_s() - t0 < 240, "Slurm job of trial 1 still %s", state);

@@ -54,6 +54,17 @@ static void write_cfg(void) {
     fclose(f);
 }
 
+/* bfworker train DIR/yaml --out DIR/run [--stage-root DIR/root/stages]
+ * args, its output (stderr too) in out[n]: its exit status. */
+static int train(const char *yaml, const char *run, const char *root, const char *args, char *out,
+                 size_t n) {
+    char cmd[4096], sr[1200] = "";
+    if (root) snprintf(sr, sizeof sr, " --stage-root %s/%s/stages", dir, root);
+    snprintf(cmd, sizeof cmd, "%s/bfworker train %s/%s --out %s/%s%s %s 2>&1", BF_BIN_DIR, dir,
+             yaml, dir, run, sr, args);
+    return run_cmd(cmd, out, n);
+}
+
 static int count(const char *hay, const char *needle) {
     int n = 0;
     for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
@@ -218,9 +229,7 @@ Test(it_s2s, runs_every_stage_and_shares_them, .timeout = 600) {
     write_cfg();
     char cmd[1024];
     static char out[1 << 16];
-    snprintf(cmd, sizeof cmd, "%s/bfworker train %s/s2s.yaml --out %s/run 2>&1", BF_BIN_DIR, dir,
-             dir);
-    int rc = run_cmd(cmd, out, sizeof out);
+    int rc = train("s2s.yaml", "run", NULL, "", out, sizeof out);
     cr_assert_eq(rc, 0, "s2s failed (%d):\n%s", rc, out);
     cr_assert_eq(count(out, ": running into "), 6, "%s", out);
     cr_assert(strstr(out, "stage distill: auto:1 replaces layer "), "%s", out);
@@ -266,27 +275,18 @@ Test(it_s2s, runs_every_stage_and_shares_them, .timeout = 600) {
     double want = 3e-4 * (0.1 + 0.45 * (1 + cos(3.14159265358979 * 8 / 9)));
     cr_expect(fabs(ft - want) <= 1e-5 * want, "stage 2's lr %g, not %g", ft, want);
     /* again: every stage is reused */
-    snprintf(cmd, sizeof cmd, "%s/bfworker train %s/s2s.yaml --out %s/run --resume 2>&1",
-             BF_BIN_DIR, dir, dir);
-    rc = run_cmd(cmd, out, sizeof out);
+    rc = train("s2s.yaml", "run", NULL, "--resume", out, sizeof out);
     cr_assert_eq(rc, 0, "%s", out);
     cr_assert_eq(count(out, ": done, reusing "), 6, "%s", out);
     /* another mixer on the same stage root: three stages shared */
-    snprintf(cmd, sizeof cmd,
-             "%s/bfworker train %s/s2s.yaml --out %s/run2 --stage-root %s/run/stages --set "
-             "distill.mixer=bilstm 2>&1",
-             BF_BIN_DIR, dir, dir, dir);
-    rc = run_cmd(cmd, out, sizeof out);
+    rc = train("s2s.yaml", "run2", "run", "--set distill.mixer=bilstm", out, sizeof out);
     cr_assert_eq(rc, 0, "%s", out);
     cr_assert_eq(count(out, ": done, reusing "), 3, "%s", out);
     cr_assert_eq(count(out, ": running into "), 3, "%s", out);
     snprintf(cmd, sizeof cmd, "grep -c 'eval/mixer/bilstm_ms@577' %s/run2/metrics.jsonl", dir);
     cr_expect_eq(run_cmd(cmd, out, sizeof out), 0, "no bilstm timing");
     /* one stage alone, before its parents */
-    snprintf(cmd, sizeof cmd,
-             "%s/bfworker train %s/s2s.yaml --out %s/run3 --stage finetune --set train.seed=9 2>&1",
-             BF_BIN_DIR, dir, dir);
-    rc = run_cmd(cmd, out, sizeof out);
+    rc = train("s2s.yaml", "run3", NULL, "--stage finetune --set train.seed=9", out, sizeof out);
     cr_assert_neq(rc, 0, "%s", out);
     cr_assert(strstr(out, "needs stage teacher") && strstr(out, "stage.json is missing"), "%s",
               out);
@@ -299,9 +299,8 @@ Test(it_s2s, runs_every_stage_and_shares_them, .timeout = 600) {
         {"distill.mixer=mamba", "bimamba, bimamba2, bilstm, bilstm_wide"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
-        snprintf(cmd, sizeof cmd, "%s/bfworker train %s/s2s.yaml --out %s/bad --set '%s' 2>&1",
-                 BF_BIN_DIR, dir, dir, bad[k][0]);
-        rc = run_cmd(cmd, out, sizeof out);
+        snprintf(cmd, sizeof cmd, "--set '%s'", bad[k][0]);
+        rc = train("s2s.yaml", "bad", NULL, cmd, out, sizeof out);
         cr_expect_neq(rc, 0, "%s was accepted", bad[k][0]);
         cr_expect(strstr(out, bad[k][1]) != NULL, "%s: %s", bad[k][0], out);
     }
@@ -333,14 +332,14 @@ Test(it_s2s, a_dense_teacher_runs_no_halting, .timeout = 600) {
             "train: {steps: 10, batch: 8, eval_every: 0, log_every: 5}\n"
             "avit: {steps: 10, tolerance: 1}\n"
             "distill: {teacher: dense, mixer: bimamba, replace_layers: 'auto:1', "
-            "stage1_steps: 10, stage2_steps: 10}\n",
+            "stage1_steps: 10, stage2_steps: 10}\n"
+            /* the bare module grid at its smallest (the default is the paper's) */
+            "s2s: {speed_widths: '16', speed_batches: '1', speed_warmup: 0, speed_reps: 1}\n",
             dir, dir, dir, dir);
     fclose(f);
     char cmd[1024];
     static char out[1 << 16];
-    snprintf(cmd, sizeof cmd, "%s/bfworker train %s/dense.yaml --out %s/run 2>&1", BF_BIN_DIR, dir,
-             dir);
-    int rc = run_cmd(cmd, out, sizeof out);
+    int rc = train("dense.yaml", "run", NULL, "", out, sizeof out);
     cr_assert_eq(rc, 0, "s2s dense failed (%d):\n%s", rc, out);
     cr_assert_eq(count(out, ": running into "), 5, "%s", out);
     cr_expect(strstr(out, "stage avit") == NULL, "an A-ViT stage ran: %s", out);
@@ -382,28 +381,19 @@ Test(it_s2s, a_dense_teacher_runs_no_halting, .timeout = 600) {
     }
     cr_expect_eq(one_value(p, "eval/student/test/retention"), 1.0, "the student halts");
     /* A-ViT's keys move no dense stage: all five reused */
-    snprintf(cmd, sizeof cmd,
-             "%s/bfworker train %s/dense.yaml --out %s/run2 --stage-root %s/run/stages --set "
-             "avit.retention=0.4 --set distill.lambda_halt=2 2>&1",
-             BF_BIN_DIR, dir, dir, dir);
-    rc = run_cmd(cmd, out, sizeof out);
+    rc = train("dense.yaml", "run2", "run", "--set avit.retention=0.4 --set distill.lambda_halt=2",
+               out, sizeof out);
     cr_assert_eq(rc, 0, "%s", out);
     cr_expect_eq(count(out, ": done, reusing "), 5, "%s", out);
     /* the A-ViT teacher's chain on the same root shares only the teacher */
-    snprintf(cmd, sizeof cmd,
-             "%s/bfworker train %s/dense.yaml --out %s/run3 --stage-root %s/run/stages --set "
-             "distill.teacher=avit 2>&1",
-             BF_BIN_DIR, dir, dir, dir);
-    rc = run_cmd(cmd, out, sizeof out);
+    rc = train("dense.yaml", "run3", "run", "--set distill.teacher=avit", out, sizeof out);
     cr_assert_eq(rc, 0, "%s", out);
     cr_expect_eq(count(out, ": done, reusing "), 1, "%s", out);
     cr_expect_eq(count(out, ": running into "), 5, "%s", out);
     cr_expect(strstr(out, "stage teacher") && strstr(out, ": done, reusing "), "%s", out);
     cr_expect(strstr(out, "score: keep*entropy"), "%s", out);
     /* a dense chain has no A-ViT stage to run alone */
-    snprintf(cmd, sizeof cmd, "%s/bfworker train %s/dense.yaml --out %s/bad --stage avit 2>&1",
-             BF_BIN_DIR, dir, dir);
-    rc = run_cmd(cmd, out, sizeof out);
+    rc = train("dense.yaml", "bad", NULL, "--stage avit", out, sizeof out);
     cr_expect_neq(rc, 0, "%s", out);
     cr_expect(strstr(out, "distill.teacher dense runs no avit stage"), "%s", out);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -229,17 +229,6 @@ Test(slurm, cancel_of_a_running_slurm_trial) {
     (void)job;
 }
 
-/* Runs sql on home/bf.db beside bfd (a connection of the test's own). */
-static void db_exec(const char *sql) {
-    char p[512], *msg = NULL;
-    snprintf(p, sizeof p, "%s/bf.db", g_home);
-    sqlite3 *db;
-    cr_assert_eq(sqlite3_open_v2(p, &db, SQLITE_OPEN_READWRITE, NULL), SQLITE_OK);
-    sqlite3_busy_timeout(db, 10000);
-    cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, &msg), SQLITE_OK, "%s: %s", sql, msg);
-    sqlite3_close(db);
-}
-
 /* The Slurm job sbatch gave an attempt whose id bfd cannot record for crash
  * recovery (a trigger refuses every bfd_runs row that names a Slurm job)
  * must not run on unrecorded: a restarted bfd would take the attempt for
@@ -249,8 +238,9 @@ static void db_exec(const char *sql) {
 Test(slurm, a_job_whose_id_bfd_cannot_record_is_cancelled_and_pending_again) {
     slurm_up();
     start_bfd();
-    db_exec("CREATE TRIGGER refuse BEFORE INSERT ON bfd_runs WHEN NEW.slurm_job <> '' BEGIN"
-            " SELECT RAISE(ABORT, 'bfd_runs refused by the test'); END");
+    it_db_exec(g_home,
+               "CREATE TRIGGER refuse BEFORE INSERT ON bfd_runs WHEN NEW.slurm_job <> '' BEGIN"
+               " SELECT RAISE(ABORT, 'bfd_runs refused by the test'); END");
     long long job = submit(write_sweep("unrecorded", 1, 30));
     wait_for("attempt 1 put back to PENDING",
              "SELECT COUNT(*) FROM attempts WHERE trial = ?1 AND n = 1 AND outcome = 'PREEMPTED'",
@@ -273,7 +263,7 @@ Test(slurm, a_job_whose_id_bfd_cannot_record_is_cancelled_and_pending_again) {
         it_sleep_s(0.2);
     }
     cr_assert_str_eq(st.state, "CANCELLED", "Slurm job %s", id);
-    db_exec("DROP TRIGGER refuse");
+    it_db_exec(g_home, "DROP TRIGGER refuse");
     char args[64];
     snprintf(args, sizeof args, "wait %lld", job);
     cr_assert_eq(ctl(NULL, 0, args), 0, "the trial did not complete (see %s/bfd.log)", g_dir);

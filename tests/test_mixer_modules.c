@@ -362,6 +362,30 @@ Test(mixer_modules, bilstm_masked_equals_compacted) { masked_equals_compacted("b
 Test(mixer_modules, bilstm_wide_masked_equals_compacted) { masked_equals_compacted("bilstm_wide"); }
 Test(mixer_modules, bimamba2_masked_equals_compacted) { masked_equals_compacted("bimamba2"); }
 
+/* The data of the parameters prefix.names[i] (i < n) of P into wt[n]. */
+static void params_named(bk_params *P, const char *prefix, const char *const *names, int n,
+                         const float **wt) {
+    for (int i = 0; i < n; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "%s.%s", prefix, names[i]);
+        int id = bk_params_find(P, name);
+        cr_assert_geq(id, 0, "%s missing", name);
+        wt[i] = P->t[id].data;
+    }
+}
+
+/* A module's inner output got[n] against the double reference ref[n]
+ * (masked: whether the run had a mask), which must not be all but zero. */
+static void expect_inner(int masked, const float *got, const double *ref, int n) {
+    double mag = 0;
+    for (int i = 0; i < n; i++) {
+        mag += fabs(ref[i]);
+        cr_expect_float_eq(got[i], ref[i], 1e-5 + 1e-4 * fabs(ref[i]),
+                           "masked %d inner[%d]: %g vs reference %g", masked, i, got[i], ref[i]);
+    }
+    cr_expect_gt(mag, 1.0);
+}
+
 /* The bimamba2 module's inner output (before W_O) against the token-by-token
  * double reference, with and without a mask (a sample's first token masked,
  * runs of holes), every weight away from its init; and the authors' shapes:
@@ -378,13 +402,7 @@ Test(mixer_modules, bimamba2_matches_double_reference) {
     ref_mamba2_dir_w w[2];
     for (int r = 0; r < 2; r++) {
         const float *wt[7];
-        for (int i = 0; i < 7; i++) {
-            char n[64];
-            snprintf(n, sizeof n, "blocks.0.mamba2.%s.%s", r ? "bwd" : "fwd", names[i]);
-            int id = bk_params_find(P, n);
-            cr_assert_geq(id, 0, "%s missing", n);
-            wt[i] = P->t[id].data;
-        }
+        params_named(P, r ? "blocks.0.mamba2.bwd" : "blocks.0.mamba2.fwd", names, 7, wt);
         w[r] = (ref_mamba2_dir_w){wt[0], wt[1], wt[2], wt[3], wt[4], wt[5], wt[6]};
     }
     int in = bk_params_find(P, "blocks.0.mamba2.fwd.in_proj.weight");
@@ -404,14 +422,7 @@ Test(mixer_modules, bimamba2_matches_double_reference) {
         c.mask = masked ? msk : NULL;
         nn_bimamba2_forward(m, &k.env, &k.S, &c, y, u);
         ref_bimamba2(w, P->t[fu].data, u, c.mask, B, T, C, H, N, ref);
-        double mag = 0;
-        for (int i = 0; i < B * T * C; i++) {
-            mag += fabs(ref[i]);
-            cr_expect_float_eq(m->inner[i], ref[i], 1e-5 + 1e-4 * fabs(ref[i]),
-                               "masked %d inner[%d]: %g vs reference %g", masked, i, m->inner[i],
-                               ref[i]);
-        }
-        cr_expect_gt(mag, 1.0);
+        expect_inner(masked, m->inner, ref, B * T * C);
     }
     blk_free(&k);
 }
@@ -429,13 +440,7 @@ Test(mixer_modules, bilstm_wide_matches_double_reference) {
     const char *names[7] = {"pre.weight", "pre.bias",    "ih.weight", "ih.bias",
                             "hh.weight",  "head.weight", "head.bias"};
     const float *wt[7];
-    for (int i = 0; i < 7; i++) {
-        char n[64];
-        snprintf(n, sizeof n, "blocks.0.lstm_wide.%s", names[i]);
-        int id = bk_params_find(P, n);
-        cr_assert_geq(id, 0, "%s missing", n);
-        wt[i] = P->t[id].data;
-    }
+    params_named(P, "blocks.0.lstm_wide", names, 7, wt);
     int ih = bk_params_find(P, "blocks.0.lstm_wide.ih.weight");
     int hd = bk_params_find(P, "blocks.0.lstm_wide.head.weight");
     cr_expect(P->t[ih].shape[0] == H * 8 * 8 && P->t[ih].shape[1] == 8);
@@ -451,14 +456,7 @@ Test(mixer_modules, bilstm_wide_matches_double_reference) {
         c.mask = masked ? msk : NULL;
         nn_bilstm_wide_forward(l, &k.env, &k.S, &c, y, u);
         ref_bilstm_wide(&w, u, c.mask, B, T, C, H, ref);
-        double mag = 0;
-        for (int i = 0; i < B * T * C; i++) {
-            mag += fabs(ref[i]);
-            cr_expect_float_eq(l->inner[i], ref[i], 1e-5 + 1e-4 * fabs(ref[i]),
-                               "masked %d inner[%d]: %g vs reference %g", masked, i, l->inner[i],
-                               ref[i]);
-        }
-        cr_expect_gt(mag, 1.0);
+        expect_inner(masked, l->inner, ref, B * T * C);
     }
     blk_free(&k);
 }

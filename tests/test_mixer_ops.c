@@ -20,50 +20,12 @@
 #include "tests/ref/gradcheck.h"
 #include "tests/ref/ref_mixers.h"
 
-/* ---- helpers (buffers freed by the suite's fini) ---- */
+/* ---- helpers (buffers freed by the suite's fini, tests/opcheck.h) ---- */
 
-#define MAX_BUFS 8192
-static void *bufs[MAX_BUFS];
-static int nbufs;
-
-static void *take(size_t bytes) {
-    cr_assert(nbufs < MAX_BUFS, "test buffer table full");
-    void *p = calloc(1, bytes ? bytes : 1);
-    cr_assert(p, "out of memory");
-    bufs[nbufs++] = p;
-    return p;
-}
-static float *fbuf(size_t n) { return take(n * sizeof(float)); }
-static double *dbuf(size_t n) { return take(n * sizeof(double)); }
-static float *frand(size_t n, float lo, float hi, uint64_t seed) {
-    float *x = fbuf(n);
-    gc_fill(x, n, lo, hi, seed);
-    return x;
-}
-static float *fcopy(const float *x, size_t n) {
-    float *y = fbuf(n);
-    memcpy(y, x, n * sizeof(float));
-    return y;
-}
-static void release_all(void) {
-    while (nbufs > 0) free(bufs[--nbufs]);
-}
+#define OPCHECK_MAX_BUFS 8192
+#include "tests/opcheck.h"
 
 TestSuite(mixer, .fini = release_all);
-
-static const bk_backend *cpu;
-static void init_cpu(void) { cpu = bk_cpu(); }
-
-/* |got - want| <= tol * max(1, |want|) everywhere (NaN fails); names the
- * first element that does not. */
-static void expect_near(const char *what, const float *got, const double *want, size_t n,
-                        double tol) {
-    for (size_t i = 0; i < n; i++) {
-        double lim = tol * fmax(1.0, fabs(want[i]));
-        cr_assert(fabs(got[i] - want[i]) <= lim, "%s[%zu]: got %.9g, want %.9g (tol %.3g)", what, i,
-                  (double)got[i], want[i], lim);
-    }
-}
 
 /* got - base against want (a gradient accumulated onto base) */
 static void expect_added(const char *what, const float *got, const float *base, const double *want,
@@ -85,33 +47,6 @@ static float *fnan(size_t n) {
     float *x = fbuf(n);
     for (size_t i = 0; i < n; i++) x[i] = NAN;
     return x;
-}
-
-/* The same bits (an overwriting op against adding onto zeros: -0 vs +0 or
- * a NaN left behind would both show here). */
-static void expect_same_bits(const char *what, const float *got, const float *want, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        cr_assert(!memcmp(got + i, want + i, sizeof(float)), "%s[%zu]: got %a, want %a", what, i,
-                  (double)got[i], (double)want[i]);
-}
-
-/* L = <R, out> as a closure for gc_numeric */
-typedef struct {
-    void (*eval)(void *ctx);
-    void *ctx;
-    float *out;
-    size_t m;
-    const float *R;
-} gc_op;
-
-static void check_grad(const char *what, const gc_op *op, float *x, size_t n, const float *grad,
-                       const float *prefill) {
-    double *num = dbuf(n);
-    float *an = fbuf(n);
-    gc_numeric(x, n, op->R, op->out, op->m, op->eval, op->ctx, num);
-    for (size_t i = 0; i < n; i++) an[i] = grad[i] - prefill[i];
-    double worst = gc_compare(what, an, num, n);
-    cr_assert(worst <= 1.0, "%s: gradient check failed (worst ratio %.3g > 1)", what, worst);
 }
 
 /* A mask with isolated holes, a run of holes, and (sample 1) a masked first
@@ -191,7 +126,7 @@ static void conv_check_ref(int B, int T, int C, int K, int reverse, int silu, in
     bk_conv_args ow = c.a;
     ow.dx_overwrite = 1;
     cpu->conv1d_backward(dxw, NULL, NULL, NULL, dout, c.x, c.w, c.bias, &ow);
-    expect_same_bits("conv dx overwritten", dxw, dx0, n);
+    expect_same("conv dx overwritten", dxw, dx0, n);
 }
 
 Test(mixer, conv_matches_reference, .init = init_cpu) {
@@ -410,10 +345,10 @@ static void scan_check_ref(int B, int T, int D, int G, int N, int reverse, int m
                         .dz_overwrite = 1};
     cpu->scan_backward(&z0, scratch, dout, c.states, &c.a);
     cpu->scan_backward(&zw, scratch, dout, c.states, &c.a);
-    expect_same_bits("scan dx overwritten", zw.dx, z0.dx, c.nx);
-    expect_same_bits("scan ddelta overwritten", zw.ddelta, z0.ddelta, c.nx);
-    expect_same_bits("scan dB, dC overwritten", bcw, bc0, c.nbc);
-    if (gated) expect_same_bits("scan dz overwritten", zw.dz, z0.dz, c.nx);
+    expect_same("scan dx overwritten", zw.dx, z0.dx, c.nx);
+    expect_same("scan ddelta overwritten", zw.ddelta, z0.ddelta, c.nx);
+    expect_same("scan dB, dC overwritten", bcw, bc0, c.nbc);
+    if (gated) expect_same("scan dz overwritten", zw.dz, z0.dz, c.nx);
     ref_scan_free(&r);
 }
 

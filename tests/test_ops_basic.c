@@ -14,81 +14,11 @@
 #include "tests/ref/gradcheck.h"
 #include "tests/ref/ref_ops.h"
 
-/* ---- helpers ---- */
+/* ---- helpers (buffers freed by the suite's fini, tests/opcheck.h) ---- */
 
-/* Every buffer a test takes is freed by the suite's fini, so the sanitizer
- * build's leak checker stays quiet. */
-#define MAX_BUFS 256
-static void *bufs[MAX_BUFS];
-static int nbufs;
-
-static void *take(size_t bytes) {
-    cr_assert(nbufs < MAX_BUFS, "test buffer table full");
-    void *p = calloc(1, bytes ? bytes : 1);
-    cr_assert(p, "out of memory");
-    bufs[nbufs++] = p;
-    return p;
-}
-static float *fbuf(size_t n) { return take(n * sizeof(float)); }
-static float *frand(size_t n, float lo, float hi, uint64_t seed) {
-    float *x = fbuf(n);
-    gc_fill(x, n, lo, hi, seed);
-    return x;
-}
-static float *fcopy(const float *x, size_t n) {
-    float *y = fbuf(n);
-    memcpy(y, x, n * sizeof(float));
-    return y;
-}
-static void release_all(void) {
-    while (nbufs > 0) free(bufs[--nbufs]);
-}
+#include "tests/opcheck.h"
 
 TestSuite(ops, .fini = release_all);
-
-static const bk_backend *cpu;
-static void init_cpu(void) { cpu = bk_cpu(); }
-
-/* Asserts |got[i] - want[i]| <= tol * max(1, |want[i]|) for every i. */
-static void expect_near(const char *what, const float *got, const double *want, size_t n,
-                        double tol) {
-    for (size_t i = 0; i < n; i++) {
-        double lim = tol * fmax(1.0, fabs(want[i]));
-        cr_assert(fabs(got[i] - want[i]) <= lim, "%s[%zu]: got %.9g, want %.9g (tol %.3g)", what, i,
-                  (double)got[i], want[i], lim);
-    }
-}
-
-/* Asserts got equals want bit for bit. */
-static void expect_same(const char *what, const float *got, const float *want, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        cr_assert(memcmp(&got[i], &want[i], sizeof(float)) == 0, "%s[%zu]: %.9g vs %.9g", what, i,
-                  (double)got[i], (double)want[i]);
-}
-
-/* The forward of an op as a closure for gc_numeric: eval recomputes out[m]
- * from the current inputs; L = <R, out>. */
-typedef struct {
-    void (*eval)(void *ctx);
-    void *ctx;
-    float *out;
-    size_t m;
-    const float *R;
-} gc_op;
-
-/* grad[n] must hold prefill[n] plus what the backward (called with dout = R)
- * added. Checks that the added part matches the numerical gradient of L with
- * respect to x[n] — which also fails when the backward overwrote instead of
- * accumulating, as the prefill is nonzero. */
-static void check_grad(const char *what, const gc_op *op, float *x, size_t n, const float *grad,
-                       const float *prefill) {
-    double *num = take(n * sizeof(double));
-    float *an = fbuf(n);
-    gc_numeric(x, n, op->R, op->out, op->m, op->eval, op->ctx, num);
-    for (size_t i = 0; i < n; i++) an[i] = grad[i] - prefill[i];
-    double worst = gc_compare(what, an, num, n);
-    cr_assert(worst <= 1.0, "%s: gradient check failed (worst ratio %.3g > 1)", what, worst);
-}
 
 /* ---- elementwise ---- */
 

@@ -17,42 +17,10 @@
 #include "tests/ref/gradcheck.h"
 #include "tests/ref/ref_ssd.h"
 
-#define MAX_BUFS 4096
-static void *bufs[MAX_BUFS];
-static int nbufs;
-
-static void *take(size_t bytes) {
-    cr_assert(nbufs < MAX_BUFS, "test buffer table full");
-    void *p = calloc(1, bytes ? bytes : 1);
-    cr_assert(p, "out of memory");
-    bufs[nbufs++] = p;
-    return p;
-}
-static float *fbuf(size_t n) { return take(n * sizeof(float)); }
-static double *dbuf(size_t n) { return take(n * sizeof(double)); }
-static float *frand(size_t n, float lo, float hi, uint64_t seed) {
-    float *x = fbuf(n);
-    gc_fill(x, n, lo, hi, seed);
-    return x;
-}
-static void release_all(void) {
-    while (nbufs > 0) free(bufs[--nbufs]);
-}
+#define OPCHECK_MAX_BUFS 4096
+#include "tests/opcheck.h"
 
 TestSuite(ssd, .fini = release_all);
-
-static const bk_backend *cpu;
-static void init_cpu(void) { cpu = bk_cpu(); }
-
-/* |got - want| <= tol * max(1, |want|) everywhere (NaN fails). */
-static void expect_near(const char *what, const float *got, const double *want, size_t n,
-                        double tol) {
-    for (size_t i = 0; i < n; i++) {
-        double lim = tol * fmax(1.0, fabs(want[i]));
-        cr_assert(fabs(got[i] - want[i]) <= lim, "%s[%zu]: got %.9g, want %.9g (tol %.3g)", what, i,
-                  (double)got[i], want[i], lim);
-    }
-}
 
 /* A mask with holes, a run of holes, a masked first and last token in
  * sample 1, and (sample 2, when there is one) no active token at all. */
