@@ -418,6 +418,7 @@ Test(it_stages, a_stage_run_again_from_its_checkpoint_supersedes_its_points) {
             " checkpoint_every: 100}\n"
             "avit: {steps: 200, retention: 0.7, tolerance: 0.15, prior: spend}\n"
             "distill: {replace_layers: 'auto:1', stage1_steps: 10, stage2_steps: 10}\n"
+            "s2s: {speed_widths: '16', speed_batches: '1', speed_warmup: 0, speed_reps: 1}\n"
             "sweep:\n  parameters:\n    distill.mixer: {values: [bimamba]}\n"
             "metric: {name: eval/student/test/acc, goal: max}\nretries: 1\n",
             g_dir, g_dir, g_dir, g_dir);
