@@ -5,6 +5,7 @@
 #include "daemon/http_api.h"
 #include "jobs/store.h"
 #include "jobs/sweep.h"
+#include "store_submit.h"
 #include "tmpdir.h"
 
 #include <criterion/criterion.h>
@@ -23,20 +24,6 @@ static const char *no_arg(void *cls, const char *key) {
     (void)cls;
     (void)key;
     return NULL;
-}
-
-/* Submits the sweep in text to s; returns the job's id. */
-static int64_t submit(store *s, const char *text) {
-    sweep_spec *sp = NULL;
-    sweep_errors e = {0};
-    cr_assert_eq(sweep_load_string(text, strlen(text), "t.yaml", &sp, &e), 0, "%s",
-                 e.n ? e.msgs[0] : "?");
-    sweep_errors_free(&e);
-    int64_t job = 0;
-    char err[512];
-    cr_assert_eq(store_submit(s, sp, text, &job, err, sizeof err), 0, "%s", err);
-    sweep_spec_destroy(&sp);
-    return job;
 }
 
 /* GET jobs/JOB's "states" object, read through db (owned by the caller). */
@@ -63,9 +50,9 @@ Test(http_api, job_states_are_the_counts_status_reads) {
     store *s = NULL;
     char err[512];
     cr_assert_eq(store_open(path, &s, err, sizeof err), 0, "%s", err);
-    int64_t job = submit(s, "name: six\nsweep:\n  parameters:\n"
-                            "    train.seed: {values: [1, 2, 3, 4, 5, 6]}\n"
-                            "metric: {name: val/acc, goal: max}\n");
+    int64_t job = submit_text(s, "name: six\nsweep:\n  parameters:\n"
+                                 "    train.seed: {values: [1, 2, 3, 4, 5, 6]}\n"
+                                 "metric: {name: val/acc, goal: max}\n");
     store_trial *t;
     size_t n;
     cr_assert_eq(store_job_trials(s, job, &t, &n, err, sizeof err), 0, "%s", err);

@@ -15,6 +15,7 @@
 /* pipeline s2s's stages, as declared (common/pipeline_decl.c) */
 #define S2S_STAGES (pipeline_stages("s2s")->n)
 #include "jobs/sweep.h"
+#include "store_submit.h"
 #include "tmpdir.h"
 
 static char tmpdir[256];
@@ -31,20 +32,6 @@ static store *open_store(void) {
     return s;
 }
 
-/* Submits text as an s2s job. */
-static int64_t submit_s2s(store *s, const char *text) {
-    sweep_spec *sp = NULL;
-    sweep_errors e = {0};
-    cr_assert_eq(sweep_load_string(text, strlen(text), "t.yaml", &sp, &e), 0, "%s",
-                 e.n ? e.msgs[0] : "?");
-    sweep_errors_free(&e);
-    int64_t job = 0;
-    char err[512];
-    cr_assert_eq(store_submit(s, sp, text, &job, err, sizeof err), 0, "%s", err);
-    sweep_spec_destroy(&sp);
-    return job;
-}
-
 /* 3 retentions x 2 mixers: 1 teacher, 3 avit, 3 profile, 6 of each student stage */
 static const char *GRID = "name: g\npipeline: s2s\n"
                           "base: {data: {set: fashion_mnist}, train: {steps: 10}}\n"
@@ -56,7 +43,7 @@ static const char *GRID = "name: g\npipeline: s2s\n"
 static int64_t submit_grid(store *s, int retries) {
     char text[1024];
     snprintf(text, sizeof text, GRID, retries);
-    return submit_s2s(s, text);
+    return submit_text(s, text);
 }
 
 static int64_t trial_at(store *s, int64_t job, long long index) {
@@ -165,13 +152,13 @@ Test(store_stages, plan_at_submit_and_what_a_grid_shares) {
  * teacher, three A-ViT fine-tunes (three profiles) and 18 students. */
 Test(store_stages, the_paper_sweep_needs_one_teacher_three_avit_18_students) {
     store *s = open_store();
-    int64_t job = submit_s2s(s, "name: p\npipeline: s2s\nbase: {train: {steps: 10}}\n"
-                                "sweep:\n  parameters:\n"
-                                "    avit.retention: {values: [0.7, 0.5, 0.3]}\n"
-                                "    distill.replace_layers: {values: [[1, 2, 3], [0, 1, 2], "
-                                "auto:3]}\n"
-                                "    distill.mixer: {values: [bimamba, bilstm]}\n"
-                                "metric: {name: eval/student/test/acc, goal: max}\n");
+    int64_t job = submit_text(s, "name: p\npipeline: s2s\nbase: {train: {steps: 10}}\n"
+                                 "sweep:\n  parameters:\n"
+                                 "    avit.retention: {values: [0.7, 0.5, 0.3]}\n"
+                                 "    distill.replace_layers: {values: [[1, 2, 3], [0, 1, 2], "
+                                 "auto:3]}\n"
+                                 "    distill.mixer: {values: [bimamba, bilstm]}\n"
+                                 "metric: {name: eval/student/test/acc, goal: max}\n");
     store_stage_counts c;
     char err[512];
     cr_assert_eq(store_job_stage_counts(s, job, &c, err, sizeof err), 0, "%s", err);
@@ -371,7 +358,7 @@ Test(store_stages, a_later_job_reuses_every_stage_and_gets_the_eval_metric) {
     store *s = open_store();
     const char *one = "name: one\npipeline: s2s\nbase: {train: {steps: 10}}\n"
                       "metric: {name: eval/student/test/acc, goal: max}\n";
-    int64_t j1 = submit_s2s(s, one);
+    int64_t j1 = submit_text(s, one);
     int64_t t1 = trial_at(s, j1, 0);
     char err[512];
     int idx;
@@ -391,7 +378,7 @@ Test(store_stages, a_later_job_reuses_every_stage_and_gets_the_eval_metric) {
             cr_assert_eq(store_trial_transition(s, t1, TRIAL_COMPLETED, "ok", err, sizeof err), 0,
                          "%s", err);
     }
-    int64_t j2 = submit_s2s(s, one);
+    int64_t j2 = submit_text(s, one);
     int64_t t2 = trial_at(s, j2, 0);
     cr_assert_eq(next_of(s, t2, &idx, NULL, NULL), STAGE_NEXT_REUSED);
     cr_assert_eq(idx, S2S_STAGES);
@@ -438,11 +425,11 @@ Test(store_stages, removing_a_job_keeps_a_stage_a_kept_job_plans) {
     store *s = open_store();
     char err[512];
     int64_t a = submit_grid(s, 0);
-    int64_t b = submit_s2s(s, "name: b\npipeline: s2s\n"
-                              "base: {data: {set: fashion_mnist}, train: {steps: 10}}\n"
-                              "sweep:\n  parameters:\n    avit.retention: {values: [0.7]}\n"
-                              "    distill.mixer: {values: [bimamba]}\n"
-                              "metric: {name: eval/student/test/acc, goal: max}\n");
+    int64_t b = submit_text(s, "name: b\npipeline: s2s\n"
+                               "base: {data: {set: fashion_mnist}, train: {steps: 10}}\n"
+                               "sweep:\n  parameters:\n    avit.retention: {values: [0.7]}\n"
+                               "    distill.mixer: {values: [bimamba]}\n"
+                               "metric: {name: eval/student/test/acc, goal: max}\n");
     int64_t a0 = trial_at(s, a, 0), b0 = trial_at(s, b, 0);
     store_stage teacher = stage_of(s, a0, 0);
     cr_assert_str_eq(teacher.key, stage_of(s, b0, 0).key, "the two jobs share the teacher");
